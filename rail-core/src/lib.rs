@@ -1,0 +1,52 @@
+//! # rail-core
+//!
+//! The foundation of Stipendex rails: the traits every payment rail implements, exact money,
+//! one error type with stable codes, single-use keys (replay guard) and operation-id
+//! idempotency, and an injectable clock.
+//!
+//! | what | where |
+//! |---|---|
+//! | payer / receiver traits, capabilities | [`rail`] ([`Payer`], [`HoldPayer`], [`Receiver`], [`HoldReceiver`], [`RefundReceiver`]) |
+//! | offers, payments, results | [`types`] ([`Offer`], [`Payment`], [`Verified`], …) |
+//! | exact amounts and assets | [`money`] ([`Amount`], [`Asset`], [`Money`]) |
+//! | errors | [`error`] ([`RailError`], codes, retry classes) |
+//! | replay guard, idempotency | [`keys`] (+ SQLite/PostgreSQL stores behind the `sqlite` / `postgres` features) |
+//! | time | [`clock`] ([`Clock`], [`ManualClock`]) |
+//!
+//! A receiver and a payer, end to end, with any rail that implements the traits:
+//!
+//! ```
+//! use rail_core::{Charge, Money, Asset, OpId, Payer, Receiver, RailResult};
+//! use std::time::Duration;
+//!
+//! async fn sell(receiver: &dyn Receiver, payer: &dyn Payer) -> RailResult<()> {
+//!     let price = Money::parse(Asset::usd(), "0.05")?;
+//!     let offer = receiver.offer(&Charge::capture(price, Duration::from_secs(120))).await?;
+//!     let payment = payer.pay(&OpId::random(), &offer).await?;      // the wallet's side
+//!     let verified = receiver.verify(&offer, &payment).await?;      // single use: a replay fails
+//!     assert_eq!(verified.amount, offer.amount);
+//!     Ok(())
+//! }
+//! ```
+
+pub mod clock;
+pub mod error;
+pub mod keys;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub mod keys_sql;
+pub mod money;
+pub mod rail;
+pub mod types;
+
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
+pub use error::{Binding, RailError, RailReason, RailResult};
+pub use keys::{Idempotency, KeyStore, MemoryKeyStore, ReplayGuard};
+pub use money::{Amount, Asset, Money, MoneyError};
+pub use rail::{
+    Capabilities, Finality, HoldPayer, HoldReceiver, Payer, Rail, RailHandle, Receiver,
+    RefundReceiver,
+};
+pub use types::{
+    Captured, Charge, Offer, OpId, Payment, PaymentMode, PaymentState, RailId, Refunded,
+    Verified, Voided,
+};

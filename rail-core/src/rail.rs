@@ -1,0 +1,223 @@
+//! The rail traits: small, one concern each.
+//!
+//! | side | trait | operations |
+//! |---|---|---|
+//! | both | [`Rail`] | `id`, `capabilities` |
+//! | payer | [`Payer`] | `pay` |
+//! | payer | [`HoldPayer`] | `hold` |
+//! | receiver | [`Receiver`] | `offer`, `verify` |
+//! | receiver | [`HoldReceiver`] | `capture`, `void` |
+//! | receiver | [`RefundReceiver`] | `refund` |
+//!
+//! A rail that cannot hold simply does not implement [`HoldPayer`]/[`HoldReceiver`], so calling
+//! `hold` on it does not compile. Where rails are chosen at run time, [`RailHandle`] carries the
+//! optional parts as `Option<Arc<dyn …>>` and [`Capabilities`] says what the rail claims; the
+//! conformance suite checks that the two agree.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{RailError, RailResult};
+use crate::money::{Asset, Money};
+use crate::types::{
+    Captured, Charge, Offer, OpId, Payment, RailId, Refunded, Verified, Voided,
+};
+
+/// When a settled payment is final.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finality {
+    /// Final when the call returns (a ledger commit, a confirmed block with instant finality).
+    Immediate,
+    /// Final after the rail confirms it (a block inclusion, a webhook).
+    Confirmed,
+    /// Reversible for a while (card payments: chargebacks).
+    Reversible,
+}
+
+/// What a rail claims it can do. A claimed capability that fails conformance is a failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(clippy::struct_excessive_bools)] // a descriptor of independent yes/no capabilities
+pub struct Capabilities {
+    /// `pay` settles a payment.
+    pub pay: bool,
+    /// `hold` authorises without settling; `capture`/`void` finish it.
+    pub hold: bool,
+    /// A hold can be captured for less than its amount (the rest is released).
+    pub partial_capture: bool,
+    /// Settled money can be refunded.
+    pub refund: bool,
+    /// A refund may be less than the settled amount.
+    pub partial_refund: bool,
+    /// When money is final.
+    pub finality: Finality,
+    /// The assets the rail moves.
+    pub assets: Vec<Asset>,
+}
+
+impl Capabilities {
+    /// Pay only: no holds, no refunds.
+    #[must_use]
+    pub fn pay_only(finality: Finality, assets: Vec<Asset>) -> Self {
+        Capabilities {
+            pay: true,
+            hold: false,
+            partial_capture: false,
+            refund: false,
+            partial_refund: false,
+            finality,
+            assets,
+        }
+    }
+
+    /// Refuses an asset the rail does not move.
+    ///
+    /// # Errors
+    /// [`RailError::InvalidInput`].
+    pub fn check_asset(&self, money: &Money) -> RailResult<()> {
+        if self.assets.iter().any(|a| a == money.asset()) {
+            Ok(())
+        } else {
+            Err(RailError::InvalidInput(format!(
+                "asset {} is not carried by this rail",
+                money.asset()
+            )))
+        }
+    }
+}
+
+/// Every rail: a name and a capability descriptor.
+pub trait Rail: Send + Sync {
+    /// The rail's name (`ledger`, `x402`, …), the `rail` tag of its offers and payments.
+    fn id(&self) -> RailId;
+    /// What the rail can do.
+    fn capabilities(&self) -> Capabilities;
+}
+
+/// The payer side: pays offers.
+#[async_trait]
+pub trait Payer: Rail {
+    /// Pays `offer` in full. Same `op` and same offer → the same payment, never a second one.
+    ///
+    /// # Errors
+    /// [`RailError::OfferExpired`], [`RailError::InsufficientFunds`], a mismatch between the
+    /// offer and this payer's rail, or a rail error.
+    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment>;
+}
+
+/// The payer side of holds: authorises an offer's amount without settling it.
+#[async_trait]
+pub trait HoldPayer: Payer {
+    /// Holds `offer`'s amount for the receiver to capture or void.
+    ///
+    /// # Errors
+    /// As [`Payer::pay`].
+    async fn hold(&self, op: &OpId, offer: &Offer) -> RailResult<Payment>;
+}
+
+/// The receiver side: makes offers and verifies payments for them.
+#[async_trait]
+pub trait Receiver: Rail {
+    /// Makes a single-use offer for `charge`, payable to this receiver.
+    ///
+    /// # Errors
+    /// [`RailError::InvalidInput`] for a charge the rail cannot carry (asset, precision).
+    async fn offer(&self, charge: &Charge) -> RailResult<Offer>;
+
+    /// Checks `payment` against `offer` on the rail and consumes the offer: a second verify of
+    /// the same payment (or of another payment for the same offer) is [`RailError::Replayed`].
+    /// Nothing is consumed when verification fails.
+    ///
+    /// # Errors
+    /// [`RailError::MalformedPayment`], [`RailError::Mismatch`], [`RailError::OfferExpired`],
+    /// [`RailError::Replayed`], [`RailError::BadSignature`], [`RailError::NotFound`], …
+    async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified>;
+}
+
+/// The receiver side of holds.
+#[async_trait]
+pub trait HoldReceiver: Receiver {
+    /// Captures `amount` (≤ the held amount) of a verified hold; the rest is released.
+    ///
+    /// # Errors
+    /// [`RailError::ExceedsAvailable`], [`RailError::InvalidState`] (voided, expired, already
+    /// captured), [`RailError::IdempotencyConflict`].
+    async fn capture(&self, op: &OpId, held: &Verified, amount: &Money) -> RailResult<Captured>;
+
+    /// Releases a verified hold in full.
+    ///
+    /// # Errors
+    /// [`RailError::InvalidState`] (captured, voided, expired).
+    async fn void(&self, op: &OpId, held: &Verified) -> RailResult<Voided>;
+}
+
+/// The receiver side of refunds.
+#[async_trait]
+pub trait RefundReceiver: Receiver {
+    /// Sends `amount` of settled money back to the payer. `payment_ref` is the `payment_ref`
+    /// of a settled [`Verified`] or the `capture_ref` of a [`Captured`]. The sum of refunds
+    /// never exceeds what was settled.
+    ///
+    /// # Errors
+    /// [`RailError::ExceedsAvailable`], [`RailError::NotFound`], [`RailError::IdempotencyConflict`].
+    async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded>;
+}
+
+/// A rail chosen at run time: the parts it implements, as trait objects.
+///
+/// The optional parts are `Some` exactly when the rail's [`Capabilities`] claim them; the
+/// conformance suite's `capabilities_are_honest` behaviour checks it.
+#[derive(Clone)]
+pub struct RailHandle {
+    /// Payer side.
+    pub payer: Arc<dyn Payer>,
+    /// Payer side of holds.
+    pub hold_payer: Option<Arc<dyn HoldPayer>>,
+    /// Receiver side.
+    pub receiver: Arc<dyn Receiver>,
+    /// Receiver side of holds.
+    pub hold_receiver: Option<Arc<dyn HoldReceiver>>,
+    /// Refunds.
+    pub refunds: Option<Arc<dyn RefundReceiver>>,
+}
+
+impl RailHandle {
+    /// The receiver's capabilities.
+    #[must_use]
+    pub fn capabilities(&self) -> Capabilities {
+        self.receiver.capabilities()
+    }
+
+    /// The rail's name.
+    #[must_use]
+    pub fn id(&self) -> RailId {
+        self.receiver.id()
+    }
+
+    /// The hold parts, or a typed error naming what is missing.
+    ///
+    /// # Errors
+    /// [`RailError::Unsupported`] when the rail cannot hold.
+    pub fn holds(&self) -> RailResult<(&Arc<dyn HoldPayer>, &Arc<dyn HoldReceiver>)> {
+        match (&self.hold_payer, &self.hold_receiver) {
+            (Some(p), Some(r)) => Ok((p, r)),
+            _ => Err(RailError::Unsupported {
+                rail: self.id().0,
+                op: "hold",
+            }),
+        }
+    }
+
+    /// The refund part, or a typed error.
+    ///
+    /// # Errors
+    /// [`RailError::Unsupported`] when the rail cannot refund.
+    pub fn refunder(&self) -> RailResult<&Arc<dyn RefundReceiver>> {
+        self.refunds.as_ref().ok_or_else(|| RailError::Unsupported {
+            rail: self.id().0,
+            op: "refund",
+        })
+    }
+}
