@@ -34,6 +34,7 @@ pub mod error;
 pub mod keys;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod keys_sql;
+pub mod localnet;
 pub mod money;
 pub mod rail;
 pub mod types;

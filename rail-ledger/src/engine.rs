@@ -1,0 +1,790 @@
+//! The ledger's state machine: pure, synchronous, shared by every backend.
+//!
+//! A backend loads a [`Snapshot`] of what a batch touches (inside a transaction that holds the
+//! journal head), calls [`apply_batch`], writes the [`Changes`] and commits. Requests in a batch
+//! are applied one after another, each fully checked before it changes anything, so a refused
+//! request leaves no trace and never disturbs the others.
+
+use std::collections::{BTreeSet, HashMap};
+
+use rail_core::Timestamp;
+use sha2::{Digest, Sha256};
+
+use crate::types::{
+    Account, AccountCreated, AccountId, Created, NewAccount, SideBalances, Transfer,
+    TransferError, TransferId, TransferKind, TransferRequest, TransferStatus,
+};
+
+/// Largest value any counter may hold (the storage type is SQL `BIGINT`).
+pub const MAX_COUNTER: u64 = i64::MAX as u64;
+
+/// One request in a batch.
+#[derive(Clone, Debug)]
+pub(crate) enum Command {
+    CreateAccount(NewAccount),
+    Transfer(TransferRequest),
+}
+
+/// The answer to one [`Command`].
+#[derive(Clone, Debug)]
+pub(crate) enum Outcome {
+    Account(Result<AccountCreated, TransferError>),
+    Transfer(Result<Created, TransferError>),
+}
+
+/// What a batch may read: loaded by the backend.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    pub(crate) accounts: HashMap<AccountId, Account>,
+    pub(crate) transfers: HashMap<TransferId, Transfer>,
+    pub(crate) statuses: HashMap<TransferId, TransferStatus>,
+    /// Pending transfers whose timeout passed, to expire first.
+    pub(crate) due: Vec<TransferId>,
+    pub(crate) head_seq: i64,
+    pub(crate) head_hash: [u8; 32],
+}
+
+/// What a batch wrote: stored by the backend.
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    pub(crate) new_accounts: Vec<AccountId>,
+    pub(crate) new_transfers: Vec<Transfer>,
+    pub(crate) statuses: BTreeSet<TransferId>,
+    pub(crate) accounts: BTreeSet<AccountId>,
+}
+
+impl Changes {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.new_accounts.is_empty() && self.new_transfers.is_empty()
+    }
+}
+
+/// Ids a batch needs loaded before it runs.
+#[derive(Debug, Default)]
+pub(crate) struct Needs {
+    pub(crate) transfers: BTreeSet<TransferId>,
+    pub(crate) accounts: BTreeSet<AccountId>,
+}
+
+pub(crate) fn needs(cmds: &[Command]) -> Needs {
+    let mut n = Needs::default();
+    for c in cmds {
+        match c {
+            Command::CreateAccount(a) => {
+                n.accounts.insert(a.id);
+            }
+            Command::Transfer(t) => {
+                n.transfers.insert(t.id());
+                if let Some(r) = t.referenced() {
+                    n.transfers.insert(r);
+                }
+                if let Some((d, c)) = t.accounts() {
+                    n.accounts.insert(d);
+                    n.accounts.insert(c);
+                }
+            }
+        }
+    }
+    n
+}
+
+/// The id of the ledger's own expiry entry for a pending transfer.
+pub(crate) fn expiry_id(pending: TransferId) -> TransferId {
+    let h = Sha256::new()
+        .chain_update(b"stipendex-ledger/expire")
+        .chain_update(pending.to_bytes())
+        .finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(h.get(..16).unwrap_or(&[0u8; 16]));
+    TransferId(u128::from_be_bytes(b) | 1)
+}
+
+/// The hash of a journal entry: SHA-256 over a domain tag, the previous hash and every field.
+#[must_use]
+pub fn entry_hash(t: &Transfer) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"stipendex-ledger/entry/v1");
+    h.update(t.prev_hash);
+    h.update(t.seq.to_be_bytes());
+    h.update(t.id.to_bytes());
+    h.update(t.kind.code().to_be_bytes());
+    h.update(t.debit.to_bytes());
+    h.update(t.credit.to_bytes());
+    h.update(t.amount.to_be_bytes());
+    h.update(t.reference.map_or(0, |r| r.0).to_be_bytes());
+    h.update(t.user_data.to_be_bytes());
+    h.update(t.timeout_ms.to_be_bytes());
+    h.update(t.timestamp.0.to_be_bytes());
+    for s in [t.debit_side, t.credit_side] {
+        for v in [s.pending_before, s.pending_after, s.posted_before, s.posted_after] {
+            h.update(v.to_be_bytes());
+        }
+    }
+    h.finalize().into()
+}
+
+fn add(a: u64, b: u64) -> Result<u64, TransferError> {
+    a.checked_add(b)
+        .filter(|&v| v <= MAX_COUNTER)
+        .ok_or(TransferError::Overflow)
+}
+
+/// Applies `cmds` in order to `snap` at time `now`.
+pub(crate) fn apply_batch(
+    snap: &mut Snapshot,
+    cmds: &[Command],
+    now: Timestamp,
+) -> (Vec<Outcome>, Changes) {
+    let mut ch = Changes::default();
+    for id in std::mem::take(&mut snap.due) {
+        expire(snap, &mut ch, id, now);
+    }
+    let outcomes = cmds
+        .iter()
+        .map(|c| match c {
+            Command::CreateAccount(a) => Outcome::Account(create_account(snap, &mut ch, a, now)),
+            Command::Transfer(t) => Outcome::Transfer(transfer(snap, &mut ch, t, now)),
+        })
+        .collect();
+    (outcomes, ch)
+}
+
+fn create_account(
+    snap: &mut Snapshot,
+    ch: &mut Changes,
+    a: &NewAccount,
+    now: Timestamp,
+) -> Result<AccountCreated, TransferError> {
+    if a.id.0 == 0 {
+        return Err(TransferError::IdMustNotBeZero);
+    }
+    if let Some(existing) = snap.accounts.get(&a.id) {
+        return if existing.asset == a.asset && existing.no_overdraft == a.no_overdraft {
+            Ok(AccountCreated::Exists(existing.clone()))
+        } else {
+            Err(TransferError::AccountExistsWithDifferentFields)
+        };
+    }
+    let acc = Account {
+        id: a.id,
+        asset: a.asset.clone(),
+        no_overdraft: a.no_overdraft,
+        debits_pending: 0,
+        debits_posted: 0,
+        credits_pending: 0,
+        credits_posted: 0,
+        created_at: now,
+    };
+    snap.accounts.insert(a.id, acc.clone());
+    ch.new_accounts.push(a.id);
+    Ok(AccountCreated::Created(acc))
+}
+
+/// Is `stored` the same request as `req`?
+fn same_request(stored: &Transfer, req: &TransferRequest) -> bool {
+    match *req {
+        TransferRequest::Single {
+            debit,
+            credit,
+            amount,
+            user_data,
+            ..
+        } => {
+            stored.kind == TransferKind::Single
+                && (stored.debit, stored.credit, stored.amount, stored.user_data)
+                    == (debit, credit, amount, user_data)
+        }
+        TransferRequest::Pending {
+            debit,
+            credit,
+            amount,
+            user_data,
+            timeout_ms,
+            ..
+        } => {
+            stored.kind == TransferKind::Pending
+                && (
+                    stored.debit,
+                    stored.credit,
+                    stored.amount,
+                    stored.user_data,
+                    stored.timeout_ms,
+                ) == (debit, credit, amount, user_data, timeout_ms)
+        }
+        TransferRequest::Post {
+            pending_id, amount, ..
+        } => {
+            stored.kind == TransferKind::PostPending
+                && stored.reference == Some(pending_id)
+                && stored.amount == amount
+        }
+        TransferRequest::Void { pending_id, .. } => {
+            stored.kind == TransferKind::VoidPending && stored.reference == Some(pending_id)
+        }
+        TransferRequest::Reverse { of, amount, .. } => {
+            stored.kind == TransferKind::Reversal
+                && stored.reference == Some(of)
+                && stored.amount == amount
+        }
+    }
+}
+
+/// The accounts of a validated movement, with the counter deltas to apply.
+struct Movement {
+    id: TransferId,
+    kind: TransferKind,
+    debit: AccountId,
+    credit: AccountId,
+    amount: u64,
+    reference: Option<TransferId>,
+    user_data: u128,
+    timeout_ms: u64,
+    /// (pending delta, posted delta) applied to the debit account's debits and the credit
+    /// account's credits: pending may go down (release), posted only up.
+    pending_add: u64,
+    pending_sub: u64,
+    posted_add: u64,
+}
+
+fn transfer(
+    snap: &mut Snapshot,
+    ch: &mut Changes,
+    req: &TransferRequest,
+    now: Timestamp,
+) -> Result<Created, TransferError> {
+    let id = req.id();
+    if id.0 == 0 {
+        return Err(TransferError::IdMustNotBeZero);
+    }
+    if let Some(stored) = snap.transfers.get(&id) {
+        return if same_request(stored, req) {
+            Ok(Created::Exists(stored.clone()))
+        } else {
+            Err(TransferError::ExistsWithDifferentFields)
+        };
+    }
+    let m = match *req {
+        TransferRequest::Single {
+            debit,
+            credit,
+            amount,
+            user_data,
+            ..
+        } => check_new(snap, id, debit, credit, amount, user_data, 0, false)?,
+        TransferRequest::Pending {
+            debit,
+            credit,
+            amount,
+            user_data,
+            timeout_ms,
+            ..
+        } => check_new(snap, id, debit, credit, amount, user_data, timeout_ms, true)?,
+        TransferRequest::Post {
+            pending_id, amount, ..
+        } => {
+            let p = open_pending(snap, ch, pending_id, now)?;
+            if amount == 0 {
+                return Err(TransferError::AmountMustNotBeZero);
+            }
+            if amount > p.amount {
+                return Err(TransferError::ExceedsPendingAmount { pending: p.amount });
+            }
+            Movement {
+                id,
+                kind: TransferKind::PostPending,
+                debit: p.debit,
+                credit: p.credit,
+                amount,
+                reference: Some(pending_id),
+                user_data: p.user_data,
+                timeout_ms: 0,
+                pending_add: 0,
+                pending_sub: p.amount,
+                posted_add: amount,
+            }
+        }
+        TransferRequest::Void { pending_id, .. } => {
+            let p = open_pending(snap, ch, pending_id, now)?;
+            release(id, TransferKind::VoidPending, &p)
+        }
+        TransferRequest::Reverse { of, amount, .. } => {
+            let o = snap
+                .transfers
+                .get(&of)
+                .cloned()
+                .ok_or(TransferError::ReferenceNotFound)?;
+            if !o.kind.is_posting() {
+                return Err(TransferError::CannotReverse);
+            }
+            let reversed = match snap.statuses.get(&of) {
+                Some(TransferStatus::Settled { reversed }) => *reversed,
+                _ => 0,
+            };
+            if amount == 0 {
+                return Err(TransferError::AmountMustNotBeZero);
+            }
+            let left = o.amount.saturating_sub(reversed);
+            if amount > left {
+                return Err(TransferError::ExceedsReversible { available: left });
+            }
+            // Money goes back: the original credit account is debited.
+            let mut m = check_new(snap, id, o.credit, o.debit, amount, o.user_data, 0, false)?;
+            m.kind = TransferKind::Reversal;
+            m.reference = Some(of);
+            m
+        }
+    };
+    let t = commit(snap, ch, &m, now);
+    match *req {
+        TransferRequest::Pending { .. } => set_status(snap, ch, id, TransferStatus::Pending),
+        TransferRequest::Single { .. } => {
+            set_status(snap, ch, id, TransferStatus::Settled { reversed: 0 });
+        }
+        TransferRequest::Post {
+            pending_id, amount, ..
+        } => {
+            set_status(snap, ch, pending_id, TransferStatus::Posted { amount });
+            set_status(snap, ch, id, TransferStatus::Settled { reversed: 0 });
+        }
+        TransferRequest::Void { pending_id, .. } => {
+            set_status(snap, ch, pending_id, TransferStatus::Voided);
+        }
+        TransferRequest::Reverse { of, amount, .. } => {
+            let reversed = match snap.statuses.get(&of) {
+                Some(TransferStatus::Settled { reversed }) => *reversed,
+                _ => 0,
+            };
+            set_status(
+                snap,
+                ch,
+                of,
+                TransferStatus::Settled {
+                    reversed: reversed.saturating_add(amount),
+                },
+            );
+        }
+    }
+    Ok(Created::Created(t))
+}
+
+fn set_status(snap: &mut Snapshot, ch: &mut Changes, id: TransferId, s: TransferStatus) {
+    snap.statuses.insert(id, s);
+    ch.statuses.insert(id);
+}
+
+fn release(id: TransferId, kind: TransferKind, p: &Transfer) -> Movement {
+    Movement {
+        id,
+        kind,
+        debit: p.debit,
+        credit: p.credit,
+        amount: p.amount,
+        reference: Some(p.id),
+        user_data: p.user_data,
+        timeout_ms: 0,
+        pending_add: 0,
+        pending_sub: p.amount,
+        posted_add: 0,
+    }
+}
+
+/// The pending transfer `pid`, if it can still be posted or voided. A pending transfer whose
+/// timeout has passed is expired here (an expiry entry is written) and refused.
+fn open_pending(
+    snap: &mut Snapshot,
+    ch: &mut Changes,
+    pid: TransferId,
+    now: Timestamp,
+) -> Result<Transfer, TransferError> {
+    let p = snap
+        .transfers
+        .get(&pid)
+        .cloned()
+        .ok_or(TransferError::ReferenceNotFound)?;
+    if p.kind != TransferKind::Pending {
+        return Err(TransferError::NotPending);
+    }
+    match snap.statuses.get(&pid) {
+        Some(TransferStatus::Posted { .. }) => Err(TransferError::AlreadyPosted),
+        Some(TransferStatus::Voided) => Err(TransferError::AlreadyVoided),
+        Some(TransferStatus::Expired) => Err(TransferError::PendingExpired),
+        _ => {
+            if p.expires_at().is_some_and(|e| now >= e) {
+                expire(snap, ch, pid, now);
+                return Err(TransferError::PendingExpired);
+            }
+            Ok(p)
+        }
+    }
+}
+
+fn expire(snap: &mut Snapshot, ch: &mut Changes, pid: TransferId, now: Timestamp) {
+    let Some(p) = snap.transfers.get(&pid).cloned() else {
+        return;
+    };
+    if snap.statuses.get(&pid) != Some(&TransferStatus::Pending) {
+        return;
+    }
+    let m = release(expiry_id(pid), TransferKind::ExpirePending, &p);
+    commit(snap, ch, &m, now);
+    set_status(snap, ch, pid, TransferStatus::Expired);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_new(
+    snap: &Snapshot,
+    id: TransferId,
+    debit: AccountId,
+    credit: AccountId,
+    amount: u64,
+    user_data: u128,
+    timeout_ms: u64,
+    pending: bool,
+) -> Result<Movement, TransferError> {
+    if amount == 0 {
+        return Err(TransferError::AmountMustNotBeZero);
+    }
+    if debit == credit {
+        return Err(TransferError::AccountsMustBeDifferent);
+    }
+    let d = snap
+        .accounts
+        .get(&debit)
+        .ok_or(TransferError::DebitAccountNotFound)?;
+    let c = snap
+        .accounts
+        .get(&credit)
+        .ok_or(TransferError::CreditAccountNotFound)?;
+    if d.asset != c.asset {
+        return Err(TransferError::AssetMismatch);
+    }
+    // Every counter must stay within storage range.
+    let (dp, cp) = if pending {
+        (d.debits_pending, c.credits_pending)
+    } else {
+        (d.debits_posted, c.credits_posted)
+    };
+    add(dp, amount)?;
+    add(cp, amount)?;
+    add(add(d.debits_pending, d.debits_posted)?, amount)?;
+    add(add(c.credits_pending, c.credits_posted)?, amount)?;
+    if d.no_overdraft {
+        let spent = add(d.debits_pending, d.debits_posted)?;
+        let available = d.credits_posted.saturating_sub(spent);
+        if amount > available {
+            return Err(TransferError::ExceedsCredits { available });
+        }
+    }
+    Ok(Movement {
+        id,
+        kind: if pending {
+            TransferKind::Pending
+        } else {
+            TransferKind::Single
+        },
+        debit,
+        credit,
+        amount,
+        reference: None,
+        user_data,
+        timeout_ms,
+        pending_add: if pending { amount } else { 0 },
+        pending_sub: 0,
+        posted_add: if pending { 0 } else { amount },
+    })
+}
+
+/// Applies a checked movement: updates both accounts, appends the journal entry.
+fn commit(snap: &mut Snapshot, ch: &mut Changes, m: &Movement, now: Timestamp) -> Transfer {
+    let side = |pending: u64, posted: u64| SideBalances {
+        pending_before: pending,
+        // Checked by the caller: releases never exceed what is pending, additions stay in range.
+        pending_after: pending
+            .saturating_add(m.pending_add)
+            .saturating_sub(m.pending_sub),
+        posted_before: posted,
+        posted_after: posted.saturating_add(m.posted_add),
+    };
+    let mut debit_side = SideBalances::default();
+    let mut credit_side = SideBalances::default();
+    if let Some(d) = snap.accounts.get_mut(&m.debit) {
+        debit_side = side(d.debits_pending, d.debits_posted);
+        d.debits_pending = debit_side.pending_after;
+        d.debits_posted = debit_side.posted_after;
+    }
+    if let Some(c) = snap.accounts.get_mut(&m.credit) {
+        credit_side = side(c.credits_pending, c.credits_posted);
+        c.credits_pending = credit_side.pending_after;
+        c.credits_posted = credit_side.posted_after;
+    }
+    ch.accounts.insert(m.debit);
+    ch.accounts.insert(m.credit);
+    snap.head_seq += 1;
+    let mut t = Transfer {
+        seq: snap.head_seq,
+        id: m.id,
+        kind: m.kind,
+        debit: m.debit,
+        credit: m.credit,
+        amount: m.amount,
+        reference: m.reference,
+        user_data: m.user_data,
+        timeout_ms: m.timeout_ms,
+        timestamp: now,
+        debit_side,
+        credit_side,
+        prev_hash: snap.head_hash,
+        hash: [0; 32],
+    };
+    t.hash = entry_hash(&t);
+    snap.head_hash = t.hash;
+    snap.transfers.insert(t.id, t.clone());
+    ch.new_transfers.push(t.clone());
+    t
+}
+
+/// One problem found by [`crate::Ledger::verify_journal`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// The journal position (0 = not tied to one entry).
+    pub seq: i64,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// The result of replaying the journal.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyReport {
+    /// Entries read.
+    pub entries: u64,
+    /// Accounts checked.
+    pub accounts: u64,
+    /// Everything that does not add up; empty = intact.
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    /// True when nothing was found.
+    #[must_use]
+    pub fn is_intact(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Replays entries (in `seq` order) against the stored head, accounts and statuses.
+pub(crate) struct Verifier {
+    report: VerifyReport,
+    expect_seq: i64,
+    prev_hash: [u8; 32],
+    counters: HashMap<AccountId, [u64; 4]>,
+    statuses: HashMap<TransferId, TransferStatus>,
+    kinds: HashMap<TransferId, (TransferKind, u64)>,
+}
+
+impl Verifier {
+    pub(crate) fn new() -> Self {
+        Verifier {
+            report: VerifyReport::default(),
+            expect_seq: 1,
+            prev_hash: [0; 32],
+            counters: HashMap::new(),
+            statuses: HashMap::new(),
+            kinds: HashMap::new(),
+        }
+    }
+
+    fn problem(&mut self, seq: i64, what: String) {
+        if self.report.problems.len() < 100 {
+            self.report.problems.push(Problem { seq, what });
+        }
+    }
+
+    pub(crate) fn entry(&mut self, t: &Transfer) {
+        self.report.entries += 1;
+        if t.seq != self.expect_seq {
+            self.problem(t.seq, format!("expected entry {}, found {}", self.expect_seq, t.seq));
+        }
+        self.expect_seq = t.seq + 1;
+        if t.prev_hash != self.prev_hash {
+            self.problem(t.seq, "previous-hash link broken".into());
+        }
+        if entry_hash(t) != t.hash {
+            self.problem(t.seq, "entry hash does not match its content".into());
+        }
+        self.prev_hash = t.hash;
+        // Balances before must continue the account's history; after = before ± amount.
+        let (pend_add, pend_sub, post_add) = match t.kind {
+            TransferKind::Single | TransferKind::Reversal => (0, 0, t.amount),
+            TransferKind::Pending => (t.amount, 0, 0),
+            TransferKind::PostPending => {
+                let held = t
+                    .reference
+                    .and_then(|r| self.kinds.get(&r))
+                    .map_or(0, |(_, a)| *a);
+                (0, held, t.amount)
+            }
+            TransferKind::VoidPending | TransferKind::ExpirePending => (0, t.amount, 0),
+        };
+        for (acc, side, idx) in [(t.debit, t.debit_side, 0usize), (t.credit, t.credit_side, 2)] {
+            let c = self.counters.entry(acc).or_insert([0; 4]);
+            let (pend, post) = (c.get(idx).copied().unwrap_or(0), c.get(idx + 1).copied().unwrap_or(0));
+            let ok_before = side.pending_before == pend && side.posted_before == post;
+            let exp_pending = pend.checked_add(pend_add).and_then(|v| v.checked_sub(pend_sub));
+            let exp_posted = post.checked_add(post_add);
+            let ok_after =
+                Some(side.pending_after) == exp_pending && Some(side.posted_after) == exp_posted;
+            if let Some(slot) = c.get_mut(idx) {
+                *slot = side.pending_after;
+            }
+            if let Some(slot) = c.get_mut(idx + 1) {
+                *slot = side.posted_after;
+            }
+            if !ok_before {
+                self.problem(t.seq, format!("account {acc}: balances before do not continue its history"));
+            }
+            if !ok_after {
+                self.problem(t.seq, format!("account {acc}: balances after do not follow from the amount"));
+            }
+        }
+        self.kinds.insert(t.id, (t.kind, t.amount));
+        match (t.kind, t.reference) {
+            (TransferKind::Single, _) => {
+                self.statuses.insert(t.id, TransferStatus::Settled { reversed: 0 });
+            }
+            (TransferKind::Pending, _) => {
+                self.statuses.insert(t.id, TransferStatus::Pending);
+            }
+            (TransferKind::PostPending, Some(r)) => {
+                self.statuses.insert(r, TransferStatus::Posted { amount: t.amount });
+                self.statuses.insert(t.id, TransferStatus::Settled { reversed: 0 });
+            }
+            (TransferKind::VoidPending, Some(r)) => {
+                self.statuses.insert(r, TransferStatus::Voided);
+            }
+            (TransferKind::ExpirePending, Some(r)) => {
+                self.statuses.insert(r, TransferStatus::Expired);
+            }
+            (TransferKind::Reversal, Some(r)) => {
+                if let Some(TransferStatus::Settled { reversed }) = self.statuses.get_mut(&r) {
+                    *reversed = reversed.saturating_add(t.amount);
+                }
+            }
+            (_, None) => self.problem(t.seq, "entry lacks its reference".into()),
+        }
+    }
+
+    pub(crate) fn finish(
+        mut self,
+        head: (i64, [u8; 32]),
+        accounts: &[Account],
+        statuses: &HashMap<TransferId, TransferStatus>,
+    ) -> VerifyReport {
+        if head.0 != self.expect_seq - 1 || head.1 != self.prev_hash {
+            self.problem(0, format!("journal head says entry {} but the journal ends at {}", head.0, self.expect_seq - 1));
+        }
+        for a in accounts {
+            self.report.accounts += 1;
+            let c = self.counters.remove(&a.id).unwrap_or([0; 4]);
+            if c != [a.debits_pending, a.debits_posted, a.credits_pending, a.credits_posted] {
+                self.problem(0, format!("account {}: stored balances differ from the journal", a.id));
+            }
+        }
+        for id in self.counters.keys().copied().collect::<Vec<_>>() {
+            self.problem(0, format!("account {id} appears in the journal but not in the accounts"));
+        }
+        if &self.statuses != statuses {
+            self.problem(0, "transfer statuses differ from the journal".into());
+        }
+        self.report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rail_core::Asset;
+
+    fn snap_with(accounts: &[(u128, bool)]) -> Snapshot {
+        let mut s = Snapshot::default();
+        for &(id, nod) in accounts {
+            s.accounts.insert(
+                AccountId(id),
+                Account {
+                    id: AccountId(id),
+                    asset: Asset::usd(),
+                    no_overdraft: nod,
+                    debits_pending: 0,
+                    debits_posted: 0,
+                    credits_pending: 0,
+                    credits_posted: 0,
+                    created_at: Timestamp(0),
+                },
+            );
+        }
+        s
+    }
+
+    fn single(id: u128, d: u128, c: u128, amount: u64) -> Command {
+        Command::Transfer(TransferRequest::Single {
+            id: TransferId(id),
+            debit: AccountId(d),
+            credit: AccountId(c),
+            amount,
+            user_data: 0,
+        })
+    }
+
+    #[test]
+    fn refused_requests_change_nothing_and_do_not_disturb_the_batch() {
+        let mut s = snap_with(&[(1, false), (2, true), (3, false)]);
+        let cmds = vec![
+            single(10, 1, 2, 100),        // fund 2
+            single(11, 2, 3, 101),        // overdraft: refused
+            single(12, 2, 3, 60),         // fine
+            single(12, 2, 3, 61),         // same id, other amount
+            single(12, 2, 3, 60),         // same id, same fields
+            single(13, 2, 2, 1),          // same account
+            single(14, 2, 3, MAX_COUNTER), // beyond any counter
+        ];
+        let (out, ch) = apply_batch(&mut s, &cmds, Timestamp(5));
+        let codes: Vec<String> = out
+            .iter()
+            .map(|o| match o {
+                Outcome::Transfer(Ok(Created::Created(_))) => "created".into(),
+                Outcome::Transfer(Ok(Created::Exists(_))) => "exists".into(),
+                Outcome::Transfer(Err(e)) => format!("{e:?}"),
+                Outcome::Account(_) => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                "created",
+                "ExceedsCredits { available: 100 }",
+                "created",
+                "ExistsWithDifferentFields",
+                "exists",
+                "AccountsMustBeDifferent",
+                "Overflow"
+            ]
+        );
+        assert_eq!(ch.new_transfers.len(), 2);
+        assert_eq!(s.accounts[&AccountId(2)].available(), 40);
+        assert_eq!(s.head_seq, 2);
+    }
+
+    #[test]
+    fn overflow_is_refused() {
+        let mut s = snap_with(&[(1, false), (2, false)]);
+        let (out, _) = apply_batch(
+            &mut s,
+            &[single(1, 1, 2, MAX_COUNTER), single(2, 1, 2, 1)],
+            Timestamp(0),
+        );
+        assert!(matches!(out[0], Outcome::Transfer(Ok(_))));
+        assert!(matches!(
+            out[1],
+            Outcome::Transfer(Err(TransferError::Overflow))
+        ));
+    }
+}

@@ -1,0 +1,479 @@
+//! The ledger as a payment rail (the Stipendex `account` rail): pay = transfer, hold = pending
+//! transfer, capture = post, void, refund = reversal, verify = look the transfer up and bind it
+//! to the offer (amount, payee, offer id) — once.
+//!
+//! Offer ids are bound into each transfer's `user_data` (the first 16 bytes of
+//! `SHA-256("stipendex-ledger/offer" || offer id)`); transfer ids are derived from the caller's
+//! operation id, so a retried operation is the same transfer and never a second one.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rail_core::{
+    Amount, Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver,
+    Money, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
+    RailResult, Receiver, RefundReceiver, Refunded, ReplayGuard, Verified, Voided,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::ledger::Ledger;
+use crate::types::{AccountId, Created, Transfer, TransferError, TransferId, TransferKind, TransferRequest, TransferStatus};
+
+/// The rail's name.
+pub const RAIL: &str = "ledger";
+
+/// The ledger rail's proof of payment: the transfer id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerProof {
+    /// The transfer (single or pending) that pays the offer.
+    pub transfer_id: TransferId,
+}
+
+/// The ledger rail's offer details.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerOfferDetails {
+    /// How long a hold must last, in seconds (holds only).
+    pub hold_secs: Option<u64>,
+}
+
+/// `user_data` binding a transfer to an offer id.
+#[must_use]
+pub fn offer_binding(offer_id: &str) -> u128 {
+    let h = Sha256::new()
+        .chain_update(b"stipendex-ledger/offer")
+        .chain_update(offer_id.as_bytes())
+        .finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(h.get(..16).unwrap_or(&[0; 16]));
+    u128::from_be_bytes(b)
+}
+
+/// The transfer id of operation `op` by `account` doing `what`.
+#[must_use]
+pub fn op_transfer_id(account: AccountId, what: &str, op: &OpId) -> TransferId {
+    let h = Sha256::new()
+        .chain_update(b"stipendex-ledger/op")
+        .chain_update(account.to_bytes())
+        .chain_update(what.as_bytes())
+        .chain_update([0u8])
+        .chain_update(op.as_str().as_bytes())
+        .finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(h.get(..16).unwrap_or(&[0; 16]));
+    TransferId(u128::from_be_bytes(b) | 1)
+}
+
+fn capabilities(asset: &Asset) -> Capabilities {
+    Capabilities {
+        pay: true,
+        hold: true,
+        partial_capture: true,
+        refund: true,
+        partial_refund: true,
+        finality: Finality::Immediate,
+        assets: vec![asset.clone()],
+    }
+}
+
+fn minor(money: &Money) -> RailResult<u64> {
+    let v = money.minor_i64()?;
+    u64::try_from(v).map_err(|_| RailError::InvalidInput("negative amount".into()))
+}
+
+fn money(asset: &Asset, units: u64) -> RailResult<Money> {
+    Ok(Money::from_minor(asset.clone(), u128::from(units))?)
+}
+
+fn amount_of(asset: &Asset, units: u64) -> Amount {
+    money(asset, units).map_or(Amount::ZERO, |m| m.amount())
+}
+
+fn parse_account(s: &str, what: &str) -> RailResult<AccountId> {
+    s.parse()
+        .map_err(|e| RailError::InvalidInput(format!("{what}: {e}")))
+}
+
+/// The payer side: spends from one account.
+#[derive(Clone, Debug)]
+pub struct LedgerPayer {
+    ledger: Ledger,
+    account: AccountId,
+    asset: Asset,
+}
+
+impl LedgerPayer {
+    /// A payer spending from `account`, which holds `asset`.
+    #[must_use]
+    pub fn new(ledger: Ledger, account: AccountId, asset: Asset) -> Self {
+        LedgerPayer {
+            ledger,
+            account,
+            asset,
+        }
+    }
+
+    fn request(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<TransferRequest> {
+        if offer.rail.as_str() != RAIL {
+            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
+        }
+        if offer.mode != mode {
+            return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
+        }
+        if offer.amount.asset() != &self.asset {
+            return Err(RailError::mismatch(Binding::Asset, &self.asset, offer.amount.asset()));
+        }
+        offer.check_live(self.ledger.clock().now())?;
+        let credit = parse_account(&offer.payee, "offer payee")?;
+        let amount = minor(&offer.amount)?;
+        let user_data = offer_binding(&offer.id);
+        Ok(match mode {
+            PaymentMode::Capture => TransferRequest::Single {
+                id: op_transfer_id(self.account, "pay", op),
+                debit: self.account,
+                credit,
+                amount,
+                user_data,
+            },
+            PaymentMode::Hold => {
+                let details: LedgerOfferDetails = offer.details_as()?;
+                let secs = details.hold_secs.unwrap_or(3600);
+                TransferRequest::Pending {
+                    id: op_transfer_id(self.account, "hold", op),
+                    debit: self.account,
+                    credit,
+                    amount,
+                    user_data,
+                    timeout_ms: secs.saturating_mul(1000),
+                }
+            }
+        })
+    }
+
+    async fn send(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {
+        let req = self.request(op, offer, mode)?;
+        let created = self.ledger.transfer(req).await.map_err(|e| match e {
+            crate::LedgerError::Refused(TransferError::ExistsWithDifferentFields) => {
+                RailError::IdempotencyConflict { op_id: op.to_string() }
+            }
+            other => other.into(),
+        })?;
+        let t = created.transfer();
+        Ok(Payment {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            mode,
+            payer: self.account.to_string(),
+            amount: offer.amount.clone(),
+            proof: serde_json::to_value(LedgerProof { transfer_id: t.id })
+                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+}
+
+impl Rail for LedgerPayer {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities(&self.asset)
+    }
+}
+
+#[async_trait]
+impl Payer for LedgerPayer {
+    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        self.send(op, offer, PaymentMode::Capture).await
+    }
+}
+
+#[async_trait]
+impl HoldPayer for LedgerPayer {
+    async fn hold(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        self.send(op, offer, PaymentMode::Hold).await
+    }
+}
+
+/// The receiver side: offers payment into one account, verifies once, captures, voids, refunds.
+#[derive(Clone, Debug)]
+pub struct LedgerReceiver {
+    ledger: Ledger,
+    account: AccountId,
+    asset: Asset,
+    guard: ReplayGuard,
+    hold_for: Duration,
+}
+
+impl LedgerReceiver {
+    /// A receiver paid into `account` (holding `asset`); `guard` makes each offer single-use
+    /// (share its store between receiver instances).
+    #[must_use]
+    pub fn new(ledger: Ledger, account: AccountId, asset: Asset, guard: ReplayGuard) -> Self {
+        LedgerReceiver {
+            ledger,
+            account,
+            asset,
+            guard,
+            hold_for: Duration::from_secs(3600),
+        }
+    }
+
+    /// How long payers must hold funds for hold offers (default one hour).
+    #[must_use]
+    pub fn with_hold_duration(mut self, d: Duration) -> Self {
+        self.hold_for = d;
+        self
+    }
+
+    /// The account paid into.
+    #[must_use]
+    pub fn account(&self) -> AccountId {
+        self.account
+    }
+
+    async fn lookup(&self, id: TransferId) -> RailResult<(Transfer, Option<TransferStatus>)> {
+        self.ledger
+            .lookup_transfer(id)
+            .await?
+            .ok_or_else(|| RailError::NotFound(format!("transfer {id}")))
+    }
+
+    /// Checks the transfer against the offer; nothing is consumed here.
+    async fn check(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        payment.check_envelope(offer)?;
+        if offer.payee != self.account.to_string() {
+            return Err(RailError::mismatch(Binding::Payee, self.account, &offer.payee));
+        }
+        offer.check_live(self.ledger.clock().now())?;
+        let proof: LedgerProof = payment.proof_as()?;
+        let payer = parse_account(&payment.payer, "payment payer")
+            .map_err(|e| RailError::MalformedPayment(e.to_string()))?;
+        let (t, status) = self.lookup(proof.transfer_id).await?;
+        let (want_kind, want_status) = match offer.mode {
+            PaymentMode::Capture => (TransferKind::Single, TransferStatus::Settled { reversed: 0 }),
+            PaymentMode::Hold => (TransferKind::Pending, TransferStatus::Pending),
+        };
+        if t.kind != want_kind {
+            return Err(RailError::mismatch(Binding::Mode, offer.mode, format!("{:?}", t.kind)));
+        }
+        if t.credit != self.account {
+            return Err(RailError::mismatch(Binding::Payee, self.account, t.credit));
+        }
+        if t.user_data != offer_binding(&offer.id) {
+            return Err(RailError::mismatch(Binding::Offer, &offer.id, "a transfer for another offer"));
+        }
+        let paid = money(&self.asset, t.amount)?;
+        if paid != offer.amount {
+            return Err(RailError::mismatch(Binding::Amount, &offer.amount, &paid));
+        }
+        if t.debit != payer {
+            return Err(RailError::mismatch(Binding::Payer, &payment.payer, t.debit));
+        }
+        if status != Some(want_status) {
+            return Err(RailError::InvalidState {
+                op: "verify",
+                state: status.map_or("unknown", TransferStatus::name).into(),
+            });
+        }
+        let state = match offer.mode {
+            PaymentMode::Capture => PaymentState::Settled,
+            PaymentMode::Hold => PaymentState::Held {
+                capturable: paid.clone(),
+                expires_at: t.expires_at(),
+            },
+        };
+        Ok(Verified {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            payment_ref: t.id.to_string(),
+            payer: t.debit.to_string(),
+            amount: paid,
+            state,
+        })
+    }
+
+    fn transfer_id(s: &str) -> RailResult<TransferId> {
+        s.parse()
+            .map_err(|e| RailError::InvalidInput(format!("payment reference: {e}")))
+    }
+
+    async fn run(&self, op: &OpId, req: TransferRequest) -> RailResult<Created> {
+        self.ledger.transfer(req).await.map_err(|e| match e {
+            crate::LedgerError::Refused(TransferError::ExistsWithDifferentFields) => {
+                RailError::IdempotencyConflict { op_id: op.to_string() }
+            }
+            crate::LedgerError::Refused(TransferError::ExceedsPendingAmount { pending }) => {
+                RailError::ExceedsAvailable {
+                    op: "capture",
+                    requested: Amount::ZERO,
+                    available: amount_of(&self.asset, pending),
+                }
+            }
+            crate::LedgerError::Refused(TransferError::ExceedsReversible { available }) => {
+                RailError::ExceedsAvailable {
+                    op: "refund",
+                    requested: Amount::ZERO,
+                    available: amount_of(&self.asset, available),
+                }
+            }
+            other => other.into(),
+        })
+    }
+
+    async fn own_pending(&self, held: &Verified) -> RailResult<Transfer> {
+        let id = Self::transfer_id(&held.payment_ref)?;
+        let (t, _) = self.lookup(id).await?;
+        if t.credit != self.account || t.kind != TransferKind::Pending {
+            return Err(RailError::NotFound(format!("hold {id} for this receiver")));
+        }
+        Ok(t)
+    }
+}
+
+impl Rail for LedgerReceiver {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities(&self.asset)
+    }
+}
+
+#[async_trait]
+impl Receiver for LedgerReceiver {
+    async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
+        self.capabilities().check_asset(&charge.amount)?;
+        if charge.amount.amount().is_zero() {
+            return Err(RailError::InvalidInput("amount must not be zero".into()));
+        }
+        // Refuse what the ledger cannot carry now, not at payment time.
+        let units = minor(&charge.amount)?;
+        if units > crate::engine::MAX_COUNTER {
+            return Err(RailError::Money(rail_core::MoneyError::Overflow { target: "i64" }));
+        }
+        let hold_secs = (charge.mode == PaymentMode::Hold).then(|| self.hold_for.as_secs());
+        Ok(Offer {
+            rail: RailId::new(RAIL),
+            id: format!("q_{}", hex::encode(rand::random::<[u8; 16]>())),
+            amount: charge.amount.clone(),
+            payee: self.account.to_string(),
+            mode: charge.mode,
+            expires_at: self.ledger.clock().now().plus(charge.ttl),
+            details: serde_json::to_value(LedgerOfferDetails { hold_secs })
+                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+
+    async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        // Cheap, side-effect-free checks first; then reserve the offer, check the ledger, commit.
+        payment.check_envelope(offer)?;
+        let _: LedgerProof = payment.proof_as()?;
+        let reservation = self.guard.reserve(&offer.id, Duration::from_secs(30)).await?;
+        match self.check(offer, payment).await {
+            Ok(v) => {
+                let now = self.ledger.clock().now();
+                let keep = Duration::from_millis(
+                    u64::try_from(offer.expires_at.0.saturating_sub(now.0)).unwrap_or(0),
+                ) + Duration::from_secs(24 * 3600);
+                reservation.commit(Some(keep)).await?;
+                Ok(v)
+            }
+            Err(e) => {
+                reservation.release().await?;
+                Err(e)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl HoldReceiver for LedgerReceiver {
+    async fn capture(&self, op: &OpId, held: &Verified, amount: &Money) -> RailResult<Captured> {
+        if amount.asset() != &self.asset {
+            return Err(RailError::mismatch(Binding::Asset, &self.asset, amount.asset()));
+        }
+        let p = self.own_pending(held).await?;
+        let units = minor(amount)?;
+        let created = self
+            .run(
+                op,
+                TransferRequest::Post {
+                    id: op_transfer_id(self.account, "capture", op),
+                    pending_id: p.id,
+                    amount: units,
+                },
+            )
+            .await
+            .map_err(|e| match e {
+                RailError::ExceedsAvailable { op, available, .. } => RailError::ExceedsAvailable {
+                    op,
+                    requested: amount.amount(),
+                    available,
+                },
+                other => other,
+            })?;
+        let t = created.transfer();
+        Ok(Captured {
+            payment_ref: p.id.to_string(),
+            capture_ref: t.id.to_string(),
+            captured: money(&self.asset, t.amount)?,
+            released: money(&self.asset, p.amount.saturating_sub(t.amount))?,
+        })
+    }
+
+    async fn void(&self, op: &OpId, held: &Verified) -> RailResult<Voided> {
+        let p = self.own_pending(held).await?;
+        self.run(
+            op,
+            TransferRequest::Void {
+                id: op_transfer_id(self.account, "void", op),
+                pending_id: p.id,
+            },
+        )
+        .await?;
+        Ok(Voided {
+            payment_ref: p.id.to_string(),
+            released: money(&self.asset, p.amount)?,
+        })
+    }
+}
+
+#[async_trait]
+impl RefundReceiver for LedgerReceiver {
+    async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded> {
+        if amount.asset() != &self.asset {
+            return Err(RailError::mismatch(Binding::Asset, &self.asset, amount.asset()));
+        }
+        let id = Self::transfer_id(payment_ref)?;
+        let (t, _) = self.lookup(id).await?;
+        if t.credit != self.account || !t.kind.is_posting() {
+            return Err(RailError::NotFound(format!("settled payment {id} to this receiver")));
+        }
+        let units = minor(amount)?;
+        let created = self
+            .run(
+                op,
+                TransferRequest::Reverse {
+                    id: op_transfer_id(self.account, "refund", op),
+                    of: id,
+                    amount: units,
+                },
+            )
+            .await
+            .map_err(|e| match e {
+                RailError::ExceedsAvailable { op, available, .. } => RailError::ExceedsAvailable {
+                    op,
+                    requested: amount.amount(),
+                    available,
+                },
+                other => other,
+            })?;
+        Ok(Refunded {
+            payment_ref: id.to_string(),
+            refund_ref: created.transfer().id.to_string(),
+            amount: money(&self.asset, created.transfer().amount)?,
+        })
+    }
+}

@@ -1,0 +1,814 @@
+//! The two storage backends of the one engine: SQLite and PostgreSQL.
+//!
+//! Each batch is one database transaction: take the journal head (PostgreSQL `SELECT … FOR
+//! UPDATE`, SQLite `BEGIN IMMEDIATE`), load what the batch touches, run [`engine::apply_batch`],
+//! write accounts, entries, statuses and the new head, commit. Holding the head serializes
+//! writers across processes, so the hash chain stays linear and no two processes can apply one
+//! transfer id twice; batching many requests per commit is what makes durable commits fast.
+
+use std::collections::{BTreeSet, HashMap};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rail_core::{Asset, Timestamp};
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::engine::{self, Command, Outcome, Snapshot, Verifier, VerifyReport};
+use crate::error::LedgerError;
+use crate::types::{
+    Account, AccountId, SideBalances, Transfer, TransferId, TransferKind, TransferStatus,
+};
+
+/// What the ledger needs from storage.
+#[async_trait]
+pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
+    async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Vec<Outcome>, LedgerError>;
+    async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError>;
+    async fn transfer(
+        &self,
+        id: TransferId,
+    ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError>;
+    async fn verify(&self) -> Result<VerifyReport, LedgerError>;
+    fn name(&self) -> &'static str;
+}
+
+const TRANSFER_COLS: &str = "seq, id, kind, debit, credit, amount, reference, user_data, \
+    timeout_ms, ts, dr_pending_before, dr_pending_after, dr_posted_before, dr_posted_after, \
+    cr_pending_before, cr_pending_after, cr_posted_before, cr_posted_after, prev_hash, hash";
+
+const ACCOUNT_COLS: &str = "id, asset, scale, no_overdraft, debits_pending, debits_posted, \
+    credits_pending, credits_posted, created_at";
+
+fn u(v: i64, what: &str) -> Result<u64, LedgerError> {
+    u64::try_from(v).map_err(|_| LedgerError::Corrupt(format!("negative {what}: {v}")))
+}
+
+fn i(v: u64) -> i64 {
+    // Every stored counter is checked against engine::MAX_COUNTER before it is written.
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn hash32(b: &[u8], what: &str) -> Result<[u8; 32], LedgerError> {
+    <[u8; 32]>::try_from(b).map_err(|_| LedgerError::Corrupt(format!("{what} is not 32 bytes")))
+}
+
+fn id16<T>(b: &[u8], f: fn(&[u8]) -> Option<T>, what: &str) -> Result<T, LedgerError> {
+    f(b).ok_or_else(|| LedgerError::Corrupt(format!("{what} is not 16 bytes")))
+}
+
+fn u128_of(b: &[u8]) -> Result<u128, LedgerError> {
+    <[u8; 16]>::try_from(b)
+        .map(u128::from_be_bytes)
+        .map_err(|_| LedgerError::Corrupt("user_data is not 16 bytes".into()))
+}
+
+fn db(e: &sqlx::Error) -> LedgerError {
+    LedgerError::Storage(e.to_string())
+}
+
+fn transfer_row<'r, R>(r: &'r R) -> Result<Transfer, LedgerError>
+where
+    R: Row,
+    &'r str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i16: Decode<'r, R::Database> + Type<R::Database>,
+    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+    Option<Vec<u8>>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let g = |c: &'r str| r.try_get::<i64, _>(c).map_err(|e| db(&e));
+    let b = |c: &'r str| r.try_get::<Vec<u8>, _>(c).map_err(|e| db(&e));
+    let gu = |c: &'r str| -> Result<u64, LedgerError> { u(g(c)?, c) };
+    let kind_code: i16 = r.try_get("kind").map_err(|e| db(&e))?;
+    let reference: Option<Vec<u8>> = r.try_get("reference").map_err(|e| db(&e))?;
+    Ok(Transfer {
+        seq: g("seq")?,
+        id: id16(&b("id")?, TransferId::from_slice, "transfer id")?,
+        kind: TransferKind::from_code(kind_code)
+            .ok_or_else(|| LedgerError::Corrupt(format!("unknown transfer kind {kind_code}")))?,
+        debit: id16(&b("debit")?, AccountId::from_slice, "debit account")?,
+        credit: id16(&b("credit")?, AccountId::from_slice, "credit account")?,
+        amount: u(g("amount")?, "amount")?,
+        reference: reference
+            .map(|r| id16(&r, TransferId::from_slice, "reference"))
+            .transpose()?,
+        user_data: u128_of(&b("user_data")?)?,
+        timeout_ms: u(g("timeout_ms")?, "timeout")?,
+        timestamp: Timestamp(g("ts")?),
+        debit_side: SideBalances {
+            pending_before: gu("dr_pending_before")?,
+            pending_after: gu("dr_pending_after")?,
+            posted_before: gu("dr_posted_before")?,
+            posted_after: gu("dr_posted_after")?,
+        },
+        credit_side: SideBalances {
+            pending_before: gu("cr_pending_before")?,
+            pending_after: gu("cr_pending_after")?,
+            posted_before: gu("cr_posted_before")?,
+            posted_after: gu("cr_posted_after")?,
+        },
+        prev_hash: hash32(&b("prev_hash")?, "prev_hash")?,
+        hash: hash32(&b("hash")?, "hash")?,
+    })
+}
+
+fn account_row<'r, R>(r: &'r R) -> Result<Account, LedgerError>
+where
+    R: Row,
+    &'r str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i16: Decode<'r, R::Database> + Type<R::Database>,
+    bool: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let g = |c: &'r str| r.try_get::<i64, _>(c).map_err(|e| db(&e));
+    let code: String = r.try_get("asset").map_err(|e| db(&e))?;
+    let scale: i16 = r.try_get("scale").map_err(|e| db(&e))?;
+    let scale = u8::try_from(scale).map_err(|_| LedgerError::Corrupt("bad asset scale".into()))?;
+    let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
+    Ok(Account {
+        id: id16(&id, AccountId::from_slice, "account id")?,
+        asset: Asset::new(&code, scale).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
+        no_overdraft: r.try_get("no_overdraft").map_err(|e| db(&e))?,
+        debits_pending: u(g("debits_pending")?, "debits_pending")?,
+        debits_posted: u(g("debits_posted")?, "debits_posted")?,
+        credits_pending: u(g("credits_pending")?, "credits_pending")?,
+        credits_posted: u(g("credits_posted")?, "credits_posted")?,
+        created_at: Timestamp(g("created_at")?),
+    })
+}
+
+/// Loads the transfers' accounts that the batch did not name itself.
+fn accounts_of(snap: &Snapshot, mut want: BTreeSet<AccountId>) -> Vec<AccountId> {
+    for t in snap.transfers.values() {
+        want.insert(t.debit);
+        want.insert(t.credit);
+    }
+    want.into_iter().collect()
+}
+
+fn bytes<T: Copy>(ids: impl IntoIterator<Item = T>, f: fn(T) -> [u8; 16]) -> Vec<Vec<u8>> {
+    ids.into_iter().map(|i| f(i).to_vec()).collect()
+}
+
+const MAX_DUE: i64 = 256;
+
+// ---------------------------------------------------------------------------------------------
+// SQLite
+
+pub(crate) mod sqlite {
+    use super::*;
+    use sqlx::sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    };
+
+    /// The SQLite backend: WAL journal, `synchronous = FULL` (durable commits).
+    #[derive(Debug, Clone)]
+    pub(crate) struct SqliteBackend {
+        pub(crate) pool: SqlitePool,
+    }
+
+    const SCHEMA: &[&str] = &[
+        "CREATE TABLE IF NOT EXISTS ledger_accounts (id BLOB PRIMARY KEY, asset TEXT NOT NULL,
+            scale INTEGER NOT NULL, no_overdraft BOOLEAN NOT NULL, debits_pending INTEGER NOT NULL,
+            debits_posted INTEGER NOT NULL, credits_pending INTEGER NOT NULL,
+            credits_posted INTEGER NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS ledger_transfers (seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE,
+            kind INTEGER NOT NULL, debit BLOB NOT NULL, credit BLOB NOT NULL, amount INTEGER NOT NULL,
+            reference BLOB, user_data BLOB NOT NULL, timeout_ms INTEGER NOT NULL, ts INTEGER NOT NULL,
+            dr_pending_before INTEGER NOT NULL, dr_pending_after INTEGER NOT NULL,
+            dr_posted_before INTEGER NOT NULL, dr_posted_after INTEGER NOT NULL,
+            cr_pending_before INTEGER NOT NULL, cr_pending_after INTEGER NOT NULL,
+            cr_posted_before INTEGER NOT NULL, cr_posted_after INTEGER NOT NULL,
+            prev_hash BLOB NOT NULL, hash BLOB NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS ledger_status (id BLOB PRIMARY KEY, status INTEGER NOT NULL,
+            amount INTEGER NOT NULL, expires_at INTEGER) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS ledger_status_due ON ledger_status (expires_at) WHERE status = 1",
+        "CREATE TABLE IF NOT EXISTS ledger_head (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL,
+            hash BLOB NOT NULL)",
+        "INSERT INTO ledger_head (id, seq, hash) VALUES (1, 0, zeroblob(32)) ON CONFLICT DO NOTHING",
+        "CREATE TRIGGER IF NOT EXISTS ledger_transfers_no_update BEFORE UPDATE ON ledger_transfers
+            BEGIN SELECT RAISE(ABORT, 'ledger journal is append-only'); END",
+        "CREATE TRIGGER IF NOT EXISTS ledger_transfers_no_delete BEFORE DELETE ON ledger_transfers
+            BEGIN SELECT RAISE(ABORT, 'ledger journal is append-only'); END",
+    ];
+
+    impl SqliteBackend {
+        pub(crate) async fn open(url: &str) -> Result<Self, LedgerError> {
+            let opts = SqliteConnectOptions::from_str(url)
+                .map_err(|e| db(&e))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(false);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(opts)
+                .await
+                .map_err(|e| db(&e))?;
+            for s in SCHEMA {
+                sqlx::query(*s).execute(&pool).await.map_err(|e| db(&e))?;
+            }
+            Ok(SqliteBackend { pool })
+        }
+    }
+
+    type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+    async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snapshot, LedgerError> {
+        let mut snap = Snapshot::default();
+        let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
+        snap.head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+        let needs = engine::needs(cmds);
+        let due = sqlx::query(
+            "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
+        )
+        .bind(now.0)
+        .bind(MAX_DUE)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|e| db(&e))?;
+        for r in due {
+            let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
+            snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
+        }
+        let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
+        tids.extend(snap.due.iter().copied());
+        let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
+        let status_sql = "SELECT status, amount FROM ledger_status WHERE id = ?1";
+        for id in &tids {
+            if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
+                let t = transfer_row(&row)?;
+                if let Some(s) = sqlx::query(status_sql)
+                    .bind(id.to_bytes().to_vec())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| db(&e))?
+                {
+                    let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
+                    let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
+                    let st = TransferStatus::decode(code, amount)
+                        .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
+                    snap.statuses.insert(t.id, st);
+                }
+                snap.transfers.insert(t.id, t);
+            }
+        }
+        let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
+        for id in accounts_of(&snap, needs.accounts) {
+            if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
+                snap.accounts.insert(id, account_row(&row)?);
+            }
+        }
+        Ok(snap)
+    }
+
+    async fn write(tx: &mut Tx<'_>, snap: &Snapshot, ch: &engine::Changes) -> Result<(), LedgerError> {
+        for id in ch.accounts.iter().chain(ch.new_accounts.iter()) {
+            let Some(a) = snap.accounts.get(id) else { continue };
+            sqlx::query(
+                "INSERT INTO ledger_accounts (id, asset, scale, no_overdraft, debits_pending,
+                    debits_posted, credits_pending, credits_posted, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (id) DO UPDATE SET debits_pending = excluded.debits_pending,
+                    debits_posted = excluded.debits_posted, credits_pending = excluded.credits_pending,
+                    credits_posted = excluded.credits_posted",
+            )
+            .bind(a.id.to_bytes().to_vec())
+            .bind(a.asset.code())
+            .bind(i16::from(a.asset.scale()))
+            .bind(a.no_overdraft)
+            .bind(i(a.debits_pending))
+            .bind(i(a.debits_posted))
+            .bind(i(a.credits_pending))
+            .bind(i(a.credits_posted))
+            .bind(a.created_at.0)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        }
+        let sql = format!(
+            "INSERT INTO ledger_transfers ({TRANSFER_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+        );
+        for t in &ch.new_transfers {
+            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(t.seq)
+                .bind(t.id.to_bytes().to_vec())
+                .bind(t.kind.code())
+                .bind(t.debit.to_bytes().to_vec())
+                .bind(t.credit.to_bytes().to_vec())
+                .bind(i(t.amount))
+                .bind(t.reference.map(|r| r.to_bytes().to_vec()))
+                .bind(t.user_data.to_be_bytes().to_vec())
+                .bind(i(t.timeout_ms))
+                .bind(t.timestamp.0)
+                .bind(i(t.debit_side.pending_before))
+                .bind(i(t.debit_side.pending_after))
+                .bind(i(t.debit_side.posted_before))
+                .bind(i(t.debit_side.posted_after))
+                .bind(i(t.credit_side.pending_before))
+                .bind(i(t.credit_side.pending_after))
+                .bind(i(t.credit_side.posted_before))
+                .bind(i(t.credit_side.posted_after))
+                .bind(t.prev_hash.to_vec())
+                .bind(t.hash.to_vec())
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| db(&e))?;
+        }
+        for id in &ch.statuses {
+            let Some(st) = snap.statuses.get(id) else { continue };
+            let (code, amount) = st.encode();
+            let expires = snap.transfers.get(id).and_then(Transfer::expires_at).map(|t| t.0);
+            sqlx::query(
+                "INSERT INTO ledger_status (id, status, amount, expires_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, amount = excluded.amount",
+            )
+            .bind(id.to_bytes().to_vec())
+            .bind(code)
+            .bind(amount)
+            .bind(expires)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        }
+        sqlx::query("UPDATE ledger_head SET seq = ?1, hash = ?2 WHERE id = 1")
+            .bind(snap.head_seq)
+            .bind(snap.head_hash.to_vec())
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(())
+    }
+
+    #[async_trait]
+    impl Backend for SqliteBackend {
+        fn name(&self) -> &'static str {
+            "sqlite"
+        }
+
+        async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Vec<Outcome>, LedgerError> {
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| db(&e))?;
+            let mut snap = load(&mut tx, cmds, now).await?;
+            let (out, ch) = engine::apply_batch(&mut snap, cmds, now);
+            if ch.is_empty() {
+                tx.rollback().await.map_err(|e| db(&e))?;
+            } else {
+                write(&mut tx, &snap, &ch).await?;
+                tx.commit().await.map_err(|e| db(&e))?;
+            }
+            Ok(out)
+        }
+
+        async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
+            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
+            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| db(&e))?
+                .map(|r| account_row(&r))
+                .transpose()
+        }
+
+        async fn transfer(
+            &self,
+            id: TransferId,
+        ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
+            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| db(&e))?
+            else {
+                return Ok(None);
+            };
+            let t = transfer_row(&row)?;
+            let st = sqlx::query("SELECT status, amount FROM ledger_status WHERE id = ?1")
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| db(&e))?
+                .map(|s| -> Result<Option<TransferStatus>, LedgerError> {
+                    let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
+                    let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
+                    Ok(TransferStatus::decode(code, amount))
+                })
+                .transpose()?
+                .flatten();
+            Ok(Some((t, st)))
+        }
+
+        async fn verify(&self) -> Result<VerifyReport, LedgerError> {
+            // One read transaction: a consistent view of journal, accounts and head.
+            let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
+            let mut v = Verifier::new();
+            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).fetch_all(&mut *tx).await.map_err(|e| db(&e))?;
+            for r in &rows {
+                v.entry(&transfer_row(r)?);
+            }
+            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?;
+            let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
+            let head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
+            let accounts = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+                .iter()
+                .map(account_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut statuses = HashMap::new();
+            for s in sqlx::query("SELECT id, status, amount FROM ledger_status")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
+                let id: Vec<u8> = s.try_get("id").map_err(|e| db(&e))?;
+                let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
+                let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
+                let st = TransferStatus::decode(code, amount)
+                    .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
+                statuses.insert(id16(&id, TransferId::from_slice, "status id")?, st);
+            }
+            tx.rollback().await.map_err(|e| db(&e))?;
+            Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+
+pub(crate) mod postgres {
+    use super::*;
+    use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+    /// The PostgreSQL backend (`synchronous_commit` as the server has it: on by default).
+    #[derive(Debug, Clone)]
+    pub(crate) struct PgBackend {
+        pub(crate) pool: PgPool,
+    }
+
+    const SCHEMA: &[&str] = &[
+        "CREATE TABLE IF NOT EXISTS ledger_accounts (id BYTEA PRIMARY KEY, asset TEXT NOT NULL,
+            scale SMALLINT NOT NULL, no_overdraft BOOLEAN NOT NULL, debits_pending BIGINT NOT NULL,
+            debits_posted BIGINT NOT NULL, credits_pending BIGINT NOT NULL,
+            credits_posted BIGINT NOT NULL, created_at BIGINT NOT NULL,
+            CHECK (debits_pending >= 0 AND debits_posted >= 0 AND credits_pending >= 0 AND credits_posted >= 0))",
+        "CREATE TABLE IF NOT EXISTS ledger_transfers (seq BIGINT PRIMARY KEY, id BYTEA NOT NULL UNIQUE,
+            kind SMALLINT NOT NULL, debit BYTEA NOT NULL, credit BYTEA NOT NULL, amount BIGINT NOT NULL,
+            reference BYTEA, user_data BYTEA NOT NULL, timeout_ms BIGINT NOT NULL, ts BIGINT NOT NULL,
+            dr_pending_before BIGINT NOT NULL, dr_pending_after BIGINT NOT NULL,
+            dr_posted_before BIGINT NOT NULL, dr_posted_after BIGINT NOT NULL,
+            cr_pending_before BIGINT NOT NULL, cr_pending_after BIGINT NOT NULL,
+            cr_posted_before BIGINT NOT NULL, cr_posted_after BIGINT NOT NULL,
+            prev_hash BYTEA NOT NULL, hash BYTEA NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS ledger_status (id BYTEA PRIMARY KEY, status SMALLINT NOT NULL,
+            amount BIGINT NOT NULL, expires_at BIGINT)",
+        "CREATE INDEX IF NOT EXISTS ledger_status_due ON ledger_status (expires_at) WHERE status = 1",
+        "CREATE TABLE IF NOT EXISTS ledger_head (id SMALLINT PRIMARY KEY, seq BIGINT NOT NULL,
+            hash BYTEA NOT NULL)",
+        "INSERT INTO ledger_head (id, seq, hash) VALUES (1, 0, decode(repeat('00', 32), 'hex'))
+            ON CONFLICT DO NOTHING",
+        "CREATE OR REPLACE FUNCTION ledger_append_only() RETURNS trigger LANGUAGE plpgsql AS
+            $$ BEGIN RAISE EXCEPTION 'ledger journal is append-only'; END $$",
+        "DROP TRIGGER IF EXISTS ledger_transfers_append_only ON ledger_transfers",
+        "CREATE TRIGGER ledger_transfers_append_only BEFORE UPDATE OR DELETE ON ledger_transfers
+            FOR EACH ROW EXECUTE FUNCTION ledger_append_only()",
+    ];
+
+    impl PgBackend {
+        /// Connects; `schema` (created if missing) isolates one ledger from others in the
+        /// same database.
+        pub(crate) async fn open(url: &str, schema: Option<&str>) -> Result<Self, LedgerError> {
+            let mut opts = PgConnectOptions::from_str(url).map_err(|e| db(&e))?;
+            if let Some(s) = schema {
+                if !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+                    return Err(LedgerError::Storage(format!("bad schema name {s:?}")));
+                }
+                let admin = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(opts.clone())
+                    .await
+                    .map_err(|e| db(&e))?;
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {s}")))
+                    .execute(&admin)
+                    .await
+                    .map_err(|e| db(&e))?;
+                admin.close().await;
+                opts = opts.options([("search_path", s)]);
+            }
+            let pool = PgPoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(opts)
+                .await
+                .map_err(|e| db(&e))?;
+            let mut tx = pool.begin().await.map_err(|e| db(&e))?;
+            // Serialize schema creation across processes starting together.
+            sqlx::query("SELECT pg_advisory_xact_lock(7262897412)")
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?;
+            for s in SCHEMA {
+                sqlx::query(*s).execute(&mut *tx).await.map_err(|e| db(&e))?;
+            }
+            tx.commit().await.map_err(|e| db(&e))?;
+            Ok(PgBackend { pool })
+        }
+    }
+
+    type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
+
+    async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snapshot, LedgerError> {
+        let mut snap = Snapshot::default();
+        // The head row lock serializes every writer of this ledger, in every process.
+        let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE")
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
+        snap.head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+        let needs = engine::needs(cmds);
+        let due = sqlx::query(
+            "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
+        )
+        .bind(now.0)
+        .bind(MAX_DUE)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|e| db(&e))?;
+        for r in due {
+            let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
+            snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
+        }
+        let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
+        tids.extend(snap.due.iter().copied());
+        let ids = bytes(tids, TransferId::to_bytes);
+        let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ANY($1)");
+        for row in sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(&ids)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let t = transfer_row(&row)?;
+            snap.transfers.insert(t.id, t);
+        }
+        for s in sqlx::query("SELECT id, status, amount FROM ledger_status WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let id: Vec<u8> = s.try_get("id").map_err(|e| db(&e))?;
+            let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
+            let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
+            let st = TransferStatus::decode(code, amount)
+                .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
+            snap.statuses.insert(id16(&id, TransferId::from_slice, "status id")?, st);
+        }
+        let aids = bytes(accounts_of(&snap, needs.accounts), AccountId::to_bytes);
+        let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ANY($1)");
+        for row in sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(&aids)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let a = account_row(&row)?;
+            snap.accounts.insert(a.id, a);
+        }
+        Ok(snap)
+    }
+
+    async fn write(tx: &mut Tx<'_>, snap: &Snapshot, ch: &engine::Changes) -> Result<(), LedgerError> {
+        let accs: Vec<&Account> = ch
+            .accounts
+            .iter()
+            .chain(ch.new_accounts.iter())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|id| snap.accounts.get(id))
+            .collect();
+        if !accs.is_empty() {
+            sqlx::query(
+                "INSERT INTO ledger_accounts (id, asset, scale, no_overdraft, debits_pending,
+                    debits_posted, credits_pending, credits_posted, created_at)
+                 SELECT * FROM UNNEST($1::bytea[], $2::text[], $3::int2[], $4::bool[], $5::int8[],
+                    $6::int8[], $7::int8[], $8::int8[], $9::int8[])
+                 ON CONFLICT (id) DO UPDATE SET debits_pending = EXCLUDED.debits_pending,
+                    debits_posted = EXCLUDED.debits_posted, credits_pending = EXCLUDED.credits_pending,
+                    credits_posted = EXCLUDED.credits_posted",
+            )
+            .bind(accs.iter().map(|a| a.id.to_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| a.asset.code().to_owned()).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| i16::from(a.asset.scale())).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| a.no_overdraft).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| i(a.debits_pending)).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| i(a.debits_posted)).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| i(a.credits_pending)).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| i(a.credits_posted)).collect::<Vec<_>>())
+            .bind(accs.iter().map(|a| a.created_at.0).collect::<Vec<_>>())
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        }
+        let ts = &ch.new_transfers;
+        if !ts.is_empty() {
+            let col = |f: fn(&Transfer) -> i64| ts.iter().map(f).collect::<Vec<i64>>();
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO ledger_transfers ({TRANSFER_COLS})
+                 SELECT * FROM UNNEST($1::int8[], $2::bytea[], $3::int2[], $4::bytea[], $5::bytea[],
+                    $6::int8[], $7::bytea[], $8::bytea[], $9::int8[], $10::int8[], $11::int8[],
+                    $12::int8[], $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::int8[],
+                    $18::int8[], $19::bytea[], $20::bytea[])"
+            )))
+            .bind(col(|t| t.seq))
+            .bind(ts.iter().map(|t| t.id.to_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(ts.iter().map(|t| t.kind.code()).collect::<Vec<_>>())
+            .bind(ts.iter().map(|t| t.debit.to_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(ts.iter().map(|t| t.credit.to_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(col(|t| i(t.amount)))
+            .bind(
+                ts.iter()
+                    .map(|t| t.reference.map(|r| r.to_bytes().to_vec()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(ts.iter().map(|t| t.user_data.to_be_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(col(|t| i(t.timeout_ms)))
+            .bind(col(|t| t.timestamp.0))
+            .bind(col(|t| i(t.debit_side.pending_before)))
+            .bind(col(|t| i(t.debit_side.pending_after)))
+            .bind(col(|t| i(t.debit_side.posted_before)))
+            .bind(col(|t| i(t.debit_side.posted_after)))
+            .bind(col(|t| i(t.credit_side.pending_before)))
+            .bind(col(|t| i(t.credit_side.pending_after)))
+            .bind(col(|t| i(t.credit_side.posted_before)))
+            .bind(col(|t| i(t.credit_side.posted_after)))
+            .bind(ts.iter().map(|t| t.prev_hash.to_vec()).collect::<Vec<_>>())
+            .bind(ts.iter().map(|t| t.hash.to_vec()).collect::<Vec<_>>())
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        }
+        if !ch.statuses.is_empty() {
+            let mut ids = Vec::new();
+            let mut codes = Vec::new();
+            let mut amounts = Vec::new();
+            let mut expires = Vec::new();
+            for id in &ch.statuses {
+                let Some(st) = snap.statuses.get(id) else { continue };
+                let (c, a) = st.encode();
+                ids.push(id.to_bytes().to_vec());
+                codes.push(c);
+                amounts.push(a);
+                expires.push(snap.transfers.get(id).and_then(Transfer::expires_at).map(|t| t.0));
+            }
+            sqlx::query(
+                "INSERT INTO ledger_status (id, status, amount, expires_at)
+                 SELECT * FROM UNNEST($1::bytea[], $2::int2[], $3::int8[], $4::int8[])
+                 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount",
+            )
+            .bind(ids)
+            .bind(codes)
+            .bind(amounts)
+            .bind(expires)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        }
+        sqlx::query("UPDATE ledger_head SET seq = $1, hash = $2 WHERE id = 1")
+            .bind(snap.head_seq)
+            .bind(snap.head_hash.to_vec())
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(())
+    }
+
+    #[async_trait]
+    impl Backend for PgBackend {
+        fn name(&self) -> &'static str {
+            "postgres"
+        }
+
+        async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Vec<Outcome>, LedgerError> {
+            let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
+            let mut snap = load(&mut tx, cmds, now).await?;
+            let (out, ch) = engine::apply_batch(&mut snap, cmds, now);
+            if ch.is_empty() {
+                tx.rollback().await.map_err(|e| db(&e))?;
+            } else {
+                write(&mut tx, &snap, &ch).await?;
+                tx.commit().await.map_err(|e| db(&e))?;
+            }
+            Ok(out)
+        }
+
+        async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
+            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = $1");
+            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| db(&e))?
+                .map(|r| account_row(&r))
+                .transpose()
+        }
+
+        async fn transfer(
+            &self,
+            id: TransferId,
+        ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
+            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = $1");
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| db(&e))?
+            else {
+                return Ok(None);
+            };
+            let t = transfer_row(&row)?;
+            let st = sqlx::query("SELECT status, amount FROM ledger_status WHERE id = $1")
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| db(&e))?
+                .map(|s| -> Result<Option<TransferStatus>, LedgerError> {
+                    let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
+                    let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
+                    Ok(TransferStatus::decode(code, amount))
+                })
+                .transpose()?
+                .flatten();
+            Ok(Some((t, st)))
+        }
+
+        async fn verify(&self) -> Result<VerifyReport, LedgerError> {
+            let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?;
+            let mut v = Verifier::new();
+            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
+            for r in sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).fetch_all(&mut *tx).await.map_err(|e| db(&e))? {
+                v.entry(&transfer_row(&r)?);
+            }
+            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?;
+            let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
+            let head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
+            let accounts = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+                .iter()
+                .map(account_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut statuses = HashMap::new();
+            for s in sqlx::query("SELECT id, status, amount FROM ledger_status")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
+                let id: Vec<u8> = s.try_get("id").map_err(|e| db(&e))?;
+                let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
+                let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
+                let st = TransferStatus::decode(code, amount)
+                    .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
+                statuses.insert(id16(&id, TransferId::from_slice, "status id")?, st);
+            }
+            tx.rollback().await.map_err(|e| db(&e))?;
+            Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
+        }
+    }
+}
