@@ -1,0 +1,226 @@
+//! `conformance bench ledger`: a closed-loop load on the ledger, printing transfers/s,
+//! hold+capture pairs/s, p50 and p99 latency.
+//!
+//! `clients` tasks each keep one request in flight (a request carries `batch` transfers, 1 by
+//! default, as a payment API would); the ledger's batcher gathers whatever is in flight into one
+//! commit. Durable commits throughout (PostgreSQL's `synchronous_commit` as the server has it,
+//! SQLite WAL with `synchronous = FULL`).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rail_core::Asset;
+use rail_ledger::{AccountId, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferRequest};
+
+/// Load parameters.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// `sqlite` or `postgres`.
+    pub backend: String,
+    /// Accounts transfers move between.
+    pub accounts: usize,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Seconds per phase (transfers, then hold+capture).
+    pub seconds: u64,
+    /// Transfers per client request.
+    pub batch: usize,
+}
+
+/// Measured figures of one phase.
+#[derive(Clone, Debug, Default)]
+pub struct Phase {
+    /// Operations completed (transfers, or hold+capture pairs).
+    pub ops: u64,
+    /// Requests refused by the ledger (no-overdraft), counted apart.
+    pub refused: u64,
+    /// Operations per second.
+    pub per_sec: u64,
+    /// Median request latency, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile request latency, microseconds.
+    pub p99_us: u64,
+}
+
+fn pct(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let idx = (sorted.len() * p / 100).min(sorted.len() - 1);
+    sorted.get(idx).copied().unwrap_or(0)
+}
+
+/// Opens the ledger a benchmark runs against.
+///
+/// # Errors
+/// When the backend is unknown or unreachable.
+pub async fn open(backend: &str, dir: &std::path::Path) -> Result<Ledger, String> {
+    match backend {
+        "sqlite" => Ledger::sqlite(&format!("sqlite://{}/bench.db", dir.display()))
+            .await
+            .map_err(|e| e.to_string()),
+        "postgres" => {
+            let schema = format!("bench_{:016x}", rand::random::<u64>());
+            Ledger::postgres(&rail_core::localnet::postgres_url(), Some(&schema))
+                .await
+                .map_err(|e| e.to_string())
+        }
+        other => Err(format!("unknown backend {other:?} (sqlite or postgres)")),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Transfers,
+    HoldCapture,
+}
+
+async fn phase(ledger: &Ledger, accounts: &Arc<Vec<AccountId>>, cfg: &BenchConfig, kind: Kind) -> Phase {
+    let deadline = Instant::now() + Duration::from_secs(cfg.seconds);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..cfg.clients {
+        let ledger = ledger.clone();
+        let accounts = accounts.clone();
+        let batch = cfg.batch.max(1);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let (mut ops, mut refused) = (0u64, 0u64);
+            let mut n = c.wrapping_mul(7919);
+            let pick = |n: &mut usize| {
+                *n = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let len = accounts.len();
+                let d = (*n >> 33) % len;
+                let k = 1 + (*n >> 17) % (len - 1);
+                (accounts[d], accounts[(d + k) % len], 1 + (*n >> 7) as u64 % 100)
+            };
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                match kind {
+                    Kind::Transfers => {
+                        let reqs: Vec<TransferRequest> = (0..batch)
+                            .map(|_| {
+                                let (debit, credit, amount) = pick(&mut n);
+                                TransferRequest::Single { id: TransferId::random(), debit, credit, amount, user_data: 0 }
+                            })
+                            .collect();
+                        match ledger.transfers(reqs).await {
+                            Ok(rs) => {
+                                for r in rs {
+                                    if r.is_ok() { ops += 1 } else { refused += 1 }
+                                }
+                            }
+                            Err(_) => refused += batch as u64,
+                        }
+                    }
+                    Kind::HoldCapture => {
+                        let holds: Vec<(TransferId, TransferRequest)> = (0..batch)
+                            .map(|_| {
+                                let (debit, credit, amount) = pick(&mut n);
+                                let id = TransferId::random();
+                                (id, TransferRequest::Pending { id, debit, credit, amount, user_data: 0, timeout_ms: 60_000 })
+                            })
+                            .collect();
+                        let ids: Vec<TransferId> = holds.iter().map(|(id, _)| *id).collect();
+                        let Ok(rs) = ledger.transfers(holds.into_iter().map(|(_, r)| r).collect()).await else {
+                            refused += batch as u64;
+                            continue;
+                        };
+                        let posts: Vec<TransferRequest> = ids
+                            .iter()
+                            .zip(rs)
+                            .filter_map(|(id, r)| {
+                                let t = r.ok()?;
+                                Some(TransferRequest::Post { id: TransferId::random(), pending_id: *id, amount: t.transfer().amount })
+                            })
+                            .collect();
+                        refused += (batch - posts.len()) as u64;
+                        match ledger.transfers(posts).await {
+                            Ok(rs) => ops += rs.iter().filter(|r| r.is_ok()).count() as u64,
+                            Err(_) => refused += batch as u64,
+                        }
+                    }
+                }
+                lat.push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
+            }
+            (ops, refused, lat)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut p = Phase::default();
+    for t in tasks {
+        if let Ok((ops, refused, lat)) = t.await {
+            p.ops += ops;
+            p.refused += refused;
+            all.extend(lat);
+        }
+    }
+    let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+    all.sort_unstable();
+    p.per_sec = p.ops * 1000 / ms;
+    p.p50_us = pct(&all, 50);
+    p.p99_us = pct(&all, 99);
+    p
+}
+
+/// Runs both phases and returns the printed report.
+///
+/// # Errors
+/// When the ledger cannot be opened or set up.
+pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
+    if cfg.accounts < 2 || cfg.clients == 0 {
+        return Err("need at least 2 accounts and 1 client".into());
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ledger = open(&cfg.backend, dir.path()).await?;
+    let bank = AccountId::random();
+    let mut news = vec![NewAccount { id: bank, asset: Asset::usd(), no_overdraft: false }];
+    let accounts: Vec<AccountId> = (0..cfg.accounts).map(|_| AccountId::random()).collect();
+    news.extend(accounts.iter().map(|id| NewAccount { id: *id, asset: Asset::usd(), no_overdraft: true }));
+    for r in ledger.create_accounts(news).await.map_err(|e| e.to_string())? {
+        r.map_err(|e: TransferError| e.to_string())?;
+    }
+    let funding: Vec<TransferRequest> = accounts
+        .iter()
+        .map(|a| TransferRequest::Single { id: TransferId::random(), debit: bank, credit: *a, amount: 1_000_000_000, user_data: 0 })
+        .collect();
+    ledger.transfers(funding).await.map_err(|e: LedgerError| e.to_string())?;
+    let accounts = Arc::new(accounts);
+    let t = phase(&ledger, &accounts, cfg, Kind::Transfers).await;
+    let h = phase(&ledger, &accounts, cfg, Kind::HoldCapture).await;
+    let report = ledger.verify_journal().await.map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ledger bench: backend={} accounts={} clients={} batch={} seconds={} (durable commits)",
+        cfg.backend, cfg.accounts, cfg.clients, cfg.batch, cfg.seconds
+    );
+    let _ = writeln!(
+        out,
+        "transfers:         {:>8}/s  ({} ok, {} refused)  p50 {} ms  p99 {} ms",
+        t.per_sec, t.ops, t.refused, Ms(t.p50_us), Ms(t.p99_us)
+    );
+    let _ = writeln!(
+        out,
+        "hold+capture pairs:{:>8}/s  ({} ok, {} refused)  p50 {} ms  p99 {} ms",
+        h.per_sec, h.ops, h.refused, Ms(h.p50_us), Ms(h.p99_us)
+    );
+    let _ = writeln!(
+        out,
+        "journal: {} entries, {} accounts, {}",
+        report.entries,
+        report.accounts,
+        if report.is_intact() { "intact".to_owned() } else { format!("{} PROBLEMS", report.problems.len()) }
+    );
+    Ok(out)
+}
+
+/// Microseconds shown as milliseconds with one decimal, without floats.
+struct Ms(u64);
+
+impl std::fmt::Display for Ms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0 / 1000, (self.0 % 1000) / 100)
+    }
+}

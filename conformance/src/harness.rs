@@ -1,0 +1,93 @@
+//! What a rail gives the suite: a [`Harness`] (a funded payer, a payee, an offer factory through
+//! the receiver, a clock) for one [`Tier`].
+
+use std::fmt;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use rail_core::{Asset, ManualClock, Payment, RailHandle, RailResult};
+use serde::{Deserialize, Serialize};
+
+/// Where a rail runs for the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// In-process, deterministic, always available.
+    Mock,
+    /// Real local servers (databases, chains, relays).
+    Localnet,
+}
+
+impl Tier {
+    /// The tier's name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Mock => "mock",
+            Tier::Localnet => "localnet",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observable money of the two parties, in the asset's minor units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Balances {
+    /// What the payer can still spend (held money is not spendable).
+    pub payer_available: i128,
+    /// What the payee has received, settled.
+    pub payee_settled: i128,
+}
+
+/// One rail under test on one tier: both sides wired to the same rail, the payer funded.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    /// The rail's parts.
+    fn rail(&self) -> &RailHandle;
+    /// The clock both sides use; behaviours move it to test expiry.
+    fn clock(&self) -> &ManualClock;
+    /// The asset offers are made in.
+    fn asset(&self) -> Asset;
+    /// How much the payer was funded with, in minor units.
+    fn funded(&self) -> u128;
+    /// Another payee the payer can pay (to test that a payment to someone else is refused).
+    fn other_payee(&self) -> String;
+    /// The parties' current balances.
+    async fn balances(&self) -> RailResult<Balances>;
+    /// Rail-specific malformed variants of a valid payment (the suite adds generic ones).
+    fn malformed(&self, _valid: &Payment) -> Vec<(String, Payment)> {
+        Vec::new()
+    }
+    /// Releases what the harness holds (databases, temporary files, servers).
+    async fn teardown(&self) {}
+}
+
+/// Why a harness could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// The tier's local network is not there (a skip on a developer machine, a failure in CI).
+    #[error("localnet unavailable: {0}")]
+    Unavailable(String),
+    /// Building it failed.
+    #[error("harness setup failed: {0}")]
+    Setup(String),
+}
+
+/// Builds harnesses of one rail.
+pub type HarnessFactory = fn(Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>>;
+
+/// A rail the suite knows how to test.
+#[derive(Clone, Copy)]
+pub struct RailEntry {
+    /// The rail's name (`ledger`, …).
+    pub name: &'static str,
+    /// One line on what each tier runs against.
+    pub tiers: &'static [(Tier, &'static str)],
+    /// Builds a fresh harness for one behaviour.
+    pub make: HarnessFactory,
+}

@@ -1,0 +1,200 @@
+//! The ledger rail's harness: SQLite for the mock tier, PostgreSQL for the localnet tier.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use rail_core::keys_sql::{PgKeyStore, SqliteKeyStore};
+use rail_core::{
+    Asset, KeyStore, ManualClock, Payment, RailError, RailHandle, RailResult, ReplayGuard,
+    SharedClock,
+};
+use rail_ledger::{
+    AccountId, Ledger, LedgerPayer, LedgerReceiver, NewAccount, TransferId, TransferRequest,
+};
+use serde_json::json;
+
+use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+
+/// The ledger in the suite's registry.
+pub const ENTRY: RailEntry = RailEntry {
+    name: "ledger",
+    tiers: &[
+        (Tier::Mock, "SQLite file in a temporary directory (WAL, durable commits)"),
+        (Tier::Localnet, "PostgreSQL at STIPENDEX_PG_URL or 127.0.0.1:5432, one schema per harness"),
+    ],
+    make,
+};
+
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+    Box::pin(async move {
+        let h = LedgerHarness::new(tier).await?;
+        Ok(Box::new(h) as Box<dyn Harness>)
+    })
+}
+
+/// Minor units the payer starts with.
+const FUNDED: u64 = 1_000_000;
+
+/// A ledger with a funded payer, a payee, another payee, and the rail's two sides on top.
+pub struct LedgerHarness {
+    handle: RailHandle,
+    clock: ManualClock,
+    ledger: Ledger,
+    payer: AccountId,
+    payee: AccountId,
+    other: AccountId,
+    funding: TransferId,
+    _dir: Option<tempfile::TempDir>,
+    pg: Option<(String, String)>,
+}
+
+fn setup(e: impl std::fmt::Display) -> HarnessError {
+    HarnessError::Setup(e.to_string())
+}
+
+impl LedgerHarness {
+    /// A fresh harness on `tier`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Unavailable`] when PostgreSQL cannot be reached for the localnet tier.
+    pub async fn new(tier: Tier) -> Result<Self, HarnessError> {
+        let clock = ManualClock::starting_now();
+        let shared: SharedClock = Arc::new(clock.clone());
+        let (ledger, keys, dir, pg): (Ledger, Arc<dyn KeyStore>, _, _) = match tier {
+            Tier::Mock => {
+                let dir = tempfile::tempdir().map_err(setup)?;
+                let url = format!("sqlite://{}/ledger.db", dir.path().display());
+                let ledger = Ledger::sqlite_with_clock(&url, shared.clone()).await.map_err(setup)?;
+                let opts = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(dir.path().join("keys.db"))
+                    .create_if_missing(true)
+                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                    .busy_timeout(Duration::from_secs(30));
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .connect_with(opts)
+                    .await
+                    .map_err(setup)?;
+                let keys = SqliteKeyStore::new(pool).await.map_err(setup)?;
+                (ledger, Arc::new(keys) as Arc<dyn KeyStore>, Some(dir), None)
+            }
+            Tier::Localnet => {
+                let url = rail_core::localnet::postgres_url();
+                let schema = format!("conformance_{:016x}", rand::random::<u64>());
+                let ledger = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    Ledger::postgres_with_clock(&url, Some(&schema), shared.clone()),
+                )
+                .await
+                .map_err(|_| HarnessError::Unavailable(format!("PostgreSQL at {url}: connection timed out")))?
+                .map_err(|e| HarnessError::Unavailable(format!("PostgreSQL at {url}: {e}")))?;
+                let opts: sqlx::postgres::PgConnectOptions = url.parse().map_err(setup)?;
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(4)
+                    .connect_with(opts.options([("search_path", schema.as_str())]))
+                    .await
+                    .map_err(setup)?;
+                let keys = PgKeyStore::new(pool).await.map_err(setup)?;
+                (ledger, Arc::new(keys) as Arc<dyn KeyStore>, None, Some((url, schema)))
+            }
+        };
+        let asset = Asset::usd();
+        let bank = AccountId::random();
+        let payer = AccountId::random();
+        let payee = AccountId::random();
+        let other = AccountId::random();
+        for (id, no_overdraft) in [(bank, false), (payer, true), (payee, true), (other, true)] {
+            ledger
+                .create_account(NewAccount { id, asset: asset.clone(), no_overdraft })
+                .await
+                .map_err(setup)?;
+        }
+        let funding = TransferId::random();
+        ledger
+            .transfer(TransferRequest::Single { id: funding, debit: bank, credit: payer, amount: FUNDED, user_data: 0 })
+            .await
+            .map_err(setup)?;
+        let guard = ReplayGuard::new(keys, shared, "ledger-offers");
+        let receiver = Arc::new(LedgerReceiver::new(ledger.clone(), payee, asset.clone(), guard));
+        let payer_side = Arc::new(LedgerPayer::new(ledger.clone(), payer, asset));
+        let handle = RailHandle {
+            payer: payer_side.clone(),
+            hold_payer: Some(payer_side),
+            receiver: receiver.clone(),
+            hold_receiver: Some(receiver.clone()),
+            refunds: Some(receiver),
+        };
+        Ok(LedgerHarness { handle, clock, ledger, payer, payee, other, funding, _dir: dir, pg })
+    }
+
+    /// The ledger under test.
+    #[must_use]
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+}
+
+fn storage(e: rail_ledger::LedgerError) -> RailError {
+    e.into()
+}
+
+#[async_trait]
+impl Harness for LedgerHarness {
+    fn rail(&self) -> &RailHandle {
+        &self.handle
+    }
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+    fn asset(&self) -> Asset {
+        Asset::usd()
+    }
+    fn funded(&self) -> u128 {
+        u128::from(FUNDED)
+    }
+    fn other_payee(&self) -> String {
+        self.other.to_string()
+    }
+
+    async fn balances(&self) -> RailResult<Balances> {
+        let get = |id| async move {
+            self.ledger
+                .account(id)
+                .await
+                .map_err(storage)?
+                .ok_or_else(|| RailError::NotFound(format!("account {id}")))
+        };
+        let payer = get(self.payer).await?;
+        let payee = get(self.payee).await?;
+        Ok(Balances { payer_available: payer.available(), payee_settled: payee.posted_balance() })
+    }
+
+    fn malformed(&self, valid: &Payment) -> Vec<(String, Payment)> {
+        let with = |name: &str, proof: serde_json::Value| {
+            let mut p = valid.clone();
+            p.proof = proof;
+            (name.to_owned(), p)
+        };
+        let id = valid.proof.get("transfer_id").and_then(|v| v.as_str()).unwrap_or_default();
+        vec![
+            with("transfer id of another, real transfer", json!({"transfer_id": self.funding.to_string()})),
+            with("transfer id that does not exist", json!({"transfer_id": TransferId::random().to_string()})),
+            with("transfer id zero", json!({"transfer_id": "0".repeat(32)})),
+            with("transfer id in upper case", json!({"transfer_id": id.to_uppercase()})),
+            with("transfer id one digit short", json!({"transfer_id": id.get(1..).unwrap_or_default()})),
+            with("transfer id with a sign", json!({"transfer_id": format!("-{}", id.get(1..).unwrap_or_default())})),
+        ]
+    }
+
+    async fn teardown(&self) {
+        if let Some((url, schema)) = &self.pg {
+            if let Ok(pool) = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await {
+                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+                    .execute(&pool)
+                    .await;
+                pool.close().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The rails the suite knows. A new rail adds its harness module here and its entry to [`all`].
+
+pub mod ledger;
+
+use crate::harness::RailEntry;
+
+/// Every rail under test.
+#[must_use]
+pub fn all() -> Vec<RailEntry> {
+    vec![ledger::ENTRY]
+}
+
+/// The rail named `name`.
+#[must_use]
+pub fn find(name: &str) -> Option<RailEntry> {
+    all().into_iter().find(|e| e.name == name)
+}
