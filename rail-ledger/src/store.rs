@@ -243,7 +243,7 @@ pub(crate) mod sqlite {
         let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
         let status_sql = "SELECT status, amount FROM ledger_status WHERE id = ?1";
         for id in &tids {
-            if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            if let Some(row) = sqlx::query(sql.as_str())
                 .bind(id.to_bytes().to_vec())
                 .fetch_optional(&mut **tx)
                 .await
@@ -267,7 +267,7 @@ pub(crate) mod sqlite {
         }
         let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
         for id in accounts_of(&snap, needs.accounts) {
-            if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            if let Some(row) = sqlx::query(sql.as_str())
                 .bind(id.to_bytes().to_vec())
                 .fetch_optional(&mut **tx)
                 .await
@@ -308,7 +308,7 @@ pub(crate) mod sqlite {
                 ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
         );
         for t in &ch.new_transfers {
-            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            sqlx::query(sql.as_str())
                 .bind(t.seq)
                 .bind(t.id.to_bytes().to_vec())
                 .bind(t.kind.code())
@@ -379,7 +379,7 @@ pub(crate) mod sqlite {
 
         async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
-            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            sqlx::query(sql.as_str())
                 .bind(id.to_bytes().to_vec())
                 .fetch_optional(&self.pool)
                 .await
@@ -393,7 +393,7 @@ pub(crate) mod sqlite {
             id: TransferId,
         ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            let Some(row) = sqlx::query(sql.as_str())
                 .bind(id.to_bytes().to_vec())
                 .fetch_optional(&self.pool)
                 .await
@@ -422,7 +422,7 @@ pub(crate) mod sqlite {
             let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
             let mut v = Verifier::new();
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).fetch_all(&mut *tx).await.map_err(|e| db(&e))?;
+            let rows = sqlx::query(sql.as_str()).fetch_all(&mut *tx).await.map_err(|e| db(&e))?;
             for r in &rows {
                 v.entry(&transfer_row(r)?);
             }
@@ -433,7 +433,7 @@ pub(crate) mod sqlite {
             let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
             let head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
-            let accounts = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            let accounts = sqlx::query(sql.as_str())
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| db(&e))?
@@ -514,7 +514,7 @@ pub(crate) mod postgres {
                     .connect_with(opts.clone())
                     .await
                     .map_err(|e| db(&e))?;
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {s}")))
+                sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {s}"))
                     .execute(&admin)
                     .await
                     .map_err(|e| db(&e))?;
@@ -569,7 +569,7 @@ pub(crate) mod postgres {
         tids.extend(snap.due.iter().copied());
         let ids = bytes(tids, TransferId::to_bytes);
         let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ANY($1)");
-        for row in sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        for row in sqlx::query(sql.as_str())
             .bind(&ids)
             .fetch_all(&mut **tx)
             .await
@@ -593,7 +593,7 @@ pub(crate) mod postgres {
         }
         let aids = bytes(accounts_of(&snap, needs.accounts), AccountId::to_bytes);
         let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ANY($1)");
-        for row in sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        for row in sqlx::query(sql.as_str())
             .bind(&aids)
             .fetch_all(&mut **tx)
             .await
@@ -640,13 +640,13 @@ pub(crate) mod postgres {
         let ts = &ch.new_transfers;
         if !ts.is_empty() {
             let col = |f: fn(&Transfer) -> i64| ts.iter().map(f).collect::<Vec<i64>>();
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            sqlx::query(&format!(
                 "INSERT INTO ledger_transfers ({TRANSFER_COLS})
                  SELECT * FROM UNNEST($1::int8[], $2::bytea[], $3::int2[], $4::bytea[], $5::bytea[],
                     $6::int8[], $7::bytea[], $8::bytea[], $9::int8[], $10::int8[], $11::int8[],
                     $12::int8[], $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::int8[],
                     $18::int8[], $19::bytea[], $20::bytea[])"
-            )))
+            ))
             .bind(col(|t| t.seq))
             .bind(ts.iter().map(|t| t.id.to_bytes().to_vec()).collect::<Vec<_>>())
             .bind(ts.iter().map(|t| t.kind.code()).collect::<Vec<_>>())
@@ -717,21 +717,27 @@ pub(crate) mod postgres {
         }
 
         async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Vec<Outcome>, LedgerError> {
+            let t0 = std::time::Instant::now();
             let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
+            let t1 = t0.elapsed();
             let mut snap = load(&mut tx, cmds, now).await?;
+            let t2 = t0.elapsed();
             let (out, ch) = engine::apply_batch(&mut snap, cmds, now);
+            let t3 = t0.elapsed();
             if ch.is_empty() {
                 tx.rollback().await.map_err(|e| db(&e))?;
             } else {
                 write(&mut tx, &snap, &ch).await?;
+                let t4 = t0.elapsed();
                 tx.commit().await.map_err(|e| db(&e))?;
+                tracing::debug!(n = cmds.len(), begin = ?t1, load = ?t2, apply = ?t3, write = ?t4, commit = ?t0.elapsed(), "pg batch");
             }
             Ok(out)
         }
 
         async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = $1");
-            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            sqlx::query(sql.as_str())
                 .bind(id.to_bytes().to_vec())
                 .fetch_optional(&self.pool)
                 .await
@@ -745,7 +751,7 @@ pub(crate) mod postgres {
             id: TransferId,
         ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = $1");
-            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            let Some(row) = sqlx::query(sql.as_str())
                 .bind(id.to_bytes().to_vec())
                 .fetch_optional(&self.pool)
                 .await
@@ -777,7 +783,7 @@ pub(crate) mod postgres {
                 .map_err(|e| db(&e))?;
             let mut v = Verifier::new();
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            for r in sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).fetch_all(&mut *tx).await.map_err(|e| db(&e))? {
+            for r in sqlx::query(sql.as_str()).fetch_all(&mut *tx).await.map_err(|e| db(&e))? {
                 v.entry(&transfer_row(&r)?);
             }
             let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
@@ -787,7 +793,7 @@ pub(crate) mod postgres {
             let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
             let head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
-            let accounts = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            let accounts = sqlx::query(sql.as_str())
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| db(&e))?

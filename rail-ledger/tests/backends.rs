@@ -46,7 +46,7 @@ impl Fixture {
                     .await
                     .unwrap();
                 let sql = format!("SET search_path TO {schema}; {sql}");
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+                sqlx::raw_sql(&sql).execute(&pool).await.unwrap();
             }
             (None, Some(dir)) => {
                 let pool = sqlx::sqlite::SqlitePoolOptions::new()
@@ -54,7 +54,7 @@ impl Fixture {
                     .connect(&sqlite_url(dir))
                     .await
                     .unwrap();
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).execute(&pool).await.unwrap();
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
             }
             _ => unreachable!(),
         }
@@ -239,7 +239,7 @@ async fn tampering_is_detected(f: Fixture) {
     } else {
         let (url, schema) = f.pg.clone().unwrap();
         let pool = sqlx::postgres::PgPoolOptions::new().connect(&url).await.unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("UPDATE {schema}.ledger_transfers SET amount = 11 WHERE seq = 3"))).execute(&pool).await.is_err()
+        sqlx::raw_sql(&format!("UPDATE {schema}.ledger_transfers SET amount = 11 WHERE seq = 3")).execute(&pool).await.is_err()
     };
     assert!(pool_err, "the journal must be append-only");
     // An attacker with database rights drops the guard and edits an entry: caught.
@@ -352,7 +352,7 @@ macro_rules! on_both {
                     super::$name(f).await;
                     if let Some((url, schema)) = schema {
                         if let Ok(pool) = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&url).await {
-                            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&pool).await;
+                            let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE")).execute(&pool).await;
                         }
                     }
                 }

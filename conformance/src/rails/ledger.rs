@@ -190,7 +190,7 @@ impl Harness for LedgerHarness {
     async fn teardown(&self) {
         if let Some((url, schema)) = &self.pg {
             if let Ok(pool) = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await {
-                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+                let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
                     .execute(&pool)
                     .await;
                 pool.close().await;
