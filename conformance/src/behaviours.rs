@@ -60,9 +60,14 @@ fn ok<T>(what: &str, r: Result<T, RailError>) -> Result<T, String> {
 /// Expects an error whose code is one of `codes`.
 fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, RailError>, codes: &[&str]) -> Verdict {
     match r {
-        Ok(v) => Err(format!("{what} was accepted ({v:?}); expected one of {codes:?}")),
+        Ok(v) => Err(format!(
+            "{what} was accepted ({v:?}); expected one of {codes:?}"
+        )),
         Err(e) if codes.contains(&e.code()) => Ok(()),
-        Err(e) => Err(format!("{what}: expected one of {codes:?}, got {} ({e})", e.code())),
+        Err(e) => Err(format!(
+            "{what}: expected one of {codes:?}, got {} ({e})",
+            e.code()
+        )),
     }
 }
 
@@ -91,7 +96,10 @@ async fn balances(h: &dyn Harness) -> Result<Balances, String> {
 
 async fn unchanged(h: &dyn Harness, before: Balances, what: &str) -> Verdict {
     let after = balances(h).await?;
-    ensure!(after == before, "{what} changed balances: {before:?} -> {after:?}");
+    ensure!(
+        after == before,
+        "{what} changed balances: {before:?} -> {after:?}"
+    );
     Ok(())
 }
 
@@ -128,30 +136,74 @@ async fn capabilities_are_honest(h: &dyn Harness) -> Verdict {
         c.hold == (r.hold_payer.is_some() && r.hold_receiver.is_some()),
         "claims hold={} but the hold parts are {}",
         c.hold,
-        if r.hold_payer.is_some() { "present" } else { "absent" }
+        if r.hold_payer.is_some() {
+            "present"
+        } else {
+            "absent"
+        }
     );
-    ensure!(c.refund == r.refunds.is_some(), "claims refund={} but the refund part disagrees", c.refund);
-    ensure!(!c.partial_capture || c.hold, "partial capture claimed without hold");
-    ensure!(!c.partial_refund || c.refund, "partial refund claimed without refund");
-    ensure!(c.assets.contains(&h.asset()), "the harness asset {} is not among the claimed assets", h.asset());
-    ensure!(r.payer.id() == r.receiver.id(), "payer and receiver name different rails");
+    ensure!(
+        c.refund == r.refunds.is_some(),
+        "claims refund={} but the refund part disagrees",
+        c.refund
+    );
+    ensure!(
+        !c.partial_capture || c.hold,
+        "partial capture claimed without hold"
+    );
+    ensure!(
+        !c.partial_refund || c.refund,
+        "partial refund claimed without refund"
+    );
+    ensure!(
+        c.assets.contains(&h.asset()),
+        "the harness asset {} is not among the claimed assets",
+        h.asset()
+    );
+    ensure!(
+        r.payer.id() == r.receiver.id(),
+        "payer and receiver name different rails"
+    );
     Ok(())
 }
 
 async fn pay_then_verify(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let (o, p) = paid(h, 125).await?;
-    ensure!(p.rail == o.rail && p.offer_id == o.id, "payment must name its rail and offer");
+    ensure!(
+        p.rail == o.rail && p.offer_id == o.id,
+        "payment must name its rail and offer"
+    );
     let v = ok("verify", h.rail().receiver.verify(&o, &p).await)?;
-    ensure!(v.amount == o.amount, "verified {} for an offer of {}", v.amount, o.amount);
-    ensure!(v.state == PaymentState::Settled, "a paid offer must verify as settled, got {:?}", v.state);
+    ensure!(
+        v.amount == o.amount,
+        "verified {} for an offer of {}",
+        v.amount,
+        o.amount
+    );
+    ensure!(
+        v.state == PaymentState::Settled,
+        "a paid offer must verify as settled, got {:?}",
+        v.state
+    );
     let after = balances(h).await?;
-    ensure!(after.payer_available == before.payer_available - 125, "payer debited {} instead of 125", before.payer_available - after.payer_available);
-    ensure!(after.payee_settled == before.payee_settled + 125, "payee credited {} instead of 125", after.payee_settled - before.payee_settled);
+    ensure!(
+        after.payer_available == before.payer_available - 125,
+        "payer debited {} instead of 125",
+        before.payer_available - after.payer_available
+    );
+    ensure!(
+        after.payee_settled == before.payee_settled + 125,
+        "payee credited {} instead of 125",
+        after.payee_settled - before.payee_settled
+    );
     // Offers, payments and results are plain data: they survive JSON.
-    let back: Offer = serde_json::from_value(serde_json::to_value(&o).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let back: Offer = serde_json::from_value(serde_json::to_value(&o).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
     ensure!(back == o, "offer does not survive a JSON round trip");
-    let back: Payment = serde_json::from_value(serde_json::to_value(&p).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let back: Payment =
+        serde_json::from_value(serde_json::to_value(&p).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     ensure!(back == p, "payment does not survive a JSON round trip");
     Ok(())
 }
@@ -161,9 +213,20 @@ async fn verify_binds_offer(h: &dyn Harness) -> Verdict {
     let b = offer(h, 100, PaymentMode::Capture).await?;
     let mut for_b = pa.clone();
     for_b.offer_id.clone_from(&b.id);
-    refused("a payment for offer A presented for offer B", h.rail().receiver.verify(&b, &for_b).await, &["offer_mismatch"])?;
-    refused("a payment for offer A presented as is for offer B", h.rail().receiver.verify(&b, &pa).await, &["offer_mismatch"])?;
-    ok("verify A after the refused attempts", h.rail().receiver.verify(&a, &pa).await)?;
+    refused(
+        "a payment for offer A presented for offer B",
+        h.rail().receiver.verify(&b, &for_b).await,
+        &["offer_mismatch"],
+    )?;
+    refused(
+        "a payment for offer A presented as is for offer B",
+        h.rail().receiver.verify(&b, &pa).await,
+        &["offer_mismatch"],
+    )?;
+    ok(
+        "verify A after the refused attempts",
+        h.rail().receiver.verify(&a, &pa).await,
+    )?;
     Ok(())
 }
 
@@ -180,8 +243,15 @@ async fn verify_binds_amount(h: &dyn Harness) -> Verdict {
     )?;
     let mut under = pa.clone();
     under.amount = price(h, 99)?;
-    refused("a payment claiming another amount", h.rail().receiver.verify(&a, &under).await, &["amount_mismatch"])?;
-    ok("verify the genuine payment", h.rail().receiver.verify(&a, &pa).await)?;
+    refused(
+        "a payment claiming another amount",
+        h.rail().receiver.verify(&a, &under).await,
+        &["amount_mismatch"],
+    )?;
+    ok(
+        "verify the genuine payment",
+        h.rail().receiver.verify(&a, &pa).await,
+    )?;
     Ok(())
 }
 
@@ -190,14 +260,20 @@ async fn verify_binds_payee(h: &dyn Harness) -> Verdict {
     let mut diverted = genuine.clone();
     diverted.payee = h.other_payee();
     let before = balances(h).await?;
-    let p = ok("pay a diverted offer", h.rail().payer.pay(&op(), &diverted).await)?;
+    let p = ok(
+        "pay a diverted offer",
+        h.rail().payer.pay(&op(), &diverted).await,
+    )?;
     refused(
         "a payment to another payee",
         h.rail().receiver.verify(&genuine, &p).await,
         &["payee_mismatch", "offer_mismatch"],
     )?;
     let after = balances(h).await?;
-    ensure!(after.payee_settled == before.payee_settled, "the payee's balance moved on a diverted payment");
+    ensure!(
+        after.payee_settled == before.payee_settled,
+        "the payee's balance moved on a diverted payment"
+    );
     Ok(())
 }
 
@@ -205,10 +281,20 @@ async fn replay_refused(h: &dyn Harness) -> Verdict {
     let (o, p) = paid(h, 100).await?;
     ok("first verify", h.rail().receiver.verify(&o, &p).await)?;
     let before = balances(h).await?;
-    refused("the same payment again", h.rail().receiver.verify(&o, &p).await, &["replayed"])?;
+    refused(
+        "the same payment again",
+        h.rail().receiver.verify(&o, &p).await,
+        &["replayed"],
+    )?;
     // Re-serialized (a proxy, a retry from another process): still a replay.
-    let copy: Payment = serde_json::from_str(&serde_json::to_string(&p).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    refused("a copy of the payment", h.rail().receiver.verify(&o, &copy).await, &["replayed"])?;
+    let copy: Payment =
+        serde_json::from_str(&serde_json::to_string(&p).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    refused(
+        "a copy of the payment",
+        h.rail().receiver.verify(&o, &copy).await,
+        &["replayed"],
+    )?;
     unchanged(h, before, "a replay").await
 }
 
@@ -217,10 +303,17 @@ async fn concurrent_verify_settles_once(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let results = join_all((0..16).map(|_| h.rail().receiver.verify(&o, &p))).await;
     let accepted = results.iter().filter(|r| r.is_ok()).count();
-    ensure!(accepted == 1, "{accepted} of 16 concurrent verifications accepted the payment");
+    ensure!(
+        accepted == 1,
+        "{accepted} of 16 concurrent verifications accepted the payment"
+    );
     for r in &results {
         if let Err(e) = r {
-            ensure!(e.code() == "replayed", "a losing verification must say replayed, got {} ({e})", e.code());
+            ensure!(
+                e.code() == "replayed",
+                "a losing verification must say replayed, got {} ({e})",
+                e.code()
+            );
         }
     }
     unchanged(h, before, "concurrent verification").await
@@ -235,11 +328,22 @@ async fn concurrent_pay_settles_once(h: &dyn Harness) -> Verdict {
     for r in results {
         payments.push(ok("concurrent pay with one operation id", r)?);
     }
-    ensure!(payments.windows(2).all(|w| w[0] == w[1]), "16 submissions of one operation produced different payments");
+    ensure!(
+        payments.windows(2).all(|w| w.first() == w.last()),
+        "16 submissions of one operation produced different payments"
+    );
     let after = balances(h).await?;
-    ensure!(after.payer_available == before.payer_available - 100, "payer debited {} for one payment submitted 16 times", before.payer_available - after.payer_available);
-    let v = join_all((0..16).map(|_| h.rail().receiver.verify(&o, &payments[0]))).await;
-    ensure!(v.iter().filter(|r| r.is_ok()).count() == 1, "the payment must verify exactly once");
+    ensure!(
+        after.payer_available == before.payer_available - 100,
+        "payer debited {} for one payment submitted 16 times",
+        before.payer_available - after.payer_available
+    );
+    let first = payments.first().ok_or("no payment")?;
+    let v = join_all((0..16).map(|_| h.rail().receiver.verify(&o, first))).await;
+    ensure!(
+        v.iter().filter(|r| r.is_ok()).count() == 1,
+        "the payment must verify exactly once"
+    );
     Ok(())
 }
 
@@ -247,11 +351,19 @@ async fn expired_offer_refused(h: &dyn Harness) -> Verdict {
     let o = offer(h, 100, PaymentMode::Capture).await?;
     let before = balances(h).await?;
     h.clock().advance(TTL + Duration::from_secs(1));
-    refused("paying an expired offer", h.rail().payer.pay(&op(), &o).await, &["offer_expired"])?;
+    refused(
+        "paying an expired offer",
+        h.rail().payer.pay(&op(), &o).await,
+        &["offer_expired"],
+    )?;
     unchanged(h, before, "paying an expired offer").await?;
     let (o2, p2) = paid(h, 100).await?;
     h.clock().advance(TTL + Duration::from_secs(1));
-    refused("verifying after the offer expired", h.rail().receiver.verify(&o2, &p2).await, &["offer_expired"])?;
+    refused(
+        "verifying after the offer expired",
+        h.rail().receiver.verify(&o2, &p2).await,
+        &["offer_expired"],
+    )?;
     Ok(())
 }
 
@@ -259,15 +371,38 @@ async fn hold_then_full_capture(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let (o, v) = held(h, 300).await?;
     let mid = balances(h).await?;
-    ensure!(mid.payer_available == before.payer_available - 300, "a hold must reserve the payer's funds");
-    ensure!(mid.payee_settled == before.payee_settled, "a hold must not settle to the payee");
+    ensure!(
+        mid.payer_available == before.payer_available - 300,
+        "a hold must reserve the payer's funds"
+    );
+    ensure!(
+        mid.payee_settled == before.payee_settled,
+        "a hold must not settle to the payee"
+    );
     let (_, r) = ok("holds", h.rail().holds())?;
     let c = ok("capture", r.capture(&op(), &v, &o.amount).await)?;
-    ensure!(c.captured == o.amount, "captured {} of {}", c.captured, o.amount);
-    ensure!(c.released.amount().is_zero(), "a full capture released {}", c.released);
+    ensure!(
+        c.captured == o.amount,
+        "captured {} of {}",
+        c.captured,
+        o.amount
+    );
+    ensure!(
+        c.released.amount().is_zero(),
+        "a full capture released {}",
+        c.released
+    );
     let after = balances(h).await?;
-    ensure!(after.payee_settled == before.payee_settled + 300, "payee got {} instead of 300", after.payee_settled - before.payee_settled);
-    ensure!(after.payer_available == before.payer_available - 300, "payer paid {} instead of 300", before.payer_available - after.payer_available);
+    ensure!(
+        after.payee_settled == before.payee_settled + 300,
+        "payee got {} instead of 300",
+        after.payee_settled - before.payee_settled
+    );
+    ensure!(
+        after.payer_available == before.payer_available - 300,
+        "payer paid {} instead of 300",
+        before.payer_available - after.payer_available
+    );
     Ok(())
 }
 
@@ -275,12 +410,30 @@ async fn hold_then_partial_capture(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let (_, v) = held(h, 300).await?;
     let (_, r) = ok("holds", h.rail().holds())?;
-    let c = ok("partial capture", r.capture(&op(), &v, &price(h, 120)?).await)?;
-    ensure!(units(&c.captured) == 120 && units(&c.released) == 180, "captured {} / released {}", c.captured, c.released);
+    let c = ok(
+        "partial capture",
+        r.capture(&op(), &v, &price(h, 120)?).await,
+    )?;
+    ensure!(
+        units(&c.captured) == 120 && units(&c.released) == 180,
+        "captured {} / released {}",
+        c.captured,
+        c.released
+    );
     let after = balances(h).await?;
-    ensure!(after.payer_available == before.payer_available - 120, "the uncaptured rest must return to the payer");
-    ensure!(after.payee_settled == before.payee_settled + 120, "payee must get exactly the captured part");
-    refused("a second capture of the same hold", r.capture(&op(), &v, &price(h, 10)?).await, &["invalid_state"])?;
+    ensure!(
+        after.payer_available == before.payer_available - 120,
+        "the uncaptured rest must return to the payer"
+    );
+    ensure!(
+        after.payee_settled == before.payee_settled + 120,
+        "payee must get exactly the captured part"
+    );
+    refused(
+        "a second capture of the same hold",
+        r.capture(&op(), &v, &price(h, 10)?).await,
+        &["invalid_state"],
+    )?;
     Ok(())
 }
 
@@ -288,9 +441,16 @@ async fn capture_above_hold_refused(h: &dyn Harness) -> Verdict {
     let (_, v) = held(h, 300).await?;
     let before = balances(h).await?;
     let (_, r) = ok("holds", h.rail().holds())?;
-    refused("capturing more than held", r.capture(&op(), &v, &price(h, 301)?).await, &["exceeds_available"])?;
+    refused(
+        "capturing more than held",
+        r.capture(&op(), &v, &price(h, 301)?).await,
+        &["exceeds_available"],
+    )?;
     unchanged(h, before, "a refused capture").await?;
-    ok("a capture within the hold afterwards", r.capture(&op(), &v, &price(h, 300)?).await)?;
+    ok(
+        "a capture within the hold afterwards",
+        r.capture(&op(), &v, &price(h, 300)?).await,
+    )?;
     Ok(())
 }
 
@@ -308,8 +468,16 @@ async fn capture_after_void_refused(h: &dyn Harness) -> Verdict {
     let (_, r) = ok("holds", h.rail().holds())?;
     ok("void", r.void(&op(), &v).await)?;
     let before = balances(h).await?;
-    refused("capture after void", r.capture(&op(), &v, &o.amount).await, &["invalid_state"])?;
-    refused("void after void (new operation)", r.void(&op(), &v).await, &["invalid_state"])?;
+    refused(
+        "capture after void",
+        r.capture(&op(), &v, &o.amount).await,
+        &["invalid_state"],
+    )?;
+    refused(
+        "void after void (new operation)",
+        r.void(&op(), &v).await,
+        &["invalid_state"],
+    )?;
     unchanged(h, before, "capture after void").await
 }
 
@@ -324,7 +492,12 @@ async fn refund_full(h: &dyn Harness) -> Verdict {
     let (o, v) = settled(h, 400).await?;
     let r = ok("refunds", h.rail().refunder())?;
     let x = ok("refund", r.refund(&op(), &v.payment_ref, &o.amount).await)?;
-    ensure!(x.amount == o.amount, "refunded {} of {}", x.amount, o.amount);
+    ensure!(
+        x.amount == o.amount,
+        "refunded {} of {}",
+        x.amount,
+        o.amount
+    );
     unchanged(h, before, "pay then full refund").await
 }
 
@@ -332,10 +505,19 @@ async fn refund_partial(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let (_, v) = settled(h, 400).await?;
     let r = ok("refunds", h.rail().refunder())?;
-    ok("first partial refund", r.refund(&op(), &v.payment_ref, &price(h, 150)?).await)?;
-    ok("second partial refund", r.refund(&op(), &v.payment_ref, &price(h, 50)?).await)?;
+    ok(
+        "first partial refund",
+        r.refund(&op(), &v.payment_ref, &price(h, 150)?).await,
+    )?;
+    ok(
+        "second partial refund",
+        r.refund(&op(), &v.payment_ref, &price(h, 50)?).await,
+    )?;
     let after = balances(h).await?;
-    ensure!(after.payer_available == before.payer_available - 200, "payer must be down exactly 200 after refunds of 150 + 50 of 400");
+    ensure!(
+        after.payer_available == before.payer_available - 200,
+        "payer must be down exactly 200 after refunds of 150 + 50 of 400"
+    );
     Ok(())
 }
 
@@ -343,11 +525,22 @@ async fn refund_above_captured_refused(h: &dyn Harness) -> Verdict {
     let (_, v) = settled(h, 400).await?;
     let r = ok("refunds", h.rail().refunder())?;
     let before = balances(h).await?;
-    refused("refunding more than was paid", r.refund(&op(), &v.payment_ref, &price(h, 401)?).await, &["exceeds_available"])?;
+    refused(
+        "refunding more than was paid",
+        r.refund(&op(), &v.payment_ref, &price(h, 401)?).await,
+        &["exceeds_available"],
+    )?;
     unchanged(h, before, "a refused refund").await?;
     if h.rail().capabilities().partial_refund {
-        ok("refund 300", r.refund(&op(), &v.payment_ref, &price(h, 300)?).await)?;
-        refused("refunds adding up to more than was paid", r.refund(&op(), &v.payment_ref, &price(h, 101)?).await, &["exceeds_available"])?;
+        ok(
+            "refund 300",
+            r.refund(&op(), &v.payment_ref, &price(h, 300)?).await,
+        )?;
+        refused(
+            "refunds adding up to more than was paid",
+            r.refund(&op(), &v.payment_ref, &price(h, 101)?).await,
+            &["exceeds_available"],
+        )?;
     }
     Ok(())
 }
@@ -357,10 +550,16 @@ async fn idempotent_retry_same_result(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let id = op();
     let first = ok("pay", h.rail().payer.pay(&id, &o).await)?;
-    let again = ok("pay again with the same operation id", h.rail().payer.pay(&id, &o).await)?;
+    let again = ok(
+        "pay again with the same operation id",
+        h.rail().payer.pay(&id, &o).await,
+    )?;
     ensure!(first == again, "a retry returned a different payment");
     let after = balances(h).await?;
-    ensure!(after.payer_available == before.payer_available - 100, "a retried payment was charged twice");
+    ensure!(
+        after.payer_available == before.payer_available - 100,
+        "a retried payment was charged twice"
+    );
     if let Ok((_, r)) = h.rail().holds() {
         let (ho, v) = held(h, 200).await?;
         let cid = op();
@@ -377,7 +576,11 @@ async fn same_op_different_content_conflicts(h: &dyn Harness) -> Verdict {
     let id = op();
     ok("pay A", h.rail().payer.pay(&id, &a).await)?;
     let before = balances(h).await?;
-    refused("the same operation id for another offer", h.rail().payer.pay(&id, &b).await, &["idempotency_conflict"])?;
+    refused(
+        "the same operation id for another offer",
+        h.rail().payer.pay(&id, &b).await,
+        &["idempotency_conflict"],
+    )?;
     unchanged(h, before, "a conflicting retry").await
 }
 
@@ -412,7 +615,9 @@ fn malformed_variants(h: &dyn Harness, valid: &Payment) -> Vec<(String, Payment)
             }
         }
     });
-    push("another rail's tag", &|p| p.rail = rail_core::RailId::new("x402"));
+    push("another rail's tag", &|p| {
+        p.rail = rail_core::RailId::new("x402");
+    });
     push("mode flipped", &|p| {
         p.mode = match p.mode {
             PaymentMode::Capture => PaymentMode::Hold,
@@ -420,7 +625,9 @@ fn malformed_variants(h: &dyn Harness, valid: &Payment) -> Vec<(String, Payment)
         };
     });
     push("offer id empty", &|p| p.offer_id = String::new());
-    push("payer garbage", &|p| p.payer = "\u{0}'; DROP TABLE ledger_transfers; --".into());
+    push("payer garbage", &|p| {
+        p.payer = "\u{0}'; DROP TABLE ledger_transfers; --".into();
+    });
     if let Ok(more) = Money::from_minor(h.asset(), valid.amount.minor_units() + 1) {
         push("amount raised by one unit", &|p| p.amount = more.clone());
     }
@@ -432,7 +639,11 @@ async fn malformed_payments_refused(h: &dyn Harness) -> Verdict {
     let (o, p) = paid(h, 100).await?;
     let before = balances(h).await?;
     let variants = malformed_variants(h, &p);
-    ensure!(variants.len() >= 8, "only {} malformed shapes", variants.len());
+    ensure!(
+        variants.len() >= 8,
+        "only {} malformed shapes",
+        variants.len()
+    );
     for (name, bad) in &variants {
         match h.rail().receiver.verify(&o, bad).await {
             Ok(v) => return Err(format!("malformed payment ({name}) was accepted: {v:?}")),
@@ -444,11 +655,22 @@ async fn malformed_payments_refused(h: &dyn Harness) -> Verdict {
         }
     }
     // Also as raw JSON that does not even decode as a payment.
-    for raw in [json!(null), json!({"rail": "ledger"}), json!({"amount": 1.5}), json!([])] {
-        ensure!(serde_json::from_value::<Payment>(raw.clone()).is_err(), "{raw} decoded as a payment");
+    for raw in [
+        json!(null),
+        json!({"rail": "ledger"}),
+        json!({"amount": 1.5}),
+        json!([]),
+    ] {
+        ensure!(
+            serde_json::from_value::<Payment>(raw.clone()).is_err(),
+            "{raw} decoded as a payment"
+        );
     }
     unchanged(h, before, "malformed payments").await?;
-    ok("the genuine payment after all the malformed ones", h.rail().receiver.verify(&o, &p).await)?;
+    ok(
+        "the genuine payment after all the malformed ones",
+        h.rail().receiver.verify(&o, &p).await,
+    )?;
     Ok(())
 }
 
@@ -456,13 +678,25 @@ async fn smallest_unit_exact(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let (o, p) = paid(h, 1).await?;
     let v = ok("verify", h.rail().receiver.verify(&o, &p).await)?;
-    ensure!(units(&v.amount) == 1, "one minor unit verified as {}", v.amount);
+    ensure!(
+        units(&v.amount) == 1,
+        "one minor unit verified as {}",
+        v.amount
+    );
     let after = balances(h).await?;
-    ensure!(after.payee_settled - before.payee_settled == 1, "the payee got {} units for one", after.payee_settled - before.payee_settled);
+    ensure!(
+        after.payee_settled - before.payee_settled == 1,
+        "the payee got {} units for one",
+        after.payee_settled - before.payee_settled
+    );
     // Less than a minor unit is not money on this rail.
     let scale = h.asset().scale();
     let tiny = format!("0.{}1", "0".repeat(usize::from(scale)));
-    ensure!(Money::parse(h.asset(), &tiny).is_err(), "{tiny} {} must not be representable", h.asset());
+    ensure!(
+        Money::parse(h.asset(), &tiny).is_err(),
+        "{tiny} {} must not be representable",
+        h.asset()
+    );
     Ok(())
 }
 
@@ -471,7 +705,11 @@ async fn overflow_refused(h: &dyn Harness) -> Verdict {
     for units in [u128::from(u64::MAX), u128::MAX] {
         let huge = price(h, units)?;
         let r = h.rail().receiver.offer(&Charge::capture(huge, TTL)).await;
-        refused(&format!("an offer of {units} minor units"), r, &["invalid_amount", "invalid_input"])?;
+        refused(
+            &format!("an offer of {units} minor units"),
+            r,
+            &["invalid_amount", "invalid_input"],
+        )?;
     }
     unchanged(h, before, "refused huge offers").await
 }
@@ -479,7 +717,11 @@ async fn overflow_refused(h: &dyn Harness) -> Verdict {
 async fn insufficient_funds_refused(h: &dyn Harness) -> Verdict {
     let before = balances(h).await?;
     let o = offer(h, h.funded() * 4, PaymentMode::Capture).await?;
-    refused("paying more than the payer has", h.rail().payer.pay(&op(), &o).await, &["insufficient_funds"])?;
+    refused(
+        "paying more than the payer has",
+        h.rail().payer.pay(&op(), &o).await,
+        &["insufficient_funds"],
+    )?;
     unchanged(h, before, "an unaffordable payment").await
 }
 

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rail_core::Asset;
-use rail_ledger::{AccountId, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferRequest};
+use rail_ledger::{
+    AccountId, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferRequest,
+};
 
 /// Load parameters.
 #[derive(Clone, Debug)]
@@ -76,7 +78,12 @@ enum Kind {
     HoldCapture,
 }
 
-async fn phase(ledger: &Ledger, accounts: &Arc<Vec<AccountId>>, cfg: &BenchConfig, kind: Kind) -> Phase {
+async fn phase(
+    ledger: &Ledger,
+    accounts: &Arc<Vec<AccountId>>,
+    cfg: &BenchConfig,
+    kind: Kind,
+) -> Phase {
     let deadline = Instant::now() + Duration::from_secs(cfg.seconds);
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -88,12 +95,20 @@ async fn phase(ledger: &Ledger, accounts: &Arc<Vec<AccountId>>, cfg: &BenchConfi
             let mut lat = Vec::new();
             let (mut ops, mut refused) = (0u64, 0u64);
             let mut n = c.wrapping_mul(7919);
+            // Indices are reduced modulo the length: always in range.
+            #[allow(clippy::indexing_slicing)]
             let pick = |n: &mut usize| {
-                *n = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                *n = n
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
                 let len = accounts.len();
                 let d = (*n >> 33) % len;
                 let k = 1 + (*n >> 17) % (len - 1);
-                (accounts[d], accounts[(d + k) % len], 1 + (*n >> 7) as u64 % 100)
+                (
+                    accounts[d],
+                    accounts[(d + k) % len],
+                    1 + (*n >> 7) as u64 % 100,
+                )
             };
             while Instant::now() < deadline {
                 let t0 = Instant::now();
@@ -102,7 +117,13 @@ async fn phase(ledger: &Ledger, accounts: &Arc<Vec<AccountId>>, cfg: &BenchConfi
                         let reqs: Vec<TransferRequest> = (0..batch)
                             .map(|_| {
                                 let (debit, credit, amount) = pick(&mut n);
-                                TransferRequest::Single { id: TransferId::random(), debit, credit, amount, user_data: 0 }
+                                TransferRequest::Single {
+                                    id: TransferId::random(),
+                                    debit,
+                                    credit,
+                                    amount,
+                                    user_data: 0,
+                                }
                             })
                             .collect();
                         match ledger.transfers(reqs).await {
@@ -119,11 +140,24 @@ async fn phase(ledger: &Ledger, accounts: &Arc<Vec<AccountId>>, cfg: &BenchConfi
                             .map(|_| {
                                 let (debit, credit, amount) = pick(&mut n);
                                 let id = TransferId::random();
-                                (id, TransferRequest::Pending { id, debit, credit, amount, user_data: 0, timeout_ms: 60_000 })
+                                (
+                                    id,
+                                    TransferRequest::Pending {
+                                        id,
+                                        debit,
+                                        credit,
+                                        amount,
+                                        user_data: 0,
+                                        timeout_ms: 60_000,
+                                    },
+                                )
                             })
                             .collect();
                         let ids: Vec<TransferId> = holds.iter().map(|(id, _)| *id).collect();
-                        let Ok(rs) = ledger.transfers(holds.into_iter().map(|(_, r)| r).collect()).await else {
+                        let Ok(rs) = ledger
+                            .transfers(holds.into_iter().map(|(_, r)| r).collect())
+                            .await
+                        else {
                             refused += batch as u64;
                             continue;
                         };
@@ -132,7 +166,11 @@ async fn phase(ledger: &Ledger, accounts: &Arc<Vec<AccountId>>, cfg: &BenchConfi
                             .zip(rs)
                             .filter_map(|(id, r)| {
                                 let t = r.ok()?;
-                                Some(TransferRequest::Post { id: TransferId::random(), pending_id: *id, amount: t.transfer().amount })
+                                Some(TransferRequest::Post {
+                                    id: TransferId::random(),
+                                    pending_id: *id,
+                                    amount: t.transfer().amount,
+                                })
                             })
                             .collect();
                         refused += (batch - posts.len()) as u64;
@@ -156,7 +194,9 @@ async fn phase(ledger: &Ledger, accounts: &Arc<Vec<AccountId>>, cfg: &BenchConfi
             all.extend(lat);
         }
     }
-    let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+    let ms = u64::try_from(start.elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
     all.sort_unstable();
     p.per_sec = p.ops * 1000 / ms;
     p.p50_us = pct(&all, 50);
@@ -175,17 +215,38 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let ledger = open(&cfg.backend, dir.path()).await?;
     let bank = AccountId::random();
-    let mut news = vec![NewAccount { id: bank, asset: Asset::usd(), no_overdraft: false }];
+    let mut news = vec![NewAccount {
+        id: bank,
+        asset: Asset::usd(),
+        no_overdraft: false,
+    }];
     let accounts: Vec<AccountId> = (0..cfg.accounts).map(|_| AccountId::random()).collect();
-    news.extend(accounts.iter().map(|id| NewAccount { id: *id, asset: Asset::usd(), no_overdraft: true }));
-    for r in ledger.create_accounts(news).await.map_err(|e| e.to_string())? {
+    news.extend(accounts.iter().map(|id| NewAccount {
+        id: *id,
+        asset: Asset::usd(),
+        no_overdraft: true,
+    }));
+    for r in ledger
+        .create_accounts(news)
+        .await
+        .map_err(|e| e.to_string())?
+    {
         r.map_err(|e: TransferError| e.to_string())?;
     }
     let funding: Vec<TransferRequest> = accounts
         .iter()
-        .map(|a| TransferRequest::Single { id: TransferId::random(), debit: bank, credit: *a, amount: 1_000_000_000, user_data: 0 })
+        .map(|a| TransferRequest::Single {
+            id: TransferId::random(),
+            debit: bank,
+            credit: *a,
+            amount: 1_000_000_000,
+            user_data: 0,
+        })
         .collect();
-    ledger.transfers(funding).await.map_err(|e: LedgerError| e.to_string())?;
+    ledger
+        .transfers(funding)
+        .await
+        .map_err(|e: LedgerError| e.to_string())?;
     let accounts = Arc::new(accounts);
     let t = phase(&ledger, &accounts, cfg, Kind::Transfers).await;
     let h = phase(&ledger, &accounts, cfg, Kind::HoldCapture).await;
@@ -199,19 +260,31 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
     let _ = writeln!(
         out,
         "transfers:         {:>8}/s  ({} ok, {} refused)  p50 {} ms  p99 {} ms",
-        t.per_sec, t.ops, t.refused, Ms(t.p50_us), Ms(t.p99_us)
+        t.per_sec,
+        t.ops,
+        t.refused,
+        Ms(t.p50_us),
+        Ms(t.p99_us)
     );
     let _ = writeln!(
         out,
         "hold+capture pairs:{:>8}/s  ({} ok, {} refused)  p50 {} ms  p99 {} ms",
-        h.per_sec, h.ops, h.refused, Ms(h.p50_us), Ms(h.p99_us)
+        h.per_sec,
+        h.ops,
+        h.refused,
+        Ms(h.p50_us),
+        Ms(h.p99_us)
     );
     let _ = writeln!(
         out,
         "journal: {} entries, {} accounts, {}",
         report.entries,
         report.accounts,
-        if report.is_intact() { "intact".to_owned() } else { format!("{} PROBLEMS", report.problems.len()) }
+        if report.is_intact() {
+            "intact".to_owned()
+        } else {
+            format!("{} PROBLEMS", report.problems.len())
+        }
     );
     Ok(out)
 }

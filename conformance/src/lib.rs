@@ -21,8 +21,8 @@
 //! # }
 //! ```
 
-pub mod bench;
 pub mod behaviours;
+pub mod bench;
 pub mod harness;
 pub mod rails;
 pub mod report;

@@ -10,7 +10,11 @@ use conformance::{Tier, behaviours, rails};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
-#[command(name = "conformance", about = "Run the Stipendex rails behaviour suite", version)]
+#[command(
+    name = "conformance",
+    about = "Run the Stipendex rails behaviour suite",
+    version
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -73,7 +77,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");
@@ -85,13 +92,32 @@ fn main() -> ExitCode {
             list();
             ExitCode::SUCCESS
         }
-        Cmd::Run { rails, tier, behaviours, json, junit } => rt.block_on(run(rails, tier, behaviours, json, junit)),
-        Cmd::Bench { rail, backend, accounts, clients, seconds, batch } => {
+        Cmd::Run {
+            rails,
+            tier,
+            behaviours,
+            json,
+            junit,
+        } => rt.block_on(run(rails, tier, behaviours, json, junit)),
+        Cmd::Bench {
+            rail,
+            backend,
+            accounts,
+            clients,
+            seconds,
+            batch,
+        } => {
             if rail != "ledger" {
                 eprintln!("no benchmark for rail {rail:?} (only ledger)");
                 return ExitCode::FAILURE;
             }
-            let cfg = conformance::bench::BenchConfig { backend, accounts, clients, seconds, batch };
+            let cfg = conformance::bench::BenchConfig {
+                backend,
+                accounts,
+                clients,
+                seconds,
+                batch,
+            };
             match rt.block_on(conformance::bench::run(&cfg)) {
                 Ok(out) => {
                     print!("{out}");
@@ -115,7 +141,12 @@ fn list() {
     }
     println!("\nbehaviours:");
     for b in behaviours::all() {
-        println!("  {:<38} {:<15} {}", b.name, format!("{:?}", b.needs), b.about);
+        println!(
+            "  {:<38} {:<15} {}",
+            b.name,
+            format!("{:?}", b.needs),
+            b.about
+        );
     }
 }
 
@@ -148,7 +179,11 @@ async fn run(
         TierArg::Localnet => vec![Tier::Localnet],
         TierArg::All => vec![Tier::Mock, Tier::Localnet],
     };
-    let per = if only.is_empty() { known.len() } else { only.len() };
+    let per = if only.is_empty() {
+        known.len()
+    } else {
+        only.len()
+    };
     let total = u64::try_from(entries.len() * tiers.len() * per).unwrap_or(0);
     let bar = ProgressBar::new(total);
     bar.set_style(
@@ -162,7 +197,10 @@ async fn run(
                 bar.inc(1);
                 bar.set_message(format!("{}/{} {}", r.rail, r.tier, r.behaviour));
                 if r.outcome == Outcome::Fail {
-                    bar.println(format!("FAIL {}/{} {}: {}", r.rail, r.tier, r.behaviour, r.detail));
+                    bar.println(format!(
+                        "FAIL {}/{} {}: {}",
+                        r.rail, r.tier, r.behaviour, r.detail
+                    ));
                 }
             };
             rows.extend(report::run_rail_tier(e, *t, &only, &mut progress).await);
@@ -184,12 +222,16 @@ async fn run(
             }
         }
     }
-    if let Some(p) = junit {
-        if let Err(e) = std::fs::write(&p, report::junit(&rows)) {
-            eprintln!("cannot write {}: {e}", p.display());
-            return ExitCode::FAILURE;
-        }
+    if let Some(p) = junit
+        && let Err(e) = std::fs::write(&p, report::junit(&rows))
+    {
+        eprintln!("cannot write {}: {e}", p.display());
+        return ExitCode::FAILURE;
     }
     let (_, failed, _) = report::counts(&rows);
-    if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }

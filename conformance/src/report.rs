@@ -79,7 +79,10 @@ pub async fn run_rail_tier(
             Ok(h) => h,
             Err(HarnessError::Unavailable(why)) => {
                 let (outcome, detail) = if rail_core::localnet::in_ci() {
-                    (Outcome::Fail, format!("localnet required in CI but unavailable: {why}"))
+                    (
+                        Outcome::Fail,
+                        format!("localnet required in CI but unavailable: {why}"),
+                    )
                 } else {
                     (Outcome::Skip, format!("localnet unavailable: {why}"))
                 };
@@ -100,10 +103,20 @@ pub async fn run_rail_tier(
             match tokio::time::timeout(BEHAVIOUR_TIMEOUT, (b.run)(harness.as_ref())).await {
                 Ok(Ok(())) => row(b, Outcome::Pass, elapsed(start), String::new()),
                 Ok(Err(why)) => row(b, Outcome::Fail, elapsed(start), why),
-                Err(_) => row(b, Outcome::Fail, elapsed(start), format!("timed out after {BEHAVIOUR_TIMEOUT:?}")),
+                Err(_) => row(
+                    b,
+                    Outcome::Fail,
+                    elapsed(start),
+                    format!("timed out after {BEHAVIOUR_TIMEOUT:?}"),
+                ),
             }
         } else {
-            row(b, Outcome::Skip, 0, format!("capability not claimed ({:?})", b.needs))
+            row(
+                b,
+                Outcome::Skip,
+                0,
+                format!("capability not claimed ({:?})", b.needs),
+            )
         };
         harness.teardown().await;
         progress(&r);
@@ -166,8 +179,16 @@ pub fn matrix(rows: &[ResultRow]) -> String {
     if !notes.is_empty() {
         out.push('\n');
         for r in notes {
-            let tag = if r.outcome == Outcome::Fail { "FAIL" } else { "skip" };
-            let _ = writeln!(out, "{tag} {}/{} {}: {}", r.rail, r.tier, r.behaviour, r.detail);
+            let tag = if r.outcome == Outcome::Fail {
+                "FAIL"
+            } else {
+                "skip"
+            };
+            let _ = writeln!(
+                out,
+                "{tag} {}/{} {}: {}",
+                r.rail, r.tier, r.behaviour, r.detail
+            );
         }
     }
     let (p, f, s) = counts(rows);
@@ -213,7 +234,11 @@ pub fn junit(rows: &[ResultRow]) -> String {
     }
     let (_, f, s) = counts(rows);
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(out, "<testsuites name=\"conformance\" tests=\"{}\" failures=\"{f}\" skipped=\"{s}\">", rows.len());
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"conformance\" tests=\"{}\" failures=\"{f}\" skipped=\"{s}\">",
+        rows.len()
+    );
     for ((rail, tier), rs) in suites {
         let (_, sf, ss) = counts(&rs.iter().map(|r| (*r).clone()).collect::<Vec<_>>());
         let secs = seconds(rs.iter().map(|r| r.ms).sum::<u64>());
@@ -236,10 +261,18 @@ pub fn junit(rows: &[ResultRow]) -> String {
             match r.outcome {
                 Outcome::Pass => out.push_str("/>\n"),
                 Outcome::Fail => {
-                    let _ = writeln!(out, "><failure message=\"{}\"/></testcase>", xml_escape(&r.detail));
+                    let _ = writeln!(
+                        out,
+                        "><failure message=\"{}\"/></testcase>",
+                        xml_escape(&r.detail)
+                    );
                 }
                 Outcome::Skip => {
-                    let _ = writeln!(out, "><skipped message=\"{}\"/></testcase>", xml_escape(&r.detail));
+                    let _ = writeln!(
+                        out,
+                        "><skipped message=\"{}\"/></testcase>",
+                        xml_escape(&r.detail)
+                    );
                 }
             }
         }

@@ -245,7 +245,11 @@ impl RailError {
     }
 
     /// A mismatch on `binding`.
-    pub fn mismatch(binding: Binding, expected: impl fmt::Display, actual: impl fmt::Display) -> Self {
+    pub fn mismatch(
+        binding: Binding,
+        expected: impl fmt::Display,
+        actual: impl fmt::Display,
+    ) -> Self {
         RailError::Mismatch {
             binding,
             expected: expected.to_string(),

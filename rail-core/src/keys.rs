@@ -221,7 +221,11 @@ impl ReplayGuard {
             value: None,
             expires_at: Some(now.plus(ttl)),
         };
-        match self.store.insert_if_absent(&self.ns, key, &rec, now).await? {
+        match self
+            .store
+            .insert_if_absent(&self.ns, key, &rec, now)
+            .await?
+        {
             None => Ok(Reservation {
                 guard: self.clone(),
                 key: key.to_owned(),
@@ -565,7 +569,10 @@ pub mod suite {
         ));
         fresh.commit(Some(Duration::from_secs(60))).await.unwrap();
         clock.advance(Duration::from_secs(61));
-        assert!(guard.insert_if_absent("k2", None).await.unwrap(), "retention lapsed");
+        assert!(
+            guard.insert_if_absent("k2", None).await.unwrap(),
+            "retention lapsed"
+        );
         assert!(!guard.insert_if_absent("k2", None).await.unwrap());
 
         // insert_if_absent under contention: exactly one winner

@@ -25,8 +25,8 @@ pub use self::postgres::PgKeyStore;
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use async_trait::async_trait;
-    use sqlx::sqlite::SqlitePool;
     use sqlx::Row;
+    use sqlx::sqlite::SqlitePool;
 
     use super::storage;
     use crate::clock::Timestamp;
@@ -169,11 +169,13 @@ mod sqlite {
         }
 
         async fn purge_expired(&self, now: Timestamp) -> RailResult<u64> {
-            let r = sqlx::query("DELETE FROM rail_keys WHERE expires_at IS NOT NULL AND expires_at <= ?1")
-                .bind(now.0)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| storage(&e))?;
+            let r = sqlx::query(
+                "DELETE FROM rail_keys WHERE expires_at IS NOT NULL AND expires_at <= ?1",
+            )
+            .bind(now.0)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| storage(&e))?;
             Ok(r.rows_affected())
         }
     }
@@ -182,8 +184,8 @@ mod sqlite {
 #[cfg(feature = "postgres")]
 mod postgres {
     use async_trait::async_trait;
-    use sqlx::postgres::PgPool;
     use sqlx::Row;
+    use sqlx::postgres::PgPool;
 
     use super::storage;
     use crate::clock::Timestamp;
@@ -332,11 +334,13 @@ mod postgres {
         }
 
         async fn purge_expired(&self, now: Timestamp) -> RailResult<u64> {
-            let r = sqlx::query("DELETE FROM rail_keys WHERE expires_at IS NOT NULL AND expires_at <= $1")
-                .bind(now.0)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| storage(&e))?;
+            let r = sqlx::query(
+                "DELETE FROM rail_keys WHERE expires_at IS NOT NULL AND expires_at <= $1",
+            )
+            .bind(now.0)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| storage(&e))?;
             Ok(r.rows_affected())
         }
     }

@@ -48,6 +48,6 @@ pub use rail::{
     RefundReceiver,
 };
 pub use types::{
-    Captured, Charge, Offer, OpId, Payment, PaymentMode, PaymentState, RailId, Refunded,
-    Verified, Voided,
+    Captured, Charge, Offer, OpId, Payment, PaymentMode, PaymentState, RailId, Refunded, Verified,
+    Voided,
 };

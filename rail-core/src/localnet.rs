@@ -26,5 +26,7 @@ pub fn missing(what: &str, why: &str) {
         !in_ci(),
         "localnet {what} is required in CI but unavailable: {why}"
     );
-    eprintln!("SKIPPED: localnet {what} unavailable ({why}); set it up with scripts/setup-localnets or point the env var at it");
+    eprintln!(
+        "SKIPPED: localnet {what} unavailable ({why}); set it up with scripts/setup-localnets or point the env var at it"
+    );
 }

@@ -128,7 +128,7 @@ impl Amount {
         if units == 0 {
             return Amount::ZERO;
         }
-        while scale > 0 && units % 10 == 0 {
+        while scale > 0 && units.is_multiple_of(10) {
             units /= 10;
             scale -= 1;
         }
@@ -284,7 +284,10 @@ impl FromStr for Amount {
             return Err(MoneyError::syntax(s, "missing fractional digits after '.'"));
         }
         if !frac.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(MoneyError::syntax(s, "fractional part must be ASCII digits"));
+            return Err(MoneyError::syntax(
+                s,
+                "fractional part must be ASCII digits",
+            ));
         }
         let frac = frac.trim_end_matches('0');
         let scale = u8::try_from(frac.len())
@@ -534,7 +537,9 @@ impl Money {
     #[must_use]
     pub fn minor_units(&self) -> u128 {
         // Checked in `new`/`from_minor`: cannot fail for a constructed Money.
-        self.amount.to_minor(self.asset.scale()).unwrap_or(u128::MAX)
+        self.amount
+            .to_minor(self.asset.scale())
+            .unwrap_or(u128::MAX)
     }
 
     /// The minor units as `i64` (SQL `BIGINT`).
@@ -632,10 +637,7 @@ mod tests {
             Err(MoneyError::TooPrecise { .. })
         ));
         let max = u128::MAX.to_string().parse::<Amount>().unwrap();
-        assert!(matches!(
-            max.to_minor(1),
-            Err(MoneyError::Overflow { .. })
-        ));
+        assert!(matches!(max.to_minor(1), Err(MoneyError::Overflow { .. })));
         assert!(matches!(
             max.checked_add(Amount::from_whole(1)),
             Err(MoneyError::Overflow { .. })
@@ -652,7 +654,12 @@ mod tests {
         assert_eq!(a.to_minor(6).unwrap(), 4200);
         assert!(matches!(a.to_minor(3), Err(MoneyError::Lossy { .. })));
         assert!(Money::parse(Asset::usd(), "0.001").is_err());
-        assert_eq!(Money::parse(Asset::btc(), "0.00000000001").unwrap().minor_units(), 1);
+        assert_eq!(
+            Money::parse(Asset::btc(), "0.00000000001")
+                .unwrap()
+                .minor_units(),
+            1
+        );
     }
 
     #[test]
@@ -661,8 +668,16 @@ mod tests {
         let j = serde_json::to_string(&m).unwrap();
         assert_eq!(j, r#"{"amount":"1.25","asset":{"code":"USDC","scale":6}}"#);
         assert_eq!(serde_json::from_str::<Money>(&j).unwrap(), m);
-        assert!(serde_json::from_str::<Amount>("1.25").is_err(), "numbers are refused");
-        assert!(serde_json::from_str::<Money>(r#"{"amount":"0.0000001","asset":{"code":"USDC","scale":6}}"#).is_err());
+        assert!(
+            serde_json::from_str::<Amount>("1.25").is_err(),
+            "numbers are refused"
+        );
+        assert!(
+            serde_json::from_str::<Money>(
+                r#"{"amount":"0.0000001","asset":{"code":"USDC","scale":6}}"#
+            )
+            .is_err()
+        );
         assert!(serde_json::from_str::<Asset>(r#"{"code":"usd","scale":2}"#).is_err());
     }
 

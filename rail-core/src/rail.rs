@@ -21,9 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{RailError, RailResult};
 use crate::money::{Asset, Money};
-use crate::types::{
-    Captured, Charge, Offer, OpId, Payment, RailId, Refunded, Verified, Voided,
-};
+use crate::types::{Captured, Charge, Offer, OpId, Payment, RailId, Refunded, Verified, Voided};
 
 /// When a settled payment is final.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +163,9 @@ pub trait RefundReceiver: Receiver {
     async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded>;
 }
 
+/// The two hold parts of a [`RailHandle`].
+pub type HoldParts<'a> = (&'a Arc<dyn HoldPayer>, &'a Arc<dyn HoldReceiver>);
+
 /// A rail chosen at run time: the parts it implements, as trait objects.
 ///
 /// The optional parts are `Some` exactly when the rail's [`Capabilities`] claim them; the
@@ -200,7 +201,7 @@ impl RailHandle {
     ///
     /// # Errors
     /// [`RailError::Unsupported`] when the rail cannot hold.
-    pub fn holds(&self) -> RailResult<(&Arc<dyn HoldPayer>, &Arc<dyn HoldReceiver>)> {
+    pub fn holds(&self) -> RailResult<HoldParts<'_>> {
         match (&self.hold_payer, &self.hold_receiver) {
             (Some(p), Some(r)) => Ok((p, r)),
             _ => Err(RailError::Unsupported {

@@ -264,7 +264,11 @@ impl Payment {
             return Err(RailError::mismatch(Binding::Rail, &offer.rail, &self.rail));
         }
         if self.offer_id != offer.id {
-            return Err(RailError::mismatch(Binding::Offer, &offer.id, &self.offer_id));
+            return Err(RailError::mismatch(
+                Binding::Offer,
+                &offer.id,
+                &self.offer_id,
+            ));
         }
         if self.mode != offer.mode {
             return Err(RailError::mismatch(Binding::Mode, offer.mode, self.mode));
@@ -277,7 +281,11 @@ impl Payment {
             ));
         }
         if self.amount != offer.amount {
-            return Err(RailError::mismatch(Binding::Amount, &offer.amount, &self.amount));
+            return Err(RailError::mismatch(
+                Binding::Amount,
+                &offer.amount,
+                &self.amount,
+            ));
         }
         Ok(())
     }

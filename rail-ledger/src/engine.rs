@@ -11,8 +11,8 @@ use rail_core::Timestamp;
 use sha2::{Digest, Sha256};
 
 use crate::types::{
-    Account, AccountCreated, AccountId, Created, NewAccount, SideBalances, Transfer,
-    TransferError, TransferId, TransferKind, TransferRequest, TransferStatus,
+    Account, AccountCreated, AccountId, Created, NewAccount, SideBalances, Transfer, TransferError,
+    TransferId, TransferKind, TransferRequest, TransferStatus,
 };
 
 /// Largest value any counter may hold (the storage type is SQL `BIGINT`).
@@ -116,7 +116,12 @@ pub fn entry_hash(t: &Transfer) -> [u8; 32] {
     h.update(t.timeout_ms.to_be_bytes());
     h.update(t.timestamp.0.to_be_bytes());
     for s in [t.debit_side, t.credit_side] {
-        for v in [s.pending_before, s.pending_after, s.posted_before, s.posted_after] {
+        for v in [
+            s.pending_before,
+            s.pending_after,
+            s.posted_before,
+            s.posted_after,
+        ] {
             h.update(v.to_be_bytes());
         }
     }
@@ -602,7 +607,10 @@ impl Verifier {
     pub(crate) fn entry(&mut self, t: &Transfer) {
         self.report.entries += 1;
         if t.seq != self.expect_seq {
-            self.problem(t.seq, format!("expected entry {}, found {}", self.expect_seq, t.seq));
+            self.problem(
+                t.seq,
+                format!("expected entry {}, found {}", self.expect_seq, t.seq),
+            );
         }
         self.expect_seq = t.seq + 1;
         if t.prev_hash != self.prev_hash {
@@ -625,11 +633,19 @@ impl Verifier {
             }
             TransferKind::VoidPending | TransferKind::ExpirePending => (0, t.amount, 0),
         };
-        for (acc, side, idx) in [(t.debit, t.debit_side, 0usize), (t.credit, t.credit_side, 2)] {
+        for (acc, side, idx) in [
+            (t.debit, t.debit_side, 0usize),
+            (t.credit, t.credit_side, 2),
+        ] {
             let c = self.counters.entry(acc).or_insert([0; 4]);
-            let (pend, post) = (c.get(idx).copied().unwrap_or(0), c.get(idx + 1).copied().unwrap_or(0));
+            let (pend, post) = (
+                c.get(idx).copied().unwrap_or(0),
+                c.get(idx + 1).copied().unwrap_or(0),
+            );
             let ok_before = side.pending_before == pend && side.posted_before == post;
-            let exp_pending = pend.checked_add(pend_add).and_then(|v| v.checked_sub(pend_sub));
+            let exp_pending = pend
+                .checked_add(pend_add)
+                .and_then(|v| v.checked_sub(pend_sub));
             let exp_posted = post.checked_add(post_add);
             let ok_after =
                 Some(side.pending_after) == exp_pending && Some(side.posted_after) == exp_posted;
@@ -640,23 +656,32 @@ impl Verifier {
                 *slot = side.posted_after;
             }
             if !ok_before {
-                self.problem(t.seq, format!("account {acc}: balances before do not continue its history"));
+                self.problem(
+                    t.seq,
+                    format!("account {acc}: balances before do not continue its history"),
+                );
             }
             if !ok_after {
-                self.problem(t.seq, format!("account {acc}: balances after do not follow from the amount"));
+                self.problem(
+                    t.seq,
+                    format!("account {acc}: balances after do not follow from the amount"),
+                );
             }
         }
         self.kinds.insert(t.id, (t.kind, t.amount));
         match (t.kind, t.reference) {
             (TransferKind::Single, _) => {
-                self.statuses.insert(t.id, TransferStatus::Settled { reversed: 0 });
+                self.statuses
+                    .insert(t.id, TransferStatus::Settled { reversed: 0 });
             }
             (TransferKind::Pending, _) => {
                 self.statuses.insert(t.id, TransferStatus::Pending);
             }
             (TransferKind::PostPending, Some(r)) => {
-                self.statuses.insert(r, TransferStatus::Posted { amount: t.amount });
-                self.statuses.insert(t.id, TransferStatus::Settled { reversed: 0 });
+                self.statuses
+                    .insert(r, TransferStatus::Posted { amount: t.amount });
+                self.statuses
+                    .insert(t.id, TransferStatus::Settled { reversed: 0 });
             }
             (TransferKind::VoidPending, Some(r)) => {
                 self.statuses.insert(r, TransferStatus::Voided);
@@ -680,17 +705,35 @@ impl Verifier {
         statuses: &HashMap<TransferId, TransferStatus>,
     ) -> VerifyReport {
         if head.0 != self.expect_seq - 1 || head.1 != self.prev_hash {
-            self.problem(0, format!("journal head says entry {} but the journal ends at {}", head.0, self.expect_seq - 1));
+            self.problem(
+                0,
+                format!(
+                    "journal head says entry {} but the journal ends at {}",
+                    head.0,
+                    self.expect_seq - 1
+                ),
+            );
         }
         for a in accounts {
             self.report.accounts += 1;
             let c = self.counters.remove(&a.id).unwrap_or([0; 4]);
-            if c != [a.debits_pending, a.debits_posted, a.credits_pending, a.credits_posted] {
-                self.problem(0, format!("account {}: stored balances differ from the journal", a.id));
+            if c != [
+                a.debits_pending,
+                a.debits_posted,
+                a.credits_pending,
+                a.credits_posted,
+            ] {
+                self.problem(
+                    0,
+                    format!("account {}: stored balances differ from the journal", a.id),
+                );
             }
         }
         for id in self.counters.keys().copied().collect::<Vec<_>>() {
-            self.problem(0, format!("account {id} appears in the journal but not in the accounts"));
+            self.problem(
+                0,
+                format!("account {id} appears in the journal but not in the accounts"),
+            );
         }
         if &self.statuses != statuses {
             self.problem(0, "transfer statuses differ from the journal".into());
@@ -738,12 +781,12 @@ mod tests {
     fn refused_requests_change_nothing_and_do_not_disturb_the_batch() {
         let mut s = snap_with(&[(1, false), (2, true), (3, false)]);
         let cmds = vec![
-            single(10, 1, 2, 100),        // fund 2
-            single(11, 2, 3, 101),        // overdraft: refused
-            single(12, 2, 3, 60),         // fine
-            single(12, 2, 3, 61),         // same id, other amount
-            single(12, 2, 3, 60),         // same id, same fields
-            single(13, 2, 2, 1),          // same account
+            single(10, 1, 2, 100),         // fund 2
+            single(11, 2, 3, 101),         // overdraft: refused
+            single(12, 2, 3, 60),          // fine
+            single(12, 2, 3, 61),          // same id, other amount
+            single(12, 2, 3, 60),          // same id, same fields
+            single(13, 2, 2, 1),           // same account
             single(14, 2, 3, MAX_COUNTER), // beyond any counter
         ];
         let (out, ch) = apply_batch(&mut s, &cmds, Timestamp(5));

@@ -31,7 +31,9 @@ impl From<LedgerError> for RailError {
                 reason: RailReason::new("corrupt", s),
                 retryable: false,
             },
-            LedgerError::Closed => RailError::Unavailable(RailReason::new("closed", "ledger is closed")),
+            LedgerError::Closed => {
+                RailError::Unavailable(RailReason::new("closed", "ledger is closed"))
+            }
         }
     }
 }
@@ -58,7 +60,9 @@ impl TransferError {
             TransferError::ExceedsPendingAmount { .. } => "exceeds_pending_transfer_amount",
             TransferError::CannotReverse => "cannot_reverse",
             TransferError::ExceedsReversible { .. } => "exceeds_reversible_amount",
-            TransferError::AccountExistsWithDifferentFields => "account_exists_with_different_fields",
+            TransferError::AccountExistsWithDifferentFields => {
+                "account_exists_with_different_fields"
+            }
         }
     }
 }
@@ -67,13 +71,24 @@ impl From<TransferError> for RailError {
     fn from(t: TransferError) -> Self {
         let reason = RailReason::new(t.code(), t.to_string());
         match t {
-            TransferError::ExceedsCredits { .. } => RailError::InsufficientFunds(reason.to_string()),
+            TransferError::ExceedsCredits { .. } => {
+                RailError::InsufficientFunds(reason.to_string())
+            }
             TransferError::ExistsWithDifferentFields => RailError::IdempotencyConflict {
                 op_id: reason.message,
             },
-            TransferError::AlreadyPosted => RailError::InvalidState { op: "capture or void", state: "captured".into() },
-            TransferError::AlreadyVoided => RailError::InvalidState { op: "capture or void", state: "voided".into() },
-            TransferError::PendingExpired => RailError::InvalidState { op: "capture or void", state: "expired".into() },
+            TransferError::AlreadyPosted => RailError::InvalidState {
+                op: "capture or void",
+                state: "captured".into(),
+            },
+            TransferError::AlreadyVoided => RailError::InvalidState {
+                op: "capture or void",
+                state: "voided".into(),
+            },
+            TransferError::PendingExpired => RailError::InvalidState {
+                op: "capture or void",
+                state: "expired".into(),
+            },
             TransferError::NotPending | TransferError::CannotReverse => RailError::InvalidState {
                 op: "this operation",
                 state: "not in a state that allows it".into(),
@@ -81,13 +96,20 @@ impl From<TransferError> for RailError {
             TransferError::ReferenceNotFound
             | TransferError::DebitAccountNotFound
             | TransferError::CreditAccountNotFound => RailError::NotFound(reason.to_string()),
-            TransferError::Overflow => RailError::Money(rail_core::MoneyError::Overflow { target: "ledger counter (i64)" }),
+            TransferError::Overflow => RailError::Money(rail_core::MoneyError::Overflow {
+                target: "ledger counter (i64)",
+            }),
             TransferError::IdMustNotBeZero
             | TransferError::AmountMustNotBeZero
             | TransferError::AccountsMustBeDifferent
             | TransferError::AssetMismatch
-            | TransferError::AccountExistsWithDifferentFields => RailError::InvalidInput(reason.to_string()),
-            _ => RailError::Rail { reason, retryable: false },
+            | TransferError::AccountExistsWithDifferentFields => {
+                RailError::InvalidInput(reason.to_string())
+            }
+            _ => RailError::Rail {
+                reason,
+                retryable: false,
+            },
         }
     }
 }

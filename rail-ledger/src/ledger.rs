@@ -51,7 +51,9 @@ pub struct Ledger {
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ledger").field("backend", &self.backend.name()).finish()
+        f.debug_struct("Ledger")
+            .field("backend", &self.backend.name())
+            .finish()
     }
 }
 

@@ -55,7 +55,10 @@ mod types;
 pub use engine::{MAX_COUNTER, Problem, VerifyReport, entry_hash};
 pub use error::LedgerError;
 pub use ledger::{Ledger, MAX_BATCH};
-pub use rail::{LedgerOfferDetails, LedgerPayer, LedgerProof, LedgerReceiver, RAIL, offer_binding, op_transfer_id};
+pub use rail::{
+    LedgerOfferDetails, LedgerPayer, LedgerProof, LedgerReceiver, RAIL, offer_binding,
+    op_transfer_id,
+};
 pub use types::{
     Account, AccountCreated, AccountId, Created, NewAccount, SideBalances, Transfer, TransferError,
     TransferId, TransferKind, TransferRequest, TransferStatus,

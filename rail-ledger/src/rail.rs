@@ -18,7 +18,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::ledger::Ledger;
-use crate::types::{AccountId, Created, Transfer, TransferError, TransferId, TransferKind, TransferRequest, TransferStatus};
+use crate::types::{
+    AccountId, Created, Transfer, TransferError, TransferId, TransferKind, TransferRequest,
+    TransferStatus,
+};
 
 /// The rail's name.
 pub const RAIL: &str = "ledger";
@@ -123,7 +126,11 @@ impl LedgerPayer {
             return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
         }
         if offer.amount.asset() != &self.asset {
-            return Err(RailError::mismatch(Binding::Asset, &self.asset, offer.amount.asset()));
+            return Err(RailError::mismatch(
+                Binding::Asset,
+                &self.asset,
+                offer.amount.asset(),
+            ));
         }
         offer.check_live(self.ledger.clock().now())?;
         let credit = parse_account(&offer.payee, "offer payee")?;
@@ -156,7 +163,9 @@ impl LedgerPayer {
         let req = self.request(op, offer, mode)?;
         let created = self.ledger.transfer(req).await.map_err(|e| match e {
             crate::LedgerError::Refused(TransferError::ExistsWithDifferentFields) => {
-                RailError::IdempotencyConflict { op_id: op.to_string() }
+                RailError::IdempotencyConflict {
+                    op_id: op.to_string(),
+                }
             }
             other => other.into(),
         })?;
@@ -244,7 +253,11 @@ impl LedgerReceiver {
     async fn check(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
         if offer.payee != self.account.to_string() {
-            return Err(RailError::mismatch(Binding::Payee, self.account, &offer.payee));
+            return Err(RailError::mismatch(
+                Binding::Payee,
+                self.account,
+                &offer.payee,
+            ));
         }
         offer.check_live(self.ledger.clock().now())?;
         let proof: LedgerProof = payment.proof_as()?;
@@ -252,17 +265,28 @@ impl LedgerReceiver {
             .map_err(|e| RailError::MalformedPayment(e.to_string()))?;
         let (t, status) = self.lookup(proof.transfer_id).await?;
         let (want_kind, want_status) = match offer.mode {
-            PaymentMode::Capture => (TransferKind::Single, TransferStatus::Settled { reversed: 0 }),
+            PaymentMode::Capture => (
+                TransferKind::Single,
+                TransferStatus::Settled { reversed: 0 },
+            ),
             PaymentMode::Hold => (TransferKind::Pending, TransferStatus::Pending),
         };
         if t.kind != want_kind {
-            return Err(RailError::mismatch(Binding::Mode, offer.mode, format!("{:?}", t.kind)));
+            return Err(RailError::mismatch(
+                Binding::Mode,
+                offer.mode,
+                format!("{:?}", t.kind),
+            ));
         }
         if t.credit != self.account {
             return Err(RailError::mismatch(Binding::Payee, self.account, t.credit));
         }
         if t.user_data != offer_binding(&offer.id) {
-            return Err(RailError::mismatch(Binding::Offer, &offer.id, "a transfer for another offer"));
+            return Err(RailError::mismatch(
+                Binding::Offer,
+                &offer.id,
+                "a transfer for another offer",
+            ));
         }
         let paid = money(&self.asset, t.amount)?;
         if paid != offer.amount {
@@ -302,7 +326,9 @@ impl LedgerReceiver {
     async fn run(&self, op: &OpId, req: TransferRequest) -> RailResult<Created> {
         self.ledger.transfer(req).await.map_err(|e| match e {
             crate::LedgerError::Refused(TransferError::ExistsWithDifferentFields) => {
-                RailError::IdempotencyConflict { op_id: op.to_string() }
+                RailError::IdempotencyConflict {
+                    op_id: op.to_string(),
+                }
             }
             crate::LedgerError::Refused(TransferError::ExceedsPendingAmount { pending }) => {
                 RailError::ExceedsAvailable {
@@ -351,9 +377,11 @@ impl Receiver for LedgerReceiver {
         // Refuse what the ledger cannot carry now, not at payment time.
         let units = minor(&charge.amount)?;
         if units > crate::engine::MAX_COUNTER {
-            return Err(RailError::Money(rail_core::MoneyError::Overflow { target: "i64" }));
+            return Err(RailError::Money(rail_core::MoneyError::Overflow {
+                target: "i64",
+            }));
         }
-        let hold_secs = (charge.mode == PaymentMode::Hold).then(|| self.hold_for.as_secs());
+        let hold_secs = (charge.mode == PaymentMode::Hold).then_some(self.hold_for.as_secs());
         Ok(Offer {
             rail: RailId::new(RAIL),
             id: format!("q_{}", hex::encode(rand::random::<[u8; 16]>())),
@@ -370,7 +398,10 @@ impl Receiver for LedgerReceiver {
         // Cheap, side-effect-free checks first; then reserve the offer, check the ledger, commit.
         payment.check_envelope(offer)?;
         let _: LedgerProof = payment.proof_as()?;
-        let reservation = self.guard.reserve(&offer.id, Duration::from_secs(30)).await?;
+        let reservation = self
+            .guard
+            .reserve(&offer.id, Duration::from_secs(30))
+            .await?;
         match self.check(offer, payment).await {
             Ok(v) => {
                 let now = self.ledger.clock().now();
@@ -392,7 +423,11 @@ impl Receiver for LedgerReceiver {
 impl HoldReceiver for LedgerReceiver {
     async fn capture(&self, op: &OpId, held: &Verified, amount: &Money) -> RailResult<Captured> {
         if amount.asset() != &self.asset {
-            return Err(RailError::mismatch(Binding::Asset, &self.asset, amount.asset()));
+            return Err(RailError::mismatch(
+                Binding::Asset,
+                &self.asset,
+                amount.asset(),
+            ));
         }
         let p = self.own_pending(held).await?;
         let units = minor(amount)?;
@@ -444,12 +479,18 @@ impl HoldReceiver for LedgerReceiver {
 impl RefundReceiver for LedgerReceiver {
     async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded> {
         if amount.asset() != &self.asset {
-            return Err(RailError::mismatch(Binding::Asset, &self.asset, amount.asset()));
+            return Err(RailError::mismatch(
+                Binding::Asset,
+                &self.asset,
+                amount.asset(),
+            ));
         }
         let id = Self::transfer_id(payment_ref)?;
         let (t, _) = self.lookup(id).await?;
         if t.credit != self.account || !t.kind.is_posting() {
-            return Err(RailError::NotFound(format!("settled payment {id} to this receiver")));
+            return Err(RailError::NotFound(format!(
+                "settled payment {id} to this receiver"
+            )));
         }
         let units = minor(amount)?;
         let created = self

@@ -209,7 +209,7 @@ pub(crate) mod sqlite {
                 .await
                 .map_err(|e| db(&e))?;
             for s in SCHEMA {
-                sqlx::query(*s).execute(&pool).await.map_err(|e| db(&e))?;
+                sqlx::query(s).execute(&pool).await.map_err(|e| db(&e))?;
             }
             Ok(SqliteBackend { pool })
         }
@@ -217,14 +217,21 @@ pub(crate) mod sqlite {
 
     type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
-    async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snapshot, LedgerError> {
+    async fn load(
+        tx: &mut Tx<'_>,
+        cmds: &[Command],
+        now: Timestamp,
+    ) -> Result<Snapshot, LedgerError> {
         let mut snap = Snapshot::default();
         let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
             .fetch_one(&mut **tx)
             .await
             .map_err(|e| db(&e))?;
         snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
-        snap.head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+        snap.head_hash = hash32(
+            &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
+            "head",
+        )?;
         let needs = engine::needs(cmds);
         let due = sqlx::query(
             "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
@@ -279,9 +286,15 @@ pub(crate) mod sqlite {
         Ok(snap)
     }
 
-    async fn write(tx: &mut Tx<'_>, snap: &Snapshot, ch: &engine::Changes) -> Result<(), LedgerError> {
+    async fn write(
+        tx: &mut Tx<'_>,
+        snap: &Snapshot,
+        ch: &engine::Changes,
+    ) -> Result<(), LedgerError> {
         for id in ch.accounts.iter().chain(ch.new_accounts.iter()) {
-            let Some(a) = snap.accounts.get(id) else { continue };
+            let Some(a) = snap.accounts.get(id) else {
+                continue;
+            };
             sqlx::query(
                 "INSERT INTO ledger_accounts (id, asset, scale, no_overdraft, debits_pending,
                     debits_posted, credits_pending, credits_posted, created_at)
@@ -334,9 +347,15 @@ pub(crate) mod sqlite {
                 .map_err(|e| db(&e))?;
         }
         for id in &ch.statuses {
-            let Some(st) = snap.statuses.get(id) else { continue };
+            let Some(st) = snap.statuses.get(id) else {
+                continue;
+            };
             let (code, amount) = st.encode();
-            let expires = snap.transfers.get(id).and_then(Transfer::expires_at).map(|t| t.0);
+            let expires = snap
+                .transfers
+                .get(id)
+                .and_then(Transfer::expires_at)
+                .map(|t| t.0);
             sqlx::query(
                 "INSERT INTO ledger_status (id, status, amount, expires_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (id) DO UPDATE SET status = excluded.status, amount = excluded.amount",
@@ -364,8 +383,16 @@ pub(crate) mod sqlite {
             "sqlite"
         }
 
-        async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Vec<Outcome>, LedgerError> {
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| db(&e))?;
+        async fn execute(
+            &self,
+            cmds: &[Command],
+            now: Timestamp,
+        ) -> Result<Vec<Outcome>, LedgerError> {
+            let mut tx = self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(|e| db(&e))?;
             let mut snap = load(&mut tx, cmds, now).await?;
             let (out, ch) = engine::apply_batch(&mut snap, cmds, now);
             if ch.is_empty() {
@@ -422,7 +449,10 @@ pub(crate) mod sqlite {
             let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
             let mut v = Verifier::new();
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            let rows = sqlx::query(sql.as_str()).fetch_all(&mut *tx).await.map_err(|e| db(&e))?;
+            let rows = sqlx::query(sql.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?;
             for r in &rows {
                 v.entry(&transfer_row(r)?);
             }
@@ -431,7 +461,10 @@ pub(crate) mod sqlite {
                 .await
                 .map_err(|e| db(&e))?;
             let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
-            let head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+            let head_hash = hash32(
+                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
+                "head",
+            )?;
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
             let accounts = sqlx::query(sql.as_str())
                 .fetch_all(&mut *tx)
@@ -506,7 +539,10 @@ pub(crate) mod postgres {
         pub(crate) async fn open(url: &str, schema: Option<&str>) -> Result<Self, LedgerError> {
             let mut opts = PgConnectOptions::from_str(url).map_err(|e| db(&e))?;
             if let Some(s) = schema {
-                if !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+                if !s
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                {
                     return Err(LedgerError::Storage(format!("bad schema name {s:?}")));
                 }
                 let admin = PgPoolOptions::new()
@@ -534,7 +570,7 @@ pub(crate) mod postgres {
                 .await
                 .map_err(|e| db(&e))?;
             for s in SCHEMA {
-                sqlx::query(*s).execute(&mut *tx).await.map_err(|e| db(&e))?;
+                sqlx::query(s).execute(&mut *tx).await.map_err(|e| db(&e))?;
             }
             tx.commit().await.map_err(|e| db(&e))?;
             Ok(PgBackend { pool })
@@ -543,7 +579,11 @@ pub(crate) mod postgres {
 
     type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
-    async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snapshot, LedgerError> {
+    async fn load(
+        tx: &mut Tx<'_>,
+        cmds: &[Command],
+        now: Timestamp,
+    ) -> Result<Snapshot, LedgerError> {
         let mut snap = Snapshot::default();
         // The head row lock serializes every writer of this ledger, in every process.
         let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE")
@@ -551,7 +591,10 @@ pub(crate) mod postgres {
             .await
             .map_err(|e| db(&e))?;
         snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
-        snap.head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+        snap.head_hash = hash32(
+            &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
+            "head",
+        )?;
         let needs = engine::needs(cmds);
         let due = sqlx::query(
             "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
@@ -589,7 +632,8 @@ pub(crate) mod postgres {
             let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
             let st = TransferStatus::decode(code, amount)
                 .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
-            snap.statuses.insert(id16(&id, TransferId::from_slice, "status id")?, st);
+            snap.statuses
+                .insert(id16(&id, TransferId::from_slice, "status id")?, st);
         }
         let aids = bytes(accounts_of(&snap, needs.accounts), AccountId::to_bytes);
         let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ANY($1)");
@@ -605,7 +649,11 @@ pub(crate) mod postgres {
         Ok(snap)
     }
 
-    async fn write(tx: &mut Tx<'_>, snap: &Snapshot, ch: &engine::Changes) -> Result<(), LedgerError> {
+    async fn write(
+        tx: &mut Tx<'_>,
+        snap: &Snapshot,
+        ch: &engine::Changes,
+    ) -> Result<(), LedgerError> {
         let accs: Vec<&Account> = ch
             .accounts
             .iter()
@@ -648,17 +696,33 @@ pub(crate) mod postgres {
                     $18::int8[], $19::bytea[], $20::bytea[])"
             ))
             .bind(col(|t| t.seq))
-            .bind(ts.iter().map(|t| t.id.to_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(
+                ts.iter()
+                    .map(|t| t.id.to_bytes().to_vec())
+                    .collect::<Vec<_>>(),
+            )
             .bind(ts.iter().map(|t| t.kind.code()).collect::<Vec<_>>())
-            .bind(ts.iter().map(|t| t.debit.to_bytes().to_vec()).collect::<Vec<_>>())
-            .bind(ts.iter().map(|t| t.credit.to_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(
+                ts.iter()
+                    .map(|t| t.debit.to_bytes().to_vec())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                ts.iter()
+                    .map(|t| t.credit.to_bytes().to_vec())
+                    .collect::<Vec<_>>(),
+            )
             .bind(col(|t| i(t.amount)))
             .bind(
                 ts.iter()
                     .map(|t| t.reference.map(|r| r.to_bytes().to_vec()))
                     .collect::<Vec<_>>(),
             )
-            .bind(ts.iter().map(|t| t.user_data.to_be_bytes().to_vec()).collect::<Vec<_>>())
+            .bind(
+                ts.iter()
+                    .map(|t| t.user_data.to_be_bytes().to_vec())
+                    .collect::<Vec<_>>(),
+            )
             .bind(col(|t| i(t.timeout_ms)))
             .bind(col(|t| t.timestamp.0))
             .bind(col(|t| i(t.debit_side.pending_before)))
@@ -681,12 +745,19 @@ pub(crate) mod postgres {
             let mut amounts = Vec::new();
             let mut expires = Vec::new();
             for id in &ch.statuses {
-                let Some(st) = snap.statuses.get(id) else { continue };
+                let Some(st) = snap.statuses.get(id) else {
+                    continue;
+                };
                 let (c, a) = st.encode();
                 ids.push(id.to_bytes().to_vec());
                 codes.push(c);
                 amounts.push(a);
-                expires.push(snap.transfers.get(id).and_then(Transfer::expires_at).map(|t| t.0));
+                expires.push(
+                    snap.transfers
+                        .get(id)
+                        .and_then(Transfer::expires_at)
+                        .map(|t| t.0),
+                );
             }
             sqlx::query(
                 "INSERT INTO ledger_status (id, status, amount, expires_at)
@@ -716,7 +787,11 @@ pub(crate) mod postgres {
             "postgres"
         }
 
-        async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Vec<Outcome>, LedgerError> {
+        async fn execute(
+            &self,
+            cmds: &[Command],
+            now: Timestamp,
+        ) -> Result<Vec<Outcome>, LedgerError> {
             let t0 = std::time::Instant::now();
             let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
             let t1 = t0.elapsed();
@@ -783,7 +858,11 @@ pub(crate) mod postgres {
                 .map_err(|e| db(&e))?;
             let mut v = Verifier::new();
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            for r in sqlx::query(sql.as_str()).fetch_all(&mut *tx).await.map_err(|e| db(&e))? {
+            for r in sqlx::query(sql.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
                 v.entry(&transfer_row(&r)?);
             }
             let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
@@ -791,7 +870,10 @@ pub(crate) mod postgres {
                 .await
                 .map_err(|e| db(&e))?;
             let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
-            let head_hash = hash32(&head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?, "head")?;
+            let head_hash = hash32(
+                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
+                "head",
+            )?;
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
             let accounts = sqlx::query(sql.as_str())
                 .fetch_all(&mut *tx)

@@ -1,6 +1,13 @@
 //! The same ledger tests on both backends: SQLite (always) and PostgreSQL (localnet: the
 //! project machines' service, or `STIPENDEX_PG_URL`; required in CI).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +39,9 @@ impl Fixture {
             (Some((url, schema)), _) => Ledger::postgres_with_clock(url, Some(schema), clock)
                 .await
                 .unwrap(),
-            (None, Some(dir)) => Ledger::sqlite_with_clock(&sqlite_url(dir), clock).await.unwrap(),
+            (None, Some(dir)) => Ledger::sqlite_with_clock(&sqlite_url(dir), clock)
+                .await
+                .unwrap(),
             _ => unreachable!(),
         }
     }
@@ -71,8 +80,15 @@ async fn fixture(b: Backend) -> Option<Fixture> {
     match b {
         Backend::Sqlite => {
             let dir = tempfile::tempdir().unwrap();
-            let ledger = Ledger::sqlite_with_clock(&sqlite_url(&dir), shared).await.unwrap();
-            Some(Fixture { ledger, clock, _dir: Some(dir), pg: None })
+            let ledger = Ledger::sqlite_with_clock(&sqlite_url(&dir), shared)
+                .await
+                .unwrap();
+            Some(Fixture {
+                ledger,
+                clock,
+                _dir: Some(dir),
+                pg: None,
+            })
         }
         Backend::Postgres => {
             let url = rail_core::localnet::postgres_url();
@@ -83,7 +99,12 @@ async fn fixture(b: Backend) -> Option<Fixture> {
             )
             .await
             {
-                Ok(Ok(ledger)) => Some(Fixture { ledger, clock, _dir: None, pg: Some((url, schema)) }),
+                Ok(Ok(ledger)) => Some(Fixture {
+                    ledger,
+                    clock,
+                    _dir: None,
+                    pg: Some((url, schema)),
+                }),
                 Ok(Err(e)) => {
                     rail_core::localnet::missing("PostgreSQL", &e.to_string());
                     None
@@ -99,12 +120,24 @@ async fn fixture(b: Backend) -> Option<Fixture> {
 
 async fn account(l: &Ledger, no_overdraft: bool) -> AccountId {
     let id = AccountId::random();
-    l.create_account(NewAccount { id, asset: Asset::usd(), no_overdraft }).await.unwrap();
+    l.create_account(NewAccount {
+        id,
+        asset: Asset::usd(),
+        no_overdraft,
+    })
+    .await
+    .unwrap();
     id
 }
 
 fn single(debit: AccountId, credit: AccountId, amount: u64) -> TransferRequest {
-    TransferRequest::Single { id: TransferId::random(), debit, credit, amount, user_data: 7 }
+    TransferRequest::Single {
+        id: TransferId::random(),
+        debit,
+        credit,
+        amount,
+        user_data: 7,
+    }
 }
 
 fn refused(r: Result<Created, LedgerError>) -> TransferError {
@@ -120,20 +153,65 @@ async fn transfers_and_idempotency(f: Fixture) {
     let alice = account(l, true).await;
     let bob = account(l, true).await;
     let fund = single(bank, alice, 1_000);
-    assert!(matches!(l.transfer(fund.clone()).await.unwrap(), Created::Created(_)));
-    assert!(matches!(l.transfer(fund.clone()).await.unwrap(), Created::Exists(_)));
-    let TransferRequest::Single { id, .. } = fund else { unreachable!() };
-    let changed = TransferRequest::Single { id, debit: bank, credit: alice, amount: 1_001, user_data: 7 };
-    assert_eq!(refused(l.transfer(changed).await), TransferError::ExistsWithDifferentFields);
-    assert_eq!(refused(l.transfer(single(alice, bob, 1_001)).await), TransferError::ExceedsCredits { available: 1_000 });
-    assert_eq!(refused(l.transfer(single(alice, alice, 1)).await), TransferError::AccountsMustBeDifferent);
-    assert_eq!(refused(l.transfer(single(alice, bob, 0)).await), TransferError::AmountMustNotBeZero);
-    assert_eq!(refused(l.transfer(single(alice, AccountId::random(), 1)).await), TransferError::CreditAccountNotFound);
-    let eur = AccountId::random();
-    l.create_account(NewAccount { id: eur, asset: Asset::new("EUR", 2).unwrap(), no_overdraft: false }).await.unwrap();
-    assert_eq!(refused(l.transfer(single(eur, alice, 1)).await), TransferError::AssetMismatch);
+    assert!(matches!(
+        l.transfer(fund.clone()).await.unwrap(),
+        Created::Created(_)
+    ));
+    assert!(matches!(
+        l.transfer(fund.clone()).await.unwrap(),
+        Created::Exists(_)
+    ));
+    let TransferRequest::Single { id, .. } = fund else {
+        unreachable!()
+    };
+    let changed = TransferRequest::Single {
+        id,
+        debit: bank,
+        credit: alice,
+        amount: 1_001,
+        user_data: 7,
+    };
     assert_eq!(
-        l.create_account(NewAccount { id: eur, asset: Asset::usd(), no_overdraft: false }).await.unwrap_err().to_string(),
+        refused(l.transfer(changed).await),
+        TransferError::ExistsWithDifferentFields
+    );
+    assert_eq!(
+        refused(l.transfer(single(alice, bob, 1_001)).await),
+        TransferError::ExceedsCredits { available: 1_000 }
+    );
+    assert_eq!(
+        refused(l.transfer(single(alice, alice, 1)).await),
+        TransferError::AccountsMustBeDifferent
+    );
+    assert_eq!(
+        refused(l.transfer(single(alice, bob, 0)).await),
+        TransferError::AmountMustNotBeZero
+    );
+    assert_eq!(
+        refused(l.transfer(single(alice, AccountId::random(), 1)).await),
+        TransferError::CreditAccountNotFound
+    );
+    let eur = AccountId::random();
+    l.create_account(NewAccount {
+        id: eur,
+        asset: Asset::new("EUR", 2).unwrap(),
+        no_overdraft: false,
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        refused(l.transfer(single(eur, alice, 1)).await),
+        TransferError::AssetMismatch
+    );
+    assert_eq!(
+        l.create_account(NewAccount {
+            id: eur,
+            asset: Asset::usd(),
+            no_overdraft: false
+        })
+        .await
+        .unwrap_err()
+        .to_string(),
         "refused: account exists with different fields"
     );
     l.transfer(single(alice, bob, 400)).await.unwrap();
@@ -152,22 +230,57 @@ async fn two_phase(f: Fixture) {
     let shop = account(l, true).await;
     l.transfer(single(bank, alice, 1_000)).await.unwrap();
     let hold = TransferId::random();
-    l.transfer(TransferRequest::Pending { id: hold, debit: alice, credit: shop, amount: 700, user_data: 1, timeout_ms: 60_000 }).await.unwrap();
+    l.transfer(TransferRequest::Pending {
+        id: hold,
+        debit: alice,
+        credit: shop,
+        amount: 700,
+        user_data: 1,
+        timeout_ms: 60_000,
+    })
+    .await
+    .unwrap();
     // Pending debits count against no-overdraft.
-    assert_eq!(refused(l.transfer(single(alice, shop, 301)).await), TransferError::ExceedsCredits { available: 300 });
+    assert_eq!(
+        refused(l.transfer(single(alice, shop, 301)).await),
+        TransferError::ExceedsCredits { available: 300 }
+    );
     // Post above the hold: refused; partial post releases the rest.
     assert_eq!(
-        refused(l.transfer(TransferRequest::Post { id: TransferId::random(), pending_id: hold, amount: 701 }).await),
+        refused(
+            l.transfer(TransferRequest::Post {
+                id: TransferId::random(),
+                pending_id: hold,
+                amount: 701
+            })
+            .await
+        ),
         TransferError::ExceedsPendingAmount { pending: 700 }
     );
-    let post = TransferRequest::Post { id: TransferId::random(), pending_id: hold, amount: 450 };
+    let post = TransferRequest::Post {
+        id: TransferId::random(),
+        pending_id: hold,
+        amount: 450,
+    };
     l.transfer(post.clone()).await.unwrap();
-    assert!(matches!(l.transfer(post).await.unwrap(), Created::Exists(_)));
+    assert!(matches!(
+        l.transfer(post).await.unwrap(),
+        Created::Exists(_)
+    ));
     let a = l.account(alice).await.unwrap().unwrap();
     assert_eq!((a.available(), a.debits_pending), (550, 0));
-    assert_eq!(l.account(shop).await.unwrap().unwrap().posted_balance(), 450);
     assert_eq!(
-        refused(l.transfer(TransferRequest::Void { id: TransferId::random(), pending_id: hold }).await),
+        l.account(shop).await.unwrap().unwrap().posted_balance(),
+        450
+    );
+    assert_eq!(
+        refused(
+            l.transfer(TransferRequest::Void {
+                id: TransferId::random(),
+                pending_id: hold
+            })
+            .await
+        ),
         TransferError::AlreadyPosted
     );
     let (_, st) = l.lookup_transfer(hold).await.unwrap().unwrap();
@@ -175,47 +288,137 @@ async fn two_phase(f: Fixture) {
 
     // Void releases; post after void refused.
     let h2 = TransferId::random();
-    l.transfer(TransferRequest::Pending { id: h2, debit: alice, credit: shop, amount: 500, user_data: 2, timeout_ms: 0 }).await.unwrap();
-    l.transfer(TransferRequest::Void { id: TransferId::random(), pending_id: h2 }).await.unwrap();
+    l.transfer(TransferRequest::Pending {
+        id: h2,
+        debit: alice,
+        credit: shop,
+        amount: 500,
+        user_data: 2,
+        timeout_ms: 0,
+    })
+    .await
+    .unwrap();
+    l.transfer(TransferRequest::Void {
+        id: TransferId::random(),
+        pending_id: h2,
+    })
+    .await
+    .unwrap();
     assert_eq!(
-        refused(l.transfer(TransferRequest::Post { id: TransferId::random(), pending_id: h2, amount: 1 }).await),
+        refused(
+            l.transfer(TransferRequest::Post {
+                id: TransferId::random(),
+                pending_id: h2,
+                amount: 1
+            })
+            .await
+        ),
         TransferError::AlreadyVoided
     );
     assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
 
     // Expiry: a hold lapses after its timeout and can no longer be posted.
     let h3 = TransferId::random();
-    l.transfer(TransferRequest::Pending { id: h3, debit: alice, credit: shop, amount: 550, user_data: 3, timeout_ms: 10_000 }).await.unwrap();
+    l.transfer(TransferRequest::Pending {
+        id: h3,
+        debit: alice,
+        credit: shop,
+        amount: 550,
+        user_data: 3,
+        timeout_ms: 10_000,
+    })
+    .await
+    .unwrap();
     assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 0);
     f.clock.advance(Duration::from_secs(11));
     l.expire_pending().await.unwrap();
     assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
-    assert_eq!(l.lookup_transfer(h3).await.unwrap().unwrap().1, Some(TransferStatus::Expired));
     assert_eq!(
-        refused(l.transfer(TransferRequest::Post { id: TransferId::random(), pending_id: h3, amount: 1 }).await),
+        l.lookup_transfer(h3).await.unwrap().unwrap().1,
+        Some(TransferStatus::Expired)
+    );
+    assert_eq!(
+        refused(
+            l.transfer(TransferRequest::Post {
+                id: TransferId::random(),
+                pending_id: h3,
+                amount: 1
+            })
+            .await
+        ),
         TransferError::PendingExpired
     );
     // A lapsed hold that no sweep has reached yet is expired by the post that finds it.
     let h4 = TransferId::random();
-    l.transfer(TransferRequest::Pending { id: h4, debit: alice, credit: shop, amount: 50, user_data: 4, timeout_ms: 1_000 }).await.unwrap();
+    l.transfer(TransferRequest::Pending {
+        id: h4,
+        debit: alice,
+        credit: shop,
+        amount: 50,
+        user_data: 4,
+        timeout_ms: 1_000,
+    })
+    .await
+    .unwrap();
     f.clock.advance(Duration::from_secs(2));
     assert_eq!(
-        refused(l.transfer(TransferRequest::Post { id: TransferId::random(), pending_id: h4, amount: 50 }).await),
+        refused(
+            l.transfer(TransferRequest::Post {
+                id: TransferId::random(),
+                pending_id: h4,
+                amount: 50
+            })
+            .await
+        ),
         TransferError::PendingExpired
     );
     assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
 
     // Reversal (refund): never more than posted, in total.
     let pay = TransferId::random();
-    l.transfer(TransferRequest::Single { id: pay, debit: alice, credit: shop, amount: 100, user_data: 5 }).await.unwrap();
-    l.transfer(TransferRequest::Reverse { id: TransferId::random(), of: pay, amount: 60 }).await.unwrap();
+    l.transfer(TransferRequest::Single {
+        id: pay,
+        debit: alice,
+        credit: shop,
+        amount: 100,
+        user_data: 5,
+    })
+    .await
+    .unwrap();
+    l.transfer(TransferRequest::Reverse {
+        id: TransferId::random(),
+        of: pay,
+        amount: 60,
+    })
+    .await
+    .unwrap();
     assert_eq!(
-        refused(l.transfer(TransferRequest::Reverse { id: TransferId::random(), of: pay, amount: 41 }).await),
+        refused(
+            l.transfer(TransferRequest::Reverse {
+                id: TransferId::random(),
+                of: pay,
+                amount: 41
+            })
+            .await
+        ),
         TransferError::ExceedsReversible { available: 40 }
     );
-    l.transfer(TransferRequest::Reverse { id: TransferId::random(), of: pay, amount: 40 }).await.unwrap();
+    l.transfer(TransferRequest::Reverse {
+        id: TransferId::random(),
+        of: pay,
+        amount: 40,
+    })
+    .await
+    .unwrap();
     assert_eq!(
-        refused(l.transfer(TransferRequest::Reverse { id: TransferId::random(), of: h2, amount: 1 }).await),
+        refused(
+            l.transfer(TransferRequest::Reverse {
+                id: TransferId::random(),
+                of: h2,
+                amount: 1
+            })
+            .await
+        ),
         TransferError::CannotReverse
     );
     assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
@@ -234,12 +437,26 @@ async fn tampering_is_detected(f: Fixture) {
     let sqlite = f.pg.is_none();
     // The journal refuses edits while its guard is in place.
     let pool_err = if sqlite {
-        let pool = sqlx::sqlite::SqlitePoolOptions::new().connect(&sqlite_url(f._dir.as_ref().unwrap())).await.unwrap();
-        sqlx::query("UPDATE ledger_transfers SET amount = 11 WHERE seq = 3").execute(&pool).await.is_err()
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .connect(&sqlite_url(f._dir.as_ref().unwrap()))
+            .await
+            .unwrap();
+        sqlx::query("UPDATE ledger_transfers SET amount = 11 WHERE seq = 3")
+            .execute(&pool)
+            .await
+            .is_err()
     } else {
         let (url, schema) = f.pg.clone().unwrap();
-        let pool = sqlx::postgres::PgPoolOptions::new().connect(&url).await.unwrap();
-        sqlx::raw_sql(&format!("UPDATE {schema}.ledger_transfers SET amount = 11 WHERE seq = 3")).execute(&pool).await.is_err()
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect(&url)
+            .await
+            .unwrap();
+        sqlx::raw_sql(&format!(
+            "UPDATE {schema}.ledger_transfers SET amount = 11 WHERE seq = 3"
+        ))
+        .execute(&pool)
+        .await
+        .is_err()
     };
     assert!(pool_err, "the journal must be append-only");
     // An attacker with database rights drops the guard and edits an entry: caught.
@@ -249,21 +466,39 @@ async fn tampering_is_detected(f: Fixture) {
         "DROP TRIGGER ledger_transfers_append_only ON ledger_transfers;"
     };
     f.raw_exec(drop_guard).await;
-    f.raw_exec("UPDATE ledger_transfers SET amount = 11 WHERE seq = 3").await;
+    f.raw_exec("UPDATE ledger_transfers SET amount = 11 WHERE seq = 3")
+        .await;
     let r = l.verify_journal().await.unwrap();
-    assert!(r.problems.iter().any(|p| p.seq == 3 && p.what.contains("hash")), "{r:?}");
-    f.raw_exec("UPDATE ledger_transfers SET amount = 10 WHERE seq = 3").await;
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.seq == 3 && p.what.contains("hash")),
+        "{r:?}"
+    );
+    f.raw_exec("UPDATE ledger_transfers SET amount = 10 WHERE seq = 3")
+        .await;
     assert!(l.verify_journal().await.unwrap().is_intact());
     // Balances edited behind the journal's back: caught.
-    f.raw_exec("UPDATE ledger_accounts SET credits_posted = credits_posted + 1000").await;
+    f.raw_exec("UPDATE ledger_accounts SET credits_posted = credits_posted + 1000")
+        .await;
     let r = l.verify_journal().await.unwrap();
-    assert!(r.problems.iter().any(|p| p.what.contains("stored balances differ")), "{r:?}");
-    f.raw_exec("UPDATE ledger_accounts SET credits_posted = credits_posted - 1000").await;
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.what.contains("stored balances differ")),
+        "{r:?}"
+    );
+    f.raw_exec("UPDATE ledger_accounts SET credits_posted = credits_posted - 1000")
+        .await;
     assert!(l.verify_journal().await.unwrap().is_intact());
     // The last entry deleted: the head no longer matches.
-    f.raw_exec("DELETE FROM ledger_transfers WHERE seq = 5").await;
+    f.raw_exec("DELETE FROM ledger_transfers WHERE seq = 5")
+        .await;
     let r = l.verify_journal().await.unwrap();
-    assert!(r.problems.iter().any(|p| p.what.contains("journal head")), "{r:?}");
+    assert!(
+        r.problems.iter().any(|p| p.what.contains("journal head")),
+        "{r:?}"
+    );
 }
 
 /// Many tasks, two handles (as two processes), a few hot accounts: money is conserved,
@@ -296,13 +531,27 @@ async fn concurrency_conserves_money(f: Fixture) {
                 }
                 let amount = 1 + (n as u64 * 37) % 90;
                 let req = if n % 5 == 0 {
-                    TransferRequest::Pending { id: ids[n], debit: d, credit: c, amount, user_data: 0, timeout_ms: 0 }
+                    TransferRequest::Pending {
+                        id: ids[n],
+                        debit: d,
+                        credit: c,
+                        amount,
+                        user_data: 0,
+                        timeout_ms: 0,
+                    }
                 } else {
-                    TransferRequest::Single { id: ids[n], debit: d, credit: c, amount, user_data: 0 }
+                    TransferRequest::Single {
+                        id: ids[n],
+                        debit: d,
+                        credit: c,
+                        amount,
+                        user_data: 0,
+                    }
                 };
                 match handle.transfer(req).await {
                     Ok(Created::Created(_)) => ok += 1,
-                    Ok(Created::Exists(_)) | Err(LedgerError::Refused(TransferError::ExceedsCredits { .. })) => {}
+                    Ok(Created::Exists(_))
+                    | Err(LedgerError::Refused(TransferError::ExceedsCredits { .. })) => {}
                     Err(e) => panic!("unexpected {e}"),
                 }
             }
@@ -318,7 +567,10 @@ async fn concurrency_conserves_money(f: Fixture) {
         let acc = l.account(*a).await.unwrap().unwrap();
         total += acc.posted_balance();
         if *a != bank {
-            assert!(acc.available() >= 0, "no-overdraft account went negative: {acc:?}");
+            assert!(
+                acc.available() >= 0,
+                "no-overdraft account went negative: {acc:?}"
+            );
         }
     }
     assert_eq!(total, 0, "money created or destroyed");
@@ -327,7 +579,10 @@ async fn concurrency_conserves_money(f: Fixture) {
     for id in &ids {
         if let Some((t, _)) = l.lookup_transfer(*id).await.unwrap() {
             assert!(seen.insert(t.id));
-            assert!(matches!(t.kind, TransferKind::Single | TransferKind::Pending));
+            assert!(matches!(
+                t.kind,
+                TransferKind::Single | TransferKind::Pending
+            ));
             applied += 1;
         }
     }
@@ -361,4 +616,9 @@ macro_rules! on_both {
     };
 }
 
-on_both!(transfers_and_idempotency, two_phase, tampering_is_detected, concurrency_conserves_money);
+on_both!(
+    transfers_and_idempotency,
+    two_phase,
+    tampering_is_detected,
+    concurrency_conserves_money
+);

@@ -21,8 +21,14 @@ use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
 pub const ENTRY: RailEntry = RailEntry {
     name: "ledger",
     tiers: &[
-        (Tier::Mock, "SQLite file in a temporary directory (WAL, durable commits)"),
-        (Tier::Localnet, "PostgreSQL at STIPENDEX_PG_URL or 127.0.0.1:5432, one schema per harness"),
+        (
+            Tier::Mock,
+            "SQLite file in a temporary directory (WAL, durable commits)",
+        ),
+        (
+            Tier::Localnet,
+            "PostgreSQL at STIPENDEX_PG_URL or 127.0.0.1:5432, one schema per harness",
+        ),
     ],
     make,
 };
@@ -66,7 +72,9 @@ impl LedgerHarness {
             Tier::Mock => {
                 let dir = tempfile::tempdir().map_err(setup)?;
                 let url = format!("sqlite://{}/ledger.db", dir.path().display());
-                let ledger = Ledger::sqlite_with_clock(&url, shared.clone()).await.map_err(setup)?;
+                let ledger = Ledger::sqlite_with_clock(&url, shared.clone())
+                    .await
+                    .map_err(setup)?;
                 let opts = sqlx::sqlite::SqliteConnectOptions::new()
                     .filename(dir.path().join("keys.db"))
                     .create_if_missing(true)
@@ -87,7 +95,9 @@ impl LedgerHarness {
                     Ledger::postgres_with_clock(&url, Some(&schema), shared.clone()),
                 )
                 .await
-                .map_err(|_| HarnessError::Unavailable(format!("PostgreSQL at {url}: connection timed out")))?
+                .map_err(|_| {
+                    HarnessError::Unavailable(format!("PostgreSQL at {url}: connection timed out"))
+                })?
                 .map_err(|e| HarnessError::Unavailable(format!("PostgreSQL at {url}: {e}")))?;
                 let opts: sqlx::postgres::PgConnectOptions = url.parse().map_err(setup)?;
                 let pool = sqlx::postgres::PgPoolOptions::new()
@@ -96,7 +106,12 @@ impl LedgerHarness {
                     .await
                     .map_err(setup)?;
                 let keys = PgKeyStore::new(pool).await.map_err(setup)?;
-                (ledger, Arc::new(keys) as Arc<dyn KeyStore>, None, Some((url, schema)))
+                (
+                    ledger,
+                    Arc::new(keys) as Arc<dyn KeyStore>,
+                    None,
+                    Some((url, schema)),
+                )
             }
         };
         let asset = Asset::usd();
@@ -106,17 +121,32 @@ impl LedgerHarness {
         let other = AccountId::random();
         for (id, no_overdraft) in [(bank, false), (payer, true), (payee, true), (other, true)] {
             ledger
-                .create_account(NewAccount { id, asset: asset.clone(), no_overdraft })
+                .create_account(NewAccount {
+                    id,
+                    asset: asset.clone(),
+                    no_overdraft,
+                })
                 .await
                 .map_err(setup)?;
         }
         let funding = TransferId::random();
         ledger
-            .transfer(TransferRequest::Single { id: funding, debit: bank, credit: payer, amount: FUNDED, user_data: 0 })
+            .transfer(TransferRequest::Single {
+                id: funding,
+                debit: bank,
+                credit: payer,
+                amount: FUNDED,
+                user_data: 0,
+            })
             .await
             .map_err(setup)?;
         let guard = ReplayGuard::new(keys, shared, "ledger-offers");
-        let receiver = Arc::new(LedgerReceiver::new(ledger.clone(), payee, asset.clone(), guard));
+        let receiver = Arc::new(LedgerReceiver::new(
+            ledger.clone(),
+            payee,
+            asset.clone(),
+            guard,
+        ));
         let payer_side = Arc::new(LedgerPayer::new(ledger.clone(), payer, asset));
         let handle = RailHandle {
             payer: payer_side.clone(),
@@ -125,7 +155,17 @@ impl LedgerHarness {
             hold_receiver: Some(receiver.clone()),
             refunds: Some(receiver),
         };
-        Ok(LedgerHarness { handle, clock, ledger, payer, payee, other, funding, _dir: dir, pg })
+        Ok(LedgerHarness {
+            handle,
+            clock,
+            ledger,
+            payer,
+            payee,
+            other,
+            funding,
+            _dir: dir,
+            pg,
+        })
     }
 
     /// The ledger under test.
@@ -167,7 +207,10 @@ impl Harness for LedgerHarness {
         };
         let payer = get(self.payer).await?;
         let payee = get(self.payee).await?;
-        Ok(Balances { payer_available: payer.available(), payee_settled: payee.posted_balance() })
+        Ok(Balances {
+            payer_available: payer.available(),
+            payee_settled: payee.posted_balance(),
+        })
     }
 
     fn malformed(&self, valid: &Payment) -> Vec<(String, Payment)> {
@@ -176,25 +219,47 @@ impl Harness for LedgerHarness {
             p.proof = proof;
             (name.to_owned(), p)
         };
-        let id = valid.proof.get("transfer_id").and_then(|v| v.as_str()).unwrap_or_default();
+        let id = valid
+            .proof
+            .get("transfer_id")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
         vec![
-            with("transfer id of another, real transfer", json!({"transfer_id": self.funding.to_string()})),
-            with("transfer id that does not exist", json!({"transfer_id": TransferId::random().to_string()})),
+            with(
+                "transfer id of another, real transfer",
+                json!({"transfer_id": self.funding.to_string()}),
+            ),
+            with(
+                "transfer id that does not exist",
+                json!({"transfer_id": TransferId::random().to_string()}),
+            ),
             with("transfer id zero", json!({"transfer_id": "0".repeat(32)})),
-            with("transfer id in upper case", json!({"transfer_id": id.to_uppercase()})),
-            with("transfer id one digit short", json!({"transfer_id": id.get(1..).unwrap_or_default()})),
-            with("transfer id with a sign", json!({"transfer_id": format!("-{}", id.get(1..).unwrap_or_default())})),
+            with(
+                "transfer id in upper case",
+                json!({"transfer_id": id.to_uppercase()}),
+            ),
+            with(
+                "transfer id one digit short",
+                json!({"transfer_id": id.get(1..).unwrap_or_default()}),
+            ),
+            with(
+                "transfer id with a sign",
+                json!({"transfer_id": format!("-{}", id.get(1..).unwrap_or_default())}),
+            ),
         ]
     }
 
     async fn teardown(&self) {
-        if let Some((url, schema)) = &self.pg {
-            if let Ok(pool) = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await {
-                let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                    .execute(&pool)
-                    .await;
-                pool.close().await;
-            }
+        if let Some((url, schema)) = &self.pg
+            && let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await
+        {
+            let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .execute(&pool)
+                .await;
+            pool.close().await;
         }
     }
 }
