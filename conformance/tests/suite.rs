@@ -1,7 +1,14 @@
 //! The conformance suite under `cargo test`: every rail on every tier, and proof that the suite
 //! catches a broken rail (a behaviour that cannot fail proves nothing).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout, clippy::print_stderr, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    missing_docs
+)]
 
 use std::sync::Arc;
 

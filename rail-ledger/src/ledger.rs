@@ -7,9 +7,16 @@ use std::sync::Arc;
 use rail_core::{SharedClock, SystemClock};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::{Command, Outcome, VerifyReport};
+use std::collections::{HashMap, VecDeque};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
+use rail_core::Timestamp;
+
+use crate::engine::{self, Changes, Command, Outcome, Snapshot, VerifyReport};
 use crate::error::LedgerError;
-use crate::store::{Backend, postgres::PgBackend, sqlite::SqliteBackend};
+use crate::store::{Backend, FastWrite, postgres::PgBackend, sqlite::SqliteBackend};
 use crate::types::{
     Account, AccountCreated, AccountId, Created, NewAccount, Transfer, TransferError, TransferId,
     TransferRequest, TransferStatus,
@@ -227,34 +234,240 @@ fn first<T>(v: Vec<Result<T, TransferError>>) -> Result<T, LedgerError> {
         .map_err(LedgerError::Refused)
 }
 
-async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc::Receiver<Job>) {
-    while let Some(job) = rx.recv().await {
-        let mut jobs = vec![job];
-        let mut n = jobs.iter().map(|j| j.cmds.len()).sum::<usize>();
-        while n < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(j) => {
-                    n += j.cmds.len();
-                    jobs.push(j);
+/// What the batcher knows of the ledger, as of the journal head it last wrote or read.
+///
+/// A batch whose every account and referenced hold is known is applied here and written with
+/// one compare-and-set on the head ([`Backend::write_fast`]); if another process moved the head,
+/// or a transfer id turns out to exist already, nothing is written and the batch is redone on
+/// the slow path (load under the head lock). The cache is speculative while writes are in
+/// flight: any failed write throws it away, and every batch after it is redone too.
+#[derive(Default)]
+struct Cache {
+    valid: bool,
+    head_seq: i64,
+    head_hash: [u8; 32],
+    accounts: HashMap<AccountId, Account>,
+    transfers: HashMap<TransferId, Transfer>,
+    statuses: HashMap<TransferId, TransferStatus>,
+    /// Eviction order of cached transfers (open holds are kept until resolved).
+    recent: VecDeque<TransferId>,
+    /// The earliest expiry among open holds: from then on batches take the slow path.
+    next_due: Option<Timestamp>,
+}
+
+const CACHE_TRANSFERS: usize = 1 << 16;
+const CACHE_ACCOUNTS: usize = 1 << 17;
+
+impl Cache {
+    fn invalidate(&mut self) {
+        *self = Cache::default();
+    }
+
+    /// The snapshot `cmds` need, if everything they touch is known and no hold is due.
+    fn snapshot_for(&self, cmds: &[Command], now: Timestamp) -> Option<Snapshot> {
+        if !self.valid || self.next_due.is_some_and(|d| now >= d) {
+            return None;
+        }
+        let mut s = Snapshot {
+            head_seq: self.head_seq,
+            head_hash: self.head_hash,
+            ..Snapshot::default()
+        };
+        let account = |s: &mut Snapshot, id: AccountId| -> Option<()> {
+            s.accounts.insert(id, self.accounts.get(&id)?.clone());
+            Some(())
+        };
+        for c in cmds {
+            let Command::Transfer(t) = c else {
+                return None;
+            };
+            if let Some((d, cr)) = t.accounts() {
+                account(&mut s, d)?;
+                account(&mut s, cr)?;
+            }
+            if let Some(r) = t.referenced() {
+                let tr = self.transfers.get(&r)?;
+                s.statuses.insert(r, *self.statuses.get(&r)?);
+                account(&mut s, tr.debit)?;
+                account(&mut s, tr.credit)?;
+                s.transfers.insert(r, tr.clone());
+            }
+            if let Some(tr) = self.transfers.get(&t.id()) {
+                s.transfers.insert(tr.id, tr.clone());
+                if let Some(st) = self.statuses.get(&tr.id) {
+                    s.statuses.insert(tr.id, *st);
                 }
-                Err(_) => break,
             }
         }
+        Some(s)
+    }
+
+    /// Takes in what a batch saw and wrote.
+    fn absorb(&mut self, snap: &Snapshot, ch: &Changes) {
+        self.head_seq = snap.head_seq;
+        self.head_hash = snap.head_hash;
+        if self.accounts.len() > CACHE_ACCOUNTS {
+            self.accounts.clear();
+        }
+        for (id, a) in &snap.accounts {
+            self.accounts.insert(*id, a.clone());
+        }
+        for t in &ch.new_transfers {
+            self.transfers.insert(t.id, t.clone());
+            self.recent.push_back(t.id);
+            if let Some(e) = t.expires_at() {
+                self.next_due = Some(self.next_due.map_or(e, |d| d.min(e)));
+            }
+        }
+        for (id, t) in &snap.transfers {
+            if !self.transfers.contains_key(id) {
+                self.transfers.insert(*id, t.clone());
+                self.recent.push_back(*id);
+            }
+        }
+        for (id, st) in &snap.statuses {
+            self.statuses.insert(*id, *st);
+        }
+        for id in &ch.statuses {
+            // A resolved hold becomes evictable.
+            if self.statuses.get(id) != Some(&TransferStatus::Pending) {
+                self.recent.push_back(*id);
+            }
+        }
+        while self.recent.len() > CACHE_TRANSFERS {
+            let Some(id) = self.recent.pop_front() else {
+                break;
+            };
+            if self.statuses.get(&id) != Some(&TransferStatus::Pending) {
+                self.transfers.remove(&id);
+                self.statuses.remove(&id);
+            }
+        }
+    }
+}
+
+type Written = (Vec<Job>, Vec<Outcome>, Result<FastWrite, LedgerError>);
+
+fn reply(jobs: Vec<Job>, result: Result<Vec<Outcome>, LedgerError>) {
+    match result {
+        Ok(outcomes) => {
+            let mut it = outcomes.into_iter();
+            for j in jobs {
+                let mine: Vec<Outcome> = it.by_ref().take(j.cmds.len()).collect();
+                let _ = j.reply.send(Ok(mine));
+            }
+        }
+        Err(e) => {
+            for j in jobs {
+                let _ = j.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Runs `jobs` on the slow path (under the head lock), in chunks of at most [`MAX_BATCH`].
+async fn slow_path(
+    backend: &Arc<dyn Backend>,
+    clock: &SharedClock,
+    cache: &mut Cache,
+    jobs: Vec<Job>,
+) {
+    let mut chunk: Vec<Job> = Vec::new();
+    let mut n = 0;
+    let mut chunks = Vec::new();
+    for j in jobs {
+        if n + j.cmds.len() > MAX_BATCH && !chunk.is_empty() {
+            chunks.push(std::mem::take(&mut chunk));
+            n = 0;
+        }
+        n += j.cmds.len();
+        chunk.push(j);
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+    for jobs in chunks {
         let cmds: Vec<Command> = jobs.iter().flat_map(|j| j.cmds.iter().cloned()).collect();
-        let result = backend.execute(&cmds, clock.now()).await;
-        match result {
-            Ok(outcomes) => {
-                let mut it = outcomes.into_iter();
-                for j in jobs {
-                    let mine: Vec<Outcome> = it.by_ref().take(j.cmds.len()).collect();
-                    let _ = j.reply.send(Ok(mine));
-                }
+        match backend.execute(&cmds, clock.now()).await {
+            Ok(ex) => {
+                cache.absorb(&ex.snap, &ex.changes);
+                cache.next_due = ex.next_due;
+                cache.valid = true;
+                reply(jobs, Ok(ex.outcomes));
             }
             Err(e) => {
-                tracing::warn!(backend = backend.name(), error = %e, requests = n, "ledger batch failed; rolled back");
-                for j in jobs {
-                    let _ = j.reply.send(Err(e.clone()));
+                cache.invalidate();
+                tracing::warn!(backend = backend.name(), error = %e, requests = cmds.len(), "ledger batch failed; rolled back");
+                reply(jobs, Err(e));
+            }
+        }
+    }
+}
+
+async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc::Receiver<Job>) {
+    let depth = backend.pipeline_depth().max(1);
+    let mut cache = Cache::default();
+    let mut inflight: FuturesOrdered<BoxFuture<'static, Written>> = FuturesOrdered::new();
+    // Jobs waiting for the slow path; while any wait, nothing new is taken in.
+    let mut blocked: Vec<Job> = Vec::new();
+    let mut closed = false;
+    loop {
+        if !blocked.is_empty() && inflight.is_empty() {
+            slow_path(&backend, &clock, &mut cache, std::mem::take(&mut blocked)).await;
+            continue;
+        }
+        if closed && inflight.is_empty() {
+            return;
+        }
+        tokio::select! {
+            biased;
+            Some((jobs, outcomes, result)) = inflight.next(), if !inflight.is_empty() => {
+                match result {
+                    // Committed writes are final whatever happened before them.
+                    Ok(FastWrite::Committed) => reply(jobs, Ok(outcomes)),
+                    other => {
+                        tracing::debug!(backend = backend.name(), outcome = ?other, "optimistic write not applied; redoing on the locked path");
+                        cache.invalidate();
+                        blocked.extend(jobs);
+                    }
                 }
+            }
+            job = rx.recv(), if !closed && blocked.is_empty() && inflight.len() < depth => {
+                let Some(job) = job else {
+                    closed = true;
+                    continue;
+                };
+                let mut jobs = vec![job];
+                let mut n = jobs.iter().map(|j| j.cmds.len()).sum::<usize>();
+                while n < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(j) => {
+                            n += j.cmds.len();
+                            jobs.push(j);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let cmds: Vec<Command> = jobs.iter().flat_map(|j| j.cmds.iter().cloned()).collect();
+                let now = clock.now();
+                let Some(mut snap) = cache.snapshot_for(&cmds, now) else {
+                    blocked.extend(jobs);
+                    continue;
+                };
+                let expect = (snap.head_seq, snap.head_hash);
+                let (outcomes, changes) = engine::apply_batch(&mut snap, &cmds, now);
+                cache.absorb(&snap, &changes);
+                let b = backend.clone();
+                inflight.push_back(Box::pin(async move {
+                    // A batch that changes nothing still waits its turn: its answers were
+                    // computed on the state the writes before it leave.
+                    let result = if changes.is_empty() {
+                        Ok(FastWrite::Committed)
+                    } else {
+                        b.write_fast(expect, &snap, &changes).await
+                    };
+                    (jobs, outcomes, result)
+                }));
             }
         }
     }
