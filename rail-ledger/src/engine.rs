@@ -342,14 +342,13 @@ fn transfer(
     let t = commit(snap, ch, &m, now);
     match *req {
         TransferRequest::Pending { .. } => set_status(snap, ch, id, TransferStatus::Pending),
-        TransferRequest::Single { .. } => {
-            set_status(snap, ch, id, TransferStatus::Settled { reversed: 0 });
-        }
+        // A posting transfer gets a status row only once something of it is reversed: no row
+        // means nothing reversed (one write fewer per transfer on the hot path).
+        TransferRequest::Single { .. } => {}
         TransferRequest::Post {
             pending_id, amount, ..
         } => {
             set_status(snap, ch, pending_id, TransferStatus::Posted { amount });
-            set_status(snap, ch, id, TransferStatus::Settled { reversed: 0 });
         }
         TransferRequest::Void { pending_id, .. } => {
             set_status(snap, ch, pending_id, TransferStatus::Voided);
@@ -670,18 +669,13 @@ impl Verifier {
         }
         self.kinds.insert(t.id, (t.kind, t.amount));
         match (t.kind, t.reference) {
-            (TransferKind::Single, _) => {
-                self.statuses
-                    .insert(t.id, TransferStatus::Settled { reversed: 0 });
-            }
+            (TransferKind::Single, _) => {}
             (TransferKind::Pending, _) => {
                 self.statuses.insert(t.id, TransferStatus::Pending);
             }
             (TransferKind::PostPending, Some(r)) => {
                 self.statuses
                     .insert(r, TransferStatus::Posted { amount: t.amount });
-                self.statuses
-                    .insert(t.id, TransferStatus::Settled { reversed: 0 });
             }
             (TransferKind::VoidPending, Some(r)) => {
                 self.statuses.insert(r, TransferStatus::Voided);
@@ -690,9 +684,16 @@ impl Verifier {
                 self.statuses.insert(r, TransferStatus::Expired);
             }
             (TransferKind::Reversal, Some(r)) => {
-                if let Some(TransferStatus::Settled { reversed }) = self.statuses.get_mut(&r) {
-                    *reversed = reversed.saturating_add(t.amount);
-                }
+                let prior = match self.statuses.get(&r) {
+                    Some(TransferStatus::Settled { reversed }) => *reversed,
+                    _ => 0,
+                };
+                self.statuses.insert(
+                    r,
+                    TransferStatus::Settled {
+                        reversed: prior.saturating_add(t.amount),
+                    },
+                );
             }
             (_, None) => self.problem(t.seq, "entry lacks its reference".into()),
         }

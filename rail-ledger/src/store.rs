@@ -240,7 +240,12 @@ pub(crate) mod sqlite {
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(30))
-                .foreign_keys(false);
+                .foreign_keys(false)
+                // Keep the hot index pages in memory: transfer ids are random, so every insert
+                // touches a random page of the id index.
+                .pragma("cache_size", "-65536")
+                .pragma("mmap_size", "268435456")
+                .pragma("temp_store", "memory");
             let pool = SqlitePoolOptions::new()
                 .max_connections(4)
                 .connect_with(opts)
@@ -324,8 +329,23 @@ pub(crate) mod sqlite {
         Ok(snap)
     }
 
-    fn hx(b: impl AsRef<[u8]>) -> serde_json::Value {
-        serde_json::Value::String(hex::encode(b))
+    /// `INSERT INTO ledger_transfers … VALUES (…), (…)` for `n` rows, built once per size.
+    fn insert_transfers_sql(n: usize) -> &'static str {
+        static SQL: std::sync::OnceLock<HashMap<usize, String>> = std::sync::OnceLock::new();
+        let map = SQL.get_or_init(|| {
+            [128usize, 32, 8, 1]
+                .into_iter()
+                .map(|n| {
+                    let row = format!("({})", vec!["?"; 20].join(", "));
+                    let rows = vec![row; n].join(", ");
+                    (
+                        n,
+                        format!("INSERT INTO ledger_transfers ({TRANSFER_COLS}) VALUES {rows}"),
+                    )
+                })
+                .collect()
+        });
+        map.get(&n).map_or("", String::as_str)
     }
 
     /// Writes a batch as four statements whatever its size (rows travel as JSON arrays):
@@ -384,46 +404,42 @@ pub(crate) mod sqlite {
             .execute(&mut **tx)
             .await?;
         }
-        if !ch.new_transfers.is_empty() {
-            let rows: Vec<serde_json::Value> = ch
-                .new_transfers
-                .iter()
-                .map(|t| {
-                    serde_json::json!([
-                        t.seq,
-                        hx(t.id.to_bytes()),
-                        t.kind.code(),
-                        hx(t.debit.to_bytes()),
-                        hx(t.credit.to_bytes()),
-                        i(t.amount),
-                        t.reference.map(|r| hx(r.to_bytes())),
-                        hx(t.user_data.to_be_bytes()),
-                        i(t.timeout_ms),
-                        t.timestamp.0,
-                        i(t.debit_side.pending_before),
-                        i(t.debit_side.pending_after),
-                        i(t.debit_side.posted_before),
-                        i(t.debit_side.posted_after),
-                        i(t.credit_side.pending_before),
-                        i(t.credit_side.pending_after),
-                        i(t.credit_side.posted_before),
-                        i(t.credit_side.posted_after),
-                        hx(t.prev_hash),
-                        hx(t.hash)
-                    ])
-                })
-                .collect();
-            sqlx::query(&format!(
-                "INSERT INTO ledger_transfers ({TRANSFER_COLS})
-                 SELECT value->>0, unhex(value->>1), value->>2, unhex(value->>3), unhex(value->>4),
-                    value->>5, unhex(value->>6), unhex(value->>7), value->>8, value->>9,
-                    value->>10, value->>11, value->>12, value->>13, value->>14, value->>15,
-                    value->>16, value->>17, unhex(value->>18), unhex(value->>19)
-                 FROM json_each(?1)"
-            ))
-            .bind(serde_json::Value::Array(rows).to_string())
-            .execute(&mut **tx)
-            .await?;
+        // Entries as multi-row VALUES with bound parameters, in chunks of fixed sizes so the
+        // prepared statements stay few and cached.
+        let mut rest: &[Transfer] = &ch.new_transfers;
+        while !rest.is_empty() {
+            let n = [128usize, 32, 8, 1]
+                .into_iter()
+                .find(|&n| n <= rest.len())
+                .unwrap_or(1);
+            let (chunk, tail) = rest.split_at(n);
+            rest = tail;
+            let sql = insert_transfers_sql(n);
+            let mut q = sqlx::query(sql);
+            for t in chunk {
+                q = q
+                    .bind(t.seq)
+                    .bind(t.id.to_bytes().to_vec())
+                    .bind(t.kind.code())
+                    .bind(t.debit.to_bytes().to_vec())
+                    .bind(t.credit.to_bytes().to_vec())
+                    .bind(i(t.amount))
+                    .bind(t.reference.map(|r| r.to_bytes().to_vec()))
+                    .bind(t.user_data.to_be_bytes().to_vec())
+                    .bind(i(t.timeout_ms))
+                    .bind(t.timestamp.0)
+                    .bind(i(t.debit_side.pending_before))
+                    .bind(i(t.debit_side.pending_after))
+                    .bind(i(t.debit_side.posted_before))
+                    .bind(i(t.debit_side.posted_after))
+                    .bind(i(t.credit_side.pending_before))
+                    .bind(i(t.credit_side.pending_after))
+                    .bind(i(t.credit_side.posted_before))
+                    .bind(i(t.credit_side.posted_after))
+                    .bind(t.prev_hash.to_vec())
+                    .bind(t.hash.to_vec());
+            }
+            q.execute(&mut **tx).await?;
         }
         let sts: Vec<serde_json::Value> = ch
             .statuses
