@@ -248,6 +248,17 @@ async fn verify_binds_amount(h: &dyn Harness) -> Verdict {
         h.rail().receiver.verify(&a, &under).await,
         &["amount_mismatch"],
     )?;
+    // The same offer id at a higher price, and a payment claiming that price: only the rail's
+    // own record of what moved can tell.
+    let mut dearer = a.clone();
+    dearer.amount = price(h, 200)?;
+    let mut claimed = pa.clone();
+    claimed.amount = dearer.amount.clone();
+    refused(
+        "a 100-unit payment claimed as 200 for the same offer id",
+        h.rail().receiver.verify(&dearer, &claimed).await,
+        &["amount_mismatch"],
+    )?;
     ok(
         "verify the genuine payment",
         h.rail().receiver.verify(&a, &pa).await,

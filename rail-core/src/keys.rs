@@ -7,6 +7,11 @@
 //! PostgreSQL never both win a key (a primary key plus `INSERT … ON CONFLICT DO UPDATE … WHERE
 //! expired`, which PostgreSQL executes atomically per row).
 //!
+//! Expiry is judged by the caller's [`crate::Clock`] (injectable for tests): hosts sharing a store
+//! must keep their clocks in sync (NTP), and reservations and retention should be much longer
+//! than any plausible skew. An [`Idempotency`] lease (60 s by default) must outlast the
+//! operation it guards; after it lapses another caller may run the operation again.
+//!
 //! Settlement follows reserve → settle → commit, never settle-then-check:
 //!
 //! ```
@@ -476,7 +481,11 @@ impl Idempotency {
                     Ok(t)
                 }
                 Err(e) => {
-                    self.abandon(lease).await?;
+                    // The work's error is the answer; a failed abandon only delays a retry
+                    // until the lease lapses.
+                    if let Err(abandon) = self.abandon(lease).await {
+                        tracing::warn!(op = %op, error = %abandon, "could not abandon an idempotency lease");
+                    }
                     Err(e)
                 }
             },

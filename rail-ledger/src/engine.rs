@@ -3,7 +3,9 @@
 //! A backend loads a [`Snapshot`] of what a batch touches (inside a transaction that holds the
 //! journal head), calls [`apply_batch`], writes the [`Changes`] and commits. Requests in a batch
 //! are applied one after another, each fully checked before it changes anything, so a refused
-//! request leaves no trace and never disturbs the others.
+//! request leaves no trace and never disturbs the others. One exception, by design: a post or
+//! void that finds its hold lapsed but not yet expired first writes the hold's expiry entry
+//! (the release that was due anyway), then is refused with `pending_transfer_expired`.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -96,7 +98,8 @@ pub(crate) fn expiry_id(pending: TransferId) -> TransferId {
         .finalize();
     let mut b = [0u8; 16];
     b.copy_from_slice(h.get(..16).unwrap_or(&[0u8; 16]));
-    TransferId(u128::from_be_bytes(b) | 1)
+    // In the reserved range: no client request can take this id first.
+    TransferId(u128::from_be_bytes(b) | crate::types::RESERVED_BIT)
 }
 
 /// The hash of a journal entry: SHA-256 over a domain tag, the previous hash and every field.
@@ -260,6 +263,9 @@ fn transfer(
     let id = req.id();
     if id.0 == 0 {
         return Err(TransferError::IdMustNotBeZero);
+    }
+    if id.is_reserved() {
+        return Err(TransferError::IdReserved);
     }
     if let Some(stored) = snap.transfers.get(&id) {
         return if same_request(stored, req) {
@@ -447,6 +453,9 @@ fn check_new(
 ) -> Result<Movement, TransferError> {
     if amount == 0 {
         return Err(TransferError::AmountMustNotBeZero);
+    }
+    if timeout_ms > MAX_COUNTER {
+        return Err(TransferError::TimeoutTooLarge);
     }
     if debit == credit {
         return Err(TransferError::AccountsMustBeDifferent);
@@ -815,6 +824,35 @@ mod tests {
         assert_eq!(ch.new_transfers.len(), 2);
         assert_eq!(s.accounts[&AccountId(2)].available(), 40);
         assert_eq!(s.head_seq, 2);
+    }
+
+    #[test]
+    fn reserved_ids_and_huge_timeouts_are_refused() {
+        let mut s = snap_with(&[(1, false), (2, false)]);
+        let pending = TransferId(5);
+        let cmds = vec![
+            // A client cannot take the id the ledger will give the hold's expiry.
+            Command::Transfer(TransferRequest::Single {
+                id: expiry_id(pending),
+                debit: AccountId(1),
+                credit: AccountId(2),
+                amount: 1,
+                user_data: 0,
+            }),
+            Command::Transfer(TransferRequest::Pending {
+                id: pending,
+                debit: AccountId(1),
+                credit: AccountId(2),
+                amount: 1,
+                user_data: 0,
+                timeout_ms: u64::MAX,
+            }),
+        ];
+        let (out, ch) = apply_batch(&mut s, &cmds, Timestamp(0));
+        assert!(matches!(out[0], Outcome::Transfer(Err(TransferError::IdReserved))));
+        assert!(matches!(out[1], Outcome::Transfer(Err(TransferError::TimeoutTooLarge))));
+        assert!(ch.is_empty());
+        assert!(!TransferId::random().is_reserved());
     }
 
     #[test]

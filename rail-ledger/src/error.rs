@@ -44,6 +44,8 @@ impl TransferError {
     pub fn code(&self) -> &'static str {
         match self {
             TransferError::IdMustNotBeZero => "id_must_not_be_zero",
+            TransferError::IdReserved => "id_reserved",
+            TransferError::TimeoutTooLarge => "timeout_too_large",
             TransferError::AmountMustNotBeZero => "amount_must_not_be_zero",
             TransferError::AccountsMustBeDifferent => "accounts_must_be_different",
             TransferError::DebitAccountNotFound => "debit_account_not_found",
@@ -100,6 +102,8 @@ impl From<TransferError> for RailError {
                 target: "ledger counter (i64)",
             }),
             TransferError::IdMustNotBeZero
+            | TransferError::IdReserved
+            | TransferError::TimeoutTooLarge
             | TransferError::AmountMustNotBeZero
             | TransferError::AccountsMustBeDifferent
             | TransferError::AssetMismatch

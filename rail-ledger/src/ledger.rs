@@ -361,7 +361,30 @@ impl Cache {
     }
 }
 
-type Written = (Vec<Job>, Vec<Outcome>, Result<FastWrite, LedgerError>);
+type Written = (
+    Vec<Job>,
+    Vec<Outcome>,
+    Result<Option<FastWrite>, LedgerError>,
+);
+
+/// Whether answers computed on the cache may stand (the write's compare-and-set then makes
+/// them exact). A refusal is a statement about state the write does not check: refused ids
+/// the cache does not know (an old transfer evicted from the cache must answer `Exists`, not a
+/// refusal), and refusals in a batch that writes nothing (no compare-and-set at all), go to the
+/// locked path.
+fn fast_answers_hold(
+    cache: &Cache,
+    cmds: &[Command],
+    outcomes: &[Outcome],
+    changes: &Changes,
+) -> bool {
+    cmds.iter().zip(outcomes).all(|(c, o)| match (c, o) {
+        (Command::Transfer(t), Outcome::Transfer(Err(_))) => {
+            !changes.is_empty() && cache.transfers.contains_key(&t.id())
+        }
+        _ => true,
+    })
+}
 
 fn reply(jobs: Vec<Job>, result: Result<Vec<Outcome>, LedgerError>) {
     match result {
@@ -405,6 +428,11 @@ async fn slow_path(
         let cmds: Vec<Command> = jobs.iter().flat_map(|j| j.cmds.iter().cloned()).collect();
         match backend.execute(&cmds, clock.now()).await {
             Ok(ex) => {
+                // Anything cached from before another writer's entries is stale: keep only what
+                // this batch loaded under the lock.
+                if ex.loaded_head != (cache.head_seq, cache.head_hash) {
+                    cache.invalidate();
+                }
                 cache.absorb(&ex.snap, &ex.changes);
                 cache.next_due = ex.next_due;
                 cache.valid = true;
@@ -425,6 +453,8 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
     let mut inflight: FuturesOrdered<BoxFuture<'static, Written>> = FuturesOrdered::new();
     // Jobs waiting for the slow path; while any wait, nothing new is taken in.
     let mut blocked: Vec<Job> = Vec::new();
+    // A write in flight failed: every later answer in flight rests on state that never was.
+    let mut poisoned = false;
     let mut closed = false;
     loop {
         if !blocked.is_empty() && inflight.is_empty() {
@@ -439,12 +469,18 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
             Some((jobs, outcomes, result)) = inflight.next(), if !inflight.is_empty() => {
                 match result {
                     // Committed writes are final whatever happened before them.
-                    Ok(FastWrite::Committed) => reply(jobs, Ok(outcomes)),
+                    Ok(Some(FastWrite::Committed)) => reply(jobs, Ok(outcomes)),
+                    // Answers computed on speculative state hold only if no write before failed.
+                    Ok(None) if !poisoned => reply(jobs, Ok(outcomes)),
                     other => {
                         tracing::debug!(backend = backend.name(), outcome = ?other, "optimistic write not applied; redoing on the locked path");
+                        poisoned = true;
                         cache.invalidate();
                         blocked.extend(jobs);
                     }
+                }
+                if inflight.is_empty() {
+                    poisoned = false;
                 }
             }
             job = rx.recv(), if !closed && blocked.is_empty() && inflight.len() < depth => {
@@ -470,22 +506,21 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
                     continue;
                 };
                 let expect = (snap.head_seq, snap.head_hash);
-                let t0 = std::time::Instant::now();
                 let (outcomes, changes) = engine::apply_batch(&mut snap, &cmds, now);
-                let t1 = t0.elapsed();
+                if !fast_answers_hold(&cache, &cmds, &outcomes, &changes) {
+                    blocked.extend(jobs);
+                    continue;
+                }
                 cache.absorb(&snap, &changes);
-                tracing::trace!(n = cmds.len(), apply = ?t1, absorb = ?t0.elapsed(), "fast batch applied");
                 let b = backend.clone();
                 inflight.push_back(Box::pin(async move {
                     // A batch that changes nothing still waits its turn: its answers were
                     // computed on the state the writes before it leave.
-                    let t0 = std::time::Instant::now();
                     let result = if changes.is_empty() {
-                        Ok(FastWrite::Committed)
+                        Ok(None)
                     } else {
-                        b.write_fast(expect, &snap, &changes).await
+                        b.write_fast(expect, &snap, &changes).await.map(Some)
                     };
-                    tracing::trace!(n = changes.new_transfers.len(), write = ?t0.elapsed(), "fast batch written");
                     (jobs, outcomes, result)
                 }));
             }

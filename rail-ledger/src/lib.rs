@@ -60,6 +60,6 @@ pub use rail::{
     op_transfer_id,
 };
 pub use types::{
-    Account, AccountCreated, AccountId, Created, NewAccount, SideBalances, Transfer, TransferError,
-    TransferId, TransferKind, TransferRequest, TransferStatus,
+    Account, AccountCreated, AccountId, Created, NewAccount, RESERVED_BIT, SideBalances, Transfer,
+    TransferError, TransferId, TransferKind, TransferRequest, TransferStatus,
 };

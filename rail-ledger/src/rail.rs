@@ -66,7 +66,7 @@ pub fn op_transfer_id(account: AccountId, what: &str, op: &OpId) -> TransferId {
         .finalize();
     let mut b = [0u8; 16];
     b.copy_from_slice(h.get(..16).unwrap_or(&[0; 16]));
-    TransferId(u128::from_be_bytes(b) | 1)
+    TransferId((u128::from_be_bytes(b) | 1) & !crate::types::RESERVED_BIT)
 }
 
 fn capabilities(asset: &Asset) -> Capabilities {
@@ -206,6 +206,10 @@ impl HoldPayer for LedgerPayer {
 }
 
 /// The receiver side: offers payment into one account, verifies once, captures, voids, refunds.
+///
+/// `verify` checks a payment against the [`Offer`] it is given: pass the receiver's own offer
+/// (kept in its store, or inside a Stipendex Quote whose signature was checked first), never an
+/// offer the payer sent back unverified.
 #[derive(Clone, Debug)]
 pub struct LedgerReceiver {
     ledger: Ledger,
@@ -295,6 +299,28 @@ impl LedgerReceiver {
         if t.debit != payer {
             return Err(RailError::mismatch(Binding::Payer, &payment.payer, t.debit));
         }
+        if offer.mode == PaymentMode::Hold {
+            // The hold must last as long as the offer asked, and must not have lapsed.
+            let want_ms = offer
+                .details_as::<LedgerOfferDetails>()?
+                .hold_secs
+                .unwrap_or(3600)
+                .saturating_mul(1000);
+            if t.timeout_ms != 0 && t.timeout_ms < want_ms {
+                return Err(RailError::MalformedPayment(format!(
+                    "hold lasts {} ms, the offer asks for {want_ms} ms",
+                    t.timeout_ms
+                )));
+            }
+            if t.expires_at()
+                .is_some_and(|e| e <= self.ledger.clock().now())
+            {
+                return Err(RailError::InvalidState {
+                    op: "verify",
+                    state: "expired".into(),
+                });
+            }
+        }
         if status != Some(want_status) {
             return Err(RailError::InvalidState {
                 op: "verify",
@@ -351,7 +377,10 @@ impl LedgerReceiver {
     async fn own_pending(&self, held: &Verified) -> RailResult<Transfer> {
         let id = Self::transfer_id(&held.payment_ref)?;
         let (t, _) = self.lookup(id).await?;
-        if t.credit != self.account || t.kind != TransferKind::Pending {
+        if t.credit != self.account
+            || t.kind != TransferKind::Pending
+            || t.user_data != offer_binding(&held.offer_id)
+        {
             return Err(RailError::NotFound(format!("hold {id} for this receiver")));
         }
         Ok(t)
@@ -412,7 +441,11 @@ impl Receiver for LedgerReceiver {
                 Ok(v)
             }
             Err(e) => {
-                reservation.release().await?;
+                // The refusal is the answer; a failed release only delays the offer's reuse
+                // until the reservation lapses.
+                if let Err(release) = reservation.release().await {
+                    tracing::warn!(offer = %offer.id, error = %release, "could not release an offer reservation");
+                }
                 Err(e)
             }
         }

@@ -24,6 +24,8 @@ use crate::types::{
 #[derive(Debug)]
 pub(crate) struct Executed {
     pub(crate) outcomes: Vec<Outcome>,
+    /// The journal head as loaded under the lock, before the batch.
+    pub(crate) loaded_head: (i64, [u8; 32]),
     /// The state the batch saw and left: fresh as of its commit.
     pub(crate) snap: Snapshot,
     pub(crate) changes: engine::Changes,
@@ -509,6 +511,7 @@ pub(crate) mod sqlite {
             tx.commit().await.map_err(|e| db(&e))?;
             Ok(Executed {
                 outcomes,
+                loaded_head: expect,
                 snap,
                 changes,
                 next_due,
@@ -922,6 +925,7 @@ pub(crate) mod postgres {
             tx.commit().await.map_err(|e| db(&e))?;
             Ok(Executed {
                 outcomes,
+                loaded_head: expect,
                 snap,
                 changes,
                 next_due: next_due.map(Timestamp),

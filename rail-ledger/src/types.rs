@@ -7,6 +7,9 @@ use std::str::FromStr;
 use rail_core::{Asset, Timestamp};
 use serde::{Deserialize, Serialize};
 
+/// The top bit of a 128-bit id: set only on ids the ledger writes itself (hold expiries).
+pub const RESERVED_BIT: u128 = 1 << 127;
+
 macro_rules! id128 {
     ($name:ident, $what:literal) => {
         #[doc = concat!("A client-chosen 128-bit ", $what, " id (never zero); text form: 32 lowercase hex digits.")]
@@ -15,10 +18,16 @@ macro_rules! id128 {
         pub struct $name(pub u128);
 
         impl $name {
-            /// A random id.
+            /// A random id (never zero, never in the ledger's reserved range).
             #[must_use]
             pub fn random() -> Self {
-                $name(rand::random::<u128>() | 1)
+                $name((rand::random::<u128>() | 1) & !RESERVED_BIT)
+            }
+            /// Whether the id is in the range the ledger keeps for entries it writes itself
+            /// (the top bit set); such ids are refused in requests.
+            #[must_use]
+            pub fn is_reserved(self) -> bool {
+                self.0 & RESERVED_BIT != 0
             }
             /// Big-endian bytes (the stored form).
             #[must_use]
@@ -415,6 +424,12 @@ pub enum TransferError {
     /// Ids must not be zero.
     #[error("id must not be zero")]
     IdMustNotBeZero,
+    /// Ids with the top bit set are the ledger's own.
+    #[error("id is in the ledger's reserved range (top bit set)")]
+    IdReserved,
+    /// A hold timeout beyond the storage range.
+    #[error("timeout too large")]
+    TimeoutTooLarge,
     /// Amounts must not be zero.
     #[error("amount must not be zero")]
     AmountMustNotBeZero,

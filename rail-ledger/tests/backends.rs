@@ -591,6 +591,40 @@ async fn concurrency_conserves_money(f: Fixture) {
     assert!(report.is_intact(), "{report:?}");
 }
 
+/// Two handles on one database (two processes): each handle's cache must never overwrite
+/// what the other committed, even right after a locked-path batch refreshed part of it.
+async fn caches_never_overwrite_another_process(f: Fixture) {
+    let a = f.ledger.clone();
+    let b = f.second_handle().await;
+    let bank = account(&a, false).await;
+    let x = account(&a, true).await;
+    let y = account(&a, true).await;
+    a.transfer(single(bank, x, 1_000)).await.unwrap();
+    // A caches x and y through fast-path traffic.
+    a.transfer(single(x, y, 1)).await.unwrap();
+    a.transfer(single(y, x, 1)).await.unwrap();
+    // B spends most of x behind A's back.
+    b.transfer(single(x, y, 900)).await.unwrap();
+    // A runs a locked-path batch that touches neither x nor y (an account creation).
+    account(&a, false).await;
+    // A now spends from x: only 100 is left, so 500 must be refused, and 100 must not
+    // resurrect B's 900.
+    assert_eq!(
+        refused(a.transfer(single(x, y, 500)).await),
+        TransferError::ExceedsCredits { available: 100 }
+    );
+    a.transfer(single(x, y, 100)).await.unwrap();
+    let xa = a.account(x).await.unwrap().unwrap();
+    assert_eq!(xa.available(), 0, "{xa:?}");
+    let report = a.verify_journal().await.unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    // A retried transfer id long gone from the cache is still recognised.
+    let old = single(bank, x, 5);
+    a.transfer(old.clone()).await.unwrap();
+    b.transfer(old.clone()).await.unwrap();
+    assert!(matches!(a.transfer(old).await.unwrap(), Created::Exists(_)));
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -620,5 +654,6 @@ on_both!(
     transfers_and_idempotency,
     two_phase,
     tampering_is_detected,
-    concurrency_conserves_money
+    concurrency_conserves_money,
+    caches_never_overwrite_another_process,
 );
