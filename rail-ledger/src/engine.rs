@@ -849,8 +849,14 @@ mod tests {
             }),
         ];
         let (out, ch) = apply_batch(&mut s, &cmds, Timestamp(0));
-        assert!(matches!(out[0], Outcome::Transfer(Err(TransferError::IdReserved))));
-        assert!(matches!(out[1], Outcome::Transfer(Err(TransferError::TimeoutTooLarge))));
+        assert!(matches!(
+            out[0],
+            Outcome::Transfer(Err(TransferError::IdReserved))
+        ));
+        assert!(matches!(
+            out[1],
+            Outcome::Transfer(Err(TransferError::TimeoutTooLarge))
+        ));
         assert!(ch.is_empty());
         assert!(!TransferId::random().is_reserved());
     }
