@@ -861,6 +861,126 @@ mod tests {
         assert!(!TransferId::random().is_reserved());
     }
 
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Single(u8, u8, u64),
+            Pending(u8, u8, u64, u64),
+            Post(u8, u64),
+            Void(u8),
+            Reverse(u8, u64),
+            /// Resubmit an earlier request (same id, same fields).
+            Retry(u8),
+            Advance(u64),
+            /// Spend an account's whole available balance plus `extra` (0, 1 or 2): the
+            /// boundary of no-overdraft.
+            Drain(u8, u8, u64),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0u8..5, 0u8..5, 0u64..400).prop_map(|(d, c, a)| Op::Single(d, c, a)),
+                (0u8..5, 0u8..5, 0u64..400, 0u64..3).prop_map(|(d, c, a, t)| Op::Pending(
+                    d,
+                    c,
+                    a,
+                    t * 1000
+                )),
+                (any::<u8>(), 0u64..400).prop_map(|(p, a)| Op::Post(p, a)),
+                any::<u8>().prop_map(Op::Void),
+                (any::<u8>(), 0u64..400).prop_map(|(p, a)| Op::Reverse(p, a)),
+                any::<u8>().prop_map(Op::Retry),
+                (0u64..2500).prop_map(Op::Advance),
+                (1u8..5, 0u8..5, 0u64..3).prop_map(|(d, c, x)| Op::Drain(d, c, x)),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            /// Any sequence of requests, in any batch split: money is neither created nor
+            /// destroyed, no no-overdraft account is overdrawn, no id is applied twice, and the
+            /// journal replays to exactly the stored balances and statuses.
+            #[test]
+            fn ledger_invariants_hold(ops in proptest::collection::vec(op(), 1..80), split in 1usize..9) {
+                // Account 0 is the bank (may go negative); 1-4 refuse overdrafts.
+                let mut s = snap_with(&[(10, false), (11, true), (12, true), (13, true), (14, true)]);
+                let acc = |i: u8| AccountId(10 + u128::from(i % 5));
+                let mut now = Timestamp(0);
+                let mut sent: Vec<TransferRequest> = Vec::new();
+                let mut holds: Vec<TransferId> = Vec::new();
+                let mut postings: Vec<TransferId> = Vec::new();
+                let mut journal: Vec<Transfer> = Vec::new();
+                let mut next = 1u128;
+                let mut fresh = || { next += 1; TransferId(next) };
+                // Fund the customer accounts.
+                let funding: Vec<Command> = (1..5u8).map(|i| single(1000 + u128::from(i), 10, 10 + u128::from(i), 500)).collect();
+                let (_, ch) = apply_batch(&mut s, &funding, now);
+                journal.extend(ch.new_transfers);
+                let mut batch: Vec<Command> = Vec::new();
+                for (k, o) in ops.into_iter().enumerate() {
+                    let req = match o {
+                        Op::Single(d, c, a) => Some(TransferRequest::Single { id: fresh(), debit: acc(d), credit: acc(c), amount: a, user_data: 0 }),
+                        Op::Pending(d, c, a, t) => Some(TransferRequest::Pending { id: fresh(), debit: acc(d), credit: acc(c), amount: a, user_data: 0, timeout_ms: t }),
+                        Op::Post(p, a) => holds.get(usize::from(p) % holds.len().max(1)).map(|h| TransferRequest::Post { id: fresh(), pending_id: *h, amount: a }),
+                        Op::Void(p) => holds.get(usize::from(p) % holds.len().max(1)).map(|h| TransferRequest::Void { id: fresh(), pending_id: *h }),
+                        Op::Reverse(p, a) => postings.get(usize::from(p) % postings.len().max(1)).map(|t| TransferRequest::Reverse { id: fresh(), of: *t, amount: a }),
+                        Op::Retry(p) => sent.get(usize::from(p) % sent.len().max(1)).cloned(),
+                        Op::Advance(ms) => { now = Timestamp(now.0 + i64::try_from(ms).unwrap()); None }
+                        Op::Drain(d, c, extra) => {
+                            // Available as of the requests applied so far (the open batch may
+                            // change it: the boundary is still probed most of the time).
+                            let avail = s.accounts.get(&acc(d)).map_or(0, |a| u64::try_from(a.available().max(0)).unwrap());
+                            Some(TransferRequest::Single { id: fresh(), debit: acc(d), credit: acc(c), amount: avail + extra, user_data: 0 })
+                        }
+                    };
+                    if let Some(r) = req {
+                        match &r {
+                            TransferRequest::Pending { id, .. } => holds.push(*id),
+                            TransferRequest::Single { id, .. } | TransferRequest::Post { id, .. } => postings.push(*id),
+                            _ => {}
+                        }
+                        sent.push(r.clone());
+                        batch.push(Command::Transfer(r));
+                    }
+                    if batch.len() >= split || k % 7 == 6 {
+                        let (_, ch) = apply_batch(&mut s, &batch, now);
+                        journal.extend(ch.new_transfers);
+                        batch.clear();
+                    }
+                }
+                let (_, ch) = apply_batch(&mut s, &batch, now);
+                journal.extend(ch.new_transfers);
+
+                let mut posted = 0i128;
+                let (mut dp, mut cp) = (0u128, 0u128);
+                for a in s.accounts.values() {
+                    posted += a.posted_balance();
+                    dp += u128::from(a.debits_pending);
+                    cp += u128::from(a.credits_pending);
+                    if a.no_overdraft {
+                        prop_assert!(a.debits_posted + a.debits_pending <= a.credits_posted, "overdrawn: {a:?}");
+                    }
+                }
+                prop_assert_eq!(posted, 0, "posted money created or destroyed");
+                prop_assert_eq!(dp, cp, "pending debits and credits disagree");
+                let mut ids = std::collections::HashSet::new();
+                for t in &journal {
+                    prop_assert!(ids.insert(t.id), "id applied twice: {:?}", t.id);
+                }
+                let mut v = Verifier::new();
+                for t in &journal {
+                    v.entry(t);
+                }
+                let accounts: Vec<Account> = s.accounts.values().cloned().collect();
+                let report = v.finish((s.head_seq, s.head_hash), &accounts, &s.statuses);
+                prop_assert!(report.is_intact(), "{:?}", report.problems);
+            }
+        }
+    }
+
     #[test]
     fn overflow_is_refused() {
         let mut s = snap_with(&[(1, false), (2, false)]);
