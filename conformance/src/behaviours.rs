@@ -736,6 +736,70 @@ async fn insufficient_funds_refused(h: &dyn Harness) -> Verdict {
     unchanged(h, before, "an unaffordable payment").await
 }
 
+async fn hold_expiry_releases(h: &dyn Harness) -> Verdict {
+    let Some(life) = h.hold_lifetime() else {
+        return Err(SKIP_NO_HOOK.into());
+    };
+    let before = balances(h).await?;
+    let (o, v) = held(h, 300).await?;
+    h.clock().advance(life + Duration::from_secs(1));
+    let (_, r) = ok("holds", h.rail().holds())?;
+    refused(
+        "capturing a lapsed hold",
+        r.capture(&op(), &v, &o.amount).await,
+        &["invalid_state"],
+    )?;
+    refused(
+        "voiding a lapsed hold",
+        r.void(&op(), &v).await,
+        &["invalid_state"],
+    )?;
+    unchanged(h, before, "a hold that lapsed").await
+}
+
+async fn foreign_payments_untouchable(h: &dyn Harness) -> Verdict {
+    let Some(other) = h.other_receiver() else {
+        return Err(SKIP_NO_HOOK.into());
+    };
+    let (_, v) = settled(h, 200).await?;
+    let before = balances(h).await?;
+    if let Ok(r) = other.refunder() {
+        refused(
+            "another receiver refunding this receiver's payment",
+            r.refund(&op(), &v.payment_ref, &v.amount).await,
+            &["not_found", "payee_mismatch", "invalid_state"],
+        )?;
+    }
+    if let (Ok((_, mine)), Ok((_, theirs))) = (h.rail().holds(), other.holds()) {
+        let (o, hv) = held(h, 150).await?;
+        let before = balances(h).await?;
+        refused(
+            "another receiver capturing this receiver's hold",
+            theirs.capture(&op(), &hv, &o.amount).await,
+            &["not_found", "payee_mismatch", "invalid_state"],
+        )?;
+        refused(
+            "another receiver voiding this receiver's hold",
+            theirs.void(&op(), &hv).await,
+            &["not_found", "payee_mismatch", "invalid_state"],
+        )?;
+        unchanged(h, before, "foreign capture and void attempts").await?;
+        ok(
+            "the owner captures its hold",
+            mine.capture(&op(), &hv, &o.amount).await,
+        )?;
+    }
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled >= before.payee_settled,
+        "a foreign refund moved this receiver's money"
+    );
+    Ok(())
+}
+
+/// The verdict of a behaviour whose harness hook is absent: reported as a skip.
+pub const SKIP_NO_HOOK: &str = "skip: the harness does not provide this hook";
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// Every behaviour, in run order.
@@ -775,4 +839,6 @@ behaviours! {
     refund_full: Refund => "a full refund returns the payment",
     refund_partial: PartialRefund => "partial refunds return parts",
     refund_above_captured_refused: Refund => "refunds never exceed what was paid",
+    hold_expiry_releases: Hold => "a lapsed hold can be neither captured nor voided; funds return",
+    foreign_payments_untouchable: Pay => "one receiver cannot refund, capture or void another's payments",
 }

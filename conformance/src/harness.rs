@@ -63,6 +63,16 @@ pub trait Harness: Send + Sync {
     fn malformed(&self, _valid: &Payment) -> Vec<(String, Payment)> {
         Vec::new()
     }
+    /// A second receiver on the same rail, paid into another account (to check that one
+    /// receiver cannot capture, void or refund another's payments). `None` skips those checks.
+    fn other_receiver(&self) -> Option<RailHandle> {
+        None
+    }
+    /// How long the rail keeps a hold before it lapses, if holds lapse. `None` skips the
+    /// hold-expiry behaviour.
+    fn hold_lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// Releases what the harness holds (databases, temporary files, servers).
     async fn teardown(&self) {}
 }

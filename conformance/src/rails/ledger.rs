@@ -43,9 +43,13 @@ fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>
 /// Minor units the payer starts with.
 const FUNDED: u64 = 1_000_000;
 
+/// How long the harness's receivers ask payers to hold funds.
+const HOLD_FOR: Duration = Duration::from_secs(600);
+
 /// A ledger with a funded payer, a payee, another payee, and the rail's two sides on top.
 pub struct LedgerHarness {
     handle: RailHandle,
+    other_handle: RailHandle,
     clock: ManualClock,
     ledger: Ledger,
     payer: AccountId,
@@ -141,12 +145,21 @@ impl LedgerHarness {
             .await
             .map_err(setup)?;
         let guard = ReplayGuard::new(keys, shared, "ledger-offers");
-        let receiver = Arc::new(LedgerReceiver::new(
-            ledger.clone(),
-            payee,
-            asset.clone(),
-            guard,
-        ));
+        let other_receiver = Arc::new(
+            LedgerReceiver::new(ledger.clone(), other, asset.clone(), guard.clone())
+                .with_hold_duration(HOLD_FOR),
+        );
+        let other_handle = RailHandle {
+            payer: Arc::new(LedgerPayer::new(ledger.clone(), payer, asset.clone())),
+            hold_payer: None,
+            receiver: other_receiver.clone(),
+            hold_receiver: Some(other_receiver.clone()),
+            refunds: Some(other_receiver),
+        };
+        let receiver = Arc::new(
+            LedgerReceiver::new(ledger.clone(), payee, asset.clone(), guard)
+                .with_hold_duration(HOLD_FOR),
+        );
         let payer_side = Arc::new(LedgerPayer::new(ledger.clone(), payer, asset));
         let handle = RailHandle {
             payer: payer_side.clone(),
@@ -157,6 +170,7 @@ impl LedgerHarness {
         };
         Ok(LedgerHarness {
             handle,
+            other_handle,
             clock,
             ledger,
             payer,
@@ -247,6 +261,14 @@ impl Harness for LedgerHarness {
                 json!({"transfer_id": format!("-{}", id.get(1..).unwrap_or_default())}),
             ),
         ]
+    }
+
+    fn other_receiver(&self) -> Option<RailHandle> {
+        Some(self.other_handle.clone())
+    }
+
+    fn hold_lifetime(&self) -> Option<Duration> {
+        Some(HOLD_FOR)
     }
 
     async fn teardown(&self) {
