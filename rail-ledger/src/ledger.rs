@@ -25,6 +25,10 @@ use crate::types::{
 /// Most requests applied in one database transaction.
 pub const MAX_BATCH: usize = 4096;
 
+/// A batch smaller than this waits up to [`LINGER_YIELDS`] scheduler yields for more requests.
+const LINGER_BELOW: usize = 64;
+const LINGER_YIELDS: u32 = 4;
+
 struct Job {
     cmds: Vec<Command>,
     reply: oneshot::Sender<Result<Vec<Outcome>, LedgerError>>,
@@ -490,11 +494,19 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
                 };
                 let mut jobs = vec![job];
                 let mut n = jobs.iter().map(|j| j.cmds.len()).sum::<usize>();
+                // Gather what is queued; when little is, yield a few times so callers that were
+                // just answered can submit again and share this commit (group commit without a
+                // timer: a yield costs microseconds, a timer at least a millisecond).
+                let mut yields = 0;
                 while n < MAX_BATCH {
                     match rx.try_recv() {
                         Ok(j) => {
                             n += j.cmds.len();
                             jobs.push(j);
+                        }
+                        Err(_) if yields < LINGER_YIELDS && n < LINGER_BELOW => {
+                            yields += 1;
+                            tokio::task::yield_now().await;
                         }
                         Err(_) => break,
                     }
