@@ -736,6 +736,35 @@ async fn insufficient_funds_refused(h: &dyn Harness) -> Verdict {
     unchanged(h, before, "an unaffordable payment").await
 }
 
+async fn refund_after_capture(h: &dyn Harness) -> Verdict {
+    if !h.rail().capabilities().hold {
+        return Err(SKIP_NO_HOOK.into());
+    }
+    let before = balances(h).await?;
+    let (_, v) = held(h, 300).await?;
+    let (_, r) = ok("holds", h.rail().holds())?;
+    let c = ok(
+        "capture 200 of 300",
+        r.capture(&op(), &v, &price(h, 200)?).await,
+    )?;
+    let refunds = ok("refunds", h.rail().refunder())?;
+    refused(
+        "refunding more than was captured",
+        refunds.refund(&op(), &c.capture_ref, &price(h, 201)?).await,
+        &["exceeds_available"],
+    )?;
+    ok(
+        "refund what was captured",
+        refunds.refund(&op(), &c.capture_ref, &c.captured).await,
+    )?;
+    unchanged(
+        h,
+        before,
+        "hold, partial capture, full refund of the capture",
+    )
+    .await
+}
+
 async fn hold_expiry_releases(h: &dyn Harness) -> Verdict {
     let Some(life) = h.hold_lifetime() else {
         return Err(SKIP_NO_HOOK.into());
@@ -839,6 +868,7 @@ behaviours! {
     refund_full: Refund => "a full refund returns the payment",
     refund_partial: PartialRefund => "partial refunds return parts",
     refund_above_captured_refused: Refund => "refunds never exceed what was paid",
+    refund_after_capture: Refund => "a captured hold is refunded by its capture reference, never above the capture",
     hold_expiry_releases: Hold => "a lapsed hold can be neither captured nor voided; funds return",
     foreign_payments_untouchable: Pay => "one receiver cannot refund, capture or void another's payments",
 }
