@@ -152,6 +152,34 @@ where
     })
 }
 
+fn status_row<'r, R>(r: &'r R) -> Result<TransferStatus, LedgerError>
+where
+    R: Row,
+    &'r str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i16: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let code: i16 = r.try_get("status").map_err(|e| db(&e))?;
+    let amount: i64 = r.try_get("amount").map_err(|e| db(&e))?;
+    TransferStatus::decode(code, amount)
+        .ok_or_else(|| LedgerError::Corrupt(format!("bad status {code}/{amount}")))
+}
+
+fn id_status_row<'r, R>(r: &'r R) -> Result<(TransferId, TransferStatus), LedgerError>
+where
+    R: Row,
+    &'r str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i16: Decode<'r, R::Database> + Type<R::Database>,
+    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
+    Ok((
+        id16(&id, TransferId::from_slice, "status id")?,
+        status_row(r)?,
+    ))
+}
+
 fn account_row<'r, R>(r: &'r R) -> Result<Account, LedgerError>
 where
     R: Row,
@@ -312,11 +340,7 @@ pub(crate) mod sqlite {
                     .await
                     .map_err(|e| db(&e))?
                 {
-                    let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
-                    let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
-                    let st = TransferStatus::decode(code, amount)
-                        .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
-                    snap.statuses.insert(t.id, st);
+                    snap.statuses.insert(t.id, status_row(&s)?);
                 }
                 snap.transfers.insert(t.id, t);
             }
@@ -606,13 +630,8 @@ pub(crate) mod sqlite {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(|e| db(&e))?
-                .map(|s| -> Result<Option<TransferStatus>, LedgerError> {
-                    let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
-                    let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
-                    Ok(TransferStatus::decode(code, amount))
-                })
-                .transpose()?
-                .flatten();
+                .map(|s| status_row(&s))
+                .transpose()?;
             Ok(Some((t, st)))
         }
 
@@ -651,12 +670,8 @@ pub(crate) mod sqlite {
                 .await
                 .map_err(|e| db(&e))?
             {
-                let id: Vec<u8> = s.try_get("id").map_err(|e| db(&e))?;
-                let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
-                let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
-                let st = TransferStatus::decode(code, amount)
-                    .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
-                statuses.insert(id16(&id, TransferId::from_slice, "status id")?, st);
+                let (id, st) = id_status_row(&s)?;
+                statuses.insert(id, st);
             }
             tx.rollback().await.map_err(|e| db(&e))?;
             Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
@@ -799,13 +814,8 @@ pub(crate) mod postgres {
             .await
             .map_err(|e| db(&e))?
         {
-            let id: Vec<u8> = s.try_get("id").map_err(|e| db(&e))?;
-            let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
-            let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
-            let st = TransferStatus::decode(code, amount)
-                .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
-            snap.statuses
-                .insert(id16(&id, TransferId::from_slice, "status id")?, st);
+            let (id, st) = id_status_row(&s)?;
+            snap.statuses.insert(id, st);
         }
         let aids = bytes(accounts_of(&snap, needs.accounts), AccountId::to_bytes);
         let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ANY($1)");
@@ -1014,13 +1024,8 @@ pub(crate) mod postgres {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(|e| db(&e))?
-                .map(|s| -> Result<Option<TransferStatus>, LedgerError> {
-                    let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
-                    let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
-                    Ok(TransferStatus::decode(code, amount))
-                })
-                .transpose()?
-                .flatten();
+                .map(|s| status_row(&s))
+                .transpose()?;
             Ok(Some((t, st)))
         }
 
@@ -1062,12 +1067,8 @@ pub(crate) mod postgres {
                 .await
                 .map_err(|e| db(&e))?
             {
-                let id: Vec<u8> = s.try_get("id").map_err(|e| db(&e))?;
-                let code: i16 = s.try_get("status").map_err(|e| db(&e))?;
-                let amount: i64 = s.try_get("amount").map_err(|e| db(&e))?;
-                let st = TransferStatus::decode(code, amount)
-                    .ok_or_else(|| LedgerError::Corrupt("bad status".into()))?;
-                statuses.insert(id16(&id, TransferId::from_slice, "status id")?, st);
+                let (id, st) = id_status_row(&s)?;
+                statuses.insert(id, st);
             }
             tx.rollback().await.map_err(|e| db(&e))?;
             Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
