@@ -139,7 +139,8 @@ impl Ledger {
     /// Creates accounts; each gets its own outcome.
     ///
     /// # Errors
-    /// [`LedgerError::Storage`] when the batch could not be written (nothing was).
+    /// [`LedgerError::Storage`] when the batch failed (if the failure was at commit, it may
+    /// have been written: retry with the same ids, which is always safe).
     pub async fn create_accounts(
         &self,
         accounts: Vec<NewAccount>,
@@ -167,7 +168,8 @@ impl Ledger {
     /// Applies transfer requests in order; each gets its own outcome.
     ///
     /// # Errors
-    /// [`LedgerError::Storage`] when the batch could not be written (nothing was).
+    /// [`LedgerError::Storage`] when the batch failed (if the failure was at commit, it may
+    /// have been written: retry with the same ids, which is always safe).
     pub async fn transfers(
         &self,
         requests: Vec<TransferRequest>,
@@ -192,8 +194,9 @@ impl Ledger {
         first(self.transfers(vec![request]).await?)
     }
 
-    /// Releases every pending transfer whose timeout has passed (also done at the start of
-    /// every batch, up to 256 at a time).
+    /// Releases pending transfers whose timeout has passed, up to 256 per call (the oldest
+    /// first). Locked batches do the same before their own requests, and the batcher takes
+    /// the locked path as soon as a hold it knows of is due.
     ///
     /// # Errors
     /// [`LedgerError::Storage`].
@@ -353,14 +356,14 @@ impl Cache {
                 self.recent.push_back(*id);
             }
         }
+        // Open holds are evicted too (a post or void of an evicted hold reloads it on the
+        // locked path), so the cache stays bounded whatever callers leave open.
         while self.recent.len() > CACHE_TRANSFERS {
             let Some(id) = self.recent.pop_front() else {
                 break;
             };
-            if self.statuses.get(&id) != Some(&TransferStatus::Pending) {
-                self.transfers.remove(&id);
-                self.statuses.remove(&id);
-            }
+            self.transfers.remove(&id);
+            self.statuses.remove(&id);
         }
     }
 }
@@ -383,6 +386,11 @@ fn fast_answers_hold(
     changes: &Changes,
 ) -> bool {
     cmds.iter().zip(outcomes).all(|(c, o)| match (c, o) {
+        // A stored transfer never changes: "exists with different fields" stays true.
+        (
+            Command::Transfer(t),
+            Outcome::Transfer(Err(TransferError::ExistsWithDifferentFields)),
+        ) => cache.transfers.contains_key(&t.id()),
         (Command::Transfer(t), Outcome::Transfer(Err(_))) => {
             !changes.is_empty() && cache.transfers.contains_key(&t.id())
         }
@@ -510,6 +518,11 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
                         }
                         Err(_) => break,
                     }
+                }
+                // An empty job is `expire_pending`: it must look at storage, not the cache.
+                if jobs.iter().any(|j| j.cmds.is_empty()) {
+                    blocked.extend(jobs);
+                    continue;
                 }
                 let cmds: Vec<Command> = jobs.iter().flat_map(|j| j.cmds.iter().cloned()).collect();
                 let now = clock.now();

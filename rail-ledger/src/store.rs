@@ -235,6 +235,8 @@ pub(crate) mod sqlite {
     #[derive(Debug, Clone)]
     pub(crate) struct SqliteBackend {
         pub(crate) pool: SqlitePool,
+        /// Dropped with the backend: tells the background checkpointer to stop.
+        _alive: std::sync::Arc<()>,
     }
 
     const SCHEMA: &[&str] = &[
@@ -276,7 +278,8 @@ pub(crate) mod sqlite {
                 // (1 KiB) cut that volume fourfold, a larger checkpoint interval keeps
                 // checkpoints off most commits, and a big cache keeps the index in memory.
                 .page_size(1024)
-                .pragma("wal_autocheckpoint", "16384")
+                // Checkpoints run in the background (see `checkpointer`); this is the backstop.
+                .pragma("wal_autocheckpoint", "65536")
                 .pragma("cache_size", "-65536")
                 .pragma("mmap_size", "268435456")
                 .pragma("temp_store", "memory");
@@ -288,11 +291,38 @@ pub(crate) mod sqlite {
             for s in SCHEMA {
                 sqlx::query(s).execute(&pool).await.map_err(|e| db(&e))?;
             }
-            Ok(SqliteBackend { pool })
+            let alive = std::sync::Arc::new(());
+            tokio::spawn(checkpointer(
+                pool.clone(),
+                std::sync::Arc::downgrade(&alive),
+            ));
+            Ok(SqliteBackend {
+                pool,
+                _alive: alive,
+            })
         }
     }
 
     type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+    /// Copies the WAL back into the database file off the commit path: a passive checkpoint
+    /// every 250 ms never blocks writers, so commits stop paying for checkpoints.
+    async fn checkpointer(pool: SqlitePool, alive: std::sync::Weak<()>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if alive.upgrade().is_none() || pool.is_closed() {
+                return;
+            }
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&pool)
+                .await
+            {
+                tracing::debug!(error = %e, "background WAL checkpoint failed; the next one retries");
+            }
+        }
+    }
 
     async fn load(
         tx: &mut Tx<'_>,

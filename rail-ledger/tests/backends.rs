@@ -625,6 +625,36 @@ async fn caches_never_overwrite_another_process(f: Fixture) {
     assert!(matches!(a.transfer(old).await.unwrap(), Created::Exists(_)));
 }
 
+/// `expire_pending` on one handle releases a lapsed hold another handle created, even when
+/// the first handle's cache knows of no due hold.
+async fn expiry_sees_other_processes_holds(f: Fixture) {
+    let a = f.ledger.clone();
+    let b = f.second_handle().await;
+    let bank = account(&a, false).await;
+    let x = account(&a, true).await;
+    let y = account(&a, true).await;
+    a.transfer(single(bank, x, 100)).await.unwrap();
+    a.transfer(single(x, y, 1)).await.unwrap(); // A's cache is warm and knows no hold
+    let hold = TransferId::random();
+    b.transfer(TransferRequest::Pending {
+        id: hold,
+        debit: x,
+        credit: y,
+        amount: 50,
+        user_data: 0,
+        timeout_ms: 1_000,
+    })
+    .await
+    .unwrap();
+    f.clock.advance(Duration::from_secs(2));
+    a.expire_pending().await.unwrap();
+    assert_eq!(
+        a.lookup_transfer(hold).await.unwrap().unwrap().1,
+        Some(TransferStatus::Expired)
+    );
+    assert_eq!(a.account(x).await.unwrap().unwrap().available(), 99);
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -656,4 +686,5 @@ on_both!(
     tampering_is_detected,
     concurrency_conserves_money,
     caches_never_overwrite_another_process,
+    expiry_sees_other_processes_holds,
 );
