@@ -1,7 +1,29 @@
-//! # rail-exact-algo (not implemented yet)
+//! # rail-exact-algo (in progress)
 //!
-//! This crate will hold the native-ALGO `exact-algo` scheme (an x402-style envelope settling
-//! native ALGO on Algorand): the payer, a strict verifier of signed `pay` transactions,
-//! settlement through algod, HTTP and MCP surfaces, and an algod-compatible devnet.
+//! The native-ALGO `exact-algo` scheme: an x402-style envelope that settles in native ALGO
+//! (see `shared/seeds/avouch-exact-algo.en.md`).
 //!
-//! Nothing here works yet: it has no public items, so nothing can be mistaken for a working rail.
+//! **What works today:** the security-critical core the verifier stands on —
+//! - [`msgpack`]: canonical MessagePack, read strictly (non-minimal forms, unsorted or repeated
+//!   keys, zero values, floats, extension types and trailing bytes are refused) and written
+//!   canonically;
+//! - [`address`]: Algorand addresses with checksum checks;
+//! - [`txn`]: signed native payments, decoded strictly (unknown fields, multisig and logic
+//!   signatures refused; the bytes must re-encode to themselves), transaction ids, and
+//!   Ed25519 `verify_strict` over `"TX" || txn` — checked against the signing vector shared by
+//!   the Go, Python and JavaScript Algorand SDKs.
+//!
+//! **Not yet:** the payment rules of the seed (receiver, amount, note = paymentId, fee, validity,
+//! rekey, close-to), the payer, settlement through algod, the HTTP and MCP surfaces, the devnet
+//! and the rail-core traits. Nothing here implements a rail yet, so nothing can be mistaken for
+//! a working one.
+//!
+//! ```
+//! use rail_exact_algo::txn::SignedPay;
+//! // Bytes that are not a canonical signed payment are refused with a typed error.
+//! assert!(SignedPay::decode(&[0x80]).is_err());
+//! ```
+
+pub mod address;
+pub mod msgpack;
+pub mod txn;

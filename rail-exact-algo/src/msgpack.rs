@@ -1,0 +1,380 @@
+//! The subset of MessagePack that Algorand transactions use, read strictly and written
+//! canonically (go-algorand's `codec` canonical form).
+//!
+//! Canonical means: map keys are strings in ascending byte order with no duplicates, integers in
+//! their shortest encoding, byte strings as `bin`, text as `str`, and zero values omitted (a
+//! field that is present is never zero or empty). The reader refuses anything else — floats,
+//! extension types, signed integers, `nil`, non-minimal lengths, trailing bytes — because a
+//! verifier that accepts two encodings of one transaction can be fooled about what was signed.
+
+use std::collections::BTreeMap;
+
+/// A decoded value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// An unsigned integer.
+    UInt(u64),
+    /// A byte string (`bin`).
+    Bin(Vec<u8>),
+    /// A text string (`str`).
+    Str(String),
+    /// A map with string keys.
+    Map(BTreeMap<String, Value>),
+    /// An array.
+    Array(Vec<Value>),
+    /// `true` (canonical form omits `false`).
+    True,
+}
+
+/// Why bytes are not canonical MessagePack of the accepted subset.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MsgpackError {
+    /// The input ended early.
+    #[error("truncated at byte {0}")]
+    Truncated(usize),
+    /// A type outside the subset (float, ext, nil, negative integer, …).
+    #[error("type byte 0x{byte:02x} at {at} is not allowed")]
+    Unsupported {
+        /// The type byte.
+        byte: u8,
+        /// Its offset.
+        at: usize,
+    },
+    /// A length or integer not in its shortest form.
+    #[error("non-minimal encoding at byte {0}")]
+    NonMinimal(usize),
+    /// Map keys out of order or repeated.
+    #[error("map keys not strictly ascending at byte {0}")]
+    KeyOrder(usize),
+    /// A zero or empty value present (canonical form omits it).
+    #[error("zero value present for key {0:?}")]
+    ZeroValue(String),
+    /// A map key that is not a string.
+    #[error("map key at byte {0} is not a string")]
+    KeyType(usize),
+    /// Text that is not UTF-8.
+    #[error("string at byte {0} is not UTF-8")]
+    Utf8(usize),
+    /// Bytes after the value.
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+    /// Nesting deeper than the subset needs.
+    #[error("nesting too deep")]
+    TooDeep,
+}
+
+const MAX_DEPTH: usize = 8;
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], MsgpackError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(MsgpackError::Truncated(self.pos))?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(MsgpackError::Truncated(self.pos))?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn byte(&mut self) -> Result<u8, MsgpackError> {
+        Ok(self.take(1)?.first().copied().unwrap_or(0))
+    }
+
+    fn be(&mut self, n: usize) -> Result<u64, MsgpackError> {
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+    }
+
+    /// A length with its minimal-form floor: `min` is the smallest value this width may carry.
+    fn len(&mut self, width: usize, min: u64, at: usize) -> Result<usize, MsgpackError> {
+        let v = self.be(width)?;
+        if v < min {
+            return Err(MsgpackError::NonMinimal(at));
+        }
+        usize::try_from(v).map_err(|_| MsgpackError::Truncated(at))
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, MsgpackError> {
+        if depth > MAX_DEPTH {
+            return Err(MsgpackError::TooDeep);
+        }
+        let at = self.pos;
+        let b = self.byte()?;
+        match b {
+            0x00..=0x7f => Ok(Value::UInt(u64::from(b))),
+            0xcc => {
+                let v = self.be(1)?;
+                if v < 0x80 {
+                    Err(MsgpackError::NonMinimal(at))
+                } else {
+                    Ok(Value::UInt(v))
+                }
+            }
+            0xcd => {
+                let v = self.be(2)?;
+                if v <= 0xff {
+                    Err(MsgpackError::NonMinimal(at))
+                } else {
+                    Ok(Value::UInt(v))
+                }
+            }
+            0xce => {
+                let v = self.be(4)?;
+                if v <= 0xffff {
+                    Err(MsgpackError::NonMinimal(at))
+                } else {
+                    Ok(Value::UInt(v))
+                }
+            }
+            0xcf => {
+                let v = self.be(8)?;
+                if v <= 0xffff_ffff {
+                    Err(MsgpackError::NonMinimal(at))
+                } else {
+                    Ok(Value::UInt(v))
+                }
+            }
+            0xc3 => Ok(Value::True),
+            0xa0..=0xbf => self.str(usize::from(b & 0x1f), at),
+            0xd9 => {
+                let n = self.len(1, 32, at)?;
+                self.str(n, at)
+            }
+            0xda => {
+                let n = self.len(2, 0x100, at)?;
+                self.str(n, at)
+            }
+            0xdb => {
+                let n = self.len(4, 0x1_0000, at)?;
+                self.str(n, at)
+            }
+            0xc4 => {
+                let n = self.len(1, 0, at)?;
+                Ok(Value::Bin(self.take(n)?.to_vec()))
+            }
+            0xc5 => {
+                let n = self.len(2, 0x100, at)?;
+                Ok(Value::Bin(self.take(n)?.to_vec()))
+            }
+            0xc6 => {
+                let n = self.len(4, 0x1_0000, at)?;
+                Ok(Value::Bin(self.take(n)?.to_vec()))
+            }
+            0x90..=0x9f => self.array(usize::from(b & 0x0f), depth),
+            0xdc => {
+                let n = self.len(2, 16, at)?;
+                self.array(n, depth)
+            }
+            0xdd => {
+                let n = self.len(4, 0x1_0000, at)?;
+                self.array(n, depth)
+            }
+            0x80..=0x8f => self.map(usize::from(b & 0x0f), depth),
+            0xde => {
+                let n = self.len(2, 16, at)?;
+                self.map(n, depth)
+            }
+            0xdf => {
+                let n = self.len(4, 0x1_0000, at)?;
+                self.map(n, depth)
+            }
+            _ => Err(MsgpackError::Unsupported { byte: b, at }),
+        }
+    }
+
+    fn str(&mut self, n: usize, at: usize) -> Result<Value, MsgpackError> {
+        let s = self.take(n)?;
+        std::str::from_utf8(s)
+            .map(|s| Value::Str(s.to_owned()))
+            .map_err(|_| MsgpackError::Utf8(at))
+    }
+
+    fn array(&mut self, n: usize, depth: usize) -> Result<Value, MsgpackError> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(self.value(depth + 1)?);
+        }
+        Ok(Value::Array(v))
+    }
+
+    fn map(&mut self, n: usize, depth: usize) -> Result<Value, MsgpackError> {
+        let mut m = BTreeMap::new();
+        let mut last: Option<String> = None;
+        for _ in 0..n {
+            let at = self.pos;
+            let Value::Str(k) = self.value(depth + 1)? else {
+                return Err(MsgpackError::KeyType(at));
+            };
+            if last.as_ref().is_some_and(|l| l.as_bytes() >= k.as_bytes()) {
+                return Err(MsgpackError::KeyOrder(at));
+            }
+            let v = self.value(depth + 1)?;
+            if is_zero(&v) {
+                return Err(MsgpackError::ZeroValue(k));
+            }
+            last = Some(k.clone());
+            m.insert(k, v);
+        }
+        Ok(Value::Map(m))
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::UInt(0) => true,
+        // Fixed-size fields (addresses, hashes) that are all zero are omitted too; that rule
+        // needs the field's type and lives in the transaction decoder.
+        Value::Bin(b) => b.is_empty(),
+        Value::Str(s) => s.is_empty(),
+        Value::Map(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// Decodes exactly one canonical value from `bytes`.
+///
+/// # Errors
+/// [`MsgpackError`] for anything outside the canonical subset, or trailing bytes.
+pub fn decode(bytes: &[u8]) -> Result<Value, MsgpackError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let v = r.value(0)?;
+    if r.pos != bytes.len() {
+        return Err(MsgpackError::Trailing(bytes.len() - r.pos));
+    }
+    Ok(v)
+}
+
+/// Encodes `v` canonically (zero values in maps are skipped).
+#[must_use]
+pub fn encode(v: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write(&mut out, v);
+    out
+}
+
+fn write_len(
+    out: &mut Vec<u8>,
+    n: usize,
+    fix: Option<(u8, usize)>,
+    w8: Option<u8>,
+    w16: u8,
+    w32: u8,
+) {
+    match (fix, w8) {
+        (Some((base, max)), _) if n <= max => out.push(base | u8::try_from(n).unwrap_or(0)),
+        (_, Some(t)) if n <= 0xff => {
+            out.push(t);
+            out.push(u8::try_from(n).unwrap_or(0));
+        }
+        _ if n <= 0xffff => {
+            out.push(w16);
+            out.extend_from_slice(&u16::try_from(n).unwrap_or(0).to_be_bytes());
+        }
+        _ => {
+            out.push(w32);
+            out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+        }
+    }
+}
+
+fn write(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::UInt(n) => {
+            let n = *n;
+            if n < 0x80 {
+                out.push(u8::try_from(n).unwrap_or(0));
+            } else if let Ok(b) = u8::try_from(n) {
+                out.extend_from_slice(&[0xcc, b]);
+            } else if let Ok(s) = u16::try_from(n) {
+                out.push(0xcd);
+                out.extend_from_slice(&s.to_be_bytes());
+            } else if let Ok(w) = u32::try_from(n) {
+                out.push(0xce);
+                out.extend_from_slice(&w.to_be_bytes());
+            } else {
+                out.push(0xcf);
+                out.extend_from_slice(&n.to_be_bytes());
+            }
+        }
+        Value::True => out.push(0xc3),
+        Value::Str(s) => {
+            write_len(out, s.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb);
+            out.extend_from_slice(s.as_bytes());
+        }
+        Value::Bin(b) => {
+            write_len(out, b.len(), None, Some(0xc4), 0xc5, 0xc6);
+            out.extend_from_slice(b);
+        }
+        Value::Array(a) => {
+            write_len(out, a.len(), Some((0x90, 15)), None, 0xdc, 0xdd);
+            for x in a {
+                write(out, x);
+            }
+        }
+        Value::Map(m) => {
+            let kept: Vec<(&String, &Value)> = m.iter().filter(|(_, v)| !is_zero(v)).collect();
+            write_len(out, kept.len(), Some((0x80, 15)), None, 0xde, 0xdf);
+            // BTreeMap<String, _> iterates in byte order of the UTF-8 keys.
+            for (k, v) in kept {
+                write(out, &Value::Str(k.clone()));
+                write(out, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_non_canonical_forms() {
+        for (bytes, why) in [
+            (vec![0xcc, 0x05], "uint8 for a fixint"),
+            (vec![0xcd, 0x00, 0x10], "uint16 for a small value"),
+            (vec![0xca, 0, 0, 0, 0], "float32"),
+            (vec![0xc0], "nil"),
+            (vec![0xd0, 0xff], "int8"),
+            (vec![0xc2], "false"),
+            (
+                vec![0x82, 0xa1, b'b', 0x01, 0xa1, b'a', 0x01],
+                "unsorted keys",
+            ),
+            (
+                vec![0x82, 0xa1, b'a', 0x01, 0xa1, b'a', 0x02],
+                "duplicate keys",
+            ),
+            (vec![0x81, 0xa1, b'a', 0x00], "zero value present"),
+            (vec![0x81, 0x01, 0x01], "integer key"),
+            (vec![0xd9, 0x01, b'a'], "str8 for a fixstr"),
+            (vec![0x01, 0x02], "trailing bytes"),
+            (vec![0xc4, 0x05, 1, 2], "truncated bin"),
+            (vec![0xd4, 0x01, 0x00], "ext type"),
+        ] {
+            assert!(decode(&bytes).is_err(), "{why} must be refused");
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let mut m = BTreeMap::new();
+        m.insert("amt".to_owned(), Value::UInt(1000));
+        m.insert("fee".to_owned(), Value::UInt(70_000));
+        m.insert("note".to_owned(), Value::Bin(vec![1; 40]));
+        m.insert("type".to_owned(), Value::Str("pay".into()));
+        let v = Value::Map(m);
+        assert_eq!(decode(&encode(&v)).unwrap(), v);
+    }
+}
