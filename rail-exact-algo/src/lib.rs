@@ -11,10 +11,12 @@
 //! - [`txn`]: signed native payments, decoded strictly (unknown fields, multisig and logic
 //!   signatures refused; the bytes must re-encode to themselves), transaction ids, and
 //!   Ed25519 `verify_strict` over `"TX" || txn` — checked against the signing vector shared by
-//!   the Go, Python and JavaScript Algorand SDKs.
+//!   the Go, Python and JavaScript Algorand SDKs;
+//! - [`rules`]: the seed's payment rules (signature first, then no group, network, receiver,
+//!   amount, note = paymentId, fee bounds, no rekey, no close-to, validity window and rounds,
+//!   `sgnr` only as the account's auth address), each with its error code.
 //!
-//! **Not yet:** the payment rules of the seed (receiver, amount, note = paymentId, fee, validity,
-//! rekey, close-to), the payer, settlement through algod, the HTTP and MCP surfaces, the devnet
+//! **Not yet:** the paymentId lifecycle, the payer, settlement through algod, the HTTP and MCP surfaces, the devnet
 //! and the rail-core traits. Nothing here implements a rail yet, so nothing can be mistaken for
 //! a working one.
 //!
@@ -26,4 +28,5 @@
 
 pub mod address;
 pub mod msgpack;
+pub mod rules;
 pub mod txn;
