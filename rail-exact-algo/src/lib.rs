@@ -16,7 +16,10 @@
 //!   amount, note = paymentId, fee bounds, no rekey, no close-to, validity window and rounds,
 //!   `sgnr` only as the account's auth address), each with its error code.
 //!
-//! **Not yet:** the paymentId lifecycle, the payer, settlement through algod, the HTTP and MCP surfaces, the devnet
+//! - [`payment_id`]: the paymentId lifecycle (issued → pending → settled) on the rail-core
+//!   replay guard, shared by receiver instances through one store.
+//!
+//! **Not yet:** the payer, settlement through algod, the HTTP and MCP surfaces, the devnet
 //! and the rail-core traits. Nothing here implements a rail yet, so nothing can be mistaken for
 //! a working one.
 //!
@@ -28,5 +31,6 @@
 
 pub mod address;
 pub mod msgpack;
+pub mod payment_id;
 pub mod rules;
 pub mod txn;
