@@ -19,6 +19,10 @@
 //! - [`payment_id`]: the paymentId lifecycle (issued → pending → settled) on the rail-core
 //!   replay guard, shared by receiver instances through one store.
 //!
+//! - [`wire`]: the 402 body, the `PAYMENT-SIGNATURE` envelope (decoded strictly: base64 → JSON
+//!   with no unknown fields → version, scheme, network → base64 → strict msgpack) and the
+//!   `PAYMENT-RESPONSE` receipt.
+//!
 //! **Not yet:** the payer, settlement through algod, the HTTP and MCP surfaces, the devnet
 //! and the rail-core traits. Nothing here implements a rail yet, so nothing can be mistaken for
 //! a working one.
@@ -34,3 +38,4 @@ pub mod msgpack;
 pub mod payment_id;
 pub mod rules;
 pub mod txn;
+pub mod wire;

@@ -1,0 +1,236 @@
+//! The exact-algo wire format (seed §2): the 402 body, the `PAYMENT-SIGNATURE` envelope and the
+//! `PAYMENT-RESPONSE` receipt, as plain serde types with strict decoding of what payers send.
+
+use data_encoding::{BASE64, BASE64URL_NOPAD};
+use serde::{Deserialize, Serialize};
+
+use crate::txn::{SignedPay, TxnError};
+
+/// The `network` of a chain: `algorand:` + the first 32 characters of the base64url genesis
+/// hash (testnet: `algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe`).
+#[must_use]
+pub fn network_id(genesis_hash: &[u8; 32]) -> String {
+    let b = BASE64URL_NOPAD.encode(genesis_hash);
+    format!("algorand:{}", b.get(..32).unwrap_or(&b))
+}
+
+/// `extra` of a challenge.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Extra {
+    /// 32 hex digits, single use; the payment's note must be exactly this.
+    pub payment_id: String,
+    /// The network's minimum fee, microALGO.
+    pub min_fee_micro_algo: u64,
+}
+
+/// One entry of `accepts`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Accept {
+    /// Always `exact`.
+    pub scheme: String,
+    /// See [`network_id`].
+    pub network: String,
+    /// Always `ALGO`.
+    pub asset: String,
+    /// microALGO, as a decimal string.
+    pub max_amount_required: String,
+    /// The paid resource.
+    pub resource: String,
+    /// What it is.
+    pub description: String,
+    /// The receiving address.
+    pub pay_to: String,
+    /// How long the challenge stays payable.
+    pub max_timeout_seconds: u64,
+    /// paymentId and minimum fee.
+    pub extra: Extra,
+}
+
+/// The 402 body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequired {
+    /// 2.
+    pub x402_version: u32,
+    /// `payment required`, or the reason a payment was refused.
+    pub error: String,
+    /// What would be accepted.
+    pub accepts: Vec<Accept>,
+}
+
+/// `payload` of the envelope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Payload {
+    /// The signed transaction, base64 of its msgpack.
+    pub txn: String,
+}
+
+/// The `PAYMENT-SIGNATURE` envelope (base64 of this JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Envelope {
+    /// 2.
+    pub x402_version: u32,
+    /// `exact`.
+    pub scheme: String,
+    /// See [`network_id`].
+    pub network: String,
+    /// The payment.
+    pub payload: Payload,
+}
+
+/// The `PAYMENT-RESPONSE` receipt (base64 of this JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentResponse {
+    /// Settled.
+    pub success: bool,
+    /// The transaction id.
+    pub transaction: String,
+    /// See [`network_id`].
+    pub network: String,
+    /// The paying address.
+    pub payer: String,
+    /// microALGO paid, as a decimal string.
+    pub amount: String,
+    /// The round it was confirmed in.
+    pub confirmed_round: u64,
+}
+
+/// Why a `PAYMENT-SIGNATURE` header is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// Not base64.
+    #[error("header is not base64")]
+    Base64,
+    /// Not the envelope JSON (or it has unknown fields).
+    #[error("envelope is not valid: {0}")]
+    Json(String),
+    /// Another protocol version.
+    #[error("x402Version {0} is not 2")]
+    Version(u32),
+    /// Another scheme.
+    #[error("scheme {0:?} is not exact")]
+    Scheme(String),
+    /// Another network.
+    #[error("wrong network: {0}")]
+    Network(String),
+    /// The transaction is not base64.
+    #[error("payload.txn is not base64")]
+    TxnBase64,
+    /// The transaction is not an acceptable signed payment.
+    #[error(transparent)]
+    Txn(#[from] TxnError),
+}
+
+/// Decodes a `PAYMENT-SIGNATURE` header for network `network`: base64 → JSON → base64 →
+/// strict msgpack. Nothing is trusted before the signature and rules are checked.
+///
+/// # Errors
+/// [`WireError`] naming the first problem.
+pub fn decode_payment_header(
+    header: &str,
+    network: &str,
+) -> Result<(Envelope, SignedPay), WireError> {
+    let json = BASE64
+        .decode(header.trim().as_bytes())
+        .map_err(|_| WireError::Base64)?;
+    let env: Envelope =
+        serde_json::from_slice(&json).map_err(|e| WireError::Json(e.to_string()))?;
+    if env.x402_version != 2 {
+        return Err(WireError::Version(env.x402_version));
+    }
+    if env.scheme != "exact" {
+        return Err(WireError::Scheme(env.scheme));
+    }
+    if env.network != network {
+        return Err(WireError::Network(env.network));
+    }
+    let raw = BASE64
+        .decode(env.payload.txn.as_bytes())
+        .map_err(|_| WireError::TxnBase64)?;
+    let signed = SignedPay::decode(&raw)?;
+    Ok((env, signed))
+}
+
+/// Encodes a JSON value as a header (base64 of its JSON).
+///
+/// # Errors
+/// Only if `value` does not serialize (never for the types here).
+pub fn header<T: Serialize>(value: &T) -> Result<String, serde_json::Error> {
+    Ok(BASE64.encode(&serde_json::to_vec(value)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TESTNET_GH: &str = "SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=";
+    const GOLDEN: &str = "gqNzaWfEQPhUAZ3xkDDcc8FvOVo6UinzmKBCqs0woYSfodlmBMfQvGbeUx3Srxy3dyJDzv7rLm26BRv9FnL2/AuT7NYfiAWjdHhui6NhbXTNA+ilY2xvc2XEIEDpNJKIJWTLzpxZpptnVCaJ6aHDoqnqW2Wm6KRCH/xXo2ZlZc0EmKJmds0wsqNnZW6sZGV2bmV0LXYzMy4womdoxCAmCyAJoJOohot5WHIvpeVG7eftF+TYXEx4r7BFJpDt0qJsds00mqRub3RlxAjqABVHQ2y/lqNyY3bEIHts4k/rW6zAsWTinCIsV/X2PcOH1DkEglhBHF/hD3wCo3NuZMQg5/D4TQaBHfnzHI2HixFV9GcdUaGFwgCQhmf0SVhwaKGkdHlwZaNwYXk=";
+
+    #[test]
+    fn network_id_matches_the_seed() {
+        let gh: [u8; 32] = BASE64
+            .decode(TESTNET_GH.as_bytes())
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(network_id(&gh), "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe");
+    }
+
+    #[test]
+    fn the_seed_402_body_parses_as_is() {
+        let body = r#"{"x402Version":2,"error":"payment required","accepts":[{"scheme":"exact",
+            "network":"algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe","asset":"ALGO",
+            "maxAmountRequired":"1000","resource":"/api/posts/1","description":"read post body",
+            "payTo":"PNWOET7LLOWMBMLE4KOCELCX6X3D3Q4H2Q4QJASYIEOF7YIPPQBG3YQ5YI",
+            "maxTimeoutSeconds":120,"extra":{"paymentId":"0123456789abcdef0123456789abcdef",
+            "minFeeMicroAlgo":1000}}]}"#;
+        let p: PaymentRequired = serde_json::from_str(body).unwrap();
+        assert_eq!(p.accepts[0].extra.payment_id.len(), 32);
+        assert_eq!(p.accepts[0].max_amount_required, "1000");
+    }
+
+    #[test]
+    fn envelopes_decode_strictly() {
+        let net = "algorand:JgsgCaCTqIaLeVhyL6XlRu3n7Rfk2FxM";
+        let env = |v: u32, scheme: &str, network: &str, txn: &str| {
+            header(&serde_json::json!({"x402Version": v, "scheme": scheme, "network": network, "payload": {"txn": txn}})).unwrap()
+        };
+        let (_, s) = decode_payment_header(&env(2, "exact", net, GOLDEN), net).unwrap();
+        assert_eq!(s.txn.amount, 1000);
+        assert_eq!(
+            decode_payment_header(&env(1, "exact", net, GOLDEN), net).unwrap_err(),
+            WireError::Version(1)
+        );
+        assert!(matches!(
+            decode_payment_header(&env(2, "upto", net, GOLDEN), net),
+            Err(WireError::Scheme(_))
+        ));
+        assert!(matches!(
+            decode_payment_header(&env(2, "exact", "algorand:other", GOLDEN), net),
+            Err(WireError::Network(_))
+        ));
+        assert_eq!(
+            decode_payment_header(&env(2, "exact", net, "!!"), net).unwrap_err(),
+            WireError::TxnBase64
+        );
+        assert_eq!(
+            decode_payment_header("not base64 at all", net).unwrap_err(),
+            WireError::Base64
+        );
+        let extra = header(&serde_json::json!({"x402Version": 2, "scheme": "exact", "network": net, "payload": {"txn": GOLDEN, "sig": "x"}})).unwrap();
+        assert!(matches!(
+            decode_payment_header(&extra, net),
+            Err(WireError::Json(_))
+        ));
+        assert!(matches!(
+            decode_payment_header(&env(2, "exact", net, "gA=="), net),
+            Err(WireError::Txn(_))
+        ));
+    }
+}
