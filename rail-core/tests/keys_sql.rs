@@ -42,17 +42,11 @@ async fn pg() -> Option<sqlx::PgPool> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_passes_the_suite() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(dir.path().join("keys.db"))
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(30));
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(opts)
-        .await
-        .unwrap();
-    let store: Arc<dyn KeyStore> = Arc::new(SqliteKeyStore::new(pool).await.unwrap());
+    let store: Arc<dyn KeyStore> = Arc::new(
+        SqliteKeyStore::open(&dir.path().join("keys.db"))
+            .await
+            .unwrap(),
+    );
     suite::run_all(store, ManualClock::at(Timestamp(1_000_000))).await;
 }
 

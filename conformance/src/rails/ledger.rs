@@ -79,16 +79,9 @@ impl LedgerHarness {
                 let ledger = Ledger::sqlite_with_clock(&url, shared.clone())
                     .await
                     .map_err(setup)?;
-                let opts = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(dir.path().join("keys.db"))
-                    .create_if_missing(true)
-                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-                    .busy_timeout(Duration::from_secs(30));
-                let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                    .connect_with(opts)
+                let keys = SqliteKeyStore::open(&dir.path().join("keys.db"))
                     .await
                     .map_err(setup)?;
-                let keys = SqliteKeyStore::new(pool).await.map_err(setup)?;
                 (ledger, Arc::new(keys) as Arc<dyn KeyStore>, Some(dir), None)
             }
             Tier::Localnet => {
