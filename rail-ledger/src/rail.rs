@@ -94,6 +94,37 @@ fn amount_of(asset: &Asset, units: u64) -> Amount {
     money(asset, units).map_or(Amount::ZERO, |m| m.amount())
 }
 
+/// Applies one transfer for operation `op` (which asked for `requested`) and maps a refusal
+/// to the rail error the caller sees: a reused operation id is an idempotency conflict
+/// naming `op`, a capture or refund above what is left says both amounts.
+async fn apply(
+    ledger: &Ledger,
+    op: &OpId,
+    req: TransferRequest,
+    asset: &Asset,
+    requested: Amount,
+) -> RailResult<Created> {
+    let exceeds = |what: &'static str, available: u64| RailError::ExceedsAvailable {
+        op: what,
+        requested,
+        available: amount_of(asset, available),
+    };
+    ledger.transfer(req).await.map_err(|e| match e {
+        crate::LedgerError::Refused(TransferError::ExistsWithDifferentFields) => {
+            RailError::IdempotencyConflict {
+                op_id: op.to_string(),
+            }
+        }
+        crate::LedgerError::Refused(TransferError::ExceedsPendingAmount { pending }) => {
+            exceeds("capture", pending)
+        }
+        crate::LedgerError::Refused(TransferError::ExceedsReversible { available }) => {
+            exceeds("refund", available)
+        }
+        other => other.into(),
+    })
+}
+
 fn parse_account(s: &str, what: &str) -> RailResult<AccountId> {
     s.parse()
         .map_err(|e| RailError::InvalidInput(format!("{what}: {e}")))
@@ -161,14 +192,7 @@ impl LedgerPayer {
 
     async fn send(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {
         let req = self.request(op, offer, mode)?;
-        let created = self.ledger.transfer(req).await.map_err(|e| match e {
-            crate::LedgerError::Refused(TransferError::ExistsWithDifferentFields) => {
-                RailError::IdempotencyConflict {
-                    op_id: op.to_string(),
-                }
-            }
-            other => other.into(),
-        })?;
+        let created = apply(&self.ledger, op, req, &self.asset, offer.amount.amount()).await?;
         let t = created.transfer();
         Ok(Payment {
             rail: RailId::new(RAIL),
@@ -349,29 +373,9 @@ impl LedgerReceiver {
             .map_err(|e| RailError::InvalidInput(format!("payment reference: {e}")))
     }
 
-    async fn run(&self, op: &OpId, req: TransferRequest) -> RailResult<Created> {
-        self.ledger.transfer(req).await.map_err(|e| match e {
-            crate::LedgerError::Refused(TransferError::ExistsWithDifferentFields) => {
-                RailError::IdempotencyConflict {
-                    op_id: op.to_string(),
-                }
-            }
-            crate::LedgerError::Refused(TransferError::ExceedsPendingAmount { pending }) => {
-                RailError::ExceedsAvailable {
-                    op: "capture",
-                    requested: Amount::ZERO,
-                    available: amount_of(&self.asset, pending),
-                }
-            }
-            crate::LedgerError::Refused(TransferError::ExceedsReversible { available }) => {
-                RailError::ExceedsAvailable {
-                    op: "refund",
-                    requested: Amount::ZERO,
-                    available: amount_of(&self.asset, available),
-                }
-            }
-            other => other.into(),
-        })
+    /// Applies `req`, the operation `op` asking for `requested`.
+    async fn run(&self, op: &OpId, req: TransferRequest, requested: Amount) -> RailResult<Created> {
+        apply(&self.ledger, op, req, &self.asset, requested).await
     }
 
     async fn own_pending(&self, held: &Verified) -> RailResult<Transfer> {
@@ -472,16 +476,9 @@ impl HoldReceiver for LedgerReceiver {
                     pending_id: p.id,
                     amount: units,
                 },
+                amount.amount(),
             )
-            .await
-            .map_err(|e| match e {
-                RailError::ExceedsAvailable { op, available, .. } => RailError::ExceedsAvailable {
-                    op,
-                    requested: amount.amount(),
-                    available,
-                },
-                other => other,
-            })?;
+            .await?;
         let t = created.transfer();
         Ok(Captured {
             payment_ref: p.id.to_string(),
@@ -499,6 +496,7 @@ impl HoldReceiver for LedgerReceiver {
                 id: op_transfer_id(self.account, "void", op),
                 pending_id: p.id,
             },
+            Amount::ZERO,
         )
         .await?;
         Ok(Voided {
@@ -534,16 +532,9 @@ impl RefundReceiver for LedgerReceiver {
                     of: id,
                     amount: units,
                 },
+                amount.amount(),
             )
-            .await
-            .map_err(|e| match e {
-                RailError::ExceedsAvailable { op, available, .. } => RailError::ExceedsAvailable {
-                    op,
-                    requested: amount.amount(),
-                    available,
-                },
-                other => other,
-            })?;
+            .await?;
         Ok(Refunded {
             payment_ref: id.to_string(),
             refund_ref: created.transfer().id.to_string(),
