@@ -222,6 +222,95 @@ fn bytes<T: Copy>(ids: impl IntoIterator<Item = T>, f: fn(T) -> [u8; 16]) -> Vec
 
 const MAX_DUE: i64 = 256;
 
+/// The read side (lookups and journal verification): the same statements for both backends
+/// (`$N` placeholders work on SQLite too), stamped out per database because sqlx's pool and
+/// executor types differ. `$prelude` runs first in the verification transaction.
+macro_rules! reads {
+    ($pool:ty, $prelude:expr) => {
+        async fn read_account(pool: &$pool, id: AccountId) -> Result<Option<Account>, LedgerError> {
+            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = $1");
+            sqlx::query(sql.as_str())
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| db(&e))?
+                .map(|r| account_row(&r))
+                .transpose()
+        }
+
+        async fn read_transfer(
+            pool: &$pool,
+            id: TransferId,
+        ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
+            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = $1");
+            let Some(row) = sqlx::query(sql.as_str())
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| db(&e))?
+            else {
+                return Ok(None);
+            };
+            let t = transfer_row(&row)?;
+            let st = sqlx::query("SELECT status, amount FROM ledger_status WHERE id = $1")
+                .bind(id.to_bytes().to_vec())
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| db(&e))?
+                .map(|s| status_row(&s))
+                .transpose()?;
+            Ok(Some((t, st)))
+        }
+
+        /// Replays the journal inside one read transaction: a consistent view of entries,
+        /// head, accounts and statuses.
+        async fn read_verify(pool: &$pool) -> Result<VerifyReport, LedgerError> {
+            let mut tx = pool.begin().await.map_err(|e| db(&e))?;
+            let prelude: Option<&'static str> = $prelude;
+            if let Some(p) = prelude {
+                sqlx::query(p).execute(&mut *tx).await.map_err(|e| db(&e))?;
+            }
+            let mut v = Verifier::new();
+            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
+            for r in sqlx::query(sql.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
+                v.entry(&transfer_row(&r)?);
+            }
+            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?;
+            let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
+            let head_hash = hash32(
+                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
+                "head",
+            )?;
+            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
+            let accounts = sqlx::query(sql.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+                .iter()
+                .map(account_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut statuses = HashMap::new();
+            for s in sqlx::query("SELECT id, status, amount FROM ledger_status")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
+                let (id, st) = id_status_row(&s)?;
+                statuses.insert(id, st);
+            }
+            tx.rollback().await.map_err(|e| db(&e))?;
+            Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
 // SQLite
 
@@ -304,6 +393,9 @@ pub(crate) mod sqlite {
     }
 
     type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+    // A deferred transaction in WAL mode reads one snapshot.
+    reads!(SqlitePool, None);
 
     /// Copies the WAL back into the database file off the commit path: a passive checkpoint
     /// every 250 ms never blocks writers, so commits stop paying for checkpoints.
@@ -631,80 +723,18 @@ pub(crate) mod sqlite {
         }
 
         async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
-            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
-            sqlx::query(sql.as_str())
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(|e| db(&e))?
-                .map(|r| account_row(&r))
-                .transpose()
+            read_account(&self.pool, id).await
         }
 
         async fn transfer(
             &self,
             id: TransferId,
         ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
-            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
-            let Some(row) = sqlx::query(sql.as_str())
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(|e| db(&e))?
-            else {
-                return Ok(None);
-            };
-            let t = transfer_row(&row)?;
-            let st = sqlx::query("SELECT status, amount FROM ledger_status WHERE id = ?1")
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(|e| db(&e))?
-                .map(|s| status_row(&s))
-                .transpose()?;
-            Ok(Some((t, st)))
+            read_transfer(&self.pool, id).await
         }
 
         async fn verify(&self) -> Result<VerifyReport, LedgerError> {
-            // One read transaction: a consistent view of journal, accounts and head.
-            let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
-            let mut v = Verifier::new();
-            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            let rows = sqlx::query(sql.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?;
-            for r in &rows {
-                v.entry(&transfer_row(r)?);
-            }
-            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?;
-            let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
-            let head_hash = hash32(
-                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
-                "head",
-            )?;
-            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
-            let accounts = sqlx::query(sql.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-                .iter()
-                .map(account_row)
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut statuses = HashMap::new();
-            for s in sqlx::query("SELECT id, status, amount FROM ledger_status")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-            {
-                let (id, st) = id_status_row(&s)?;
-                statuses.insert(id, st);
-            }
-            tx.rollback().await.map_err(|e| db(&e))?;
-            Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
+            read_verify(&self.pool).await
         }
     }
 }
@@ -795,6 +825,11 @@ pub(crate) mod postgres {
     }
 
     type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
+
+    reads!(
+        PgPool,
+        Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    );
 
     async fn load(
         tx: &mut Tx<'_>,
@@ -1025,83 +1060,18 @@ pub(crate) mod postgres {
         }
 
         async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
-            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = $1");
-            sqlx::query(sql.as_str())
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(|e| db(&e))?
-                .map(|r| account_row(&r))
-                .transpose()
+            read_account(&self.pool, id).await
         }
 
         async fn transfer(
             &self,
             id: TransferId,
         ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
-            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = $1");
-            let Some(row) = sqlx::query(sql.as_str())
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(|e| db(&e))?
-            else {
-                return Ok(None);
-            };
-            let t = transfer_row(&row)?;
-            let st = sqlx::query("SELECT status, amount FROM ledger_status WHERE id = $1")
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(|e| db(&e))?
-                .map(|s| status_row(&s))
-                .transpose()?;
-            Ok(Some((t, st)))
+            read_transfer(&self.pool, id).await
         }
 
         async fn verify(&self) -> Result<VerifyReport, LedgerError> {
-            let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?;
-            let mut v = Verifier::new();
-            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            for r in sqlx::query(sql.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-            {
-                v.entry(&transfer_row(&r)?);
-            }
-            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?;
-            let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
-            let head_hash = hash32(
-                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
-                "head",
-            )?;
-            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
-            let accounts = sqlx::query(sql.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-                .iter()
-                .map(account_row)
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut statuses = HashMap::new();
-            for s in sqlx::query("SELECT id, status, amount FROM ledger_status")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-            {
-                let (id, st) = id_status_row(&s)?;
-                statuses.insert(id, st);
-            }
-            tx.rollback().await.map_err(|e| db(&e))?;
-            Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
+            read_verify(&self.pool).await
         }
     }
 }
