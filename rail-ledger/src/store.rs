@@ -224,9 +224,43 @@ const MAX_DUE: i64 = 256;
 
 /// The read side (lookups and journal verification): the same statements for both backends
 /// (`$N` placeholders work on SQLite too), stamped out per database because sqlx's pool and
-/// executor types differ. `$prelude` runs first in the verification transaction.
+/// executor types differ (each module defines its `Tx`). `$prelude` runs first in the
+/// verification transaction.
 macro_rules! reads {
     ($pool:ty, $prelude:expr) => {
+        /// The start of a locked batch: the journal head (read with `head_sql`, which takes the
+        /// lock where the backend needs one) and the holds due for expiry at `now`.
+        async fn head_and_due(
+            tx: &mut Tx<'_>,
+            head_sql: &'static str,
+            now: Timestamp,
+        ) -> Result<Snapshot, LedgerError> {
+            let mut snap = Snapshot::default();
+            let head = sqlx::query(head_sql)
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(|e| db(&e))?;
+            snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
+            snap.head_hash = hash32(
+                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
+                "head",
+            )?;
+            let due = sqlx::query(
+                "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= $1
+                 ORDER BY expires_at LIMIT $2",
+            )
+            .bind(now.0)
+            .bind(MAX_DUE)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db(&e))?;
+            for r in due {
+                let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
+                snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
+            }
+            Ok(snap)
+        }
+
         async fn read_account(pool: &$pool, id: AccountId) -> Result<Option<Account>, LedgerError> {
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = $1");
             sqlx::query(sql.as_str())
@@ -421,29 +455,10 @@ pub(crate) mod sqlite {
         cmds: &[Command],
         now: Timestamp,
     ) -> Result<Snapshot, LedgerError> {
-        let mut snap = Snapshot::default();
-        let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(|e| db(&e))?;
-        snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
-        snap.head_hash = hash32(
-            &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
-            "head",
-        )?;
+        // BEGIN IMMEDIATE already holds the write lock.
+        let mut snap =
+            head_and_due(tx, "SELECT seq, hash FROM ledger_head WHERE id = 1", now).await?;
         let needs = engine::needs(cmds);
-        let due = sqlx::query(
-            "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
-        )
-        .bind(now.0)
-        .bind(MAX_DUE)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(|e| db(&e))?;
-        for r in due {
-            let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
-            snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
-        }
         let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
         tids.extend(snap.due.iter().copied());
         let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
@@ -836,30 +851,14 @@ pub(crate) mod postgres {
         cmds: &[Command],
         now: Timestamp,
     ) -> Result<Snapshot, LedgerError> {
-        let mut snap = Snapshot::default();
         // The head row lock serializes every writer of this ledger, in every process.
-        let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE")
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(|e| db(&e))?;
-        snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
-        snap.head_hash = hash32(
-            &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
-            "head",
-        )?;
-        let needs = engine::needs(cmds);
-        let due = sqlx::query(
-            "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
+        let mut snap = head_and_due(
+            tx,
+            "SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE",
+            now,
         )
-        .bind(now.0)
-        .bind(MAX_DUE)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(|e| db(&e))?;
-        for r in due {
-            let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
-            snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
-        }
+        .await?;
+        let needs = engine::needs(cmds);
         let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
         tids.extend(snap.due.iter().copied());
         let ids = bytes(tids, TransferId::to_bytes);
