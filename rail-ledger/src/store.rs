@@ -84,9 +84,61 @@ fn u(v: i64, what: &str) -> Result<u64, LedgerError> {
     u64::try_from(v).map_err(|_| LedgerError::Corrupt(format!("negative {what}: {v}")))
 }
 
+/// A counter, amount or timeout as SQL `BIGINT`. Only called on values [`storable`] has
+/// checked (the engine never produces larger ones), so the fallback is unreachable.
 fn i(v: u64) -> i64 {
-    // Every stored counter is checked against engine::MAX_COUNTER before it is written.
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Refuses to write a batch holding any value beyond `BIGINT`, rather than clamp it. The
+/// engine's overflow checks make this unreachable; it is the storage layer's own guarantee
+/// that no conversion below is lossy.
+fn storable(snap: &Snapshot, ch: &engine::Changes) -> Result<(), sqlx::Error> {
+    let ok = |v: u64| v <= engine::MAX_COUNTER;
+    let accounts_ok = ch.accounts.iter().chain(ch.new_accounts.iter()).all(|id| {
+        snap.accounts.get(id).is_none_or(|a| {
+            [
+                a.debits_pending,
+                a.debits_posted,
+                a.credits_pending,
+                a.credits_posted,
+            ]
+            .into_iter()
+            .all(ok)
+        })
+    });
+    let transfers_ok = ch.new_transfers.iter().all(|t| {
+        let (d, c) = (t.debit_side, t.credit_side);
+        [
+            t.amount,
+            t.timeout_ms,
+            d.pending_before,
+            d.pending_after,
+            d.posted_before,
+        ]
+        .into_iter()
+        .chain([
+            d.posted_after,
+            c.pending_before,
+            c.pending_after,
+            c.posted_before,
+        ])
+        .chain([c.posted_after])
+        .all(ok)
+    });
+    let statuses_ok = ch.statuses.iter().all(|id| match snap.statuses.get(id) {
+        Some(TransferStatus::Posted { amount: v } | TransferStatus::Settled { reversed: v }) => {
+            ok(*v)
+        }
+        _ => true,
+    });
+    if accounts_ok && transfers_ok && statuses_ok {
+        Ok(())
+    } else {
+        Err(sqlx::Error::Protocol(
+            "refused to write: a value exceeds the BIGINT storage range".into(),
+        ))
+    }
 }
 
 fn hash32(b: &[u8], what: &str) -> Result<[u8; 32], LedgerError> {
@@ -563,6 +615,7 @@ pub(crate) mod sqlite {
         snap: &Snapshot,
         ch: &engine::Changes,
     ) -> Result<bool, sqlx::Error> {
+        storable(snap, ch)?;
         let moved = sqlx::query(
             "UPDATE ledger_head SET seq = ?1, hash = ?2 WHERE id = 1 AND seq = ?3 AND hash = ?4",
         )
@@ -908,6 +961,7 @@ pub(crate) mod postgres {
     where
         E: sqlx::PgExecutor<'e>,
     {
+        storable(snap, ch)?;
         let accs: Vec<&Account> = ch
             .accounts
             .iter()
@@ -1072,5 +1126,40 @@ pub(crate) mod postgres {
         async fn verify(&self) -> Result<VerifyReport, LedgerError> {
             read_verify(&self.pool).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{SideBalances, TransferKind};
+
+    fn entry(amount: u64) -> Transfer {
+        Transfer {
+            seq: 1,
+            id: TransferId(1),
+            kind: TransferKind::Single,
+            debit: AccountId(1),
+            credit: AccountId(2),
+            amount,
+            reference: None,
+            user_data: 0,
+            timeout_ms: 0,
+            timestamp: Timestamp(0),
+            debit_side: SideBalances::default(),
+            credit_side: SideBalances::default(),
+            prev_hash: [0; 32],
+            hash: [0; 32],
+        }
+    }
+
+    #[test]
+    fn values_beyond_bigint_are_refused_not_clamped() {
+        let snap = Snapshot::default();
+        let mut ch = engine::Changes::default();
+        ch.new_transfers.push(entry(engine::MAX_COUNTER));
+        assert!(storable(&snap, &ch).is_ok());
+        ch.new_transfers.push(entry(engine::MAX_COUNTER + 1));
+        assert!(storable(&snap, &ch).is_err());
     }
 }

@@ -362,6 +362,7 @@ pub enum TransferStatus {
 }
 
 impl TransferStatus {
+    /// The stored form. Amounts are within `BIGINT` (the store checks before writing).
     pub(crate) fn encode(self) -> (i16, i64) {
         let amt = |a: u64| i64::try_from(a).unwrap_or(i64::MAX);
         match self {
