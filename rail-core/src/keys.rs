@@ -64,6 +64,17 @@ pub struct KeyRecord {
 }
 
 impl KeyRecord {
+    /// A record that only marks a key (no fingerprint, no stored value): the replay guard's.
+    fn marker(token: i64, state: &str, expires_at: Option<Timestamp>) -> Self {
+        KeyRecord {
+            token,
+            state: state.to_owned(),
+            fingerprint: Vec::new(),
+            value: None,
+            expires_at,
+        }
+    }
+
     fn live_at(&self, now: Timestamp) -> bool {
         self.expires_at.is_none_or(|t| t > now)
     }
@@ -198,13 +209,7 @@ impl ReplayGuard {
     /// [`RailError::Storage`] if the store fails.
     pub async fn insert_if_absent(&self, key: &str, retain: Option<Duration>) -> RailResult<bool> {
         let now = self.clock.now();
-        let rec = KeyRecord {
-            token: new_token(),
-            state: COMMITTED.into(),
-            fingerprint: Vec::new(),
-            value: None,
-            expires_at: retain.map(|d| now.plus(d)),
-        };
+        let rec = KeyRecord::marker(new_token(), COMMITTED, retain.map(|d| now.plus(d)));
         Ok(self
             .store
             .insert_if_absent(&self.ns, key, &rec, now)
@@ -219,13 +224,7 @@ impl ReplayGuard {
     /// [`RailError::Replayed`] if the key is reserved or used.
     pub async fn reserve(&self, key: &str, ttl: Duration) -> RailResult<Reservation> {
         let now = self.clock.now();
-        let rec = KeyRecord {
-            token: new_token(),
-            state: RESERVED.into(),
-            fingerprint: Vec::new(),
-            value: None,
-            expires_at: Some(now.plus(ttl)),
-        };
+        let rec = KeyRecord::marker(new_token(), RESERVED, Some(now.plus(ttl)));
         match self
             .store
             .insert_if_absent(&self.ns, key, &rec, now)
@@ -278,13 +277,7 @@ impl Reservation {
     /// [`RailError::Replayed`] if the reservation lapsed and another caller took the key.
     pub async fn set_state(&self, state: &str, retain: Option<Duration>) -> RailResult<()> {
         let now = self.guard.clock.now();
-        let rec = KeyRecord {
-            token: self.token,
-            state: state.to_owned(),
-            fingerprint: Vec::new(),
-            value: None,
-            expires_at: retain.map(|d| now.plus(d)),
-        };
+        let rec = KeyRecord::marker(self.token, state, retain.map(|d| now.plus(d)));
         if self
             .guard
             .store
