@@ -34,8 +34,20 @@
 //! ```
 
 pub mod address;
+pub mod algod;
+pub mod devnet;
 pub mod msgpack;
+pub mod payer;
 pub mod payment_id;
+pub mod rail;
+pub mod receiver;
 pub mod rules;
 pub mod txn;
 pub mod wire;
+
+pub use address::Address;
+pub use algod::{AlgodClient, AlgodError};
+pub use devnet::{Devnet, DevnetConfig, RunningDevnet};
+pub use payer::{ExactAlgoPayer, PayError, Policy, SignedPayment};
+pub use rail::{Proof, RAIL};
+pub use receiver::{ExactAlgoReceiver, Price, Refusal, Settlement};

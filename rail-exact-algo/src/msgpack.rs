@@ -256,6 +256,17 @@ pub fn decode(bytes: &[u8]) -> Result<Value, MsgpackError> {
     Ok(v)
 }
 
+/// Decodes one canonical value at the start of `bytes` and says how many bytes it took
+/// (for streams of concatenated values, such as a transaction group on `POST /v2/transactions`).
+///
+/// # Errors
+/// [`MsgpackError`] for anything outside the canonical subset.
+pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize), MsgpackError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let v = r.value(0)?;
+    Ok((v, r.pos))
+}
+
 /// Encodes `v` canonically (zero values in maps are skipped).
 #[must_use]
 pub fn encode(v: &Value) -> Vec<u8> {

@@ -1,28 +1,39 @@
-//! The paymentId lifecycle: issued (with a 402 challenge) → pending (one settlement in flight)
-//! → settled, on the rail-core replay guard, so several receiver instances sharing one store
-//! (PostgreSQL) agree.
+//! The paymentId lifecycle: issued (with a 402 challenge) → submitting (one settlement in
+//! flight, its transaction id written ahead) → settled, on the rail-core replay guard, so
+//! several receiver instances sharing one store (PostgreSQL) agree.
 //!
-//! Two single-use keys per paymentId: `issued` is written when the challenge is made and lapses
-//! after `maxTimeoutSeconds`; `used` is reserved when a settlement starts (only one caller can),
-//! committed when it succeeds, released when it fails (the payer may retry the same paymentId).
+//! Three single-use keys per paymentId:
+//! - `issued` (`{paymentId}:{binding}`) is written with the challenge and lapses after
+//!   `maxTimeoutSeconds`. The binding digests what the challenge was for (resource, amount,
+//!   payee), so a paymentId issued for a cheap resource is unknown to a dear one.
+//! - `intent` is reserved when a settlement starts and immediately records the transaction id
+//!   it is about to submit (write-ahead). Only one transaction can ever be settled for a
+//!   paymentId: another transaction with the same note is refused as `paymentId already used`
+//!   for as long as the record is kept ([`INTENT_RETENTION`], longer than any validity window).
+//!   A refusal by the chain releases it (the payer may try again).
+//! - `served` is taken by whoever answers the payer with a receipt: exactly once per paymentId,
+//!   also when a settler crashed after submitting and the payer retried the same transaction
+//!   ([`Begin::Resume`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rail_core::keys::{KeyStore, Reservation};
 use rail_core::{RailError, ReplayGuard, SharedClock};
+use sha2::{Digest, Sha256};
 
-/// How long a settled paymentId is remembered after settlement.
-pub const SETTLED_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// How long a paymentId's settlement record is kept: longer than the longest validity window
+/// (1000 rounds, under an hour), so a second transaction for it can never be settled.
+pub const INTENT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// Why a paymentId cannot be settled now. [`LifecycleError::code`] is the seed's error text.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LifecycleError {
-    /// No such challenge, or it lapsed.
+    /// No such challenge (for this resource), or it lapsed.
     #[error("unknown or expired paymentId")]
     UnknownOrExpired,
-    /// Settled, or a settlement is in flight.
+    /// Settled, or a settlement is in flight, or another transaction was settled for it.
     #[error("paymentId already used")]
     AlreadyUsed,
     /// The store failed.
@@ -42,19 +53,52 @@ impl LifecycleError {
     }
 }
 
+fn store(e: RailError) -> LifecycleError {
+    LifecycleError::Store(e)
+}
+
 /// Issues and consumes paymentIds.
 #[derive(Clone, Debug)]
 pub struct PaymentIds {
     issued: ReplayGuard,
-    used: ReplayGuard,
+    intent: ReplayGuard,
+    served: ReplayGuard,
+    clock: SharedClock,
 }
 
-/// A settlement in flight for one paymentId: finish it with [`Settling::settled`] or
-/// [`Settling::failed`].
+/// How a settlement may proceed.
+#[derive(Debug)]
+#[must_use = "a settlement must end as settled or failed"]
+pub enum Begin {
+    /// This caller settles: submit the transaction, then [`Settling::settled`] or
+    /// [`Settling::failed`].
+    Fresh(Settling),
+    /// This exact transaction was submitted by a settler that did not finish in time (it
+    /// crashed, or lost its connection): check the chain, and serve it once if it confirmed.
+    Resume,
+}
+
+/// A settlement in flight for one paymentId.
 #[derive(Debug)]
 #[must_use = "a settlement must end as settled or failed"]
 pub struct Settling {
     reservation: Reservation,
+    txid: String,
+}
+
+/// What a challenge was issued for: a digest of the resource, the amount and the payee.
+#[must_use]
+pub fn binding(resource: &str, amount: u64, pay_to: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [
+        resource.as_bytes(),
+        &amount.to_be_bytes(),
+        pay_to.as_bytes(),
+    ] {
+        h.update(u64::try_from(part.len()).unwrap_or(u64::MAX).to_be_bytes());
+        h.update(part);
+    }
+    hex::encode(h.finalize().get(..16).unwrap_or_default())
 }
 
 impl PaymentIds {
@@ -62,76 +106,135 @@ impl PaymentIds {
     pub fn new(store: Arc<dyn KeyStore>, clock: SharedClock) -> Self {
         PaymentIds {
             issued: ReplayGuard::new(store.clone(), clock.clone(), "exact-algo/issued"),
-            used: ReplayGuard::new(store, clock, "exact-algo/used"),
+            intent: ReplayGuard::new(store.clone(), clock.clone(), "exact-algo/intent"),
+            served: ReplayGuard::new(store, clock.clone(), "exact-algo/served"),
+            clock,
         }
     }
 
-    /// A fresh paymentId (32 lowercase hex digits) valid for `ttl` (`maxTimeoutSeconds`).
+    /// A fresh paymentId (32 lowercase hex digits) valid for `ttl` (`maxTimeoutSeconds`) for
+    /// what `binding` names (see [`binding`]).
     ///
     /// # Errors
     /// [`LifecycleError::Store`].
-    pub async fn issue(&self, ttl: Duration) -> Result<String, LifecycleError> {
+    pub async fn issue(&self, ttl: Duration, binding: &str) -> Result<String, LifecycleError> {
         loop {
             let pid = hex::encode(rand::random::<[u8; 16]>());
             if self
                 .issued
-                .insert_if_absent(&pid, Some(ttl))
+                .insert_if_absent(&format!("{pid}:{binding}"), Some(ttl))
                 .await
-                .map_err(LifecycleError::Store)?
+                .map_err(store)?
             {
                 return Ok(pid);
             }
         }
     }
 
-    /// Starts settling `pid`: it must be issued and live, and not used. Only one caller, in
-    /// any process sharing the store, gets past this for a given paymentId at a time.
-    /// `timeout` bounds the settlement (a crashed settler frees the id after it).
+    /// Whether `pid` was issued for `binding` and is still live.
+    ///
+    /// # Errors
+    /// [`LifecycleError::UnknownOrExpired`], [`LifecycleError::Store`].
+    pub async fn check_issued(&self, pid: &str, binding: &str) -> Result<(), LifecycleError> {
+        match self
+            .issued
+            .state(&format!("{pid}:{binding}"))
+            .await
+            .map_err(store)?
+        {
+            Some(_) => Ok(()),
+            None => Err(LifecycleError::UnknownOrExpired),
+        }
+    }
+
+    /// Starts settling `pid` with transaction `txid`: it must be issued for `binding` and live,
+    /// and no other settlement may have started. Only one caller, in any process sharing the
+    /// store, gets [`Begin::Fresh`] for a paymentId. `timeout` is how long the settler has to
+    /// finish before a retry of the same transaction may [`Begin::Resume`].
     ///
     /// # Errors
     /// [`LifecycleError::UnknownOrExpired`], [`LifecycleError::AlreadyUsed`].
-    pub async fn begin(&self, pid: &str, timeout: Duration) -> Result<Settling, LifecycleError> {
-        if self
-            .issued
-            .state(pid)
+    pub async fn begin(
+        &self,
+        pid: &str,
+        binding: &str,
+        txid: &str,
+        timeout: Duration,
+    ) -> Result<Begin, LifecycleError> {
+        match self.intent.reserve(pid, INTENT_RETENTION).await {
+            Ok(reservation) => {
+                if let Err(e) = self.check_issued(pid, binding).await {
+                    reservation.release().await.map_err(store)?;
+                    return Err(e);
+                }
+                let deadline = self.clock.now().plus(timeout).millis();
+                reservation
+                    .set_state(
+                        &format!("submitting:{txid}:{deadline}"),
+                        Some(INTENT_RETENTION),
+                    )
+                    .await
+                    .map_err(|_| LifecycleError::AlreadyUsed)?;
+                Ok(Begin::Fresh(Settling {
+                    reservation,
+                    txid: txid.to_owned(),
+                }))
+            }
+            Err(RailError::Replayed { .. }) => {
+                let state = self.intent.state(pid).await.map_err(store)?;
+                let now = self.clock.now().millis();
+                match state.as_deref().and_then(|s| s.strip_prefix("submitting:")) {
+                    Some(rest) => match rest.rsplit_once(':') {
+                        Some((t, deadline))
+                            if t == txid && deadline.parse::<i64>().is_ok_and(|d| now >= d) =>
+                        {
+                            Ok(Begin::Resume)
+                        }
+                        _ => Err(LifecycleError::AlreadyUsed),
+                    },
+                    None => Err(LifecycleError::AlreadyUsed),
+                }
+            }
+            Err(e) => Err(store(e)),
+        }
+    }
+
+    /// Takes the right to answer the payer with a receipt for `pid`: `true` exactly once.
+    ///
+    /// # Errors
+    /// [`LifecycleError::Store`].
+    pub async fn serve_once(&self, pid: &str) -> Result<bool, LifecycleError> {
+        self.served
+            .insert_if_absent(pid, Some(INTENT_RETENTION))
             .await
-            .map_err(LifecycleError::Store)?
-            .is_none()
-        {
-            return Err(LifecycleError::UnknownOrExpired);
-        }
-        match self.used.reserve(pid, timeout).await {
-            Ok(reservation) => Ok(Settling { reservation }),
-            Err(RailError::Replayed { .. }) => Err(LifecycleError::AlreadyUsed),
-            Err(e) => Err(LifecycleError::Store(e)),
-        }
+            .map_err(store)
     }
 }
 
 impl Settling {
-    /// The network accepted the payment: the paymentId is used for good.
-    ///
-    /// # Errors
-    /// [`LifecycleError::AlreadyUsed`] if the reservation lapsed and another settler took it.
-    pub async fn settled(self) -> Result<(), LifecycleError> {
-        self.reservation
-            .commit(Some(SETTLED_RETENTION))
-            .await
-            .map_err(|e| match e {
-                RailError::Replayed { .. } => LifecycleError::AlreadyUsed,
-                other => LifecycleError::Store(other),
-            })
+    /// The transaction being settled.
+    #[must_use]
+    pub fn txid(&self) -> &str {
+        &self.txid
     }
 
-    /// The network refused the payment: the paymentId may be tried again.
+    /// The network confirmed the payment: the paymentId is used for good.
+    ///
+    /// # Errors
+    /// [`LifecycleError::Store`].
+    pub async fn settled(self) -> Result<(), LifecycleError> {
+        self.reservation
+            .set_state(&format!("settled:{}", self.txid), Some(INTENT_RETENTION))
+            .await
+            .map_err(store)
+    }
+
+    /// The network refused the payment for certain: the paymentId may be tried again.
     ///
     /// # Errors
     /// [`LifecycleError::Store`].
     pub async fn failed(self) -> Result<(), LifecycleError> {
-        self.reservation
-            .release()
-            .await
-            .map_err(LifecycleError::Store)
+        self.reservation.release().await.map_err(store)
     }
 }
 
@@ -149,71 +252,113 @@ mod tests {
     }
 
     const T: Duration = Duration::from_secs(30);
+    const B: &str = "binding-a";
+
+    fn fresh(b: Begin) -> Settling {
+        match b {
+            Begin::Fresh(s) => s,
+            Begin::Resume => panic!("expected a fresh settlement"),
+        }
+    }
 
     #[tokio::test]
     async fn issued_settled_once() {
         let (ids, _) = ids();
-        let pid = ids.issue(Duration::from_secs(120)).await.unwrap();
+        let pid = ids.issue(Duration::from_secs(120), B).await.unwrap();
         assert_eq!(pid.len(), 32);
         assert!(
             pid.bytes()
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         );
-        let s = ids.begin(&pid, T).await.unwrap();
+        let s = fresh(ids.begin(&pid, B, "TX1", T).await.unwrap());
         assert_eq!(
-            ids.begin(&pid, T).await.unwrap_err().code(),
+            ids.begin(&pid, B, "TX1", T).await.unwrap_err().code(),
             "paymentId already used"
         );
         s.settled().await.unwrap();
-        assert_eq!(
-            ids.begin(&pid, T).await.unwrap_err().code(),
-            "paymentId already used"
-        );
+        assert!(ids.serve_once(&pid).await.unwrap());
+        assert!(!ids.serve_once(&pid).await.unwrap());
+        for tx in ["TX1", "TX2"] {
+            assert_eq!(
+                ids.begin(&pid, B, tx, T).await.unwrap_err().code(),
+                "paymentId already used"
+            );
+        }
     }
 
     #[tokio::test]
-    async fn unknown_and_expired_ids_are_refused() {
+    async fn unknown_expired_and_foreign_ids_are_refused() {
         let (ids, clock) = ids();
         assert_eq!(
-            ids.begin("00000000000000000000000000000000", T)
+            ids.begin("00000000000000000000000000000000", B, "TX", T)
                 .await
                 .unwrap_err()
                 .code(),
             "unknown or expired paymentId"
         );
-        let pid = ids.issue(Duration::from_secs(120)).await.unwrap();
+        let pid = ids.issue(Duration::from_secs(120), B).await.unwrap();
+        // Issued for another resource/amount/payee: unknown here.
+        assert_eq!(
+            ids.begin(&pid, "binding-b", "TX", T)
+                .await
+                .unwrap_err()
+                .code(),
+            "unknown or expired paymentId"
+        );
         clock.advance(Duration::from_secs(121));
         assert_eq!(
-            ids.begin(&pid, T).await.unwrap_err().code(),
+            ids.begin(&pid, B, "TX", T).await.unwrap_err().code(),
             "unknown or expired paymentId"
         );
     }
 
     #[tokio::test]
-    async fn a_failed_settlement_frees_the_id_and_a_crashed_one_lapses() {
+    async fn a_refused_settlement_frees_the_id() {
+        let (ids, _) = ids();
+        let pid = ids.issue(Duration::from_secs(600), B).await.unwrap();
+        fresh(ids.begin(&pid, B, "TX1", T).await.unwrap())
+            .failed()
+            .await
+            .unwrap();
+        let s = fresh(ids.begin(&pid, B, "TX2", T).await.unwrap());
+        assert_eq!(s.txid(), "TX2");
+        s.settled().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_crashed_settler_is_resumed_only_for_its_own_transaction() {
         let (ids, clock) = ids();
-        let pid = ids.issue(Duration::from_secs(600)).await.unwrap();
-        ids.begin(&pid, T).await.unwrap().failed().await.unwrap();
-        let crashed = ids.begin(&pid, T).await.unwrap();
+        let pid = ids.issue(Duration::from_secs(600), B).await.unwrap();
+        let crashed = fresh(ids.begin(&pid, B, "TX1", T).await.unwrap());
+        // Still within the settler's time: nobody else may touch it.
+        assert!(ids.begin(&pid, B, "TX1", T).await.is_err());
         clock.advance(T + Duration::from_secs(1));
-        let retry = ids.begin(&pid, T).await.unwrap();
+        // Another transaction for the same paymentId is never settled.
         assert_eq!(
-            crashed.settled().await.unwrap_err().code(),
+            ids.begin(&pid, B, "TX2", T).await.unwrap_err().code(),
             "paymentId already used"
         );
-        retry.settled().await.unwrap();
+        // The same transaction may be checked on chain and served once.
+        assert!(matches!(
+            ids.begin(&pid, B, "TX1", T).await.unwrap(),
+            Begin::Resume
+        ));
+        assert!(ids.serve_once(&pid).await.unwrap());
+        // The crashed settler wakes up: it may record the settlement but not serve again.
+        crashed.settled().await.unwrap();
+        assert!(!ids.serve_once(&pid).await.unwrap());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sixteen_concurrent_settlements_one_wins() {
         let (ids, _) = ids();
-        let pid = ids.issue(Duration::from_secs(120)).await.unwrap();
+        let pid = ids.issue(Duration::from_secs(120), B).await.unwrap();
         let mut tasks = Vec::new();
-        for _ in 0..16 {
+        for i in 0..16 {
             let (ids, pid) = (ids.clone(), pid.clone());
-            tasks.push(tokio::spawn(
-                async move { ids.begin(&pid, T).await.is_ok() },
-            ));
+            tasks.push(tokio::spawn(async move {
+                ids.begin(&pid, B, &format!("TX{}", i % 2), T).await.is_ok()
+            }));
         }
         let mut wins = 0;
         for t in tasks {

@@ -220,6 +220,19 @@ impl PayTxn {
         b
     }
 
+    /// Signs the transaction with `key` (the sender's key, or the key the account was rekeyed
+    /// to, in which case `auth` must name that key's address).
+    #[must_use]
+    pub fn sign(self, key: &ed25519_dalek::SigningKey, auth: Option<Address>) -> SignedPay {
+        use ed25519_dalek::Signer;
+        let sig = key.sign(&self.signing_bytes()).to_bytes();
+        SignedPay {
+            txn: self,
+            sig,
+            auth,
+        }
+    }
+
     /// The transaction id: base32 (no padding) of SHA-512/256 over the signing bytes.
     #[must_use]
     pub fn id(&self) -> String {
@@ -268,6 +281,22 @@ impl SignedPay {
             return Err(TxnError::NonCanonical);
         }
         Ok(signed)
+    }
+
+    /// Decodes a stream of concatenated signed payments (the body of `POST /v2/transactions`),
+    /// each one as strictly as [`SignedPay::decode`].
+    ///
+    /// # Errors
+    /// [`TxnError`] naming the first problem.
+    pub fn decode_stream(mut bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let (_, used) = msgpack::decode_prefix(bytes)?;
+            let (one, rest) = bytes.split_at(used.min(bytes.len()));
+            out.push(SignedPay::decode(one)?);
+            bytes = rest;
+        }
+        Ok(out)
     }
 
     /// The canonical encoding of the signed transaction (what `POST /v2/transactions` takes).

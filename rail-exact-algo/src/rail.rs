@@ -1,0 +1,185 @@
+//! The rail-core traits for exact-algo: [`ExactAlgoPayer`] is a [`Payer`],
+//! [`ExactAlgoReceiver`] a [`Receiver`].
+//!
+//! An [`Offer`] carries the challenge (`accepts[]` entry) in `details`; its id is the
+//! paymentId. A [`Payment`]'s proof is `{"header": <PAYMENT-SIGNATURE value>}`. Money moves
+//! when the receiver verifies (it submits the signed transaction), not when the payer signs:
+//! exact-algo is settled by the receiver. The rail cannot hold or refund (a native payment is
+//! final and the receiver holds no key the rail could refund with).
+
+use async_trait::async_trait;
+use rail_core::{
+    Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
+    PaymentMode, PaymentState, Rail, RailError, RailId, RailResult, Receiver, Verified,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::address::Address;
+use crate::payer::ExactAlgoPayer;
+use crate::receiver::{ExactAlgoReceiver, Price};
+use crate::wire::{self, Accept};
+
+/// The rail's name.
+pub const RAIL: &str = "exact-algo";
+
+/// The total supply of ALGO in µALGO: no offer can ask for more.
+pub const MAX_MICROALGO: u64 = 10_000_000_000_000_000;
+
+/// A payment's proof.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proof {
+    /// The `PAYMENT-SIGNATURE` header value.
+    pub header: String,
+}
+
+fn capabilities() -> Capabilities {
+    // Algorand blocks are final when committed.
+    Capabilities::pay_only(Finality::Immediate, vec![Asset::algo()])
+}
+
+fn micro(m: &Money) -> RailResult<u64> {
+    if m.asset() != &Asset::algo() {
+        return Err(RailError::InvalidInput(format!(
+            "asset {} is not carried by exact-algo (ALGO only)",
+            m.asset()
+        )));
+    }
+    let n = u64::try_from(m.minor_units())
+        .map_err(|_| RailError::InvalidInput(format!("{m} does not fit in µALGO")))?;
+    if n > MAX_MICROALGO {
+        return Err(RailError::InvalidInput(format!(
+            "{m} is more than the ALGO supply"
+        )));
+    }
+    Ok(n)
+}
+
+impl Rail for ExactAlgoPayer {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+}
+
+impl Rail for ExactAlgoReceiver {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+}
+
+#[async_trait]
+impl Payer for ExactAlgoPayer {
+    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        if offer.rail.as_str() != RAIL {
+            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
+        }
+        if offer.mode != PaymentMode::Capture {
+            return Err(RailError::Unsupported {
+                rail: RAIL.into(),
+                op: "hold",
+            });
+        }
+        let accept: Accept = offer.details_as()?;
+        let amount = micro(&offer.amount)?;
+        let pay_to: Address = offer
+            .payee
+            .parse()
+            .map_err(|e| RailError::InvalidInput(format!("payee: {e}")))?;
+        // One signer at a time: the balance check and the signature are one step.
+        let _guard = self.lock.lock().await;
+        self.idem
+            .run(op, offer, || async {
+                offer.check_live(self.clock.now())?;
+                let signed = self
+                    .sign(&accept, pay_to, amount, &offer.id)
+                    .await
+                    .map_err(|e| e.to_rail_error())?;
+                Ok(Payment {
+                    rail: RailId::new(RAIL),
+                    offer_id: offer.id.clone(),
+                    mode: PaymentMode::Capture,
+                    payer: self.address().to_string(),
+                    amount: offer.amount.clone(),
+                    proof: serde_json::to_value(Proof {
+                        header: signed.header,
+                    })
+                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+                })
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Receiver for ExactAlgoReceiver {
+    async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
+        if charge.mode != PaymentMode::Capture {
+            return Err(RailError::Unsupported {
+                rail: RAIL.into(),
+                op: "hold",
+            });
+        }
+        let amount = micro(&charge.amount)?;
+        let price = Price {
+            resource: charge
+                .reference
+                .clone()
+                .unwrap_or_else(|| "stipendex:offer".into()),
+            description: charge.description.clone(),
+            amount,
+        };
+        let ttl = charge.ttl.min(self.max_timeout());
+        let accept = self.clone().with_max_timeout(ttl).challenge(&price).await?;
+        Ok(Offer {
+            rail: RailId::new(RAIL),
+            id: accept.extra.payment_id.clone(),
+            amount: charge.amount.clone(),
+            payee: self.pay_to().to_string(),
+            mode: PaymentMode::Capture,
+            expires_at: self.clock().now().plus(ttl),
+            details: serde_json::to_value(&accept)
+                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+
+    async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        payment.check_envelope(offer)?;
+        offer.check_live(self.clock().now())?;
+        let proof: Proof = payment.proof_as()?;
+        let accept: Accept = offer.details_as()?;
+        let amount = micro(&offer.amount)?;
+        let (_, signed) = wire::decode_payment_header(&proof.header, self.network())
+            .map_err(|e| crate::receiver::Refusal::from(e).to_rail_error())?;
+        if payment.payer != signed.txn.sender.to_string() {
+            return Err(RailError::mismatch(
+                Binding::Payer,
+                signed.txn.sender,
+                &payment.payer,
+            ));
+        }
+        let price = Price {
+            resource: accept.resource,
+            description: accept.description,
+            amount,
+        };
+        let receipt = self
+            .settle_signed(&signed, &price, Some(&offer.id))
+            .await
+            .map_err(|r| r.to_rail_error())?;
+        let paid = Money::from_minor(Asset::algo(), u128::from(signed.txn.amount))?;
+        Ok(Verified {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            payment_ref: receipt.transaction,
+            payer: receipt.payer,
+            amount: paid,
+            state: PaymentState::Settled,
+        })
+    }
+}

@@ -1,0 +1,505 @@
+//! The receiver: makes challenges, verifies payments strictly and settles them through algod.
+//!
+//! [`ExactAlgoReceiver::settle`] is the whole seed flow for one `PAYMENT-SIGNATURE`:
+//!
+//! 1. decode strictly (base64 → JSON without unknown fields → version, scheme, network →
+//!    base64 → canonical msgpack of a single-signature native payment);
+//! 2. check the Ed25519 signature before anything else looks at the payload;
+//! 3. the note must be a paymentId issued for this resource, amount and payee, still live;
+//! 4. every rule of seed §3 ([`crate::rules::check`]) against algod's current round (and the
+//!    sender's `auth-addr` when the payment carries `sgnr`);
+//! 5. take the paymentId (write-ahead of the txid; one settlement per paymentId across every
+//!    receiver sharing the store);
+//! 6. `POST /v2/transactions`, wait for confirmation; a refusal releases the paymentId and is
+//!    answered `settlement failed` with algod's message;
+//! 7. answer with a receipt exactly once per paymentId.
+//!
+//! Any refusal is a [`Refusal`] whose [`Refusal::code`] is the seed's error string where the
+//! seed names one; the HTTP and MCP surfaces answer it with a fresh challenge.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rail_core::keys::KeyStore;
+use rail_core::{RailError, RailReason, SharedClock};
+
+use crate::address::Address;
+use crate::algod::{AlgodClient, AlgodError};
+use crate::payment_id::{self, Begin, LifecycleError, PaymentIds};
+use crate::rules::{self, ChainView, Requirement, Violation};
+use crate::txn::SignedPay;
+use crate::wire::{self, Accept, Extra, PaymentRequired, PaymentResponse, WireError, network_id};
+
+/// What one paid resource costs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Price {
+    /// The resource (`/api/posts/1`, or an MCP tool name).
+    pub resource: String,
+    /// For humans and agents.
+    pub description: String,
+    /// µALGO.
+    pub amount: u64,
+}
+
+/// A settled payment, as the receiver records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settlement {
+    /// The transaction id.
+    pub txid: String,
+    /// The paying account.
+    pub payer: Address,
+    /// µALGO received.
+    pub amount: u64,
+    /// µALGO the payer paid in fees.
+    pub fee: u64,
+    /// The round it was confirmed in.
+    pub confirmed_round: u64,
+    /// The paymentId it settled.
+    pub payment_id: String,
+    /// The resource it paid for.
+    pub resource: String,
+}
+
+/// Why a payment was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The header is not a well-formed payment for this network.
+    #[error(transparent)]
+    Malformed(#[from] WireError),
+    /// The paymentId is unknown, lapsed, or used.
+    #[error(transparent)]
+    PaymentId(#[from] LifecycleError),
+    /// A rule of the seed is broken.
+    #[error(transparent)]
+    Rule(#[from] Violation),
+    /// algod refused the transaction (`settlement failed`), with its message.
+    #[error("settlement failed: {0}")]
+    SettlementFailed(String),
+    /// algod could not be reached or did not answer in time; nothing was charged for certain,
+    /// and a retry of the same payment is safe.
+    #[error("settlement failed: {0}")]
+    Unavailable(AlgodError),
+}
+
+impl Refusal {
+    /// The error string on the wire: the seed's words (`underpaid`, `receiver mismatch`,
+    /// `unknown or expired paymentId`, `paymentId already used`, `transaction expired`,
+    /// `settlement failed`) where the seed names the case, stable codes otherwise.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::Malformed(WireError::Network(_)) => "wrong network",
+            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::BadSignature)) => {
+                "bad signature"
+            }
+            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::WrongType(_))) => {
+                "wrong transaction type"
+            }
+            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::Multisig)) => {
+                "multisig not accepted"
+            }
+            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::LogicSig)) => {
+                "logicsig not accepted"
+            }
+            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::NonCanonical)) => {
+                "non-canonical encoding"
+            }
+            Refusal::Malformed(_) => "malformed payment",
+            Refusal::PaymentId(e) => e.code(),
+            Refusal::Rule(v) => v.code(),
+            Refusal::SettlementFailed(_) | Refusal::Unavailable(_) => "settlement failed",
+        }
+    }
+
+    /// Whether the same payment may succeed if sent again (algod was unreachable).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Refusal::Unavailable(_))
+            || matches!(self, Refusal::PaymentId(LifecycleError::Store(e)) if e.is_retryable())
+    }
+
+    /// The refusal as a rail-core error (the seed's code is kept as the rail's reason).
+    #[must_use]
+    pub fn to_rail_error(&self) -> RailError {
+        let reason = RailReason::new(self.code(), self.to_string());
+        match self {
+            Refusal::Malformed(WireError::Network(actual)) => RailError::WrongNetwork {
+                expected: "this receiver's network".into(),
+                actual: actual.clone(),
+            },
+            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::BadSignature))
+            | Refusal::Rule(Violation::BadSignature | Violation::UnauthorizedSigner { .. }) => {
+                RailError::BadSignature(self.to_string())
+            }
+            Refusal::Malformed(_) => RailError::MalformedPayment(self.to_string()),
+            Refusal::PaymentId(LifecycleError::AlreadyUsed) => RailError::Replayed {
+                key: "paymentId".into(),
+            },
+            Refusal::PaymentId(LifecycleError::Store(e)) => RailError::Storage(e.to_string()),
+            Refusal::Rule(Violation::WrongNetwork) => RailError::WrongNetwork {
+                expected: "this receiver's genesis hash".into(),
+                actual: "another genesis hash".into(),
+            },
+            Refusal::Rule(Violation::ReceiverMismatch { expected, actual }) => {
+                RailError::mismatch(rail_core::Binding::Payee, expected, actual)
+            }
+            Refusal::Rule(Violation::Underpaid { required, actual }) => {
+                RailError::mismatch(rail_core::Binding::Amount, required, actual)
+            }
+            Refusal::Rule(Violation::NoteMismatch) | Refusal::PaymentId(_) => RailError::mismatch(
+                rail_core::Binding::Offer,
+                "the offer's paymentId",
+                "another",
+            ),
+            Refusal::Rule(_) => RailError::Declined(reason),
+            Refusal::SettlementFailed(_) => RailError::Rail {
+                reason,
+                retryable: false,
+            },
+            Refusal::Unavailable(_) => RailError::Unavailable(reason),
+        }
+    }
+}
+
+/// A callback told of every settlement (for bookkeeping, metrics, reconciliation).
+pub type OnSettled = Arc<dyn Fn(&Settlement) + Send + Sync>;
+
+/// The exact-algo receiver.
+#[derive(Clone)]
+pub struct ExactAlgoReceiver {
+    algod: AlgodClient,
+    pay_to: Address,
+    genesis_hash: [u8; 32],
+    network: String,
+    min_fee: u64,
+    max_timeout: Duration,
+    settle_timeout: Duration,
+    ids: PaymentIds,
+    clock: SharedClock,
+    on_settled: Option<OnSettled>,
+}
+
+impl fmt::Debug for ExactAlgoReceiver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExactAlgoReceiver")
+            .field("algod", &self.algod)
+            .field("pay_to", &self.pay_to)
+            .field("network", &self.network)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExactAlgoReceiver {
+    /// A receiver paid into `pay_to`, asking algod for the network (genesis hash) and the
+    /// minimum fee. `store` keeps paymentIds: share it (PostgreSQL) between instances.
+    ///
+    /// # Errors
+    /// [`RailError::Unavailable`] when algod cannot be reached.
+    pub async fn connect(
+        algod: AlgodClient,
+        pay_to: Address,
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> Result<Self, RailError> {
+        let p = algod.params().await.map_err(|e| unavailable(&e))?;
+        Ok(ExactAlgoReceiver {
+            algod,
+            pay_to,
+            genesis_hash: p.genesis_hash,
+            network: network_id(&p.genesis_hash),
+            min_fee: p.min_fee,
+            max_timeout: Duration::from_secs(120),
+            settle_timeout: Duration::from_secs(60),
+            ids: PaymentIds::new(store, clock.clone()),
+            clock,
+            on_settled: None,
+        })
+    }
+
+    /// How long a challenge stays payable (`maxTimeoutSeconds`, default 120 s).
+    #[must_use]
+    pub fn with_max_timeout(mut self, d: Duration) -> Self {
+        self.max_timeout = d;
+        self
+    }
+
+    /// How long one settlement may take before a retry of the same transaction may be
+    /// checked on chain by another instance (default 60 s).
+    #[must_use]
+    pub fn with_settle_timeout(mut self, d: Duration) -> Self {
+        self.settle_timeout = d;
+        self
+    }
+
+    /// Calls `f` after every settlement.
+    #[must_use]
+    pub fn on_settled(mut self, f: OnSettled) -> Self {
+        self.on_settled = Some(f);
+        self
+    }
+
+    /// The network (`algorand:…`).
+    #[must_use]
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// The receiving address.
+    #[must_use]
+    pub fn pay_to(&self) -> Address {
+        self.pay_to
+    }
+
+    /// The minimum fee.
+    #[must_use]
+    pub fn min_fee(&self) -> u64 {
+        self.min_fee
+    }
+
+    /// `maxTimeoutSeconds`.
+    #[must_use]
+    pub fn max_timeout(&self) -> Duration {
+        self.max_timeout
+    }
+
+    /// The clock.
+    #[must_use]
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// The algod client.
+    #[must_use]
+    pub fn algod(&self) -> &AlgodClient {
+        &self.algod
+    }
+
+    fn binding(&self, price: &Price) -> String {
+        payment_id::binding(&price.resource, price.amount, &self.pay_to.to_string())
+    }
+
+    /// A challenge (`accepts[]` entry) for `price`, with a fresh single-use paymentId.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn challenge(&self, price: &Price) -> Result<Accept, RailError> {
+        let pid = self
+            .ids
+            .issue(self.max_timeout, &self.binding(price))
+            .await
+            .map_err(|e| Refusal::PaymentId(e).to_rail_error())?;
+        Ok(Accept {
+            scheme: "exact".into(),
+            network: self.network.clone(),
+            asset: "ALGO".into(),
+            max_amount_required: price.amount.to_string(),
+            resource: price.resource.clone(),
+            description: price.description.clone(),
+            pay_to: self.pay_to.to_string(),
+            max_timeout_seconds: self.max_timeout.as_secs(),
+            extra: Extra {
+                payment_id: pid,
+                min_fee_micro_algo: self.min_fee,
+            },
+        })
+    }
+
+    /// The 402 body for `price` with `error` (`payment required`, or why a payment was refused).
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn payment_required(
+        &self,
+        price: &Price,
+        error: &str,
+    ) -> Result<PaymentRequired, RailError> {
+        Ok(PaymentRequired {
+            x402_version: 2,
+            error: error.to_owned(),
+            accepts: vec![self.challenge(price).await?],
+        })
+    }
+
+    /// Verifies and settles the `PAYMENT-SIGNATURE` header `header` for `price` (the seed's
+    /// whole flow; see the module docs). `expect_pid`, when given, is the one paymentId this
+    /// payment must carry (a rail-core offer names it).
+    ///
+    /// # Errors
+    /// A [`Refusal`]; nothing was charged unless it is [`Refusal::Unavailable`] after a
+    /// submission, in which case a retry of the same header settles it at most once.
+    pub async fn settle(
+        &self,
+        header: &str,
+        price: &Price,
+        expect_pid: Option<&str>,
+    ) -> Result<PaymentResponse, Refusal> {
+        let (_, signed) = wire::decode_payment_header(header, &self.network)?;
+        self.settle_signed(&signed, price, expect_pid).await
+    }
+
+    /// As [`ExactAlgoReceiver::settle`], for an already decoded payment.
+    ///
+    /// # Errors
+    /// A [`Refusal`].
+    pub async fn settle_signed(
+        &self,
+        signed: &SignedPay,
+        price: &Price,
+        expect_pid: Option<&str>,
+    ) -> Result<PaymentResponse, Refusal> {
+        // The signature first: nothing in the payload is believed before it verifies.
+        signed
+            .verify_signature()
+            .map_err(|_| Refusal::Rule(Violation::BadSignature))?;
+        let pid = match expect_pid {
+            Some(p) => p.to_owned(),
+            None => std::str::from_utf8(&signed.txn.note)
+                .ok()
+                .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                .ok_or(Refusal::PaymentId(LifecycleError::UnknownOrExpired))?
+                .to_owned(),
+        };
+        let binding = self.binding(price);
+        let req = Requirement {
+            pay_to: self.pay_to,
+            amount: price.amount,
+            payment_id: pid.clone(),
+            min_fee: self.min_fee,
+            genesis_hash: self.genesis_hash,
+        };
+        let round = self
+            .algod
+            .last_round()
+            .await
+            .map_err(Refusal::Unavailable)?;
+        let auth_addr = match signed.auth {
+            Some(_) => {
+                self.algod
+                    .account(&signed.txn.sender)
+                    .await
+                    .map_err(Refusal::Unavailable)?
+                    .auth_addr
+            }
+            None => None,
+        };
+        let txid = signed.txn.id();
+        // Every rule before any state is touched. Only the time-dependent ones may yield to a
+        // resumed settlement (the transaction may have confirmed before it expired).
+        let chain = ChainView { round, auth_addr };
+        let ruled = rules::check(signed, &req, &chain);
+        if let Err(v) = &ruled
+            && !matches!(v, Violation::Expired { .. } | Violation::NotYetValid { .. })
+        {
+            return Err(v.clone().into());
+        }
+        // A settler that crashed after submitting leaves its write-ahead record: the same
+        // transaction presented again is checked on chain instead of being refused.
+        match self
+            .ids
+            .begin(&pid, &binding, &txid, self.settle_timeout)
+            .await
+        {
+            Ok(Begin::Resume) => {
+                tracing::info!(txid = %txid, "resuming a settlement whose settler did not finish");
+            }
+            Ok(Begin::Fresh(settling)) => {
+                if let Err(v) = ruled {
+                    settling.failed().await?;
+                    return Err(v.into());
+                }
+                return match self.submit(signed, &txid).await {
+                    Ok(round) => {
+                        settling.settled().await?;
+                        self.answer(signed, &txid, round, &pid, price).await
+                    }
+                    Err(Refusal::Unavailable(e)) => {
+                        // Unknown outcome: keep the write-ahead record. A retry of this same
+                        // payment resumes once the settle timeout passed; nothing else may use
+                        // the paymentId.
+                        tracing::warn!(txid = %txid, error = %e, "settlement outcome unknown");
+                        drop(settling);
+                        Err(Refusal::Unavailable(e))
+                    }
+                    Err(other) => {
+                        settling.failed().await?;
+                        Err(other)
+                    }
+                };
+            }
+            Err(LifecycleError::UnknownOrExpired) => {
+                ruled?;
+                return Err(LifecycleError::UnknownOrExpired.into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let round = self.submit(signed, &txid).await?;
+        self.answer(signed, &txid, round, &pid, price).await
+    }
+
+    /// Submits (or finds already submitted) and waits for confirmation.
+    async fn submit(&self, signed: &SignedPay, txid: &str) -> Result<u64, Refusal> {
+        match self.algod.submit(&signed.encode()).await {
+            Ok(id) if id == txid => {}
+            Ok(id) => {
+                return Err(Refusal::SettlementFailed(format!(
+                    "algod reported txid {id} for transaction {txid}"
+                )));
+            }
+            Err(AlgodError::Http { message, .. })
+                if message.contains(&format!("transaction already in ledger: {txid}")) => {}
+            Err(e) if e.is_retryable() => return Err(Refusal::Unavailable(e)),
+            Err(e) => return Err(Refusal::SettlementFailed(e.message())),
+        }
+        match self
+            .algod
+            .wait_for_confirmation(txid, signed.txn.last_valid)
+            .await
+        {
+            Ok(r) => Ok(r),
+            Err(e @ (AlgodError::PoolError { .. } | AlgodError::NotConfirmed { .. })) => {
+                Err(Refusal::SettlementFailed(e.message()))
+            }
+            Err(e) => Err(Refusal::Unavailable(e)),
+        }
+    }
+
+    async fn answer(
+        &self,
+        signed: &SignedPay,
+        txid: &str,
+        confirmed_round: u64,
+        pid: &str,
+        price: &Price,
+    ) -> Result<PaymentResponse, Refusal> {
+        if !self.ids.serve_once(pid).await? {
+            return Err(LifecycleError::AlreadyUsed.into());
+        }
+        let s = Settlement {
+            txid: txid.to_owned(),
+            payer: signed.txn.sender,
+            amount: signed.txn.amount,
+            fee: signed.txn.fee,
+            confirmed_round,
+            payment_id: pid.to_owned(),
+            resource: price.resource.clone(),
+        };
+        tracing::info!(txid, payer = %s.payer, amount = s.amount, round = confirmed_round, resource = %s.resource, "exact-algo: settled");
+        if let Some(f) = &self.on_settled {
+            f(&s);
+        }
+        Ok(PaymentResponse {
+            success: true,
+            transaction: s.txid,
+            network: self.network.clone(),
+            payer: s.payer.to_string(),
+            amount: s.amount.to_string(),
+            confirmed_round,
+        })
+    }
+}
+
+fn unavailable(e: &AlgodError) -> RailError {
+    RailError::Unavailable(RailReason::new("algod", e.to_string()))
+}
