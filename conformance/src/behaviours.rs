@@ -310,8 +310,10 @@ async fn replay_refused(h: &dyn Harness) -> Verdict {
 }
 
 async fn concurrent_verify_settles_once(h: &dyn Harness) -> Verdict {
-    let (o, p) = paid(h, 100).await?;
+    // Balances before paying: rails settled by the receiver move money on verify, the others
+    // on pay; either way one payment verified 16 times moves the price exactly once.
     let before = balances(h).await?;
+    let (o, p) = paid(h, 100).await?;
     let results = join_all((0..16).map(|_| h.rail().receiver.verify(&o, &p))).await;
     let accepted = results.iter().filter(|r| r.is_ok()).count();
     ensure!(
@@ -327,7 +329,13 @@ async fn concurrent_verify_settles_once(h: &dyn Harness) -> Verdict {
             );
         }
     }
-    unchanged(h, before, "concurrent verification").await
+    let after = balances(h).await?;
+    ensure!(
+        after.payer_available == before.payer_available - 100
+            && after.payee_settled == before.payee_settled + 100,
+        "one payment verified 16 times concurrently moved {before:?} -> {after:?}"
+    );
+    Ok(())
 }
 
 async fn concurrent_pay_settles_once(h: &dyn Harness) -> Verdict {
@@ -343,17 +351,19 @@ async fn concurrent_pay_settles_once(h: &dyn Harness) -> Verdict {
         payments.windows(2).all(|w| w.first() == w.last()),
         "16 submissions of one operation produced different payments"
     );
+    let first = payments.first().ok_or("no payment")?;
+    // Rails settled by the receiver (exact-algo, x402) move money on verify: check the debit
+    // once the payment is verified, which holds for both kinds.
+    let v = join_all((0..16).map(|_| h.rail().receiver.verify(&o, first))).await;
+    ensure!(
+        v.iter().filter(|r| r.is_ok()).count() == 1,
+        "the payment must verify exactly once"
+    );
     let after = balances(h).await?;
     ensure!(
         after.payer_available == before.payer_available - 100,
         "payer debited {} for one payment submitted 16 times",
         before.payer_available - after.payer_available
-    );
-    let first = payments.first().ok_or("no payment")?;
-    let v = join_all((0..16).map(|_| h.rail().receiver.verify(&o, first))).await;
-    ensure!(
-        v.iter().filter(|r| r.is_ok()).count() == 1,
-        "the payment must verify exactly once"
     );
     Ok(())
 }
@@ -566,6 +576,7 @@ async fn idempotent_retry_same_result(h: &dyn Harness) -> Verdict {
         h.rail().payer.pay(&id, &o).await,
     )?;
     ensure!(first == again, "a retry returned a different payment");
+    ok("verify", h.rail().receiver.verify(&o, &first).await)?;
     let after = balances(h).await?;
     ensure!(
         after.payer_available == before.payer_available - 100,
@@ -830,6 +841,63 @@ async fn foreign_payments_untouchable(h: &dyn Harness) -> Verdict {
     Ok(())
 }
 
+async fn twin_receivers_settle_once(h: &dyn Harness) -> Verdict {
+    let Some(twin) = h.twin_receiver() else {
+        return Err(SKIP_NO_HOOK.into());
+    };
+    let before = balances(h).await?;
+    let (o, p) = paid(h, 100).await?;
+    let (mine, theirs) = futures::join!(
+        h.rail().receiver.verify(&o, &p),
+        twin.receiver.verify(&o, &p)
+    );
+    let wins = usize::from(mine.is_ok()) + usize::from(theirs.is_ok());
+    ensure!(
+        wins == 1,
+        "{wins} of two receiver instances sharing one store accepted the same payment"
+    );
+    for r in [&mine, &theirs] {
+        if let Err(e) = r {
+            ensure!(
+                e.code() == "replayed",
+                "the losing instance must say replayed, got {} ({e})",
+                e.code()
+            );
+        }
+    }
+    refused(
+        "the same payment at the other instance afterwards",
+        twin.receiver.verify(&o, &p).await,
+        &["replayed"],
+    )?;
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled == before.payee_settled + 100,
+        "the payee got {} for one payment presented at two instances",
+        after.payee_settled - before.payee_settled
+    );
+    Ok(())
+}
+
+async fn rail_specific_checks(h: &dyn Harness) -> Verdict {
+    let checks = h.rail_checks().await;
+    if checks.is_empty() {
+        return Err(SKIP_NO_HOOK.into());
+    }
+    let failed: Vec<String> = checks
+        .iter()
+        .filter_map(|(name, v)| v.as_ref().err().map(|e| format!("{name}: {e}")))
+        .collect();
+    ensure!(
+        failed.is_empty(),
+        "{} of {} rail-specific checks failed: {}",
+        failed.len(),
+        checks.len(),
+        failed.join("; ")
+    );
+    Ok(())
+}
+
 /// The verdict of a behaviour whose harness hook is absent: reported as a skip.
 pub const SKIP_NO_HOOK: &str = "skip: the harness does not provide this hook";
 
@@ -875,4 +943,6 @@ behaviours! {
     refund_after_capture: Refund => "a captured hold is refunded by its capture reference, never above the capture",
     hold_expiry_releases: Hold => "a lapsed hold can be neither captured nor voided; funds return",
     foreign_payments_untouchable: Pay => "one receiver cannot refund, capture or void another's payments",
+    twin_receivers_settle_once: Pay => "two receiver instances sharing one store: one payment settles once",
+    rail_specific_checks: Nothing => "the rail's own cases (every protocol rule and error code)",
 }

@@ -73,6 +73,17 @@ pub trait Harness: Send + Sync {
     fn hold_lifetime(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Another instance of this harness's receiver (same payee, same replay store, its own
+    /// connections), as a second server behind a load balancer would be. `None` skips the check
+    /// that one payment presented at both settles once.
+    fn twin_receiver(&self) -> Option<RailHandle> {
+        None
+    }
+    /// The rail's own cases (one per protocol rule and error code), each with its verdict.
+    /// Empty skips them.
+    async fn rail_checks(&self) -> Vec<(String, Result<(), String>)> {
+        Vec::new()
+    }
     /// Releases what the harness holds (databases, temporary files, servers).
     async fn teardown(&self) {}
 }

@@ -23,9 +23,12 @@
 //!   with no unknown fields → version, scheme, network → base64 → strict msgpack) and the
 //!   `PAYMENT-RESPONSE` receipt.
 //!
-//! **Not yet:** the payer, settlement through algod, the HTTP and MCP surfaces, the devnet
-//! and the rail-core traits. Nothing here implements a rail yet, so nothing can be mistaken for
-//! a working one.
+//! - [`payer`], [`receiver`], [`algod`], [`devnet`], [`rail`]: signing within a policy,
+//!   settlement through algod, an algod-compatible devnet, and the rail-core traits.
+//! - [`http`]: the seed's HTTP flow as an axum middleware ([`http::Paywall`]) and the
+//!   discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`);
+//! - [`mcp`]: the MCP surface (Streamable HTTP `POST /mcp`, JSON-RPC 2.0) with paid tools;
+//! - [`demo`]: the example receiver app served by the `exact-algo-receiver` binary.
 //!
 //! ```
 //! use rail_exact_algo::txn::SignedPay;
@@ -35,7 +38,10 @@
 
 pub mod address;
 pub mod algod;
+pub mod demo;
 pub mod devnet;
+pub mod http;
+pub mod mcp;
 pub mod msgpack;
 pub mod payer;
 pub mod payment_id;
@@ -48,6 +54,8 @@ pub mod wire;
 pub use address::Address;
 pub use algod::{AlgodClient, AlgodError};
 pub use devnet::{Devnet, DevnetConfig, RunningDevnet};
+pub use http::{Paywall, ServiceInfo, discovery_router, paywall_middleware};
+pub use mcp::{McpServer, Tool};
 pub use payer::{ExactAlgoPayer, PayError, Policy, SignedPayment};
 pub use rail::{Proof, RAIL};
 pub use receiver::{ExactAlgoReceiver, Price, Refusal, Settlement};

@@ -354,18 +354,17 @@ impl ExactAlgoReceiver {
             .verify_signature()
             .map_err(|_| Refusal::Rule(Violation::BadSignature))?;
         let pid = match expect_pid {
-            Some(p) => p.to_owned(),
+            Some(p) => Some(p.to_owned()),
             None => std::str::from_utf8(&signed.txn.note)
                 .ok()
                 .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
-                .ok_or(Refusal::PaymentId(LifecycleError::UnknownOrExpired))?
-                .to_owned(),
+                .map(str::to_owned),
         };
         let binding = self.binding(price);
         let req = Requirement {
             pay_to: self.pay_to,
             amount: price.amount,
-            payment_id: pid.clone(),
+            payment_id: pid.clone().unwrap_or_default(),
             min_fee: self.min_fee,
             genesis_hash: self.genesis_hash,
         };
@@ -389,6 +388,13 @@ impl ExactAlgoReceiver {
         // resumed settlement (the transaction may have confirmed before it expired).
         let chain = ChainView { round, auth_addr };
         let ruled = rules::check(signed, &req, &chain);
+        let Some(pid) = pid else {
+            // The note is no paymentId at all: report the first other rule it breaks, if any.
+            return Err(match ruled {
+                Err(v) if v != Violation::NoteMismatch => v.into(),
+                _ => LifecycleError::UnknownOrExpired.into(),
+            });
+        };
         if let Err(v) = &ruled
             && !matches!(v, Violation::Expired { .. } | Violation::NotYetValid { .. })
         {

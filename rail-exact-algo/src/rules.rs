@@ -200,7 +200,9 @@ pub fn check(p: &SignedPay, req: &Requirement, chain: &ChainView) -> Result<(), 
             last_valid: t.last_valid,
         });
     }
-    if t.last_valid < chain.round {
+    // The next block is `round + 1`: a transaction whose last valid round is `round` can no
+    // longer be included.
+    if t.last_valid <= chain.round {
         return Err(Violation::Expired {
             last_valid: t.last_valid,
             round: chain.round,

@@ -1,5 +1,6 @@
 //! The rails the suite knows. A new rail adds its harness module here and its entry to [`all`].
 
+pub mod exact_algo;
 pub mod ledger;
 
 use crate::harness::RailEntry;
@@ -7,7 +8,7 @@ use crate::harness::RailEntry;
 /// Every rail under test.
 #[must_use]
 pub fn all() -> Vec<RailEntry> {
-    vec![ledger::ENTRY]
+    vec![ledger::ENTRY, exact_algo::ENTRY]
 }
 
 /// The rail named `name`.

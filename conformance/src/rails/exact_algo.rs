@@ -1,0 +1,954 @@
+//! The exact-algo rail's harness.
+//!
+//! - **mock**: the algod-compatible devnet in process (real HTTP on a loopback port), paymentIds
+//!   in memory.
+//! - **localnet**: the algod at `ALGOD_URL` (the `algod-devnet` binary in CI, or a real algod:
+//!   `algokit localnet start`), with `ALGOD_TOKEN` and a faucet key `ALGOD_FAUCET_SEED` (base64
+//!   of a 32-byte Ed25519 seed) whose account funds each harness with real payments; paymentIds
+//!   in PostgreSQL, shared by two receiver instances with their own connection pools.
+//!
+//! Fees are the rail's, not the price: the harness adds back the fees its receivers saw the
+//! payer pay, so the suite's price arithmetic holds; fee rules are checked by the rail's own
+//! cases ([`Harness::rail_checks`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use data_encoding::BASE64;
+use ed25519_dalek::SigningKey;
+use futures::future::BoxFuture;
+use rail_core::keys_sql::PgKeyStore;
+use rail_core::{
+    Asset, KeyStore, ManualClock, MemoryKeyStore, Payment, RailError, RailHandle, RailResult,
+    SharedClock,
+};
+use rail_exact_algo::msgpack::{self, Value};
+use rail_exact_algo::receiver::OnSettled;
+use rail_exact_algo::txn::PayTxn;
+use rail_exact_algo::wire::{Envelope, Payload, header};
+use rail_exact_algo::{
+    Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price,
+    RunningDevnet,
+};
+use serde_json::json;
+
+use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+
+/// exact-algo in the suite's registry.
+pub const ENTRY: RailEntry = RailEntry {
+    name: "exact-algo",
+    tiers: &[
+        (
+            Tier::Mock,
+            "algod-compatible devnet in process over HTTP, paymentIds in memory",
+        ),
+        (
+            Tier::Localnet,
+            "algod at ALGOD_URL (algod-devnet or a real algod) funded from ALGOD_FAUCET_SEED, paymentIds in PostgreSQL shared by two receivers",
+        ),
+    ],
+    make,
+};
+
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+    Box::pin(async move {
+        let h = ExactAlgoHarness::new(tier).await?;
+        Ok(Box::new(h) as Box<dyn Harness>)
+    })
+}
+
+/// µALGO the payer starts with.
+const FUNDED: u64 = 10_000_000;
+/// µALGO each other account starts with (the minimum balance plus a little).
+const SEED_BALANCE: u64 = 200_000;
+
+fn setup(e: impl std::fmt::Display) -> HarnessError {
+    HarnessError::Setup(e.to_string())
+}
+
+fn addr(k: &SigningKey) -> Address {
+    Address(k.verifying_key().to_bytes())
+}
+
+fn random_key() -> SigningKey {
+    SigningKey::from_bytes(&rand::random::<[u8; 32]>())
+}
+
+/// A payer, a payee and another payee on an algod, the rail's two sides on top.
+pub struct ExactAlgoHarness {
+    handle: RailHandle,
+    twin: RailHandle,
+    clock: ManualClock,
+    algod: AlgodClient,
+    receiver: ExactAlgoReceiver,
+    payer_key: SigningKey,
+    payee: Address,
+    other: Address,
+    /// A funded account used for the rekey case (its own key, then rekeyed).
+    spare_key: SigningKey,
+    fees: Arc<AtomicU64>,
+    _devnet: Option<RunningDevnet>,
+    pg: Option<(String, String)>,
+}
+
+async fn fund(
+    algod: &AlgodClient,
+    faucet: &SigningKey,
+    to: &[(Address, u64)],
+) -> Result<(), HarnessError> {
+    for (a, amount) in to {
+        let p = algod.params().await.map_err(setup)?;
+        let t = PayTxn {
+            sender: addr(faucet),
+            receiver: *a,
+            amount: *amount,
+            fee: p.min_fee.max(1000),
+            first_valid: p.last_round.max(1),
+            last_valid: p.last_round.max(1) + 1000,
+            genesis_id: p.genesis_id,
+            genesis_hash: p.genesis_hash,
+            note: b"stipendex conformance funding".to_vec(),
+            close_to: None,
+            rekey_to: None,
+            group: None,
+            lease: None,
+        }
+        .sign(faucet, None);
+        let txid = algod
+            .submit(&t.encode())
+            .await
+            .map_err(|e| setup(format!("funding {a}: {e}")))?;
+        algod
+            .wait_for_confirmation(&txid, t.txn.last_valid)
+            .await
+            .map_err(setup)?;
+    }
+    Ok(())
+}
+
+impl ExactAlgoHarness {
+    /// A fresh harness on `tier`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Unavailable`] when the localnet tier has no algod, faucet or PostgreSQL.
+    pub async fn new(tier: Tier) -> Result<Self, HarnessError> {
+        let clock = ManualClock::starting_now();
+        let shared: SharedClock = Arc::new(clock.clone());
+        let payer_key = random_key();
+        let spare_key = random_key();
+        let payee = addr(&random_key());
+        let other = addr(&random_key());
+        let accounts = vec![
+            (addr(&payer_key), FUNDED),
+            (payee, SEED_BALANCE),
+            (other, SEED_BALANCE),
+            (addr(&spare_key), 1_000_000),
+        ];
+        let (algod, devnet, stores, pg): (_, _, StorePair, _) = match tier {
+            Tier::Mock => {
+                let running = Devnet::spawn(
+                    DevnetConfig {
+                        accounts,
+                        token: Some("conformance".into()),
+                        ..DevnetConfig::default()
+                    },
+                    SocketAddr::from(([127, 0, 0, 1], 0)),
+                )
+                .await
+                .map_err(setup)?;
+                let algod =
+                    AlgodClient::new(&running.url, Some("conformance".into())).map_err(setup)?;
+                // Some rounds of history, so "last valid round passed" can be built.
+                running.devnet.advance(10);
+                let mem: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::default());
+                (algod, Some(running), (mem.clone(), mem), None)
+            }
+            Tier::Localnet => {
+                let url = std::env::var("ALGOD_URL").map_err(|_| {
+                    HarnessError::Unavailable(
+                        "ALGOD_URL is not set (start algod-devnet or `algokit localnet start`)"
+                            .into(),
+                    )
+                })?;
+                let token = std::env::var("ALGOD_TOKEN").ok();
+                let algod = AlgodClient::new(&url, token).map_err(setup)?;
+                algod
+                    .last_round()
+                    .await
+                    .map_err(|e| HarnessError::Unavailable(format!("algod at {url}: {e}")))?;
+                let seed = std::env::var("ALGOD_FAUCET_SEED").map_err(|_| {
+                    HarnessError::Unavailable("ALGOD_FAUCET_SEED is not set".into())
+                })?;
+                let faucet: [u8; 32] = BASE64
+                    .decode(seed.as_bytes())
+                    .ok()
+                    .and_then(|v| v.try_into().ok())
+                    .ok_or_else(|| setup("ALGOD_FAUCET_SEED is not 32 bytes of base64"))?;
+                fund(&algod, &SigningKey::from_bytes(&faucet), &accounts).await?;
+                let (a, b, pg) = pg_stores().await?;
+                (algod, None, (a, b), Some(pg))
+            }
+        };
+        let fees = Arc::new(AtomicU64::new(0));
+        let payer_addr = addr(&payer_key);
+        let seen = fees.clone();
+        let hook: OnSettled = Arc::new(move |s| {
+            if s.payer == payer_addr {
+                seen.fetch_add(s.fee, Ordering::SeqCst);
+            }
+        });
+        let receiver =
+            ExactAlgoReceiver::connect(algod.clone(), payee, stores.0.clone(), shared.clone())
+                .await
+                .map_err(setup)?
+                .on_settled(hook.clone());
+        let twin_receiver =
+            ExactAlgoReceiver::connect(algod.clone(), payee, stores.1.clone(), shared.clone())
+                .await
+                .map_err(setup)?
+                .on_settled(hook);
+        let payer = Arc::new(ExactAlgoPayer::new(
+            payer_key.clone(),
+            algod.clone(),
+            Policy {
+                max_amount: FUNDED * 10,
+                ..Policy::default()
+            },
+            stores.0.clone(),
+            shared.clone(),
+        ));
+        let handle = RailHandle {
+            payer: payer.clone(),
+            hold_payer: None,
+            receiver: Arc::new(receiver.clone()),
+            hold_receiver: None,
+            refunds: None,
+        };
+        let twin = RailHandle {
+            payer,
+            hold_payer: None,
+            receiver: Arc::new(twin_receiver),
+            hold_receiver: None,
+            refunds: None,
+        };
+        Ok(ExactAlgoHarness {
+            handle,
+            twin,
+            clock,
+            algod,
+            receiver,
+            payer_key,
+            payee,
+            other,
+            spare_key,
+            fees,
+            _devnet: devnet,
+            pg,
+        })
+    }
+}
+
+async fn pg_stores()
+-> Result<(Arc<dyn KeyStore>, Arc<dyn KeyStore>, (String, String)), HarnessError> {
+    let url = rail_core::localnet::postgres_url();
+    let schema = format!("conformance_algo_{:016x}", rand::random::<u64>());
+    let opts: sqlx::postgres::PgConnectOptions = url.parse().map_err(setup)?;
+    let admin = tokio::time::timeout(
+        Duration::from_secs(5),
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts.clone()),
+    )
+    .await
+    .map_err(|_| HarnessError::Unavailable(format!("PostgreSQL at {url}: timed out")))?
+    .map_err(|e| HarnessError::Unavailable(format!("PostgreSQL at {url}: {e}")))?;
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .map_err(setup)?;
+    admin.close().await;
+    let mut stores: Vec<Arc<dyn KeyStore>> = Vec::new();
+    for _ in 0..2 {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts.clone().options([("search_path", schema.as_str())]))
+            .await
+            .map_err(setup)?;
+        stores.push(Arc::new(PgKeyStore::new(pool).await.map_err(setup)?));
+    }
+    let b = stores.pop().ok_or_else(|| setup("no store"))?;
+    let a = stores.pop().ok_or_else(|| setup("no store"))?;
+    Ok((a, b, (url, schema)))
+}
+
+/// Two handles on one paymentId store (two receiver instances).
+type StorePair = (Arc<dyn KeyStore>, Arc<dyn KeyStore>);
+
+/// A case's verdict.
+type Check = Result<(), String>;
+
+impl ExactAlgoHarness {
+    fn price(amount: u64) -> Price {
+        Price {
+            resource: "conformance:/paid".into(),
+            description: "a conformance case".into(),
+            amount,
+        }
+    }
+
+    /// A signed payment built as a careful payer would, then changed by `edit` before signing.
+    async fn build(
+        &self,
+        key: &SigningKey,
+        pid: &str,
+        amount: u64,
+        edit: impl FnOnce(&mut PayTxn),
+    ) -> Result<PayTxn, String> {
+        let p = self.algod.params().await.map_err(|e| e.to_string())?;
+        let mut t = PayTxn {
+            sender: addr(key),
+            receiver: self.payee,
+            amount,
+            fee: p.min_fee.max(1000),
+            first_valid: p.last_round.max(1),
+            last_valid: p.last_round.max(1) + 1000,
+            genesis_id: p.genesis_id,
+            genesis_hash: p.genesis_hash,
+            note: pid.as_bytes().to_vec(),
+            close_to: None,
+            rekey_to: None,
+            group: None,
+            lease: None,
+        };
+        edit(&mut t);
+        Ok(t)
+    }
+
+    fn envelope(&self, bytes: &[u8]) -> String {
+        header(&Envelope {
+            x402_version: 2,
+            scheme: "exact".into(),
+            network: self.receiver.network().to_owned(),
+            payload: Payload {
+                txn: BASE64.encode(bytes),
+            },
+        })
+        .unwrap_or_default()
+    }
+
+    async fn pid(&self, price: &Price) -> Result<String, String> {
+        Ok(self
+            .receiver
+            .challenge(price)
+            .await
+            .map_err(|e| e.to_string())?
+            .extra
+            .payment_id)
+    }
+
+    async fn chain_balances(&self) -> Result<(u64, u64), String> {
+        let p = self
+            .algod
+            .account(&addr(&self.payer_key))
+            .await
+            .map_err(|e| e.to_string())?;
+        let q = self
+            .algod
+            .account(&self.payee)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((p.amount, q.amount))
+    }
+
+    /// Settles `hdr` for `price` and expects refusal `code` with no money moving.
+    async fn expect_refused(
+        &self,
+        hdr: &str,
+        price: &Price,
+        expect: Option<&str>,
+        code: &str,
+    ) -> Check {
+        let before = self.chain_balances().await?;
+        match self.receiver.settle(hdr, price, expect).await {
+            Ok(r) => return Err(format!("accepted ({r:?}); expected {code:?}")),
+            Err(e) if e.code() == code => {}
+            Err(e) => return Err(format!("expected {code:?}, got {:?} ({e})", e.code())),
+        }
+        let after = self.chain_balances().await?;
+        if before != after {
+            return Err(format!(
+                "balances moved on a refusal: {before:?} -> {after:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// One case: a transaction made by `edit` must be refused with `code`.
+    async fn rule_case(&self, code: &str, edit: impl FnOnce(&mut PayTxn)) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let t = self.build(&self.payer_key, &pid, 1000, edit).await?;
+        let s = t.sign(&self.payer_key, None);
+        self.expect_refused(&self.envelope(&s.encode()), &price, None, code)
+            .await
+    }
+
+    async fn checks(&self) -> Vec<(String, Check)> {
+        let mut out: Vec<(String, Check)> = Vec::new();
+        let other = self.other;
+
+        // --- Every rule of seed §3, each with its own error code.
+        out.push((
+            "underpaid".into(),
+            self.rule_case("underpaid", |t| t.amount = 999).await,
+        ));
+        out.push((
+            "receiver mismatch".into(),
+            self.rule_case("receiver mismatch", |t| t.receiver = other)
+                .await,
+        ));
+        out.push((
+            "fee above 2000".into(),
+            self.rule_case("fee too high", |t| t.fee = 2001).await,
+        ));
+        out.push((
+            "fee below the minimum".into(),
+            self.rule_case("fee too low", |t| t.fee = 999).await,
+        ));
+        out.push((
+            "rekey".into(),
+            self.rule_case("rekey not allowed", |t| t.rekey_to = Some(other))
+                .await,
+        ));
+        out.push((
+            "close-to".into(),
+            self.rule_case("close-to not allowed", |t| t.close_to = Some(other))
+                .await,
+        ));
+        out.push((
+            "grouped".into(),
+            self.rule_case("group not allowed", |t| t.group = Some([7; 32]))
+                .await,
+        ));
+        out.push((
+            "another genesis hash".into(),
+            self.rule_case("wrong network", |t| t.genesis_hash = [1; 32])
+                .await,
+        ));
+        out.push((
+            "last valid round passed".into(),
+            self.rule_case("transaction expired", |t| {
+                // first_valid is the current round: the next block is past last_valid.
+                t.last_valid = t.first_valid;
+                t.first_valid = t.last_valid.saturating_sub(10).max(1);
+            })
+            .await,
+        ));
+        out.push((
+            "first valid round ahead".into(),
+            self.rule_case("transaction not yet valid", |t| {
+                t.first_valid += 10;
+                t.last_valid = t.first_valid + 10;
+            })
+            .await,
+        ));
+        out.push((
+            "window above 1000 rounds".into(),
+            self.rule_case("validity window too long", |t| {
+                t.last_valid = t.first_valid + 1001;
+            })
+            .await,
+        ));
+        out.push((
+            "note is not a paymentId".into(),
+            self.rule_case("unknown or expired paymentId", |t| {
+                t.note = b"not a payment id".to_vec();
+            })
+            .await,
+        ));
+        out.push(("bad signature".into(), self.bad_signature().await));
+        out.push(("foreign signer".into(), self.foreign_signer().await));
+        out.push((
+            "note of another paymentId".into(),
+            self.note_mismatch().await,
+        ));
+        out.push(("expired paymentId".into(), self.expired_pid().await));
+        out.push(("paymentId already used".into(), self.used_pid().await));
+        out.push(("same payment sent twice".into(), self.sent_twice().await));
+        out.push(("settlement failed".into(), self.settlement_failed().await));
+        out.push((
+            "already on chain (settler crashed after submit)".into(),
+            self.already_on_chain().await,
+        ));
+        out.push((
+            "rekeyed account with sgnr".into(),
+            self.rekeyed_account().await,
+        ));
+        out.push(("envelope variants".into(), self.envelopes().await));
+        out.push(("encoding variants".into(), self.encodings().await));
+        out.push(("overpayment accepted".into(), self.overpaid().await));
+        out
+    }
+
+    async fn bad_signature(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let mut s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        if let Some(b) = s.sig.get_mut(5) {
+            *b ^= 1;
+        }
+        self.expect_refused(&self.envelope(&s.encode()), &price, None, "bad signature")
+            .await
+    }
+
+    async fn foreign_signer(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let t = self.build(&self.payer_key, &pid, 1000, |_| {}).await?;
+        let thief = random_key();
+        // Signed by another key, without claiming it: the signature does not verify.
+        let s = t.clone().sign(&thief, None);
+        self.expect_refused(&self.envelope(&s.encode()), &price, None, "bad signature")
+            .await?;
+        // Claiming the other key as the authorized signer: algod says it is not.
+        let s = t.sign(&thief, Some(addr(&thief)));
+        self.expect_refused(
+            &self.envelope(&s.encode()),
+            &price,
+            None,
+            "unauthorized signer",
+        )
+        .await
+    }
+
+    async fn note_mismatch(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let expected = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        self.expect_refused(
+            &self.envelope(&s.encode()),
+            &price,
+            Some(&expected),
+            "note mismatch",
+        )
+        .await
+    }
+
+    async fn expired_pid(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        self.clock
+            .advance(self.receiver.max_timeout() + Duration::from_secs(1));
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        self.expect_refused(
+            &self.envelope(&s.encode()),
+            &price,
+            None,
+            "unknown or expired paymentId",
+        )
+        .await
+    }
+
+    async fn settle_ok(&self, hdr: &str, price: &Price) -> Check {
+        self.receiver
+            .settle(hdr, price, None)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("a valid payment was refused: {} ({e})", e.code()))
+    }
+
+    async fn used_pid(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        self.settle_ok(&self.envelope(&s.encode()), &price).await?;
+        // Another transaction with the same paymentId (a different amount, so another txid).
+        let s2 = self
+            .build(&self.payer_key, &pid, 1001, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        self.expect_refused(
+            &self.envelope(&s2.encode()),
+            &price,
+            None,
+            "paymentId already used",
+        )
+        .await
+    }
+
+    async fn sent_twice(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        let hdr = self.envelope(&s.encode());
+        let before = self.chain_balances().await?;
+        let (a, b) = futures::join!(
+            self.receiver.settle(&hdr, &price, None),
+            self.receiver.settle(&hdr, &price, None)
+        );
+        if usize::from(a.is_ok()) + usize::from(b.is_ok()) != 1 {
+            return Err(format!(
+                "two concurrent settlements of one payment: {a:?} / {b:?}"
+            ));
+        }
+        self.expect_refused(&hdr, &price, None, "paymentId already used")
+            .await?;
+        let after = self.chain_balances().await?;
+        if after.1 != before.1 + 1000 {
+            return Err(format!(
+                "the payee got {} for one payment sent three times",
+                after.1 - before.1
+            ));
+        }
+        Ok(())
+    }
+
+    async fn settlement_failed(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        // A payer with no funds: every rule holds, the chain refuses (overspend).
+        let broke = random_key();
+        let s = self
+            .build(&broke, &pid, 1000, |_| {})
+            .await?
+            .sign(&broke, None);
+        self.expect_refused(
+            &self.envelope(&s.encode()),
+            &price,
+            None,
+            "settlement failed",
+        )
+        .await?;
+        match self
+            .receiver
+            .settle(&self.envelope(&s.encode()), &price, None)
+            .await
+        {
+            Err(e) if e.to_string().contains("overspend") => {}
+            other => {
+                return Err(format!(
+                    "settlement failed must carry algod's message, got {other:?}"
+                ));
+            }
+        }
+        // The refusal released the paymentId: a funded payer can still pay it.
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        self.settle_ok(&self.envelope(&s.encode()), &price).await
+    }
+
+    async fn already_on_chain(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        // Submitted behind the receiver's back (as by a settler that crashed before
+        // recording anything): the receiver finds it on chain and serves it once.
+        let before = self.chain_balances().await?;
+        self.algod
+            .submit(&s.encode())
+            .await
+            .map_err(|e| format!("direct submit: {e}"))?;
+        let hdr = self.envelope(&s.encode());
+        self.settle_ok(&hdr, &price).await?;
+        self.expect_refused(&hdr, &price, None, "paymentId already used")
+            .await?;
+        let after = self.chain_balances().await?;
+        if after.1 != before.1 + 1000 {
+            return Err(format!("payee got {} instead of 1000", after.1 - before.1));
+        }
+        Ok(())
+    }
+
+    async fn rekeyed_account(&self) -> Check {
+        // Rekey the spare account to a new key, for real, on chain.
+        let new_key = random_key();
+        let p = self.algod.params().await.map_err(|e| e.to_string())?;
+        let rekey = PayTxn {
+            sender: addr(&self.spare_key),
+            receiver: addr(&self.spare_key),
+            amount: 0,
+            fee: 1000,
+            first_valid: p.last_round.max(1),
+            last_valid: p.last_round.max(1) + 1000,
+            genesis_id: p.genesis_id,
+            genesis_hash: p.genesis_hash,
+            note: Vec::new(),
+            close_to: None,
+            rekey_to: Some(addr(&new_key)),
+            group: None,
+            lease: None,
+        }
+        .sign(&self.spare_key, None);
+        let txid = self
+            .algod
+            .submit(&rekey.encode())
+            .await
+            .map_err(|e| format!("rekey: {e}"))?;
+        self.algod
+            .wait_for_confirmation(&txid, rekey.txn.last_valid)
+            .await
+            .map_err(|e| e.to_string())?;
+        let price = Self::price(1000);
+        // The old key no longer signs for the account.
+        let pid = self.pid(&price).await?;
+        let old = self
+            .build(&self.spare_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.spare_key, None);
+        self.expect_refused(
+            &self.envelope(&old.encode()),
+            &price,
+            None,
+            "settlement failed",
+        )
+        .await?;
+        // The new key, named in sgnr, does.
+        let s = self
+            .build(&self.spare_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&new_key, Some(addr(&new_key)));
+        self.settle_ok(&self.envelope(&s.encode()), &price).await
+    }
+
+    async fn envelopes(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        let txn = BASE64.encode(&s.encode());
+        let net = self.receiver.network().to_owned();
+        let raw = |v: serde_json::Value| header(&v).unwrap_or_default();
+        let cases = [
+            ("not base64", "%%%".to_owned(), "malformed payment"),
+            (
+                "x402Version 1",
+                raw(json!({"x402Version":1,"scheme":"exact","network":net,"payload":{"txn":txn}})),
+                "malformed payment",
+            ),
+            (
+                "scheme upto",
+                raw(json!({"x402Version":2,"scheme":"upto","network":net,"payload":{"txn":txn}})),
+                "malformed payment",
+            ),
+            (
+                "testnet's network",
+                raw(
+                    json!({"x402Version":2,"scheme":"exact","network":"algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe","payload":{"txn":txn}}),
+                ),
+                "wrong network",
+            ),
+            (
+                "unknown envelope field",
+                raw(
+                    json!({"x402Version":2,"scheme":"exact","network":net,"payload":{"txn":txn},"extra":1}),
+                ),
+                "malformed payment",
+            ),
+            (
+                "txn not base64",
+                raw(
+                    json!({"x402Version":2,"scheme":"exact","network":net,"payload":{"txn":"***"}}),
+                ),
+                "malformed payment",
+            ),
+            (
+                "amount as a JSON number in txn",
+                raw(json!({"x402Version":2,"scheme":"exact","network":net,"payload":{"txn":1000}})),
+                "malformed payment",
+            ),
+        ];
+        for (name, hdr, code) in cases {
+            self.expect_refused(&hdr, &price, None, code)
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+        }
+        // After every malformed variant, the genuine payment still settles.
+        self.settle_ok(&self.envelope(&s.encode()), &price).await
+    }
+
+    async fn encodings(&self) -> Check {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, 1000, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        let bytes = s.encode();
+        let Ok(Value::Map(outer)) = msgpack::decode(&bytes) else {
+            return Err("own encoding does not decode".into());
+        };
+        let with = |k: &str, v: Value| {
+            let mut o = outer.clone();
+            o.insert(k.to_owned(), v);
+            msgpack::encode(&Value::Map(o))
+        };
+        let mut non_canonical = bytes.clone();
+        // A positive fixint re-encoded as uint8 (0xcc): same value, not canonical.
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("multisig", with("msig", Value::True), "multisig not accepted"),
+            ("logicsig", with("lsig", Value::True), "logicsig not accepted"),
+            ("unknown field", with("hgi", Value::True), "malformed payment"),
+            ("trailing byte", {
+                non_canonical.push(0);
+                non_canonical.clone()
+            }, "malformed payment"),
+            ("asset transfer", {
+                let mut o = outer.clone();
+                if let Some(Value::Map(t)) = o.get_mut("txn") {
+                    t.insert("type".into(), Value::Str("axfer".into()));
+                }
+                msgpack::encode(&Value::Map(o))
+            }, "wrong transaction type"),
+            ("golden SDK vector (another network)", BASE64
+                .decode(b"gqNzaWfEQPhUAZ3xkDDcc8FvOVo6UinzmKBCqs0woYSfodlmBMfQvGbeUx3Srxy3dyJDzv7rLm26BRv9FnL2/AuT7NYfiAWjdHhui6NhbXTNA+ilY2xvc2XEIEDpNJKIJWTLzpxZpptnVCaJ6aHDoqnqW2Wm6KRCH/xXo2ZlZc0EmKJmds0wsqNnZW6sZGV2bmV0LXYzMy4womdoxCAmCyAJoJOohot5WHIvpeVG7eftF+TYXEx4r7BFJpDt0qJsds00mqRub3RlxAjqABVHQ2y/lqNyY3bEIHts4k/rW6zAsWTinCIsV/X2PcOH1DkEglhBHF/hD3wCo3NuZMQg5/D4TQaBHfnzHI2HixFV9GcdUaGFwgCQhmf0SVhwaKGkdHlwZaNwYXk=")
+                .unwrap_or_default(), "wrong network"),
+        ];
+        for (name, b, code) in cases {
+            self.expect_refused(&self.envelope(&b), &price, None, code)
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+        }
+        self.settle_ok(&self.envelope(&bytes), &price).await
+    }
+
+    async fn overpaid(&self) -> Check {
+        // The seed asks for amount >= maxAmountRequired: a tip is accepted, and reported.
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, 1500, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        let r = self
+            .receiver
+            .settle(&self.envelope(&s.encode()), &price, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.amount != "1500" {
+            return Err(format!("receipt says {} for 1500 paid", r.amount));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Harness for ExactAlgoHarness {
+    fn rail(&self) -> &RailHandle {
+        &self.handle
+    }
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+    fn asset(&self) -> Asset {
+        Asset::algo()
+    }
+    fn funded(&self) -> u128 {
+        u128::from(FUNDED)
+    }
+    fn other_payee(&self) -> String {
+        self.other.to_string()
+    }
+
+    async fn balances(&self) -> RailResult<Balances> {
+        let unavailable = |e: rail_exact_algo::AlgodError| {
+            RailError::Unavailable(rail_core::RailReason::new("algod", e.to_string()))
+        };
+        let payer = self
+            .algod
+            .account(&addr(&self.payer_key))
+            .await
+            .map_err(unavailable)?;
+        let payee = self.algod.account(&self.payee).await.map_err(unavailable)?;
+        Ok(Balances {
+            payer_available: i128::from(payer.amount)
+                + i128::from(self.fees.load(Ordering::SeqCst)),
+            payee_settled: i128::from(payee.amount),
+        })
+    }
+
+    fn malformed(&self, valid: &Payment) -> Vec<(String, Payment)> {
+        let with = |name: &str, proof: serde_json::Value| {
+            let mut p = valid.clone();
+            p.proof = proof;
+            (name.to_owned(), p)
+        };
+        let hdr = valid
+            .proof
+            .get("header")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        vec![
+            with(
+                "header truncated",
+                json!({"header": hdr.get(..hdr.len() / 2).unwrap_or_default()}),
+            ),
+            with(
+                "header with a flipped character",
+                json!({"header": flip(&hdr)}),
+            ),
+            with(
+                "header of the SDK golden vector",
+                json!({"header": "eyJ4NDAyVmVyc2lvbiI6MiwgInNjaGVtZSI6ICJleGFjdCJ9"}),
+            ),
+            with("header as a number", json!({"header": 1})),
+        ]
+    }
+
+    fn twin_receiver(&self) -> Option<RailHandle> {
+        Some(self.twin.clone())
+    }
+
+    async fn rail_checks(&self) -> Vec<(String, Result<(), String>)> {
+        self.checks().await
+    }
+
+    async fn teardown(&self) {
+        if let Some((url, schema)) = &self.pg
+            && let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await
+        {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .execute(&pool)
+                .await;
+            pool.close().await;
+        }
+    }
+}
+
+fn flip(s: &str) -> String {
+    let mut b = s.as_bytes().to_vec();
+    let mid = b.len() / 2;
+    if let Some(c) = b.get_mut(mid) {
+        *c = if *c == b'A' { b'B' } else { b'A' };
+    }
+    String::from_utf8(b).unwrap_or_default()
+}

@@ -1,0 +1,1087 @@
+//! The HTTP surface of the seed (§2, §7): a paywall middleware for priced axum routes and the
+//! discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`).
+//!
+//! ```text
+//! GET /api/posts/1                          -> 402 + PaymentRequired (body and PAYMENT-REQUIRED)
+//! GET /api/posts/1  PAYMENT-SIGNATURE: ...  -> settle, then 200 + PAYMENT-RESPONSE
+//! ```
+//!
+//! The payment is settled **before** the handler runs; a refused payment is answered with a
+//! 402 carrying a fresh challenge whose `error` is the refusal's code
+//! ([`crate::receiver::Refusal::code`]); a settlement whose outcome is unknown (algod
+//! unreachable) is a 503 with `Retry-After`, and the same payment may be sent again. Nothing a
+//! payer sends can cause a 5xx by itself.
+//!
+//! ```no_run
+//! # async fn demo(receiver: rail_exact_algo::ExactAlgoReceiver) {
+//! use axum::{Router, routing::get};
+//! use rail_exact_algo::http::Paywall;
+//!
+//! let paywall = Paywall::new(receiver).route("/api/posts/{id}", "read post body", 1000);
+//! let app: Router = paywall.apply(
+//!     Router::new().route("/api/posts/{id}", get(|| async { "the body" })),
+//! );
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use data_encoding::BASE64;
+use serde_json::{Value, json};
+
+use crate::receiver::{ExactAlgoReceiver, Price};
+use crate::rules::{MAX_FEE, MAX_WINDOW};
+use crate::wire::{PaymentRequired, PaymentResponse};
+
+/// The challenge header (base64 of the 402 body's JSON).
+pub const PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("payment-required");
+/// The payment header (base64 of the envelope's JSON).
+pub const PAYMENT_SIGNATURE: HeaderName = HeaderName::from_static("payment-signature");
+/// The receipt header (base64 of the [`PaymentResponse`] JSON).
+pub const PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("payment-response");
+/// `Retry-After` of a 503 (seconds).
+pub const RETRY_AFTER_SECS: u64 = 2;
+/// The `error` of a challenge for a request that carried no payment.
+pub const PAYMENT_REQUIRED_ERROR: &str = "payment required";
+
+/// Decides, from the request path's percent-decoded segments (`/api/posts/%31` →
+/// `["", "api", "posts", "1"]`), whether a matching request is priced at all. It must answer
+/// `false` only when the handler would serve nothing billable (say, a post that does not
+/// exist), so that nobody pays for a 404.
+pub type RouteGuard = Arc<dyn Fn(&[String]) -> bool + Send + Sync>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Param,
+    Rest,
+}
+
+#[derive(Clone)]
+struct PricedRoute {
+    pattern: String,
+    segments: Vec<Segment>,
+    description: String,
+    amount: u64,
+    guard: Option<RouteGuard>,
+}
+
+impl PricedRoute {
+    fn matches(&self, decoded: &[String]) -> bool {
+        let mut it = decoded.iter();
+        for (i, seg) in self.segments.iter().enumerate() {
+            match seg {
+                Segment::Rest => {
+                    let rest: Vec<&String> = decoded.iter().skip(i).collect();
+                    return rest.iter().any(|s| !s.is_empty());
+                }
+                Segment::Param => match it.next() {
+                    Some(s) if !s.is_empty() => {}
+                    _ => return false,
+                },
+                Segment::Literal(l) => match it.next() {
+                    Some(s) if s == l => {}
+                    _ => return false,
+                },
+            }
+        }
+        it.next().is_none()
+    }
+}
+
+/// The priced routes of an app and the receiver that settles their payments. Cheap to clone.
+///
+/// Routes are axum-style path patterns (`/api/posts/{id}`, `/files/{*path}`), matched on the
+/// request path of the router the layer is applied to (apply it to the top-level router) with
+/// percent-encoding decoded per segment, so no spelling of a priced path escapes the price.
+/// Every method except `OPTIONS` is priced; `HEAD` is answered with the 402 headers and never
+/// settles.
+#[derive(Clone)]
+pub struct Paywall {
+    receiver: ExactAlgoReceiver,
+    routes: Arc<Vec<PricedRoute>>,
+}
+
+impl fmt::Debug for Paywall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Paywall")
+            .field("receiver", &self.receiver)
+            .field(
+                "routes",
+                &self.routes.iter().map(|r| &r.pattern).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+fn parse_pattern(pattern: &str) -> Vec<Segment> {
+    pattern
+        .split('/')
+        .map(|s| {
+            if s.starts_with("{*") && s.ends_with('}') {
+                Segment::Rest
+            } else if s.starts_with('{') && s.ends_with('}') && s.len() > 2 {
+                Segment::Param
+            } else {
+                Segment::Literal(s.to_owned())
+            }
+        })
+        .collect()
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Percent-decodes one path segment (invalid escapes are kept as they are).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex_val),
+                b.get(i + 2).copied().and_then(hex_val),
+            )
+        {
+            out.push(h * 16 + l);
+            i += 3;
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn decoded_segments(path: &str) -> Vec<String> {
+    path.split('/').map(percent_decode).collect()
+}
+
+impl Paywall {
+    /// A paywall with no priced routes yet, settling through `receiver`.
+    #[must_use]
+    pub fn new(receiver: ExactAlgoReceiver) -> Self {
+        Paywall {
+            receiver,
+            routes: Arc::new(Vec::new()),
+        }
+    }
+
+    fn push(mut self, r: PricedRoute) -> Self {
+        Arc::make_mut(&mut self.routes).push(r);
+        self
+    }
+
+    /// Prices the path pattern `pattern` at `amount` µALGO. The first matching route wins.
+    #[must_use]
+    pub fn route(self, pattern: &str, description: &str, amount: u64) -> Self {
+        self.push(PricedRoute {
+            pattern: pattern.to_owned(),
+            segments: parse_pattern(pattern),
+            description: description.to_owned(),
+            amount,
+            guard: None,
+        })
+    }
+
+    /// As [`Paywall::route`], priced only when `guard` accepts the decoded path segments (see
+    /// [`RouteGuard`]).
+    #[must_use]
+    pub fn route_when(
+        self,
+        pattern: &str,
+        description: &str,
+        amount: u64,
+        guard: RouteGuard,
+    ) -> Self {
+        self.push(PricedRoute {
+            pattern: pattern.to_owned(),
+            segments: parse_pattern(pattern),
+            description: description.to_owned(),
+            amount,
+            guard: Some(guard),
+        })
+    }
+
+    /// The receiver.
+    #[must_use]
+    pub fn receiver(&self) -> &ExactAlgoReceiver {
+        &self.receiver
+    }
+
+    /// The price of a request for `path` (the resource is `path` itself), or `None` when the
+    /// path is free.
+    #[must_use]
+    pub fn price_for(&self, path: &str) -> Option<Price> {
+        let decoded = decoded_segments(path);
+        self.routes
+            .iter()
+            .find(|r| r.matches(&decoded))
+            .filter(|r| r.guard.as_ref().is_none_or(|g| g(&decoded)))
+            .map(|r| Price {
+                resource: path.to_owned(),
+                description: r.description.clone(),
+                amount: r.amount,
+            })
+    }
+
+    /// Every priced route, with its pattern as the resource (for discovery documents).
+    #[must_use]
+    pub fn prices(&self) -> Vec<Price> {
+        self.routes
+            .iter()
+            .map(|r| Price {
+                resource: r.pattern.clone(),
+                description: r.description.clone(),
+                amount: r.amount,
+            })
+            .collect()
+    }
+
+    /// Puts the paywall in front of every route of `router` (apply it to the top-level
+    /// router: prices are matched on the full request path).
+    pub fn apply<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        router.layer(axum::middleware::from_fn_with_state(
+            self.clone(),
+            paywall_middleware,
+        ))
+    }
+
+    /// A 402 for `price` with a fresh challenge, `error` as its reason; without a body when
+    /// `head`. A 503 if no challenge can be issued (the store is down).
+    pub async fn challenge(&self, price: &Price, error: &str, head: bool) -> Response {
+        match self.receiver.payment_required(price, error).await {
+            Ok(pr) => payment_required_response(&pr, head),
+            Err(e) => {
+                tracing::warn!(resource = %price.resource, error = %e, "exact-algo: cannot issue a challenge");
+                unavailable_response("storage error", &e.to_string())
+            }
+        }
+    }
+}
+
+fn no_store(h: &mut HeaderMap) {
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+/// The 402 response for `pr`: JSON body (none when `head`) and `PAYMENT-REQUIRED`, the base64
+/// of the very same JSON bytes.
+#[must_use]
+pub fn payment_required_response(pr: &PaymentRequired, head: bool) -> Response {
+    let body = match serde_json::to_vec(pr) {
+        Ok(b) => b,
+        Err(e) => return internal(&e.to_string()),
+    };
+    let Ok(value) = HeaderValue::from_str(&BASE64.encode(&body)) else {
+        return internal("challenge header");
+    };
+    let mut h = HeaderMap::new();
+    h.insert(PAYMENT_REQUIRED, value);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    no_store(&mut h);
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from(body)
+    };
+    (StatusCode::PAYMENT_REQUIRED, h, body).into_response()
+}
+
+/// A 503 with `Retry-After` and a JSON error: the same payment may be sent again.
+#[must_use]
+pub fn unavailable_response(code: &str, detail: &str) -> Response {
+    let mut h = HeaderMap::new();
+    h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    no_store(&mut h);
+    let body = json!({
+        "error": code,
+        "retryable": true,
+        "retryAfterSeconds": RETRY_AFTER_SECS,
+        "detail": detail,
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, h, axum::Json(body)).into_response()
+}
+
+fn internal(what: &str) -> Response {
+    tracing::error!(what, "exact-algo: cannot build a response");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        axum::Json(json!({"error": "internal error"})),
+    )
+        .into_response()
+}
+
+/// The payment header, if any: `Some(Err(()))` when it is not one visible-ASCII value.
+fn payment_header(h: &HeaderMap) -> Option<Result<String, ()>> {
+    let mut all = h.get_all(PAYMENT_SIGNATURE).iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return Some(Err(()));
+    }
+    Some(first.to_str().map(str::to_owned).map_err(|_| ()))
+}
+
+fn attach_receipt(resp: &mut Response, receipt: &PaymentResponse) {
+    let encoded = serde_json::to_vec(receipt).map(|b| BASE64.encode(&b));
+    match encoded.ok().and_then(|s| HeaderValue::from_str(&s).ok()) {
+        Some(v) => {
+            resp.headers_mut().insert(PAYMENT_RESPONSE, v);
+        }
+        None => {
+            tracing::error!(txid = %receipt.transaction, "exact-algo: cannot encode the receipt header");
+        }
+    }
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+}
+
+/// The paywall middleware (seed §2), for
+/// `axum::middleware::from_fn_with_state(paywall, paywall_middleware)` (or use
+/// [`Paywall::apply`]).
+pub async fn paywall_middleware(
+    State(paywall): State<Paywall>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.method() == Method::OPTIONS {
+        return next.run(req).await;
+    }
+    let Some(price) = paywall.price_for(req.uri().path()) else {
+        return next.run(req).await;
+    };
+    if req.method() == Method::HEAD {
+        // HEAD is never charged: it only shows what a GET would cost.
+        return paywall
+            .challenge(&price, PAYMENT_REQUIRED_ERROR, true)
+            .await;
+    }
+    let header = match payment_header(req.headers()) {
+        None => {
+            return paywall
+                .challenge(&price, PAYMENT_REQUIRED_ERROR, false)
+                .await;
+        }
+        Some(Err(())) => {
+            tracing::info!(resource = %price.resource, "exact-algo: unreadable PAYMENT-SIGNATURE header");
+            return paywall.challenge(&price, "malformed payment", false).await;
+        }
+        Some(Ok(h)) => h,
+    };
+    match paywall.receiver.settle(&header, &price, None).await {
+        Ok(receipt) => {
+            let mut resp = next.run(req).await;
+            if !resp.status().is_success() {
+                tracing::warn!(
+                    txid = %receipt.transaction,
+                    status = resp.status().as_u16(),
+                    resource = %price.resource,
+                    "exact-algo: settled, but the handler did not succeed"
+                );
+            }
+            attach_receipt(&mut resp, &receipt);
+            resp
+        }
+        Err(r) if r.is_retryable() => {
+            tracing::warn!(resource = %price.resource, error = %r, "exact-algo: settlement outcome unknown");
+            unavailable_response(r.code(), &r.to_string())
+        }
+        Err(r) => {
+            tracing::info!(resource = %price.resource, code = r.code(), detail = %r, "exact-algo: payment refused");
+            paywall.challenge(&price, r.code(), false).await
+        }
+    }
+}
+
+/// How a service describes itself in its discovery documents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// The service's name.
+    pub name: String,
+    /// One paragraph: what it does.
+    pub summary: String,
+    /// Where the human documentation is, if anywhere.
+    pub docs_url: Option<String>,
+    /// The MCP endpoint path (`/mcp`), if the service has one.
+    pub mcp_endpoint: Option<String>,
+}
+
+/// One rule of seed §3: what, why, and the error codes that break it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleDoc {
+    /// The rule.
+    pub rule: &'static str,
+    /// Why.
+    pub why: &'static str,
+    /// The `error` codes a payment breaking it is refused with.
+    pub errors: &'static [&'static str],
+}
+
+/// The transaction rules (seed §3, plus the encoding and signature checks), in order.
+pub const RULES: &[RuleDoc] = &[
+    RuleDoc {
+        rule: "type = pay, a single transaction (no group), single signature",
+        why: "nothing else can be slipped into a group",
+        errors: &[
+            "wrong transaction type",
+            "group not allowed",
+            "multisig not accepted",
+            "logicsig not accepted",
+        ],
+    },
+    RuleDoc {
+        rule: "receiver = accepts[].payTo",
+        why: "pay only the advertised address",
+        errors: &["receiver mismatch"],
+    },
+    RuleDoc {
+        rule: "amount >= maxAmountRequired",
+        why: "blocks underpayment",
+        errors: &["underpaid"],
+    },
+    RuleDoc {
+        rule: "note = extra.paymentId (ASCII)",
+        why: "binds the payment to the request; blocks reuse",
+        errors: &[
+            "note mismatch",
+            "unknown or expired paymentId",
+            "paymentId already used",
+        ],
+    },
+    RuleDoc {
+        rule: "extra.minFeeMicroAlgo <= fee <= 2,000 microALGO",
+        why: "the payer is never forced into an excessive fee",
+        errors: &["fee too high", "fee too low"],
+    },
+    RuleDoc {
+        rule: "rekey_to and close_remainder_to empty",
+        why: "blocks account takeover and balance sweep",
+        errors: &["rekey not allowed", "close-to not allowed"],
+    },
+    RuleDoc {
+        rule: "inside its valid rounds (at most 1,000), genesis hash matches",
+        why: "blocks expired transactions and cross-network replay",
+        errors: &[
+            "transaction expired",
+            "transaction not yet valid",
+            "validity window too long",
+            "wrong network",
+        ],
+    },
+    RuleDoc {
+        rule: "signed by the sender (or the address it was rekeyed to, named in sgnr)",
+        why: "checked before anything in the payload is believed",
+        errors: &["bad signature", "unauthorized signer"],
+    },
+    RuleDoc {
+        rule: "payload.txn is canonical msgpack of a signed native payment, no unknown fields",
+        why: "what is checked is exactly what is submitted",
+        errors: &["non-canonical encoding", "malformed payment"],
+    },
+];
+
+/// One error code: what it means, what the payer does, the HTTP status it comes with, and
+/// whether the seed (§4) names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrorDoc {
+    /// The `error` string.
+    pub code: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// What the payer does.
+    pub action: &'static str,
+    /// The HTTP status (402, or 503 for a retryable failure).
+    pub status: u16,
+    /// Whether the seed's table names it.
+    pub seed: bool,
+}
+
+const fn err(
+    code: &'static str,
+    meaning: &'static str,
+    action: &'static str,
+    status: u16,
+    seed: bool,
+) -> ErrorDoc {
+    ErrorDoc {
+        code,
+        meaning,
+        action,
+        status,
+        seed,
+    }
+}
+
+const FRESH: &str = "request a fresh 402 and pay again";
+
+/// Every `error` a payer can meet: the seed's table (§4), then this implementation's finer
+/// codes ([`crate::receiver::Refusal::code`], [`crate::rules::Violation::code`]).
+pub const ERRORS: &[ErrorDoc] = &[
+    err(
+        "underpaid",
+        "amount too small",
+        "re-read the 402 body and pay again",
+        402,
+        true,
+    ),
+    err(
+        "receiver mismatch",
+        "wrong receiver",
+        "use payTo exactly",
+        402,
+        true,
+    ),
+    err(
+        "unknown or expired paymentId",
+        "no such challenge (for this resource), or it expired",
+        "request a fresh 402",
+        402,
+        true,
+    ),
+    err(
+        "paymentId already used",
+        "single-use violated",
+        "request a fresh 402",
+        402,
+        true,
+    ),
+    err(
+        "transaction expired",
+        "last_valid_round passed",
+        "sign again",
+        402,
+        true,
+    ),
+    err(
+        "settlement failed",
+        "the network rejected it (signature, balance); with 503 and Retry-After: algod could not be reached and the outcome is unknown",
+        "402: check the wallet and retry with a fresh 402; 503: send the same payment again after Retry-After",
+        402,
+        true,
+    ),
+    err(
+        PAYMENT_REQUIRED_ERROR,
+        "no payment was attached",
+        "pay the challenge in accepts[0] and retry with the payment",
+        402,
+        false,
+    ),
+    err(
+        "malformed payment",
+        "the header is not base64 of the envelope JSON, or has unknown fields, another x402Version or scheme, or payload.txn is not a signed native payment",
+        FRESH,
+        402,
+        false,
+    ),
+    err(
+        "non-canonical encoding",
+        "payload.txn is not the canonical msgpack encoding",
+        "encode with an Algorand SDK",
+        402,
+        false,
+    ),
+    err(
+        "wrong transaction type",
+        "not a pay transaction",
+        "send a native ALGO payment",
+        402,
+        false,
+    ),
+    err(
+        "multisig not accepted",
+        "a multisig signature",
+        "sign with a single key",
+        402,
+        false,
+    ),
+    err(
+        "logicsig not accepted",
+        "a logic signature",
+        "sign with a single key",
+        402,
+        false,
+    ),
+    err(
+        "bad signature",
+        "the signature does not verify",
+        "sign with the sender's key",
+        402,
+        false,
+    ),
+    err(
+        "unauthorized signer",
+        "sgnr is not the account's auth address",
+        "sign with the key the account is rekeyed to",
+        402,
+        false,
+    ),
+    err(
+        "wrong network",
+        "another network or genesis hash",
+        "pay on the network in accepts[].network",
+        402,
+        false,
+    ),
+    err(
+        "group not allowed",
+        "the transaction is part of a group",
+        "send one ungrouped transaction",
+        402,
+        false,
+    ),
+    err(
+        "note mismatch",
+        "the note is not exactly extra.paymentId",
+        FRESH,
+        402,
+        false,
+    ),
+    err(
+        "fee too high",
+        "fee above 2,000 microALGO",
+        "use a flat fee of extra.minFeeMicroAlgo",
+        402,
+        false,
+    ),
+    err(
+        "fee too low",
+        "fee below the network minimum",
+        "use a flat fee of extra.minFeeMicroAlgo",
+        402,
+        false,
+    ),
+    err(
+        "rekey not allowed",
+        "rekey_to is set",
+        "leave rekey_to empty",
+        402,
+        false,
+    ),
+    err(
+        "close-to not allowed",
+        "close_remainder_to is set",
+        "leave close_remainder_to empty",
+        402,
+        false,
+    ),
+    err(
+        "transaction not yet valid",
+        "first_valid_round is ahead of the chain",
+        "sign again with current suggested params",
+        402,
+        false,
+    ),
+    err(
+        "validity window too long",
+        "last_valid - first_valid is negative or above 1,000 rounds",
+        "sign again with current suggested params",
+        402,
+        false,
+    ),
+    err(
+        "storage error",
+        "the receiver's paymentId store failed",
+        "send the same payment again after Retry-After",
+        503,
+        false,
+    ),
+];
+
+fn amount_str(n: u64) -> String {
+    n.to_string()
+}
+
+/// The client procedure of seed §6, step by step.
+pub const CLIENT_PROCEDURE: &[&str] = &[
+    "Request the resource (or call the tool) without payment: HTTP answers 402 with the PaymentRequired JSON as body and, base64, in PAYMENT-REQUIRED; MCP answers a tool result with isError = true and the PaymentRequired in structuredContent.",
+    "Take the entry of accepts[] with scheme \"exact\", asset \"ALGO\" and your network: payTo, maxAmountRequired (microALGO, decimal string), extra.paymentId (32 hex, single use), extra.minFeeMicroAlgo. Nothing else is needed; no price or address is hard-coded.",
+    "Get suggested params from algod (GET /v2/transactions/params); use a flat fee of max(min-fee, extra.minFeeMicroAlgo), never above 2,000 microALGO.",
+    "Build one pay transaction: sender = you, receiver = payTo, amount = maxAmountRequired, note = the ASCII bytes of extra.paymentId, first/last valid from the suggested params (at most 1,000 rounds), no group, no rekey_to, no close_remainder_to.",
+    "Sign it with a single key; payload.txn = base64 of the signed transaction's msgpack.",
+    "Envelope = {\"x402Version\": 2, \"scheme\": \"exact\", \"network\": accepts[].network, \"payload\": {\"txn\": ...}}; send base64 of its JSON as the PAYMENT-SIGNATURE header (HTTP) or as params._meta[\"x402/payment\"] (MCP tools/call), repeating the same request.",
+    "Success: HTTP 200 with PAYMENT-RESPONSE (base64 JSON receipt: success, transaction, network, payer, amount, confirmedRound); MCP structuredContent.receipt and _meta[\"x402/payment-response\"].",
+    "402 with another error: see errors (a fresh challenge comes with it). 503 with Retry-After: send the same payment again; it settles at most once.",
+];
+
+/// The machine-readable scheme document (`/.well-known/exact-algo.json`, and the body of the
+/// MCP `payment_instructions` tool): scheme, network, asset, envelope keys, headers, the rules
+/// with their error codes, every error code, and the prices of `routes` (HTTP, resource = the
+/// path pattern) and `tools` (MCP, resource = the tool name).
+#[must_use]
+pub fn scheme_document(
+    receiver: &ExactAlgoReceiver,
+    routes: &[Price],
+    tools: &[Price],
+    mcp_endpoint: Option<&str>,
+) -> Value {
+    let rules: Vec<Value> = RULES
+        .iter()
+        .map(|r| json!({"rule": r.rule, "why": r.why, "errors": r.errors}))
+        .collect();
+    let errors: Vec<Value> = ERRORS
+        .iter()
+        .map(|e| {
+            json!({"error": e.code, "meaning": e.meaning, "action": e.action,
+                   "status": e.status, "seed": e.seed})
+        })
+        .collect();
+    let http: Vec<Value> = routes
+        .iter()
+        .map(|p| {
+            json!({"resource": p.resource, "description": p.description,
+                   "maxAmountRequired": amount_str(p.amount), "asset": "ALGO", "unit": "microALGO"})
+        })
+        .collect();
+    let mcp: Vec<Value> = tools
+        .iter()
+        .map(|p| {
+            json!({"tool": p.resource, "description": p.description,
+                   "maxAmountRequired": amount_str(p.amount), "asset": "ALGO", "unit": "microALGO"})
+        })
+        .collect();
+    json!({
+        "name": "exact-algo",
+        "x402Standard": false,
+        "notice": "Not the x402 standard: the x402 HTTP envelope, settled in native ALGO. asset is \"ALGO\", not an ASA id, so standard x402 clients are not compatible. The wallet needs only ALGO: no ASA opt-in, no USDC, no x402 SDK.",
+        "x402Version": 2,
+        "scheme": "exact",
+        "network": receiver.network(),
+        "asset": "ALGO",
+        "unit": "microALGO",
+        "payTo": receiver.pay_to().to_string(),
+        "minFeeMicroAlgo": receiver.min_fee(),
+        "maxFeeMicroAlgo": MAX_FEE,
+        "maxValidityRounds": MAX_WINDOW,
+        "maxTimeoutSeconds": receiver.max_timeout().as_secs(),
+        "headers": {
+            "challenge": "PAYMENT-REQUIRED",
+            "payment": "PAYMENT-SIGNATURE",
+            "receipt": "PAYMENT-RESPONSE",
+        },
+        "envelope": {
+            "keys": ["x402Version", "scheme", "network", "payload.txn"],
+            "x402Version": 2,
+            "scheme": "exact",
+            "network": receiver.network(),
+            "payload.txn": "base64 of the msgpack of the signed native pay transaction; its note is extra.paymentId",
+            "encoding": "base64 of the envelope's JSON",
+        },
+        "challenge": {
+            "body": "PaymentRequired {x402Version, error, accepts[]}",
+            "accepts": ["scheme", "network", "asset", "maxAmountRequired", "resource",
+                        "description", "payTo", "maxTimeoutSeconds",
+                        "extra.paymentId", "extra.minFeeMicroAlgo"],
+            "paymentId": "32 hex digits, single use, bound to the resource, amount and payTo",
+        },
+        "receipt": ["success", "transaction", "network", "payer", "amount", "confirmedRound"],
+        "rules": rules,
+        "errors": errors,
+        "prices": {"http": http, "mcp": mcp},
+        "mcp": {
+            "endpoint": mcp_endpoint,
+            "transport": "Streamable HTTP, JSON-RPC 2.0",
+            "paymentMeta": "x402/payment",
+            "receiptMeta": "x402/payment-response",
+        },
+    })
+}
+
+/// The `/llms.txt` summary for agents.
+#[must_use]
+pub fn llms_txt(
+    info: &ServiceInfo,
+    receiver: &ExactAlgoReceiver,
+    routes: &[Price],
+    tools: &[Price],
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "# {}\n\n> {}\n", info.name, info.summary);
+    let _ = writeln!(
+        s,
+        "Paid resources are sold per request in native ALGO with \"exact-algo\": the x402 HTTP \
+         envelope (402 + PAYMENT-REQUIRED, PAYMENT-SIGNATURE, PAYMENT-RESPONSE) settled by one \
+         native Algorand payment. This is NOT the x402 standard: asset is \"ALGO\", not an ASA \
+         id, so standard x402 clients are not compatible. The wallet needs only ALGO: no ASA \
+         opt-in, no USDC, no x402 SDK.\n"
+    );
+    let _ = writeln!(s, "- network: {}", receiver.network());
+    let _ = writeln!(s, "- pay to: {}", receiver.pay_to());
+    let _ = writeln!(
+        s,
+        "- fee: {} to {MAX_FEE} microALGO (flat)\n",
+        receiver.min_fee()
+    );
+    if !routes.is_empty() {
+        let _ = writeln!(s, "## Paid HTTP resources\n");
+        for p in routes {
+            let _ = writeln!(
+                s,
+                "- {}: {} microALGO. {}",
+                p.resource, p.amount, p.description
+            );
+        }
+        let _ = writeln!(s);
+    }
+    if let Some(mcp) = &info.mcp_endpoint {
+        let _ = writeln!(
+            s,
+            "## MCP\n\nStreamable HTTP, JSON-RPC 2.0: POST {mcp}. A paid tool answers an unpaid \
+             call with isError and the payment requirement in structuredContent; retry the same \
+             call with params._meta[\"x402/payment\"] = the base64 envelope. The free tool \
+             payment_instructions returns the scheme in machine-readable form.\n"
+        );
+        for p in tools {
+            let _ = writeln!(
+                s,
+                "- {}: {} microALGO. {}",
+                p.resource, p.amount, p.description
+            );
+        }
+        if !tools.is_empty() {
+            let _ = writeln!(s);
+        }
+    }
+    let _ = writeln!(s, "## How to pay\n");
+    for (i, step) in CLIENT_PROCEDURE.iter().enumerate() {
+        let _ = writeln!(s, "{}. {step}", i + 1);
+    }
+    let _ = writeln!(s, "\n## Errors (the 402 body's error)\n");
+    for e in ERRORS {
+        let _ = writeln!(s, "- {}: {}. {}.", e.code, e.meaning, e.action);
+    }
+    let _ = writeln!(s, "\n## Docs\n");
+    let _ = writeln!(
+        s,
+        "- /.well-known/exact-algo.json: the scheme (envelope keys, rules, error codes, prices)"
+    );
+    if let Some(d) = &info.docs_url {
+        let _ = writeln!(s, "- {d}");
+    }
+    s
+}
+
+/// `GET /llms.txt` and `GET /.well-known/exact-algo.json` for `routes` (HTTP prices, e.g.
+/// [`Paywall::prices`]) and `tools` (MCP prices).
+pub fn discovery_router(
+    info: &ServiceInfo,
+    receiver: &ExactAlgoReceiver,
+    routes: &[Price],
+    tools: &[Price],
+) -> Router {
+    let doc = Arc::new(scheme_document(
+        receiver,
+        routes,
+        tools,
+        info.mcp_endpoint.as_deref(),
+    ));
+    let txt: Arc<str> = Arc::from(llms_txt(info, receiver, routes, tools));
+    Router::new()
+        .route(
+            "/llms.txt",
+            get(move || {
+                let txt = txt.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                        txt.to_string(),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/.well-known/exact-algo.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+}
+
+/// Whether `code` is documented in [`ERRORS`].
+#[must_use]
+pub fn is_documented(code: &str) -> bool {
+    ERRORS.iter().any(|e| e.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::Address;
+    use crate::algod::AlgodError;
+    use crate::msgpack::MsgpackError;
+    use crate::payment_id::LifecycleError;
+    use crate::receiver::Refusal;
+    use crate::rules::Violation;
+    use crate::txn::TxnError;
+    use crate::wire::WireError;
+
+    #[test]
+    fn every_violation_code_is_documented_and_in_a_rule() {
+        let a = Address([7; 32]);
+        let all = [
+            Violation::BadSignature,
+            Violation::UnauthorizedSigner { signer: a },
+            Violation::Grouped,
+            Violation::ReceiverMismatch {
+                expected: a,
+                actual: a,
+            },
+            Violation::Underpaid {
+                required: 2,
+                actual: 1,
+            },
+            Violation::NoteMismatch,
+            Violation::FeeTooHigh { fee: 3000 },
+            Violation::FeeTooLow { fee: 1, min: 1000 },
+            Violation::Rekey,
+            Violation::CloseTo,
+            Violation::WrongNetwork,
+            Violation::Expired {
+                last_valid: 1,
+                round: 2,
+            },
+            Violation::NotYetValid {
+                first_valid: 9,
+                round: 2,
+            },
+            Violation::BadWindow {
+                first_valid: 1,
+                last_valid: 5000,
+            },
+        ];
+        for v in &all {
+            // Exhaustive: a new violation breaks this test until it is documented.
+            match v {
+                Violation::BadSignature
+                | Violation::UnauthorizedSigner { .. }
+                | Violation::Grouped
+                | Violation::ReceiverMismatch { .. }
+                | Violation::Underpaid { .. }
+                | Violation::NoteMismatch
+                | Violation::FeeTooHigh { .. }
+                | Violation::FeeTooLow { .. }
+                | Violation::Rekey
+                | Violation::CloseTo
+                | Violation::WrongNetwork
+                | Violation::Expired { .. }
+                | Violation::NotYetValid { .. }
+                | Violation::BadWindow { .. } => {}
+            }
+            assert!(is_documented(v.code()), "{}", v.code());
+            assert!(
+                RULES.iter().any(|r| r.errors.contains(&v.code())),
+                "{}",
+                v.code()
+            );
+        }
+    }
+
+    #[test]
+    fn every_refusal_code_is_documented() {
+        let txn_errors = [
+            TxnError::Msgpack(MsgpackError::Trailing(1)),
+            TxnError::NotAMap("x"),
+            TxnError::UnknownField("x".into()),
+            TxnError::MissingField("x"),
+            TxnError::FieldType("x"),
+            TxnError::WrongType("axfer".into()),
+            TxnError::Multisig,
+            TxnError::LogicSig,
+            TxnError::NonCanonical,
+            TxnError::NoteTooLong,
+            TxnError::BadSignature,
+        ];
+        let mut refusals: Vec<Refusal> = txn_errors
+            .into_iter()
+            .map(|e| Refusal::Malformed(WireError::Txn(e)))
+            .collect();
+        for w in [
+            WireError::Base64,
+            WireError::Json("x".into()),
+            WireError::Version(1),
+            WireError::Scheme("upto".into()),
+            WireError::Network("algorand:x".into()),
+            WireError::TxnBase64,
+        ] {
+            refusals.push(Refusal::Malformed(w));
+        }
+        refusals.push(Refusal::PaymentId(LifecycleError::UnknownOrExpired));
+        refusals.push(Refusal::PaymentId(LifecycleError::AlreadyUsed));
+        refusals.push(Refusal::PaymentId(LifecycleError::Store(
+            rail_core::RailError::Storage("down".into()),
+        )));
+        refusals.push(Refusal::SettlementFailed("overspend".into()));
+        refusals.push(Refusal::Unavailable(AlgodError::Transport("down".into())));
+        refusals.push(Refusal::Rule(Violation::Grouped));
+        for r in &refusals {
+            match r {
+                Refusal::Malformed(_)
+                | Refusal::PaymentId(_)
+                | Refusal::Rule(_)
+                | Refusal::SettlementFailed(_)
+                | Refusal::Unavailable(_) => {}
+            }
+            assert!(is_documented(r.code()), "{}", r.code());
+        }
+        let seed: Vec<&str> = ERRORS.iter().filter(|e| e.seed).map(|e| e.code).collect();
+        assert_eq!(
+            seed,
+            [
+                "underpaid",
+                "receiver mismatch",
+                "unknown or expired paymentId",
+                "paymentId already used",
+                "transaction expired",
+                "settlement failed"
+            ]
+        );
+    }
+
+    #[test]
+    fn patterns_match_every_spelling_of_a_path() {
+        let r = |p: &str| PricedRoute {
+            pattern: p.into(),
+            segments: parse_pattern(p),
+            description: String::new(),
+            amount: 1,
+            guard: None,
+        };
+        let m = |route: &PricedRoute, path: &str| route.matches(&decoded_segments(path));
+        let posts = r("/api/posts/{id}");
+        assert!(m(&posts, "/api/posts/1"));
+        assert!(m(&posts, "/api/posts/%31"));
+        assert!(m(&posts, "/api/%70osts/1"));
+        assert!(!m(&posts, "/api/posts"));
+        assert!(!m(&posts, "/api/posts/"));
+        assert!(!m(&posts, "/api/posts/1/x"));
+        let exact = r("/api/posts/1");
+        assert!(m(&exact, "/api/posts/%31"));
+        assert!(!m(&exact, "/api/posts/2"));
+        let rest = r("/files/{*path}");
+        assert!(m(&rest, "/files/a/b"));
+        assert!(!m(&rest, "/files/"));
+        assert!(!m(&rest, "/files"));
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("a%2Fb"), "a/b");
+    }
+}
