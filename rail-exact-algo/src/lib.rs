@@ -1,39 +1,67 @@
-//! # rail-exact-algo (in progress)
+//! # rail-exact-algo
 //!
-//! The native-ALGO `exact-algo` scheme: an x402-style envelope that settles in native ALGO
-//! (see `shared/seeds/avouch-exact-algo.en.md`).
+//! The native-ALGO `exact-algo` scheme (`shared/seeds/avouch-exact-algo.en.md`): an x402-style
+//! envelope (`402` + `PAYMENT-REQUIRED`, `PAYMENT-SIGNATURE`, `PAYMENT-RESPONSE`) that settles
+//! in native ALGO. A payer signs one native `pay` transaction with the challenge's paymentId
+//! as its note; the receiver checks it strictly, submits it to algod and answers with a receipt.
 //!
-//! **What works today:** the security-critical core the verifier stands on —
-//! - [`msgpack`]: canonical MessagePack, read strictly (non-minimal forms, unsorted or repeated
-//!   keys, zero values, floats, extension types and trailing bytes are refused) and written
-//!   canonically;
-//! - [`address`]: Algorand addresses with checksum checks;
-//! - [`txn`]: signed native payments, decoded strictly (unknown fields, multisig and logic
-//!   signatures refused; the bytes must re-encode to themselves), transaction ids, and
-//!   Ed25519 `verify_strict` over `"TX" || txn` — checked against the signing vector shared by
-//!   the Go, Python and JavaScript Algorand SDKs;
-//! - [`rules`]: the seed's payment rules (signature first, then no group, network, receiver,
-//!   amount, note = paymentId, fee bounds, no rekey, no close-to, validity window and rounds,
-//!   `sgnr` only as the account's auth address), each with its error code.
-//!
-//! - [`payment_id`]: the paymentId lifecycle (issued → pending → settled) on the rail-core
-//!   replay guard, shared by receiver instances through one store.
-//!
-//! - [`wire`]: the 402 body, the `PAYMENT-SIGNATURE` envelope (decoded strictly: base64 → JSON
-//!   with no unknown fields → version, scheme, network → base64 → strict msgpack) and the
-//!   `PAYMENT-RESPONSE` receipt.
-//!
-//! - [`payer`], [`receiver`], [`algod`], [`devnet`], [`rail`]: signing within a policy,
-//!   settlement through algod, an algod-compatible devnet, and the rail-core traits.
-//! - [`http`]: the seed's HTTP flow as an axum middleware ([`http::Paywall`]) and the
-//!   discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`);
-//! - [`mcp`]: the MCP surface (Streamable HTTP `POST /mcp`, JSON-RPC 2.0) with paid tools;
-//! - [`demo`]: the example receiver app served by the `exact-algo-receiver` binary.
+//! | module | what |
+//! |---|---|
+//! | [`payer`] | [`ExactAlgoPayer`]: chooses an option by [`Policy`], checks the network and the balance, signs |
+//! | [`receiver`] | [`ExactAlgoReceiver`]: challenges, strict verification, settlement, receipts exactly once |
+//! | [`http`] | the seed's HTTP flow as an axum middleware ([`Paywall`]) and the discovery documents |
+//! | [`mcp`] | the MCP surface (Streamable HTTP `POST /mcp`, JSON-RPC 2.0) with paid tools |
+//! | [`rail`] | the rail-core traits ([`rail_core::Payer`], [`rail_core::Receiver`]) |
+//! | [`algod`] | a small algod v2 REST client |
+//! | [`devnet`] | an algod-REST-compatible devnet (library, and the `algod-devnet` binary) |
+//! | [`demo`] | the example receiver served by the `exact-algo-receiver` binary |
+//! | [`txn`], [`msgpack`], [`address`] | strict canonical decoding, txids, Ed25519 `verify_strict` |
+//! | [`rules`] | every rule of seed §3, each with its error code |
+//! | [`payment_id`] | paymentId lifecycle (issued → submitting → settled) on the rail-core replay guard |
+//! | [`wire`] | the 402 body, the envelope and the receipt |
 //!
 //! ```
-//! use rail_exact_algo::txn::SignedPay;
-//! // Bytes that are not a canonical signed payment are refused with a typed error.
-//! assert!(SignedPay::decode(&[0x80]).is_err());
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use ed25519_dalek::SigningKey;
+//! use rail_core::{MemoryKeyStore, SystemClock};
+//! use rail_exact_algo::{
+//!     Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy,
+//!     Price,
+//! };
+//!
+//! let payer_key = SigningKey::from_bytes(&[1; 32]);
+//! let treasury = Address(SigningKey::from_bytes(&[2; 32]).verifying_key().to_bytes());
+//! // A devnet in process (use a real algod's URL and token instead).
+//! let net = Devnet::spawn(
+//!     DevnetConfig {
+//!         accounts: vec![(Address(payer_key.verifying_key().to_bytes()), 1_000_000), (treasury, 100_000)],
+//!         ..DevnetConfig::default()
+//!     },
+//!     "127.0.0.1:0".parse()?,
+//! )
+//! .await?;
+//! let algod = AlgodClient::new(&net.url, None)?;
+//! let store = Arc::new(MemoryKeyStore::default()); // PgKeyStore to share between instances
+//!
+//! // Receiver: a challenge for one resource, then settle what the payer sends.
+//! let receiver = ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), Arc::new(SystemClock)).await?;
+//! let price = Price { resource: "/api/posts/1".into(), description: "read post body".into(), amount: 1000 };
+//! let required = receiver.payment_required(&price, "payment required").await?;
+//!
+//! // Payer: pays within its policy (never above 1 ALGO here).
+//! let payer = ExactAlgoPayer::new(payer_key, algod, Policy { max_amount: 1_000_000, ..Policy::default() }, store, Arc::new(SystemClock));
+//! let signed = payer.pay_required(&required).await?;
+//!
+//! let receipt = receiver.settle(&signed.header, &price, None).await?;
+//! assert!(receipt.success);
+//! assert_eq!(net.devnet.balance(&treasury), 101_000);
+//! // The same payment again is refused with the seed's error.
+//! let again = receiver.settle(&signed.header, &price, None).await.unwrap_err();
+//! assert_eq!(again.code(), "paymentId already used");
+//! # Ok(())
+//! # }
 //! ```
 
 pub mod address;
