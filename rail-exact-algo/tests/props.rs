@@ -18,7 +18,9 @@ use rail_exact_algo::txn::{PayTxn, SignedPay};
 use rail_exact_algo::wire::decode_payment_header;
 
 fn arb_addr() -> impl Strategy<Value = Address> {
-    any::<[u8; 32]>().prop_filter("non-zero", |a| a != &[0; 32]).prop_map(Address)
+    any::<[u8; 32]>()
+        .prop_filter("non-zero", |a| a != &[0; 32])
+        .prop_map(Address)
 }
 
 fn arb_txn() -> impl Strategy<Value = (PayTxn, [u8; 32])> {
