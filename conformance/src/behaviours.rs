@@ -271,15 +271,23 @@ async fn verify_binds_payee(h: &dyn Harness) -> Verdict {
     let mut diverted = genuine.clone();
     diverted.payee = h.other_payee();
     let before = balances(h).await?;
-    let p = ok(
-        "pay a diverted offer",
-        h.rail().payer.pay(&op(), &diverted).await,
-    )?;
-    refused(
-        "a payment to another payee",
-        h.rail().receiver.verify(&genuine, &p).await,
-        &["payee_mismatch", "offer_mismatch"],
-    )?;
+    // Either the payer sees that the offer does not hang together and refuses before paying
+    // (rails where the destination is fixed by the rail's own object, as a Stripe intent), or
+    // it pays the other payee and the receiver refuses the payment.
+    match h.rail().payer.pay(&op(), &diverted).await {
+        Err(e) if ["payee_mismatch", "offer_mismatch"].contains(&e.code()) => {}
+        Err(e) => {
+            return Err(format!(
+                "paying a diverted offer: expected success or a payee/offer mismatch, got {} ({e})",
+                e.code()
+            ));
+        }
+        Ok(p) => refused(
+            "a payment to another payee",
+            h.rail().receiver.verify(&genuine, &p).await,
+            &["payee_mismatch", "offer_mismatch"],
+        )?,
+    }
     let after = balances(h).await?;
     ensure!(
         after.payee_settled == before.payee_settled,
@@ -697,20 +705,33 @@ async fn malformed_payments_refused(h: &dyn Harness) -> Verdict {
 }
 
 async fn smallest_unit_exact(h: &dyn Harness) -> Verdict {
+    // The smallest amount the rail carries (one minor unit, or the rail's minimum charge),
+    // exactly; below a minimum, a typed refusal.
+    let least = h.smallest_payable();
     let before = balances(h).await?;
-    let (o, p) = paid(h, 1).await?;
+    let (o, p) = paid(h, least).await?;
     let v = ok("verify", h.rail().receiver.verify(&o, &p).await)?;
     ensure!(
-        units(&v.amount) == 1,
-        "one minor unit verified as {}",
+        units(&v.amount) == i128::try_from(least).unwrap_or(i128::MAX),
+        "{least} minor units verified as {}",
         v.amount
     );
     let after = balances(h).await?;
     ensure!(
-        after.payee_settled - before.payee_settled == 1,
-        "the payee got {} units for one",
+        after.payee_settled - before.payee_settled == i128::try_from(least).unwrap_or(i128::MAX),
+        "the payee got {} units for {least}",
         after.payee_settled - before.payee_settled
     );
+    if least > 1 {
+        refused(
+            "an offer below the rail's minimum",
+            h.rail()
+                .receiver
+                .offer(&Charge::capture(price(h, least - 1)?, TTL))
+                .await,
+            &["invalid_input", "invalid_amount"],
+        )?;
+    }
     // Less than a minor unit is not money on this rail.
     let scale = h.asset().scale();
     let tiny = format!("0.{}1", "0".repeat(usize::from(scale)));

@@ -55,6 +55,11 @@ pub trait Harness: Send + Sync {
     fn asset(&self) -> Asset;
     /// How much the payer was funded with, in minor units.
     fn funded(&self) -> u128;
+    /// The smallest amount the rail can carry, in minor units (1 unless the rail has a minimum
+    /// charge, as Stripe's $0.50).
+    fn smallest_payable(&self) -> u128 {
+        1
+    }
     /// Another payee the payer can pay (to test that a payment to someone else is refused).
     fn other_payee(&self) -> String;
     /// The parties' current balances.

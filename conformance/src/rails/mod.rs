@@ -2,13 +2,14 @@
 
 pub mod exact_algo;
 pub mod ledger;
+pub mod stripe;
 
 use crate::harness::RailEntry;
 
 /// Every rail under test.
 #[must_use]
 pub fn all() -> Vec<RailEntry> {
-    vec![ledger::ENTRY, exact_algo::ENTRY]
+    vec![ledger::ENTRY, exact_algo::ENTRY, stripe::ENTRY]
 }
 
 /// The rail named `name`.

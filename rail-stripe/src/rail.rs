@@ -1,0 +1,634 @@
+//! The Stripe rail: PaymentIntents for pay (automatic capture) and hold (manual capture),
+//! partial capture, void (cancel) and refunds.
+//!
+//! # Who calls what, with which key
+//! | step | side | call | key |
+//! |---|---|---|---|
+//! | offer | receiver | `POST /v1/payment_intents` (amount, currency, `capture_method`, metadata binding the offer) | secret key |
+//! | pay / hold | payer | `GET /v1/payment_intents/{id}?client_secret=…`, then `POST /v1/payment_intents/{id}/confirm` (`payment_method`, `client_secret`) | the receiver's **publishable** key from the offer |
+//! | verify | receiver | `GET /v1/payment_intents/{id}` | secret key |
+//! | capture / void | receiver | `POST …/capture` (`amount_to_capture`) / `POST …/cancel` | secret key |
+//! | refund | receiver | `POST /v1/refunds` (`payment_intent`, `amount`) | secret key |
+//!
+//! The payer never holds a key that could move money elsewhere: a publishable key with one
+//! intent's client secret can confirm that intent, for its amount, to its merchant, and nothing
+//! else — the same thing Stripe.js does in a browser. The payer checks the intent's amount,
+//! currency and capture method against the offer before confirming, so a receiver cannot charge
+//! more than it offered.
+//!
+//! Every mutating call carries an `Idempotency-Key` derived from the operation id (`stipendex-…`),
+//! and a local idempotency record answers a repeated operation without calling Stripe again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rail_core::keys::KeyStore;
+use rail_core::{
+    Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver, Idempotency,
+    Money, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
+    RailResult, Receiver, RefundReceiver, Refunded, ReplayGuard, SharedClock, Verified, Voided,
+};
+use serde::{Deserialize, Serialize};
+use stripe_client_core::{
+    IdempotencyKey, RequestBuilder, RequestStrategy, StripeMethod, StripeRequest,
+};
+use stripe_core::payment_intent::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, RetrievePaymentIntent,
+};
+use stripe_core::refund::CreateRefund;
+use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
+use stripe_types::{Currency, Expandable};
+
+use crate::client::{StripeFailure, StripeHttp};
+use crate::currency;
+
+/// The rail's name.
+pub const RAIL: &str = "stripe";
+/// Metadata key binding an intent to its offer.
+pub const META_OFFER: &str = "stipendex_offer";
+/// Metadata key naming the receiver (payee) an intent belongs to.
+pub const META_PAYEE: &str = "stipendex_payee";
+
+/// What an offer carries for the payer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfferDetails {
+    /// `pi_…`.
+    pub payment_intent: String,
+    /// The intent's client secret (lets the holder confirm this intent only).
+    pub client_secret: String,
+    /// The merchant's publishable key.
+    pub publishable_key: String,
+    /// The receiver the intent belongs to (the offer's `payee`).
+    pub payee: String,
+}
+
+/// A payment's proof.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proof {
+    /// The confirmed intent.
+    pub payment_intent: String,
+}
+
+fn capabilities(asset: &Asset) -> Capabilities {
+    Capabilities {
+        pay: true,
+        hold: true,
+        partial_capture: true,
+        refund: true,
+        partial_refund: true,
+        // Card payments can be disputed (chargebacks).
+        finality: Finality::Reversible,
+        assets: vec![asset.clone()],
+    }
+}
+
+fn key(prefix: &str, op: &OpId) -> RailResult<RequestStrategy> {
+    IdempotencyKey::new(format!("stipendex-{prefix}-{}", op.as_str()))
+        .map(RequestStrategy::Idempotent)
+        .map_err(|e| RailError::InvalidInput(format!("idempotency key: {e:?}")))
+}
+
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(stripe_err)`
+fn stripe_err(e: StripeFailure) -> RailError {
+    e.to_rail_error()
+}
+
+fn currency_of(asset: &Asset) -> Currency {
+    currency::code(asset)
+        .parse()
+        .unwrap_or_else(|_| Currency::Unknown(currency::code(asset)))
+}
+
+fn status_str(s: &PaymentIntentStatus) -> String {
+    s.as_str().to_owned()
+}
+
+/// The receiver: a Stripe account (secret key) and the payee name its intents carry.
+#[derive(Clone, Debug)]
+pub struct StripeReceiver {
+    api: StripeHttp,
+    publishable_key: String,
+    payee: String,
+    asset: Asset,
+    guard: ReplayGuard,
+    idem: Idempotency,
+    clock: SharedClock,
+}
+
+impl StripeReceiver {
+    /// A receiver on the account of `api` (a secret key), offering in `asset`, whose intents
+    /// carry `payee` (so another receiver on the same account cannot touch them). `store` keeps
+    /// the single-use marks and operation results: share it between instances.
+    #[must_use]
+    pub fn new(
+        api: StripeHttp,
+        publishable_key: impl Into<String>,
+        payee: impl Into<String>,
+        asset: Asset,
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> Self {
+        StripeReceiver {
+            api,
+            publishable_key: publishable_key.into(),
+            payee: payee.into(),
+            asset,
+            guard: ReplayGuard::new(store.clone(), clock.clone(), "stripe/verified"),
+            idem: Idempotency::new(store, clock.clone(), "stripe/receiver")
+                .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
+            clock,
+        }
+    }
+
+    /// The payee name.
+    #[must_use]
+    pub fn payee(&self) -> &str {
+        &self.payee
+    }
+
+    async fn retrieve(&self, id: &str) -> RailResult<PaymentIntent> {
+        RetrievePaymentIntent::new(id)
+            .expand(vec!["latest_charge".to_owned()])
+            .send(&self.api)
+            .await
+            .map_err(stripe_err)
+    }
+
+    /// An intent of this receiver's (its metadata names this payee), or `NotFound`.
+    async fn own(&self, id: &str) -> RailResult<PaymentIntent> {
+        let pi = match self.retrieve(id).await {
+            Err(RailError::NotFound(_)) | Err(RailError::InvalidInput(_)) => {
+                return Err(RailError::NotFound(format!("payment {id}")));
+            }
+            other => other?,
+        };
+        if pi.metadata.get(META_PAYEE).map(String::as_str) != Some(self.payee.as_str()) {
+            return Err(RailError::NotFound(format!(
+                "payment {id} for this receiver"
+            )));
+        }
+        Ok(pi)
+    }
+
+    fn money(&self, n: i64) -> RailResult<Money> {
+        currency::from_stripe(&self.asset, n)
+    }
+}
+
+/// Captured, and refunded so far, of an intent's charge.
+fn captured_and_refunded(pi: &PaymentIntent) -> (i64, i64) {
+    match &pi.latest_charge {
+        Some(Expandable::Object(c)) => {
+            // A partial capture records the released rest as refunded on the charge.
+            let released = c.amount - c.amount_captured;
+            (c.amount_captured, (c.amount_refunded - released).max(0))
+        }
+        _ => (pi.amount_received, 0),
+    }
+}
+
+impl Rail for StripeReceiver {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities(&self.asset)
+    }
+}
+
+#[async_trait]
+impl Receiver for StripeReceiver {
+    async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
+        if charge.amount.asset() != &self.asset {
+            return Err(RailError::InvalidInput(format!(
+                "asset {} is not this receiver's {}",
+                charge.amount.asset(),
+                self.asset
+            )));
+        }
+        let amount = currency::to_stripe(&charge.amount)?;
+        let offer_id = format!("off_{}", hex::encode(rand::random::<[u8; 12]>()));
+        let mut metadata = std::collections::HashMap::new();
+        metadata.insert(META_OFFER.to_owned(), offer_id.clone());
+        metadata.insert(META_PAYEE.to_owned(), self.payee.clone());
+        if let Some(r) = &charge.reference {
+            metadata.insert("stipendex_reference".to_owned(), r.clone());
+        }
+        let capture = match charge.mode {
+            PaymentMode::Capture => PaymentIntentCaptureMethod::Automatic,
+            PaymentMode::Hold => PaymentIntentCaptureMethod::Manual,
+        };
+        let mut req = CreatePaymentIntent::new(amount, currency_of(&self.asset))
+            .capture_method(capture)
+            .metadata(metadata);
+        if !charge.description.is_empty() {
+            req = req.description(charge.description.clone());
+        }
+        let pi = req
+            .customize()
+            .request_strategy(key("offer", &OpId::new(offer_id.clone())?)?)
+            .send(&self.api)
+            .await
+            .map_err(stripe_err)?;
+        let secret = pi.client_secret.clone().ok_or_else(|| RailError::Rail {
+            reason: rail_core::RailReason::new("stripe", "intent has no client_secret"),
+            retryable: false,
+        })?;
+        Ok(Offer {
+            rail: RailId::new(RAIL),
+            id: offer_id,
+            amount: charge.amount.clone(),
+            payee: self.payee.clone(),
+            mode: charge.mode,
+            expires_at: self.clock.now().plus(charge.ttl),
+            details: serde_json::to_value(OfferDetails {
+                payment_intent: pi.id.to_string(),
+                client_secret: secret,
+                publishable_key: self.publishable_key.clone(),
+                payee: self.payee.clone(),
+            })
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+
+    async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        payment.check_envelope(offer)?;
+        offer.check_live(self.clock.now())?;
+        if offer.payee != self.payee {
+            return Err(RailError::mismatch(
+                Binding::Payee,
+                &self.payee,
+                &offer.payee,
+            ));
+        }
+        let proof: Proof = payment.proof_as()?;
+        let details: OfferDetails = offer.details_as()?;
+        if proof.payment_intent != details.payment_intent {
+            return Err(RailError::mismatch(
+                Binding::Offer,
+                &details.payment_intent,
+                &proof.payment_intent,
+            ));
+        }
+        let pi = self.own(&proof.payment_intent).await?;
+        if pi.metadata.get(META_OFFER) != Some(&offer.id) {
+            return Err(RailError::mismatch(
+                Binding::Offer,
+                &offer.id,
+                "another offer",
+            ));
+        }
+        let want = currency::to_stripe(&offer.amount)?;
+        if pi.amount != want {
+            return Err(RailError::mismatch(Binding::Amount, want, pi.amount));
+        }
+        if pi.currency != currency_of(&self.asset) {
+            return Err(RailError::mismatch(
+                Binding::Asset,
+                &self.asset,
+                pi.currency,
+            ));
+        }
+        if pi.livemode == self.api.is_test_mode() {
+            return Err(RailError::InvalidState {
+                op: "verify",
+                state: format!(
+                    "livemode {} with a {} key",
+                    pi.livemode,
+                    self.api.key_kind()
+                ),
+            });
+        }
+        let pm = match &pi.payment_method {
+            Some(Expandable::Id(id)) => id.to_string(),
+            Some(Expandable::Object(o)) => o.id.to_string(),
+            None => String::new(),
+        };
+        if payment.payer != pm {
+            return Err(RailError::mismatch(Binding::Payer, &pm, &payment.payer));
+        }
+        let state = match (offer.mode, &pi.status) {
+            (PaymentMode::Capture, PaymentIntentStatus::Succeeded)
+                if pi.amount_received == want =>
+            {
+                PaymentState::Settled
+            }
+            (PaymentMode::Hold, PaymentIntentStatus::RequiresCapture)
+                if pi.amount_capturable == want
+                    && pi.capture_method == PaymentIntentCaptureMethod::Manual =>
+            {
+                PaymentState::Held {
+                    capturable: offer.amount.clone(),
+                    expires_at: None,
+                }
+            }
+            (_, s) => {
+                return Err(RailError::InvalidState {
+                    op: "verify",
+                    state: format!("payment intent {} is {}", pi.id, status_str(s)),
+                });
+            }
+        };
+        // Single use, across every instance sharing the store.
+        self.guard
+            .reserve(pi.id.as_str(), Duration::from_secs(30))
+            .await?
+            .commit(None)
+            .await?;
+        Ok(Verified {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            payment_ref: pi.id.to_string(),
+            payer: pm,
+            amount: offer.amount.clone(),
+            state,
+        })
+    }
+}
+
+#[async_trait]
+impl HoldReceiver for StripeReceiver {
+    async fn capture(&self, op: &OpId, held: &Verified, amount: &Money) -> RailResult<Captured> {
+        let content = (
+            "capture",
+            &held.payment_ref,
+            &held.offer_id,
+            amount.to_string(),
+        );
+        self.idem
+            .run(op, &content, || async {
+                let pi = self.own(&held.payment_ref).await?;
+                if pi.metadata.get(META_OFFER) != Some(&held.offer_id) {
+                    return Err(RailError::NotFound(format!(
+                        "hold {} of offer {}",
+                        held.payment_ref, held.offer_id
+                    )));
+                }
+                let take = currency::to_stripe(amount)?;
+                if pi.status != PaymentIntentStatus::RequiresCapture {
+                    return Err(RailError::InvalidState {
+                        op: "capture",
+                        state: format!("payment intent {} is {}", pi.id, status_str(&pi.status)),
+                    });
+                }
+                if take > pi.amount_capturable {
+                    return Err(RailError::ExceedsAvailable {
+                        op: "capture",
+                        requested: amount.amount(),
+                        available: self.money(pi.amount_capturable)?.amount(),
+                    });
+                }
+                let done = CapturePaymentIntent::new(pi.id.clone())
+                    .amount_to_capture(take)
+                    .customize()
+                    .request_strategy(key("capture", op)?)
+                    .send(&self.api)
+                    .await
+                    .map_err(stripe_err)?;
+                Ok(Captured {
+                    payment_ref: done.id.to_string(),
+                    capture_ref: done.id.to_string(),
+                    captured: self.money(done.amount_received)?,
+                    released: self.money(pi.amount_capturable - done.amount_received)?,
+                })
+            })
+            .await
+    }
+
+    async fn void(&self, op: &OpId, held: &Verified) -> RailResult<Voided> {
+        let content = ("void", &held.payment_ref, &held.offer_id);
+        self.idem
+            .run(op, &content, || async {
+                let pi = self.own(&held.payment_ref).await?;
+                if pi.metadata.get(META_OFFER) != Some(&held.offer_id) {
+                    return Err(RailError::NotFound(format!("hold {}", held.payment_ref)));
+                }
+                if pi.status != PaymentIntentStatus::RequiresCapture {
+                    return Err(RailError::InvalidState {
+                        op: "void",
+                        state: format!("payment intent {} is {}", pi.id, status_str(&pi.status)),
+                    });
+                }
+                let released = pi.amount_capturable;
+                let done = CancelPaymentIntent::new(pi.id.clone())
+                    .customize()
+                    .request_strategy(key("void", op)?)
+                    .send(&self.api)
+                    .await
+                    .map_err(stripe_err)?;
+                Ok(Voided {
+                    payment_ref: done.id.to_string(),
+                    released: self.money(released)?,
+                })
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl RefundReceiver for StripeReceiver {
+    async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded> {
+        let content = ("refund", payment_ref, amount.to_string());
+        self.idem
+            .run(op, &content, || async {
+                let pi = self.own(payment_ref).await?;
+                let want = currency::to_stripe(amount)?;
+                let (captured, refunded) = captured_and_refunded(&pi);
+                let left = captured - refunded;
+                // Refused here, before Stripe is asked.
+                if want > left {
+                    return Err(RailError::ExceedsAvailable {
+                        op: "refund",
+                        requested: amount.amount(),
+                        available: self.money(left.max(0))?.amount(),
+                    });
+                }
+                let r = CreateRefund::new()
+                    .payment_intent(pi.id.as_str())
+                    .amount(want)
+                    .customize()
+                    .request_strategy(key("refund", op)?)
+                    .send(&self.api)
+                    .await
+                    .map_err(stripe_err)?;
+                Ok(Refunded {
+                    payment_ref: payment_ref.to_owned(),
+                    refund_ref: r.id.to_string(),
+                    amount: self.money(r.amount)?,
+                })
+            })
+            .await
+    }
+}
+
+/// The payer: a card (PaymentMethod) the principal controls, and a spending limit.
+#[derive(Clone, Debug)]
+pub struct StripePayer {
+    base: String,
+    payment_method: String,
+    asset: Asset,
+    max_amount: Money,
+    idem: Idempotency,
+    clock: SharedClock,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+#[derive(Serialize)]
+struct ConfirmForm<'a> {
+    payment_method: &'a str,
+    client_secret: &'a str,
+}
+
+#[derive(Serialize)]
+struct SecretQuery<'a> {
+    client_secret: &'a str,
+}
+
+impl StripePayer {
+    /// A payer paying with `payment_method` through Stripe at `base` (`https://api.stripe.com`),
+    /// never more than `max_amount` per payment. It holds no Stripe key of its own: each offer
+    /// brings its merchant's publishable key and one intent's client secret.
+    #[must_use]
+    pub fn new(
+        base: &str,
+        payment_method: impl Into<String>,
+        max_amount: Money,
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> Self {
+        StripePayer {
+            base: base.to_owned(),
+            payment_method: payment_method.into(),
+            asset: max_amount.asset().clone(),
+            max_amount,
+            idem: Idempotency::new(store, clock.clone(), "stripe/payer")
+                .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
+            clock,
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    async fn confirm(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {
+        if offer.rail.as_str() != RAIL {
+            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
+        }
+        if offer.mode != mode {
+            return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
+        }
+        if offer.amount.asset() != &self.asset {
+            return Err(RailError::InvalidInput(format!(
+                "this payer pays in {}, the offer asks {}",
+                self.asset,
+                offer.amount.asset()
+            )));
+        }
+        if offer.amount.minor_units() > self.max_amount.minor_units() {
+            return Err(RailError::InvalidInput(format!(
+                "{} is above this payer's limit of {}",
+                offer.amount, self.max_amount
+            )));
+        }
+        let details: OfferDetails = offer.details_as()?;
+        // The destination is the intent's merchant, whatever the envelope says: an offer whose
+        // payee is not the intent's is refused before anything is paid.
+        if details.payee != offer.payee {
+            return Err(RailError::mismatch(
+                Binding::Payee,
+                &details.payee,
+                &offer.payee,
+            ));
+        }
+        let want = currency::to_stripe(&offer.amount)?;
+        let _serial = self.lock.lock().await;
+        self.idem
+            .run(op, offer, || async {
+                offer.check_live(self.clock.now())?;
+                let api = StripeHttp::new(&self.base, details.publishable_key.clone())
+                    .map_err(stripe_err)?;
+                // Check the intent before confirming: the payer pays what was offered, no more.
+                let pi: PaymentIntent = RequestBuilder::new(
+                    StripeMethod::Get,
+                    format!("/payment_intents/{}", details.payment_intent),
+                )
+                .query(&SecretQuery {
+                    client_secret: &details.client_secret,
+                })
+                .customize()
+                .send(&api)
+                .await
+                .map_err(stripe_err)?;
+                let manual = pi.capture_method == PaymentIntentCaptureMethod::Manual;
+                if pi.amount != want
+                    || pi.currency != currency_of(&self.asset)
+                    || manual != (mode == PaymentMode::Hold)
+                {
+                    return Err(RailError::mismatch(
+                        Binding::Amount,
+                        format!("{want} {} ({mode:?})", self.asset),
+                        format!("{} {} (manual capture: {manual})", pi.amount, pi.currency),
+                    ));
+                }
+                let done: PaymentIntent = RequestBuilder::new(
+                    StripeMethod::Post,
+                    format!("/payment_intents/{}/confirm", details.payment_intent),
+                )
+                .form(&ConfirmForm {
+                    payment_method: &self.payment_method,
+                    client_secret: &details.client_secret,
+                })
+                .customize()
+                .request_strategy(key("pay", op)?)
+                .send(&api)
+                .await
+                .map_err(stripe_err)?;
+                let ok = match mode {
+                    PaymentMode::Capture => done.status == PaymentIntentStatus::Succeeded,
+                    PaymentMode::Hold => done.status == PaymentIntentStatus::RequiresCapture,
+                };
+                if !ok {
+                    return Err(RailError::InvalidState {
+                        op: "pay",
+                        state: format!("payment intent is {}", status_str(&done.status)),
+                    });
+                }
+                Ok(Payment {
+                    rail: RailId::new(RAIL),
+                    offer_id: offer.id.clone(),
+                    mode,
+                    payer: self.payment_method.clone(),
+                    amount: offer.amount.clone(),
+                    proof: serde_json::to_value(Proof {
+                        payment_intent: done.id.to_string(),
+                    })
+                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+                })
+            })
+            .await
+    }
+}
+
+impl Rail for StripePayer {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities(&self.asset)
+    }
+}
+
+#[async_trait]
+impl Payer for StripePayer {
+    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        self.confirm(op, offer, PaymentMode::Capture).await
+    }
+}
+
+#[async_trait]
+impl HoldPayer for StripePayer {
+    async fn hold(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        self.confirm(op, offer, PaymentMode::Hold).await
+    }
+}
