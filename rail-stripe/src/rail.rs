@@ -115,6 +115,7 @@ pub struct StripeReceiver {
     asset: Asset,
     guard: ReplayGuard,
     idem: Idempotency,
+    store: Arc<dyn KeyStore>,
     clock: SharedClock,
 }
 
@@ -137,8 +138,9 @@ impl StripeReceiver {
             payee: payee.into(),
             asset,
             guard: ReplayGuard::new(store.clone(), clock.clone(), "stripe/verified"),
-            idem: Idempotency::new(store, clock.clone(), "stripe/receiver")
+            idem: Idempotency::new(store.clone(), clock.clone(), "stripe/receiver")
                 .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
+            store,
             clock,
         }
     }
@@ -147,6 +149,51 @@ impl StripeReceiver {
     #[must_use]
     pub fn payee(&self) -> &str {
         &self.payee
+    }
+
+    /// Takes a webhook delivery: verifies `Stripe-Signature` against `secret` (tolerance
+    /// 300 s) before reading anything, refuses an event id seen before (a replayed delivery),
+    /// and returns what the event says (a hold captured, canceled or lapsed; a refund).
+    /// Receivers that keep their own view of payments feed it from here; verification never
+    /// depends on it (it always asks Stripe).
+    ///
+    /// # Errors
+    /// [`RailError::BadSignature`] (bad or stale signature), [`RailError::MalformedPayment`],
+    /// [`RailError::Replayed`].
+    pub async fn on_webhook(
+        &self,
+        payload: &str,
+        signature: &str,
+        secret: &str,
+    ) -> RailResult<crate::webhook::Event> {
+        let now = self.clock.now().unix_seconds();
+        let event = crate::webhook::parse(
+            payload,
+            signature,
+            secret,
+            now,
+            crate::webhook::DEFAULT_TOLERANCE_SECS,
+        )
+        .map_err(|e| match e {
+            crate::webhook::WebhookError::Payload(m) => RailError::MalformedPayment(m),
+            other => RailError::BadSignature(other.to_string()),
+        })?;
+        // Stripe retries deliveries; keep ids longer than its retry window (3 days).
+        let seen = ReplayGuard::new(self.guard_store(), self.clock.clone(), "stripe/events");
+        if !seen
+            .insert_if_absent(&event.id, Some(Duration::from_secs(7 * 24 * 3600)))
+            .await?
+        {
+            return Err(RailError::Replayed {
+                key: event.id.clone(),
+            });
+        }
+        tracing::info!(event = %event.id, kind = %event.kind, "stripe: webhook");
+        Ok(event)
+    }
+
+    fn guard_store(&self) -> Arc<dyn KeyStore> {
+        self.store.clone()
     }
 
     async fn retrieve(&self, id: &str) -> RailResult<PaymentIntent> {
