@@ -196,6 +196,16 @@ impl StripeHttp {
         })
     }
 
+    /// The same endpoint and connection pool with another key (a payer confirming with each
+    /// merchant's publishable key reuses its connections).
+    #[must_use]
+    pub fn with_key(&self, key: impl Into<String>) -> Self {
+        StripeHttp {
+            key: key.into(),
+            ..self.clone()
+        }
+    }
+
     /// Retries after the first attempt (default 3) and the first backoff (default 200 ms,
     /// doubling).
     #[must_use]

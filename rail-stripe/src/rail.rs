@@ -514,7 +514,7 @@ impl RefundReceiver for StripeReceiver {
 /// The payer: a card (PaymentMethod) the principal controls, and a spending limit.
 #[derive(Clone, Debug)]
 pub struct StripePayer {
-    base: String,
+    http: StripeHttp,
     payment_method: String,
     asset: Asset,
     max_amount: Money,
@@ -538,16 +538,18 @@ impl StripePayer {
     /// A payer paying with `payment_method` through Stripe at `base` (`https://api.stripe.com`),
     /// never more than `max_amount` per payment. It holds no Stripe key of its own: each offer
     /// brings its merchant's publishable key and one intent's client secret.
-    #[must_use]
+    ///
+    /// # Errors
+    /// [`RailError::Unavailable`] if the HTTP client cannot be built.
     pub fn new(
         base: &str,
         payment_method: impl Into<String>,
         max_amount: Money,
         store: Arc<dyn KeyStore>,
         clock: SharedClock,
-    ) -> Self {
-        StripePayer {
-            base: base.to_owned(),
+    ) -> RailResult<Self> {
+        Ok(StripePayer {
+            http: StripeHttp::new(base, "pk_none").map_err(stripe_err)?,
             payment_method: payment_method.into(),
             asset: max_amount.asset().clone(),
             max_amount,
@@ -555,7 +557,7 @@ impl StripePayer {
                 .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
-        }
+        })
     }
 
     async fn confirm(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {
@@ -593,8 +595,7 @@ impl StripePayer {
         self.idem
             .run(op, offer, || async {
                 offer.check_live(self.clock.now())?;
-                let api = StripeHttp::new(&self.base, details.publishable_key.clone())
-                    .map_err(stripe_err)?;
+                let api = self.http.with_key(details.publishable_key.clone());
                 // Check the intent before confirming: the payer pays what was offered, no more.
                 let pi: PaymentIntent = RequestBuilder::new(
                     StripeMethod::Get,

@@ -92,7 +92,8 @@ pub fn verify(
     if !bool::from(matched) {
         return Err(WebhookError::BadSignature);
     }
-    if (now - t).abs() > tolerance_secs {
+    // `t` comes from the header: compare without arithmetic that could overflow.
+    if now.abs_diff(t) > tolerance_secs.unsigned_abs() {
         return Err(WebhookError::Stale { t, now });
     }
     Ok(())

@@ -138,13 +138,16 @@ impl StripeHarness {
                 shared.clone(),
             ))
         };
-        let payer = Arc::new(StripePayer::new(
-            &base,
-            card.clone(),
-            Money::from_minor(Asset::usd(), u128::from(FUNDED) * 10).map_err(setup)?,
-            store.clone(),
-            shared.clone(),
-        ));
+        let payer = Arc::new(
+            StripePayer::new(
+                &base,
+                card.clone(),
+                Money::from_minor(Asset::usd(), u128::from(FUNDED) * 10).map_err(setup)?,
+                store.clone(),
+                shared.clone(),
+            )
+            .map_err(setup)?,
+        );
         let hand = |r: Arc<StripeReceiver>| RailHandle {
             payer: payer.clone(),
             hold_payer: Some(payer.clone()),
@@ -226,7 +229,8 @@ impl StripeHarness {
             Money::from_minor(Asset::usd(), 1_000_000).map_err(|e| e.to_string())?,
             store,
             Arc::new(self.clock.clone()),
-        );
+        )
+        .map_err(|e| e.to_string())?;
         let o = self.offer(500, PaymentMode::Capture).await?;
         let before = self.emulator_balances().await.map_err(|e| e.to_string())?;
         match rail_core::Payer::pay(&payer, &OpId::random(), &o).await {
