@@ -20,7 +20,6 @@ use async_trait::async_trait;
 use data_encoding::BASE64;
 use ed25519_dalek::SigningKey;
 use futures::future::BoxFuture;
-use rail_core::keys_sql::PgKeyStore;
 use rail_core::{
     Asset, KeyStore, ManualClock, MemoryKeyStore, Payment, RailError, RailHandle, RailResult,
     SharedClock,
@@ -91,7 +90,7 @@ pub struct ExactAlgoHarness {
     spare_key: SigningKey,
     fees: Arc<AtomicU64>,
     _devnet: Option<RunningDevnet>,
-    pg: Option<(String, String)>,
+    pg: Option<super::pg::Schema>,
 }
 
 async fn fund(
@@ -188,8 +187,9 @@ impl ExactAlgoHarness {
                     .and_then(|v| v.try_into().ok())
                     .ok_or_else(|| setup("ALGOD_FAUCET_SEED is not 32 bytes of base64"))?;
                 fund(&algod, &SigningKey::from_bytes(&faucet), &accounts).await?;
-                let (a, b, pg) = pg_stores().await?;
-                (algod, None, (a, b), Some(pg))
+                let schema = super::pg::Schema::create("algo").await?;
+                let (a, b) = (schema.key_store().await?, schema.key_store().await?);
+                (algod, None, (a, b), Some(schema))
             }
         };
         let fees = Arc::new(AtomicU64::new(0));
@@ -251,39 +251,6 @@ impl ExactAlgoHarness {
     }
 }
 
-async fn pg_stores()
--> Result<(Arc<dyn KeyStore>, Arc<dyn KeyStore>, (String, String)), HarnessError> {
-    let url = rail_core::localnet::postgres_url();
-    let schema = format!("conformance_algo_{:016x}", rand::random::<u64>());
-    let opts: sqlx::postgres::PgConnectOptions = url.parse().map_err(setup)?;
-    let admin = tokio::time::timeout(
-        Duration::from_secs(5),
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(opts.clone()),
-    )
-    .await
-    .map_err(|_| HarnessError::Unavailable(format!("PostgreSQL at {url}: timed out")))?
-    .map_err(|e| HarnessError::Unavailable(format!("PostgreSQL at {url}: {e}")))?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await
-        .map_err(setup)?;
-    admin.close().await;
-    let mut stores: Vec<Arc<dyn KeyStore>> = Vec::new();
-    for _ in 0..2 {
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts.clone().options([("search_path", schema.as_str())]))
-            .await
-            .map_err(setup)?;
-        stores.push(Arc::new(PgKeyStore::new(pool).await.map_err(setup)?));
-    }
-    let b = stores.pop().ok_or_else(|| setup("no store"))?;
-    let a = stores.pop().ok_or_else(|| setup("no store"))?;
-    Ok((a, b, (url, schema)))
-}
-
 /// Two handles on one paymentId store (two receiver instances).
 type StorePair = (Arc<dyn KeyStore>, Arc<dyn KeyStore>);
 
@@ -325,6 +292,20 @@ impl ExactAlgoHarness {
         };
         edit(&mut t);
         Ok(t)
+    }
+
+    /// A fresh challenge for 1000 µALGO, and the careful payer's payment of `amount` for it.
+    async fn paid_by_payer(
+        &self,
+        amount: u64,
+    ) -> Result<(Price, String, rail_exact_algo::txn::SignedPay), String> {
+        let price = Self::price(1000);
+        let pid = self.pid(&price).await?;
+        let s = self
+            .build(&self.payer_key, &pid, amount, |_| {})
+            .await?
+            .sign(&self.payer_key, None);
+        Ok((price, pid, s))
     }
 
     fn envelope(&self, bytes: &[u8]) -> String {
@@ -494,12 +475,7 @@ impl ExactAlgoHarness {
     }
 
     async fn bad_signature(&self) -> Check {
-        let price = Self::price(1000);
-        let pid = self.pid(&price).await?;
-        let mut s = self
-            .build(&self.payer_key, &pid, 1000, |_| {})
-            .await?
-            .sign(&self.payer_key, None);
+        let (price, _, mut s) = self.paid_by_payer(1000).await?;
         if let Some(b) = s.sig.get_mut(5) {
             *b ^= 1;
         }
@@ -571,12 +547,7 @@ impl ExactAlgoHarness {
     }
 
     async fn used_pid(&self) -> Check {
-        let price = Self::price(1000);
-        let pid = self.pid(&price).await?;
-        let s = self
-            .build(&self.payer_key, &pid, 1000, |_| {})
-            .await?
-            .sign(&self.payer_key, None);
+        let (price, pid, s) = self.paid_by_payer(1000).await?;
         self.settle_ok(&self.envelope(&s.encode()), &price).await?;
         // Another transaction with the same paymentId (a different amount, so another txid).
         let s2 = self
@@ -593,12 +564,7 @@ impl ExactAlgoHarness {
     }
 
     async fn sent_twice(&self) -> Check {
-        let price = Self::price(1000);
-        let pid = self.pid(&price).await?;
-        let s = self
-            .build(&self.payer_key, &pid, 1000, |_| {})
-            .await?
-            .sign(&self.payer_key, None);
+        let (price, _, s) = self.paid_by_payer(1000).await?;
         let hdr = self.envelope(&s.encode());
         let before = self.chain_balances().await?;
         let (a, b) = futures::join!(
@@ -659,12 +625,7 @@ impl ExactAlgoHarness {
     }
 
     async fn already_on_chain(&self) -> Check {
-        let price = Self::price(1000);
-        let pid = self.pid(&price).await?;
-        let s = self
-            .build(&self.payer_key, &pid, 1000, |_| {})
-            .await?
-            .sign(&self.payer_key, None);
+        let (price, _, s) = self.paid_by_payer(1000).await?;
         // Submitted behind the receiver's back (as by a settler that crashed before
         // recording anything): the receiver finds it on chain and serves it once.
         let before = self.chain_balances().await?;
@@ -735,12 +696,7 @@ impl ExactAlgoHarness {
     }
 
     async fn envelopes(&self) -> Check {
-        let price = Self::price(1000);
-        let pid = self.pid(&price).await?;
-        let s = self
-            .build(&self.payer_key, &pid, 1000, |_| {})
-            .await?
-            .sign(&self.payer_key, None);
+        let (price, _, s) = self.paid_by_payer(1000).await?;
         let txn = BASE64.encode(&s.encode());
         let net = self.receiver.network().to_owned();
         let raw = |v: serde_json::Value| header(&v).unwrap_or_default();
@@ -793,12 +749,7 @@ impl ExactAlgoHarness {
     }
 
     async fn encodings(&self) -> Check {
-        let price = Self::price(1000);
-        let pid = self.pid(&price).await?;
-        let s = self
-            .build(&self.payer_key, &pid, 1000, |_| {})
-            .await?
-            .sign(&self.payer_key, None);
+        let (price, _, s) = self.paid_by_payer(1000).await?;
         let bytes = s.encode();
         let Ok(Value::Map(outer)) = msgpack::decode(&bytes) else {
             return Err("own encoding does not decode".into());
@@ -839,12 +790,7 @@ impl ExactAlgoHarness {
 
     async fn overpaid(&self) -> Check {
         // The seed asks for amount >= maxAmountRequired: a tip is accepted, and reported.
-        let price = Self::price(1000);
-        let pid = self.pid(&price).await?;
-        let s = self
-            .build(&self.payer_key, &pid, 1500, |_| {})
-            .await?
-            .sign(&self.payer_key, None);
+        let (price, _, s) = self.paid_by_payer(1500).await?;
         let r = self
             .receiver
             .settle(&self.envelope(&s.encode()), &price, None)
@@ -930,16 +876,8 @@ impl Harness for ExactAlgoHarness {
     }
 
     async fn teardown(&self) {
-        if let Some((url, schema)) = &self.pg
-            && let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect(url)
-                .await
-        {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                .execute(&pool)
-                .await;
-            pool.close().await;
+        if let Some(schema) = &self.pg {
+            schema.drop_all().await;
         }
     }
 }

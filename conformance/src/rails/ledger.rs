@@ -331,16 +331,13 @@ impl Harness for LedgerHarness {
     }
 
     async fn teardown(&self) {
-        if let Some((url, schema)) = &self.pg
-            && let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect(url)
-                .await
-        {
-            let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                .execute(&pool)
-                .await;
-            pool.close().await;
+        if let Some((url, name)) = &self.pg {
+            super::pg::Schema {
+                url: url.clone(),
+                name: name.clone(),
+            }
+            .drop_all()
+            .await;
         }
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod exact_algo;
 pub mod ledger;
+pub mod pg;
 pub mod stripe;
 
 use crate::harness::RailEntry;

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use rail_core::keys_sql::PgKeyStore;
 use rail_core::{
     Asset, Charge, Clock, KeyStore, ManualClock, MemoryKeyStore, Money, OpId, Payment, PaymentMode,
     RailError, RailHandle, RailReason, RailResult, SharedClock,
@@ -71,7 +70,7 @@ pub struct StripeHarness {
     card: String,
     http: reqwest::Client,
     _emulator: Option<RunningEmulator>,
-    pg: Option<(String, String)>,
+    pg: Option<super::pg::Schema>,
 }
 
 impl StripeHarness {
@@ -107,8 +106,8 @@ impl StripeHarness {
                             .into(),
                     )
                 })?;
-                let (store, pg) = pg_store().await?;
-                (url, None, store, Some(pg))
+                let schema = super::pg::Schema::create("stripe").await?;
+                (url, None, schema.key_store().await?, Some(schema))
             }
         };
         // Builds the HTTP stack (and installs the one rustls provider) first.
@@ -388,33 +387,6 @@ impl StripeHarness {
     }
 }
 
-async fn pg_store() -> Result<(Arc<dyn KeyStore>, (String, String)), HarnessError> {
-    let url = rail_core::localnet::postgres_url();
-    let schema = format!("conformance_stripe_{:016x}", rand::random::<u64>());
-    let opts: sqlx::postgres::PgConnectOptions = url.parse().map_err(setup)?;
-    let admin = tokio::time::timeout(
-        Duration::from_secs(5),
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(opts.clone()),
-    )
-    .await
-    .map_err(|_| HarnessError::Unavailable(format!("PostgreSQL at {url}: timed out")))?
-    .map_err(|e| HarnessError::Unavailable(format!("PostgreSQL at {url}: {e}")))?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await
-        .map_err(setup)?;
-    admin.close().await;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect_with(opts.options([("search_path", schema.as_str())]))
-        .await
-        .map_err(setup)?;
-    let store: Arc<dyn KeyStore> = Arc::new(PgKeyStore::new(pool).await.map_err(setup)?);
-    Ok((store, (url, schema)))
-}
-
 #[async_trait]
 impl Harness for StripeHarness {
     fn rail(&self) -> &RailHandle {
@@ -490,16 +462,8 @@ impl Harness for StripeHarness {
     }
 
     async fn teardown(&self) {
-        if let Some((url, schema)) = &self.pg
-            && let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect(url)
-                .await
-        {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                .execute(&pool)
-                .await;
-            pool.close().await;
+        if let Some(schema) = &self.pg {
+            schema.drop_all().await;
         }
     }
 }
