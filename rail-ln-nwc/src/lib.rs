@@ -4,3 +4,4 @@
 //! wire types ([`nip47`]).
 
 pub mod nip47;
+pub mod wire;
