@@ -73,7 +73,12 @@ enum Cmd {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("RUST_LOG"))
+        // nostr's relay pool logs every connection a torn-down harness closes as an error.
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "error,nostr_relay_pool=off,nostr_sdk=off,nostr_relay_builder=off".into()
+            }),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -2,6 +2,7 @@
 
 pub mod exact_algo;
 pub mod ledger;
+pub mod ln_nwc;
 pub mod pg;
 pub mod stripe;
 
@@ -10,7 +11,12 @@ use crate::harness::RailEntry;
 /// Every rail under test.
 #[must_use]
 pub fn all() -> Vec<RailEntry> {
-    vec![ledger::ENTRY, exact_algo::ENTRY, stripe::ENTRY]
+    vec![
+        ledger::ENTRY,
+        exact_algo::ENTRY,
+        stripe::ENTRY,
+        ln_nwc::ENTRY,
+    ]
 }
 
 /// The rail named `name`.

@@ -1,0 +1,625 @@
+//! The Lightning rail over NWC.
+//!
+//! - **Receiver** ([`NwcReceiver`]): `offer` makes an invoice (`make_invoice`), or for a hold a
+//!   hold invoice (`make_hold_invoice`) for a payment hash whose preimage the receiver derives
+//!   from its own secret and the offer id (nothing to store, nothing lost in a crash). `verify`
+//!   accepts a payment only with a preimage whose SHA-256 is the invoice's payment hash (compared
+//!   in constant time) and cross-checks `lookup_invoice` (state and amount): a wallet saying
+//!   "settled" is never enough. A hold is verified when the receiver's wallet reports it
+//!   `accepted` for the offer's amount. `capture` = `settle_hold_invoice` (the whole amount:
+//!   Lightning cannot capture part of an HTLC), `void` = `cancel_hold_invoice`. Single use per
+//!   payment hash.
+//! - **Payer** ([`NwcPayer`]): before paying, parses and checks the BOLT11 invoice with
+//!   `lightning-invoice` (signature, network, amount equal to the offer, not expired, payee =
+//!   the offer's node, payment hash = the offer's), then `pay_invoice`, and checks the returned
+//!   preimage against the payment hash before producing the payment.
+//!
+//! Amounts are msat: the rail's asset is BTC at scale 11, converted exactly.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lightning_invoice::{Bolt11Invoice, Currency};
+use rail_core::keys::KeyStore;
+use rail_core::{
+    Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver, Idempotency,
+    Money, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
+    RailReason, RailResult, Receiver, ReplayGuard, SharedClock, Verified, Voided,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::client::{NwcClient, NwcError};
+use crate::nip47::{ErrorCode, MakeHoldInvoiceParams, MakeInvoiceParams, TxState};
+
+/// The rail's name.
+pub const RAIL: &str = "ln-nwc";
+
+/// What an offer carries for the payer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfferDetails {
+    /// The BOLT11 invoice.
+    pub invoice: String,
+    /// Its payment hash (hex).
+    pub payment_hash: String,
+}
+
+/// A payment's proof.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proof {
+    /// The payment hash (hex).
+    pub payment_hash: String,
+    /// The preimage (hex); absent for a hold (the payer learns it when the receiver settles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preimage: Option<String>,
+}
+
+fn capabilities() -> Capabilities {
+    Capabilities {
+        pay: true,
+        hold: true,
+        // Settling an HTLC takes all of it.
+        partial_capture: false,
+        // A refund needs an invoice from the payer: not part of this rail.
+        refund: false,
+        partial_refund: false,
+        finality: Finality::Immediate,
+        assets: vec![Asset::btc()],
+    }
+}
+
+/// The NWC error as a rail-core error (the NIP-47 code is kept).
+#[must_use]
+pub fn rail_error(e: &NwcError) -> RailError {
+    match e {
+        NwcError::Wallet { code, message } => {
+            let reason = RailReason::new(code.as_str(), message.clone());
+            match code {
+                ErrorCode::InsufficientBalance | ErrorCode::QuotaExceeded => {
+                    RailError::InsufficientFunds(format!("{code}: {message}"))
+                }
+                ErrorCode::NotFound => RailError::NotFound(format!("{code}: {message}")),
+                ErrorCode::PaymentFailed => RailError::Declined(reason),
+                ErrorCode::RateLimited | ErrorCode::Internal => RailError::Unavailable(reason),
+                _ => RailError::Rail {
+                    reason,
+                    retryable: false,
+                },
+            }
+        }
+        other => RailError::Unavailable(RailReason::new("nwc", other.to_string())),
+    }
+}
+
+/// 21 million BTC in msat: no amount can be more.
+pub const MAX_MSAT: u64 = 21_000_000 * 100_000_000 * 1_000;
+
+fn msat(m: &Money) -> RailResult<u64> {
+    if m.asset() != &Asset::btc() {
+        return Err(RailError::InvalidInput(format!(
+            "asset {} is not carried by Lightning (BTC in msat)",
+            m.asset()
+        )));
+    }
+    let n = u64::try_from(m.minor_units())
+        .map_err(|_| RailError::InvalidInput(format!("{m} does not fit in msat")))?;
+    if n > MAX_MSAT {
+        return Err(RailError::InvalidInput(format!(
+            "{m} is more than the bitcoin supply"
+        )));
+    }
+    Ok(n)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Whether `preimage_hex` hashes to `hash_hex` (constant time on the digests).
+#[must_use]
+pub fn preimage_matches(preimage_hex: &str, hash_hex: &str) -> bool {
+    let (Ok(p), Ok(h)) = (hex::decode(preimage_hex), hex::decode(hash_hex)) else {
+        return false;
+    };
+    p.len() == 32 && h.len() == 32 && bool::from(Sha256::digest(&p).as_slice().ct_eq(&h))
+}
+
+/// The receiver.
+#[derive(Clone)]
+pub struct NwcReceiver {
+    client: Arc<NwcClient>,
+    node: String,
+    seed: [u8; 32],
+    guard: ReplayGuard,
+    idem: Idempotency,
+    clock: SharedClock,
+    settle_wait: Duration,
+}
+
+impl std::fmt::Debug for NwcReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NwcReceiver")
+            .field("node", &self.node)
+            .field("seed", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+impl NwcReceiver {
+    /// A receiver paid into the wallet behind `client`. `seed` derives hold preimages (keep it
+    /// secret and stable); `store` keeps single-use marks: share it between instances.
+    ///
+    /// # Errors
+    /// The wallet's `get_info` failing.
+    pub async fn new(
+        client: Arc<NwcClient>,
+        seed: [u8; 32],
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> RailResult<Self> {
+        let info = client.get_info().await.map_err(|e| rail_error(&e))?;
+        Ok(NwcReceiver {
+            client,
+            node: info.pubkey.to_ascii_lowercase(),
+            seed,
+            guard: ReplayGuard::new(store.clone(), clock.clone(), "ln-nwc/verified"),
+            idem: Idempotency::new(store, clock.clone(), "ln-nwc/receiver")
+                .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
+            clock,
+            settle_wait: Duration::from_secs(10),
+        })
+    }
+
+    /// The wallet's node public key (hex): the offers' payee.
+    #[must_use]
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    fn preimage(&self, offer_id: &str) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"stipendex ln-nwc hold preimage");
+        h.update(self.seed);
+        h.update(offer_id.as_bytes());
+        h.finalize().into()
+    }
+
+    /// The payment hash of this receiver's hold for `offer_id`.
+    fn hold_hash(&self, offer_id: &str) -> String {
+        sha256_hex(&self.preimage(offer_id))
+    }
+
+    async fn lookup(&self, hash: &str) -> RailResult<crate::nip47::Transaction> {
+        self.client
+            .lookup_invoice(hash)
+            .await
+            .map_err(|e| rail_error(&e))
+    }
+}
+
+impl Rail for NwcReceiver {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+}
+
+#[async_trait]
+impl Receiver for NwcReceiver {
+    async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
+        let amount = msat(&charge.amount)?;
+        if amount == 0 {
+            return Err(RailError::InvalidInput("a zero-amount invoice".into()));
+        }
+        let offer_id = format!("off_{}", hex::encode(rand::random::<[u8; 12]>()));
+        let expiry = Some(charge.ttl.as_secs().max(1));
+        let description = Some(if charge.description.is_empty() {
+            format!("stipendex {offer_id}")
+        } else {
+            charge.description.clone()
+        });
+        let tx = match charge.mode {
+            PaymentMode::Capture => self
+                .client
+                .make_invoice(&MakeInvoiceParams {
+                    amount,
+                    description,
+                    expiry,
+                })
+                .await
+                .map_err(|e| rail_error(&e))?,
+            PaymentMode::Hold => self
+                .client
+                .make_hold_invoice(&MakeHoldInvoiceParams {
+                    amount,
+                    payment_hash: self.hold_hash(&offer_id),
+                    description,
+                    expiry,
+                    min_cltv_expiry_delta: None,
+                })
+                .await
+                .map_err(|e| rail_error(&e))?,
+        };
+        let invoice = tx.invoice.ok_or_else(|| RailError::Rail {
+            reason: RailReason::new("nwc", "the wallet returned no invoice"),
+            retryable: false,
+        })?;
+        Ok(Offer {
+            rail: RailId::new(RAIL),
+            id: offer_id,
+            amount: charge.amount.clone(),
+            payee: self.node.clone(),
+            mode: charge.mode,
+            expires_at: self.clock.now().plus(charge.ttl),
+            details: serde_json::to_value(OfferDetails {
+                invoice,
+                payment_hash: tx.payment_hash.to_ascii_lowercase(),
+            })
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+
+    async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        payment.check_envelope(offer)?;
+        offer.check_live(self.clock.now())?;
+        if offer.payee != self.node {
+            return Err(RailError::mismatch(
+                Binding::Payee,
+                &self.node,
+                &offer.payee,
+            ));
+        }
+        // Lightning does not say who paid: the payer field can only be checked for shape (a
+        // NWC client's public key).
+        if payment.payer.len() != 64 || !payment.payer.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(RailError::MalformedPayment(
+                "payer is not a NWC client public key".into(),
+            ));
+        }
+        let proof: Proof = payment.proof_as()?;
+        let details: OfferDetails = offer.details_as()?;
+        if !bool::from(
+            proof
+                .payment_hash
+                .as_bytes()
+                .ct_eq(details.payment_hash.as_bytes()),
+        ) {
+            return Err(RailError::mismatch(
+                Binding::Offer,
+                &details.payment_hash,
+                &proof.payment_hash,
+            ));
+        }
+        let want = msat(&offer.amount)?;
+        let state = match offer.mode {
+            PaymentMode::Capture => {
+                // The preimage is the proof; the wallet's word alone is not.
+                let preimage = proof
+                    .preimage
+                    .as_deref()
+                    .ok_or_else(|| RailError::MalformedPayment("no preimage".into()))?;
+                if !preimage_matches(preimage, &details.payment_hash) {
+                    return Err(RailError::BadSignature(
+                        "the preimage does not hash to the invoice's payment hash".into(),
+                    ));
+                }
+                let tx = self.lookup(&details.payment_hash).await?;
+                if tx.amount != want {
+                    return Err(RailError::mismatch(Binding::Amount, want, tx.amount));
+                }
+                if tx.state.as_ref().is_some_and(|s| *s != TxState::Settled) {
+                    return Err(RailError::InvalidState {
+                        op: "verify",
+                        state: format!("invoice {:?} for {} msat", tx.state, tx.amount),
+                    });
+                }
+                PaymentState::Settled
+            }
+            PaymentMode::Hold => {
+                if details.payment_hash != self.hold_hash(&offer.id) {
+                    return Err(RailError::NotFound(format!(
+                        "hold {} of this receiver",
+                        details.payment_hash
+                    )));
+                }
+                // The payer's pay_invoice is in flight; wait for the wallet to hold the HTLC.
+                let deadline = tokio::time::Instant::now() + self.settle_wait;
+                loop {
+                    let tx = self.lookup(&details.payment_hash).await?;
+                    match tx.state {
+                        Some(TxState::Accepted) if tx.amount == want => break,
+                        Some(TxState::Accepted) => {
+                            return Err(RailError::mismatch(Binding::Amount, want, tx.amount));
+                        }
+                        Some(TxState::Pending) | None if tokio::time::Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        other => {
+                            return Err(RailError::InvalidState {
+                                op: "verify",
+                                state: format!("hold invoice {other:?} for {} msat", tx.amount),
+                            });
+                        }
+                    }
+                }
+                PaymentState::Held {
+                    capturable: offer.amount.clone(),
+                    expires_at: Some(offer.expires_at),
+                }
+            }
+        };
+        self.guard
+            .reserve(&details.payment_hash, Duration::from_secs(30))
+            .await?
+            .commit(None)
+            .await?;
+        Ok(Verified {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            payment_ref: details.payment_hash,
+            payer: payment.payer.clone(),
+            amount: offer.amount.clone(),
+            state,
+        })
+    }
+}
+
+#[async_trait]
+impl HoldReceiver for NwcReceiver {
+    async fn capture(&self, op: &OpId, held: &Verified, amount: &Money) -> RailResult<Captured> {
+        if held.payment_ref != self.hold_hash(&held.offer_id) {
+            return Err(RailError::NotFound(format!("hold {}", held.payment_ref)));
+        }
+        if amount != &held.amount {
+            return Err(if amount.minor_units() > held.amount.minor_units() {
+                RailError::ExceedsAvailable {
+                    op: "capture",
+                    requested: amount.amount(),
+                    available: held.amount.amount(),
+                }
+            } else {
+                RailError::InvalidInput(
+                    "Lightning settles a held HTLC in full: partial capture is not possible".into(),
+                )
+            });
+        }
+        let content = ("capture", &held.payment_ref, amount.to_string());
+        self.idem
+            .run(op, &content, || async {
+                let tx = self.lookup(&held.payment_ref).await?;
+                if tx.state != Some(TxState::Accepted) {
+                    return Err(RailError::InvalidState {
+                        op: "capture",
+                        state: format!("hold invoice is {:?}", tx.state),
+                    });
+                }
+                self.client
+                    .settle_hold_invoice(&hex::encode(self.preimage(&held.offer_id)))
+                    .await
+                    .map_err(|e| rail_error(&e))?;
+                Ok(Captured {
+                    payment_ref: held.payment_ref.clone(),
+                    capture_ref: held.payment_ref.clone(),
+                    captured: held.amount.clone(),
+                    released: Money::zero(Asset::btc()),
+                })
+            })
+            .await
+    }
+
+    async fn void(&self, op: &OpId, held: &Verified) -> RailResult<Voided> {
+        if held.payment_ref != self.hold_hash(&held.offer_id) {
+            return Err(RailError::NotFound(format!("hold {}", held.payment_ref)));
+        }
+        let content = ("void", &held.payment_ref);
+        self.idem
+            .run(op, &content, || async {
+                let tx = self.lookup(&held.payment_ref).await?;
+                if tx.state != Some(TxState::Accepted) {
+                    return Err(RailError::InvalidState {
+                        op: "void",
+                        state: format!("hold invoice is {:?}", tx.state),
+                    });
+                }
+                self.client
+                    .cancel_hold_invoice(&held.payment_ref)
+                    .await
+                    .map_err(|e| rail_error(&e))?;
+                Ok(Voided {
+                    payment_ref: held.payment_ref.clone(),
+                    released: held.amount.clone(),
+                })
+            })
+            .await
+    }
+}
+
+/// The payer.
+#[derive(Clone)]
+pub struct NwcPayer {
+    client: Arc<NwcClient>,
+    currency: Currency,
+    max_amount: Money,
+    idem: Idempotency,
+    clock: SharedClock,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for NwcPayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NwcPayer")
+            .field("currency", &self.currency)
+            .field("max_amount", &self.max_amount)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NwcPayer {
+    /// A payer paying through the wallet behind `client`, only invoices of `currency`
+    /// (`Currency::Bitcoin` for mainnet), never more than `max_amount` per payment.
+    #[must_use]
+    pub fn new(
+        client: Arc<NwcClient>,
+        currency: Currency,
+        max_amount: Money,
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> Self {
+        NwcPayer {
+            client,
+            currency,
+            max_amount,
+            idem: Idempotency::new(store, clock.clone(), "ln-nwc/payer")
+                .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
+            clock,
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    /// Checks the offer's invoice: signature, network, amount, expiry, payee, payment hash.
+    fn check(&self, offer: &Offer, mode: PaymentMode) -> RailResult<(OfferDetails, u64)> {
+        if offer.rail.as_str() != RAIL {
+            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
+        }
+        if offer.mode != mode {
+            return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
+        }
+        let want = msat(&offer.amount)?;
+        if offer.amount.minor_units() > self.max_amount.minor_units() {
+            return Err(RailError::InvalidInput(format!(
+                "{} is above this payer's limit of {}",
+                offer.amount, self.max_amount
+            )));
+        }
+        let details: OfferDetails = offer.details_as()?;
+        let inv = Bolt11Invoice::from_str(&details.invoice)
+            .map_err(|e| RailError::InvalidInput(format!("invoice: {e}")))?;
+        inv.check_signature()
+            .map_err(|e| RailError::BadSignature(format!("invoice signature: {e}")))?;
+        if inv.currency() != self.currency {
+            return Err(RailError::WrongNetwork {
+                expected: format!("{:?}", self.currency),
+                actual: format!("{:?}", inv.currency()),
+            });
+        }
+        let amount = inv
+            .amount_milli_satoshis()
+            .ok_or_else(|| RailError::InvalidInput("an invoice without an amount".into()))?;
+        if amount != want {
+            return Err(RailError::mismatch(Binding::Amount, want, amount));
+        }
+        if inv.is_expired() {
+            return Err(RailError::OfferExpired {
+                offer_id: offer.id.clone(),
+                expired_at: offer.expires_at,
+            });
+        }
+        let payee = hex::encode(inv.recover_payee_pub_key().serialize());
+        if payee != offer.payee.to_ascii_lowercase() {
+            return Err(RailError::mismatch(Binding::Payee, &offer.payee, payee));
+        }
+        let hash = hex::encode(AsRef::<[u8]>::as_ref(inv.payment_hash()));
+        if hash != details.payment_hash.to_ascii_lowercase() {
+            return Err(RailError::mismatch(
+                Binding::Offer,
+                &details.payment_hash,
+                hash,
+            ));
+        }
+        Ok((details, want))
+    }
+}
+
+impl Rail for NwcPayer {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+}
+
+#[async_trait]
+impl Payer for NwcPayer {
+    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        let (details, _) = self.check(offer, PaymentMode::Capture)?;
+        let _serial = self.lock.lock().await;
+        self.idem
+            .run(op, offer, || async {
+                offer.check_live(self.clock.now())?;
+                let paid = self
+                    .client
+                    .pay_invoice(&details.invoice, None)
+                    .await
+                    .map_err(|e| rail_error(&e))?;
+                // A wallet that says "paid" without the preimage is not believed.
+                if !preimage_matches(&paid.preimage, &details.payment_hash) {
+                    return Err(RailError::Rail {
+                        reason: RailReason::new(
+                            "preimage_mismatch",
+                            "the wallet's preimage does not hash to the payment hash",
+                        ),
+                        retryable: false,
+                    });
+                }
+                Ok(Payment {
+                    rail: RailId::new(RAIL),
+                    offer_id: offer.id.clone(),
+                    mode: PaymentMode::Capture,
+                    payer: self.client.pubkey(),
+                    amount: offer.amount.clone(),
+                    proof: serde_json::to_value(Proof {
+                        payment_hash: details.payment_hash.clone(),
+                        preimage: Some(paid.preimage.to_ascii_lowercase()),
+                    })
+                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+                })
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl HoldPayer for NwcPayer {
+    async fn hold(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        let (details, _) = self.check(offer, PaymentMode::Hold)?;
+        let _serial = self.lock.lock().await;
+        self.idem
+            .run(op, offer, || async {
+                offer.check_live(self.clock.now())?;
+                // The wallet answers a hold payment only when the receiver settles or cancels:
+                // send it and let it finish in the background.
+                let client = self.client.clone();
+                let (invoice, hash) = (details.invoice.clone(), details.payment_hash.clone());
+                tokio::spawn(async move {
+                    match client.pay_invoice(&invoice, None).await {
+                        Ok(p) if preimage_matches(&p.preimage, &hash) => {
+                            tracing::info!(payment_hash = %hash, "ln-nwc: hold settled");
+                        }
+                        Ok(_) => tracing::warn!(payment_hash = %hash, "ln-nwc: hold answered with a wrong preimage"),
+                        Err(e) => tracing::info!(payment_hash = %hash, error = %e, "ln-nwc: hold ended without settlement"),
+                    }
+                });
+                Ok(Payment {
+                    rail: RailId::new(RAIL),
+                    offer_id: offer.id.clone(),
+                    mode: PaymentMode::Hold,
+                    payer: self.client.pubkey(),
+                    amount: offer.amount.clone(),
+                    proof: serde_json::to_value(Proof {
+                        payment_hash: details.payment_hash.clone(),
+                        preimage: None,
+                    })
+                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+                })
+            })
+            .await
+    }
+}
