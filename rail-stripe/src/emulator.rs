@@ -324,15 +324,7 @@ fn test_card(id: &str) -> Option<Card> {
 }
 
 /// Stripe's form encoding, flattened: `metadata[k]=v` stays `metadata[k]`.
-fn parse_form(body: &[u8]) -> Result<BTreeMap<String, String>, ApiError> {
-    let mut out = BTreeMap::new();
-    for (k, v) in form_urlencoded_pairs(body) {
-        out.insert(k, v);
-    }
-    Ok(out)
-}
-
-fn form_urlencoded_pairs(body: &[u8]) -> Vec<(String, String)> {
+fn parse_form(body: &[u8]) -> BTreeMap<String, String> {
     form_urlencoded::parse(body)
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
@@ -1216,9 +1208,10 @@ impl Emulator {
         Router::new()
             .route("/v1/payment_intents", post(create_route))
             .route("/v1/payment_intents/{id}", get(retrieve_route))
-            .route("/v1/payment_intents/{id}/confirm", post(confirm_route))
-            .route("/v1/payment_intents/{id}/capture", post(capture_route))
-            .route("/v1/payment_intents/{id}/cancel", post(cancel_route))
+            .route(
+                "/v1/payment_intents/{id}/{action}",
+                post(intent_action_route),
+            )
             .route("/v1/refunds", post(refund_route))
             .route("/v1/refunds/{id}", get(get_refund_route))
             .route("/v1/charges/{id}", get(get_charge_route))
@@ -1341,10 +1334,7 @@ fn client_secret_ok(
 }
 
 async fn create_route(State(e): State<Emulator>, headers: HeaderMap, body: Bytes) -> Response {
-    let p = match parse_form(&body) {
-        Ok(p) => p,
-        Err(err) => return respond(err.status, &err.body, "req_form", false),
-    };
+    let p = parse_form(&body);
     e.call(
         &Method::POST,
         "/v1/payment_intents",
@@ -1384,53 +1374,38 @@ async fn retrieve_route(
     .await
 }
 
-async fn confirm_route(
+/// `POST /v1/payment_intents/{id}/{confirm|capture|cancel}`.
+async fn intent_action_route(
     State(e): State<Emulator>,
-    Path(id): Path<String>,
+    Path((id, action)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let p = parse_form(&body).unwrap_or_default();
-    let path = format!("/v1/payment_intents/{id}/confirm");
+    let p = parse_form(&body);
+    let path = format!("/v1/payment_intents/{id}/{action}");
     e.call(&Method::POST, &path, &headers, p, |e, s, key, p| {
-        client_secret_ok(s, key, &id, p)?;
-        e.confirm(s, &id, p)
-    })
-    .await
-}
-
-async fn capture_route(
-    State(e): State<Emulator>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let p = parse_form(&body).unwrap_or_default();
-    let path = format!("/v1/payment_intents/{id}/capture");
-    e.call(&Method::POST, &path, &headers, p, |e, s, key, p| {
-        secret_only(key)?;
-        e.capture(s, &id, p)
-    })
-    .await
-}
-
-async fn cancel_route(
-    State(e): State<Emulator>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let p = parse_form(&body).unwrap_or_default();
-    let path = format!("/v1/payment_intents/{id}/cancel");
-    e.call(&Method::POST, &path, &headers, p, |e, s, key, p| {
-        secret_only(key)?;
-        e.cancel(s, &id, p)
+        match action.as_str() {
+            // A publishable key may confirm with the intent's client secret.
+            "confirm" => client_secret_ok(s, key, &id, p)?,
+            _ => secret_only(key)?,
+        }
+        match action.as_str() {
+            "confirm" => e.confirm(s, &id, p),
+            "capture" => e.capture(s, &id, p),
+            "cancel" => e.cancel(s, &id, p),
+            other => Err(api_error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                None,
+                &format!("Unrecognized request URL (POST: /v1/payment_intents/{id}/{other})."),
+            )),
+        }
     })
     .await
 }
 
 async fn refund_route(State(e): State<Emulator>, headers: HeaderMap, body: Bytes) -> Response {
-    let p = parse_form(&body).unwrap_or_default();
+    let p = parse_form(&body);
     e.call(&Method::POST, "/v1/refunds", &headers, p, |e, s, key, p| {
         secret_only(key)?;
         e.refund(s, p)
@@ -1504,7 +1479,7 @@ async fn get_pm_route(
 }
 
 async fn admin_card_route(State(e): State<Emulator>, headers: HeaderMap, body: Bytes) -> Response {
-    let p = parse_form(&body).unwrap_or_default();
+    let p = parse_form(&body);
     e.call(
         &Method::POST,
         "/_emulator/cards",
