@@ -260,7 +260,7 @@ impl Devnet {
     /// 10 s.
     pub async fn resume_relay(&self) -> Result<(), DevnetError> {
         self.relay.resume().await?;
-        self.service.wait_ready(Duration::from_secs(10)).await
+        self.service.wait_ready(Duration::from_secs(20)).await
     }
 
     /// [`Devnet::stop_relay`] then [`Devnet::resume_relay`].

@@ -49,6 +49,8 @@ pub const OUT_OF_ORDER_HOLD: Duration = Duration::from_millis(300);
 const RETRY_INTERVAL: Duration = Duration::from_millis(300);
 /// Publishing is retried (every 100 ms) for this many attempts while the relay is down.
 const PUBLISH_ATTEMPTS: u32 = 150;
+/// How many times a subscription is sent before giving up on its EOSE (3 s each).
+const RESUBSCRIBE_ATTEMPTS: u32 = 5;
 /// Request ids remembered for deduplication.
 const SEEN_CAPACITY: usize = 100_000;
 
@@ -463,30 +465,34 @@ impl Inner {
         let Some(filter) = self.filter() else {
             return Ok(());
         };
-        let mut rx = self.client.notifications();
-        self.client
-            .subscribe_with_id(self.sub_id.clone(), filter, None)
-            .await
-            .map_err(|e| DevnetError::Client(e.to_string()))?;
-        if !wait {
-            return Ok(());
-        }
-        let eose = async {
-            loop {
-                match rx.recv().await {
-                    Ok(RelayPoolNotification::Message {
-                        message: RelayMessage::EndOfStoredEvents(sid),
-                        ..
-                    }) if *sid == self.sub_id => return true,
-                    Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => return false,
-                }
+        // Under load a subscription sent just as the relay comes back can go unanswered:
+        // send it again (same id) until the relay confirms it with EOSE.
+        for _ in 0..RESUBSCRIBE_ATTEMPTS {
+            let mut rx = self.client.notifications();
+            self.client
+                .subscribe_with_id(self.sub_id.clone(), filter.clone(), None)
+                .await
+                .map_err(|e| DevnetError::Client(e.to_string()))?;
+            if !wait {
+                return Ok(());
             }
-        };
-        match tokio::time::timeout(Duration::from_secs(5), eose).await {
-            Ok(true) => Ok(()),
-            _ => Err(DevnetError::Timeout("request subscription (EOSE)".into())),
+            let eose = async {
+                loop {
+                    match rx.recv().await {
+                        Ok(RelayPoolNotification::Message {
+                            message: RelayMessage::EndOfStoredEvents(sid),
+                            ..
+                        }) if *sid == self.sub_id => return true,
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => return false,
+                    }
+                }
+            };
+            if let Ok(true) = tokio::time::timeout(Duration::from_secs(3), eose).await {
+                return Ok(());
+            }
         }
+        Err(DevnetError::Timeout("request subscription (EOSE)".into()))
     }
 
     /// Publishes, retrying while the relay is down. A publish reported as failed may still be
