@@ -565,6 +565,13 @@ pub const ERRORS: &[ErrorDoc] = &[
         true,
     ),
     err(
+        "settlement in progress",
+        "this very payment is being settled (your earlier attempt, or a duplicate)",
+        "wait Retry-After and send the same PAYMENT-SIGNATURE again; do not pay again",
+        503,
+        false,
+    ),
+    err(
         "transaction expired",
         "last_valid_round passed",
         "sign again",
@@ -1027,6 +1034,9 @@ mod tests {
         }
         refusals.push(Refusal::PaymentId(LifecycleError::UnknownOrExpired));
         refusals.push(Refusal::PaymentId(LifecycleError::AlreadyUsed));
+        refusals.push(Refusal::PaymentId(LifecycleError::InProgress {
+            retry_after: std::time::Duration::from_secs(1),
+        }));
         refusals.push(Refusal::PaymentId(LifecycleError::Store(
             rail_core::RailError::Storage("down".into()),
         )));

@@ -36,6 +36,13 @@ pub enum LifecycleError {
     /// Settled, or a settlement is in flight, or another transaction was settled for it.
     #[error("paymentId already used")]
     AlreadyUsed,
+    /// This very transaction is being settled right now (by this or another instance): retry
+    /// the same payment after `retry_after` — never pay again.
+    #[error("settlement in progress; retry the same payment in {retry_after:?}")]
+    InProgress {
+        /// When the settler's time is up (after it, the same payment resumes on chain).
+        retry_after: Duration,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(RailError),
@@ -48,6 +55,7 @@ impl LifecycleError {
         match self {
             LifecycleError::UnknownOrExpired => "unknown or expired paymentId",
             LifecycleError::AlreadyUsed => "paymentId already used",
+            LifecycleError::InProgress { .. } => "settlement in progress",
             LifecycleError::Store(_) => "storage error",
         }
     }
@@ -183,16 +191,27 @@ impl PaymentIds {
             Err(RailError::Replayed { .. }) => {
                 let state = self.intent.state(pid).await.map_err(store)?;
                 let now = self.clock.now().millis();
-                match state.as_deref().and_then(|s| s.strip_prefix("submitting:")) {
-                    Some(rest) => match rest.rsplit_once(':') {
-                        Some((t, deadline))
-                            if t == txid && deadline.parse::<i64>().is_ok_and(|d| now >= d) =>
-                        {
-                            Ok(Begin::Resume)
-                        }
+                let state = state.unwrap_or_default();
+                if let Some(rest) = state.strip_prefix("submitting:") {
+                    match rest.rsplit_once(':') {
+                        // The same transaction: wait for its settler, or take over once its
+                        // time is up. A client retrying after a 503 must not hear "used".
+                        Some((t, deadline)) if t == txid => match deadline.parse::<i64>() {
+                            Ok(d) if now < d => Err(LifecycleError::InProgress {
+                                retry_after: Duration::from_millis(
+                                    u64::try_from(d - now).unwrap_or(0),
+                                ),
+                            }),
+                            _ => Ok(Begin::Resume),
+                        },
                         _ => Err(LifecycleError::AlreadyUsed),
-                    },
-                    None => Err(LifecycleError::AlreadyUsed),
+                    }
+                } else if state.strip_prefix("settled:") == Some(txid) {
+                    // Settled, but perhaps never answered (a crash, a lost store write): the
+                    // same transaction is checked on chain and served at most once.
+                    Ok(Begin::Resume)
+                } else {
+                    Err(LifecycleError::AlreadyUsed)
                 }
             }
             Err(e) => Err(store(e)),
@@ -271,19 +290,29 @@ mod tests {
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         );
         let s = fresh(ids.begin(&pid, B, "TX1", T).await.unwrap());
+        // The same transaction while it settles: retry later, never "used" (that would send
+        // a client that got a 503 to pay again).
         assert_eq!(
             ids.begin(&pid, B, "TX1", T).await.unwrap_err().code(),
+            "settlement in progress"
+        );
+        assert_eq!(
+            ids.begin(&pid, B, "TX2", T).await.unwrap_err().code(),
             "paymentId already used"
         );
         s.settled().await.unwrap();
+        // Settled: the same transaction is checked on chain again (served at most once by
+        // `serve_once`); any other is refused.
+        assert!(matches!(
+            ids.begin(&pid, B, "TX1", T).await.unwrap(),
+            Begin::Resume
+        ));
         assert!(ids.serve_once(&pid).await.unwrap());
         assert!(!ids.serve_once(&pid).await.unwrap());
-        for tx in ["TX1", "TX2"] {
-            assert_eq!(
-                ids.begin(&pid, B, tx, T).await.unwrap_err().code(),
-                "paymentId already used"
-            );
-        }
+        assert_eq!(
+            ids.begin(&pid, B, "TX2", T).await.unwrap_err().code(),
+            "paymentId already used"
+        );
     }
 
     #[tokio::test]

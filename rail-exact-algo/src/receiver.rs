@@ -116,8 +116,10 @@ impl Refusal {
     /// Whether the same payment may succeed if sent again (algod was unreachable).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Refusal::Unavailable(_))
-            || matches!(self, Refusal::PaymentId(LifecycleError::Store(e)) if e.is_retryable())
+        matches!(
+            self,
+            Refusal::Unavailable(_) | Refusal::PaymentId(LifecycleError::InProgress { .. })
+        ) || matches!(self, Refusal::PaymentId(LifecycleError::Store(e)) if e.is_retryable())
     }
 
     /// The refusal as a rail-core error (the seed's code is kept as the rail's reason).
@@ -134,9 +136,13 @@ impl Refusal {
                 RailError::BadSignature(self.to_string())
             }
             Refusal::Malformed(_) => RailError::MalformedPayment(self.to_string()),
-            Refusal::PaymentId(LifecycleError::AlreadyUsed) => RailError::Replayed {
-                key: "paymentId".into(),
-            },
+            // For a verifier, a payment another instance is settling right now is consumed:
+            // a replay. (HTTP and MCP answer it as retryable instead: see `is_retryable`.)
+            Refusal::PaymentId(LifecycleError::AlreadyUsed | LifecycleError::InProgress { .. }) => {
+                RailError::Replayed {
+                    key: "paymentId".into(),
+                }
+            }
             Refusal::PaymentId(LifecycleError::Store(e)) => RailError::Storage(e.to_string()),
             Refusal::Rule(Violation::WrongNetwork) => RailError::WrongNetwork {
                 expected: "this receiver's genesis hash".into(),
@@ -440,7 +446,11 @@ impl ExactAlgoReceiver {
             }
             Err(e) => return Err(e.into()),
         }
-        let round = self.submit(signed, &txid).await?;
+        // Resuming: the chain may already have it (never resubmit what confirmed).
+        let round = match self.algod.pending(&txid).await {
+            Ok(p) if p.confirmed_round.is_some() => p.confirmed_round.unwrap_or_default(),
+            _ => self.submit(signed, &txid).await?,
+        };
         self.answer(signed, &txid, round, &pid, price).await
     }
 
