@@ -394,11 +394,24 @@ impl HoldReceiver for NwcReceiver {
         self.idem
             .run(op, &content, || async {
                 let tx = self.lookup(&held.payment_ref).await?;
-                if tx.state != Some(TxState::Accepted) {
-                    return Err(RailError::InvalidState {
-                        op: "capture",
-                        state: format!("hold invoice is {:?}", tx.state),
-                    });
+                match tx.state {
+                    Some(TxState::Accepted) => {}
+                    // Only this receiver knows the preimage: a settled hold is its own earlier
+                    // capture whose answer was lost.
+                    Some(TxState::Settled) => {
+                        return Ok(Captured {
+                            payment_ref: held.payment_ref.clone(),
+                            capture_ref: held.payment_ref.clone(),
+                            captured: held.amount.clone(),
+                            released: Money::zero(Asset::btc()),
+                        });
+                    }
+                    other => {
+                        return Err(RailError::InvalidState {
+                            op: "capture",
+                            state: format!("hold invoice is {other:?}"),
+                        });
+                    }
                 }
                 self.client
                     .settle_hold_invoice(&hex::encode(self.preimage(&held.offer_id)))
@@ -554,11 +567,24 @@ impl Payer for NwcPayer {
         self.idem
             .run(op, offer, || async {
                 offer.check_live(self.clock.now())?;
-                let paid = self
-                    .client
-                    .pay_invoice(&details.invoice, None)
-                    .await
-                    .map_err(|e| rail_error(&e))?;
+                let paid = match self.client.pay_invoice(&details.invoice, None).await {
+                    Ok(p) => p,
+                    // The answer was lost (a timeout, a relay drop): the payment may have gone
+                    // through. Ask the wallet before failing, so a retry does not pay twice
+                    // or lose the proof.
+                    Err(e @ (NwcError::Timeout { .. } | NwcError::Relay(_))) => {
+                        match self.client.lookup_invoice(&details.payment_hash).await {
+                            Ok(tx) if tx.state == Some(TxState::Settled) => {
+                                crate::nip47::PayInvoiceResult {
+                                    preimage: tx.preimage.unwrap_or_default(),
+                                    fees_paid: Some(tx.fees_paid),
+                                }
+                            }
+                            _ => return Err(rail_error(&e)),
+                        }
+                    }
+                    Err(e) => return Err(rail_error(&e)),
+                };
                 // A wallet that says "paid" without the preimage is not believed.
                 if !preimage_matches(&paid.preimage, &details.payment_hash) {
                     return Err(RailError::Rail {

@@ -50,8 +50,9 @@ pub const META_OFFER: &str = "stipendex_offer";
 /// Metadata key naming the receiver (payee) an intent belongs to.
 pub const META_PAYEE: &str = "stipendex_payee";
 
-/// What an offer carries for the payer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What an offer carries for the payer. `Debug` hides the client secret (it lets its holder
+/// confirm the intent).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OfferDetails {
     /// `pi_…`.
@@ -62,6 +63,17 @@ pub struct OfferDetails {
     pub publishable_key: String,
     /// The receiver the intent belongs to (the offer's `payee`).
     pub payee: String,
+}
+
+impl std::fmt::Debug for OfferDetails {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfferDetails")
+            .field("payment_intent", &self.payment_intent)
+            .field("client_secret", &"<redacted>")
+            .field("publishable_key", &self.publishable_key)
+            .field("payee", &self.payee)
+            .finish()
+    }
 }
 
 /// A payment's proof.
@@ -415,13 +427,11 @@ impl HoldReceiver for StripeReceiver {
                     )));
                 }
                 let take = currency::to_stripe(amount)?;
-                if pi.status != PaymentIntentStatus::RequiresCapture {
-                    return Err(RailError::InvalidState {
-                        op: "capture",
-                        state: format!("payment intent {} is {}", pi.id, status_str(&pi.status)),
-                    });
-                }
-                if take > pi.amount_capturable {
+                // Checked here only while the hold is open. Otherwise Stripe answers: the same
+                // idempotency key replays a capture whose response was lost; anything else is
+                // refused there as payment_intent_unexpected_state.
+                if pi.status == PaymentIntentStatus::RequiresCapture && take > pi.amount_capturable
+                {
                     return Err(RailError::ExceedsAvailable {
                         op: "capture",
                         requested: amount.amount(),
@@ -439,7 +449,7 @@ impl HoldReceiver for StripeReceiver {
                     payment_ref: done.id.to_string(),
                     capture_ref: done.id.to_string(),
                     captured: self.money(done.amount_received)?,
-                    released: self.money(pi.amount_capturable - done.amount_received)?,
+                    released: self.money(done.amount - done.amount_received)?,
                 })
             })
             .await
@@ -453,13 +463,8 @@ impl HoldReceiver for StripeReceiver {
                 if pi.metadata.get(META_OFFER) != Some(&held.offer_id) {
                     return Err(RailError::NotFound(format!("hold {}", held.payment_ref)));
                 }
-                if pi.status != PaymentIntentStatus::RequiresCapture {
-                    return Err(RailError::InvalidState {
-                        op: "void",
-                        state: format!("payment intent {} is {}", pi.id, status_str(&pi.status)),
-                    });
-                }
-                let released = pi.amount_capturable;
+                // As for capture: a lost cancel is replayed by Stripe under the same key; a
+                // cancel of a captured intent is refused there.
                 let done = CancelPaymentIntent::new(pi.id.clone())
                     .customize()
                     .request_strategy(key("void", op)?)
@@ -468,7 +473,7 @@ impl HoldReceiver for StripeReceiver {
                     .map_err(stripe_err)?;
                 Ok(Voided {
                     payment_ref: done.id.to_string(),
-                    released: self.money(released)?,
+                    released: self.money(done.amount - done.amount_received)?,
                 })
             })
             .await
@@ -632,6 +637,17 @@ impl StripePayer {
                 .send(&api)
                 .await
                 .map_err(stripe_err)?;
+                // The intent may have changed between the check and the confirm: what was
+                // confirmed must be what was offered.
+                let moved = match mode {
+                    PaymentMode::Capture => done.amount_received,
+                    PaymentMode::Hold => done.amount_capturable,
+                };
+                if done.amount != want || moved != want || done.currency != currency_of(&self.asset)
+                {
+                    tracing::error!(intent = %done.id, offered = want, charged = moved, "stripe: confirmed intent differs from the offer");
+                    return Err(RailError::mismatch(Binding::Amount, want, moved));
+                }
                 let ok = match mode {
                     PaymentMode::Capture => done.status == PaymentIntentStatus::Succeeded,
                     PaymentMode::Hold => done.status == PaymentIntentStatus::RequiresCapture,
