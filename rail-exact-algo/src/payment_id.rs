@@ -92,6 +92,7 @@ pub enum Begin {
 pub struct Settling {
     reservation: Reservation,
     txid: String,
+    key: String,
 }
 
 /// What a challenge was issued for: a digest of the resource, the amount and the payee.
@@ -169,6 +170,9 @@ impl PaymentIds {
         txid: &str,
         timeout: Duration,
     ) -> Result<Begin, LifecycleError> {
+        // What the record names: the transaction and what it paid for, so a resumed settlement
+        // can only serve the resource the payment was made for.
+        let key = format!("{binding}/{txid}");
         match self.intent.reserve(pid, INTENT_RETENTION).await {
             Ok(reservation) => {
                 if let Err(e) = self.check_issued(pid, binding).await {
@@ -178,7 +182,7 @@ impl PaymentIds {
                 let deadline = self.clock.now().plus(timeout).millis();
                 reservation
                     .set_state(
-                        &format!("submitting:{txid}:{deadline}"),
+                        &format!("submitting:{key}:{deadline}"),
                         Some(INTENT_RETENTION),
                     )
                     .await
@@ -186,6 +190,7 @@ impl PaymentIds {
                 Ok(Begin::Fresh(Settling {
                     reservation,
                     txid: txid.to_owned(),
+                    key,
                 }))
             }
             Err(RailError::Replayed { .. }) => {
@@ -196,7 +201,7 @@ impl PaymentIds {
                     match rest.rsplit_once(':') {
                         // The same transaction: wait for its settler, or take over once its
                         // time is up. A client retrying after a 503 must not hear "used".
-                        Some((t, deadline)) if t == txid => match deadline.parse::<i64>() {
+                        Some((t, deadline)) if t == key => match deadline.parse::<i64>() {
                             Ok(d) if now < d => Err(LifecycleError::InProgress {
                                 retry_after: Duration::from_millis(
                                     u64::try_from(d - now).unwrap_or(0),
@@ -206,7 +211,7 @@ impl PaymentIds {
                         },
                         _ => Err(LifecycleError::AlreadyUsed),
                     }
-                } else if state.strip_prefix("settled:") == Some(txid) {
+                } else if state.strip_prefix("settled:") == Some(key.as_str()) {
                     // Settled, but perhaps never answered (a crash, a lost store write): the
                     // same transaction is checked on chain and served at most once.
                     Ok(Begin::Resume)
@@ -243,7 +248,7 @@ impl Settling {
     /// [`LifecycleError::Store`].
     pub async fn settled(self) -> Result<(), LifecycleError> {
         self.reservation
-            .set_state(&format!("settled:{}", self.txid), Some(INTENT_RETENTION))
+            .set_state(&format!("settled:{}", self.key), Some(INTENT_RETENTION))
             .await
             .map_err(store)
     }
@@ -365,6 +370,14 @@ mod tests {
         // Another transaction for the same paymentId is never settled.
         assert_eq!(
             ids.begin(&pid, B, "TX2", T).await.unwrap_err().code(),
+            "paymentId already used"
+        );
+        // The same transaction presented for something else: refused.
+        assert_eq!(
+            ids.begin(&pid, "binding-b", "TX1", T)
+                .await
+                .unwrap_err()
+                .code(),
             "paymentId already used"
         );
         // The same transaction may be checked on chain and served once.

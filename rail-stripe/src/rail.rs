@@ -150,8 +150,9 @@ impl StripeReceiver {
             payee: payee.into(),
             asset,
             guard: ReplayGuard::new(store.clone(), clock.clone(), "stripe/verified"),
+            // The lease outlasts the transport's worst case (4 attempts of 30 s, plus backoff).
             idem: Idempotency::new(store.clone(), clock.clone(), "stripe/receiver")
-                .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
+                .with_windows(Duration::from_secs(180), Duration::from_secs(24 * 3600)),
             store,
             clock,
         }
@@ -191,7 +192,13 @@ impl StripeReceiver {
             other => RailError::BadSignature(other.to_string()),
         })?;
         // Stripe retries deliveries; keep ids longer than its retry window (3 days).
-        let seen = ReplayGuard::new(self.guard_store(), self.clock.clone(), "stripe/events");
+        // One namespace per receiver: receivers sharing a store (and a Stripe account) each
+        // take their own deliveries.
+        let seen = ReplayGuard::new(
+            self.guard_store(),
+            self.clock.clone(),
+            format!("stripe/events/{}", self.payee),
+        );
         if !seen
             .insert_if_absent(&event.id, Some(Duration::from_secs(7 * 24 * 3600)))
             .await?
@@ -559,7 +566,7 @@ impl StripePayer {
             asset: max_amount.asset().clone(),
             max_amount,
             idem: Idempotency::new(store, clock.clone(), "stripe/payer")
-                .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
+                .with_windows(Duration::from_secs(180), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
         })
