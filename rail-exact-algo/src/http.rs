@@ -387,16 +387,22 @@ pub async fn paywall_middleware(
         }
         Some(Ok(h)) => h,
     };
-    match paywall.receiver.settle(&header, &price, None).await {
-        Ok(receipt) => {
+    match paywall.receiver.settle_pending(&header, &price).await {
+        Ok((receipt, serving)) => {
             let mut resp = next.run(req).await;
-            if !resp.status().is_success() {
+            if resp.status().is_success() {
+                if let Err(e) = serving.served().await {
+                    tracing::warn!(txid = %receipt.transaction, error = %e, "exact-algo: served, but could not record it");
+                }
+            } else {
+                // Paid, not served: the same payment may be presented again (no new charge).
                 tracing::warn!(
                     txid = %receipt.transaction,
                     status = resp.status().as_u16(),
                     resource = %price.resource,
                     "exact-algo: settled, but the handler did not succeed"
                 );
+                serving.failed().await;
             }
             attach_receipt(&mut resp, &receipt);
             resp

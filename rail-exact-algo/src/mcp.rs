@@ -410,8 +410,17 @@ impl McpServer {
         let Some(payment) = payment else {
             return Ok(self.challenge(price, PAYMENT_REQUIRED_ERROR, None).await);
         };
-        match self.receiver.settle(&payment, price, None).await {
-            Ok(r) => Ok(run(&tool, args, Some(r)).await),
+        match self.receiver.settle_pending(&payment, price).await {
+            Ok((r, serving)) => {
+                let result = run(&tool, args, Some(r)).await;
+                if result.get("isError").and_then(Value::as_bool) == Some(true) {
+                    // Paid, not served: the same payment may be presented again.
+                    serving.failed().await;
+                } else if let Err(e) = serving.served().await {
+                    tracing::warn!(tool = %tool.name, error = %e, "mcp: served, but could not record it");
+                }
+                Ok(result)
+            }
             Err(r) if r.is_retryable() => {
                 tracing::warn!(tool = %tool.name, error = %r, "mcp: settlement outcome unknown");
                 Ok(text_result(

@@ -223,6 +223,25 @@ impl PaymentIds {
         }
     }
 
+    /// Reserves the right to answer the payer for `pid` while the paid work runs: `None` if
+    /// another answer holds or took it. Commit it once the payer is served; release it when the
+    /// work failed, so the same payment can be presented again (it is not charged twice: the
+    /// transaction is found on chain). A crashed server's reservation lapses after `window`.
+    ///
+    /// # Errors
+    /// [`LifecycleError::Store`].
+    pub async fn serve(
+        &self,
+        pid: &str,
+        window: Duration,
+    ) -> Result<Option<Reservation>, LifecycleError> {
+        match self.served.reserve(pid, window).await {
+            Ok(r) => Ok(Some(r)),
+            Err(RailError::Replayed { .. }) => Ok(None),
+            Err(e) => Err(store(e)),
+        }
+    }
+
     /// Takes the right to answer the payer with a receipt for `pid`: `true` exactly once.
     ///
     /// # Errors

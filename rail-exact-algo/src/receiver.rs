@@ -172,6 +172,62 @@ impl Refusal {
 /// A callback told of every settlement (for bookkeeping, metrics, reconciliation).
 pub type OnSettled = Arc<dyn Fn(&Settlement) + Send + Sync>;
 
+/// How long a settled payment's answer may be in the making (the paid handler running) before
+/// another presentation of the same payment may answer instead.
+pub const SERVE_WINDOW: Duration = Duration::from_secs(300);
+
+/// A settled payment whose paid work is running: [`Serving::served`] once the payer got what
+/// it paid for, [`Serving::failed`] if the work failed (the same payment may then be presented
+/// again and is served without a second charge).
+#[must_use = "a settled payment must end as served or failed"]
+pub struct Serving {
+    reservation: Option<rail_core::keys::Reservation>,
+    settlement: Settlement,
+    hook: Option<OnSettled>,
+}
+
+impl fmt::Debug for Serving {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Serving")
+            .field("settlement", &self.settlement)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Serving {
+    /// The settlement.
+    #[must_use]
+    pub fn settlement(&self) -> &Settlement {
+        &self.settlement
+    }
+
+    /// The payer was served: the payment is used for good.
+    ///
+    /// # Errors
+    /// [`Refusal::PaymentId`] if the store failed (the payer was served all the same).
+    pub async fn served(self) -> Result<(), Refusal> {
+        if let Some(r) = self.reservation {
+            r.commit(Some(payment_id::INTENT_RETENTION))
+                .await
+                .map_err(|e| Refusal::PaymentId(LifecycleError::Store(e)))?;
+        }
+        if let Some(f) = &self.hook {
+            f(&self.settlement);
+        }
+        Ok(())
+    }
+
+    /// The paid work failed: the same payment may be presented again.
+    pub async fn failed(self) {
+        if let Some(r) = self.reservation
+            && let Err(e) = r.release().await
+        {
+            tracing::warn!(error = %e, "exact-algo: could not release a failed answer (it lapses)");
+        }
+        tracing::warn!(txid = %self.settlement.txid, "exact-algo: settled, but the paid work failed; the same payment may be presented again");
+    }
+}
+
 /// The exact-algo receiver.
 #[derive(Clone)]
 pub struct ExactAlgoReceiver {
@@ -355,6 +411,34 @@ impl ExactAlgoReceiver {
         price: &Price,
         expect_pid: Option<&str>,
     ) -> Result<PaymentResponse, Refusal> {
+        let (response, serving) = self
+            .settle_signed_pending(signed, price, expect_pid)
+            .await?;
+        serving.served().await?;
+        Ok(response)
+    }
+
+    /// As [`ExactAlgoReceiver::settle`], but the payment is only marked used for good once the
+    /// paid work succeeded ([`Serving::served`]); if it fails ([`Serving::failed`]) the payer may
+    /// present the same payment again and is served without a second charge.
+    ///
+    /// # Errors
+    /// A [`Refusal`].
+    pub async fn settle_pending(
+        &self,
+        header: &str,
+        price: &Price,
+    ) -> Result<(PaymentResponse, Serving), Refusal> {
+        let (_, signed) = wire::decode_payment_header(header, &self.network)?;
+        self.settle_signed_pending(&signed, price, None).await
+    }
+
+    async fn settle_signed_pending(
+        &self,
+        signed: &SignedPay,
+        price: &Price,
+        expect_pid: Option<&str>,
+    ) -> Result<(PaymentResponse, Serving), Refusal> {
         // The signature first: nothing in the payload is believed before it verifies.
         signed
             .verify_signature()
@@ -488,10 +572,10 @@ impl ExactAlgoReceiver {
         confirmed_round: u64,
         pid: &str,
         price: &Price,
-    ) -> Result<PaymentResponse, Refusal> {
-        if !self.ids.serve_once(pid).await? {
+    ) -> Result<(PaymentResponse, Serving), Refusal> {
+        let Some(reservation) = self.ids.serve(pid, SERVE_WINDOW).await? else {
             return Err(LifecycleError::AlreadyUsed.into());
-        }
+        };
         let s = Settlement {
             txid: txid.to_owned(),
             payer: signed.txn.sender,
@@ -502,17 +586,22 @@ impl ExactAlgoReceiver {
             resource: price.resource.clone(),
         };
         tracing::info!(txid, payer = %s.payer, amount = s.amount, round = confirmed_round, resource = %s.resource, "exact-algo: settled");
-        if let Some(f) = &self.on_settled {
-            f(&s);
-        }
-        Ok(PaymentResponse {
+        let response = PaymentResponse {
             success: true,
-            transaction: s.txid,
+            transaction: s.txid.clone(),
             network: self.network.clone(),
             payer: s.payer.to_string(),
             amount: s.amount.to_string(),
             confirmed_round,
-        })
+        };
+        Ok((
+            response,
+            Serving {
+                reservation: Some(reservation),
+                settlement: s,
+                hook: self.on_settled.clone(),
+            },
+        ))
     }
 }
 

@@ -125,3 +125,33 @@ async fn the_token_is_required_and_never_printed() {
     assert_eq!(e.to_string(), "algod 401: Invalid API Token");
     assert!(!format!("{bad:?}").contains("wrong"));
 }
+
+#[tokio::test]
+async fn paid_work_that_fails_can_be_served_again_without_a_second_charge() {
+    let (net, payer, receiver, treasury) = setup().await;
+    let required = receiver
+        .payment_required(&price(), "payment required")
+        .await
+        .unwrap();
+    let signed = payer.pay_required(&required).await.unwrap();
+    // Settled, then the paid handler fails: not served.
+    let (_, serving) = receiver
+        .settle_pending(&signed.header, &price())
+        .await
+        .unwrap();
+    serving.failed().await;
+    assert_eq!(net.devnet.balance(&treasury), 101_000);
+    // The same payment again: found on chain, served, no new transaction.
+    let r = receiver
+        .settle(&signed.header, &price(), None)
+        .await
+        .unwrap();
+    assert_eq!(r.transaction, signed.txid);
+    assert_eq!(net.devnet.balance(&treasury), 101_000);
+    // Served once: never again.
+    let e = receiver
+        .settle(&signed.header, &price(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "paymentId already used");
+}
