@@ -234,7 +234,7 @@ impl ExactAlgoPayer {
             .parse()
             .map_err(|_| PayError::NoAcceptable("maxAmountRequired".into()))?;
         let pid = accept.extra.payment_id.clone();
-        self.sign(&accept, pay_to, amount, &pid).await
+        self.sign_with(params, &accept, pay_to, amount, &pid).await
     }
 
     /// Signs a payment of `amount` to `pay_to` with note `pid` for the challenge `accept`.
@@ -246,6 +246,19 @@ impl ExactAlgoPayer {
         pid: &str,
     ) -> Result<SignedPayment, PayError> {
         let params = self.algod.params().await?;
+        self.sign_with(params, accept, pay_to, amount, pid).await
+    }
+
+    /// As [`ExactAlgoPayer::sign`], with algod's suggested parameters already in hand (one
+    /// `GET /v2/transactions/params` per payment, not two).
+    async fn sign_with(
+        &self,
+        params: crate::algod::SuggestedParams,
+        accept: &Accept,
+        pay_to: Address,
+        amount: u64,
+        pid: &str,
+    ) -> Result<SignedPayment, PayError> {
         let net = network_id(&params.genesis_hash);
         if net != accept.network {
             return Err(PayError::WrongNetwork {
