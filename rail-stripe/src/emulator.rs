@@ -751,11 +751,7 @@ impl Emulator {
         id: &str,
         p: &BTreeMap<String, String>,
     ) -> Result<Json, ApiError> {
-        let mut i = s
-            .intents
-            .get(id)
-            .cloned()
-            .ok_or_else(|| no_such("payment_intent", id))?;
+        let mut i = intent(s, id)?;
         if !["requires_payment_method", "requires_confirmation"].contains(&i.status.as_str()) {
             return Err(unexpected_state(
                 "PaymentIntent",
@@ -878,11 +874,7 @@ impl Emulator {
         id: &str,
         p: &BTreeMap<String, String>,
     ) -> Result<Json, ApiError> {
-        let mut i = s
-            .intents
-            .get(id)
-            .cloned()
-            .ok_or_else(|| no_such("payment_intent", id))?;
+        let mut i = intent(s, id)?;
         if i.status != "requires_capture" {
             return Err(unexpected_state(
                 "PaymentIntent",
@@ -935,11 +927,7 @@ impl Emulator {
         id: &str,
         p: &BTreeMap<String, String>,
     ) -> Result<Json, ApiError> {
-        let mut i = s
-            .intents
-            .get(id)
-            .cloned()
-            .ok_or_else(|| no_such("payment_intent", id))?;
+        let mut i = intent(s, id)?;
         let cancelable = [
             "requires_payment_method",
             "requires_capture",
@@ -1241,6 +1229,14 @@ impl Emulator {
             task,
         })
     }
+}
+
+/// The intent `id`, or Stripe's `resource_missing`.
+fn intent(s: &StateInner, id: &str) -> Result<Intent, ApiError> {
+    s.intents
+        .get(id)
+        .cloned()
+        .ok_or_else(|| no_such("payment_intent", id))
 }
 
 /// Releases `amount` of an authorisation back to its card.

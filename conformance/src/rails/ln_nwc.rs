@@ -441,7 +441,7 @@ impl LnHarness {
 }
 
 fn hex_of(b: [u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 #[async_trait]
