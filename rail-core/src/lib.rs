@@ -37,6 +37,7 @@ pub mod keys_sql;
 pub mod localnet;
 pub mod money;
 pub mod rail;
+pub mod route;
 pub mod types;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

@@ -35,6 +35,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use data_encoding::BASE64;
+use rail_core::route::{RoutePattern, decoded_segments};
 use serde_json::{Value, json};
 
 use crate::receiver::{ExactAlgoReceiver, Price};
@@ -58,43 +59,12 @@ pub const PAYMENT_REQUIRED_ERROR: &str = "payment required";
 /// exist), so that nobody pays for a 404.
 pub type RouteGuard = Arc<dyn Fn(&[String]) -> bool + Send + Sync>;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Segment {
-    Literal(String),
-    Param,
-    Rest,
-}
-
 #[derive(Clone)]
 struct PricedRoute {
-    pattern: String,
-    segments: Vec<Segment>,
+    pattern: RoutePattern,
     description: String,
     amount: u64,
     guard: Option<RouteGuard>,
-}
-
-impl PricedRoute {
-    fn matches(&self, decoded: &[String]) -> bool {
-        let mut it = decoded.iter();
-        for (i, seg) in self.segments.iter().enumerate() {
-            match seg {
-                Segment::Rest => {
-                    let rest: Vec<&String> = decoded.iter().skip(i).collect();
-                    return rest.iter().any(|s| !s.is_empty());
-                }
-                Segment::Param => match it.next() {
-                    Some(s) if !s.is_empty() => {}
-                    _ => return false,
-                },
-                Segment::Literal(l) => match it.next() {
-                    Some(s) if s == l => {}
-                    _ => return false,
-                },
-            }
-        }
-        it.next().is_none()
-    }
 }
 
 /// The priced routes of an app and the receiver that settles their payments. Cheap to clone.
@@ -116,60 +86,14 @@ impl fmt::Debug for Paywall {
             .field("receiver", &self.receiver)
             .field(
                 "routes",
-                &self.routes.iter().map(|r| &r.pattern).collect::<Vec<_>>(),
+                &self
+                    .routes
+                    .iter()
+                    .map(|r| r.pattern.as_str())
+                    .collect::<Vec<_>>(),
             )
             .finish()
     }
-}
-
-fn parse_pattern(pattern: &str) -> Vec<Segment> {
-    pattern
-        .split('/')
-        .map(|s| {
-            if s.starts_with("{*") && s.ends_with('}') {
-                Segment::Rest
-            } else if s.starts_with('{') && s.ends_with('}') && s.len() > 2 {
-                Segment::Param
-            } else {
-                Segment::Literal(s.to_owned())
-            }
-        })
-        .collect()
-}
-
-fn hex_val(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// Percent-decodes one path segment (invalid escapes are kept as they are).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while let Some(&c) = b.get(i) {
-        if c == b'%'
-            && let (Some(h), Some(l)) = (
-                b.get(i + 1).copied().and_then(hex_val),
-                b.get(i + 2).copied().and_then(hex_val),
-            )
-        {
-            out.push(h * 16 + l);
-            i += 3;
-            continue;
-        }
-        out.push(c);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn decoded_segments(path: &str) -> Vec<String> {
-    path.split('/').map(percent_decode).collect()
 }
 
 impl Paywall {
@@ -191,8 +115,7 @@ impl Paywall {
     #[must_use]
     pub fn route(self, pattern: &str, description: &str, amount: u64) -> Self {
         self.push(PricedRoute {
-            pattern: pattern.to_owned(),
-            segments: parse_pattern(pattern),
+            pattern: RoutePattern::parse(pattern),
             description: description.to_owned(),
             amount,
             guard: None,
@@ -210,8 +133,7 @@ impl Paywall {
         guard: RouteGuard,
     ) -> Self {
         self.push(PricedRoute {
-            pattern: pattern.to_owned(),
-            segments: parse_pattern(pattern),
+            pattern: RoutePattern::parse(pattern),
             description: description.to_owned(),
             amount,
             guard: Some(guard),
@@ -231,7 +153,7 @@ impl Paywall {
         let decoded = decoded_segments(path);
         self.routes
             .iter()
-            .find(|r| r.matches(&decoded))
+            .find(|r| r.pattern.matches(&decoded))
             .filter(|r| r.guard.as_ref().is_none_or(|g| g(&decoded)))
             .map(|r| Price {
                 resource: path.to_owned(),
@@ -246,7 +168,7 @@ impl Paywall {
         self.routes
             .iter()
             .map(|r| Price {
-                resource: r.pattern.clone(),
+                resource: r.pattern.as_str().to_owned(),
                 description: r.description.clone(),
                 amount: r.amount,
             })
@@ -1071,33 +993,5 @@ mod tests {
                 "settlement failed"
             ]
         );
-    }
-
-    #[test]
-    fn patterns_match_every_spelling_of_a_path() {
-        let r = |p: &str| PricedRoute {
-            pattern: p.into(),
-            segments: parse_pattern(p),
-            description: String::new(),
-            amount: 1,
-            guard: None,
-        };
-        let m = |route: &PricedRoute, path: &str| route.matches(&decoded_segments(path));
-        let posts = r("/api/posts/{id}");
-        assert!(m(&posts, "/api/posts/1"));
-        assert!(m(&posts, "/api/posts/%31"));
-        assert!(m(&posts, "/api/%70osts/1"));
-        assert!(!m(&posts, "/api/posts"));
-        assert!(!m(&posts, "/api/posts/"));
-        assert!(!m(&posts, "/api/posts/1/x"));
-        let exact = r("/api/posts/1");
-        assert!(m(&exact, "/api/posts/%31"));
-        assert!(!m(&exact, "/api/posts/2"));
-        let rest = r("/files/{*path}");
-        assert!(m(&rest, "/files/a/b"));
-        assert!(!m(&rest, "/files/"));
-        assert!(!m(&rest, "/files"));
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
-        assert_eq!(percent_decode("a%2Fb"), "a/b");
     }
 }

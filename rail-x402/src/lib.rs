@@ -68,8 +68,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod client;
 pub mod eip3009;
+pub mod evm;
+pub mod facilitator;
 pub mod fields;
+pub mod http;
+pub mod payer;
+pub mod rpc;
+pub mod server;
 pub mod v1;
 pub mod verify;
 pub mod wire;

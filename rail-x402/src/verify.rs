@@ -72,6 +72,21 @@ pub mod reasons {
     pub const NONCE_ALREADY_USED: &str = "invalid_exact_evm_nonce_already_used";
     /// Chain check, not done offline: simulating `transferWithAuthorization` failed.
     pub const SIMULATION_FAILED: &str = "invalid_exact_evm_transaction_simulation_failed";
+    /// Chain check: the asset has no code.
+    pub const ASSET_NOT_DEPLOYED: &str = "asset_not_deployed_contract";
+    /// Settlement: the transaction reverted or could not be sent.
+    pub const TRANSACTION_FAILED: &str = "invalid_exact_evm_transaction_failed";
+    /// Settlement: the receipt lacks the expected `Transfer(from, to, value)` log.
+    pub const TRANSFER_EVENT_MISMATCH: &str = "invalid_exact_evm_transfer_event_mismatch";
+    /// Settlement: broadcast, but no receipt yet (not terminal; retry the same payment).
+    pub const SETTLEMENT_PENDING: &str = "settlement_pending";
+    /// The facilitator could not be reached or answered nonsense (this crate's own).
+    pub const FACILITATOR_UNAVAILABLE: &str = "facilitator_unavailable";
+    /// Specification §9: the payload could not be decoded.
+    pub const INVALID_PAYLOAD: &str = "invalid_payload";
+    /// The payment matches none of the route's requirements: the `error` text of the
+    /// reference resource server's 402 (`@x402/core` `x402HTTPResourceServer`).
+    pub const NO_MATCHING_REQUIREMENTS: &str = "No matching payment requirements";
 }
 
 /// Seconds of slack the reference requires before `validBefore` (one block).

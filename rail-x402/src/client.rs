@@ -1,0 +1,220 @@
+//! The paying HTTP client: a small wrapper around `reqwest` that answers a 402 by paying
+//! within the payer's [`Policy`](crate::payer::Policy) and retrying once.
+//!
+//! - The 402 is read from `PAYMENT-REQUIRED` (v2). A 402 without it is returned as is: the
+//!   client never downgrades to v1 or guesses.
+//! - One payment per request: if the paid retry gets no answer (timeout, connection reset) or
+//!   a 503 (outcome unknown), the **same** signed payment is sent again, up to
+//!   [`X402Client::with_retries`] times, honouring `Retry-After`. A second signature is never
+//!   made for one request.
+//! - The result says what was paid ([`Paid::payment`]) and what the server answered
+//!   ([`Paid::settlement`], from `PAYMENT-RESPONSE`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use rail_x402::client::X402Client;
+//! use rail_x402::evm::LocalSigner;
+//! use rail_x402::payer::{Policy, X402Payer};
+//!
+//! let signer = LocalSigner::from_hex(&std::env::var("X402_PAYER_KEY")?)?;
+//! let usdc = "0x036CbD53842c5426634e7929541eC2318f3dCF7e".parse()?;
+//! let payer = X402Payer::new(signer, Policy::new("eip155:84532", usdc, alloy_primitives::U256::from(10_000u64)));
+//! let client = X402Client::new(payer)?;
+//! let paid = client.get("http://127.0.0.1:8402/weather").await?;
+//! println!("{} {:?}", paid.status, paid.settlement.map(|s| s.transaction));
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+
+use crate::payer::{PayerError, X402Payer};
+use crate::wire::{HeaderError, PaymentPayload, PaymentRequired, SettleResponse};
+
+/// Why a paid request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No answer (and, after a payment was made, none after every retry of it).
+    #[error("http: {0}")]
+    Http(String),
+    /// The 402's `PAYMENT-REQUIRED` header did not decode.
+    #[error("402 header: {0}")]
+    Header(#[from] HeaderError),
+    /// The policy allows none of the options, or signing failed.
+    #[error(transparent)]
+    Payer(#[from] PayerError),
+}
+
+/// The answer to a (possibly paid) request.
+#[derive(Debug)]
+pub struct Paid {
+    /// Final status.
+    pub status: StatusCode,
+    /// Final headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// Final body.
+    pub body: bytes_body::Body,
+    /// The payment sent, if one was.
+    pub payment: Option<PaymentPayload>,
+    /// The decoded `PAYMENT-RESPONSE`, if the server sent one.
+    pub settlement: Option<SettleResponse>,
+    /// The 402 that asked for the payment.
+    pub payment_required: Option<PaymentRequired>,
+}
+
+/// The body type (bytes).
+pub mod bytes_body {
+    /// A response body.
+    pub type Body = Vec<u8>;
+}
+
+/// A reqwest client that pays 402s.
+#[derive(Clone, Debug)]
+pub struct X402Client {
+    http: reqwest::Client,
+    payer: X402Payer,
+    retries: u32,
+}
+
+impl X402Client {
+    /// A client paying with `payer`, 30 s per request, 3 resends of a payment.
+    ///
+    /// # Errors
+    /// [`ClientError::Http`] if the HTTP client cannot be built.
+    pub fn new(payer: X402Payer) -> Result<Self, ClientError> {
+        Ok(Self {
+            http: crate::rpc::http_client(Duration::from_secs(30))
+                .map_err(|e| ClientError::Http(e.to_string()))?,
+            payer,
+            retries: 3,
+        })
+    }
+
+    /// With another reqwest client (timeouts, proxies).
+    #[must_use]
+    pub fn with_http(mut self, http: reqwest::Client) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// How many times the same payment is resent when its outcome is unknown.
+    #[must_use]
+    pub const fn with_retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// The payer.
+    #[must_use]
+    pub const fn payer(&self) -> &X402Payer {
+        &self.payer
+    }
+
+    /// `GET url`, paying if asked.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn get(&self, url: &str) -> Result<Paid, ClientError> {
+        self.send(Method::GET, url, None).await
+    }
+
+    /// A request with an optional body, paying if asked.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Paid, ClientError> {
+        let build = |payment: Option<&str>| {
+            let mut r = self.http.request(method.clone(), url);
+            if let Some(b) = &body {
+                r = r.body(b.clone());
+            }
+            if let Some(p) = payment {
+                r = r.header(crate::wire::PAYMENT_SIGNATURE_HEADER, p);
+            }
+            r
+        };
+        let first = build(None)
+            .send()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        if first.status() != StatusCode::PAYMENT_REQUIRED {
+            return finish(first, None, None).await;
+        }
+        let Some(header) = first
+            .headers()
+            .get(crate::wire::PAYMENT_REQUIRED_HEADER)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+        else {
+            // Not a v2 402: nothing to pay.
+            return finish(first, None, None).await;
+        };
+        let required = PaymentRequired::from_header(&header)?;
+        let payment = self.payer.pay(&required)?;
+        let encoded = payment.to_header()?;
+        tracing::info!(payer = %self.payer.address(), amount = %payment.accepted.amount, network = %payment.accepted.network, "x402: paying");
+        let mut attempt = 0;
+        loop {
+            match build(Some(&encoded)).send().await {
+                Ok(resp)
+                    if resp.status() == StatusCode::SERVICE_UNAVAILABLE
+                        && attempt < self.retries =>
+                {
+                    let wait = resp
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(1)
+                        .min(10);
+                    tracing::warn!(
+                        attempt,
+                        wait,
+                        "x402: outcome unknown (503); resending the same payment"
+                    );
+                    tokio::time::sleep(Duration::from_secs(wait)).await;
+                }
+                Ok(resp) => return finish(resp, Some(payment), Some(required)).await,
+                Err(e) if attempt < self.retries => {
+                    tracing::warn!(attempt, error = %e, "x402: no answer; resending the same payment");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+                Err(e) => return Err(ClientError::Http(e.to_string())),
+            }
+            attempt += 1;
+        }
+    }
+}
+
+async fn finish(
+    resp: reqwest::Response,
+    payment: Option<PaymentPayload>,
+    payment_required: Option<PaymentRequired>,
+) -> Result<Paid, ClientError> {
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let settlement = headers
+        .get(crate::wire::PAYMENT_RESPONSE_HEADER)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| SettleResponse::from_header(h).ok());
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?
+        .to_vec();
+    Ok(Paid {
+        status,
+        headers,
+        body,
+        payment,
+        settlement,
+        payment_required,
+    })
+}

@@ -1,0 +1,790 @@
+//! Facilitators: who checks a payment against the chain and settles it.
+//!
+//! [`Facilitator`] is the x402 facilitator API (`POST /verify`, `POST /settle`,
+//! `GET /supported`) as a trait, with two implementations:
+//! - [`LocalFacilitator`] verifies on chain through JSON-RPC and settles by sending
+//!   `transferWithAuthorization` from its own key, with one nonce sequence shared by concurrent
+//!   settles and a write-ahead settlement record per authorization ([`SettlementBook`]).
+//! - [`RemoteFacilitator`] calls a facilitator server over HTTP (ours,
+//!   [`crate::server`], or the reference one).
+//!
+//! Outcomes are three-valued: a [`SettleResponse`] with `success: true` (money moved, the
+//! transaction is known), one with `success: false` (nothing moved: the payer may try again),
+//! or a [`FacilitatorError`] (no usable answer: the outcome is **unknown**, nothing may be
+//! served, and the same payment must be retried, never a new one).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use alloy_primitives::{Address, B256, U256};
+use async_trait::async_trait;
+use rail_core::keys::KeyStore;
+use rail_core::{RailError, ReplayGuard, SharedClock};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::evm::{Eip1559Tx, LocalSigner, transfer_with_authorization_calldata};
+use crate::rpc::{Receipt, RpcClient, RpcError};
+use crate::verify::{ChainView, OfflineVerified, VerifyError, reasons, verify_exact_evm};
+use crate::wire::{
+    PaymentPayload, PaymentRequirements, SCHEME_EXACT, SettleResponse, VerifyResponse,
+};
+
+/// One `(x402Version, scheme, network)` a facilitator handles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedKind {
+    /// Protocol version (2).
+    pub x402_version: u8,
+    /// `exact`.
+    pub scheme: String,
+    /// CAIP-2 network.
+    pub network: String,
+}
+
+/// `GET /supported` (`@x402/core` `SupportedResponse`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedResponse {
+    /// What is handled.
+    pub kinds: Vec<SupportedKind>,
+    /// Extension names (none here).
+    #[serde(default)]
+    pub extensions: Vec<String>,
+    /// Settling addresses per CAIP-2 family (`"eip155:*"`).
+    #[serde(default)]
+    pub signers: BTreeMap<String, Vec<String>>,
+}
+
+/// The body of `POST /verify` and `POST /settle`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FacilitatorRequest {
+    /// 2.
+    pub x402_version: u8,
+    /// What the payer sent.
+    pub payment_payload: PaymentPayload,
+    /// What the resource server requires.
+    pub payment_requirements: PaymentRequirements,
+}
+
+/// No usable answer from a facilitator: the outcome is unknown.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FacilitatorError {
+    /// Not reached, timed out, or a 5xx / non-JSON / truncated answer.
+    #[error("facilitator unavailable: {0}")]
+    Unavailable(String),
+    /// A settlement of this very authorization is in flight: retry the same payment later.
+    #[error("settlement in progress; retry the same payment in {retry_after:?}")]
+    InProgress {
+        /// When to retry.
+        retry_after: Duration,
+    },
+    /// The settlement store failed.
+    #[error("settlement store: {0}")]
+    Store(String),
+}
+
+/// The x402 facilitator API.
+#[async_trait]
+pub trait Facilitator: Send + Sync + std::fmt::Debug {
+    /// Checks a payment (signature, window, amount, balance, nonce, simulation); moves nothing.
+    ///
+    /// # Errors
+    /// [`FacilitatorError`] if no answer could be had.
+    async fn verify(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<VerifyResponse, FacilitatorError>;
+
+    /// Verifies again, then settles on chain and waits for the receipt. Settling the same
+    /// authorization twice answers the first settlement's transaction (never a second one).
+    ///
+    /// # Errors
+    /// [`FacilitatorError`]: the outcome is unknown.
+    async fn settle(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<SettleResponse, FacilitatorError>;
+
+    /// What this facilitator handles.
+    ///
+    /// # Errors
+    /// [`FacilitatorError`].
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError>;
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn invalid(payload: &PaymentPayload, reason: &str, message: String) -> VerifyResponse {
+    VerifyResponse {
+        is_valid: false,
+        invalid_reason: Some(reason.to_owned()),
+        invalid_message: Some(message),
+        payer: Some(payload.payload.authorization.from.to_string()),
+    }
+}
+
+fn failed(
+    payload: &PaymentPayload,
+    reason: &str,
+    message: String,
+    tx: Option<B256>,
+) -> SettleResponse {
+    SettleResponse {
+        success: false,
+        error_reason: Some(reason.to_owned()),
+        error_message: Some(message),
+        transaction: tx.map(|t| t.to_string()).unwrap_or_default(),
+        network: payload.accepted.network.clone(),
+        payer: Some(payload.payload.authorization.from.to_string()),
+    }
+}
+
+fn settled(payload: &PaymentPayload, tx: B256) -> SettleResponse {
+    SettleResponse {
+        success: true,
+        error_reason: None,
+        error_message: None,
+        transaction: tx.to_string(),
+        network: payload.accepted.network.clone(),
+        payer: Some(payload.payload.authorization.from.to_string()),
+    }
+}
+
+fn rpc_down(e: &RpcError) -> FacilitatorError {
+    FacilitatorError::Unavailable(e.to_string())
+}
+
+/// How long a settler owns an authorization before a retry may look again (covers send +
+/// receipt wait).
+pub const SETTLE_LEASE: Duration = Duration::from_secs(90);
+/// How long a settled authorization is remembered: longer than any validity window we accept.
+pub const SETTLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The write-ahead settlement record, one per `(chain, token, authorizer, nonce)`, on the
+/// rail-core replay guard (so settlers sharing PostgreSQL agree):
+/// `submitted:<tx>` is written **before** the transaction is broadcast, `settled:<tx>` after
+/// its receipt. A settler that finds a record never broadcasts a second transaction for the
+/// same authorization: it looks up the recorded one.
+#[derive(Clone, Debug)]
+pub struct SettlementBook {
+    guard: ReplayGuard,
+}
+
+/// What the book says about an authorization.
+#[derive(Debug)]
+enum Entry {
+    /// Nobody is on it: this caller owns it (write the tx hash, then send).
+    Fresh(rail_core::keys::Reservation),
+    /// A transaction was written ahead (maybe sent, maybe not).
+    Submitted(B256),
+    /// Settled by this transaction.
+    Settled(B256),
+    /// Reserved but no transaction written yet (a settler is verifying).
+    Busy,
+}
+
+impl SettlementBook {
+    /// A book in `store`.
+    pub fn new(store: Arc<dyn KeyStore>, clock: SharedClock) -> Self {
+        Self {
+            guard: ReplayGuard::new(store, clock, "x402/settlement"),
+        }
+    }
+
+    fn key(chain_id: u64, token: Address, from: Address, nonce: B256) -> String {
+        format!("{chain_id}:{token:#x}:{from:#x}:{nonce:#x}")
+    }
+
+    async fn open(&self, key: &str) -> Result<Entry, FacilitatorError> {
+        match self.guard.reserve(key, SETTLE_LEASE).await {
+            Ok(r) => Ok(Entry::Fresh(r)),
+            Err(RailError::Replayed { .. }) => {
+                let state = self
+                    .guard
+                    .state(key)
+                    .await
+                    .map_err(|e| FacilitatorError::Store(e.to_string()))?
+                    .unwrap_or_default();
+                let tx = |s: &str| s.parse::<B256>().ok();
+                Ok(
+                    if let Some(t) = state.strip_prefix("settled:").and_then(tx) {
+                        Entry::Settled(t)
+                    } else if let Some(t) = state.strip_prefix("submitted:").and_then(tx) {
+                        Entry::Submitted(t)
+                    } else {
+                        Entry::Busy
+                    },
+                )
+            }
+            Err(e) => Err(FacilitatorError::Store(e.to_string())),
+        }
+    }
+}
+
+/// The next account nonce of the settling key, shared by concurrent settles: a transaction
+/// is signed and broadcast under the lock, so nonces are handed out without gaps or reuse.
+#[derive(Debug, Default)]
+struct NonceState {
+    next: Option<u64>,
+    fees: Option<(u128, u128, Instant)>,
+}
+
+/// Settling configuration.
+#[derive(Clone, Debug)]
+pub struct SettleConfig {
+    /// Gas limit for `transferWithAuthorization` (FiatTokenV2_2 uses about 60–90k).
+    pub gas_limit: u64,
+    /// First receipt poll delay; doubles up to 1 s.
+    pub first_poll: Duration,
+    /// Give up waiting for a receipt after this (the outcome is then unknown).
+    pub receipt_timeout: Duration,
+    /// How long fee figures are reused.
+    pub fee_ttl: Duration,
+}
+
+impl Default for SettleConfig {
+    fn default() -> Self {
+        Self {
+            gas_limit: 150_000,
+            first_poll: Duration::from_millis(5),
+            receipt_timeout: Duration::from_secs(60),
+            fee_ttl: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A facilitator that verifies and settles itself, through one JSON-RPC endpoint.
+#[derive(Debug)]
+pub struct LocalFacilitator {
+    rpc: RpcClient,
+    signer: LocalSigner,
+    chain_id: u64,
+    network: String,
+    book: SettlementBook,
+    nonce: Mutex<NonceState>,
+    config: SettleConfig,
+}
+
+impl LocalFacilitator {
+    /// A facilitator on the chain behind `rpc` (its chain id is asked once), settling from
+    /// `signer`, recording settlements in `book`.
+    ///
+    /// # Errors
+    /// [`FacilitatorError::Unavailable`] if the node does not answer `eth_chainId`.
+    pub async fn connect(
+        rpc: RpcClient,
+        signer: LocalSigner,
+        book: SettlementBook,
+    ) -> Result<Self, FacilitatorError> {
+        let chain_id = rpc.chain_id().await.map_err(|e| rpc_down(&e))?;
+        Ok(Self {
+            rpc,
+            signer,
+            chain_id,
+            network: format!("eip155:{chain_id}"),
+            book,
+            nonce: Mutex::new(NonceState::default()),
+            config: SettleConfig::default(),
+        })
+    }
+
+    /// With other settling parameters.
+    #[must_use]
+    pub fn with_config(mut self, config: SettleConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The CAIP-2 network (`eip155:<chain id>`).
+    #[must_use]
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// The settling address (pays gas).
+    #[must_use]
+    pub const fn address(&self) -> Address {
+        self.signer.address()
+    }
+
+    /// The JSON-RPC client.
+    #[must_use]
+    pub const fn rpc(&self) -> &RpcClient {
+        &self.rpc
+    }
+
+    /// Offline checks, then the chain's: network served, asset deployed, balance, nonce
+    /// unused, and a simulated `transferWithAuthorization` from the settling address.
+    async fn check(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+        simulate: bool,
+    ) -> Result<Result<OfflineVerified, VerifyResponse>, FacilitatorError> {
+        let ok = match verify_exact_evm(payload, requirements, unix_now()) {
+            Ok(ok) => ok,
+            Err(e) => return Ok(Err(invalid(payload, e.reason(), e.to_string()))),
+        };
+        if ok.domain.chain_id != self.chain_id {
+            let e = VerifyError::UnsupportedNetwork(requirements.network.clone());
+            return Ok(Err(invalid(
+                payload,
+                e.reason(),
+                format!("this facilitator settles on {}", self.network),
+            )));
+        }
+        let token = ok.domain.verifying_contract;
+        let auth = &ok.authorization;
+        let code = self.rpc.code(token).await.map_err(|e| rpc_down(&e))?;
+        if code.is_empty() {
+            return Ok(Err(invalid(
+                payload,
+                reasons::ASSET_NOT_DEPLOYED,
+                format!("no contract at {token}"),
+            )));
+        }
+        let balance = self
+            .rpc
+            .balance_of(token, auth.from)
+            .await
+            .map_err(|e| rpc_down(&e))?;
+        if balance < auth.value {
+            return Ok(Err(invalid(
+                payload,
+                reasons::INSUFFICIENT_BALANCE,
+                format!("balance {balance} < value {}", auth.value),
+            )));
+        }
+        let used = self
+            .rpc
+            .authorization_state(token, auth.from, auth.nonce)
+            .await
+            .map_err(|e| rpc_down(&e))?;
+        if used {
+            return Ok(Err(invalid(
+                payload,
+                reasons::NONCE_ALREADY_USED,
+                format!("nonce {} of {} is used", auth.nonce, auth.from),
+            )));
+        }
+        if simulate {
+            let input = transfer_with_authorization_calldata(auth, &ok.signature);
+            match self.rpc.call(Some(self.address()), token, &input).await {
+                Ok(_) => {}
+                Err(RpcError::Reverted { reason }) => {
+                    return Ok(Err(invalid(payload, reasons::SIMULATION_FAILED, reason)));
+                }
+                Err(e) => return Err(rpc_down(&e)),
+            }
+        }
+        Ok(Ok(ok))
+    }
+
+    async fn fees(&self, state: &mut NonceState) -> Result<(u128, u128), RpcError> {
+        if let Some((max, tip, at)) = state.fees
+            && at.elapsed() < self.config.fee_ttl
+        {
+            return Ok((max, tip));
+        }
+        let (base, tip) = self.rpc.fees().await?;
+        let max = base.saturating_mul(2).saturating_add(tip);
+        state.fees = Some((max, tip, Instant::now()));
+        Ok((max, tip))
+    }
+
+    /// Signs the settling transaction with the next account nonce, records it ahead in the
+    /// book, and broadcasts it, all under the nonce lock.
+    async fn broadcast(
+        &self,
+        ok: &OfflineVerified,
+        reservation: &rail_core::keys::Reservation,
+    ) -> Result<Result<B256, String>, FacilitatorError> {
+        let input = transfer_with_authorization_calldata(&ok.authorization, &ok.signature);
+        let mut state = self.nonce.lock().await;
+        for _attempt in 0..3 {
+            let nonce = match state.next {
+                Some(n) => n,
+                None => self
+                    .rpc
+                    .transaction_count(self.address(), "pending")
+                    .await
+                    .map_err(|e| rpc_down(&e))?,
+            };
+            let (max_fee, tip) = self.fees(&mut state).await.map_err(|e| rpc_down(&e))?;
+            let tx = Eip1559Tx {
+                chain_id: self.chain_id,
+                nonce,
+                max_priority_fee_per_gas: tip,
+                max_fee_per_gas: max_fee,
+                gas_limit: self.config.gas_limit,
+                to: ok.domain.verifying_contract,
+                value: U256::ZERO,
+                input: input.clone(),
+            };
+            let signed = tx
+                .sign(&self.signer)
+                .map_err(|e| FacilitatorError::Unavailable(format!("signing: {e}")))?;
+            // Write-ahead: once this is stored, no settler sends another transaction for
+            // this authorization.
+            reservation
+                .set_state(&format!("submitted:{}", signed.hash), Some(SETTLE_LEASE))
+                .await
+                .map_err(|e| FacilitatorError::Store(e.to_string()))?;
+            match self.rpc.send_raw_transaction(&signed.raw).await {
+                Ok(_) => {
+                    state.next = Some(nonce + 1);
+                    return Ok(Ok(signed.hash));
+                }
+                Err(RpcError::Rpc { message, .. })
+                    if message.contains("nonce too low")
+                        || message.contains("already known")
+                        || message.contains("replacement transaction underpriced") =>
+                {
+                    // Someone else used this account nonce: resynchronise and sign again.
+                    tracing::warn!(%message, nonce, "settling nonce out of step; resyncing");
+                    state.next = None;
+                }
+                Err(e @ RpcError::Rpc { .. }) => {
+                    // Refused: the nonce was not consumed, nothing moved.
+                    state.next = Some(nonce);
+                    return Ok(Err(e.to_string()));
+                }
+                Err(e) => {
+                    // Unknown whether the node took it: the next settle asks the node.
+                    state.next = None;
+                    return Err(rpc_down(&e));
+                }
+            }
+        }
+        Ok(Err(
+            "could not find a free account nonce after 3 attempts".into()
+        ))
+    }
+
+    async fn wait(&self, hash: B256) -> Result<Receipt, RpcError> {
+        let deadline = Instant::now() + self.config.receipt_timeout;
+        let mut delay = self.config.first_poll;
+        loop {
+            match self.rpc.receipt(hash).await {
+                Ok(Some(r)) => return Ok(r),
+                Ok(None) => {}
+                Err(e) if e.is_transient() => {}
+                Err(e) => return Err(e),
+            }
+            if Instant::now() >= deadline {
+                return Err(RpcError::Transport(format!("no receipt for {hash}")));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// What a receipt means for the authorization: success only with the token's
+    /// `Transfer(from, to, value)` log in it.
+    fn judge(payload: &PaymentPayload, ok: &OfflineVerified, r: &Receipt) -> SettleResponse {
+        if !r.success {
+            return failed(
+                payload,
+                reasons::TRANSACTION_FAILED,
+                "transaction reverted".into(),
+                Some(r.transaction_hash),
+            );
+        }
+        let a = &ok.authorization;
+        if !r.has_transfer(ok.domain.verifying_contract, a.from, a.to, a.value) {
+            return failed(
+                payload,
+                reasons::TRANSFER_EVENT_MISMATCH,
+                "receipt lacks the Transfer log".into(),
+                Some(r.transaction_hash),
+            );
+        }
+        settled(payload, r.transaction_hash)
+    }
+
+    /// A recorded transaction: its receipt decides; none yet means in progress.
+    async fn follow(
+        &self,
+        payload: &PaymentPayload,
+        ok: &OfflineVerified,
+        hash: B256,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        match self.rpc.receipt(hash).await.map_err(|e| rpc_down(&e))? {
+            Some(r) => Ok(Self::judge(payload, ok, &r)),
+            None => {
+                // Not mined. Maybe never sent (crash between write-ahead and broadcast): if
+                // the authorization was used by another transaction, that one paid.
+                let a = &ok.authorization;
+                if let Some(tx) = self
+                    .rpc
+                    .authorization_used_tx(ok.domain.verifying_contract, a.from, a.nonce)
+                    .await
+                    .map_err(|e| rpc_down(&e))?
+                {
+                    return self.follow_other(payload, ok, tx).await;
+                }
+                Err(FacilitatorError::InProgress {
+                    retry_after: Duration::from_secs(2),
+                })
+            }
+        }
+    }
+
+    async fn follow_other(
+        &self,
+        payload: &PaymentPayload,
+        ok: &OfflineVerified,
+        tx: B256,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        match self.rpc.receipt(tx).await.map_err(|e| rpc_down(&e))? {
+            Some(r) => Ok(Self::judge(payload, ok, &r)),
+            None => Err(FacilitatorError::InProgress {
+                retry_after: Duration::from_secs(2),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Facilitator for LocalFacilitator {
+    async fn verify(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        Ok(match self.check(payload, requirements, true).await? {
+            Ok(ok) => VerifyResponse {
+                is_valid: true,
+                invalid_reason: None,
+                invalid_message: None,
+                payer: Some(ok.payer.to_string()),
+            },
+            Err(refused) => refused,
+        })
+    }
+
+    async fn settle(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        // Offline checks first: nothing unsigned or mismatched reaches the book.
+        let offline = match verify_exact_evm(payload, requirements, unix_now()) {
+            Ok(ok) => ok,
+            Err(e) => return Ok(failed(payload, e.reason(), e.to_string(), None)),
+        };
+        let a = &offline.authorization;
+        let key = SettlementBook::key(
+            self.chain_id,
+            offline.domain.verifying_contract,
+            a.from,
+            a.nonce,
+        );
+        let reservation = match self.book.open(&key).await? {
+            Entry::Fresh(r) => r,
+            Entry::Settled(tx) | Entry::Submitted(tx) => {
+                return self.follow(payload, &offline, tx).await;
+            }
+            Entry::Busy => {
+                return Err(FacilitatorError::InProgress {
+                    retry_after: Duration::from_secs(1),
+                });
+            }
+        };
+        let ok = match self.check(payload, requirements, true).await {
+            Ok(Ok(ok)) => ok,
+            Ok(Err(refused)) => {
+                let _ = reservation.release().await;
+                let reason = refused
+                    .invalid_reason
+                    .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
+                // A used nonce: perhaps by an earlier settler of ours whose record lapsed.
+                if reason == reasons::NONCE_ALREADY_USED
+                    && let Ok(Some(tx)) = self
+                        .rpc
+                        .authorization_used_tx(offline.domain.verifying_contract, a.from, a.nonce)
+                        .await
+                {
+                    return self.follow_other(payload, &offline, tx).await;
+                }
+                return Ok(failed(
+                    payload,
+                    &reason,
+                    refused.invalid_message.unwrap_or_default(),
+                    None,
+                ));
+            }
+            Err(e) => {
+                let _ = reservation.release().await;
+                return Err(e);
+            }
+        };
+        let hash = match self.broadcast(&ok, &reservation).await {
+            Ok(Ok(hash)) => hash,
+            Ok(Err(refusal)) => {
+                let _ = reservation.release().await;
+                return Ok(failed(payload, reasons::TRANSACTION_FAILED, refusal, None));
+            }
+            // Unknown: the write-ahead record stays; a retry follows the recorded hash.
+            Err(e) => return Err(e),
+        };
+        tracing::info!(tx = %hash, payer = %ok.payer, "settlement broadcast");
+        let receipt = match self.wait(hash).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(tx = %hash, error = %e, "no receipt yet");
+                return Ok(failed(
+                    payload,
+                    reasons::SETTLEMENT_PENDING,
+                    e.to_string(),
+                    Some(hash),
+                ));
+            }
+        };
+        let answer = Self::judge(payload, &ok, &receipt);
+        if answer.success {
+            reservation
+                .set_state(&format!("settled:{hash}"), Some(SETTLED_RETENTION))
+                .await
+                .map_err(|e| FacilitatorError::Store(e.to_string()))?;
+        } else {
+            // Reverted: the authorization is unused, the payer may present it again.
+            let _ = reservation.release().await;
+        }
+        Ok(answer)
+    }
+
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        Ok(SupportedResponse {
+            kinds: vec![SupportedKind {
+                x402_version: 2,
+                scheme: SCHEME_EXACT.into(),
+                network: self.network.clone(),
+            }],
+            extensions: vec![],
+            signers: BTreeMap::from([(
+                "eip155:*".to_owned(),
+                vec![self.address().to_checksum(None)],
+            )]),
+        })
+    }
+}
+
+/// A facilitator server reached over HTTP (`X402_FACILITATOR_URL`).
+///
+/// Every answer that is not a well-formed 200 JSON body of the right shape is
+/// [`FacilitatorError::Unavailable`]: a timeout, an HTML 502, a 503 (even with a
+/// `success:true` body), a truncated body. A 200 with `success:false` is a failed settlement.
+#[derive(Clone, Debug)]
+pub struct RemoteFacilitator {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl RemoteFacilitator {
+    /// A client for the facilitator at `base` (`http://127.0.0.1:4021`), `timeout` per call.
+    ///
+    /// # Errors
+    /// [`FacilitatorError::Unavailable`] if the HTTP client cannot be built.
+    pub fn new(base: &str, timeout: Duration) -> Result<Self, FacilitatorError> {
+        Ok(Self {
+            http: crate::rpc::http_client(timeout)
+                .map_err(|e| FacilitatorError::Unavailable(e.to_string()))?,
+            base: base.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// From `X402_FACILITATOR_URL`.
+    ///
+    /// # Errors
+    /// [`FacilitatorError::Unavailable`] if the variable is not set.
+    pub fn from_env(timeout: Duration) -> Result<Self, FacilitatorError> {
+        let url = std::env::var("X402_FACILITATOR_URL")
+            .map_err(|_| FacilitatorError::Unavailable("X402_FACILITATOR_URL is not set".into()))?;
+        Self::new(&url, timeout)
+    }
+
+    async fn send<T: for<'de> Deserialize<'de>>(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<T, FacilitatorError> {
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| FacilitatorError::Unavailable(format!("{what}: {}", e.without_url())))?;
+        let status = resp.status();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| FacilitatorError::Unavailable(format!("{what}: {}", e.without_url())))?;
+        // The reference facilitator answers a refused verify/settle with 200 (or 400 with the
+        // same body, for an invalid request); anything else is not an answer.
+        if !(status.is_success() || status == reqwest::StatusCode::BAD_REQUEST) {
+            return Err(FacilitatorError::Unavailable(format!(
+                "{what}: http {status}"
+            )));
+        }
+        serde_json::from_slice(&body).map_err(|e| {
+            FacilitatorError::Unavailable(format!(
+                "{what}: http {status}, body not understood: {e}"
+            ))
+        })
+    }
+
+    fn body(payload: &PaymentPayload, requirements: &PaymentRequirements) -> FacilitatorRequest {
+        FacilitatorRequest {
+            x402_version: 2,
+            payment_payload: payload.clone(),
+            payment_requirements: requirements.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl Facilitator for RemoteFacilitator {
+    async fn verify(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        let req = self
+            .http
+            .post(format!("{}/verify", self.base))
+            .json(&Self::body(payload, requirements));
+        self.send(req, "verify").await
+    }
+
+    async fn settle(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        let req = self
+            .http
+            .post(format!("{}/settle", self.base))
+            .json(&Self::body(payload, requirements));
+        let answer: SettleResponse = self.send(req, "settle").await?;
+        if answer.success && answer.transaction.is_empty() {
+            return Err(FacilitatorError::Unavailable(
+                "settle: success without a transaction".into(),
+            ));
+        }
+        Ok(answer)
+    }
+
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        let req = self.http.get(format!("{}/supported", self.base));
+        self.send(req, "supported").await
+    }
+}

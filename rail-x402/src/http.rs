@@ -1,0 +1,489 @@
+//! The resource-server side of x402 over HTTP: an axum layer that prices routes, answers 402,
+//! and serves a paid request only after its payment settled.
+//!
+//! ```text
+//! GET /weather                          -> 402, body = PaymentRequired, PAYMENT-REQUIRED = base64(body)
+//! GET /weather  PAYMENT-SIGNATURE: ...  -> settle, then 200 + PAYMENT-RESPONSE (+ Cache-Control: private, no-store)
+//! ```
+//!
+//! Rules, each covered by a test:
+//! - The payment must match the route's own requirements exactly (scheme, network, amount,
+//!   asset, payTo, `maxTimeoutSeconds`, EIP-712 domain): a payment for a cheap route never
+//!   unlocks a dear one. A mismatch is a 402 with `error: "No matching payment requirements"`,
+//!   as the reference server says it.
+//! - [`SettleWhen::Before`] (default) settles before the handler runs. [`SettleWhen::After`]
+//!   verifies, runs the handler, and settles only if it succeeded; a handler failure (non-2xx)
+//!   is not charged, and a failed settlement withholds the handler's output.
+//! - Each authorization (`token`, `from`, `nonce`) is served at most once, also across server
+//!   instances sharing a [`KeyStore`] (PostgreSQL): a replay gets a 402 with
+//!   `invalid_exact_evm_nonce_already_used`. A crash after settling never settles twice: the
+//!   facilitator's [`SettlementBook`](crate::facilitator::SettlementBook) answers the recorded
+//!   transaction, and the payment can be presented again to be served.
+//! - `HEAD` is never charged (402 headers, no body); `OPTIONS` passes.
+//! - A malformed header is a 402 with the reason (`invalid_payload`), never a 5xx. A settlement
+//!   whose outcome is unknown (facilitator down, timeout, 5xx) is a 503 with `Retry-After`:
+//!   retry the **same** payment.
+//!
+//! A paid route in a few lines (a [`RemoteFacilitator`](crate::facilitator::RemoteFacilitator)
+//! at `X402_FACILITATOR_URL`, or a [`LocalFacilitator`](crate::facilitator::LocalFacilitator)):
+//!
+//! ```no_run
+//! # async fn demo(facilitator: std::sync::Arc<dyn rail_x402::facilitator::Facilitator>) {
+//! use axum::{Router, routing::get};
+//! use rail_x402::http::{Paywall, Token};
+//!
+//! let usdc = Token::new("eip155:84532", "0x036CbD53842c5426634e7929541eC2318f3dCF7e".parse().unwrap(), "USDC", "2");
+//! let paywall = Paywall::new(facilitator, usdc, "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".parse().unwrap())
+//!     .route("/weather", 1_000, "Today's weather"); // 0.001 USDC
+//! let app: Router = paywall.apply(Router::new().route("/weather", get(|| async { "sunny" })));
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{Address, U256};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rail_core::keys::{KeyStore, Reservation};
+use rail_core::route::RoutePattern;
+use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
+use serde_json::json;
+
+use crate::facilitator::Facilitator;
+use crate::fields::Uint256Decimal;
+use crate::verify::{find_matching_requirements, reasons};
+use crate::wire::{
+    Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
+    SettleResponse, V2,
+};
+
+/// `PAYMENT-REQUIRED` (lower case, as HTTP/2 sends it).
+pub const PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("payment-required");
+/// `PAYMENT-SIGNATURE`.
+pub const PAYMENT_SIGNATURE: HeaderName = HeaderName::from_static("payment-signature");
+/// `PAYMENT-RESPONSE`.
+pub const PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("payment-response");
+/// The `error` of a 402 for a request that carried no payment (the reference's text).
+pub const PAYMENT_REQUIRED_ERROR: &str = "Payment required";
+/// `Retry-After` of a 503, seconds.
+pub const RETRY_AFTER_SECS: u64 = 2;
+/// How long a request holds the right to be served for a payment while it settles and runs.
+pub const SERVE_WINDOW: Duration = Duration::from_secs(120);
+/// How long a served authorization is remembered (longer than any validity window the payer
+/// signs: [`crate::payer::MAX_VALIDITY_SECONDS`]).
+pub const SERVED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The token a paywall is priced in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token {
+    /// CAIP-2 network.
+    pub network: String,
+    /// Contract address.
+    pub address: Address,
+    /// EIP-712 domain name (`name()` of the token, "USD Coin" / "USDC").
+    pub name: String,
+    /// EIP-712 domain version (`version()`, "2" for USDC).
+    pub version: String,
+}
+
+impl Token {
+    /// A token.
+    #[must_use]
+    pub fn new(network: &str, address: Address, name: &str, version: &str) -> Self {
+        Self {
+            network: network.to_owned(),
+            address,
+            name: name.to_owned(),
+            version: version.to_owned(),
+        }
+    }
+}
+
+/// When the payment settles relative to the handler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SettleWhen {
+    /// Settle, then run the handler (the content never exists unpaid).
+    #[default]
+    Before,
+    /// Verify, run the handler, settle only if it succeeded (no charge for a failed handler).
+    After,
+}
+
+#[derive(Clone, Debug)]
+struct PricedRoute {
+    pattern: RoutePattern,
+    amount: U256,
+    description: String,
+}
+
+/// Priced routes and the facilitator that settles them. Cheap to clone.
+#[derive(Clone)]
+pub struct Paywall {
+    facilitator: Arc<dyn Facilitator>,
+    token: Token,
+    pay_to: Address,
+    max_timeout_seconds: u64,
+    settle_when: SettleWhen,
+    routes: Arc<Vec<PricedRoute>>,
+    served: ReplayGuard,
+}
+
+impl fmt::Debug for Paywall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Paywall")
+            .field("facilitator", &self.facilitator)
+            .field("token", &self.token)
+            .field("pay_to", &self.pay_to)
+            .field(
+                "routes",
+                &self
+                    .routes
+                    .iter()
+                    .map(|r| r.pattern.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Paywall {
+    /// A paywall paying `pay_to` in `token`, settling through `facilitator`, remembering
+    /// served payments in memory (use [`Paywall::with_store`] to share them).
+    #[must_use]
+    pub fn new(facilitator: Arc<dyn Facilitator>, token: Token, pay_to: Address) -> Self {
+        Self {
+            facilitator,
+            token,
+            pay_to,
+            max_timeout_seconds: 60,
+            settle_when: SettleWhen::Before,
+            routes: Arc::new(Vec::new()),
+            served: ReplayGuard::new(
+                Arc::new(MemoryKeyStore::default()),
+                Arc::new(SystemClock),
+                "x402/served",
+            ),
+        }
+    }
+
+    /// Served payments kept in `store` (PostgreSQL for several instances).
+    #[must_use]
+    pub fn with_store(mut self, store: Arc<dyn KeyStore>) -> Self {
+        self.served = ReplayGuard::new(store, Arc::new(SystemClock), "x402/served");
+        self
+    }
+
+    /// When to settle (default [`SettleWhen::Before`]).
+    #[must_use]
+    pub const fn settle(mut self, when: SettleWhen) -> Self {
+        self.settle_when = when;
+        self
+    }
+
+    /// `maxTimeoutSeconds` of every route (default 60).
+    #[must_use]
+    pub const fn max_timeout_seconds(mut self, secs: u64) -> Self {
+        self.max_timeout_seconds = secs;
+        self
+    }
+
+    /// Prices `pattern` (axum-style, matched on the percent-decoded path) at `amount` atomic
+    /// units of the token. The first matching route wins.
+    #[must_use]
+    pub fn route(
+        mut self,
+        pattern: &str,
+        amount: impl Into<Uint256Decimal>,
+        description: &str,
+    ) -> Self {
+        Arc::make_mut(&mut self.routes).push(PricedRoute {
+            pattern: RoutePattern::parse(pattern),
+            amount: amount.into().value(),
+            description: description.to_owned(),
+        });
+        self
+    }
+
+    /// The facilitator.
+    #[must_use]
+    pub fn facilitator(&self) -> &Arc<dyn Facilitator> {
+        &self.facilitator
+    }
+
+    /// The requirements and description of a request path, `None` if it is free.
+    #[must_use]
+    pub fn requirements_for(&self, path: &str) -> Option<(PaymentRequirements, String)> {
+        let route = self.routes.iter().find(|r| r.pattern.matches_path(path))?;
+        Some((
+            PaymentRequirements {
+                scheme: SCHEME_EXACT.into(),
+                network: self.token.network.clone(),
+                amount: route.amount.into(),
+                asset: self.token.address.to_checksum(None),
+                pay_to: self.pay_to.to_checksum(None),
+                max_timeout_seconds: self.max_timeout_seconds,
+                extra: Some(Extra::eip712(&self.token.name, &self.token.version)),
+            },
+            route.description.clone(),
+        ))
+    }
+
+    /// Puts the paywall in front of every route of `router` (apply it to the top-level
+    /// router: prices are matched on the full request path).
+    pub fn apply<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        router.layer(axum::middleware::from_fn_with_state(
+            self.clone(),
+            paywall_middleware,
+        ))
+    }
+}
+
+fn set(h: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        h.insert(name, v);
+    }
+}
+
+/// The 402 for `pr` (body = its JSON, `PAYMENT-REQUIRED` = base64 of the same bytes; no body
+/// for `HEAD`), with the failed settlement in `PAYMENT-RESPONSE` when there is one.
+#[must_use]
+pub fn payment_required_response(
+    pr: &PaymentRequired,
+    head: bool,
+    settle: Option<&SettleResponse>,
+) -> Response {
+    let (Ok(body), Ok(encoded)) = (serde_json::to_vec(pr), pr.to_header()) else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the 402").into_response();
+    };
+    let mut h = HeaderMap::new();
+    set(&mut h, PAYMENT_REQUIRED, &encoded);
+    if let Some(s) = settle.and_then(|s| s.to_header().ok()) {
+        set(&mut h, PAYMENT_RESPONSE, &s);
+    }
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from(body)
+    };
+    (StatusCode::PAYMENT_REQUIRED, h, body).into_response()
+}
+
+/// A 503 with `Retry-After`: the outcome is unknown, retry the same payment.
+#[must_use]
+pub fn unavailable_response(detail: &str) -> Response {
+    let mut h = HeaderMap::new();
+    h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let body = json!({
+        "error": reasons::FACILITATOR_UNAVAILABLE,
+        "retryable": true,
+        "retryAfterSeconds": RETRY_AFTER_SECS,
+        "detail": detail,
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, h, axum::Json(body)).into_response()
+}
+
+fn resource_url(req: &Request) -> String {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}{}", req.uri().path())
+}
+
+fn payment_header(h: &HeaderMap) -> Option<Result<String, ()>> {
+    let mut all = h.get_all(PAYMENT_SIGNATURE).iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return Some(Err(()));
+    }
+    Some(first.to_str().map(str::to_owned).map_err(|_| ()))
+}
+
+fn paid(mut resp: Response, settle: &SettleResponse) -> Response {
+    if let Ok(s) = settle.to_header() {
+        set(resp.headers_mut(), PAYMENT_RESPONSE, &s);
+    }
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    resp
+}
+
+fn served_key(p: &PaymentPayload) -> String {
+    let a = &p.payload.authorization;
+    format!(
+        "{}:{}:{}:{}",
+        p.accepted.network,
+        p.accepted.asset.to_ascii_lowercase(),
+        a.from.address(),
+        a.nonce
+    )
+}
+
+struct Ctx<'a> {
+    paywall: &'a Paywall,
+    required: PaymentRequired,
+}
+
+impl Ctx<'_> {
+    fn refuse(&self, error: &str, settle: Option<&SettleResponse>) -> Response {
+        let mut pr = self.required.clone();
+        pr.error = Some(error.to_owned());
+        payment_required_response(&pr, false, settle)
+    }
+
+    async fn settle(&self, p: &PaymentPayload) -> Result<SettleResponse, Response> {
+        let r = &self.required.accepts[0];
+        match self.paywall.facilitator.settle(p, r).await {
+            Ok(s) if s.success => Ok(s),
+            Ok(s) if s.error_reason.as_deref() == Some(reasons::SETTLEMENT_PENDING) => {
+                Err(unavailable_response("settlement pending"))
+            }
+            Ok(s) => {
+                let reason = s
+                    .error_reason
+                    .clone()
+                    .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
+                tracing::info!(%reason, "x402: settlement refused");
+                Err(self.refuse(&reason, Some(&s)))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "x402: settlement outcome unknown");
+                Err(unavailable_response(&e.to_string()))
+            }
+        }
+    }
+}
+
+async fn release(r: Reservation) {
+    if let Err(e) = r.release().await {
+        tracing::warn!(error = %e, "x402: could not release a serve reservation");
+    }
+}
+
+/// The paywall middleware, for `axum::middleware::from_fn_with_state(paywall,
+/// paywall_middleware)` (or use [`Paywall::apply`]).
+pub async fn paywall_middleware(
+    State(paywall): State<Paywall>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.method() == Method::OPTIONS {
+        return next.run(req).await;
+    }
+    let Some((requirements, description)) = paywall.requirements_for(req.uri().path()) else {
+        return next.run(req).await;
+    };
+    let mut resource = ResourceInfo::new(resource_url(&req));
+    resource.description = Some(description);
+    let ctx = Ctx {
+        paywall: &paywall,
+        required: PaymentRequired {
+            x402_version: V2::default(),
+            error: Some(PAYMENT_REQUIRED_ERROR.into()),
+            resource,
+            accepts: vec![requirements],
+            extensions: None,
+        },
+    };
+    if req.method() == Method::HEAD {
+        return payment_required_response(&ctx.required, true, None);
+    }
+    let header = match payment_header(req.headers()) {
+        None => return payment_required_response(&ctx.required, false, None),
+        Some(Err(())) => return ctx.refuse(reasons::INVALID_PAYLOAD, None),
+        Some(Ok(h)) => h,
+    };
+    let payload = match PaymentPayload::from_header(&header) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::info!(error = %e, "x402: undecodable PAYMENT-SIGNATURE");
+            return ctx.refuse(e.reason(), None);
+        }
+    };
+    if find_matching_requirements(&ctx.required.accepts, &payload).is_none() {
+        return ctx.refuse(reasons::NO_MATCHING_REQUIREMENTS, None);
+    }
+    let serving = match paywall
+        .served
+        .reserve(&served_key(&payload), SERVE_WINDOW)
+        .await
+    {
+        Ok(r) => r,
+        Err(RailError::Replayed { .. }) => return ctx.refuse(reasons::NONCE_ALREADY_USED, None),
+        Err(e) => return unavailable_response(&format!("store: {e}")),
+    };
+    match paywall.settle_when {
+        SettleWhen::Before => {
+            let settled = match ctx.settle(&payload).await {
+                Ok(s) => s,
+                Err(resp) => {
+                    release(serving).await;
+                    return resp;
+                }
+            };
+            let resp = next.run(req).await;
+            if resp.status().is_success() {
+                if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
+                    tracing::warn!(error = %e, "x402: served, but could not record it");
+                }
+            } else {
+                // Paid, not served: the same payment may be presented again (the facilitator
+                // answers its recorded transaction; no second charge).
+                tracing::warn!(tx = %settled.transaction, status = resp.status().as_u16(), "x402: settled, but the handler failed");
+                release(serving).await;
+            }
+            paid(resp, &settled)
+        }
+        SettleWhen::After => {
+            let r = &ctx.required.accepts[0];
+            match paywall.facilitator.verify(&payload, r).await {
+                Ok(v) if v.is_valid => {}
+                Ok(v) => {
+                    release(serving).await;
+                    let reason = v
+                        .invalid_reason
+                        .unwrap_or_else(|| reasons::INVALID_PAYLOAD.into());
+                    return ctx.refuse(&reason, None);
+                }
+                Err(e) => {
+                    release(serving).await;
+                    return unavailable_response(&e.to_string());
+                }
+            }
+            let resp = next.run(req).await;
+            if !resp.status().is_success() {
+                // Not charged: nothing was served.
+                release(serving).await;
+                return resp;
+            }
+            match ctx.settle(&payload).await {
+                Ok(settled) => {
+                    if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
+                        tracing::warn!(error = %e, "x402: served, but could not record it");
+                    }
+                    paid(resp, &settled)
+                }
+                Err(refused) => {
+                    // The handler's output is dropped: never serve unsettled content.
+                    release(serving).await;
+                    refused
+                }
+            }
+        }
+    }
+}

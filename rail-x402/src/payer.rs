@@ -1,0 +1,301 @@
+//! The payer: choose one of a 402's `accepts` by policy, and sign its EIP-3009
+//! authorization.
+//!
+//! Signing follows `@x402/evm`'s client (`exact/client/eip3009.ts`): a random 32-byte nonce,
+//! `validAfter = now - 600` (clock skew), `validBefore = now + maxTimeoutSeconds`, the token
+//! domain `{extra.name, extra.version, chainId, asset}`, `to = payTo`, `value = amount`.
+//! What is chosen is never "the first option": only `exact` on an allowed network, for an
+//! allowed asset, at most the policy's maximum, the cheapest of those.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use alloy_primitives::{Address, B256, U256};
+
+use crate::eip3009::{SignatureError, TokenDomain, TransferWithAuthorization};
+use crate::evm::LocalSigner;
+use crate::verify::eip155_chain_id;
+use crate::wire::{
+    Eip3009Authorization, ExactEvmPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
+    SCHEME_EXACT, V2,
+};
+
+/// Seconds `validAfter` is set in the past, as the reference client does.
+pub const VALID_AFTER_SKEW_SECONDS: u64 = 600;
+/// The longest `maxTimeoutSeconds` the payer signs for (an authorization is a bearer
+/// instrument until it expires).
+pub const MAX_VALIDITY_SECONDS: u64 = 3600;
+
+/// What the payer may pay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// `(CAIP-2 network, token)` pairs the payer pays in; nothing else.
+    pub assets: Vec<(String, Address)>,
+    /// Most the payer pays for one request, in the token's atomic units.
+    pub max_amount: U256,
+}
+
+impl Policy {
+    /// Pays `token` on `network`, at most `max_amount` atomic units per request.
+    #[must_use]
+    pub fn new(network: impl Into<String>, token: Address, max_amount: U256) -> Self {
+        Self {
+            assets: vec![(network.into(), token)],
+            max_amount,
+        }
+    }
+
+    /// Why `r` is not payable under this policy, if it is not.
+    #[must_use]
+    pub fn refusal(&self, r: &PaymentRequirements) -> Option<String> {
+        if r.scheme != SCHEME_EXACT {
+            return Some(format!("scheme {:?} is not exact", r.scheme));
+        }
+        if eip155_chain_id(&r.network).is_none() {
+            return Some(format!("network {} is not eip155", r.network));
+        }
+        let Ok(asset) = r.asset.parse::<Address>() else {
+            return Some(format!("asset {:?} is not an address", r.asset));
+        };
+        if !self
+            .assets
+            .iter()
+            .any(|(n, a)| *n == r.network && *a == asset)
+        {
+            return Some(format!(
+                "{} on {} is not an allowed asset",
+                r.asset, r.network
+            ));
+        }
+        if r.pay_to.parse::<Address>().is_err() {
+            return Some(format!("payTo {:?} is not an address", r.pay_to));
+        }
+        let amount = r.amount.value();
+        if amount.is_zero() {
+            return Some("amount is zero".into());
+        }
+        if amount > self.max_amount {
+            return Some(format!(
+                "amount {amount} is above the maximum {}",
+                self.max_amount
+            ));
+        }
+        if r.max_timeout_seconds > MAX_VALIDITY_SECONDS {
+            return Some(format!(
+                "maxTimeoutSeconds {} is above {MAX_VALIDITY_SECONDS}",
+                r.max_timeout_seconds
+            ));
+        }
+        match &r.extra {
+            Some(e)
+                if e.name.as_deref().is_some_and(|n| !n.is_empty())
+                    && e.version.as_deref().is_some_and(|v| !v.is_empty()) =>
+            {
+                None
+            }
+            _ => Some("extra.name / extra.version (EIP-712 domain) missing".into()),
+        }
+    }
+
+    /// The cheapest payable option of `required`.
+    ///
+    /// # Errors
+    /// [`PayerError::NothingPayable`] with each option's refusal.
+    pub fn choose<'a>(
+        &self,
+        required: &'a PaymentRequired,
+    ) -> Result<&'a PaymentRequirements, PayerError> {
+        let mut refusals = Vec::new();
+        let mut best: Option<&PaymentRequirements> = None;
+        for r in &required.accepts {
+            match self.refusal(r) {
+                Some(why) => refusals.push(why),
+                None => {
+                    if best.is_none_or(|b| r.amount.value() < b.amount.value()) {
+                        best = Some(r);
+                    }
+                }
+            }
+        }
+        best.ok_or(PayerError::NothingPayable(refusals))
+    }
+}
+
+/// Why the payer did not pay.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayerError {
+    /// No option is allowed by the policy (one reason per option).
+    #[error("no payable option: {}", .0.join("; "))]
+    NothingPayable(Vec<String>),
+    /// Signing failed.
+    #[error("signing: {0}")]
+    Signing(#[from] SignatureError),
+}
+
+/// A payer with a local key.
+#[derive(Clone, Debug)]
+pub struct X402Payer {
+    signer: LocalSigner,
+    policy: Policy,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl X402Payer {
+    /// Pays with `signer` within `policy`.
+    #[must_use]
+    pub const fn new(signer: LocalSigner, policy: Policy) -> Self {
+        Self { signer, policy }
+    }
+
+    /// The paying address.
+    #[must_use]
+    pub const fn address(&self) -> Address {
+        self.signer.address()
+    }
+
+    /// The policy.
+    #[must_use]
+    pub const fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Chooses an option of `required` and signs it now.
+    ///
+    /// # Errors
+    /// [`PayerError`].
+    pub fn pay(&self, required: &PaymentRequired) -> Result<PaymentPayload, PayerError> {
+        let chosen = self.policy.choose(required)?;
+        self.sign(
+            required,
+            chosen,
+            unix_now(),
+            B256::from(rand::random::<[u8; 32]>()),
+        )
+    }
+
+    /// Signs `accepted` (one of `required.accepts`) at time `now` with `nonce`.
+    ///
+    /// # Errors
+    /// [`PayerError`]: `accepted` is checked against the policy again.
+    pub fn sign(
+        &self,
+        required: &PaymentRequired,
+        accepted: &PaymentRequirements,
+        now: u64,
+        nonce: B256,
+    ) -> Result<PaymentPayload, PayerError> {
+        if let Some(why) = self.policy.refusal(accepted) {
+            return Err(PayerError::NothingPayable(vec![why]));
+        }
+        // `refusal` checked every parse below.
+        let chain_id = eip155_chain_id(&accepted.network).unwrap_or_default();
+        let asset: Address = accepted.asset.parse().unwrap_or_default();
+        let pay_to: Address = accepted.pay_to.parse().unwrap_or_default();
+        let extra = accepted.extra.clone().unwrap_or_default();
+        let domain = TokenDomain {
+            name: extra.name.unwrap_or_default(),
+            version: extra.version.unwrap_or_default(),
+            chain_id,
+            verifying_contract: asset,
+        };
+        let message = TransferWithAuthorization {
+            from: self.address(),
+            to: pay_to,
+            value: accepted.amount.value(),
+            validAfter: U256::from(now.saturating_sub(VALID_AFTER_SKEW_SECONDS)),
+            validBefore: U256::from(now.saturating_add(accepted.max_timeout_seconds)),
+            nonce,
+        };
+        let signature = self.signer.sign_hash(&message.signing_hash(&domain))?;
+        Ok(PaymentPayload {
+            x402_version: V2::default(),
+            resource: Some(required.resource.clone()),
+            accepted: accepted.clone(),
+            payload: ExactEvmPayload {
+                signature: signature.to_bytes().to_vec().into(),
+                authorization: Eip3009Authorization {
+                    from: message.from.into(),
+                    to: message.to.into(),
+                    value: message.value.into(),
+                    valid_after: message.validAfter.into(),
+                    valid_before: message.validBefore.into(),
+                    nonce: message.nonce.into(),
+                },
+            },
+            extensions: required.extensions.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::verify_exact_evm;
+    use crate::wire::{Extra, ResourceInfo};
+
+    fn req(amount: u64, network: &str, asset: Address) -> PaymentRequirements {
+        PaymentRequirements {
+            scheme: "exact".into(),
+            network: network.into(),
+            amount: amount.into(),
+            asset: asset.to_checksum(None),
+            pay_to: Address::repeat_byte(0x22).to_checksum(None),
+            max_timeout_seconds: 60,
+            extra: Some(Extra::eip712("USD Coin", "2")),
+        }
+    }
+
+    fn required(accepts: Vec<PaymentRequirements>) -> PaymentRequired {
+        PaymentRequired {
+            x402_version: V2::default(),
+            error: None,
+            resource: ResourceInfo::new("http://x/weather"),
+            accepts,
+            extensions: None,
+        }
+    }
+
+    #[test]
+    fn chooses_the_cheapest_allowed_never_the_first() {
+        let usdc = Address::repeat_byte(0x11);
+        let other = Address::repeat_byte(0x33);
+        let policy = Policy::new("eip155:31337", usdc, U256::from(5000));
+        let r = required(vec![
+            req(10, "eip155:1", usdc),       // wrong network
+            req(10, "eip155:31337", other),  // wrong asset
+            req(9000, "eip155:31337", usdc), // too dear
+            req(3000, "eip155:31337", usdc),
+            req(2000, "eip155:31337", usdc),
+        ]);
+        assert_eq!(policy.choose(&r).unwrap().amount.value(), U256::from(2000));
+        let none = required(vec![req(10, "eip155:1", usdc)]);
+        assert!(matches!(
+            policy.choose(&none),
+            Err(PayerError::NothingPayable(v)) if v.len() == 1
+        ));
+    }
+
+    #[test]
+    fn signed_payment_verifies() {
+        let usdc = Address::repeat_byte(0x11);
+        let payer = X402Payer::new(
+            LocalSigner::random(),
+            Policy::new("eip155:31337", usdc, U256::from(5000)),
+        );
+        let r = required(vec![req(1000, "eip155:31337", usdc)]);
+        let now = 1_800_000_000;
+        let p = payer
+            .sign(&r, &r.accepts[0], now, B256::repeat_byte(7))
+            .unwrap();
+        let ok = verify_exact_evm(&p, &r.accepts[0], now).unwrap();
+        assert_eq!(ok.payer, payer.address());
+        // Round trip through the header, as it travels.
+        let back = PaymentPayload::from_header(&p.to_header().unwrap()).unwrap();
+        assert_eq!(back, p);
+    }
+}
