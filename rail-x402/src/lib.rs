@@ -74,6 +74,7 @@ pub mod evm;
 pub mod facilitator;
 pub mod fields;
 pub mod http;
+pub mod localnet;
 pub mod payer;
 pub mod rpc;
 pub mod server;
