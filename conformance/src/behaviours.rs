@@ -646,7 +646,11 @@ fn malformed_variants(h: &dyn Harness, valid: &Payment) -> Vec<(String, Payment)
         }
     });
     push("another rail's tag", &|p| {
-        p.rail = rail_core::RailId::new("x402");
+        p.rail = rail_core::RailId::new(if p.rail.as_str() == "ledger" {
+            "x402"
+        } else {
+            "ledger"
+        });
     });
     push("mode flipped", &|p| {
         p.mode = match p.mode {

@@ -5,6 +5,7 @@ pub mod ledger;
 pub mod ln_nwc;
 pub mod pg;
 pub mod stripe;
+pub mod x402;
 
 use crate::harness::RailEntry;
 
@@ -16,6 +17,7 @@ pub fn all() -> Vec<RailEntry> {
         exact_algo::ENTRY,
         stripe::ENTRY,
         ln_nwc::ENTRY,
+        x402::ENTRY,
     ]
 }
 

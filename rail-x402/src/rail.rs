@@ -1,0 +1,409 @@
+//! The rail-core traits for x402: [`X402RailPayer`] is a [`Payer`], [`X402Receiver`] a
+//! [`Receiver`].
+//!
+//! An [`Offer`]'s id is the EIP-3009 nonce the payer must sign (32 bytes, hex): the payment is
+//! bound to its offer by the signature itself, and single use on chain. Its `details` are the
+//! [`PaymentRequirements`]. A [`Payment`]'s proof is `{"header": <PAYMENT-SIGNATURE value>}`.
+//! Money moves when the receiver verifies (the facilitator settles): capture = settle. The rail
+//! declares no hold and no refund: an EIP-3009 signature is not a hold (it cannot be partially
+//! captured or voided by the receiver), and the receiver holds no key of the payer's.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use alloy_primitives::{Address, B256, U256};
+use async_trait::async_trait;
+use rail_core::keys::KeyStore;
+use rail_core::{
+    Asset, Binding, Capabilities, Charge, Finality, Idempotency, Money, Offer, OpId, Payer,
+    Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
+    ReplayGuard, SharedClock, Verified,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::facilitator::{Facilitator, FacilitatorError};
+use crate::http::{SERVE_WINDOW, SERVED_RETENTION, Token};
+use crate::payer::X402Payer;
+use crate::verify::{find_matching_requirements, reasons};
+use crate::wire::{
+    Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT, V2,
+};
+
+/// The rail's name.
+pub const RAIL: &str = "x402";
+
+/// A payment's proof.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proof {
+    /// The `PAYMENT-SIGNATURE` header value.
+    pub header: String,
+}
+
+fn capabilities() -> Capabilities {
+    // A receipt with status 1 is final on anvil and on chains with instant finality; on L2s
+    // it is final once the batch posts (the rail reports it as settled at the receipt).
+    Capabilities::pay_only(Finality::Immediate, vec![Asset::usdc()])
+}
+
+/// The most one offer may ask for: 10^12 USDC (10^18 atomic units), above any stablecoin's
+/// supply; larger amounts are input errors, not prices.
+pub const MAX_ATOMIC: u128 = 1_000_000_000_000_000_000;
+
+fn atomic(m: &Money) -> RailResult<U256> {
+    if m.asset() != &Asset::usdc() {
+        return Err(RailError::InvalidInput(format!(
+            "asset {} is not carried by x402 here (USDC only)",
+            m.asset()
+        )));
+    }
+    if m.minor_units() > MAX_ATOMIC {
+        return Err(RailError::InvalidInput(format!(
+            "{m} is more than any token supply"
+        )));
+    }
+    Ok(U256::from(m.minor_units()))
+}
+
+/// Where the payer reads its token balance before signing (a wallet never signs an
+/// authorization it cannot cover).
+#[async_trait]
+pub trait TokenBalance: Send + Sync + std::fmt::Debug {
+    /// `who`'s balance of `token`.
+    async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String>;
+}
+
+#[async_trait]
+impl TokenBalance for crate::rpc::RpcClient {
+    async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
+        use crate::verify::ChainView;
+        self.balance_of(token, who).await.map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait]
+impl TokenBalance for crate::mock::MockFacilitator {
+    async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
+        self.balance(token, who).map_err(|e| e.to_string())
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn unavailable(e: &FacilitatorError) -> RailError {
+    RailError::Unavailable(RailReason::new("facilitator", e.to_string()))
+}
+
+/// A refusal reason (`invalid_exact_evm_*`) as a typed rail error.
+fn refusal(reason: &str, message: String) -> RailError {
+    let detail = if message.is_empty() {
+        reason.to_owned()
+    } else {
+        format!("{reason}: {message}")
+    };
+    match reason {
+        reasons::INVALID_SIGNATURE => RailError::BadSignature(detail),
+        reasons::INSUFFICIENT_BALANCE => RailError::InsufficientFunds(detail),
+        reasons::NONCE_ALREADY_USED => RailError::Replayed { key: detail },
+        reasons::NETWORK_MISMATCH | reasons::INVALID_NETWORK => RailError::WrongNetwork {
+            expected: String::new(),
+            actual: detail,
+        },
+        reasons::INVALID_PAYLOAD => RailError::MalformedPayment(detail),
+        _ => RailError::Declined(RailReason::new(reason, message)),
+    }
+}
+
+/// The paying side: an [`X402Payer`] with idempotent operations.
+#[derive(Debug)]
+pub struct X402RailPayer {
+    payer: X402Payer,
+    idem: Idempotency,
+    clock: SharedClock,
+    balances: Arc<dyn TokenBalance>,
+    /// One payment at a time: the balance check and the signature are one step, and a
+    /// concurrent retry of the same operation waits for the first instead of failing.
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl X402RailPayer {
+    /// Pays with `payer`, reading its balance from `balances`; operation results are kept in
+    /// `store`.
+    pub fn new(
+        payer: X402Payer,
+        balances: Arc<dyn TokenBalance>,
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> Self {
+        Self {
+            payer,
+            idem: Idempotency::new(store, clock.clone(), "x402/payer"),
+            clock,
+            balances,
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl Rail for X402RailPayer {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+}
+
+#[async_trait]
+impl Payer for X402RailPayer {
+    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        if offer.rail.as_str() != RAIL {
+            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
+        }
+        if offer.mode != PaymentMode::Capture {
+            return Err(RailError::Unsupported {
+                rail: RAIL.into(),
+                op: "hold",
+            });
+        }
+        let requirements: PaymentRequirements = offer.details_as()?;
+        let amount = atomic(&offer.amount)?;
+        if requirements.amount.value() != amount {
+            return Err(RailError::mismatch(
+                Binding::Amount,
+                &offer.amount,
+                requirements.amount,
+            ));
+        }
+        let pay_to: Address = offer
+            .payee
+            .parse()
+            .map_err(|e| RailError::InvalidInput(format!("payee: {e}")))?;
+        if requirements.pay_to.parse::<Address>().ok() != Some(pay_to) {
+            return Err(RailError::mismatch(
+                Binding::Payee,
+                &offer.payee,
+                &requirements.pay_to,
+            ));
+        }
+        let nonce: B256 = offer
+            .id
+            .parse()
+            .map_err(|_| RailError::InvalidInput("offer id is not a 32-byte nonce".into()))?;
+        let _one_at_a_time = self.lock.lock().await;
+        self.idem
+            .run(op, offer, || async {
+                offer.check_live(self.clock.now())?;
+                let token: Address = requirements
+                    .asset
+                    .parse()
+                    .map_err(|e| RailError::InvalidInput(format!("asset: {e}")))?;
+                let balance = self
+                    .balances
+                    .token_balance(token, self.payer.address())
+                    .await
+                    .map_err(|e| RailError::Unavailable(RailReason::new("x402 chain", e)))?;
+                if balance < amount {
+                    return Err(RailError::InsufficientFunds(format!(
+                        "balance {balance} < {amount}"
+                    )));
+                }
+                let required = PaymentRequired {
+                    x402_version: V2::default(),
+                    error: None,
+                    resource: ResourceInfo::new(format!("stipendex:offer:{}", offer.id)),
+                    accepts: vec![requirements.clone()],
+                    extensions: None,
+                };
+                let signed = self
+                    .payer
+                    .sign(&required, &requirements, unix_now(), nonce)
+                    .map_err(|e| RailError::InvalidInput(e.to_string()))?;
+                let header = signed
+                    .to_header()
+                    .map_err(|e| RailError::InvalidInput(e.to_string()))?;
+                Ok(Payment {
+                    rail: RailId::new(RAIL),
+                    offer_id: offer.id.clone(),
+                    mode: PaymentMode::Capture,
+                    payer: self.payer.address().to_checksum(None),
+                    amount: offer.amount.clone(),
+                    proof: serde_json::to_value(Proof { header })
+                        .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+                })
+            })
+            .await
+    }
+}
+
+/// The receiving side: offers priced in the token, payments settled by a facilitator, each
+/// served once (across instances sharing the store).
+#[derive(Clone, Debug)]
+pub struct X402Receiver {
+    facilitator: Arc<dyn Facilitator>,
+    token: Token,
+    pay_to: Address,
+    max_timeout: Duration,
+    served: ReplayGuard,
+    clock: SharedClock,
+}
+
+impl X402Receiver {
+    /// A receiver paid to `pay_to` in `token`, settling through `facilitator`, remembering
+    /// served payments in `store`.
+    pub fn new(
+        facilitator: Arc<dyn Facilitator>,
+        token: Token,
+        pay_to: Address,
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> Self {
+        Self {
+            facilitator,
+            token,
+            pay_to,
+            max_timeout: Duration::from_secs(300),
+            served: ReplayGuard::new(store, clock.clone(), "x402/served"),
+            clock,
+        }
+    }
+
+    /// The recipient.
+    #[must_use]
+    pub const fn pay_to(&self) -> Address {
+        self.pay_to
+    }
+}
+
+impl Rail for X402Receiver {
+    fn id(&self) -> RailId {
+        RailId::new(RAIL)
+    }
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+}
+
+#[async_trait]
+impl Receiver for X402Receiver {
+    async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
+        if charge.mode != PaymentMode::Capture {
+            return Err(RailError::Unsupported {
+                rail: RAIL.into(),
+                op: "hold",
+            });
+        }
+        let amount = atomic(&charge.amount)?;
+        if amount.is_zero() {
+            return Err(RailError::InvalidInput("amount is zero".into()));
+        }
+        let ttl = charge.ttl.min(self.max_timeout).max(Duration::from_secs(1));
+        let requirements = PaymentRequirements {
+            scheme: SCHEME_EXACT.into(),
+            network: self.token.network.clone(),
+            amount: amount.into(),
+            asset: self.token.address.to_checksum(None),
+            pay_to: self.pay_to.to_checksum(None),
+            max_timeout_seconds: ttl.as_secs(),
+            extra: Some(Extra::eip712(&self.token.name, &self.token.version)),
+        };
+        Ok(Offer {
+            rail: RailId::new(RAIL),
+            id: B256::from(rand::random::<[u8; 32]>()).to_string(),
+            amount: charge.amount.clone(),
+            payee: self.pay_to.to_checksum(None),
+            mode: PaymentMode::Capture,
+            expires_at: self.clock.now().plus(ttl),
+            details: serde_json::to_value(&requirements)
+                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+
+    async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        payment.check_envelope(offer)?;
+        offer.check_live(self.clock.now())?;
+        let proof: Proof = payment.proof_as()?;
+        let requirements: PaymentRequirements = offer.details_as()?;
+        if atomic(&offer.amount)? != requirements.amount.value() {
+            return Err(RailError::mismatch(
+                Binding::Amount,
+                requirements.amount,
+                &offer.amount,
+            ));
+        }
+        if offer.payee.parse::<Address>().ok() != Some(self.pay_to) {
+            return Err(RailError::mismatch(
+                Binding::Payee,
+                self.pay_to,
+                &offer.payee,
+            ));
+        }
+        let payload = PaymentPayload::from_header(&proof.header)
+            .map_err(|e| RailError::MalformedPayment(e.to_string()))?;
+        if payload.accepted.network != self.token.network {
+            return Err(RailError::WrongNetwork {
+                expected: self.token.network.clone(),
+                actual: payload.accepted.network.clone(),
+            });
+        }
+        if find_matching_requirements(std::slice::from_ref(&requirements), &payload).is_none() {
+            return Err(RailError::mismatch(
+                Binding::Offer,
+                &requirements,
+                &payload.accepted,
+            ));
+        }
+        let auth = &payload.payload.authorization;
+        if auth.nonce.to_string() != offer.id {
+            return Err(RailError::mismatch(Binding::Offer, &offer.id, auth.nonce));
+        }
+        if auth.from.address().to_checksum(None) != payment.payer {
+            return Err(RailError::mismatch(
+                Binding::Payer,
+                auth.from,
+                &payment.payer,
+            ));
+        }
+        let serving = self
+            .served
+            .reserve(&offer.id, SERVE_WINDOW)
+            .await
+            .map_err(|e| match e {
+                RailError::Replayed { .. } => RailError::Replayed {
+                    key: format!("payment for offer {}", offer.id),
+                },
+                other => other,
+            })?;
+        let settled = match self.facilitator.settle(&payload, &requirements).await {
+            Ok(s) if s.success => s,
+            Ok(s) => {
+                let _ = serving.release().await;
+                let reason = s.error_reason.clone().unwrap_or_default();
+                if reason == reasons::SETTLEMENT_PENDING {
+                    return Err(RailError::Unavailable(RailReason::new(
+                        "facilitator",
+                        "settlement pending; verify the same payment again",
+                    )));
+                }
+                return Err(refusal(&reason, s.error_message.unwrap_or_default()));
+            }
+            Err(e) => {
+                let _ = serving.release().await;
+                return Err(unavailable(&e));
+            }
+        };
+        serving.commit(Some(SERVED_RETENTION)).await?;
+        Ok(Verified {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            payment_ref: settled.transaction,
+            payer: auth.from.address().to_checksum(None),
+            amount: offer.amount.clone(),
+            state: PaymentState::Settled,
+        })
+    }
+}
