@@ -337,6 +337,7 @@ fn served_key(p: &PaymentPayload) -> String {
 struct Ctx<'a> {
     paywall: &'a Paywall,
     required: PaymentRequired,
+    requirements: PaymentRequirements,
 }
 
 impl Ctx<'_> {
@@ -347,8 +348,7 @@ impl Ctx<'_> {
     }
 
     async fn settle(&self, p: &PaymentPayload) -> Result<SettleResponse, Response> {
-        let r = &self.required.accepts[0];
-        match self.paywall.facilitator.settle(p, r).await {
+        match self.paywall.facilitator.settle(p, &self.requirements).await {
             Ok(s) if s.success => Ok(s),
             Ok(s) if s.error_reason.as_deref() == Some(reasons::SETTLEMENT_PENDING) => {
                 Err(unavailable_response("settlement pending"))
@@ -396,9 +396,10 @@ pub async fn paywall_middleware(
             x402_version: V2::default(),
             error: Some(PAYMENT_REQUIRED_ERROR.into()),
             resource,
-            accepts: vec![requirements],
+            accepts: vec![requirements.clone()],
             extensions: None,
         },
+        requirements,
     };
     if req.method() == Method::HEAD {
         return payment_required_response(&ctx.required, true, None);
@@ -450,8 +451,11 @@ pub async fn paywall_middleware(
             paid(resp, &settled)
         }
         SettleWhen::After => {
-            let r = &ctx.required.accepts[0];
-            match paywall.facilitator.verify(&payload, r).await {
+            match paywall
+                .facilitator
+                .verify(&payload, &ctx.requirements)
+                .await
+            {
                 Ok(v) if v.is_valid => {}
                 Ok(v) => {
                     release(serving).await;

@@ -282,10 +282,10 @@ impl RpcClient {
         to: Address,
         input: &Bytes,
     ) -> Result<Bytes, RpcError> {
-        let mut tx = json!({"to": to, "input": input});
-        if let Some(from) = from {
-            tx["from"] = json!(from);
-        }
+        let tx = match from {
+            Some(from) => json!({"from": from, "to": to, "input": input}),
+            None => json!({"to": to, "input": input}),
+        };
         data(&self.request("eth_call", json!([tx, "latest"])).await?)
     }
 

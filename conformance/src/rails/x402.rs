@@ -60,6 +60,17 @@ fn setup(e: impl std::fmt::Display) -> HarnessError {
     HarnessError::Setup(e.to_string())
 }
 
+/// What a tier provides: the chain, the token, two facilitators, two stores (two receiver
+/// instances), the PostgreSQL schema to drop, and where the payer reads its balance.
+type Parts = (
+    Chain,
+    Token,
+    (Arc<dyn Facilitator>, Arc<dyn Facilitator>),
+    (Arc<dyn KeyStore>, Arc<dyn KeyStore>),
+    Option<super::pg::Schema>,
+    Arc<dyn TokenBalance>,
+);
+
 enum Chain {
     Mock(Arc<MockFacilitator>),
     Anvil(Localnet),
@@ -89,14 +100,7 @@ impl X402Harness {
         let payer_key = LocalSigner::random();
         let payee = LocalSigner::random().address();
         let other = LocalSigner::random().address();
-        let (chain, token, facilitators, stores, pg, balances): (
-            Chain,
-            Token,
-            (Arc<dyn Facilitator>, Arc<dyn Facilitator>),
-            (Arc<dyn KeyStore>, Arc<dyn KeyStore>),
-            Option<super::pg::Schema>,
-            Arc<dyn TokenBalance>,
-        ) = match tier {
+        let (chain, token, facilitators, stores, pg, balances): Parts = match tier {
             Tier::Mock => {
                 let token = Token::new("eip155:31337", Address::repeat_byte(0x5c), "USD Coin", "2");
                 let mock = Arc::new(MockFacilitator::new(&token.network));

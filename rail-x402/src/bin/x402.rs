@@ -181,6 +181,8 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted.get(i).copied().unwrap_or_default()
 }
 
+// Timing figures, not money: floats are fine here.
+#[allow(clippy::float_arithmetic, clippy::cast_precision_loss)]
 fn report(
     label: &str,
     ok: usize,
