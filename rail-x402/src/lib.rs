@@ -1,38 +1,34 @@
-//! # rail-x402 — in progress, not a working rail
+//! # rail-x402 — x402 v2 `exact` on EVM (EIP-3009)
 //!
-//! The offline, security-critical core of x402 **v2** `exact` on EVM chains with EIP-3009
-//! (`transferWithAuthorization`) tokens such as USDC, written against the x402 specification
-//! (`specs/x402-specification-v2.md`, `specs/transports-v2/http.md`,
-//! `specs/schemes/exact/scheme_exact_evm.md`) and the reference SDK `@x402/evm` 2.27.0.
+//! Pay and get paid with x402 v2 (`specs/x402-specification-v2.md`,
+//! `specs/transports-v2/http.md`, `specs/schemes/exact/scheme_exact_evm.md`), byte-compatible
+//! with the reference SDK `@x402/*` 2.27.0 (checked both ways on anvil with Circle's
+//! FiatTokenV2_2: `tests/interop.rs`).
 //!
-//! ## What works
-//! - [`wire`]: the v2 types (`PaymentRequired`, `PaymentRequirements`, `PaymentPayload` with the
-//!   exact-EVM payload, `SettleResponse`, `VerifyResponse`) and the `PAYMENT-REQUIRED`,
-//!   `PAYMENT-SIGNATURE` and `PAYMENT-RESPONSE` header codecs (base64 JSON). What payers send
-//!   is decoded strictly: unknown fields, JSON numbers for amounts and non-canonical spellings
-//!   of signed values are refused (see [`fields`]). The specification's example headers
-//!   decode and re-encode byte for byte.
-//! - [`v1`]: the v1 types (`X-PAYMENT`, `X-PAYMENT-RESPONSE`, `maxAmountRequired`, network
-//!   names), separate from v2, with no conversion either way.
-//! - [`eip3009`]: the EIP-712 domain and `TransferWithAuthorization` hashing (with
-//!   `alloy-sol-types`) and signer recovery from 65-byte signatures (`v` 27/28 or 0/1,
-//!   `bytes` or `(v, r, s)`, high-`s` refused). Checked against the signature in the x402
-//!   specification's own example and against digests computed with `eth-account`.
-//! - [`verify`]: offline verification in the reference order, failing with the reference
-//!   `invalidReason` codes.
+//! | module | what |
+//! | --- | --- |
+//! | [`wire`], [`fields`], [`v1`] | v2 (and v1) types and header codecs; what payers send is decoded strictly |
+//! | [`eip3009`] | EIP-712 `TransferWithAuthorization` hashing, signer recovery (high-`s` refused) |
+//! | [`verify`] | offline verification in the reference order, reference `invalidReason` strings |
+//! | [`payer`] | choose an option by [`payer::Policy`] (never the first blindly), sign the authorization |
+//! | [`client`] | a `reqwest` client that pays a 402 once and resends the *same* payment when the outcome is unknown |
+//! | [`facilitator`] | [`facilitator::Facilitator`]: [`facilitator::LocalFacilitator`] (chain checks, settlement with one nonce sequence, write-ahead [`facilitator::SettlementBook`]) and [`facilitator::RemoteFacilitator`] (HTTP) |
+//! | [`server`] | the facilitator HTTP API (`/verify`, `/settle`, `/supported`, `/health`) |
+//! | [`http`] | the axum paywall: per-route prices, settle before (or after) the handler, served once |
+//! | [`rail`] | the rail-core traits ([`rail::X402RailPayer`], [`rail::X402Receiver`]) |
+//! | [`rpc`], [`evm`] | JSON-RPC client, FiatToken ABI, EIP-1559 transactions, local signer |
+//! | [`mock`], [`localnet`] | in-memory token facilitator (tests), anvil localnet helper |
 //!
-//! ## What does not work yet
-//! Nothing here pays, settles or talks to a chain, so a passing [`verify::verify_exact_evm`] is
-//! **not** a payment and must not release a paid response. Missing: the payer (signing and
-//! choosing requirements), the chain checks (balance, nonce, asset deployed, simulation —
-//! [`verify::ChainView`] is only a trait), settlement and its replay-safe bookkeeping, the
-//! facilitator client and server (`/verify`, `/settle`, `/supported`), the axum layer, the
-//! reqwest client, the MCP binding, smart-wallet signatures (ERC-1271 / ERC-6492), Permit2,
-//! v1 verification, anvil localnet tests and the conformance suite.
+//! The `x402` binary serves a facilitator (`x402 facilitator`), an example paid API
+//! (`x402 serve`), pays a URL (`x402 pay`) and measures a server (`x402 load`).
+//!
+//! Not yet: the MCP binding, v1 on the server side, smart-wallet signatures (ERC-1271 /
+//! ERC-6492), Permit2.
 //!
 //! ## Example
 //! Decode the specification's example `PAYMENT-SIGNATURE` header and verify it offline against
-//! the route's requirements, at a time inside its validity window:
+//! the route's requirements, at a time inside its validity window (offline verification is
+//! not a payment: only a settled one is, see [`http`] and [`facilitator`]):
 //!
 //! ```
 //! use rail_x402::verify::{verify_exact_evm, verify_response};
