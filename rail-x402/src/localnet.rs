@@ -92,11 +92,30 @@ impl Localnet {
     /// # Errors
     /// [`RpcError`], or a reverted mint.
     pub async fn mint(&self, to: Address, amount: U256) -> Result<(), RpcError> {
+        // anvil picks the nonce of an `eth_sendTransaction`; two at once from the minter can
+        // get the same one ("replacement transaction underpriced"). One mint at a time in this
+        // process, and a retry for other processes.
+        static MINTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _one = MINTING.lock().await;
         let input = IFiatToken::mintCall { to, amount }.abi_encode().into();
-        let hash = self
-            .rpc
-            .send_transaction(self.minter, self.token.address, &input)
-            .await?;
+        let mut attempt = 0u32;
+        let hash = loop {
+            match self
+                .rpc
+                .send_transaction(self.minter, self.token.address, &input)
+                .await
+            {
+                Ok(h) => break h,
+                Err(RpcError::Rpc { message, .. })
+                    if attempt < 5
+                        && (message.contains("underpriced") || message.contains("nonce")) =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let r = self
             .rpc
             .wait_receipt(
