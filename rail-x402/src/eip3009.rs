@@ -237,9 +237,27 @@ impl EcdsaSignature {
     /// # Errors
     /// [`SignatureError::Recovery`].
     pub fn recover(&self, prehash: &B256) -> Result<Address, SignatureError> {
-        alloy_primitives::Signature::new(self.r, self.s, self.y_parity)
-            .recover_address_from_prehash(prehash)
-            .map_err(|_| SignatureError::Recovery)
+        // libsecp256k1 (the `secp256k1` crate, already built for Lightning): ~4x faster than
+        // the pure-Rust k256 recovery on this hardware (NOTES.md, x402 figures).
+        use secp256k1::ecdsa::{RecoverableSignature, RecoveryId};
+        static SECP: std::sync::OnceLock<secp256k1::Secp256k1<secp256k1::VerifyOnly>> =
+            std::sync::OnceLock::new();
+        let secp = SECP.get_or_init(secp256k1::Secp256k1::verification_only);
+        let mut compact = [0u8; 64];
+        let (r, s) = compact.split_at_mut(32);
+        r.copy_from_slice(&self.r.to_be_bytes::<32>());
+        s.copy_from_slice(&self.s.to_be_bytes::<32>());
+        let recid =
+            RecoveryId::from_i32(i32::from(self.y_parity)).map_err(|_| SignatureError::Recovery)?;
+        let sig = RecoverableSignature::from_compact(&compact, recid)
+            .map_err(|_| SignatureError::Recovery)?;
+        let msg = secp256k1::Message::from_digest(prehash.0);
+        let key = secp
+            .recover_ecdsa(&msg, &sig)
+            .map_err(|_| SignatureError::Recovery)?;
+        let point = key.serialize_uncompressed();
+        let hash = alloy_primitives::keccak256(point.get(1..).unwrap_or_default());
+        Ok(Address::from_slice(hash.get(12..).unwrap_or_default()))
     }
 }
 
