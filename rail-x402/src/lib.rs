@@ -71,6 +71,7 @@ pub mod facilitator;
 pub mod fields;
 pub mod http;
 pub mod localnet;
+pub mod mcp;
 pub mod mock;
 pub mod payer;
 pub mod rail;
