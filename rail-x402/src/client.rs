@@ -153,8 +153,26 @@ impl X402Client {
             .and_then(|h| h.to_str().ok())
             .map(str::to_owned)
         else {
-            // Not a v2 402: nothing to pay.
-            return finish(first, None, None).await;
+            // No v2 header: a v1 402 carries its requirements in a JSON body with
+            // `x402Version: 1` (never consulted when the v2 header is present).
+            let headers = first.headers().clone();
+            let status = first.status();
+            let body = first
+                .bytes()
+                .await
+                .map_err(|e| ClientError::Http(e.to_string()))?
+                .to_vec();
+            return match serde_json::from_slice::<crate::v1::PaymentRequiredV1>(&body) {
+                Ok(v1) => self.send_v1(&build, &v1).await,
+                Err(_) => Ok(Paid {
+                    status,
+                    headers,
+                    body,
+                    payment: None,
+                    settlement: None,
+                    payment_required: None,
+                }),
+            };
         };
         let required = PaymentRequired::from_header(&header)?;
         let payment = self.payer.pay(&required)?;
@@ -190,6 +208,50 @@ impl X402Client {
             }
             attempt += 1;
         }
+    }
+}
+
+impl X402Client {
+    async fn send_v1(
+        &self,
+        build: &(dyn Fn(Option<&str>) -> reqwest::RequestBuilder + Sync),
+        required: &crate::v1::PaymentRequiredV1,
+    ) -> Result<Paid, ClientError> {
+        let payment = self.payer.pay_v1(required)?;
+        let encoded = payment.to_header()?;
+        tracing::info!(payer = %self.payer.address(), network = %payment.network, "x402: paying (v1)");
+        let resp = build(None)
+            .header(crate::v1::X_PAYMENT_HEADER, &encoded)
+            .send()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let settlement = headers
+            .get(crate::v1::X_PAYMENT_RESPONSE_HEADER)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| crate::v1::SettleResponseV1::from_header(h).ok())
+            .map(|s| SettleResponse {
+                success: s.success,
+                error_reason: s.error_reason,
+                error_message: None,
+                transaction: s.transaction,
+                network: s.network,
+                payer: s.payer,
+            });
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_vec();
+        Ok(Paid {
+            status,
+            headers,
+            body,
+            payment: None,
+            settlement,
+            payment_required: None,
+        })
     }
 }
 

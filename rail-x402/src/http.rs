@@ -132,6 +132,7 @@ pub struct Paywall {
     settle_when: SettleWhen,
     routes: Arc<Vec<PricedRoute>>,
     served: ReplayGuard,
+    v1_network: Option<String>,
 }
 
 impl fmt::Debug for Paywall {
@@ -169,7 +170,32 @@ impl Paywall {
                 Arc::new(SystemClock),
                 "x402/served",
             ),
+            v1_network: None,
         }
+    }
+
+    /// Also accepts x402 **v1** clients: the 402's JSON body becomes the v1
+    /// `PaymentRequiredV1` (v1 clients read the body; v2 clients read `PAYMENT-REQUIRED`,
+    /// which stays v2), and an `X-PAYMENT` payment is accepted and answered with
+    /// `X-PAYMENT-RESPONSE`. `name` is the v1 network name of the token's chain; `None` takes
+    /// it from [`crate::v1::EVM_NETWORKS`]. A v2 payment (`PAYMENT-SIGNATURE`) always wins:
+    /// a v2 exchange is never downgraded.
+    ///
+    /// # Errors
+    /// A message when the chain has no v1 name.
+    pub fn accept_v1(mut self, name: Option<&str>) -> Result<Self, String> {
+        let chain = crate::verify::eip155_chain_id(&self.token.network)
+            .ok_or_else(|| format!("{} is not eip155", self.token.network))?;
+        let name = match name {
+            Some(n) => n.to_owned(),
+            None => crate::v1::EVM_NETWORKS
+                .iter()
+                .find(|(_, id)| *id == chain)
+                .map(|(n, _)| (*n).to_owned())
+                .ok_or_else(|| format!("chain {chain} has no v1 network name; give one"))?,
+        };
+        self.v1_network = Some(name);
+        Ok(self)
     }
 
     /// Served payments kept in `store` (PostgreSQL for several instances).
@@ -258,7 +284,46 @@ pub fn payment_required_response(
     head: bool,
     settle: Option<&SettleResponse>,
 ) -> Response {
-    let (Ok(body), Ok(encoded)) = (serde_json::to_vec(pr), pr.to_header()) else {
+    payment_required_response_with(pr, None, head, settle)
+}
+
+/// The v1 402 body for `pr` on v1 network `name` (`maxAmountRequired`, inline resource).
+#[must_use]
+pub fn v1_body(pr: &PaymentRequired, name: &str) -> crate::v1::PaymentRequiredV1 {
+    crate::v1::PaymentRequiredV1 {
+        x402_version: crate::v1::V1::default(),
+        error: pr.error.clone(),
+        accepts: pr
+            .accepts
+            .iter()
+            .map(|r| crate::v1::PaymentRequirementsV1 {
+                scheme: r.scheme.clone(),
+                network: name.to_owned(),
+                max_amount_required: r.amount.clone(),
+                resource: pr.resource.url.clone(),
+                description: pr.resource.description.clone().unwrap_or_default(),
+                mime_type: pr.resource.mime_type.clone(),
+                output_schema: None,
+                pay_to: r.pay_to.clone(),
+                max_timeout_seconds: r.max_timeout_seconds,
+                asset: r.asset.clone(),
+                extra: r.extra.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn payment_required_response_with(
+    pr: &PaymentRequired,
+    v1: Option<&str>,
+    head: bool,
+    settle: Option<&SettleResponse>,
+) -> Response {
+    let body = match v1 {
+        Some(name) => serde_json::to_vec(&v1_body(pr, name)),
+        None => serde_json::to_vec(pr),
+    };
+    let (Ok(body), Ok(encoded)) = (body, pr.to_header()) else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the 402").into_response();
     };
     let mut h = HeaderMap::new();
@@ -303,8 +368,13 @@ fn resource_url(req: &Request) -> String {
     format!("http://{host}{}", req.uri().path())
 }
 
-fn payment_header(h: &HeaderMap) -> Option<Result<String, ()>> {
-    let mut all = h.get_all(PAYMENT_SIGNATURE).iter();
+/// `X-PAYMENT` (v1).
+pub const X_PAYMENT: HeaderName = HeaderName::from_static("x-payment");
+/// `X-PAYMENT-RESPONSE` (v1).
+pub const X_PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("x-payment-response");
+
+fn payment_header(h: &HeaderMap, name: &HeaderName) -> Option<Result<String, ()>> {
+    let mut all = h.get_all(name).iter();
     let first = all.next()?;
     if all.next().is_some() {
         return Some(Err(()));
@@ -312,9 +382,25 @@ fn payment_header(h: &HeaderMap) -> Option<Result<String, ()>> {
     Some(first.to_str().map(str::to_owned).map_err(|_| ()))
 }
 
-fn paid(mut resp: Response, settle: &SettleResponse) -> Response {
-    if let Ok(s) = settle.to_header() {
-        set(resp.headers_mut(), PAYMENT_RESPONSE, &s);
+fn paid(mut resp: Response, settle: &SettleResponse, v1: Option<&str>) -> Response {
+    match v1 {
+        Some(name) => {
+            let s = crate::v1::SettleResponseV1 {
+                success: settle.success,
+                error_reason: settle.error_reason.clone(),
+                transaction: settle.transaction.clone(),
+                network: name.to_owned(),
+                payer: settle.payer.clone(),
+            };
+            if let Ok(s) = s.to_header() {
+                set(resp.headers_mut(), X_PAYMENT_RESPONSE, &s);
+            }
+        }
+        None => {
+            if let Ok(s) = settle.to_header() {
+                set(resp.headers_mut(), PAYMENT_RESPONSE, &s);
+            }
+        }
     }
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -344,7 +430,7 @@ impl Ctx<'_> {
     fn refuse(&self, error: &str, settle: Option<&SettleResponse>) -> Response {
         let mut pr = self.required.clone();
         pr.error = Some(error.to_owned());
-        payment_required_response(&pr, false, settle)
+        payment_required_response_with(&pr, self.paywall.v1_network.as_deref(), false, settle)
     }
 
     async fn settle(&self, p: &PaymentPayload) -> Result<SettleResponse, Response> {
@@ -401,20 +487,47 @@ pub async fn paywall_middleware(
         },
         requirements,
     };
+    let v1_name = paywall.v1_network.as_deref();
     if req.method() == Method::HEAD {
-        return payment_required_response(&ctx.required, true, None);
+        return payment_required_response_with(&ctx.required, v1_name, true, None);
     }
-    let header = match payment_header(req.headers()) {
-        None => return payment_required_response(&ctx.required, false, None),
+    // v2 first: a PAYMENT-SIGNATURE is read as v2 whatever else the request carries.
+    let (header, v1) = match payment_header(req.headers(), &PAYMENT_SIGNATURE) {
+        Some(h) => (Some(h), None),
+        None => match v1_name {
+            Some(name) => (payment_header(req.headers(), &X_PAYMENT), Some(name)),
+            None => (None, None),
+        },
+    };
+    let header = match header {
+        None => return payment_required_response_with(&ctx.required, v1_name, false, None),
         Some(Err(())) => return ctx.refuse(reasons::INVALID_PAYLOAD, None),
         Some(Ok(h)) => h,
     };
-    let payload = match PaymentPayload::from_header(&header) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::info!(error = %e, "x402: undecodable PAYMENT-SIGNATURE");
-            return ctx.refuse(e.reason(), None);
-        }
+    let payload = match v1 {
+        None => match PaymentPayload::from_header(&header) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::info!(error = %e, "x402: undecodable PAYMENT-SIGNATURE");
+                return ctx.refuse(e.reason(), None);
+            }
+        },
+        Some(name) => match crate::v1::PaymentPayloadV1::from_header(&header) {
+            // A v1 payment names scheme and network only; it is checked as a payment for
+            // this route's own requirements (the signature covers amount, payTo, token).
+            Ok(p) if p.scheme == SCHEME_EXACT && p.network == name => PaymentPayload {
+                x402_version: V2::default(),
+                resource: None,
+                accepted: ctx.requirements.clone(),
+                payload: p.payload,
+                extensions: None,
+            },
+            Ok(_) => return ctx.refuse(reasons::NO_MATCHING_REQUIREMENTS, None),
+            Err(e) => {
+                tracing::info!(error = %e, "x402: undecodable X-PAYMENT");
+                return ctx.refuse(e.reason(), None);
+            }
+        },
     };
     if find_matching_requirements(&ctx.required.accepts, &payload).is_none() {
         return ctx.refuse(reasons::NO_MATCHING_REQUIREMENTS, None);
@@ -448,7 +561,7 @@ pub async fn paywall_middleware(
                 tracing::warn!(tx = %settled.transaction, status = resp.status().as_u16(), "x402: settled, but the handler failed");
                 release(serving).await;
             }
-            paid(resp, &settled)
+            paid(resp, &settled, v1)
         }
         SettleWhen::After => {
             match paywall
@@ -480,7 +593,7 @@ pub async fn paywall_middleware(
                     if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
                         tracing::warn!(error = %e, "x402: served, but could not record it");
                     }
-                    paid(resp, &settled)
+                    paid(resp, &settled, v1)
                 }
                 Err(refused) => {
                     // The handler's output is dropped: never serve unsettled content.

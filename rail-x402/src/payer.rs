@@ -178,6 +178,66 @@ impl X402Payer {
         )
     }
 
+    /// Pays a **v1** 402 (a JSON body with `x402Version: 1`): the same policy over the v1
+    /// options (network names mapped to `eip155:<id>` through [`crate::v1::EVM_NETWORKS`]),
+    /// the same EIP-3009 authorization, sent as a v1 `PaymentPayloadV1`.
+    ///
+    /// # Errors
+    /// [`PayerError`].
+    pub fn pay_v1(
+        &self,
+        required: &crate::v1::PaymentRequiredV1,
+    ) -> Result<crate::v1::PaymentPayloadV1, PayerError> {
+        let mut refusals = Vec::new();
+        let mut best: Option<(&crate::v1::PaymentRequirementsV1, PaymentRequirements)> = None;
+        for r in &required.accepts {
+            let Some(chain) = crate::v1::network_chain_id(&r.network) else {
+                refusals.push(format!("v1 network {:?} is unknown", r.network));
+                continue;
+            };
+            let as_v2 = PaymentRequirements {
+                scheme: r.scheme.clone(),
+                network: format!("eip155:{chain}"),
+                amount: r.max_amount_required.clone(),
+                asset: r.asset.clone(),
+                pay_to: r.pay_to.clone(),
+                max_timeout_seconds: r.max_timeout_seconds,
+                extra: r.extra.clone(),
+            };
+            match self.policy.refusal(&as_v2) {
+                Some(why) => refusals.push(why),
+                None => {
+                    if best
+                        .as_ref()
+                        .is_none_or(|(_, b)| as_v2.amount.value() < b.amount.value())
+                    {
+                        best = Some((r, as_v2));
+                    }
+                }
+            }
+        }
+        let (chosen, as_v2) = best.ok_or(PayerError::NothingPayable(refusals))?;
+        let wrapper = PaymentRequired {
+            x402_version: V2::default(),
+            error: None,
+            resource: crate::wire::ResourceInfo::new(chosen.resource.clone()),
+            accepts: vec![as_v2.clone()],
+            extensions: None,
+        };
+        let signed = self.sign(
+            &wrapper,
+            &as_v2,
+            unix_now(),
+            B256::from(rand::random::<[u8; 32]>()),
+        )?;
+        Ok(crate::v1::PaymentPayloadV1 {
+            x402_version: crate::v1::V1::default(),
+            scheme: chosen.scheme.clone(),
+            network: chosen.network.clone(),
+            payload: signed.payload,
+        })
+    }
+
     /// Signs `accepted` (one of `required.accepts`) at time `now` with `nonce`.
     ///
     /// # Errors

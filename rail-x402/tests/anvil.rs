@@ -131,7 +131,12 @@ impl Fixture {
 }
 
 async fn challenge(url: &str) -> PaymentRequired {
-    let r = reqwest::get(url).await.unwrap();
+    let r = rail_x402::rpc::http_client(Duration::from_secs(10))
+        .unwrap()
+        .get(url)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 402);
     let h = r.headers()["payment-required"].to_str().unwrap().to_owned();
     let pr = PaymentRequired::from_header(&h).unwrap();
@@ -141,7 +146,8 @@ async fn challenge(url: &str) -> PaymentRequired {
 }
 
 async fn send(url: &str, payload: &PaymentPayload) -> reqwest::Response {
-    reqwest::Client::new()
+    rail_x402::rpc::http_client(Duration::from_secs(10))
+        .unwrap()
         .get(url)
         .header(PAYMENT_SIGNATURE, payload.to_header().unwrap())
         .send()
@@ -205,7 +211,7 @@ async fn unpaid_head_and_malformed_requests_are_never_charged() {
     assert_eq!(pr.accepts[0].amount.value(), U256::from(CHEAP));
     assert_eq!(pr.resource.url, format!("{url}/cheap"));
 
-    let http = reqwest::Client::new();
+    let http = rail_x402::rpc::http_client(Duration::from_secs(10)).unwrap();
     let head = http.head(format!("{url}/cheap")).send().await.unwrap();
     assert_eq!(head.status(), 402);
     assert!(head.headers().contains_key("payment-required"));
@@ -573,7 +579,8 @@ async fn remote_facilitator_round_trip() {
         (U256::from(9_000), U256::from(CHEAP))
     );
     // A garbage body is a 400 with a reason, not a 5xx.
-    let r = reqwest::Client::new()
+    let r = rail_x402::rpc::http_client(Duration::from_secs(10))
+        .unwrap()
         .post(format!("http://{addr}/settle"))
         .body("{\"x402Version\":2}")
         .header("content-type", "application/json")

@@ -52,7 +52,7 @@ async fn serve(facilitator_url: &str, hits: Arc<AtomicUsize>) -> String {
 }
 
 async fn pay(url: &str) -> reqwest::Response {
-    let http = reqwest::Client::new();
+    let http = rail_x402::rpc::http_client(Duration::from_secs(10)).unwrap();
     let r = http.get(url).send().await.unwrap();
     let pr =
         PaymentRequired::from_header(r.headers()["payment-required"].to_str().unwrap()).unwrap();
