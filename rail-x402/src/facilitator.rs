@@ -160,6 +160,49 @@ fn settled(payload: &PaymentPayload, tx: B256) -> SettleResponse {
     }
 }
 
+/// A second settle of an authorization that is already settled is **not** a success: a
+/// resource server that trusts `/settle` alone must not serve one payment twice (the
+/// reference facilitator answers `invalid_exact_evm_nonce_already_used` too). The answer
+/// names the transaction that settled it, so a caller that lost the first answer and keeps its
+/// own served-once record can recover ([`settled_transaction`]).
+fn already_settled(mut answer: SettleResponse) -> SettleResponse {
+    if answer.success {
+        answer.success = false;
+        answer.error_reason = Some(reasons::NONCE_ALREADY_USED.to_owned());
+        answer.error_message = Some(format!("already settled by {}", answer.transaction));
+    }
+    answer
+}
+
+/// The transaction that settled a payment, from a settle answer: a success, or an
+/// "already settled" refusal that names its transaction ([`LocalFacilitator`] does; the
+/// reference facilitator answers a replay with no transaction). Use the second form only
+/// behind a served-once record of your own, as the paywalls of this crate do: it is how a
+/// payment whose first answer was lost (a crash between settling and serving) is served once.
+#[must_use]
+pub fn settled_transaction(answer: &SettleResponse) -> Option<&str> {
+    if answer.success && !answer.transaction.is_empty() {
+        return Some(&answer.transaction);
+    }
+    let recovered = answer.error_reason.as_deref() == Some(reasons::NONCE_ALREADY_USED)
+        && answer.transaction.starts_with("0x")
+        && answer.transaction.len() == 66;
+    recovered.then_some(answer.transaction.as_str())
+}
+
+/// `answer` as the success it stands for, when [`settled_transaction`] finds one.
+#[must_use]
+pub fn as_settled(answer: &SettleResponse) -> Option<SettleResponse> {
+    settled_transaction(answer).map(|tx| SettleResponse {
+        success: true,
+        error_reason: None,
+        error_message: None,
+        transaction: tx.to_owned(),
+        network: answer.network.clone(),
+        payer: answer.payer.clone(),
+    })
+}
+
 fn rpc_down(e: &RpcError) -> FacilitatorError {
     FacilitatorError::Unavailable(e.to_string())
 }
@@ -593,7 +636,10 @@ impl Facilitator for LocalFacilitator {
         let reservation = match self.book.open(&key).await? {
             Entry::Fresh(r) => r,
             Entry::Settled(tx) | Entry::Submitted(tx) => {
-                return self.follow(payload, &offline, tx).await;
+                return self
+                    .follow(payload, &offline, tx)
+                    .await
+                    .map(already_settled);
             }
             Entry::Busy => {
                 return Err(FacilitatorError::InProgress {
@@ -615,7 +661,10 @@ impl Facilitator for LocalFacilitator {
                         .authorization_used_tx(offline.domain.verifying_contract, a.from, a.nonce)
                         .await
                 {
-                    return self.follow_other(payload, &offline, tx).await;
+                    return self
+                        .follow_other(payload, &offline, tx)
+                        .await
+                        .map(already_settled);
                 }
                 return Ok(failed(
                     payload,

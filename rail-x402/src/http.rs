@@ -55,7 +55,7 @@ use rail_core::route::RoutePattern;
 use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
 use serde_json::json;
 
-use crate::facilitator::Facilitator;
+use crate::facilitator::{Facilitator, as_settled};
 use crate::fields::Uint256Decimal;
 use crate::verify::{find_matching_requirements, reasons};
 use crate::wire::{
@@ -299,7 +299,7 @@ pub fn v1_body(pr: &PaymentRequired, name: &str) -> crate::v1::PaymentRequiredV1
             .map(|r| crate::v1::PaymentRequirementsV1 {
                 scheme: r.scheme.clone(),
                 network: name.to_owned(),
-                max_amount_required: r.amount.clone(),
+                max_amount_required: r.amount,
                 resource: pr.resource.url.clone(),
                 description: pr.resource.description.clone().unwrap_or_default(),
                 mime_type: pr.resource.mime_type.clone(),
@@ -435,7 +435,9 @@ impl Ctx<'_> {
 
     async fn settle(&self, p: &PaymentPayload) -> Result<SettleResponse, Response> {
         match self.paywall.facilitator.settle(p, &self.requirements).await {
-            Ok(s) if s.success => Ok(s),
+            // Settled now, or before by a settlement whose answer was lost (this request holds
+            // the served-once reservation, so it is served once either way).
+            Ok(s) if as_settled(&s).is_some() => Ok(as_settled(&s).unwrap_or(s)),
             Ok(s) if s.error_reason.as_deref() == Some(reasons::SETTLEMENT_PENDING) => {
                 Err(unavailable_response("settlement pending"))
             }

@@ -33,7 +33,7 @@ use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Value, json};
 
-use crate::facilitator::Facilitator;
+use crate::facilitator::{Facilitator, as_settled};
 use crate::fields::Uint256Decimal;
 use crate::http::{PAYMENT_REQUIRED_ERROR, SERVE_WINDOW, SERVED_RETENTION, Token};
 use crate::verify::{find_matching_requirements, reasons};
@@ -208,7 +208,8 @@ impl McpPaywall {
             return result;
         }
         match self.facilitator.settle(&payload, &requirements).await {
-            Ok(s) if s.success => {
+            Ok(s) if as_settled(&s).is_some() => {
+                let s = as_settled(&s).unwrap_or(s);
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
                     tracing::warn!(error = %e, "x402/mcp: served, but could not record it");
                 }

@@ -5,7 +5,8 @@
 //! [`LocalFacilitator`](crate::facilitator::LocalFacilitator) answers: the offline checks
 //! ([`verify_exact_evm`], real signatures), then balance (`invalid_exact_evm_insufficient_balance`)
 //! and nonce (`invalid_exact_evm_nonce_already_used`), then an atomic debit/credit. Settling a
-//! settled authorization again answers its first transaction, as the settlement book does.
+//! settled authorization again is refused (`invalid_exact_evm_nonce_already_used`) naming its
+//! first transaction, as [`LocalFacilitator`](crate::facilitator::LocalFacilitator) does.
 //! Transaction hashes are `keccak256` of the authorization's signing hash.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +19,9 @@ use async_trait::async_trait;
 use crate::facilitator::{Facilitator, FacilitatorError, SupportedKind, SupportedResponse};
 use crate::verify::{reasons, verify_exact_evm};
 use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
+
+/// `(reason, message, transaction that already settled it)`.
+type Refusal = (String, String, Option<B256>);
 
 #[derive(Debug, Default)]
 struct State {
@@ -78,32 +82,35 @@ impl MockFacilitator {
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
         settle: bool,
-    ) -> Result<Result<B256, (String, String)>, FacilitatorError> {
+    ) -> Result<Result<B256, Refusal>, FacilitatorError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let ok = match verify_exact_evm(payload, requirements, now) {
             Ok(ok) => ok,
-            Err(e) => return Ok(Err((e.reason().to_owned(), e.to_string()))),
+            Err(e) => return Ok(Err((e.reason().to_owned(), e.to_string(), None))),
         };
         if requirements.network != self.network {
             return Ok(Err((
                 reasons::INVALID_NETWORK.to_owned(),
                 format!("this facilitator settles on {}", self.network),
+                None,
             )));
         }
         let token = ok.domain.verifying_contract;
         let a = &ok.authorization;
         let mut s = self.lock()?;
         if let Some(tx) = s.used.get(&(token, a.from, a.nonce)) {
-            return Ok(if settle {
-                Ok(*tx)
-            } else {
-                Err((
-                    reasons::NONCE_ALREADY_USED.to_owned(),
-                    "authorization is used".into(),
-                ))
-            });
+            // As LocalFacilitator: a second settle is refused, naming the first transaction.
+            return Ok(Err((
+                reasons::NONCE_ALREADY_USED.to_owned(),
+                if settle {
+                    format!("already settled by {tx}")
+                } else {
+                    "authorization is used".into()
+                },
+                Some(*tx),
+            )));
         }
         let from_balance = s
             .balances
@@ -114,6 +121,7 @@ impl MockFacilitator {
             return Ok(Err((
                 reasons::INSUFFICIENT_BALANCE.to_owned(),
                 format!("balance {from_balance} < value {}", a.value),
+                None,
             )));
         }
         let tx = keccak256(ok.signing_hash);
@@ -142,7 +150,7 @@ impl Facilitator for MockFacilitator {
                 invalid_message: None,
                 payer,
             },
-            Err((reason, message)) => VerifyResponse {
+            Err((reason, message, _)) => VerifyResponse {
                 is_valid: false,
                 invalid_reason: Some(reason),
                 invalid_message: Some(message),
@@ -167,11 +175,11 @@ impl Facilitator for MockFacilitator {
                 network,
                 payer,
             },
-            Err((reason, message)) => SettleResponse {
+            Err((reason, message, tx)) => SettleResponse {
                 success: false,
                 error_reason: Some(reason),
                 error_message: Some(message),
-                transaction: String::new(),
+                transaction: tx.map(|t| t.to_string()).unwrap_or_default(),
                 network,
                 payer,
             },

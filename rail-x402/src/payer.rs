@@ -198,7 +198,7 @@ impl X402Payer {
             let as_v2 = PaymentRequirements {
                 scheme: r.scheme.clone(),
                 network: format!("eip155:{chain}"),
-                amount: r.max_amount_required.clone(),
+                amount: r.max_amount_required,
                 asset: r.asset.clone(),
                 pay_to: r.pay_to.clone(),
                 max_timeout_seconds: r.max_timeout_seconds,

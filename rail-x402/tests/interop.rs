@@ -188,3 +188,53 @@ async fn our_client_pays_the_reference_server() {
     let pr = paid.payment_required.unwrap();
     assert_eq!(pr.accepts[0].network, net.token.network);
 }
+
+/// The reference client's payments, good and bad, sent to our facilitator server: every
+/// answer matches what the reference facilitator answers (`scripts/x402/probe-facilitator.mjs`
+/// encodes the reference's answers: 200 with `isValid:false` and its reason, 400 for a
+/// malformed body, a settle replay refused as `invalid_exact_evm_nonce_already_used`).
+#[tokio::test]
+async fn our_facilitator_answers_as_the_reference_does() {
+    let Some(net) = Localnet::from_env().await else {
+        return;
+    };
+    if !sdk_installed() {
+        return;
+    }
+    let facilitator = LocalFacilitator::connect(
+        net.rpc.clone(),
+        net.funded_settler().await.unwrap(),
+        SettlementBook::new(Arc::new(MemoryKeyStore::default()), Arc::new(SystemClock)),
+    )
+    .await
+    .unwrap();
+    let app = rail_x402::server::router(Arc::new(facilitator));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (key, payer) = random_key();
+    net.mint(payer.address(), U256::from(100_000))
+        .await
+        .unwrap();
+    let out = Command::new("node")
+        .arg(scripts().join("probe-facilitator.mjs"))
+        .arg(format!("http://{addr}"))
+        .current_dir(scripts())
+        .env("X402_PAYER_KEY", key)
+        .env("X402_TOKEN", net.token.address.to_checksum(None))
+        .env(
+            "X402_PAY_TO",
+            LocalSigner::random().address().to_checksum(None),
+        )
+        .env("X402_CHAIN_ID", net.chain_id.to_string())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "probe disagrees:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("probe: 11 passed, 0 failed"), "{stdout}");
+}
