@@ -6,6 +6,7 @@ pub mod ln_nwc;
 pub mod pg;
 pub mod stripe;
 pub mod x402;
+mod x402_checks;
 
 use crate::harness::RailEntry;
 

@@ -87,6 +87,8 @@ pub struct X402Harness {
     payee: Address,
     other: Address,
     pg: Option<super::pg::Schema>,
+    facilitator: Arc<dyn Facilitator>,
+    token_info: Token,
 }
 
 impl X402Harness {
@@ -169,6 +171,7 @@ impl X402Harness {
             stores.0.clone(),
             shared.clone(),
         ));
+        let facilitator = facilitators.0.clone();
         let receiver = X402Receiver::new(
             facilitators.0,
             token.clone(),
@@ -201,6 +204,8 @@ impl X402Harness {
             payee,
             other,
             pg,
+            facilitator,
+            token_info: token,
         })
     }
 
@@ -269,6 +274,20 @@ impl Harness for X402Harness {
 
     fn twin_receiver(&self) -> Option<RailHandle> {
         Some(self.twin.clone())
+    }
+
+    async fn rail_checks(&self) -> Vec<(String, Result<(), String>)> {
+        let (mock, net) = match &self.chain {
+            Chain::Mock(m) => (Some(m), None),
+            Chain::Anvil(n) => (None, Some(n)),
+        };
+        super::x402_checks::run(&super::x402_checks::Ctx {
+            facilitator: self.facilitator.clone(),
+            token: self.token_info.clone(),
+            mock,
+            net,
+        })
+        .await
     }
 
     async fn teardown(&self) {
