@@ -15,11 +15,17 @@
 //! - Each authorization is served once (also across instances sharing a [`KeyStore`]).
 //!
 //! ```no_run
-//! # async fn demo(paywall: rail_x402::mcp::McpPaywall, params: rmcp::model::CallToolRequestParams) {
+//! # async fn demo(
+//! #     paywall: rail_x402::mcp::McpPaywall,
+//! #     request: rmcp::model::CallToolRequestParams,
+//! #     context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+//! # ) {
 //! use rmcp::model::{CallToolResult, ContentBlock};
-//! // inside ServerHandler::call_tool:
+//! // inside ServerHandler::call_tool(&self, request, context):
 //! let result = paywall
-//!     .call(&params, || async { CallToolResult::success(vec![ContentBlock::text("analysis…")]) })
+//!     .call(&request.name, Some(&context.meta.0.0), || async {
+//!         CallToolResult::success(vec![ContentBlock::text("analysis…")])
+//!     })
 //!     .await;
 //! # }
 //! ```
@@ -30,7 +36,9 @@ use std::sync::Arc;
 use alloy_primitives::{Address, U256};
 use rail_core::keys::{KeyStore, Reservation};
 use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, RequestMetaObject,
+};
 use serde_json::{Value, json};
 
 use crate::facilitator::{Facilitator, as_settled};
@@ -147,14 +155,36 @@ impl McpPaywall {
         })
     }
 
-    /// Runs the tool call through the paywall: `run` is called only for a free tool or a
-    /// verified payment, and its output is returned only once the payment settled.
-    pub async fn call<F, Fut>(&self, params: &CallToolRequestParams, run: F) -> CallToolResult
+    /// [`McpPaywall::call`] with the `_meta` carried in the parameters themselves (a request
+    /// decoded from JSON by hand). Inside an rmcp server the request `_meta` arrives in
+    /// `RequestContext::meta` instead: use [`McpPaywall::call`] with it.
+    pub async fn call_params<F, Fut>(
+        &self,
+        params: &CallToolRequestParams,
+        run: F,
+    ) -> CallToolResult
     where
         F: FnOnce() -> Fut + Send,
         Fut: Future<Output = CallToolResult> + Send,
     {
-        let Some(required) = self.payment_required(&params.name) else {
+        let meta = params.meta.as_ref().map(|m| &m.0.0);
+        self.call(&params.name, meta, run).await
+    }
+
+    /// Runs a call of `tool`, whose request `_meta` is `meta` (in an rmcp `ServerHandler`:
+    /// `Some(&context.meta.0.0)`), through the paywall: `run` is called only for a free tool
+    /// or a verified payment, and its output is returned only once the payment settled.
+    pub async fn call<F, Fut>(
+        &self,
+        tool: &str,
+        meta: Option<&JsonObject>,
+        run: F,
+    ) -> CallToolResult
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = CallToolResult> + Send,
+    {
+        let Some(required) = self.payment_required(tool) else {
             return run().await;
         };
         let Some(requirements) = required.accepts.first().cloned() else {
@@ -163,7 +193,7 @@ impl McpPaywall {
         let refuse = |error: &str, settle: Option<&SettleResponse>| {
             payment_required_result(&required, error, settle)
         };
-        let Some(raw) = params.meta.as_ref().and_then(|m| m.get(PAYMENT_META)) else {
+        let Some(raw) = meta.and_then(|m| m.get(PAYMENT_META)) else {
             return refuse(PAYMENT_REQUIRED_ERROR, None);
         };
         let payload: PaymentPayload = match serde_json::from_value(raw.clone()) {
@@ -300,13 +330,15 @@ pub fn payment_required_of(result: &CallToolResult) -> Option<PaymentRequired> {
     direct(&v).or_else(|| wrapped(&v))
 }
 
-/// The client side: `params._meta` carrying `payment`.
+/// The client side: the request `_meta` carrying `payment`. With an rmcp client, send it
+/// through `PeerRequestOptions::with_meta` (rmcp writes a request's `_meta` from its options
+/// and extensions, not from `CallToolRequestParams::meta`).
 #[must_use]
-pub fn payment_meta(payment: &PaymentPayload) -> MetaObject {
+pub fn payment_meta(payment: &PaymentPayload) -> RequestMetaObject {
     let mut m = MetaObject::default();
     m.0.insert(
         PAYMENT_META.to_owned(),
         serde_json::to_value(payment).unwrap_or(Value::Null),
     );
-    m
+    RequestMetaObject(m)
 }

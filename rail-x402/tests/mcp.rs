@@ -73,7 +73,7 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
     let hits = Tool(Arc::new(AtomicUsize::new(0)));
 
     // Unpaid: the specification's payment-required result.
-    let r = paywall.call(&params(None), || hits.ok()).await;
+    let r = paywall.call_params(&params(None), || hits.ok()).await;
     let wire = serde_json::to_value(&r).unwrap();
     assert_eq!(wire["isError"], true);
     assert_eq!(wire["structuredContent"]["x402Version"], 2);
@@ -96,7 +96,9 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
         Policy::new("eip155:84532", token().address, U256::from(PRICE)),
     );
     let payment = payer.pay(&pr).unwrap();
-    let r = paywall.call(&params(Some(&payment)), || hits.ok()).await;
+    let r = paywall
+        .call_params(&params(Some(&payment)), || hits.ok())
+        .await;
     assert_ne!(r.is_error, Some(true), "{r:?}");
     assert_eq!(text(&r), "Strong fundamentals");
     let settle: SettleResponse =
@@ -108,7 +110,9 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
     );
 
     // Replayed: refused, the tool does not run again.
-    let r = paywall.call(&params(Some(&payment)), || hits.ok()).await;
+    let r = paywall
+        .call_params(&params(Some(&payment)), || hits.ok())
+        .await;
     assert_eq!(
         payment_required_of(&r).unwrap().error.as_deref(),
         Some(reasons::NONCE_ALREADY_USED)
@@ -118,7 +122,7 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
     // A tool error is not charged.
     let payment = payer.pay(&pr).unwrap();
     let r = paywall
-        .call(&params(Some(&payment)), || async {
+        .call_params(&params(Some(&payment)), || async {
             CallToolResult::error(vec![ContentBlock::text("upstream down")])
         })
         .await;
@@ -132,7 +136,9 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
     let mut cheap_pr = pr.clone();
     cheap_pr.accepts[0].amount = 1u64.into();
     let cheap = payer.pay(&cheap_pr).unwrap();
-    let r = paywall.call(&params(Some(&cheap)), || hits.ok()).await;
+    let r = paywall
+        .call_params(&params(Some(&cheap)), || hits.ok())
+        .await;
     assert_eq!(
         payment_required_of(&r).unwrap().error.as_deref(),
         Some(reasons::NO_MATCHING_REQUIREMENTS)
@@ -141,7 +147,7 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
     let mut bad =
         json!({"name": "financial_analysis", "_meta": {"x402/payment": {"x402Version": 2}}});
     let r = paywall
-        .call(&serde_json::from_value(bad.take()).unwrap(), || hits.ok())
+        .call_params(&serde_json::from_value(bad.take()).unwrap(), || hits.ok())
         .await;
     assert_eq!(
         payment_required_of(&r).unwrap().error.as_deref(),
@@ -203,7 +209,7 @@ async fn a_failed_settlement_withholds_the_tool_output() {
     .pay(&pr)
     .unwrap();
     let r = paywall
-        .call(&params(Some(&payment)), || async {
+        .call_params(&params(Some(&payment)), || async {
             CallToolResult::success(vec![ContentBlock::text("SECRET")])
         })
         .await;
@@ -257,7 +263,7 @@ async fn the_specification_example_request_is_read() {
         "Advanced financial analysis tool",
     );
     let r = paywall
-        .call(&params, || async { CallToolResult::success(vec![]) })
+        .call_params(&params, || async { CallToolResult::success(vec![]) })
         .await;
     assert_eq!(
         payment_required_of(&r).unwrap().error.as_deref(),
@@ -289,11 +295,11 @@ async fn paid_tool_call_on_anvil() {
         Policy::new(&net.token.network, net.token.address, U256::from(1000)),
     );
     let unpaid = paywall
-        .call(&params(None), || async { CallToolResult::success(vec![]) })
+        .call_params(&params(None), || async { CallToolResult::success(vec![]) })
         .await;
     let payment = payer.pay(&payment_required_of(&unpaid).unwrap()).unwrap();
     let r = paywall
-        .call(&params(Some(&payment)), || async {
+        .call_params(&params(Some(&payment)), || async {
             CallToolResult::success(vec![ContentBlock::text("done")])
         })
         .await;

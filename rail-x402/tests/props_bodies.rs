@@ -163,7 +163,7 @@ proptest! {
             Address::repeat_byte(0x22),
         ).tool("t", 1000u64, "t");
         let ran = std::sync::atomic::AtomicBool::new(false);
-        let r = rt.block_on(paywall.call(&params, || async {
+        let r = rt.block_on(paywall.call_params(&params, || async {
             ran.store(true, std::sync::atomic::Ordering::SeqCst);
             CallToolResult::success(vec![])
         }));
