@@ -532,14 +532,44 @@ impl LocalFacilitator {
         }
     }
 
+    /// Why a mined transaction reverted: out of gas, or the revert reason of the same call
+    /// replayed on the state before its block.
+    async fn why_reverted(&self, ok: &OfflineVerified, r: &Receipt) -> String {
+        if r.gas_used >= self.config.gas_limit {
+            return format!(
+                "transaction reverted: out of gas ({} of {})",
+                r.gas_used, self.config.gas_limit
+            );
+        }
+        let input = transfer_with_authorization_calldata(&ok.authorization, &ok.signature);
+        match self
+            .rpc
+            .call_at(
+                self.address(),
+                ok.domain.verifying_contract,
+                &input,
+                r.block_number.saturating_sub(1),
+            )
+            .await
+        {
+            Err(RpcError::Reverted { reason }) => format!("transaction reverted: {reason}"),
+            _ => "transaction reverted".into(),
+        }
+    }
+
     /// What a receipt means for the authorization: success only with the token's
-    /// `Transfer(from, to, value)` log in it.
-    fn judge(payload: &PaymentPayload, ok: &OfflineVerified, r: &Receipt) -> SettleResponse {
+    /// `Transfer(from, to, value)` log in it; a revert carries its reason.
+    async fn judge(
+        &self,
+        payload: &PaymentPayload,
+        ok: &OfflineVerified,
+        r: &Receipt,
+    ) -> SettleResponse {
         if !r.success {
             return failed(
                 payload,
                 reasons::TRANSACTION_FAILED,
-                "transaction reverted".into(),
+                self.why_reverted(ok, r).await,
                 Some(r.transaction_hash),
             );
         }
@@ -563,7 +593,7 @@ impl LocalFacilitator {
         hash: B256,
     ) -> Result<SettleResponse, FacilitatorError> {
         match self.rpc.receipt(hash).await.map_err(|e| rpc_down(&e))? {
-            Some(r) => Ok(Self::judge(payload, ok, &r)),
+            Some(r) => Ok(self.judge(payload, ok, &r).await),
             None => {
                 // Not mined. Maybe never sent (crash between write-ahead and broadcast): if
                 // the authorization was used by another transaction, that one paid.
@@ -590,7 +620,7 @@ impl LocalFacilitator {
         tx: B256,
     ) -> Result<SettleResponse, FacilitatorError> {
         match self.rpc.receipt(tx).await.map_err(|e| rpc_down(&e))? {
-            Some(r) => Ok(Self::judge(payload, ok, &r)),
+            Some(r) => Ok(self.judge(payload, ok, &r).await),
             None => Err(FacilitatorError::InProgress {
                 retry_after: Duration::from_secs(2),
             }),
@@ -700,7 +730,7 @@ impl Facilitator for LocalFacilitator {
                 ));
             }
         };
-        let answer = Self::judge(payload, &ok, &receipt);
+        let answer = self.judge(payload, &ok, &receipt).await;
         if answer.success {
             reservation
                 .set_state(&format!("settled:{hash}"), Some(SETTLED_RETENTION))

@@ -289,6 +289,26 @@ impl RpcClient {
         data(&self.request("eth_call", json!([tx, "latest"])).await?)
     }
 
+    /// `eth_call` against the state after block `block` (to replay a mined call and read why it
+    /// reverted).
+    ///
+    /// # Errors
+    /// [`RpcError::Reverted`] with the reason, or another [`RpcError`].
+    pub async fn call_at(
+        &self,
+        from: Address,
+        to: Address,
+        input: &Bytes,
+        block: u64,
+    ) -> Result<Bytes, RpcError> {
+        let tx = json!({"from": from, "to": to, "input": input});
+        data(
+            &self
+                .request("eth_call", json!([tx, format!("{block:#x}")]))
+                .await?,
+        )
+    }
+
     /// `eth_estimateGas`.
     ///
     /// # Errors
