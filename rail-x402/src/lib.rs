@@ -15,6 +15,7 @@
 //! | [`facilitator`] | [`facilitator::Facilitator`]: [`facilitator::LocalFacilitator`] (chain checks, settlement with one nonce sequence, write-ahead [`facilitator::SettlementBook`]) and [`facilitator::RemoteFacilitator`] (HTTP) |
 //! | [`server`] | the facilitator HTTP API (`/verify`, `/settle`, `/supported`, `/health`) |
 //! | [`http`] | the axum paywall: per-route prices, settle before (or after) the handler, served once |
+//! | [`mcp`] | the MCP binding (`transports-v2/mcp.md`) as a small adapter for rmcp servers |
 //! | [`rail`] | the rail-core traits ([`rail::X402RailPayer`], [`rail::X402Receiver`]) |
 //! | [`rpc`], [`evm`] | JSON-RPC client, FiatToken ABI, EIP-1559 transactions, local signer |
 //! | [`mock`], [`localnet`] | in-memory token facilitator (tests), anvil localnet helper |
@@ -22,8 +23,11 @@
 //! The `x402` binary serves a facilitator (`x402 facilitator`), an example paid API
 //! (`x402 serve`), pays a URL (`x402 pay`) and measures a server (`x402 load`).
 //!
-//! Not yet: the MCP binding, v1 on the server side, smart-wallet signatures (ERC-1271 /
-//! ERC-6492), Permit2.
+//! v1 (`X-PAYMENT`, JSON 402 body, `X-PAYMENT-RESPONSE`) is spoken beside v2 by the client and,
+//! opt-in ([`http::Paywall::accept_v1`]), by the paywall; a v2 exchange is never downgraded.
+//!
+//! Not supported: smart-wallet signatures (ERC-1271 / ERC-6492) and Permit2 — such payments
+//! are refused as `invalid_exact_evm_signature`.
 //!
 //! ## Example
 //! Decode the specification's example `PAYMENT-SIGNATURE` header and verify it offline against
