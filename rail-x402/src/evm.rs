@@ -46,15 +46,57 @@ sol! {
     }
 }
 
-/// `transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, v, r, s)`
-/// calldata for a signed authorization (the EOA overload, as `@x402/evm` settles 65-byte
-/// signatures).
+sol! {
+    /// FiatTokenV2_2's overload for any signer, contract wallets included (it checks with
+    /// `SignatureChecker`: ECDSA for an EOA, ERC-1271 `isValidSignature` for a contract).
+    #[allow(missing_docs)]
+    interface IFiatTokenBytes {
+        function transferWithAuthorization(
+            address from,
+            address to,
+            uint256 value,
+            uint256 validAfter,
+            uint256 validBefore,
+            bytes32 nonce,
+            bytes signature
+        ) external;
+    }
+
+    /// ERC-1271.
+    #[allow(missing_docs)]
+    interface IERC1271 {
+        function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4);
+    }
+}
+
+/// ERC-1271's "valid" answer, `bytes4(keccak256("isValidSignature(bytes32,bytes)"))`.
+pub const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
+
+/// `transferWithAuthorization` calldata for a signed authorization: the `(v, r, s)` overload
+/// for an EOA (as `@x402/evm` settles 65-byte signatures), the `bytes` overload for a contract
+/// wallet.
 #[must_use]
 pub fn transfer_with_authorization_calldata(
     auth: &TransferWithAuthorization,
-    sig: &EcdsaSignature,
+    sig: &crate::verify::PayerSignature,
 ) -> Bytes {
     use alloy_sol_types::SolCall;
+    let sig = match sig {
+        crate::verify::PayerSignature::Eoa(sig) => sig,
+        crate::verify::PayerSignature::Contract(bytes) => {
+            return IFiatTokenBytes::transferWithAuthorizationCall {
+                from: auth.from,
+                to: auth.to,
+                value: auth.value,
+                validAfter: auth.validAfter,
+                validBefore: auth.validBefore,
+                nonce: auth.nonce,
+                signature: bytes.clone().into(),
+            }
+            .abi_encode()
+            .into();
+        }
+    };
     IFiatToken::transferWithAuthorizationCall {
         from: auth.from,
         to: auth.to,

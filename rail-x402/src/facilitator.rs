@@ -18,15 +18,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use alloy_primitives::{Address, B256, U256};
+use alloy_sol_types::SolCall;
 use async_trait::async_trait;
 use rail_core::keys::KeyStore;
 use rail_core::{RailError, ReplayGuard, SharedClock};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use crate::evm::{Eip1559Tx, LocalSigner, transfer_with_authorization_calldata};
+use crate::evm::{
+    ERC1271_MAGIC, Eip1559Tx, IERC1271, LocalSigner, transfer_with_authorization_calldata,
+};
 use crate::rpc::{Receipt, RpcClient, RpcError};
-use crate::verify::{ChainView, OfflineVerified, VerifyError, reasons, verify_exact_evm};
+use crate::verify::{
+    ChainView, OfflineVerified, PayerSignature, SignerKind, VerifyError, reasons, verify_exact_evm,
+    verify_exact_evm_as,
+};
 use crate::wire::{
     PaymentPayload, PaymentRequirements, SCHEME_EXACT, SettleResponse, VerifyResponse,
 };
@@ -366,6 +372,32 @@ impl LocalFacilitator {
         &self.rpc
     }
 
+    /// The offline checks; a signature that does not recover `from` is read as a contract
+    /// wallet's when `from` has code (its ERC-1271 check is then [`Self::check`]'s).
+    async fn offline(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<Result<OfflineVerified, VerifyError>, FacilitatorError> {
+        let now = unix_now();
+        match verify_exact_evm(payload, requirements, now) {
+            Err(VerifyError::InvalidSignature(e)) => {
+                let from = payload.payload.authorization.from.address();
+                let code = self.rpc.code(from).await.map_err(|e| rpc_down(&e))?;
+                if code.is_empty() {
+                    return Ok(Err(VerifyError::InvalidSignature(e)));
+                }
+                Ok(verify_exact_evm_as(
+                    payload,
+                    requirements,
+                    now,
+                    SignerKind::Contract,
+                ))
+            }
+            other => Ok(other),
+        }
+    }
+
     /// Offline checks, then the chain's: network served, asset deployed, balance, nonce
     /// unused, and a simulated `transferWithAuthorization` from the settling address.
     async fn check(
@@ -374,10 +406,37 @@ impl LocalFacilitator {
         requirements: &PaymentRequirements,
         simulate: bool,
     ) -> Result<Result<OfflineVerified, VerifyResponse>, FacilitatorError> {
-        let ok = match verify_exact_evm(payload, requirements, unix_now()) {
+        let ok = match self.offline(payload, requirements).await? {
             Ok(ok) => ok,
             Err(e) => return Ok(Err(invalid(payload, e.reason(), e.to_string()))),
         };
+        if let PayerSignature::Contract(sig) = &ok.signature {
+            // ERC-1271: the wallet itself says whether the signature is its own.
+            let call = IERC1271::isValidSignatureCall {
+                hash: ok.signing_hash,
+                signature: sig.clone().into(),
+            };
+            let answer = self
+                .rpc
+                .call(None, ok.payer, &call.abi_encode().into())
+                .await;
+            let valid = match answer {
+                Ok(out) => IERC1271::isValidSignatureCall::abi_decode_returns(&out)
+                    .is_ok_and(|magic| magic.0 == ERC1271_MAGIC),
+                Err(RpcError::Reverted { .. } | RpcError::Rpc { .. }) => false,
+                Err(e) => return Err(rpc_down(&e)),
+            };
+            if !valid {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::INVALID_SIGNATURE,
+                    format!(
+                        "contract wallet {} does not accept the signature (ERC-1271)",
+                        ok.payer
+                    ),
+                )));
+            }
+        }
         if ok.domain.chain_id != self.chain_id {
             let e = VerifyError::UnsupportedNetwork(requirements.network.clone());
             return Ok(Err(invalid(
@@ -652,7 +711,7 @@ impl Facilitator for LocalFacilitator {
         requirements: &PaymentRequirements,
     ) -> Result<SettleResponse, FacilitatorError> {
         // Offline checks first: nothing unsigned or mismatched reaches the book.
-        let offline = match verify_exact_evm(payload, requirements, unix_now()) {
+        let offline = match self.offline(payload, requirements).await? {
             Ok(ok) => ok,
             Err(e) => return Ok(failed(payload, e.reason(), e.to_string(), None)),
         };

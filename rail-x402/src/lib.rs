@@ -26,8 +26,11 @@
 //! v1 (`X-PAYMENT`, JSON 402 body, `X-PAYMENT-RESPONSE`) is spoken beside v2 by the client and,
 //! opt-in ([`http::Paywall::accept_v1`]), by the paywall; a v2 exchange is never downgraded.
 //!
-//! Not supported: smart-wallet signatures (ERC-1271 / ERC-6492) and Permit2 — such payments
-//! are refused as `invalid_exact_evm_signature`.
+//! Contract wallets (ERC-1271) pay and are verified: a signature that does not recover `from`
+//! is checked with the wallet's `isValidSignature` when `from` has code, and settled through
+//! FiatTokenV2_2's `bytes` overload ([`payer::X402Payer::for_wallet`] on the paying side).
+//! Not supported: counterfactual wallets (ERC-6492) and Permit2 — refused as
+//! `invalid_exact_evm_signature`.
 //!
 //! ## Example
 //! Decode the specification's example `PAYMENT-SIGNATURE` header and verify it offline against

@@ -23,6 +23,10 @@ use crate::evm::{IFiatToken, LocalSigner};
 use crate::http::Token;
 use crate::rpc::{RpcClient, RpcError};
 
+/// One `eth_sendTransaction` from the minter at a time in this process (anvil picks their
+/// nonces; two at once can collide).
+static MINTER_TX: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A running localnet.
 #[derive(Clone, Debug)]
 pub struct Localnet {
@@ -95,8 +99,7 @@ impl Localnet {
         // anvil picks the nonce of an `eth_sendTransaction`; two at once from the minter can
         // get the same one ("replacement transaction underpriced"). One mint at a time in this
         // process, and a retry for other processes.
-        static MINTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-        let _one = MINTING.lock().await;
+        let _one = MINTER_TX.lock().await;
         let input = IFiatToken::mintCall { to, amount }.abi_encode().into();
         let mut attempt = 0u32;
         let hash = loop {
@@ -130,6 +133,30 @@ impl Localnet {
             Err(RpcError::Reverted {
                 reason: "mint reverted".into(),
             })
+        }
+    }
+
+    /// Deploys `creation` (creation code with its constructor arguments appended) from the
+    /// minter account and returns the new contract's address.
+    ///
+    /// # Errors
+    /// [`RpcError`], or a failed creation.
+    pub async fn deploy(&self, creation: &alloy_primitives::Bytes) -> Result<Address, RpcError> {
+        let _one = MINTER_TX.lock().await;
+        let hash = self.rpc.send_create(self.minter, creation).await?;
+        let r = self
+            .rpc
+            .wait_receipt(
+                hash,
+                std::time::Duration::from_millis(5),
+                std::time::Duration::from_secs(30),
+            )
+            .await?;
+        match (r.success, r.contract_address) {
+            (true, Some(a)) => Ok(a),
+            _ => Err(RpcError::Reverted {
+                reason: "contract creation failed".into(),
+            }),
         }
     }
 

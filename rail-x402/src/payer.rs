@@ -137,6 +137,8 @@ pub enum PayerError {
 pub struct X402Payer {
     signer: LocalSigner,
     policy: Policy,
+    /// The paying account when it is a contract wallet the signer owns (ERC-1271).
+    wallet: Option<Address>,
 }
 
 fn unix_now() -> u64 {
@@ -149,13 +151,28 @@ impl X402Payer {
     /// Pays with `signer` within `policy`.
     #[must_use]
     pub const fn new(signer: LocalSigner, policy: Policy) -> Self {
-        Self { signer, policy }
+        Self {
+            signer,
+            policy,
+            wallet: None,
+        }
     }
 
-    /// The paying address.
+    /// Pays from the contract wallet `wallet`, whose ERC-1271 `isValidSignature` accepts
+    /// `signer`'s signatures of the EIP-712 digest (`from` = the wallet).
     #[must_use]
-    pub const fn address(&self) -> Address {
-        self.signer.address()
+    pub const fn for_wallet(signer: LocalSigner, wallet: Address, policy: Policy) -> Self {
+        Self {
+            signer,
+            policy,
+            wallet: Some(wallet),
+        }
+    }
+
+    /// The paying address (`from`): the wallet, if any, else the signer's own.
+    #[must_use]
+    pub fn address(&self) -> Address {
+        self.wallet.unwrap_or_else(|| self.signer.address())
     }
 
     /// The policy.

@@ -78,6 +78,8 @@ pub struct Receipt {
     pub gas_used: u64,
     /// The logs emitted.
     pub logs: Vec<Log>,
+    /// The contract a creation transaction deployed.
+    pub contract_address: Option<Address>,
 }
 
 /// One log entry of a receipt.
@@ -395,6 +397,21 @@ impl RpcClient {
         serde_json::from_value(v).map_err(|e| RpcError::Decode(format!("tx hash: {e}")))
     }
 
+    /// `eth_sendTransaction` of a contract creation from an account the node holds (test
+    /// set-up).
+    ///
+    /// # Errors
+    /// [`RpcError`].
+    pub async fn send_create(&self, from: Address, code: &Bytes) -> Result<B256, RpcError> {
+        let v = self
+            .request(
+                "eth_sendTransaction",
+                json!([{"from": from, "input": code}]),
+            )
+            .await?;
+        serde_json::from_value(v).map_err(|e| RpcError::Decode(format!("tx hash: {e}")))
+    }
+
     /// `eth_getTransactionReceipt`: `None` while the transaction is pending (or unknown).
     ///
     /// # Errors
@@ -415,6 +432,7 @@ impl RpcClient {
             gas_used: quantity(&field("gasUsed"))?,
             logs: serde_json::from_value(field("logs"))
                 .map_err(|e| RpcError::Decode(format!("receipt logs: {e}")))?,
+            contract_address: serde_json::from_value(field("contractAddress")).unwrap_or(None),
         }))
     }
 

@@ -27,8 +27,9 @@
 //! (`asset_not_deployed_contract`), balance (`invalid_exact_evm_insufficient_balance`), nonce
 //! unused (`invalid_exact_evm_nonce_already_used`) and the `transferWithAuthorization`
 //! simulation (`invalid_exact_evm_transaction_simulation_failed`) are for a [`ChainView`]
-//! implementation that does not exist yet. Smart-wallet signatures (ERC-1271 / ERC-6492) need
-//! the chain too and are refused as `invalid_exact_evm_signature`.
+//! implementation. Contract-wallet signatures (ERC-1271) need the chain too: see
+//! [`verify_exact_evm_as`] with [`SignerKind::Contract`]; counterfactual wallets (ERC-6492) are
+//! refused as `invalid_exact_evm_signature`.
 //!
 //! A successful result is therefore *not* a payment: it must not release a paid response.
 
@@ -181,6 +182,27 @@ impl VerifyError {
     }
 }
 
+/// Who signed, as far as offline verification can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayerSignature {
+    /// An externally owned account: the signature recovers `authorization.from`.
+    Eoa(EcdsaSignature),
+    /// A contract wallet (`from` has code): the signature is whatever its ERC-1271
+    /// `isValidSignature` accepts. **Not checked offline**: the chain must answer
+    /// `0x1626ba7e` before anything is settled (as `LocalFacilitator` does).
+    Contract(Vec<u8>),
+}
+
+/// How [`verify_exact_evm_as`] treats the signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignerKind {
+    /// ECDSA recovery must give `authorization.from`.
+    Eoa,
+    /// `authorization.from` is a contract wallet (the caller has seen its code): the signature
+    /// is left to ERC-1271 on chain; every other check still runs.
+    Contract,
+}
+
 /// What offline verification established. Not yet a payment: balance, nonce and simulation
 /// are unchecked, and nothing is settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,8 +213,9 @@ pub struct OfflineVerified {
     pub domain: TokenDomain,
     /// The signed message.
     pub authorization: TransferWithAuthorization,
-    /// The signature (low-`s`; [`EcdsaSignature::v`] gives 27/28 for settlement).
-    pub signature: EcdsaSignature,
+    /// The signature: an EOA's (low-`s`; [`EcdsaSignature::v`] gives 27/28 for settlement), or
+    /// a contract wallet's bytes, checked on chain (ERC-1271).
+    pub signature: PayerSignature,
     /// The EIP-712 digest that was signed.
     pub signing_hash: B256,
 }
@@ -230,6 +253,20 @@ pub fn verify_exact_evm(
     payload: &PaymentPayload,
     requirements: &PaymentRequirements,
     now: u64,
+) -> Result<OfflineVerified, VerifyError> {
+    verify_exact_evm_as(payload, requirements, now, SignerKind::Eoa)
+}
+
+/// [`verify_exact_evm`] for a payer of the given kind. With [`SignerKind::Contract`] the
+/// result's signature is [`PayerSignature::Contract`] and must be checked on chain.
+///
+/// # Errors
+/// The first failing step, as a [`VerifyError`].
+pub fn verify_exact_evm_as(
+    payload: &PaymentPayload,
+    requirements: &PaymentRequirements,
+    now: u64,
+    kind: SignerKind,
 ) -> Result<OfflineVerified, VerifyError> {
     let accepted = &payload.accepted;
     let auth = &payload.payload.authorization;
@@ -280,15 +317,26 @@ pub fn verify_exact_evm(
     };
     let message = TransferWithAuthorization::from(auth);
     let signing_hash = message.signing_hash(&domain);
-    let signature = EcdsaSignature::from_bytes(payload.payload.signature.as_slice())?;
-    let recovered = signature.recover(&signing_hash)?;
-    if recovered != message.from {
-        return Err(SignatureError::SignerMismatch {
-            recovered,
-            expected: message.from,
+    let signature = match kind {
+        SignerKind::Eoa => {
+            let signature = EcdsaSignature::from_bytes(payload.payload.signature.as_slice())?;
+            let recovered = signature.recover(&signing_hash)?;
+            if recovered != message.from {
+                return Err(SignatureError::SignerMismatch {
+                    recovered,
+                    expected: message.from,
+                }
+                .into());
+            }
+            PayerSignature::Eoa(signature)
         }
-        .into());
-    }
+        SignerKind::Contract => {
+            if payload.payload.signature.is_empty() {
+                return Err(SignatureError::Length(0).into());
+            }
+            PayerSignature::Contract(payload.payload.signature.as_slice().to_vec())
+        }
+    };
 
     // 7. recipient
     let pay_to = parse_address_any_case(&requirements.pay_to).ok_or(
@@ -331,7 +379,7 @@ pub fn verify_exact_evm(
     }
 
     Ok(OfflineVerified {
-        payer: recovered,
+        payer: message.from,
         domain,
         authorization: message,
         signature,
@@ -469,7 +517,7 @@ mod tests {
             ok.payer.to_checksum(None),
             "0x857b06519E91e3A54538791bDbb0E22373e36b66"
         );
-        assert_eq!(ok.signature.v(), 28);
+        assert!(matches!(&ok.signature, PayerSignature::Eoa(s) if s.v() == 28));
         let resp = verify_response(&p, &Ok(ok));
         assert_eq!(
             serde_json::to_string(&resp).unwrap(),

@@ -589,3 +589,66 @@ async fn remote_facilitator_round_trip() {
         .unwrap();
     assert_eq!(r.status(), 400);
 }
+
+/// A contract wallet pays (ERC-1271): `from` is the wallet, the owner's key signs, the token
+/// checks the signature with the wallet's `isValidSignature`. The wallet is
+/// `tests/data/OwnedWallet.sol`, compiled by `scripts/x402/compile-wallet.sh`.
+#[tokio::test]
+async fn a_contract_wallet_pays_with_erc1271() {
+    let Some(fx) = fixture().await else { return };
+    let url = fx.serve(&fx.paywall(fx.facilitator.clone())).await;
+    let owner = LocalSigner::random();
+    let creation = format!(
+        "0x{}{}",
+        include_str!("data/OwnedWallet.bin").trim(),
+        hex::encode(owner.address().into_word())
+    );
+    let wallet = fx
+        .net
+        .deploy(&creation.parse().unwrap())
+        .await
+        .expect("deploy the wallet");
+    fx.net.mint(wallet, U256::from(10_000)).await.unwrap();
+    let policy = Policy::new(
+        &fx.net.token.network,
+        fx.net.token.address,
+        U256::from(DEAR),
+    );
+    let payer = X402Payer::for_wallet(owner, wallet, policy.clone());
+    let paid = X402Client::new(payer)
+        .unwrap()
+        .get(&format!("{url}/cheap"))
+        .await
+        .unwrap();
+    assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
+    assert_eq!(
+        paid.settlement.unwrap().payer.unwrap().to_lowercase(),
+        wallet.to_string().to_lowercase()
+    );
+    assert_eq!(
+        fx.balances(wallet).await,
+        (U256::from(9_000), U256::from(CHEAP))
+    );
+
+    // A key the wallet does not know: refused by its ERC-1271 check, nothing moves.
+    let stranger = X402Payer::for_wallet(LocalSigner::random(), wallet, policy);
+    let pr = challenge(&format!("{url}/cheap")).await;
+    let forged = stranger.pay(&pr).unwrap();
+    let v = fx
+        .facilitator
+        .verify(&forged, &pr.accepts[0])
+        .await
+        .unwrap();
+    assert_eq!(
+        v.invalid_reason.as_deref(),
+        Some(reasons::INVALID_SIGNATURE)
+    );
+    assert_eq!(
+        refused_with(send(&format!("{url}/cheap"), &forged).await).await,
+        reasons::INVALID_SIGNATURE
+    );
+    assert_eq!(
+        fx.balances(wallet).await,
+        (U256::from(9_000), U256::from(CHEAP))
+    );
+}

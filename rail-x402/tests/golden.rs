@@ -62,5 +62,8 @@ fn golden_payload_verifies_and_round_trips_through_the_header() {
     assert_eq!(ok.payer, GOLDEN_FROM);
     assert_eq!(ok.signing_hash, GOLDEN_DIGEST);
     assert_eq!(ok.domain, golden_domain());
-    assert_eq!(ok.signature.to_bytes(), GOLDEN_SIGNATURE);
+    let rail_x402::verify::PayerSignature::Eoa(sig) = &ok.signature else {
+        panic!("an EOA signature");
+    };
+    assert_eq!(sig.to_bytes(), GOLDEN_SIGNATURE);
 }
