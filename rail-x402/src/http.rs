@@ -409,7 +409,9 @@ fn paid(mut resp: Response, settle: &SettleResponse, v1: Option<&str>) -> Respon
     resp
 }
 
-fn served_key(p: &PaymentPayload) -> String {
+/// The served-once key of a payment: `(network, token, from, nonce)`, shared by the HTTP
+/// paywall and the MCP adapter (one payment is served once across both).
+pub(crate) fn served_key(p: &PaymentPayload) -> String {
     let a = &p.payload.authorization;
     format!(
         "{}:{}:{}:{}",
@@ -457,7 +459,8 @@ impl Ctx<'_> {
     }
 }
 
-async fn release(r: Reservation) {
+/// Frees a served-once reservation (the payment may be presented again).
+pub(crate) async fn release(r: Reservation) {
     if let Err(e) = r.release().await {
         tracing::warn!(error = %e, "x402: could not release a serve reservation");
     }

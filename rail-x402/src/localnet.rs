@@ -119,14 +119,7 @@ impl Localnet {
                 Err(e) => return Err(e),
             }
         };
-        let r = self
-            .rpc
-            .wait_receipt(
-                hash,
-                std::time::Duration::from_millis(5),
-                std::time::Duration::from_secs(30),
-            )
-            .await?;
+        let r = self.mined(hash).await?;
         if r.success {
             Ok(())
         } else {
@@ -134,6 +127,16 @@ impl Localnet {
                 reason: "mint reverted".into(),
             })
         }
+    }
+
+    async fn mined(&self, hash: alloy_primitives::B256) -> Result<crate::rpc::Receipt, RpcError> {
+        self.rpc
+            .wait_receipt(
+                hash,
+                std::time::Duration::from_millis(5),
+                std::time::Duration::from_secs(30),
+            )
+            .await
     }
 
     /// Deploys `creation` (creation code with its constructor arguments appended) from the
@@ -144,14 +147,7 @@ impl Localnet {
     pub async fn deploy(&self, creation: &alloy_primitives::Bytes) -> Result<Address, RpcError> {
         let _one = MINTER_TX.lock().await;
         let hash = self.rpc.send_create(self.minter, creation).await?;
-        let r = self
-            .rpc
-            .wait_receipt(
-                hash,
-                std::time::Duration::from_millis(5),
-                std::time::Duration::from_secs(30),
-            )
-            .await?;
+        let r = self.mined(hash).await?;
         match (r.success, r.contract_address) {
             (true, Some(a)) => Ok(a),
             _ => Err(RpcError::Reverted {

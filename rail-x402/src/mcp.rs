@@ -34,7 +34,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use alloy_primitives::{Address, U256};
-use rail_core::keys::{KeyStore, Reservation};
+use rail_core::keys::KeyStore;
 use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, RequestMetaObject,
@@ -43,7 +43,9 @@ use serde_json::{Value, json};
 
 use crate::facilitator::{Facilitator, as_settled};
 use crate::fields::Uint256Decimal;
-use crate::http::{PAYMENT_REQUIRED_ERROR, SERVE_WINDOW, SERVED_RETENTION, Token};
+use crate::http::{
+    PAYMENT_REQUIRED_ERROR, SERVE_WINDOW, SERVED_RETENTION, Token, release, served_key,
+};
 use crate::verify::{find_matching_requirements, reasons};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
@@ -71,23 +73,6 @@ pub struct McpPaywall {
     max_timeout_seconds: u64,
     tools: Arc<Vec<PricedTool>>,
     served: ReplayGuard,
-}
-
-fn served_key(p: &PaymentPayload) -> String {
-    let a = &p.payload.authorization;
-    format!(
-        "{}:{}:{}:{}",
-        p.accepted.network,
-        p.accepted.asset.to_ascii_lowercase(),
-        a.from.address(),
-        a.nonce
-    )
-}
-
-async fn release(r: Reservation) {
-    if let Err(e) = r.release().await {
-        tracing::warn!(error = %e, "x402/mcp: could not release a serve reservation");
-    }
 }
 
 impl McpPaywall {
