@@ -17,6 +17,7 @@
 //! | 9 | `validAfter <= now` | `invalid_exact_evm_payload_authorization_valid_after` |
 //! | 10 | `value == amount`, exactly | `invalid_exact_evm_payload_authorization_value_mismatch` |
 //! | 11 | `accepted` equals the requirements (asset, amount, payTo, maxTimeoutSeconds, extra ⊆) | `invalid_exact_evm_accepted_mismatch` *(not a reference code)* |
+//! | 12 | `validBefore <= now + maxTimeoutSeconds + 120` | `invalid_exact_evm_valid_before_beyond_max_timeout` *(not a reference code)* |
 //!
 //! Step 11 is not in the reference facilitator: the reference *resource server* refuses such a
 //! payload before calling verify ("No matching payment requirements", see
@@ -67,6 +68,10 @@ pub mod reasons {
     pub const INVALID_NETWORK: &str = "invalid_network";
     /// This crate's own: `accepted` differs from the requirements it claims to accept.
     pub const ACCEPTED_MISMATCH: &str = "invalid_exact_evm_accepted_mismatch";
+    /// This crate's own: `validBefore` is beyond `now + maxTimeoutSeconds` (+ slack).
+    pub const VALID_BEFORE_TOO_FAR: &str = "invalid_exact_evm_valid_before_beyond_max_timeout";
+    /// The asset does not answer as an EIP-3009 token (`@x402/evm`'s code).
+    pub const EIP3009_NOT_SUPPORTED: &str = "invalid_exact_evm_eip3009_not_supported";
     /// Chain check, not done offline: the payer's balance is below `amount`.
     pub const INSUFFICIENT_BALANCE: &str = "invalid_exact_evm_insufficient_balance";
     /// Chain check, not done offline: the nonce was used.
@@ -89,6 +94,9 @@ pub mod reasons {
     /// reference resource server's 402 (`@x402/core` `x402HTTPResourceServer`).
     pub const NO_MATCHING_REQUIREMENTS: &str = "No matching payment requirements";
 }
+
+/// Clock skew allowed past `now + maxTimeoutSeconds` for `validBefore` (step 12).
+pub const VALID_BEFORE_SLACK_SECONDS: u64 = 120;
 
 /// Seconds of slack the reference requires before `validBefore` (one block).
 pub const VALID_BEFORE_GRACE_SECONDS: u64 = 6;
@@ -160,6 +168,14 @@ pub enum VerifyError {
     /// Step 11.
     #[error("accepted.{0} differs from the requirements")]
     AcceptedMismatch(&'static str),
+    /// Step 12: `validBefore` is later than `now + maxTimeoutSeconds` (+ slack).
+    #[error("authorization valid until {valid_before}, beyond the {latest} the requirements allow")]
+    ValidBeforeTooFar {
+        /// `validBefore`.
+        valid_before: U256,
+        /// The latest acceptable.
+        latest: U256,
+    },
 }
 
 impl VerifyError {
@@ -178,6 +194,7 @@ impl VerifyError {
             Self::ValidAfterInFuture { .. } => reasons::VALID_AFTER_IN_FUTURE,
             Self::ValueMismatch { .. } => reasons::AUTHORIZATION_VALUE_MISMATCH,
             Self::AcceptedMismatch(_) => reasons::ACCEPTED_MISMATCH,
+            Self::ValidBeforeTooFar { .. } => reasons::VALID_BEFORE_TOO_FAR,
         }
     }
 }
@@ -376,6 +393,18 @@ pub fn verify_exact_evm_as(
     // 11. `accepted` is the requirements (asset first, as the issue lists it)
     if let Some(field) = accepted_mismatch(accepted, requirements) {
         return Err(VerifyError::AcceptedMismatch(field));
+    }
+
+    // 12. the authorization does not outlive what was asked (this crate's own): a payment is
+    // a bearer instrument until `validBefore`, and served-once records must outlive it.
+    let latest = U256::from(now)
+        .saturating_add(U256::from(requirements.max_timeout_seconds))
+        .saturating_add(U256::from(VALID_BEFORE_SLACK_SECONDS));
+    if message.validBefore > latest {
+        return Err(VerifyError::ValidBeforeTooFar {
+            valid_before: message.validBefore,
+            latest,
+        });
     }
 
     Ok(OfflineVerified {

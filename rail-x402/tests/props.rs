@@ -135,9 +135,11 @@ proptest! {
         amount in any::<u128>(),
         nonce in any::<[u8; 32]>(),
         valid_after in 0u64..=GOLDEN_NOW,
-        lifetime in 6u64..1_000_000_000,
         timeout in 1u64..100_000,
+        lifetime_pick in any::<u64>(),
     ) {
+        // Anything from the 6 s block grace up to the requirements' timeout (+ slack).
+        let lifetime = 6 + lifetime_pick % (timeout + rail_x402::verify::VALID_BEFORE_SLACK_SECONDS - 5);
         let payer = address_of(&key);
         let mut req = golden_requirements();
         req.amount = U256::from(amount).into();

@@ -60,7 +60,7 @@ pub const GOLDEN_SIGNATURE: [u8; 65] = hex!(
 pub const GOLDEN_VALUE: u64 = 1_000_000;
 pub const GOLDEN_VALID_BEFORE: u64 = 1_900_000_000;
 /// A verification time inside the golden window.
-pub const GOLDEN_NOW: u64 = 1_800_000_000;
+pub const GOLDEN_NOW: u64 = GOLDEN_VALID_BEFORE - 60;
 
 pub fn golden_domain() -> TokenDomain {
     TokenDomain {
