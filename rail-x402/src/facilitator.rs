@@ -209,6 +209,23 @@ pub fn as_settled(answer: &SettleResponse) -> Option<SettleResponse> {
     })
 }
 
+/// `facilitator.settle(..)` on its own task: a caller that goes away (an HTTP client that
+/// disconnected, a timed-out request whose future is dropped) cannot cut a settlement short
+/// between broadcasting and recording it. The answer is awaited as usual.
+///
+/// # Errors
+/// The settlement's, or [`FacilitatorError::Unavailable`] if its task died.
+pub async fn settle_detached(
+    facilitator: &Arc<dyn Facilitator>,
+    payload: &PaymentPayload,
+    requirements: &PaymentRequirements,
+) -> Result<SettleResponse, FacilitatorError> {
+    let (f, p, r) = (facilitator.clone(), payload.clone(), requirements.clone());
+    tokio::spawn(async move { f.settle(&p, &r).await })
+        .await
+        .map_err(|e| FacilitatorError::Unavailable(format!("settlement task: {e}")))?
+}
+
 fn rpc_down(e: &RpcError) -> FacilitatorError {
     FacilitatorError::Unavailable(e.to_string())
 }

@@ -55,7 +55,7 @@ use rail_core::route::RoutePattern;
 use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
 use serde_json::json;
 
-use crate::facilitator::{Facilitator, as_settled};
+use crate::facilitator::{Facilitator, as_settled, settle_detached};
 use crate::fields::Uint256Decimal;
 use crate::verify::{find_matching_requirements, reasons};
 use crate::wire::{
@@ -436,7 +436,7 @@ impl Ctx<'_> {
     }
 
     async fn settle(&self, p: &PaymentPayload) -> Result<SettleResponse, Response> {
-        match self.paywall.facilitator.settle(p, &self.requirements).await {
+        match settle_detached(&self.paywall.facilitator, p, &self.requirements).await {
             // Settled now, or before by a settlement whose answer was lost (this request holds
             // the served-once reservation, so it is served once either way).
             Ok(s) if as_settled(&s).is_some() => Ok(as_settled(&s).unwrap_or(s)),
@@ -537,74 +537,143 @@ pub async fn paywall_middleware(
     if find_matching_requirements(&ctx.required.accepts, &payload).is_none() {
         return ctx.refuse(reasons::NO_MATCHING_REQUIREMENTS, None);
     }
-    let serving = match paywall
-        .served
-        .reserve(&served_key(&payload), SERVE_WINDOW)
-        .await
-    {
+    let key = served_key(&payload);
+    let serving = match paywall.served.reserve(&key, SERVE_WINDOW).await {
         Ok(r) => r,
-        Err(RailError::Replayed { .. }) => return ctx.refuse(reasons::NONCE_ALREADY_USED, None),
+        Err(RailError::Replayed { .. }) => return ctx.already_taken(&key).await,
         Err(e) => return unavailable_response(&format!("store: {e}")),
     };
-    match paywall.settle_when {
-        SettleWhen::Before => {
-            let settled = match ctx.settle(&payload).await {
-                Ok(s) => s,
-                Err(resp) => {
-                    release(serving).await;
-                    return resp;
-                }
-            };
-            let resp = next.run(req).await;
-            if resp.status().is_success() {
+    // After mode, unless this payment was settled already (a lost answer): verify, run, settle.
+    if paywall.settle_when == SettleWhen::After {
+        match paywall
+            .facilitator
+            .verify(&payload, &ctx.requirements)
+            .await
+        {
+            Ok(v) if v.is_valid => return ctx.settle_after(req, next, &payload, serving, v1).await,
+            // Perhaps settled by an earlier request whose answer was lost: the settle path
+            // below recognises it (and serves it once, under this reservation).
+            Ok(v) if v.invalid_reason.as_deref() == Some(reasons::NONCE_ALREADY_USED) => {}
+            Ok(v) => {
+                release(serving).await;
+                let reason = v
+                    .invalid_reason
+                    .unwrap_or_else(|| reasons::INVALID_PAYLOAD.into());
+                return ctx.refuse(&reason, None);
+            }
+            Err(e) => {
+                release(serving).await;
+                return unavailable_response(&e.to_string());
+            }
+        }
+    }
+    let settled = match ctx.settle(&payload).await {
+        Ok(s) => s,
+        Err(resp) => {
+            release(serving).await;
+            return resp;
+        }
+    };
+    // Paid: recorded for good before the handler runs, so a copy of this payment presented
+    // while the handler runs (however long) is refused, not served again.
+    mark_paid(&serving, &settled).await;
+    let resp = next.run(req).await;
+    if resp.status().is_success() {
+        if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
+            tracing::warn!(error = %e, "x402: served, but could not record it");
+        }
+    } else {
+        // Paid, not served: the same payment may be presented again (the facilitator
+        // answers its recorded transaction; no second charge).
+        tracing::warn!(tx = %settled.transaction, status = resp.status().as_u16(), "x402: settled, but the handler failed");
+        release(serving).await;
+    }
+    paid(resp, &settled, v1)
+}
+
+/// The served-once record's states beyond rail-core's `reserved` / `committed`.
+const PAID: &str = "paid";
+pub(crate) const RUNNING: &str = "running";
+
+/// Whether another request is processing this payment right now (then: 503, retry the same
+/// payment), rather than having used it.
+pub(crate) async fn in_flight(served: &ReplayGuard, key: &str) -> Result<bool, RailError> {
+    Ok(matches!(
+        served.state(key).await?.as_deref(),
+        Some(rail_core::keys::RESERVED | RUNNING)
+    ))
+}
+
+/// How long a verified payment is held while its handler or tool runs: until the
+/// authorization itself has expired, so no copy of it can be verified and run beside it.
+pub(crate) fn running_hold(requirements: &PaymentRequirements) -> Duration {
+    Duration::from_secs(
+        requirements
+            .max_timeout_seconds
+            .saturating_add(crate::verify::VALID_BEFORE_SLACK_SECONDS)
+            .saturating_add(60),
+    )
+}
+
+/// Records a settled payment for good (before its content is produced or returned).
+pub(crate) async fn mark_paid(serving: &Reservation, settled: &SettleResponse) {
+    if let Err(e) = serving
+        .set_state(
+            &format!("{PAID}:{}", settled.transaction),
+            Some(SERVED_RETENTION),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, tx = %settled.transaction, "x402: paid, but could not record it");
+    }
+}
+
+impl Ctx<'_> {
+    /// Another request holds this payment: in flight → 503 (retry the same payment), used → 402.
+    async fn already_taken(&self, key: &str) -> Response {
+        match in_flight(&self.paywall.served, key).await {
+            Ok(true) => {
+                unavailable_response("this payment is being processed; retry the same payment")
+            }
+            Ok(false) => self.refuse(reasons::NONCE_ALREADY_USED, None),
+            Err(e) => unavailable_response(&format!("store: {e}")),
+        }
+    }
+
+    /// Verified: run the handler, settle only if it succeeded.
+    async fn settle_after(
+        &self,
+        req: Request,
+        next: Next,
+        payload: &PaymentPayload,
+        serving: Reservation,
+        v1: Option<&str>,
+    ) -> Response {
+        if let Err(e) = serving
+            .set_state(RUNNING, Some(running_hold(&self.requirements)))
+            .await
+        {
+            release(serving).await;
+            return unavailable_response(&format!("store: {e}"));
+        }
+        let resp = next.run(req).await;
+        if !resp.status().is_success() {
+            // Not charged: nothing was served.
+            release(serving).await;
+            return resp;
+        }
+        match self.settle(payload).await {
+            Ok(settled) => {
+                mark_paid(&serving, &settled).await;
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
                     tracing::warn!(error = %e, "x402: served, but could not record it");
                 }
-            } else {
-                // Paid, not served: the same payment may be presented again (the facilitator
-                // answers its recorded transaction; no second charge).
-                tracing::warn!(tx = %settled.transaction, status = resp.status().as_u16(), "x402: settled, but the handler failed");
+                paid(resp, &settled, v1)
+            }
+            Err(refused) => {
+                // The handler's output is dropped: never serve unsettled content.
                 release(serving).await;
-            }
-            paid(resp, &settled, v1)
-        }
-        SettleWhen::After => {
-            match paywall
-                .facilitator
-                .verify(&payload, &ctx.requirements)
-                .await
-            {
-                Ok(v) if v.is_valid => {}
-                Ok(v) => {
-                    release(serving).await;
-                    let reason = v
-                        .invalid_reason
-                        .unwrap_or_else(|| reasons::INVALID_PAYLOAD.into());
-                    return ctx.refuse(&reason, None);
-                }
-                Err(e) => {
-                    release(serving).await;
-                    return unavailable_response(&e.to_string());
-                }
-            }
-            let resp = next.run(req).await;
-            if !resp.status().is_success() {
-                // Not charged: nothing was served.
-                release(serving).await;
-                return resp;
-            }
-            match ctx.settle(&payload).await {
-                Ok(settled) => {
-                    if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
-                        tracing::warn!(error = %e, "x402: served, but could not record it");
-                    }
-                    paid(resp, &settled, v1)
-                }
-                Err(refused) => {
-                    // The handler's output is dropped: never serve unsettled content.
-                    release(serving).await;
-                    refused
-                }
+                refused
             }
         }
     }

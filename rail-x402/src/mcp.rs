@@ -41,10 +41,11 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::facilitator::{Facilitator, as_settled};
+use crate::facilitator::{Facilitator, as_settled, settle_detached};
 use crate::fields::Uint256Decimal;
 use crate::http::{
-    PAYMENT_REQUIRED_ERROR, SERVE_WINDOW, SERVED_RETENTION, Token, release, served_key,
+    PAYMENT_REQUIRED_ERROR, RUNNING, SERVE_WINDOW, SERVED_RETENTION, Token, in_flight, mark_paid,
+    release, running_hold, served_key,
 };
 use crate::verify::{find_matching_requirements, reasons};
 use crate::wire::{
@@ -191,17 +192,26 @@ impl McpPaywall {
         if find_matching_requirements(std::slice::from_ref(&requirements), &payload).is_none() {
             return refuse(reasons::NO_MATCHING_REQUIREMENTS, None);
         }
-        let serving = match self
-            .served
-            .reserve(&served_key(&payload), SERVE_WINDOW)
-            .await
-        {
+        let key = served_key(&payload);
+        let serving = match self.served.reserve(&key, SERVE_WINDOW).await {
             Ok(r) => r,
-            Err(RailError::Replayed { .. }) => return refuse(reasons::NONCE_ALREADY_USED, None),
+            Err(RailError::Replayed { .. }) => {
+                return match in_flight(&self.served, &key).await {
+                    Ok(true) => unavailable_result("this payment is being processed"),
+                    Ok(false) => refuse(reasons::NONCE_ALREADY_USED, None),
+                    Err(e) => unavailable_result(&e.to_string()),
+                };
+            }
             Err(e) => return unavailable_result(&e.to_string()),
         };
         match self.facilitator.verify(&payload, &requirements).await {
             Ok(v) if v.is_valid => {}
+            // Perhaps settled by an earlier call whose answer was lost: settle recognises it.
+            Ok(v) if v.invalid_reason.as_deref() == Some(reasons::NONCE_ALREADY_USED) => {
+                return self
+                    .recover(&payload, &requirements, serving, run, &refuse)
+                    .await;
+            }
             Ok(v) => {
                 release(serving).await;
                 return refuse(
@@ -216,25 +226,28 @@ impl McpPaywall {
                 return unavailable_result(&e.to_string());
             }
         }
-        let mut result = run().await;
+        // Held while the tool runs, until the authorization expires: no copy runs beside it.
+        if let Err(e) = serving
+            .set_state(RUNNING, Some(running_hold(&requirements)))
+            .await
+        {
+            release(serving).await;
+            return unavailable_result(&e.to_string());
+        }
+        let result = run().await;
         if result.is_error == Some(true) {
             // Not charged: the tool failed.
             release(serving).await;
             return result;
         }
-        match self.facilitator.settle(&payload, &requirements).await {
+        match settle_detached(&self.facilitator, &payload, &requirements).await {
             Ok(s) if as_settled(&s).is_some() => {
                 let s = as_settled(&s).unwrap_or(s);
+                mark_paid(&serving, &s).await;
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
                     tracing::warn!(error = %e, "x402/mcp: served, but could not record it");
                 }
-                let mut meta = result.meta.take().unwrap_or_default();
-                meta.0.insert(
-                    PAYMENT_RESPONSE_META.to_owned(),
-                    serde_json::to_value(&s).unwrap_or(Value::Null),
-                );
-                result.meta = Some(meta);
-                result
+                with_receipt(result, &s)
             }
             Ok(s) => {
                 release(serving).await;
@@ -253,6 +266,53 @@ impl McpPaywall {
             }
         }
     }
+
+    /// A payment the chain shows as used: served (once, under `serving`) only if it was
+    /// settled to this payee by an earlier call whose answer was lost.
+    async fn recover<F, Fut>(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+        serving: rail_core::keys::Reservation,
+        run: F,
+        refuse: &(dyn Fn(&str, Option<&SettleResponse>) -> CallToolResult + Sync),
+    ) -> CallToolResult
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = CallToolResult> + Send,
+    {
+        let settled = match settle_detached(&self.facilitator, payload, requirements).await {
+            Ok(s) => as_settled(&s),
+            Err(e) => {
+                release(serving).await;
+                return unavailable_result(&e.to_string());
+            }
+        };
+        let Some(settled) = settled else {
+            release(serving).await;
+            return refuse(reasons::NONCE_ALREADY_USED, None);
+        };
+        mark_paid(&serving, &settled).await;
+        let result = run().await;
+        if result.is_error == Some(true) {
+            release(serving).await;
+            return result;
+        }
+        if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
+            tracing::warn!(error = %e, "x402/mcp: served, but could not record it");
+        }
+        with_receipt(result, &settled)
+    }
+}
+
+fn with_receipt(mut result: CallToolResult, settled: &SettleResponse) -> CallToolResult {
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.0.insert(
+        PAYMENT_RESPONSE_META.to_owned(),
+        serde_json::to_value(settled).unwrap_or(Value::Null),
+    );
+    result.meta = Some(meta);
+    result
 }
 
 /// The payment-required tool result (`isError`, `structuredContent`, `x402/error` text).

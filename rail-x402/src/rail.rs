@@ -21,7 +21,7 @@ use rail_core::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::facilitator::{Facilitator, FacilitatorError, as_settled};
+use crate::facilitator::{Facilitator, FacilitatorError, as_settled, settle_detached};
 use crate::http::{SERVE_WINDOW, SERVED_RETENTION, Token};
 use crate::payer::X402Payer;
 use crate::verify::{find_matching_requirements, reasons};
@@ -378,7 +378,7 @@ impl Receiver for X402Receiver {
                 },
                 other => other,
             })?;
-        let settled = match self.facilitator.settle(&payload, &requirements).await {
+        let settled = match settle_detached(&self.facilitator, &payload, &requirements).await {
             Ok(s) if as_settled(&s).is_some() => as_settled(&s).unwrap_or(s),
             Ok(s) => {
                 let _ = serving.release().await;

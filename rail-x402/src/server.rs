@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
-use crate::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest};
+use crate::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest, settle_detached};
 use crate::verify::reasons;
 
 /// The facilitator routes over `facilitator`.
@@ -88,10 +88,7 @@ async fn settle(State(f): State<Arc<dyn Facilitator>>, body: Bytes) -> Response 
                 .into_response();
         }
     };
-    match f
-        .settle(&req.payment_payload, &req.payment_requirements)
-        .await
-    {
+    match settle_detached(&f, &req.payment_payload, &req.payment_requirements).await {
         Ok(s) => Json(s).into_response(),
         Err(e) => unavailable(&e),
     }
