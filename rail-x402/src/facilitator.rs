@@ -297,6 +297,39 @@ impl SettlementBook {
     }
 }
 
+/// What became of a settling transaction.
+enum Broadcast {
+    /// In the node's pool (or already mined).
+    Sent(B256),
+    /// Refused before entering the pool: nothing can move.
+    Refused(String),
+    /// Not sent, and nothing written ahead (the record can be freed).
+    NotSent(FacilitatorError),
+    /// Written ahead, perhaps sent: the outcome is unknown (the record stays).
+    Unknown(FacilitatorError),
+}
+
+/// `eth_sendRawTransaction` errors that mean the node refused the transaction before it
+/// entered the pool (geth's `txpool` / `core` error strings; anvil uses the same).
+fn refused_before_pool(message: &str) -> bool {
+    const REFUSALS: &[&str] = &[
+        "insufficient funds",
+        "intrinsic gas too low",
+        "gas too low",
+        "fee cap less than block base fee",
+        "max fee per gas less than block base fee",
+        "exceeds block gas limit",
+        "invalid sender",
+        "transaction underpriced",
+        "tip higher than fee cap",
+        "max priority fee per gas higher than max fee per gas",
+        "oversized data",
+        "invalid chain id",
+    ];
+    let m = message.to_ascii_lowercase();
+    !m.contains("replacement") && REFUSALS.iter().any(|r| m.contains(r))
+}
+
 /// The next account nonce of the settling key, shared by concurrent settles: a transaction
 /// is signed and broadcast under the lock, so nonces are handed out without gaps or reuse.
 #[derive(Debug, Default)]
@@ -316,6 +349,10 @@ pub struct SettleConfig {
     pub receipt_timeout: Duration,
     /// How long fee figures are reused.
     pub fee_ttl: Duration,
+    /// How far back `AuthorizationUsed` logs are searched (hosted providers cap `eth_getLogs`
+    /// ranges; an authorization lives at most about an hour, so 10,000 blocks cover chains
+    /// down to 0.4 s blocks).
+    pub log_lookback_blocks: u64,
 }
 
 impl Default for SettleConfig {
@@ -325,6 +362,7 @@ impl Default for SettleConfig {
             first_poll: Duration::from_millis(5),
             receipt_timeout: Duration::from_secs(60),
             fee_ttl: Duration::from_secs(2),
+            log_lookback_blocks: 10_000,
         }
     }
 }
@@ -440,7 +478,9 @@ impl LocalFacilitator {
             let valid = match answer {
                 Ok(out) => IERC1271::isValidSignatureCall::abi_decode_returns(&out)
                     .is_ok_and(|magic| magic.0 == ERC1271_MAGIC),
-                Err(RpcError::Reverted { .. } | RpcError::Rpc { .. }) => false,
+                // The wallet reverted: it does not accept the signature.
+                Err(RpcError::Reverted { .. }) => false,
+                // Anything else (rate limits, node errors) is not the payer's fault.
                 Err(e) => return Err(rpc_down(&e)),
             };
             if !valid {
@@ -472,11 +512,17 @@ impl LocalFacilitator {
                 format!("no contract at {token}"),
             )));
         }
-        let balance = self
-            .rpc
-            .balance_of(token, auth.from)
-            .await
-            .map_err(|e| rpc_down(&e))?;
+        let balance = match self.rpc.balance_of(token, auth.from).await {
+            Ok(b) => b,
+            Err(RpcError::Reverted { reason }) => {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::EIP3009_NOT_SUPPORTED,
+                    format!("{token} does not answer balanceOf: {reason}"),
+                )));
+            }
+            Err(e) => return Err(rpc_down(&e)),
+        };
         if balance < auth.value {
             return Ok(Err(invalid(
                 payload,
@@ -484,11 +530,21 @@ impl LocalFacilitator {
                 format!("balance {balance} < value {}", auth.value),
             )));
         }
-        let used = self
+        let used = match self
             .rpc
             .authorization_state(token, auth.from, auth.nonce)
             .await
-            .map_err(|e| rpc_down(&e))?;
+        {
+            Ok(u) => u,
+            Err(RpcError::Reverted { reason } | RpcError::Decode(reason)) => {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::EIP3009_NOT_SUPPORTED,
+                    format!("{token} does not answer authorizationState: {reason}"),
+                )));
+            }
+            Err(e) => return Err(rpc_down(&e)),
+        };
         if used {
             return Ok(Err(invalid(
                 payload,
@@ -527,19 +583,21 @@ impl LocalFacilitator {
         &self,
         ok: &OfflineVerified,
         reservation: &rail_core::keys::Reservation,
-    ) -> Result<Result<B256, String>, FacilitatorError> {
+    ) -> Broadcast {
         let input = transfer_with_authorization_calldata(&ok.authorization, &ok.signature);
         let mut state = self.nonce.lock().await;
         for _attempt in 0..3 {
             let nonce = match state.next {
                 Some(n) => n,
-                None => self
-                    .rpc
-                    .transaction_count(self.address(), "pending")
-                    .await
-                    .map_err(|e| rpc_down(&e))?,
+                None => match self.rpc.transaction_count(self.address(), "pending").await {
+                    Ok(n) => n,
+                    Err(e) => return Broadcast::NotSent(rpc_down(&e)),
+                },
             };
-            let (max_fee, tip) = self.fees(&mut state).await.map_err(|e| rpc_down(&e))?;
+            let (max_fee, tip) = match self.fees(&mut state).await {
+                Ok(f) => f,
+                Err(e) => return Broadcast::NotSent(rpc_down(&e)),
+            };
             let tx = Eip1559Tx {
                 chain_id: self.chain_id,
                 nonce,
@@ -550,44 +608,58 @@ impl LocalFacilitator {
                 value: U256::ZERO,
                 input: input.clone(),
             };
-            let signed = tx
-                .sign(&self.signer)
-                .map_err(|e| FacilitatorError::Unavailable(format!("signing: {e}")))?;
+            let signed = match tx.sign(&self.signer) {
+                Ok(s) => s,
+                Err(e) => {
+                    return Broadcast::NotSent(FacilitatorError::Unavailable(format!(
+                        "signing: {e}"
+                    )));
+                }
+            };
             // Write-ahead: once this is stored, no settler sends another transaction for
             // this authorization.
-            reservation
+            if let Err(e) = reservation
                 .set_state(&format!("submitted:{}", signed.hash), Some(SETTLE_LEASE))
                 .await
-                .map_err(|e| FacilitatorError::Store(e.to_string()))?;
+            {
+                return Broadcast::NotSent(FacilitatorError::Store(e.to_string()));
+            }
             match self.rpc.send_raw_transaction(&signed.raw).await {
                 Ok(_) => {
                     state.next = Some(nonce + 1);
-                    return Ok(Ok(signed.hash));
+                    return Broadcast::Sent(signed.hash);
+                }
+                // This very transaction is in the pool already: it was sent.
+                Err(RpcError::Rpc { message, .. }) if message.contains("already known") => {
+                    state.next = Some(nonce + 1);
+                    return Broadcast::Sent(signed.hash);
                 }
                 Err(RpcError::Rpc { message, .. })
                     if message.contains("nonce too low")
-                        || message.contains("already known")
+                        || message.contains("nonce too high")
                         || message.contains("replacement transaction underpriced") =>
                 {
-                    // Someone else used this account nonce: resynchronise and sign again.
+                    // Another transaction holds this account nonce (another process with the
+                    // same key): this one was not taken; resynchronise and sign again.
                     tracing::warn!(%message, nonce, "settling nonce out of step; resyncing");
                     state.next = None;
                 }
-                Err(e @ RpcError::Rpc { .. }) => {
-                    // Refused: the nonce was not consumed, nothing moved.
+                Err(RpcError::Rpc { message, .. }) if refused_before_pool(&message) => {
+                    // Refused before the pool: the nonce was not consumed, nothing moved.
                     state.next = Some(nonce);
-                    return Ok(Err(e.to_string()));
+                    state.fees = None;
+                    return Broadcast::Refused(message);
                 }
                 Err(e) => {
-                    // Unknown whether the node took it: the next settle asks the node.
+                    // Unknown whether the node took it (a transport error, or an error a
+                    // provider may give after forwarding): the record stays; the next settle
+                    // asks the node for the account nonce.
                     state.next = None;
-                    return Err(rpc_down(&e));
+                    return Broadcast::Unknown(rpc_down(&e));
                 }
             }
         }
-        Ok(Err(
-            "could not find a free account nonce after 3 attempts".into()
-        ))
+        Broadcast::Refused("could not find a free account nonce after 3 attempts".into())
     }
 
     async fn wait(&self, hash: B256) -> Result<Receipt, RpcError> {
@@ -676,7 +748,12 @@ impl LocalFacilitator {
                 let a = &ok.authorization;
                 if let Some(tx) = self
                     .rpc
-                    .authorization_used_tx(ok.domain.verifying_contract, a.from, a.nonce)
+                    .authorization_used_tx(
+                        ok.domain.verifying_contract,
+                        a.from,
+                        a.nonce,
+                        self.config.log_lookback_blocks,
+                    )
                     .await
                     .map_err(|e| rpc_down(&e))?
                 {
@@ -762,10 +839,16 @@ impl Facilitator for LocalFacilitator {
                     .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
                 // A used nonce: perhaps by an earlier settler of ours whose record lapsed.
                 if reason == reasons::NONCE_ALREADY_USED
-                    && let Ok(Some(tx)) = self
+                    && let Some(tx) = self
                         .rpc
-                        .authorization_used_tx(offline.domain.verifying_contract, a.from, a.nonce)
+                        .authorization_used_tx(
+                            offline.domain.verifying_contract,
+                            a.from,
+                            a.nonce,
+                            self.config.log_lookback_blocks,
+                        )
                         .await
+                        .map_err(|e| rpc_down(&e))?
                 {
                     return self
                         .follow_other(payload, &offline, tx)
@@ -785,25 +868,32 @@ impl Facilitator for LocalFacilitator {
             }
         };
         let hash = match self.broadcast(&ok, &reservation).await {
-            Ok(Ok(hash)) => hash,
-            Ok(Err(refusal)) => {
+            Broadcast::Sent(hash) => hash,
+            Broadcast::Refused(refusal) => {
                 let _ = reservation.release().await;
                 return Ok(failed(payload, reasons::TRANSACTION_FAILED, refusal, None));
             }
+            Broadcast::NotSent(e) => {
+                let _ = reservation.release().await;
+                return Err(e);
+            }
             // Unknown: the write-ahead record stays; a retry follows the recorded hash.
-            Err(e) => return Err(e),
+            Broadcast::Unknown(e) => return Err(e),
         };
         tracing::info!(tx = %hash, payer = %ok.payer, "settlement broadcast");
         let receipt = match self.wait(hash).await {
             Ok(r) => r,
             Err(e) => {
+                // Broadcast, not mined in time: unknown, not a failure (the reference's
+                // `settlement_pending`). The record stays; a retry follows this transaction.
+                // The transaction may be stuck: the next settle re-reads the account nonce.
                 tracing::warn!(tx = %hash, error = %e, "no receipt yet");
-                return Ok(failed(
-                    payload,
-                    reasons::SETTLEMENT_PENDING,
-                    e.to_string(),
-                    Some(hash),
-                ));
+                let mut state = self.nonce.lock().await;
+                state.next = None;
+                state.fees = None;
+                return Err(FacilitatorError::InProgress {
+                    retry_after: Duration::from_secs(5),
+                });
             }
         };
         let answer = self.judge(payload, &ok, &receipt).await;
@@ -812,10 +902,42 @@ impl Facilitator for LocalFacilitator {
                 .set_state(&format!("settled:{hash}"), Some(SETTLED_RETENTION))
                 .await
                 .map_err(|e| FacilitatorError::Store(e.to_string()))?;
-        } else {
-            // Reverted: the authorization is unused, the payer may present it again.
+            return Ok(answer);
+        }
+        if !receipt.success {
+            // Reverted. Perhaps because the authorization was used by another transaction
+            // (someone submitted it from the mempool first): then the money moved, to payTo.
+            let a = &ok.authorization;
+            let token = ok.domain.verifying_contract;
+            let used = self
+                .rpc
+                .authorization_state(token, a.from, a.nonce)
+                .await
+                .map_err(|e| rpc_down(&e))?;
+            if used {
+                let other = self
+                    .rpc
+                    .authorization_used_tx(token, a.from, a.nonce, self.config.log_lookback_blocks)
+                    .await
+                    .map_err(|e| rpc_down(&e))?;
+                let _ = reservation.release().await;
+                return match other {
+                    Some(tx) => self
+                        .follow_other(payload, &ok, tx)
+                        .await
+                        .map(already_settled),
+                    None => Ok(failed(
+                        payload,
+                        reasons::NONCE_ALREADY_USED,
+                        "the authorization was used or cancelled by another transaction".into(),
+                        None,
+                    )),
+                };
+            }
+            // Reverted and unused: the payer may present it again.
             let _ = reservation.release().await;
         }
+        // A success without the Transfer log keeps its record: it is never sent again.
         Ok(answer)
     }
 
@@ -840,10 +962,18 @@ impl Facilitator for LocalFacilitator {
 /// Every answer that is not a well-formed 200 JSON body of the right shape is
 /// [`FacilitatorError::Unavailable`]: a timeout, an HTML 502, a 503 (even with a
 /// `success:true` body), a truncated body. A 200 with `success:false` is a failed settlement.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RemoteFacilitator {
     http: reqwest::Client,
     base: String,
+}
+
+impl std::fmt::Debug for RemoteFacilitator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteFacilitator")
+            .field("base", &crate::rpc::redact_url(&self.base))
+            .finish_non_exhaustive()
+    }
 }
 
 impl RemoteFacilitator {

@@ -110,12 +110,31 @@ impl Receipt {
     }
 }
 
-/// An Ethereum JSON-RPC endpoint.
-#[derive(Clone, Debug)]
+/// An Ethereum JSON-RPC endpoint. `Debug` shows the endpoint's scheme and host only: hosted
+/// providers put API keys in the path or query.
+#[derive(Clone)]
 pub struct RpcClient {
     http: reqwest::Client,
     url: Arc<str>,
     id: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for RpcClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcClient")
+            .field("url", &redact_url(&self.url))
+            .finish_non_exhaustive()
+    }
+}
+
+/// `scheme://host[:port]/…` of `url`: no user info, path or query (where API keys live).
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    let hidden = authority.len() < rest.len() || host.len() < authority.len();
+    format!("{scheme}://{host}{}", if hidden { "/…" } else { "" })
 }
 
 /// An HTTP client with the workspace's one rustls provider (ring).
@@ -465,7 +484,7 @@ impl RpcClient {
     }
 
     /// The transaction that used `(authorizer, nonce)` on `token`, from its
-    /// `AuthorizationUsed` log (`eth_getLogs` over all blocks): how a settler that lost its
+    /// `AuthorizationUsed` log (`eth_getLogs` over the last `lookback_blocks` blocks): how a settler that lost its
     /// answer finds out whether the transfer happened. `None` if it did not (a cancelled
     /// authorization emits `AuthorizationCanceled` instead, and moves no money).
     ///
@@ -476,14 +495,17 @@ impl RpcClient {
         token: Address,
         authorizer: Address,
         nonce: B256,
+        lookback_blocks: u64,
     ) -> Result<Option<B256>, RpcError> {
         let topic0 = IFiatToken::AuthorizationUsed::SIGNATURE_HASH;
+        let latest = quantity(&self.request("eth_blockNumber", json!([])).await?)?;
+        let from_block = latest.saturating_sub(lookback_blocks);
         let v = self
             .request(
                 "eth_getLogs",
                 json!([{
                     "address": token,
-                    "fromBlock": "earliest",
+                    "fromBlock": format!("{from_block:#x}"),
                     "toBlock": "latest",
                     "topics": [topic0, authorizer.into_word(), nonce],
                 }]),
@@ -549,6 +571,21 @@ mod tests {
         assert_eq!(revert_reason(&data), "FiatTokenV2: invalid signature");
         assert_eq!(revert_reason(&[]), "no reason");
         assert_eq!(revert_reason(&[0xde, 0xad]), "0xdead");
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("https://base-mainnet.g.alchemy.com/v2/SECRETKEY"),
+            "https://base-mainnet.g.alchemy.com/…"
+        );
+        assert_eq!(
+            redact_url("https://user:pw@node:8545"),
+            "https://node:8545/…"
+        );
+        assert_eq!(redact_url("http://127.0.0.1:8545"), "http://127.0.0.1:8545");
+        let rpc = RpcClient::new("https://x.io/v3/SECRETKEY?k=SECRET").unwrap();
+        assert!(!format!("{rpc:?}").contains("SECRET"));
     }
 
     #[test]
