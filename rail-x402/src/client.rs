@@ -4,9 +4,10 @@
 //! - The 402 is read from `PAYMENT-REQUIRED` (v2). A 402 without it is returned as is: the
 //!   client never downgrades to v1 or guesses.
 //! - One payment per request: if the paid retry gets no answer (timeout, connection reset) or
-//!   a 503 (outcome unknown), the **same** signed payment is sent again, up to
+//!   a 502/503/504 (outcome unknown), the **same** signed payment is sent again, up to
 //!   [`X402Client::with_retries`] times, honouring `Retry-After`. A second signature is never
-//!   made for one request.
+//!   made for one request; if the outcome is still unknown, [`ClientError::OutcomeUnknown`]
+//!   hands the payment back for [`X402Client::resend`].
 //! - The result says what was paid ([`Paid::payment`]) and what the server answered
 //!   ([`Paid::settlement`], from `PAYMENT-RESPONSE`).
 //!
@@ -45,6 +46,24 @@ pub enum ClientError {
     /// The policy allows none of the options, or signing failed.
     #[error(transparent)]
     Payer(#[from] PayerError),
+    /// A payment was sent and no answer said what became of it, after every resend. It may
+    /// have been settled: present **this** payment again ([`X402Client::resend`]), do not pay
+    /// anew.
+    #[error("payment outcome unknown ({detail}); resend the same payment")]
+    OutcomeUnknown {
+        /// The signed payment.
+        payment: Box<PaymentPayload>,
+        /// The last error.
+        detail: String,
+    },
+}
+
+/// Statuses after which a payment's outcome is unknown (retry the same payment).
+fn unknown_status(s: StatusCode) -> bool {
+    matches!(
+        s,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+    )
 }
 
 /// The answer to a (possibly paid) request.
@@ -178,13 +197,49 @@ impl X402Client {
         let payment = self.payer.pay(&required)?;
         let encoded = payment.to_header()?;
         tracing::info!(payer = %self.payer.address(), amount = %payment.accepted.amount, network = %payment.accepted.network, "x402: paying");
+        self.deliver(&build, payment, &encoded, Some(required))
+            .await
+    }
+
+    /// Sends a signed payment again (after [`ClientError::OutcomeUnknown`]): the same
+    /// authorization, never a new one — if it was settled, the server serves it (once).
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn resend(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Vec<u8>>,
+        payment: PaymentPayload,
+    ) -> Result<Paid, ClientError> {
+        let build = |p: Option<&str>| {
+            let mut r = self.http.request(method.clone(), url);
+            if let Some(b) = &body {
+                r = r.body(b.clone());
+            }
+            if let Some(p) = p {
+                r = r.header(crate::wire::PAYMENT_SIGNATURE_HEADER, p);
+            }
+            r
+        };
+        let encoded = payment.to_header()?;
+        self.deliver(&build, payment, &encoded, None).await
+    }
+
+    /// Presents `payment`, resending the same bytes while the outcome is unknown: no answer,
+    /// or a 502 / 503 / 504 (a proxy's or the server's "try again").
+    async fn deliver(
+        &self,
+        build: &(dyn Fn(Option<&str>) -> reqwest::RequestBuilder + Sync),
+        payment: PaymentPayload,
+        encoded: &str,
+        required: Option<PaymentRequired>,
+    ) -> Result<Paid, ClientError> {
         let mut attempt = 0;
         loop {
-            match build(Some(&encoded)).send().await {
-                Ok(resp)
-                    if resp.status() == StatusCode::SERVICE_UNAVAILABLE
-                        && attempt < self.retries =>
-                {
+            match build(Some(encoded)).send().await {
+                Ok(resp) if unknown_status(resp.status()) && attempt < self.retries => {
                     let wait = resp
                         .headers()
                         .get(reqwest::header::RETRY_AFTER)
@@ -195,16 +250,28 @@ impl X402Client {
                     tracing::warn!(
                         attempt,
                         wait,
-                        "x402: outcome unknown (503); resending the same payment"
+                        status = resp.status().as_u16(),
+                        "x402: outcome unknown; resending the same payment"
                     );
                     tokio::time::sleep(Duration::from_secs(wait)).await;
                 }
-                Ok(resp) => return finish(resp, Some(payment), Some(required)).await,
+                Ok(resp) if unknown_status(resp.status()) => {
+                    return Err(ClientError::OutcomeUnknown {
+                        payment: Box::new(payment),
+                        detail: format!("http {}", resp.status()),
+                    });
+                }
+                Ok(resp) => return finish(resp, Some(payment), required).await,
                 Err(e) if attempt < self.retries => {
                     tracing::warn!(attempt, error = %e, "x402: no answer; resending the same payment");
                     tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
                 }
-                Err(e) => return Err(ClientError::Http(e.to_string())),
+                Err(e) => {
+                    return Err(ClientError::OutcomeUnknown {
+                        payment: Box::new(payment),
+                        detail: e.to_string(),
+                    });
+                }
             }
             attempt += 1;
         }

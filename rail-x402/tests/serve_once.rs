@@ -227,3 +227,64 @@ async fn mcp_serves_a_lost_answer_once() {
         Some(reasons::NONCE_ALREADY_USED)
     );
 }
+
+/// Fails its first settle as "unavailable" (outcome unknown), then settles.
+#[derive(Debug)]
+struct FlakyOnce(Arc<MockFacilitator>, AtomicUsize);
+
+#[async_trait]
+impl Facilitator for FlakyOnce {
+    async fn verify(
+        &self,
+        p: &PaymentPayload,
+        r: &PaymentRequirements,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        self.0.verify(p, r).await
+    }
+    async fn settle(
+        &self,
+        p: &PaymentPayload,
+        r: &PaymentRequirements,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        if self.1.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(FacilitatorError::Unavailable("connection reset".into()));
+        }
+        self.0.settle(p, r).await
+    }
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        self.0.supported().await
+    }
+}
+
+#[tokio::test]
+async fn the_client_hands_back_an_unknown_payment_and_resends_it() {
+    let fx = Fx::new();
+    let flaky = Arc::new(FlakyOnce(fx.mock.clone(), AtomicUsize::new(0)));
+    let url = fx.serve(flaky, SettleWhen::Before, Duration::ZERO).await;
+    let key = LocalSigner::random();
+    fx.mock
+        .mint(token().address, key.address(), U256::from(5000))
+        .unwrap();
+    let client = rail_x402::client::X402Client::new(X402Payer::new(
+        key.clone(),
+        Policy::new(NET, token().address, U256::from(1000)),
+    ))
+    .unwrap()
+    .with_retries(0);
+    let err = client.get(&url).await.unwrap_err();
+    let rail_x402::client::ClientError::OutcomeUnknown { payment, .. } = err else {
+        panic!("expected an unknown outcome, got {err}");
+    };
+    assert_eq!(fx.received(), U256::ZERO);
+    let paid = client
+        .resend(reqwest::Method::GET, &url, None, *payment)
+        .await
+        .unwrap();
+    assert_eq!(paid.status, 200);
+    assert_eq!(fx.received(), U256::from(1000));
+    assert_eq!(
+        fx.mock.balance(token().address, key.address()).unwrap(),
+        U256::from(4000),
+        "one payment, not two"
+    );
+}
