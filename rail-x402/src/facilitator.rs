@@ -434,7 +434,15 @@ impl LocalFacilitator {
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
     ) -> Result<Result<OfflineVerified, VerifyError>, FacilitatorError> {
-        let now = unix_now();
+        self.offline_at(payload, requirements, unix_now()).await
+    }
+
+    async fn offline_at(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+        now: u64,
+    ) -> Result<Result<OfflineVerified, VerifyError>, FacilitatorError> {
         match verify_exact_evm(payload, requirements, now) {
             Err(VerifyError::InvalidSignature(e)) => {
                 let from = payload.payload.authorization.from.address();
@@ -733,6 +741,49 @@ impl LocalFacilitator {
         settled(payload, r.transaction_hash)
     }
 
+    /// An authorization that expired: if this facilitator recorded a settlement of it (the
+    /// answer was lost, or the receipt came late), that transaction decides; else it is
+    /// refused as expired.
+    async fn expired(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+        valid_before: U256,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        let expired = || {
+            failed(
+                payload,
+                reasons::VALID_BEFORE_EXPIRED,
+                "the authorization expired".into(),
+                None,
+            )
+        };
+        // Every other check, as of just inside its window.
+        let then = u64::try_from(valid_before)
+            .unwrap_or(u64::MAX)
+            .saturating_sub(crate::verify::VALID_BEFORE_GRACE_SECONDS);
+        let Ok(ok) = self.offline_at(payload, requirements, then).await? else {
+            return Ok(expired());
+        };
+        let a = &ok.authorization;
+        let key = SettlementBook::key(self.chain_id, ok.domain.verifying_contract, a.from, a.nonce);
+        let state = self
+            .book
+            .guard
+            .state(&key)
+            .await
+            .map_err(|e| FacilitatorError::Store(e.to_string()))?
+            .unwrap_or_default();
+        let recorded = state
+            .strip_prefix("settled:")
+            .or_else(|| state.strip_prefix("submitted:"))
+            .and_then(|t| t.parse::<B256>().ok());
+        match recorded {
+            Some(tx) => self.follow(payload, &ok, tx).await.map(already_settled),
+            None => Ok(expired()),
+        }
+    }
+
     /// A recorded transaction: its receipt decides; none yet means in progress.
     async fn follow(
         &self,
@@ -807,6 +858,10 @@ impl Facilitator for LocalFacilitator {
         // Offline checks first: nothing unsigned or mismatched reaches the book.
         let offline = match self.offline(payload, requirements).await? {
             Ok(ok) => ok,
+            Err(VerifyError::ValidBeforeExpired { valid_before, .. }) => {
+                // Expired now; but a settlement sent before it expired decides its fate.
+                return self.expired(payload, requirements, valid_before).await;
+            }
             Err(e) => return Ok(failed(payload, e.reason(), e.to_string(), None)),
         };
         let a = &offline.authorization;

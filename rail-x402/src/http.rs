@@ -553,7 +553,11 @@ pub async fn paywall_middleware(
             Ok(v) if v.is_valid => return ctx.settle_after(req, next, &payload, serving, v1).await,
             // Perhaps settled by an earlier request whose answer was lost: the settle path
             // below recognises it (and serves it once, under this reservation).
-            Ok(v) if v.invalid_reason.as_deref() == Some(reasons::NONCE_ALREADY_USED) => {}
+            Ok(v)
+                if matches!(
+                    v.invalid_reason.as_deref(),
+                    Some(reasons::NONCE_ALREADY_USED | reasons::VALID_BEFORE_EXPIRED)
+                ) => {}
             Ok(v) => {
                 release(serving).await;
                 let reason = v

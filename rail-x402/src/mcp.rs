@@ -207,7 +207,12 @@ impl McpPaywall {
         match self.facilitator.verify(&payload, &requirements).await {
             Ok(v) if v.is_valid => {}
             // Perhaps settled by an earlier call whose answer was lost: settle recognises it.
-            Ok(v) if v.invalid_reason.as_deref() == Some(reasons::NONCE_ALREADY_USED) => {
+            Ok(v)
+                if matches!(
+                    v.invalid_reason.as_deref(),
+                    Some(reasons::NONCE_ALREADY_USED | reasons::VALID_BEFORE_EXPIRED)
+                ) =>
+            {
                 return self
                     .recover(&payload, &requirements, serving, run, &refuse)
                     .await;
@@ -281,16 +286,20 @@ impl McpPaywall {
         F: FnOnce() -> Fut + Send,
         Fut: Future<Output = CallToolResult> + Send,
     {
-        let settled = match settle_detached(&self.facilitator, payload, requirements).await {
-            Ok(s) => as_settled(&s),
+        let answer = match settle_detached(&self.facilitator, payload, requirements).await {
+            Ok(s) => s,
             Err(e) => {
                 release(serving).await;
                 return unavailable_result(&e.to_string());
             }
         };
-        let Some(settled) = settled else {
+        let Some(settled) = as_settled(&answer) else {
             release(serving).await;
-            return refuse(reasons::NONCE_ALREADY_USED, None);
+            let reason = answer
+                .error_reason
+                .as_deref()
+                .unwrap_or(reasons::NONCE_ALREADY_USED);
+            return refuse(reason, None);
         };
         mark_paid(&serving, &settled).await;
         let result = run().await;

@@ -652,3 +652,59 @@ async fn a_contract_wallet_pays_with_erc1271() {
         (U256::from(9_000), U256::from(CHEAP))
     );
 }
+
+/// A payment settled just before it expired, whose answer was lost: presented again after
+/// expiry, the recorded settlement decides (served once), not the clock.
+#[tokio::test]
+async fn a_lost_answer_is_served_after_the_authorization_expired() {
+    let Some(fx) = fixture().await else { return };
+    let paywall = fx.paywall(fx.facilitator.clone()).max_timeout_seconds(10);
+    let url = fx.serve(&paywall).await;
+    let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
+    let from = key.address();
+    let pr = challenge(&format!("{url}/cheap")).await;
+    let payment = fx.payer(key).pay(&pr).unwrap();
+    assert!(
+        fx.facilitator
+            .settle(&payment, &pr.accepts[0])
+            .await
+            .unwrap()
+            .success
+    );
+    // validBefore = now + 10; the reference's 6 s grace makes it expired after ~4 s.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let v = fx
+        .facilitator
+        .verify(&payment, &pr.accepts[0])
+        .await
+        .unwrap();
+    assert_eq!(
+        v.invalid_reason.as_deref(),
+        Some(reasons::VALID_BEFORE_EXPIRED)
+    );
+    let r = send(&format!("{url}/cheap"), &payment).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        fx.balances(from).await,
+        (U256::from(9_000), U256::from(CHEAP))
+    );
+    assert_eq!(
+        refused_with(send(&format!("{url}/cheap"), &payment).await).await,
+        reasons::NONCE_ALREADY_USED
+    );
+    // Never settled, and expired: refused as expired.
+    let pr2 = challenge(&format!("{url}/cheap")).await;
+    let late = fx
+        .payer(fx.net.funded_payer(U256::from(1_000)).await.unwrap())
+        .sign(
+            &pr2,
+            &pr2.accepts[0],
+            now() - 30,
+            B256::from(rand::random::<[u8; 32]>()),
+        )
+        .unwrap();
+    assert_eq!(
+        refused_with(send(&format!("{url}/cheap"), &late).await).await,
+        reasons::VALID_BEFORE_EXPIRED
+    );
+}
