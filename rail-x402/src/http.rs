@@ -360,12 +360,22 @@ pub fn unavailable_response(detail: &str) -> Response {
 }
 
 fn resource_url(req: &Request) -> String {
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    format!("http://{host}{}", req.uri().path())
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+    };
+    // Behind a TLS-terminating proxy the scheme is the proxy's (`X-Forwarded-Proto`).
+    let scheme = header("x-forwarded-proto")
+        .filter(|p| p == "https" || p == "http")
+        .unwrap_or_else(|| "http".into());
+    let host = header("host").unwrap_or_else(|| "localhost".into());
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), ToString::to_string);
+    format!("{scheme}://{host}{path_and_query}")
 }
 
 /// `X-PAYMENT` (v1).
