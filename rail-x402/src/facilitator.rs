@@ -376,6 +376,7 @@ pub struct LocalFacilitator {
     network: String,
     book: SettlementBook,
     nonce: Mutex<NonceState>,
+    deployed: std::sync::Mutex<std::collections::HashSet<Address>>,
     config: SettleConfig,
 }
 
@@ -398,6 +399,7 @@ impl LocalFacilitator {
             network: format!("eip155:{chain_id}"),
             book,
             nonce: Mutex::new(NonceState::default()),
+            deployed: std::sync::Mutex::new(std::collections::HashSet::new()),
             config: SettleConfig::default(),
         })
     }
@@ -512,13 +514,24 @@ impl LocalFacilitator {
         }
         let token = ok.domain.verifying_contract;
         let auth = &ok.authorization;
-        let code = self.rpc.code(token).await.map_err(|e| rpc_down(&e))?;
-        if code.is_empty() {
-            return Ok(Err(invalid(
-                payload,
-                reasons::ASSET_NOT_DEPLOYED,
-                format!("no contract at {token}"),
-            )));
+        // A deployed token stays deployed: asked once per token.
+        let known = self
+            .deployed
+            .lock()
+            .map(|d| d.contains(&token))
+            .unwrap_or(false);
+        if !known {
+            let code = self.rpc.code(token).await.map_err(|e| rpc_down(&e))?;
+            if code.is_empty() {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::ASSET_NOT_DEPLOYED,
+                    format!("no contract at {token}"),
+                )));
+            }
+            if let Ok(mut d) = self.deployed.lock() {
+                d.insert(token);
+            }
         }
         let balance = match self.rpc.balance_of(token, auth.from).await {
             Ok(b) => b,
@@ -885,7 +898,10 @@ impl Facilitator for LocalFacilitator {
                 });
             }
         };
-        let ok = match self.check(payload, requirements, true).await {
+        // As the reference settles (`simulateInSettle: false`): signature, window, balance and
+        // nonce are checked again, the transaction itself is the simulation (a revert is
+        // judged, and followed if someone else used the authorization).
+        let ok = match self.check(payload, requirements, false).await {
             Ok(Ok(ok)) => ok,
             Ok(Err(refused)) => {
                 let _ = reservation.release().await;
