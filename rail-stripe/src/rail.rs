@@ -43,6 +43,10 @@ use stripe_types::{Currency, Expandable};
 use crate::client::{StripeFailure, StripeHttp};
 use crate::currency;
 
+/// How long one webhook event is held while its handler runs (a crashed handler's event is
+/// taken again after this).
+pub const WEBHOOK_PROCESSING_LEASE: Duration = Duration::from_secs(300);
+
 /// The rail's name.
 pub const RAIL: &str = "stripe";
 /// Metadata key binding an intent to its offer.
@@ -170,6 +174,9 @@ impl StripeReceiver {
     /// Receivers that keep their own view of payments feed it from here; verification never
     /// depends on it (it always asks Stripe).
     ///
+    /// The event id is marked handled on receipt: use [`StripeReceiver::handle_webhook`] when
+    /// processing an event can fail (then Stripe's retry of it must be processed, not refused).
+    ///
     /// # Errors
     /// [`RailError::BadSignature`] (bad or stale signature), [`RailError::MalformedPayment`],
     /// [`RailError::Replayed`].
@@ -179,6 +186,34 @@ impl StripeReceiver {
         signature: &str,
         secret: &str,
     ) -> RailResult<crate::webhook::Event> {
+        self.handle_webhook(payload, signature, secret, |_| async {
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await
+        .map(|handled| match handled {
+            Ok(event) => event,
+            Err(never) => match never {},
+        })
+    }
+
+    /// As [`StripeReceiver::on_webhook`], but the event id is marked handled only once
+    /// `handler` succeeded. While it runs, a concurrent delivery of the same event is refused
+    /// as a replay (Stripe retries it later); if it fails, the id is freed and Stripe's next
+    /// delivery of the event is processed. Returns the handler's error inside `Ok`.
+    ///
+    /// # Errors
+    /// As [`StripeReceiver::on_webhook`]; the handler's own failure is `Ok(Err(e))`.
+    pub async fn handle_webhook<F, Fut, E>(
+        &self,
+        payload: &str,
+        signature: &str,
+        secret: &str,
+        handler: F,
+    ) -> RailResult<Result<crate::webhook::Event, E>>
+    where
+        F: FnOnce(&crate::webhook::Event) -> Fut + Send,
+        Fut: std::future::Future<Output = Result<(), E>> + Send,
+    {
         let now = self.clock.now().unix_seconds();
         let event = crate::webhook::parse(
             payload,
@@ -199,16 +234,29 @@ impl StripeReceiver {
             self.clock.clone(),
             format!("stripe/events/{}", self.payee),
         );
-        if !seen
-            .insert_if_absent(&event.id, Some(Duration::from_secs(7 * 24 * 3600)))
-            .await?
-        {
-            return Err(RailError::Replayed {
-                key: event.id.clone(),
-            });
-        }
+        let taken = seen
+            .reserve(&event.id, WEBHOOK_PROCESSING_LEASE)
+            .await
+            .map_err(|e| match e {
+                RailError::Replayed { .. } => RailError::Replayed {
+                    key: event.id.clone(),
+                },
+                other => other,
+            })?;
         tracing::info!(event = %event.id, kind = %event.kind, "stripe: webhook");
-        Ok(event)
+        match handler(&event).await {
+            Ok(()) => {
+                taken
+                    .commit(Some(Duration::from_secs(7 * 24 * 3600)))
+                    .await?;
+                Ok(Ok(event))
+            }
+            Err(e) => {
+                // Not handled: Stripe's next delivery of this event must be processed.
+                taken.release().await?;
+                Ok(Err(e))
+            }
+        }
     }
 
     fn guard_store(&self) -> Arc<dyn KeyStore> {

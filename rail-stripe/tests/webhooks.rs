@@ -411,3 +411,50 @@ async fn an_uncaptured_authorisation_lapses_after_seven_days() {
         .unwrap_err();
     assert_eq!(e.code(), "invalid_state", "{e:?}");
 }
+
+/// An event whose processing failed is not marked handled: Stripe's next delivery of it is
+/// processed; once processed, it is a replay.
+#[tokio::test]
+async fn a_failed_handler_leaves_the_event_to_stripes_retry() {
+    let w = World::new().await;
+    let held = w.hold(1000).await;
+    w.receiver
+        .capture(&OpId::random(), &held, &usd(1000))
+        .await
+        .unwrap();
+    let (payload, _) = w.delivery_of("payment_intent.succeeded");
+    let mut fresh: Value = serde_json::from_str(&payload).unwrap();
+    fresh["id"] = json!("evt_handler_fails_first_0001");
+    let fresh = fresh.to_string();
+    let sig = webhook::sign(&fresh, WHSEC, w.now());
+
+    let failed = w
+        .receiver
+        .handle_webhook(&fresh, &sig, WHSEC, |_| async {
+            Err::<(), _>("database down")
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed.unwrap_err(), "database down");
+
+    let handled = w
+        .receiver
+        .handle_webhook(&fresh, &sig, WHSEC, |e| {
+            let kind = e.kind.clone();
+            async move {
+                assert_eq!(kind, "payment_intent.succeeded");
+                Ok::<(), &str>(())
+            }
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(handled.id, "evt_handler_fails_first_0001");
+
+    let again = w
+        .receiver
+        .handle_webhook(&fresh, &sig, WHSEC, |_| async { Ok::<(), &str>(()) })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), "replayed");
+}
