@@ -545,14 +545,26 @@ impl RefundReceiver for StripeReceiver {
                 let want = currency::to_stripe(amount)?;
                 let (captured, refunded) = captured_and_refunded(&pi);
                 let left = captured - refunded;
-                // Refused here, before Stripe is asked.
-                if want > left {
+                // Was this operation's refund sent before (its answer lost)? Then Stripe
+                // replays it under the same idempotency key, and the refunded total already
+                // counts it: the local check below would wrongly refuse the retry.
+                let sent = ReplayGuard::new(
+                    self.guard_store(),
+                    self.clock.clone(),
+                    format!("stripe/refund-sent/{}", self.payee),
+                );
+                let resend = sent.state(op.as_str()).await?.is_some();
+                // Refused here, before Stripe is asked (unless this is a resend).
+                if want > left && !resend {
                     return Err(RailError::ExceedsAvailable {
                         op: "refund",
                         requested: amount.amount(),
                         available: self.money(left.max(0))?.amount(),
                     });
                 }
+                // Written ahead, kept as long as Stripe keeps idempotency keys (24 h).
+                sent.insert_if_absent(op.as_str(), Some(Duration::from_secs(24 * 3600)))
+                    .await?;
                 let r = CreateRefund::new()
                     .payment_intent(pi.id.as_str())
                     .amount(want)

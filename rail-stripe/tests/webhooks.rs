@@ -458,3 +458,101 @@ async fn a_failed_handler_leaves_the_event_to_stripes_retry() {
         .unwrap_err();
     assert_eq!(again.code(), "replayed");
 }
+
+/// A proxy to the emulator that forwards every request but answers the first `lose` refund
+/// creations with an HTML 502 — the refund is made at Stripe, its answer lost on the way back.
+async fn lossy_proxy(upstream: String, lose: usize) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let lost = Arc::new(AtomicUsize::new(0));
+    let http = reqwest::Client::new();
+    let app = Router::new().fallback(
+        move |method: axum::http::Method,
+              uri: axum::http::Uri,
+              headers: HeaderMap,
+              body: axum::body::Bytes| {
+            let (http, upstream, lost) = (http.clone(), upstream.clone(), lost.clone());
+            async move {
+                let mut req = http.request(method.clone(), format!("{upstream}{uri}"));
+                for (k, v) in &headers {
+                    if k != "host" && k != "content-length" {
+                        req = req.header(k, v);
+                    }
+                }
+                let resp = req.body(body).send().await.unwrap();
+                let status = resp.status().as_u16();
+                let body = resp.bytes().await.unwrap();
+                if method == axum::http::Method::POST
+                    && uri.path() == "/v1/refunds"
+                    && lost.fetch_add(1, Ordering::SeqCst) < lose
+                {
+                    return (
+                        StatusCode::BAD_GATEWAY,
+                        "<html>502 Bad Gateway</html>".to_owned(),
+                    );
+                }
+                (
+                    StatusCode::from_u16(status).unwrap(),
+                    String::from_utf8_lossy(&body).into_owned(),
+                )
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A refund whose answer was lost (after every transport retry) is retried with the same
+/// operation id: Stripe replays it under the same idempotency key — one refund, not a refusal
+/// ("nothing left to refund") and not a second refund.
+#[tokio::test]
+async fn a_refund_whose_answer_was_lost_is_retried_into_the_same_refund() {
+    let w = World::new().await;
+    let held = w.hold(1000).await;
+    w.receiver
+        .capture(&OpId::random(), &held, &usd(1000))
+        .await
+        .unwrap();
+    let proxy = lossy_proxy(w.running.url.clone(), 4).await;
+    let api = StripeHttp::new(&proxy, SECRET_KEY)
+        .unwrap()
+        .with_retries(3, Duration::from_millis(10));
+    let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::default());
+    let clock: SharedClock = Arc::new(w.clock.clone());
+    let receiver = StripeReceiver::new(
+        api,
+        PUBLISHABLE_KEY,
+        "shop-webhooks",
+        Asset::usd(),
+        store,
+        clock,
+    );
+    let op = OpId::random();
+    let lost = receiver
+        .refund(&op, &held.payment_ref, &usd(1000))
+        .await
+        .unwrap_err();
+    assert!(lost.is_retryable(), "{lost:?}");
+    let done = receiver
+        .refund(&op, &held.payment_ref, &usd(1000))
+        .await
+        .unwrap();
+    assert_eq!(done.amount, usd(1000));
+    let pi = RetrievePaymentIntent::new(held.payment_ref.as_str())
+        .expand(vec!["latest_charge".to_owned()])
+        .send(&w.api)
+        .await
+        .unwrap();
+    let charge = match pi.latest_charge.unwrap() {
+        stripe_types::Expandable::Object(c) => c,
+        stripe_types::Expandable::Id(_) => panic!("charge not expanded"),
+    };
+    assert_eq!(charge.amount_refunded, 1000, "one refund of 10.00, not two");
+    // A new operation asking for more is refused before Stripe is asked.
+    let more = receiver
+        .refund(&OpId::random(), &held.payment_ref, &usd(1))
+        .await
+        .unwrap_err();
+    assert_eq!(more.code(), "exceeds_available");
+}
