@@ -259,6 +259,67 @@ impl StripeReceiver {
         }
     }
 
+    /// For a payment refused because its offer expired: cancels this offer's intent if it
+    /// holds the payer's money (`requires_capture`), refunds it in full if it took it
+    /// (`succeeded`). Best effort, idempotent (keys derived from the intent): a failure is
+    /// logged and the next verify of the same payment tries again.
+    async fn give_back_expired(&self, offer: &Offer, payment: &Payment) {
+        let Ok(proof) = payment.proof_as::<Proof>() else {
+            return;
+        };
+        let Ok(details) = offer.details_as::<OfferDetails>() else {
+            return;
+        };
+        if proof.payment_intent != details.payment_intent || offer.payee != self.payee {
+            return;
+        }
+        let Ok(pi) = self.own(&proof.payment_intent).await else {
+            return;
+        };
+        if pi.metadata.get(META_OFFER) != Some(&offer.id) {
+            return;
+        }
+        // A payment verified in time is the receiver's: a late replay of it gives nothing back.
+        if !matches!(self.guard.state(pi.id.as_str()).await, Ok(None)) {
+            return;
+        }
+        let Ok(op) = OpId::new(format!("expired-{}", pi.id)) else {
+            return;
+        };
+        let outcome = match pi.status {
+            PaymentIntentStatus::RequiresCapture => match key("expired-cancel", &op) {
+                Ok(k) => CancelPaymentIntent::new(pi.id.clone())
+                    .customize()
+                    .request_strategy(k)
+                    .send(&self.api)
+                    .await
+                    .map(|_| "canceled")
+                    .map_err(stripe_err),
+                Err(e) => Err(e),
+            },
+            PaymentIntentStatus::Succeeded => match key("expired-refund", &op) {
+                Ok(k) => CreateRefund::new()
+                    .payment_intent(pi.id.as_str())
+                    .customize()
+                    .request_strategy(k)
+                    .send(&self.api)
+                    .await
+                    .map(|_| "refunded")
+                    .map_err(stripe_err),
+                Err(e) => Err(e),
+            },
+            _ => return,
+        };
+        match outcome {
+            Ok(what) => {
+                tracing::info!(intent = %pi.id, offer = %offer.id, what, "stripe: expired offer's payment given back");
+            }
+            Err(e) => {
+                tracing::warn!(intent = %pi.id, offer = %offer.id, error = %e, "stripe: could not give back an expired offer's payment");
+            }
+        }
+    }
+
     fn guard_store(&self) -> Arc<dyn KeyStore> {
         self.store.clone()
     }
@@ -370,7 +431,12 @@ impl Receiver for StripeReceiver {
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
-        offer.check_live(self.clock.now())?;
+        if let Err(expired) = offer.check_live(self.clock.now()) {
+            // Refused; but if the payer's money is already held or taken for this offer, give
+            // it back: an expired offer must not keep anyone's money.
+            self.give_back_expired(offer, payment).await;
+            return Err(expired);
+        }
         if offer.payee != self.payee {
             return Err(RailError::mismatch(
                 Binding::Payee,

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use rail_core::{
     Asset, Charge, Clock, HoldPayer, HoldReceiver, KeyStore, ManualClock, MemoryKeyStore, Money,
-    OpId, PaymentState, RailError, Receiver, RefundReceiver, SharedClock,
+    OpId, Payer, PaymentState, RailError, Receiver, RefundReceiver, SharedClock,
 };
 use rail_stripe::emulator::{AUTHORIZATION_LIFETIME, Emulator, EmulatorConfig, RunningEmulator};
 use rail_stripe::webhook::{self, Event, EventKind};
@@ -555,4 +555,68 @@ async fn a_refund_whose_answer_was_lost_is_retried_into_the_same_refund() {
         .await
         .unwrap_err();
     assert_eq!(more.code(), "exceeds_available");
+}
+
+async fn intent(w: &World, id: &str) -> stripe_core::PaymentIntent {
+    RetrievePaymentIntent::new(id)
+        .expand(vec!["latest_charge".to_owned()])
+        .send(&w.api)
+        .await
+        .unwrap()
+}
+
+fn refunded(pi: &stripe_core::PaymentIntent) -> i64 {
+    match pi.latest_charge.as_ref() {
+        Some(stripe_types::Expandable::Object(c)) => c.amount_refunded,
+        _ => 0,
+    }
+}
+
+/// An expired offer's payment is refused — and the payer's money is given back: a charge is
+/// refunded, a hold canceled. A payment verified in time is not given back by a late replay.
+#[tokio::test]
+async fn an_expired_offers_payment_is_refused_and_given_back() {
+    let w = World::new().await;
+    let ttl = Duration::from_secs(60);
+
+    // A charge made in time, presented late.
+    let offer = w
+        .receiver
+        .offer(&Charge::capture(usd(700), ttl))
+        .await
+        .unwrap();
+    let payment = w.payer.pay(&OpId::random(), &offer).await.unwrap();
+    w.clock.advance(ttl + Duration::from_secs(1));
+    let e = w.receiver.verify(&offer, &payment).await.unwrap_err();
+    assert_eq!(e.code(), "offer_expired");
+    let pi = intent(&w, payment.proof["payment_intent"].as_str().unwrap()).await;
+    assert_eq!(refunded(&pi), 700, "the late charge is refunded in full");
+    // Asking again changes nothing more (one refund).
+    let _ = w.receiver.verify(&offer, &payment).await.unwrap_err();
+    let pi = intent(&w, pi.id.as_str()).await;
+    assert_eq!(refunded(&pi), 700);
+
+    // A hold made in time, presented late: released.
+    let mut hold = Charge::capture(usd(300), ttl);
+    hold.mode = rail_core::PaymentMode::Hold;
+    let offer = w.receiver.offer(&hold).await.unwrap();
+    let payment = w.payer.hold(&OpId::random(), &offer).await.unwrap();
+    w.clock.advance(ttl + Duration::from_secs(1));
+    let e = w.receiver.verify(&offer, &payment).await.unwrap_err();
+    assert_eq!(e.code(), "offer_expired");
+    let pi = intent(&w, payment.proof["payment_intent"].as_str().unwrap()).await;
+    assert_eq!(pi.status, PaymentIntentStatus::Canceled);
+
+    // Verified in time, replayed late: refused, and nothing is given back.
+    let offer = w
+        .receiver
+        .offer(&Charge::capture(usd(500), ttl))
+        .await
+        .unwrap();
+    let payment = w.payer.pay(&OpId::random(), &offer).await.unwrap();
+    w.receiver.verify(&offer, &payment).await.unwrap();
+    w.clock.advance(ttl + Duration::from_secs(1));
+    assert!(w.receiver.verify(&offer, &payment).await.is_err());
+    let pi = intent(&w, payment.proof["payment_intent"].as_str().unwrap()).await;
+    assert_eq!(refunded(&pi), 0, "a payment verified in time stays paid");
 }
