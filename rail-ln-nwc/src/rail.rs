@@ -190,6 +190,43 @@ impl NwcReceiver {
     }
 
     /// The payment hash of this receiver's hold for `offer_id`.
+    /// For a hold offer refused as expired: if the payer's wallet accepted its HTLC (waiting
+    /// up to the settle wait for it) and it was not verified in time, cancels the hold
+    /// invoice so the payer's funds are released at once. A plain invoice paid late cannot be
+    /// given back (Lightning needs an invoice from the payer for that).
+    async fn release_expired_hold(&self, offer: &Offer) {
+        if offer.mode != PaymentMode::Hold || offer.payee != self.node {
+            return;
+        }
+        let Ok(details) = offer.details_as::<OfferDetails>() else {
+            return;
+        };
+        if details.payment_hash != self.hold_hash(&offer.id) {
+            return;
+        }
+        if !matches!(self.guard.state(&details.payment_hash).await, Ok(None)) {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + self.settle_wait;
+        loop {
+            match self.lookup(&details.payment_hash).await.map(|t| t.state) {
+                Ok(Some(TxState::Accepted)) => break,
+                Ok(Some(TxState::Pending) | None) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => return,
+            }
+        }
+        match self.client.cancel_hold_invoice(&details.payment_hash).await {
+            Ok(()) => {
+                tracing::info!(hash = %details.payment_hash, "nwc: expired offer's hold released")
+            }
+            Err(e) => {
+                tracing::warn!(hash = %details.payment_hash, error = %e, "nwc: could not release an expired offer's hold")
+            }
+        }
+    }
+
     fn hold_hash(&self, offer_id: &str) -> String {
         sha256_hex(&self.preimage(offer_id))
     }
@@ -268,7 +305,12 @@ impl Receiver for NwcReceiver {
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
-        offer.check_live(self.clock.now())?;
+        if let Err(expired) = offer.check_live(self.clock.now()) {
+            // Refused; a hold the payer's wallet accepted for this offer is released now
+            // rather than left locked until the invoice's own expiry.
+            self.release_expired_hold(offer).await;
+            return Err(expired);
+        }
         if offer.payee != self.node {
             return Err(RailError::mismatch(
                 Binding::Payee,

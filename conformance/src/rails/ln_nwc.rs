@@ -220,6 +220,10 @@ impl LnHarness {
                 "hold accepted, then cancelled".to_owned(),
                 self.hold_cancelled().await,
             ),
+            (
+                "hold accepted, presented after its offer expired: released".to_owned(),
+                self.hold_expired_offer().await,
+            ),
         ];
         if let Some(d) = &self.devnet {
             out.push(("lying payer wallet".to_owned(), self.lying_payer(d).await));
@@ -306,6 +310,42 @@ impl LnHarness {
             return Err("paying an expired invoice moved money".into());
         }
         Ok(())
+    }
+
+    /// A hold accepted for an offer, presented after the offer expired: refused, and the
+    /// payer's funds are released at once (not locked until the invoice's own expiry).
+    async fn hold_expired_offer(&self) -> Result<(), String> {
+        let before = self
+            .payer_client
+            .get_balance()
+            .await
+            .map_err(|e| e.to_string())?;
+        let o = self.offer(4_000, PaymentMode::Hold).await?;
+        let p = rail_core::HoldPayer::hold(
+            self.handle.hold_payer.as_deref().ok_or("no hold payer")?,
+            &OpId::random(),
+            &o,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        self.clock.advance(Duration::from_secs(601));
+        match self.handle.receiver.verify(&o, &p).await {
+            Err(e) if e.code() == "offer_expired" => {}
+            other => return Err(format!("expected offer_expired, got {other:?}")),
+        }
+        // The cancel reaches the payer's wallet through the network: give it a moment.
+        for _ in 0..50 {
+            let now = self
+                .payer_client
+                .get_balance()
+                .await
+                .map_err(|e| e.to_string())?;
+            if now == before {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err("the expired offer's hold still locks the payer's funds".into())
     }
 
     async fn hold_cancelled(&self) -> Result<(), String> {
