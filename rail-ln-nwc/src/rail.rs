@@ -219,10 +219,10 @@ impl NwcReceiver {
         }
         match self.client.cancel_hold_invoice(&details.payment_hash).await {
             Ok(()) => {
-                tracing::info!(hash = %details.payment_hash, "nwc: expired offer's hold released")
+                tracing::info!(hash = %details.payment_hash, "nwc: expired offer's hold released");
             }
             Err(e) => {
-                tracing::warn!(hash = %details.payment_hash, error = %e, "nwc: could not release an expired offer's hold")
+                tracing::warn!(hash = %details.payment_hash, error = %e, "nwc: could not release an expired offer's hold");
             }
         }
     }
