@@ -56,6 +56,15 @@ pub enum ClientError {
         /// The last error.
         detail: String,
     },
+    /// As [`ClientError::OutcomeUnknown`], for a v1 payment: `header` is the `X-PAYMENT`
+    /// value to present again.
+    #[error("v1 payment outcome unknown ({detail}); resend the same X-PAYMENT")]
+    OutcomeUnknownV1 {
+        /// The `X-PAYMENT` header value.
+        header: String,
+        /// The last error.
+        detail: String,
+    },
 }
 
 /// Statuses after which a payment's outcome is unknown (retry the same payment).
@@ -287,11 +296,42 @@ impl X402Client {
         let payment = self.payer.pay_v1(required)?;
         let encoded = payment.to_header()?;
         tracing::info!(payer = %self.payer.address(), network = %payment.network, "x402: paying (v1)");
-        let resp = build(None)
-            .header(crate::v1::X_PAYMENT_HEADER, &encoded)
-            .send()
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))?;
+        // As for v2: the same bytes are resent while the outcome is unknown.
+        let mut attempt = 0;
+        let resp = loop {
+            let sent = build(None)
+                .header(crate::v1::X_PAYMENT_HEADER, &encoded)
+                .send()
+                .await;
+            match sent {
+                Ok(r) if unknown_status(r.status()) && attempt < self.retries => {
+                    tracing::warn!(
+                        attempt,
+                        status = r.status().as_u16(),
+                        "x402: outcome unknown; resending the same v1 payment"
+                    );
+                    tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+                }
+                Ok(r) if unknown_status(r.status()) => {
+                    return Err(ClientError::OutcomeUnknownV1 {
+                        header: encoded,
+                        detail: format!("http {}", r.status()),
+                    });
+                }
+                Ok(r) => break r,
+                Err(e) if attempt < self.retries => {
+                    tracing::warn!(attempt, error = %e, "x402: no answer; resending the same v1 payment");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+                Err(e) => {
+                    return Err(ClientError::OutcomeUnknownV1 {
+                        header: encoded,
+                        detail: e.to_string(),
+                    });
+                }
+            }
+            attempt += 1;
+        };
         let status = resp.status();
         let headers = resp.headers().clone();
         let settlement = headers

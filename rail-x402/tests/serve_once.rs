@@ -288,3 +288,47 @@ async fn the_client_hands_back_an_unknown_payment_and_resends_it() {
         "one payment, not two"
     );
 }
+
+/// A v1 payment whose first answer was "unknown" (503) is resent as the same bytes and
+/// settled once.
+#[tokio::test]
+async fn a_v1_payment_is_resent_not_resigned() {
+    let mock = Arc::new(MockFacilitator::new(NET));
+    let pay_to = Address::repeat_byte(0x22);
+    let flaky = Arc::new(FlakyOnce(mock.clone(), AtomicUsize::new(0)));
+    let paywall = Paywall::new(flaky, token(), pay_to)
+        .route("/paid", 1000u64, "paid")
+        .accept_v1(None)
+        .unwrap();
+    let app = paywall
+        .apply(Router::new().route("/paid", get(|| async { "content" })))
+        .layer(axum::middleware::map_response(
+            |mut r: axum::response::Response| async move {
+                // A v1-only server: no v2 header.
+                r.headers_mut().remove("payment-required");
+                r
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let key = LocalSigner::random();
+    mock.mint(token().address, key.address(), U256::from(5000))
+        .unwrap();
+    let client = rail_x402::client::X402Client::new(X402Payer::new(
+        key.clone(),
+        Policy::new(NET, token().address, U256::from(1000)),
+    ))
+    .unwrap();
+    let paid = client.get(&format!("http://{addr}/paid")).await.unwrap();
+    assert_eq!(paid.status, 200);
+    assert_eq!(
+        mock.balance(token().address, pay_to).unwrap(),
+        U256::from(1000)
+    );
+    assert_eq!(
+        mock.balance(token().address, key.address()).unwrap(),
+        U256::from(4000),
+        "one payment"
+    );
+}
