@@ -349,6 +349,10 @@ pub struct SettleConfig {
     pub receipt_timeout: Duration,
     /// How long fee figures are reused.
     pub fee_ttl: Duration,
+    /// Blocks a settlement's receipt must have (its own included) before it counts: 1 (the
+    /// default, what the reference waits for) on instant-finality chains and anvil; more on
+    /// chains that reorganise. Within `receipt_timeout`, else the outcome is unknown.
+    pub confirmations: u64,
     /// How far back `AuthorizationUsed` logs are searched (hosted providers cap `eth_getLogs`
     /// ranges; an authorization lives at most about an hour, so 10,000 blocks cover chains
     /// down to 0.4 s blocks).
@@ -363,6 +367,7 @@ impl Default for SettleConfig {
             receipt_timeout: Duration::from_secs(60),
             fee_ttl: Duration::from_secs(2),
             log_lookback_blocks: 10_000,
+            confirmations: 1,
         }
     }
 }
@@ -688,8 +693,10 @@ impl LocalFacilitator {
         let mut delay = self.config.first_poll;
         loop {
             match self.rpc.receipt(hash).await {
-                Ok(Some(r)) => return Ok(r),
-                Ok(None) => {}
+                // Deep enough (or no depth asked): the receipt, read again at that depth so a
+                // reorg that dropped or moved the transaction is seen.
+                Ok(Some(r)) if self.deep_enough(&r).await? => return Ok(r),
+                Ok(Some(_) | None) => {}
                 Err(e) if e.is_transient() => {}
                 Err(e) => return Err(e),
             }
@@ -699,6 +706,15 @@ impl LocalFacilitator {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(1));
         }
+    }
+
+    /// Whether `r`'s block has `confirmations` blocks on top of it, counting its own.
+    async fn deep_enough(&self, r: &Receipt) -> Result<bool, RpcError> {
+        if self.config.confirmations <= 1 {
+            return Ok(true);
+        }
+        let latest = self.rpc.block_number().await?;
+        Ok(latest.saturating_sub(r.block_number) + 1 >= self.config.confirmations)
     }
 
     /// Why a mined transaction reverted: out of gas, or the revert reason of the same call

@@ -293,6 +293,14 @@ impl RpcClient {
         quantity(&self.request("eth_chainId", json!([])).await?)
     }
 
+    /// `eth_blockNumber`.
+    ///
+    /// # Errors
+    /// [`RpcError`].
+    pub async fn block_number(&self) -> Result<u64, RpcError> {
+        quantity(&self.request("eth_blockNumber", json!([])).await?)
+    }
+
     /// `eth_call` at the latest block.
     ///
     /// # Errors
@@ -498,7 +506,7 @@ impl RpcClient {
         lookback_blocks: u64,
     ) -> Result<Option<B256>, RpcError> {
         let topic0 = IFiatToken::AuthorizationUsed::SIGNATURE_HASH;
-        let latest = quantity(&self.request("eth_blockNumber", json!([])).await?)?;
+        let latest = self.block_number().await?;
         let from_block = latest.saturating_sub(lookback_blocks);
         let v = self
             .request(

@@ -708,3 +708,56 @@ async fn a_lost_answer_is_served_after_the_authorization_expired() {
         reasons::VALID_BEFORE_EXPIRED
     );
 }
+
+/// With a confirmation depth, a settlement counts only once its block is that deep.
+#[tokio::test]
+async fn settlement_waits_for_its_confirmation_depth() {
+    let Some(fx) = fixture().await else { return };
+    let deep = Arc::new(
+        facilitator(
+            &fx.net,
+            fx.store.clone(),
+            SettleConfig {
+                confirmations: 200,
+                ..SettleConfig::default()
+            },
+        )
+        .await,
+    );
+    let key = fx.net.funded_payer(U256::from(1_000)).await.unwrap();
+    let pay_to = LocalSigner::random().address();
+    let req = rail_x402::wire::PaymentRequirements {
+        scheme: "exact".into(),
+        network: fx.net.token.network.clone(),
+        amount: 1_000u64.into(),
+        asset: fx.net.token.address.to_checksum(None),
+        pay_to: pay_to.to_checksum(None),
+        max_timeout_seconds: 60,
+        extra: Some(rail_x402::wire::Extra::eip712(
+            &fx.net.token.name,
+            &fx.net.token.version,
+        )),
+    };
+    let pr = PaymentRequired {
+        x402_version: rail_x402::wire::V2::default(),
+        error: None,
+        resource: rail_x402::wire::ResourceInfo::new("test:/deep"),
+        accepts: vec![req.clone()],
+        extensions: None,
+    };
+    let payment = fx.payer(key).pay(&pr).unwrap();
+    let settling = tokio::spawn({
+        let (deep, payment, req) = (deep.clone(), payment.clone(), req.clone());
+        async move { deep.settle(&payment, &req).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!settling.is_finished(), "answered before 200 confirmations");
+    fx.net
+        .rpc
+        .request("anvil_mine", serde_json::json!(["0xc8"]))
+        .await
+        .unwrap();
+    let s = settling.await.unwrap().unwrap();
+    assert!(s.success, "{s:?}");
+    assert_eq!(fx.net.balance(pay_to).await.unwrap(), U256::from(1_000));
+}
