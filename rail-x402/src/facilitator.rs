@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::SolCall;
@@ -30,8 +30,8 @@ use crate::evm::{
 };
 use crate::rpc::{Receipt, RpcClient, RpcError};
 use crate::verify::{
-    ChainView, OfflineVerified, PayerSignature, SignerKind, VerifyError, reasons, verify_exact_evm,
-    verify_exact_evm_as,
+    ChainView, OfflineVerified, PayerSignature, SignerKind, VerifyError, reasons, unix_now,
+    verify_exact_evm, verify_exact_evm_as,
 };
 use crate::wire::{
     PaymentPayload, PaymentRequirements, SCHEME_EXACT, SettleResponse, VerifyResponse,
@@ -122,12 +122,6 @@ pub trait Facilitator: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`FacilitatorError`].
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError>;
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn invalid(payload: &PaymentPayload, reason: &str, message: String) -> VerifyResponse {

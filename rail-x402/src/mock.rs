@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use alloy_primitives::{Address, B256, U256, keccak256};
 use async_trait::async_trait;
@@ -83,9 +82,7 @@ impl MockFacilitator {
         requirements: &PaymentRequirements,
         settle: bool,
     ) -> Result<Result<B256, Refusal>, FacilitatorError> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = crate::verify::unix_now();
         let ok = match verify_exact_evm(payload, requirements, now) {
             Ok(ok) => ok,
             Err(e) => return Ok(Err((e.reason().to_owned(), e.to_string(), None))),

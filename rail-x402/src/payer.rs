@@ -7,13 +7,11 @@
 //! What is chosen is never "the first option": only `exact` on an allowed network, for an
 //! allowed asset, at most the policy's maximum, the cheapest of those.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use alloy_primitives::{Address, B256, U256};
 
 use crate::eip3009::{SignatureError, TokenDomain, TransferWithAuthorization};
 use crate::evm::LocalSigner;
-use crate::verify::eip155_chain_id;
+use crate::verify::{eip155_chain_id, unix_now};
 use crate::wire::{
     Eip3009Authorization, ExactEvmPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
     SCHEME_EXACT, V2,
@@ -139,12 +137,6 @@ pub struct X402Payer {
     policy: Policy,
     /// The paying account when it is a contract wallet the signer owns (ERC-1271).
     wallet: Option<Address>,
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 impl X402Payer {

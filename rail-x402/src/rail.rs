@@ -9,7 +9,7 @@
 //! captured or voided by the receiver), and the receiver holds no key of the payer's.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
 use async_trait::async_trait;
@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::facilitator::{Facilitator, FacilitatorError, as_settled, settle_detached};
 use crate::http::{SERVE_WINDOW, SERVED_RETENTION, Token};
 use crate::payer::X402Payer;
-use crate::verify::{find_matching_requirements, reasons};
+use crate::verify::{find_matching_requirements, reasons, unix_now};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT, V2,
 };
@@ -86,12 +86,6 @@ impl TokenBalance for crate::mock::MockFacilitator {
     async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
         self.balance(token, who).map_err(|e| e.to_string())
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn unavailable(e: &FacilitatorError) -> RailError {

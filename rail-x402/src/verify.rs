@@ -424,10 +424,16 @@ pub fn verify_exact_evm_now(
     payload: &PaymentPayload,
     requirements: &PaymentRequirements,
 ) -> Result<OfflineVerified, VerifyError> {
-    let now = SystemTime::now()
+    verify_exact_evm(payload, requirements, unix_now())
+}
+
+/// The wall clock in Unix seconds, the time EIP-3009 windows are written in (a clock before
+/// 1970 reads as 0, which no window accepts).
+#[must_use]
+pub fn unix_now() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    verify_exact_evm(payload, requirements, now)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The first field of `accepted` that does not match `required`: core fields must be equal as
