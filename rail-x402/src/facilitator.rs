@@ -220,6 +220,58 @@ pub async fn settle_detached(
         .map_err(|e| FacilitatorError::Unavailable(format!("settlement task: {e}")))?
 }
 
+/// What a settle call means for whoever serves the paid content.
+#[derive(Debug)]
+pub enum SettleOutcome {
+    /// Paid: settled now, or earlier by a settlement whose answer was lost (serve it only
+    /// under your own served-once record; see [`settled_transaction`]). Always `success: true`.
+    Settled(SettleResponse),
+    /// Refused: nothing moved; the reason is [`SettleOutcome::reason`].
+    Refused(SettleResponse),
+    /// Nobody knows yet (no answer, or broadcast but not mined): serve nothing, and let the
+    /// payer present the same payment again.
+    Unknown(String),
+}
+
+impl SettleOutcome {
+    /// The refusal's reason code (`invalid_exact_evm_transaction_failed` if none was given).
+    #[must_use]
+    pub fn reason(refused: &SettleResponse) -> &str {
+        refused
+            .error_reason
+            .as_deref()
+            .unwrap_or(reasons::TRANSACTION_FAILED)
+    }
+}
+
+/// Settles through `facilitator` ([`settle_detached`]) and reads the answer for serving:
+/// the one place that decides what "paid", "refused" and "unknown" are.
+pub async fn settle_for_serving(
+    facilitator: &Arc<dyn Facilitator>,
+    payload: &PaymentPayload,
+    requirements: &PaymentRequirements,
+) -> SettleOutcome {
+    match settle_detached(facilitator, payload, requirements).await {
+        Ok(s) => match as_settled(&s) {
+            Some(paid) => SettleOutcome::Settled(paid),
+            None if s.error_reason.as_deref() == Some(reasons::SETTLEMENT_PENDING) => {
+                SettleOutcome::Unknown("settlement pending".into())
+            }
+            None => {
+                tracing::info!(
+                    reason = SettleOutcome::reason(&s),
+                    "x402: settlement refused"
+                );
+                SettleOutcome::Refused(s)
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "x402: settlement outcome unknown");
+            SettleOutcome::Unknown(e.to_string())
+        }
+    }
+}
+
 fn rpc_down(e: &RpcError) -> FacilitatorError {
     FacilitatorError::Unavailable(e.to_string())
 }

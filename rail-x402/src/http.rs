@@ -55,9 +55,9 @@ use rail_core::route::RoutePattern;
 use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
 use serde_json::json;
 
-use crate::facilitator::{Facilitator, as_settled, settle_detached};
+use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
 use crate::fields::Uint256Decimal;
-use crate::verify::{find_matching_requirements, reasons};
+use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
     SettleResponse, V2,
@@ -446,25 +446,10 @@ impl Ctx<'_> {
     }
 
     async fn settle(&self, p: &PaymentPayload) -> Result<SettleResponse, Response> {
-        match settle_detached(&self.paywall.facilitator, p, &self.requirements).await {
-            // Settled now, or before by a settlement whose answer was lost (this request holds
-            // the served-once reservation, so it is served once either way).
-            Ok(s) if as_settled(&s).is_some() => Ok(as_settled(&s).unwrap_or(s)),
-            Ok(s) if s.error_reason.as_deref() == Some(reasons::SETTLEMENT_PENDING) => {
-                Err(unavailable_response("settlement pending"))
-            }
-            Ok(s) => {
-                let reason = s
-                    .error_reason
-                    .clone()
-                    .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
-                tracing::info!(%reason, "x402: settlement refused");
-                Err(self.refuse(&reason, Some(&s)))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "x402: settlement outcome unknown");
-                Err(unavailable_response(&e.to_string()))
-            }
+        match settle_for_serving(&self.paywall.facilitator, p, &self.requirements).await {
+            SettleOutcome::Settled(s) => Ok(s),
+            SettleOutcome::Refused(s) => Err(self.refuse(SettleOutcome::reason(&s), Some(&s))),
+            SettleOutcome::Unknown(detail) => Err(unavailable_response(&detail)),
         }
     }
 }
@@ -546,6 +531,11 @@ pub async fn paywall_middleware(
     };
     if find_matching_requirements(&ctx.required.accepts, &payload).is_none() {
         return ctx.refuse(reasons::NO_MATCHING_REQUIREMENTS, None);
+    }
+    // Final offline verdicts (signature, window, amount, recipient) before anything is
+    // recorded for this payment: a forged copy cannot hold a real payment's reservation.
+    if let Err(e) = precheck(&payload, &ctx.requirements, unix_now()) {
+        return ctx.refuse(e.reason(), None);
     }
     let key = served_key(&payload);
     let serving = match paywall.served.reserve(&key, SERVE_WINDOW).await {

@@ -41,13 +41,13 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::facilitator::{Facilitator, as_settled, settle_detached};
+use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
 use crate::fields::Uint256Decimal;
 use crate::http::{
     PAYMENT_REQUIRED_ERROR, RUNNING, SERVE_WINDOW, SERVED_RETENTION, Token, in_flight, mark_paid,
     release, running_hold, served_key,
 };
-use crate::verify::{find_matching_requirements, reasons};
+use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
     SettleResponse, V2,
@@ -192,6 +192,10 @@ impl McpPaywall {
         if find_matching_requirements(std::slice::from_ref(&requirements), &payload).is_none() {
             return refuse(reasons::NO_MATCHING_REQUIREMENTS, None);
         }
+        // Final offline verdicts before anything is recorded for this payment.
+        if let Err(e) = precheck(&payload, &requirements, unix_now()) {
+            return refuse(e.reason(), None);
+        }
         let key = served_key(&payload);
         let serving = match self.served.reserve(&key, SERVE_WINDOW).await {
             Ok(r) => r,
@@ -245,29 +249,22 @@ impl McpPaywall {
             release(serving).await;
             return result;
         }
-        match settle_detached(&self.facilitator, &payload, &requirements).await {
-            Ok(s) if as_settled(&s).is_some() => {
-                let s = as_settled(&s).unwrap_or(s);
+        match settle_for_serving(&self.facilitator, &payload, &requirements).await {
+            SettleOutcome::Settled(s) => {
                 mark_paid(&serving, &s).await;
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
                     tracing::warn!(error = %e, "x402/mcp: served, but could not record it");
                 }
                 with_receipt(result, &s)
             }
-            Ok(s) => {
+            SettleOutcome::Refused(s) => {
                 release(serving).await;
-                let reason = s
-                    .error_reason
-                    .clone()
-                    .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
-                if reason == reasons::SETTLEMENT_PENDING {
-                    return unavailable_result("settlement pending");
-                }
+                let reason = SettleOutcome::reason(&s);
                 refuse(&format!("Payment settlement failed: {reason}"), Some(&s))
             }
-            Err(e) => {
+            SettleOutcome::Unknown(detail) => {
                 release(serving).await;
-                unavailable_result(&e.to_string())
+                unavailable_result(&detail)
             }
         }
     }
@@ -286,20 +283,16 @@ impl McpPaywall {
         F: FnOnce() -> Fut + Send,
         Fut: Future<Output = CallToolResult> + Send,
     {
-        let answer = match settle_detached(&self.facilitator, payload, requirements).await {
-            Ok(s) => s,
-            Err(e) => {
+        let settled = match settle_for_serving(&self.facilitator, payload, requirements).await {
+            SettleOutcome::Settled(s) => s,
+            SettleOutcome::Refused(s) => {
                 release(serving).await;
-                return unavailable_result(&e.to_string());
+                return refuse(SettleOutcome::reason(&s), None);
             }
-        };
-        let Some(settled) = as_settled(&answer) else {
-            release(serving).await;
-            let reason = answer
-                .error_reason
-                .as_deref()
-                .unwrap_or(reasons::NONCE_ALREADY_USED);
-            return refuse(reason, None);
+            SettleOutcome::Unknown(detail) => {
+                release(serving).await;
+                return unavailable_result(&detail);
+            }
         };
         mark_paid(&serving, &settled).await;
         let result = run().await;

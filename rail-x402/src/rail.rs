@@ -21,10 +21,10 @@ use rail_core::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::facilitator::{Facilitator, FacilitatorError, as_settled, settle_detached};
-use crate::http::{SERVE_WINDOW, SERVED_RETENTION, Token};
+use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
+use crate::http::{SERVE_WINDOW, SERVED_RETENTION, Token, release, served_key};
 use crate::payer::X402Payer;
-use crate::verify::{find_matching_requirements, reasons, unix_now};
+use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT, V2,
 };
@@ -86,10 +86,6 @@ impl TokenBalance for crate::mock::MockFacilitator {
     async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
         self.balance(token, who).map_err(|e| e.to_string())
     }
-}
-
-fn unavailable(e: &FacilitatorError) -> RailError {
-    RailError::Unavailable(RailReason::new("facilitator", e.to_string()))
 }
 
 /// A refusal reason (`invalid_exact_evm_*`) as a typed rail error.
@@ -362,9 +358,14 @@ impl Receiver for X402Receiver {
                 &payment.payer,
             ));
         }
+        // Final offline verdicts before anything is recorded.
+        if let Err(e) = precheck(&payload, &requirements, unix_now()) {
+            return Err(refusal(e.reason(), e.to_string()));
+        }
+        // The same served-once key as the HTTP paywall and MCP: one payment, served once.
         let serving = self
             .served
-            .reserve(&offer.id, SERVE_WINDOW)
+            .reserve(&served_key(&payload), SERVE_WINDOW)
             .await
             .map_err(|e| match e {
                 RailError::Replayed { .. } => RailError::Replayed {
@@ -372,22 +373,21 @@ impl Receiver for X402Receiver {
                 },
                 other => other,
             })?;
-        let settled = match settle_detached(&self.facilitator, &payload, &requirements).await {
-            Ok(s) if as_settled(&s).is_some() => as_settled(&s).unwrap_or(s),
-            Ok(s) => {
-                let _ = serving.release().await;
-                let reason = s.error_reason.clone().unwrap_or_default();
-                if reason == reasons::SETTLEMENT_PENDING {
-                    return Err(RailError::Unavailable(RailReason::new(
-                        "facilitator",
-                        "settlement pending; verify the same payment again",
-                    )));
-                }
-                return Err(refusal(&reason, s.error_message.unwrap_or_default()));
+        let settled = match settle_for_serving(&self.facilitator, &payload, &requirements).await {
+            SettleOutcome::Settled(s) => s,
+            SettleOutcome::Refused(s) => {
+                release(serving).await;
+                return Err(refusal(
+                    SettleOutcome::reason(&s),
+                    s.error_message.clone().unwrap_or_default(),
+                ));
             }
-            Err(e) => {
-                let _ = serving.release().await;
-                return Err(unavailable(&e));
+            SettleOutcome::Unknown(detail) => {
+                release(serving).await;
+                return Err(RailError::Unavailable(RailReason::new(
+                    "facilitator",
+                    format!("{detail}; verify the same payment again"),
+                )));
             }
         };
         serving.commit(Some(SERVED_RETENTION)).await?;

@@ -427,6 +427,27 @@ pub fn verify_exact_evm_now(
     verify_exact_evm(payload, requirements, unix_now())
 }
 
+/// The offline checks a server runs **before** it records anything for a payment (its
+/// served-once reservation): every [`verify_exact_evm`] step whose verdict is final. Two are
+/// left to the facilitator, which has the chain and the settlement records: a signature that
+/// does not recover `from` (`from` may be a contract wallet, ERC-1271) and an expired window
+/// (a settlement recorded before expiry still decides).
+///
+/// # Errors
+/// The first failing final step.
+pub fn precheck(
+    payload: &PaymentPayload,
+    requirements: &PaymentRequirements,
+    now: u64,
+) -> Result<(), VerifyError> {
+    match verify_exact_evm(payload, requirements, now) {
+        Ok(_) | Err(VerifyError::InvalidSignature(_) | VerifyError::ValidBeforeExpired { .. }) => {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The wall clock in Unix seconds, the time EIP-3009 windows are written in (a clock before
 /// 1970 reads as 0, which no window accepts).
 #[must_use]
