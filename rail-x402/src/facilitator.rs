@@ -734,23 +734,26 @@ impl LocalFacilitator {
         Broadcast::Refused("could not find a free account nonce after 3 attempts".into())
     }
 
+    /// The receipt of `hash` once its block is [`SettleConfig::confirmations`] deep, read
+    /// again at that depth so a reorg that dropped or moved the transaction is seen.
     async fn wait(&self, hash: B256) -> Result<Receipt, RpcError> {
         let deadline = Instant::now() + self.config.receipt_timeout;
-        let mut delay = self.config.first_poll;
         loop {
-            match self.rpc.receipt(hash).await {
-                // Deep enough (or no depth asked): the receipt, read again at that depth so a
-                // reorg that dropped or moved the transaction is seen.
-                Ok(Some(r)) if self.deep_enough(&r).await? => return Ok(r),
-                Ok(Some(_) | None) => {}
-                Err(e) if e.is_transient() => {}
-                Err(e) => return Err(e),
+            let left = deadline.saturating_duration_since(Instant::now());
+            let r = self
+                .rpc
+                .wait_receipt(hash, self.config.first_poll, left)
+                .await?;
+            if self.deep_enough(&r).await? {
+                return Ok(r);
             }
             if Instant::now() >= deadline {
-                return Err(RpcError::Transport(format!("no receipt for {hash}")));
+                return Err(RpcError::Transport(format!(
+                    "{hash} not {} blocks deep in time",
+                    self.config.confirmations
+                )));
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 

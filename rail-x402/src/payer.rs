@@ -261,14 +261,16 @@ impl X402Payer {
         if let Some(why) = self.policy.refusal(accepted) {
             return Err(PayerError::NothingPayable(vec![why]));
         }
-        // `refusal` checked every parse below.
-        let chain_id = eip155_chain_id(&accepted.network).unwrap_or_default();
-        let asset: Address = accepted.asset.parse().unwrap_or_default();
-        let pay_to: Address = accepted.pay_to.parse().unwrap_or_default();
-        let extra = accepted.extra.clone().unwrap_or_default();
+        // `refusal` accepted these; a failed parse is still an error, never a default (a
+        // zero address or chain id would sign for something else).
+        let bad = |what: &str| PayerError::NothingPayable(vec![format!("{what} does not parse")]);
+        let chain_id = eip155_chain_id(&accepted.network).ok_or_else(|| bad("network"))?;
+        let asset: Address = accepted.asset.parse().map_err(|_| bad("asset"))?;
+        let pay_to: Address = accepted.pay_to.parse().map_err(|_| bad("payTo"))?;
+        let extra = accepted.extra.clone().ok_or_else(|| bad("extra"))?;
         let domain = TokenDomain {
-            name: extra.name.unwrap_or_default(),
-            version: extra.version.unwrap_or_default(),
+            name: extra.name.ok_or_else(|| bad("extra.name"))?,
+            version: extra.version.ok_or_else(|| bad("extra.version"))?,
             chain_id,
             verifying_contract: asset,
         };

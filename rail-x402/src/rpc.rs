@@ -463,7 +463,7 @@ impl RpcClient {
         }))
     }
 
-    /// Polls for a receipt every `poll` until `timeout`.
+    /// Polls for a receipt, first after `first_poll`, doubling up to 1 s, until `timeout`.
     ///
     /// # Errors
     /// [`RpcError::Transport`] with "no receipt" when time is up (the transaction may still
@@ -471,10 +471,11 @@ impl RpcClient {
     pub async fn wait_receipt(
         &self,
         hash: B256,
-        poll: Duration,
+        first_poll: Duration,
         timeout: Duration,
     ) -> Result<Receipt, RpcError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut delay = first_poll;
         loop {
             match self.receipt(hash).await {
                 Ok(Some(r)) => return Ok(r),
@@ -487,7 +488,8 @@ impl RpcClient {
                     "no receipt for {hash} after {timeout:?}"
                 )));
             }
-            tokio::time::sleep(poll).await;
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
         }
     }
 

@@ -218,8 +218,13 @@ impl X402Harness {
     }
 }
 
-fn signed(u: U256) -> i128 {
-    i128::try_from(u).unwrap_or(i128::MAX)
+fn signed(u: U256) -> RailResult<i128> {
+    i128::try_from(u).map_err(|_| {
+        RailError::Unavailable(RailReason::new(
+            "x402 chain",
+            format!("balance {u} overflows i128"),
+        ))
+    })
 }
 
 #[async_trait]
@@ -242,8 +247,8 @@ impl Harness for X402Harness {
 
     async fn balances(&self) -> RailResult<Balances> {
         Ok(Balances {
-            payer_available: signed(self.balance(self.payer).await?),
-            payee_settled: signed(self.balance(self.payee).await?),
+            payer_available: signed(self.balance(self.payer).await?)?,
+            payee_settled: signed(self.balance(self.payee).await?)?,
         })
     }
 
