@@ -224,6 +224,31 @@ impl Offer {
         }
         Ok(())
     }
+
+    /// For a pay-only rail's payer: the offer is for `rail` and asks for a payment, not a hold.
+    ///
+    /// # Errors
+    /// [`RailError::Mismatch`] (another rail's offer), [`RailError::Unsupported`] (a hold).
+    pub fn check_pay_only(&self, rail: &str) -> RailResult<()> {
+        if self.rail.as_str() != rail {
+            return Err(RailError::mismatch(Binding::Rail, rail, &self.rail));
+        }
+        check_capture_mode(rail, self.mode)
+    }
+}
+
+/// For a pay-only rail: `mode` must be [`PaymentMode::Capture`].
+///
+/// # Errors
+/// [`RailError::Unsupported`] for a hold.
+pub fn check_capture_mode(rail: &str, mode: PaymentMode) -> RailResult<()> {
+    if mode != PaymentMode::Capture {
+        return Err(RailError::Unsupported {
+            rail: rail.into(),
+            op: "hold",
+        });
+    }
+    Ok(())
 }
 
 /// A payment (or hold) made for an offer: what the payer hands back to the receiver.

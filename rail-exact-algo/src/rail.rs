@@ -76,15 +76,7 @@ impl Rail for ExactAlgoReceiver {
 #[async_trait]
 impl Payer for ExactAlgoPayer {
     async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
-        if offer.rail.as_str() != RAIL {
-            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
-        }
-        if offer.mode != PaymentMode::Capture {
-            return Err(RailError::Unsupported {
-                rail: RAIL.into(),
-                op: "hold",
-            });
-        }
+        offer.check_pay_only(RAIL)?;
         let accept: Accept = offer.details_as()?;
         let amount = micro(&offer.amount)?;
         let pay_to: Address = offer
@@ -119,12 +111,7 @@ impl Payer for ExactAlgoPayer {
 #[async_trait]
 impl Receiver for ExactAlgoReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
-        if charge.mode != PaymentMode::Capture {
-            return Err(RailError::Unsupported {
-                rail: RAIL.into(),
-                op: "hold",
-            });
-        }
+        rail_core::types::check_capture_mode(RAIL, charge.mode)?;
         let amount = micro(&charge.amount)?;
         let price = Price {
             resource: charge

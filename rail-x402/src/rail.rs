@@ -151,15 +151,7 @@ impl Rail for X402RailPayer {
 #[async_trait]
 impl Payer for X402RailPayer {
     async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
-        if offer.rail.as_str() != RAIL {
-            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
-        }
-        if offer.mode != PaymentMode::Capture {
-            return Err(RailError::Unsupported {
-                rail: RAIL.into(),
-                op: "hold",
-            });
-        }
+        offer.check_pay_only(RAIL)?;
         let requirements: PaymentRequirements = offer.details_as()?;
         let amount = atomic(&offer.amount)?;
         if requirements.amount.value() != amount {
@@ -281,12 +273,7 @@ impl Rail for X402Receiver {
 #[async_trait]
 impl Receiver for X402Receiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
-        if charge.mode != PaymentMode::Capture {
-            return Err(RailError::Unsupported {
-                rail: RAIL.into(),
-                op: "hold",
-            });
-        }
+        rail_core::types::check_capture_mode(RAIL, charge.mode)?;
         let amount = atomic(&charge.amount)?;
         if amount.is_zero() {
             return Err(RailError::InvalidInput("amount is zero".into()));
