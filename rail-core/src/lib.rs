@@ -10,7 +10,7 @@
 //! | offers, payments, results | [`types`] ([`Offer`], [`Payment`], [`Verified`], …) |
 //! | exact amounts and assets | [`money`] ([`Amount`], [`Asset`], [`Money`]) |
 //! | errors | [`error`] ([`RailError`], codes, retry classes) |
-//! | replay guard, idempotency | [`keys`] (+ SQLite/PostgreSQL stores behind the `sqlite` / `postgres` features) |
+//! | single-use keys, leases, idempotency, write-ahead settlements | [`keys`] (+ SQLite/PostgreSQL stores behind the `sqlite` / `postgres` features) |
 //! | time | [`clock`] ([`Clock`], [`ManualClock`]) |
 //!
 //! A receiver and a payer, end to end, with any rail that implements the traits:
@@ -32,8 +32,9 @@
 pub mod clock;
 pub mod error;
 pub mod keys;
+/// The SQL key stores (moved to [`keys::sql`]).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub mod keys_sql;
+pub use keys::sql as keys_sql;
 pub mod localnet;
 pub mod money;
 pub mod rail;
@@ -42,7 +43,7 @@ pub mod types;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 pub use error::{Binding, RailError, RailReason, RailResult};
-pub use keys::{Idempotency, KeyStore, MemoryKeyStore, ReplayGuard};
+pub use keys::{Idempotency, KeyStore, MemoryKeyStore, ReplayGuard, SettlementBook};
 pub use money::{Amount, Asset, Money, MoneyError};
 pub use rail::{
     Capabilities, Finality, HoldPayer, HoldReceiver, Payer, Rail, RailHandle, Receiver,

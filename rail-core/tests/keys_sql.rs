@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rail_core::clock::{ManualClock, SystemClock, Timestamp};
-use rail_core::keys::{KeyStore, ReplayGuard, suite};
+use rail_core::keys::{Claim, KeyStore, ReplayGuard, suite};
 use rail_core::keys_sql::{PgKeyStore, SqliteKeyStore};
 
 async fn pg() -> Option<sqlx::PgPool> {
@@ -42,19 +42,90 @@ async fn pg() -> Option<sqlx::PgPool> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_passes_the_suite() {
     let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(Timestamp(1_000_000));
     let store: Arc<dyn KeyStore> = Arc::new(
         SqliteKeyStore::open(&dir.path().join("keys.db"))
             .await
-            .unwrap(),
+            .unwrap()
+            .with_clock(Arc::new(clock.clone())),
     );
-    suite::run_all(store, ManualClock::at(Timestamp(1_000_000))).await;
+    suite::run_all(store, clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_passes_the_suite() {
     let Some(pool) = pg().await else { return };
-    let store: Arc<dyn KeyStore> = Arc::new(PgKeyStore::new(pool).await.unwrap());
-    suite::run_all(store, ManualClock::at(Timestamp(1_000_000))).await;
+    let clock = ManualClock::at(Timestamp(1_000_000));
+    let store: Arc<dyn KeyStore> = Arc::new(
+        PgKeyStore::new(pool)
+            .await
+            .unwrap()
+            .with_clock(Arc::new(clock.clone())),
+    );
+    suite::run_all(store, clock).await;
+}
+
+/// The production PostgreSQL store judges every lease and retention by the database's clock:
+/// the times it writes are the server's, whatever the host's clock says. (Before, each caller's
+/// clock was used, and a host whose clock ran ahead lapsed other hosts' live reservations.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_uses_the_database_clock() {
+    let Some(pool) = pg().await else { return };
+    let store = Arc::new(PgKeyStore::new(pool.clone()).await.unwrap());
+    let ns = format!("dbclock-{:016x}", rand::random::<u64>());
+    let guard = ReplayGuard::new(store.clone(), ns.clone());
+    let Claim::Fresh(r) = guard.claim("k", Duration::from_secs(60)).await.unwrap() else {
+        panic!("fresh")
+    };
+    let db_now: i64 =
+        sqlx::query_scalar("SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let lease_until: i64 =
+        sqlx::query_scalar("SELECT lease_until FROM rail_keys WHERE ns = $1 AND key = 'k'")
+            .bind(&ns)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let d = lease_until - (db_now + 60_000);
+    assert!(
+        d.abs() < 2_000,
+        "lease anchored on the database clock (off by {d} ms)"
+    );
+    let seen = guard.seen("k").await.unwrap().unwrap();
+    assert!(
+        (seen.now.millis() - db_now).abs() < 2_000,
+        "reads report the database's now"
+    );
+    // Another host whose clock runs an hour ahead — injected here to show the old behaviour —
+    // would have judged the lease lapsed; with the database's clock a second host sees it held.
+    let ahead = ManualClock::at(Timestamp(db_now + 3_600_000));
+    let skewed = ReplayGuard::new(
+        Arc::new(
+            PgKeyStore::new(pool.clone())
+                .await
+                .unwrap()
+                .with_clock(Arc::new(ahead)),
+        ),
+        ns.clone(),
+    );
+    assert!(
+        matches!(
+            skewed.claim("k", Duration::from_secs(60)).await.unwrap(),
+            Claim::Recover { .. }
+        ),
+        "an injected clock overrides the database's"
+    );
+    let other_host = ReplayGuard::new(store, ns);
+    assert!(matches!(
+        other_host
+            .claim("k", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Claim::Busy { .. }
+    ));
+    drop(r);
 }
 
 const RACE_KEYS: usize = 300;
@@ -72,7 +143,7 @@ async fn race_child() {
         .await
         .unwrap();
     let store: Arc<dyn KeyStore> = Arc::new(PgKeyStore::new(pool).await.unwrap());
-    let guard = ReplayGuard::new(store, Arc::new(SystemClock), ns);
+    let guard = ReplayGuard::new(store, ns);
     // Both children start racing at the same wall-clock instant.
     let start: i64 = std::env::var("STIPENDEX_RACE_START")
         .unwrap()

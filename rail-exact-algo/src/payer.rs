@@ -144,7 +144,7 @@ impl ExactAlgoPayer {
             address,
             algod,
             policy,
-            idem: Idempotency::new(store, clock.clone(), "exact-algo/payer")
+            idem: Idempotency::new(store, "exact-algo/payer")
                 .with_windows(Duration::from_secs(30), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::keys::{KeyStore, Reservation};
-use rail_core::{RailError, ReplayGuard, SharedClock};
+use rail_core::keys::{Claim, KeyStore, RESERVED, Reservation};
+use rail_core::{RailError, ReplayGuard};
 use sha2::{Digest, Sha256};
 
 /// How long a paymentId's settlement record is kept: longer than the longest validity window
@@ -71,7 +71,6 @@ pub struct PaymentIds {
     issued: ReplayGuard,
     intent: ReplayGuard,
     served: ReplayGuard,
-    clock: SharedClock,
 }
 
 /// How a settlement may proceed.
@@ -82,8 +81,10 @@ pub enum Begin {
     /// [`Settling::failed`].
     Fresh(Settling),
     /// This exact transaction was submitted by a settler that did not finish in time (it
-    /// crashed, or lost its connection): check the chain, and serve it once if it confirmed.
-    Resume,
+    /// crashed, or lost its connection), or was settled and perhaps never answered: check the
+    /// chain, and serve it once if it confirmed. `Some`: this caller took the settler's record
+    /// over and ends it ([`Settling::settled`], [`Settling::failed`]).
+    Resume(Option<Settling>),
 }
 
 /// A settlement in flight for one paymentId.
@@ -112,12 +113,11 @@ pub fn binding(resource: &str, amount: u64, pay_to: &str) -> String {
 
 impl PaymentIds {
     /// PaymentIds kept in `store` (share it between receiver instances).
-    pub fn new(store: Arc<dyn KeyStore>, clock: SharedClock) -> Self {
+    pub fn new(store: Arc<dyn KeyStore>) -> Self {
         PaymentIds {
-            issued: ReplayGuard::new(store.clone(), clock.clone(), "exact-algo/issued"),
-            intent: ReplayGuard::new(store.clone(), clock.clone(), "exact-algo/intent"),
-            served: ReplayGuard::new(store, clock.clone(), "exact-algo/served"),
-            clock,
+            issued: ReplayGuard::new(store.clone(), "exact-algo/issued"),
+            intent: ReplayGuard::new(store.clone(), "exact-algo/intent"),
+            served: ReplayGuard::new(store, "exact-algo/served"),
         }
     }
 
@@ -171,56 +171,65 @@ impl PaymentIds {
         timeout: Duration,
     ) -> Result<Begin, LifecycleError> {
         // What the record names: the transaction and what it paid for, so a resumed settlement
-        // can only serve the resource the payment was made for.
+        // can only serve the resource the payment was made for. Its digest is the record's
+        // fingerprint: a record for another transaction is never taken over.
         let key = format!("{binding}/{txid}");
-        match self.intent.reserve(pid, INTENT_RETENTION).await {
-            Ok(reservation) => {
-                if let Err(e) = self.check_issued(pid, binding).await {
-                    reservation.release().await.map_err(store)?;
-                    return Err(e);
-                }
-                let deadline = self.clock.now().plus(timeout).millis();
-                reservation
-                    .set_state(
-                        &format!("submitting:{key}:{deadline}"),
-                        Some(INTENT_RETENTION),
-                    )
-                    .await
-                    .map_err(|_| LifecycleError::AlreadyUsed)?;
-                Ok(Begin::Fresh(Settling {
-                    reservation,
-                    txid: txid.to_owned(),
-                    key,
-                }))
+        let submitting = format!("submitting:{key}");
+        let fingerprint = Sha256::digest(key.as_bytes()).to_vec();
+        let settling = |reservation| Settling {
+            reservation,
+            txid: txid.to_owned(),
+            key: key.clone(),
+        };
+        let reservation = match self
+            .intent
+            .claim_as(pid, timeout, fingerprint)
+            .await
+            .map_err(store)?
+        {
+            Claim::Fresh(reservation) => reservation,
+            // Held by a settler that died before writing anything ahead: nothing was
+            // submitted, so this caller settles.
+            Claim::Recover {
+                reservation,
+                previous,
+            } if previous.state == RESERVED => reservation,
+            // The same transaction, whose settler did not finish (it crashed, or lost its
+            // connection): this caller now holds the record and resumes it on chain.
+            Claim::Recover {
+                reservation,
+                previous,
+            } if previous.state == submitting => {
+                return Ok(Begin::Resume(Some(settling(reservation))));
             }
-            Err(RailError::Replayed { .. }) => {
-                let state = self.intent.state(pid).await.map_err(store)?;
-                let now = self.clock.now().millis();
-                let state = state.unwrap_or_default();
-                if let Some(rest) = state.strip_prefix("submitting:") {
-                    match rest.rsplit_once(':') {
-                        // The same transaction: wait for its settler, or take over once its
-                        // time is up. A client retrying after a 503 must not hear "used".
-                        Some((t, deadline)) if t == key => match deadline.parse::<i64>() {
-                            Ok(d) if now < d => Err(LifecycleError::InProgress {
-                                retry_after: Duration::from_millis(
-                                    u64::try_from(d - now).unwrap_or(0),
-                                ),
-                            }),
-                            _ => Ok(Begin::Resume),
-                        },
-                        _ => Err(LifecycleError::AlreadyUsed),
-                    }
-                } else if state.strip_prefix("settled:") == Some(key.as_str()) {
-                    // Settled, but perhaps never answered (a crash, a lost store write): the
-                    // same transaction is checked on chain and served at most once.
-                    Ok(Begin::Resume)
-                } else {
-                    Err(LifecycleError::AlreadyUsed)
-                }
+            Claim::Recover { reservation, .. } => {
+                // Another transaction's record (fingerprints differ, so not expected): back.
+                reservation.hand_over().await.map_err(store)?;
+                return Err(LifecycleError::AlreadyUsed);
             }
-            Err(e) => Err(store(e)),
+            // The same transaction is being settled right now: retry it, never pay again.
+            Claim::Busy { state, retry_after } if state == submitting => {
+                return Err(LifecycleError::InProgress { retry_after });
+            }
+            // Settled, but perhaps never answered (a crash, a lost store write): the same
+            // transaction is checked on chain and served at most once.
+            Claim::Finished(rec) if rec.state == format!("settled:{key}") => {
+                return Ok(Begin::Resume(None));
+            }
+            Claim::Busy { .. } | Claim::Finished(_) | Claim::Conflict(_) => {
+                return Err(LifecycleError::AlreadyUsed);
+            }
+        };
+        if let Err(e) = self.check_issued(pid, binding).await {
+            reservation.release().await.map_err(store)?;
+            return Err(e);
         }
+        // Written ahead: from here on only this transaction can settle the paymentId.
+        reservation
+            .advance(&submitting, None)
+            .await
+            .map_err(|_| LifecycleError::AlreadyUsed)?;
+        Ok(Begin::Fresh(settling(reservation)))
     }
 
     /// Reserves the right to answer the payer for `pid` while the paid work runs: `None` if
@@ -267,9 +276,14 @@ impl Settling {
     /// [`LifecycleError::Store`].
     pub async fn settled(self) -> Result<(), LifecycleError> {
         self.reservation
-            .set_state(&format!("settled:{}", self.key), Some(INTENT_RETENTION))
+            .finish(&format!("settled:{}", self.key), Some(INTENT_RETENTION))
             .await
             .map_err(store)
+    }
+
+    /// Runs `work` (submission, confirmation wait) while keeping the record's lease alive.
+    pub async fn keep_alive<F: std::future::Future>(&self, work: F) -> F::Output {
+        self.reservation.keep_alive(work).await
     }
 
     /// The network refused the payment for certain: the paymentId may be tried again.
@@ -289,7 +303,9 @@ mod tests {
     fn ids() -> (PaymentIds, ManualClock) {
         let clock = ManualClock::at(Timestamp(1_000_000));
         (
-            PaymentIds::new(Arc::new(MemoryKeyStore::default()), Arc::new(clock.clone())),
+            PaymentIds::new(Arc::new(MemoryKeyStore::with_clock(Arc::new(
+                clock.clone(),
+            )))),
             clock,
         )
     }
@@ -300,7 +316,7 @@ mod tests {
     fn fresh(b: Begin) -> Settling {
         match b {
             Begin::Fresh(s) => s,
-            Begin::Resume => panic!("expected a fresh settlement"),
+            Begin::Resume(_) => panic!("expected a fresh settlement"),
         }
     }
 
@@ -329,7 +345,7 @@ mod tests {
         // `serve_once`); any other is refused.
         assert!(matches!(
             ids.begin(&pid, B, "TX1", T).await.unwrap(),
-            Begin::Resume
+            Begin::Resume(_)
         ));
         assert!(ids.serve_once(&pid).await.unwrap());
         assert!(!ids.serve_once(&pid).await.unwrap());
@@ -399,14 +415,16 @@ mod tests {
                 .code(),
             "paymentId already used"
         );
-        // The same transaction may be checked on chain and served once.
-        assert!(matches!(
-            ids.begin(&pid, B, "TX1", T).await.unwrap(),
-            Begin::Resume
-        ));
+        // The same transaction may be checked on chain and served once; the resumer now holds
+        // the record (taken over by compare-and-set).
+        let Begin::Resume(Some(resumer)) = ids.begin(&pid, B, "TX1", T).await.unwrap() else {
+            panic!("the crashed settler's record is taken over")
+        };
         assert!(ids.serve_once(&pid).await.unwrap());
-        // The crashed settler wakes up: it may record the settlement but not serve again.
-        crashed.settled().await.unwrap();
+        // The crashed settler wakes up: its record is no longer its own (it cannot write), the
+        // resumer records the settlement, and nobody serves again.
+        assert!(crashed.settled().await.is_err());
+        resumer.settled().await.unwrap();
         assert!(!ids.serve_once(&pid).await.unwrap());
     }
 

@@ -85,8 +85,11 @@ impl Payer for ExactAlgoPayer {
             .map_err(|e| RailError::InvalidInput(format!("payee: {e}")))?;
         // One signer at a time: the balance check and the signature are one step.
         let _guard = self.lock.lock().await;
+        // A recovering attempt signs again. Open (NOTES.md): two signed transactions for one
+        // paymentId are both valid on chain; an honest receiver settles one (its intent record),
+        // a hostile one could submit both.
         self.idem
-            .run(op, offer, || async {
+            .run(op, offer, |_| async {
                 offer.check_live(self.clock.now())?;
                 let signed = self
                     .sign(&accept, pay_to, amount, &offer.id)

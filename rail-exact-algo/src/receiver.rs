@@ -274,7 +274,7 @@ impl ExactAlgoReceiver {
             min_fee: p.min_fee,
             max_timeout: Duration::from_secs(120),
             settle_timeout: Duration::from_secs(60),
-            ids: PaymentIds::new(store, clock.clone()),
+            ids: PaymentIds::new(store),
             clock,
             on_settled: None,
         })
@@ -497,17 +497,49 @@ impl ExactAlgoReceiver {
             .begin(&pid, &binding, &txid, self.settle_timeout)
             .await
         {
-            Ok(Begin::Resume) => {
+            Ok(Begin::Resume(settling)) => {
                 tracing::info!(txid = %txid, "resuming a settlement whose settler did not finish");
+                // The chain may already have it (never resubmit what confirmed).
+                let resume = async {
+                    match self.algod.pending(&txid).await {
+                        Ok(p) if p.confirmed_round.is_some() => {
+                            Ok(p.confirmed_round.unwrap_or_default())
+                        }
+                        _ => self.submit(signed, &txid).await,
+                    }
+                };
+                let round = match settling {
+                    Some(s) => {
+                        let round = s.keep_alive(resume).await;
+                        match &round {
+                            // Settled on chain: a failed record write is logged, the payer served.
+                            Ok(_) => {
+                                if let Err(e) = s.settled().await {
+                                    tracing::error!(txid = %txid, error = %e, "settled, but could not record it");
+                                }
+                            }
+                            // Unknown again: the record stays for the next retry.
+                            Err(Refusal::Unavailable(_)) => drop(s),
+                            Err(_) => s.failed().await?,
+                        }
+                        round?
+                    }
+                    None => resume.await?,
+                };
+                return self.answer(signed, &txid, round, &pid, price).await;
             }
             Ok(Begin::Fresh(settling)) => {
                 if let Err(v) = ruled {
                     settling.failed().await?;
                     return Err(v.into());
                 }
-                return match self.submit(signed, &txid).await {
+                return match settling.keep_alive(self.submit(signed, &txid)).await {
                     Ok(round) => {
-                        settling.settled().await?;
+                        // Settled on chain: a failed record write is logged, the payer served
+                        // (at most once: `serve_once`).
+                        if let Err(e) = settling.settled().await {
+                            tracing::error!(txid = %txid, error = %e, "settled, but could not record it");
+                        }
                         self.answer(signed, &txid, round, &pid, price).await
                     }
                     Err(Refusal::Unavailable(e)) => {
@@ -526,16 +558,10 @@ impl ExactAlgoReceiver {
             }
             Err(LifecycleError::UnknownOrExpired) => {
                 ruled?;
-                return Err(LifecycleError::UnknownOrExpired.into());
+                Err(LifecycleError::UnknownOrExpired.into())
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => Err(e.into()),
         }
-        // Resuming: the chain may already have it (never resubmit what confirmed).
-        let round = match self.algod.pending(&txid).await {
-            Ok(p) if p.confirmed_round.is_some() => p.confirmed_round.unwrap_or_default(),
-            _ => self.submit(signed, &txid).await?,
-        };
-        self.answer(signed, &txid, round, &pid, price).await
     }
 
     /// Submits (or finds already submitted) and waits for confirmation.

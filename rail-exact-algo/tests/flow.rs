@@ -38,7 +38,7 @@ async fn setup() -> (RunningDevnet, ExactAlgoPayer, ExactAlgoReceiver, Address) 
         .unwrap();
     let algod = AlgodClient::new(&net.url, Some("t0ken".into())).unwrap();
     let clock: SharedClock = Arc::new(ManualClock::starting_now());
-    let store = Arc::new(MemoryKeyStore::default());
+    let store = Arc::new(MemoryKeyStore::with_clock(clock.clone()));
     let receiver =
         ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), clock.clone())
             .await

@@ -75,7 +75,7 @@ async fn setup() -> Env {
         .unwrap();
     let algod = AlgodClient::new(&net.url, Some("t0ken".into())).unwrap();
     let clock: SharedClock = Arc::new(ManualClock::starting_now());
-    let store = Arc::new(MemoryKeyStore::default());
+    let store = Arc::new(MemoryKeyStore::with_clock(clock.clone()));
     let receiver =
         ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), clock.clone())
             .await
@@ -732,7 +732,7 @@ async fn an_unreachable_algod_is_a_503_and_the_same_payment_settles_later() {
     );
     let algod = AlgodClient::new(&format!("http://{algod_addr}"), None).unwrap();
     let clock: SharedClock = Arc::new(ManualClock::starting_now());
-    let store = Arc::new(MemoryKeyStore::default());
+    let store = Arc::new(MemoryKeyStore::with_clock(clock.clone()));
     let receiver =
         ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), clock.clone())
             .await

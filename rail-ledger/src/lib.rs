@@ -32,7 +32,7 @@
 //! }
 //! ledger.transfer(TransferRequest::Single { id: TransferId::random(), debit: bank, credit: agent, amount: 1_000, user_data: 0 }).await?;
 //!
-//! let guard = ReplayGuard::new(Arc::new(MemoryKeyStore::default()), Arc::new(SystemClock), "offers");
+//! let guard = ReplayGuard::new(Arc::new(MemoryKeyStore::default()), "offers");
 //! let receiver = LedgerReceiver::new(ledger.clone(), shop, Asset::usd(), guard);
 //! let payer = LedgerPayer::new(ledger.clone(), agent, Asset::usd());
 //!

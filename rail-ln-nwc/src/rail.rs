@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lightning_invoice::{Bolt11Invoice, Currency};
-use rail_core::keys::KeyStore;
+use rail_core::keys::{Attempt, KeyStore};
 use rail_core::{
     Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver, Idempotency,
     Money, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
@@ -167,8 +167,8 @@ impl NwcReceiver {
             client,
             node: info.pubkey.to_ascii_lowercase(),
             seed,
-            guard: ReplayGuard::new(store.clone(), clock.clone(), "ln-nwc/verified"),
-            idem: Idempotency::new(store, clock.clone(), "ln-nwc/receiver")
+            guard: ReplayGuard::new(store.clone(), "ln-nwc/verified"),
+            idem: Idempotency::new(store, "ln-nwc/receiver")
                 .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
             clock,
             settle_wait: Duration::from_secs(10),
@@ -434,7 +434,9 @@ impl HoldReceiver for NwcReceiver {
         }
         let content = ("capture", &held.payment_ref, amount.to_string());
         self.idem
-            .run(op, &content, || async {
+            // Settling or cancelling a hold again is how a recovering attempt finds out (the
+            // wallet answers what the hold became).
+            .run(op, &content, |_| async {
                 let tx = self.lookup(&held.payment_ref).await?;
                 match tx.state {
                     Some(TxState::Accepted) => {}
@@ -475,7 +477,9 @@ impl HoldReceiver for NwcReceiver {
         }
         let content = ("void", &held.payment_ref);
         self.idem
-            .run(op, &content, || async {
+            // Settling or cancelling a hold again is how a recovering attempt finds out (the
+            // wallet answers what the hold became).
+            .run(op, &content, |_| async {
                 let tx = self.lookup(&held.payment_ref).await?;
                 if tx.state != Some(TxState::Accepted) {
                     return Err(RailError::InvalidState {
@@ -531,7 +535,7 @@ impl NwcPayer {
             client,
             currency,
             max_amount,
-            idem: Idempotency::new(store, clock.clone(), "ln-nwc/payer")
+            idem: Idempotency::new(store, "ln-nwc/payer")
                 .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -607,25 +611,50 @@ impl Payer for NwcPayer {
         let (details, _) = self.check(offer, PaymentMode::Capture)?;
         let _serial = self.lock.lock().await;
         self.idem
-            .run(op, offer, || async {
-                offer.check_live(self.clock.now())?;
-                let paid = match self.client.pay_invoice(&details.invoice, None).await {
-                    Ok(p) => p,
-                    // The answer was lost (a timeout, a relay drop): the payment may have gone
-                    // through. Ask the wallet before failing, so a retry does not pay twice
-                    // or lose the proof.
-                    Err(e @ (NwcError::Timeout { .. } | NwcError::Relay(_))) => {
-                        match self.client.lookup_invoice(&details.payment_hash).await {
-                            Ok(tx) if tx.state == Some(TxState::Settled) => {
-                                crate::nip47::PayInvoiceResult {
-                                    preimage: tx.preimage.unwrap_or_default(),
-                                    fees_paid: Some(tx.fees_paid),
-                                }
-                            }
-                            _ => return Err(rail_error(&e)),
+            .run(op, offer, |attempt| async move {
+                // An earlier attempt died with its outcome unknown: ask the wallet first, so a
+                // payment that went through is returned (even past the offer's time), never
+                // paid twice.
+                let found = if attempt == Attempt::Recovering {
+                    match self.client.lookup_invoice(&details.payment_hash).await {
+                        Ok(tx) if tx.state == Some(TxState::Settled) => {
+                            Some(crate::nip47::PayInvoiceResult {
+                                preimage: tx.preimage.unwrap_or_default(),
+                                fees_paid: Some(tx.fees_paid),
+                            })
                         }
+                        Ok(_)
+                        | Err(NwcError::Wallet {
+                            code: ErrorCode::NotFound,
+                            ..
+                        }) => None,
+                        Err(e) => return Err(rail_error(&e)),
                     }
-                    Err(e) => return Err(rail_error(&e)),
+                } else {
+                    None
+                };
+                let paid = if let Some(p) = found {
+                    p
+                } else {
+                    offer.check_live(self.clock.now())?;
+                    match self.client.pay_invoice(&details.invoice, None).await {
+                        Ok(p) => p,
+                        // The answer was lost (a timeout, a relay drop): the payment may have gone
+                        // through. Ask the wallet before failing, so a retry does not pay twice
+                        // or lose the proof.
+                        Err(e @ (NwcError::Timeout { .. } | NwcError::Relay(_))) => {
+                            match self.client.lookup_invoice(&details.payment_hash).await {
+                                Ok(tx) if tx.state == Some(TxState::Settled) => {
+                                    crate::nip47::PayInvoiceResult {
+                                        preimage: tx.preimage.unwrap_or_default(),
+                                        fees_paid: Some(tx.fees_paid),
+                                    }
+                                }
+                                _ => return Err(rail_error(&e)),
+                            }
+                        }
+                        Err(e) => return Err(rail_error(&e)),
+                    }
                 };
                 // A wallet that says "paid" without the preimage is not believed.
                 if !preimage_matches(&paid.preimage, &details.payment_hash) {
@@ -659,8 +688,9 @@ impl HoldPayer for NwcPayer {
     async fn hold(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
         let (details, _) = self.check(offer, PaymentMode::Hold)?;
         let _serial = self.lock.lock().await;
+        // A recovering attempt sends the same invoice again: a wallet pays an invoice once.
         self.idem
-            .run(op, offer, || async {
+            .run(op, offer, |_| async {
                 offer.check_live(self.clock.now())?;
                 // The wallet answers a hold payment only when the receiver settles or cancels:
                 // send it and let it finish in the background.

@@ -153,9 +153,9 @@ impl StripeReceiver {
             publishable_key: publishable_key.into(),
             payee: payee.into(),
             asset,
-            guard: ReplayGuard::new(store.clone(), clock.clone(), "stripe/verified"),
+            guard: ReplayGuard::new(store.clone(), "stripe/verified"),
             // The lease outlasts the transport's worst case (4 attempts of 30 s, plus backoff).
-            idem: Idempotency::new(store.clone(), clock.clone(), "stripe/receiver")
+            idem: Idempotency::new(store.clone(), "stripe/receiver")
                 .with_windows(Duration::from_secs(180), Duration::from_secs(24 * 3600)),
             store,
             clock,
@@ -229,11 +229,7 @@ impl StripeReceiver {
         // Stripe retries deliveries; keep ids longer than its retry window (3 days).
         // One namespace per receiver: receivers sharing a store (and a Stripe account) each
         // take their own deliveries.
-        let seen = ReplayGuard::new(
-            self.guard_store(),
-            self.clock.clone(),
-            format!("stripe/events/{}", self.payee),
-        );
+        let seen = ReplayGuard::new(self.guard_store(), format!("stripe/events/{}", self.payee));
         let taken = seen
             .reserve(&event.id, WEBHOOK_PROCESSING_LEASE)
             .await
@@ -244,7 +240,8 @@ impl StripeReceiver {
                 other => other,
             })?;
         tracing::info!(event = %event.id, kind = %event.kind, "stripe: webhook");
-        match handler(&event).await {
+        // The lease is kept alive while the handler runs: a slow handler keeps its event.
+        match taken.keep_alive(handler(&event)).await {
             Ok(()) => {
                 taken
                     .commit(Some(Duration::from_secs(7 * 24 * 3600)))
@@ -539,7 +536,8 @@ impl HoldReceiver for StripeReceiver {
             amount.to_string(),
         );
         self.idem
-            .run(op, &content, || async {
+            // Stripe's Idempotency-Key (from the operation id) makes doing it again the recovery.
+            .run(op, &content, |_| async {
                 let pi = self.own(&held.payment_ref).await?;
                 if pi.metadata.get(META_OFFER) != Some(&held.offer_id) {
                     return Err(RailError::NotFound(format!(
@@ -579,7 +577,8 @@ impl HoldReceiver for StripeReceiver {
     async fn void(&self, op: &OpId, held: &Verified) -> RailResult<Voided> {
         let content = ("void", &held.payment_ref, &held.offer_id);
         self.idem
-            .run(op, &content, || async {
+            // Stripe's Idempotency-Key (from the operation id) makes doing it again the recovery.
+            .run(op, &content, |_| async {
                 let pi = self.own(&held.payment_ref).await?;
                 if pi.metadata.get(META_OFFER) != Some(&held.offer_id) {
                     return Err(RailError::NotFound(format!("hold {}", held.payment_ref)));
@@ -606,7 +605,8 @@ impl RefundReceiver for StripeReceiver {
     async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded> {
         let content = ("refund", payment_ref, amount.to_string());
         self.idem
-            .run(op, &content, || async {
+            // Stripe's Idempotency-Key (from the operation id) makes doing it again the recovery.
+            .run(op, &content, |_| async {
                 let pi = self.own(payment_ref).await?;
                 let want = currency::to_stripe(amount)?;
                 let (captured, refunded) = captured_and_refunded(&pi);
@@ -616,7 +616,6 @@ impl RefundReceiver for StripeReceiver {
                 // counts it: the local check below would wrongly refuse the retry.
                 let sent = ReplayGuard::new(
                     self.guard_store(),
-                    self.clock.clone(),
                     format!("stripe/refund-sent/{}", self.payee),
                 );
                 let resend = sent.state(op.as_str()).await?.is_some();
@@ -691,7 +690,7 @@ impl StripePayer {
             payment_method: payment_method.into(),
             asset: max_amount.asset().clone(),
             max_amount,
-            idem: Idempotency::new(store, clock.clone(), "stripe/payer")
+            idem: Idempotency::new(store, "stripe/payer")
                 .with_windows(Duration::from_secs(180), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -731,7 +730,8 @@ impl StripePayer {
         let want = currency::to_stripe(&offer.amount)?;
         let _serial = self.lock.lock().await;
         self.idem
-            .run(op, offer, || async {
+            // Stripe's Idempotency-Key (from the operation id) makes doing it again the recovery.
+            .run(op, offer, |_| async {
                 offer.check_live(self.clock.now())?;
                 let api = self.http.with_key(details.publishable_key.clone());
                 // Check the intent before confirming: the payer pays what was offered, no more.

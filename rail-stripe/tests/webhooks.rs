@@ -116,7 +116,7 @@ impl World {
             .await
             .unwrap();
         let card = card["id"].as_str().unwrap().to_owned();
-        let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::default());
+        let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(shared.clone()));
         let receiver = Arc::new(StripeReceiver::new(
             api.clone(),
             PUBLISHABLE_KEY,
@@ -518,8 +518,8 @@ async fn a_refund_whose_answer_was_lost_is_retried_into_the_same_refund() {
     let api = StripeHttp::new(&proxy, SECRET_KEY)
         .unwrap()
         .with_retries(3, Duration::from_millis(10));
-    let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::default());
     let clock: SharedClock = Arc::new(w.clock.clone());
+    let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(clock.clone()));
     let receiver = StripeReceiver::new(
         api,
         PUBLISHABLE_KEY,

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::SolCall;
 use async_trait::async_trait;
+use rail_core::RailError;
 use rail_core::keys::KeyStore;
-use rail_core::{RailError, ReplayGuard, SharedClock};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -276,40 +276,57 @@ fn rpc_down(e: &RpcError) -> FacilitatorError {
     FacilitatorError::Unavailable(e.to_string())
 }
 
-/// How long a settler owns an authorization before a retry may look again (covers send +
-/// receipt wait).
+/// A settler's lease on an authorization (renewed while it sends and waits for the receipt).
 pub const SETTLE_LEASE: Duration = Duration::from_secs(90);
 /// How long a settled authorization is remembered: longer than any validity window we accept.
 pub const SETTLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The write-ahead settlement record, one per `(chain, token, authorizer, nonce)`, on the
-/// rail-core replay guard (so settlers sharing PostgreSQL agree):
-/// `submitted:<tx>` is written **before** the transaction is broadcast, `settled:<tx>` after
-/// its receipt. A settler that finds a record never broadcasts a second transaction for the
-/// same authorization: it looks up the recorded one.
+/// The write-ahead settlement record, one per `(chain, token, authorizer, nonce)`, on
+/// rail-core's typed [`rail_core::SettlementBook`] (so settlers sharing PostgreSQL agree): the
+/// signed transaction (its hash and raw bytes) is written **before** it is broadcast, and the
+/// record is settled after its receipt. A settler that finds a record never broadcasts a second
+/// transaction for the same authorization: it follows the recorded one. A record in flight
+/// never lapses by time: a settler that died is recovered by the next one, which follows what
+/// it wrote ahead.
 #[derive(Clone, Debug)]
 pub struct SettlementBook {
-    guard: ReplayGuard,
+    book: rail_core::SettlementBook<String>,
 }
+
+/// A settlement held by this settler (`sent` = the raw signed transaction, hex).
+type Settling = rail_core::keys::Settling<String>;
 
 /// What the book says about an authorization.
 #[derive(Debug)]
 enum Entry {
-    /// Nobody is on it: this caller owns it (write the tx hash, then send).
-    Fresh(rail_core::keys::Reservation),
-    /// A transaction was written ahead (maybe sent, maybe not).
+    /// Nobody is on it: this caller owns it (write the tx ahead, then send).
+    Fresh(Settling),
+    /// A transaction was written ahead (maybe sent, maybe not) by a live settler.
     Submitted(B256),
+    /// A settler died after writing this transaction ahead; this caller follows it.
+    Recover(Settling, B256),
     /// Settled by this transaction.
     Settled(B256),
-    /// Reserved but no transaction written yet (a settler is verifying).
+    /// Held, no transaction written yet (a settler is verifying).
     Busy,
+}
+
+fn tx_hash(rail_id: &str) -> Result<B256, FacilitatorError> {
+    rail_id
+        .parse()
+        .map_err(|_| FacilitatorError::Store(format!("settlement record names {rail_id:?}")))
+}
+
+fn store_err(e: &RailError) -> FacilitatorError {
+    FacilitatorError::Store(e.to_string())
 }
 
 impl SettlementBook {
     /// A book in `store`.
-    pub fn new(store: Arc<dyn KeyStore>, clock: SharedClock) -> Self {
+    pub fn new(store: Arc<dyn KeyStore>) -> Self {
         Self {
-            guard: ReplayGuard::new(store, clock, "x402/settlement"),
+            book: rail_core::SettlementBook::new(store, "x402/settlement", SETTLED_RETENTION)
+                .with_lease(SETTLE_LEASE),
         }
     }
 
@@ -318,27 +335,30 @@ impl SettlementBook {
     }
 
     async fn open(&self, key: &str) -> Result<Entry, FacilitatorError> {
-        match self.guard.reserve(key, SETTLE_LEASE).await {
-            Ok(r) => Ok(Entry::Fresh(r)),
-            Err(RailError::Replayed { .. }) => {
-                let state = self
-                    .guard
-                    .state(key)
-                    .await
-                    .map_err(|e| FacilitatorError::Store(e.to_string()))?
-                    .unwrap_or_default();
-                let tx = |s: &str| s.parse::<B256>().ok();
-                Ok(
-                    if let Some(t) = state.strip_prefix("settled:").and_then(tx) {
-                        Entry::Settled(t)
-                    } else if let Some(t) = state.strip_prefix("submitted:").and_then(tx) {
-                        Entry::Submitted(t)
-                    } else {
-                        Entry::Busy
-                    },
-                )
-            }
-            Err(e) => Err(FacilitatorError::Store(e.to_string())),
+        use rail_core::keys::Opened;
+        Ok(
+            match self.book.open(key).await.map_err(|e| store_err(&e))? {
+                Opened::Fresh(s) | Opened::Recover(s, None) => Entry::Fresh(s),
+                Opened::Recover(s, Some(previous)) => {
+                    Entry::Recover(s, tx_hash(&previous.rail_id)?)
+                }
+                Opened::InFlight {
+                    settlement: Some(s),
+                    ..
+                } => Entry::Submitted(tx_hash(&s.rail_id)?),
+                Opened::InFlight {
+                    settlement: None, ..
+                } => Entry::Busy,
+                Opened::Settled(s) => Entry::Settled(tx_hash(&s.rail_id)?),
+            },
+        )
+    }
+
+    /// The transaction recorded for `key` (written ahead or settled), if any.
+    async fn recorded(&self, key: &str) -> Result<Option<B256>, FacilitatorError> {
+        match self.book.get(key).await.map_err(|e| store_err(&e))? {
+            Some(s) => tx_hash(&s.rail_id).map(Some),
+            None => Ok(None),
         }
     }
 }
@@ -651,11 +671,7 @@ impl LocalFacilitator {
 
     /// Signs the settling transaction with the next account nonce, records it ahead in the
     /// book, and broadcasts it, all under the nonce lock.
-    async fn broadcast(
-        &self,
-        ok: &OfflineVerified,
-        reservation: &rail_core::keys::Reservation,
-    ) -> Broadcast {
+    async fn broadcast(&self, ok: &OfflineVerified, reservation: &Settling) -> Broadcast {
         let input = transfer_with_authorization_calldata(&ok.authorization, &ok.signature);
         let mut state = self.nonce.lock().await;
         for _attempt in 0..3 {
@@ -691,7 +707,7 @@ impl LocalFacilitator {
             // Write-ahead: once this is stored, no settler sends another transaction for
             // this authorization.
             if let Err(e) = reservation
-                .set_state(&format!("submitted:{}", signed.hash), Some(SETTLE_LEASE))
+                .submitting(&format!("{:#x}", signed.hash), hex::encode(&signed.raw))
                 .await
             {
                 return Broadcast::NotSent(FacilitatorError::Store(e.to_string()));
@@ -845,18 +861,7 @@ impl LocalFacilitator {
         };
         let a = &ok.authorization;
         let key = SettlementBook::key(self.chain_id, ok.domain.verifying_contract, a.from, a.nonce);
-        let state = self
-            .book
-            .guard
-            .state(&key)
-            .await
-            .map_err(|e| FacilitatorError::Store(e.to_string()))?
-            .unwrap_or_default();
-        let recorded = state
-            .strip_prefix("settled:")
-            .or_else(|| state.strip_prefix("submitted:"))
-            .and_then(|t| t.parse::<B256>().ok());
-        match recorded {
+        match self.book.recorded(&key).await? {
             Some(tx) => self.follow(payload, &ok, tx).await.map(already_settled),
             None => Ok(expired()),
         }
@@ -957,6 +962,25 @@ impl Facilitator for LocalFacilitator {
                     .await
                     .map(already_settled);
             }
+            Entry::Recover(settling, tx) => {
+                // The settler that wrote this transaction ahead is gone: follow it, and keep
+                // the record until the chain has decided.
+                let answer = settling
+                    .keep_alive(self.follow(payload, &offline, tx))
+                    .await;
+                let ended = match &answer {
+                    Ok(a) if a.success => {
+                        settling.settled(&format!("{tx:#x}"), String::new()).await
+                    }
+                    // Mined and refused: this transaction moved nothing.
+                    Ok(_) => settling.failed().await,
+                    Err(_) => settling.unknown().await,
+                };
+                if let Err(e) = ended {
+                    tracing::warn!(tx = %tx, error = %e, "x402: could not record a recovered settlement");
+                }
+                return answer.map(already_settled);
+            }
             Entry::Busy => {
                 return Err(FacilitatorError::InProgress {
                     retry_after: Duration::from_secs(1),
@@ -969,7 +993,7 @@ impl Facilitator for LocalFacilitator {
         let ok = match self.check(payload, requirements, false).await {
             Ok(Ok(ok)) => ok,
             Ok(Err(refused)) => {
-                let _ = reservation.release().await;
+                let _ = reservation.failed().await;
                 let reason = refused
                     .invalid_reason
                     .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
@@ -999,34 +1023,40 @@ impl Facilitator for LocalFacilitator {
                 ));
             }
             Err(e) => {
-                let _ = reservation.release().await;
+                let _ = reservation.failed().await;
                 return Err(e);
             }
         };
         let hash = match self.broadcast(&ok, &reservation).await {
             Broadcast::Sent(hash) => hash,
             Broadcast::Refused(refusal) => {
-                let _ = reservation.release().await;
+                let _ = reservation.failed().await;
                 return Ok(failed(payload, reasons::TRANSACTION_FAILED, refusal, None));
             }
             Broadcast::NotSent(e) => {
-                let _ = reservation.release().await;
+                let _ = reservation.failed().await;
                 return Err(e);
             }
             // Unknown: the write-ahead record stays; a retry follows the recorded hash.
-            Broadcast::Unknown(e) => return Err(e),
+            Broadcast::Unknown(e) => {
+                let _ = reservation.unknown().await;
+                return Err(e);
+            }
         };
         tracing::info!(tx = %hash, payer = %ok.payer, "settlement broadcast");
-        let receipt = match self.wait(hash).await {
+        let receipt = match reservation.keep_alive(self.wait(hash)).await {
             Ok(r) => r,
             Err(e) => {
                 // Broadcast, not mined in time: unknown, not a failure (the reference's
                 // `settlement_pending`). The record stays; a retry follows this transaction.
                 // The transaction may be stuck: the next settle re-reads the account nonce.
                 tracing::warn!(tx = %hash, error = %e, "no receipt yet");
-                let mut state = self.nonce.lock().await;
-                state.next = None;
-                state.fees = None;
+                {
+                    let mut state = self.nonce.lock().await;
+                    state.next = None;
+                    state.fees = None;
+                }
+                let _ = reservation.unknown().await;
                 return Err(FacilitatorError::InProgress {
                     retry_after: Duration::from_secs(5),
                 });
@@ -1034,10 +1064,13 @@ impl Facilitator for LocalFacilitator {
         };
         let answer = self.judge(payload, &ok, &receipt).await;
         if answer.success {
-            reservation
-                .set_state(&format!("settled:{hash}"), Some(SETTLED_RETENTION))
+            if let Err(e) = reservation
+                .settled(&format!("{hash:#x}"), String::new())
                 .await
-                .map_err(|e| FacilitatorError::Store(e.to_string()))?;
+            {
+                // Settled on chain: the answer stands; a later settle recovers the record.
+                tracing::error!(tx = %hash, error = %e, "x402: settled, but could not record it");
+            }
             return Ok(answer);
         }
         if !receipt.success {
@@ -1056,7 +1089,7 @@ impl Facilitator for LocalFacilitator {
                     .authorization_used_tx(token, a.from, a.nonce, self.config.log_lookback_blocks)
                     .await
                     .map_err(|e| rpc_down(&e))?;
-                let _ = reservation.release().await;
+                let _ = reservation.failed().await;
                 return match other {
                     Some(tx) => self
                         .follow_other(payload, &ok, tx)
@@ -1071,7 +1104,7 @@ impl Facilitator for LocalFacilitator {
                 };
             }
             // Reverted and unused: the payer may present it again.
-            let _ = reservation.release().await;
+            let _ = reservation.failed().await;
         }
         // A success without the Transfer log keeps its record: it is never sent again.
         Ok(answer)

@@ -52,7 +52,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rail_core::keys::{KeyStore, Reservation};
 use rail_core::route::RoutePattern;
-use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
+use rail_core::{MemoryKeyStore, RailError, ReplayGuard};
 use serde_json::json;
 
 use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
@@ -165,11 +165,7 @@ impl Paywall {
             max_timeout_seconds: 60,
             settle_when: SettleWhen::Before,
             routes: Arc::new(Vec::new()),
-            served: ReplayGuard::new(
-                Arc::new(MemoryKeyStore::default()),
-                Arc::new(SystemClock),
-                "x402/served",
-            ),
+            served: ReplayGuard::new(Arc::new(MemoryKeyStore::default()), "x402/served"),
             v1_network: None,
         }
     }
@@ -201,7 +197,7 @@ impl Paywall {
     /// Served payments kept in `store` (PostgreSQL for several instances).
     #[must_use]
     pub fn with_store(mut self, store: Arc<dyn KeyStore>) -> Self {
-        self.served = ReplayGuard::new(store, Arc::new(SystemClock), "x402/served");
+        self.served = ReplayGuard::new(store, "x402/served");
         self
     }
 
@@ -581,7 +577,7 @@ pub async fn paywall_middleware(
     // Paid: recorded for good before the handler runs, so a copy of this payment presented
     // while the handler runs (however long) is refused, not served again.
     mark_paid(&serving, &settled).await;
-    let resp = next.run(req).await;
+    let resp = serving.keep_alive(next.run(req)).await;
     if resp.status().is_success() {
         if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
             tracing::warn!(error = %e, "x402: served, but could not record it");
@@ -608,24 +604,11 @@ pub(crate) async fn in_flight(served: &ReplayGuard, key: &str) -> Result<bool, R
     ))
 }
 
-/// How long a verified payment is held while its handler or tool runs: until the
-/// authorization itself has expired, so no copy of it can be verified and run beside it.
-pub(crate) fn running_hold(requirements: &PaymentRequirements) -> Duration {
-    Duration::from_secs(
-        requirements
-            .max_timeout_seconds
-            .saturating_add(crate::verify::VALID_BEFORE_SLACK_SECONDS)
-            .saturating_add(60),
-    )
-}
-
-/// Records a settled payment for good (before its content is produced or returned).
+/// Records a settled payment before its content is produced: the record stays held (its lease
+/// kept alive while the handler or tool runs), and a copy presented meanwhile is refused as used.
 pub(crate) async fn mark_paid(serving: &Reservation, settled: &SettleResponse) {
     if let Err(e) = serving
-        .set_state(
-            &format!("{PAID}:{}", settled.transaction),
-            Some(SERVED_RETENTION),
-        )
+        .advance(&format!("{PAID}:{}", settled.transaction), None)
         .await
     {
         tracing::warn!(error = %e, tx = %settled.transaction, "x402: paid, but could not record it");
@@ -653,14 +636,12 @@ impl Ctx<'_> {
         serving: Reservation,
         v1: Option<&str>,
     ) -> Response {
-        if let Err(e) = serving
-            .set_state(RUNNING, Some(running_hold(&self.requirements)))
-            .await
-        {
+        // Held while the handler runs (the lease kept alive): no copy runs beside it.
+        if let Err(e) = serving.advance(RUNNING, None).await {
             release(serving).await;
             return unavailable_response(&format!("store: {e}"));
         }
-        let resp = next.run(req).await;
+        let resp = serving.keep_alive(next.run(req)).await;
         if !resp.status().is_success() {
             // Not charged: nothing was served.
             release(serving).await;

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use alloy_primitives::{Address, U256};
 use rail_core::keys::KeyStore;
-use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SystemClock};
+use rail_core::{MemoryKeyStore, RailError, ReplayGuard};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, RequestMetaObject,
 };
@@ -45,7 +45,7 @@ use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
 use crate::fields::Uint256Decimal;
 use crate::http::{
     PAYMENT_REQUIRED_ERROR, RUNNING, SERVE_WINDOW, SERVED_RETENTION, Token, in_flight, mark_paid,
-    release, running_hold, served_key,
+    release, served_key,
 };
 use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
 use crate::wire::{
@@ -86,11 +86,7 @@ impl McpPaywall {
             pay_to,
             max_timeout_seconds: 60,
             tools: Arc::new(Vec::new()),
-            served: ReplayGuard::new(
-                Arc::new(MemoryKeyStore::default()),
-                Arc::new(SystemClock),
-                "x402/served",
-            ),
+            served: ReplayGuard::new(Arc::new(MemoryKeyStore::default()), "x402/served"),
         }
     }
 
@@ -98,7 +94,7 @@ impl McpPaywall {
     /// the HTTP paywall, so one payment is served once across both).
     #[must_use]
     pub fn with_store(mut self, store: Arc<dyn KeyStore>) -> Self {
-        self.served = ReplayGuard::new(store, Arc::new(SystemClock), "x402/served");
+        self.served = ReplayGuard::new(store, "x402/served");
         self
     }
 
@@ -235,15 +231,12 @@ impl McpPaywall {
                 return unavailable_result(&e.to_string());
             }
         }
-        // Held while the tool runs, until the authorization expires: no copy runs beside it.
-        if let Err(e) = serving
-            .set_state(RUNNING, Some(running_hold(&requirements)))
-            .await
-        {
+        // Held while the tool runs (the lease kept alive): no copy runs beside it.
+        if let Err(e) = serving.advance(RUNNING, None).await {
             release(serving).await;
             return unavailable_result(&e.to_string());
         }
-        let result = run().await;
+        let result = serving.keep_alive(run()).await;
         if result.is_error == Some(true) {
             // Not charged: the tool failed.
             release(serving).await;
@@ -295,7 +288,7 @@ impl McpPaywall {
             }
         };
         mark_paid(&serving, &settled).await;
-        let result = run().await;
+        let result = serving.keep_alive(run()).await;
         if result.is_error == Some(true) {
             release(serving).await;
             return result;

@@ -131,7 +131,7 @@ impl X402RailPayer {
     ) -> Self {
         Self {
             payer,
-            idem: Idempotency::new(store, clock.clone(), "x402/payer"),
+            idem: Idempotency::new(store, "x402/payer"),
             clock,
             balances,
             lock: tokio::sync::Mutex::new(()),
@@ -178,7 +178,9 @@ impl Payer for X402RailPayer {
             .map_err(|_| RailError::InvalidInput("offer id is not a 32-byte nonce".into()))?;
         let _one_at_a_time = self.lock.lock().await;
         self.idem
-            .run(op, offer, || async {
+            // Signing moves no money (the receiver settles, once per nonce), so a recovering
+            // attempt may sign again: both signatures carry the offer's nonce.
+            .run(op, offer, |_| async {
                 offer.check_live(self.clock.now())?;
                 let token: Address = requirements
                     .asset
@@ -249,7 +251,7 @@ impl X402Receiver {
             token,
             pay_to,
             max_timeout: Duration::from_secs(300),
-            served: ReplayGuard::new(store, clock.clone(), "x402/served"),
+            served: ReplayGuard::new(store, "x402/served"),
             clock,
         }
     }

@@ -18,8 +18,8 @@ use alloy_primitives::{Address, B256, U256};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
+use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
-use rail_core::{MemoryKeyStore, SystemClock};
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{Facilitator, LocalFacilitator, SettleConfig, SettlementBook};
@@ -66,14 +66,10 @@ async fn facilitator(
     config: SettleConfig,
 ) -> LocalFacilitator {
     let settler = net.funded_settler().await.unwrap();
-    LocalFacilitator::connect(
-        net.rpc.clone(),
-        settler,
-        SettlementBook::new(store, Arc::new(SystemClock)),
-    )
-    .await
-    .unwrap()
-    .with_config(config)
+    LocalFacilitator::connect(net.rpc.clone(), settler, SettlementBook::new(store))
+        .await
+        .unwrap()
+        .with_config(config)
 }
 
 impl Fixture {

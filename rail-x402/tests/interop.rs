@@ -24,7 +24,7 @@ use std::time::Duration;
 use alloy_primitives::U256;
 use axum::Router;
 use axum::routing::get;
-use rail_core::{MemoryKeyStore, SystemClock};
+use rail_core::MemoryKeyStore;
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{LocalFacilitator, SettlementBook};
@@ -97,13 +97,10 @@ async fn reference_client_pays_our_server() {
     }
     let settler = net.funded_settler().await.unwrap();
     let store = Arc::new(MemoryKeyStore::default());
-    let facilitator = LocalFacilitator::connect(
-        net.rpc.clone(),
-        settler,
-        SettlementBook::new(store.clone(), Arc::new(SystemClock)),
-    )
-    .await
-    .unwrap();
+    let facilitator =
+        LocalFacilitator::connect(net.rpc.clone(), settler, SettlementBook::new(store.clone()))
+            .await
+            .unwrap();
     let pay_to = LocalSigner::random().address();
     let paywall = Paywall::new(Arc::new(facilitator), net.token.clone(), pay_to)
         .with_store(store)
@@ -204,7 +201,7 @@ async fn our_facilitator_answers_as_the_reference_does() {
     let facilitator = LocalFacilitator::connect(
         net.rpc.clone(),
         net.funded_settler().await.unwrap(),
-        SettlementBook::new(Arc::new(MemoryKeyStore::default()), Arc::new(SystemClock)),
+        SettlementBook::new(Arc::new(MemoryKeyStore::default())),
     )
     .await
     .unwrap();

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use alloy_primitives::{Address, U256};
 use async_trait::async_trait;
-use rail_core::{MemoryKeyStore, SystemClock};
+use rail_core::MemoryKeyStore;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
     Facilitator, FacilitatorError, LocalFacilitator, SettlementBook, SupportedResponse,
@@ -281,7 +281,7 @@ async fn paid_tool_call_on_anvil() {
     let f = LocalFacilitator::connect(
         net.rpc.clone(),
         net.funded_settler().await.unwrap(),
-        SettlementBook::new(store.clone(), Arc::new(SystemClock)),
+        SettlementBook::new(store.clone()),
     )
     .await
     .unwrap();

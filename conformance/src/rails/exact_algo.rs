@@ -162,7 +162,7 @@ impl ExactAlgoHarness {
                     AlgodClient::new(&running.url, Some("conformance".into())).map_err(setup)?;
                 // Some rounds of history, so "last valid round passed" can be built.
                 running.devnet.advance(10);
-                let mem: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::default());
+                let mem: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(shared.clone()));
                 (algod, Some(running), (mem.clone(), mem), None)
             }
             Tier::Localnet => {
@@ -188,7 +188,10 @@ impl ExactAlgoHarness {
                     .ok_or_else(|| setup("ALGOD_FAUCET_SEED is not 32 bytes of base64"))?;
                 fund(&algod, &SigningKey::from_bytes(&faucet), &accounts).await?;
                 let schema = super::pg::Schema::create("algo").await?;
-                let (a, b) = (schema.key_store().await?, schema.key_store().await?);
+                let (a, b) = (
+                    schema.key_store(shared.clone()).await?,
+                    schema.key_store(shared.clone()).await?,
+                );
                 (algod, None, (a, b), Some(schema))
             }
         };

@@ -82,7 +82,8 @@ impl LedgerHarness {
                     .map_err(setup)?;
                 let keys = SqliteKeyStore::open(&dir.path().join("keys.db"))
                     .await
-                    .map_err(setup)?;
+                    .map_err(setup)?
+                    .with_clock(shared.clone());
                 (ledger, Arc::new(keys) as Arc<dyn KeyStore>, Some(dir), None)
             }
             Tier::Localnet => {
@@ -103,7 +104,10 @@ impl LedgerHarness {
                     .connect_with(opts.options([("search_path", schema.as_str())]))
                     .await
                     .map_err(setup)?;
-                let keys = PgKeyStore::new(pool).await.map_err(setup)?;
+                let keys = PgKeyStore::new(pool)
+                    .await
+                    .map_err(setup)?
+                    .with_clock(shared.clone());
                 (
                     ledger,
                     Arc::new(keys) as Arc<dyn KeyStore>,
@@ -138,7 +142,7 @@ impl LedgerHarness {
             })
             .await
             .map_err(setup)?;
-        let guard = ReplayGuard::new(keys.clone(), shared.clone(), "ledger-offers");
+        let guard = ReplayGuard::new(keys.clone(), "ledger-offers");
         let other_receiver = Arc::new(
             LedgerReceiver::new(ledger.clone(), other, asset.clone(), guard.clone())
                 .with_hold_duration(HOLD_FOR),
@@ -157,7 +161,7 @@ impl LedgerHarness {
                 ledger.clone(),
                 payee,
                 asset.clone(),
-                ReplayGuard::new(keys.clone(), shared.clone(), "ledger-offers"),
+                ReplayGuard::new(keys.clone(), "ledger-offers"),
             )
             .with_hold_duration(HOLD_FOR),
         );

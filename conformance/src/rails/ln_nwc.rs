@@ -118,7 +118,7 @@ impl LnHarness {
                 (
                     Some(d),
                     (payer.uri, payee.uri, other.uri),
-                    Arc::new(MemoryKeyStore::default()),
+                    Arc::new(MemoryKeyStore::with_clock(shared.clone())),
                     None,
                     FUNDED,
                 )
@@ -130,7 +130,7 @@ impl LnHarness {
                     env_uri("NWC_OTHER_URI")?,
                 );
                 let schema = super::pg::Schema::create("ln").await?;
-                let store = schema.key_store().await?;
+                let store = schema.key_store(shared.clone()).await?;
                 (None, uris, store, Some(schema), 0)
             }
         };
@@ -274,7 +274,7 @@ impl LnHarness {
             self.payer_client.clone(),
             Currency::Bitcoin,
             Money::from_minor(Asset::btc(), 1_000_000).map_err(|e| e.to_string())?,
-            Arc::new(MemoryKeyStore::default()),
+            Arc::new(MemoryKeyStore::with_clock(Arc::new(self.clock.clone()))),
             Arc::new(self.clock.clone()),
         );
         match mainnet.pay(&OpId::random(), &o).await {

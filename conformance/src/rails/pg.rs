@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::KeyStore;
 use rail_core::keys_sql::PgKeyStore;
+use rail_core::{KeyStore, SharedClock};
 
 use crate::harness::HarnessError;
 
@@ -48,18 +48,24 @@ impl Schema {
         Ok(Schema { url, name })
     }
 
-    /// A key store in the schema, on a pool of its own (another process would have one).
+    /// A key store in the schema, on a pool of its own (another process would have one), judging
+    /// time by the harness's `clock` (behaviours travel in time).
     ///
     /// # Errors
     /// [`HarnessError::Setup`].
-    pub async fn key_store(&self) -> Result<Arc<dyn KeyStore>, HarnessError> {
+    pub async fn key_store(&self, clock: SharedClock) -> Result<Arc<dyn KeyStore>, HarnessError> {
         let opts: sqlx::postgres::PgConnectOptions = self.url.parse().map_err(setup)?;
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(4)
             .connect_with(opts.options([("search_path", self.name.as_str())]))
             .await
             .map_err(setup)?;
-        Ok(Arc::new(PgKeyStore::new(pool).await.map_err(setup)?))
+        Ok(Arc::new(
+            PgKeyStore::new(pool)
+                .await
+                .map_err(setup)?
+                .with_clock(clock),
+        ))
     }
 
     /// Drops the schema and everything in it (best effort).

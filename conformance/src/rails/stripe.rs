@@ -95,7 +95,7 @@ impl StripeHarness {
                 (
                     running.url.clone(),
                     Some(running),
-                    Arc::new(MemoryKeyStore::default()),
+                    Arc::new(MemoryKeyStore::with_clock(shared.clone())),
                     None,
                 )
             }
@@ -107,7 +107,12 @@ impl StripeHarness {
                     )
                 })?;
                 let schema = super::pg::Schema::create("stripe").await?;
-                (url, None, schema.key_store().await?, Some(schema))
+                (
+                    url,
+                    None,
+                    schema.key_store(shared.clone()).await?,
+                    Some(schema),
+                )
             }
         };
         // Builds the HTTP stack (and installs the one rustls provider) first.
@@ -221,7 +226,8 @@ impl StripeHarness {
     }
 
     async fn declined(&self, card: &str, code: &str) -> Result<(), String> {
-        let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::default());
+        let store: Arc<dyn KeyStore> =
+            Arc::new(MemoryKeyStore::with_clock(Arc::new(self.clock.clone())));
         let payer = StripePayer::new(
             &self.base,
             card,

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use futures::future::BoxFuture;
 use rail_core::{
     Asset, KeyStore, ManualClock, MemoryKeyStore, Payment, RailError, RailHandle, RailReason,
-    RailResult, SharedClock, SystemClock,
+    RailResult, SharedClock,
 };
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{Facilitator, LocalFacilitator, SettlementBook};
@@ -108,7 +108,7 @@ impl X402Harness {
                 let mock = Arc::new(MockFacilitator::new(&token.network));
                 mock.mint(token.address, payer_key.address(), U256::from(FUNDED))
                     .map_err(setup)?;
-                let mem: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::default());
+                let mem: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(shared.clone()));
                 let f: Arc<dyn Facilitator> = mock.clone();
                 let b: Arc<dyn TokenBalance> = mock.clone();
                 (
@@ -133,14 +133,17 @@ impl X402Harness {
                     .await
                     .map_err(setup)?;
                 let schema = super::pg::Schema::create("x402").await?;
-                let (a, b) = (schema.key_store().await?, schema.key_store().await?);
+                let (a, b) = (
+                    schema.key_store(shared.clone()).await?,
+                    schema.key_store(shared.clone()).await?,
+                );
                 let mut fs = Vec::new();
                 for store in [&a, &b] {
                     let settler = net.funded_settler().await.map_err(setup)?;
                     let f = LocalFacilitator::connect(
                         net.rpc.clone(),
                         settler,
-                        SettlementBook::new(store.clone(), Arc::new(SystemClock)),
+                        SettlementBook::new(store.clone()),
                     )
                     .await
                     .map_err(setup)?;

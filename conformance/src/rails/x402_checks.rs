@@ -11,7 +11,7 @@ use alloy_primitives::{Address, B256, U256};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use rail_core::{MemoryKeyStore, SystemClock};
+use rail_core::MemoryKeyStore;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
     Facilitator, LocalFacilitator, RemoteFacilitator, SettleConfig, SettlementBook,
@@ -269,7 +269,7 @@ async fn revert(ctx: &Ctx<'_>, net: &Localnet, req: &PaymentRequirements) -> Che
     let starved = LocalFacilitator::connect(
         net.rpc.clone(),
         settler,
-        SettlementBook::new(Arc::new(MemoryKeyStore::default()), Arc::new(SystemClock)),
+        SettlementBook::new(Arc::new(MemoryKeyStore::default())),
     )
     .await
     .map_err(e)?

@@ -20,9 +20,9 @@ use alloy_primitives::{Address, U256};
 use axum::Router;
 use axum::routing::get;
 use clap::{Parser, Subcommand};
+use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
 use rail_core::keys_sql::PgKeyStore;
-use rail_core::{MemoryKeyStore, SystemClock};
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{Facilitator, LocalFacilitator, RemoteFacilitator, SettlementBook};
@@ -153,7 +153,7 @@ async fn local_facilitator(
     store: Arc<dyn KeyStore>,
 ) -> Result<LocalFacilitator, BoxError> {
     let rpc = RpcClient::new(rpc_url)?;
-    let book = SettlementBook::new(store, Arc::new(SystemClock));
+    let book = SettlementBook::new(store);
     Ok(LocalFacilitator::connect(rpc, key("X402_FACILITATOR_KEY")?, book).await?)
 }
 

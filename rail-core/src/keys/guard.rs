@@ -1,0 +1,396 @@
+//! Single-use keys with leases: [`ReplayGuard`], [`Claim`], [`Reservation`].
+//!
+//! A key is claimed with a *lease*. While the holder works it keeps the lease alive
+//! ([`Reservation::keep_alive`]); a record in flight has no retention, so time alone never frees
+//! it. When a holder dies (crash, lost connection, a dropped future) its lease lapses and the
+//! next claimer gets [`Claim::Recover`]: it now holds the key, and must find out what the
+//! previous holder did (the record carries whatever was written ahead, [`Reservation::advance`])
+//! before acting. Finishing ([`Reservation::finish`]) drops the lease and starts the record's
+//! retention window.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use subtle::ConstantTimeEq;
+
+use crate::error::{RailError, RailResult};
+
+use super::store::{KeyRecord, KeyStore, Seen, Write};
+use super::{COMMITTED, RESERVED};
+
+pub(crate) fn new_token() -> i64 {
+    rand::random::<i64>()
+}
+
+/// Single-use keys in one namespace of a [`KeyStore`].
+#[derive(Clone, Debug)]
+pub struct ReplayGuard {
+    store: Arc<dyn KeyStore>,
+    ns: String,
+}
+
+/// What [`ReplayGuard::claim`] found.
+#[derive(Debug)]
+#[must_use = "a claim that holds the key must be finished or released"]
+pub enum Claim {
+    /// The key was free: this caller holds it.
+    Fresh(Reservation),
+    /// The previous holder's lease lapsed with the key in flight. This caller now holds it (a
+    /// compare-and-set, so only one recoverer wins), and must first find out what the previous
+    /// holder did — `previous` carries its state and what it wrote ahead — and only then act.
+    Recover {
+        /// The key, now held by this caller (the previous state and value are kept).
+        reservation: Reservation,
+        /// The record as the previous holder left it.
+        previous: KeyRecord,
+    },
+    /// Another holder's lease is live.
+    Busy {
+        /// Its state.
+        state: String,
+        /// When its lease runs out (unless renewed).
+        retry_after: Duration,
+    },
+    /// The key is finished (used, served, settled…) and still remembered.
+    Finished(KeyRecord),
+    /// The key is held or remembered for other content (another fingerprint): nothing was
+    /// taken over.
+    Conflict(KeyRecord),
+}
+
+impl ReplayGuard {
+    /// A guard over `store` whose keys live in namespace `ns` (one per kind of key).
+    pub fn new(store: Arc<dyn KeyStore>, ns: impl Into<String>) -> Self {
+        ReplayGuard {
+            store,
+            ns: ns.into(),
+        }
+    }
+
+    /// The store.
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn KeyStore> {
+        &self.store
+    }
+
+    /// Inserts `w` unless a record is present; a lost acknowledgement is read back.
+    async fn insert(&self, key: &str, w: &Write) -> RailResult<Option<Seen>> {
+        match self.store.insert_if_absent(&self.ns, key, w).await {
+            Ok(r) => Ok(r),
+            Err(e) => match self.store.get(&self.ns, key).await {
+                // The write landed, its answer did not.
+                Ok(Some(seen)) if w.landed_as(&seen.record) => {
+                    tracing::warn!(ns = %self.ns, key, error = %e, "key store lost an insert's acknowledgement; the insert landed");
+                    Ok(None)
+                }
+                Ok(Some(seen)) => Ok(Some(seen)),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Compare-and-set on `token`; a lost acknowledgement is read back.
+    async fn replace(&self, key: &str, token: i64, w: &Write) -> RailResult<bool> {
+        match self.store.replace(&self.ns, key, token, w).await {
+            Ok(done) => Ok(done),
+            Err(e) => match self.store.get(&self.ns, key).await {
+                Ok(Some(seen)) if w.landed_as(&seen.record) => {
+                    tracing::warn!(ns = %self.ns, key, error = %e, "key store lost a write's acknowledgement; the write landed");
+                    Ok(true)
+                }
+                // Someone else's record: the compare would have failed anyway.
+                Ok(Some(seen)) if seen.record.token != token => Ok(false),
+                Ok(None) => Ok(false),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Marks `key` used at once (no work in between), kept for `retain` (`None` = for ever;
+    /// keep it at least as long as the thing it protects is valid). `true` if this call won.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] if the store fails.
+    pub async fn insert_if_absent(&self, key: &str, retain: Option<Duration>) -> RailResult<bool> {
+        let w = Write::finished(new_token(), COMMITTED, retain);
+        Ok(self.insert(key, &w).await?.is_none())
+    }
+
+    /// Claims `key` for work that may move money, with a renewable lease of `lease`.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn claim(&self, key: &str, lease: Duration) -> RailResult<Claim> {
+        self.claim_as(key, lease, Vec::new()).await
+    }
+
+    /// As [`ReplayGuard::claim`], for content with digest `fingerprint`: a record left for other
+    /// content is a [`Claim::Conflict`] (compared in constant time) and is never taken over.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn claim_as(
+        &self,
+        key: &str,
+        lease: Duration,
+        fingerprint: Vec<u8>,
+    ) -> RailResult<Claim> {
+        let mut w = Write::leased(new_token(), RESERVED, lease);
+        w.fingerprint = fingerprint;
+        for _ in 0..4 {
+            let Some(seen) = self.insert(key, &w).await? else {
+                return Ok(Claim::Fresh(self.reservation(key, &w)));
+            };
+            let same: bool = seen.record.fingerprint.ct_eq(&w.fingerprint).into();
+            if !same {
+                return Ok(Claim::Conflict(seen.record));
+            }
+            if seen.record.lease_until.is_none() {
+                return Ok(Claim::Finished(seen.record));
+            }
+            if !seen.lease_lapsed() {
+                return Ok(Claim::Busy {
+                    retry_after: seen.lease_left(),
+                    state: seen.record.state,
+                });
+            }
+            // Take the stale record over, keeping what the previous holder wrote ahead.
+            let previous = seen.record;
+            let take = Write {
+                token: new_token(),
+                state: previous.state.clone(),
+                fingerprint: previous.fingerprint.clone(),
+                value: previous.value.clone(),
+                retain: None,
+                lease: Some(lease),
+            };
+            if self.replace(key, previous.token, &take).await? {
+                tracing::info!(ns = %self.ns, key, state = %previous.state, "took over a lapsed lease; recovering");
+                return Ok(Claim::Recover {
+                    reservation: self.reservation(key, &take),
+                    previous,
+                });
+            }
+            // Another recoverer (or the holder's late renewal) won: look again.
+        }
+        Err(RailError::Storage(format!(
+            "key {}/{key} kept changing under contention",
+            self.ns
+        )))
+    }
+
+    /// Reserves `key` for work that **moves no money** (a read-only check, a local decision):
+    /// a lapsed reservation is taken over, since redoing such work is harmless. Work that moves
+    /// money uses [`ReplayGuard::claim`] and recovers first.
+    ///
+    /// # Errors
+    /// [`RailError::Replayed`] if the key is held or used.
+    pub async fn reserve(&self, key: &str, lease: Duration) -> RailResult<Reservation> {
+        match self.claim(key, lease).await? {
+            Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => Ok(r),
+            Claim::Busy { .. } | Claim::Finished(_) | Claim::Conflict(_) => {
+                Err(RailError::Replayed {
+                    key: key.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// The state of `key` (`reserved`, `committed`, …) if it is present.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn state(&self, key: &str) -> RailResult<Option<String>> {
+        Ok(self.seen(key).await?.map(|s| s.record.state))
+    }
+
+    /// The record of `key` and the store's time, if present.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn seen(&self, key: &str) -> RailResult<Option<Seen>> {
+        self.store.get(&self.ns, key).await
+    }
+
+    fn reservation(&self, key: &str, w: &Write) -> Reservation {
+        Reservation {
+            guard: self.clone(),
+            key: key.to_owned(),
+            token: w.token,
+            lease: w.lease.unwrap_or_default(),
+            fingerprint: w.fingerprint.clone(),
+        }
+    }
+}
+
+/// A held key; [`Reservation::finish`] or [`Reservation::release`] it. Keep it alive with
+/// [`Reservation::keep_alive`] while work runs.
+#[derive(Debug)]
+#[must_use = "a reservation must be finished or released"]
+pub struct Reservation {
+    guard: ReplayGuard,
+    key: String,
+    token: i64,
+    lease: Duration,
+    fingerprint: Vec<u8>,
+}
+
+impl Reservation {
+    /// The reserved key.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The lease length.
+    #[must_use]
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn lost(&self) -> RailError {
+        RailError::Replayed {
+            key: self.key.clone(),
+        }
+    }
+
+    /// Extends the lease by its length from now.
+    ///
+    /// # Errors
+    /// [`RailError::Replayed`] if the key is no longer this holder's; [`RailError::Storage`].
+    pub async fn renew(&self) -> RailResult<()> {
+        if self
+            .guard
+            .store
+            .renew(&self.guard.ns, &self.key, self.token, self.lease)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(self.lost())
+        }
+    }
+
+    /// Runs `work` while renewing the lease every third of its length, so slow work never
+    /// lets the key lapse to another caller. A failed renewal is logged and tried again; the
+    /// work is never cut short (money may be moving).
+    pub async fn keep_alive<F: Future>(&self, work: F) -> F::Output {
+        // Boxed: the work's state (often large: HTTP clients, JSON) lives on the heap, not
+        // inline in every caller's future.
+        let work = Box::pin(work);
+        let period = (self.lease / 3).max(Duration::from_millis(10));
+        let renewals = async {
+            loop {
+                tokio::time::sleep(period).await;
+                if let Err(e) = self.renew().await {
+                    tracing::error!(ns = %self.guard.ns, key = %self.key, error = %e, "could not renew a lease while its work runs");
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            out = work => out,
+            () = renewals => unreachable!("the renewal loop never ends"),
+        }
+    }
+
+    async fn write(&self, w: &Write) -> RailResult<()> {
+        if self.guard.replace(&self.key, self.token, w).await? {
+            Ok(())
+        } else {
+            Err(self.lost())
+        }
+    }
+
+    /// Moves the key to an in-flight `state`, writing `value` ahead (what is about to be sent
+    /// and its id on the rail), and renews the lease. The record stays in flight: it has no
+    /// retention and a recoverer will see `state` and `value`.
+    ///
+    /// # Errors
+    /// [`RailError::Replayed`] if the key is no longer this holder's; [`RailError::Storage`].
+    pub async fn advance(&self, state: &str, value: Option<String>) -> RailResult<()> {
+        self.write(&Write {
+            token: self.token,
+            state: state.to_owned(),
+            fingerprint: self.fingerprint.clone(),
+            value,
+            retain: None,
+            lease: Some(self.lease),
+        })
+        .await
+    }
+
+    /// Finishes the key in `state` with `value`, remembered for `retain` (`None` = for ever).
+    ///
+    /// # Errors
+    /// [`RailError::Replayed`] if the key is no longer this holder's; [`RailError::Storage`].
+    pub async fn finish_with(
+        self,
+        state: &str,
+        value: Option<String>,
+        retain: Option<Duration>,
+    ) -> RailResult<()> {
+        self.write(&Write {
+            token: self.token,
+            state: state.to_owned(),
+            fingerprint: self.fingerprint.clone(),
+            value,
+            retain,
+            lease: None,
+        })
+        .await
+    }
+
+    /// Finishes the key in `state`, remembered for `retain` (`None` = for ever).
+    ///
+    /// # Errors
+    /// As [`Reservation::finish_with`].
+    pub async fn finish(self, state: &str, retain: Option<Duration>) -> RailResult<()> {
+        self.finish_with(state, None, retain).await
+    }
+
+    /// Marks the key used for good ([`COMMITTED`]), remembered for `retain`.
+    ///
+    /// # Errors
+    /// As [`Reservation::finish_with`].
+    pub async fn commit(self, retain: Option<Duration>) -> RailResult<()> {
+        self.finish(COMMITTED, retain).await
+    }
+
+    /// Hands the key over for recovery: it stays in flight with what was written ahead, and its
+    /// lease ends now, so the next claimer gets [`Claim::Recover`] at once. For work whose
+    /// outcome is unknown (a timeout after sending): never [`Reservation::release`] that.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] (the lease then lapses by itself).
+    pub async fn hand_over(self) -> RailResult<()> {
+        self.guard
+            .store
+            .renew(&self.guard.ns, &self.key, self.token, Duration::ZERO)
+            .await
+            .map(|_| ())
+    }
+
+    /// Frees the key (nothing was spent).
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] (the key then stays held until its lease lapses and a recoverer
+    /// finds nothing done).
+    pub async fn release(self) -> RailResult<()> {
+        match self
+            .guard
+            .store
+            .remove(&self.guard.ns, &self.key, self.token)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // A lost acknowledgement: gone (or someone else's) means the removal happened.
+            Err(e) => match self.guard.seen(&self.key).await {
+                Ok(Some(seen)) if seen.record.token == self.token => Err(e),
+                Ok(_) => Ok(()),
+                Err(_) => Err(e),
+            },
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! [`KeyStore`](super::KeyStore) on SQL databases: SQLite (one host, several processes) and
+//! PostgreSQL (several hosts). Both use one table:
+//!
+//! ```sql
+//! CREATE TABLE rail_keys (ns TEXT, key TEXT, token BIGINT, state TEXT, fingerprint BLOB/BYTEA,
+//!                         value TEXT, expires_at BIGINT, lease_until BIGINT, PRIMARY KEY (ns, key));
+//! ```
+//!
+//! `insert_if_absent` is one statement, `INSERT … ON CONFLICT (ns, key) DO UPDATE … WHERE
+//! rail_keys.expires_at <= now RETURNING token`: the primary key makes two concurrent inserters
+//! of one key serialize on the row, and only one of them sees its own token returned. A record
+//! without retention (`expires_at IS NULL`: in flight) is never overwritten, whatever its lease.
+//!
+//! **Clocks.** Every statement computes times from one `now`: PostgreSQL's
+//! `statement_timestamp()` by default (one clock for every host sharing the database), the
+//! host's clock for SQLite (one host), or an injected [`Clock`](crate::Clock) for either.
+//! The statements are the same text for both databases apart from that `now`, so one
+//! implementation, stamped out per database by `sql_key_store!`, serves both.
+
+use crate::error::RailError;
+
+fn storage(e: &sqlx::Error) -> RailError {
+    RailError::Storage(e.to_string())
+}
+
+/// A statement with its time placeholder `{now}` and the index of the parameter that carries an
+/// injected clock's time.
+struct Template(&'static str, u8);
+
+const INSERT_IF_ABSENT: Template = Template(
+    "INSERT INTO rail_keys (ns, key, token, state, fingerprint, value, expires_at, lease_until)
+     VALUES ($1, $2, $3, $4, $5, $6, {now} + $7, {now} + $8)
+     ON CONFLICT (ns, key) DO UPDATE SET token = EXCLUDED.token, state = EXCLUDED.state,
+        fingerprint = EXCLUDED.fingerprint, value = EXCLUDED.value,
+        expires_at = EXCLUDED.expires_at, lease_until = EXCLUDED.lease_until
+     WHERE rail_keys.expires_at IS NOT NULL AND rail_keys.expires_at <= {now}
+     RETURNING token",
+    9,
+);
+const REPLACE: Template = Template(
+    "UPDATE rail_keys SET token = $1, state = $2, fingerprint = $3, value = $4,
+     expires_at = {now} + $5, lease_until = {now} + $6 WHERE ns = $7 AND key = $8 AND token = $9",
+    10,
+);
+const RENEW: Template = Template(
+    "UPDATE rail_keys SET lease_until = {now} + $1 WHERE ns = $2 AND key = $3 AND token = $4",
+    5,
+);
+const REMOVE: &str = "DELETE FROM rail_keys WHERE ns = $1 AND key = $2 AND token = $3";
+const GET: Template = Template(
+    "SELECT token, state, fingerprint, value, expires_at, lease_until, {now} AS now
+     FROM rail_keys WHERE ns = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > {now})",
+    3,
+);
+const PURGE: Template = Template(
+    "DELETE FROM rail_keys WHERE expires_at IS NOT NULL AND expires_at <= {now}",
+    1,
+);
+
+/// The statements of one database, `{now}` filled in.
+struct Statements {
+    insert_if_absent: String,
+    replace: String,
+    renew: String,
+    get: String,
+    purge: String,
+}
+
+impl Statements {
+    /// `now(i)`: the time expression given the index of the injected-clock parameter.
+    fn new(now: fn(u8) -> String) -> Self {
+        let fill = |t: &Template| t.0.replace("{now}", &now(t.1));
+        Statements {
+            insert_if_absent: fill(&INSERT_IF_ABSENT),
+            replace: fill(&REPLACE),
+            renew: fill(&RENEW),
+            get: fill(&GET),
+            purge: fill(&PURGE),
+        }
+    }
+}
+
+/// The [`KeyStore`](super::KeyStore) implementation, for a store type with `pool` and
+/// `clock: Option<SharedClock>` fields and a `STATEMENTS` static.
+macro_rules! sql_key_store {
+    ($store:ty, $row:ty) => {
+        fn record(row: &$row) -> Result<Seen, sqlx::Error> {
+            Ok(Seen {
+                record: KeyRecord {
+                    token: row.try_get("token")?,
+                    state: row.try_get("state")?,
+                    fingerprint: row.try_get("fingerprint")?,
+                    value: row.try_get("value")?,
+                    expires_at: row.try_get::<Option<i64>, _>("expires_at")?.map(Timestamp),
+                    lease_until: row.try_get::<Option<i64>, _>("lease_until")?.map(Timestamp),
+                },
+                now: Timestamp(row.try_get("now")?),
+            })
+        }
+
+        impl $store {
+            /// The injected clock's time, or `None` for the database's own.
+            fn now(&self) -> Option<i64> {
+                self.clock.as_ref().map(|c| c.now().0)
+            }
+        }
+
+        #[async_trait]
+        impl KeyStore for $store {
+            async fn insert_if_absent(
+                &self,
+                ns: &str,
+                key: &str,
+                rec: &Write,
+            ) -> RailResult<Option<Seen>> {
+                for _ in 0..3 {
+                    let won = sqlx::query(&STATEMENTS.insert_if_absent)
+                        .bind(ns)
+                        .bind(key)
+                        .bind(rec.token)
+                        .bind(&rec.state)
+                        .bind(&rec.fingerprint)
+                        .bind(&rec.value)
+                        .bind(rec.retain.map(millis))
+                        .bind(rec.lease.map(millis))
+                        .bind(self.now())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(|e| storage(&e))?;
+                    if won.is_some() {
+                        return Ok(None);
+                    }
+                    if let Some(existing) = self.get(ns, key).await? {
+                        return Ok(Some(existing));
+                    }
+                    // The blocking record vanished between the two statements: try again.
+                }
+                Err(crate::RailError::Storage(format!(
+                    "key {ns}/{key} kept changing under contention"
+                )))
+            }
+
+            async fn replace(
+                &self,
+                ns: &str,
+                key: &str,
+                token: i64,
+                rec: &Write,
+            ) -> RailResult<bool> {
+                let r = sqlx::query(&STATEMENTS.replace)
+                    .bind(rec.token)
+                    .bind(&rec.state)
+                    .bind(&rec.fingerprint)
+                    .bind(&rec.value)
+                    .bind(rec.retain.map(millis))
+                    .bind(rec.lease.map(millis))
+                    .bind(ns)
+                    .bind(key)
+                    .bind(token)
+                    .bind(self.now())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                Ok(r.rows_affected() == 1)
+            }
+
+            async fn renew(
+                &self,
+                ns: &str,
+                key: &str,
+                token: i64,
+                lease: Duration,
+            ) -> RailResult<bool> {
+                let r = sqlx::query(&STATEMENTS.renew)
+                    .bind(millis(lease))
+                    .bind(ns)
+                    .bind(key)
+                    .bind(token)
+                    .bind(self.now())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                Ok(r.rows_affected() == 1)
+            }
+
+            async fn remove(&self, ns: &str, key: &str, token: i64) -> RailResult<bool> {
+                let r = sqlx::query(REMOVE)
+                    .bind(ns)
+                    .bind(key)
+                    .bind(token)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                Ok(r.rows_affected() == 1)
+            }
+
+            async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>> {
+                let row = sqlx::query(&STATEMENTS.get)
+                    .bind(ns)
+                    .bind(key)
+                    .bind(self.now())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                row.as_ref()
+                    .map(record)
+                    .transpose()
+                    .map_err(|e| storage(&e))
+            }
+
+            async fn purge_expired(&self) -> RailResult<u64> {
+                let r = sqlx::query(&STATEMENTS.purge)
+                    .bind(self.now())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                Ok(r.rows_affected())
+            }
+        }
+    };
+}
+
+#[cfg(feature = "sqlite")]
+pub use self::sqlite::SqliteKeyStore;
+
+#[cfg(feature = "postgres")]
+pub use self::postgres::PgKeyStore;
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use std::path::Path;
+    use std::sync::{Arc, LazyLock};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use sqlx::Row;
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+    use super::{REMOVE, Statements, storage};
+    use crate::clock::{SharedClock, SystemClock, Timestamp};
+    use crate::error::RailResult;
+    use crate::keys::{KeyRecord, KeyStore, Seen, Write, millis};
+
+    /// SQLite's `now` is always bound: the host's clock (or an injected one).
+    static STATEMENTS: LazyLock<Statements> =
+        LazyLock::new(|| Statements::new(|i| format!("${i}")));
+
+    /// A key store in a SQLite database (shares the file with other processes on one host).
+    /// Times are the host's clock ([`crate::SystemClock`]) unless one is injected: every process
+    /// sharing the file shares that clock.
+    #[derive(Debug, Clone)]
+    pub struct SqliteKeyStore {
+        pool: SqlitePool,
+        clock: Option<SharedClock>,
+    }
+
+    impl SqliteKeyStore {
+        /// Opens (or creates) the key store file at `path`: WAL mode, a 30 s busy timeout so
+        /// several processes can share it.
+        ///
+        /// # Errors
+        /// [`crate::RailError::Storage`] if the file cannot be opened or the schema created.
+        pub async fn open(path: &Path) -> RailResult<Self> {
+            let opts = SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(30));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(opts)
+                .await
+                .map_err(|e| storage(&e))?;
+            Self::new(pool).await
+        }
+
+        /// Uses `pool`, creating (or upgrading) the table if needed.
+        ///
+        /// # Errors
+        /// [`crate::RailError::Storage`] if the schema cannot be created.
+        pub async fn new(pool: SqlitePool) -> RailResult<Self> {
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS rail_keys (
+                    ns TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL,
+                    state TEXT NOT NULL, fingerprint BLOB NOT NULL, value TEXT,
+                    expires_at INTEGER, lease_until INTEGER, PRIMARY KEY (ns, key)) WITHOUT ROWID",
+            )
+            .execute(&pool)
+            .await
+            .map_err(|e| storage(&e))?;
+            let has_lease: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pragma_table_info('rail_keys') WHERE name = 'lease_until'",
+            )
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| storage(&e))?;
+            if has_lease == 0 {
+                sqlx::query("ALTER TABLE rail_keys ADD COLUMN lease_until INTEGER")
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+            }
+            sqlx::query("CREATE INDEX IF NOT EXISTS rail_keys_expiry ON rail_keys (expires_at)")
+                .execute(&pool)
+                .await
+                .map_err(|e| storage(&e))?;
+            Ok(SqliteKeyStore {
+                pool,
+                clock: Some(Arc::new(SystemClock)),
+            })
+        }
+
+        /// Judges time by `clock` instead of the host's (tests).
+        #[must_use]
+        pub fn with_clock(mut self, clock: SharedClock) -> Self {
+            self.clock = Some(clock);
+            self
+        }
+    }
+
+    sql_key_store!(SqliteKeyStore, sqlx::sqlite::SqliteRow);
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::LazyLock;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use sqlx::Row;
+    use sqlx::postgres::PgPool;
+
+    use super::{REMOVE, Statements, storage};
+    use crate::clock::{SharedClock, Timestamp};
+    use crate::error::RailResult;
+    use crate::keys::{KeyRecord, KeyStore, Seen, Write, millis};
+
+    /// PostgreSQL's `now`: an injected clock's time when bound, else the database's clock
+    /// (`statement_timestamp()`, one value for the whole statement).
+    static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
+        Statements::new(|i| {
+            format!(
+                "COALESCE(${i}::bigint, floor(extract(epoch from statement_timestamp()) * 1000)::bigint)"
+            )
+        })
+    });
+
+    /// A key store in PostgreSQL, shared by every process and host that uses the database.
+    /// Times are the **database's** clock, so hosts whose clocks disagree still agree on every
+    /// lease and retention; an injected clock overrides it ([`PgKeyStore::with_clock`]).
+    #[derive(Debug, Clone)]
+    pub struct PgKeyStore {
+        pool: PgPool,
+        clock: Option<SharedClock>,
+    }
+
+    impl PgKeyStore {
+        /// Uses `pool`, creating (or upgrading) the table if needed.
+        ///
+        /// # Errors
+        /// [`crate::RailError::Storage`] if the schema cannot be created.
+        pub async fn new(pool: PgPool) -> RailResult<Self> {
+            // Serialize concurrent schema creation across processes.
+            let mut tx = pool.begin().await.map_err(|e| storage(&e))?;
+            for sql in [
+                "SELECT pg_advisory_xact_lock(7262897411)",
+                "CREATE TABLE IF NOT EXISTS rail_keys (
+                    ns TEXT NOT NULL, key TEXT NOT NULL, token BIGINT NOT NULL,
+                    state TEXT NOT NULL, fingerprint BYTEA NOT NULL, value TEXT,
+                    expires_at BIGINT, lease_until BIGINT, PRIMARY KEY (ns, key))",
+                "ALTER TABLE rail_keys ADD COLUMN IF NOT EXISTS lease_until BIGINT",
+                "CREATE INDEX IF NOT EXISTS rail_keys_expiry ON rail_keys (expires_at)",
+            ] {
+                sqlx::query(sql)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| storage(&e))?;
+            }
+            tx.commit().await.map_err(|e| storage(&e))?;
+            Ok(PgKeyStore { pool, clock: None })
+        }
+
+        /// Judges time by `clock` instead of the database's (tests that travel in time).
+        #[must_use]
+        pub fn with_clock(mut self, clock: SharedClock) -> Self {
+            self.clock = Some(clock);
+            self
+        }
+    }
+
+    sql_key_store!(PgKeyStore, sqlx::postgres::PgRow);
+}

@@ -1,0 +1,389 @@
+//! The behaviours every [`KeyStore`] implementation must show, with the records on top of it
+//! (run by this crate's tests for the memory store and by the SQL stores' tests against real
+//! SQLite and PostgreSQL), and [`LossyStore`], a store wrapper that loses acknowledgements.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::missing_panics_doc,
+    clippy::panic
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::clock::ManualClock;
+use crate::error::{RailError, RailResult};
+use crate::types::OpId;
+
+use super::*;
+
+/// A [`KeyStore`] whose next write (when armed) is applied and then reported as failed: the
+/// database committed, the answer was lost.
+#[derive(Debug)]
+pub struct LossyStore {
+    inner: Arc<dyn KeyStore>,
+    armed: AtomicBool,
+}
+
+impl LossyStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn KeyStore>) -> Self {
+        LossyStore {
+            inner,
+            armed: AtomicBool::new(false),
+        }
+    }
+
+    /// Loses the acknowledgement of the next write.
+    pub fn lose_next_ack(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn lose<T>(&self, r: RailResult<T>) -> RailResult<T> {
+        if r.is_ok() && self.armed.swap(false, Ordering::SeqCst) {
+            Err(RailError::Storage(
+                "connection reset (acknowledgement lost)".into(),
+            ))
+        } else {
+            r
+        }
+    }
+}
+
+#[async_trait]
+impl KeyStore for LossyStore {
+    async fn insert_if_absent(&self, ns: &str, key: &str, rec: &Write) -> RailResult<Option<Seen>> {
+        let r = self.inner.insert_if_absent(ns, key, rec).await;
+        self.lose(r)
+    }
+    async fn replace(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
+        let r = self.inner.replace(ns, key, token, rec).await;
+        self.lose(r)
+    }
+    async fn renew(&self, ns: &str, key: &str, token: i64, lease: Duration) -> RailResult<bool> {
+        let r = self.inner.renew(ns, key, token, lease).await;
+        self.lose(r)
+    }
+    async fn remove(&self, ns: &str, key: &str, token: i64) -> RailResult<bool> {
+        let r = self.inner.remove(ns, key, token).await;
+        self.lose(r)
+    }
+    async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>> {
+        self.inner.get(ns, key).await
+    }
+    async fn purge_expired(&self) -> RailResult<u64> {
+        self.inner.purge_expired().await
+    }
+}
+
+const S: Duration = Duration::from_secs(1);
+
+fn fresh(c: Claim) -> Reservation {
+    match c {
+        Claim::Fresh(r) => r,
+        other => panic!("expected a fresh claim, got {other:?}"),
+    }
+}
+
+/// Runs every behaviour. `store` must judge time by `clock`.
+pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
+    let ns = format!("suite-{}", rand::random::<u64>());
+    claim_release_commit(&store, &clock, &ns).await;
+    lapsed_lease_is_recovered_not_taken_over(&store, &clock, &ns).await;
+    renewal_keeps_a_slow_holder(&store, &clock, &ns).await;
+    in_flight_records_never_expire_by_time(&store, &clock, &ns).await;
+    retention_window(&store, &clock, &ns).await;
+    one_winner_under_contention(&store, &ns).await;
+    idempotency_lifecycle(&store, &clock, &ns).await;
+    settlement_book_writes_ahead(&store, &clock, &ns).await;
+    lost_acknowledgements_are_read_back(&store, &ns).await;
+}
+
+/// claim → busy → release → claim → commit → finished (also long after).
+pub async fn claim_release_commit(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-a"));
+    let r = fresh(guard.claim("k1", 10 * S).await.unwrap());
+    assert_eq!(r.key(), "k1");
+    assert!(matches!(
+        guard.claim("k1", 10 * S).await.unwrap(),
+        Claim::Busy { ref state, retry_after } if state == RESERVED && retry_after == 10 * S
+    ));
+    assert!(matches!(
+        guard.reserve("k1", 10 * S).await,
+        Err(RailError::Replayed { .. })
+    ));
+    r.release().await.unwrap();
+    assert_eq!(guard.state("k1").await.unwrap(), None);
+    let r = fresh(guard.claim("k1", 10 * S).await.unwrap());
+    r.commit(None).await.unwrap();
+    clock.advance(3600 * S);
+    assert!(
+        matches!(guard.claim("k1", 10 * S).await.unwrap(), Claim::Finished(ref rec) if rec.state == COMMITTED)
+    );
+    assert!(guard.reserve("k1", 10 * S).await.is_err());
+}
+
+/// A holder that stopped renewing is recovered: the next claimer takes over (one winner), sees
+/// what was written ahead, and the late holder can no longer write.
+pub async fn lapsed_lease_is_recovered_not_taken_over(
+    store: &Arc<dyn KeyStore>,
+    clock: &ManualClock,
+    ns: &str,
+) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-b"));
+    let stale = fresh(guard.claim("k2", 5 * S).await.unwrap());
+    stale
+        .advance("submitted", Some("\"tx-1\"".into()))
+        .await
+        .unwrap();
+    clock.advance(6 * S);
+    let Claim::Recover {
+        reservation,
+        previous,
+    } = guard.claim("k2", 5 * S).await.unwrap()
+    else {
+        panic!("a lapsed lease must be recovered")
+    };
+    assert_eq!(previous.state, "submitted");
+    assert_eq!(previous.value.as_deref(), Some("\"tx-1\""));
+    // A second recoverer finds the key held, and the late holder cannot write.
+    assert!(matches!(
+        guard.claim("k2", 5 * S).await.unwrap(),
+        Claim::Busy { ref state, .. } if state == "submitted"
+    ));
+    assert!(matches!(
+        stale.commit(None).await,
+        Err(RailError::Replayed { .. })
+    ));
+    assert!(stale_renew_fails(&guard).await);
+    reservation.commit(Some(60 * S)).await.unwrap();
+}
+
+async fn stale_renew_fails(guard: &ReplayGuard) -> bool {
+    // A reservation taken from a different claim of the same key cannot renew someone else's.
+    let other = ReplayGuard::new(guard.store().clone(), "unrelated-ns");
+    let r = fresh(other.claim("k2", S).await.unwrap());
+    let ok = r.renew().await.is_ok();
+    r.release().await.unwrap();
+    ok
+}
+
+/// Renewing keeps a slow holder's key: without renewal it would lapse to the next caller.
+pub async fn renewal_keeps_a_slow_holder(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-c"));
+    let r = fresh(guard.claim("slow", 10 * S).await.unwrap());
+    for _ in 0..5 {
+        clock.advance(8 * S);
+        r.renew().await.unwrap();
+    }
+    clock.advance(8 * S);
+    assert!(
+        matches!(
+            guard.claim("slow", 10 * S).await.unwrap(),
+            Claim::Busy { .. }
+        ),
+        "a renewed lease is still held 48 s after a 10 s lease began"
+    );
+    r.commit(Some(60 * S)).await.unwrap();
+}
+
+/// A record in flight has no retention: a day later, purged or not, it is recovered, not free.
+pub async fn in_flight_records_never_expire_by_time(
+    store: &Arc<dyn KeyStore>,
+    clock: &ManualClock,
+    ns: &str,
+) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-d"));
+    let r = fresh(guard.claim("money", 5 * S).await.unwrap());
+    r.advance("submitted", None).await.unwrap();
+    clock.advance(24 * 3600 * S);
+    store.purge_expired().await.unwrap();
+    assert_eq!(
+        guard.state("money").await.unwrap().as_deref(),
+        Some("submitted")
+    );
+    assert!(!guard.insert_if_absent("money", None).await.unwrap());
+    let Claim::Recover { reservation, .. } = guard.claim("money", 5 * S).await.unwrap() else {
+        panic!("a day-old record in flight is recovered")
+    };
+    // Handing over ends the lease at once: the next claimer recovers without waiting.
+    reservation.hand_over().await.unwrap();
+    let Claim::Recover { reservation, .. } = guard.claim("money", 5 * S).await.unwrap() else {
+        panic!("a handed-over record is recovered at once")
+    };
+    reservation.release().await.unwrap();
+}
+
+/// Finished records are remembered for their window, then the key is free.
+pub async fn retention_window(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-e"));
+    let r = fresh(guard.claim("k3", 5 * S).await.unwrap());
+    r.finish("served", Some(60 * S)).await.unwrap();
+    clock.advance(59 * S);
+    assert!(
+        matches!(guard.claim("k3", 5 * S).await.unwrap(), Claim::Finished(ref rec) if rec.state == "served")
+    );
+    clock.advance(2 * S);
+    assert!(store.purge_expired().await.unwrap() >= 1);
+    assert!(
+        guard.insert_if_absent("k3", None).await.unwrap(),
+        "retention lapsed"
+    );
+    assert!(!guard.insert_if_absent("k3", None).await.unwrap());
+}
+
+/// Of concurrent inserters of one key, exactly one wins.
+pub async fn one_winner_under_contention(store: &Arc<dyn KeyStore>, ns: &str) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-f"));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let g = guard.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                g.insert_if_absent("hot", None).await.unwrap()
+            } else {
+                matches!(g.claim("hot", 10 * S).await.unwrap(), Claim::Fresh(_))
+            }
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        if t.await.unwrap() {
+            wins += 1;
+        }
+    }
+    assert_eq!(wins, 1, "exactly one concurrent insert wins");
+}
+
+/// fresh → in progress → finish → replay; conflict; abandon; hand over → recover.
+pub async fn idempotency_lifecycle(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    let idem = Idempotency::new(store.clone(), format!("{ns}-ops"));
+    let op = OpId::new("op-a").unwrap();
+    let Begin::Fresh(lease) = idem.begin::<String>(&op, b"one").await.unwrap() else {
+        panic!("first begin must be fresh")
+    };
+    assert!(matches!(
+        idem.begin::<String>(&op, b"one").await,
+        Err(RailError::InProgress { .. })
+    ));
+    assert!(matches!(
+        idem.begin::<String>(&op, b"two").await,
+        Err(RailError::IdempotencyConflict { .. })
+    ));
+    idem.finish(lease, &"result".to_owned()).await.unwrap();
+    match idem.begin::<String>(&op, b"one").await.unwrap() {
+        Begin::Replay(v) => assert_eq!(v, "result"),
+        other => panic!("must replay, got {other:?}"),
+    }
+    assert!(matches!(
+        idem.begin::<String>(&op, b"two").await,
+        Err(RailError::IdempotencyConflict { .. })
+    ));
+
+    let op2 = OpId::new("op-b").unwrap();
+    let Begin::Fresh(lease) = idem.begin::<String>(&op2, b"x").await.unwrap() else {
+        panic!("fresh")
+    };
+    idem.abandon(lease).await.unwrap();
+    let Begin::Fresh(lease) = idem.begin::<String>(&op2, b"x").await.unwrap() else {
+        panic!("an abandoned operation starts afresh")
+    };
+    idem.hand_over(lease).await.unwrap();
+    // Other content never takes a handed-over operation.
+    assert!(matches!(
+        idem.begin::<String>(&op2, b"y").await,
+        Err(RailError::IdempotencyConflict { .. })
+    ));
+    let Begin::Recover(lease) = idem.begin::<String>(&op2, b"x").await.unwrap() else {
+        panic!("a handed-over operation is recovered")
+    };
+    idem.finish(lease, &"found".to_owned()).await.unwrap();
+
+    // A lease that lapses (its holder died) is recovered, not run afresh.
+    let op3 = OpId::new("op-c").unwrap();
+    let Begin::Fresh(_dead) = idem.begin::<String>(&op3, b"z").await.unwrap() else {
+        panic!("fresh")
+    };
+    clock.advance(61 * S);
+    assert!(matches!(
+        idem.begin::<String>(&op3, b"z").await.unwrap(),
+        Begin::Recover(_)
+    ));
+}
+
+/// A settlement writes ahead what it sends; a recoverer follows it; a settled one is final.
+pub async fn settlement_book_writes_ahead(
+    store: &Arc<dyn KeyStore>,
+    clock: &ManualClock,
+    ns: &str,
+) {
+    let book: SettlementBook<String> =
+        SettlementBook::new(store.clone(), format!("{ns}-settle"), 3600 * S).with_lease(10 * S);
+    let Opened::Fresh(s) = book.open("auth-1").await.unwrap() else {
+        panic!("fresh")
+    };
+    s.submitting("0xabc", "bytes".into()).await.unwrap();
+    assert!(matches!(
+        book.open("auth-1").await.unwrap(),
+        Opened::InFlight { settlement: Some(ref x), .. } if x.rail_id == "0xabc"
+    ));
+    clock.advance(11 * S);
+    let Opened::Recover(s, Some(previous)) = book.open("auth-1").await.unwrap() else {
+        panic!("a lapsed settler is recovered with what it wrote ahead")
+    };
+    assert_eq!(previous.state, SettlementState::Submitted);
+    assert_eq!(previous.rail_id, "0xabc");
+    s.settled(&previous.rail_id, previous.sent.clone())
+        .await
+        .unwrap();
+    let Opened::Settled(done) = book.open("auth-1").await.unwrap() else {
+        panic!("settled")
+    };
+    assert_eq!(done.state, SettlementState::Settled);
+    assert_eq!(book.get("auth-1").await.unwrap().unwrap().rail_id, "0xabc");
+    // A settlement refused for certain frees the key.
+    let Opened::Fresh(s) = book.open("auth-2").await.unwrap() else {
+        panic!("fresh")
+    };
+    s.failed().await.unwrap();
+    assert!(matches!(
+        book.open("auth-2").await.unwrap(),
+        Opened::Fresh(_)
+    ));
+}
+
+/// A write that landed with its answer lost is read back, never reported as failed.
+pub async fn lost_acknowledgements_are_read_back(store: &Arc<dyn KeyStore>, ns: &str) {
+    let lossy = Arc::new(LossyStore::new(store.clone()));
+    let guard = ReplayGuard::new(lossy.clone(), format!("{ns}-lossy"));
+    lossy.lose_next_ack();
+    let r = fresh(guard.claim("k", 10 * S).await.unwrap());
+    lossy.lose_next_ack();
+    r.advance("submitted", Some("1".into())).await.unwrap();
+    lossy.lose_next_ack();
+    r.commit(Some(60 * S)).await.unwrap();
+    assert_eq!(guard.state("k").await.unwrap().as_deref(), Some(COMMITTED));
+    lossy.lose_next_ack();
+    assert!(guard.insert_if_absent("marker", None).await.unwrap());
+    let r = fresh(guard.claim("gone", 10 * S).await.unwrap());
+    lossy.lose_next_ack();
+    r.release().await.unwrap();
+    assert_eq!(guard.state("gone").await.unwrap(), None);
+
+    let idem = Idempotency::new(lossy.clone(), format!("{ns}-lossy-ops"));
+    let op = OpId::new("op-lossy").unwrap();
+    lossy.lose_next_ack();
+    let Begin::Fresh(lease) = idem.begin::<u32>(&op, b"c").await.unwrap() else {
+        panic!("an insert whose answer was lost still wins")
+    };
+    lossy.lose_next_ack();
+    idem.finish(lease, &7u32).await.unwrap();
+    assert!(matches!(
+        idem.begin::<u32>(&op, b"c").await.unwrap(),
+        Begin::Replay(7)
+    ));
+}

@@ -1,0 +1,235 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use super::*;
+use crate::clock::{Clock, ManualClock, Timestamp};
+use crate::error::RailError;
+use crate::types::OpId;
+
+fn setup() -> (Arc<dyn KeyStore>, ManualClock) {
+    let clock = ManualClock::at(Timestamp(1_000_000));
+    (
+        Arc::new(MemoryKeyStore::with_clock(Arc::new(clock.clone()))),
+        clock,
+    )
+}
+
+#[tokio::test]
+async fn memory_store_passes_the_key_store_suite() {
+    let (store, clock) = setup();
+    suite::run_all(store, clock).await;
+}
+
+/// A clock that follows tokio's (paused) time, so leases and sleeps move together.
+#[derive(Debug)]
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(1_000_000).plus(self.0.elapsed())
+    }
+}
+
+/// The work takes twice the lease; a second caller arrives after the lease would have lapsed.
+/// Before leases were renewed, the second caller won the key and ran the side effect again.
+#[tokio::test(start_paused = true)]
+async fn slow_work_keeps_its_key() {
+    let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(Arc::new(TokioClock(
+        tokio::time::Instant::now(),
+    ))));
+    let idem = Idempotency::new(store, "ops")
+        .with_windows(Duration::from_secs(60), Duration::from_secs(3600));
+    let op = OpId::new("slow").unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let first = {
+        let (idem, op, runs) = (idem.clone(), op.clone(), runs.clone());
+        tokio::spawn(async move {
+            idem.run(&op, "pay 5", |_| async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(120)).await;
+                Ok(1u32)
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    let second = idem
+        .run(&op, "pay 5", |_| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(2u32)
+        })
+        .await;
+    assert!(
+        matches!(second, Err(RailError::InProgress { .. })),
+        "the first caller still holds the operation: {second:?}"
+    );
+    assert_eq!(first.await.unwrap().unwrap(), 1);
+    assert_eq!(
+        idem.run(&op, "pay 5", |_| async { Ok(3u32) })
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// The same for a single-use key held by a slow settler.
+#[tokio::test(start_paused = true)]
+async fn keep_alive_renews_a_reservation() {
+    let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(Arc::new(TokioClock(
+        tokio::time::Instant::now(),
+    ))));
+    let guard = ReplayGuard::new(store, "served");
+    let Claim::Fresh(r) = guard.claim("p1", Duration::from_secs(30)).await.unwrap() else {
+        panic!("fresh")
+    };
+    let probe = guard.clone();
+    let seen = r
+        .keep_alive(async move {
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            probe.claim("p1", Duration::from_secs(30)).await.unwrap()
+        })
+        .await;
+    assert!(matches!(seen, Claim::Busy { .. }), "{seen:?}");
+    r.commit(None).await.unwrap();
+}
+
+/// The work succeeded but its result could not be stored: the result is returned (the money
+/// moved), and the next attempt recovers instead of running the work blindly again.
+#[tokio::test]
+async fn a_result_that_could_not_be_stored_is_still_returned() {
+    let (store, clock) = setup();
+    let failing = Arc::new(FailingWrites::new(store));
+    let idem = Idempotency::new(failing.clone(), "ops");
+    let op = OpId::new("charge").unwrap();
+    let out = idem
+        .run(&op, "pay 5", |_| async {
+            failing.fail_from_now();
+            Ok(5u32)
+        })
+        .await;
+    assert_eq!(out.unwrap(), 5, "a charge that happened is never an error");
+    failing.heal();
+    clock.advance(Duration::from_secs(61));
+    let attempt = idem
+        .run(&op, "pay 5", |a| async move {
+            Ok(if a == Attempt::Recovering { 5u32 } else { 0 })
+        })
+        .await
+        .unwrap();
+    assert_eq!(attempt, 5, "the next attempt is a recovery");
+}
+
+/// A retryable failure (outcome unknown) hands the operation over for recovery; a permanent
+/// one gives it back for a fresh attempt.
+#[tokio::test]
+async fn unknown_outcomes_are_recovered_and_refusals_retried_afresh() {
+    let (store, _clock) = setup();
+    let idem = Idempotency::new(store, "ops");
+    let op = OpId::new("nwc-pay").unwrap();
+    let e = idem
+        .run(&op, "invoice", |_| async {
+            Err::<u32, _>(RailError::Unavailable(crate::RailReason::new(
+                "timeout",
+                "no answer",
+            )))
+        })
+        .await;
+    assert!(e.is_err());
+    let seen = idem
+        .run(&op, "invoice", |a| async move {
+            Ok(a).map(|a| a == Attempt::Recovering)
+        })
+        .await
+        .unwrap();
+    assert!(seen, "after an unknown outcome the retry looks first");
+
+    let op = OpId::new("declined").unwrap();
+    let _ = idem
+        .run(&op, "card", |_| async {
+            Err::<bool, _>(RailError::Declined(crate::RailReason::new(
+                "card_declined",
+                "",
+            )))
+        })
+        .await;
+    let first = idem
+        .run(&op, "card", |a| async move { Ok(a == Attempt::First) })
+        .await
+        .unwrap();
+    assert!(first, "after a refusal the retry starts afresh");
+}
+
+/// A store whose writes fail (the database went away) once armed.
+#[derive(Debug)]
+struct FailingWrites {
+    inner: Arc<dyn KeyStore>,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl FailingWrites {
+    fn new(inner: Arc<dyn KeyStore>) -> Self {
+        FailingWrites {
+            inner,
+            failing: false.into(),
+        }
+    }
+    fn fail_from_now(&self) {
+        self.failing.store(true, Ordering::SeqCst);
+    }
+    fn heal(&self) {
+        self.failing.store(false, Ordering::SeqCst);
+    }
+    fn check(&self) -> crate::RailResult<()> {
+        if self.failing.load(Ordering::SeqCst) {
+            Err(RailError::Storage("database unreachable".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl KeyStore for FailingWrites {
+    async fn insert_if_absent(
+        &self,
+        ns: &str,
+        key: &str,
+        rec: &Write,
+    ) -> crate::RailResult<Option<Seen>> {
+        self.check()?;
+        self.inner.insert_if_absent(ns, key, rec).await
+    }
+    async fn replace(
+        &self,
+        ns: &str,
+        key: &str,
+        token: i64,
+        rec: &Write,
+    ) -> crate::RailResult<bool> {
+        self.check()?;
+        self.inner.replace(ns, key, token, rec).await
+    }
+    async fn renew(
+        &self,
+        ns: &str,
+        key: &str,
+        token: i64,
+        lease: Duration,
+    ) -> crate::RailResult<bool> {
+        self.check()?;
+        self.inner.renew(ns, key, token, lease).await
+    }
+    async fn remove(&self, ns: &str, key: &str, token: i64) -> crate::RailResult<bool> {
+        self.check()?;
+        self.inner.remove(ns, key, token).await
+    }
+    async fn get(&self, ns: &str, key: &str) -> crate::RailResult<Option<Seen>> {
+        self.check()?;
+        self.inner.get(ns, key).await
+    }
+    async fn purge_expired(&self) -> crate::RailResult<u64> {
+        self.inner.purge_expired().await
+    }
+}
