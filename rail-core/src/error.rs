@@ -153,6 +153,16 @@ pub enum RailError {
         /// The state that refuses it.
         state: String,
     },
+    /// A spending limit refuses the payment; nothing was paid.
+    #[error("limit_exceeded: the {limit} limit leaves {left}, the payment asks {asked}")]
+    LimitExceeded {
+        /// Which limit (`per_payment`, `per_period`, `total`).
+        limit: String,
+        /// What the limit still allows.
+        left: String,
+        /// What the payment asked.
+        asked: String,
+    },
     /// The operation id was used before with different content.
     #[error("operation id {op_id} was already used with different content")]
     IdempotencyConflict {
@@ -211,6 +221,7 @@ impl RailError {
             RailError::InsufficientFunds(_) => "insufficient_funds",
             RailError::ExceedsAvailable { .. } => "exceeds_available",
             RailError::InvalidState { .. } => "invalid_state",
+            RailError::LimitExceeded { .. } => "limit_exceeded",
             RailError::IdempotencyConflict { .. } => "idempotency_conflict",
             RailError::InProgress { .. } => "in_progress",
             RailError::NotFound(_) => "not_found",

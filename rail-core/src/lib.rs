@@ -11,6 +11,7 @@
 //! | exact amounts and assets | [`money`] ([`Amount`], [`Asset`], [`Money`]) |
 //! | errors | [`error`] ([`RailError`], codes, retry classes) |
 //! | single-use keys, leases, idempotency, write-ahead settlements | [`keys`] (+ SQLite/PostgreSQL stores behind the `sqlite` / `postgres` features) |
+//! | wrappers around any payer: idempotency, spending limits | [`payer`] ([`payer::Idempotent`], [`payer::SpendLimit`], [`payer::Budget`]) |
 //! | time | [`clock`] ([`Clock`], [`ManualClock`]) |
 //!
 //! A receiver and a payer, end to end, with any rail that implements the traits:
@@ -37,6 +38,7 @@ pub mod keys;
 pub use keys::sql as keys_sql;
 pub mod localnet;
 pub mod money;
+pub mod payer;
 pub mod rail;
 pub mod route;
 pub mod types;

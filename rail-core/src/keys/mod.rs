@@ -53,6 +53,7 @@ mod store;
 #[cfg(any(test, feature = "test-util"))]
 pub mod suite;
 
+pub(crate) use guard::new_token;
 pub use guard::{Claim, ReplayGuard, Reservation};
 pub use idempotency::{Attempt, Begin, Idempotency, Lease, fingerprint};
 pub use settlement::{Opened, Settlement, SettlementBook, SettlementState, Settling};

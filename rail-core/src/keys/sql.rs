@@ -52,6 +52,7 @@ const GET: Template = Template(
      FROM rail_keys WHERE ns = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > {now})",
     3,
 );
+const NOW: Template = Template("SELECT {now}", 1);
 const PURGE: Template = Template(
     "DELETE FROM rail_keys WHERE expires_at IS NOT NULL AND expires_at <= {now}",
     1,
@@ -64,6 +65,7 @@ struct Statements {
     renew: String,
     get: String,
     purge: String,
+    now: String,
 }
 
 impl Statements {
@@ -76,6 +78,7 @@ impl Statements {
             renew: fill(&RENEW),
             get: fill(&GET),
             purge: fill(&PURGE),
+            now: fill(&NOW),
         }
     }
 }
@@ -205,6 +208,18 @@ macro_rules! sql_key_store {
                 row.as_ref()
                     .map(record)
                     .transpose()
+                    .map_err(|e| storage(&e))
+            }
+
+            async fn now(&self) -> RailResult<Timestamp> {
+                if let Some(t) = self.now() {
+                    return Ok(Timestamp(t));
+                }
+                sqlx::query_scalar::<_, i64>(&STATEMENTS.now)
+                    .bind(None::<i64>)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map(Timestamp)
                     .map_err(|e| storage(&e))
             }
 

@@ -154,6 +154,9 @@ pub trait KeyStore: Send + Sync + fmt::Debug {
     /// Deletes records whose retention ended; returns how many. Never touches a record without
     /// retention (in flight), however old its lease.
     async fn purge_expired(&self) -> RailResult<u64>;
+
+    /// The store's clock (for PostgreSQL the database's, unless a clock is injected).
+    async fn now(&self) -> RailResult<Timestamp>;
 }
 
 /// A [`KeyStore`] in process memory (one process; lost on restart). Its clock is the system's
@@ -267,6 +270,10 @@ impl KeyStore for MemoryKeyStore {
                 record: r.clone(),
                 now,
             }))
+    }
+
+    async fn now(&self) -> RailResult<Timestamp> {
+        Ok(self.clock.now())
     }
 
     async fn purge_expired(&self) -> RailResult<u64> {

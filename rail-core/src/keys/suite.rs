@@ -78,6 +78,9 @@ impl KeyStore for LossyStore {
     async fn purge_expired(&self) -> RailResult<u64> {
         self.inner.purge_expired().await
     }
+    async fn now(&self) -> RailResult<crate::clock::Timestamp> {
+        self.inner.now().await
+    }
 }
 
 const S: Duration = Duration::from_secs(1);
@@ -105,6 +108,11 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
 
 /// claim → busy → release → claim → commit → finished (also long after).
 pub async fn claim_release_commit(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    assert_eq!(
+        store.now().await.unwrap(),
+        crate::clock::Clock::now(clock),
+        "the store judges time by its clock"
+    );
     let guard = ReplayGuard::new(store.clone(), format!("{ns}-a"));
     let r = fresh(guard.claim("k1", 10 * S).await.unwrap());
     assert_eq!(r.key(), "k1");

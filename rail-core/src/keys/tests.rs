@@ -232,4 +232,7 @@ impl KeyStore for FailingWrites {
     async fn purge_expired(&self) -> crate::RailResult<u64> {
         self.inner.purge_expired().await
     }
+    async fn now(&self) -> crate::RailResult<Timestamp> {
+        self.inner.now().await
+    }
 }

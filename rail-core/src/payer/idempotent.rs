@@ -1,0 +1,109 @@
+//! [`Idempotent`]: one payment per operation id, for any payer.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::RailResult;
+use crate::keys::{Attempt, Idempotency, KeyStore};
+use crate::rail::{Capabilities, HoldPayer, Payer, Rail};
+use crate::types::{Offer, OpId, Payment, PaymentMode, RailId};
+
+/// How a payer finds what an earlier, unfinished attempt of an operation did on its rail.
+///
+/// Called by [`Idempotent`] when an attempt of `op` started and never recorded its result (its
+/// process died, or its outcome was unknown). Contract:
+/// - `Ok(Some(payment))`: the earlier attempt paid; this is its payment.
+/// - `Ok(None)`: nothing moved for certain; paying now is safe. A rail that makes the operation
+///   itself idempotent (a ledger transfer id, a Stripe `Idempotency-Key` derived from `op`) may
+///   answer `None`: paying again *is* the look-up.
+/// - `Err(e)` with `e.is_retryable()`: cannot tell yet; the operation stays held for the next
+///   attempt to recover.
+#[async_trait]
+pub trait FindPayment: Send + Sync {
+    /// What the earlier attempt of `op` for `offer` (in `mode`) did.
+    async fn find_payment(
+        &self,
+        op: &OpId,
+        offer: &Offer,
+        mode: PaymentMode,
+    ) -> RailResult<Option<Payment>>;
+}
+
+/// A payer that pays at most once per operation id: the same `op` with the same offer returns
+/// the first payment (from the store, shared by every process using it); the same `op` with
+/// another offer is an idempotency conflict; the same `op` while the first call runs is
+/// "in progress" (retryable).
+#[derive(Debug)]
+pub struct Idempotent<P> {
+    inner: P,
+    idem: Idempotency,
+}
+
+impl<P: Rail> Idempotent<P> {
+    /// Wraps `inner`, keeping its operations in `store` under `<rail>/payer`.
+    pub fn new(inner: P, store: Arc<dyn KeyStore>) -> Self {
+        let ns = format!("{}/payer", inner.id());
+        Idempotent {
+            inner,
+            idem: Idempotency::new(store, ns),
+        }
+    }
+
+    /// The wrapped payer.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+}
+
+impl<P: Rail> Rail for Idempotent<P> {
+    fn id(&self) -> RailId {
+        self.inner.id()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+impl<P: FindPayment> Idempotent<P> {
+    async fn once<F, Fut>(
+        &self,
+        op: &OpId,
+        offer: &Offer,
+        mode: PaymentMode,
+        act: F,
+    ) -> RailResult<Payment>
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = RailResult<Payment>> + Send,
+    {
+        self.idem
+            .run(op, offer, |attempt| async move {
+                if attempt == Attempt::Recovering
+                    && let Some(found) = self.inner.find_payment(op, offer, mode).await?
+                {
+                    return Ok(found);
+                }
+                act().await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl<P: Payer + FindPayment> Payer for Idempotent<P> {
+    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        self.once(op, offer, PaymentMode::Capture, || {
+            self.inner.pay(op, offer)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl<P: HoldPayer + FindPayment> HoldPayer for Idempotent<P> {
+    async fn hold(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        self.once(op, offer, PaymentMode::Hold, || self.inner.hold(op, offer))
+            .await
+    }
+}

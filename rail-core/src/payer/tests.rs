@@ -1,0 +1,243 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::clock::{ManualClock, Timestamp};
+use crate::error::{RailError, RailReason, RailResult};
+use crate::keys::{KeyStore, MemoryKeyStore};
+use crate::money::{Asset, Money};
+use crate::rail::{Capabilities, Finality, Payer, Rail};
+use crate::types::{Offer, OpId, Payment, PaymentMode, RailId};
+
+/// A payer that counts its payments; it can be told to block (to drop its future mid-payment)
+/// or to fail.
+#[derive(Default)]
+struct Counting {
+    paid: AtomicU32,
+    found: AtomicU32,
+    block: tokio::sync::Notify,
+    blocking: std::sync::atomic::AtomicBool,
+    fail: std::sync::Mutex<Option<RailError>>,
+}
+
+impl Rail for Counting {
+    fn id(&self) -> RailId {
+        RailId::new("counting")
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::pay_only(Finality::Immediate, vec![Asset::usd()])
+    }
+}
+
+fn payment(offer: &Offer, n: u32) -> Payment {
+    Payment {
+        rail: RailId::new("counting"),
+        offer_id: offer.id.clone(),
+        mode: PaymentMode::Capture,
+        payer: format!("payer-{n}"),
+        amount: offer.amount.clone(),
+        proof: serde_json::json!({ "n": n }),
+    }
+}
+
+#[async_trait]
+impl Payer for Counting {
+    async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        if let Some(e) = self.fail.lock().unwrap().take() {
+            return Err(e);
+        }
+        let n = self.paid.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.blocking.load(Ordering::SeqCst) {
+            self.block.notified().await;
+        }
+        Ok(payment(offer, n))
+    }
+}
+
+#[async_trait]
+impl FindPayment for Counting {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        offer: &Offer,
+        _mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        self.found.fetch_add(1, Ordering::SeqCst);
+        // The rail says: the earlier attempt paid (it counted one payment).
+        Ok((self.paid.load(Ordering::SeqCst) > 0).then(|| payment(offer, 1)))
+    }
+}
+
+fn usd(s: &str) -> Money {
+    Money::parse(Asset::usd(), s).unwrap()
+}
+
+fn offer(amount: &str) -> Offer {
+    Offer {
+        rail: RailId::new("counting"),
+        id: format!("q_{}", rand::random::<u64>()),
+        amount: usd(amount),
+        payee: "shop".into(),
+        mode: PaymentMode::Capture,
+        expires_at: Timestamp(i64::MAX),
+        details: serde_json::Value::Null,
+    }
+}
+
+fn store() -> (Arc<dyn KeyStore>, ManualClock) {
+    let clock = ManualClock::at(Timestamp(1_000_000_000));
+    (
+        Arc::new(MemoryKeyStore::with_clock(Arc::new(clock.clone()))),
+        clock,
+    )
+}
+
+#[tokio::test]
+async fn idempotent_pays_once_per_operation() {
+    let (store, _) = store();
+    let p = Idempotent::new(Counting::default(), store);
+    let (op, o) = (OpId::random(), offer("1.00"));
+    let first = p.pay(&op, &o).await.unwrap();
+    assert_eq!(p.pay(&op, &o).await.unwrap(), first);
+    assert_eq!(p.inner().paid.load(Ordering::SeqCst), 1);
+    assert!(matches!(
+        p.pay(&op, &offer("2.00")).await,
+        Err(RailError::IdempotencyConflict { .. })
+    ));
+}
+
+/// The first attempt's future is dropped while the payment is on the wire (the caller timed
+/// out). A retry before its lease lapses is told to wait; after it lapses, the retry asks the
+/// rail and returns the payment that went through — it never pays again.
+#[tokio::test]
+async fn a_dropped_attempt_is_recovered_from_the_rail() {
+    let (store, clock) = store();
+    let p = Arc::new(Idempotent::new(Counting::default(), store));
+    p.inner().blocking.store(true, Ordering::SeqCst);
+    let (op, o) = (OpId::random(), offer("1.00"));
+    let task = {
+        let (p, op, o) = (p.clone(), op.clone(), o.clone());
+        tokio::spawn(async move { p.pay(&op, &o).await })
+    };
+    while p.inner().paid.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    task.abort();
+    let _ = task.await;
+    p.inner().blocking.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        p.pay(&op, &o).await,
+        Err(RailError::InProgress { .. })
+    ));
+    clock.advance(Duration::from_secs(61));
+    let recovered = p.pay(&op, &o).await.unwrap();
+    assert_eq!(recovered.payer, "payer-1");
+    assert_eq!(p.inner().paid.load(Ordering::SeqCst), 1, "never paid twice");
+    assert_eq!(p.inner().found.load(Ordering::SeqCst), 1);
+    assert_eq!(p.pay(&op, &o).await.unwrap(), recovered);
+}
+
+fn limits(per_payment: &str, per_day: &str, total: &str) -> Limits {
+    Limits {
+        per_payment: Some(usd(per_payment)),
+        per_period: Some((Duration::from_secs(24 * 3600), usd(per_day))),
+        total: Some(usd(total)),
+    }
+}
+
+#[tokio::test]
+async fn spend_limit_refuses_before_paying_and_counts_each_operation_once() {
+    let (store, clock) = store();
+    let budget = Budget::new(store.clone(), "agent", limits("5.00", "8.00", "12.00")).unwrap();
+    let p = SpendLimit::new(Idempotent::new(Counting::default(), store.clone()), budget);
+    let refused = p.pay(&OpId::random(), &offer("5.01")).await.unwrap_err();
+    assert_eq!(refused.code(), "limit_exceeded");
+    assert!(refused.to_string().contains("per_payment"), "{refused}");
+    let op = OpId::random();
+    let o = offer("5.00");
+    p.pay(&op, &o).await.unwrap();
+    p.pay(&op, &o).await.unwrap(); // a retry is counted once
+    p.pay(&OpId::random(), &offer("3.00")).await.unwrap();
+    let e = p.pay(&OpId::random(), &offer("0.01")).await.unwrap_err();
+    assert!(
+        e.to_string().contains("per_period limit leaves 0 USD"),
+        "{e}"
+    );
+    assert_eq!(
+        p.budget().spent().await.unwrap(),
+        (usd("8.00"), usd("8.00"))
+    );
+    assert_eq!(
+        p.inner().inner().paid.load(Ordering::SeqCst),
+        2,
+        "refusals paid nothing"
+    );
+    // The next day: the period is fresh, the total is not.
+    clock.advance(Duration::from_secs(24 * 3600));
+    p.pay(&OpId::random(), &offer("4.00")).await.unwrap();
+    let e = p.pay(&OpId::random(), &offer("0.01")).await.unwrap_err();
+    assert!(e.to_string().contains("total"), "{e}");
+    // Durable: another process's budget over the same store sees the same spending.
+    let again = Budget::new(store, "agent", limits("5.00", "8.00", "12.00")).unwrap();
+    assert_eq!(again.spent().await.unwrap(), (usd("4.00"), usd("12.00")));
+}
+
+#[tokio::test]
+async fn a_refused_payment_gives_its_budget_back_an_unknown_one_keeps_it() {
+    let (store, _) = store();
+    let budget = Budget::new(store.clone(), "agent", limits("5.00", "100.00", "100.00")).unwrap();
+    let p = SpendLimit::new(Counting::default(), budget);
+    *p.inner().fail.lock().unwrap() =
+        Some(RailError::Declined(RailReason::new("card_declined", "")));
+    assert!(p.pay(&OpId::random(), &offer("5.00")).await.is_err());
+    assert_eq!(p.budget().spent().await.unwrap().1, usd("0.00"));
+    *p.inner().fail.lock().unwrap() = Some(RailError::Unavailable(RailReason::new("timeout", "")));
+    assert!(p.pay(&OpId::random(), &offer("5.00")).await.is_err());
+    assert_eq!(
+        p.budget().spent().await.unwrap().1,
+        usd("5.00"),
+        "may have paid: kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_payments_never_overspend() {
+    let (store, _) = store();
+    let budget = Budget::new(store.clone(), "agent", limits("1.00", "5.00", "5.00")).unwrap();
+    let p = Arc::new(SpendLimit::new(Counting::default(), budget));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            p.pay(&OpId::random(), &offer("1.00")).await.is_ok()
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if t.await.unwrap() {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 5);
+    assert_eq!(p.inner().paid.load(Ordering::SeqCst), 5);
+}
+
+#[test]
+fn budgets_need_one_asset_and_a_limit() {
+    let (store, _) = store();
+    let none = Limits {
+        per_payment: None,
+        per_period: None,
+        total: None,
+    };
+    assert!(Budget::new(store.clone(), "x", none).is_err());
+    let mixed = Limits {
+        per_payment: Some(usd("1")),
+        per_period: None,
+        total: Some(Money::parse(Asset::btc(), "1").unwrap()),
+    };
+    assert!(Budget::new(store, "x", mixed).is_err());
+}
