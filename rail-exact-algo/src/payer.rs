@@ -8,11 +8,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
-use rail_core::keys::KeyStore;
-use rail_core::{Idempotency, RailError, RailReason, SharedClock};
+use rail_core::{RailError, RailReason, SharedClock};
 
 use crate::address::Address;
 use crate::algod::{AlgodClient, AlgodError};
@@ -111,7 +109,6 @@ pub struct ExactAlgoPayer {
     pub(crate) algod: AlgodClient,
     pub(crate) policy: Policy,
     pub(crate) clock: SharedClock,
-    pub(crate) idem: Idempotency,
     pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -128,24 +125,16 @@ impl fmt::Debug for ExactAlgoPayer {
 
 impl ExactAlgoPayer {
     /// A payer signing with `key` (a 32-byte Ed25519 seed), through `algod`, within `policy`.
-    /// `store` remembers what each operation id paid, so a retried operation returns the same
+    /// Wrap it in [`rail_core::payer::Idempotent`] so a retried operation returns the same
     /// signed payment rather than a second one.
     #[must_use]
-    pub fn new(
-        key: SigningKey,
-        algod: AlgodClient,
-        policy: Policy,
-        store: Arc<dyn KeyStore>,
-        clock: SharedClock,
-    ) -> Self {
+    pub fn new(key: SigningKey, algod: AlgodClient, policy: Policy, clock: SharedClock) -> Self {
         let address = Address(key.verifying_key().to_bytes());
         ExactAlgoPayer {
             key: Arc::new(key),
             address,
             algod,
             policy,
-            idem: Idempotency::new(store, "exact-algo/payer")
-                .with_windows(Duration::from_secs(30), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
         }

@@ -75,7 +75,7 @@ impl Rail for ExactAlgoReceiver {
 
 #[async_trait]
 impl Payer for ExactAlgoPayer {
-    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+    async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
         offer.check_pay_only(RAIL)?;
         let accept: Accept = offer.details_as()?;
         let amount = micro(&offer.amount)?;
@@ -85,29 +85,38 @@ impl Payer for ExactAlgoPayer {
             .map_err(|e| RailError::InvalidInput(format!("payee: {e}")))?;
         // One signer at a time: the balance check and the signature are one step.
         let _guard = self.lock.lock().await;
-        // A recovering attempt signs again. Open (NOTES.md): two signed transactions for one
-        // paymentId are both valid on chain; an honest receiver settles one (its intent record),
-        // a hostile one could submit both.
-        self.idem
-            .run(op, offer, |_| async {
-                offer.check_live(self.clock.now())?;
-                let signed = self
-                    .sign(&accept, pay_to, amount, &offer.id)
-                    .await
-                    .map_err(|e| e.to_rail_error())?;
-                Ok(Payment {
-                    rail: RailId::new(RAIL),
-                    offer_id: offer.id.clone(),
-                    mode: PaymentMode::Capture,
-                    payer: self.address().to_string(),
-                    amount: offer.amount.clone(),
-                    proof: serde_json::to_value(Proof {
-                        header: signed.header,
-                    })
-                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-                })
-            })
+        offer.check_live(self.clock.now())?;
+        let signed = self
+            .sign(&accept, pay_to, amount, &offer.id)
             .await
+            .map_err(|e| e.to_rail_error())?;
+        Ok(Payment {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            mode: PaymentMode::Capture,
+            payer: self.address().to_string(),
+            amount: offer.amount.clone(),
+            proof: serde_json::to_value(Proof {
+                header: signed.header,
+            })
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+}
+
+/// A payment is a signed transaction the receiver submits: an earlier attempt moved nothing by
+/// itself, so a recovering attempt signs again. Open (NOTES.md): the two signed transactions for
+/// one paymentId are both valid on chain; an honest receiver settles one (its intent record), a
+/// hostile one could submit both.
+#[async_trait]
+impl rail_core::payer::FindPayment for ExactAlgoPayer {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        _offer: &Offer,
+        _mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        Ok(None)
     }
 }
 

@@ -43,7 +43,7 @@ async fn setup() -> (RunningDevnet, ExactAlgoPayer, ExactAlgoReceiver, Address) 
         ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), clock.clone())
             .await
             .unwrap();
-    let payer = ExactAlgoPayer::new(payer_key, algod, Policy::default(), store, clock);
+    let payer = ExactAlgoPayer::new(payer_key, algod, Policy::default(), clock);
     (net, payer, receiver, treasury)
 }
 

@@ -229,6 +229,20 @@ impl HoldPayer for LedgerPayer {
     }
 }
 
+/// The ledger is idempotent by transfer id, and a payment's id derives from its operation id:
+/// paying again *is* the look-up (the ledger answers the transfer the earlier attempt made).
+#[async_trait]
+impl rail_core::payer::FindPayment for LedgerPayer {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        _offer: &Offer,
+        _mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        Ok(None)
+    }
+}
+
 /// The receiver side: offers payment into one account, verifies once, captures, voids, refunds.
 ///
 /// `verify` checks a payment against the [`Offer`] it is given: pass the receiver's own offer

@@ -29,7 +29,7 @@
 //!
 //! let receiver = NwcReceiver::new(connect(&shop.uri).await?, rand::random(), store.clone(), clock.clone()).await?;
 //! let payer = NwcPayer::new(connect(&agent.uri).await?, Currency::Regtest,
-//!     Money::parse(Asset::btc(), "0.00001")?, store, clock);
+//!     Money::parse(Asset::btc(), "0.00001")?, clock);
 //!
 //! let price = Money::from_minor(Asset::btc(), 21_000)?; // 21 sat, in msat
 //! let offer = receiver.offer(&Charge::capture(price, std::time::Duration::from_secs(600))).await?;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lightning_invoice::{Bolt11Invoice, Currency};
-use rail_core::keys::{Attempt, KeyStore};
+use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver, Idempotency,
     Money, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
@@ -506,7 +506,6 @@ pub struct NwcPayer {
     client: Arc<NwcClient>,
     currency: Currency,
     max_amount: Money,
-    idem: Idempotency,
     clock: SharedClock,
     lock: Arc<tokio::sync::Mutex<()>>,
 }
@@ -528,15 +527,12 @@ impl NwcPayer {
         client: Arc<NwcClient>,
         currency: Currency,
         max_amount: Money,
-        store: Arc<dyn KeyStore>,
         clock: SharedClock,
     ) -> Self {
         NwcPayer {
             client,
             currency,
             max_amount,
-            idem: Idempotency::new(store, "ln-nwc/payer")
-                .with_windows(Duration::from_secs(60), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -605,119 +601,126 @@ impl Rail for NwcPayer {
     }
 }
 
+impl NwcPayer {
+    /// The proof of a paid invoice, once the wallet's preimage is checked against the hash.
+    fn paid(&self, offer: &Offer, details: &OfferDetails, preimage: &str) -> RailResult<Payment> {
+        // A wallet that says "paid" without the preimage is not believed.
+        if !preimage_matches(preimage, &details.payment_hash) {
+            return Err(RailError::Rail {
+                reason: RailReason::new(
+                    "preimage_mismatch",
+                    "the wallet's preimage does not hash to the payment hash",
+                ),
+                retryable: false,
+            });
+        }
+        self.proof(
+            offer,
+            details,
+            PaymentMode::Capture,
+            Some(preimage.to_ascii_lowercase()),
+        )
+    }
+
+    fn proof(
+        &self,
+        offer: &Offer,
+        details: &OfferDetails,
+        mode: PaymentMode,
+        preimage: Option<String>,
+    ) -> RailResult<Payment> {
+        Ok(Payment {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            mode,
+            payer: self.client.pubkey(),
+            amount: offer.amount.clone(),
+            proof: serde_json::to_value(Proof {
+                payment_hash: details.payment_hash.clone(),
+                preimage,
+            })
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+}
+
 #[async_trait]
 impl Payer for NwcPayer {
-    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+    async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
         let (details, _) = self.check(offer, PaymentMode::Capture)?;
         let _serial = self.lock.lock().await;
-        self.idem
-            .run(op, offer, |attempt| async move {
-                // An earlier attempt died with its outcome unknown: ask the wallet first, so a
-                // payment that went through is returned (even past the offer's time), never
-                // paid twice.
-                let found = if attempt == Attempt::Recovering {
-                    match self.client.lookup_invoice(&details.payment_hash).await {
-                        Ok(tx) if tx.state == Some(TxState::Settled) => {
-                            Some(crate::nip47::PayInvoiceResult {
-                                preimage: tx.preimage.unwrap_or_default(),
-                                fees_paid: Some(tx.fees_paid),
-                            })
-                        }
-                        Ok(_)
-                        | Err(NwcError::Wallet {
-                            code: ErrorCode::NotFound,
-                            ..
-                        }) => None,
-                        Err(e) => return Err(rail_error(&e)),
-                    }
-                } else {
-                    None
-                };
-                let paid = if let Some(p) = found {
-                    p
-                } else {
-                    offer.check_live(self.clock.now())?;
-                    match self.client.pay_invoice(&details.invoice, None).await {
-                        Ok(p) => p,
-                        // The answer was lost (a timeout, a relay drop): the payment may have gone
-                        // through. Ask the wallet before failing, so a retry does not pay twice
-                        // or lose the proof.
-                        Err(e @ (NwcError::Timeout { .. } | NwcError::Relay(_))) => {
-                            match self.client.lookup_invoice(&details.payment_hash).await {
-                                Ok(tx) if tx.state == Some(TxState::Settled) => {
-                                    crate::nip47::PayInvoiceResult {
-                                        preimage: tx.preimage.unwrap_or_default(),
-                                        fees_paid: Some(tx.fees_paid),
-                                    }
-                                }
-                                _ => return Err(rail_error(&e)),
-                            }
-                        }
-                        Err(e) => return Err(rail_error(&e)),
-                    }
-                };
-                // A wallet that says "paid" without the preimage is not believed.
-                if !preimage_matches(&paid.preimage, &details.payment_hash) {
-                    return Err(RailError::Rail {
-                        reason: RailReason::new(
-                            "preimage_mismatch",
-                            "the wallet's preimage does not hash to the payment hash",
-                        ),
-                        retryable: false,
-                    });
+        offer.check_live(self.clock.now())?;
+        let paid = match self.client.pay_invoice(&details.invoice, None).await {
+            Ok(p) => p.preimage,
+            // The answer was lost (a timeout, a relay drop): the payment may have gone through.
+            // Ask the wallet before failing, so a retry does not pay twice or lose the proof.
+            Err(e @ (NwcError::Timeout { .. } | NwcError::Relay(_))) => {
+                match self.client.lookup_invoice(&details.payment_hash).await {
+                    Ok(tx) if tx.state == Some(TxState::Settled) => tx.preimage.unwrap_or_default(),
+                    _ => return Err(rail_error(&e)),
                 }
-                Ok(Payment {
-                    rail: RailId::new(RAIL),
-                    offer_id: offer.id.clone(),
-                    mode: PaymentMode::Capture,
-                    payer: self.client.pubkey(),
-                    amount: offer.amount.clone(),
-                    proof: serde_json::to_value(Proof {
-                        payment_hash: details.payment_hash.clone(),
-                        preimage: Some(paid.preimage.to_ascii_lowercase()),
-                    })
-                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-                })
-            })
-            .await
+            }
+            Err(e) => return Err(rail_error(&e)),
+        };
+        self.paid(offer, &details, &paid)
     }
 }
 
 #[async_trait]
 impl HoldPayer for NwcPayer {
-    async fn hold(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+    async fn hold(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
         let (details, _) = self.check(offer, PaymentMode::Hold)?;
         let _serial = self.lock.lock().await;
-        // A recovering attempt sends the same invoice again: a wallet pays an invoice once.
-        self.idem
-            .run(op, offer, |_| async {
-                offer.check_live(self.clock.now())?;
-                // The wallet answers a hold payment only when the receiver settles or cancels:
-                // send it and let it finish in the background.
-                let client = self.client.clone();
-                let (invoice, hash) = (details.invoice.clone(), details.payment_hash.clone());
-                tokio::spawn(async move {
-                    match client.pay_invoice(&invoice, None).await {
-                        Ok(p) if preimage_matches(&p.preimage, &hash) => {
-                            tracing::info!(payment_hash = %hash, "ln-nwc: hold settled");
-                        }
-                        Ok(_) => tracing::warn!(payment_hash = %hash, "ln-nwc: hold answered with a wrong preimage"),
-                        Err(e) => tracing::info!(payment_hash = %hash, error = %e, "ln-nwc: hold ended without settlement"),
-                    }
-                });
-                Ok(Payment {
-                    rail: RailId::new(RAIL),
-                    offer_id: offer.id.clone(),
-                    mode: PaymentMode::Hold,
-                    payer: self.client.pubkey(),
-                    amount: offer.amount.clone(),
-                    proof: serde_json::to_value(Proof {
-                        payment_hash: details.payment_hash.clone(),
-                        preimage: None,
-                    })
-                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-                })
-            })
-            .await
+        offer.check_live(self.clock.now())?;
+        // The wallet answers a hold payment only when the receiver settles or cancels: send it
+        // and let it finish in the background.
+        let client = self.client.clone();
+        let (invoice, hash) = (details.invoice.clone(), details.payment_hash.clone());
+        tokio::spawn(async move {
+            match client.pay_invoice(&invoice, None).await {
+                Ok(p) if preimage_matches(&p.preimage, &hash) => {
+                    tracing::info!(payment_hash = %hash, "ln-nwc: hold settled");
+                }
+                Ok(_) => {
+                    tracing::warn!(payment_hash = %hash, "ln-nwc: hold answered with a wrong preimage");
+                }
+                Err(e) => {
+                    tracing::info!(payment_hash = %hash, error = %e, "ln-nwc: hold ended without settlement");
+                }
+            }
+        });
+        self.proof(offer, &details, PaymentMode::Hold, None)
+    }
+}
+
+/// An earlier attempt whose outcome is unknown is looked up in the wallet: a paid invoice is
+/// returned with its preimage (even past the offer's time), a held one as the hold it is; an
+/// invoice the wallet never paid is paid now.
+#[async_trait]
+impl rail_core::payer::FindPayment for NwcPayer {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        offer: &Offer,
+        mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        let (details, _) = self.check(offer, mode)?;
+        let tx = match self.client.lookup_invoice(&details.payment_hash).await {
+            Ok(tx) => tx,
+            Err(NwcError::Wallet {
+                code: ErrorCode::NotFound,
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(rail_error(&e)),
+        };
+        match (mode, tx.state) {
+            (PaymentMode::Capture, Some(TxState::Settled)) => self
+                .paid(offer, &details, tx.preimage.as_deref().unwrap_or_default())
+                .map(Some),
+            (PaymentMode::Hold, Some(TxState::Accepted | TxState::Settled)) => self
+                .proof(offer, &details, PaymentMode::Hold, None)
+                .map(Some),
+            _ => Ok(None),
+        }
     }
 }

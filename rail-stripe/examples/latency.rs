@@ -66,7 +66,6 @@ async fn main() {
         &base,
         card.clone(),
         Money::from_minor(Asset::usd(), 1_000_000).unwrap(),
-        store,
         clock,
     )
     .unwrap();

@@ -23,7 +23,7 @@
 //!     Asset::usd(), store.clone(), clock.clone(),
 //! );
 //! let usd = |s| Money::parse(Asset::usd(), s);
-//! let payer = StripePayer::new(&stripe.url, "pm_card_visa", usd("50.00")?, store, clock)?;
+//! let payer = StripePayer::new(&stripe.url, "pm_card_visa", usd("50.00")?, clock)?;
 //!
 //! // A hold of $10.00, captured for $6.50: $3.50 goes back to the card.
 //! let offer = receiver.offer(&Charge::hold(usd("10.00")?, Duration::from_secs(600))).await?;

@@ -655,7 +655,6 @@ pub struct StripePayer {
     payment_method: String,
     asset: Asset,
     max_amount: Money,
-    idem: Idempotency,
     clock: SharedClock,
     lock: Arc<tokio::sync::Mutex<()>>,
 }
@@ -682,7 +681,6 @@ impl StripePayer {
         base: &str,
         payment_method: impl Into<String>,
         max_amount: Money,
-        store: Arc<dyn KeyStore>,
         clock: SharedClock,
     ) -> RailResult<Self> {
         Ok(StripePayer {
@@ -690,14 +688,13 @@ impl StripePayer {
             payment_method: payment_method.into(),
             asset: max_amount.asset().clone(),
             max_amount,
-            idem: Idempotency::new(store, "stripe/payer")
-                .with_windows(Duration::from_secs(180), Duration::from_secs(24 * 3600)),
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
-    async fn confirm(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {
+    /// The offer's checks: rail, mode, asset, this payer's limit, payee = the intent's merchant.
+    fn checked(&self, offer: &Offer, mode: PaymentMode) -> RailResult<(OfferDetails, i64)> {
         if offer.rail.as_str() != RAIL {
             return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
         }
@@ -728,82 +725,117 @@ impl StripePayer {
             ));
         }
         let want = currency::to_stripe(&offer.amount)?;
-        let _serial = self.lock.lock().await;
-        self.idem
-            // Stripe's Idempotency-Key (from the operation id) makes doing it again the recovery.
-            .run(op, offer, |_| async {
-                offer.check_live(self.clock.now())?;
-                let api = self.http.with_key(details.publishable_key.clone());
-                // Check the intent before confirming: the payer pays what was offered, no more.
-                let pi: PaymentIntent = RequestBuilder::new(
-                    StripeMethod::Get,
-                    format!("/payment_intents/{}", details.payment_intent),
-                )
-                .query(&SecretQuery {
-                    client_secret: &details.client_secret,
-                })
-                .customize()
-                .send(&api)
-                .await
-                .map_err(stripe_err)?;
-                let manual = pi.capture_method == PaymentIntentCaptureMethod::Manual;
-                if pi.amount != want
-                    || pi.currency != currency_of(&self.asset)
-                    || manual != (mode == PaymentMode::Hold)
-                {
-                    return Err(RailError::mismatch(
-                        Binding::Amount,
-                        format!("{want} {} ({mode:?})", self.asset),
-                        format!("{} {} (manual capture: {manual})", pi.amount, pi.currency),
-                    ));
-                }
-                let done: PaymentIntent = RequestBuilder::new(
-                    StripeMethod::Post,
-                    format!("/payment_intents/{}/confirm", details.payment_intent),
-                )
-                .form(&ConfirmForm {
-                    payment_method: &self.payment_method,
-                    client_secret: &details.client_secret,
-                })
-                .customize()
-                .request_strategy(key("pay", op)?)
-                .send(&api)
-                .await
-                .map_err(stripe_err)?;
-                // The intent may have changed between the check and the confirm: what was
-                // confirmed must be what was offered.
-                let moved = match mode {
-                    PaymentMode::Capture => done.amount_received,
-                    PaymentMode::Hold => done.amount_capturable,
-                };
-                if done.amount != want || moved != want || done.currency != currency_of(&self.asset)
-                {
-                    tracing::error!(intent = %done.id, offered = want, charged = moved, "stripe: confirmed intent differs from the offer");
-                    return Err(RailError::mismatch(Binding::Amount, want, moved));
-                }
-                let ok = match mode {
-                    PaymentMode::Capture => done.status == PaymentIntentStatus::Succeeded,
-                    PaymentMode::Hold => done.status == PaymentIntentStatus::RequiresCapture,
-                };
-                if !ok {
-                    return Err(RailError::InvalidState {
-                        op: "pay",
-                        state: format!("payment intent is {}", status_str(&done.status)),
-                    });
-                }
-                Ok(Payment {
-                    rail: RailId::new(RAIL),
-                    offer_id: offer.id.clone(),
-                    mode,
-                    payer: self.payment_method.clone(),
-                    amount: offer.amount.clone(),
-                    proof: serde_json::to_value(Proof {
-                        payment_intent: done.id.to_string(),
-                    })
-                    .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-                })
+        Ok((details, want))
+    }
+
+    /// The intent behind an offer, read with its client secret.
+    async fn intent(&self, details: &OfferDetails) -> RailResult<PaymentIntent> {
+        let api = self.http.with_key(details.publishable_key.clone());
+        RequestBuilder::new(
+            StripeMethod::Get,
+            format!("/payment_intents/{}", details.payment_intent),
+        )
+        .query(&SecretQuery {
+            client_secret: &details.client_secret,
+        })
+        .customize()
+        .send(&api)
+        .await
+        .map_err(stripe_err)
+    }
+
+    fn payment(&self, offer: &Offer, mode: PaymentMode, intent: &str) -> RailResult<Payment> {
+        Ok(Payment {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            mode,
+            payer: self.payment_method.clone(),
+            amount: offer.amount.clone(),
+            proof: serde_json::to_value(Proof {
+                payment_intent: intent.to_owned(),
             })
-            .await
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+
+    async fn confirm(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {
+        let (details, want) = self.checked(offer, mode)?;
+        let _serial = self.lock.lock().await;
+        offer.check_live(self.clock.now())?;
+        let api = self.http.with_key(details.publishable_key.clone());
+        // Check the intent before confirming: the payer pays what was offered, no more.
+        let pi = self.intent(&details).await?;
+        let manual = pi.capture_method == PaymentIntentCaptureMethod::Manual;
+        if pi.amount != want
+            || pi.currency != currency_of(&self.asset)
+            || manual != (mode == PaymentMode::Hold)
+        {
+            return Err(RailError::mismatch(
+                Binding::Amount,
+                format!("{want} {} ({mode:?})", self.asset),
+                format!("{} {} (manual capture: {manual})", pi.amount, pi.currency),
+            ));
+        }
+        let done: PaymentIntent = RequestBuilder::new(
+            StripeMethod::Post,
+            format!("/payment_intents/{}/confirm", details.payment_intent),
+        )
+        .form(&ConfirmForm {
+            payment_method: &self.payment_method,
+            client_secret: &details.client_secret,
+        })
+        .customize()
+        .request_strategy(key("pay", op)?)
+        .send(&api)
+        .await
+        .map_err(stripe_err)?;
+        // The intent may have changed between the check and the confirm: what was confirmed
+        // must be what was offered.
+        let moved = match mode {
+            PaymentMode::Capture => done.amount_received,
+            PaymentMode::Hold => done.amount_capturable,
+        };
+        if done.amount != want || moved != want || done.currency != currency_of(&self.asset) {
+            tracing::error!(intent = %done.id, offered = want, charged = moved, "stripe: confirmed intent differs from the offer");
+            return Err(RailError::mismatch(Binding::Amount, want, moved));
+        }
+        let ok = match mode {
+            PaymentMode::Capture => done.status == PaymentIntentStatus::Succeeded,
+            PaymentMode::Hold => done.status == PaymentIntentStatus::RequiresCapture,
+        };
+        if !ok {
+            return Err(RailError::InvalidState {
+                op: "pay",
+                state: format!("payment intent is {}", status_str(&done.status)),
+            });
+        }
+        self.payment(offer, mode, done.id.as_str())
+    }
+}
+
+/// An earlier attempt whose outcome is unknown is looked up on the intent itself: confirmed
+/// for the offer's amount (succeeded, or held for capture) means it paid — returned even past
+/// the offer's time, so a charge that happened is never lost; otherwise nothing moved and the
+/// attempt confirms now (under the same `Idempotency-Key`).
+#[async_trait]
+impl rail_core::payer::FindPayment for StripePayer {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        offer: &Offer,
+        mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        let (details, want) = self.checked(offer, mode)?;
+        let pi = self.intent(&details).await?;
+        let (status, moved) = match mode {
+            PaymentMode::Capture => (PaymentIntentStatus::Succeeded, pi.amount_received),
+            PaymentMode::Hold => (PaymentIntentStatus::RequiresCapture, pi.amount_capturable),
+        };
+        if pi.status == status && moved == want && pi.currency == currency_of(&self.asset) {
+            self.payment(offer, mode, pi.id.as_str()).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 }
 

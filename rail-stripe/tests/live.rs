@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, Charge, HoldPayer, HoldReceiver, MemoryKeyStore, Money, OpId, Payer, Receiver,
     RefundReceiver, SystemClock,
@@ -45,7 +46,10 @@ async fn pay_hold_capture_refund_against_stripe_test_mode() {
         clock.clone(),
     );
     let usd = |s| Money::parse(Asset::usd(), s).unwrap();
-    let payer = StripePayer::new(STRIPE_API, "pm_card_visa", usd("20.00"), store, clock).unwrap();
+    let payer = Idempotent::new(
+        StripePayer::new(STRIPE_API, "pm_card_visa", usd("20.00"), clock).unwrap(),
+        store,
+    );
     let ttl = Duration::from_secs(600);
 
     let offer = receiver

@@ -17,6 +17,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, Charge, Clock, HoldPayer, HoldReceiver, KeyStore, ManualClock, MemoryKeyStore, Money,
     OpId, Payer, PaymentState, RailError, Receiver, RefundReceiver, SharedClock,
@@ -71,7 +72,7 @@ struct World {
     clock: ManualClock,
     api: StripeHttp,
     receiver: Arc<StripeReceiver>,
-    payer: StripePayer,
+    payer: Idempotent<StripePayer>,
     endpoint: Arc<Endpoint>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -125,7 +126,10 @@ impl World {
             store.clone(),
             shared.clone(),
         ));
-        let payer = StripePayer::new(&running.url, card, usd(1_000_000), store, shared).unwrap();
+        let payer = Idempotent::new(
+            StripePayer::new(&running.url, card, usd(1_000_000), shared).unwrap(),
+            store,
+        );
         let endpoint = Arc::new(Endpoint {
             receiver: receiver.clone(),
             secret: WHSEC.to_owned(),

@@ -15,8 +15,8 @@ use alloy_primitives::{Address, B256, U256};
 use async_trait::async_trait;
 use rail_core::keys::KeyStore;
 use rail_core::{
-    Asset, Binding, Capabilities, Charge, Finality, Idempotency, Money, Offer, OpId, Payer,
-    Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
+    Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
+    PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
     ReplayGuard, SharedClock, Verified,
 };
 use serde::{Deserialize, Serialize};
@@ -108,11 +108,11 @@ fn refusal(reason: &str, message: String) -> RailError {
     }
 }
 
-/// The paying side: an [`X402Payer`] with idempotent operations.
+/// The paying side: an [`X402Payer`] as a rail payer (wrap it in
+/// [`rail_core::payer::Idempotent`] for one payment per operation id).
 #[derive(Debug)]
 pub struct X402RailPayer {
     payer: X402Payer,
-    idem: Idempotency,
     clock: SharedClock,
     balances: Arc<dyn TokenBalance>,
     /// One payment at a time: the balance check and the signature are one step, and a
@@ -121,17 +121,10 @@ pub struct X402RailPayer {
 }
 
 impl X402RailPayer {
-    /// Pays with `payer`, reading its balance from `balances`; operation results are kept in
-    /// `store`.
-    pub fn new(
-        payer: X402Payer,
-        balances: Arc<dyn TokenBalance>,
-        store: Arc<dyn KeyStore>,
-        clock: SharedClock,
-    ) -> Self {
+    /// Pays with `payer`, reading its balance from `balances`.
+    pub fn new(payer: X402Payer, balances: Arc<dyn TokenBalance>, clock: SharedClock) -> Self {
         Self {
             payer,
-            idem: Idempotency::new(store, "x402/payer"),
             clock,
             balances,
             lock: tokio::sync::Mutex::new(()),
@@ -150,7 +143,7 @@ impl Rail for X402RailPayer {
 
 #[async_trait]
 impl Payer for X402RailPayer {
-    async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
+    async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
         offer.check_pay_only(RAIL)?;
         let requirements: PaymentRequirements = offer.details_as()?;
         let amount = atomic(&offer.amount)?;
@@ -177,50 +170,59 @@ impl Payer for X402RailPayer {
             .parse()
             .map_err(|_| RailError::InvalidInput("offer id is not a 32-byte nonce".into()))?;
         let _one_at_a_time = self.lock.lock().await;
-        self.idem
-            // Signing moves no money (the receiver settles, once per nonce), so a recovering
-            // attempt may sign again: both signatures carry the offer's nonce.
-            .run(op, offer, |_| async {
-                offer.check_live(self.clock.now())?;
-                let token: Address = requirements
-                    .asset
-                    .parse()
-                    .map_err(|e| RailError::InvalidInput(format!("asset: {e}")))?;
-                let balance = self
-                    .balances
-                    .token_balance(token, self.payer.address())
-                    .await
-                    .map_err(|e| RailError::Unavailable(RailReason::new("x402 chain", e)))?;
-                if balance < amount {
-                    return Err(RailError::InsufficientFunds(format!(
-                        "balance {balance} < {amount}"
-                    )));
-                }
-                let required = PaymentRequired {
-                    x402_version: V2::default(),
-                    error: None,
-                    resource: ResourceInfo::new(format!("stipendex:offer:{}", offer.id)),
-                    accepts: vec![requirements.clone()],
-                    extensions: None,
-                };
-                let signed = self
-                    .payer
-                    .sign(&required, &requirements, unix_now(), nonce)
-                    .map_err(|e| RailError::InvalidInput(e.to_string()))?;
-                let header = signed
-                    .to_header()
-                    .map_err(|e| RailError::InvalidInput(e.to_string()))?;
-                Ok(Payment {
-                    rail: RailId::new(RAIL),
-                    offer_id: offer.id.clone(),
-                    mode: PaymentMode::Capture,
-                    payer: self.payer.address().to_checksum(None),
-                    amount: offer.amount.clone(),
-                    proof: serde_json::to_value(Proof { header })
-                        .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-                })
-            })
+        offer.check_live(self.clock.now())?;
+        let token: Address = requirements
+            .asset
+            .parse()
+            .map_err(|e| RailError::InvalidInput(format!("asset: {e}")))?;
+        let balance = self
+            .balances
+            .token_balance(token, self.payer.address())
             .await
+            .map_err(|e| RailError::Unavailable(RailReason::new("x402 chain", e)))?;
+        if balance < amount {
+            return Err(RailError::InsufficientFunds(format!(
+                "balance {balance} < {amount}"
+            )));
+        }
+        let required = PaymentRequired {
+            x402_version: V2::default(),
+            error: None,
+            resource: ResourceInfo::new(format!("stipendex:offer:{}", offer.id)),
+            accepts: vec![requirements.clone()],
+            extensions: None,
+        };
+        let signed = self
+            .payer
+            .sign(&required, &requirements, unix_now(), nonce)
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?;
+        let header = signed
+            .to_header()
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?;
+        Ok(Payment {
+            rail: RailId::new(RAIL),
+            offer_id: offer.id.clone(),
+            mode: PaymentMode::Capture,
+            payer: self.payer.address().to_checksum(None),
+            amount: offer.amount.clone(),
+            proof: serde_json::to_value(Proof { header })
+                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+        })
+    }
+}
+
+/// Signing moves no money (the receiver settles, once per EIP-3009 nonce, and the nonce is the
+/// offer's id): a recovering attempt may sign again, both signatures carry the same nonce and at
+/// most one can ever be settled.
+#[async_trait]
+impl rail_core::payer::FindPayment for X402RailPayer {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        _offer: &Offer,
+        _mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        Ok(None)
     }
 }
 

@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use data_encoding::BASE64;
 use ed25519_dalek::SigningKey;
 use futures::future::BoxFuture;
+use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, KeyStore, ManualClock, MemoryKeyStore, Payment, RailError, RailHandle, RailResult,
     SharedClock,
@@ -213,15 +214,18 @@ impl ExactAlgoHarness {
                 .await
                 .map_err(setup)?
                 .on_settled(hook);
-        let payer = Arc::new(ExactAlgoPayer::new(
-            payer_key.clone(),
-            algod.clone(),
-            Policy {
-                max_amount: FUNDED * 10,
-                ..Policy::default()
-            },
+        // As a wallet assembles it: the rail's payer inside rail-core's idempotency layer.
+        let payer = Arc::new(Idempotent::new(
+            ExactAlgoPayer::new(
+                payer_key.clone(),
+                algod.clone(),
+                Policy {
+                    max_amount: FUNDED * 10,
+                    ..Policy::default()
+                },
+                shared.clone(),
+            ),
             stores.0.clone(),
-            shared.clone(),
         ));
         let handle = RailHandle {
             payer: payer.clone(),

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use rail_core::keys_sql::{PgKeyStore, SqliteKeyStore};
+use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, KeyStore, ManualClock, Payment, RailError, RailHandle, RailResult, ReplayGuard,
     SharedClock,
@@ -169,7 +170,11 @@ impl LedgerHarness {
             LedgerReceiver::new(ledger.clone(), payee, asset.clone(), guard)
                 .with_hold_duration(HOLD_FOR),
         );
-        let payer_side = Arc::new(LedgerPayer::new(ledger.clone(), payer, asset));
+        // As a wallet assembles it: the rail's payer inside rail-core's idempotency layer.
+        let payer_side = Arc::new(Idempotent::new(
+            LedgerPayer::new(ledger.clone(), payer, asset),
+            keys.clone(),
+        ));
         let twin_handle = RailHandle {
             payer: payer_side.clone(),
             hold_payer: Some(payer_side.clone()),

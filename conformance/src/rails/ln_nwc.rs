@@ -16,6 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use lightning_invoice::Currency;
+use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, Charge, KeyStore, ManualClock, MemoryKeyStore, Money, OpId, Payer, Payment, PaymentMode,
     RailHandle, RailResult, SharedClock,
@@ -159,12 +160,15 @@ impl LnHarness {
         let mine = receiver(payee_client.clone(), seed).await?;
         let theirs = receiver(other_client, rand::random()).await?;
         let twin = receiver(twin_client, seed).await?;
-        let payer = Arc::new(NwcPayer::new(
-            payer_client.clone(),
-            Currency::Regtest,
-            Money::from_minor(Asset::btc(), u128::from(funded) * 10).map_err(setup)?,
+        // As a wallet assembles it: the rail's payer inside rail-core's idempotency layer.
+        let payer = Arc::new(Idempotent::new(
+            NwcPayer::new(
+                payer_client.clone(),
+                Currency::Regtest,
+                Money::from_minor(Asset::btc(), u128::from(funded) * 10).map_err(setup)?,
+                shared.clone(),
+            ),
             store.clone(),
-            shared.clone(),
         ));
         let hand = |r: Arc<NwcReceiver>| RailHandle {
             payer: payer.clone(),
@@ -274,7 +278,6 @@ impl LnHarness {
             self.payer_client.clone(),
             Currency::Bitcoin,
             Money::from_minor(Asset::btc(), 1_000_000).map_err(|e| e.to_string())?,
-            Arc::new(MemoryKeyStore::with_clock(Arc::new(self.clock.clone()))),
             Arc::new(self.clock.clone()),
         );
         match mainnet.pay(&OpId::random(), &o).await {

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
+use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, Charge, Clock, KeyStore, ManualClock, MemoryKeyStore, Money, OpId, Payment, PaymentMode,
     RailError, RailHandle, RailReason, RailResult, SharedClock,
@@ -142,16 +143,17 @@ impl StripeHarness {
                 shared.clone(),
             ))
         };
-        let payer = Arc::new(
+        // As a wallet assembles it: the rail's payer inside rail-core's idempotency layer.
+        let payer = Arc::new(Idempotent::new(
             StripePayer::new(
                 &base,
                 card.clone(),
                 Money::from_minor(Asset::usd(), u128::from(FUNDED) * 10).map_err(setup)?,
-                store.clone(),
                 shared.clone(),
             )
             .map_err(setup)?,
-        );
+            store.clone(),
+        ));
         let hand = |r: Arc<StripeReceiver>| RailHandle {
             payer: payer.clone(),
             hold_payer: Some(payer.clone()),
@@ -226,13 +228,10 @@ impl StripeHarness {
     }
 
     async fn declined(&self, card: &str, code: &str) -> Result<(), String> {
-        let store: Arc<dyn KeyStore> =
-            Arc::new(MemoryKeyStore::with_clock(Arc::new(self.clock.clone())));
         let payer = StripePayer::new(
             &self.base,
             card,
             Money::from_minor(Asset::usd(), 1_000_000).map_err(|e| e.to_string())?,
-            store,
             Arc::new(self.clock.clone()),
         )
         .map_err(|e| e.to_string())?;

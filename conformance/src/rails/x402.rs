@@ -15,6 +15,7 @@ use std::sync::Arc;
 use alloy_primitives::{Address, U256};
 use async_trait::async_trait;
 use futures::future::BoxFuture;
+use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, KeyStore, ManualClock, MemoryKeyStore, Payment, RailError, RailHandle, RailReason,
     RailResult, SharedClock,
@@ -168,11 +169,14 @@ impl X402Harness {
             token.address,
             U256::from(FUNDED) * U256::from(10),
         );
-        let payer = Arc::new(X402RailPayer::new(
-            X402Payer::new(payer_key.clone(), policy),
-            balances,
+        // As a wallet assembles it: the rail's payer inside rail-core's idempotency layer.
+        let payer = Arc::new(Idempotent::new(
+            X402RailPayer::new(
+                X402Payer::new(payer_key.clone(), policy),
+                balances,
+                shared.clone(),
+            ),
             stores.0.clone(),
-            shared.clone(),
         ));
         let facilitator = facilitators.0.clone();
         let receiver = X402Receiver::new(

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 
 use crate::error::RailResult;
 use crate::keys::{Attempt, Idempotency, KeyStore};
@@ -34,11 +35,19 @@ pub trait FindPayment: Send + Sync {
 /// the first payment (from the store, shared by every process using it); the same `op` with
 /// another offer is an idempotency conflict; the same `op` while the first call runs is
 /// "in progress" (retryable).
+///
+/// Concurrent calls with one operation id in this process wait for the first and get its
+/// payment (they queue on a per-operation lock); a call in another process sharing the store
+/// gets [`crate::RailError::InProgress`] (retryable) while the first runs.
 #[derive(Debug)]
 pub struct Idempotent<P> {
     inner: P,
     idem: Idempotency,
+    /// Striped per-operation locks: calls with one operation id queue on one of them.
+    ops: Box<[tokio::sync::Mutex<()>]>,
 }
+
+const STRIPES: usize = 64;
 
 impl<P: Rail> Idempotent<P> {
     /// Wraps `inner`, keeping its operations in `store` under `<rail>/payer`.
@@ -47,6 +56,7 @@ impl<P: Rail> Idempotent<P> {
         Idempotent {
             inner,
             idem: Idempotency::new(store, ns),
+            ops: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         }
     }
 
@@ -77,6 +87,12 @@ impl<P: FindPayment> Idempotent<P> {
         F: FnOnce() -> Fut + Send,
         Fut: Future<Output = RailResult<Payment>> + Send,
     {
+        let digest = Sha256::digest(op.as_str().as_bytes());
+        let stripe = usize::from(digest.first().copied().unwrap_or_default()) % STRIPES;
+        let _queued = match self.ops.get(stripe) {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
         self.idem
             .run(op, offer, |attempt| async move {
                 if attempt == Attempt::Recovering
