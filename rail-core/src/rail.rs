@@ -97,7 +97,10 @@ pub trait Rail: Send + Sync {
 /// The payer side: pays offers.
 #[async_trait]
 pub trait Payer: Rail {
-    /// Pays `offer` in full. Same `op` and same offer → the same payment, never a second one.
+    /// Pays `offer` in full. A rail never pays one offer twice where it can tell (a ledger
+    /// transfer id, a Stripe `Idempotency-Key`, an invoice paid once, an EIP-3009 nonce); "same
+    /// `op` and same offer → the same payment, returned again" is the
+    /// [`crate::payer::Idempotent`] layer's guarantee, which a wallet stacks on every rail.
     ///
     /// # Errors
     /// [`RailError::OfferExpired`], [`RailError::InsufficientFunds`], a mismatch between the
