@@ -1,6 +1,5 @@
 //! [`SpendLimit`] and its durable [`Budget`]: limits per payment, per period and in total.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::{RailError, RailResult};
-use crate::keys::{KeyStore, Write, millis, new_token};
+use crate::keys::{Claim, KeyStore, ReplayGuard, Write, fingerprint, millis, new_token};
 use crate::money::{Asset, Money};
 use crate::rail::{Capabilities, HoldPayer, Payer, Rail};
 use crate::types::{Offer, OpId, Payment, RailId};
@@ -51,26 +50,32 @@ impl Limits {
     }
 }
 
-/// The stored state of one budget (JSON in the key store).
+/// The counters of one budget (JSON in the key store): a few numbers, whatever the number of
+/// payments.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct State {
     /// Index of the current period (`now / period`), 0 without a period limit.
     period: i64,
     period_spent: Money,
     total_spent: Money,
-    /// Operations counted in this period and the previous one (a retry of one operation is
-    /// counted once, also across a period boundary).
-    ops: BTreeMap<String, Money>,
-    prev_ops: BTreeMap<String, Money>,
 }
 
-/// A durable spending budget, shared by every process that uses the same store: one record
-/// per scope (an agent, a mandate, a receiver within a mandate), updated by compare-and-set,
-/// so concurrent payments never overspend it. Times are the store's clock.
+/// What one counted operation left: its amount and the period it was counted in.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Counted {
+    amount: Money,
+    period: i64,
+}
+
+/// A durable spending budget, shared by every process that uses the same store: one counter
+/// record per scope (an agent, a mandate, a receiver within a mandate), updated by
+/// compare-and-set, so concurrent payments never overspend it; one marker per counted operation,
+/// so a retry is counted once. Times are the store's clock.
 #[derive(Clone, Debug)]
 pub struct Budget {
     store: Arc<dyn KeyStore>,
     scope: String,
+    ops: ReplayGuard,
     asset: Asset,
     limits: Limits,
 }
@@ -108,19 +113,40 @@ impl Spend {
         if !self.counted_now {
             return Ok(());
         }
-        let op = self.op;
+        let Some(seen) = self.budget.ops.seen(&self.op).await? else {
+            return Ok(());
+        };
+        let counted: Counted = decode(seen.record.value.as_deref(), &self.op)?;
         self.budget
             .update(|st, _| {
-                if let Some(m) = st.ops.remove(&op) {
-                    st.period_spent = st.period_spent.checked_sub(&m)?;
-                    st.total_spent = st.total_spent.checked_sub(&m)?;
-                } else if let Some(m) = st.prev_ops.remove(&op) {
-                    st.total_spent = st.total_spent.checked_sub(&m)?;
+                if st.period == counted.period {
+                    st.period_spent = st.period_spent.checked_sub(&counted.amount)?;
                 }
+                st.total_spent = st.total_spent.checked_sub(&counted.amount)?;
                 Ok(())
             })
-            .await
+            .await?;
+        // The marker goes last: a crash before it leaves the operation counted (never less).
+        self.budget
+            .store
+            .remove(&ops_ns(&self.budget.scope), &self.op, seen.record.token)
+            .await?;
+        Ok(())
     }
+}
+
+/// Namespace of the operation markers of budget `scope`.
+fn ops_ns(scope: &str) -> String {
+    format!("{NS}-ops/{scope}")
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: Option<&str>, what: &str) -> RailResult<T> {
+    serde_json::from_str(v.unwrap_or_default())
+        .map_err(|e| RailError::Storage(format!("budget record {what}: {e}")))
+}
+
+fn encode<T: Serialize>(v: &T) -> RailResult<String> {
+    serde_json::to_string(v).map_err(|e| RailError::Storage(format!("budget record: {e}")))
 }
 
 fn exceeded(limit: &str, left: &Money, asked: &Money) -> RailError {
@@ -132,20 +158,16 @@ fn exceeded(limit: &str, left: &Money, asked: &Money) -> RailError {
 }
 
 impl Budget {
-    /// A budget for `scope` (one record in `store`) with `limits`.
+    /// A budget for `scope` (records in `store`) with `limits`.
     ///
     /// # Errors
-    /// [`RailError::InvalidInput`] if the limits name more than one asset or a zero period.
+    /// [`RailError::InvalidInput`] if the limits name more than one asset, none at all, or a
+    /// zero period.
     pub fn new(
         store: Arc<dyn KeyStore>,
         scope: impl Into<String>,
         limits: Limits,
     ) -> RailResult<Self> {
-        if limits.per_payment.is_none() && limits.per_period.is_none() && limits.total.is_none() {
-            return Err(RailError::InvalidInput(
-                "a budget needs at least one limit".into(),
-            ));
-        }
         if limits
             .per_period
             .as_ref()
@@ -155,9 +177,11 @@ impl Budget {
                 "a budget period must not be zero".into(),
             ));
         }
+        let scope = scope.into();
         Ok(Budget {
+            ops: ReplayGuard::new(store.clone(), ops_ns(&scope)),
             store,
-            scope: scope.into(),
+            scope,
             asset: limits.asset()?.ok_or_else(|| {
                 RailError::InvalidInput("a budget needs at least one limit".into())
             })?,
@@ -178,49 +202,46 @@ impl Budget {
         }
     }
 
-    /// Applies `f` to the state by compare-and-set, retrying under contention.
+    /// How long an operation's marker is kept: two periods (a retry across a period boundary
+    /// is still recognised), at least a day.
+    fn marker_retention(&self) -> Duration {
+        let day = Duration::from_secs(24 * 3600);
+        self.limits
+            .per_period
+            .as_ref()
+            .map_or(day, |(p, _)| (*p * 2).max(day))
+    }
+
+    /// Applies `f` to the counters by compare-and-set, retrying under contention.
     async fn update<R>(&self, f: impl Fn(&mut State, Timestamp) -> RailResult<R>) -> RailResult<R> {
         for _ in 0..64 {
-            let seen = self.store.get(NS, &self.scope).await?;
-            let (mut st, token, now) = match seen {
-                Some(s) => {
-                    let st: State = serde_json::from_str(s.record.value.as_deref().unwrap_or("{}"))
-                        .map_err(|e| RailError::Storage(format!("budget {}: {e}", self.scope)))?;
-                    (st, Some(s.record.token), s.now)
-                }
+            let (mut st, token, now) = match self.store.get(NS, &self.scope).await? {
+                Some(s) => (
+                    decode::<State>(s.record.value.as_deref(), &self.scope)?,
+                    Some(s.record.token),
+                    s.now,
+                ),
                 None => {
-                    let asset = self.asset.clone();
                     let now = self.store.now().await?;
                     let st = State {
                         period: self.period_of(now),
-                        period_spent: Money::zero(asset.clone()),
-                        total_spent: Money::zero(asset),
-                        ops: BTreeMap::new(),
-                        prev_ops: BTreeMap::new(),
+                        period_spent: Money::zero(self.asset.clone()),
+                        total_spent: Money::zero(self.asset.clone()),
                     };
                     (st, None, now)
                 }
             };
             let period = self.period_of(now);
             if st.period != period {
-                st.prev_ops = if period == st.period.saturating_add(1) {
-                    std::mem::take(&mut st.ops)
-                } else {
-                    BTreeMap::new()
-                };
-                st.ops.clear();
                 st.period = period;
-                st.period_spent = Money::zero(st.period_spent.asset().clone());
+                st.period_spent = Money::zero(self.asset.clone());
             }
             let out = f(&mut st, now)?;
             let w = Write {
                 token: new_token(),
                 state: "budget".into(),
                 fingerprint: Vec::new(),
-                value: Some(
-                    serde_json::to_string(&st)
-                        .map_err(|e| RailError::Storage(format!("budget {}: {e}", self.scope)))?,
-                ),
+                value: Some(encode(&st)?),
                 retain: None,
                 lease: None,
             };
@@ -247,7 +268,8 @@ impl Budget {
     ///
     /// # Errors
     /// [`RailError::LimitExceeded`] naming the limit, what is left and what was asked;
-    /// [`RailError::InvalidInput`] for another asset; [`RailError::Storage`].
+    /// [`RailError::InvalidInput`] for another asset; [`RailError::InProgress`] while another
+    /// attempt of `op` is being counted; [`RailError::Storage`].
     pub async fn reserve(&self, op: &OpId, amount: &Money) -> RailResult<Spend> {
         if amount.asset() != &self.asset {
             return Err(RailError::InvalidInput(format!(
@@ -256,12 +278,39 @@ impl Budget {
                 amount.asset()
             )));
         }
+        let spend = |counted_now| Spend {
+            budget: self.clone(),
+            op: op.as_str().to_owned(),
+            amount: amount.clone(),
+            counted_now,
+        };
+        // The operation's marker first (one counter of an operation at a time): a marker left
+        // by a crashed attempt is counted again — the safe direction, never under-counted.
+        let marker = match self
+            .ops
+            .claim_as(
+                op.as_str(),
+                Duration::from_secs(60),
+                fingerprint(amount)?.to_vec(),
+            )
+            .await?
+        {
+            Claim::Finished(_) => return Ok(spend(false)),
+            Claim::Conflict(_) => {
+                return Err(RailError::IdempotencyConflict {
+                    op_id: op.to_string(),
+                });
+            }
+            Claim::Busy { .. } => {
+                return Err(RailError::InProgress {
+                    op_id: op.to_string(),
+                });
+            }
+            Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => r,
+        };
         let limits = &self.limits;
-        let counted_now = self
+        let counted = self
             .update(|st, _| {
-                if st.ops.contains_key(op.as_str()) || st.prev_ops.contains_key(op.as_str()) {
-                    return Ok(false);
-                }
                 if let Some(max) = &limits.per_payment
                     && amount.amount() > max.amount()
                 {
@@ -289,25 +338,45 @@ impl Budget {
                 }
                 st.period_spent = period_spent;
                 st.total_spent = total_spent;
-                st.ops.insert(op.as_str().to_owned(), amount.clone());
-                Ok(true)
+                Ok(Counted {
+                    amount: amount.clone(),
+                    period: st.period,
+                })
             })
-            .await?;
-        Ok(Spend {
-            budget: self.clone(),
-            op: op.as_str().to_owned(),
-            amount: amount.clone(),
-            counted_now,
-        })
+            .await;
+        match counted {
+            Ok(c) => {
+                marker
+                    .finish_with("counted", Some(encode(&c)?), Some(self.marker_retention()))
+                    .await?;
+                Ok(spend(true))
+            }
+            Err(e) => {
+                // Nothing was counted: the marker goes, so the operation may be tried again.
+                if let Err(r) = marker.release().await {
+                    tracing::warn!(op = %op, error = %r, "could not free a budget marker");
+                }
+                Err(e)
+            }
+        }
     }
 
-    /// What was spent in the current period and in total.
+    /// What was spent in the current period and in total (read only).
     ///
     /// # Errors
     /// [`RailError::Storage`].
     pub async fn spent(&self) -> RailResult<(Money, Money)> {
-        self.update(|st, _| Ok((st.period_spent.clone(), st.total_spent.clone())))
-            .await
+        let zero = Money::zero(self.asset.clone());
+        let Some(s) = self.store.get(NS, &self.scope).await? else {
+            return Ok((zero.clone(), zero));
+        };
+        let st: State = decode(s.record.value.as_deref(), &self.scope)?;
+        let period = if st.period == self.period_of(s.now) {
+            st.period_spent
+        } else {
+            zero
+        };
+        Ok((period, st.total_spent))
     }
 }
 

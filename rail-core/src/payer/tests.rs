@@ -192,13 +192,17 @@ async fn a_refused_payment_gives_its_budget_back_an_unknown_one_keeps_it() {
     let p = SpendLimit::new(Counting::default(), budget);
     *p.inner().fail.lock().unwrap() =
         Some(RailError::Declined(RailReason::new("card_declined", "")));
-    assert!(p.pay(&OpId::random(), &offer("5.00")).await.is_err());
+    let (op, o) = (OpId::random(), offer("5.00"));
+    assert!(p.pay(&op, &o).await.is_err());
     assert_eq!(p.budget().spent().await.unwrap().1, usd("0.00"));
+    // The same operation tried again after the refusal is counted again (and paid).
+    p.pay(&op, &o).await.unwrap();
+    assert_eq!(p.budget().spent().await.unwrap().1, usd("5.00"));
     *p.inner().fail.lock().unwrap() = Some(RailError::Unavailable(RailReason::new("timeout", "")));
     assert!(p.pay(&OpId::random(), &offer("5.00")).await.is_err());
     assert_eq!(
         p.budget().spent().await.unwrap().1,
-        usd("5.00"),
+        usd("10.00"),
         "may have paid: kept"
     );
 }
