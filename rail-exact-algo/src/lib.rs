@@ -51,7 +51,7 @@
 //! let required = receiver.payment_required(&price, "payment required").await?;
 //!
 //! // Payer: pays within its policy (never above 1 ALGO here).
-//! let payer = ExactAlgoPayer::new(payer_key, algod, Policy { max_amount: 1_000_000, ..Policy::default() }, Arc::new(SystemClock));
+//! let payer = ExactAlgoPayer::new(payer_key, algod, Policy { max_amount: 1_000_000, ..Policy::default() }, store.clone(), Arc::new(SystemClock));
 //! let signed = payer.pay_required(&required).await?;
 //!
 //! let receipt = receiver.settle(&signed.header, &price, None).await?;

@@ -8,8 +8,10 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
+use rail_core::keys::{Claim, KeyStore, ReplayGuard, fingerprint};
 use rail_core::{RailError, RailReason, SharedClock};
 
 use crate::address::Address;
@@ -66,6 +68,12 @@ pub enum PayError {
     /// algod failed.
     #[error(transparent)]
     Algod(#[from] AlgodError),
+    /// This paymentId is being signed right now by another call: retry the same request.
+    #[error("paymentId {0} is being signed by another call; retry")]
+    InProgress(String),
+    /// The record of signed payments failed (nothing was signed or handed out).
+    #[error("signed-payments store: {0}")]
+    Store(String),
 }
 
 impl PayError {
@@ -86,12 +94,16 @@ impl PayError {
                 reason: RailReason::new("algod", e.to_string()),
                 retryable: false,
             },
+            PayError::InProgress(pid) => RailError::InProgress {
+                op_id: format!("signing paymentId {pid}"),
+            },
+            PayError::Store(m) => RailError::Storage(m.clone()),
         }
     }
 }
 
 /// A signed payment, ready to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SignedPayment {
     /// The `PAYMENT-SIGNATURE` header value (also `_meta["x402/payment"]` on MCP).
     pub header: String,
@@ -110,7 +122,13 @@ pub struct ExactAlgoPayer {
     pub(crate) policy: Policy,
     pub(crate) clock: SharedClock,
     pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
+    /// Every signed payment, written before it is handed out: one transaction per paymentId.
+    signed: ReplayGuard,
 }
+
+/// How long a signed payment is remembered: far longer than its validity window (1000
+/// rounds, under an hour), so no second transaction for the paymentId can ever be valid beside it.
+pub const SIGNED_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 impl fmt::Debug for ExactAlgoPayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,10 +143,19 @@ impl fmt::Debug for ExactAlgoPayer {
 
 impl ExactAlgoPayer {
     /// A payer signing with `key` (a 32-byte Ed25519 seed), through `algod`, within `policy`.
-    /// Wrap it in [`rail_core::payer::Idempotent`] so a retried operation returns the same
-    /// signed payment rather than a second one.
+    ///
+    /// Every signed payment is written to `store` before it is handed out, and a second request
+    /// for the same paymentId (a retry, a recovering attempt, the same 402 answered twice) gets
+    /// the same transaction: a receiver can never be given two valid transactions for one
+    /// paymentId. Share `store` between processes that use the same key.
     #[must_use]
-    pub fn new(key: SigningKey, algod: AlgodClient, policy: Policy, clock: SharedClock) -> Self {
+    pub fn new(
+        key: SigningKey,
+        algod: AlgodClient,
+        policy: Policy,
+        store: Arc<dyn KeyStore>,
+        clock: SharedClock,
+    ) -> Self {
         let address = Address(key.verifying_key().to_bytes());
         ExactAlgoPayer {
             key: Arc::new(key),
@@ -137,6 +164,7 @@ impl ExactAlgoPayer {
             policy,
             clock,
             lock: Arc::new(tokio::sync::Mutex::new(())),
+            signed: ReplayGuard::new(store, "exact-algo/signed"),
         }
     }
 
@@ -239,8 +267,64 @@ impl ExactAlgoPayer {
     }
 
     /// As [`ExactAlgoPayer::sign`], with algod's suggested parameters already in hand (one
-    /// `GET /v2/transactions/params` per payment, not two).
+    /// `GET /v2/transactions/params` per payment, not two): the paymentId's recorded
+    /// transaction if it was signed before, else a new one, recorded before it is returned.
     async fn sign_with(
+        &self,
+        params: crate::algod::SuggestedParams,
+        accept: &Accept,
+        pay_to: Address,
+        amount: u64,
+        pid: &str,
+    ) -> Result<SignedPayment, PayError> {
+        let store = |e: RailError| PayError::Store(e.to_string());
+        let key = format!("{pay_to}:{pid}");
+        // What the paymentId was signed for: asking again for another amount or network is
+        // refused, never signed a second time.
+        let fp = fingerprint(&(amount, accept.network.as_str())).map_err(store)?;
+        let reservation = match self
+            .signed
+            .claim_as(&key, Duration::from_secs(30), fp.to_vec())
+            .await
+            .map_err(store)?
+        {
+            Claim::Finished(rec) => {
+                let v = rec.value.unwrap_or_default();
+                return serde_json::from_str(&v)
+                    .map_err(|e| PayError::Store(format!("signed payment {key}: {e}")));
+            }
+            Claim::Conflict(_) => {
+                return Err(PayError::NoAcceptable(format!(
+                    "paymentId {pid} was already signed for another amount or network"
+                )));
+            }
+            Claim::Busy { .. } => return Err(PayError::InProgress(pid.to_owned())),
+            // A signer that died before recording never handed its transaction out.
+            Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => r,
+        };
+        match self.sign_new(params, accept, pay_to, amount, pid).await {
+            Ok(signed) => {
+                let v = serde_json::to_string(&signed)
+                    .map_err(|e| PayError::Store(format!("signed payment {key}: {e}")))?;
+                // Recorded before it leaves: if the record cannot be written, the transaction
+                // is dropped unseen.
+                reservation
+                    .finish_with("signed", Some(v), Some(SIGNED_RETENTION))
+                    .await
+                    .map_err(store)?;
+                Ok(signed)
+            }
+            Err(e) => {
+                if let Err(r) = reservation.release().await {
+                    tracing::warn!(error = %r, "exact-algo: could not free a signing reservation");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Builds and signs a new transaction.
+    async fn sign_new(
         &self,
         params: crate::algod::SuggestedParams,
         accept: &Accept,

@@ -104,10 +104,8 @@ impl Payer for ExactAlgoPayer {
     }
 }
 
-/// A payment is a signed transaction the receiver submits: an earlier attempt moved nothing by
-/// itself, so a recovering attempt signs again. Open (NOTES.md): the two signed transactions for
-/// one paymentId are both valid on chain; an honest receiver settles one (its intent record), a
-/// hostile one could submit both.
+/// The payer records every signed payment before handing it out (one transaction per
+/// paymentId): paying again *is* the look-up, and returns the recorded transaction.
 #[async_trait]
 impl rail_core::payer::FindPayment for ExactAlgoPayer {
     async fn find_payment(

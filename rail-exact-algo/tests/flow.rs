@@ -43,7 +43,7 @@ async fn setup() -> (RunningDevnet, ExactAlgoPayer, ExactAlgoReceiver, Address) 
         ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), clock.clone())
             .await
             .unwrap();
-    let payer = ExactAlgoPayer::new(payer_key, algod, Policy::default(), clock);
+    let payer = ExactAlgoPayer::new(payer_key, algod, Policy::default(), store.clone(), clock);
     (net, payer, receiver, treasury)
 }
 
@@ -154,4 +154,33 @@ async fn paid_work_that_fails_can_be_served_again_without_a_second_charge() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), "paymentId already used");
+}
+
+/// One transaction per paymentId: the payer records each signed payment before handing it out,
+/// so the same challenge answered twice (a retry, a recovering attempt, another process with the
+/// same store) gets the same transaction — a receiver is never given two valid transactions
+/// with one paymentId, both of which the chain would accept. Before, each call signed anew.
+#[tokio::test]
+async fn one_challenge_is_signed_once() {
+    let (net, payer, receiver, treasury) = setup().await;
+    let required = receiver
+        .payment_required(&price(), "payment required")
+        .await
+        .unwrap();
+    let first = payer.pay_required(&required).await.unwrap();
+    // The chain moves on: a fresh signature would carry other rounds, hence another txid.
+    net.devnet.advance(5);
+    let again = payer.pay_required(&required).await.unwrap();
+    assert_eq!(again, first, "the same challenge gets the same transaction");
+    // The same challenge rewritten to ask for more is refused, not signed a second time.
+    let mut dearer = required.clone();
+    dearer.accepts[0].max_amount_required = "2000".into();
+    let refused = payer.pay_required(&dearer).await.unwrap_err();
+    assert!(refused.to_string().contains("already signed"), "{refused}");
+    let receipt = receiver
+        .settle(&again.header, &price(), None)
+        .await
+        .unwrap();
+    assert!(receipt.success);
+    assert_eq!(net.devnet.balance(&treasury), 101_000);
 }

@@ -80,7 +80,13 @@ async fn setup() -> Env {
         ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), clock.clone())
             .await
             .unwrap();
-    let payer = ExactAlgoPayer::new(payer_key, algod.clone(), Policy::default(), clock);
+    let payer = ExactAlgoPayer::new(
+        payer_key,
+        algod.clone(),
+        Policy::default(),
+        store.clone(),
+        clock,
+    );
     let (base, server) = serve(example_app(&receiver, 1000)).await;
     Env {
         net,
@@ -737,7 +743,7 @@ async fn an_unreachable_algod_is_a_503_and_the_same_payment_settles_later() {
         ExactAlgoReceiver::connect(algod.clone(), treasury, store.clone(), clock.clone())
             .await
             .unwrap();
-    let payer = ExactAlgoPayer::new(payer_key, algod, Policy::default(), clock);
+    let payer = ExactAlgoPayer::new(payer_key, algod, Policy::default(), store.clone(), clock);
     let (base, _server) = serve(example_app(&receiver, 1000)).await;
     let http = client();
     let url = format!("{base}/api/posts/1");

@@ -223,6 +223,7 @@ impl ExactAlgoHarness {
                     max_amount: FUNDED * 10,
                     ..Policy::default()
                 },
+                stores.0.clone(),
                 shared.clone(),
             ),
             stores.0.clone(),
