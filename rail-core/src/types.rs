@@ -225,6 +225,15 @@ impl Offer {
         Ok(())
     }
 
+    /// How long a single-use mark for a payment of this offer must be kept, from `now`: the
+    /// offer's remaining life (after it, the offer itself refuses any payment) plus `margin`
+    /// (clock skew, and whatever the rail lets outlive the offer, such as a hold).
+    #[must_use]
+    pub fn retention(&self, now: Timestamp, margin: std::time::Duration) -> std::time::Duration {
+        let left = u64::try_from(self.expires_at.0.saturating_sub(now.0)).unwrap_or(0);
+        std::time::Duration::from_millis(left).saturating_add(margin)
+    }
+
     /// For a pay-only rail's payer: the offer is for `rail` and asks for a payment, not a hold.
     ///
     /// # Errors

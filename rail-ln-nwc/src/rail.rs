@@ -397,10 +397,18 @@ impl Receiver for NwcReceiver {
                 }
             }
         };
+        // Single use for as long as the payment could be presented: after the offer's life it
+        // is refused as expired. A hold's mark outlives any HTLC it could stand for (the longest
+        // CLTV a route may carry, 2016 blocks, about 14 days): a late replay must never make
+        // `release_expired_hold` cancel a hold that was verified in time.
+        let margin = match offer.mode {
+            PaymentMode::Capture => MARK_MARGIN,
+            PaymentMode::Hold => HOLD_MARK_MARGIN,
+        };
         self.guard
             .reserve(&details.payment_hash, Duration::from_secs(30))
             .await?
-            .commit(None)
+            .commit(Some(offer.retention(self.clock.now(), margin)))
             .await?;
         Ok(Verified {
             rail: RailId::new(RAIL),
@@ -499,6 +507,11 @@ impl HoldReceiver for NwcReceiver {
             .await
     }
 }
+
+/// How long past its offer's life a verified payment's single-use mark is kept.
+pub const MARK_MARGIN: Duration = Duration::from_secs(24 * 3600);
+/// The same for a hold: longer than any HTLC can be held (2016 blocks ≈ 14 days), plus a day.
+pub const HOLD_MARK_MARGIN: Duration = Duration::from_secs(15 * 24 * 3600);
 
 /// The payer.
 #[derive(Clone)]

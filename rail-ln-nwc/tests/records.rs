@@ -1,0 +1,76 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+//! The receiver's single-use marks are kept as long as a payment could be presented, then
+//! forgotten: before, every verified payment hash was kept for ever and the store grew without
+//! bound.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lightning_invoice::Currency;
+use rail_core::keys::KeyStore;
+use rail_core::{Asset, Charge, ManualClock, MemoryKeyStore, Money, OpId, Payer, Receiver};
+use rail_ln_nwc::client::{ClientOptions, NwcClient};
+use rail_ln_nwc::devnet::{Devnet, DevnetConfig, WalletSpec};
+use rail_ln_nwc::rail::{MARK_MARGIN, NwcPayer, NwcReceiver, Proof};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
+    let net = Devnet::start(DevnetConfig::default()).await.unwrap();
+    let agent = net
+        .create_wallet(WalletSpec::new("agent", 1_000_000))
+        .await
+        .unwrap();
+    let shop = net.create_wallet(WalletSpec::new("shop", 0)).await.unwrap();
+    let connect = |uri| async move {
+        Arc::new(
+            NwcClient::connect(uri, ClientOptions::default())
+                .await
+                .unwrap(),
+        )
+    };
+    let clock = ManualClock::starting_now();
+    let store = Arc::new(MemoryKeyStore::with_clock(Arc::new(clock.clone())));
+    let receiver = NwcReceiver::new(
+        connect(&shop.uri).await,
+        rand::random(),
+        store.clone(),
+        Arc::new(clock.clone()),
+    )
+    .await
+    .unwrap();
+    let payer = NwcPayer::new(
+        connect(&agent.uri).await,
+        Currency::Regtest,
+        Money::parse(Asset::btc(), "0.00001").unwrap(),
+        Arc::new(clock.clone()),
+    );
+    let ttl = Duration::from_secs(600);
+    let offer = receiver
+        .offer(&Charge::capture(
+            Money::from_minor(Asset::btc(), 21_000).unwrap(),
+            ttl,
+        ))
+        .await
+        .unwrap();
+    let payment = payer.pay(&OpId::random(), &offer).await.unwrap();
+    receiver.verify(&offer, &payment).await.unwrap();
+    let hash = payment.proof_as::<Proof>().unwrap().payment_hash;
+    let mark = store.get("ln-nwc/verified", &hash).await.unwrap().unwrap();
+    assert_eq!(
+        mark.record.expires_at,
+        Some(offer.expires_at.plus(MARK_MARGIN)),
+        "kept for the offer's life and a margin, not for ever"
+    );
+    // Within that time a replay is refused as a replay; after it, as an expired offer — never
+    // accepted.
+    assert_eq!(
+        receiver.verify(&offer, &payment).await.unwrap_err().code(),
+        "replayed"
+    );
+    clock.advance(ttl + MARK_MARGIN + Duration::from_secs(1));
+    assert_eq!(store.purge_expired().await.unwrap(), 1);
+    assert_eq!(
+        receiver.verify(&offer, &payment).await.unwrap_err().code(),
+        "offer_expired"
+    );
+}
