@@ -47,6 +47,12 @@ use crate::currency;
 /// taken again after this).
 pub const WEBHOOK_PROCESSING_LEASE: Duration = Duration::from_secs(300);
 
+/// How long past its offer's life a verified intent's single-use mark is kept, and so how long
+/// after an offer expired a payment presented late is given back automatically: the mark is what
+/// tells a payment verified in time (the receiver's) from a late one. A payment presented after
+/// this window is refused and reported, never refunded blindly (it may have been served).
+pub const GIVE_BACK_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// The rail's name.
 pub const RAIL: &str = "stripe";
 /// Metadata key binding an intent to its offer.
@@ -277,6 +283,13 @@ impl StripeReceiver {
             return;
         }
         // A payment verified in time is the receiver's: a late replay of it gives nothing back.
+        // Its mark lives for the give-back window; past it, nothing is given back blindly.
+        // (A day short of the mark's life: clocks of hosts and store may differ.)
+        let cutoff = GIVE_BACK_WINDOW.saturating_sub(Duration::from_secs(24 * 3600));
+        if self.clock.now() >= offer.expires_at.plus(cutoff) {
+            tracing::warn!(intent = %pi.id, offer = %offer.id, "stripe: a payment presented after the give-back window of its expired offer: refused, not refunded (check it by hand)");
+            return;
+        }
         if !matches!(self.guard.state(pi.id.as_str()).await, Ok(None)) {
             return;
         }
@@ -513,7 +526,7 @@ impl Receiver for StripeReceiver {
         self.guard
             .reserve(pi.id.as_str(), Duration::from_secs(30))
             .await?
-            .commit(None)
+            .commit(Some(offer.retention(self.clock.now(), GIVE_BACK_WINDOW)))
             .await?;
         Ok(Verified {
             rail: RailId::new(RAIL),

@@ -23,6 +23,7 @@ use rail_core::{
     OpId, Payer, PaymentState, RailError, Receiver, RefundReceiver, SharedClock,
 };
 use rail_stripe::emulator::{AUTHORIZATION_LIFETIME, Emulator, EmulatorConfig, RunningEmulator};
+use rail_stripe::rail::GIVE_BACK_WINDOW;
 use rail_stripe::webhook::{self, Event, EventKind};
 use rail_stripe::{StripeHttp, StripePayer, StripeReceiver};
 use serde_json::{Value, json};
@@ -73,6 +74,7 @@ struct World {
     api: StripeHttp,
     receiver: Arc<StripeReceiver>,
     payer: Idempotent<StripePayer>,
+    store: Arc<dyn KeyStore>,
     endpoint: Arc<Endpoint>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -128,7 +130,7 @@ impl World {
         ));
         let payer = Idempotent::new(
             StripePayer::new(&running.url, card, usd(1_000_000), shared).unwrap(),
-            store,
+            store.clone(),
         );
         let endpoint = Arc::new(Endpoint {
             receiver: receiver.clone(),
@@ -147,6 +149,7 @@ impl World {
             api,
             receiver,
             payer,
+            store,
             endpoint,
             server,
         }
@@ -623,4 +626,44 @@ async fn an_expired_offers_payment_is_refused_and_given_back() {
     assert!(w.receiver.verify(&offer, &payment).await.is_err());
     let pi = intent(&w, payment.proof["payment_intent"].as_str().unwrap()).await;
     assert_eq!(refunded(&pi), 0, "a payment verified in time stays paid");
+}
+
+/// A verified intent's single-use mark lasts its offer's life plus the give-back window, not
+/// for ever (before, every verified intent was kept for ever and the store grew without bound);
+/// and once it is gone, a late replay is refused without anything being refunded — the
+/// give-back stops a day before the mark does.
+#[tokio::test]
+async fn verified_marks_lapse_after_the_give_back_window_and_nothing_is_refunded_blindly() {
+    let w = World::new().await;
+    let ttl = Duration::from_secs(60);
+    let offer = w
+        .receiver
+        .offer(&Charge::capture(usd(500), ttl))
+        .await
+        .unwrap();
+    let payment = w.payer.pay(&OpId::random(), &offer).await.unwrap();
+    w.receiver.verify(&offer, &payment).await.unwrap();
+    let pi_id = payment.proof["payment_intent"].as_str().unwrap().to_owned();
+    let mark = w
+        .store
+        .get("stripe/verified", &pi_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        mark.record.expires_at,
+        Some(offer.expires_at.plus(GIVE_BACK_WINDOW)),
+        "kept for the offer's life and the give-back window"
+    );
+    w.clock
+        .advance(ttl + GIVE_BACK_WINDOW + Duration::from_secs(1));
+    assert!(w.store.purge_expired().await.unwrap() >= 1);
+    let e = w.receiver.verify(&offer, &payment).await.unwrap_err();
+    assert_eq!(e.code(), "offer_expired");
+    let pi = intent(&w, &pi_id).await;
+    assert_eq!(
+        refunded(&pi),
+        0,
+        "a mark-less late payment is never refunded blindly"
+    );
 }
