@@ -107,6 +107,20 @@ impl ReplayGuard {
         }
     }
 
+    /// Takes a lapsed record over by compare-and-set on its token *and* its lapsed lease; a lost
+    /// acknowledgement is read back.
+    async fn take_over(&self, key: &str, token: i64, w: &Write) -> RailResult<bool> {
+        match self.store.take_over(&self.ns, key, token, w).await {
+            Ok(done) => Ok(done),
+            Err(e) => match self.store.get(&self.ns, key).await {
+                Ok(Some(seen)) if w.landed_as(&seen.record) => Ok(true),
+                Ok(Some(seen)) if seen.record.token != token => Ok(false),
+                Ok(None) => Ok(false),
+                _ => Err(e),
+            },
+        }
+    }
+
     /// Marks `key` used at once (no work in between), kept for `retain` (`None` = for ever;
     /// keep it at least as long as the thing it protects is valid). `true` if this call won.
     ///
@@ -146,7 +160,9 @@ impl ReplayGuard {
             if !same {
                 return Ok(Claim::Conflict(seen.record));
             }
-            if seen.record.lease_until.is_none() {
+            // Finished: no lease, or a retention already started (a renewal that arrived after
+            // the finish cannot make a finished record look in flight).
+            if seen.record.lease_until.is_none() || seen.record.expires_at.is_some() {
                 return Ok(Claim::Finished(seen.record));
             }
             if !seen.lease_lapsed() {
@@ -165,14 +181,14 @@ impl ReplayGuard {
                 retain: None,
                 lease: Some(lease),
             };
-            if self.replace(key, previous.token, &take).await? {
+            if self.take_over(key, previous.token, &take).await? {
                 tracing::info!(ns = %self.ns, key, state = %previous.state, "took over a lapsed lease; recovering");
                 return Ok(Claim::Recover {
                     reservation: self.reservation(key, &take),
                     previous,
                 });
             }
-            // Another recoverer (or the holder's late renewal) won: look again.
+            // Another recoverer won, or the holder renewed in time: look again.
         }
         Err(RailError::Storage(format!(
             "key {}/{key} kept changing under contention",

@@ -42,8 +42,16 @@ const REPLACE: Template = Template(
      expires_at = {now} + $5, lease_until = {now} + $6 WHERE ns = $7 AND key = $8 AND token = $9",
     10,
 );
+const TAKE_OVER: Template = Template(
+    "UPDATE rail_keys SET token = $1, state = $2, fingerprint = $3, value = $4,
+     expires_at = {now} + $5, lease_until = {now} + $6
+     WHERE ns = $7 AND key = $8 AND token = $9 AND lease_until IS NOT NULL
+       AND lease_until <= {now}",
+    10,
+);
 const RENEW: Template = Template(
-    "UPDATE rail_keys SET lease_until = {now} + $1 WHERE ns = $2 AND key = $3 AND token = $4",
+    "UPDATE rail_keys SET lease_until = {now} + $1
+     WHERE ns = $2 AND key = $3 AND token = $4 AND lease_until IS NOT NULL",
     5,
 );
 const REMOVE: &str = "DELETE FROM rail_keys WHERE ns = $1 AND key = $2 AND token = $3";
@@ -62,6 +70,7 @@ const PURGE: Template = Template(
 struct Statements {
     insert_if_absent: String,
     replace: String,
+    take_over: String,
     renew: String,
     get: String,
     purge: String,
@@ -75,6 +84,7 @@ impl Statements {
         Statements {
             insert_if_absent: fill(&INSERT_IF_ABSENT),
             replace: fill(&REPLACE),
+            take_over: fill(&TAKE_OVER),
             renew: fill(&RENEW),
             get: fill(&GET),
             purge: fill(&PURGE),
@@ -151,6 +161,30 @@ macro_rules! sql_key_store {
                 rec: &Write,
             ) -> RailResult<bool> {
                 let r = sqlx::query(&STATEMENTS.replace)
+                    .bind(rec.token)
+                    .bind(&rec.state)
+                    .bind(&rec.fingerprint)
+                    .bind(&rec.value)
+                    .bind(rec.retain.map(millis))
+                    .bind(rec.lease.map(millis))
+                    .bind(ns)
+                    .bind(key)
+                    .bind(token)
+                    .bind(self.now())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                Ok(r.rows_affected() == 1)
+            }
+
+            async fn take_over(
+                &self,
+                ns: &str,
+                key: &str,
+                token: i64,
+                rec: &Write,
+            ) -> RailResult<bool> {
+                let r = sqlx::query(&STATEMENTS.take_over)
                     .bind(rec.token)
                     .bind(&rec.state)
                     .bind(&rec.fingerprint)

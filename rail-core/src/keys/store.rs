@@ -141,8 +141,13 @@ pub trait KeyStore: Send + Sync + fmt::Debug {
     /// another.
     async fn replace(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool>;
 
-    /// Extends the lease of the record whose token is `token` to `now + lease`; `false` if it is
-    /// gone or owned by another.
+    /// Replaces the record whose token is `token` with `rec` only if its lease has lapsed (a
+    /// recoverer's takeover: a holder that renewed in time keeps its key); `false` otherwise.
+    async fn take_over(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool>;
+
+    /// Extends the lease of the in-flight record whose token is `token` to `now + lease`;
+    /// `false` if it is gone, owned by another, or finished (a finished record is never leased
+    /// again, even by a renewal that arrives late).
     async fn renew(&self, ns: &str, key: &str, token: i64, lease: Duration) -> RailResult<bool>;
 
     /// Removes the record whose token is `token`; `false` if it is gone or owned by another.
@@ -237,11 +242,25 @@ impl KeyStore for MemoryKeyStore {
         }
     }
 
+    async fn take_over(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
+        let now = self.clock.now();
+        let mut map = self.lock()?;
+        match map.get_mut(&(ns.to_owned(), key.to_owned())) {
+            Some(existing)
+                if existing.token == token && existing.lease_until.is_some_and(|t| t <= now) =>
+            {
+                *existing = anchored(rec, now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn renew(&self, ns: &str, key: &str, token: i64, lease: Duration) -> RailResult<bool> {
         let now = self.clock.now();
         let mut map = self.lock()?;
         match map.get_mut(&(ns.to_owned(), key.to_owned())) {
-            Some(existing) if existing.token == token => {
+            Some(existing) if existing.token == token && existing.lease_until.is_some() => {
                 existing.lease_until = Some(now.plus(lease));
                 Ok(true)
             }

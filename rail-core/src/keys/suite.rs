@@ -64,6 +64,10 @@ impl KeyStore for LossyStore {
         let r = self.inner.replace(ns, key, token, rec).await;
         self.lose(r)
     }
+    async fn take_over(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
+        let r = self.inner.take_over(ns, key, token, rec).await;
+        self.lose(r)
+    }
     async fn renew(&self, ns: &str, key: &str, token: i64, lease: Duration) -> RailResult<bool> {
         let r = self.inner.renew(ns, key, token, lease).await;
         self.lose(r)
@@ -104,6 +108,7 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
     idempotency_lifecycle(&store, &clock, &ns).await;
     settlement_book_writes_ahead(&store, &clock, &ns).await;
     lost_acknowledgements_are_read_back(&store, &ns).await;
+    late_renewals_and_takeovers(&store, &clock, &ns).await;
 }
 
 /// claim → busy → release → claim → commit → finished (also long after).
@@ -393,5 +398,38 @@ pub async fn lost_acknowledgements_are_read_back(store: &Arc<dyn KeyStore>, ns: 
     assert!(matches!(
         idem.begin::<u32>(&op, b"c").await.unwrap(),
         Begin::Replay(7)
+    ));
+}
+
+/// A holder that renews after its lease lapsed but before a recoverer's takeover keeps its key
+/// (the takeover checks the lease, not only the token); a renewal that arrives after the
+/// finish never makes a finished record look in flight.
+pub async fn late_renewals_and_takeovers(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-g"));
+    let holder = fresh(guard.claim("k", 10 * S).await.unwrap());
+    clock.advance(11 * S);
+    // The recoverer has read the lapsed record; the holder renews before the takeover lands.
+    let seen = guard.seen("k").await.unwrap().unwrap();
+    assert!(seen.lease_lapsed());
+    holder.renew().await.unwrap();
+    let take = Write::leased(12345, RESERVED, 10 * S);
+    assert!(
+        !store
+            .take_over(&format!("{ns}-g"), "k", seen.record.token, &take)
+            .await
+            .unwrap(),
+        "a renewed lease is not taken over"
+    );
+    holder.commit(Some(60 * S)).await.unwrap();
+    // A renewal statement that lands after the finish changes nothing.
+    assert!(
+        !store
+            .renew(&format!("{ns}-g"), "k", seen.record.token, 10 * S)
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        guard.claim("k", 10 * S).await.unwrap(),
+        Claim::Finished(_)
     ));
 }

@@ -211,6 +211,16 @@ impl KeyStore for FailingWrites {
         self.check()?;
         self.inner.replace(ns, key, token, rec).await
     }
+    async fn take_over(
+        &self,
+        ns: &str,
+        key: &str,
+        token: i64,
+        rec: &Write,
+    ) -> crate::RailResult<bool> {
+        self.check()?;
+        self.inner.take_over(ns, key, token, rec).await
+    }
     async fn renew(
         &self,
         ns: &str,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
-use crate::error::RailResult;
+use crate::error::{RailError, RailReason, RailResult};
 use crate::keys::{Attempt, Idempotency, KeyStore};
 use crate::rail::{Capabilities, HoldPayer, Payer, Rail};
 use crate::types::{Offer, OpId, Payment, PaymentMode, RailId};
@@ -95,10 +95,20 @@ impl<P: FindPayment> Idempotent<P> {
         };
         self.idem
             .run(op, offer, |attempt| async move {
-                if attempt == Attempt::Recovering
-                    && let Some(found) = self.inner.find_payment(op, offer, mode).await?
-                {
-                    return Ok(found);
+                if attempt == Attempt::Recovering {
+                    match self.inner.find_payment(op, offer, mode).await {
+                        Ok(Some(found)) => return Ok(found),
+                        Ok(None) => {}
+                        Err(e) if e.is_retryable() => return Err(e),
+                        // Cannot tell what the earlier attempt did: the operation stays held for
+                        // the next attempt (stuck beats paying twice).
+                        Err(e) => {
+                            return Err(RailError::Unavailable(RailReason::new(
+                                "recovery",
+                                format!("cannot tell what an earlier attempt did: {e}"),
+                            )));
+                        }
+                    }
                 }
                 act().await
             })

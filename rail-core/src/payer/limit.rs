@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::{RailError, RailResult};
-use crate::keys::{Claim, KeyStore, ReplayGuard, Write, fingerprint, millis, new_token};
+use crate::keys::{
+    Claim, KeyStore, ReplayGuard, Reservation, Write, fingerprint, millis, new_token,
+};
 use crate::money::{Asset, Money};
 use crate::rail::{Capabilities, HoldPayer, Payer, Rail};
 use crate::types::{Offer, OpId, Payment, RailId};
@@ -80,14 +82,17 @@ pub struct Budget {
     limits: Limits,
 }
 
-/// Money counted against a [`Budget`] for one operation.
+/// Money counted against a [`Budget`] for one operation. While the payment runs its marker is
+/// held (a concurrent retry of the operation waits); [`Spend::keep`] or [`Spend::release`] it
+/// once the outcome is known. Dropped without either, the marker lapses and the next attempt
+/// counts the operation again (never less than what was spent).
 #[derive(Debug)]
-#[must_use = "release a spend whose payment did not happen"]
+#[must_use = "keep or release a spend once the payment's outcome is known"]
 pub struct Spend {
     budget: Budget,
-    op: String,
     amount: Money,
-    counted_now: bool,
+    /// This attempt's marker and what it counted; `None`: counted by an earlier attempt.
+    marker: Option<(Reservation, Counted)>,
 }
 
 impl Spend {
@@ -101,7 +106,33 @@ impl Spend {
     /// attempt).
     #[must_use]
     pub fn counted_now(&self) -> bool {
-        self.counted_now
+        self.marker.is_some()
+    }
+
+    /// Runs `work` (the payment) while keeping the operation's marker alive.
+    pub async fn keep_alive<F: Future>(&self, work: F) -> F::Output {
+        match &self.marker {
+            Some((r, _)) => r.keep_alive(work).await,
+            None => work.await,
+        }
+    }
+
+    /// The payment happened (or may have): the amount stays counted.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] (the marker then lapses and a retry counts the operation again:
+    /// never less than what was spent).
+    pub async fn keep(self) -> RailResult<()> {
+        let Some((marker, counted)) = self.marker else {
+            return Ok(());
+        };
+        marker
+            .finish_with(
+                "counted",
+                Some(encode(&counted)?),
+                Some(self.budget.marker_retention()),
+            )
+            .await
     }
 
     /// The payment did not happen, for certain: give the amount back. Does nothing for an
@@ -110,13 +141,11 @@ impl Spend {
     /// # Errors
     /// [`RailError::Storage`].
     pub async fn release(self) -> RailResult<()> {
-        if !self.counted_now {
-            return Ok(());
-        }
-        let Some(seen) = self.budget.ops.seen(&self.op).await? else {
+        let Some((marker, counted)) = self.marker else {
             return Ok(());
         };
-        let counted: Counted = decode(seen.record.value.as_deref(), &self.op)?;
+        // The counters first, the marker last: a crash between leaves a lapsing marker, and the
+        // next attempt counts the operation afresh.
         self.budget
             .update(|st, _| {
                 if st.period == counted.period {
@@ -126,12 +155,7 @@ impl Spend {
                 Ok(())
             })
             .await?;
-        // The marker goes last: a crash before it leaves the operation counted (never less).
-        self.budget
-            .store
-            .remove(&ops_ns(&self.budget.scope), &self.op, seen.record.token)
-            .await?;
-        Ok(())
+        marker.release().await
     }
 }
 
@@ -147,6 +171,12 @@ fn decode<T: serde::de::DeserializeOwned>(v: Option<&str>, what: &str) -> RailRe
 
 fn encode<T: Serialize>(v: &T) -> RailResult<String> {
     serde_json::to_string(v).map_err(|e| RailError::Storage(format!("budget record: {e}")))
+}
+
+/// What `max` still allows after `spent` (zero when a lowered limit is already exceeded).
+fn left(max: &Money, spent: &Money) -> Money {
+    max.checked_sub(spent)
+        .unwrap_or_else(|_| Money::zero(max.asset().clone()))
 }
 
 fn exceeded(limit: &str, left: &Money, asked: &Money) -> RailError {
@@ -231,8 +261,9 @@ impl Budget {
                     (st, None, now)
                 }
             };
+            // Periods only move forward: a clock stepping back never grants a period again.
             let period = self.period_of(now);
-            if st.period != period {
+            if period > st.period {
                 st.period = period;
                 st.period_spent = Money::zero(self.asset.clone());
             }
@@ -278,11 +309,10 @@ impl Budget {
                 amount.asset()
             )));
         }
-        let spend = |counted_now| Spend {
+        let spend = |marker| Spend {
             budget: self.clone(),
-            op: op.as_str().to_owned(),
             amount: amount.clone(),
-            counted_now,
+            marker,
         };
         // The operation's marker first (one counter of an operation at a time): a marker left
         // by a crashed attempt is counted again — the safe direction, never under-counted.
@@ -295,7 +325,7 @@ impl Budget {
             )
             .await?
         {
-            Claim::Finished(_) => return Ok(spend(false)),
+            Claim::Finished(_) => return Ok(spend(None)),
             Claim::Conflict(_) => {
                 return Err(RailError::IdempotencyConflict {
                     op_id: op.to_string(),
@@ -320,21 +350,13 @@ impl Budget {
                 if let Some((_, max)) = &limits.per_period
                     && period_spent.amount() > max.amount()
                 {
-                    return Err(exceeded(
-                        "per_period",
-                        &max.checked_sub(&st.period_spent)?,
-                        amount,
-                    ));
+                    return Err(exceeded("per_period", &left(max, &st.period_spent), amount));
                 }
                 let total_spent = st.total_spent.checked_add(amount)?;
                 if let Some(max) = &limits.total
                     && total_spent.amount() > max.amount()
                 {
-                    return Err(exceeded(
-                        "total",
-                        &max.checked_sub(&st.total_spent)?,
-                        amount,
-                    ));
+                    return Err(exceeded("total", &left(max, &st.total_spent), amount));
                 }
                 st.period_spent = period_spent;
                 st.total_spent = total_spent;
@@ -345,12 +367,8 @@ impl Budget {
             })
             .await;
         match counted {
-            Ok(c) => {
-                marker
-                    .finish_with("counted", Some(encode(&c)?), Some(self.marker_retention()))
-                    .await?;
-                Ok(spend(true))
-            }
+            // Held in flight until the payment's outcome is known.
+            Ok(c) => Ok(spend(Some((marker, c)))),
             Err(e) => {
                 // Nothing was counted: the marker goes, so the operation may be tried again.
                 if let Err(r) = marker.release().await {
@@ -411,17 +429,17 @@ impl<P> SpendLimit<P> {
         Fut: Future<Output = RailResult<Payment>> + Send,
     {
         let spend = self.budget.reserve(op, &offer.amount).await?;
-        match act().await {
-            Ok(p) => Ok(p),
-            Err(e) => {
-                if !e.is_retryable()
-                    && let Err(store) = spend.release().await
-                {
-                    tracing::warn!(op = %op, error = %store, "could not give back a refused payment's budget");
-                }
-                Err(e)
-            }
+        let out = spend.keep_alive(act()).await;
+        let ended = match &out {
+            // Refused for certain: nothing was paid, the amount goes back.
+            Err(e) if !e.is_retryable() => spend.release().await,
+            // Paid, or perhaps paid: counted.
+            _ => spend.keep().await,
+        };
+        if let Err(store) = ended {
+            tracing::warn!(op = %op, error = %store, "could not record a payment's budget outcome; the operation is counted again on its next attempt");
         }
+        out
     }
 }
 
