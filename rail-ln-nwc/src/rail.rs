@@ -553,6 +553,17 @@ impl NwcPayer {
 
     /// Checks the offer's invoice: signature, network, amount, expiry, payee, payment hash.
     fn check(&self, offer: &Offer, mode: PaymentMode) -> RailResult<(OfferDetails, u64)> {
+        self.check_at(offer, mode, true)
+    }
+
+    /// As [`NwcPayer::check`]; `live`: the invoice must not have expired (a look-up of what an
+    /// earlier attempt paid skips that: a payment made in time is found after the invoice's end).
+    fn check_at(
+        &self,
+        offer: &Offer,
+        mode: PaymentMode,
+        live: bool,
+    ) -> RailResult<(OfferDetails, u64)> {
         if offer.rail.as_str() != RAIL {
             return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
         }
@@ -583,7 +594,7 @@ impl NwcPayer {
         if amount != want {
             return Err(RailError::mismatch(Binding::Amount, want, amount));
         }
-        if inv.is_expired() {
+        if live && inv.is_expired() {
             return Err(RailError::OfferExpired {
                 offer_id: offer.id.clone(),
                 expired_at: offer.expires_at,
@@ -717,7 +728,7 @@ impl rail_core::payer::FindPayment for NwcPayer {
         offer: &Offer,
         mode: PaymentMode,
     ) -> RailResult<Option<Payment>> {
-        let (details, _) = self.check(offer, mode)?;
+        let (details, _) = self.check_at(offer, mode, false)?;
         let tx = match self.client.lookup_invoice(&details.payment_hash).await {
             Ok(tx) => tx,
             Err(NwcError::Wallet {
@@ -733,7 +744,14 @@ impl rail_core::payer::FindPayment for NwcPayer {
             (PaymentMode::Hold, Some(TxState::Accepted | TxState::Settled)) => self
                 .proof(offer, &details, PaymentMode::Hold, None)
                 .map(Some),
-            _ => Ok(None),
+            // Over for certain: nothing moved, pay now.
+            (_, Some(TxState::Failed | TxState::Expired)) => Ok(None),
+            // Still in flight (or a state this version does not know): cannot tell yet, so the
+            // operation stays held for the next attempt rather than paying a second time.
+            (_, state) => Err(RailError::Unavailable(RailReason::new(
+                "payment_in_flight",
+                format!("the wallet reports the earlier payment as {state:?}; retry later"),
+            ))),
         }
     }
 }

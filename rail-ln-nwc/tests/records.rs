@@ -74,3 +74,70 @@ async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
         "offer_expired"
     );
 }
+
+/// What an earlier attempt paid is found in the wallet, also after the invoice expired (before,
+/// the look-up refused the expired offer and the charge that happened was reported as an
+/// error); an invoice the wallet never paid is "nothing moved".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_payment_is_found_after_its_invoice_expired() {
+    use rail_core::PaymentMode;
+    use rail_core::payer::FindPayment;
+    let net = Devnet::start(DevnetConfig::default()).await.unwrap();
+    let agent = net
+        .create_wallet(WalletSpec::new("agent", 1_000_000))
+        .await
+        .unwrap();
+    let shop = net.create_wallet(WalletSpec::new("shop", 0)).await.unwrap();
+    let connect = |uri| async move {
+        Arc::new(
+            NwcClient::connect(uri, ClientOptions::default())
+                .await
+                .unwrap(),
+        )
+    };
+    let clock = Arc::new(rail_core::SystemClock);
+    let store = Arc::new(MemoryKeyStore::default());
+    let receiver = NwcReceiver::new(
+        connect(&shop.uri).await,
+        rand::random(),
+        store,
+        clock.clone(),
+    )
+    .await
+    .unwrap();
+    let payer = NwcPayer::new(
+        connect(&agent.uri).await,
+        Currency::Regtest,
+        Money::parse(Asset::btc(), "0.00001").unwrap(),
+        clock,
+    );
+    let price = Money::from_minor(Asset::btc(), 21_000).unwrap();
+    let unpaid = receiver
+        .offer(&Charge::capture(price.clone(), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    assert_eq!(
+        payer
+            .find_payment(&op, &unpaid, PaymentMode::Capture)
+            .await
+            .unwrap(),
+        None,
+        "never paid: nothing moved"
+    );
+    let offer = receiver
+        .offer(&Charge::capture(price, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let paid = payer.pay(&op, &offer).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let found = payer
+        .find_payment(&op, &offer, PaymentMode::Capture)
+        .await
+        .unwrap();
+    assert_eq!(
+        found,
+        Some(paid),
+        "found with its preimage after the invoice expired"
+    );
+}
