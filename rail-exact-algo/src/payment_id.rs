@@ -208,7 +208,9 @@ impl PaymentIds {
                 return Err(LifecycleError::AlreadyUsed);
             }
             // The same transaction is being settled right now: retry it, never pay again.
-            Claim::Busy { state, retry_after } if state == submitting => {
+            // (A held record for this very transaction still in `reserved` is the same: its
+            // settler is checking the challenge.)
+            Claim::Busy { state, retry_after } if state == submitting || state == RESERVED => {
                 return Err(LifecycleError::InProgress { retry_after });
             }
             // Settled, but perhaps never answered (a crash, a lost store write): the same
@@ -228,7 +230,10 @@ impl PaymentIds {
         reservation
             .advance(&submitting, None)
             .await
-            .map_err(|_| LifecycleError::AlreadyUsed)?;
+            .map_err(|e| match e {
+                RailError::Replayed { .. } => LifecycleError::AlreadyUsed,
+                other => store(other),
+            })?;
         Ok(Begin::Fresh(settling(reservation)))
     }
 

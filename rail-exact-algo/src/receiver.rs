@@ -518,9 +518,11 @@ impl ExactAlgoReceiver {
                                     tracing::error!(txid = %txid, error = %e, "settled, but could not record it");
                                 }
                             }
-                            // Unknown again: the record stays for the next retry.
-                            Err(Refusal::Unavailable(_)) => drop(s),
-                            Err(_) => s.failed().await?,
+                            // Not settled by this resume: the record stays (the transaction
+                            // may have confirmed and been forgotten by algod's pool; a
+                            // resubmission past its window is refused as dead). The paymentId
+                            // is never freed for another transaction by a resume.
+                            Err(_) => drop(s),
                         }
                         round?
                     }

@@ -290,11 +290,30 @@ pub const SETTLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// it wrote ahead.
 #[derive(Clone, Debug)]
 pub struct SettlementBook {
-    book: rail_core::SettlementBook<String>,
+    book: rail_core::SettlementBook<Sent>,
 }
 
-/// A settlement held by this settler (`sent` = the raw signed transaction, hex).
-type Settling = rail_core::keys::Settling<String>;
+/// What a settler wrote ahead: the signed transaction and its account nonce, so a recoverer
+/// can send the very same transaction again, or know it can never be mined.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Sent {
+    /// The raw signed transaction, hex.
+    raw: String,
+    /// Its nonce on the settling account.
+    nonce: u64,
+}
+
+/// A settlement held by this settler.
+type Settling = rail_core::keys::Settling<Sent>;
+
+/// What following a dead settler's transaction found.
+enum Recovered {
+    /// The chain decided: this is the answer.
+    Answer(SettleResponse),
+    /// Not mined, and its nonce was used by another transaction: it never will be, and the
+    /// authorization is unused — nothing moved.
+    NeverMined,
+}
 
 /// What the book says about an authorization.
 #[derive(Debug)]
@@ -304,7 +323,7 @@ enum Entry {
     /// A transaction was written ahead (maybe sent, maybe not) by a live settler.
     Submitted(B256),
     /// A settler died after writing this transaction ahead; this caller follows it.
-    Recover(Settling, B256),
+    Recover(Settling, B256, Sent),
     /// Settled by this transaction.
     Settled(B256),
     /// Held, no transaction written yet (a settler is verifying).
@@ -340,7 +359,7 @@ impl SettlementBook {
             match self.book.open(key).await.map_err(|e| store_err(&e))? {
                 Opened::Fresh(s) | Opened::Recover(s, None) => Entry::Fresh(s),
                 Opened::Recover(s, Some(previous)) => {
-                    Entry::Recover(s, tx_hash(&previous.rail_id)?)
+                    Entry::Recover(s, tx_hash(&previous.rail_id)?, previous.sent)
                 }
                 Opened::InFlight {
                     settlement: Some(s),
@@ -707,7 +726,13 @@ impl LocalFacilitator {
             // Write-ahead: once this is stored, no settler sends another transaction for
             // this authorization.
             if let Err(e) = reservation
-                .submitting(&format!("{:#x}", signed.hash), hex::encode(&signed.raw))
+                .submitting(
+                    &format!("{:#x}", signed.hash),
+                    Sent {
+                        raw: hex::encode(&signed.raw),
+                        nonce,
+                    },
+                )
                 .await
             {
                 return Broadcast::NotSent(FacilitatorError::Store(e.to_string()));
@@ -862,9 +887,51 @@ impl LocalFacilitator {
         let a = &ok.authorization;
         let key = SettlementBook::key(self.chain_id, ok.domain.verifying_contract, a.from, a.nonce);
         match self.book.recorded(&key).await? {
-            Some(tx) => self.follow(payload, &ok, tx).await.map(already_settled),
+            Some(tx) => match self.follow(payload, &ok, tx).await {
+                // Not mined by now, and the authorization has expired: it can never execute
+                // (FiatToken checks validBefore when it runs), so nothing moved.
+                Err(FacilitatorError::InProgress { .. }) => Ok(expired()),
+                other => other.map(already_settled),
+            },
             None => Ok(expired()),
         }
+    }
+
+    /// Follows a dead settler's written-ahead transaction: its receipt decides; not mined and
+    /// its nonce taken by another transaction, it never will be; otherwise the very same
+    /// transaction is sent again (the settler may have died before broadcasting it, or the node
+    /// dropped it) and the outcome is still open.
+    async fn recover(
+        &self,
+        payload: &PaymentPayload,
+        ok: &OfflineVerified,
+        tx: B256,
+        sent: &Sent,
+    ) -> Result<Recovered, FacilitatorError> {
+        match self.follow(payload, ok, tx).await {
+            Err(FacilitatorError::InProgress { .. }) => {}
+            other => return other.map(Recovered::Answer),
+        }
+        let mined = self
+            .rpc
+            .transaction_count(self.signer.address(), "latest")
+            .await
+            .map_err(|e| rpc_down(&e))?;
+        if mined > sent.nonce {
+            tracing::warn!(tx = %tx, nonce = sent.nonce, "x402: a written-ahead transaction lost its nonce to another and can never be mined");
+            return Ok(Recovered::NeverMined);
+        }
+        if let Ok(raw) = hex::decode(&sent.raw) {
+            match self.rpc.send_raw_transaction(&raw.into()).await {
+                Ok(_) => tracing::info!(tx = %tx, "x402: re-sent a dead settler's transaction"),
+                Err(e) => {
+                    tracing::info!(tx = %tx, error = %e, "x402: re-sending a dead settler's transaction");
+                }
+            }
+        }
+        Err(FacilitatorError::InProgress {
+            retry_after: Duration::from_secs(2),
+        })
     }
 
     /// A recorded transaction: its receipt decides; none yet means in progress.
@@ -962,19 +1029,27 @@ impl Facilitator for LocalFacilitator {
                     .await
                     .map(already_settled);
             }
-            Entry::Recover(settling, tx) => {
-                // The settler that wrote this transaction ahead is gone: follow it, and keep
-                // the record until the chain has decided.
-                let answer = settling
-                    .keep_alive(self.follow(payload, &offline, tx))
+            Entry::Recover(settling, tx, sent) => {
+                // The settler that wrote this transaction ahead is gone: follow it (sending it
+                // again if the node lost it), and keep the record until the chain has decided.
+                let found = settling
+                    .keep_alive(self.recover(payload, &offline, tx, &sent))
                     .await;
-                let ended = match &answer {
-                    Ok(a) if a.success => {
-                        settling.settled(&format!("{tx:#x}"), String::new()).await
-                    }
+                let (ended, answer) = match found {
+                    Ok(Recovered::Answer(a)) if a.success => (
+                        settling.settled(&format!("{tx:#x}"), Sent::default()).await,
+                        Ok(a),
+                    ),
                     // Mined and refused: this transaction moved nothing.
-                    Ok(_) => settling.failed().await,
-                    Err(_) => settling.unknown().await,
+                    Ok(Recovered::Answer(a)) => (settling.failed().await, Ok(a)),
+                    // Can never be mined: the record goes, the next settle starts afresh.
+                    Ok(Recovered::NeverMined) => (
+                        settling.failed().await,
+                        Err(FacilitatorError::InProgress {
+                            retry_after: Duration::ZERO,
+                        }),
+                    ),
+                    Err(e) => (settling.unknown().await, Err(e)),
                 };
                 if let Err(e) = ended {
                     tracing::warn!(tx = %tx, error = %e, "x402: could not record a recovered settlement");
@@ -1065,7 +1140,7 @@ impl Facilitator for LocalFacilitator {
         let answer = self.judge(payload, &ok, &receipt).await;
         if answer.success {
             if let Err(e) = reservation
-                .settled(&format!("{hash:#x}"), String::new())
+                .settled(&format!("{hash:#x}"), Sent::default())
                 .await
             {
                 // Settled on chain: the answer stands; a later settle recovers the record.

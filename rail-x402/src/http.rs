@@ -567,7 +567,7 @@ pub async fn paywall_middleware(
             }
         }
     }
-    let settled = match ctx.settle(&payload).await {
+    let settled = match serving.keep_alive(ctx.settle(&payload)).await {
         Ok(s) => s,
         Err(resp) => {
             release(serving).await;
@@ -647,7 +647,7 @@ impl Ctx<'_> {
             release(serving).await;
             return resp;
         }
-        match self.settle(payload).await {
+        match serving.keep_alive(self.settle(payload)).await {
             Ok(settled) => {
                 mark_paid(&serving, &settled).await;
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {

@@ -242,7 +242,14 @@ impl McpPaywall {
             release(serving).await;
             return result;
         }
-        match settle_for_serving(&self.facilitator, &payload, &requirements).await {
+        match serving
+            .keep_alive(settle_for_serving(
+                &self.facilitator,
+                &payload,
+                &requirements,
+            ))
+            .await
+        {
             SettleOutcome::Settled(s) => {
                 mark_paid(&serving, &s).await;
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
@@ -276,7 +283,10 @@ impl McpPaywall {
         F: FnOnce() -> Fut + Send,
         Fut: Future<Output = CallToolResult> + Send,
     {
-        let settled = match settle_for_serving(&self.facilitator, payload, requirements).await {
+        let settled = match serving
+            .keep_alive(settle_for_serving(&self.facilitator, payload, requirements))
+            .await
+        {
             SettleOutcome::Settled(s) => s,
             SettleOutcome::Refused(s) => {
                 release(serving).await;

@@ -364,7 +364,14 @@ impl Receiver for X402Receiver {
                 },
                 other => other,
             })?;
-        let settled = match settle_for_serving(&self.facilitator, &payload, &requirements).await {
+        let settled = match serving
+            .keep_alive(settle_for_serving(
+                &self.facilitator,
+                &payload,
+                &requirements,
+            ))
+            .await
+        {
             SettleOutcome::Settled(s) => s,
             SettleOutcome::Refused(s) => {
                 release(serving).await;
