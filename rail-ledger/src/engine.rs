@@ -53,11 +53,15 @@ pub(crate) struct Changes {
     pub(crate) new_transfers: Vec<Transfer>,
     pub(crate) statuses: BTreeSet<TransferId>,
     pub(crate) accounts: BTreeSet<AccountId>,
+    /// Holds the expiry index called due that had not lapsed by their own entry: not
+    /// released; their status rows (and so their index entries) are rewritten.
+    pub(crate) repaired: Vec<TransferId>,
 }
 
 impl Changes {
+    /// Nothing to write (no account, no entry, no status row).
     pub(crate) fn is_empty(&self) -> bool {
-        self.new_accounts.is_empty() && self.new_transfers.is_empty()
+        self.new_accounts.is_empty() && self.new_transfers.is_empty() && self.statuses.is_empty()
     }
 }
 
@@ -428,11 +432,21 @@ fn open_pending(
     }
 }
 
+/// Expires hold `pid` if, by its own entry (timestamp + timeout), it has lapsed at `now`.
+///
+/// The backends find candidates through an index (`ledger_status.expires_at`); that index is
+/// only a hint. A hold the index calls due but whose own time has not come is not released:
+/// its status is rewritten instead (which rewrites the index from the hold itself).
 fn expire(snap: &mut Snapshot, ch: &mut Changes, pid: TransferId, now: Timestamp) {
     let Some(p) = snap.transfers.get(&pid).cloned() else {
         return;
     };
     if snap.statuses.get(&pid) != Some(&TransferStatus::Pending) {
+        return;
+    }
+    if p.expires_at().is_none_or(|e| now < e) {
+        ch.statuses.insert(pid);
+        ch.repaired.push(pid);
         return;
     }
     let m = release(expiry_id(pid), TransferKind::ExpirePending, &p);

@@ -440,6 +440,9 @@ async fn slow_path(
         let cmds: Vec<Command> = jobs.iter().flat_map(|j| j.cmds.iter().cloned()).collect();
         match backend.execute(&cmds, clock.now()).await {
             Ok(ex) => {
+                for id in &ex.changes.repaired {
+                    tracing::warn!(backend = backend.name(), hold = %id, "the expiry index called a hold due that has not lapsed by its own entry: not released, index row rewritten");
+                }
                 // Anything cached from before another writer's entries is stale: keep only what
                 // this batch loaded under the lock.
                 if ex.loaded_head != (cache.head_seq, cache.head_hash) {

@@ -68,6 +68,36 @@ impl Fixture {
             _ => unreachable!(),
         }
     }
+
+    /// One integer from a query run directly on the database (`NULL` reads as `None`).
+    async fn raw_i64(&self, sql: &str) -> Option<i64> {
+        match (&self.pg, &self._dir) {
+            (Some((url, schema)), _) => {
+                let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(opts.options([("search_path", schema.as_str())]))
+                    .await
+                    .unwrap();
+                sqlx::query_scalar::<_, Option<i64>>(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+            (None, Some(dir)) => {
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect(&sqlite_url(dir))
+                    .await
+                    .unwrap();
+                sqlx::query_scalar::<_, Option<i64>>(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+            _ => unreachable!(),
+        }
+    }
 }
 
 fn sqlite_url(dir: &tempfile::TempDir) -> String {
@@ -655,6 +685,59 @@ async fn expiry_sees_other_processes_holds(f: Fixture) {
     assert_eq!(a.account(x).await.unwrap().unwrap().available(), 99);
 }
 
+/// A corrupted expiry index (`ledger_status.expires_at`) must never release a live hold: the
+/// sweep re-checks the hold's own expiry (its entry's timestamp + timeout) first, and puts the
+/// index right.
+async fn expiry_rechecks_the_holds_own_time(f: Fixture) {
+    let l = &f.ledger;
+    let bank = account(l, false).await;
+    let alice = account(l, true).await;
+    let shop = account(l, true).await;
+    l.transfer(single(bank, alice, 100)).await.unwrap();
+    let hold = TransferId::random();
+    let created = l
+        .transfer(TransferRequest::Pending {
+            id: hold,
+            debit: alice,
+            credit: shop,
+            amount: 80,
+            user_data: 0,
+            timeout_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    let due_at = created.transfer().expires_at().unwrap().0;
+    // The index row now says the hold lapsed long ago; the hold itself has 60 s left.
+    f.raw_exec("UPDATE ledger_status SET expires_at = 0 WHERE status = 1")
+        .await;
+    l.expire_pending().await.unwrap();
+    let cold = f.second_handle().await; // a cold cache: goes by the index alone
+    cold.expire_pending().await.unwrap();
+    assert_eq!(
+        l.lookup_transfer(hold).await.unwrap().unwrap().1,
+        Some(TransferStatus::Pending),
+        "a live hold was released by a corrupted index row"
+    );
+    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 20);
+    assert_eq!(
+        f.raw_i64("SELECT expires_at FROM ledger_status WHERE status = 1")
+            .await,
+        Some(due_at),
+        "the sweep puts the index row right"
+    );
+    f.clock.advance(Duration::from_secs(30));
+    l.transfer(TransferRequest::Post {
+        id: TransferId::random(),
+        pending_id: hold,
+        amount: 80,
+    })
+    .await
+    .unwrap();
+    assert_eq!(l.account(shop).await.unwrap().unwrap().posted_balance(), 80);
+    let report = l.verify_journal().await.unwrap();
+    assert!(report.is_intact(), "{report:?}");
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -687,4 +770,5 @@ on_both!(
     concurrency_conserves_money,
     caches_never_overwrite_another_process,
     expiry_sees_other_processes_holds,
+    expiry_rechecks_the_holds_own_time,
 );

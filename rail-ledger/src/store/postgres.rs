@@ -196,7 +196,8 @@ where
          s AS (INSERT INTO ledger_status (id, status, amount, expires_at)
             SELECT u.* FROM UNNEST($33::bytea[], $34::int2[], $35::int8[], $36::int8[]) AS u
             WHERE EXISTS (SELECT 1 FROM h)
-            ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount)
+            ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount,
+                expires_at = EXCLUDED.expires_at)
          SELECT count(*) FROM h"
     ))
     .bind(snap.head_seq)

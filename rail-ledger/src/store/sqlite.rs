@@ -195,7 +195,8 @@ fn upsert_statuses_sql(n: usize) -> &'static str {
             "INSERT INTO ledger_status (id, status, amount, expires_at)",
             4,
             n,
-            "ON CONFLICT (id) DO UPDATE SET status = excluded.status, amount = excluded.amount",
+            "ON CONFLICT (id) DO UPDATE SET status = excluded.status, amount = excluded.amount, \
+             expires_at = excluded.expires_at",
         )
     })
 }
