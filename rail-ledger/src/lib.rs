@@ -56,8 +56,8 @@ pub use engine::{MAX_COUNTER, Problem, VerifyReport, entry_hash};
 pub use error::LedgerError;
 pub use ledger::{Ledger, MAX_BATCH};
 pub use rail::{
-    LedgerOfferDetails, LedgerPayer, LedgerProof, LedgerReceiver, RAIL, offer_binding,
-    op_transfer_id,
+    DEFAULT_HOLD, DEFAULT_MAX_HOLD, HoldRefusal, LedgerOfferDetails, LedgerPayer, LedgerProof,
+    LedgerReceiver, RAIL, offer_binding, op_transfer_id,
 };
 pub use types::{
     Account, AccountCreated, AccountId, Created, NewAccount, RESERVED_BIT, SideBalances, Transfer,
