@@ -54,7 +54,7 @@ mod types;
 
 pub use engine::{MAX_COUNTER, Problem, VerifyReport, entry_hash};
 pub use error::LedgerError;
-pub use ledger::{Ledger, MAX_BATCH};
+pub use ledger::{FAST_CLOCK_TOLERANCE, Ledger, MAX_BATCH};
 pub use rail::{
     DEFAULT_HOLD, DEFAULT_MAX_HOLD, HoldRefusal, LedgerOfferDetails, LedgerPayer, LedgerProof,
     LedgerReceiver, RAIL, offer_binding, op_transfer_id,

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::{Asset, ManualClock, SharedClock, Timestamp};
+use rail_core::{Asset, Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 use rail_ledger::{
     AccountId, Created, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferKind,
     TransferRequest, TransferStatus,
@@ -772,3 +772,106 @@ on_both!(
     expiry_sees_other_processes_holds,
     expiry_rechecks_the_holds_own_time,
 );
+
+/// Processes sharing one PostgreSQL ledger whose clocks disagree (here two hours each way):
+/// a hold is created and expired by one time source, the database's clock, never by whichever
+/// process happens to stamp or to sweep. (Before, a process whose clock ran ahead released
+/// other processes' live holds, and one whose clock ran behind kept lapsed holds locked.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_hold_expiry_follows_one_clock() {
+    let Some(f) = fixture(Backend::Postgres).await else {
+        return;
+    };
+    let (url, schema) = f.pg.clone().unwrap();
+    let real = SystemClock.now();
+    let host = |offset_ms: i64| -> SharedClock {
+        Arc::new(ManualClock::at(Timestamp(real.0 + offset_ms)))
+    };
+    let two_hours = 2 * 3_600_000;
+    let a = Ledger::postgres_with_host_clock(&url, Some(&schema), host(0))
+        .await
+        .unwrap();
+    let ahead = Ledger::postgres_with_host_clock(&url, Some(&schema), host(two_hours))
+        .await
+        .unwrap();
+    let behind = Ledger::postgres_with_host_clock(&url, Some(&schema), host(-two_hours))
+        .await
+        .unwrap();
+    let bank = account(&a, false).await;
+    let x = account(&a, true).await;
+    let y = account(&a, true).await;
+    a.transfer(single(bank, x, 1_000)).await.unwrap();
+    let hold = |l: Ledger, amount: u64, timeout_ms: u64| async move {
+        let id = TransferId::random();
+        let t = l
+            .transfer(TransferRequest::Pending {
+                id,
+                debit: x,
+                credit: y,
+                amount,
+                user_data: 0,
+                timeout_ms,
+            })
+            .await
+            .unwrap();
+        (id, t.transfer().expires_at().unwrap())
+    };
+    let status = |id| {
+        let a = a.clone();
+        async move { a.lookup_transfer(id).await.unwrap().unwrap().1 }
+    };
+
+    // A 60 s hold; the process two hours ahead sweeps at once, then captures it.
+    let (h1, _) = hold(a.clone(), 100, 60_000).await;
+    ahead.expire_pending().await.unwrap();
+    assert_eq!(
+        status(h1).await,
+        Some(TransferStatus::Pending),
+        "a live hold released by a process whose clock runs ahead"
+    );
+    ahead
+        .transfer(TransferRequest::Post {
+            id: TransferId::random(),
+            pending_id: h1,
+            amount: 100,
+        })
+        .await
+        .unwrap();
+
+    // A 300 ms hold made by the process ahead: once it lapsed by the database's clock, the
+    // process two hours behind releases it.
+    let (h2, due) = hold(ahead.clone(), 50, 300).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while behind.now().await.unwrap() < due && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    behind.expire_pending().await.unwrap();
+    assert_eq!(
+        status(h2).await,
+        Some(TransferStatus::Expired),
+        "a lapsed hold kept locked by a process whose clock runs behind"
+    );
+    assert_eq!(a.account(x).await.unwrap().unwrap().available(), 900);
+
+    // All three read the same time, whatever their own clocks say.
+    let (ta, tb, tc) = (
+        a.now().await.unwrap(),
+        ahead.now().await.unwrap(),
+        behind.now().await.unwrap(),
+    );
+    assert!(
+        (tb.0 - ta.0).abs() < 1_000 && (tc.0 - ta.0).abs() < 1_000,
+        "{ta} {tb} {tc}"
+    );
+    let report = a.verify_journal().await.unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    if let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+    {
+        let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&pool)
+            .await;
+    }
+}

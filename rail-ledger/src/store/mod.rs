@@ -42,22 +42,55 @@ pub(crate) enum FastWrite {
     HeadMoved,
     /// A transfer id already exists in storage: nothing was written.
     Duplicate,
+    /// The batch's timestamp was not within the tolerance of the database's clock when the
+    /// write ran ([`ClockCheck`]): nothing was written.
+    ClockOff,
+}
+
+/// The time a locked batch runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchTime {
+    /// This time (the ledger's clock: SQLite's host clock, or an injected clock).
+    At(Timestamp),
+    /// The database's clock, read once the journal head is locked (PostgreSQL
+    /// `clock_timestamp()`; SQLite has no server: its host's clock).
+    Database,
+}
+
+/// An optimistic write's check on its batch's timestamp: written only if `stamped` is within
+/// `tolerance_ms` of the database's clock as the write runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClockCheck {
+    pub(crate) stamped: Timestamp,
+    pub(crate) tolerance_ms: i64,
+}
+
+/// How an optimistic write ended, and the database's clock as it ran (when the backend
+/// reports it: PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FastOutcome {
+    pub(crate) write: FastWrite,
+    pub(crate) db_now: Option<Timestamp>,
 }
 
 /// What the ledger needs from storage.
 #[async_trait]
 pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// Runs a batch under the journal-head lock: load, apply, write, commit.
-    async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Executed, LedgerError>;
+    async fn execute(&self, cmds: &[Command], time: BatchTime) -> Result<Executed, LedgerError>;
     /// Writes an already-applied batch if the journal head is still `expect` (sequence and hash:
-    /// another writer may reach the same sequence number, never the same hash): one atomic
+    /// another writer may reach the same sequence number, never the same hash) and, with a
+    /// `check`, the batch's timestamp is close enough to the database's clock: one atomic
     /// compare-and-set on the head plus the rows, or nothing.
     async fn write_fast(
         &self,
         expect: (i64, [u8; 32]),
         snap: &Snapshot,
         changes: &engine::Changes,
-    ) -> Result<FastWrite, LedgerError>;
+        check: Option<ClockCheck>,
+    ) -> Result<FastOutcome, LedgerError>;
+    /// The database's clock (SQLite: the host's).
+    async fn db_now(&self) -> Result<Timestamp, LedgerError>;
     /// How many optimistic writes may be in flight at once.
     fn pipeline_depth(&self) -> usize;
     async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError>;
@@ -281,12 +314,15 @@ const MAX_DUE: i64 = 256;
 macro_rules! reads {
     ($pool:ty, $prelude:expr) => {
         /// The start of a locked batch: the journal head (read with `head_sql`, which takes the
-        /// lock where the backend needs one) and the holds due for expiry at `now`.
+        /// lock where the backend needs one), the batch's time (given, or the database's clock
+        /// read with `clock_sql` once the head is held; without one, the host's clock), and the
+        /// holds due for expiry at that time.
         async fn head_and_due(
             tx: &mut Tx<'_>,
             head_sql: &'static str,
-            now: Timestamp,
-        ) -> Result<Snapshot, LedgerError> {
+            time: BatchTime,
+            clock_sql: Option<&'static str>,
+        ) -> Result<(Snapshot, Timestamp), LedgerError> {
             let mut snap = Snapshot::default();
             let head = sqlx::query(head_sql)
                 .fetch_one(&mut **tx)
@@ -297,6 +333,16 @@ macro_rules! reads {
                 &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
                 "head",
             )?;
+            let now = match (time, clock_sql) {
+                (BatchTime::At(t), _) => t,
+                (BatchTime::Database, Some(sql)) => Timestamp(
+                    sqlx::query_scalar::<_, i64>(sql)
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(|e| db(&e))?,
+                ),
+                (BatchTime::Database, None) => rail_core::Clock::now(&rail_core::SystemClock),
+            };
             let due = sqlx::query(
                 "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= $1
                  ORDER BY expires_at LIMIT $2",
@@ -310,7 +356,7 @@ macro_rules! reads {
                 let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
                 snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
             }
-            Ok(snap)
+            Ok((snap, now))
         }
 
         async fn read_account(pool: &$pool, id: AccountId) -> Result<Option<Account>, LedgerError> {

@@ -88,12 +88,21 @@ reads!(
     Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
 );
 
-async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snapshot, LedgerError> {
-    // The head row lock serializes every writer of this ledger, in every process.
-    let mut snap = head_and_due(
+/// The database's clock in milliseconds since the epoch (rounded down).
+const DB_NOW: &str = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8";
+
+async fn load(
+    tx: &mut Tx<'_>,
+    cmds: &[Command],
+    time: BatchTime,
+) -> Result<(Snapshot, Timestamp), LedgerError> {
+    // The head row lock serializes every writer of this ledger, in every process; the
+    // database's clock is read after it is taken, so batches' times follow their order.
+    let (mut snap, now) = head_and_due(
         tx,
         "SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE",
-        now,
+        time,
+        Some(DB_NOW),
     )
     .await?;
     let needs = engine::needs(cmds);
@@ -130,19 +139,21 @@ async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snaps
         let a = account_row(&row)?;
         snap.accounts.insert(a.id, a);
     }
-    Ok(snap)
+    Ok((snap, now))
 }
 
-/// The whole write of a batch as ONE statement: a compare-and-set on the journal head and,
-/// only if it matched, the accounts, entries and statuses (data-modifying CTEs run atomically
-/// as one statement). Returns whether the head matched. Run alone it is its own durable
-/// transaction: one round trip per batch.
+/// The whole write of a batch as ONE statement: a compare-and-set on the journal head (and,
+/// with a `check`, on the batch's timestamp against the database's clock) and, only if it
+/// matched, the accounts, entries and statuses (data-modifying CTEs run atomically as one
+/// statement). Returns whether it matched, and the database's clock as the statement ran. Run
+/// alone it is its own durable transaction: one round trip per batch.
 async fn write<'e, E>(
     ex: E,
     expect: (i64, [u8; 32]),
     snap: &Snapshot,
     ch: &engine::Changes,
-) -> Result<bool, sqlx::Error>
+    check: Option<ClockCheck>,
+) -> Result<(bool, Timestamp), sqlx::Error>
 where
     E: sqlx::PgExecutor<'e>,
 {
@@ -176,9 +187,12 @@ where
                 .map(|t| t.0),
         );
     }
-    let n: i64 = sqlx::query_scalar(&format!(
-        "WITH h AS (UPDATE ledger_head SET seq = $1, hash = $2
-            WHERE id = 1 AND seq = $3 AND hash = $37 RETURNING 1),
+    let (n, db_now): (i64, i64) = sqlx::query_as(&format!(
+        "WITH c AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8 AS now),
+         h AS (UPDATE ledger_head SET seq = $1, hash = $2
+            WHERE id = 1 AND seq = $3 AND hash = $37
+                AND ($38::int8 IS NULL OR abs((SELECT now FROM c) - $38::int8) <= $39::int8)
+            RETURNING 1),
          a AS (INSERT INTO ledger_accounts (id, asset, scale, no_overdraft, debits_pending,
                 debits_posted, credits_pending, credits_posted, created_at)
             SELECT u.* FROM UNNEST($4::bytea[], $5::text[], $6::int2[], $7::bool[], $8::int8[],
@@ -198,7 +212,7 @@ where
             WHERE EXISTS (SELECT 1 FROM h)
             ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount,
                 expires_at = EXCLUDED.expires_at)
-         SELECT count(*) FROM h"
+         SELECT (SELECT count(*) FROM h), (SELECT now FROM c)"
     ))
     .bind(snap.head_seq)
     .bind(snap.head_hash.to_vec())
@@ -237,9 +251,11 @@ where
     .bind(samounts)
     .bind(sexpires)
     .bind(expect.1.to_vec())
+    .bind(check.map(|c| c.stamped.0))
+    .bind(check.map_or(0, |c| c.tolerance_ms))
     .fetch_one(ex)
     .await?;
-    Ok(n == 1)
+    Ok((n == 1, Timestamp(db_now)))
 }
 
 #[async_trait]
@@ -248,15 +264,16 @@ impl Backend for PgBackend {
         "postgres"
     }
 
-    async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Executed, LedgerError> {
+    async fn execute(&self, cmds: &[Command], time: BatchTime) -> Result<Executed, LedgerError> {
         let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
-        let mut snap = load(&mut tx, cmds, now).await?;
+        let (mut snap, now) = load(&mut tx, cmds, time).await?;
         let expect = (snap.head_seq, snap.head_hash);
         let (outcomes, changes) = engine::apply_batch(&mut snap, cmds, now);
         if !changes.is_empty()
-            && !write(&mut *tx, expect, &snap, &changes)
+            && !write(&mut *tx, expect, &snap, &changes, None)
                 .await
                 .map_err(|e| db(&e))?
+                .0
         {
             return Err(LedgerError::Storage(
                 "journal head moved under its row lock".into(),
@@ -282,13 +299,33 @@ impl Backend for PgBackend {
         expect: (i64, [u8; 32]),
         snap: &Snapshot,
         changes: &engine::Changes,
-    ) -> Result<FastWrite, LedgerError> {
-        match write(&self.pool, expect, snap, changes).await {
-            Ok(true) => Ok(FastWrite::Committed),
-            Ok(false) => Ok(FastWrite::HeadMoved),
-            Err(e) if is_unique_violation(&e) => Ok(FastWrite::Duplicate),
-            Err(e) => Err(db(&e)),
-        }
+        check: Option<ClockCheck>,
+    ) -> Result<FastOutcome, LedgerError> {
+        let (write, db_now) = match write(&self.pool, expect, snap, changes, check).await {
+            Ok((true, now)) => (FastWrite::Committed, Some(now)),
+            Ok((false, now)) => {
+                let off = check.is_some_and(|c| {
+                    now.0.saturating_sub(c.stamped.0).saturating_abs() > c.tolerance_ms
+                });
+                let w = if off {
+                    FastWrite::ClockOff
+                } else {
+                    FastWrite::HeadMoved
+                };
+                (w, Some(now))
+            }
+            Err(e) if is_unique_violation(&e) => (FastWrite::Duplicate, None),
+            Err(e) => return Err(db(&e)),
+        };
+        Ok(FastOutcome { write, db_now })
+    }
+
+    async fn db_now(&self) -> Result<Timestamp, LedgerError> {
+        sqlx::query_scalar::<_, i64>(DB_NOW)
+            .fetch_one(&self.pool)
+            .await
+            .map(Timestamp)
+            .map_err(|e| db(&e))
     }
 
     fn pipeline_depth(&self) -> usize {

@@ -101,9 +101,20 @@ async fn checkpointer(pool: SqlitePool, alive: std::sync::Weak<()>) {
     }
 }
 
-async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snapshot, LedgerError> {
-    // BEGIN IMMEDIATE already holds the write lock.
-    let mut snap = head_and_due(tx, "SELECT seq, hash FROM ledger_head WHERE id = 1", now).await?;
+async fn load(
+    tx: &mut Tx<'_>,
+    cmds: &[Command],
+    time: BatchTime,
+) -> Result<(Snapshot, Timestamp), LedgerError> {
+    // BEGIN IMMEDIATE already holds the write lock. SQLite runs in this process: its clock is
+    // the host's.
+    let (mut snap, now) = head_and_due(
+        tx,
+        "SELECT seq, hash FROM ledger_head WHERE id = 1",
+        time,
+        None,
+    )
+    .await?;
     let needs = engine::needs(cmds);
     let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
     tids.extend(snap.due.iter().copied());
@@ -139,7 +150,7 @@ async fn load(tx: &mut Tx<'_>, cmds: &[Command], now: Timestamp) -> Result<Snaps
             snap.accounts.insert(id, account_row(&row)?);
         }
     }
-    Ok(snap)
+    Ok((snap, now))
 }
 
 /// Row counts of the multi-row statements: a batch is written in at most one statement of
@@ -329,13 +340,13 @@ impl Backend for SqliteBackend {
         "sqlite"
     }
 
-    async fn execute(&self, cmds: &[Command], now: Timestamp) -> Result<Executed, LedgerError> {
+    async fn execute(&self, cmds: &[Command], time: BatchTime) -> Result<Executed, LedgerError> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|e| db(&e))?;
-        let mut snap = load(&mut tx, cmds, now).await?;
+        let (mut snap, now) = load(&mut tx, cmds, time).await?;
         let expect = (snap.head_seq, snap.head_hash);
         let (outcomes, changes) = engine::apply_batch(&mut snap, cmds, now);
         if !changes.is_empty()
@@ -363,21 +374,31 @@ impl Backend for SqliteBackend {
         expect: (i64, [u8; 32]),
         snap: &Snapshot,
         changes: &engine::Changes,
-    ) -> Result<FastWrite, LedgerError> {
+        // SQLite's time is the host's, the same clock the batch was stamped with.
+        _check: Option<ClockCheck>,
+    ) -> Result<FastOutcome, LedgerError> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|e| db(&e))?;
-        match write(&mut tx, expect, snap, changes).await {
+        let write = match write(&mut tx, expect, snap, changes).await {
             Ok(true) => {
                 tx.commit().await.map_err(|e| db(&e))?;
-                Ok(FastWrite::Committed)
+                FastWrite::Committed
             }
-            Ok(false) => Ok(FastWrite::HeadMoved),
-            Err(e) if is_unique_violation(&e) => Ok(FastWrite::Duplicate),
-            Err(e) => Err(db(&e)),
-        }
+            Ok(false) => FastWrite::HeadMoved,
+            Err(e) if is_unique_violation(&e) => FastWrite::Duplicate,
+            Err(e) => return Err(db(&e)),
+        };
+        Ok(FastOutcome {
+            write,
+            db_now: None,
+        })
+    }
+
+    async fn db_now(&self) -> Result<Timestamp, LedgerError> {
+        Ok(rail_core::Clock::now(&rail_core::SystemClock))
     }
 
     fn pipeline_depth(&self) -> usize {
