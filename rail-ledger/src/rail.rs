@@ -370,6 +370,7 @@ pub struct LedgerReceiver {
     asset: Asset,
     guard: ReplayGuard,
     hold_for: Duration,
+    min_hold_left: Option<Duration>,
 }
 
 impl LedgerReceiver {
@@ -383,6 +384,7 @@ impl LedgerReceiver {
             asset,
             guard,
             hold_for: DEFAULT_HOLD,
+            min_hold_left: None,
         }
     }
 
@@ -392,6 +394,17 @@ impl LedgerReceiver {
     #[must_use]
     pub fn with_hold_duration(mut self, d: Duration) -> Self {
         self.hold_for = d;
+        self
+    }
+
+    /// How much of a hold must be left, by the ledger's time ([`Ledger::now`]), when it is
+    /// presented for verification. By default half the duration the offer asks for: a hold
+    /// presented in the first half of its life verifies, one presented just before it lapses
+    /// is refused ([`HoldRefusal::TooLittleLeft`]) rather than failing at capture. It may not
+    /// exceed the hold duration offered (offers are refused then).
+    #[must_use]
+    pub fn with_min_hold_left(mut self, d: Duration) -> Self {
+        self.min_hold_left = Some(d);
         self
     }
 
@@ -469,13 +482,24 @@ impl LedgerReceiver {
                 }
                 .into());
             }
-            if t.expires_at()
-                .is_some_and(|e| e <= self.ledger.clock().now())
-            {
+            // What is left, by the clock the ledger expires holds by.
+            let now = self.ledger.now().await?;
+            let left_ms = t
+                .expires_at()
+                .map_or(i64::MAX, |e| e.0.saturating_sub(now.0));
+            if left_ms <= 0 {
                 return Err(RailError::InvalidState {
                     op: "verify",
                     state: "expired".into(),
                 });
+            }
+            let required_ms = self.min_hold_left.map_or(asked_ms / 2, millis);
+            if u64::try_from(left_ms).is_ok_and(|left| left < required_ms) {
+                return Err(HoldRefusal::TooLittleLeft {
+                    left_ms,
+                    required_ms,
+                }
+                .into());
             }
         }
         if status != Some(want_status) {
@@ -557,6 +581,13 @@ impl Receiver for LedgerReceiver {
                 })?;
                 if ms == 0 {
                     return Err(HoldRefusal::NoTimeout("this receiver's hold duration").into());
+                }
+                if self.min_hold_left.is_some_and(|m| m > self.hold_for) {
+                    return Err(RailError::InvalidInput(format!(
+                        "this receiver requires {:?} left on holds it asks to last {:?}: no hold could verify",
+                        self.min_hold_left.unwrap_or_default(),
+                        self.hold_for
+                    )));
                 }
                 Some(ms)
             }

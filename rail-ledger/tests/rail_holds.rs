@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rail_core::{
-    Asset, Charge, HoldPayer, ManualClock, MemoryKeyStore, Money, Offer, OpId, Payment,
-    PaymentMode, RailError, RailId, Receiver, ReplayGuard, SharedClock, Timestamp,
+    Asset, Charge, HoldPayer, HoldReceiver, ManualClock, MemoryKeyStore, Money, Offer, OpId,
+    Payment, PaymentMode, RailError, RailId, Receiver, ReplayGuard, SharedClock, Timestamp,
 };
 use rail_ledger::{
     AccountId, Ledger, LedgerPayer, LedgerReceiver, NewAccount, RAIL, TransferId, TransferRequest,
@@ -260,4 +260,52 @@ async fn receiver_refuses_holds_without_timeout() {
     };
     let e = r.verify(&offer, &payment).await.unwrap_err();
     assert_eq!(code(&e), "hold_without_timeout", "{e}");
+}
+
+/// A hold presented just before it lapses used to verify (only its original duration was
+/// checked), and its capture then failed. Verify now requires the time left on the hold, by
+/// the ledger's clock, to cover the receiver's minimum (by default half the asked duration),
+/// and says how much was left and how much is required.
+#[tokio::test]
+async fn verify_requires_time_left_on_the_hold() {
+    let w = world().await;
+    let r = w.receiver().with_hold_duration(Duration::from_secs(600));
+    let charge = Charge::hold(usd(200), Duration::from_secs(3_600));
+    let offer = r.offer(&charge).await.unwrap();
+    let payment = w.payer().hold(&OpId::random(), &offer).await.unwrap();
+    w.clock.advance(Duration::from_secs(590));
+    let e = r.verify(&offer, &payment).await.unwrap_err();
+    assert_eq!(code(&e), "hold_time_left_too_short", "{e}");
+    assert!(
+        e.to_string().contains("10000 ms left") && e.to_string().contains("300000 ms required"),
+        "the refusal says what is left and what is required: {e}"
+    );
+    // The refusal consumed nothing: a receiver content with 5 s left takes the same payment
+    // and captures it in time.
+    let lenient = w
+        .receiver()
+        .with_hold_duration(Duration::from_secs(600))
+        .with_min_hold_left(Duration::from_secs(5));
+    let v = lenient.verify(&offer, &payment).await.unwrap();
+    lenient
+        .capture(&OpId::random(), &v, &usd(200))
+        .await
+        .unwrap();
+
+    // Exactly the required time left verifies.
+    let offer = r.offer(&charge).await.unwrap();
+    let payment = w.payer().hold(&OpId::random(), &offer).await.unwrap();
+    w.clock.advance(Duration::from_secs(300));
+    r.verify(&offer, &payment).await.unwrap();
+
+    // A minimum no hold of the offered length could meet is a misconfiguration, refused when
+    // offering rather than at every verification.
+    let e = w
+        .receiver()
+        .with_hold_duration(Duration::from_secs(60))
+        .with_min_hold_left(Duration::from_secs(61))
+        .offer(&charge)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "invalid_input", "{e}");
 }
