@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use rail_core::Timestamp;
 
-use crate::engine::{self, Changes, Command, Outcome, Snapshot, VerifyReport};
+use crate::engine::{self, Changes, Command, Outcome, Snapshot};
 use crate::error::LedgerError;
 use crate::store::{
     Backend, BatchTime, ClockCheck, FastOutcome, FastWrite, postgres::PgBackend,
@@ -26,6 +26,7 @@ use crate::types::{
     Account, AccountCreated, AccountId, Created, NewAccount, Transfer, TransferError, TransferId,
     TransferRequest, TransferStatus,
 };
+use crate::verify::VerifyReport;
 
 /// Most requests applied in one database transaction.
 pub const MAX_BATCH: usize = 4096;

@@ -51,8 +51,9 @@ mod ledger;
 mod rail;
 mod store;
 mod types;
+mod verify;
 
-pub use engine::{MAX_COUNTER, Problem, VerifyReport, entry_hash};
+pub use engine::{MAX_COUNTER, entry_hash};
 pub use error::LedgerError;
 pub use ledger::{FAST_CLOCK_TOLERANCE, Ledger, MAX_BATCH};
 pub use rail::{
@@ -63,3 +64,4 @@ pub use types::{
     Account, AccountCreated, AccountId, Created, NewAccount, RESERVED_BIT, SideBalances, Transfer,
     TransferError, TransferId, TransferKind, TransferRequest, TransferStatus,
 };
+pub use verify::{MAX_PROBLEMS, Problem, VerifyReport};

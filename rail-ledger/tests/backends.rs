@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use rail_core::{Asset, Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 use rail_ledger::{
-    AccountId, Created, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferKind,
-    TransferRequest, TransferStatus,
+    AccountId, Created, Ledger, LedgerError, NewAccount, RESERVED_BIT, SideBalances, Transfer,
+    TransferError, TransferId, TransferKind, TransferRequest, TransferStatus, VerifyReport,
+    entry_hash,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -738,6 +739,313 @@ async fn expiry_rechecks_the_holds_own_time(f: Fixture) {
     assert!(report.is_intact(), "{report:?}");
 }
 
+/// A blob literal in the fixture's SQL dialect.
+fn blob(f: &Fixture, b: &[u8]) -> String {
+    if f.pg.is_some() {
+        format!("'\\x{}'::bytea", hex::encode(b))
+    } else {
+        format!("X'{}'", hex::encode(b))
+    }
+}
+
+/// An entry to forge: what it does and the pending amount it releases (a post releases the
+/// whole hold, a void or an expiry the amount it names).
+struct Forged {
+    kind: TransferKind,
+    debit: AccountId,
+    credit: AccountId,
+    amount: u64,
+    reference: Option<TransferId>,
+    timeout_ms: u64,
+    ts: Timestamp,
+    release: u64,
+    /// The status row it leaves: (transfer, status code, amount).
+    status: Option<(TransferId, i16, u64)>,
+}
+
+fn kind_code(k: TransferKind) -> i16 {
+    match k {
+        TransferKind::Single => 1,
+        TransferKind::Pending => 2,
+        TransferKind::PostPending => 3,
+        TransferKind::VoidPending => 4,
+        TransferKind::ExpirePending => 5,
+        TransferKind::Reversal => 6,
+    }
+}
+
+/// Appends an entry directly in the database, as someone with write access could: the hash
+/// chain continues from `prev` (the last entry), the head moves, and the accounts' stored
+/// balances and the status row follow, so that only the rule the entry breaks is wrong.
+async fn forge(f: &Fixture, prev: &Transfer, e: Forged) -> Transfer {
+    let d = f.ledger.account(e.debit).await.unwrap().unwrap();
+    let c = f.ledger.account(e.credit).await.unwrap().unwrap();
+    let (pend_add, post_add) = match e.kind {
+        TransferKind::Pending => (e.amount, 0),
+        TransferKind::VoidPending | TransferKind::ExpirePending => (0, 0),
+        _ => (0, e.amount),
+    };
+    let side = |pending: u64, posted: u64| SideBalances {
+        pending_before: pending,
+        pending_after: pending + pend_add - e.release,
+        posted_before: posted,
+        posted_after: posted + post_add,
+    };
+    let mut t = Transfer {
+        seq: prev.seq + 1,
+        id: if e.kind == TransferKind::ExpirePending {
+            TransferId(TransferId::random().0 | RESERVED_BIT)
+        } else {
+            TransferId::random()
+        },
+        kind: e.kind,
+        debit: e.debit,
+        credit: e.credit,
+        amount: e.amount,
+        reference: e.reference,
+        user_data: 0,
+        timeout_ms: e.timeout_ms,
+        timestamp: e.ts,
+        debit_side: side(d.debits_pending, d.debits_posted),
+        credit_side: side(c.credits_pending, c.credits_posted),
+        prev_hash: prev.hash,
+        hash: [0; 32],
+    };
+    t.hash = entry_hash(&t);
+    let (ds, cs) = (t.debit_side, t.credit_side);
+    let reference = t
+        .reference
+        .map_or("NULL".to_owned(), |r| blob(f, &r.to_bytes()));
+    let mut sql = format!(
+        "INSERT INTO ledger_transfers (seq, id, kind, debit, credit, amount, reference, user_data,
+            timeout_ms, ts, dr_pending_before, dr_pending_after, dr_posted_before, dr_posted_after,
+            cr_pending_before, cr_pending_after, cr_posted_before, cr_posted_after, prev_hash, hash)
+         VALUES ({}, {}, {}, {}, {}, {}, {reference}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {});
+         UPDATE ledger_accounts SET debits_pending = {}, debits_posted = {} WHERE id = {};
+         UPDATE ledger_accounts SET credits_pending = {}, credits_posted = {} WHERE id = {};
+         UPDATE ledger_head SET seq = {}, hash = {} WHERE id = 1;",
+        t.seq,
+        blob(f, &t.id.to_bytes()),
+        kind_code(t.kind),
+        blob(f, &t.debit.to_bytes()),
+        blob(f, &t.credit.to_bytes()),
+        t.amount,
+        blob(f, &t.user_data.to_be_bytes()),
+        t.timeout_ms,
+        t.timestamp.0,
+        ds.pending_before,
+        ds.pending_after,
+        ds.posted_before,
+        ds.posted_after,
+        cs.pending_before,
+        cs.pending_after,
+        cs.posted_before,
+        cs.posted_after,
+        blob(f, &t.prev_hash),
+        blob(f, &t.hash),
+        ds.pending_after,
+        ds.posted_after,
+        blob(f, &t.debit.to_bytes()),
+        cs.pending_after,
+        cs.posted_after,
+        blob(f, &t.credit.to_bytes()),
+        t.seq,
+        blob(f, &t.hash),
+    );
+    if let Some((id, code, amount)) = e.status {
+        sql.push_str(&format!(
+            "INSERT INTO ledger_status (id, status, amount, expires_at) VALUES ({}, {code}, {amount}, NULL)
+             ON CONFLICT (id) DO UPDATE SET status = excluded.status, amount = excluded.amount;",
+            blob(f, &id.to_bytes())
+        ));
+    }
+    f.raw_exec(&sql).await;
+    t
+}
+
+/// The report holds exactly one problem, at entry `seq`, saying all of `needles`.
+fn only_problem(r: &VerifyReport, seq: i64, needles: &[&str]) {
+    assert_eq!(r.problems.len(), 1, "{r:#?}");
+    let p = &r.problems[0];
+    assert_eq!(p.seq, seq, "{r:#?}");
+    for n in needles {
+        assert!(p.what.contains(n), "{:?} does not say {n:?}", p.what);
+    }
+}
+
+/// Funds `alice` (no-overdraft as asked) with `funds` and returns (alice, shop, last entry).
+async fn funded(f: &Fixture, funds: u64, no_overdraft: bool) -> (AccountId, AccountId, Transfer) {
+    let l = &f.ledger;
+    let bank = account(l, false).await;
+    let alice = account(l, no_overdraft).await;
+    let shop = account(l, true).await;
+    let t = l.transfer(single(bank, alice, funds)).await.unwrap();
+    (alice, shop, t.transfer().clone())
+}
+
+async fn hold(f: &Fixture, alice: AccountId, shop: AccountId, amount: u64) -> Transfer {
+    f.ledger
+        .transfer(TransferRequest::Pending {
+            id: TransferId::random(),
+            debit: alice,
+            credit: shop,
+            amount,
+            user_data: 0,
+            timeout_ms: 60_000,
+        })
+        .await
+        .unwrap()
+        .transfer()
+        .clone()
+}
+
+/// A post above what its hold held, written with a consistent hash chain and balances.
+async fn journal_rule_post_above_hold(f: Fixture) {
+    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let h = hold(&f, alice, shop, 100).await;
+    let post = forge(
+        &f,
+        &h,
+        Forged {
+            kind: TransferKind::PostPending,
+            debit: alice,
+            credit: shop,
+            amount: 150,
+            reference: Some(h.id),
+            timeout_ms: 0,
+            ts: Timestamp(h.timestamp.0 + 1_000),
+            release: 100,
+            status: Some((h.id, 2, 150)),
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        post.seq,
+        &[
+            &format!("entry {}", post.seq),
+            "posts 150",
+            &h.id.to_string(),
+            "held 100",
+        ],
+    );
+}
+
+/// A hold resolved twice (posted, then posted again).
+async fn journal_rule_one_resolution_per_hold(f: Fixture) {
+    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let h1 = hold(&f, alice, shop, 100).await;
+    // Another open hold keeps the pending counter from going below zero: only the rule breaks.
+    hold(&f, alice, shop, 100).await;
+    let first = f
+        .ledger
+        .transfer(TransferRequest::Post {
+            id: TransferId::random(),
+            pending_id: h1.id,
+            amount: 60,
+        })
+        .await
+        .unwrap()
+        .transfer()
+        .clone();
+    let again = forge(
+        &f,
+        &first,
+        Forged {
+            kind: TransferKind::PostPending,
+            debit: alice,
+            credit: shop,
+            amount: 40,
+            reference: Some(h1.id),
+            timeout_ms: 0,
+            ts: Timestamp(first.timestamp.0 + 1_000),
+            release: 100,
+            status: Some((h1.id, 2, 40)),
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        again.seq,
+        &[
+            &format!("entry {}", again.seq),
+            &h1.id.to_string(),
+            "again",
+            &format!("entry {}", first.seq),
+        ],
+    );
+}
+
+/// A no-overdraft account spending more than it has.
+async fn journal_rule_no_overdraft(f: Fixture) {
+    let (alice, shop, funding) = funded(&f, 100, true).await;
+    let spend = forge(
+        &f,
+        &funding,
+        Forged {
+            kind: TransferKind::Single,
+            debit: alice,
+            credit: shop,
+            amount: 150,
+            reference: None,
+            timeout_ms: 0,
+            ts: Timestamp(funding.timestamp.0 + 1_000),
+            release: 0,
+            status: None,
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        spend.seq,
+        &[
+            &format!("entry {}", spend.seq),
+            "overdraws",
+            &alice.to_string(),
+            "150",
+            "100",
+        ],
+    );
+}
+
+/// A hold expired before its time.
+async fn journal_rule_expiry_after_the_holds_time(f: Fixture) {
+    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let h = hold(&f, alice, shop, 100).await;
+    let early = Timestamp(h.timestamp.0 + 10_000);
+    let expiry = forge(
+        &f,
+        &h,
+        Forged {
+            kind: TransferKind::ExpirePending,
+            debit: alice,
+            credit: shop,
+            amount: 100,
+            reference: Some(h.id),
+            timeout_ms: 0,
+            ts: early,
+            release: 100,
+            status: Some((h.id, 4, 0)),
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        expiry.seq,
+        &[
+            &format!("entry {}", expiry.seq),
+            "expires hold",
+            &h.id.to_string(),
+            &early.to_string(),
+            &h.expires_at().unwrap().to_string(),
+        ],
+    );
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -771,6 +1079,10 @@ on_both!(
     caches_never_overwrite_another_process,
     expiry_sees_other_processes_holds,
     expiry_rechecks_the_holds_own_time,
+    journal_rule_post_above_hold,
+    journal_rule_one_resolution_per_hold,
+    journal_rule_no_overdraft,
+    journal_rule_expiry_after_the_holds_time,
 );
 
 /// Processes sharing one PostgreSQL ledger whose clocks disagree (here two hours each way):

@@ -14,11 +14,12 @@ use async_trait::async_trait;
 use rail_core::{Asset, Timestamp};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
-use crate::engine::{self, Command, Outcome, Snapshot, Verifier, VerifyReport};
+use crate::engine::{self, Command, Outcome, Snapshot};
 use crate::error::LedgerError;
 use crate::types::{
     Account, AccountId, SideBalances, Transfer, TransferId, TransferKind, TransferStatus,
 };
+use crate::verify::{Verifier, VerifyReport};
 
 /// The result of a batch run under the journal-head lock (the slow path).
 #[derive(Debug)]
@@ -402,7 +403,17 @@ macro_rules! reads {
             if let Some(p) = prelude {
                 sqlx::query(p).execute(&mut *tx).await.map_err(|e| db(&e))?;
             }
-            let mut v = Verifier::new();
+            let mut v = Verifier::new(None);
+            // Accounts first (their no-overdraft flags are rules the replay checks), then the
+            // entries, then the status rows.
+            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
+            for r in sqlx::query(sql.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?
+            {
+                v.account(&account_row(&r)?);
+            }
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
             for r in sqlx::query(sql.as_str())
                 .fetch_all(&mut *tx)
@@ -420,25 +431,17 @@ macro_rules! reads {
                 &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
                 "head",
             )?;
-            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
-            let accounts = sqlx::query(sql.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-                .iter()
-                .map(account_row)
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut statuses = HashMap::new();
-            for s in sqlx::query("SELECT id, status, amount FROM ledger_status")
+            for s in sqlx::query("SELECT id, status, amount, expires_at FROM ledger_status")
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| db(&e))?
             {
                 let (id, st) = id_status_row(&s)?;
-                statuses.insert(id, st);
+                let expires: Option<i64> = s.try_get("expires_at").map_err(|e| db(&e))?;
+                v.status(id, st, expires.map(Timestamp));
             }
             tx.rollback().await.map_err(|e| db(&e))?;
-            Ok(v.finish((head_seq, head_hash), &accounts, &statuses))
+            Ok(v.finish((head_seq, head_hash)))
         }
     };
 }
