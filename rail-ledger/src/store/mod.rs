@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::TryStreamExt;
 use rail_core::{Asset, Timestamp};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
@@ -406,22 +407,20 @@ macro_rules! reads {
             let mut v = Verifier::new(None);
             // Accounts first (their no-overdraft flags are rules the replay checks), then the
             // entries, then the status rows.
+            // Every table is streamed row by row (never loaded whole): memory stays bounded
+            // by the verifier's own state (accounts, holds, reversed transfers).
             let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
-            for r in sqlx::query(sql.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-            {
+            let mut rows = sqlx::query(sql.as_str()).fetch(&mut *tx);
+            while let Some(r) = rows.try_next().await.map_err(|e| db(&e))? {
                 v.account(&account_row(&r)?);
             }
+            drop(rows);
             let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            for r in sqlx::query(sql.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-            {
+            let mut rows = sqlx::query(sql.as_str()).fetch(&mut *tx);
+            while let Some(r) = rows.try_next().await.map_err(|e| db(&e))? {
                 v.entry(&transfer_row(&r)?);
             }
+            drop(rows);
             let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
                 .fetch_one(&mut *tx)
                 .await
@@ -431,15 +430,14 @@ macro_rules! reads {
                 &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
                 "head",
             )?;
-            for s in sqlx::query("SELECT id, status, amount, expires_at FROM ledger_status")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?
-            {
+            let mut rows = sqlx::query("SELECT id, status, amount, expires_at FROM ledger_status")
+                .fetch(&mut *tx);
+            while let Some(s) = rows.try_next().await.map_err(|e| db(&e))? {
                 let (id, st) = id_status_row(&s)?;
                 let expires: Option<i64> = s.try_get("expires_at").map_err(|e| db(&e))?;
                 v.status(id, st, expires.map(Timestamp));
             }
+            drop(rows);
             tx.rollback().await.map_err(|e| db(&e))?;
             Ok(v.finish((head_seq, head_hash)))
         }
