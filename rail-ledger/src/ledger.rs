@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use rail_core::Timestamp;
 
+use crate::anchor::JournalAnchor;
 use crate::engine::{self, Changes, Command, Outcome, Snapshot};
 use crate::error::LedgerError;
 use crate::store::{
@@ -390,7 +391,36 @@ impl Ledger {
     /// # Errors
     /// [`LedgerError::Storage`] or [`LedgerError::Corrupt`] (undecodable rows).
     pub async fn verify_journal(&self) -> Result<VerifyReport, LedgerError> {
-        self.backend.verify().await
+        self.backend.verify(None).await
+    }
+
+    /// The journal head (last entry and its hash) as a [`JournalAnchor`] authenticated with
+    /// `key` (HMAC-SHA256; at least 16 bytes, 32 random bytes recommended), to be kept outside
+    /// the database. It vouches for the journal as it is now: take it after a clean
+    /// [`Ledger::verify_journal`], and regularly.
+    ///
+    /// # Errors
+    /// [`LedgerError::Anchor`] for a short key, [`LedgerError::Storage`].
+    pub async fn anchor(&self, key: &[u8]) -> Result<JournalAnchor, LedgerError> {
+        let (seq, hash) = self.backend.head().await?;
+        Ok(JournalAnchor::new(seq, hash, key)?)
+    }
+
+    /// [`Ledger::verify_journal`], plus: the entry at the anchor's `seq` must still hash to
+    /// the anchored hash. A rewrite of that entry or of any before it is reported even when
+    /// whoever rewrote it recomputed the whole hash chain after it (which plain verification
+    /// cannot tell from the original), as is a journal that no longer reaches the anchor.
+    ///
+    /// # Errors
+    /// [`LedgerError::Anchor`] when the anchor's MAC does not verify with `key` (nothing is
+    /// read then), [`LedgerError::Storage`], [`LedgerError::Corrupt`].
+    pub async fn verify_journal_against(
+        &self,
+        anchor: &JournalAnchor,
+        key: &[u8],
+    ) -> Result<VerifyReport, LedgerError> {
+        anchor.check(key)?;
+        self.backend.verify(Some((anchor.seq, anchor.hash))).await
     }
 }
 

@@ -1046,6 +1046,112 @@ async fn journal_rule_expiry_after_the_holds_time(f: Fixture) {
     );
 }
 
+/// Someone with write access rewrites an entry at or before an anchored head and recomputes
+/// the hash chain after it, the head and all: plain verification finds the journal intact
+/// (there is nothing inconsistent to find); verification against the anchor, kept outside the
+/// database, names the anchored entry.
+async fn anchored_head_detects_a_consistent_rewrite(f: Fixture) {
+    let l = &f.ledger;
+    let key = [0x5au8; 32];
+    let bank = account(l, false).await;
+    let alice = account(l, true).await;
+    let mut entries = Vec::new();
+    for _ in 0..5 {
+        entries.push(
+            l.transfer(single(bank, alice, 10))
+                .await
+                .unwrap()
+                .transfer()
+                .clone(),
+        );
+    }
+    let anchor = l.anchor(&key).await.unwrap();
+    assert_eq!((anchor.seq, anchor.hash), (entries[4].seq, entries[4].hash));
+    let token = anchor.to_string();
+    for _ in 0..3 {
+        entries.push(
+            l.transfer(single(bank, alice, 10))
+                .await
+                .unwrap()
+                .transfer()
+                .clone(),
+        );
+    }
+    assert!(
+        l.verify_journal_against(&anchor, &key)
+            .await
+            .unwrap()
+            .is_intact()
+    );
+
+    // Rebind entry 3 to another caller reference (say, another offer), then recompute every
+    // hash from there on and move the head: a consistent journal.
+    let drop_guard = if f.pg.is_none() {
+        "DROP TRIGGER ledger_transfers_no_update; DROP TRIGGER ledger_transfers_no_delete;"
+    } else {
+        "DROP TRIGGER ledger_transfers_append_only ON ledger_transfers;"
+    };
+    f.raw_exec(drop_guard).await;
+    let mut sql = String::new();
+    let mut prev = entries[1].hash;
+    for t in entries.iter_mut().skip(2) {
+        if t.seq == 3 {
+            t.user_data = 0xbad;
+        }
+        t.prev_hash = prev;
+        t.hash = entry_hash(t);
+        prev = t.hash;
+        sql.push_str(&format!(
+            "UPDATE ledger_transfers SET user_data = {}, prev_hash = {}, hash = {} WHERE seq = {};",
+            blob(&f, &t.user_data.to_be_bytes()),
+            blob(&f, &t.prev_hash),
+            blob(&f, &t.hash),
+            t.seq
+        ));
+    }
+    sql.push_str(&format!(
+        "UPDATE ledger_head SET hash = {} WHERE id = 1;",
+        blob(&f, &prev)
+    ));
+    f.raw_exec(&sql).await;
+    let plain = l.verify_journal().await.unwrap();
+    assert!(plain.is_intact(), "the rewrite is consistent: {plain:?}");
+    let r = l.verify_journal_against(&anchor, &key).await.unwrap();
+    only_problem(
+        &r,
+        anchor.seq,
+        &["anchored hash", &format!("entry {}", anchor.seq)],
+    );
+
+    // The anchor itself cannot be moved or re-keyed.
+    let parsed: rail_ledger::JournalAnchor = token.parse().unwrap();
+    assert_eq!(parsed, anchor);
+    let moved = rail_ledger::JournalAnchor {
+        seq: 2,
+        hash: entries[1].hash,
+        ..anchor
+    };
+    assert!(matches!(
+        l.verify_journal_against(&moved, &key).await,
+        Err(LedgerError::Anchor(rail_ledger::AnchorError::BadMac))
+    ));
+    assert!(matches!(
+        l.verify_journal_against(&anchor, &[0x5b; 32]).await,
+        Err(LedgerError::Anchor(rail_ledger::AnchorError::BadMac))
+    ));
+
+    // A journal cut back to before the anchor is reported too.
+    f.raw_exec("DELETE FROM ledger_transfers WHERE seq >= 4")
+        .await;
+    let r = l.verify_journal_against(&anchor, &key).await.unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.what.contains("before the anchored entry 5")),
+        "{r:#?}"
+    );
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1083,6 +1189,7 @@ on_both!(
     journal_rule_one_resolution_per_hold,
     journal_rule_no_overdraft,
     journal_rule_expiry_after_the_holds_time,
+    anchored_head_detects_a_consistent_rewrite,
 );
 
 /// Processes sharing one PostgreSQL ledger whose clocks disagree (here two hours each way):

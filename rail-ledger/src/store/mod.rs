@@ -100,7 +100,10 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
         &self,
         id: TransferId,
     ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError>;
-    async fn verify(&self) -> Result<VerifyReport, LedgerError>;
+    /// Replays the journal; with an `anchor` (seq, hash), entry `seq` must hash to it.
+    async fn verify(&self, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError>;
+    /// The journal head: the last entry's seq and hash.
+    async fn head(&self) -> Result<(i64, [u8; 32]), LedgerError>;
     fn name(&self) -> &'static str;
 }
 
@@ -398,13 +401,30 @@ macro_rules! reads {
 
         /// Replays the journal inside one read transaction: a consistent view of entries,
         /// head, accounts and statuses.
-        async fn read_verify(pool: &$pool) -> Result<VerifyReport, LedgerError> {
+        async fn read_head(pool: &$pool) -> Result<(i64, [u8; 32]), LedgerError> {
+            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
+                .fetch_one(pool)
+                .await
+                .map_err(|e| db(&e))?;
+            Ok((
+                head.try_get("seq").map_err(|e| db(&e))?,
+                hash32(
+                    &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
+                    "head",
+                )?,
+            ))
+        }
+
+        async fn read_verify(
+            pool: &$pool,
+            anchor: Option<(i64, [u8; 32])>,
+        ) -> Result<VerifyReport, LedgerError> {
             let mut tx = pool.begin().await.map_err(|e| db(&e))?;
             let prelude: Option<&'static str> = $prelude;
             if let Some(p) = prelude {
                 sqlx::query(p).execute(&mut *tx).await.map_err(|e| db(&e))?;
             }
-            let mut v = Verifier::new(None);
+            let mut v = Verifier::new(anchor);
             // Accounts first (their no-overdraft flags are rules the replay checks), then the
             // entries, then the status rows.
             // Every table is streamed row by row (never loaded whole): memory stays bounded

@@ -346,7 +346,11 @@ impl Backend for PgBackend {
         read_transfer(&self.pool, id).await
     }
 
-    async fn verify(&self) -> Result<VerifyReport, LedgerError> {
-        read_verify(&self.pool).await
+    async fn verify(&self, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError> {
+        read_verify(&self.pool, anchor).await
+    }
+
+    async fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
+        read_head(&self.pool).await
     }
 }
