@@ -20,6 +20,9 @@ pub enum LedgerError {
     /// The ledger was shut down.
     #[error("ledger is closed")]
     Closed,
+    /// A journal anchor was refused (its MAC, its key, or its form).
+    #[error("journal anchor: {0}")]
+    Anchor(#[from] crate::anchor::AnchorError),
 }
 
 impl From<LedgerError> for RailError {
@@ -34,6 +37,7 @@ impl From<LedgerError> for RailError {
             LedgerError::Closed => {
                 RailError::Unavailable(RailReason::new("closed", "ledger is closed"))
             }
+            LedgerError::Anchor(a) => RailError::InvalidInput(a.to_string()),
         }
     }
 }

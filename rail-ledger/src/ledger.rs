@@ -3,6 +3,8 @@
 //! durable commits fast; each request still gets its own answer.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
 
 use rail_core::{SharedClock, SystemClock};
 use tokio::sync::{mpsc, oneshot};
@@ -14,13 +16,18 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use rail_core::Timestamp;
 
-use crate::engine::{self, Changes, Command, Outcome, Snapshot, VerifyReport};
+use crate::anchor::JournalAnchor;
+use crate::engine::{self, Changes, Command, Outcome, Snapshot};
 use crate::error::LedgerError;
-use crate::store::{Backend, FastWrite, postgres::PgBackend, sqlite::SqliteBackend};
+use crate::store::{
+    Backend, BatchTime, ClockCheck, FastOutcome, FastWrite, postgres::PgBackend,
+    sqlite::SqliteBackend,
+};
 use crate::types::{
     Account, AccountCreated, AccountId, Created, NewAccount, Transfer, TransferError, TransferId,
     TransferRequest, TransferStatus,
 };
+use crate::verify::VerifyReport;
 
 /// Most requests applied in one database transaction.
 pub const MAX_BATCH: usize = 4096;
@@ -28,6 +35,87 @@ pub const MAX_BATCH: usize = 4096;
 /// A batch smaller than this waits up to [`LINGER_YIELDS`] scheduler yields for more requests.
 const LINGER_BELOW: usize = 64;
 const LINGER_YIELDS: u32 = 4;
+
+/// How far an optimistic batch's timestamp may be from the database's clock when its write
+/// runs (PostgreSQL on the database's time): further, and the batch is redone on the locked
+/// path, which reads the database's clock under the head lock.
+pub const FAST_CLOCK_TOLERANCE: Duration = Duration::from_millis(250);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The ledger's one source of time: every entry's timestamp and every hold-expiry decision.
+#[derive(Clone, Debug)]
+enum TimeSource {
+    /// This clock: SQLite's (the host's clock, or one injected), or a clock injected to
+    /// override PostgreSQL's (tests, time travel).
+    Clock(SharedClock),
+    /// The database's clock (PostgreSQL `clock_timestamp()`).
+    Database(Arc<DbClock>),
+}
+
+impl TimeSource {
+    /// The time a locked batch runs at.
+    fn locked(&self) -> BatchTime {
+        match self {
+            TimeSource::Clock(c) => BatchTime::At(c.now()),
+            TimeSource::Database(_) => BatchTime::Database,
+        }
+    }
+
+    /// The time an optimistic batch is stamped with, and the check its write must pass.
+    fn optimistic(&self) -> (Timestamp, Option<ClockCheck>) {
+        match self {
+            TimeSource::Clock(c) => (c.now(), None),
+            TimeSource::Database(d) => {
+                let now = d.estimate();
+                (
+                    now,
+                    Some(ClockCheck {
+                        stamped: now,
+                        tolerance_ms: ms(FAST_CLOCK_TOLERANCE),
+                    }),
+                )
+            }
+        }
+    }
+}
+
+/// The database's clock between readings: the last reading carried forward by this process's
+/// monotonic clock (never by its wall clock, which may be off or stepped). Every optimistic
+/// write returns a fresh reading.
+#[derive(Debug)]
+struct DbClock {
+    origin: Instant,
+    /// The database's time at `origin`, in milliseconds since the epoch.
+    at_origin: AtomicI64,
+}
+
+impl DbClock {
+    fn new(reading: Timestamp, at: Instant) -> Self {
+        let c = DbClock {
+            origin: at,
+            at_origin: AtomicI64::new(reading.0),
+        };
+        c.observe(reading, at);
+        c
+    }
+
+    fn estimate(&self) -> Timestamp {
+        Timestamp(
+            self.at_origin
+                .load(Ordering::Relaxed)
+                .saturating_add(ms(self.origin.elapsed())),
+        )
+    }
+
+    fn observe(&self, reading: Timestamp, at: Instant) {
+        let since = ms(at.saturating_duration_since(self.origin));
+        self.at_origin
+            .store(reading.0.saturating_sub(since), Ordering::Relaxed);
+    }
+}
 
 struct Job {
     cmds: Vec<Command>,
@@ -53,11 +141,26 @@ struct Job {
 /// # Ok(()) }
 /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 /// ```
+///
+/// # Time
+/// One source of time stamps every entry and decides every hold's expiry:
+/// - **SQLite**: the host's clock (the clock given to [`Ledger::sqlite_with_clock`], else the
+///   system clock). Every process on one file runs on that one host.
+/// - **PostgreSQL**: the database server's clock (`clock_timestamp()`), whatever the clocks of
+///   the processes sharing it say. Locked batches read it under the journal-head lock;
+///   optimistic batches carry the last reading forward and their compare-and-set refuses a
+///   timestamp more than [`FAST_CLOCK_TOLERANCE`] from it (the batch is then redone locked).
+/// - **PostgreSQL with an injected clock** ([`Ledger::postgres_with_clock`]): that clock
+///   overrides the database's (tests, time travel); every handle on the schema must share it.
+///
+/// [`Ledger::now`] reads the ledger's time; [`Ledger::clock`] is the host's clock, for what is
+/// not the ledger's (offers, replay guards).
 #[derive(Clone)]
 pub struct Ledger {
     backend: Arc<dyn Backend>,
     tx: mpsc::Sender<Job>,
     clock: SharedClock,
+    time: TimeSource,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -84,19 +187,46 @@ impl Ledger {
     /// [`LedgerError::Storage`].
     pub async fn sqlite_with_clock(url: &str, clock: SharedClock) -> Result<Self, LedgerError> {
         let b = SqliteBackend::open(url).await?;
-        Ok(Self::start(Arc::new(b), clock))
+        Ok(Self::start(
+            Arc::new(b),
+            clock.clone(),
+            TimeSource::Clock(clock),
+        ))
     }
 
-    /// Connects to a PostgreSQL ledger. `schema` (created if missing) keeps this ledger apart
-    /// from others in the same database; `None` uses the connection's default search path.
+    /// Connects to a PostgreSQL ledger, on the database's clock. `schema` (created if
+    /// missing) keeps this ledger apart from others in the same database; `None` uses the
+    /// connection's default search path.
     ///
     /// # Errors
     /// [`LedgerError::Storage`] if the database cannot be reached.
     pub async fn postgres(url: &str, schema: Option<&str>) -> Result<Self, LedgerError> {
-        Self::postgres_with_clock(url, schema, Arc::new(SystemClock)).await
+        Self::postgres_with_host_clock(url, schema, Arc::new(SystemClock)).await
     }
 
-    /// As [`Ledger::postgres`], with an injected clock.
+    /// As [`Ledger::postgres`] (the ledger's time is the database's), with `host` as this
+    /// process's own clock ([`Ledger::clock`]: what the rail stamps offers with).
+    ///
+    /// # Errors
+    /// [`LedgerError::Storage`].
+    pub async fn postgres_with_host_clock(
+        url: &str,
+        schema: Option<&str>,
+        host: SharedClock,
+    ) -> Result<Self, LedgerError> {
+        let b = PgBackend::open(url, schema).await?;
+        let before = Instant::now();
+        let reading = b.db_now().await?;
+        let after = Instant::now();
+        let mid = before + after.saturating_duration_since(before) / 2;
+        let time = TimeSource::Database(Arc::new(DbClock::new(reading, mid)));
+        Ok(Self::start(Arc::new(b), host, time))
+    }
+
+    /// As [`Ledger::postgres`], with an injected clock that overrides the database's (tests,
+    /// time travel): entries are stamped and holds expire by `clock`. Every handle on the
+    /// schema must share it (clones of one `ManualClock` do); handles on one schema with
+    /// different clocks would each judge holds by their own.
     ///
     /// # Errors
     /// [`LedgerError::Storage`].
@@ -106,13 +236,34 @@ impl Ledger {
         clock: SharedClock,
     ) -> Result<Self, LedgerError> {
         let b = PgBackend::open(url, schema).await?;
-        Ok(Self::start(Arc::new(b), clock))
+        Ok(Self::start(
+            Arc::new(b),
+            clock.clone(),
+            TimeSource::Clock(clock),
+        ))
     }
 
-    fn start(backend: Arc<dyn Backend>, clock: SharedClock) -> Self {
+    fn start(backend: Arc<dyn Backend>, clock: SharedClock, time: TimeSource) -> Self {
         let (tx, rx) = mpsc::channel::<Job>(MAX_BATCH);
-        tokio::spawn(run_batcher(backend.clone(), clock.clone(), rx));
-        Ledger { backend, tx, clock }
+        tokio::spawn(run_batcher(backend.clone(), time.clone(), rx));
+        Ledger {
+            backend,
+            tx,
+            clock,
+            time,
+        }
+    }
+
+    /// The ledger's time: what entries are stamped with and holds expire by (see the type's
+    /// documentation). On PostgreSQL without an injected clock this reads the database's clock.
+    ///
+    /// # Errors
+    /// [`LedgerError::Storage`] when the database cannot be read.
+    pub async fn now(&self) -> Result<Timestamp, LedgerError> {
+        match &self.time {
+            TimeSource::Clock(c) => Ok(c.now()),
+            TimeSource::Database(_) => self.backend.db_now().await,
+        }
     }
 
     /// The backend's name (`sqlite` or `postgres`).
@@ -121,7 +272,9 @@ impl Ledger {
         self.backend.name()
     }
 
-    /// The ledger's clock.
+    /// This host's clock (what the rail stamps and checks offers with). Entries and holds go
+    /// by [`Ledger::now`], which is this same clock except on PostgreSQL without an injected
+    /// clock (there it is the database's).
     #[must_use]
     pub fn clock(&self) -> &SharedClock {
         &self.clock
@@ -238,7 +391,36 @@ impl Ledger {
     /// # Errors
     /// [`LedgerError::Storage`] or [`LedgerError::Corrupt`] (undecodable rows).
     pub async fn verify_journal(&self) -> Result<VerifyReport, LedgerError> {
-        self.backend.verify().await
+        self.backend.verify(None).await
+    }
+
+    /// The journal head (last entry and its hash) as a [`JournalAnchor`] authenticated with
+    /// `key` (HMAC-SHA256; at least 16 bytes, 32 random bytes recommended), to be kept outside
+    /// the database. It vouches for the journal as it is now: take it after a clean
+    /// [`Ledger::verify_journal`], and regularly.
+    ///
+    /// # Errors
+    /// [`LedgerError::Anchor`] for a short key, [`LedgerError::Storage`].
+    pub async fn anchor(&self, key: &[u8]) -> Result<JournalAnchor, LedgerError> {
+        let (seq, hash) = self.backend.head().await?;
+        Ok(JournalAnchor::new(seq, hash, key)?)
+    }
+
+    /// [`Ledger::verify_journal`], plus: the entry at the anchor's `seq` must still hash to
+    /// the anchored hash. A rewrite of that entry or of any before it is reported even when
+    /// whoever rewrote it recomputed the whole hash chain after it (which plain verification
+    /// cannot tell from the original), as is a journal that no longer reaches the anchor.
+    ///
+    /// # Errors
+    /// [`LedgerError::Anchor`] when the anchor's MAC does not verify with `key` (nothing is
+    /// read then), [`LedgerError::Storage`], [`LedgerError::Corrupt`].
+    pub async fn verify_journal_against(
+        &self,
+        anchor: &JournalAnchor,
+        key: &[u8],
+    ) -> Result<VerifyReport, LedgerError> {
+        anchor.check(key)?;
+        self.backend.verify(Some((anchor.seq, anchor.hash))).await
     }
 }
 
@@ -371,7 +553,8 @@ impl Cache {
 type Written = (
     Vec<Job>,
     Vec<Outcome>,
-    Result<Option<FastWrite>, LedgerError>,
+    Result<Option<FastOutcome>, LedgerError>,
+    Instant,
 );
 
 /// Whether answers computed on the cache may stand (the write's compare-and-set then makes
@@ -418,7 +601,7 @@ fn reply(jobs: Vec<Job>, result: Result<Vec<Outcome>, LedgerError>) {
 /// Runs `jobs` on the slow path (under the head lock), in chunks of at most [`MAX_BATCH`].
 async fn slow_path(
     backend: &Arc<dyn Backend>,
-    clock: &SharedClock,
+    time: &TimeSource,
     cache: &mut Cache,
     jobs: Vec<Job>,
 ) {
@@ -438,8 +621,11 @@ async fn slow_path(
     }
     for jobs in chunks {
         let cmds: Vec<Command> = jobs.iter().flat_map(|j| j.cmds.iter().cloned()).collect();
-        match backend.execute(&cmds, clock.now()).await {
+        match backend.execute(&cmds, time.locked()).await {
             Ok(ex) => {
+                for id in &ex.changes.repaired {
+                    tracing::warn!(backend = backend.name(), hold = %id, "the expiry index called a hold due that has not lapsed by its own entry: not released, index row rewritten");
+                }
                 // Anything cached from before another writer's entries is stale: keep only what
                 // this batch loaded under the lock.
                 if ex.loaded_head != (cache.head_seq, cache.head_hash) {
@@ -459,7 +645,7 @@ async fn slow_path(
     }
 }
 
-async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc::Receiver<Job>) {
+async fn run_batcher(backend: Arc<dyn Backend>, time: TimeSource, mut rx: mpsc::Receiver<Job>) {
     let depth = backend.pipeline_depth().max(1);
     let mut cache = Cache::default();
     let mut inflight: FuturesOrdered<BoxFuture<'static, Written>> = FuturesOrdered::new();
@@ -470,7 +656,7 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
     let mut closed = false;
     loop {
         if !blocked.is_empty() && inflight.is_empty() {
-            slow_path(&backend, &clock, &mut cache, std::mem::take(&mut blocked)).await;
+            slow_path(&backend, &time, &mut cache, std::mem::take(&mut blocked)).await;
             continue;
         }
         if closed && inflight.is_empty() {
@@ -478,8 +664,11 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
         }
         tokio::select! {
             biased;
-            Some((jobs, outcomes, result)) = inflight.next(), if !inflight.is_empty() => {
-                match result {
+            Some((jobs, outcomes, result, at)) = inflight.next(), if !inflight.is_empty() => {
+                if let (Ok(Some(FastOutcome { db_now: Some(reading), .. })), TimeSource::Database(c)) = (&result, &time) {
+                    c.observe(*reading, at);
+                }
+                match result.map(|o| o.map(|o| o.write)) {
                     // Committed writes are final whatever happened before them.
                     Ok(Some(FastWrite::Committed)) => reply(jobs, Ok(outcomes)),
                     // Answers computed on speculative state hold only if no write before failed.
@@ -525,7 +714,7 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
                     continue;
                 }
                 let cmds: Vec<Command> = jobs.iter().flat_map(|j| j.cmds.iter().cloned()).collect();
-                let now = clock.now();
+                let (now, check) = time.optimistic();
                 let Some(mut snap) = cache.snapshot_for(&cmds, now) else {
                     blocked.extend(jobs);
                     continue;
@@ -544,9 +733,9 @@ async fn run_batcher(backend: Arc<dyn Backend>, clock: SharedClock, mut rx: mpsc
                     let result = if changes.is_empty() {
                         Ok(None)
                     } else {
-                        b.write_fast(expect, &snap, &changes).await.map(Some)
+                        b.write_fast(expect, &snap, &changes, check).await.map(Some)
                     };
-                    (jobs, outcomes, result)
+                    (jobs, outcomes, result, Instant::now())
                 }));
             }
         }

@@ -10,7 +10,11 @@
 //! - **Two-phase transfers**: a pending transfer (a hold) is posted (in part: the rest is
 //!   released), voided, or expires after its timeout.
 //! - **An immutable journal**: every change is an entry with the balances before and after, in a
-//!   SHA-256 hash chain; [`Ledger::verify_journal`] replays it and reports any tampering.
+//!   SHA-256 hash chain; [`Ledger::verify_journal`] replays it (streamed) and reports broken
+//!   links, balances that do not add up and broken rules (a post above its hold, a hold
+//!   resolved twice, an overdraft, an early expiry). [`Ledger::anchor`] exports the head as an
+//!   HMAC'd [`JournalAnchor`] to keep elsewhere; [`Ledger::verify_journal_against`] then also
+//!   catches a consistent rewrite (hash chain recomputed) of anything up to it.
 //! - **Two backends, one engine**: SQLite (embedded default, WAL, durable commits) and
 //!   PostgreSQL. Requests are applied many per commit (group commit).
 //!
@@ -45,21 +49,25 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
+mod anchor;
 mod engine;
 mod error;
 mod ledger;
 mod rail;
 mod store;
 mod types;
+mod verify;
 
-pub use engine::{MAX_COUNTER, Problem, VerifyReport, entry_hash};
+pub use anchor::{AnchorError, JournalAnchor, MIN_ANCHOR_KEY};
+pub use engine::{MAX_COUNTER, entry_hash};
 pub use error::LedgerError;
-pub use ledger::{Ledger, MAX_BATCH};
+pub use ledger::{FAST_CLOCK_TOLERANCE, Ledger, MAX_BATCH};
 pub use rail::{
-    LedgerOfferDetails, LedgerPayer, LedgerProof, LedgerReceiver, RAIL, offer_binding,
-    op_transfer_id,
+    DEFAULT_HOLD, DEFAULT_MAX_HOLD, HoldRefusal, LedgerOfferDetails, LedgerPayer, LedgerProof,
+    LedgerReceiver, RAIL, offer_binding, op_transfer_id,
 };
 pub use types::{
     Account, AccountCreated, AccountId, Created, NewAccount, RESERVED_BIT, SideBalances, Transfer,
     TransferError, TransferId, TransferKind, TransferRequest, TransferStatus,
 };
+pub use verify::{MAX_PROBLEMS, Problem, VerifyReport};

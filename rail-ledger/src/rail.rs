@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use rail_core::{
     Amount, Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver,
     Money, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
-    RailResult, Receiver, RefundReceiver, Refunded, ReplayGuard, Verified, Voided,
+    RailReason, RailResult, Receiver, RefundReceiver, Refunded, ReplayGuard, Verified, Voided,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -35,11 +35,118 @@ pub struct LedgerProof {
 }
 
 /// The ledger rail's offer details.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Hold offers say how long the payer must hold the funds, in milliseconds (`hold_ms`).
+/// Offers written before milliseconds carried whole seconds (`hold_secs`): still read, never
+/// written. An offer carrying both must have them agree.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LedgerOfferDetails {
-    /// How long a hold must last, in seconds (holds only).
+    /// How long a hold must last, in milliseconds (hold offers only; never 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
+    /// The same in whole seconds, as older offers said it (read only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_secs: Option<u64>,
+}
+
+/// How long a hold lasts when a hold offer names no duration.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(3600);
+
+/// The longest hold a [`LedgerPayer`] agrees to by default.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(6 * 3600);
+
+impl LedgerOfferDetails {
+    /// The hold duration the offer asks for, in milliseconds: `hold_ms`, else `hold_secs` ×
+    /// 1000, else [`DEFAULT_HOLD`]. Not checked against any limit here (0 included).
+    ///
+    /// # Errors
+    /// [`RailError::InvalidInput`] when `hold_secs` does not fit in milliseconds, or the two
+    /// fields disagree.
+    pub fn hold_duration_ms(&self) -> RailResult<u64> {
+        let from_secs = self
+            .hold_secs
+            .map(|s| {
+                s.checked_mul(1000).ok_or_else(|| {
+                    RailError::InvalidInput(format!(
+                        "offer details: hold_secs {s} does not fit in milliseconds"
+                    ))
+                })
+            })
+            .transpose()?;
+        match (self.hold_ms, from_secs) {
+            (Some(ms), Some(s)) if ms != s => Err(RailError::InvalidInput(format!(
+                "offer details: hold_ms {ms} and hold_secs {} disagree",
+                self.hold_secs.unwrap_or_default()
+            ))),
+            (Some(ms), _) | (None, Some(ms)) => Ok(ms),
+            (None, None) => Ok(millis(DEFAULT_HOLD)),
+        }
+    }
+}
+
+/// A duration in whole milliseconds (rounded down), saturating at `u64::MAX` (584 million
+/// years: only ever a limit, never an amount of time anything lasts).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Why the ledger rail refused a hold: on the payer's side the duration an offer asks for, on
+/// the receiver's side the hold presented. Reaches callers as [`RailError::Rail`] with
+/// [`HoldRefusal::code`] as the reason's code (not retryable).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HoldRefusal {
+    /// A hold without a timeout: 0 ms means "never expires" on the ledger, which would lock
+    /// the payer's funds until the receiver acts.
+    #[error("{0} is 0 ms: a hold must have a timeout (0 means it never expires)")]
+    NoTimeout(&'static str),
+    /// The offer asks for a longer hold than this payer agrees to.
+    #[error("the offer asks for a {asked_ms} ms hold, above this payer's maximum of {max_ms} ms")]
+    TooLong {
+        /// What the offer asks.
+        asked_ms: u64,
+        /// The payer's cap ([`LedgerPayer::with_max_hold`]).
+        max_ms: u64,
+    },
+    /// The hold is shorter than the offer asked.
+    #[error("the hold lasts {hold_ms} ms, the offer asks for {asked_ms} ms")]
+    TooShort {
+        /// The hold's timeout.
+        hold_ms: u64,
+        /// What the offer asked.
+        asked_ms: u64,
+    },
+    /// Too little of the hold is left for the receiver to capture it.
+    #[error("the hold has {left_ms} ms left, {required_ms} ms required")]
+    TooLittleLeft {
+        /// Time left before the hold lapses, by the ledger's time.
+        left_ms: i64,
+        /// What the receiver requires ([`LedgerReceiver::with_min_hold_left`]).
+        required_ms: u64,
+    },
+}
+
+impl HoldRefusal {
+    /// The stable machine code.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            HoldRefusal::NoTimeout(_) => "hold_without_timeout",
+            HoldRefusal::TooLong { .. } => "hold_too_long",
+            HoldRefusal::TooShort { .. } => "hold_too_short",
+            HoldRefusal::TooLittleLeft { .. } => "hold_time_left_too_short",
+        }
+    }
+}
+
+impl From<HoldRefusal> for RailError {
+    fn from(h: HoldRefusal) -> Self {
+        RailError::Rail {
+            reason: RailReason::new(h.code(), h.to_string()),
+            retryable: false,
+        }
+    }
 }
 
 /// `user_data` binding a transfer to an offer id.
@@ -131,11 +238,17 @@ fn parse_account(s: &str, what: &str) -> RailResult<AccountId> {
 }
 
 /// The payer side: spends from one account.
+///
+/// A hold lasts what the offer asks (`hold_ms`), within limits the payer keeps: never without
+/// a timeout (the ledger reads 0 as "never expires"), never longer than
+/// [`LedgerPayer::with_max_hold`] (default [`DEFAULT_MAX_HOLD`]). Offers outside them are
+/// refused with a [`HoldRefusal`] before anything is written.
 #[derive(Clone, Debug)]
 pub struct LedgerPayer {
     ledger: Ledger,
     account: AccountId,
     asset: Asset,
+    max_hold: Duration,
 }
 
 impl LedgerPayer {
@@ -146,7 +259,16 @@ impl LedgerPayer {
             ledger,
             account,
             asset,
+            max_hold: DEFAULT_MAX_HOLD,
         }
+    }
+
+    /// The longest hold this payer agrees to (default [`DEFAULT_MAX_HOLD`], 6 h): offers
+    /// asking for more are refused ([`HoldRefusal::TooLong`]).
+    #[must_use]
+    pub fn with_max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = max;
+        self
     }
 
     fn request(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<TransferRequest> {
@@ -177,14 +299,21 @@ impl LedgerPayer {
             },
             PaymentMode::Hold => {
                 let details: LedgerOfferDetails = offer.details_as()?;
-                let secs = details.hold_secs.unwrap_or(3600);
+                let asked_ms = details.hold_duration_ms()?;
+                if asked_ms == 0 {
+                    return Err(HoldRefusal::NoTimeout("the offer's hold duration").into());
+                }
+                let max_ms = millis(self.max_hold);
+                if asked_ms > max_ms {
+                    return Err(HoldRefusal::TooLong { asked_ms, max_ms }.into());
+                }
                 TransferRequest::Pending {
                     id: op_transfer_id(self.account, "hold", op),
                     debit: self.account,
                     credit,
                     amount,
                     user_data,
-                    timeout_ms: secs.saturating_mul(1000),
+                    timeout_ms: asked_ms,
                 }
             }
         })
@@ -255,6 +384,7 @@ pub struct LedgerReceiver {
     asset: Asset,
     guard: ReplayGuard,
     hold_for: Duration,
+    min_hold_left: Option<Duration>,
 }
 
 impl LedgerReceiver {
@@ -267,14 +397,28 @@ impl LedgerReceiver {
             account,
             asset,
             guard,
-            hold_for: Duration::from_secs(3600),
+            hold_for: DEFAULT_HOLD,
+            min_hold_left: None,
         }
     }
 
-    /// How long payers must hold funds for hold offers (default one hour).
+    /// How long payers must hold funds for hold offers (default [`DEFAULT_HOLD`], one hour),
+    /// offered in whole milliseconds. A duration under one millisecond is no duration: hold
+    /// offers are then refused ([`HoldRefusal::NoTimeout`]).
     #[must_use]
     pub fn with_hold_duration(mut self, d: Duration) -> Self {
         self.hold_for = d;
+        self
+    }
+
+    /// How much of a hold must be left, by the ledger's time ([`Ledger::now`]), when it is
+    /// presented for verification. By default half the duration the offer asks for: a hold
+    /// presented in the first half of its life verifies, one presented just before it lapses
+    /// is refused ([`HoldRefusal::TooLittleLeft`]) rather than failing at capture. It may not
+    /// exceed the hold duration offered (offers are refused then).
+    #[must_use]
+    pub fn with_min_hold_left(mut self, d: Duration) -> Self {
+        self.min_hold_left = Some(d);
         self
     }
 
@@ -338,25 +482,38 @@ impl LedgerReceiver {
             return Err(RailError::mismatch(Binding::Payer, &payment.payer, t.debit));
         }
         if offer.mode == PaymentMode::Hold {
-            // The hold must last as long as the offer asked, and must not have lapsed.
-            let want_ms = offer
+            // A hold with a timeout, as long as the offer asked, not lapsed.
+            let asked_ms = offer
                 .details_as::<LedgerOfferDetails>()?
-                .hold_secs
-                .unwrap_or(3600)
-                .saturating_mul(1000);
-            if t.timeout_ms != 0 && t.timeout_ms < want_ms {
-                return Err(RailError::MalformedPayment(format!(
-                    "hold lasts {} ms, the offer asks for {want_ms} ms",
-                    t.timeout_ms
-                )));
+                .hold_duration_ms()?;
+            if t.timeout_ms == 0 {
+                return Err(HoldRefusal::NoTimeout("the hold's timeout").into());
             }
-            if t.expires_at()
-                .is_some_and(|e| e <= self.ledger.clock().now())
-            {
+            if t.timeout_ms < asked_ms {
+                return Err(HoldRefusal::TooShort {
+                    hold_ms: t.timeout_ms,
+                    asked_ms,
+                }
+                .into());
+            }
+            // What is left, by the clock the ledger expires holds by.
+            let now = self.ledger.now().await?;
+            let left_ms = t
+                .expires_at()
+                .map_or(i64::MAX, |e| e.0.saturating_sub(now.0));
+            if left_ms <= 0 {
                 return Err(RailError::InvalidState {
                     op: "verify",
                     state: "expired".into(),
                 });
+            }
+            let required_ms = self.min_hold_left.map_or(asked_ms / 2, millis);
+            if u64::try_from(left_ms).is_ok_and(|left| left < required_ms) {
+                return Err(HoldRefusal::TooLittleLeft {
+                    left_ms,
+                    required_ms,
+                }
+                .into());
             }
         }
         if status != Some(want_status) {
@@ -428,7 +585,28 @@ impl Receiver for LedgerReceiver {
                 target: "i64",
             }));
         }
-        let hold_secs = (charge.mode == PaymentMode::Hold).then_some(self.hold_for.as_secs());
+        let hold_ms = match charge.mode {
+            PaymentMode::Hold => {
+                let ms = u64::try_from(self.hold_for.as_millis()).map_err(|_| {
+                    RailError::InvalidInput(format!(
+                        "hold duration {:?} does not fit in milliseconds",
+                        self.hold_for
+                    ))
+                })?;
+                if ms == 0 {
+                    return Err(HoldRefusal::NoTimeout("this receiver's hold duration").into());
+                }
+                if self.min_hold_left.is_some_and(|m| m > self.hold_for) {
+                    return Err(RailError::InvalidInput(format!(
+                        "this receiver requires {:?} left on holds it asks to last {:?}: no hold could verify",
+                        self.min_hold_left.unwrap_or_default(),
+                        self.hold_for
+                    )));
+                }
+                Some(ms)
+            }
+            PaymentMode::Capture => None,
+        };
         Ok(Offer {
             rail: RailId::new(RAIL),
             id: format!("q_{}", hex::encode(rand::random::<[u8; 16]>())),
@@ -436,8 +614,11 @@ impl Receiver for LedgerReceiver {
             payee: self.account.to_string(),
             mode: charge.mode,
             expires_at: self.ledger.clock().now().plus(charge.ttl),
-            details: serde_json::to_value(LedgerOfferDetails { hold_secs })
-                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+            details: serde_json::to_value(LedgerOfferDetails {
+                hold_ms,
+                hold_secs: None,
+            })
+            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
         })
     }
 

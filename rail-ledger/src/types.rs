@@ -202,6 +202,10 @@ pub enum TransferRequest {
         user_data: u128,
     },
     /// Hold `amount` from `debit` for `credit`, for `timeout_ms` (0 = until posted or voided).
+    ///
+    /// A timeout of 0 keeps TigerBeetle's meaning (no timeout) for direct ledger users who
+    /// resolve every hold themselves. The rail never creates such a hold, and its receiver
+    /// refuses one ([`crate::HoldRefusal::NoTimeout`]): a payment hold must lapse on its own.
     Pending {
         /// Transfer id.
         id: TransferId,

@@ -12,10 +12,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::{Asset, ManualClock, SharedClock, Timestamp};
+use rail_core::{Asset, Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 use rail_ledger::{
-    AccountId, Created, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferKind,
-    TransferRequest, TransferStatus,
+    AccountId, Created, Ledger, LedgerError, NewAccount, RESERVED_BIT, SideBalances, Transfer,
+    TransferError, TransferId, TransferKind, TransferRequest, TransferStatus, VerifyReport,
+    entry_hash,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +65,36 @@ impl Fixture {
                     .await
                     .unwrap();
                 sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    /// One integer from a query run directly on the database (`NULL` reads as `None`).
+    async fn raw_i64(&self, sql: &str) -> Option<i64> {
+        match (&self.pg, &self._dir) {
+            (Some((url, schema)), _) => {
+                let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(opts.options([("search_path", schema.as_str())]))
+                    .await
+                    .unwrap();
+                sqlx::query_scalar::<_, Option<i64>>(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+            (None, Some(dir)) => {
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect(&sqlite_url(dir))
+                    .await
+                    .unwrap();
+                sqlx::query_scalar::<_, Option<i64>>(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
             }
             _ => unreachable!(),
         }
@@ -655,6 +686,472 @@ async fn expiry_sees_other_processes_holds(f: Fixture) {
     assert_eq!(a.account(x).await.unwrap().unwrap().available(), 99);
 }
 
+/// A corrupted expiry index (`ledger_status.expires_at`) must never release a live hold: the
+/// sweep re-checks the hold's own expiry (its entry's timestamp + timeout) first, and puts the
+/// index right.
+async fn expiry_rechecks_the_holds_own_time(f: Fixture) {
+    let l = &f.ledger;
+    let bank = account(l, false).await;
+    let alice = account(l, true).await;
+    let shop = account(l, true).await;
+    l.transfer(single(bank, alice, 100)).await.unwrap();
+    let hold = TransferId::random();
+    let created = l
+        .transfer(TransferRequest::Pending {
+            id: hold,
+            debit: alice,
+            credit: shop,
+            amount: 80,
+            user_data: 0,
+            timeout_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    let due_at = created.transfer().expires_at().unwrap().0;
+    // The index row now says the hold lapsed long ago; the hold itself has 60 s left.
+    f.raw_exec("UPDATE ledger_status SET expires_at = 0 WHERE status = 1")
+        .await;
+    l.expire_pending().await.unwrap();
+    let cold = f.second_handle().await; // a cold cache: goes by the index alone
+    cold.expire_pending().await.unwrap();
+    assert_eq!(
+        l.lookup_transfer(hold).await.unwrap().unwrap().1,
+        Some(TransferStatus::Pending),
+        "a live hold was released by a corrupted index row"
+    );
+    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 20);
+    assert_eq!(
+        f.raw_i64("SELECT expires_at FROM ledger_status WHERE status = 1")
+            .await,
+        Some(due_at),
+        "the sweep puts the index row right"
+    );
+    f.clock.advance(Duration::from_secs(30));
+    l.transfer(TransferRequest::Post {
+        id: TransferId::random(),
+        pending_id: hold,
+        amount: 80,
+    })
+    .await
+    .unwrap();
+    assert_eq!(l.account(shop).await.unwrap().unwrap().posted_balance(), 80);
+    let report = l.verify_journal().await.unwrap();
+    assert!(report.is_intact(), "{report:?}");
+}
+
+/// A blob literal in the fixture's SQL dialect.
+fn blob(f: &Fixture, b: &[u8]) -> String {
+    if f.pg.is_some() {
+        format!("'\\x{}'::bytea", hex::encode(b))
+    } else {
+        format!("X'{}'", hex::encode(b))
+    }
+}
+
+/// An entry to forge: what it does and the pending amount it releases (a post releases the
+/// whole hold, a void or an expiry the amount it names).
+struct Forged {
+    kind: TransferKind,
+    debit: AccountId,
+    credit: AccountId,
+    amount: u64,
+    reference: Option<TransferId>,
+    timeout_ms: u64,
+    ts: Timestamp,
+    release: u64,
+    /// The status row it leaves: (transfer, status code, amount).
+    status: Option<(TransferId, i16, u64)>,
+}
+
+fn kind_code(k: TransferKind) -> i16 {
+    match k {
+        TransferKind::Single => 1,
+        TransferKind::Pending => 2,
+        TransferKind::PostPending => 3,
+        TransferKind::VoidPending => 4,
+        TransferKind::ExpirePending => 5,
+        TransferKind::Reversal => 6,
+    }
+}
+
+/// Appends an entry directly in the database, as someone with write access could: the hash
+/// chain continues from `prev` (the last entry), the head moves, and the accounts' stored
+/// balances and the status row follow, so that only the rule the entry breaks is wrong.
+async fn forge(f: &Fixture, prev: &Transfer, e: Forged) -> Transfer {
+    let d = f.ledger.account(e.debit).await.unwrap().unwrap();
+    let c = f.ledger.account(e.credit).await.unwrap().unwrap();
+    let (pend_add, post_add) = match e.kind {
+        TransferKind::Pending => (e.amount, 0),
+        TransferKind::VoidPending | TransferKind::ExpirePending => (0, 0),
+        _ => (0, e.amount),
+    };
+    let side = |pending: u64, posted: u64| SideBalances {
+        pending_before: pending,
+        pending_after: pending + pend_add - e.release,
+        posted_before: posted,
+        posted_after: posted + post_add,
+    };
+    let mut t = Transfer {
+        seq: prev.seq + 1,
+        id: if e.kind == TransferKind::ExpirePending {
+            TransferId(TransferId::random().0 | RESERVED_BIT)
+        } else {
+            TransferId::random()
+        },
+        kind: e.kind,
+        debit: e.debit,
+        credit: e.credit,
+        amount: e.amount,
+        reference: e.reference,
+        user_data: 0,
+        timeout_ms: e.timeout_ms,
+        timestamp: e.ts,
+        debit_side: side(d.debits_pending, d.debits_posted),
+        credit_side: side(c.credits_pending, c.credits_posted),
+        prev_hash: prev.hash,
+        hash: [0; 32],
+    };
+    t.hash = entry_hash(&t);
+    let (ds, cs) = (t.debit_side, t.credit_side);
+    let reference = t
+        .reference
+        .map_or("NULL".to_owned(), |r| blob(f, &r.to_bytes()));
+    let mut sql = format!(
+        "INSERT INTO ledger_transfers (seq, id, kind, debit, credit, amount, reference, user_data,
+            timeout_ms, ts, dr_pending_before, dr_pending_after, dr_posted_before, dr_posted_after,
+            cr_pending_before, cr_pending_after, cr_posted_before, cr_posted_after, prev_hash, hash)
+         VALUES ({}, {}, {}, {}, {}, {}, {reference}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {});
+         UPDATE ledger_accounts SET debits_pending = {}, debits_posted = {} WHERE id = {};
+         UPDATE ledger_accounts SET credits_pending = {}, credits_posted = {} WHERE id = {};
+         UPDATE ledger_head SET seq = {}, hash = {} WHERE id = 1;",
+        t.seq,
+        blob(f, &t.id.to_bytes()),
+        kind_code(t.kind),
+        blob(f, &t.debit.to_bytes()),
+        blob(f, &t.credit.to_bytes()),
+        t.amount,
+        blob(f, &t.user_data.to_be_bytes()),
+        t.timeout_ms,
+        t.timestamp.0,
+        ds.pending_before,
+        ds.pending_after,
+        ds.posted_before,
+        ds.posted_after,
+        cs.pending_before,
+        cs.pending_after,
+        cs.posted_before,
+        cs.posted_after,
+        blob(f, &t.prev_hash),
+        blob(f, &t.hash),
+        ds.pending_after,
+        ds.posted_after,
+        blob(f, &t.debit.to_bytes()),
+        cs.pending_after,
+        cs.posted_after,
+        blob(f, &t.credit.to_bytes()),
+        t.seq,
+        blob(f, &t.hash),
+    );
+    if let Some((id, code, amount)) = e.status {
+        sql.push_str(&format!(
+            "INSERT INTO ledger_status (id, status, amount, expires_at) VALUES ({}, {code}, {amount}, NULL)
+             ON CONFLICT (id) DO UPDATE SET status = excluded.status, amount = excluded.amount;",
+            blob(f, &id.to_bytes())
+        ));
+    }
+    f.raw_exec(&sql).await;
+    t
+}
+
+/// The report holds exactly one problem, at entry `seq`, saying all of `needles`.
+fn only_problem(r: &VerifyReport, seq: i64, needles: &[&str]) {
+    assert_eq!(r.problems.len(), 1, "{r:#?}");
+    let p = &r.problems[0];
+    assert_eq!(p.seq, seq, "{r:#?}");
+    for n in needles {
+        assert!(p.what.contains(n), "{:?} does not say {n:?}", p.what);
+    }
+}
+
+/// Funds `alice` (no-overdraft as asked) with `funds` and returns (alice, shop, last entry).
+async fn funded(f: &Fixture, funds: u64, no_overdraft: bool) -> (AccountId, AccountId, Transfer) {
+    let l = &f.ledger;
+    let bank = account(l, false).await;
+    let alice = account(l, no_overdraft).await;
+    let shop = account(l, true).await;
+    let t = l.transfer(single(bank, alice, funds)).await.unwrap();
+    (alice, shop, t.transfer().clone())
+}
+
+async fn hold(f: &Fixture, alice: AccountId, shop: AccountId, amount: u64) -> Transfer {
+    f.ledger
+        .transfer(TransferRequest::Pending {
+            id: TransferId::random(),
+            debit: alice,
+            credit: shop,
+            amount,
+            user_data: 0,
+            timeout_ms: 60_000,
+        })
+        .await
+        .unwrap()
+        .transfer()
+        .clone()
+}
+
+/// A post above what its hold held, written with a consistent hash chain and balances.
+async fn journal_rule_post_above_hold(f: Fixture) {
+    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let h = hold(&f, alice, shop, 100).await;
+    let post = forge(
+        &f,
+        &h,
+        Forged {
+            kind: TransferKind::PostPending,
+            debit: alice,
+            credit: shop,
+            amount: 150,
+            reference: Some(h.id),
+            timeout_ms: 0,
+            ts: Timestamp(h.timestamp.0 + 1_000),
+            release: 100,
+            status: Some((h.id, 2, 150)),
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        post.seq,
+        &[
+            &format!("entry {}", post.seq),
+            "posts 150",
+            &h.id.to_string(),
+            "held 100",
+        ],
+    );
+}
+
+/// A hold resolved twice (posted, then posted again).
+async fn journal_rule_one_resolution_per_hold(f: Fixture) {
+    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let h1 = hold(&f, alice, shop, 100).await;
+    // Another open hold keeps the pending counter from going below zero: only the rule breaks.
+    hold(&f, alice, shop, 100).await;
+    let first = f
+        .ledger
+        .transfer(TransferRequest::Post {
+            id: TransferId::random(),
+            pending_id: h1.id,
+            amount: 60,
+        })
+        .await
+        .unwrap()
+        .transfer()
+        .clone();
+    let again = forge(
+        &f,
+        &first,
+        Forged {
+            kind: TransferKind::PostPending,
+            debit: alice,
+            credit: shop,
+            amount: 40,
+            reference: Some(h1.id),
+            timeout_ms: 0,
+            ts: Timestamp(first.timestamp.0 + 1_000),
+            release: 100,
+            status: Some((h1.id, 2, 40)),
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        again.seq,
+        &[
+            &format!("entry {}", again.seq),
+            &h1.id.to_string(),
+            "again",
+            &format!("entry {}", first.seq),
+        ],
+    );
+}
+
+/// A no-overdraft account spending more than it has.
+async fn journal_rule_no_overdraft(f: Fixture) {
+    let (alice, shop, funding) = funded(&f, 100, true).await;
+    let spend = forge(
+        &f,
+        &funding,
+        Forged {
+            kind: TransferKind::Single,
+            debit: alice,
+            credit: shop,
+            amount: 150,
+            reference: None,
+            timeout_ms: 0,
+            ts: Timestamp(funding.timestamp.0 + 1_000),
+            release: 0,
+            status: None,
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        spend.seq,
+        &[
+            &format!("entry {}", spend.seq),
+            "overdraws",
+            &alice.to_string(),
+            "150",
+            "100",
+        ],
+    );
+}
+
+/// A hold expired before its time.
+async fn journal_rule_expiry_after_the_holds_time(f: Fixture) {
+    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let h = hold(&f, alice, shop, 100).await;
+    let early = Timestamp(h.timestamp.0 + 10_000);
+    let expiry = forge(
+        &f,
+        &h,
+        Forged {
+            kind: TransferKind::ExpirePending,
+            debit: alice,
+            credit: shop,
+            amount: 100,
+            reference: Some(h.id),
+            timeout_ms: 0,
+            ts: early,
+            release: 100,
+            status: Some((h.id, 4, 0)),
+        },
+    )
+    .await;
+    let r = f.ledger.verify_journal().await.unwrap();
+    only_problem(
+        &r,
+        expiry.seq,
+        &[
+            &format!("entry {}", expiry.seq),
+            "expires hold",
+            &h.id.to_string(),
+            &early.to_string(),
+            &h.expires_at().unwrap().to_string(),
+        ],
+    );
+}
+
+/// Someone with write access rewrites an entry at or before an anchored head and recomputes
+/// the hash chain after it, the head and all: plain verification finds the journal intact
+/// (there is nothing inconsistent to find); verification against the anchor, kept outside the
+/// database, names the anchored entry.
+async fn anchored_head_detects_a_consistent_rewrite(f: Fixture) {
+    let l = &f.ledger;
+    let key = [0x5au8; 32];
+    let bank = account(l, false).await;
+    let alice = account(l, true).await;
+    let mut entries = Vec::new();
+    for _ in 0..5 {
+        entries.push(
+            l.transfer(single(bank, alice, 10))
+                .await
+                .unwrap()
+                .transfer()
+                .clone(),
+        );
+    }
+    let anchor = l.anchor(&key).await.unwrap();
+    assert_eq!((anchor.seq, anchor.hash), (entries[4].seq, entries[4].hash));
+    let token = anchor.to_string();
+    for _ in 0..3 {
+        entries.push(
+            l.transfer(single(bank, alice, 10))
+                .await
+                .unwrap()
+                .transfer()
+                .clone(),
+        );
+    }
+    assert!(
+        l.verify_journal_against(&anchor, &key)
+            .await
+            .unwrap()
+            .is_intact()
+    );
+
+    // Rebind entry 3 to another caller reference (say, another offer), then recompute every
+    // hash from there on and move the head: a consistent journal.
+    let drop_guard = if f.pg.is_none() {
+        "DROP TRIGGER ledger_transfers_no_update; DROP TRIGGER ledger_transfers_no_delete;"
+    } else {
+        "DROP TRIGGER ledger_transfers_append_only ON ledger_transfers;"
+    };
+    f.raw_exec(drop_guard).await;
+    let mut sql = String::new();
+    let mut prev = entries[1].hash;
+    for t in entries.iter_mut().skip(2) {
+        if t.seq == 3 {
+            t.user_data = 0xbad;
+        }
+        t.prev_hash = prev;
+        t.hash = entry_hash(t);
+        prev = t.hash;
+        sql.push_str(&format!(
+            "UPDATE ledger_transfers SET user_data = {}, prev_hash = {}, hash = {} WHERE seq = {};",
+            blob(&f, &t.user_data.to_be_bytes()),
+            blob(&f, &t.prev_hash),
+            blob(&f, &t.hash),
+            t.seq
+        ));
+    }
+    sql.push_str(&format!(
+        "UPDATE ledger_head SET hash = {} WHERE id = 1;",
+        blob(&f, &prev)
+    ));
+    f.raw_exec(&sql).await;
+    let plain = l.verify_journal().await.unwrap();
+    assert!(plain.is_intact(), "the rewrite is consistent: {plain:?}");
+    let r = l.verify_journal_against(&anchor, &key).await.unwrap();
+    only_problem(
+        &r,
+        anchor.seq,
+        &["anchored hash", &format!("entry {}", anchor.seq)],
+    );
+
+    // The anchor itself cannot be moved or re-keyed.
+    let parsed: rail_ledger::JournalAnchor = token.parse().unwrap();
+    assert_eq!(parsed, anchor);
+    let moved = rail_ledger::JournalAnchor {
+        seq: 2,
+        hash: entries[1].hash,
+        ..anchor
+    };
+    assert!(matches!(
+        l.verify_journal_against(&moved, &key).await,
+        Err(LedgerError::Anchor(rail_ledger::AnchorError::BadMac))
+    ));
+    assert!(matches!(
+        l.verify_journal_against(&anchor, &[0x5b; 32]).await,
+        Err(LedgerError::Anchor(rail_ledger::AnchorError::BadMac))
+    ));
+
+    // A journal cut back to before the anchor is reported too.
+    f.raw_exec("DELETE FROM ledger_transfers WHERE seq >= 4")
+        .await;
+    let r = l.verify_journal_against(&anchor, &key).await.unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.what.contains("before the anchored entry 5")),
+        "{r:#?}"
+    );
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -687,4 +1184,113 @@ on_both!(
     concurrency_conserves_money,
     caches_never_overwrite_another_process,
     expiry_sees_other_processes_holds,
+    expiry_rechecks_the_holds_own_time,
+    journal_rule_post_above_hold,
+    journal_rule_one_resolution_per_hold,
+    journal_rule_no_overdraft,
+    journal_rule_expiry_after_the_holds_time,
+    anchored_head_detects_a_consistent_rewrite,
 );
+
+/// Processes sharing one PostgreSQL ledger whose clocks disagree (here two hours each way):
+/// a hold is created and expired by one time source, the database's clock, never by whichever
+/// process happens to stamp or to sweep. (Before, a process whose clock ran ahead released
+/// other processes' live holds, and one whose clock ran behind kept lapsed holds locked.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_hold_expiry_follows_one_clock() {
+    let Some(f) = fixture(Backend::Postgres).await else {
+        return;
+    };
+    let (url, schema) = f.pg.clone().unwrap();
+    let real = SystemClock.now();
+    let host = |offset_ms: i64| -> SharedClock {
+        Arc::new(ManualClock::at(Timestamp(real.0 + offset_ms)))
+    };
+    let two_hours = 2 * 3_600_000;
+    let a = Ledger::postgres_with_host_clock(&url, Some(&schema), host(0))
+        .await
+        .unwrap();
+    let ahead = Ledger::postgres_with_host_clock(&url, Some(&schema), host(two_hours))
+        .await
+        .unwrap();
+    let behind = Ledger::postgres_with_host_clock(&url, Some(&schema), host(-two_hours))
+        .await
+        .unwrap();
+    let bank = account(&a, false).await;
+    let x = account(&a, true).await;
+    let y = account(&a, true).await;
+    a.transfer(single(bank, x, 1_000)).await.unwrap();
+    let hold = |l: Ledger, amount: u64, timeout_ms: u64| async move {
+        let id = TransferId::random();
+        let t = l
+            .transfer(TransferRequest::Pending {
+                id,
+                debit: x,
+                credit: y,
+                amount,
+                user_data: 0,
+                timeout_ms,
+            })
+            .await
+            .unwrap();
+        (id, t.transfer().expires_at().unwrap())
+    };
+    let status = |id| {
+        let a = a.clone();
+        async move { a.lookup_transfer(id).await.unwrap().unwrap().1 }
+    };
+
+    // A 60 s hold; the process two hours ahead sweeps at once, then captures it.
+    let (h1, _) = hold(a.clone(), 100, 60_000).await;
+    ahead.expire_pending().await.unwrap();
+    assert_eq!(
+        status(h1).await,
+        Some(TransferStatus::Pending),
+        "a live hold released by a process whose clock runs ahead"
+    );
+    ahead
+        .transfer(TransferRequest::Post {
+            id: TransferId::random(),
+            pending_id: h1,
+            amount: 100,
+        })
+        .await
+        .unwrap();
+
+    // A 300 ms hold made by the process ahead: once it lapsed by the database's clock, the
+    // process two hours behind releases it.
+    let (h2, due) = hold(ahead.clone(), 50, 300).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while behind.now().await.unwrap() < due && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    behind.expire_pending().await.unwrap();
+    assert_eq!(
+        status(h2).await,
+        Some(TransferStatus::Expired),
+        "a lapsed hold kept locked by a process whose clock runs behind"
+    );
+    assert_eq!(a.account(x).await.unwrap().unwrap().available(), 900);
+
+    // All three read the same time, whatever their own clocks say.
+    let (ta, tb, tc) = (
+        a.now().await.unwrap(),
+        ahead.now().await.unwrap(),
+        behind.now().await.unwrap(),
+    );
+    assert!(
+        (tb.0 - ta.0).abs() < 1_000 && (tc.0 - ta.0).abs() < 1_000,
+        "{ta} {tb} {tc}"
+    );
+    let report = a.verify_journal().await.unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    if let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+    {
+        let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&pool)
+            .await;
+    }
+}
