@@ -73,8 +73,7 @@ async fn world() -> World {
 impl World {
     fn receiver(&self) -> LedgerReceiver {
         let guard = ReplayGuard::new(
-            Arc::new(MemoryKeyStore::default()),
-            Arc::new(self.clock.clone()),
+            Arc::new(MemoryKeyStore::with_clock(Arc::new(self.clock.clone()))),
             "offers",
         );
         LedgerReceiver::new(self.ledger.clone(), self.shop, Asset::usd(), guard)
