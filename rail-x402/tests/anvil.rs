@@ -757,3 +757,107 @@ async fn settlement_waits_for_its_confirmation_depth() {
     assert!(s.success, "{s:?}");
     assert_eq!(fx.net.balance(pay_to).await.unwrap(), U256::from(1_000));
 }
+
+/// A JSON-RPC proxy to the localnet that loses every `eth_sendRawTransaction`: the settler
+/// behind it writes its transaction ahead and never gets it to the node (as one that died
+/// between the two would).
+async fn proxy_losing_broadcasts(upstream: String) -> String {
+    use axum::body::Bytes;
+    use axum::routing::post;
+    let client = reqwest::Client::new();
+    let app = Router::new().route(
+        "/",
+        post(move |body: Bytes| {
+            let (client, upstream) = (client.clone(), upstream.clone());
+            async move {
+                if String::from_utf8_lossy(&body).contains("eth_sendRawTransaction") {
+                    return (StatusCode::BAD_GATEWAY, Vec::new());
+                }
+                let answer = client
+                    .post(&upstream)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                (StatusCode::OK, answer.bytes().await.unwrap().to_vec())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A settler wrote its transaction ahead and the transaction never reached the node. The next
+/// settler sharing the store recovers it: it finds no receipt, sees the nonce still open, sends
+/// the very same transaction again, and the payment settles once (before, the record stayed in
+/// flight and every later settle of that authorization answered 503 for ever).
+#[tokio::test]
+async fn a_dead_settlers_transaction_is_sent_again_not_followed_for_ever() {
+    let Some(fx) = fixture().await else { return };
+    let settler = fx.net.funded_settler().await.unwrap();
+    let lossy_rpc =
+        rail_x402::rpc::RpcClient::new(&proxy_losing_broadcasts(fx.net.rpc.url().to_owned()).await)
+            .unwrap();
+    let dying = LocalFacilitator::connect(
+        lossy_rpc,
+        settler.clone(),
+        SettlementBook::new(fx.store.clone()),
+    )
+    .await
+    .unwrap();
+    let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
+    let from = key.address();
+    let url = fx.serve(&fx.paywall(fx.facilitator.clone())).await;
+    let pr = challenge(&format!("{url}/cheap")).await;
+    let payment = fx.payer(key).pay(&pr).unwrap();
+    let nonce_before = fx
+        .net
+        .rpc
+        .transaction_count(settler.address(), "latest")
+        .await
+        .unwrap();
+    assert!(
+        dying.settle(&payment, &pr.accepts[0]).await.is_err(),
+        "the broadcast was lost: the outcome is unknown"
+    );
+    let recovering = LocalFacilitator::connect(
+        fx.net.rpc.clone(),
+        settler.clone(),
+        SettlementBook::new(fx.store.clone()),
+    )
+    .await
+    .unwrap();
+    let mut answer = None;
+    for _ in 0..20 {
+        match recovering.settle(&payment, &pr.accepts[0]).await {
+            Ok(a) => {
+                answer = Some(a);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let answer = answer.expect("the recovered settlement completes");
+    // Answered as a settlement made earlier (the reference's reply to a second /settle, naming
+    // the transaction), which the paywalls serve once.
+    assert!(
+        rail_x402::facilitator::settled_transaction(&answer).is_some(),
+        "{answer:?}"
+    );
+    assert_eq!(
+        fx.net
+            .rpc
+            .transaction_count(settler.address(), "latest")
+            .await
+            .unwrap(),
+        nonce_before + 1,
+        "exactly the written-ahead transaction was mined"
+    );
+    assert_eq!(
+        fx.balances(from).await,
+        (U256::from(10_000 - CHEAP), U256::from(CHEAP))
+    );
+}
