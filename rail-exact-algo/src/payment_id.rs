@@ -18,7 +18,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::keys::{Claim, KeyStore, RESERVED, Reservation};
+use rail_core::SettlementBook;
+use rail_core::keys::{KeyStore, Opened, Reservation};
 use rail_core::{RailError, ReplayGuard};
 use sha2::{Digest, Sha256};
 
@@ -69,8 +70,17 @@ fn store(e: RailError) -> LifecycleError {
 #[derive(Clone, Debug)]
 pub struct PaymentIds {
     issued: ReplayGuard,
-    intent: ReplayGuard,
+    /// The write-ahead settlement record per paymentId: the transaction (its id on the rail)
+    /// and what it pays for.
+    intent: SettlementBook<Intent>,
     served: ReplayGuard,
+}
+
+/// What a settlement of a paymentId is for (written ahead with its transaction id).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Intent {
+    /// The challenge's binding (resource, amount, payee), see [`binding`].
+    pub binding: String,
 }
 
 /// How a settlement may proceed.
@@ -91,9 +101,9 @@ pub enum Begin {
 #[derive(Debug)]
 #[must_use = "a settlement must end as settled or failed"]
 pub struct Settling {
-    reservation: Reservation,
+    settling: rail_core::keys::Settling<Intent>,
     txid: String,
-    key: String,
+    binding: String,
 }
 
 /// What a challenge was issued for: a digest of the resource, the amount and the payee.
@@ -116,7 +126,7 @@ impl PaymentIds {
     pub fn new(store: Arc<dyn KeyStore>) -> Self {
         PaymentIds {
             issued: ReplayGuard::new(store.clone(), "exact-algo/issued"),
-            intent: ReplayGuard::new(store.clone(), "exact-algo/intent"),
+            intent: SettlementBook::new(store.clone(), "exact-algo/intent", INTENT_RETENTION),
             served: ReplayGuard::new(store, "exact-algo/served"),
         }
     }
@@ -173,68 +183,50 @@ impl PaymentIds {
         // What the record names: the transaction and what it paid for, so a resumed settlement
         // can only serve the resource the payment was made for. Its digest is the record's
         // fingerprint: a record for another transaction is never taken over.
-        let key = format!("{binding}/{txid}");
-        let submitting = format!("submitting:{key}");
-        let fingerprint = Sha256::digest(key.as_bytes()).to_vec();
-        let settling = |reservation| Settling {
-            reservation,
+        // The record's fingerprint digests the transaction and what it pays for: a record for
+        // another transaction (or the same one presented for something else) is never taken
+        // over, and answers "used".
+        let fingerprint = Sha256::digest(format!("{binding}/{txid}").as_bytes()).to_vec();
+        let settling = |settling| Settling {
+            settling,
             txid: txid.to_owned(),
-            key: key.clone(),
+            binding: binding.to_owned(),
         };
-        let reservation = match self
-            .intent
-            .claim_as(pid, timeout, fingerprint)
-            .await
-            .map_err(store)?
-        {
-            Claim::Fresh(reservation) => reservation,
-            // Held by a settler that died before writing anything ahead: nothing was
-            // submitted, so this caller settles.
-            Claim::Recover {
-                reservation,
-                previous,
-            } if previous.state == RESERVED => reservation,
+        let book = self.intent.clone().with_lease(timeout);
+        let fresh = match book.open_as(pid, fingerprint).await.map_err(store)? {
+            // Free, or held by a settler that died before writing anything ahead (so nothing
+            // was submitted): this caller settles.
+            Opened::Fresh(s) | Opened::Recover(s, None) => s,
             // The same transaction, whose settler did not finish (it crashed, or lost its
             // connection): this caller now holds the record and resumes it on chain.
-            Claim::Recover {
-                reservation,
-                previous,
-            } if previous.state == submitting => {
-                return Ok(Begin::Resume(Some(settling(reservation))));
-            }
-            Claim::Recover { reservation, .. } => {
-                // Another transaction's record (fingerprints differ, so not expected): back.
-                reservation.hand_over().await.map_err(store)?;
-                return Err(LifecycleError::AlreadyUsed);
-            }
+            Opened::Recover(s, Some(_)) => return Ok(Begin::Resume(Some(settling(s)))),
             // The same transaction is being settled right now: retry it, never pay again.
-            // (A held record for this very transaction still in `reserved` is the same: its
-            // settler is checking the challenge.)
-            Claim::Busy { state, retry_after } if state == submitting || state == RESERVED => {
+            Opened::InFlight { retry_after, .. } => {
                 return Err(LifecycleError::InProgress { retry_after });
             }
             // Settled, but perhaps never answered (a crash, a lost store write): the same
             // transaction is checked on chain and served at most once.
-            Claim::Finished(rec) if rec.state == format!("settled:{key}") => {
-                return Ok(Begin::Resume(None));
-            }
-            Claim::Busy { .. } | Claim::Finished(_) | Claim::Conflict(_) => {
-                return Err(LifecycleError::AlreadyUsed);
-            }
+            Opened::Settled(_) => return Ok(Begin::Resume(None)),
+            Opened::Conflict => return Err(LifecycleError::AlreadyUsed),
         };
         if let Err(e) = self.check_issued(pid, binding).await {
-            reservation.release().await.map_err(store)?;
+            fresh.failed().await.map_err(store)?;
             return Err(e);
         }
         // Written ahead: from here on only this transaction can settle the paymentId.
-        reservation
-            .advance(&submitting, None)
+        fresh
+            .submitting(
+                txid,
+                Intent {
+                    binding: binding.to_owned(),
+                },
+            )
             .await
             .map_err(|e| match e {
                 RailError::Replayed { .. } => LifecycleError::AlreadyUsed,
                 other => store(other),
             })?;
-        Ok(Begin::Fresh(settling(reservation)))
+        Ok(Begin::Fresh(settling(fresh)))
     }
 
     /// Reserves the right to answer the payer for `pid` while the paid work runs: `None` if
@@ -280,15 +272,20 @@ impl Settling {
     /// # Errors
     /// [`LifecycleError::Store`].
     pub async fn settled(self) -> Result<(), LifecycleError> {
-        self.reservation
-            .finish(&format!("settled:{}", self.key), Some(INTENT_RETENTION))
+        self.settling
+            .settled(
+                &self.txid,
+                Intent {
+                    binding: self.binding,
+                },
+            )
             .await
             .map_err(store)
     }
 
     /// Runs `work` (submission, confirmation wait) while keeping the record's lease alive.
     pub async fn keep_alive<F: std::future::Future>(&self, work: F) -> F::Output {
-        self.reservation.keep_alive(work).await
+        self.settling.keep_alive(work).await
     }
 
     /// The network refused the payment for certain: the paymentId may be tried again.
@@ -296,7 +293,7 @@ impl Settling {
     /// # Errors
     /// [`LifecycleError::Store`].
     pub async fn failed(self) -> Result<(), LifecycleError> {
-        self.reservation.release().await.map_err(store)
+        self.settling.failed().await.map_err(store)
     }
 }
 

@@ -365,10 +365,13 @@ impl SettlementBook {
                     settlement: Some(s),
                     ..
                 } => Entry::Submitted(tx_hash(&s.rail_id)?),
+                Opened::Settled(s) => Entry::Settled(tx_hash(&s.rail_id)?),
+                // Nothing written ahead yet by a live settler (a conflict is not produced: this
+                // book opens without a fingerprint).
                 Opened::InFlight {
                     settlement: None, ..
-                } => Entry::Busy,
-                Opened::Settled(s) => Entry::Settled(tx_hash(&s.rail_id)?),
+                }
+                | Opened::Conflict => Entry::Busy,
             },
         )
     }

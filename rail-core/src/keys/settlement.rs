@@ -83,6 +83,8 @@ pub enum Opened<T> {
     },
     /// Settled.
     Settled(Settlement<T>),
+    /// Held or settled for other content ([`SettlementBook::open_as`]): nothing was taken over.
+    Conflict,
 }
 
 /// A settlement held by this caller.
@@ -130,36 +132,48 @@ impl<T: Serialize + DeserializeOwned> SettlementBook<T> {
     /// # Errors
     /// [`RailError::Storage`].
     pub async fn open(&self, key: &str) -> RailResult<Opened<T>> {
+        self.open_as(key, Vec::new()).await
+    }
+
+    /// As [`SettlementBook::open`], for content with digest `fingerprint` (what the settlement
+    /// is for): a record for other content is [`Opened::Conflict`], never taken over.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn open_as(&self, key: &str, fingerprint: Vec<u8>) -> RailResult<Opened<T>> {
         let settling = |reservation| Settling {
             reservation,
             retain: self.retain,
             _t: PhantomData,
         };
-        Ok(match self.guard.claim(key, self.lease).await? {
-            Claim::Fresh(r) => Opened::Fresh(settling(r)),
-            Claim::Recover {
-                reservation,
-                previous,
-            } => Opened::Recover(settling(reservation), decode(&previous)?),
-            Claim::Busy { retry_after, .. } => {
-                let settlement = match self.guard.seen(key).await? {
-                    Some(seen) => decode(&seen.record)?,
-                    None => None,
-                };
-                Opened::InFlight {
-                    settlement,
-                    retry_after,
+        Ok(
+            match self.guard.claim_as(key, self.lease, fingerprint).await? {
+                Claim::Fresh(r) => Opened::Fresh(settling(r)),
+                Claim::Recover {
+                    reservation,
+                    previous,
+                } => Opened::Recover(settling(reservation), decode(&previous)?),
+                Claim::Busy { retry_after, .. } => {
+                    let settlement = match self.guard.seen(key).await? {
+                        Some(seen) => decode(&seen.record)?,
+                        None => None,
+                    };
+                    Opened::InFlight {
+                        settlement,
+                        retry_after,
+                    }
                 }
-            }
-            Claim::Finished(rec) | Claim::Conflict(rec) => match decode(&rec)? {
-                Some(s) => Opened::Settled(s),
-                None => {
-                    return Err(RailError::Storage(format!(
-                        "settlement {key} finished without a record"
-                    )));
-                }
+                Claim::Conflict(_) => Opened::Conflict,
+                Claim::Finished(rec) => match decode(&rec)? {
+                    Some(s) => Opened::Settled(s),
+                    None => {
+                        return Err(RailError::Storage(format!(
+                            "settlement {key} finished without a record"
+                        )));
+                    }
+                },
             },
-        })
+        )
     }
 
     /// The record of `key`, if any (read only).
