@@ -1,20 +1,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 //! The receiver's single-use marks are kept as long as a payment could be presented, then
-//! forgotten: before, every verified payment hash was kept for ever and the store grew without
-//! bound.
+//! forgotten (before, every verified payment hash was kept for ever and the store grew without
+//! bound); and the payer finds what an earlier attempt paid.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lightning_invoice::Currency;
 use rail_core::keys::KeyStore;
-use rail_core::{Asset, Charge, ManualClock, MemoryKeyStore, Money, OpId, Payer, Receiver};
+use rail_core::{
+    Asset, Charge, ManualClock, MemoryKeyStore, Money, OpId, Payer, Receiver, SharedClock,
+};
 use rail_ln_nwc::client::{ClientOptions, NwcClient};
 use rail_ln_nwc::devnet::{Devnet, DevnetConfig, WalletSpec};
 use rail_ln_nwc::rail::{MARK_MARGIN, NwcPayer, NwcReceiver, Proof};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
+/// A devnet with a funded agent and a shop; the receiver's records in `store`.
+async fn setup(store: Arc<dyn KeyStore>, clock: SharedClock) -> (Devnet, NwcReceiver, NwcPayer) {
     let net = Devnet::start(DevnetConfig::default()).await.unwrap();
     let agent = net
         .create_wallet(WalletSpec::new("agent", 1_000_000))
@@ -28,13 +30,11 @@ async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
                 .unwrap(),
         )
     };
-    let clock = ManualClock::starting_now();
-    let store = Arc::new(MemoryKeyStore::with_clock(Arc::new(clock.clone())));
     let receiver = NwcReceiver::new(
         connect(&shop.uri).await,
         rand::random(),
-        store.clone(),
-        Arc::new(clock.clone()),
+        store,
+        clock.clone(),
     )
     .await
     .unwrap();
@@ -42,14 +42,23 @@ async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
         connect(&agent.uri).await,
         Currency::Regtest,
         Money::parse(Asset::btc(), "0.00001").unwrap(),
-        Arc::new(clock.clone()),
+        clock,
     );
+    (net, receiver, payer)
+}
+
+fn price() -> Money {
+    Money::from_minor(Asset::btc(), 21_000).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
+    let clock = ManualClock::starting_now();
+    let store = Arc::new(MemoryKeyStore::with_clock(Arc::new(clock.clone())));
+    let (_net, receiver, payer) = setup(store.clone(), Arc::new(clock.clone())).await;
     let ttl = Duration::from_secs(600);
     let offer = receiver
-        .offer(&Charge::capture(
-            Money::from_minor(Asset::btc(), 21_000).unwrap(),
-            ttl,
-        ))
+        .offer(&Charge::capture(price(), ttl))
         .await
         .unwrap();
     let payment = payer.pay(&OpId::random(), &offer).await.unwrap();
@@ -82,38 +91,13 @@ async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
 async fn an_earlier_payment_is_found_after_its_invoice_expired() {
     use rail_core::PaymentMode;
     use rail_core::payer::FindPayment;
-    let net = Devnet::start(DevnetConfig::default()).await.unwrap();
-    let agent = net
-        .create_wallet(WalletSpec::new("agent", 1_000_000))
-        .await
-        .unwrap();
-    let shop = net.create_wallet(WalletSpec::new("shop", 0)).await.unwrap();
-    let connect = |uri| async move {
-        Arc::new(
-            NwcClient::connect(uri, ClientOptions::default())
-                .await
-                .unwrap(),
-        )
-    };
-    let clock = Arc::new(rail_core::SystemClock);
-    let store = Arc::new(MemoryKeyStore::default());
-    let receiver = NwcReceiver::new(
-        connect(&shop.uri).await,
-        rand::random(),
-        store,
-        clock.clone(),
+    let (_net, receiver, payer) = setup(
+        Arc::new(MemoryKeyStore::default()),
+        Arc::new(rail_core::SystemClock),
     )
-    .await
-    .unwrap();
-    let payer = NwcPayer::new(
-        connect(&agent.uri).await,
-        Currency::Regtest,
-        Money::parse(Asset::btc(), "0.00001").unwrap(),
-        clock,
-    );
-    let price = Money::from_minor(Asset::btc(), 21_000).unwrap();
+    .await;
     let unpaid = receiver
-        .offer(&Charge::capture(price.clone(), Duration::from_secs(600)))
+        .offer(&Charge::capture(price(), Duration::from_secs(600)))
         .await
         .unwrap();
     let op = OpId::random();
@@ -126,7 +110,7 @@ async fn an_earlier_payment_is_found_after_its_invoice_expired() {
         "never paid: nothing moved"
     );
     let offer = receiver
-        .offer(&Charge::capture(price, Duration::from_secs(1)))
+        .offer(&Charge::capture(price(), Duration::from_secs(1)))
         .await
         .unwrap();
     let paid = payer.pay(&op, &offer).await.unwrap();

@@ -116,6 +116,33 @@ macro_rules! sql_key_store {
             fn now(&self) -> Option<i64> {
                 self.clock.as_ref().map(|c| c.now().0)
             }
+
+            /// Runs a compare-and-set statement (`REPLACE`, `TAKE_OVER`: the same parameters)
+            /// writing `rec` over the record whose token is `token`.
+            async fn compare_and_set(
+                &self,
+                sql: &str,
+                ns: &str,
+                key: &str,
+                token: i64,
+                rec: &Write,
+            ) -> RailResult<bool> {
+                let r = sqlx::query(sql)
+                    .bind(rec.token)
+                    .bind(&rec.state)
+                    .bind(&rec.fingerprint)
+                    .bind(&rec.value)
+                    .bind(rec.retain.map(millis))
+                    .bind(rec.lease.map(millis))
+                    .bind(ns)
+                    .bind(key)
+                    .bind(token)
+                    .bind(self.now())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                Ok(r.rows_affected() == 1)
+            }
         }
 
         #[async_trait]
@@ -160,21 +187,8 @@ macro_rules! sql_key_store {
                 token: i64,
                 rec: &Write,
             ) -> RailResult<bool> {
-                let r = sqlx::query(&STATEMENTS.replace)
-                    .bind(rec.token)
-                    .bind(&rec.state)
-                    .bind(&rec.fingerprint)
-                    .bind(&rec.value)
-                    .bind(rec.retain.map(millis))
-                    .bind(rec.lease.map(millis))
-                    .bind(ns)
-                    .bind(key)
-                    .bind(token)
-                    .bind(self.now())
-                    .execute(&self.pool)
+                self.compare_and_set(&STATEMENTS.replace, ns, key, token, rec)
                     .await
-                    .map_err(|e| storage(&e))?;
-                Ok(r.rows_affected() == 1)
             }
 
             async fn take_over(
@@ -184,21 +198,8 @@ macro_rules! sql_key_store {
                 token: i64,
                 rec: &Write,
             ) -> RailResult<bool> {
-                let r = sqlx::query(&STATEMENTS.take_over)
-                    .bind(rec.token)
-                    .bind(&rec.state)
-                    .bind(&rec.fingerprint)
-                    .bind(&rec.value)
-                    .bind(rec.retain.map(millis))
-                    .bind(rec.lease.map(millis))
-                    .bind(ns)
-                    .bind(key)
-                    .bind(token)
-                    .bind(self.now())
-                    .execute(&self.pool)
+                self.compare_and_set(&STATEMENTS.take_over, ns, key, token, rec)
                     .await
-                    .map_err(|e| storage(&e))?;
-                Ok(r.rows_affected() == 1)
             }
 
             async fn renew(
