@@ -576,7 +576,11 @@ pub async fn paywall_middleware(
     };
     // Paid: recorded for good before the handler runs, so a copy of this payment presented
     // while the handler runs (however long) is refused, not served again.
-    mark_paid(&serving, &settled).await;
+    if !mark_paid(&serving, &settled).await {
+        return unavailable_response(
+            "this payment is being served by another request; retry the same payment",
+        );
+    }
     let resp = serving.keep_alive(next.run(req)).await;
     if resp.status().is_success() {
         if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
@@ -606,12 +610,23 @@ pub(crate) async fn in_flight(served: &ReplayGuard, key: &str) -> Result<bool, R
 
 /// Records a settled payment before its content is produced: the record stays held (its lease
 /// kept alive while the handler or tool runs), and a copy presented meanwhile is refused as used.
-pub(crate) async fn mark_paid(serving: &Reservation, settled: &SettleResponse) {
-    if let Err(e) = serving
+/// `false` when the record is no longer this request's (another request took it over, and will
+/// answer the payer): then this one must not produce the content.
+pub(crate) async fn mark_paid(serving: &Reservation, settled: &SettleResponse) -> bool {
+    match serving
         .advance(&format!("{PAID}:{}", settled.transaction), None)
         .await
     {
-        tracing::warn!(error = %e, tx = %settled.transaction, "x402: paid, but could not record it");
+        Ok(()) => true,
+        Err(RailError::Replayed { .. }) => {
+            tracing::warn!(tx = %settled.transaction, "x402: paid, but another request holds the payment's record; not serving twice");
+            false
+        }
+        // The store failed: the charge happened, so the payer is served.
+        Err(e) => {
+            tracing::warn!(error = %e, tx = %settled.transaction, "x402: paid, but could not record it");
+            true
+        }
     }
 }
 
@@ -649,7 +664,8 @@ impl Ctx<'_> {
         }
         match serving.keep_alive(self.settle(payload)).await {
             Ok(settled) => {
-                mark_paid(&serving, &settled).await;
+                // The content is this request's own (it ran under the record): served.
+                let _ = mark_paid(&serving, &settled).await;
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
                     tracing::warn!(error = %e, "x402: served, but could not record it");
                 }

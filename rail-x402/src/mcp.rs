@@ -251,7 +251,8 @@ impl McpPaywall {
             .await
         {
             SettleOutcome::Settled(s) => {
-                mark_paid(&serving, &s).await;
+                // The output is this call's own (the tool ran under the record): served.
+                let _ = mark_paid(&serving, &s).await;
                 if let Err(e) = serving.commit(Some(SERVED_RETENTION)).await {
                     tracing::warn!(error = %e, "x402/mcp: served, but could not record it");
                 }
@@ -297,7 +298,11 @@ impl McpPaywall {
                 return unavailable_result(&detail);
             }
         };
-        mark_paid(&serving, &settled).await;
+        if !mark_paid(&serving, &settled).await {
+            return unavailable_result(
+                "this payment is being served by another call; retry the same payment",
+            );
+        }
         let result = serving.keep_alive(run()).await;
         if result.is_error == Some(true) {
             release(serving).await;
