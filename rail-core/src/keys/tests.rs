@@ -21,7 +21,9 @@ async fn memory_store_passes_the_key_store_suite() {
     suite::run_all(store, clock).await;
 }
 
-/// A clock that follows tokio's (paused) time, so leases and sleeps move together.
+/// A clock that follows tokio's monotonic time, so leases and sleeps move together. (Real time,
+/// with margins far above scheduling delays: paused time would need tokio's `test-util` in every
+/// build of the workspace.)
 #[derive(Debug)]
 struct TokioClock(tokio::time::Instant);
 
@@ -33,13 +35,13 @@ impl Clock for TokioClock {
 
 /// The work takes twice the lease; a second caller arrives after the lease would have lapsed.
 /// Before leases were renewed, the second caller won the key and ran the side effect again.
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn slow_work_keeps_its_key() {
     let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(Arc::new(TokioClock(
         tokio::time::Instant::now(),
     ))));
     let idem = Idempotency::new(store, "ops")
-        .with_windows(Duration::from_secs(60), Duration::from_secs(3600));
+        .with_windows(Duration::from_millis(1500), Duration::from_secs(3600));
     let op = OpId::new("slow").unwrap();
     let runs = Arc::new(AtomicU32::new(0));
     let first = {
@@ -47,13 +49,13 @@ async fn slow_work_keeps_its_key() {
         tokio::spawn(async move {
             idem.run(&op, "pay 5", |_| async {
                 runs.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_secs(120)).await;
+                tokio::time::sleep(Duration::from_millis(3500)).await;
                 Ok(1u32)
             })
             .await
         })
     };
-    tokio::time::sleep(Duration::from_secs(90)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let second = idem
         .run(&op, "pay 5", |_| async {
             runs.fetch_add(1, Ordering::SeqCst);
@@ -75,20 +77,27 @@ async fn slow_work_keeps_its_key() {
 }
 
 /// The same for a single-use key held by a slow settler.
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn keep_alive_renews_a_reservation() {
     let store: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(Arc::new(TokioClock(
         tokio::time::Instant::now(),
     ))));
     let guard = ReplayGuard::new(store, "served");
-    let Claim::Fresh(r) = guard.claim("p1", Duration::from_secs(30)).await.unwrap() else {
+    let Claim::Fresh(r) = guard
+        .claim("p1", Duration::from_millis(1500))
+        .await
+        .unwrap()
+    else {
         panic!("fresh")
     };
     let probe = guard.clone();
     let seen = r
         .keep_alive(async move {
-            tokio::time::sleep(Duration::from_secs(100)).await;
-            probe.claim("p1", Duration::from_secs(30)).await.unwrap()
+            tokio::time::sleep(Duration::from_millis(3500)).await;
+            probe
+                .claim("p1", Duration::from_millis(1500))
+                .await
+                .unwrap()
         })
         .await;
     assert!(matches!(seen, Claim::Busy { .. }), "{seen:?}");
