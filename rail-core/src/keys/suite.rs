@@ -1,6 +1,6 @@
 //! The behaviours every [`KeyStore`] implementation must show, with the records on top of it
 //! (run by this crate's tests for the memory store and by the SQL stores' tests against real
-//! SQLite and PostgreSQL), and [`LossyStore`], a store wrapper that loses acknowledgements.
+//! SQLite and PostgreSQL), and [`FaultyStore`], a store wrapper that loses acknowledgements or goes down.
 
 #![allow(
     clippy::unwrap_used,
@@ -9,6 +9,7 @@
     clippy::panic
 )]
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -21,30 +22,48 @@ use crate::types::OpId;
 
 use super::*;
 
-/// A [`KeyStore`] whose next write (when armed) is applied and then reported as failed: the
-/// database committed, the answer was lost.
+/// A [`KeyStore`] with injected faults: the next write's acknowledgement lost (applied, then
+/// reported as failed: the database committed, the answer did not arrive), or the database
+/// unreachable (every call fails before touching it).
 #[derive(Debug)]
-pub struct LossyStore {
+pub struct FaultyStore {
     inner: Arc<dyn KeyStore>,
-    armed: AtomicBool,
+    lose_ack: AtomicBool,
+    down: AtomicBool,
 }
 
-impl LossyStore {
-    /// Wraps `inner`.
+impl FaultyStore {
+    /// Wraps `inner`, with no fault armed.
     pub fn new(inner: Arc<dyn KeyStore>) -> Self {
-        LossyStore {
+        FaultyStore {
             inner,
-            armed: AtomicBool::new(false),
+            lose_ack: AtomicBool::new(false),
+            down: AtomicBool::new(false),
         }
     }
 
     /// Loses the acknowledgement of the next write.
     pub fn lose_next_ack(&self) {
-        self.armed.store(true, Ordering::SeqCst);
+        self.lose_ack.store(true, Ordering::SeqCst);
     }
 
-    fn lose<T>(&self, r: RailResult<T>) -> RailResult<T> {
-        if r.is_ok() && self.armed.swap(false, Ordering::SeqCst) {
+    /// Makes the database unreachable (`true`) or reachable again.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    fn reachable(&self) -> RailResult<()> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(RailError::Storage("database unreachable".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn write<T>(&self, op: impl Future<Output = RailResult<T>>) -> RailResult<T> {
+        self.reachable()?;
+        let r = op.await;
+        if r.is_ok() && self.lose_ack.swap(false, Ordering::SeqCst) {
             Err(RailError::Storage(
                 "connection reset (acknowledgement lost)".into(),
             ))
@@ -55,28 +74,24 @@ impl LossyStore {
 }
 
 #[async_trait]
-impl KeyStore for LossyStore {
+impl KeyStore for FaultyStore {
     async fn insert_if_absent(&self, ns: &str, key: &str, rec: &Write) -> RailResult<Option<Seen>> {
-        let r = self.inner.insert_if_absent(ns, key, rec).await;
-        self.lose(r)
+        self.write(self.inner.insert_if_absent(ns, key, rec)).await
     }
     async fn replace(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
-        let r = self.inner.replace(ns, key, token, rec).await;
-        self.lose(r)
+        self.write(self.inner.replace(ns, key, token, rec)).await
     }
     async fn take_over(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
-        let r = self.inner.take_over(ns, key, token, rec).await;
-        self.lose(r)
+        self.write(self.inner.take_over(ns, key, token, rec)).await
     }
     async fn renew(&self, ns: &str, key: &str, token: i64, lease: Duration) -> RailResult<bool> {
-        let r = self.inner.renew(ns, key, token, lease).await;
-        self.lose(r)
+        self.write(self.inner.renew(ns, key, token, lease)).await
     }
     async fn remove(&self, ns: &str, key: &str, token: i64) -> RailResult<bool> {
-        let r = self.inner.remove(ns, key, token).await;
-        self.lose(r)
+        self.write(self.inner.remove(ns, key, token)).await
     }
     async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>> {
+        self.reachable()?;
         self.inner.get(ns, key).await
     }
     async fn purge_expired(&self) -> RailResult<u64> {
@@ -371,7 +386,7 @@ pub async fn settlement_book_writes_ahead(
 
 /// A write that landed with its answer lost is read back, never reported as failed.
 pub async fn lost_acknowledgements_are_read_back(store: &Arc<dyn KeyStore>, ns: &str) {
-    let lossy = Arc::new(LossyStore::new(store.clone()));
+    let lossy = Arc::new(FaultyStore::new(store.clone()));
     let guard = ReplayGuard::new(lossy.clone(), format!("{ns}-lossy"));
     lossy.lose_next_ack();
     let r = fresh(guard.claim("k", 10 * S).await.unwrap());

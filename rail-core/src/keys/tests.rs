@@ -109,17 +109,17 @@ async fn keep_alive_renews_a_reservation() {
 #[tokio::test]
 async fn a_result_that_could_not_be_stored_is_still_returned() {
     let (store, clock) = setup();
-    let failing = Arc::new(FailingWrites::new(store));
+    let failing = Arc::new(suite::FaultyStore::new(store));
     let idem = Idempotency::new(failing.clone(), "ops");
     let op = OpId::new("charge").unwrap();
     let out = idem
         .run(&op, "pay 5", |_| async {
-            failing.fail_from_now();
+            failing.set_down(true);
             Ok(5u32)
         })
         .await;
     assert_eq!(out.unwrap(), 5, "a charge that happened is never an error");
-    failing.heal();
+    failing.set_down(false);
     clock.advance(Duration::from_secs(61));
     let attempt = idem
         .run(&op, "pay 5", |a| async move {
@@ -168,90 +168,4 @@ async fn unknown_outcomes_are_recovered_and_refusals_retried_afresh() {
         .await
         .unwrap();
     assert!(first, "after a refusal the retry starts afresh");
-}
-
-/// A store whose writes fail (the database went away) once armed.
-#[derive(Debug)]
-struct FailingWrites {
-    inner: Arc<dyn KeyStore>,
-    failing: std::sync::atomic::AtomicBool,
-}
-
-impl FailingWrites {
-    fn new(inner: Arc<dyn KeyStore>) -> Self {
-        FailingWrites {
-            inner,
-            failing: false.into(),
-        }
-    }
-    fn fail_from_now(&self) {
-        self.failing.store(true, Ordering::SeqCst);
-    }
-    fn heal(&self) {
-        self.failing.store(false, Ordering::SeqCst);
-    }
-    fn check(&self) -> crate::RailResult<()> {
-        if self.failing.load(Ordering::SeqCst) {
-            Err(RailError::Storage("database unreachable".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl KeyStore for FailingWrites {
-    async fn insert_if_absent(
-        &self,
-        ns: &str,
-        key: &str,
-        rec: &Write,
-    ) -> crate::RailResult<Option<Seen>> {
-        self.check()?;
-        self.inner.insert_if_absent(ns, key, rec).await
-    }
-    async fn replace(
-        &self,
-        ns: &str,
-        key: &str,
-        token: i64,
-        rec: &Write,
-    ) -> crate::RailResult<bool> {
-        self.check()?;
-        self.inner.replace(ns, key, token, rec).await
-    }
-    async fn take_over(
-        &self,
-        ns: &str,
-        key: &str,
-        token: i64,
-        rec: &Write,
-    ) -> crate::RailResult<bool> {
-        self.check()?;
-        self.inner.take_over(ns, key, token, rec).await
-    }
-    async fn renew(
-        &self,
-        ns: &str,
-        key: &str,
-        token: i64,
-        lease: Duration,
-    ) -> crate::RailResult<bool> {
-        self.check()?;
-        self.inner.renew(ns, key, token, lease).await
-    }
-    async fn remove(&self, ns: &str, key: &str, token: i64) -> crate::RailResult<bool> {
-        self.check()?;
-        self.inner.remove(ns, key, token).await
-    }
-    async fn get(&self, ns: &str, key: &str) -> crate::RailResult<Option<Seen>> {
-        self.check()?;
-        self.inner.get(ns, key).await
-    }
-    async fn purge_expired(&self) -> crate::RailResult<u64> {
-        self.inner.purge_expired().await
-    }
-    async fn now(&self) -> crate::RailResult<Timestamp> {
-        self.inner.now().await
-    }
 }
