@@ -632,10 +632,8 @@ impl Receiver for LedgerReceiver {
             .await?;
         match self.check(offer, payment).await {
             Ok(v) => {
-                let now = self.ledger.clock().now();
-                let keep = Duration::from_millis(
-                    u64::try_from(offer.expires_at.0.saturating_sub(now.0)).unwrap_or(0),
-                ) + Duration::from_secs(24 * 3600);
+                let keep =
+                    offer.retention(self.ledger.clock().now(), Duration::from_secs(24 * 3600));
                 reservation.commit(Some(keep)).await?;
                 Ok(v)
             }

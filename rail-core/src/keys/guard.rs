@@ -92,32 +92,36 @@ impl ReplayGuard {
 
     /// Compare-and-set on `token`; a lost acknowledgement is read back.
     async fn replace(&self, key: &str, token: i64, w: &Write) -> RailResult<bool> {
-        match self.store.replace(&self.ns, key, token, w).await {
-            Ok(done) => Ok(done),
-            Err(e) => match self.store.get(&self.ns, key).await {
-                Ok(Some(seen)) if w.landed_as(&seen.record) => {
-                    tracing::warn!(ns = %self.ns, key, error = %e, "key store lost a write's acknowledgement; the write landed");
-                    Ok(true)
-                }
-                // Someone else's record: the compare would have failed anyway.
-                Ok(Some(seen)) if seen.record.token != token => Ok(false),
-                Ok(None) => Ok(false),
-                _ => Err(e),
-            },
-        }
+        let r = self.store.replace(&self.ns, key, token, w).await;
+        self.read_back(key, token, w, r).await
     }
 
     /// Takes a lapsed record over by compare-and-set on its token *and* its lapsed lease; a lost
     /// acknowledgement is read back.
     async fn take_over(&self, key: &str, token: i64, w: &Write) -> RailResult<bool> {
-        match self.store.take_over(&self.ns, key, token, w).await {
-            Ok(done) => Ok(done),
-            Err(e) => match self.store.get(&self.ns, key).await {
-                Ok(Some(seen)) if w.landed_as(&seen.record) => Ok(true),
-                Ok(Some(seen)) if seen.record.token != token => Ok(false),
-                Ok(None) => Ok(false),
-                _ => Err(e),
-            },
+        let r = self.store.take_over(&self.ns, key, token, w).await;
+        self.read_back(key, token, w, r).await
+    }
+
+    /// The answer of a compare-and-set of `w` over `token`; when it failed, what the store holds
+    /// says whether the write landed (its answer lost) or not.
+    async fn read_back(
+        &self,
+        key: &str,
+        token: i64,
+        w: &Write,
+        answer: RailResult<bool>,
+    ) -> RailResult<bool> {
+        let Err(e) = answer else { return answer };
+        match self.store.get(&self.ns, key).await {
+            Ok(Some(seen)) if w.landed_as(&seen.record) => {
+                tracing::warn!(ns = %self.ns, key, error = %e, "key store lost a write's acknowledgement; the write landed");
+                Ok(true)
+            }
+            // Someone else's record, or none: the compare would have failed anyway.
+            Ok(Some(seen)) if seen.record.token != token => Ok(false),
+            Ok(None) => Ok(false),
+            _ => Err(e),
         }
     }
 
