@@ -19,10 +19,11 @@ use rail_core::Timestamp;
 use crate::anchor::JournalAnchor;
 use crate::engine::{self, Changes, Command, Outcome, Snapshot};
 use crate::error::LedgerError;
-use crate::store::{
-    Backend, BatchTime, ClockCheck, FastOutcome, FastWrite, postgres::PgBackend,
-    sqlite::SqliteBackend,
-};
+#[cfg(feature = "postgres")]
+use crate::store::postgres::PgBackend;
+#[cfg(feature = "sqlite")]
+use crate::store::sqlite::SqliteBackend;
+use crate::store::{Backend, BatchTime, ClockCheck, FastOutcome, FastWrite};
 use crate::types::{
     Account, AccountCreated, AccountId, Created, NewAccount, Transfer, TransferError, TransferId,
     TransferRequest, TransferStatus,
@@ -52,6 +53,7 @@ enum TimeSource {
     /// override PostgreSQL's (tests, time travel).
     Clock(SharedClock),
     /// The database's clock (PostgreSQL `clock_timestamp()`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Database(Arc<DbClock>),
 }
 
@@ -93,6 +95,7 @@ struct DbClock {
 }
 
 impl DbClock {
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn new(reading: Timestamp, at: Instant) -> Self {
         let c = DbClock {
             origin: at,
@@ -172,6 +175,7 @@ impl std::fmt::Debug for Ledger {
 }
 
 impl Ledger {
+    #[cfg(feature = "sqlite")]
     /// Opens (or creates) a SQLite ledger at `url` (`sqlite://path/to/file.db`), WAL mode,
     /// durable commits.
     ///
@@ -181,6 +185,7 @@ impl Ledger {
         Self::sqlite_with_clock(url, Arc::new(SystemClock)).await
     }
 
+    #[cfg(feature = "sqlite")]
     /// As [`Ledger::sqlite`], with an injected clock (timestamps and hold expiry).
     ///
     /// # Errors
@@ -194,6 +199,7 @@ impl Ledger {
         ))
     }
 
+    #[cfg(feature = "postgres")]
     /// Connects to a PostgreSQL ledger, on the database's clock. `schema` (created if
     /// missing) keeps this ledger apart from others in the same database; `None` uses the
     /// connection's default search path.
@@ -204,6 +210,7 @@ impl Ledger {
         Self::postgres_with_host_clock(url, schema, Arc::new(SystemClock)).await
     }
 
+    #[cfg(feature = "postgres")]
     /// As [`Ledger::postgres`] (the ledger's time is the database's), with `host` as this
     /// process's own clock ([`Ledger::clock`]: what the rail stamps offers with).
     ///
@@ -223,6 +230,7 @@ impl Ledger {
         Ok(Self::start(Arc::new(b), host, time))
     }
 
+    #[cfg(feature = "postgres")]
     /// As [`Ledger::postgres`], with an injected clock that overrides the database's (tests,
     /// time travel): entries are stamped and holds expire by `clock`. Every handle on the
     /// schema must share it (clones of one `ManualClock` do); handles on one schema with

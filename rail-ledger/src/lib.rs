@@ -18,6 +18,15 @@
 //! - **Two backends, one engine**: SQLite (embedded default, WAL, durable commits) and
 //!   PostgreSQL. Requests are applied many per commit (group commit).
 //!
+//! ## Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sqlite` (default) | [`Ledger::sqlite`]: the embedded backend (sqlx's SQLite driver) |
+//! | `postgres` | [`Ledger::postgres`]: several processes on one database (sqlx's PostgreSQL driver) |
+//!
+//! With neither, the crate compiles (a facade can name it) but no ledger can be opened.
+//!
 //! The rail ([`LedgerPayer`], [`LedgerReceiver`]) implements the `rail-core` traits:
 //! pay = transfer, hold = pending transfer, capture = post, void, refund = reversal,
 //! verify = look the transfer up and bind it to the offer (amount, payee, offer id), once.
@@ -48,6 +57,12 @@
 //! # Ok(()) }
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
+
+// Without a backend feature the storage helpers shared by both backends are unused.
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, unused_imports, unused_macros)
+)]
 
 mod anchor;
 mod engine;

@@ -6,7 +6,7 @@
 //! writers across processes, so the hash chain stays linear and no two processes can apply one
 //! transfer id twice; batching many requests per commit is what makes durable commits fast.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -46,6 +46,7 @@ pub(crate) enum FastWrite {
     Duplicate,
     /// The batch's timestamp was not within the tolerance of the database's clock when the
     /// write ran ([`ClockCheck`]): nothing was written.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     ClockOff,
 }
 
@@ -306,6 +307,7 @@ fn accounts_of(snap: &Snapshot, mut want: BTreeSet<AccountId>) -> Vec<AccountId>
     want.into_iter().collect()
 }
 
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 fn bytes<T: Copy>(ids: impl IntoIterator<Item = T>, f: fn(T) -> [u8; 16]) -> Vec<Vec<u8>> {
     ids.into_iter().map(|i| f(i).to_vec()).collect()
 }
@@ -464,7 +466,9 @@ macro_rules! reads {
     };
 }
 
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! The SQLite backend.
 
+use std::collections::HashMap;
+
 use super::*;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
