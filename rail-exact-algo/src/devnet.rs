@@ -64,8 +64,7 @@ use crate::address::Address;
 use crate::txn::{SignedPay, TxnError};
 use crate::wire::network_id;
 
-/// The protocol's minimum balance, µALGO.
-pub const MIN_BALANCE: u64 = 100_000;
+pub use crate::rules::MIN_BALANCE;
 /// The protocol's minimum fee per transaction, µALGO.
 pub const MIN_FEE: u64 = 1_000;
 /// The longest validity window, rounds (`MaxTxnLife`).

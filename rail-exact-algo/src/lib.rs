@@ -20,6 +20,18 @@
 //! | [`payment_id`] | paymentId lifecycle (issued → submitting → settled) on the rail-core replay guard |
 //! | [`wire`] | the 402 body, the envelope and the receipt |
 //!
+//! ## Features
+//!
+//! A default build is what a payer or a receiver's verifier needs: no HTTP server, no devnet,
+//! no command-line tool, no SQL driver.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `paywall` | [`http`] (the axum paywall and discovery documents) and [`mcp`] (axum, tower) |
+//! | `postgres` | `rail_core::keys_sql::PgKeyStore`, to share paymentIds between instances |
+//! | `devnet` | [`devnet`]: the algod-compatible devnet (axum) |
+//! | `cli` | the `algod-devnet` and `exact-algo-receiver` binaries and [`demo`] (clap) |
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,9 +78,13 @@
 
 pub mod address;
 pub mod algod;
+#[cfg(feature = "cli")]
 pub mod demo;
+#[cfg(feature = "devnet")]
 pub mod devnet;
+#[cfg(feature = "paywall")]
 pub mod http;
+#[cfg(feature = "paywall")]
 pub mod mcp;
 pub mod msgpack;
 pub mod payer;
@@ -81,8 +97,11 @@ pub mod wire;
 
 pub use address::Address;
 pub use algod::{AlgodClient, AlgodError};
+#[cfg(feature = "devnet")]
 pub use devnet::{Devnet, DevnetConfig, RunningDevnet};
+#[cfg(feature = "paywall")]
 pub use http::{Paywall, ServiceInfo, discovery_router, paywall_middleware};
+#[cfg(feature = "paywall")]
 pub use mcp::{McpServer, Tool};
 pub use payer::{ExactAlgoPayer, PayError, Policy, SignedPayment};
 pub use rail::{Proof, RAIL};

@@ -16,8 +16,7 @@ use rail_core::{RailError, RailReason, SharedClock};
 
 use crate::address::Address;
 use crate::algod::{AlgodClient, AlgodError};
-use crate::devnet::MIN_BALANCE;
-use crate::rules::{MAX_FEE, MAX_WINDOW};
+use crate::rules::{MAX_FEE, MAX_WINDOW, MIN_BALANCE};
 use crate::txn::{PayTxn, SignedPay};
 use crate::wire::{self, Accept, Envelope, Payload, PaymentRequired, network_id};
 

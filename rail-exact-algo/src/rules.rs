@@ -10,6 +10,8 @@ use crate::txn::{SignedPay, TxnError};
 
 /// The most a payer can be asked to pay in fees (seed §3), in microALGO.
 pub const MAX_FEE: u64 = 2_000;
+/// The protocol's minimum balance of an account, in microALGO (0.1 ALGO).
+pub const MIN_BALANCE: u64 = 100_000;
 /// The longest validity window Algorand allows, in rounds.
 pub const MAX_WINDOW: u64 = 1_000;
 
