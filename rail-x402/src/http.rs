@@ -41,7 +41,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use alloy_primitives::{Address, U256};
 use axum::Router;
@@ -69,42 +68,13 @@ pub const PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("payment-requir
 pub const PAYMENT_SIGNATURE: HeaderName = HeaderName::from_static("payment-signature");
 /// `PAYMENT-RESPONSE`.
 pub const PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("payment-response");
-/// The `error` of a 402 for a request that carried no payment (the reference's text).
-pub const PAYMENT_REQUIRED_ERROR: &str = "Payment required";
+use crate::served::{RUNNING, in_flight, mark_paid, release, served_key};
+pub use crate::served::{SERVE_WINDOW, SERVED_RETENTION};
+pub use crate::token::Token;
+pub use crate::wire::PAYMENT_REQUIRED_ERROR;
+
 /// `Retry-After` of a 503, seconds.
 pub const RETRY_AFTER_SECS: u64 = 2;
-/// How long a request holds the right to be served for a payment while it settles and runs.
-pub const SERVE_WINDOW: Duration = Duration::from_secs(120);
-/// How long a served authorization is remembered (longer than any validity window the payer
-/// signs: [`crate::payer::MAX_VALIDITY_SECONDS`]).
-pub const SERVED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The token a paywall is priced in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Token {
-    /// CAIP-2 network.
-    pub network: String,
-    /// Contract address.
-    pub address: Address,
-    /// EIP-712 domain name (`name()` of the token, "USD Coin" / "USDC").
-    pub name: String,
-    /// EIP-712 domain version (`version()`, "2" for USDC).
-    pub version: String,
-}
-
-impl Token {
-    /// A token.
-    #[must_use]
-    pub fn new(network: &str, address: Address, name: &str, version: &str) -> Self {
-        Self {
-            network: network.to_owned(),
-            address,
-            name: name.to_owned(),
-            version: version.to_owned(),
-        }
-    }
-}
-
 /// When the payment settles relative to the handler.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SettleWhen {
@@ -415,19 +385,6 @@ fn paid(mut resp: Response, settle: &SettleResponse, v1: Option<&str>) -> Respon
     resp
 }
 
-/// The served-once key of a payment: `(network, token, from, nonce)`, shared by the HTTP
-/// paywall and the MCP adapter (one payment is served once across both).
-pub(crate) fn served_key(p: &PaymentPayload) -> String {
-    let a = &p.payload.authorization;
-    format!(
-        "{}:{}:{}:{}",
-        p.accepted.network,
-        p.accepted.asset.to_ascii_lowercase(),
-        a.from.address(),
-        a.nonce
-    )
-}
-
 struct Ctx<'a> {
     paywall: &'a Paywall,
     required: PaymentRequired,
@@ -447,13 +404,6 @@ impl Ctx<'_> {
             SettleOutcome::Refused(s) => Err(self.refuse(SettleOutcome::reason(&s), Some(&s))),
             SettleOutcome::Unknown(detail) => Err(unavailable_response(&detail)),
         }
-    }
-}
-
-/// Frees a served-once reservation (the payment may be presented again).
-pub(crate) async fn release(r: Reservation) {
-    if let Err(e) = r.release().await {
-        tracing::warn!(error = %e, "x402: could not release a serve reservation");
     }
 }
 
@@ -593,41 +543,6 @@ pub async fn paywall_middleware(
         release(serving).await;
     }
     paid(resp, &settled, v1)
-}
-
-/// The served-once record's states beyond rail-core's `reserved` / `committed`.
-const PAID: &str = "paid";
-pub(crate) const RUNNING: &str = "running";
-
-/// Whether another request is processing this payment right now (then: 503, retry the same
-/// payment), rather than having used it.
-pub(crate) async fn in_flight(served: &ReplayGuard, key: &str) -> Result<bool, RailError> {
-    Ok(matches!(
-        served.state(key).await?.as_deref(),
-        Some(rail_core::keys::RESERVED | RUNNING)
-    ))
-}
-
-/// Records a settled payment before its content is produced: the record stays held (its lease
-/// kept alive while the handler or tool runs), and a copy presented meanwhile is refused as used.
-/// `false` when the record is no longer this request's (another request took it over, and will
-/// answer the payer): then this one must not produce the content.
-pub(crate) async fn mark_paid(serving: &Reservation, settled: &SettleResponse) -> bool {
-    match serving
-        .advance(&format!("{PAID}:{}", settled.transaction), None)
-        .await
-    {
-        Ok(()) => true,
-        Err(RailError::Replayed { .. }) => {
-            tracing::warn!(tx = %settled.transaction, "x402: paid, but another request holds the payment's record; not serving twice");
-            false
-        }
-        // The store failed: the charge happened, so the payer is served.
-        Err(e) => {
-            tracing::warn!(error = %e, tx = %settled.transaction, "x402: paid, but could not record it");
-            true
-        }
-    }
 }
 
 impl Ctx<'_> {

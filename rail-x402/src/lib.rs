@@ -18,6 +18,7 @@
 //! | [`mcp`] | the MCP binding (`transports-v2/mcp.md`) as a small adapter for rmcp servers |
 //! | [`rail`] | the rail-core traits ([`rail::X402RailPayer`], [`rail::X402Receiver`]) |
 //! | [`rpc`], [`evm`] | JSON-RPC client, FiatToken ABI, EIP-1559 transactions, local signer |
+//! | [`served`], [`token`] | the served-once record shared by every surface; the token a receiver prices in |
 //! | [`mock`], [`localnet`] | in-memory token facilitator (tests), anvil localnet helper |
 //!
 //! The `x402` binary serves a facilitator (`x402 facilitator`), an example paid API
@@ -31,6 +32,19 @@
 //! FiatTokenV2_2's `bytes` overload ([`payer::X402Payer::for_wallet`] on the paying side).
 //! Not supported: counterfactual wallets (ERC-6492) and Permit2 — refused as
 //! `invalid_exact_evm_signature`.
+//!
+//! ## Features
+//!
+//! A default build is what a wallet needs (payer, client, verification, local and remote
+//! facilitators): no HTTP server, no MCP, no SQL driver, no devnet, no command-line tool.
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `paywall` | [`http`] (the axum paywall) and [`server`] (the facilitator HTTP API): axum, tower |
+//! | `mcp` | [`mcp`]: the adapter for rmcp servers |
+//! | `postgres` | `rail_core::keys_sql::PgKeyStore`: served-once and settlement records shared by instances |
+//! | `devnet` | [`mock`] (in-memory EIP-3009 token behind the facilitator API) and [`localnet`] (anvil helper) |
+//! | `cli` | the `x402` binary (clap) |
 //!
 //! ## Example
 //! Decode the specification's example `PAYMENT-SIGNATURE` header and verify it offline against
@@ -76,14 +90,23 @@ pub mod eip3009;
 pub mod evm;
 pub mod facilitator;
 pub mod fields;
+#[cfg(feature = "paywall")]
 pub mod http;
+#[cfg(feature = "devnet")]
 pub mod localnet;
+#[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "devnet")]
 pub mod mock;
 pub mod payer;
 pub mod rail;
 pub mod rpc;
+pub mod served;
+#[cfg(feature = "paywall")]
 pub mod server;
+pub mod token;
 pub mod v1;
 pub mod verify;
 pub mod wire;
+
+pub use token::Token;

@@ -20,8 +20,8 @@ use alloy_sol_types::SolCall;
 use serde_json::json;
 
 use crate::evm::{IFiatToken, LocalSigner};
-use crate::http::Token;
 use crate::rpc::{RpcClient, RpcError};
+use crate::token::Token;
 
 /// One `eth_sendTransaction` from the minter at a time in this process (anvil picks their
 /// nonces; two at once can collide).

@@ -43,11 +43,12 @@ use serde_json::{Value, json};
 
 use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
 use crate::fields::Uint256Decimal;
-use crate::http::{
-    PAYMENT_REQUIRED_ERROR, RUNNING, SERVE_WINDOW, SERVED_RETENTION, Token, in_flight, mark_paid,
-    release, served_key,
+use crate::served::{
+    RUNNING, SERVE_WINDOW, SERVED_RETENTION, in_flight, mark_paid, release, served_key,
 };
+use crate::token::Token;
 use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
+use crate::wire::PAYMENT_REQUIRED_ERROR;
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
     SettleResponse, V2,

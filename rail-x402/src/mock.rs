@@ -195,3 +195,10 @@ impl Facilitator for MockFacilitator {
         })
     }
 }
+
+#[async_trait]
+impl crate::rail::TokenBalance for MockFacilitator {
+    async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
+        self.balance(token, who).map_err(|e| e.to_string())
+    }
+}

@@ -22,8 +22,9 @@ use rail_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
-use crate::http::{SERVE_WINDOW, SERVED_RETENTION, Token, release, served_key};
 use crate::payer::X402Payer;
+use crate::served::{SERVE_WINDOW, SERVED_RETENTION, release, served_key};
+use crate::token::Token;
 use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT, V2,
@@ -78,13 +79,6 @@ impl TokenBalance for crate::rpc::RpcClient {
     async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
         use crate::verify::ChainView;
         self.balance_of(token, who).await.map_err(|e| e.to_string())
-    }
-}
-
-#[async_trait]
-impl TokenBalance for crate::mock::MockFacilitator {
-    async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
-        self.balance(token, who).map_err(|e| e.to_string())
     }
 }
 

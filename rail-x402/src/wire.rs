@@ -28,6 +28,9 @@ use serde_json::{Map, Value};
 
 use crate::fields::{Bytes32Hex, ChecksumAddress, HexBytes, Uint256Decimal};
 
+/// The `error` of a 402 for a request that carried no payment (the reference's text).
+pub const PAYMENT_REQUIRED_ERROR: &str = "Payment required";
+
 /// Header a server sends with a 402: base64 JSON [`PaymentRequired`].
 pub const PAYMENT_REQUIRED_HEADER: &str = "PAYMENT-REQUIRED";
 /// Header a client sends on the paid retry: base64 JSON [`PaymentPayload`].
