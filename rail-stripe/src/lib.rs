@@ -5,7 +5,20 @@
 //! `Idempotency-Key` derived from the operation id, errors mapped from Stripe's `type`, `code`,
 //! `decline_code` with the request id kept ([`client`]), exact currency conversion
 //! ([`currency`]), webhook signatures ([`webhook`]) — and a stateful emulator of the Stripe API
-//! subset it uses ([`emulator`], binary `stripe-emulator`).
+//! subset it uses (`emulator`, binary `stripe-emulator`), behind the `devnet` feature.
+//!
+//! ## Features
+//!
+//! None is on by default: a library build carries the rail only.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `devnet` | the `emulator` module (a stateful Stripe API emulator, on axum) and the `Emulator`, `EmulatorConfig`, `RunningEmulator` re-exports |
+//! | `cli` | the command line (clap, tracing-subscriber) of the `stripe-emulator` binary, which needs `cli` and `devnet`: `cargo run -p rail-stripe --features cli,devnet --bin stripe-emulator` |
+//!
+//! ## Example
+//!
+//! With the `devnet` feature, against the emulator:
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -37,10 +50,12 @@
 
 pub mod client;
 pub mod currency;
+#[cfg(feature = "devnet")]
 pub mod emulator;
 pub mod rail;
 pub mod webhook;
 
 pub use client::{StripeFailure, StripeHttp};
+#[cfg(feature = "devnet")]
 pub use emulator::{Emulator, EmulatorConfig, RunningEmulator};
 pub use rail::{OfferDetails, Proof, RAIL, StripePayer, StripeReceiver};
