@@ -1,91 +1,17 @@
-//! A stateful emulator of the Stripe API subset the rail uses: PaymentIntents (create,
-//! retrieve, confirm, capture, cancel), PaymentMethods for test cards, Charges, Refunds, and
-//! webhook delivery with real `Stripe-Signature` headers. A library (tests start it in process
-//! with [`Emulator::spawn`]) and a binary (`stripe-emulator`).
-//!
-//! Shapes follow Stripe's published OpenAPI fixtures (`openapi/fixtures3.json` in
-//! github.com/stripe/openapi: `payment_intent`, `charge`, `refund`, `payment_method`), with every
-//! field async-stripe requires. Semantics follow Stripe's API reference:
-//! - the PaymentIntent state machine (`requires_payment_method` → `requires_confirmation` →
-//!   `requires_capture` (manual capture) or `succeeded`; `canceled`), declines leaving the intent
-//!   in `requires_payment_method` with `last_payment_error`;
-//! - capture once, `amount_to_capture` ≤ `amount_capturable`, the rest released; cancel only
-//!   from the cancelable states; uncaptured authorisations lapse after 7 days (canceled,
-//!   `cancellation_reason: automatic`);
-//! - refunds never above what was captured minus what was refunded;
-//! - idempotency: a POST with `Idempotency-Key` replays the first answer (with
-//!   `Idempotent-Replayed: true`) for the same parameters, answers 400 `idempotency_error` for
-//!   other parameters, and keeps keys 24 hours;
-//! - secret keys (`sk_test_…`) may do everything; publishable keys (`pk_test_…`) may only
-//!   retrieve and confirm an intent whose `client_secret` they present (what Stripe.js does);
-//! - test payment methods: `pm_card_visa`, `pm_card_mastercard` succeed;
-//!   `pm_card_chargeDeclined` (`card_declined`/`generic_decline`),
-//!   `pm_card_chargeDeclinedInsufficientFunds` (`insufficient_funds`),
-//!   `pm_card_chargeDeclinedFraudulent` (`fraudulent`), `pm_card_chargeDeclinedExpiredCard`
-//!   (`expired_card`), `pm_card_chargeDeclinedIncorrectCvc` (`incorrect_cvc`),
-//!   `pm_card_chargeDeclinedProcessingError` (`processing_error`). Cards with a credit limit
-//!   (emulator-only `POST /_emulator/cards`) decline with `insufficient_funds` beyond it.
-//!
-//! Emulator-only routes live under `/_emulator/` (cards with limits, the clock, balances).
+//! The emulator's state machine: PaymentIntents, charges, refunds, cards (test cards and cards
+//! with limits), the merchant's balance, idempotency keys, authorisation lapse on the
+//! configured clock, and the events it emits. No HTTP here: operations take the request's
+//! parameters and answer the object's JSON or a Stripe error ([`super::error`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use rail_core::{ManualClock, SharedClock};
+// `http::StatusCode`, as in [`super::error`]: not the server's crate.
+use reqwest::StatusCode;
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
-use crate::webhook;
-
-/// How long idempotency keys are kept.
-pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
-/// How long an uncaptured card authorisation lasts.
-pub const AUTHORIZATION_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The smallest charge in USD cents (Stripe's minimum charge amount: $0.50).
-pub const MIN_CHARGE_USD: u64 = 50;
-
-/// How an emulator starts.
-#[derive(Clone)]
-pub struct EmulatorConfig {
-    /// The secret key (`sk_test_…`).
-    pub secret_key: String,
-    /// The publishable key (`pk_test_…`).
-    pub publishable_key: String,
-    /// Where to deliver webhooks, and the endpoint's signing secret (`whsec_…`).
-    pub webhook: Option<(String, String)>,
-    /// The clock (a [`ManualClock`] lets tests make authorisations lapse).
-    pub clock: SharedClock,
-}
-
-impl std::fmt::Debug for EmulatorConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmulatorConfig")
-            .field("secret_key", &"<redacted>")
-            .field("publishable_key", &self.publishable_key)
-            .field("webhook", &self.webhook.as_ref().map(|(u, _)| u))
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for EmulatorConfig {
-    fn default() -> Self {
-        EmulatorConfig {
-            secret_key: "sk_test_emulator".into(),
-            publishable_key: "pk_test_emulator".into(),
-            webhook: None,
-            clock: Arc::new(rail_core::SystemClock),
-        }
-    }
-}
+use super::error::{ApiError, api_error, invalid, no_such, unexpected_state};
+use super::{AUTHORIZATION_LIFETIME, Emulator, IDEMPOTENCY_TTL, MIN_CHARGE_USD};
 
 #[derive(Clone, Debug)]
 struct Card {
@@ -153,8 +79,9 @@ struct Stored {
     expires: i64,
 }
 
+/// Everything the emulator knows, behind one lock.
 #[derive(Debug, Default)]
-struct StateInner {
+pub(super) struct StateInner {
     intents: HashMap<String, Intent>,
     charges: HashMap<String, ChargeRec>,
     refunds: HashMap<String, RefundRec>,
@@ -168,84 +95,8 @@ struct StateInner {
     balance: BTreeMap<String, i128>,
 }
 
-/// The emulator. Cheap to clone (shared state).
-#[derive(Clone)]
-pub struct Emulator {
-    cfg: Arc<EmulatorConfig>,
-    state: Arc<Mutex<StateInner>>,
-    http: reqwest::Client,
-}
-
-impl std::fmt::Debug for Emulator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Emulator")
-            .field("cfg", &self.cfg)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A Stripe error answer.
-#[derive(Clone, Debug)]
-struct ApiError {
-    status: StatusCode,
-    body: Json,
-}
-
-fn api_error(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> ApiError {
-    let mut e = json!({"type": kind, "message": message});
-    if let (Some(c), Some(o)) = (code, e.as_object_mut()) {
-        o.insert("code".into(), json!(c));
-        o.insert(
-            "doc_url".into(),
-            json!(format!(
-                "https://stripe.com/docs/error-codes/{}",
-                c.replace('_', "-")
-            )),
-        );
-    }
-    ApiError {
-        status,
-        body: json!({ "error": e }),
-    }
-}
-
-fn invalid(code: Option<&str>, param: Option<&str>, message: &str) -> ApiError {
-    let mut e = api_error(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        code,
-        message,
-    );
-    if let (Some(p), Some(o)) = (param, e.body.get_mut("error").and_then(Json::as_object_mut)) {
-        o.insert("param".into(), json!(p));
-    }
-    e
-}
-
-fn no_such(kind: &str, id: &str) -> ApiError {
-    let mut e = api_error(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        Some("resource_missing"),
-        &format!("No such {kind}: '{id}'"),
-    );
-    if let Some(o) = e.body.get_mut("error").and_then(Json::as_object_mut) {
-        o.insert("param".into(), json!("id"));
-    }
-    e
-}
-
-fn unexpected_state(what: &str, status: &str, allowed: &str, action: &str) -> ApiError {
-    invalid(
-        Some("payment_intent_unexpected_state"),
-        None,
-        &format!(
-            "This PaymentIntent could not be {action} because it has a status of {status}. Only a {what} with one of the following statuses may be {action}: {allowed}."
-        ),
-    )
-}
-
-fn random_id(prefix: &str) -> String {
+/// A Stripe-like object id: `prefix_` and 24 random alphanumerics.
+pub(super) fn random_id(prefix: &str) -> String {
     const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let tail: String = rand::random::<[u8; 24]>()
         .iter()
@@ -261,6 +112,7 @@ fn random_id(prefix: &str) -> String {
     format!("{prefix}_{tail}")
 }
 
+/// One of Stripe's test PaymentMethods (`pm_card_visa`, `pm_card_chargeDeclined`, …).
 fn test_card(id: &str) -> Option<Card> {
     let (brand, last4, decline) = match id {
         "pm_card_visa" => ("visa", "4242", None),
@@ -323,13 +175,7 @@ fn test_card(id: &str) -> Option<Card> {
     })
 }
 
-/// Stripe's form encoding, flattened: `metadata[k]=v` stays `metadata[k]`.
-fn parse_form(body: &[u8]) -> BTreeMap<String, String> {
-    form_urlencoded::parse(body)
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
-}
-
+/// The `metadata[k]=v` parameters, as `k → v`.
 fn metadata(params: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     params
         .iter()
@@ -341,7 +187,11 @@ fn metadata(params: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn amount_param(params: &BTreeMap<String, String>, name: &str) -> Result<Option<u64>, ApiError> {
+/// The integer parameter `name`, if given.
+pub(super) fn amount_param(
+    params: &BTreeMap<String, String>,
+    name: &str,
+) -> Result<Option<u64>, ApiError> {
     match params.get(name) {
         None => Ok(None),
         Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
@@ -354,50 +204,25 @@ fn amount_param(params: &BTreeMap<String, String>, name: &str) -> Result<Option<
     }
 }
 
-/// Which key authenticated the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Key {
-    Secret,
-    Publishable,
+/// What makes a request the same request for its idempotency key: method, path, parameters.
+pub(super) fn fingerprint(method: &str, path: &str, params: &BTreeMap<String, String>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(method);
+    h.update(path);
+    for (k, v) in params {
+        h.update(k.len().to_be_bytes());
+        h.update(k);
+        h.update(v.len().to_be_bytes());
+        h.update(v);
+    }
+    h.finalize().into()
 }
 
 impl Emulator {
-    /// An emulator with no state.
-    #[must_use]
-    pub fn new(cfg: EmulatorConfig) -> Self {
-        // One rustls provider for the workspace (ring), installed before any client is built.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        Emulator {
-            cfg: Arc::new(cfg),
-            state: Arc::new(Mutex::new(StateInner::default())),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, StateInner> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn now(&self) -> i64 {
-        self.cfg.clock.now().unix_seconds()
-    }
-
     /// A test card with a credit limit (minor units): charges beyond it decline with
     /// `insufficient_funds`. Returns its PaymentMethod id.
     pub fn create_card(&self, limit: u64) -> String {
-        let id = random_id("pm");
-        let card = Card {
-            id: id.clone(),
-            brand: "visa",
-            last4: "4242",
-            decline: None,
-            limit: Some(limit),
-            used: 0,
-        };
-        self.lock().cards.insert(id.clone(), card);
-        id
+        self.lock().add_card(limit)
     }
 
     /// What a card can still be charged (its limit minus what is held or captured and not
@@ -406,9 +231,7 @@ impl Emulator {
     pub fn card_available(&self, pm: &str) -> Option<u64> {
         let mut s = self.lock();
         self.expire(&mut s);
-        s.cards
-            .get(pm)
-            .and_then(|c| c.limit.map(|l| l.saturating_sub(c.used)))
+        s.card_available(pm)
     }
 
     /// The merchant's balance in `currency` (captured minus refunded), minor units.
@@ -479,29 +302,6 @@ impl Emulator {
         s.events.push(ev.clone());
         if self.cfg.webhook.is_some() {
             s.outbox.push(ev);
-        }
-    }
-
-    /// Delivers pending webhook events, signed, in order.
-    async fn flush(&self) {
-        let Some((url, secret)) = self.cfg.webhook.clone() else {
-            return;
-        };
-        let events = std::mem::take(&mut self.lock().outbox);
-        for ev in events {
-            let payload = ev.to_string();
-            let header = webhook::sign(&payload, &secret, self.now());
-            let r = self
-                .http
-                .post(&url)
-                .header("Stripe-Signature", header)
-                .header("Content-Type", "application/json")
-                .body(payload)
-                .send()
-                .await;
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "stripe emulator: webhook delivery failed");
-            }
         }
     }
 
@@ -658,9 +458,125 @@ impl Emulator {
         Some(c)
     }
 
-    // --- operations --------------------------------------------------------------------
+    // --- reads ---------------------------------------------------------------------------
 
-    fn create_intent(
+    /// The intent `id`, its latest charge expanded when `expand_charge`
+    /// (`expand[]=latest_charge`).
+    pub(super) fn retrieve_intent(
+        &self,
+        s: &StateInner,
+        id: &str,
+        expand_charge: bool,
+    ) -> Result<Json, ApiError> {
+        let i = s
+            .intents
+            .get(id)
+            .ok_or_else(|| no_such("payment_intent", id))?;
+        let mut j = self.intent_json(s, i);
+        if expand_charge
+            && let Some(c) = i.latest_charge.as_ref().and_then(|c| s.charges.get(c))
+            && let Some(o) = j.as_object_mut()
+        {
+            o.insert("latest_charge".into(), self.charge_json(s, c));
+        }
+        Ok(j)
+    }
+
+    /// The refund `id`.
+    pub(super) fn retrieve_refund(s: &StateInner, id: &str) -> Result<Json, ApiError> {
+        s.refunds
+            .get(id)
+            .map(Emulator::refund_json)
+            .ok_or_else(|| no_such("refund", id))
+    }
+
+    /// The charge `id`.
+    pub(super) fn retrieve_charge(&self, s: &StateInner, id: &str) -> Result<Json, ApiError> {
+        s.charges
+            .get(id)
+            .map(|c| self.charge_json(s, c))
+            .ok_or_else(|| no_such("charge", id))
+    }
+
+    /// The PaymentMethod `id`: a card created with a limit, or a test card.
+    pub(super) fn retrieve_payment_method(
+        &self,
+        s: &mut StateInner,
+        id: &str,
+    ) -> Result<Json, ApiError> {
+        let now = self.now();
+        self.card(s, id)
+            .map(|c| Emulator::card_json(&c, now))
+            .ok_or_else(|| no_such("PaymentMethod", id))
+    }
+
+    // --- idempotency ---------------------------------------------------------------------
+
+    /// Runs `op` under Stripe's idempotency rules, once lapsed authorisations are cancelled.
+    /// An `idempotency_key` already used in `scope` (the authenticating key) with the same
+    /// `fingerprint` replays the stored answer; with another fingerprint it is an
+    /// `idempotency_error`. A new key stores the answer for [`IDEMPOTENCY_TTL`], unless it
+    /// was a 401 or a server error. Answers the status, the body and whether it was replayed.
+    pub(super) fn idempotent(
+        &self,
+        scope: String,
+        idempotency_key: Option<&str>,
+        fingerprint: [u8; 32],
+        op: impl FnOnce(&Self, &mut StateInner) -> Result<Json, ApiError>,
+    ) -> (StatusCode, Json, bool) {
+        let idem = idempotency_key;
+        let mut s = self.lock();
+        self.expire(&mut s);
+        let now = self.now();
+        s.idempotency.retain(|_, v| v.expires > now);
+        match idem.and_then(|k| s.idempotency.get(&(scope.clone(), k.to_owned())).cloned()) {
+            Some(stored) if stored.fingerprint == fingerprint => (
+                StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
+                stored.body,
+                true,
+            ),
+            Some(_) => {
+                let k = idem.unwrap_or_default();
+                let e = api_error(
+                    StatusCode::BAD_REQUEST,
+                    "idempotency_error",
+                    None,
+                    &format!(
+                        "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '{k}' if you meant to execute a different request."
+                    ),
+                );
+                (e.status, e.body, false)
+            }
+            None => {
+                let (status, body) = match op(self, &mut s) {
+                    Ok(b) => (StatusCode::OK, b),
+                    Err(e) => (e.status, e.body),
+                };
+                if let Some(k) = idem
+                    && status != StatusCode::UNAUTHORIZED
+                    && !status.is_server_error()
+                {
+                    s.idempotency.insert(
+                        (scope, k.to_owned()),
+                        Stored {
+                            fingerprint,
+                            status: status.as_u16(),
+                            body: body.clone(),
+                            expires: now
+                                + i64::try_from(IDEMPOTENCY_TTL.as_secs()).unwrap_or(i64::MAX),
+                        },
+                    );
+                }
+                (status, body, false)
+            }
+        }
+    }
+
+    // --- operations --------------------------------------------------------------------
+    // Each takes the request's parameters and answers the object or Stripe's error.
+
+    /// `POST /v1/payment_intents` (with `confirm=true`, confirmed at once).
+    pub(super) fn create_intent(
         &self,
         s: &mut StateInner,
         p: &BTreeMap<String, String>,
@@ -745,7 +661,9 @@ impl Emulator {
             .ok_or_else(|| no_such("payment_intent", &id))
     }
 
-    fn confirm(
+    /// `POST /v1/payment_intents/{id}/confirm`: authorises (manual capture) or charges the card,
+    /// or records the decline.
+    pub(super) fn confirm(
         &self,
         s: &mut StateInner,
         id: &str,
@@ -868,7 +786,8 @@ impl Emulator {
         Ok(self.intent_json(s, &i))
     }
 
-    fn capture(
+    /// `POST /v1/payment_intents/{id}/capture`: all or part of the authorisation, once.
+    pub(super) fn capture(
         &self,
         s: &mut StateInner,
         id: &str,
@@ -921,7 +840,8 @@ impl Emulator {
         Ok(self.intent_json(s, &i))
     }
 
-    fn cancel(
+    /// `POST /v1/payment_intents/{id}/cancel`: releases what is held.
+    pub(super) fn cancel(
         &self,
         s: &mut StateInner,
         id: &str,
@@ -966,7 +886,12 @@ impl Emulator {
         Ok(self.intent_json(s, &i))
     }
 
-    fn refund(&self, s: &mut StateInner, p: &BTreeMap<String, String>) -> Result<Json, ApiError> {
+    /// `POST /v1/refunds`: at most what was captured and not yet refunded.
+    pub(super) fn refund(
+        &self,
+        s: &mut StateInner,
+        p: &BTreeMap<String, String>,
+    ) -> Result<Json, ApiError> {
         let (pi_id, charge_id) = match (p.get("payment_intent"), p.get("charge")) {
             (Some(pi), _) => {
                 let i = s
@@ -1059,176 +984,6 @@ impl Emulator {
         self.event(s, "charge.refunded", &charge_id);
         Ok(Self::refund_json(&r))
     }
-
-    // --- HTTP ----------------------------------------------------------------------------
-
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Key, ApiError> {
-        let given = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let Some(key) = given else {
-            return Err(api_error(
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                None,
-                "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/.",
-            ));
-        };
-        if bool::from(key.as_bytes().ct_eq(self.cfg.secret_key.as_bytes())) {
-            return Ok(Key::Secret);
-        }
-        if bool::from(key.as_bytes().ct_eq(self.cfg.publishable_key.as_bytes())) {
-            return Ok(Key::Publishable);
-        }
-        let tail: String = key
-            .chars()
-            .rev()
-            .take(4)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        Err(api_error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            Some("api_key_invalid"),
-            &format!(
-                "Invalid API Key provided: {}****{tail}",
-                key.get(..8).unwrap_or("")
-            ),
-        ))
-    }
-
-    /// Runs one API call: authentication, idempotency, the operation, webhook delivery.
-    async fn call(
-        &self,
-        method: &Method,
-        path: &str,
-        headers: &HeaderMap,
-        params: BTreeMap<String, String>,
-        op: impl FnOnce(
-            &Self,
-            &mut StateInner,
-            Key,
-            &BTreeMap<String, String>,
-        ) -> Result<Json, ApiError>,
-    ) -> Response {
-        let request_id = random_id("req");
-        let key = match self.authenticate(headers) {
-            Ok(k) => k,
-            Err(e) => return respond(e.status, &e.body, &request_id, false),
-        };
-        let idem = (*method == Method::POST)
-            .then(|| headers.get("idempotency-key").and_then(|v| v.to_str().ok()))
-            .flatten()
-            .map(str::to_owned);
-        let fingerprint: [u8; 32] = {
-            let mut h = Sha256::new();
-            h.update(method.as_str());
-            h.update(path);
-            for (k, v) in &params {
-                h.update(k.len().to_be_bytes());
-                h.update(k);
-                h.update(v.len().to_be_bytes());
-                h.update(v);
-            }
-            h.finalize().into()
-        };
-        let scope = format!("{key:?}");
-        let (status, body, replayed) = {
-            let mut s = self.lock();
-            self.expire(&mut s);
-            let now = self.now();
-            s.idempotency.retain(|_, v| v.expires > now);
-            match idem
-                .as_ref()
-                .and_then(|k| s.idempotency.get(&(scope.clone(), k.clone())).cloned())
-            {
-                Some(stored) if stored.fingerprint == fingerprint => (
-                    StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
-                    stored.body,
-                    true,
-                ),
-                Some(_) => {
-                    let k = idem.clone().unwrap_or_default();
-                    let e = api_error(
-                        StatusCode::BAD_REQUEST,
-                        "idempotency_error",
-                        None,
-                        &format!(
-                            "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '{k}' if you meant to execute a different request."
-                        ),
-                    );
-                    (e.status, e.body, false)
-                }
-                None => {
-                    let (status, body) = match op(self, &mut s, key, &params) {
-                        Ok(b) => (StatusCode::OK, b),
-                        Err(e) => (e.status, e.body),
-                    };
-                    if let Some(k) = &idem
-                        && status != StatusCode::UNAUTHORIZED
-                        && !status.is_server_error()
-                    {
-                        s.idempotency.insert(
-                            (scope, k.clone()),
-                            Stored {
-                                fingerprint,
-                                status: status.as_u16(),
-                                body: body.clone(),
-                                expires: now
-                                    + i64::try_from(IDEMPOTENCY_TTL.as_secs()).unwrap_or(i64::MAX),
-                            },
-                        );
-                    }
-                    (status, body, false)
-                }
-            }
-        };
-        self.flush().await;
-        respond(status, &body, &request_id, replayed)
-    }
-
-    /// The API as an axum router.
-    pub fn router(&self) -> Router {
-        Router::new()
-            .route("/v1/payment_intents", post(create_route))
-            .route("/v1/payment_intents/{id}", get(retrieve_route))
-            .route(
-                "/v1/payment_intents/{id}/{action}",
-                post(intent_action_route),
-            )
-            .route("/v1/refunds", post(refund_route))
-            .route("/v1/refunds/{id}", get(get_refund_route))
-            .route("/v1/charges/{id}", get(get_charge_route))
-            .route("/v1/payment_methods/{id}", get(get_pm_route))
-            .route("/_emulator/cards", post(admin_card_route))
-            .route("/_emulator/balances", get(admin_balances_route))
-            .with_state(self.clone())
-    }
-
-    /// Serves the API on `addr` (port 0 picks a free port) in the background.
-    ///
-    /// # Errors
-    /// The bind error.
-    pub async fn spawn(cfg: EmulatorConfig, addr: SocketAddr) -> std::io::Result<RunningEmulator> {
-        let emulator = Emulator::new(cfg);
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let local = listener.local_addr()?;
-        let app = emulator.router();
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "stripe emulator stopped");
-            }
-        });
-        Ok(RunningEmulator {
-            url: format!("http://{local}"),
-            emulator,
-            task,
-        })
-    }
 }
 
 /// The intent `id`, or Stripe's `resource_missing`.
@@ -1248,279 +1003,45 @@ fn release(s: &mut StateInner, i: &Intent, amount: u64) {
     }
 }
 
-fn respond(status: StatusCode, body: &Json, request_id: &str, replayed: bool) -> Response {
-    let mut r = (status, axum::Json(body.clone())).into_response();
-    let h = r.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert("request-id", v);
+impl StateInner {
+    /// Adds a card with a credit limit (minor units); returns its PaymentMethod id.
+    pub(super) fn add_card(&mut self, limit: u64) -> String {
+        let id = random_id("pm");
+        let card = Card {
+            id: id.clone(),
+            brand: "visa",
+            last4: "4242",
+            decline: None,
+            limit: Some(limit),
+            used: 0,
+        };
+        self.cards.insert(id.clone(), card);
+        id
     }
-    h.insert(
-        "stripe-version",
-        HeaderValue::from_static("2025-09-30.clover"),
-    );
-    if replayed {
-        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+
+    /// What the card `pm` can still be charged, if it has a limit.
+    pub(super) fn card_available(&self, pm: &str) -> Option<u64> {
+        self.cards
+            .get(pm)
+            .and_then(|c| c.limit.map(|l| l.saturating_sub(c.used)))
     }
-    if status == StatusCode::CONFLICT || status.is_server_error() {
-        h.insert("stripe-should-retry", HeaderValue::from_static("true"));
+
+    /// The merchant's balances, and what `card` can still be charged.
+    pub(super) fn balances_json(&self, card: Option<&str>) -> Json {
+        let card = card.and_then(|pm| self.card_available(pm));
+        json!({"merchant": self.balance, "card_available": card})
     }
-    r
-}
 
-/// An emulator serving HTTP; stops when dropped.
-#[derive(Debug)]
-pub struct RunningEmulator {
-    /// `http://127.0.0.1:PORT`.
-    pub url: String,
-    /// The state behind it.
-    pub emulator: Emulator,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for RunningEmulator {
-    fn drop(&mut self) {
-        self.task.abort();
+    /// The client secret of the intent `id`.
+    pub(super) fn client_secret(&self, id: &str) -> Result<&str, ApiError> {
+        self.intents
+            .get(id)
+            .map(|i| i.client_secret.as_str())
+            .ok_or_else(|| no_such("payment_intent", id))
     }
-}
 
-/// A test clock for emulators in tests.
-#[must_use]
-pub fn manual_clock() -> (ManualClock, SharedClock) {
-    let c = ManualClock::starting_now();
-    (c.clone(), Arc::new(c))
-}
-
-fn secret_only(key: Key) -> Result<(), ApiError> {
-    if key == Key::Secret {
-        Ok(())
-    } else {
-        Err(api_error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            Some("secret_key_required"),
-            "This API call cannot be made with a publishable API key. Please use a secret API key. You can find a list of your API keys at https://dashboard.stripe.com/account/apikeys.",
-        ))
+    /// The events not yet delivered, in order; the outbox is left empty.
+    pub(super) fn take_outbox(&mut self) -> Vec<Json> {
+        std::mem::take(&mut self.outbox)
     }
-}
-
-/// A publishable key may act on an intent only with its client secret.
-fn client_secret_ok(
-    s: &StateInner,
-    key: Key,
-    id: &str,
-    p: &BTreeMap<String, String>,
-) -> Result<(), ApiError> {
-    if key == Key::Secret {
-        return Ok(());
-    }
-    let i = s
-        .intents
-        .get(id)
-        .ok_or_else(|| no_such("payment_intent", id))?;
-    let given = p.get("client_secret").map(String::as_str).unwrap_or("");
-    if bool::from(given.as_bytes().ct_eq(i.client_secret.as_bytes())) {
-        Ok(())
-    } else {
-        Err(invalid(
-            Some("payment_intent_invalid_parameter"),
-            Some("client_secret"),
-            "The client_secret provided does not match the client_secret associated with the PaymentIntent.",
-        ))
-    }
-}
-
-async fn create_route(State(e): State<Emulator>, headers: HeaderMap, body: Bytes) -> Response {
-    let p = parse_form(&body);
-    e.call(
-        &Method::POST,
-        "/v1/payment_intents",
-        &headers,
-        p,
-        |e, s, key, p| {
-            secret_only(key)?;
-            e.create_intent(s, p)
-        },
-    )
-    .await
-}
-
-async fn retrieve_route(
-    State(e): State<Emulator>,
-    Path(id): Path<String>,
-    Query(q): Query<BTreeMap<String, String>>,
-    headers: HeaderMap,
-) -> Response {
-    let path = format!("/v1/payment_intents/{id}");
-    e.call(&Method::GET, &path, &headers, q, |e, s, key, p| {
-        client_secret_ok(s, key, &id, p)?;
-        let i = s
-            .intents
-            .get(&id)
-            .ok_or_else(|| no_such("payment_intent", &id))?;
-        let mut j = e.intent_json(s, i);
-        // `expand[]=latest_charge`
-        if p.values().any(|v| v == "latest_charge")
-            && let Some(c) = i.latest_charge.as_ref().and_then(|c| s.charges.get(c))
-            && let Some(o) = j.as_object_mut()
-        {
-            o.insert("latest_charge".into(), e.charge_json(s, c));
-        }
-        Ok(j)
-    })
-    .await
-}
-
-/// `POST /v1/payment_intents/{id}/{confirm|capture|cancel}`.
-async fn intent_action_route(
-    State(e): State<Emulator>,
-    Path((id, action)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let p = parse_form(&body);
-    let path = format!("/v1/payment_intents/{id}/{action}");
-    e.call(&Method::POST, &path, &headers, p, |e, s, key, p| {
-        match action.as_str() {
-            // A publishable key may confirm with the intent's client secret.
-            "confirm" => client_secret_ok(s, key, &id, p)?,
-            _ => secret_only(key)?,
-        }
-        match action.as_str() {
-            "confirm" => e.confirm(s, &id, p),
-            "capture" => e.capture(s, &id, p),
-            "cancel" => e.cancel(s, &id, p),
-            other => Err(api_error(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                None,
-                &format!("Unrecognized request URL (POST: /v1/payment_intents/{id}/{other})."),
-            )),
-        }
-    })
-    .await
-}
-
-async fn refund_route(State(e): State<Emulator>, headers: HeaderMap, body: Bytes) -> Response {
-    let p = parse_form(&body);
-    e.call(&Method::POST, "/v1/refunds", &headers, p, |e, s, key, p| {
-        secret_only(key)?;
-        e.refund(s, p)
-    })
-    .await
-}
-
-async fn get_refund_route(
-    State(e): State<Emulator>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let path = format!("/v1/refunds/{id}");
-    e.call(
-        &Method::GET,
-        &path,
-        &headers,
-        BTreeMap::new(),
-        |_, s, key, _| {
-            secret_only(key)?;
-            s.refunds
-                .get(&id)
-                .map(Emulator::refund_json)
-                .ok_or_else(|| no_such("refund", &id))
-        },
-    )
-    .await
-}
-
-async fn get_charge_route(
-    State(e): State<Emulator>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let path = format!("/v1/charges/{id}");
-    e.call(
-        &Method::GET,
-        &path,
-        &headers,
-        BTreeMap::new(),
-        |e, s, key, _| {
-            secret_only(key)?;
-            s.charges
-                .get(&id)
-                .map(|c| e.charge_json(s, c))
-                .ok_or_else(|| no_such("charge", &id))
-        },
-    )
-    .await
-}
-
-async fn get_pm_route(
-    State(e): State<Emulator>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let path = format!("/v1/payment_methods/{id}");
-    e.call(
-        &Method::GET,
-        &path,
-        &headers,
-        BTreeMap::new(),
-        |e, s, _, _| {
-            let now = e.now();
-            e.card(s, &id)
-                .map(|c| Emulator::card_json(&c, now))
-                .ok_or_else(|| no_such("PaymentMethod", &id))
-        },
-    )
-    .await
-}
-
-async fn admin_card_route(State(e): State<Emulator>, headers: HeaderMap, body: Bytes) -> Response {
-    let p = parse_form(&body);
-    e.call(
-        &Method::POST,
-        "/_emulator/cards",
-        &headers,
-        p,
-        |_, s, key, p| {
-            secret_only(key)?;
-            let limit = amount_param(p, "limit")?.unwrap_or(u64::MAX);
-            let id = random_id("pm");
-            s.cards.insert(
-                id.clone(),
-                Card {
-                    id: id.clone(),
-                    brand: "visa",
-                    last4: "4242",
-                    decline: None,
-                    limit: Some(limit),
-                    used: 0,
-                },
-            );
-            Ok(json!({"id": id, "limit": limit, "available": limit, "object": "emulator.card"}))
-        },
-    )
-    .await
-}
-
-async fn admin_balances_route(
-    State(e): State<Emulator>,
-    Query(q): Query<BTreeMap<String, String>>,
-    headers: HeaderMap,
-) -> Response {
-    e.call(
-        &Method::GET,
-        "/_emulator/balances",
-        &headers,
-        q,
-        |_, s, key, p| {
-            secret_only(key)?;
-            let card = p.get("card").and_then(|pm| {
-                s.cards
-                    .get(pm)
-                    .and_then(|c| c.limit.map(|l| l.saturating_sub(c.used)))
-            });
-            Ok(json!({"merchant": s.balance, "card_available": card}))
-        },
-    )
-    .await
 }
