@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use conformance::report::{self, Outcome, ResultRow};
-use conformance::{Tier, behaviours, rails};
+use conformance::{Tier, behaviours};
+use conformance_runner::rails;
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
@@ -116,14 +117,14 @@ fn main() -> ExitCode {
                 eprintln!("no benchmark for rail {rail:?} (only ledger)");
                 return ExitCode::FAILURE;
             }
-            let cfg = conformance::bench::BenchConfig {
+            let cfg = conformance_runner::bench::BenchConfig {
                 backend,
                 accounts,
                 clients,
                 seconds,
                 batch,
             };
-            match rt.block_on(conformance::bench::run(&cfg)) {
+            match rt.block_on(conformance_runner::bench::run(&cfg)) {
                 Ok(out) => {
                     print!("{out}");
                     ExitCode::SUCCESS

@@ -1,4 +1,4 @@
-//! The x402 rail's own cases ([`crate::harness::Harness::rail_checks`]): every way a payment
+//! The x402 rail's own cases ([`conformance::Harness::rail_checks`]): every way a payment
 //! can be wrong, a settlement that reverts, and a facilitator that misbehaves — each must leave
 //! balances unchanged and serve nothing. They run on both tiers (the revert only on anvil: the
 //! in-memory token cannot revert).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rail_core::keys_sql::PgKeyStore;
 use rail_core::{KeyStore, SharedClock};
 
-use crate::harness::HarnessError;
+use conformance::HarnessError;
 
 /// A harness's schema: the server and the schema's name.
 #[derive(Clone, Debug)]

@@ -29,7 +29,7 @@ use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::rail::{TokenBalance, X402RailPayer, X402Receiver};
 use serde_json::json;
 
-use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 
 /// x402 in the suite's registry.
 pub const ENTRY: RailEntry = RailEntry {

@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use conformance::report::{self, Outcome, ResultRow};
-use conformance::{Balances, Harness, HarnessError, RailEntry, Tier, rails};
+use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance_runner::rails;
 use futures::future::BoxFuture;
 use rail_core::{
     Asset, Capabilities, Charge, ManualClock, Offer, Payment, PaymentState, Rail, RailHandle,

@@ -8,7 +8,7 @@ pub mod stripe;
 pub mod x402;
 mod x402_checks;
 
-use crate::harness::RailEntry;
+use conformance::RailEntry;
 
 /// Every rail under test.
 #[must_use]

@@ -27,7 +27,7 @@ use rail_ln_nwc::nip47::ConnectionUri;
 use rail_ln_nwc::rail::{NwcPayer, NwcReceiver, rail_error};
 use serde_json::json;
 
-use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 
 /// Lightning over NWC in the suite's registry.
 pub const ENTRY: RailEntry = RailEntry {

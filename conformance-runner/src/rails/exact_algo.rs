@@ -35,7 +35,7 @@ use rail_exact_algo::{
 };
 use serde_json::json;
 
-use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 
 /// exact-algo in the suite's registry.
 pub const ENTRY: RailEntry = RailEntry {

@@ -16,7 +16,7 @@ use rail_ledger::{
 };
 use serde_json::json;
 
-use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 
 /// The ledger in the suite's registry.
 pub const ENTRY: RailEntry = RailEntry {

@@ -27,7 +27,7 @@ use rail_stripe::emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use rail_stripe::{StripeHttp, StripePayer, StripeReceiver, webhook};
 use serde_json::{Value, json};
 
-use crate::harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 
 /// Stripe in the suite's registry.
 pub const ENTRY: RailEntry = RailEntry {
