@@ -106,6 +106,22 @@ pub trait Payer: Rail {
     /// [`RailError::OfferExpired`], [`RailError::InsufficientFunds`], a mismatch between the
     /// offer and this payer's rail, or a rail error.
     async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment>;
+
+    /// Whether this payer could pay `offer`, checked offline and without side effects: the
+    /// offer's rail is this rail, its asset one this payer carries, and (rails override this)
+    /// its network, token or currency the payer's own. A wallet asks it to choose among rails
+    /// (`stipendex::Registry::can_pay`); `pay` checks it again, with the balance and the clock.
+    ///
+    /// # Errors
+    /// [`RailError::Mismatch`] (another rail) or [`RailError::InvalidInput`] (an asset, network
+    /// or limit this payer does not pay).
+    fn accepts(&self, offer: &Offer) -> RailResult<()> {
+        let id = self.id();
+        if offer.rail != id {
+            return Err(RailError::mismatch(crate::Binding::Rail, id, &offer.rail));
+        }
+        self.capabilities().check_asset(&offer.amount)
+    }
 }
 
 /// The payer side of holds: authorises an offer's amount without settling it.
@@ -166,6 +182,45 @@ pub trait RefundReceiver: Receiver {
     async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded>;
 }
 
+/// The paying parts of a rail chosen at run time (a wallet's side of a [`RailHandle`]).
+#[derive(Clone)]
+pub struct PayerHandle {
+    /// Pays.
+    pub payer: Arc<dyn Payer>,
+    /// Holds, where the rail can.
+    pub hold_payer: Option<Arc<dyn HoldPayer>>,
+}
+
+impl PayerHandle {
+    /// A payer that holds too: both parts from one value.
+    pub fn with_holds<P: HoldPayer + 'static>(payer: P) -> Self {
+        let p = Arc::new(payer);
+        PayerHandle {
+            payer: p.clone(),
+            hold_payer: Some(p),
+        }
+    }
+
+    /// A payer without holds.
+    pub fn pay_only<P: Payer + 'static>(payer: P) -> Self {
+        PayerHandle {
+            payer: Arc::new(payer),
+            hold_payer: None,
+        }
+    }
+}
+
+/// The receiving parts of a rail chosen at run time (a receiver's side of a [`RailHandle`]).
+#[derive(Clone)]
+pub struct ReceiverHandle {
+    /// Offers and verifies.
+    pub receiver: Arc<dyn Receiver>,
+    /// Captures and voids holds, where the rail can.
+    pub hold_receiver: Option<Arc<dyn HoldReceiver>>,
+    /// Refunds, where the rail can.
+    pub refunds: Option<Arc<dyn RefundReceiver>>,
+}
+
 /// The two hold parts of a [`RailHandle`].
 pub type HoldParts<'a> = (&'a Arc<dyn HoldPayer>, &'a Arc<dyn HoldReceiver>);
 
@@ -188,6 +243,18 @@ pub struct RailHandle {
 }
 
 impl RailHandle {
+    /// Both sides of one rail, from their parts.
+    #[must_use]
+    pub fn from_parts(payer: PayerHandle, receiver: ReceiverHandle) -> Self {
+        RailHandle {
+            payer: payer.payer,
+            hold_payer: payer.hold_payer,
+            receiver: receiver.receiver,
+            hold_receiver: receiver.hold_receiver,
+            refunds: receiver.refunds,
+        }
+    }
+
     /// The receiver's capabilities.
     #[must_use]
     pub fn capabilities(&self) -> Capabilities {

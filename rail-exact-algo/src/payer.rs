@@ -167,6 +167,12 @@ impl ExactAlgoPayer {
         }
     }
 
+    /// The policy this payer pays within.
+    #[must_use]
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     /// The paying address.
     #[must_use]
     pub fn address(&self) -> Address {

@@ -75,6 +75,29 @@ impl Rail for ExactAlgoReceiver {
 
 #[async_trait]
 impl Payer for ExactAlgoPayer {
+    /// The offer is exact-algo in ALGO, within this payer's `max_amount`, on one of its
+    /// policy's networks (with no networks named, the network is checked against algod's when
+    /// paying).
+    fn accepts(&self, offer: &Offer) -> RailResult<()> {
+        offer.check_pay_only(RAIL)?;
+        let accept: Accept = offer.details_as()?;
+        let amount = micro(&offer.amount)?;
+        let policy = self.policy();
+        if amount > policy.max_amount {
+            return Err(RailError::InvalidInput(format!(
+                "{amount} µALGO is above this payer's limit of {} µALGO",
+                policy.max_amount
+            )));
+        }
+        if !policy.networks.is_empty() && !policy.networks.contains(&accept.network) {
+            return Err(RailError::InvalidInput(format!(
+                "network {} is not one this payer pays on",
+                accept.network
+            )));
+        }
+        Ok(())
+    }
+
     async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
         offer.check_pay_only(RAIL)?;
         let accept: Accept = offer.details_as()?;

@@ -25,7 +25,7 @@ use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
 use crate::payer::X402Payer;
 use crate::served::{SERVE_WINDOW, SERVED_RETENTION, release, served_key};
 use crate::token::Token;
-use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
+use crate::verify::{find_matching_requirements, precheck, reasons, unix_secs};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT, V2,
 };
@@ -137,6 +137,17 @@ impl Rail for X402RailPayer {
 
 #[async_trait]
 impl Payer for X402RailPayer {
+    /// The offer is x402 `exact`, in a token on a network this payer's policy allows, for no
+    /// more than its policy's limit.
+    fn accepts(&self, offer: &Offer) -> RailResult<()> {
+        offer.check_pay_only(RAIL)?;
+        let requirements: PaymentRequirements = offer.details_as()?;
+        match self.payer.policy().refusal(&requirements) {
+            Some(why) => Err(RailError::InvalidInput(why)),
+            None => Ok(()),
+        }
+    }
+
     async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
         offer.check_pay_only(RAIL)?;
         let requirements: PaymentRequirements = offer.details_as()?;
@@ -188,7 +199,7 @@ impl Payer for X402RailPayer {
         };
         let signed = self
             .payer
-            .sign(&required, &requirements, unix_now(), nonce)
+            .sign(&required, &requirements, unix_secs(self.clock.now()), nonce)
             .map_err(|e| RailError::InvalidInput(e.to_string()))?;
         let header = signed
             .to_header()
@@ -344,7 +355,7 @@ impl Receiver for X402Receiver {
             ));
         }
         // Final offline verdicts before anything is recorded.
-        if let Err(e) = precheck(&payload, &requirements, unix_now()) {
+        if let Err(e) = precheck(&payload, &requirements, unix_secs(self.clock.now())) {
             return Err(refusal(e.reason(), e.to_string()));
         }
         // The same served-once key as the HTTP paywall and MCP: one payment, served once.

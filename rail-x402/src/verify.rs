@@ -452,9 +452,18 @@ pub fn precheck(
 /// 1970 reads as 0, which no window accepts).
 #[must_use]
 pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    unix_secs_of(SystemTime::now())
+}
+
+/// An injected clock's instant as Unix seconds (0 before the epoch): what the rail's payer and
+/// receiver compare validity windows with, so a test clock moves them too.
+#[must_use]
+pub fn unix_secs(t: rail_core::Timestamp) -> u64 {
+    u64::try_from(t.0 / 1000).unwrap_or(0)
+}
+
+fn unix_secs_of(now: SystemTime) -> u64 {
+    now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// The first field of `accepted` that does not match `required`: core fields must be equal as

@@ -124,6 +124,10 @@ impl<P: Payer + FindPayment> Payer for Idempotent<P> {
         })
         .await
     }
+
+    fn accepts(&self, offer: &Offer) -> RailResult<()> {
+        self.inner.accepts(offer)
+    }
 }
 
 #[async_trait]

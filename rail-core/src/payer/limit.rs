@@ -188,6 +188,27 @@ fn exceeded(limit: &str, left: &Money, asked: &Money) -> RailError {
 }
 
 impl Budget {
+    /// Refuses, without counting anything, an amount in another asset or above the
+    /// per-payment limit: the checks that do not depend on what was spent.
+    ///
+    /// # Errors
+    /// [`RailError::InvalidInput`] (another asset), [`RailError::LimitExceeded`].
+    pub fn check_per_payment(&self, amount: &Money) -> RailResult<()> {
+        if amount.asset() != &self.asset {
+            return Err(RailError::InvalidInput(format!(
+                "this budget counts {}, the payment is in {}",
+                self.asset,
+                amount.asset()
+            )));
+        }
+        match &self.limits.per_payment {
+            Some(max) if amount.amount() > max.amount() => {
+                Err(exceeded("per_payment", max, amount))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// A budget for `scope` (records in `store`) with `limits`.
     ///
     /// # Errors
@@ -456,6 +477,13 @@ impl<P: Rail> Rail for SpendLimit<P> {
 impl<P: Payer> Payer for SpendLimit<P> {
     async fn pay(&self, op: &OpId, offer: &Offer) -> RailResult<Payment> {
         self.within(op, offer, || self.inner.pay(op, offer)).await
+    }
+
+    /// The inner payer's answer, and the per-payment limit (the period and total limits
+    /// depend on what is spent when `pay` runs).
+    fn accepts(&self, offer: &Offer) -> RailResult<()> {
+        self.inner.accepts(offer)?;
+        self.budget.check_per_payment(&offer.amount)
     }
 }
 
