@@ -405,6 +405,21 @@ mod postgres {
     }
 
     impl PgKeyStore {
+        /// Connects to the database at `url` (a pool of up to 16 connections) and creates (or
+        /// upgrades) the table if needed.
+        ///
+        /// # Errors
+        /// [`crate::RailError::Storage`] if the database cannot be reached or the schema
+        /// cannot be created.
+        pub async fn connect(url: &str) -> RailResult<Self> {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(16)
+                .connect(url)
+                .await
+                .map_err(|e| storage(&e))?;
+            Self::new(pool).await
+        }
+
         /// Uses `pool`, creating (or upgrading) the table if needed.
         ///
         /// # Errors

@@ -1,0 +1,88 @@
+//! `kind = "exact-algo"`: native ALGO in an x402-style envelope.
+
+use std::sync::Arc;
+
+use ed25519_dalek::SigningKey;
+use rail_core::payer::Idempotent;
+use rail_core::{Asset, PayerHandle, RailError, RailReason, ReceiverHandle};
+use rail_exact_algo::{Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy};
+use serde::Deserialize;
+
+use super::config::{key32, money, parse, secret, section};
+use super::{Ctx, Sides};
+use crate::Error;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Section {
+    /// algod's REST endpoint.
+    algod_url: String,
+    /// The environment variable holding algod's API token, if it needs one.
+    algod_token_env: Option<String>,
+    /// Payer: the environment variable holding the 32-byte hex Ed25519 seed.
+    payer_key_env: Option<String>,
+    /// Payer: the most one payment may be, in ALGO (`"0.5"`).
+    max_amount: Option<String>,
+    /// Payer: the networks (`algorand:<genesis hash prefix>`) it pays on; none = algod's own.
+    #[serde(default)]
+    networks: Vec<String>,
+    /// Receiver: the address paid.
+    pay_to: Option<String>,
+}
+
+pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
+    let s: Section = section(ctx.name, ctx.table)?;
+    let token = match &s.algod_token_env {
+        Some(var) => Some(secret(ctx.env, ctx.name, var)?),
+        None => None,
+    };
+    let algod = AlgodClient::new(&s.algod_url, token).map_err(|e| {
+        ctx.rail_err(RailError::Unavailable(RailReason::new(
+            "algod",
+            e.to_string(),
+        )))
+    })?;
+    let payer = match &s.payer_key_env {
+        Some(var) => {
+            let key = SigningKey::from_bytes(&key32(ctx.env, ctx.name, var)?);
+            let max = s.max_amount.as_deref().ok_or_else(|| {
+                Error::Config(format!("rails.{}: a payer needs `max_amount`", ctx.name))
+            })?;
+            let max = money(ctx.name, "max_amount", &Asset::algo(), max)?;
+            let max_amount = u64::try_from(max.minor_units())
+                .map_err(|_| Error::Config(format!("rails.{}.max_amount: too large", ctx.name)))?;
+            let policy = Policy {
+                networks: s.networks.clone(),
+                max_amount,
+                ..Policy::default()
+            };
+            let payer = ExactAlgoPayer::new(
+                key,
+                algod.clone(),
+                policy,
+                ctx.store.clone(),
+                ctx.clock.clone(),
+            );
+            Some(PayerHandle::pay_only(Idempotent::new(
+                payer,
+                ctx.store.clone(),
+            )))
+        }
+        None => None,
+    };
+    let receiver = match &s.pay_to {
+        Some(pay_to) => {
+            let pay_to: Address = parse(ctx.name, "pay_to", pay_to)?;
+            let r = ExactAlgoReceiver::connect(algod, pay_to, ctx.store.clone(), ctx.clock.clone())
+                .await
+                .map_err(|e| ctx.rail_err(e))?;
+            Some(ReceiverHandle {
+                receiver: Arc::new(r),
+                hold_receiver: None,
+                refunds: None,
+            })
+        }
+        None => None,
+    };
+    Ok((payer, receiver))
+}

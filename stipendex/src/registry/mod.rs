@@ -1,0 +1,437 @@
+//! The run-time registry: rails created from a TOML configuration plus the environment,
+//! handed out by name.
+//!
+//! ```toml
+//! [store]                         # single-use records: verified offers, paid operations
+//! url = "sqlite://stipendex.db"   # or "postgres://…" (or url_env = "VAR"), or "memory" (tests)
+//!
+//! [rails.house]                   # a rail instance named "house"
+//! kind = "ledger"                 # ledger | x402 | exact-algo | stripe | ln-nwc
+//! # … the kind's own fields (see below)
+//! ```
+//!
+//! Secrets never sit in the file: a field that would hold one is named `…_env` and names the
+//! environment variable that holds it (`payer_key_env = "X402_PAYER_KEY"`); writing the secret
+//! itself (`payer_key = …`) is refused. Each rail has a payer side (a wallet pays from it) and
+//! a receiver side (a service is paid into it); configure either or both.
+//!
+//! | kind | payer side | receiver side | other fields |
+//! |---|---|---|---|
+//! | `ledger` | `payer_account` | `payee_account` | `url` (`sqlite://…` or `postgres://…`), `schema`, `asset` (`USD`) |
+//! | `x402` | `payer_key_env`, `max_amount`, `rpc_url` | `pay_to`, `facilitator_url` | `network`, `token`, `token_name`, `token_version` |
+//! | `exact-algo` | `payer_key_env`, `max_amount`, `networks` | `pay_to` | `algod_url`, `algod_token_env` |
+//! | `stripe` | `payment_method`, `max_amount` | `secret_key_env`, `publishable_key`, `payee` | `api_base`, `currency` (`usd`) |
+//! | `ln-nwc` | `payer_uri_env`, `max_amount`, `network` | `payee_uri_env`, `seed_env` | |
+//!
+//! Examples, one per rail:
+//!
+//! ```toml
+//! [rails.house]
+//! kind = "ledger"
+//! url = "sqlite://ledger.db"
+//! asset = "USD"
+//! payer_account = "0000000000000000000000000000a11c"   # this wallet pays from it
+//! payee_account = "00000000000000000000000000000b0b"   # this service is paid into it
+//!
+//! [rails.base-sepolia]
+//! kind = "x402"
+//! network = "eip155:84532"
+//! token = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+//! token_name = "USDC"
+//! token_version = "2"
+//! payer_key_env = "X402_PAYER_KEY"     # 32-byte hex secp256k1 key
+//! max_amount = "1.00"                  # USDC per payment
+//! rpc_url = "https://sepolia.base.org" # balance checks before signing
+//! pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+//! facilitator_url = "https://x402.org/facilitator"
+//!
+//! [rails.algo]
+//! kind = "exact-algo"
+//! algod_url = "http://127.0.0.1:4001"
+//! algod_token_env = "ALGOD_TOKEN"
+//! payer_key_env = "ALGO_PAYER_KEY"     # 32-byte hex Ed25519 seed
+//! max_amount = "0.5"                   # ALGO per payment
+//! pay_to = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAY5HFKQ"
+//!
+//! [rails.card]
+//! kind = "stripe"
+//! api_base = "https://api.stripe.com"
+//! currency = "usd"
+//! payment_method = "pm_card_visa"      # payer side
+//! max_amount = "20.00"
+//! secret_key_env = "STRIPE_SECRET_KEY" # receiver side
+//! publishable_key = "pk_test_…"
+//! payee = "shop-1"
+//!
+//! [rails.lightning]
+//! kind = "ln-nwc"
+//! network = "regtest"                  # bitcoin | testnet | signet | regtest
+//! payer_uri_env = "NWC_PAYER_URI"      # nostr+walletconnect://… of the paying wallet
+//! max_amount = "0.0001"                # BTC per payment
+//! payee_uri_env = "NWC_PAYEE_URI"      # receiver side: the receiving wallet
+//! seed_env = "NWC_RECEIVER_SEED"       # 32-byte hex: derives offer ids
+//! ```
+//!
+//! Payers come wrapped in [`rail_core::payer::Idempotent`] on the configured store: the same
+//! operation id pays once, across restarts.
+
+pub(crate) mod config;
+#[cfg(feature = "exact-algo")]
+mod exact_algo;
+#[cfg(feature = "ledger")]
+mod ledger;
+#[cfg(feature = "ln-nwc")]
+mod ln_nwc;
+#[cfg(feature = "stripe")]
+mod stripe;
+#[cfg(feature = "x402")]
+mod x402;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use rail_core::{
+    Capabilities, KeyStore, MemoryKeyStore, Offer, PayerHandle, RailHandle, ReceiverHandle,
+    SharedClock, SystemClock,
+};
+
+pub use config::{Env, ProcessEnv};
+
+use crate::Error;
+
+/// The rail kinds this crate knows, and the cargo feature that carries each.
+pub const KINDS: &[(&str, &str)] = &[
+    ("ledger", "ledger"),
+    ("x402", "x402"),
+    ("exact-algo", "exact-algo"),
+    ("stripe", "stripe"),
+    ("ln-nwc", "ln-nwc"),
+];
+
+/// One configured rail.
+#[derive(Clone)]
+pub struct Entry {
+    /// Its name in the configuration.
+    pub name: String,
+    /// Its kind (`ledger`, `x402`, …).
+    pub kind: &'static str,
+    /// The paying side, if configured.
+    pub payer: Option<PayerHandle>,
+    /// The receiving side, if configured.
+    pub receiver: Option<ReceiverHandle>,
+}
+
+impl Entry {
+    /// What the rail claims it can do (from whichever side is configured).
+    #[must_use]
+    pub fn capabilities(&self) -> Option<Capabilities> {
+        match (&self.payer, &self.receiver) {
+            (_, Some(r)) => Some(r.receiver.capabilities()),
+            (Some(p), None) => Some(p.payer.capabilities()),
+            (None, None) => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("payer", &self.payer.is_some())
+            .field("receiver", &self.receiver.is_some())
+            .finish()
+    }
+}
+
+/// What a rail's builder gets: its name, its section, the environment, the shared store and
+/// the clock (each rail uses what it needs; a build with no rail uses none).
+#[allow(dead_code)]
+pub(crate) struct Ctx<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) table: &'a toml::Table,
+    pub(crate) env: &'a dyn Env,
+    pub(crate) store: Arc<dyn KeyStore>,
+    pub(crate) clock: SharedClock,
+}
+
+#[allow(dead_code)]
+impl Ctx<'_> {
+    /// A rail error while starting this rail.
+    pub(crate) fn rail_err(&self, source: rail_core::RailError) -> Error {
+        Error::Rail {
+            name: self.name.to_owned(),
+            source,
+        }
+    }
+}
+
+/// The rails of one configuration, by name.
+#[derive(Debug, Default)]
+pub struct Registry {
+    rails: BTreeMap<String, Entry>,
+}
+
+impl Registry {
+    /// Builds the registry from the TOML file at `path`, reading secrets from the process
+    /// environment.
+    ///
+    /// # Errors
+    /// [`Error`]: the file, a field, a missing feature or secret, a rail that cannot start.
+    pub async fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text, &ProcessEnv).await
+    }
+
+    /// Builds the registry from TOML text, reading secrets from `env`.
+    ///
+    /// # Errors
+    /// As [`Registry::from_file`].
+    pub async fn from_toml(text: &str, env: &dyn Env) -> Result<Self, Error> {
+        Self::from_toml_with_clock(text, env, Arc::new(SystemClock)).await
+    }
+
+    /// As [`Registry::from_toml`], with an injected clock shared by every rail.
+    ///
+    /// # Errors
+    /// As [`Registry::from_file`].
+    pub async fn from_toml_with_clock(
+        text: &str,
+        env: &dyn Env,
+        clock: SharedClock,
+    ) -> Result<Self, Error> {
+        let file: config::File =
+            toml::from_str(text).map_err(|e| Error::Config(e.message().to_owned()))?;
+        // Every kind is checked before anything is opened: a build without a rail's feature
+        // fails at once, naming the feature.
+        let mut kinds = Vec::new();
+        for (name, table) in &file.rails {
+            kinds.push(kind_of(name, table)?);
+        }
+        let store = open_store(file.store.as_ref(), env).await?;
+        let mut rails = BTreeMap::new();
+        for ((name, table), kind) in file.rails.iter().zip(kinds) {
+            let ctx = Ctx {
+                name,
+                table,
+                env,
+                store: store.clone(),
+                clock: clock.clone(),
+            };
+            let (payer, receiver) = build(kind, &ctx).await?;
+            if payer.is_none() && receiver.is_none() {
+                return Err(Error::Config(format!(
+                    "rails.{name}: neither a payer nor a receiver side is configured"
+                )));
+            }
+            tracing::info!(rail = %name, kind, payer = payer.is_some(), receiver = receiver.is_some(), "rail ready");
+            rails.insert(
+                name.clone(),
+                Entry {
+                    name: name.clone(),
+                    kind,
+                    payer,
+                    receiver,
+                },
+            );
+        }
+        Ok(Registry { rails })
+    }
+
+    /// Every configured rail, by name.
+    pub fn rails(&self) -> impl Iterator<Item = &Entry> {
+        self.rails.values()
+    }
+
+    /// The rail named `name`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchRail`].
+    pub fn get(&self, name: &str) -> Result<&Entry, Error> {
+        self.rails
+            .get(name)
+            .ok_or_else(|| Error::NoSuchRail(name.to_owned()))
+    }
+
+    /// The paying side of `name`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchRail`], [`Error::NoSide`].
+    pub fn payer(&self, name: &str) -> Result<&PayerHandle, Error> {
+        self.get(name)?.payer.as_ref().ok_or_else(|| Error::NoSide {
+            name: name.to_owned(),
+            side: "payer",
+        })
+    }
+
+    /// The receiving side of `name`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchRail`], [`Error::NoSide`].
+    pub fn receiver(&self, name: &str) -> Result<&ReceiverHandle, Error> {
+        self.get(name)?
+            .receiver
+            .as_ref()
+            .ok_or_else(|| Error::NoSide {
+                name: name.to_owned(),
+                side: "receiver",
+            })
+    }
+
+    /// Both sides of `name` as one [`RailHandle`] (a rail configured to pay and be paid).
+    ///
+    /// # Errors
+    /// [`Error::NoSuchRail`], [`Error::NoSide`].
+    pub fn handle(&self, name: &str) -> Result<RailHandle, Error> {
+        Ok(RailHandle::from_parts(
+            self.payer(name)?.clone(),
+            self.receiver(name)?.clone(),
+        ))
+    }
+
+    /// The names of the rails whose payer could pay `offer` ([`rail_core::Payer::accepts`]:
+    /// its rail, asset, network and the payer's own limit; a hold offer needs a rail that
+    /// holds), in name order.
+    #[must_use]
+    pub fn can_pay(&self, offer: &Offer) -> Vec<&str> {
+        self.rails
+            .values()
+            .filter(|e| {
+                e.payer.as_ref().is_some_and(|p| {
+                    let side_ok = match offer.mode {
+                        rail_core::PaymentMode::Capture => true,
+                        rail_core::PaymentMode::Hold => p.hold_payer.is_some(),
+                    };
+                    side_ok && p.payer.accepts(offer).is_ok()
+                })
+            })
+            .map(|e| e.name.as_str())
+            .collect()
+    }
+}
+
+/// The kind of `[rails.<name>]`, if this build carries it.
+fn kind_of(name: &str, table: &toml::Table) -> Result<&'static str, Error> {
+    let kind = table
+        .get("kind")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| Error::Config(format!("rails.{name}: missing `kind`")))?;
+    let Some(&(known, feature)) = KINDS.iter().find(|(k, _)| *k == kind) else {
+        return Err(Error::UnknownKind {
+            name: name.to_owned(),
+            kind: kind.to_owned(),
+        });
+    };
+    if compiled(known) {
+        Ok(known)
+    } else {
+        Err(Error::NotCompiled {
+            name: name.to_owned(),
+            kind: kind.to_owned(),
+            feature,
+        })
+    }
+}
+
+/// Whether this build carries `kind`.
+#[must_use]
+#[allow(clippy::match_like_matches_macro)] // one line per feature reads better
+pub fn compiled(kind: &str) -> bool {
+    match kind {
+        "ledger" => cfg!(feature = "ledger"),
+        "x402" => cfg!(feature = "x402"),
+        "exact-algo" => cfg!(feature = "exact-algo"),
+        "stripe" => cfg!(feature = "stripe"),
+        "ln-nwc" => cfg!(feature = "ln-nwc"),
+        _ => false,
+    }
+}
+
+type Sides = (Option<PayerHandle>, Option<ReceiverHandle>);
+
+#[allow(clippy::unused_async)] // with no rail compiled in there is nothing to await
+async fn build(kind: &str, ctx: &Ctx<'_>) -> Result<Sides, Error> {
+    match kind {
+        #[cfg(feature = "ledger")]
+        "ledger" => ledger::build(ctx).await,
+        #[cfg(feature = "x402")]
+        "x402" => x402::build(ctx).await,
+        #[cfg(feature = "exact-algo")]
+        "exact-algo" => exact_algo::build(ctx).await,
+        #[cfg(feature = "stripe")]
+        "stripe" => stripe::build(ctx).await,
+        #[cfg(feature = "ln-nwc")]
+        "ln-nwc" => ln_nwc::build(ctx).await,
+        other => Err(Error::UnknownKind {
+            name: ctx.name.to_owned(),
+            kind: other.to_owned(),
+        }),
+    }
+}
+
+async fn open_store(
+    section: Option<&config::StoreSection>,
+    env: &dyn Env,
+) -> Result<Arc<dyn KeyStore>, Error> {
+    let Some(section) = section else {
+        return Err(Error::Config(
+            "no [store]: name where single-use records live (url = \"sqlite://stipendex.db\", a postgres:// URL, or \"memory\" for tests)".into(),
+        ));
+    };
+    let url = match (&section.url, &section.url_env) {
+        (Some(u), None) => u.clone(),
+        (None, Some(var)) => config::secret(env, "store", var)?,
+        _ => {
+            return Err(Error::Config(
+                "store: give exactly one of `url` and `url_env`".into(),
+            ));
+        }
+    };
+    let err = |source| Error::Rail {
+        name: "store".into(),
+        source,
+    };
+    if url == "memory" {
+        return Ok(Arc::new(MemoryKeyStore::default()));
+    }
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        #[cfg(feature = "sqlite")]
+        {
+            let s = rail_core::keys_sql::SqliteKeyStore::open(Path::new(path))
+                .await
+                .map_err(err)?;
+            return Ok(Arc::new(s));
+        }
+        #[cfg(not(feature = "sqlite"))]
+        {
+            let _ = (path, err);
+            return Err(Error::Config(
+                "store: a sqlite:// store needs the cargo feature `sqlite` of stipendex".into(),
+            ));
+        }
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        {
+            let s = rail_core::keys_sql::PgKeyStore::connect(&url)
+                .await
+                .map_err(err)?;
+            return Ok(Arc::new(s));
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            let _ = err;
+            return Err(Error::Config(
+                "store: a postgres:// store needs the cargo feature `postgres` of stipendex".into(),
+            ));
+        }
+    }
+    Err(Error::Config(
+        "store.url: use memory, sqlite://PATH or postgres://…".into(),
+    ))
+}
