@@ -29,7 +29,11 @@ pub mod behaviours;
 pub mod harness;
 pub mod report;
 
-pub use harness::{Balances, Harness, HarnessError, RailEntry, Tier};
+pub use harness::{Balances, Harness, HarnessError, HarnessFactory, RailEntry, Tier};
+
+/// The boxed future a [`HarnessFactory`] returns, re-exported so a rail's tests need no
+/// `futures` dependency of their own.
+pub use futures::future::BoxFuture;
 
 /// What [`check`] found wrong: one line per failed behaviour (`behaviour: why`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

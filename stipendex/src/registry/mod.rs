@@ -317,6 +317,14 @@ impl Registry {
 
 /// The kind of `[rails.<name>]`, if this build carries it.
 fn kind_of(name: &str, table: &toml::Table) -> Result<&'static str, Error> {
+    kind_in(name, table, compiled)
+}
+
+fn kind_in(
+    name: &str,
+    table: &toml::Table,
+    compiled: fn(&str) -> bool,
+) -> Result<&'static str, Error> {
     let kind = table
         .get("kind")
         .and_then(toml::Value::as_str)
@@ -434,4 +442,21 @@ async fn open_store(
     Err(Error::Config(
         "store.url: use memory, sqlite://PATH or postgres://…".into(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_rail_not_compiled_in_names_its_feature() {
+        let table: toml::Table = toml::from_str("kind = \"ln-nwc\"").unwrap();
+        let err = kind_in("lightning", &table, |_| false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rail `lightning` is of kind `ln-nwc`, which this build does not include: enable the cargo feature `ln-nwc` of stipendex"
+        );
+        assert_eq!(kind_in("lightning", &table, |_| true).unwrap(), "ln-nwc");
+    }
 }

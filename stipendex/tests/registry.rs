@@ -1,0 +1,238 @@
+//! The registry against real rails in process: an algod-compatible devnet (exact-algo) and the
+//! Stripe emulator, both over HTTP; and the configuration's refusals.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ed25519_dalek::SigningKey;
+use rail_exact_algo::{Address, Devnet, DevnetConfig};
+use rail_stripe::emulator::{Emulator, EmulatorConfig};
+use stipendex::{Asset, Charge, Error, Money, OpId, PaymentMode, Registry};
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn exact_algo_and_stripe_from_one_file() {
+    let payer_seed = [7u8; 32];
+    let payer_key = SigningKey::from_bytes(&payer_seed);
+    let treasury = Address(SigningKey::from_bytes(&[8; 32]).verifying_key().to_bytes());
+    let algod = Devnet::spawn(
+        DevnetConfig {
+            accounts: vec![
+                (Address(payer_key.verifying_key().to_bytes()), 5_000_000),
+                (treasury, 100_000),
+            ],
+            ..DevnetConfig::default()
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let stripe = Emulator::spawn(EmulatorConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        r#"
+        [store]
+        url = "memory"
+
+        [rails.algo]
+        kind = "exact-algo"
+        algod_url = "{algod}"
+        payer_key_env = "ALGO_KEY"
+        max_amount = "0.5"
+        pay_to = "{treasury}"
+
+        [rails.card]
+        kind = "stripe"
+        api_base = "{stripe}"
+        payment_method = "pm_card_visa"
+        max_amount = "20.00"
+        secret_key_env = "STRIPE_KEY"
+        publishable_key = "pk_test_emulator"
+        payee = "shop-1"
+        "#,
+        algod = algod.url,
+        stripe = stripe.url,
+    );
+    let env = env(&[
+        ("ALGO_KEY", &hex::encode(payer_seed)),
+        ("STRIPE_KEY", "sk_test_emulator"),
+    ]);
+    let registry = Registry::from_toml(&config, &env).await.unwrap();
+    let names: Vec<_> = registry
+        .rails()
+        .map(|e| (e.name.as_str(), e.kind))
+        .collect();
+    assert_eq!(names, [("algo", "exact-algo"), ("card", "stripe")]);
+    assert!(!registry.get("algo").unwrap().capabilities().unwrap().hold);
+    assert!(registry.get("card").unwrap().capabilities().unwrap().hold);
+
+    // An ALGO offer is payable by the exact-algo rail only, and is paid through it.
+    let algo = registry.handle("algo").unwrap();
+    let offer = algo
+        .receiver
+        .offer(&Charge::capture(
+            Money::parse(Asset::algo(), "0.001").unwrap(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(registry.can_pay(&offer), ["algo"]);
+    let payment = algo.payer.pay(&OpId::random(), &offer).await.unwrap();
+    let verified = algo.receiver.verify(&offer, &payment).await.unwrap();
+    assert_eq!(verified.amount, offer.amount);
+    assert_eq!(algod.devnet.balance(&treasury), 101_000);
+
+    // Above the payer's configured limit: no rail can pay it.
+    let dear = algo
+        .receiver
+        .offer(&Charge::capture(
+            Money::parse(Asset::algo(), "0.6").unwrap(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert!(registry.can_pay(&dear).is_empty());
+
+    // A USD hold is payable by the Stripe rail (it holds); captured in part.
+    let card = registry.handle("card").unwrap();
+    let offer = card
+        .receiver
+        .offer(&Charge {
+            mode: PaymentMode::Hold,
+            ..Charge::capture(
+                Money::parse(Asset::usd(), "5.00").unwrap(),
+                Duration::from_secs(600),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(registry.can_pay(&offer), ["card"]);
+    let (hold_payer, hold_receiver) = card.holds().unwrap();
+    let held = hold_payer.hold(&OpId::random(), &offer).await.unwrap();
+    let verified = card.receiver.verify(&offer, &held).await.unwrap();
+    let captured = hold_receiver
+        .capture(
+            &OpId::random(),
+            &verified,
+            &Money::parse(Asset::usd(), "3.25").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        captured.captured,
+        Money::parse(Asset::usd(), "3.25").unwrap()
+    );
+    assert_eq!(
+        captured.released,
+        Money::parse(Asset::usd(), "1.75").unwrap()
+    );
+}
+
+async fn refusal(config: &str, env: &BTreeMap<String, String>) -> String {
+    Registry::from_toml(config, env)
+        .await
+        .unwrap_err()
+        .to_string()
+}
+
+#[tokio::test]
+async fn secrets_come_from_the_environment_only() {
+    let msg = refusal(
+        r#"
+        [store]
+        url = "memory"
+        [rails.base]
+        kind = "x402"
+        network = "eip155:84532"
+        token = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+        token_name = "USDC"
+        token_version = "2"
+        payer_key = "0x0101010101010101010101010101010101010101010101010101010101010101"
+        "#,
+        &BTreeMap::new(),
+    )
+    .await;
+    assert_eq!(
+        msg,
+        "configuration: rails.base.payer_key: secrets are read from the environment only; write `payer_key_env = \"VARIABLE\"` instead"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_bad_secret_is_named_and_never_echoed() {
+    let config = r#"
+        [store]
+        url = "memory"
+        [rails.base]
+        kind = "x402"
+        network = "eip155:84532"
+        token = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+        token_name = "USDC"
+        token_version = "2"
+        payer_key_env = "X402_PAYER_KEY"
+        max_amount = "1.00"
+        rpc_url = "http://127.0.0.1:9"
+        "#;
+    assert_eq!(
+        refusal(config, &BTreeMap::new()).await,
+        "rail `base` needs the environment variable X402_PAYER_KEY, which is not set"
+    );
+    let msg = refusal(config, &env(&[("X402_PAYER_KEY", "not-a-key-s3cr3t")])).await;
+    assert!(
+        msg.starts_with("rail `base`: X402_PAYER_KEY is unusable"),
+        "{msg}"
+    );
+    assert!(!msg.contains("s3cr3t"), "{msg}");
+}
+
+#[tokio::test]
+async fn configuration_mistakes_are_named() {
+    let none = BTreeMap::new();
+    assert_eq!(
+        refusal("[rails.a]\nkind = \"ledger\"\n", &none).await,
+        "configuration: no [store]: name where single-use records live (url = \"sqlite://stipendex.db\", a postgres:// URL, or \"memory\" for tests)"
+    );
+    assert_eq!(
+        refusal(
+            "[store]\nurl = \"memory\"\n[rails.a]\nkind = \"paypal\"\n",
+            &none
+        )
+        .await,
+        "rail `a` has an unknown kind `paypal`: use one of ledger, x402, exact-algo, stripe, ln-nwc"
+    );
+    let msg = refusal(
+        "[store]\nurl = \"memory\"\n[rails.a]\nkind = \"ledger\"\nurl = \"sqlite://x.db\"\npayer_acount = \"1\"\n",
+        &none,
+    )
+    .await;
+    assert!(
+        msg.contains("rails.a: unknown field `payer_acount`"),
+        "{msg}"
+    );
+    let msg = refusal(
+        "[store]\nurl = \"memory\"\n[rails.a]\nkind = \"stripe\"\nmax_amount = \"1.005\"\npayment_method = \"pm_card_visa\"\n",
+        &none,
+    )
+    .await;
+    assert!(
+        msg.contains("rails.a.max_amount: \"1.005\" is not an amount of USD"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_rail_name_or_side_is_an_error() {
+    let r = Registry::from_toml("[store]\nurl = \"memory\"\n", &BTreeMap::new())
+        .await
+        .unwrap();
+    assert!(matches!(r.payer("nope"), Err(Error::NoSuchRail(_))));
+}
