@@ -169,3 +169,64 @@ async fn the_suite_catches_a_broken_rail() {
         );
     }
 }
+
+/// The ledger's receiver, claiming that `pay` only signs (it moves the money).
+struct ClaimsSignOnly {
+    inner: Arc<dyn Receiver>,
+}
+
+impl Rail for ClaimsSignOnly {
+    fn id(&self) -> RailId {
+        self.inner.id()
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pay_effect: rail_core::PayEffect::SignsOnly,
+            ..self.inner.capabilities()
+        }
+    }
+}
+
+#[async_trait]
+impl Receiver for ClaimsSignOnly {
+    async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
+        self.inner.offer(charge).await
+    }
+    async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        self.inner.verify(offer, payment).await
+    }
+}
+
+fn lying_about_pay(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+    Box::pin(async move {
+        let inner = (rails::find("ledger").unwrap().make)(tier).await?;
+        let mut handle = inner.rail().clone();
+        handle.receiver = Arc::new(ClaimsSignOnly {
+            inner: handle.receiver.clone(),
+        });
+        Ok(Box::new(Broken { inner, handle }) as Box<dyn Harness>)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suite_catches_a_false_claim_about_where_money_moves() {
+    let entry = RailEntry {
+        name: "ledger-claiming-sign-only",
+        tiers: &[(Tier::Mock, "ledger whose receiver claims pay only signs")],
+        make: lying_about_pay,
+    };
+    let rows = report::run_rail_tier(
+        &entry,
+        Tier::Mock,
+        &["pay_moves_money_as_claimed".to_owned()],
+        &mut |_| {},
+    )
+    .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].outcome, Outcome::Fail, "{:?}", rows[0]);
+    assert!(
+        rows[0].detail.contains("claims `pay` only signs"),
+        "{}",
+        rows[0].detail
+    );
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
 use rail_core::{
-    Charge, Money, Offer, OpId, Payment, PaymentMode, PaymentState, RailError, Verified,
+    Charge, Money, Offer, OpId, PayEffect, Payment, PaymentMode, PaymentState, RailError, Verified,
 };
 use serde_json::json;
 
@@ -205,6 +205,34 @@ async fn pay_then_verify(h: &dyn Harness) -> Verdict {
         serde_json::from_value(serde_json::to_value(&p).map_err(|e| e.to_string())?)
             .map_err(|e| e.to_string())?;
     ensure!(back == p, "payment does not survive a JSON round trip");
+    Ok(())
+}
+
+/// Where the money moves is what the rail claims: by the time `pay` returns (the payer's money
+/// is gone) or only when the receiver's `verify` settles (nothing moved before).
+async fn pay_moves_money_as_claimed(h: &dyn Harness) -> Verdict {
+    let effect = h.rail().capabilities().pay_effect;
+    let before = balances(h).await?;
+    let (o, p) = paid(h, 125).await?;
+    let signed = balances(h).await?;
+    match effect {
+        PayEffect::Moves => ensure!(
+            signed.payer_available == before.payer_available - 125,
+            "the rail claims `pay` moves the money, but after pay the payer was debited {} instead of 125",
+            before.payer_available - signed.payer_available
+        ),
+        PayEffect::SignsOnly => ensure!(
+            signed == before,
+            "the rail claims `pay` only signs, but money moved before verify: {before:?} → {signed:?}"
+        ),
+    }
+    ok("verify", h.rail().receiver.verify(&o, &p).await)?;
+    let after = balances(h).await?;
+    ensure!(
+        after.payer_available == before.payer_available - 125
+            && after.payee_settled == before.payee_settled + 125,
+        "after verify the price must have moved: {before:?} → {after:?}"
+    );
     Ok(())
 }
 
@@ -944,6 +972,7 @@ macro_rules! behaviours {
 behaviours! {
     capabilities_are_honest: Nothing => "claimed capabilities match the parts the rail provides",
     pay_then_verify: Pay => "pay, verify once, balances move by exactly the price",
+    pay_moves_money_as_claimed: Pay => "money moves in pay or in verify, as the rail claims (pay_effect)",
     verify_binds_offer: Pay => "a payment for offer A is refused for offer B",
     verify_binds_amount: Pay => "a payment is refused for an offer of another amount",
     verify_binds_payee: Pay => "a payment to someone else is refused",

@@ -48,8 +48,8 @@ pub use error::{Binding, RailError, RailReason, RailResult};
 pub use keys::{Idempotency, KeyStore, MemoryKeyStore, ReplayGuard, SettlementBook};
 pub use money::{Amount, Asset, Money, MoneyError};
 pub use rail::{
-    Capabilities, Finality, HoldPayer, HoldReceiver, Payer, PayerHandle, Rail, RailHandle,
-    Receiver, ReceiverHandle, RefundReceiver,
+    Capabilities, Finality, HoldPayer, HoldReceiver, PayEffect, Payer, PayerHandle, Rail,
+    RailHandle, Receiver, ReceiverHandle, RefundReceiver,
 };
 pub use types::{
     Captured, Charge, Offer, OpId, Payment, PaymentMode, PaymentState, RailId, Refunded, Verified,

@@ -35,12 +35,28 @@ pub enum Finality {
     Reversible,
 }
 
+/// What [`Payer::pay`] does with money: where a payment actually moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayEffect {
+    /// `pay` moves the money: when it returns, the payer has paid (a ledger transfer, a
+    /// confirmed Stripe PaymentIntent, a Lightning payment with its preimage). The receiver's
+    /// `verify` checks the payment and consumes the offer; it moves nothing.
+    Moves,
+    /// `pay` only signs an authorisation and moves nothing (an x402 EIP-3009 signature, a
+    /// signed Algorand transaction): the receiver's `verify` settles it on the rail. A signed
+    /// payment that is never verified costs the payer nothing.
+    SignsOnly,
+}
+
 /// What a rail claims it can do. A claimed capability that fails conformance is a failure.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(clippy::struct_excessive_bools)] // a descriptor of independent yes/no capabilities
 pub struct Capabilities {
-    /// `pay` settles a payment.
+    /// `pay` pays (every rail so far).
     pub pay: bool,
+    /// Where the money moves: in `pay`, or in the receiver's `verify`.
+    pub pay_effect: PayEffect,
     /// `hold` authorises without settling; `capture`/`void` finish it.
     pub hold: bool,
     /// A hold can be captured for less than its amount (the rest is released).
@@ -56,17 +72,27 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// Pay only: no holds, no refunds.
+    /// Pay only, `pay` moving the money: no holds, no refunds.
     #[must_use]
     pub fn pay_only(finality: Finality, assets: Vec<Asset>) -> Self {
         Capabilities {
             pay: true,
+            pay_effect: PayEffect::Moves,
             hold: false,
             partial_capture: false,
             refund: false,
             partial_refund: false,
             finality,
             assets,
+        }
+    }
+
+    /// Pay only, `pay` signing and the receiver's `verify` settling (x402, exact-algo).
+    #[must_use]
+    pub fn sign_only(finality: Finality, assets: Vec<Asset>) -> Self {
+        Capabilities {
+            pay_effect: PayEffect::SignsOnly,
+            ..Self::pay_only(finality, assets)
         }
     }
 

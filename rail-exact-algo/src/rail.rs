@@ -35,7 +35,7 @@ pub struct Proof {
 
 fn capabilities() -> Capabilities {
     // Algorand blocks are final when committed.
-    Capabilities::pay_only(Finality::Immediate, vec![Asset::algo()])
+    Capabilities::sign_only(Finality::Immediate, vec![Asset::algo()])
 }
 
 fn micro(m: &Money) -> RailResult<u64> {

@@ -179,6 +179,7 @@ pub fn op_transfer_id(account: AccountId, what: &str, op: &OpId) -> TransferId {
 fn capabilities(asset: &Asset) -> Capabilities {
     Capabilities {
         pay: true,
+        pay_effect: rail_core::PayEffect::Moves,
         hold: true,
         partial_capture: true,
         refund: true,

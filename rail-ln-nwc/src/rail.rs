@@ -62,6 +62,7 @@ pub struct Proof {
 fn capabilities() -> Capabilities {
     Capabilities {
         pay: true,
+        pay_effect: rail_core::PayEffect::Moves,
         hold: true,
         // Settling an HTLC takes all of it.
         partial_capture: false,

@@ -97,6 +97,7 @@ pub struct Proof {
 fn capabilities(asset: &Asset) -> Capabilities {
     Capabilities {
         pay: true,
+        pay_effect: rail_core::PayEffect::Moves,
         hold: true,
         partial_capture: true,
         refund: true,

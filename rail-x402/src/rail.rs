@@ -42,9 +42,10 @@ pub struct Proof {
 }
 
 fn capabilities() -> Capabilities {
-    // A receipt with status 1 is final on anvil and on chains with instant finality; on L2s
-    // it is final once the batch posts (the rail reports it as settled at the receipt).
-    Capabilities::pay_only(Finality::Immediate, vec![Asset::usdc()])
+    // `pay` signs an EIP-3009 authorisation; the receiver's facilitator settles it and waits
+    // for the transaction's receipt (status 1): final once confirmed in a block (on L2s, once
+    // the batch posts).
+    Capabilities::sign_only(Finality::Confirmed, vec![Asset::usdc()])
 }
 
 /// The most one offer may ask for: 10^12 USDC (10^18 atomic units), above any stablecoin's

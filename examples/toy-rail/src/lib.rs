@@ -306,6 +306,7 @@ impl Rail for ToyBank {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             pay: true,
+            pay_effect: rail_core::PayEffect::Moves,
             hold: true,
             partial_capture: true,
             refund: true,
