@@ -30,7 +30,7 @@ use crate::evm::{
 };
 use crate::rpc::{Receipt, RpcClient, RpcError};
 use crate::verify::{
-    ChainView, OfflineVerified, PayerSignature, SignerKind, VerifyError, reasons, unix_now,
+    ChainView, OfflineVerified, PayerSignature, SignerKind, VerifyError, reasons, unix_secs,
     verify_exact_evm, verify_exact_evm_as,
 };
 use crate::wire::{
@@ -471,6 +471,8 @@ pub struct LocalFacilitator {
     nonce: Mutex<NonceState>,
     deployed: std::sync::Mutex<std::collections::HashSet<Address>>,
     config: SettleConfig,
+    /// What validity windows are judged by (the host's clock unless one is injected).
+    clock: rail_core::SharedClock,
 }
 
 impl LocalFacilitator {
@@ -494,7 +496,16 @@ impl LocalFacilitator {
             nonce: Mutex::new(NonceState::default()),
             deployed: std::sync::Mutex::new(std::collections::HashSet::new()),
             config: SettleConfig::default(),
+            clock: Arc::new(rail_core::SystemClock),
         })
+    }
+
+    /// Judges validity windows by `clock` instead of the host's clock (tests, time travel;
+    /// the chain still judges by its block time when the transfer is simulated and sent).
+    #[must_use]
+    pub fn with_clock(mut self, clock: rail_core::SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// With other settling parameters.
@@ -529,7 +540,8 @@ impl LocalFacilitator {
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
     ) -> Result<Result<OfflineVerified, VerifyError>, FacilitatorError> {
-        self.offline_at(payload, requirements, unix_now()).await
+        self.offline_at(payload, requirements, unix_secs(self.clock.now()))
+            .await
     }
 
     async fn offline_at(

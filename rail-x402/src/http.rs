@@ -51,12 +51,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rail_core::keys::{KeyStore, Reservation};
 use rail_core::route::RoutePattern;
-use rail_core::{MemoryKeyStore, RailError, ReplayGuard};
+use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SharedClock, SystemClock};
 use serde_json::json;
 
 use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
 use crate::fields::Uint256Decimal;
-use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
+use crate::verify::{find_matching_requirements, precheck, reasons, unix_secs};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
     SettleResponse, V2,
@@ -103,6 +103,7 @@ pub struct Paywall {
     routes: Arc<Vec<PricedRoute>>,
     served: ReplayGuard,
     v1_network: Option<String>,
+    clock: SharedClock,
 }
 
 impl fmt::Debug for Paywall {
@@ -137,7 +138,15 @@ impl Paywall {
             routes: Arc::new(Vec::new()),
             served: ReplayGuard::new(Arc::new(MemoryKeyStore::default()), "x402/served"),
             v1_network: None,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Judges payments' validity windows by `clock` instead of the host's clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Also accepts x402 **v1** clients: the 402's JSON body becomes the v1
@@ -480,7 +489,11 @@ pub async fn paywall_middleware(
     }
     // Final offline verdicts (signature, window, amount, recipient) before anything is
     // recorded for this payment: a forged copy cannot hold a real payment's reservation.
-    if let Err(e) = precheck(&payload, &ctx.requirements, unix_now()) {
+    if let Err(e) = precheck(
+        &payload,
+        &ctx.requirements,
+        unix_secs(ctx.paywall.clock.now()),
+    ) {
         return ctx.refuse(e.reason(), None);
     }
     let key = served_key(&payload);

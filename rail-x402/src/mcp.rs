@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use alloy_primitives::{Address, U256};
 use rail_core::keys::KeyStore;
-use rail_core::{MemoryKeyStore, RailError, ReplayGuard};
+use rail_core::{MemoryKeyStore, RailError, ReplayGuard, SharedClock, SystemClock};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, RequestMetaObject,
 };
@@ -47,7 +47,7 @@ use crate::served::{
     RUNNING, SERVE_WINDOW, SERVED_RETENTION, in_flight, mark_paid, release, served_key,
 };
 use crate::token::Token;
-use crate::verify::{find_matching_requirements, precheck, reasons, unix_now};
+use crate::verify::{find_matching_requirements, precheck, reasons, unix_secs};
 use crate::wire::PAYMENT_REQUIRED_ERROR;
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
@@ -75,6 +75,7 @@ pub struct McpPaywall {
     max_timeout_seconds: u64,
     tools: Arc<Vec<PricedTool>>,
     served: ReplayGuard,
+    clock: SharedClock,
 }
 
 impl McpPaywall {
@@ -88,7 +89,15 @@ impl McpPaywall {
             max_timeout_seconds: 60,
             tools: Arc::new(Vec::new()),
             served: ReplayGuard::new(Arc::new(MemoryKeyStore::default()), "x402/served"),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Judges payments' validity windows by `clock` instead of the host's clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Served payments in `store` (PostgreSQL for several instances; the same namespace as
@@ -190,7 +199,7 @@ impl McpPaywall {
             return refuse(reasons::NO_MATCHING_REQUIREMENTS, None);
         }
         // Final offline verdicts before anything is recorded for this payment.
-        if let Err(e) = precheck(&payload, &requirements, unix_now()) {
+        if let Err(e) = precheck(&payload, &requirements, unix_secs(self.clock.now())) {
             return refuse(e.reason(), None);
         }
         let key = served_key(&payload);

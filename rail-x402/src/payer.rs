@@ -11,7 +11,7 @@ use alloy_primitives::{Address, B256, U256};
 
 use crate::eip3009::{SignatureError, TokenDomain, TransferWithAuthorization};
 use crate::evm::LocalSigner;
-use crate::verify::{eip155_chain_id, unix_now};
+use crate::verify::{eip155_chain_id, unix_secs};
 use crate::wire::{
     Eip3009Authorization, ExactEvmPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
     SCHEME_EXACT, V2,
@@ -137,27 +137,36 @@ pub struct X402Payer {
     policy: Policy,
     /// The paying account when it is a contract wallet the signer owns (ERC-1271).
     wallet: Option<Address>,
+    /// What validity windows are written from (the host's clock unless one is injected).
+    clock: rail_core::SharedClock,
 }
 
 impl X402Payer {
     /// Pays with `signer` within `policy`.
     #[must_use]
-    pub const fn new(signer: LocalSigner, policy: Policy) -> Self {
+    pub fn new(signer: LocalSigner, policy: Policy) -> Self {
         Self {
             signer,
             policy,
             wallet: None,
+            clock: std::sync::Arc::new(rail_core::SystemClock),
         }
+    }
+
+    /// Writes validity windows from `clock` instead of the host's clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: rail_core::SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Pays from the contract wallet `wallet`, whose ERC-1271 `isValidSignature` accepts
     /// `signer`'s signatures of the EIP-712 digest (`from` = the wallet).
     #[must_use]
-    pub const fn for_wallet(signer: LocalSigner, wallet: Address, policy: Policy) -> Self {
+    pub fn for_wallet(signer: LocalSigner, wallet: Address, policy: Policy) -> Self {
         Self {
-            signer,
-            policy,
             wallet: Some(wallet),
+            ..Self::new(signer, policy)
         }
     }
 
@@ -182,7 +191,7 @@ impl X402Payer {
         self.sign(
             required,
             chosen,
-            unix_now(),
+            unix_secs(self.clock.now()),
             B256::from(rand::random::<[u8; 32]>()),
         )
     }
@@ -236,7 +245,7 @@ impl X402Payer {
         let signed = self.sign(
             &wrapper,
             &as_v2,
-            unix_now(),
+            unix_secs(self.clock.now()),
             B256::from(rand::random::<[u8; 32]>()),
         )?;
         Ok(crate::v1::PaymentPayloadV1 {
