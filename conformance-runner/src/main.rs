@@ -124,6 +124,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if !follow_parent() {
+        eprintln!("the conformance runner that started this suite is gone; not running it");
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -273,7 +277,7 @@ async fn run_with_localnets(opts: &Options) -> ExitCode {
         nets = Localnets::start(opts) => nets,
         sig = signals.recv() => {
             eprintln!("localnet: {sig} while starting; stopped");
-            return ExitCode::from(130);
+            return signal_exit(sig);
         }
     };
     eprint!("{}", nets.summary());
@@ -287,6 +291,7 @@ async fn run_with_localnets(opts: &Options) -> ExitCode {
                 .args(std::env::args_os().skip(1))
                 .arg("--no-localnets")
                 .envs(nets.vars().iter().map(|(k, v)| (k, v)))
+                .env(PARENT_VAR, std::process::id().to_string())
                 .kill_on_drop(true)
                 .spawn();
             match child {
@@ -306,7 +311,7 @@ async fn run_with_localnets(opts: &Options) -> ExitCode {
                         eprintln!("localnet: {sig}: stopping the suite and the localnets");
                         let _ = child.start_kill();
                         let _ = child.wait().await;
-                        ExitCode::from(130)
+                        signal_exit(sig)
                     }
                 },
             }
@@ -314,6 +319,31 @@ async fn run_with_localnets(opts: &Options) -> ExitCode {
     };
     nets.stop().await;
     code
+}
+
+/// The exit status for a run ended by `sig` (as a shell reports a process killed by it).
+fn signal_exit(sig: &str) -> ExitCode {
+    ExitCode::from(match sig {
+        "SIGHUP" => 129,
+        "SIGTERM" => 143,
+        _ => 130,
+    })
+}
+
+/// Names the runner whose suite child this process is (set by [`run_with_localnets`]).
+const PARENT_VAR: &str = "STIPENDEX_CONFORMANCE_PARENT";
+
+/// In the suite's child process: asks the kernel for SIGTERM when the runner dies (even by
+/// SIGKILL, when it cannot stop its child itself), so the suite never runs on against stopped
+/// localnets. The runner spawns the child from its main thread, the one the kernel watches.
+/// False when the runner is already gone.
+fn follow_parent() -> bool {
+    let Some(want) = std::env::var_os(PARENT_VAR) else {
+        return true;
+    };
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
+    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get().to_string());
+    ppid.is_some_and(|p| std::ffi::OsStr::new(&p) == want)
 }
 
 /// A child's exit status as ours: its code, or 128 + the signal that ended it.
@@ -341,7 +371,7 @@ async fn localnet_up(opts: &Options, env_out: Option<&std::path::Path>) -> ExitC
         nets = Localnets::start(opts) => nets,
         sig = signals.recv() => {
             eprintln!("localnet: {sig} while starting; stopped");
-            return ExitCode::from(130);
+            return signal_exit(sig);
         }
     };
     eprint!("{}", nets.summary());
