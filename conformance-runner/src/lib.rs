@@ -1,7 +1,8 @@
 //! # conformance-runner
 //!
 //! The `conformance` binary and what it runs: the harnesses of this workspace's rails
-//! ([`rails`]) and the ledger's load test ([`bench`]). The suite itself — behaviours, the
+//! ([`rails`]), the localnets it starts for their localnet tier ([`localnet`]) and the ledger's
+//! load test ([`bench`]). The suite itself — behaviours, the
 //! [`conformance::Harness`] trait, the report — is the `conformance` library, which depends on
 //! `rail-core` alone.
 //!
@@ -15,4 +16,5 @@
 //! ```
 
 pub mod bench;
+pub mod localnet;
 pub mod rails;

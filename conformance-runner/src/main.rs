@@ -1,12 +1,24 @@
-//! The `conformance` runner: `list`, `run` and `bench`.
+//! The `conformance` runner: `list`, `run`, `bench` and `localnet up`.
+//!
+//! `run --tier localnet|all` starts the workspace's localnets that the environment does not
+//! name (see [`conformance_runner::localnet`]), runs the suite against them and stops them. The
+//! harnesses, `cargo test` and every other tool find a localnet through environment variables,
+//! and a process cannot set its own environment safely once threads run (`std::env::set_var`
+//! is `unsafe`; the workspace forbids unsafe code). So the runner keeps the localnets and runs
+//! the suite in a child process of its own binary, `conformance run … --no-localnets`, with the
+//! localnets' variables set on that child's environment: the child sees exactly what a shell
+//! that sourced `conformance localnet up --env-out FILE` would see. The parent stops the
+//! localnets when the child ends, fails, or on Ctrl-C / SIGTERM / SIGHUP.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use conformance::report::{self, Outcome, ResultRow};
 use conformance::{Tier, behaviours};
+use conformance_runner::localnet::{Kind, Localnets, Options, Signals};
 use conformance_runner::rails;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -49,6 +61,14 @@ enum Cmd {
         /// Write a JUnit XML report here.
         #[arg(long)]
         junit: Option<std::path::PathBuf>,
+        /// Start no localnet: use only those the environment names (the localnet tier of a rail
+        /// without one is skipped, or failed in CI).
+        #[arg(long)]
+        no_localnets: bool,
+        /// The repository's root, for scripts/x402 (default: the checkout this binary was
+        /// built from).
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
     },
     /// Load-test a rail's backend.
     Bench {
@@ -70,6 +90,27 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         batch: usize,
     },
+    /// The workspace's localnets, for other tools.
+    Localnet {
+        #[command(subcommand)]
+        cmd: LocalnetCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum LocalnetCmd {
+    /// Start the localnets the environment does not name (algod-devnet, stripe-emulator,
+    /// nwc-devnet, anvil + FiatTokenV2_2), print their variables as `export` lines and keep them
+    /// running until Ctrl-C, SIGTERM or SIGHUP.
+    Up {
+        /// Also write the `export` lines to FILE (once all are up; removed when they stop).
+        #[arg(long, value_name = "FILE")]
+        env_out: Option<PathBuf>,
+        /// The repository's root, for scripts/x402 (default: the checkout this binary was
+        /// built from).
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -83,6 +124,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if !follow_parent() {
+        eprintln!("the conformance runner that started this suite is gone; not running it");
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -104,7 +149,37 @@ fn main() -> ExitCode {
             behaviours,
             json,
             junit,
-        } => rt.block_on(run(rails, tier, behaviours, json, junit)),
+            no_localnets,
+            repo,
+        } => {
+            if let Err(why) = check_names(&rails, &behaviours) {
+                eprintln!("{why}");
+                return ExitCode::FAILURE;
+            }
+            let kinds = if no_localnets || matches!(tier, TierArg::Mock) {
+                Vec::new()
+            } else {
+                wanted_localnets(&rails)
+            };
+            if kinds.is_empty() {
+                rt.block_on(run(rails, tier, behaviours, json, junit))
+            } else {
+                let opts = Options {
+                    kinds,
+                    repo: repo.unwrap_or_else(conformance_runner::localnet::default_repo),
+                };
+                rt.block_on(run_with_localnets(&opts))
+            }
+        }
+        Cmd::Localnet {
+            cmd: LocalnetCmd::Up { env_out, repo },
+        } => {
+            let opts = Options {
+                kinds: Kind::ALL.to_vec(),
+                repo: repo.unwrap_or_else(conformance_runner::localnet::default_repo),
+            };
+            rt.block_on(localnet_up(&opts, env_out.as_deref()))
+        }
         Cmd::Bench {
             rail,
             backend,
@@ -156,6 +231,203 @@ fn list() {
     }
 }
 
+/// Every rail and behaviour named exists; otherwise a sentence saying which does not.
+fn check_names(only_rails: &[String], only: &[String]) -> Result<(), String> {
+    for r in only_rails {
+        if rails::find(r).is_none() {
+            return Err(format!("unknown rail {r:?}; `conformance list` shows them"));
+        }
+    }
+    let known: Vec<&str> = behaviours::all().iter().map(|b| b.name).collect();
+    for b in only {
+        if !known.contains(&b.as_str()) {
+            return Err(format!(
+                "unknown behaviour {b:?}; `conformance list` shows them"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The localnets the selected rails (all when none is named) need and the environment does not
+/// name.
+fn wanted_localnets(only_rails: &[String]) -> Vec<Kind> {
+    let mut kinds: Vec<Kind> = rails::all()
+        .iter()
+        .filter(|e| only_rails.is_empty() || only_rails.iter().any(|r| r == e.name))
+        .filter_map(|e| Kind::for_rail(e.name))
+        .filter(|k| !k.named_by_env())
+        .collect();
+    kinds.dedup();
+    kinds
+}
+
+/// Starts `opts.kinds`, runs this very command again as a child with `--no-localnets` and the
+/// localnets' variables in its environment (see the module's documentation for why), and stops
+/// them when it ends or on a signal. The exit status is the child's.
+async fn run_with_localnets(opts: &Options) -> ExitCode {
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cannot take over Ctrl-C ({e}), so no localnet was started");
+            return ExitCode::FAILURE;
+        }
+    };
+    let nets = tokio::select! {
+        nets = Localnets::start(opts) => nets,
+        sig = signals.recv() => {
+            eprintln!("localnet: {sig} while starting; stopped");
+            return signal_exit(sig);
+        }
+    };
+    eprint!("{}", nets.summary());
+    let code = match std::env::current_exe() {
+        Err(e) => {
+            eprintln!("cannot find this program's own path to run the suite ({e})");
+            ExitCode::FAILURE
+        }
+        Ok(exe) => {
+            let child = tokio::process::Command::new(exe)
+                .args(std::env::args_os().skip(1))
+                .arg("--no-localnets")
+                .envs(nets.vars().iter().map(|(k, v)| (k, v)))
+                .env(PARENT_VAR, std::process::id().to_string())
+                .kill_on_drop(true)
+                .spawn();
+            match child {
+                Err(e) => {
+                    eprintln!("cannot run the suite in a child process ({e})");
+                    ExitCode::FAILURE
+                }
+                Ok(mut child) => tokio::select! {
+                    status = child.wait() => match status {
+                        Ok(s) => exit_code(s),
+                        Err(e) => {
+                            eprintln!("lost the suite's child process ({e})");
+                            ExitCode::FAILURE
+                        }
+                    },
+                    sig = signals.recv() => {
+                        eprintln!("localnet: {sig}: stopping the suite and the localnets");
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                        signal_exit(sig)
+                    }
+                },
+            }
+        }
+    };
+    nets.stop().await;
+    code
+}
+
+/// The exit status for a run ended by `sig` (as a shell reports a process killed by it).
+fn signal_exit(sig: &str) -> ExitCode {
+    ExitCode::from(match sig {
+        "SIGHUP" => 129,
+        "SIGTERM" => 143,
+        _ => 130,
+    })
+}
+
+/// Names the runner whose suite child this process is (set by [`run_with_localnets`]).
+const PARENT_VAR: &str = "STIPENDEX_CONFORMANCE_PARENT";
+
+/// In the suite's child process: asks the kernel for SIGTERM when the runner dies (even by
+/// SIGKILL, when it cannot stop its child itself), so the suite never runs on against stopped
+/// localnets. The runner spawns the child from its main thread, the one the kernel watches.
+/// False when the runner is already gone.
+fn follow_parent() -> bool {
+    let Some(want) = std::env::var_os(PARENT_VAR) else {
+        return true;
+    };
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
+    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get().to_string());
+    ppid.is_some_and(|p| std::ffi::OsStr::new(&p) == want)
+}
+
+/// A child's exit status as ours: its code, or 128 + the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) => ExitCode::SUCCESS,
+        (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+        (None, Some(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)),
+        (None, None) => ExitCode::FAILURE,
+    }
+}
+
+/// `conformance localnet up`: starts what the environment does not name, prints the `export`
+/// lines (and writes them to `env_out`), then keeps the localnets until a signal.
+async fn localnet_up(opts: &Options, env_out: Option<&std::path::Path>) -> ExitCode {
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cannot take over Ctrl-C and SIGTERM ({e}), so no localnet was started");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut nets = tokio::select! {
+        nets = Localnets::start(opts) => nets,
+        sig = signals.recv() => {
+            eprintln!("localnet: {sig} while starting; stopped");
+            return signal_exit(sig);
+        }
+    };
+    eprint!("{}", nets.summary());
+    if !nets.failures().is_empty() && rail_core::localnet::in_ci() {
+        eprintln!("localnet: in CI every localnet must start; stopping the others");
+        nets.stop().await;
+        return ExitCode::FAILURE;
+    }
+    let text = nets.env_text();
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (nobody reads it) is no failure: the env file, if any, still serves.
+        let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    }
+    if let Some(path) = env_out
+        && let Err(e) = write_env_file(path, &text)
+    {
+        eprintln!(
+            "cannot write {} ({e}); stopping the localnets",
+            path.display()
+        );
+        nets.stop().await;
+        return ExitCode::FAILURE;
+    }
+    eprintln!("localnet: up; Ctrl-C or SIGTERM stops them");
+    let code = tokio::select! {
+        sig = signals.recv() => {
+            eprintln!("localnet: {sig}: stopping");
+            ExitCode::SUCCESS
+        }
+        kind = nets.exited() => {
+            eprintln!("localnet: {kind} exited on its own; stopping the others");
+            ExitCode::FAILURE
+        }
+    };
+    nets.stop().await;
+    if let Some(path) = env_out {
+        let _ = std::fs::remove_file(path);
+    }
+    code
+}
+
+/// Writes the env file whole or not at all (a script waiting for it never reads half of it).
+fn write_env_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let header = format!(
+        "# written by `conformance localnet up` (pid {}); removed when it stops\n",
+        std::process::id()
+    );
+    std::fs::write(&tmp, format!("{header}{text}"))?;
+    std::fs::rename(&tmp, path)
+}
+
 async fn run(
     only_rails: Vec<String>,
     tier: TierArg,
@@ -167,19 +439,7 @@ async fn run(
         .into_iter()
         .filter(|e| only_rails.is_empty() || only_rails.iter().any(|r| r == e.name))
         .collect();
-    for r in &only_rails {
-        if rails::find(r).is_none() {
-            eprintln!("unknown rail {r:?}; `conformance list` shows them");
-            return ExitCode::FAILURE;
-        }
-    }
     let known: Vec<&str> = behaviours::all().iter().map(|b| b.name).collect();
-    for b in &only {
-        if !known.contains(&b.as_str()) {
-            eprintln!("unknown behaviour {b:?}; `conformance list` shows them");
-            return ExitCode::FAILURE;
-        }
-    }
     let tiers = match tier {
         TierArg::Mock => vec![Tier::Mock],
         TierArg::Localnet => vec![Tier::Localnet],

@@ -169,7 +169,7 @@ impl ExactAlgoHarness {
             Tier::Localnet => {
                 let url = std::env::var("ALGOD_URL").map_err(|_| {
                     HarnessError::Unavailable(
-                        "ALGOD_URL is not set (start algod-devnet or `algokit localnet start`)"
+                        "ALGOD_URL is not set (`conformance localnet up` starts algod-devnet; or `algokit localnet start`)"
                             .into(),
                     )
                 })?;

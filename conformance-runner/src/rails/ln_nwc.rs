@@ -84,7 +84,7 @@ fn env_uri(name: &str) -> Result<ConnectionUri, HarnessError> {
     std::env::var(name)
         .map_err(|_| {
             HarnessError::Unavailable(format!(
-                "{name} is not set (start nwc-devnet; scripts/test-all does)"
+                "{name} is not set (`conformance localnet up` starts nwc-devnet)"
             ))
         })?
         .parse()

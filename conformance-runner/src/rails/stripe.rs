@@ -103,7 +103,7 @@ impl StripeHarness {
             Tier::Localnet => {
                 let url = std::env::var("STRIPE_EMULATOR_URL").map_err(|_| {
                     HarnessError::Unavailable(
-                        "STRIPE_EMULATOR_URL is not set (start stripe-emulator; scripts/test-all does)"
+                        "STRIPE_EMULATOR_URL is not set (`conformance localnet up` starts stripe-emulator)"
                             .into(),
                     )
                 })?;

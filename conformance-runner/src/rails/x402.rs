@@ -124,7 +124,7 @@ impl X402Harness {
             Tier::Localnet => {
                 if std::env::var("X402_RPC_URL").is_err() {
                     return Err(HarnessError::Unavailable(
-                        "X402_RPC_URL is not set (scripts/x402/localnet.mjs)".into(),
+                        "X402_RPC_URL is not set (`conformance localnet up` starts anvil + FiatTokenV2_2)".into(),
                     ));
                 }
                 let net = Localnet::from_env()
