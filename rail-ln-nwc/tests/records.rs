@@ -110,11 +110,15 @@ async fn an_earlier_payment_is_found_after_its_invoice_expired() {
         "never paid: nothing moved"
     );
     let offer = receiver
-        .offer(&Charge::capture(price(), Duration::from_secs(1)))
+        .offer(&Charge::capture(price(), Duration::from_secs(4)))
         .await
         .unwrap();
     let paid = payer.pay(&op, &offer).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Past the invoice's end (BOLT11 expiry is in whole seconds), however long paying took:
+    // a short TTL made paying itself race the expiry on a loaded machine.
+    let now = rail_core::Clock::now(&rail_core::SystemClock);
+    let left = u64::try_from(offer.expires_at.0 - now.0).unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(left + 1500)).await;
     let found = payer
         .find_payment(&op, &offer, PaymentMode::Capture)
         .await
