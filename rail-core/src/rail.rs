@@ -247,6 +247,37 @@ pub struct ReceiverHandle {
     pub refunds: Option<Arc<dyn RefundReceiver>>,
 }
 
+impl ReceiverHandle {
+    /// A receiver without holds or refunds.
+    pub fn pay_only<R: Receiver + 'static>(receiver: R) -> Self {
+        ReceiverHandle {
+            receiver: Arc::new(receiver),
+            hold_receiver: None,
+            refunds: None,
+        }
+    }
+
+    /// A receiver that captures and voids holds, without refunds.
+    pub fn with_holds<R: HoldReceiver + 'static>(receiver: R) -> Self {
+        let r = Arc::new(receiver);
+        ReceiverHandle {
+            receiver: r.clone(),
+            hold_receiver: Some(r),
+            refunds: None,
+        }
+    }
+
+    /// A receiver with every part: holds and refunds.
+    pub fn full<R: HoldReceiver + RefundReceiver + 'static>(receiver: R) -> Self {
+        let r = Arc::new(receiver);
+        ReceiverHandle {
+            receiver: r.clone(),
+            hold_receiver: Some(r.clone()),
+            refunds: Some(r),
+        }
+    }
+}
+
 /// The two hold parts of a [`RailHandle`].
 pub type HoldParts<'a> = (&'a Arc<dyn HoldPayer>, &'a Arc<dyn HoldReceiver>);
 

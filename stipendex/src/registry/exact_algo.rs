@@ -1,7 +1,5 @@
 //! `kind = "exact-algo"`: native ALGO in an x402-style envelope.
 
-use std::sync::Arc;
-
 use ed25519_dalek::SigningKey;
 use rail_core::payer::Idempotent;
 use rail_core::{Asset, PayerHandle, RailError, RailReason, ReceiverHandle};
@@ -76,11 +74,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let r = ExactAlgoReceiver::connect(algod, pay_to, ctx.store.clone(), ctx.clock.clone())
                 .await
                 .map_err(|e| ctx.rail_err(e))?;
-            Some(ReceiverHandle {
-                receiver: Arc::new(r),
-                hold_receiver: None,
-                refunds: None,
-            })
+            Some(ReceiverHandle::pay_only(r))
         }
         None => None,
     };

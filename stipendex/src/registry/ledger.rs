@@ -1,12 +1,9 @@
 //! `kind = "ledger"`: the embedded double-entry ledger.
 
 use rail_core::payer::Idempotent;
-use rail_core::{
-    Asset, HoldPayer, HoldReceiver, PayerHandle, ReceiverHandle, RefundReceiver, ReplayGuard,
-};
+use rail_core::{Asset, PayerHandle, ReceiverHandle, ReplayGuard};
 use rail_ledger::{AccountId, Ledger, LedgerPayer, LedgerReceiver};
 use serde::Deserialize;
-use std::sync::Arc;
 
 use super::config::{parse, section};
 use super::{Ctx, Sides};
@@ -63,15 +60,10 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let payer = match &s.payer_account {
         Some(id) => {
             let account: AccountId = parse(ctx.name, "payer_account", id)?;
-            let p = Arc::new(Idempotent::new(
+            Some(PayerHandle::with_holds(Idempotent::new(
                 LedgerPayer::new(ledger.clone(), account, asset.clone()),
                 ctx.store.clone(),
-            ));
-            let hold: Arc<dyn HoldPayer> = p.clone();
-            Some(PayerHandle {
-                payer: p,
-                hold_payer: Some(hold),
-            })
+            )))
         }
         None => None,
     };
@@ -79,14 +71,9 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         Some(id) => {
             let account: AccountId = parse(ctx.name, "payee_account", id)?;
             let guard = ReplayGuard::new(ctx.store.clone(), format!("ledger/{}/offers", ctx.name));
-            let r = Arc::new(LedgerReceiver::new(ledger, account, asset, guard));
-            let hold: Arc<dyn HoldReceiver> = r.clone();
-            let refunds: Arc<dyn RefundReceiver> = r.clone();
-            Some(ReceiverHandle {
-                receiver: r,
-                hold_receiver: Some(hold),
-                refunds: Some(refunds),
-            })
+            Some(ReceiverHandle::full(LedgerReceiver::new(
+                ledger, account, asset, guard,
+            )))
         }
         None => None,
     };

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use lightning_invoice::Currency;
 use rail_core::payer::Idempotent;
-use rail_core::{Asset, HoldPayer, HoldReceiver, PayerHandle, ReceiverHandle};
+use rail_core::{Asset, PayerHandle, ReceiverHandle};
 use rail_ln_nwc::client::{ClientOptions, NwcClient};
 use rail_ln_nwc::nip47::ConnectionUri;
 use rail_ln_nwc::rail::{NwcPayer, NwcReceiver};
@@ -73,12 +73,10 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let max = money(ctx.name, "max_amount", &Asset::btc(), max)?;
             let client = connect(ctx, var).await?;
             let p = NwcPayer::new(client, currency, max, ctx.clock.clone());
-            let p = Arc::new(Idempotent::new(p, ctx.store.clone()));
-            let hold: Arc<dyn HoldPayer> = p.clone();
-            Some(PayerHandle {
-                payer: p,
-                hold_payer: Some(hold),
-            })
+            Some(PayerHandle::with_holds(Idempotent::new(
+                p,
+                ctx.store.clone(),
+            )))
         }
         None => None,
     };
@@ -89,13 +87,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let r = NwcReceiver::new(client, seed, ctx.store.clone(), ctx.clock.clone())
                 .await
                 .map_err(|e| ctx.rail_err(e))?;
-            let r = Arc::new(r);
-            let hold: Arc<dyn HoldReceiver> = r.clone();
-            Some(ReceiverHandle {
-                receiver: r,
-                hold_receiver: Some(hold),
-                refunds: None,
-            })
+            Some(ReceiverHandle::with_holds(r))
         }
         (None, None) => None,
         _ => {

@@ -1,12 +1,7 @@
 //! `kind = "stripe"`: Stripe PaymentIntents (a hold is a manual-capture intent).
 
-use std::sync::Arc;
-
 use rail_core::payer::Idempotent;
-use rail_core::{
-    Asset, HoldPayer, HoldReceiver, PayerHandle, RailError, RailReason, ReceiverHandle,
-    RefundReceiver,
-};
+use rail_core::{Asset, PayerHandle, RailError, RailReason, ReceiverHandle};
 use rail_stripe::{StripeHttp, StripePayer, StripeReceiver};
 use serde::Deserialize;
 
@@ -60,12 +55,10 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let max = money(ctx.name, "max_amount", &asset, max)?;
             let p = StripePayer::new(&s.api_base, pm.clone(), max, ctx.clock.clone())
                 .map_err(|e| ctx.rail_err(e))?;
-            let p = Arc::new(Idempotent::new(p, ctx.store.clone()));
-            let hold: Arc<dyn HoldPayer> = p.clone();
-            Some(PayerHandle {
-                payer: p,
-                hold_payer: Some(hold),
-            })
+            Some(PayerHandle::with_holds(Idempotent::new(
+                p,
+                ctx.store.clone(),
+            )))
         }
         None => None,
     };
@@ -78,21 +71,14 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                     e.to_string(),
                 )))
             })?;
-            let r = Arc::new(StripeReceiver::new(
+            Some(ReceiverHandle::full(StripeReceiver::new(
                 api,
                 pk.clone(),
                 payee.clone(),
                 asset,
                 ctx.store.clone(),
                 ctx.clock.clone(),
-            ));
-            let hold: Arc<dyn HoldReceiver> = r.clone();
-            let refunds: Arc<dyn RefundReceiver> = r.clone();
-            Some(ReceiverHandle {
-                receiver: r,
-                hold_receiver: Some(hold),
-                refunds: Some(refunds),
-            })
+            )))
         }
         (None, None, None) => None,
         _ => {

@@ -99,11 +99,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                 ctx.store.clone(),
                 ctx.clock.clone(),
             );
-            Some(ReceiverHandle {
-                receiver: Arc::new(r),
-                hold_receiver: None,
-                refunds: None,
-            })
+            Some(ReceiverHandle::pay_only(r))
         }
         (None, None) => None,
         _ => {
