@@ -45,6 +45,19 @@ pub struct Balances {
 }
 
 /// One rail under test on one tier: both sides wired to the same rail, the payer funded.
+///
+/// What the suite expects of the parts it is given, beyond each trait's own contract:
+/// - **One payment per operation id.** `idempotent_retry_same_result` and
+///   `same_op_different_content_conflicts` call `pay`, `hold`, `capture`, `void` and `refund`
+///   twice with one [`rail_core::OpId`]: the second call returns the first result, and the same
+///   id with other content is [`rail_core::RailError::IdempotencyConflict`]. A rail that does
+///   not do this itself gets it for payers by handing the suite
+///   `rail_core::payer::Idempotent::new(payer, store)` (which needs a `FindPayment` impl); its
+///   receiver must still be idempotent per operation id for capture, void and refund.
+/// - **A refund accepts a capture's reference**: `refund_after_capture` refunds by
+///   [`rail_core::Captured::capture_ref`].
+/// - **Optional hooks** (`other_receiver`, `twin_receiver`, `hold_lifetime`, `rail_checks`):
+///   a behaviour whose hook is absent is skipped with [`crate::behaviours::SKIP_NO_HOOK`].
 #[async_trait]
 pub trait Harness: Send + Sync {
     /// The rail's parts.

@@ -73,7 +73,19 @@ pub async fn run_rail_tier(
         ms,
         detail,
     };
+    let offered = entry.tiers.iter().any(|(t, _)| *t == tier);
     for b in &list {
+        if !offered {
+            let r = row(
+                b,
+                Outcome::Skip,
+                0,
+                format!("the rail offers no {tier} tier"),
+            );
+            progress(&r);
+            rows.push(r);
+            continue;
+        }
         let start = Instant::now();
         let harness = match (entry.make)(tier).await {
             Ok(h) => h,
