@@ -21,6 +21,7 @@
 
 mod payer;
 mod receiver;
+mod settle;
 
 use rail_core::{Asset, Capabilities, Finality, OpId, RailError, RailResult};
 use serde::{Deserialize, Serialize};
