@@ -19,9 +19,11 @@
 //! Every mutating call carries an `Idempotency-Key` derived from the operation id (`stipendex-…`),
 //! and a local idempotency record answers a repeated operation without calling Stripe again.
 
-mod payer;
-mod receiver;
-mod settle;
+// One file a part; this one keeps what both sides use (the offer and proof types, the
+// idempotency keys, the error and currency mapping).
+mod payer; // StripePayer: checks an offer's intent, then confirms it
+mod receiver; // StripeReceiver: offer, verify, expired offers' give-back, webhooks
+mod settle; // StripeReceiver: capture, void, refund
 
 use rail_core::{Asset, Capabilities, Finality, OpId, RailError, RailResult};
 use serde::{Deserialize, Serialize};
