@@ -16,8 +16,10 @@
 //!
 //! Amounts are msat: the rail's asset is BTC at scale 11, converted exactly.
 
-mod payer;
-mod receiver;
+// One file a side; this one keeps what both use (the offer and proof types, the error
+// mapping, msat amounts, the preimage check).
+mod payer; // NwcPayer: checks the invoice, pays it, checks the preimage
+mod receiver; // NwcReceiver: offer, verify, expired holds' release, capture, void
 
 use rail_core::{Asset, Capabilities, Finality, Money, RailError, RailReason, RailResult};
 use serde::{Deserialize, Serialize};
