@@ -83,7 +83,6 @@ impl NwcReceiver {
         h.finalize().into()
     }
 
-    /// The payment hash of this receiver's hold for `offer_id`.
     /// For a hold offer refused as expired: if the payer's wallet accepted its HTLC (waiting
     /// up to the settle wait for it) and it was not verified in time, cancels the hold
     /// invoice so the payer's funds are released at once. A plain invoice paid late cannot be
@@ -121,6 +120,7 @@ impl NwcReceiver {
         }
     }
 
+    /// The payment hash of this receiver's hold for `offer_id`.
     fn hold_hash(&self, offer_id: &str) -> String {
         sha256_hex(&self.preimage(offer_id))
     }
