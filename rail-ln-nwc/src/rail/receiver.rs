@@ -1,133 +1,26 @@
-//! The Lightning rail over NWC.
-//!
-//! - **Receiver** ([`NwcReceiver`]): `offer` makes an invoice (`make_invoice`), or for a hold a
-//!   hold invoice (`make_hold_invoice`) for a payment hash whose preimage the receiver derives
-//!   from its own secret and the offer id (nothing to store, nothing lost in a crash). `verify`
-//!   accepts a payment only with a preimage whose SHA-256 is the invoice's payment hash (compared
-//!   in constant time) and cross-checks `lookup_invoice` (state and amount): a wallet saying
-//!   "settled" is never enough. A hold is verified when the receiver's wallet reports it
-//!   `accepted` for the offer's amount. `capture` = `settle_hold_invoice` (the whole amount:
-//!   Lightning cannot capture part of an HTLC), `void` = `cancel_hold_invoice`. Single use per
-//!   payment hash.
-//! - **Payer** ([`NwcPayer`]): before paying, parses and checks the BOLT11 invoice with
-//!   `lightning-invoice` (signature, network, amount equal to the offer, not expired, payee =
-//!   the offer's node, payment hash = the offer's), then `pay_invoice`, and checks the returned
-//!   preimage against the payment hash before producing the payment.
-//!
-//! Amounts are msat: the rail's asset is BTC at scale 11, converted exactly.
+//! The receiver side: [`NwcReceiver`] makes invoices (hold invoices for a hold) whose preimage
+//! it derives, verifies a payment by its preimage and the wallet's look-up, and settles or
+//! cancels a hold.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lightning_invoice::{Bolt11Invoice, Currency};
 use rail_core::keys::KeyStore;
 use rail_core::{
-    Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver, Idempotency,
-    Money, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
-    RailReason, RailResult, Receiver, ReplayGuard, SharedClock, Verified, Voided,
+    Asset, Binding, Capabilities, Captured, Charge, HoldReceiver, Idempotency, Money, Offer, OpId,
+    Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
+    ReplayGuard, SharedClock, Verified, Voided,
 };
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::client::{NwcClient, NwcError};
-use crate::nip47::{ErrorCode, MakeHoldInvoiceParams, MakeInvoiceParams, TxState};
-
-/// The rail's name.
-pub const RAIL: &str = "ln-nwc";
-
-/// What an offer carries for the payer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OfferDetails {
-    /// The BOLT11 invoice.
-    pub invoice: String,
-    /// Its payment hash (hex).
-    pub payment_hash: String,
-}
-
-/// A payment's proof.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Proof {
-    /// The payment hash (hex).
-    pub payment_hash: String,
-    /// The preimage (hex); absent for a hold (the payer learns it when the receiver settles).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preimage: Option<String>,
-}
-
-fn capabilities() -> Capabilities {
-    Capabilities {
-        pay: true,
-        pay_effect: rail_core::PayEffect::Moves,
-        hold: true,
-        // Settling an HTLC takes all of it.
-        partial_capture: false,
-        // A refund needs an invoice from the payer: not part of this rail.
-        refund: false,
-        partial_refund: false,
-        finality: Finality::Immediate,
-        assets: vec![Asset::btc()],
-    }
-}
-
-/// The NWC error as a rail-core error (the NIP-47 code is kept).
-#[must_use]
-pub fn rail_error(e: &NwcError) -> RailError {
-    match e {
-        NwcError::Wallet { code, message } => {
-            let reason = RailReason::new(code.as_str(), message.clone());
-            match code {
-                ErrorCode::InsufficientBalance | ErrorCode::QuotaExceeded => {
-                    RailError::InsufficientFunds(format!("{code}: {message}"))
-                }
-                ErrorCode::NotFound => RailError::NotFound(format!("{code}: {message}")),
-                ErrorCode::PaymentFailed => RailError::Declined(reason),
-                ErrorCode::RateLimited | ErrorCode::Internal => RailError::Unavailable(reason),
-                _ => RailError::Rail {
-                    reason,
-                    retryable: false,
-                },
-            }
-        }
-        other => RailError::Unavailable(RailReason::new("nwc", other.to_string())),
-    }
-}
-
-/// 21 million BTC in msat: no amount can be more.
-pub const MAX_MSAT: u64 = 21_000_000 * 100_000_000 * 1_000;
-
-fn msat(m: &Money) -> RailResult<u64> {
-    if m.asset() != &Asset::btc() {
-        return Err(RailError::InvalidInput(format!(
-            "asset {} is not carried by Lightning (BTC in msat)",
-            m.asset()
-        )));
-    }
-    let n = u64::try_from(m.minor_units())
-        .map_err(|_| RailError::InvalidInput(format!("{m} does not fit in msat")))?;
-    if n > MAX_MSAT {
-        return Err(RailError::InvalidInput(format!(
-            "{m} is more than the bitcoin supply"
-        )));
-    }
-    Ok(n)
-}
+use super::{OfferDetails, Proof, RAIL, capabilities, msat, preimage_matches, rail_error};
+use crate::client::NwcClient;
+use crate::nip47::{MakeHoldInvoiceParams, MakeInvoiceParams, TxState};
 
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
-}
-
-/// Whether `preimage_hex` hashes to `hash_hex` (constant time on the digests).
-#[must_use]
-pub fn preimage_matches(preimage_hex: &str, hash_hex: &str) -> bool {
-    let (Ok(p), Ok(h)) = (hex::decode(preimage_hex), hex::decode(hash_hex)) else {
-        return false;
-    };
-    p.len() == 32 && h.len() == 32 && bool::from(Sha256::digest(&p).as_slice().ct_eq(&h))
 }
 
 /// The receiver.
@@ -190,7 +83,6 @@ impl NwcReceiver {
         h.finalize().into()
     }
 
-    /// The payment hash of this receiver's hold for `offer_id`.
     /// For a hold offer refused as expired: if the payer's wallet accepted its HTLC (waiting
     /// up to the settle wait for it) and it was not verified in time, cancels the hold
     /// invoice so the payer's funds are released at once. A plain invoice paid late cannot be
@@ -228,6 +120,7 @@ impl NwcReceiver {
         }
     }
 
+    /// The payment hash of this receiver's hold for `offer_id`.
     fn hold_hash(&self, offer_id: &str) -> String {
         sha256_hex(&self.preimage(offer_id))
     }
@@ -513,246 +406,3 @@ impl HoldReceiver for NwcReceiver {
 pub const MARK_MARGIN: Duration = Duration::from_secs(24 * 3600);
 /// The same for a hold: longer than any HTLC can be held (2016 blocks ≈ 14 days), plus a day.
 pub const HOLD_MARK_MARGIN: Duration = Duration::from_secs(15 * 24 * 3600);
-
-/// The payer.
-#[derive(Clone)]
-pub struct NwcPayer {
-    client: Arc<NwcClient>,
-    currency: Currency,
-    max_amount: Money,
-    clock: SharedClock,
-    lock: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl std::fmt::Debug for NwcPayer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NwcPayer")
-            .field("currency", &self.currency)
-            .field("max_amount", &self.max_amount)
-            .finish_non_exhaustive()
-    }
-}
-
-impl NwcPayer {
-    /// A payer paying through the wallet behind `client`, only invoices of `currency`
-    /// (`Currency::Bitcoin` for mainnet), never more than `max_amount` per payment.
-    #[must_use]
-    pub fn new(
-        client: Arc<NwcClient>,
-        currency: Currency,
-        max_amount: Money,
-        clock: SharedClock,
-    ) -> Self {
-        NwcPayer {
-            client,
-            currency,
-            max_amount,
-            clock,
-            lock: Arc::new(tokio::sync::Mutex::new(())),
-        }
-    }
-
-    /// Checks the offer's invoice: signature, network, amount, expiry, payee, payment hash.
-    fn check(&self, offer: &Offer, mode: PaymentMode) -> RailResult<(OfferDetails, u64)> {
-        self.check_at(offer, mode, true)
-    }
-
-    /// As [`NwcPayer::check`]; `live`: the invoice must not have expired (a look-up of what an
-    /// earlier attempt paid skips that: a payment made in time is found after the invoice's end).
-    fn check_at(
-        &self,
-        offer: &Offer,
-        mode: PaymentMode,
-        live: bool,
-    ) -> RailResult<(OfferDetails, u64)> {
-        if offer.rail.as_str() != RAIL {
-            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
-        }
-        if offer.mode != mode {
-            return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
-        }
-        let want = msat(&offer.amount)?;
-        if offer.amount.minor_units() > self.max_amount.minor_units() {
-            return Err(RailError::InvalidInput(format!(
-                "{} is above this payer's limit of {}",
-                offer.amount, self.max_amount
-            )));
-        }
-        let details: OfferDetails = offer.details_as()?;
-        let inv = Bolt11Invoice::from_str(&details.invoice)
-            .map_err(|e| RailError::InvalidInput(format!("invoice: {e}")))?;
-        inv.check_signature()
-            .map_err(|e| RailError::BadSignature(format!("invoice signature: {e}")))?;
-        if inv.currency() != self.currency {
-            return Err(RailError::WrongNetwork {
-                expected: format!("{:?}", self.currency),
-                actual: format!("{:?}", inv.currency()),
-            });
-        }
-        let amount = inv
-            .amount_milli_satoshis()
-            .ok_or_else(|| RailError::InvalidInput("an invoice without an amount".into()))?;
-        if amount != want {
-            return Err(RailError::mismatch(Binding::Amount, want, amount));
-        }
-        if live && inv.is_expired() {
-            return Err(RailError::OfferExpired {
-                offer_id: offer.id.clone(),
-                expired_at: offer.expires_at,
-            });
-        }
-        let payee = hex::encode(inv.recover_payee_pub_key().serialize());
-        if payee != offer.payee.to_ascii_lowercase() {
-            return Err(RailError::mismatch(Binding::Payee, &offer.payee, payee));
-        }
-        let hash = hex::encode(AsRef::<[u8]>::as_ref(inv.payment_hash()));
-        if hash != details.payment_hash.to_ascii_lowercase() {
-            return Err(RailError::mismatch(
-                Binding::Offer,
-                &details.payment_hash,
-                hash,
-            ));
-        }
-        Ok((details, want))
-    }
-}
-
-impl Rail for NwcPayer {
-    fn id(&self) -> RailId {
-        RailId::new(RAIL)
-    }
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
-    }
-}
-
-impl NwcPayer {
-    /// The proof of a paid invoice, once the wallet's preimage is checked against the hash.
-    fn paid(&self, offer: &Offer, details: &OfferDetails, preimage: &str) -> RailResult<Payment> {
-        // A wallet that says "paid" without the preimage is not believed.
-        if !preimage_matches(preimage, &details.payment_hash) {
-            return Err(RailError::Rail {
-                reason: RailReason::new(
-                    "preimage_mismatch",
-                    "the wallet's preimage does not hash to the payment hash",
-                ),
-                retryable: false,
-            });
-        }
-        self.proof(
-            offer,
-            details,
-            PaymentMode::Capture,
-            Some(preimage.to_ascii_lowercase()),
-        )
-    }
-
-    fn proof(
-        &self,
-        offer: &Offer,
-        details: &OfferDetails,
-        mode: PaymentMode,
-        preimage: Option<String>,
-    ) -> RailResult<Payment> {
-        Ok(Payment {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            mode,
-            payer: self.client.pubkey(),
-            amount: offer.amount.clone(),
-            proof: serde_json::to_value(Proof {
-                payment_hash: details.payment_hash.clone(),
-                preimage,
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
-    }
-}
-
-#[async_trait]
-impl Payer for NwcPayer {
-    async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
-        let (details, _) = self.check(offer, PaymentMode::Capture)?;
-        let _serial = self.lock.lock().await;
-        offer.check_live(self.clock.now())?;
-        let paid = match self.client.pay_invoice(&details.invoice, None).await {
-            Ok(p) => p.preimage,
-            // The answer was lost (a timeout, a relay drop): the payment may have gone through.
-            // Ask the wallet before failing, so a retry does not pay twice or lose the proof.
-            Err(e @ (NwcError::Timeout { .. } | NwcError::Relay(_))) => {
-                match self.client.lookup_invoice(&details.payment_hash).await {
-                    Ok(tx) if tx.state == Some(TxState::Settled) => tx.preimage.unwrap_or_default(),
-                    _ => return Err(rail_error(&e)),
-                }
-            }
-            Err(e) => return Err(rail_error(&e)),
-        };
-        self.paid(offer, &details, &paid)
-    }
-}
-
-#[async_trait]
-impl HoldPayer for NwcPayer {
-    async fn hold(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
-        let (details, _) = self.check(offer, PaymentMode::Hold)?;
-        let _serial = self.lock.lock().await;
-        offer.check_live(self.clock.now())?;
-        // The wallet answers a hold payment only when the receiver settles or cancels: send it
-        // and let it finish in the background.
-        let client = self.client.clone();
-        let (invoice, hash) = (details.invoice.clone(), details.payment_hash.clone());
-        tokio::spawn(async move {
-            match client.pay_invoice(&invoice, None).await {
-                Ok(p) if preimage_matches(&p.preimage, &hash) => {
-                    tracing::info!(payment_hash = %hash, "ln-nwc: hold settled");
-                }
-                Ok(_) => {
-                    tracing::warn!(payment_hash = %hash, "ln-nwc: hold answered with a wrong preimage");
-                }
-                Err(e) => {
-                    tracing::info!(payment_hash = %hash, error = %e, "ln-nwc: hold ended without settlement");
-                }
-            }
-        });
-        self.proof(offer, &details, PaymentMode::Hold, None)
-    }
-}
-
-/// An earlier attempt whose outcome is unknown is looked up in the wallet: a paid invoice is
-/// returned with its preimage (even past the offer's time), a held one as the hold it is; an
-/// invoice the wallet never paid is paid now.
-#[async_trait]
-impl rail_core::payer::FindPayment for NwcPayer {
-    async fn find_payment(
-        &self,
-        _op: &OpId,
-        offer: &Offer,
-        mode: PaymentMode,
-    ) -> RailResult<Option<Payment>> {
-        let (details, _) = self.check_at(offer, mode, false)?;
-        let tx = match self.client.lookup_invoice(&details.payment_hash).await {
-            Ok(tx) => tx,
-            Err(NwcError::Wallet {
-                code: ErrorCode::NotFound,
-                ..
-            }) => return Ok(None),
-            Err(e) => return Err(rail_error(&e)),
-        };
-        match (mode, tx.state) {
-            (PaymentMode::Capture, Some(TxState::Settled)) => self
-                .paid(offer, &details, tx.preimage.as_deref().unwrap_or_default())
-                .map(Some),
-            (PaymentMode::Hold, Some(TxState::Accepted | TxState::Settled)) => self
-                .proof(offer, &details, PaymentMode::Hold, None)
-                .map(Some),
-            // Over for certain: nothing moved, pay now.
-            (_, Some(TxState::Failed | TxState::Expired)) => Ok(None),
-            // Still in flight (or a state this version does not know): cannot tell yet, so the
-            // operation stays held for the next attempt rather than paying a second time.
-            (_, state) => Err(RailError::Unavailable(RailReason::new(
-                "payment_in_flight",
-                format!("the wallet reports the earlier payment as {state:?}; retry later"),
-            ))),
-        }
-    }
-}
