@@ -594,10 +594,17 @@ async fn a_relay_restart_on_the_same_port_does_not_leave_the_client_deaf() {
         let t = Instant::now();
         wait_connected(&wallet.client, &url).await;
         let reconnect = t.elapsed();
-        // Let both sides reconnect (retry interval 300 ms) and resubscribe.
+        // Let both sides reconnect (retry interval 300 ms) and resubscribe. A deaf client never
+        // answers again; a loaded machine may need more than one retry interval, so the check is
+        // "answers within 10 s", not "answers at the first call".
         tokio::time::sleep(Duration::from_millis(700)).await;
         let c = Instant::now();
-        assert_eq!(client.get_balance().await.unwrap(), 99, "round {round}");
+        let mut answer = client.get_balance().await;
+        while answer.is_err() && c.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            answer = client.get_balance().await;
+        }
+        assert_eq!(answer.unwrap(), 99, "round {round}");
         println!(
             "round {round}: wallet reconnected after {:?}; call after restart took {:?}",
             reconnect,
