@@ -196,7 +196,7 @@ impl Budget {
     pub fn check_per_payment(&self, amount: &Money) -> RailResult<()> {
         if amount.asset() != &self.asset {
             return Err(RailError::InvalidInput(format!(
-                "this budget counts {}, the payment is in {}",
+                "a budget in {} cannot count a payment in {}",
                 self.asset,
                 amount.asset()
             )));
@@ -323,13 +323,8 @@ impl Budget {
     /// [`RailError::InvalidInput`] for another asset; [`RailError::InProgress`] while another
     /// attempt of `op` is being counted; [`RailError::Storage`].
     pub async fn reserve(&self, op: &OpId, amount: &Money) -> RailResult<Spend> {
-        if amount.asset() != &self.asset {
-            return Err(RailError::InvalidInput(format!(
-                "a budget in {} cannot count a payment in {}",
-                self.asset,
-                amount.asset()
-            )));
-        }
+        // What does not depend on what was spent is refused before any record is touched.
+        self.check_per_payment(amount)?;
         let spend = |marker| Spend {
             budget: self.clone(),
             amount: amount.clone(),
@@ -362,11 +357,6 @@ impl Budget {
         let limits = &self.limits;
         let counted = self
             .update(|st, _| {
-                if let Some(max) = &limits.per_payment
-                    && amount.amount() > max.amount()
-                {
-                    return Err(exceeded("per_payment", max, amount));
-                }
                 let period_spent = st.period_spent.checked_add(amount)?;
                 if let Some((_, max)) = &limits.per_period
                     && period_spent.amount() > max.amount()
