@@ -104,6 +104,56 @@ pub(crate) fn secret(env: &dyn Env, rail: &str, var: &str) -> Result<String, Err
         })
 }
 
+/// A URL given either in the file (`url`) or, when it holds a password, through an environment
+/// variable (`url_env`): exactly one of the two. `what` names the section in messages.
+pub(crate) fn url(
+    env: &dyn Env,
+    what: &str,
+    url: Option<&String>,
+    url_env: Option<&String>,
+) -> Result<String, Error> {
+    match (url, url_env) {
+        (Some(u), None) => Ok(u.clone()),
+        (None, Some(var)) => secret(env, what, var),
+        _ => Err(Error::Config(format!(
+            "{what}: give exactly one of `url` and `url_env`"
+        ))),
+    }
+}
+
+/// The storage a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Storage<'a> {
+    /// `memory`.
+    Memory,
+    /// `sqlite://PATH`.
+    Sqlite(&'a str),
+    /// `postgres://…` or `postgresql://…`.
+    Postgres,
+}
+
+/// What `url` names, or a message saying what is accepted.
+pub(crate) fn storage<'a>(what: &str, url: &'a str) -> Result<Storage<'a>, Error> {
+    if url == "memory" {
+        Ok(Storage::Memory)
+    } else if let Some(path) = url.strip_prefix("sqlite://") {
+        Ok(Storage::Sqlite(path))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Storage::Postgres)
+    } else {
+        Err(Error::Config(format!(
+            "{what}.url: use memory, sqlite://PATH or postgres://…"
+        )))
+    }
+}
+
+/// The refusal of a store whose driver this build does not carry.
+pub(crate) fn driver_missing(what: &str, feature: &str) -> Error {
+    Error::Config(format!(
+        "{what}: a {feature} store needs the cargo feature `{feature}` of stipendex"
+    ))
+}
+
 /// A 32-byte key from `var`, as 64 hex digits (an optional `0x` prefix allowed).
 pub(crate) fn key32(env: &dyn Env, rail: &str, var: &str) -> Result<[u8; 32], Error> {
     let value = secret(env, rail, var)?;

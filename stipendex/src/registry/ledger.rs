@@ -5,7 +5,7 @@ use rail_core::{Asset, PayerHandle, ReceiverHandle, ReplayGuard};
 use rail_ledger::{AccountId, Ledger, LedgerPayer, LedgerReceiver};
 use serde::Deserialize;
 
-use super::config::{parse, section};
+use super::config::{Storage, parse, section, storage, url};
 use super::{Ctx, Sides};
 use crate::Error;
 
@@ -46,17 +46,9 @@ fn asset(name: &str, code: &str) -> Result<Asset, Error> {
 pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let s: Section = section(ctx.name, ctx.table)?;
     let asset = asset(ctx.name, &s.asset)?;
-    let url = match (&s.url, &s.url_env) {
-        (Some(u), None) => u.clone(),
-        (None, Some(var)) => super::config::secret(ctx.env, ctx.name, var)?,
-        _ => {
-            return Err(Error::Config(format!(
-                "rails.{}: give exactly one of `url` and `url_env`",
-                ctx.name
-            )));
-        }
-    };
-    let ledger = open(ctx, &url, s.schema.as_deref()).await?;
+    let what = format!("rails.{}", ctx.name);
+    let url = url(ctx.env, &what, s.url.as_ref(), s.url_env.as_ref())?;
+    let ledger = open(ctx, &what, &url, s.schema.as_deref()).await?;
     let payer = match &s.payer_account {
         Some(id) => {
             let account: AccountId = parse(ctx.name, "payer_account", id)?;
@@ -80,31 +72,30 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     Ok((payer, receiver))
 }
 
-async fn open(ctx: &Ctx<'_>, url: &str, schema: Option<&str>) -> Result<Ledger, Error> {
+/// The ledger at `url`, stamped by the registry's clock: SQLite's time is that clock;
+/// PostgreSQL keeps the database's clock for entries and hold expiry, and uses the registry's
+/// as the host clock offers are stamped with.
+async fn open(ctx: &Ctx<'_>, what: &str, url: &str, schema: Option<&str>) -> Result<Ledger, Error> {
+    #[allow(unused_variables)] // used by whichever backends are compiled in
     let err = |e: rail_ledger::LedgerError| ctx.rail_err(e.into());
-    if url.starts_with("sqlite://") {
+    match storage(what, url)? {
+        Storage::Memory => Err(Error::Config(format!(
+            "{what}.url: a ledger is kept in sqlite://PATH or postgres://…, not in memory"
+        ))),
         #[cfg(feature = "sqlite")]
-        return Ledger::sqlite_with_clock(url, ctx.clock.clone())
+        Storage::Sqlite(_) => Ledger::sqlite_with_clock(url, ctx.clock.clone())
             .await
-            .map_err(err);
+            .map_err(err),
         #[cfg(not(feature = "sqlite"))]
-        return Err(Error::Config(format!(
-            "rails.{}: a sqlite:// ledger needs the cargo feature `sqlite` of stipendex",
-            ctx.name
-        )));
-    }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Storage::Sqlite(_) => Err(super::config::driver_missing(what, "sqlite")),
         #[cfg(feature = "postgres")]
-        return Ledger::postgres(url, schema).await.map_err(err);
+        Storage::Postgres => Ledger::postgres_with_host_clock(url, schema, ctx.clock.clone())
+            .await
+            .map_err(err),
         #[cfg(not(feature = "postgres"))]
-        return Err(Error::Config(format!(
-            "rails.{}: a postgres:// ledger needs the cargo feature `postgres` of stipendex",
-            ctx.name
-        )));
+        Storage::Postgres => {
+            let _ = schema;
+            Err(super::config::driver_missing(what, "postgres"))
+        }
     }
-    let _ = (schema, err);
-    Err(Error::Config(format!(
-        "rails.{}.url: use sqlite://PATH or postgres://…",
-        ctx.name
-    )))
 }

@@ -391,57 +391,31 @@ async fn open_store(
             "no [store]: name where single-use records live (url = \"sqlite://stipendex.db\", a postgres:// URL, or \"memory\" for tests)".into(),
         ));
     };
-    let url = match (&section.url, &section.url_env) {
-        (Some(u), None) => u.clone(),
-        (None, Some(var)) => config::secret(env, "store", var)?,
-        _ => {
-            return Err(Error::Config(
-                "store: give exactly one of `url` and `url_env`".into(),
-            ));
-        }
-    };
+    let url = config::url(env, "store", section.url.as_ref(), section.url_env.as_ref())?;
+    #[allow(unused_variables)] // used by whichever store drivers are compiled in
     let err = |source| Error::Rail {
         name: "store".into(),
         source,
     };
-    if url == "memory" {
-        return Ok(Arc::new(MemoryKeyStore::default()));
-    }
-    if let Some(path) = url.strip_prefix("sqlite://") {
+    match config::storage("store", &url)? {
+        config::Storage::Memory => Ok(Arc::new(MemoryKeyStore::default())),
         #[cfg(feature = "sqlite")]
-        {
-            let s = rail_core::keys_sql::SqliteKeyStore::open(Path::new(path))
+        config::Storage::Sqlite(path) => Ok(Arc::new(
+            rail_core::keys_sql::SqliteKeyStore::open(Path::new(path))
                 .await
-                .map_err(err)?;
-            return Ok(Arc::new(s));
-        }
+                .map_err(err)?,
+        )),
         #[cfg(not(feature = "sqlite"))]
-        {
-            let _ = (path, err);
-            return Err(Error::Config(
-                "store: a sqlite:// store needs the cargo feature `sqlite` of stipendex".into(),
-            ));
-        }
-    }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        config::Storage::Sqlite(_) => Err(config::driver_missing("store", "sqlite")),
         #[cfg(feature = "postgres")]
-        {
-            let s = rail_core::keys_sql::PgKeyStore::connect(&url)
+        config::Storage::Postgres => Ok(Arc::new(
+            rail_core::keys_sql::PgKeyStore::connect(&url)
                 .await
-                .map_err(err)?;
-            return Ok(Arc::new(s));
-        }
+                .map_err(err)?,
+        )),
         #[cfg(not(feature = "postgres"))]
-        {
-            let _ = err;
-            return Err(Error::Config(
-                "store: a postgres:// store needs the cargo feature `postgres` of stipendex".into(),
-            ));
-        }
+        config::Storage::Postgres => Err(config::driver_missing("store", "postgres")),
     }
-    Err(Error::Config(
-        "store.url: use memory, sqlite://PATH or postgres://…".into(),
-    ))
 }
 
 #[cfg(test)]
