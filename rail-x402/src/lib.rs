@@ -14,7 +14,8 @@
 //! | [`client`] | a `reqwest` client that pays a 402 once and resends the *same* payment when the outcome is unknown |
 //! | [`facilitator`] | [`facilitator::Facilitator`]: [`facilitator::LocalFacilitator`] (chain checks, settlement with one nonce sequence, write-ahead [`facilitator::SettlementBook`]) and [`facilitator::RemoteFacilitator`] (HTTP) |
 //! | [`server`] | the facilitator HTTP API (`/verify`, `/settle`, `/supported`, `/health`) |
-//! | [`http`] | the axum paywall: per-route prices, settle before (or after) the handler, served once |
+//! | [`scheme`] | [`ExactEvm`]: this rail as an [`x402_transport::Scheme`], for the shared paywall, MCP adapter and client |
+//! | [`http`] | the shared paywall priced in one token: per-route prices, settle before (or after) the handler, served once |
 //! | [`mcp`] | the MCP binding (`transports-v2/mcp.md`) as a small adapter for rmcp servers |
 //! | [`rail`] | the rail-core traits ([`rail::X402RailPayer`], [`rail::X402Receiver`]) |
 //! | [`rpc`], [`evm`] | JSON-RPC client, FiatToken ABI, EIP-1559 transactions, local signer |
@@ -101,6 +102,7 @@ pub mod mock;
 pub mod payer;
 pub mod rail;
 pub mod rpc;
+pub mod scheme;
 pub mod served;
 #[cfg(feature = "paywall")]
 pub mod server;
@@ -109,4 +111,5 @@ pub mod v1;
 pub mod verify;
 pub mod wire;
 
+pub use scheme::ExactEvm;
 pub use token::Token;

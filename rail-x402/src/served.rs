@@ -2,30 +2,11 @@
 //! payment is served once across both), and by the rail's receiver: reserved while it settles,
 //! `paid:<tx>` (held, its lease kept alive) while the content is produced, committed once served.
 
-use std::time::Duration;
-
 use rail_core::keys::Reservation;
 
-use crate::wire::PaymentPayload;
+pub use x402_transport::served::{SERVE_WINDOW, SERVED_RETENTION};
 
-/// How long a request holds the right to be served for a payment while it settles and runs.
-pub const SERVE_WINDOW: Duration = Duration::from_secs(120);
-/// How long a served authorization is remembered (longer than any validity window the payer
-/// signs: [`crate::payer::MAX_VALIDITY_SECONDS`]).
-pub const SERVED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The served-once key of a payment: `(network, token, from, nonce)`, shared by the HTTP
-/// paywall and the MCP adapter (one payment is served once across both).
-pub(crate) fn served_key(p: &PaymentPayload) -> String {
-    let a = &p.payload.authorization;
-    format!(
-        "{}:{}:{}:{}",
-        p.accepted.network,
-        p.accepted.asset.to_ascii_lowercase(),
-        a.from.address(),
-        a.nonce
-    )
-}
+pub(crate) use crate::scheme::served_key;
 
 /// Frees a served-once reservation (the payment may be presented again).
 pub(crate) async fn release(r: Reservation) {

@@ -1,0 +1,544 @@
+//! The HTTP paywall (x402 v2 over HTTP, and v1 where a scheme speaks it): an axum middleware
+//! that prices routes in one or several schemes, answers 402, and serves a paid request only
+//! after its payment settled.
+//!
+//! ```text
+//! GET /weather                          -> 402, body = PaymentRequired, PAYMENT-REQUIRED = base64(body)
+//! GET /weather  PAYMENT-SIGNATURE: ...  -> settle, then 200 + PAYMENT-RESPONSE (+ Cache-Control: private, no-store)
+//! ```
+//!
+//! Rules, the same for every scheme:
+//! - A route may accept several schemes; the 402 lists one `accepts[]` entry per scheme, in
+//!   the route's order, and a payment is checked by the scheme it names.
+//! - [`SettleWhen::Before`] (default) settles before the handler runs; [`SettleWhen::After`]
+//!   verifies, runs the handler and settles only if it succeeded (a non-2xx is not charged, and
+//!   a failed settlement withholds the handler's output).
+//! - Each payment is served at most once ([`ServedOnce`]), also across instances sharing a
+//!   store: a replay gets a 402 with the scheme's "already used" code. A handler failure after
+//!   settling releases the record: the same payment may be presented again (no second charge).
+//! - `HEAD` is never charged (402 headers, no body); `OPTIONS` passes.
+//! - Nothing a payer sends causes a 5xx by itself: a refusal is a 402 with a fresh challenge
+//!   whose `error` is the scheme's code (and `reason` a finer one); an unknown outcome is a 503
+//!   with `Retry-After`: send the **same** payment again.
+//! - With a scheme that speaks x402 v1 on the route, the 402's JSON body is v1's (v1 clients
+//!   read the body; v2 clients read `PAYMENT-REQUIRED`, which stays v2 and lists every
+//!   scheme), and `X-PAYMENT` is accepted and answered with `X-PAYMENT-RESPONSE`. A
+//!   `PAYMENT-SIGNATURE` always wins: a v2 exchange is never downgraded.
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rail_core::keys::KeyStore;
+use rail_core::route::{RoutePattern, decoded_segments};
+use rail_core::{SharedClock, SystemClock};
+use serde_json::{Value, json};
+
+use crate::scheme::{Accepts, Failure, Presented, Refusal, Settled};
+use crate::served::ServedOnce;
+use crate::settle::{SettleWhen, choose, price, take};
+use crate::wire::{self, PaymentRequired, PaymentRequiredV1, RETRY_AFTER_SECS, ResourceInfo};
+
+/// Decides, from the request path's percent-decoded segments (`/api/posts/%31` →
+/// `["", "api", "posts", "1"]`), whether a matching request is priced at all. It must answer
+/// `false` only when the handler would serve nothing billable (a post that does not exist), so
+/// that nobody pays for a 404.
+pub type RouteGuard = Arc<dyn Fn(&[String]) -> bool + Send + Sync>;
+
+/// One priced route.
+#[derive(Clone)]
+pub struct PricedRoute {
+    pattern: RoutePattern,
+    description: String,
+    accepts: Accepts,
+    guard: Option<RouteGuard>,
+}
+
+impl fmt::Debug for PricedRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PricedRoute")
+            .field("pattern", &self.pattern.as_str())
+            .field("description", &self.description)
+            .field("accepts", &self.accepts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PricedRoute {
+    /// The path pattern (`/api/posts/{id}`).
+    #[must_use]
+    pub fn pattern(&self) -> &str {
+        self.pattern.as_str()
+    }
+
+    /// What it sells.
+    #[must_use]
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The ways to pay it.
+    #[must_use]
+    pub fn accepts(&self) -> &Accepts {
+        &self.accepts
+    }
+
+    fn speaks_v1(&self) -> bool {
+        self.accepts
+            .as_slice()
+            .iter()
+            .any(|a| a.scheme.info().v1_network.is_some())
+    }
+}
+
+/// Priced routes, the served-once record and the clock. Cheap to clone.
+///
+/// Routes are axum-style path patterns (`/api/posts/{id}`, `/files/{*path}`), matched on the
+/// percent-decoded request path of the router the layer is applied to (apply it to the
+/// top-level router), so no spelling of a priced path escapes its price. The first matching
+/// route wins.
+#[derive(Clone)]
+pub struct Paywall {
+    routes: Arc<Vec<PricedRoute>>,
+    served: ServedOnce,
+    clock: SharedClock,
+    settle_when: SettleWhen,
+}
+
+impl fmt::Debug for Paywall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Paywall")
+            .field("routes", &self.routes)
+            .field("settle_when", &self.settle_when)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Paywall {
+    fn default() -> Self {
+        Paywall::new()
+    }
+}
+
+impl Paywall {
+    /// A paywall with no priced routes, remembering served payments in memory (use
+    /// [`Paywall::with_store`] to share them between instances).
+    #[must_use]
+    pub fn new() -> Self {
+        Paywall {
+            routes: Arc::new(Vec::new()),
+            served: ServedOnce::default(),
+            clock: Arc::new(SystemClock),
+            settle_when: SettleWhen::Before,
+        }
+    }
+
+    /// Served payments kept in `store` (PostgreSQL for several instances; the MCP adapter and
+    /// the rails' receivers on the same store share the record).
+    #[must_use]
+    pub fn with_store(mut self, store: Arc<dyn KeyStore>) -> Self {
+        self.served = ServedOnce::new(store);
+        self
+    }
+
+    /// Judges payments' validity windows by `clock` instead of the host's clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// When to settle (default [`SettleWhen::Before`]).
+    #[must_use]
+    pub const fn settle(mut self, when: SettleWhen) -> Self {
+        self.settle_when = when;
+        self
+    }
+
+    /// Prices the path pattern `pattern`, payable in each of `accepts`.
+    #[must_use]
+    pub fn route(self, pattern: &str, description: &str, accepts: Accepts) -> Self {
+        self.push(pattern, description, accepts, None)
+    }
+
+    /// As [`Paywall::route`], priced only when `guard` accepts the decoded path segments (see
+    /// [`RouteGuard`]).
+    #[must_use]
+    pub fn route_when(
+        self,
+        pattern: &str,
+        description: &str,
+        accepts: Accepts,
+        guard: RouteGuard,
+    ) -> Self {
+        self.push(pattern, description, accepts, Some(guard))
+    }
+
+    fn push(
+        mut self,
+        pattern: &str,
+        description: &str,
+        accepts: Accepts,
+        guard: Option<RouteGuard>,
+    ) -> Self {
+        Arc::make_mut(&mut self.routes).push(PricedRoute {
+            pattern: RoutePattern::parse(pattern),
+            description: description.to_owned(),
+            accepts,
+            guard,
+        });
+        self
+    }
+
+    /// Every priced route, in order.
+    #[must_use]
+    pub fn routes(&self) -> &[PricedRoute] {
+        &self.routes
+    }
+
+    /// The served-once record.
+    #[must_use]
+    pub fn served(&self) -> &ServedOnce {
+        &self.served
+    }
+
+    /// The route pricing a request for `path`, `None` if it is free.
+    #[must_use]
+    pub fn route_for(&self, path: &str) -> Option<&PricedRoute> {
+        let decoded = decoded_segments(path);
+        self.routes
+            .iter()
+            .find(|r| r.pattern.matches(&decoded))
+            .filter(|r| r.guard.as_ref().is_none_or(|g| g(&decoded)))
+            .filter(|r| !r.accepts.is_empty())
+    }
+
+    /// Puts the paywall in front of every route of `router` (apply it to the top-level
+    /// router: prices are matched on the full request path).
+    pub fn apply<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        router.layer(axum::middleware::from_fn_with_state(
+            self.clone(),
+            paywall_middleware,
+        ))
+    }
+
+    /// The 402 body (v2) for a request of `path` (`url` its full URL) on `route`, with a fresh
+    /// challenge from each scheme, `error` set to `refusal`'s code or the unpaid text.
+    ///
+    /// # Errors
+    /// [`Failure::Unknown`] if a scheme cannot issue its challenge now.
+    pub async fn payment_required(
+        &self,
+        route: &PricedRoute,
+        path: &str,
+        url: &str,
+        refusal: Option<&Refusal>,
+    ) -> Result<(PaymentRequired, Option<PaymentRequiredV1>), Failure> {
+        let accepts = route.accepts.as_slice();
+        let mut entries = Vec::with_capacity(accepts.len());
+        let mut v1 = Vec::new();
+        for a in accepts {
+            let p = price(a, path, url, &route.description);
+            let entry = a.scheme.requirements(&p).await?;
+            if let Some(e) = a.scheme.v1_requirements(&entry, &p) {
+                v1.push(e);
+            }
+            entries.push(entry);
+        }
+        let error = match refusal {
+            Some(r) => r.error.clone(),
+            None => accepts
+                .first()
+                .map_or(wire::PAYMENT_REQUIRED_ERROR, |a| a.scheme.required_error())
+                .to_owned(),
+        };
+        let resource = accepts
+            .iter()
+            .any(|a| a.scheme.wants_resource())
+            .then(|| ResourceInfo {
+                url: url.to_owned(),
+                description: Some(route.description.clone()),
+                mime_type: None,
+            });
+        let v1 = route.speaks_v1().then(|| PaymentRequiredV1 {
+            x402_version: 1,
+            error: Some(error.clone()),
+            accepts: v1,
+        });
+        Ok((
+            PaymentRequired {
+                x402_version: 2,
+                error: Some(error),
+                reason: refusal.and_then(|r| r.reason.clone()),
+                resource,
+                accepts: entries,
+                extensions: None,
+            },
+            v1,
+        ))
+    }
+}
+
+fn set(h: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        h.insert(HeaderName::from_static(name), v);
+    }
+}
+
+/// The 402 for `pr` (the body is `v1` when given, else `pr`; `PAYMENT-REQUIRED` is always
+/// base64 of `pr`'s JSON; no body for `HEAD`), with a failed settlement's JSON in
+/// `response_header` when there is one.
+#[must_use]
+pub fn payment_required_response(
+    pr: &PaymentRequired,
+    v1: Option<&PaymentRequiredV1>,
+    head: bool,
+    response_header: Option<(&'static str, &Value)>,
+) -> Response {
+    let body = match v1 {
+        Some(v1) => serde_json::to_vec(v1),
+        None => serde_json::to_vec(pr),
+    };
+    let (Ok(body), Ok(encoded)) = (body, pr.to_header()) else {
+        return internal("cannot encode the 402");
+    };
+    let mut h = HeaderMap::new();
+    set(&mut h, wire::PAYMENT_REQUIRED, &encoded);
+    if let Some((name, value)) = response_header
+        && let Ok(v) = wire::encode_base64_json(value)
+    {
+        set(&mut h, name, &v);
+    }
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from(body)
+    };
+    (StatusCode::PAYMENT_REQUIRED, h, body).into_response()
+}
+
+/// A 503 with `Retry-After`: the outcome is unknown, send the same payment again.
+#[must_use]
+pub fn unavailable_response(error: &str, reason: Option<&str>, detail: &str) -> Response {
+    let mut h = HeaderMap::new();
+    h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let mut body = json!({
+        "error": error,
+        "retryable": true,
+        "retryAfterSeconds": RETRY_AFTER_SECS,
+        "detail": detail,
+    });
+    if let (Some(r), Some(o)) = (reason, body.as_object_mut()) {
+        o.insert("reason".into(), Value::String(r.to_owned()));
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, h, axum::Json(body)).into_response()
+}
+
+fn internal(what: &str) -> Response {
+    tracing::error!(what, "x402: cannot build a response");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        axum::Json(json!({"error": "internal error"})),
+    )
+        .into_response()
+}
+
+/// The request's URL as the payer sees it (behind a TLS-terminating proxy the scheme is the
+/// proxy's, from `X-Forwarded-Proto`).
+#[must_use]
+pub fn resource_url(req: &Request) -> String {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+    };
+    let scheme = header("x-forwarded-proto")
+        .filter(|p| p == "https" || p == "http")
+        .unwrap_or_else(|| "http".into());
+    let host = header("host").unwrap_or_else(|| "localhost".into());
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), ToString::to_string);
+    format!("{scheme}://{host}{path_and_query}")
+}
+
+/// The one value of header `name`: `Some(Err(()))` when it is sent twice or is not visible
+/// ASCII.
+fn one_header(h: &HeaderMap, name: &'static str) -> Option<Result<String, ()>> {
+    let mut all = h.get_all(name).iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return Some(Err(()));
+    }
+    Some(first.to_str().map(str::to_owned).map_err(|_| ()))
+}
+
+struct Ctx<'a> {
+    paywall: &'a Paywall,
+    route: &'a PricedRoute,
+    path: String,
+    url: String,
+}
+
+impl Ctx<'_> {
+    async fn challenge(
+        &self,
+        refusal: Option<&Refusal>,
+        head: bool,
+        presented: Option<&Presented>,
+        scheme: Option<&dyn crate::Scheme>,
+    ) -> Response {
+        match self
+            .paywall
+            .payment_required(self.route, &self.path, &self.url, refusal)
+            .await
+        {
+            Ok((pr, v1)) => {
+                let v1_payment = presented.is_some_and(Presented::is_v1);
+                let response =
+                    refusal
+                        .and_then(|r| r.response.as_ref())
+                        .map(|v| match (v1_payment, scheme) {
+                            (true, Some(s)) => (wire::X_PAYMENT_RESPONSE, s.v1_response(v)),
+                            _ => (wire::PAYMENT_RESPONSE, v.clone()),
+                        });
+                payment_required_response(
+                    &pr,
+                    v1.as_ref(),
+                    head,
+                    response.as_ref().map(|(n, v)| (*n, v)),
+                )
+            }
+            Err(f) => {
+                tracing::warn!(path = %self.path, failure = %f, "x402: cannot issue a challenge");
+                self.failure(f, None, None).await
+            }
+        }
+    }
+
+    async fn failure(
+        &self,
+        f: Failure,
+        presented: Option<&Presented>,
+        scheme: Option<&dyn crate::Scheme>,
+    ) -> Response {
+        match f {
+            Failure::Refused(r) => {
+                tracing::info!(path = %self.path, error = %r.error, reason = ?r.reason, detail = %r.detail, "x402: payment refused");
+                Box::pin(self.challenge(Some(&r), false, presented, scheme)).await
+            }
+            Failure::Unknown {
+                error,
+                reason,
+                detail,
+            } => {
+                tracing::warn!(path = %self.path, error = %error, detail = %detail, "x402: payment outcome unknown");
+                unavailable_response(&error, reason.as_deref(), &detail)
+            }
+        }
+    }
+}
+
+fn paid(
+    mut resp: Response,
+    settled: &Settled,
+    presented: &Presented,
+    scheme: &dyn crate::Scheme,
+) -> Response {
+    let (name, value) = if presented.is_v1() {
+        (
+            wire::X_PAYMENT_RESPONSE,
+            scheme.v1_response(&settled.response),
+        )
+    } else {
+        (wire::PAYMENT_RESPONSE, settled.response.clone())
+    };
+    match wire::encode_base64_json(&value) {
+        Ok(v) => set(resp.headers_mut(), name, &v),
+        Err(e) => {
+            tracing::error!(tx = %settled.transaction, error = %e, "x402: cannot encode the receipt header");
+        }
+    }
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    resp
+}
+
+/// The paywall middleware, for `axum::middleware::from_fn_with_state(paywall,
+/// paywall_middleware)` (or use [`Paywall::apply`]).
+pub async fn paywall_middleware(
+    State(paywall): State<Paywall>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.method() == Method::OPTIONS {
+        return next.run(req).await;
+    }
+    let Some(route) = paywall.route_for(req.uri().path()) else {
+        return next.run(req).await;
+    };
+    let ctx = Ctx {
+        paywall: &paywall,
+        route,
+        path: req.uri().path().to_owned(),
+        url: resource_url(&req),
+    };
+    if req.method() == Method::HEAD {
+        // HEAD is never charged: it only shows what a GET would cost.
+        return ctx.challenge(None, true, None, None).await;
+    }
+    // v2 first: a PAYMENT-SIGNATURE is read as v2 whatever else the request carries.
+    let presented = match one_header(req.headers(), wire::PAYMENT_SIGNATURE) {
+        Some(h) => h.map(Presented::Header),
+        None if route.speaks_v1() => match one_header(req.headers(), wire::X_PAYMENT) {
+            Some(h) => h.map(Presented::V1Header),
+            None => return ctx.challenge(None, false, None, None).await,
+        },
+        None => return ctx.challenge(None, false, None, None).await,
+    };
+    let Some(first) = route.accepts.as_slice().first() else {
+        return next.run(req).await;
+    };
+    let Ok(presented) = presented else {
+        let r = first
+            .scheme
+            .malformed("the payment header is sent twice or is not visible ASCII");
+        return ctx.failure(Failure::Refused(r), None, None).await;
+    };
+    let accept = choose(route.accepts.as_slice(), &presented).unwrap_or(first);
+    let scheme = accept.scheme.as_ref();
+    let p = price(accept, &ctx.path, &ctx.url, &route.description);
+    let taken = match take(accept, p, &presented, &paywall.served, paywall.clock.now()).await {
+        Ok(t) => t,
+        Err(f) => return ctx.failure(f, Some(&presented), Some(scheme)).await,
+    };
+    let success = |r: &Response| r.status().is_success();
+    let outcome = match paywall.settle_when {
+        SettleWhen::Before => match taken.settle().await {
+            Ok(paid) => paid.run(|| next.run(req), success).await,
+            Err(f) => Err(f),
+        },
+        SettleWhen::After => taken.verify_run_settle(|| next.run(req), success).await,
+    };
+    match outcome {
+        Ok((resp, Some(settled))) => paid(resp, &settled, &presented, scheme),
+        // Settle-after: the handler failed, nothing was charged.
+        Ok((resp, None)) => resp,
+        Err(f) => ctx.failure(f, Some(&presented), Some(scheme)).await,
+    }
+}

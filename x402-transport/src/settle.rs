@@ -1,0 +1,234 @@
+//! One payment through the transport, whatever its scheme: choose the scheme it is for, check
+//! it, reserve its served-once record, then settle before the paid work (default) or verify,
+//! run and settle after it. The HTTP paywall, the MCP adapter and the rails' receivers all go
+//! through here, so the order of these steps is written once.
+
+use std::future::Future;
+
+use rail_core::Timestamp;
+use rail_core::keys::Reservation;
+
+use crate::scheme::{Accept, Failure, Presented, Price, Settled, Verdict, Verified};
+use crate::served::{self, ServedOnce, Taken};
+
+/// When a payment settles relative to the paid work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SettleWhen {
+    /// Settle, then run the paid work (the content never exists unpaid).
+    #[default]
+    Before,
+    /// Verify, run the paid work, settle only if it succeeded (no charge for failed work;
+    /// a failed settlement withholds the work's output).
+    After,
+}
+
+/// The [`Accept`] a presented payment is for: the only one, or the first whose scheme
+/// [`claims`](crate::Scheme::claims) the envelope (a v1 payment only by a scheme that speaks
+/// v1), or else the first (whose check then names what is wrong).
+#[must_use]
+pub fn choose<'a>(accepts: &'a [Accept], presented: &Presented) -> Option<&'a Accept> {
+    if let [only] = accepts {
+        return Some(only);
+    }
+    let envelope = presented.peek();
+    envelope
+        .as_ref()
+        .and_then(|env| {
+            accepts.iter().find(|a| {
+                (!presented.is_v1() || a.scheme.info().v1_network.is_some()) && a.scheme.claims(env)
+            })
+        })
+        .or_else(|| accepts.first())
+}
+
+/// The price of `resource` in `accept`.
+#[must_use]
+pub fn price(accept: &Accept, resource: &str, url: &str, description: &str) -> Price {
+    Price {
+        resource: resource.to_owned(),
+        url: url.to_owned(),
+        description: description.to_owned(),
+        amount: accept.amount,
+    }
+}
+
+/// A checked payment holding its served-once record.
+#[derive(Debug)]
+#[must_use = "a taken payment must end as served or released"]
+pub struct Taken402<'a> {
+    /// The way it pays.
+    pub accept: &'a Accept,
+    /// Its price.
+    pub price: Price,
+    /// What its scheme checked.
+    pub verified: Verified,
+    serving: Reservation,
+}
+
+/// Checks `presented` against `accept` at `now` and reserves its served-once record.
+///
+/// # Errors
+/// A [`Failure`]: a refusal (answer a fresh 402) or an unknown outcome (503, same payment).
+pub async fn take<'a>(
+    accept: &'a Accept,
+    price: Price,
+    presented: &Presented,
+    served: &ServedOnce,
+    now: Timestamp,
+) -> Result<Taken402<'a>, Failure> {
+    let verified = accept.scheme.check(presented, &price, now).await?;
+    let serving = match served.reserve(&verified.key).await {
+        Ok(r) => r,
+        Err(Taken::Used) => return Err(Failure::Refused(accept.scheme.replayed())),
+        Err(e @ Taken::InFlight) => {
+            return Err(accept
+                .scheme
+                .unavailable(&format!("{e}; retry the same payment")));
+        }
+        Err(e @ Taken::Store(_)) => return Err(accept.scheme.unavailable(&e.to_string())),
+    };
+    Ok(Taken402 {
+        accept,
+        price,
+        verified,
+        serving,
+    })
+}
+
+impl Taken402<'_> {
+    /// Settles (the record's lease kept alive meanwhile). On a failure the record is released:
+    /// the same payment may be presented again.
+    ///
+    /// # Errors
+    /// The scheme's [`Failure`].
+    pub async fn settle(self) -> Result<Paid, Failure> {
+        let settled = self
+            .serving
+            .keep_alive(self.accept.scheme.settle(&self.verified, &self.price))
+            .await;
+        match settled {
+            Ok(settled) => Ok(Paid {
+                settled,
+                serving: self.serving,
+                taken_over: self.accept.scheme.unavailable(
+                    "this payment is being served by another request; retry the same payment",
+                ),
+            }),
+            Err(f) => {
+                served::release(self.serving).await;
+                Err(f)
+            }
+        }
+    }
+
+    /// Settle-after: the scheme's online verdict, then (when valid) `work` under the record,
+    /// then settlement if `succeeded(&output)`. `MaybeSettled` settles first (an earlier
+    /// request's answer was lost) and then runs `work`. Returns the work's output with the
+    /// settlement (`None`: the work failed, nothing was charged).
+    ///
+    /// # Errors
+    /// A [`Failure`]; the work's output is then dropped (never served unsettled).
+    pub async fn verify_run_settle<T, Fut>(
+        self,
+        work: impl FnOnce() -> Fut,
+        succeeded: impl FnOnce(&T) -> bool,
+    ) -> Result<(T, Option<Settled>), Failure>
+    where
+        Fut: Future<Output = T>,
+    {
+        let verdict = self
+            .serving
+            .keep_alive(self.accept.scheme.verify(&self.verified, &self.price))
+            .await;
+        match verdict {
+            Ok(Verdict::Valid) => {}
+            Ok(Verdict::MaybeSettled) => {
+                let paid = self.settle().await?;
+                return paid.run(work, succeeded).await;
+            }
+            Err(f) => {
+                served::release(self.serving).await;
+                return Err(f);
+            }
+        }
+        if let Err(e) = served::running(&self.serving).await {
+            served::release(self.serving).await;
+            return Err(self
+                .accept
+                .scheme
+                .unavailable(&format!("served-once store: {e}")));
+        }
+        let out = self.serving.keep_alive(work()).await;
+        if !succeeded(&out) {
+            // Not charged: nothing was served.
+            served::release(self.serving).await;
+            return Ok((out, None));
+        }
+        let settled = self
+            .serving
+            .keep_alive(self.accept.scheme.settle(&self.verified, &self.price))
+            .await;
+        match settled {
+            Ok(s) => {
+                // The output is this request's own (it ran under the record): served.
+                let _ = served::mark_paid(&self.serving, &s.transaction).await;
+                served::commit(self.serving).await;
+                Ok((out, Some(s)))
+            }
+            Err(f) => {
+                served::release(self.serving).await;
+                Err(f)
+            }
+        }
+    }
+
+    /// Releases the record without settling (the payer may present the payment again).
+    pub async fn release(self) {
+        served::release(self.serving).await;
+    }
+}
+
+/// A settled payment holding its served-once record.
+#[derive(Debug)]
+#[must_use = "a paid payment must end as served or released"]
+pub struct Paid {
+    /// The settlement.
+    pub settled: Settled,
+    serving: Reservation,
+    taken_over: Failure,
+}
+
+impl Paid {
+    /// Records the payment as paid, runs `work` under the record (its lease kept alive), and
+    /// commits it if `succeeded(&output)` (else releases it: the same payment may be presented
+    /// again, and is served without a second charge).
+    ///
+    /// # Errors
+    /// [`Failure::Unknown`] if another request took the record over (it answers the payer).
+    pub async fn run<T, Fut>(
+        self,
+        work: impl FnOnce() -> Fut,
+        succeeded: impl FnOnce(&T) -> bool,
+    ) -> Result<(T, Option<Settled>), Failure>
+    where
+        Fut: Future<Output = T>,
+    {
+        if !served::mark_paid(&self.serving, &self.settled.transaction).await {
+            return Err(self.taken_over);
+        }
+        let out = self.serving.keep_alive(work()).await;
+        if succeeded(&out) {
+            served::commit(self.serving).await;
+        } else {
+            tracing::warn!(tx = %self.settled.transaction, "x402: settled, but the paid work failed; the same payment may be presented again");
+            served::release(self.serving).await;
+        }
+        Ok((out, Some(self.settled)))
+    }
+
+    /// Commits the record with no paid work (a rail receiver's verification).
+    pub async fn served(self) -> Settled {
+        served::commit(self.serving).await;
+        self.settled
+    }
+}
