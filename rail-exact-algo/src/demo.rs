@@ -16,9 +16,15 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::http::{Paywall, ServiceInfo, discovery_router, scheme_document};
+use std::sync::Arc;
+
+use x402_transport::Accepts;
+use x402_transport::paywall::Paywall;
+
+use crate::http::{ServiceInfo, discovery_router, prices, scheme_document};
 use crate::mcp::{McpServer, Tool};
 use crate::receiver::ExactAlgoReceiver;
+use crate::scheme::ExactAlgo;
 
 /// One post of the demo board.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,14 +110,17 @@ fn post_id_arg(args: &Value) -> Result<&'static Post, String> {
 /// The example app: the paywalled board, its discovery documents and its MCP endpoint, each
 /// post body costing `price` µALGO.
 pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
-    let paywall = Paywall::new(receiver.clone()).route_when(
-        "/api/posts/{id}",
-        "read post body",
-        price,
-        std::sync::Arc::new(|segments: &[String]| {
-            segments.last().is_some_and(|id| find_post(id).is_some())
-        }),
-    );
+    let algo = Arc::new(ExactAlgo::new(receiver.clone()));
+    let paywall = Paywall::new()
+        .with_served(receiver.served().clone())
+        .route_when(
+            "/api/posts/{id}",
+            "read post body",
+            Accepts::default().or_priced(algo, u128::from(price)),
+            Arc::new(|segments: &[String]| {
+                segments.last().is_some_and(|id| find_post(id).is_some())
+            }),
+        );
     let mcp = McpServer::new(receiver.clone(), "exact-algo-board", env!("CARGO_PKG_VERSION"))
         .tool(Tool::new(
             "board_index",
@@ -137,7 +146,7 @@ pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
         docs_url: None,
         mcp_endpoint: Some("/mcp".into()),
     };
-    let routes = paywall.prices();
+    let routes = prices(&paywall);
     let tools = mcp.prices();
     let mcp = mcp.with_scheme_document(scheme_document(receiver, &routes, &tools, Some("/mcp")));
     let api = Router::new()

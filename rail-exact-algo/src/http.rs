@@ -1,5 +1,6 @@
-//! The HTTP surface of the seed (§2, §7): a paywall middleware for priced axum routes and the
-//! discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`).
+//! The seed's discovery documents (§7): `/llms.txt` and `/.well-known/exact-algo.json`, with the
+//! rules and error codes of the scheme. The paid routes themselves are served by the shared
+//! x402 paywall ([`x402_transport::paywall`]) with the [`crate::ExactAlgo`] scheme:
 //!
 //! ```text
 //! GET /api/posts/1                          -> 402 + PaymentRequired (body and PAYMENT-REQUIRED)
@@ -11,333 +12,43 @@
 //! ([`crate::receiver::Refusal::code`]); a settlement whose outcome is unknown (algod
 //! unreachable) is a 503 with `Retry-After`, and the same payment may be sent again. Nothing a
 //! payer sends can cause a 5xx by itself.
-//!
-//! ```no_run
-//! # async fn demo(receiver: rail_exact_algo::ExactAlgoReceiver) {
-//! use axum::{Router, routing::get};
-//! use rail_exact_algo::http::Paywall;
-//!
-//! let paywall = Paywall::new(receiver).route("/api/posts/{id}", "read post body", 1000);
-//! let app: Router = paywall.apply(
-//!     Router::new().route("/api/posts/{id}", get(|| async { "the body" })),
-//! );
-//! # }
-//! ```
 
-use std::fmt;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::header;
 use axum::routing::get;
-use data_encoding::BASE64;
-use rail_core::route::{RoutePattern, decoded_segments};
 use serde_json::{Value, json};
+use x402_transport::paywall::Paywall;
 
 use crate::receiver::{ExactAlgoReceiver, Price};
 use crate::rules::{MAX_FEE, MAX_WINDOW};
-use crate::wire::{PaymentRequired, PaymentResponse};
 
-/// The challenge header (base64 of the 402 body's JSON).
-pub const PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("payment-required");
-/// The payment header (base64 of the envelope's JSON).
-pub const PAYMENT_SIGNATURE: HeaderName = HeaderName::from_static("payment-signature");
-/// The receipt header (base64 of the [`PaymentResponse`] JSON).
-pub const PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("payment-response");
-/// `Retry-After` of a 503 (seconds).
-pub const RETRY_AFTER_SECS: u64 = 2;
 /// The `error` of a challenge for a request that carried no payment.
-pub const PAYMENT_REQUIRED_ERROR: &str = "payment required";
+pub const PAYMENT_REQUIRED_ERROR: &str = crate::scheme::PAYMENT_REQUIRED_ERROR;
+/// `Retry-After` of a 503 (seconds).
+pub const RETRY_AFTER_SECS: u64 = x402_transport::wire::RETRY_AFTER_SECS;
 
-/// Decides, from the request path's percent-decoded segments (`/api/posts/%31` →
-/// `["", "api", "posts", "1"]`), whether a matching request is priced at all. It must answer
-/// `false` only when the handler would serve nothing billable (say, a post that does not
-/// exist), so that nobody pays for a 404.
-pub type RouteGuard = Arc<dyn Fn(&[String]) -> bool + Send + Sync>;
-
-#[derive(Clone)]
-struct PricedRoute {
-    pattern: RoutePattern,
-    description: String,
-    amount: u64,
-    guard: Option<RouteGuard>,
-}
-
-/// The priced routes of an app and the receiver that settles their payments. Cheap to clone.
-///
-/// Routes are axum-style path patterns (`/api/posts/{id}`, `/files/{*path}`), matched on the
-/// request path of the router the layer is applied to (apply it to the top-level router) with
-/// percent-encoding decoded per segment, so no spelling of a priced path escapes the price.
-/// Every method except `OPTIONS` is priced; `HEAD` is answered with the 402 headers and never
-/// settles.
-#[derive(Clone)]
-pub struct Paywall {
-    receiver: ExactAlgoReceiver,
-    routes: Arc<Vec<PricedRoute>>,
-}
-
-impl fmt::Debug for Paywall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Paywall")
-            .field("receiver", &self.receiver)
-            .field(
-                "routes",
-                &self
-                    .routes
-                    .iter()
-                    .map(|r| r.pattern.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .finish()
-    }
-}
-
-impl Paywall {
-    /// A paywall with no priced routes yet, settling through `receiver`.
-    #[must_use]
-    pub fn new(receiver: ExactAlgoReceiver) -> Self {
-        Paywall {
-            receiver,
-            routes: Arc::new(Vec::new()),
-        }
-    }
-
-    fn push(mut self, r: PricedRoute) -> Self {
-        Arc::make_mut(&mut self.routes).push(r);
-        self
-    }
-
-    /// Prices the path pattern `pattern` at `amount` µALGO. The first matching route wins.
-    #[must_use]
-    pub fn route(self, pattern: &str, description: &str, amount: u64) -> Self {
-        self.push(PricedRoute {
-            pattern: RoutePattern::parse(pattern),
-            description: description.to_owned(),
-            amount,
-            guard: None,
-        })
-    }
-
-    /// As [`Paywall::route`], priced only when `guard` accepts the decoded path segments (see
-    /// [`RouteGuard`]).
-    #[must_use]
-    pub fn route_when(
-        self,
-        pattern: &str,
-        description: &str,
-        amount: u64,
-        guard: RouteGuard,
-    ) -> Self {
-        self.push(PricedRoute {
-            pattern: RoutePattern::parse(pattern),
-            description: description.to_owned(),
-            amount,
-            guard: Some(guard),
-        })
-    }
-
-    /// The receiver.
-    #[must_use]
-    pub fn receiver(&self) -> &ExactAlgoReceiver {
-        &self.receiver
-    }
-
-    /// The price of a request for `path` (the resource is `path` itself), or `None` when the
-    /// path is free.
-    #[must_use]
-    pub fn price_for(&self, path: &str) -> Option<Price> {
-        let decoded = decoded_segments(path);
-        self.routes
-            .iter()
-            .find(|r| r.pattern.matches(&decoded))
-            .filter(|r| r.guard.as_ref().is_none_or(|g| g(&decoded)))
-            .map(|r| Price {
-                resource: path.to_owned(),
-                description: r.description.clone(),
-                amount: r.amount,
-            })
-    }
-
-    /// Every priced route, with its pattern as the resource (for discovery documents).
-    #[must_use]
-    pub fn prices(&self) -> Vec<Price> {
-        self.routes
-            .iter()
-            .map(|r| Price {
-                resource: r.pattern.as_str().to_owned(),
-                description: r.description.clone(),
-                amount: r.amount,
-            })
-            .collect()
-    }
-
-    /// Puts the paywall in front of every route of `router` (apply it to the top-level
-    /// router: prices are matched on the full request path).
-    pub fn apply<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
-        router.layer(axum::middleware::from_fn_with_state(
-            self.clone(),
-            paywall_middleware,
-        ))
-    }
-
-    /// A 402 for `price` with a fresh challenge, `error` as its reason; without a body when
-    /// `head`. A 503 if no challenge can be issued (the store is down).
-    pub async fn challenge(&self, price: &Price, error: &str, head: bool) -> Response {
-        match self.receiver.payment_required(price, error).await {
-            Ok(pr) => payment_required_response(&pr, head),
-            Err(e) => {
-                tracing::warn!(resource = %price.resource, error = %e, "exact-algo: cannot issue a challenge");
-                unavailable_response("storage error", &e.to_string())
-            }
-        }
-    }
-}
-
-fn no_store(h: &mut HeaderMap) {
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-}
-
-/// The 402 response for `pr`: JSON body (none when `head`) and `PAYMENT-REQUIRED`, the base64
-/// of the very same JSON bytes.
+/// The exact-algo prices of `paywall`'s routes, with each route's pattern as the resource (for
+/// the discovery documents).
 #[must_use]
-pub fn payment_required_response(pr: &PaymentRequired, head: bool) -> Response {
-    let body = match serde_json::to_vec(pr) {
-        Ok(b) => b,
-        Err(e) => return internal(&e.to_string()),
-    };
-    let Ok(value) = HeaderValue::from_str(&BASE64.encode(&body)) else {
-        return internal("challenge header");
-    };
-    let mut h = HeaderMap::new();
-    h.insert(PAYMENT_REQUIRED, value);
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    no_store(&mut h);
-    let body = if head {
-        Body::empty()
-    } else {
-        Body::from(body)
-    };
-    (StatusCode::PAYMENT_REQUIRED, h, body).into_response()
-}
-
-/// A 503 with `Retry-After` and a JSON error: the same payment may be sent again.
-#[must_use]
-pub fn unavailable_response(code: &str, detail: &str) -> Response {
-    let mut h = HeaderMap::new();
-    h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-    no_store(&mut h);
-    let body = json!({
-        "error": code,
-        "retryable": true,
-        "retryAfterSeconds": RETRY_AFTER_SECS,
-        "detail": detail,
-    });
-    (StatusCode::SERVICE_UNAVAILABLE, h, axum::Json(body)).into_response()
-}
-
-fn internal(what: &str) -> Response {
-    tracing::error!(what, "exact-algo: cannot build a response");
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        axum::Json(json!({"error": "internal error"})),
-    )
-        .into_response()
-}
-
-/// The payment header, if any: `Some(Err(()))` when it is not one visible-ASCII value.
-fn payment_header(h: &HeaderMap) -> Option<Result<String, ()>> {
-    let mut all = h.get_all(PAYMENT_SIGNATURE).iter();
-    let first = all.next()?;
-    if all.next().is_some() {
-        return Some(Err(()));
-    }
-    Some(first.to_str().map(str::to_owned).map_err(|_| ()))
-}
-
-fn attach_receipt(resp: &mut Response, receipt: &PaymentResponse) {
-    let encoded = serde_json::to_vec(receipt).map(|b| BASE64.encode(&b));
-    match encoded.ok().and_then(|s| HeaderValue::from_str(&s).ok()) {
-        Some(v) => {
-            resp.headers_mut().insert(PAYMENT_RESPONSE, v);
-        }
-        None => {
-            tracing::error!(txid = %receipt.transaction, "exact-algo: cannot encode the receipt header");
-        }
-    }
-    resp.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, no-store"),
-    );
-}
-
-/// The paywall middleware (seed §2), for
-/// `axum::middleware::from_fn_with_state(paywall, paywall_middleware)` (or use
-/// [`Paywall::apply`]).
-pub async fn paywall_middleware(
-    State(paywall): State<Paywall>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if req.method() == Method::OPTIONS {
-        return next.run(req).await;
-    }
-    let Some(price) = paywall.price_for(req.uri().path()) else {
-        return next.run(req).await;
-    };
-    if req.method() == Method::HEAD {
-        // HEAD is never charged: it only shows what a GET would cost.
-        return paywall
-            .challenge(&price, PAYMENT_REQUIRED_ERROR, true)
-            .await;
-    }
-    let header = match payment_header(req.headers()) {
-        None => {
-            return paywall
-                .challenge(&price, PAYMENT_REQUIRED_ERROR, false)
-                .await;
-        }
-        Some(Err(())) => {
-            tracing::info!(resource = %price.resource, "exact-algo: unreadable PAYMENT-SIGNATURE header");
-            return paywall.challenge(&price, "malformed payment", false).await;
-        }
-        Some(Ok(h)) => h,
-    };
-    match paywall.receiver.settle_pending(&header, &price).await {
-        Ok((receipt, serving)) => {
-            let mut resp = next.run(req).await;
-            if resp.status().is_success() {
-                if let Err(e) = serving.served().await {
-                    tracing::warn!(txid = %receipt.transaction, error = %e, "exact-algo: served, but could not record it");
-                }
-            } else {
-                // Paid, not served: the same payment may be presented again (no new charge).
-                tracing::warn!(
-                    txid = %receipt.transaction,
-                    status = resp.status().as_u16(),
-                    resource = %price.resource,
-                    "exact-algo: settled, but the handler did not succeed"
-                );
-                serving.failed().await;
-            }
-            attach_receipt(&mut resp, &receipt);
-            resp
-        }
-        Err(r) if r.is_retryable() => {
-            tracing::warn!(resource = %price.resource, error = %r, "exact-algo: settlement outcome unknown");
-            unavailable_response(r.code(), &r.to_string())
-        }
-        Err(r) => {
-            tracing::info!(resource = %price.resource, code = r.code(), detail = %r, "exact-algo: payment refused");
-            paywall.challenge(&price, r.code(), false).await
-        }
-    }
+pub fn prices(paywall: &Paywall) -> Vec<Price> {
+    paywall
+        .routes()
+        .iter()
+        .filter_map(|r| {
+            let a = r
+                .accepts()
+                .as_slice()
+                .iter()
+                .find(|a| a.scheme.info().label == crate::scheme::LABEL)?;
+            Some(Price {
+                resource: r.pattern().to_owned(),
+                description: r.description().to_owned(),
+                amount: u64::try_from(a.amount).ok()?,
+            })
+        })
+        .collect()
 }
 
 /// How a service describes itself in its discovery documents.
@@ -816,7 +527,7 @@ pub fn llms_txt(
 }
 
 /// `GET /llms.txt` and `GET /.well-known/exact-algo.json` for `routes` (HTTP prices, e.g.
-/// [`Paywall::prices`]) and `tools` (MCP prices).
+/// [`prices`]) and `tools` (MCP prices).
 pub fn discovery_router(
     info: &ServiceInfo,
     receiver: &ExactAlgoReceiver,

@@ -9,7 +9,8 @@
 //! |---|---|
 //! | [`payer`] | [`ExactAlgoPayer`]: chooses an option by [`Policy`], checks the network and the balance, signs |
 //! | [`receiver`] | [`ExactAlgoReceiver`]: challenges, strict verification, settlement, receipts exactly once |
-//! | [`http`] | the seed's HTTP flow as an axum middleware ([`Paywall`]) and the discovery documents |
+//! | [`scheme`] | [`ExactAlgo`]: the scheme for the shared x402 transport (its paywall serves the seed's HTTP flow) |
+//! | [`http`] | the discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`) |
 //! | [`mcp`] | the MCP surface (Streamable HTTP `POST /mcp`, JSON-RPC 2.0) with paid tools |
 //! | [`rail`] | the rail-core traits ([`rail_core::Payer`], [`rail_core::Receiver`]) |
 //! | [`algod`] | a small algod v2 REST client |
@@ -92,6 +93,7 @@ pub mod payment_id;
 pub mod rail;
 pub mod receiver;
 pub mod rules;
+pub mod scheme;
 pub mod txn;
 pub mod wire;
 
@@ -100,9 +102,10 @@ pub use algod::{AlgodClient, AlgodError};
 #[cfg(feature = "devnet")]
 pub use devnet::{Devnet, DevnetConfig, RunningDevnet};
 #[cfg(feature = "paywall")]
-pub use http::{Paywall, ServiceInfo, discovery_router, paywall_middleware};
+pub use http::{ServiceInfo, discovery_router};
 #[cfg(feature = "paywall")]
 pub use mcp::{McpServer, Tool};
 pub use payer::{ExactAlgoPayer, PayError, Policy, SignedPayment};
 pub use rail::{Proof, RAIL};
 pub use receiver::{ExactAlgoReceiver, Price, Refusal, Settlement};
+pub use scheme::ExactAlgo;

@@ -27,7 +27,11 @@ use axum::routing::post;
 use serde_json::{Map, Value, json};
 
 use crate::http::{CLIENT_PROCEDURE, PAYMENT_REQUIRED_ERROR, RETRY_AFTER_SECS, scheme_document};
-use crate::receiver::{ExactAlgoReceiver, Price, Refusal};
+use x402_transport::settle;
+use x402_transport::{Accept, Failure, Presented, Price as TransportPrice};
+
+use crate::receiver::{ExactAlgoReceiver, Price};
+use crate::scheme::ExactAlgo;
 use crate::wire::{self, PaymentResponse};
 
 /// The MCP protocol version this server speaks.
@@ -410,33 +414,61 @@ impl McpServer {
         let Some(payment) = payment else {
             return Ok(self.challenge(price, PAYMENT_REQUIRED_ERROR, None).await);
         };
-        match self.receiver.settle_pending(&payment, price).await {
-            Ok((r, serving)) => {
-                let result = run(&tool, args, Some(r)).await;
-                if result.get("isError").and_then(Value::as_bool) == Some(true) {
-                    // Paid, not served: the same payment may be presented again.
-                    serving.failed().await;
-                } else if let Err(e) = serving.served().await {
-                    tracing::warn!(tool = %tool.name, error = %e, "mcp: served, but could not record it");
-                }
-                Ok(result)
+        let accept = Accept {
+            scheme: Arc::new(ExactAlgo::new(self.receiver.clone())),
+            amount: u128::from(price.amount),
+        };
+        let tprice = TransportPrice {
+            resource: price.resource.clone(),
+            url: format!("mcp://tool/{}", tool.name),
+            description: price.description.clone(),
+            amount: u128::from(price.amount),
+        };
+        let taken = settle::take(
+            &accept,
+            tprice,
+            &Presented::Header(payment),
+            self.receiver.served(),
+            self.receiver.clock().now(),
+        )
+        .await;
+        let paid = match taken {
+            Ok(t) => t.settle().await,
+            Err(f) => Err(f),
+        };
+        let outcome = match paid {
+            Ok(paid) => {
+                let receipt: Option<PaymentResponse> =
+                    serde_json::from_value(paid.settled.response.clone()).ok();
+                let name = tool.name.clone();
+                paid.run(
+                    || run(&tool, args, receipt),
+                    |r: &Value| r.get("isError").and_then(Value::as_bool) != Some(true),
+                )
+                .await
+                .map(|(r, _)| r)
+                .inspect_err(|_| tracing::warn!(tool = %name, "mcp: paid, but another call holds the payment"))
             }
-            Err(r) if r.is_retryable() => {
-                tracing::warn!(tool = %tool.name, error = %r, "mcp: settlement outcome unknown");
+            Err(f) => Err(f),
+        };
+        match outcome {
+            Ok(result) => Ok(result),
+            Err(Failure::Unknown { error, detail, .. }) => {
+                tracing::warn!(tool = %tool.name, error = %error, detail = %detail, "mcp: settlement outcome unknown");
                 Ok(text_result(
-                    &json!({"error": r.code(), "retryable": true,
-                            "retryAfterSeconds": RETRY_AFTER_SECS, "detail": r.to_string()}),
+                    &json!({"error": error, "retryable": true,
+                            "retryAfterSeconds": RETRY_AFTER_SECS, "detail": detail}),
                     true,
                 ))
             }
-            Err(r) => {
-                tracing::info!(tool = %tool.name, code = r.code(), detail = %r, "mcp: payment refused");
-                Ok(self.challenge(price, r.code(), Some(&r)).await)
+            Err(Failure::Refused(r)) => {
+                tracing::info!(tool = %tool.name, code = %r.error, detail = %r.detail, "mcp: payment refused");
+                Ok(self.challenge(price, &r.error, Some(&r.detail)).await)
             }
         }
     }
 
-    async fn challenge(&self, price: &Price, error: &str, refusal: Option<&Refusal>) -> Value {
+    async fn challenge(&self, price: &Price, error: &str, detail: Option<&str>) -> Value {
         match self.receiver.payment_required(price, error).await {
             Ok(pr) => {
                 let mut v = serde_json::to_value(&pr).unwrap_or_else(|_| json!({}));
@@ -445,8 +477,8 @@ impl McpServer {
                         "how_to_pay".into(),
                         json!({"tool": PAYMENT_INSTRUCTIONS, "scheme": "exact-algo"}),
                     );
-                    if let Some(r) = refusal {
-                        o.insert("detail".into(), Value::String(r.to_string()));
+                    if let Some(d) = detail {
+                        o.insert("detail".into(), Value::String(d.to_owned()));
                     }
                 }
                 text_result(&v, true)

@@ -11,15 +11,16 @@
 //!   paymentId: another transaction with the same note is refused as `paymentId already used`
 //!   for as long as the record is kept ([`INTENT_RETENTION`], longer than any validity window).
 //!   A refusal by the chain releases it (the payer may try again).
-//! - `served` is taken by whoever answers the payer with a receipt: exactly once per paymentId,
-//!   also when a settler crashed after submitting and the payer retried the same transaction
-//!   ([`Begin::Resume`]).
+//!
+//! Whoever answers the payer with a receipt does so once per paymentId under the transport's
+//! served-once record ([`x402_transport::ServedOnce`]), also when a settler crashed after
+//! submitting and the payer retried the same transaction ([`Begin::Resume`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rail_core::SettlementBook;
-use rail_core::keys::{KeyStore, Opened, Reservation};
+use rail_core::keys::{KeyStore, Opened};
 use rail_core::{RailError, ReplayGuard};
 use sha2::{Digest, Sha256};
 
@@ -73,7 +74,6 @@ pub struct PaymentIds {
     /// The write-ahead settlement record per paymentId: the transaction (its id on the rail)
     /// and what it pays for.
     intent: SettlementBook<Intent>,
-    served: ReplayGuard,
 }
 
 /// What a settlement of a paymentId is for (written ahead with its transaction id).
@@ -126,8 +126,7 @@ impl PaymentIds {
     pub fn new(store: Arc<dyn KeyStore>) -> Self {
         PaymentIds {
             issued: ReplayGuard::new(store.clone(), "exact-algo/issued"),
-            intent: SettlementBook::new(store.clone(), "exact-algo/intent", INTENT_RETENTION),
-            served: ReplayGuard::new(store, "exact-algo/served"),
+            intent: SettlementBook::new(store, "exact-algo/intent", INTENT_RETENTION),
         }
     }
 
@@ -228,36 +227,6 @@ impl PaymentIds {
             })?;
         Ok(Begin::Fresh(settling(fresh)))
     }
-
-    /// Reserves the right to answer the payer for `pid` while the paid work runs: `None` if
-    /// another answer holds or took it. Commit it once the payer is served; release it when the
-    /// work failed, so the same payment can be presented again (it is not charged twice: the
-    /// transaction is found on chain). A crashed server's reservation lapses after `window`.
-    ///
-    /// # Errors
-    /// [`LifecycleError::Store`].
-    pub async fn serve(
-        &self,
-        pid: &str,
-        window: Duration,
-    ) -> Result<Option<Reservation>, LifecycleError> {
-        match self.served.reserve(pid, window).await {
-            Ok(r) => Ok(Some(r)),
-            Err(RailError::Replayed { .. }) => Ok(None),
-            Err(e) => Err(store(e)),
-        }
-    }
-
-    /// Takes the right to answer the payer with a receipt for `pid`: `true` exactly once.
-    ///
-    /// # Errors
-    /// [`LifecycleError::Store`].
-    pub async fn serve_once(&self, pid: &str) -> Result<bool, LifecycleError> {
-        self.served
-            .insert_if_absent(pid, Some(INTENT_RETENTION))
-            .await
-            .map_err(store)
-    }
 }
 
 impl Settling {
@@ -349,8 +318,6 @@ mod tests {
             ids.begin(&pid, B, "TX1", T).await.unwrap(),
             Begin::Resume(_)
         ));
-        assert!(ids.serve_once(&pid).await.unwrap());
-        assert!(!ids.serve_once(&pid).await.unwrap());
         assert_eq!(
             ids.begin(&pid, B, "TX2", T).await.unwrap_err().code(),
             "paymentId already used"
@@ -422,12 +389,10 @@ mod tests {
         let Begin::Resume(Some(resumer)) = ids.begin(&pid, B, "TX1", T).await.unwrap() else {
             panic!("the crashed settler's record is taken over")
         };
-        assert!(ids.serve_once(&pid).await.unwrap());
         // The crashed settler wakes up: its record is no longer its own (it cannot write), the
         // resumer records the settlement, and nobody serves again.
         assert!(crashed.settled().await.is_err());
         resumer.settled().await.unwrap();
-        assert!(!ids.serve_once(&pid).await.unwrap());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,8 @@ use crate::payment_id::{self, Begin, LifecycleError, PaymentIds};
 use crate::rules::{self, ChainView, Requirement, Violation};
 use crate::txn::SignedPay;
 use crate::wire::{self, Accept, Extra, PaymentRequired, PaymentResponse, WireError, network_id};
+use x402_transport::ServedOnce;
+use x402_transport::served::{self, Taken};
 
 /// What one paid resource costs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,62 +174,6 @@ impl Refusal {
 /// A callback told of every settlement (for bookkeeping, metrics, reconciliation).
 pub type OnSettled = Arc<dyn Fn(&Settlement) + Send + Sync>;
 
-/// How long a settled payment's answer may be in the making (the paid handler running) before
-/// another presentation of the same payment may answer instead.
-pub const SERVE_WINDOW: Duration = Duration::from_secs(300);
-
-/// A settled payment whose paid work is running: [`Serving::served`] once the payer got what
-/// it paid for, [`Serving::failed`] if the work failed (the same payment may then be presented
-/// again and is served without a second charge).
-#[must_use = "a settled payment must end as served or failed"]
-pub struct Serving {
-    reservation: Option<rail_core::keys::Reservation>,
-    settlement: Settlement,
-    hook: Option<OnSettled>,
-}
-
-impl fmt::Debug for Serving {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Serving")
-            .field("settlement", &self.settlement)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Serving {
-    /// The settlement.
-    #[must_use]
-    pub fn settlement(&self) -> &Settlement {
-        &self.settlement
-    }
-
-    /// The payer was served: the payment is used for good.
-    ///
-    /// # Errors
-    /// [`Refusal::PaymentId`] if the store failed (the payer was served all the same).
-    pub async fn served(self) -> Result<(), Refusal> {
-        if let Some(r) = self.reservation {
-            r.commit(Some(payment_id::INTENT_RETENTION))
-                .await
-                .map_err(|e| Refusal::PaymentId(LifecycleError::Store(e)))?;
-        }
-        if let Some(f) = &self.hook {
-            f(&self.settlement);
-        }
-        Ok(())
-    }
-
-    /// The paid work failed: the same payment may be presented again.
-    pub async fn failed(self) {
-        if let Some(r) = self.reservation
-            && let Err(e) = r.release().await
-        {
-            tracing::warn!(error = %e, "exact-algo: could not release a failed answer (it lapses)");
-        }
-        tracing::warn!(txid = %self.settlement.txid, "exact-algo: settled, but the paid work failed; the same payment may be presented again");
-    }
-}
-
 /// The exact-algo receiver.
 #[derive(Clone)]
 pub struct ExactAlgoReceiver {
@@ -239,6 +185,7 @@ pub struct ExactAlgoReceiver {
     max_timeout: Duration,
     settle_timeout: Duration,
     ids: PaymentIds,
+    served: ServedOnce,
     clock: SharedClock,
     on_settled: Option<OnSettled>,
 }
@@ -274,7 +221,8 @@ impl ExactAlgoReceiver {
             min_fee: p.min_fee,
             max_timeout: Duration::from_secs(120),
             settle_timeout: Duration::from_secs(60),
-            ids: PaymentIds::new(store),
+            ids: PaymentIds::new(store.clone()),
+            served: ServedOnce::new(store),
             clock,
             on_settled: None,
         })
@@ -330,6 +278,13 @@ impl ExactAlgoReceiver {
     #[must_use]
     pub fn clock(&self) -> &SharedClock {
         &self.clock
+    }
+
+    /// The served-once record (in the receiver's store): give it to the paywall and the MCP
+    /// adapter, so one payment is served once across every surface.
+    #[must_use]
+    pub fn served(&self) -> &ServedOnce {
+        &self.served
     }
 
     /// The algod client.
@@ -401,7 +356,9 @@ impl ExactAlgoReceiver {
         self.settle_signed(&signed, price, expect_pid).await
     }
 
-    /// As [`ExactAlgoReceiver::settle`], for an already decoded payment.
+    /// As [`ExactAlgoReceiver::settle`], for an already decoded payment: checked, settled
+    /// and answered at most once per paymentId under the transport's served-once record
+    /// ([`x402_transport::ServedOnce`], shared with the paywall and the MCP adapter).
     ///
     /// # Errors
     /// A [`Refusal`].
@@ -411,44 +368,66 @@ impl ExactAlgoReceiver {
         price: &Price,
         expect_pid: Option<&str>,
     ) -> Result<PaymentResponse, Refusal> {
-        let (response, serving) = self
-            .settle_signed_pending(signed, price, expect_pid)
-            .await?;
-        serving.served().await?;
-        Ok(response)
+        signed
+            .verify_signature()
+            .map_err(|_| Refusal::Rule(Violation::BadSignature))?;
+        let serving = match self.served.reserve(&self.served_key(signed)).await {
+            Ok(r) => r,
+            Err(Taken::Used) => return Err(LifecycleError::AlreadyUsed.into()),
+            Err(Taken::InFlight) => {
+                return Err(LifecycleError::InProgress {
+                    retry_after: Duration::from_secs(1),
+                }
+                .into());
+            }
+            Err(Taken::Store(e)) => return Err(LifecycleError::Store(e).into()),
+        };
+        match serving
+            .keep_alive(self.settle_core(signed, price, expect_pid))
+            .await
+        {
+            Ok((response, _)) => {
+                served::commit(serving).await;
+                Ok(response)
+            }
+            Err(r) => {
+                served::release(serving).await;
+                Err(r)
+            }
+        }
     }
 
-    /// As [`ExactAlgoReceiver::settle`], but the payment is only marked used for good once the
-    /// paid work succeeded ([`Serving::served`]); if it fails ([`Serving::failed`]) the payer may
-    /// present the same payment again and is served without a second charge.
+    /// The served-once key of a payment: the network and its paymentId (its note), or its
+    /// transaction id when the note is no paymentId (such a payment is refused by
+    /// [`ExactAlgoReceiver::settle_core`]).
+    #[must_use]
+    pub fn served_key(&self, signed: &SignedPay) -> String {
+        match note_payment_id(signed) {
+            Some(pid) => format!("{}:{pid}", self.network),
+            None => format!("{}:txid:{}", self.network, signed.txn.id()),
+        }
+    }
+
+    /// The seed's flow for a decoded payment (see the module docs), without the served-once
+    /// record: verify, take the paymentId, submit, wait for confirmation. Settling the same
+    /// transaction again answers its first settlement (checked on chain), never a second
+    /// transfer; whoever calls it serves the answer at most once (the transport does).
     ///
     /// # Errors
     /// A [`Refusal`].
-    pub async fn settle_pending(
-        &self,
-        header: &str,
-        price: &Price,
-    ) -> Result<(PaymentResponse, Serving), Refusal> {
-        let (_, signed) = wire::decode_payment_header(header, &self.network)?;
-        self.settle_signed_pending(&signed, price, None).await
-    }
-
-    async fn settle_signed_pending(
+    pub async fn settle_core(
         &self,
         signed: &SignedPay,
         price: &Price,
         expect_pid: Option<&str>,
-    ) -> Result<(PaymentResponse, Serving), Refusal> {
+    ) -> Result<(PaymentResponse, Settlement), Refusal> {
         // The signature first: nothing in the payload is believed before it verifies.
         signed
             .verify_signature()
             .map_err(|_| Refusal::Rule(Violation::BadSignature))?;
         let pid = match expect_pid {
             Some(p) => Some(p.to_owned()),
-            None => std::str::from_utf8(&signed.txn.note)
-                .ok()
-                .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
-                .map(str::to_owned),
+            None => note_payment_id(signed),
         };
         let binding = self.binding(price);
         let req = Requirement {
@@ -528,7 +507,7 @@ impl ExactAlgoReceiver {
                     }
                     None => resume.await?,
                 };
-                return self.answer(signed, &txid, round, &pid, price).await;
+                Ok(self.answer(signed, &txid, round, &pid, price))
             }
             Ok(Begin::Fresh(settling)) => {
                 if let Err(v) = ruled {
@@ -542,7 +521,7 @@ impl ExactAlgoReceiver {
                         if let Err(e) = settling.settled().await {
                             tracing::error!(txid = %txid, error = %e, "settled, but could not record it");
                         }
-                        self.answer(signed, &txid, round, &pid, price).await
+                        Ok(self.answer(signed, &txid, round, &pid, price))
                     }
                     Err(Refusal::Unavailable(e)) => {
                         // Unknown outcome: keep the write-ahead record. A retry of this same
@@ -593,17 +572,14 @@ impl ExactAlgoReceiver {
         }
     }
 
-    async fn answer(
+    fn answer(
         &self,
         signed: &SignedPay,
         txid: &str,
         confirmed_round: u64,
         pid: &str,
         price: &Price,
-    ) -> Result<(PaymentResponse, Serving), Refusal> {
-        let Some(reservation) = self.ids.serve(pid, SERVE_WINDOW).await? else {
-            return Err(LifecycleError::AlreadyUsed.into());
-        };
+    ) -> (PaymentResponse, Settlement) {
         let s = Settlement {
             txid: txid.to_owned(),
             payer: signed.txn.sender,
@@ -614,6 +590,9 @@ impl ExactAlgoReceiver {
             resource: price.resource.clone(),
         };
         tracing::info!(txid, payer = %s.payer, amount = s.amount, round = confirmed_round, resource = %s.resource, "exact-algo: settled");
+        if let Some(f) = &self.on_settled {
+            f(&s);
+        }
         let response = PaymentResponse {
             success: true,
             transaction: s.txid.clone(),
@@ -622,15 +601,16 @@ impl ExactAlgoReceiver {
             amount: s.amount.to_string(),
             confirmed_round,
         };
-        Ok((
-            response,
-            Serving {
-                reservation: Some(reservation),
-                settlement: s,
-                hook: self.on_settled.clone(),
-            },
-        ))
+        (response, s)
     }
+}
+
+/// The paymentId a payment's note carries (32 hex digits), if it carries one.
+fn note_payment_id(signed: &SignedPay) -> Option<String> {
+    std::str::from_utf8(&signed.txn.note)
+        .ok()
+        .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_owned)
 }
 
 fn unavailable(e: &AlgodError) -> RailError {

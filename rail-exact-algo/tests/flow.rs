@@ -134,12 +134,32 @@ async fn paid_work_that_fails_can_be_served_again_without_a_second_charge() {
         .await
         .unwrap();
     let signed = payer.pay_required(&required).await.unwrap();
-    // Settled, then the paid handler fails: not served.
-    let (_, serving) = receiver
-        .settle_pending(&signed.header, &price())
-        .await
-        .unwrap();
-    serving.failed().await;
+    // Through the shared transport (as the paywall and the MCP adapter run it): settled, then
+    // the paid work fails: not served.
+    let accept = x402_transport::Accept {
+        scheme: std::sync::Arc::new(rail_exact_algo::ExactAlgo::new(receiver.clone())),
+        amount: u128::from(price().amount),
+    };
+    let tprice = x402_transport::Price {
+        resource: price().resource,
+        url: "http://localhost/api/posts/1".into(),
+        description: price().description,
+        amount: u128::from(price().amount),
+    };
+    let presented = x402_transport::Presented::Header(signed.header.clone());
+    let taken = x402_transport::settle::take(
+        &accept,
+        tprice,
+        &presented,
+        receiver.served(),
+        receiver.clock().now(),
+    )
+    .await
+    .unwrap();
+    let paid = taken.settle().await.unwrap();
+    assert_eq!(paid.settled.transaction, signed.txid);
+    let (served, settled) = paid.run(|| async { false }, |ok| *ok).await.unwrap();
+    assert!(!served && settled.is_some());
     assert_eq!(net.devnet.balance(&treasury), 101_000);
     // The same payment again: found on chain, served, no new transaction.
     let r = receiver

@@ -146,6 +146,13 @@ impl Paywall {
         self
     }
 
+    /// Served payments kept in `served` (a receiver's record, shared with its other surfaces).
+    #[must_use]
+    pub fn with_served(mut self, served: ServedOnce) -> Self {
+        self.served = served;
+        self
+    }
+
     /// Judges payments' validity windows by `clock` instead of the host's clock.
     #[must_use]
     pub fn with_clock(mut self, clock: SharedClock) -> Self {

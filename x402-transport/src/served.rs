@@ -28,7 +28,6 @@ const RUNNING: &str = "running";
 
 /// Why a payment cannot be reserved.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Taken {
     /// Another request holds it right now: retry the same payment shortly.
     #[error("this payment is being processed by another request")]

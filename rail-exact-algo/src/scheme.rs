@@ -1,0 +1,238 @@
+//! exact-algo as an [`x402_transport::Scheme`]: the seed's native-ALGO payment in x402's
+//! envelope, served by the shared paywall and MCP adapter. The wire is the seed's (§2, §5): the
+//! 402 body has no `resource` object, the envelope names `scheme` and `network` at its top,
+//! `payload.txn` carries the signed transaction, and every refusal's `error` is the seed's code.
+//!
+//! ```no_run
+//! # async fn demo(receiver: rail_exact_algo::ExactAlgoReceiver) -> Result<(), x402_transport::Error> {
+//! use std::sync::Arc;
+//! use axum::{Router, routing::get};
+//! use rail_exact_algo::ExactAlgo;
+//! use x402_transport::{Accepts, paywall::Paywall};
+//!
+//! let algo = Arc::new(ExactAlgo::new(receiver));
+//! let paywall = Paywall::new().route("/api/posts/{id}", "read post body", Accepts::one(algo, 1_000)?);
+//! let app: Router = paywall.apply(Router::new().route("/api/posts/{id}", get(|| async { "the body" })));
+//! # let _ = app; Ok(()) }
+//! ```
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rail_core::Timestamp;
+use serde_json::{Value, json};
+use x402_transport::{
+    Failure, Presented, Price as TransportPrice, Refusal as WireRefusal, Scheme, SchemeInfo,
+    Settled, Verified,
+};
+
+use crate::receiver::{ExactAlgoReceiver, Price, Refusal};
+use crate::txn::SignedPay;
+use crate::wire::{self, PaymentResponse};
+
+/// The label of this scheme among the transport's schemes.
+pub const LABEL: &str = "exact-algo";
+/// The `error` of a challenge for a request that carried no payment (the seed's text).
+pub const PAYMENT_REQUIRED_ERROR: &str = "payment required";
+/// The free MCP tool describing the scheme (seed §5).
+pub const PAYMENT_INSTRUCTIONS: &str = "payment_instructions";
+
+/// The seed's exact-algo, settled by one receiver.
+#[derive(Clone, Debug)]
+pub struct ExactAlgo {
+    info: SchemeInfo,
+    receiver: ExactAlgoReceiver,
+}
+
+/// A payment this scheme checked: the decoded, signature-checked transaction.
+#[derive(Clone, Debug)]
+pub struct AlgoPayment {
+    /// The signed payment.
+    pub signed: SignedPay,
+}
+
+impl ExactAlgo {
+    /// The scheme for `receiver`'s network and address.
+    #[must_use]
+    pub fn new(receiver: ExactAlgoReceiver) -> Self {
+        ExactAlgo {
+            info: SchemeInfo {
+                scheme: "exact".into(),
+                network: receiver.network().to_owned(),
+                label: LABEL.into(),
+                v1_network: None,
+            },
+            receiver,
+        }
+    }
+
+    /// The receiver.
+    #[must_use]
+    pub fn receiver(&self) -> &ExactAlgoReceiver {
+        &self.receiver
+    }
+
+    fn price(price: &TransportPrice) -> Result<Price, Failure> {
+        Ok(Price {
+            resource: price.resource.clone(),
+            description: price.description.clone(),
+            amount: u64::try_from(price.amount).map_err(|_| Failure::Unknown {
+                error: "internal error".into(),
+                reason: None,
+                detail: format!("{} µALGO is more than any account holds", price.amount),
+            })?,
+        })
+    }
+}
+
+/// A receiver's refusal as the transport answers it: the seed's code as `error`.
+#[must_use]
+pub fn failure(r: &Refusal) -> Failure {
+    if r.is_retryable() {
+        Failure::Unknown {
+            error: r.code().to_owned(),
+            reason: None,
+            detail: r.to_string(),
+        }
+    } else {
+        Failure::Refused(WireRefusal::new(r.code(), r.to_string()))
+    }
+}
+
+/// The receipt an MCP tool result carries in `structuredContent.receipt` (seed §5).
+#[must_use]
+pub fn mcp_receipt(r: &PaymentResponse) -> Value {
+    json!({
+        "success": r.success,
+        "transaction": r.transaction,
+        "confirmedRound": r.confirmed_round,
+        "payer": r.payer,
+        "amount": r.amount,
+    })
+}
+
+#[async_trait]
+impl Scheme for ExactAlgo {
+    fn info(&self) -> &SchemeInfo {
+        &self.info
+    }
+
+    fn check_amount(&self, amount: u128) -> Result<(), String> {
+        if amount == 0 {
+            return Err("a price of zero is not a payment".into());
+        }
+        u64::try_from(amount)
+            .map(|_| ())
+            .map_err(|_| format!("{amount} µALGO does not fit an Algorand amount (u64)"))
+    }
+
+    fn claims(&self, envelope: &Value) -> bool {
+        envelope.get("accepted").is_none()
+            && envelope.get("scheme").and_then(Value::as_str) == Some("exact")
+            && envelope
+                .get("network")
+                .and_then(Value::as_str)
+                .is_some_and(|n| self.is_network(n))
+            && envelope.pointer("/payload/txn").is_some()
+    }
+
+    async fn requirements(&self, price: &TransportPrice) -> Result<Value, Failure> {
+        let accept = self
+            .receiver
+            .challenge(&Self::price(price)?)
+            .await
+            .map_err(|e| Failure::Unknown {
+                error: "storage error".into(),
+                reason: None,
+                detail: e.to_string(),
+            })?;
+        serde_json::to_value(accept).map_err(|e| Failure::Unknown {
+            error: "internal error".into(),
+            reason: None,
+            detail: e.to_string(),
+        })
+    }
+
+    async fn check(
+        &self,
+        presented: &Presented,
+        _price: &TransportPrice,
+        _now: Timestamp,
+    ) -> Result<Verified, Failure> {
+        let header = match presented {
+            Presented::Header(h) => h.clone(),
+            // Tolerated over MCP: the envelope as a JSON object instead of its base64.
+            Presented::Object(v) => wire::header(v).map_err(|e| {
+                Failure::Refused(WireRefusal::new("malformed payment", e.to_string()))
+            })?,
+            Presented::V1Header(_) => {
+                return Err(Failure::Refused(WireRefusal::new(
+                    "malformed payment",
+                    "exact-algo has no x402 v1 form",
+                )));
+            }
+        };
+        let (_, signed) = wire::decode_payment_header(&header, self.receiver.network())
+            .map_err(|e| failure(&Refusal::Malformed(e)))?;
+        // The signature first: nothing in the payload is believed before it verifies.
+        signed
+            .verify_signature()
+            .map_err(|_| failure(&Refusal::Rule(crate::rules::Violation::BadSignature)))?;
+        Ok(Verified {
+            key: self.receiver.served_key(&signed),
+            payer: Some(signed.txn.sender.to_string()),
+            payment: Arc::new(AlgoPayment { signed }),
+        })
+    }
+
+    async fn settle(&self, payment: &Verified, price: &TransportPrice) -> Result<Settled, Failure> {
+        let p = payment.payment::<AlgoPayment>()?;
+        match self
+            .receiver
+            .settle_core(&p.signed, &Self::price(price)?, None)
+            .await
+        {
+            Ok((response, _)) => Ok(Settled {
+                transaction: response.transaction.clone(),
+                receipt: Some(mcp_receipt(&response)),
+                response: serde_json::to_value(&response).map_err(|e| Failure::Unknown {
+                    error: "internal error".into(),
+                    reason: None,
+                    detail: e.to_string(),
+                })?,
+            }),
+            Err(r) => Err(failure(&r)),
+        }
+    }
+
+    fn replayed(&self) -> WireRefusal {
+        WireRefusal::new("paymentId already used", "this payment was already served")
+    }
+
+    fn malformed(&self, detail: &str) -> WireRefusal {
+        WireRefusal::new("malformed payment", detail)
+    }
+
+    fn unavailable(&self, detail: &str) -> Failure {
+        Failure::Unknown {
+            error: "settlement in progress".into(),
+            reason: None,
+            detail: detail.to_owned(),
+        }
+    }
+
+    fn mcp_hints(&self) -> Option<(String, Value)> {
+        Some((
+            "how_to_pay".into(),
+            json!({"tool": PAYMENT_INSTRUCTIONS, "scheme": LABEL}),
+        ))
+    }
+
+    fn required_error(&self) -> &str {
+        PAYMENT_REQUIRED_ERROR
+    }
+
+    fn wants_resource(&self) -> bool {
+        false
+    }
+}
