@@ -1,0 +1,512 @@
+//! [`LocalFacilitator`]: verifies against the chain through JSON-RPC and settles from its
+//! own key; its [`SettleConfig`]. The nonce sequence and broadcast are in `nonce`, following
+//! a settling transaction to its outcome in `follow`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use alloy_sol_types::SolCall;
+use async_trait::async_trait;
+use tokio::sync::Mutex;
+
+use super::book::{Entry, Sent, SettlementBook};
+use super::follow::Recovered;
+use super::nonce::{Broadcast, NonceState};
+use super::outcome::{already_settled, failed, invalid};
+use super::{Facilitator, FacilitatorError, SupportedKind, SupportedResponse, rpc_down};
+use crate::evm::{ERC1271_MAGIC, IERC1271, LocalSigner, transfer_with_authorization_calldata};
+use crate::rpc::{RpcClient, RpcError};
+use crate::verify::{
+    ChainView, OfflineVerified, PayerSignature, SignerKind, VerifyError, reasons, unix_secs,
+    verify_exact_evm, verify_exact_evm_as,
+};
+use crate::wire::{
+    PaymentPayload, PaymentRequirements, SCHEME_EXACT, SettleResponse, VerifyResponse,
+};
+
+/// Settling configuration.
+#[derive(Clone, Debug)]
+pub struct SettleConfig {
+    /// Gas limit for `transferWithAuthorization` (FiatTokenV2_2 uses about 60–90k).
+    pub gas_limit: u64,
+    /// First receipt poll delay; doubles up to 1 s.
+    pub first_poll: Duration,
+    /// Give up waiting for a receipt after this (the outcome is then unknown).
+    pub receipt_timeout: Duration,
+    /// How long fee figures are reused.
+    pub fee_ttl: Duration,
+    /// Blocks a settlement's receipt must have (its own included) before it counts: 1 (the
+    /// default, what the reference waits for) on instant-finality chains and anvil; more on
+    /// chains that reorganise. Within `receipt_timeout`, else the outcome is unknown.
+    pub confirmations: u64,
+    /// How far back `AuthorizationUsed` logs are searched (hosted providers cap `eth_getLogs`
+    /// ranges; an authorization lives at most about an hour, so 10,000 blocks cover chains
+    /// down to 0.4 s blocks).
+    pub log_lookback_blocks: u64,
+}
+
+impl Default for SettleConfig {
+    fn default() -> Self {
+        Self {
+            gas_limit: 150_000,
+            first_poll: Duration::from_millis(5),
+            receipt_timeout: Duration::from_secs(60),
+            fee_ttl: Duration::from_secs(2),
+            log_lookback_blocks: 10_000,
+            confirmations: 1,
+        }
+    }
+}
+
+/// A facilitator that verifies and settles itself, through one JSON-RPC endpoint.
+#[derive(Debug)]
+pub struct LocalFacilitator {
+    pub(super) rpc: RpcClient,
+    pub(super) signer: LocalSigner,
+    pub(super) chain_id: u64,
+    network: String,
+    pub(super) book: SettlementBook,
+    pub(super) nonce: Mutex<NonceState>,
+    deployed: std::sync::Mutex<std::collections::HashSet<Address>>,
+    pub(super) config: SettleConfig,
+    /// What validity windows are judged by (the host's clock unless one is injected).
+    clock: rail_core::SharedClock,
+}
+
+impl LocalFacilitator {
+    /// A facilitator on the chain behind `rpc` (its chain id is asked once), settling from
+    /// `signer`, recording settlements in `book`.
+    ///
+    /// # Errors
+    /// [`FacilitatorError::Unavailable`] if the node does not answer `eth_chainId`.
+    pub async fn connect(
+        rpc: RpcClient,
+        signer: LocalSigner,
+        book: SettlementBook,
+    ) -> Result<Self, FacilitatorError> {
+        let chain_id = rpc.chain_id().await.map_err(|e| rpc_down(&e))?;
+        Ok(Self {
+            rpc,
+            signer,
+            chain_id,
+            network: format!("eip155:{chain_id}"),
+            book,
+            nonce: Mutex::new(NonceState::default()),
+            deployed: std::sync::Mutex::new(std::collections::HashSet::new()),
+            config: SettleConfig::default(),
+            clock: Arc::new(rail_core::SystemClock),
+        })
+    }
+
+    /// Judges validity windows by `clock` instead of the host's clock (tests, time travel;
+    /// the chain still judges by its block time when the transfer is simulated and sent).
+    #[must_use]
+    pub fn with_clock(mut self, clock: rail_core::SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// With other settling parameters.
+    #[must_use]
+    pub fn with_config(mut self, config: SettleConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The CAIP-2 network (`eip155:<chain id>`).
+    #[must_use]
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// The settling address (pays gas).
+    #[must_use]
+    pub const fn address(&self) -> Address {
+        self.signer.address()
+    }
+
+    /// The JSON-RPC client.
+    #[must_use]
+    pub const fn rpc(&self) -> &RpcClient {
+        &self.rpc
+    }
+
+    /// The offline checks; a signature that does not recover `from` is read as a contract
+    /// wallet's when `from` has code (its ERC-1271 check is then [`Self::check`]'s).
+    async fn offline(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<Result<OfflineVerified, VerifyError>, FacilitatorError> {
+        self.offline_at(payload, requirements, unix_secs(self.clock.now()))
+            .await
+    }
+
+    pub(super) async fn offline_at(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+        now: u64,
+    ) -> Result<Result<OfflineVerified, VerifyError>, FacilitatorError> {
+        match verify_exact_evm(payload, requirements, now) {
+            Err(VerifyError::InvalidSignature(e)) => {
+                let from = payload.payload.authorization.from.address();
+                let code = self.rpc.code(from).await.map_err(|e| rpc_down(&e))?;
+                if code.is_empty() {
+                    return Ok(Err(VerifyError::InvalidSignature(e)));
+                }
+                Ok(verify_exact_evm_as(
+                    payload,
+                    requirements,
+                    now,
+                    SignerKind::Contract,
+                ))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Offline checks, then the chain's: network served, asset deployed, balance, nonce
+    /// unused, and a simulated `transferWithAuthorization` from the settling address.
+    async fn check(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+        simulate: bool,
+    ) -> Result<Result<OfflineVerified, VerifyResponse>, FacilitatorError> {
+        let ok = match self.offline(payload, requirements).await? {
+            Ok(ok) => ok,
+            Err(e) => return Ok(Err(invalid(payload, e.reason(), e.to_string()))),
+        };
+        if let PayerSignature::Contract(sig) = &ok.signature {
+            // ERC-1271: the wallet itself says whether the signature is its own.
+            let call = IERC1271::isValidSignatureCall {
+                hash: ok.signing_hash,
+                signature: sig.clone().into(),
+            };
+            let answer = self
+                .rpc
+                .call(None, ok.payer, &call.abi_encode().into())
+                .await;
+            let valid = match answer {
+                Ok(out) => IERC1271::isValidSignatureCall::abi_decode_returns(&out)
+                    .is_ok_and(|magic| magic.0 == ERC1271_MAGIC),
+                // The wallet reverted: it does not accept the signature.
+                Err(RpcError::Reverted { .. }) => false,
+                // Anything else (rate limits, node errors) is not the payer's fault.
+                Err(e) => return Err(rpc_down(&e)),
+            };
+            if !valid {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::INVALID_SIGNATURE,
+                    format!(
+                        "contract wallet {} does not accept the signature (ERC-1271)",
+                        ok.payer
+                    ),
+                )));
+            }
+        }
+        if ok.domain.chain_id != self.chain_id {
+            let e = VerifyError::UnsupportedNetwork(requirements.network.clone());
+            return Ok(Err(invalid(
+                payload,
+                e.reason(),
+                format!("this facilitator settles on {}", self.network),
+            )));
+        }
+        let token = ok.domain.verifying_contract;
+        let auth = &ok.authorization;
+        // A deployed token stays deployed: asked once per token.
+        let known = self
+            .deployed
+            .lock()
+            .map(|d| d.contains(&token))
+            .unwrap_or(false);
+        if !known {
+            let code = self.rpc.code(token).await.map_err(|e| rpc_down(&e))?;
+            if code.is_empty() {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::ASSET_NOT_DEPLOYED,
+                    format!("no contract at {token}"),
+                )));
+            }
+            if let Ok(mut d) = self.deployed.lock() {
+                d.insert(token);
+            }
+        }
+        let balance = match self.rpc.balance_of(token, auth.from).await {
+            Ok(b) => b,
+            Err(RpcError::Reverted { reason }) => {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::EIP3009_NOT_SUPPORTED,
+                    format!("{token} does not answer balanceOf: {reason}"),
+                )));
+            }
+            Err(e) => return Err(rpc_down(&e)),
+        };
+        if balance < auth.value {
+            return Ok(Err(invalid(
+                payload,
+                reasons::INSUFFICIENT_BALANCE,
+                format!("balance {balance} < value {}", auth.value),
+            )));
+        }
+        let used = match self
+            .rpc
+            .authorization_state(token, auth.from, auth.nonce)
+            .await
+        {
+            Ok(u) => u,
+            Err(RpcError::Reverted { reason } | RpcError::Decode(reason)) => {
+                return Ok(Err(invalid(
+                    payload,
+                    reasons::EIP3009_NOT_SUPPORTED,
+                    format!("{token} does not answer authorizationState: {reason}"),
+                )));
+            }
+            Err(e) => return Err(rpc_down(&e)),
+        };
+        if used {
+            return Ok(Err(invalid(
+                payload,
+                reasons::NONCE_ALREADY_USED,
+                format!("nonce {} of {} is used", auth.nonce, auth.from),
+            )));
+        }
+        if simulate {
+            let input = transfer_with_authorization_calldata(auth, &ok.signature);
+            match self.rpc.call(Some(self.address()), token, &input).await {
+                Ok(_) => {}
+                Err(RpcError::Reverted { reason }) => {
+                    return Ok(Err(invalid(payload, reasons::SIMULATION_FAILED, reason)));
+                }
+                Err(e) => return Err(rpc_down(&e)),
+            }
+        }
+        Ok(Ok(ok))
+    }
+}
+
+#[async_trait]
+impl Facilitator for LocalFacilitator {
+    async fn verify(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        Ok(match self.check(payload, requirements, true).await? {
+            Ok(ok) => VerifyResponse {
+                is_valid: true,
+                invalid_reason: None,
+                invalid_message: None,
+                payer: Some(ok.payer.to_string()),
+            },
+            Err(refused) => refused,
+        })
+    }
+
+    async fn settle(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        // Offline checks first: nothing unsigned or mismatched reaches the book.
+        let offline = match self.offline(payload, requirements).await? {
+            Ok(ok) => ok,
+            Err(VerifyError::ValidBeforeExpired { valid_before, .. }) => {
+                // Expired now; but a settlement sent before it expired decides its fate.
+                return self.expired(payload, requirements, valid_before).await;
+            }
+            Err(e) => return Ok(failed(payload, e.reason(), e.to_string(), None)),
+        };
+        let a = &offline.authorization;
+        let key = SettlementBook::key(
+            self.chain_id,
+            offline.domain.verifying_contract,
+            a.from,
+            a.nonce,
+        );
+        let reservation = match self.book.open(&key).await? {
+            Entry::Fresh(r) => r,
+            Entry::Settled(tx) | Entry::Submitted(tx) => {
+                return self
+                    .follow(payload, &offline, tx)
+                    .await
+                    .map(already_settled);
+            }
+            Entry::Recover(settling, tx, sent) => {
+                // The settler that wrote this transaction ahead is gone: follow it (sending it
+                // again if the node lost it), and keep the record until the chain has decided.
+                let found = settling
+                    .keep_alive(self.recover(payload, &offline, tx, &sent))
+                    .await;
+                let (ended, answer) = match found {
+                    Ok(Recovered::Answer(a)) if a.success => (
+                        settling.settled(&format!("{tx:#x}"), Sent::default()).await,
+                        Ok(a),
+                    ),
+                    // Mined and refused: this transaction moved nothing.
+                    Ok(Recovered::Answer(a)) => (settling.failed().await, Ok(a)),
+                    // Can never be mined: the record goes, the next settle starts afresh.
+                    Ok(Recovered::NeverMined) => (
+                        settling.failed().await,
+                        Err(FacilitatorError::InProgress {
+                            retry_after: Duration::ZERO,
+                        }),
+                    ),
+                    Err(e) => (settling.unknown().await, Err(e)),
+                };
+                if let Err(e) = ended {
+                    tracing::warn!(tx = %tx, error = %e, "x402: could not record a recovered settlement");
+                }
+                return answer.map(already_settled);
+            }
+            Entry::Busy => {
+                return Err(FacilitatorError::InProgress {
+                    retry_after: Duration::from_secs(1),
+                });
+            }
+        };
+        // As the reference settles (`simulateInSettle: false`): signature, window, balance and
+        // nonce are checked again, the transaction itself is the simulation (a revert is
+        // judged, and followed if someone else used the authorization).
+        let ok = match self.check(payload, requirements, false).await {
+            Ok(Ok(ok)) => ok,
+            Ok(Err(refused)) => {
+                let _ = reservation.failed().await;
+                let reason = refused
+                    .invalid_reason
+                    .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
+                // A used nonce: perhaps by an earlier settler of ours whose record lapsed.
+                if reason == reasons::NONCE_ALREADY_USED
+                    && let Some(tx) = self
+                        .rpc
+                        .authorization_used_tx(
+                            offline.domain.verifying_contract,
+                            a.from,
+                            a.nonce,
+                            self.config.log_lookback_blocks,
+                        )
+                        .await
+                        .map_err(|e| rpc_down(&e))?
+                {
+                    return self
+                        .follow_other(payload, &offline, tx)
+                        .await
+                        .map(already_settled);
+                }
+                return Ok(failed(
+                    payload,
+                    &reason,
+                    refused.invalid_message.unwrap_or_default(),
+                    None,
+                ));
+            }
+            Err(e) => {
+                let _ = reservation.failed().await;
+                return Err(e);
+            }
+        };
+        let hash = match self.broadcast(&ok, &reservation).await {
+            Broadcast::Sent(hash) => hash,
+            Broadcast::Refused(refusal) => {
+                let _ = reservation.failed().await;
+                return Ok(failed(payload, reasons::TRANSACTION_FAILED, refusal, None));
+            }
+            Broadcast::NotSent(e) => {
+                let _ = reservation.failed().await;
+                return Err(e);
+            }
+            // Unknown: the write-ahead record stays; a retry follows the recorded hash.
+            Broadcast::Unknown(e) => {
+                let _ = reservation.unknown().await;
+                return Err(e);
+            }
+        };
+        tracing::info!(tx = %hash, payer = %ok.payer, "settlement broadcast");
+        let receipt = match reservation.keep_alive(self.wait(hash)).await {
+            Ok(r) => r,
+            Err(e) => {
+                // Broadcast, not mined in time: unknown, not a failure (the reference's
+                // `settlement_pending`). The record stays; a retry follows this transaction.
+                // The transaction may be stuck: the next settle re-reads the account nonce.
+                tracing::warn!(tx = %hash, error = %e, "no receipt yet");
+                {
+                    let mut state = self.nonce.lock().await;
+                    state.next = None;
+                    state.fees = None;
+                }
+                let _ = reservation.unknown().await;
+                return Err(FacilitatorError::InProgress {
+                    retry_after: Duration::from_secs(5),
+                });
+            }
+        };
+        let answer = self.judge(payload, &ok, &receipt).await;
+        if answer.success {
+            if let Err(e) = reservation
+                .settled(&format!("{hash:#x}"), Sent::default())
+                .await
+            {
+                // Settled on chain: the answer stands; a later settle recovers the record.
+                tracing::error!(tx = %hash, error = %e, "x402: settled, but could not record it");
+            }
+            return Ok(answer);
+        }
+        if !receipt.success {
+            // Reverted. Perhaps because the authorization was used by another transaction
+            // (someone submitted it from the mempool first): then the money moved, to payTo.
+            let a = &ok.authorization;
+            let token = ok.domain.verifying_contract;
+            let used = self
+                .rpc
+                .authorization_state(token, a.from, a.nonce)
+                .await
+                .map_err(|e| rpc_down(&e))?;
+            if used {
+                let other = self
+                    .rpc
+                    .authorization_used_tx(token, a.from, a.nonce, self.config.log_lookback_blocks)
+                    .await
+                    .map_err(|e| rpc_down(&e))?;
+                let _ = reservation.failed().await;
+                return match other {
+                    Some(tx) => self
+                        .follow_other(payload, &ok, tx)
+                        .await
+                        .map(already_settled),
+                    None => Ok(failed(
+                        payload,
+                        reasons::NONCE_ALREADY_USED,
+                        "the authorization was used or cancelled by another transaction".into(),
+                        None,
+                    )),
+                };
+            }
+            // Reverted and unused: the payer may present it again.
+            let _ = reservation.failed().await;
+        }
+        // A success without the Transfer log keeps its record: it is never sent again.
+        Ok(answer)
+    }
+
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        Ok(SupportedResponse {
+            kinds: vec![SupportedKind {
+                x402_version: 2,
+                scheme: SCHEME_EXACT.into(),
+                network: self.network.clone(),
+            }],
+            extensions: vec![],
+            signers: BTreeMap::from([(
+                "eip155:*".to_owned(),
+                vec![self.address().to_checksum(None)],
+            )]),
+        })
+    }
+}

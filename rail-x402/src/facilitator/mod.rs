@@ -1,0 +1,129 @@
+//! Facilitators: who checks a payment against the chain and settles it.
+//!
+//! [`Facilitator`] is the x402 facilitator API (`POST /verify`, `POST /settle`,
+//! `GET /supported`) as a trait, with two implementations:
+//! - [`LocalFacilitator`] verifies on chain through JSON-RPC and settles by sending
+//!   `transferWithAuthorization` from its own key, with one nonce sequence shared by concurrent
+//!   settles and a write-ahead settlement record per authorization ([`SettlementBook`]).
+//! - [`RemoteFacilitator`] calls a facilitator server over HTTP (ours,
+//!   [`crate::server`], or the reference one).
+//!
+//! Outcomes are three-valued: a [`SettleResponse`] with `success: true` (money moved, the
+//! transaction is known), one with `success: false` (nothing moved: the payer may try again),
+//! or a [`FacilitatorError`] (no usable answer: the outcome is **unknown**, nothing may be
+//! served, and the same payment must be retried, never a new one).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::rpc::RpcError;
+use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
+
+// One concern per file; everything public is re-exported below at its old path.
+mod book; // the write-ahead settlement record
+mod follow; // LocalFacilitator: receipts, recovery, expired authorizations
+mod local; // LocalFacilitator, SettleConfig: checks and the settle flow
+mod nonce; // LocalFacilitator: the nonce sequence and the broadcast
+mod outcome; // building and reading answers, settle_for_serving
+mod remote; // RemoteFacilitator (HTTP)
+
+pub use book::{SETTLE_LEASE, SETTLED_RETENTION, SettlementBook};
+pub use local::{LocalFacilitator, SettleConfig};
+pub use outcome::{
+    SettleOutcome, as_settled, settle_detached, settle_for_serving, settled_transaction,
+};
+pub use remote::RemoteFacilitator;
+
+/// One `(x402Version, scheme, network)` a facilitator handles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedKind {
+    /// Protocol version (2).
+    pub x402_version: u8,
+    /// `exact`.
+    pub scheme: String,
+    /// CAIP-2 network.
+    pub network: String,
+}
+
+/// `GET /supported` (`@x402/core` `SupportedResponse`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedResponse {
+    /// What is handled.
+    pub kinds: Vec<SupportedKind>,
+    /// Extension names (none here).
+    #[serde(default)]
+    pub extensions: Vec<String>,
+    /// Settling addresses per CAIP-2 family (`"eip155:*"`).
+    #[serde(default)]
+    pub signers: BTreeMap<String, Vec<String>>,
+}
+
+/// The body of `POST /verify` and `POST /settle`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FacilitatorRequest {
+    /// 2.
+    pub x402_version: u8,
+    /// What the payer sent.
+    pub payment_payload: PaymentPayload,
+    /// What the resource server requires.
+    pub payment_requirements: PaymentRequirements,
+}
+
+/// No usable answer from a facilitator: the outcome is unknown.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FacilitatorError {
+    /// Not reached, timed out, or a 5xx / non-JSON / truncated answer.
+    #[error("facilitator unavailable: {0}")]
+    Unavailable(String),
+    /// A settlement of this very authorization is in flight: retry the same payment later.
+    #[error("settlement in progress; retry the same payment in {retry_after:?}")]
+    InProgress {
+        /// When to retry.
+        retry_after: Duration,
+    },
+    /// The settlement store failed.
+    #[error("settlement store: {0}")]
+    Store(String),
+}
+
+/// The x402 facilitator API.
+#[async_trait]
+pub trait Facilitator: Send + Sync + std::fmt::Debug {
+    /// Checks a payment (signature, window, amount, balance, nonce, simulation); moves nothing.
+    ///
+    /// # Errors
+    /// [`FacilitatorError`] if no answer could be had.
+    async fn verify(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<VerifyResponse, FacilitatorError>;
+
+    /// Verifies again, then settles on chain and waits for the receipt. Settling the same
+    /// authorization twice answers the first settlement's transaction (never a second one).
+    ///
+    /// # Errors
+    /// [`FacilitatorError`]: the outcome is unknown.
+    async fn settle(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<SettleResponse, FacilitatorError>;
+
+    /// What this facilitator handles.
+    ///
+    /// # Errors
+    /// [`FacilitatorError`].
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError>;
+}
+
+fn rpc_down(e: &RpcError) -> FacilitatorError {
+    FacilitatorError::Unavailable(e.to_string())
+}
