@@ -202,7 +202,7 @@ impl X402Client {
                 }),
             };
         };
-        let required = PaymentRequired::from_header(&header)?;
+        let required = PaymentRequired::from_header_mixed(&header)?;
         let payment = self.payer.pay(&required)?;
         let encoded = payment.to_header()?;
         tracing::info!(payer = %self.payer.address(), amount = %payment.accepted.amount, network = %payment.accepted.network, "x402: paying");

@@ -16,12 +16,12 @@ pub(crate) async fn release(r: Reservation) {
 }
 
 /// The served-once record's states beyond rail-core's `reserved` / `committed`.
-#[cfg(any(feature = "paywall", feature = "mcp"))]
+#[cfg(feature = "mcp")]
 const PAID: &str = "paid";
-#[cfg(any(feature = "paywall", feature = "mcp"))]
+#[cfg(feature = "mcp")]
 pub(crate) const RUNNING: &str = "running";
 
-#[cfg(any(feature = "paywall", feature = "mcp"))]
+#[cfg(feature = "mcp")]
 /// Whether another request is processing this payment right now (then: 503, retry the same
 /// payment), rather than having used it.
 pub(crate) async fn in_flight(
@@ -34,7 +34,7 @@ pub(crate) async fn in_flight(
     ))
 }
 
-#[cfg(any(feature = "paywall", feature = "mcp"))]
+#[cfg(feature = "mcp")]
 /// Records a settled payment before its content is produced: the record stays held (its lease
 /// kept alive while the handler or tool runs), and a copy presented meanwhile is refused as used.
 /// `false` when the record is no longer this request's (another request took it over, and will

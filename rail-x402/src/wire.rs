@@ -433,6 +433,22 @@ impl PaymentRequired {
     pub fn from_header(header: &str) -> Result<Self, HeaderError> {
         decode_json_base64(header, Some(V2::NUMBER))
     }
+
+    /// Reads a `PAYMENT-REQUIRED` header whose `accepts[]` may also list other schemes'
+    /// entries (a route of the shared x402 transport offering, say, exact-algo beside
+    /// `exact` on EVM): the entries that are not x402 v2 `PaymentRequirements` are left out,
+    /// everything else is read as strictly as [`PaymentRequired::from_header`] reads it.
+    ///
+    /// # Errors
+    /// Any [`HeaderError`]; a header with no entry of this shape is
+    /// [`HeaderError::Json`].
+    pub fn from_header_mixed(header: &str) -> Result<Self, HeaderError> {
+        let mut v: Value = decode_json_base64(header, Some(V2::NUMBER))?;
+        if let Some(Value::Array(accepts)) = v.get_mut("accepts") {
+            accepts.retain(|a| serde_json::from_value::<PaymentRequirements>(a.clone()).is_ok());
+        }
+        serde_json::from_value(v).map_err(HeaderError::Json)
+    }
 }
 
 impl PaymentPayload {

@@ -1,0 +1,158 @@
+//! One route, two schemes: the shared paywall offers `exact` on EVM (EIP-3009, on the
+//! in-memory token) and the seed's exact-algo (on the algod devnet) in one 402, and each
+//! client pays it with its own scheme; each payment is served once.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs,
+    unreachable_pub
+)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use alloy_primitives::{Address, U256};
+use axum::Router;
+use axum::routing::get;
+use ed25519_dalek::SigningKey;
+use rail_core::{MemoryKeyStore, SystemClock};
+use rail_exact_algo::{
+    AlgodClient, Devnet, DevnetConfig, ExactAlgo, ExactAlgoPayer, ExactAlgoReceiver, Policy,
+};
+use rail_x402::client::X402Client;
+use rail_x402::evm::LocalSigner;
+use rail_x402::mock::MockFacilitator;
+use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
+use rail_x402::{ExactEvm, Token};
+use x402_transport::paywall::Paywall;
+use x402_transport::wire::{PaymentRequired, decode_base64_json};
+use x402_transport::{Accepts, Scheme};
+
+const NET: &str = "eip155:84532";
+
+fn algo_addr(k: &SigningKey) -> rail_exact_algo::Address {
+    rail_exact_algo::Address(k.verifying_key().to_bytes())
+}
+
+#[tokio::test]
+async fn each_client_pays_a_route_offering_both_schemes() {
+    // exact-algo: a devnet, a receiver and a funded payer.
+    let algo_payer_key = SigningKey::from_bytes(&[1; 32]);
+    let treasury = algo_addr(&SigningKey::from_bytes(&[2; 32]));
+    let net = Devnet::spawn(
+        DevnetConfig {
+            accounts: vec![(algo_addr(&algo_payer_key), 5_000_000), (treasury, 100_000)],
+            ..DevnetConfig::default()
+        },
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .unwrap();
+    let algod = AlgodClient::new(&net.url, None).unwrap();
+    let store = Arc::new(MemoryKeyStore::default());
+    let receiver = ExactAlgoReceiver::connect(
+        algod.clone(),
+        treasury,
+        store.clone(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let algo_payer = ExactAlgoPayer::new(
+        algo_payer_key,
+        algod,
+        Policy::default(),
+        store.clone(),
+        Arc::new(SystemClock),
+    );
+
+    // exact on EVM: the in-memory EIP-3009 token and a funded payer.
+    let mock = Arc::new(MockFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let evm_pay_to = Address::repeat_byte(0x22);
+    let evm_key = LocalSigner::random();
+    mock.mint(token.address, evm_key.address(), U256::from(10_000))
+        .unwrap();
+
+    // One route, both schemes, one served-once record (the receiver's store).
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), evm_pay_to));
+    let algo: Arc<dyn Scheme> = Arc::new(ExactAlgo::new(receiver.clone()));
+    let accepts = Accepts::one(evm, 1_000).unwrap().or(algo, 2_000).unwrap();
+    let paywall = Paywall::new().with_served(receiver.served().clone()).route(
+        "/paid",
+        "the paid thing",
+        accepts,
+    );
+    let app = paywall.apply(Router::new().route("/paid", get(|| async { "content" })));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/paid", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
+
+    // One 402, both entries, in the route's order; the v2 `resource` is there (EVM wants it).
+    let unpaid = http.get(&url).send().await.unwrap();
+    assert_eq!(unpaid.status(), 402);
+    let header = unpaid.headers()["payment-required"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let required: PaymentRequired = decode_base64_json(&header).unwrap();
+    assert_eq!(required.accepts.len(), 2);
+    assert_eq!(required.accepts[0]["network"], NET);
+    assert_eq!(required.accepts[0]["amount"], "1000");
+    assert_eq!(required.accepts[1]["asset"], "ALGO");
+    assert_eq!(required.accepts[1]["maxAmountRequired"], "2000");
+    assert!(required.resource.is_some());
+    assert_eq!(unpaid.json::<PaymentRequired>().await.unwrap(), required);
+
+    // The exact-algo payer takes its entry (as the seed's client would) and pays it.
+    let seed_body = serde_json::json!({
+        "x402Version": 2,
+        "error": required.error,
+        "accepts": [required.accepts[1].clone()],
+    });
+    let algo_required: rail_exact_algo::wire::PaymentRequired =
+        serde_json::from_value(seed_body).unwrap();
+    let signed = algo_payer.pay_required(&algo_required).await.unwrap();
+    let paid = http
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", &signed.header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), 200);
+    let receipt: rail_exact_algo::wire::PaymentResponse =
+        decode_base64_json(paid.headers()["payment-response"].to_str().unwrap()).unwrap();
+    assert_eq!(receipt.transaction, signed.txid);
+    assert_eq!(paid.text().await.unwrap(), "content");
+    assert_eq!(net.devnet.balance(&treasury), 102_000);
+
+    // The EVM client picks its own entry by policy, pays, and is served.
+    let evm_payer = X402Payer::new(
+        evm_key,
+        EvmPolicy::new(NET, token.address, U256::from(1000)),
+    );
+    let client = X402Client::new(evm_payer).unwrap();
+    let evm_paid = client.get(&url).await.unwrap();
+    assert_eq!(evm_paid.status, 200);
+    let settled = evm_paid.settlement.expect("a PAYMENT-RESPONSE");
+    assert!(settled.success);
+    assert_eq!(
+        mock.balance(token.address, evm_pay_to).unwrap(),
+        U256::from(1_000)
+    );
+
+    // Each payment is served once: the exact-algo replay gets the seed's code.
+    let replay = http
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", &signed.header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 402);
+    let body: PaymentRequired = replay.json().await.unwrap();
+    assert_eq!(body.error.as_deref(), Some("paymentId already used"));
+    assert_eq!(net.devnet.balance(&treasury), 102_000);
+}
