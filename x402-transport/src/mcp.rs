@@ -1,0 +1,365 @@
+//! x402 over MCP (x402's `transports-v2/mcp.md`, and the exact-algo seed's §5) for any rmcp
+//! server, whatever the scheme: put [`McpPaywall::call`] in front of the tools of a
+//! `ServerHandler::call_tool`.
+//!
+//! - An unpaid call to a priced tool gets a tool result with `isError: true`, the payment
+//!   requirement in `structuredContent` (the 402 body: `x402Version`, `error`, `accepts`, plus
+//!   each scheme's hints, such as exact-algo's `how_to_pay`), and
+//!   `{"x402/error":{"code":402, "message", "data"}}` as `content[0].text`.
+//! - The payment comes in `params._meta["x402/payment"]`: the envelope as a JSON object, or its
+//!   base64 (the `PAYMENT-SIGNATURE` value). It is checked by the scheme it names and served at
+//!   most once ([`ServedOnce`], shared with the HTTP paywall and the rails' receivers).
+//! - [`SettleWhen::After`] (default): verified, the tool runs, and a tool error (`isError`) is
+//!   not charged; otherwise the payment settles and only then is the output returned.
+//!   [`SettleWhen::Before`]: settled first, then the tool runs (a failed tool releases the
+//!   payment, which can be presented again without a second charge).
+//! - A paid result carries the settlement in `result._meta["x402/payment-response"]`, and the
+//!   scheme's receipt (exact-algo's) in `structuredContent.receipt`.
+//! - A refusal is a payment-required result with a fresh challenge whose `error` is the
+//!   scheme's code (a failed settlement: `Payment settlement failed: <reason>`, with the
+//!   settlement in `structuredContent["x402/payment-response"]`); an unknown outcome is a tool
+//!   error with code 503: send the **same** payment again.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use rail_core::keys::KeyStore;
+use rail_core::{SharedClock, SystemClock};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject};
+use serde_json::{Map, Value, json};
+
+use crate::scheme::{Accepts, Failure, Presented, Refusal, Settled};
+use crate::served::ServedOnce;
+use crate::settle::{SettleWhen, choose, price, take};
+use crate::wire::{self, PaymentRequired, ResourceInfo};
+
+/// One priced tool.
+#[derive(Clone, Debug)]
+pub struct PricedTool {
+    /// The tool's name.
+    pub name: String,
+    /// What it does (the challenge's description).
+    pub description: String,
+    /// The ways to pay it.
+    pub accepts: Accepts,
+}
+
+/// Priced tools, the served-once record and the clock. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct McpPaywall {
+    tools: Arc<Vec<PricedTool>>,
+    served: ServedOnce,
+    clock: SharedClock,
+    settle_when: SettleWhen,
+}
+
+impl Default for McpPaywall {
+    fn default() -> Self {
+        McpPaywall::new()
+    }
+}
+
+fn text(v: &Value) -> ContentBlock {
+    ContentBlock::text(v.to_string())
+}
+
+impl McpPaywall {
+    /// No priced tools yet; served payments in memory; settle after the tool.
+    #[must_use]
+    pub fn new() -> Self {
+        McpPaywall {
+            tools: Arc::new(Vec::new()),
+            served: ServedOnce::default(),
+            clock: Arc::new(SystemClock),
+            settle_when: SettleWhen::After,
+        }
+    }
+
+    /// Served payments in `store` (PostgreSQL for several instances; the HTTP paywall on the
+    /// same store shares the record, so one payment is served once across both).
+    #[must_use]
+    pub fn with_store(mut self, store: Arc<dyn KeyStore>) -> Self {
+        self.served = ServedOnce::new(store);
+        self
+    }
+
+    /// Served payments in `served` (a receiver's record).
+    #[must_use]
+    pub fn with_served(mut self, served: ServedOnce) -> Self {
+        self.served = served;
+        self
+    }
+
+    /// Judges payments' validity windows by `clock` instead of the host's clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// When to settle (default [`SettleWhen::After`]: no charge for a failed tool).
+    #[must_use]
+    pub const fn settle(mut self, when: SettleWhen) -> Self {
+        self.settle_when = when;
+        self
+    }
+
+    /// Prices the tool `name`, payable in each of `accepts`.
+    #[must_use]
+    pub fn tool(mut self, name: &str, description: &str, accepts: Accepts) -> Self {
+        Arc::make_mut(&mut self.tools).push(PricedTool {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            accepts,
+        });
+        self
+    }
+
+    /// Every priced tool.
+    #[must_use]
+    pub fn tools(&self) -> &[PricedTool] {
+        &self.tools
+    }
+
+    /// The priced tool `name`, `None` if it is free.
+    #[must_use]
+    pub fn priced(&self, name: &str) -> Option<&PricedTool> {
+        self.tools
+            .iter()
+            .find(|t| t.name == name && !t.accepts.is_empty())
+    }
+
+    /// The payment requirement of `tool` (a fresh challenge from each scheme) as a tool
+    /// result's `structuredContent`: the 402 body plus each scheme's hints.
+    ///
+    /// # Errors
+    /// [`Failure::Unknown`] if a scheme cannot issue its challenge now.
+    pub async fn payment_required(
+        &self,
+        tool: &PricedTool,
+        refusal: Option<&Refusal>,
+    ) -> Result<Value, Failure> {
+        let url = format!("mcp://tool/{}", tool.name);
+        let accepts = tool.accepts.as_slice();
+        let mut entries = Vec::with_capacity(accepts.len());
+        let mut hints = Map::new();
+        for a in accepts {
+            let p = price(a, &tool.name, &url, &tool.description);
+            entries.push(a.scheme.requirements(&p).await?);
+            if let Some((k, v)) = a.scheme.mcp_hints() {
+                hints.insert(k, v);
+            }
+        }
+        let error = match refusal {
+            Some(r) => r.error.clone(),
+            None => accepts
+                .first()
+                .map_or(wire::PAYMENT_REQUIRED_ERROR, |a| a.scheme.required_error())
+                .to_owned(),
+        };
+        let pr = PaymentRequired {
+            x402_version: 2,
+            error: Some(error),
+            reason: refusal.and_then(|r| r.reason.clone()),
+            resource: accepts
+                .iter()
+                .any(|a| a.scheme.wants_resource())
+                .then(|| ResourceInfo {
+                    url,
+                    description: Some(tool.description.clone()),
+                    mime_type: None,
+                }),
+            accepts: entries,
+            extensions: None,
+        };
+        let mut v = serde_json::to_value(pr).unwrap_or(Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.extend(hints);
+        }
+        Ok(v)
+    }
+
+    /// [`McpPaywall::call`] with the `_meta` carried in the parameters themselves (a request
+    /// decoded from JSON by hand). Inside an rmcp server the request `_meta` arrives in
+    /// `RequestContext::meta` instead: use [`McpPaywall::call`] with it.
+    pub async fn call_params<F, Fut>(
+        &self,
+        params: &CallToolRequestParams,
+        run: F,
+    ) -> CallToolResult
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = CallToolResult> + Send,
+    {
+        let meta = params.meta.as_ref().map(|m| &m.0.0);
+        self.call(&params.name, meta, run).await
+    }
+
+    /// Runs a call of `tool`, whose request `_meta` is `meta` (in an rmcp `ServerHandler`:
+    /// `Some(&context.meta.0.0)`), through the paywall: `run` is called only for a free tool
+    /// or a checked payment, and its output is returned only once the payment settled.
+    pub async fn call<F, Fut>(&self, tool: &str, meta: Option<&JsonObject>, run: F) -> CallToolResult
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = CallToolResult> + Send,
+    {
+        let Some(priced) = self.priced(tool) else {
+            return run().await;
+        };
+        let Some(first) = priced.accepts.as_slice().first() else {
+            return run().await;
+        };
+        let presented = match meta.and_then(|m| m.get(wire::PAYMENT_META)) {
+            None | Some(Value::Null) => return self.challenge(priced, None).await,
+            Some(Value::String(s)) => Presented::Header(s.clone()),
+            Some(v @ Value::Object(_)) => Presented::Object(v.clone()),
+            Some(_) => {
+                let r = first
+                    .scheme
+                    .malformed("_meta[\"x402/payment\"] is neither an object nor a string");
+                return self.failure(priced, Failure::Refused(r)).await;
+            }
+        };
+        let accept = choose(priced.accepts.as_slice(), &presented).unwrap_or(first);
+        let url = format!("mcp://tool/{}", priced.name);
+        let p = price(accept, &priced.name, &url, &priced.description);
+        let taken = match take(accept, p, &presented, &self.served, self.clock.now()).await {
+            Ok(t) => t,
+            Err(f) => return self.failure(priced, f).await,
+        };
+        let ok = |r: &CallToolResult| r.is_error != Some(true);
+        let outcome = match self.settle_when {
+            SettleWhen::After => taken.verify_run_settle(run, ok).await,
+            SettleWhen::Before => match taken.settle().await {
+                Ok(paid) => paid.run(run, ok).await,
+                Err(f) => Err(f),
+            },
+        };
+        match outcome {
+            Ok((result, Some(settled))) => with_receipt(result, &settled),
+            // Settle-after: the tool failed, nothing was charged.
+            Ok((result, None)) => result,
+            Err(f) => self.failure(priced, f).await,
+        }
+    }
+
+    async fn challenge(&self, tool: &PricedTool, refusal: Option<&Refusal>) -> CallToolResult {
+        match self.payment_required(tool, refusal).await {
+            Ok(mut structured) => {
+                let mut error = refusal.map_or_else(
+                    || structured["error"].as_str().unwrap_or_default().to_owned(),
+                    |r| r.error.clone(),
+                );
+                if let (Some(r), Some(o)) = (refusal, structured.as_object_mut())
+                    && let Some(response) = &r.response
+                {
+                    // A failed settlement (x402's MCP transport): said so, with its answer.
+                    error = format!("Payment settlement failed: {}", r.error);
+                    o.insert("error".into(), Value::String(error.clone()));
+                    o.insert(wire::PAYMENT_RESPONSE_META.into(), response.clone());
+                }
+                payment_required_result(&structured, &error)
+            }
+            Err(f) => {
+                tracing::warn!(tool = %tool.name, failure = %f, "x402/mcp: cannot issue a challenge");
+                match f {
+                    Failure::Unknown {
+                        error,
+                        reason,
+                        detail,
+                    } => unavailable_result(&error, reason.as_deref(), &detail),
+                    Failure::Refused(r) => unavailable_result(&r.error, None, &r.detail),
+                }
+            }
+        }
+    }
+
+    async fn failure(&self, tool: &PricedTool, f: Failure) -> CallToolResult {
+        match f {
+            Failure::Refused(r) => {
+                tracing::info!(tool = %tool.name, error = %r.error, reason = ?r.reason, detail = %r.detail, "x402/mcp: payment refused");
+                self.challenge(tool, Some(&r)).await
+            }
+            Failure::Unknown {
+                error,
+                reason,
+                detail,
+            } => {
+                tracing::warn!(tool = %tool.name, error = %error, detail = %detail, "x402/mcp: payment outcome unknown");
+                unavailable_result(&error, reason.as_deref(), &detail)
+            }
+        }
+    }
+}
+
+/// `result` with the settlement in `_meta["x402/payment-response"]` and the scheme's receipt,
+/// if it has one, in `structuredContent.receipt`.
+#[must_use]
+pub fn with_receipt(mut result: CallToolResult, settled: &Settled) -> CallToolResult {
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.0.insert(
+        wire::PAYMENT_RESPONSE_META.to_owned(),
+        settled.response.clone(),
+    );
+    result.meta = Some(meta);
+    if let (Some(receipt), Some(Value::Object(o))) = (&settled.receipt, &mut result.structured_content)
+    {
+        o.insert("receipt".into(), receipt.clone());
+    }
+    result
+}
+
+/// The payment-required tool result: `isError`, `structured` as `structuredContent`, and the
+/// `x402/error` wrapper (code 402) as its text.
+#[must_use]
+pub fn payment_required_result(structured: &Value, error: &str) -> CallToolResult {
+    let wrapper = json!({"x402/error": {"code": 402, "message": error, "data": structured}});
+    let mut r = CallToolResult::error(vec![text(&wrapper)]);
+    r.structured_content = Some(structured.clone());
+    r
+}
+
+/// A tool error for an unknown outcome (code 503): send the **same** payment again.
+#[must_use]
+pub fn unavailable_result(error: &str, reason: Option<&str>, detail: &str) -> CallToolResult {
+    let mut data = json!({
+        "error": error,
+        "detail": detail,
+        "retryable": true,
+        "retryAfterSeconds": wire::RETRY_AFTER_SECS,
+    });
+    if let (Some(r), Some(o)) = (reason, data.as_object_mut()) {
+        o.insert("reason".into(), Value::String(r.to_owned()));
+    }
+    let body = json!({"x402/error": {
+        "code": 503,
+        "message": "payment outcome unknown; retry the same payment",
+        "data": data,
+    }});
+    let mut r = CallToolResult::error(vec![text(&body)]);
+    r.structured_content = Some(data);
+    r
+}
+
+/// The client side: the payment requirement of a tool result as JSON, looked for in the
+/// specification's order (`structuredContent`, `structuredContent["x402/error"].data`,
+/// `content[0].text` and its `x402/error.data`). `None` unless `isError` and it has `accepts`.
+#[must_use]
+pub fn payment_required_of(result: &CallToolResult) -> Option<Value> {
+    if result.is_error != Some(true) {
+        return None;
+    }
+    let pick = |v: &Value| -> Option<Value> {
+        if v.get("accepts").is_some_and(Value::is_array) {
+            return Some(v.clone());
+        }
+        v.pointer("/x402~1error/data")
+            .filter(|d| d.get("accepts").is_some_and(Value::is_array))
+            .cloned()
+    };
+    if let Some(found) = result.structured_content.as_ref().and_then(pick) {
+        return Some(found);
+    }
+    let text = result.content.first()?.as_text()?.text.clone();
+    pick(&serde_json::from_str(&text).ok()?)
+}
