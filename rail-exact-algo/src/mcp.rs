@@ -7,7 +7,9 @@
 //! same call with `params._meta["x402/payment"]` = the base64 envelope (the same value as the
 //! HTTP `PAYMENT-SIGNATURE` header). The payment is settled before the tool runs; the result
 //! carries `structuredContent.receipt` and `_meta["x402/payment-response"]`. A refused payment
-//! is answered with a fresh challenge whose `error` is the refusal's code.
+//! is answered with a fresh challenge whose `error` is one of the seed's six codes and whose
+//! `reason`, when present, is the finer code (as in the HTTP 402 body); a retryable failure
+//! is a tool error with `error`, `reason`, `retryable` and `retryAfterSeconds`.
 //!
 //! Implemented methods: `initialize`, `ping`, `tools/list`, `tools/call`; notifications (such
 //! as `notifications/initialized`) are acknowledged with 202 and no body. The server is
@@ -26,7 +28,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Map, Value, json};
 
-use crate::http::{CLIENT_PROCEDURE, PAYMENT_REQUIRED_ERROR, RETRY_AFTER_SECS, scheme_document};
+use crate::http::{CLIENT_PROCEDURE, PAYMENT_REQUIRED_ERROR, retryable_body, scheme_document};
+use crate::payment_id::LifecycleError;
 use crate::receiver::{ExactAlgoReceiver, Price, Refusal};
 use crate::wire::{self, PaymentResponse};
 
@@ -408,7 +411,7 @@ impl McpServer {
             Some(_) => Some(String::new()),
         };
         let Some(payment) = payment else {
-            return Ok(self.challenge(price, PAYMENT_REQUIRED_ERROR, None).await);
+            return Ok(self.challenge(price, None).await);
         };
         match self.receiver.settle_pending(&payment, price).await {
             Ok((r, serving)) => {
@@ -424,20 +427,29 @@ impl McpServer {
             Err(r) if r.is_retryable() => {
                 tracing::warn!(tool = %tool.name, error = %r, "mcp: settlement outcome unknown");
                 Ok(text_result(
-                    &json!({"error": r.code(), "retryable": true,
-                            "retryAfterSeconds": RETRY_AFTER_SECS, "detail": r.to_string()}),
+                    &retryable_body(r.error_code(), &r.to_string()),
                     true,
                 ))
             }
             Err(r) => {
-                tracing::info!(tool = %tool.name, code = r.code(), detail = %r, "mcp: payment refused");
-                Ok(self.challenge(price, r.code(), Some(&r)).await)
+                tracing::info!(tool = %tool.name, code = r.code(), reason = r.reason(), detail = %r, "mcp: payment refused");
+                Ok(self.challenge(price, Some(&r)).await)
             }
         }
     }
 
-    async fn challenge(&self, price: &Price, error: &str, refusal: Option<&Refusal>) -> Value {
-        match self.receiver.payment_required(price, error).await {
+    /// The tool result asking for a payment: `error` `payment required` when `refusal` is
+    /// `None`, else the refusal's seed code, with its finer `reason` and a `detail`.
+    async fn challenge(&self, price: &Price, refusal: Option<&Refusal>) -> Value {
+        let pr = match refusal {
+            None => {
+                self.receiver
+                    .payment_required(price, PAYMENT_REQUIRED_ERROR)
+                    .await
+            }
+            Some(r) => self.receiver.refused(price, r).await,
+        };
+        match pr {
             Ok(pr) => {
                 let mut v = serde_json::to_value(&pr).unwrap_or_else(|_| json!({}));
                 if let Some(o) = v.as_object_mut() {
@@ -453,9 +465,9 @@ impl McpServer {
             }
             Err(e) => {
                 tracing::warn!(tool = %price.resource, error = %e, "mcp: cannot issue a challenge");
+                let detail = e.to_string();
                 text_result(
-                    &json!({"error": "storage error", "retryable": true,
-                            "retryAfterSeconds": RETRY_AFTER_SECS, "detail": e.to_string()}),
+                    &retryable_body(LifecycleError::Store(e).error_code(), &detail),
                     true,
                 )
             }

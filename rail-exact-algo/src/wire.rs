@@ -6,6 +6,68 @@ use serde::{Deserialize, Serialize};
 
 use crate::txn::{SignedPay, TxnError};
 
+/// Seed §4: the amount is too small (re-read the 402 body and pay again).
+pub const UNDERPAID: &str = "underpaid";
+/// Seed §4: the wrong receiver (use `payTo` exactly).
+pub const RECEIVER_MISMATCH: &str = "receiver mismatch";
+/// Seed §4: no such challenge, or it expired (request a fresh 402).
+pub const UNKNOWN_OR_EXPIRED_PAYMENT_ID: &str = "unknown or expired paymentId";
+/// Seed §4: single use violated (request a fresh 402).
+pub const PAYMENT_ID_ALREADY_USED: &str = "paymentId already used";
+/// Seed §4: `last_valid_round` passed (sign again).
+pub const TRANSACTION_EXPIRED: &str = "transaction expired";
+/// Seed §4: the network rejected it (check the wallet and retry).
+pub const SETTLEMENT_FAILED: &str = "settlement failed";
+
+/// The seed's six error codes (§4), in its order: every refusal's `error` is one of them.
+pub const SEED_ERRORS: [&str; 6] = [
+    UNDERPAID,
+    RECEIVER_MISMATCH,
+    UNKNOWN_OR_EXPIRED_PAYMENT_ID,
+    PAYMENT_ID_ALREADY_USED,
+    TRANSACTION_EXPIRED,
+    SETTLEMENT_FAILED,
+];
+
+/// How a refusal goes on the wire: `error`, always one of the seed's codes ([`SEED_ERRORS`]),
+/// so a client written to the seed recognises every refusal; and `reason`, this receiver's
+/// finer stable code, sent beside it when it says more than the seed's code (`fee too high`
+/// under `settlement failed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ErrorCode {
+    /// The seed's code: the 402 body's (or MCP `structuredContent`'s) `error`.
+    pub error: &'static str,
+    /// The finer code (`reason`); `None` when the seed's code is all there is to say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+}
+
+impl ErrorCode {
+    /// A case the seed names itself.
+    #[must_use]
+    pub const fn seed(error: &'static str) -> Self {
+        ErrorCode {
+            error,
+            reason: None,
+        }
+    }
+
+    /// A finer case `reason`, sent under the seed's `error`.
+    #[must_use]
+    pub const fn finer(error: &'static str, reason: &'static str) -> Self {
+        ErrorCode {
+            error,
+            reason: Some(reason),
+        }
+    }
+
+    /// The finer code if there is one, else the seed's.
+    #[must_use]
+    pub fn most_specific(&self) -> &'static str {
+        self.reason.unwrap_or(self.error)
+    }
+}
+
 /// The `network` of a chain: `algorand:` + the first 32 characters of the base64url genesis
 /// hash (testnet: `algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe`).
 #[must_use]
@@ -54,8 +116,13 @@ pub struct Accept {
 pub struct PaymentRequired {
     /// 2.
     pub x402_version: u32,
-    /// `payment required`, or the reason a payment was refused.
+    /// `payment required`, or why a payment was refused: one of the seed's codes
+    /// ([`SEED_ERRORS`]).
     pub error: String,
+    /// The finer reason a payment was refused ([`ErrorCode::reason`]), when there is one;
+    /// absent from the JSON otherwise (a body the seed describes is unchanged).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
     /// What would be accepted.
     pub accepts: Vec<Accept>,
 }
@@ -104,6 +171,9 @@ pub struct PaymentResponse {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WireError {
+    /// The header is not one visible-ASCII value (two headers, or bytes outside ASCII).
+    #[error("PAYMENT-SIGNATURE is not one visible-ASCII header value")]
+    Header,
     /// Not base64.
     #[error("header is not base64")]
     Base64,
@@ -183,6 +253,34 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_reason_is_only_on_the_wire_when_there_is_one() {
+        let seed_only = PaymentRequired {
+            x402_version: 2,
+            error: "paymentId already used".into(),
+            reason: None,
+            accepts: Vec::new(),
+        };
+        assert_eq!(
+            serde_json::to_string(&seed_only).unwrap(),
+            r#"{"x402Version":2,"error":"paymentId already used","accepts":[]}"#
+        );
+        let finer = PaymentRequired {
+            error: "settlement failed".into(),
+            reason: Some("fee too high".into()),
+            ..seed_only
+        };
+        let json = serde_json::to_string(&finer).unwrap();
+        assert_eq!(
+            json,
+            r#"{"x402Version":2,"error":"settlement failed","reason":"fee too high","accepts":[]}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<PaymentRequired>(&json).unwrap(),
+            finer
+        );
+    }
+
+    #[test]
     fn the_seed_402_body_parses_as_is() {
         let body = r#"{"x402Version":2,"error":"payment required","accepts":[{"scheme":"exact",
             "network":"algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe","asset":"ALGO",
@@ -193,6 +291,7 @@ mod tests {
         let p: PaymentRequired = serde_json::from_str(body).unwrap();
         assert_eq!(p.accepts[0].extra.payment_id.len(), 32);
         assert_eq!(p.accepts[0].max_amount_required, "1000");
+        assert_eq!(p.reason, None);
     }
 
     #[test]
