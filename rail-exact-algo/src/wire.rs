@@ -1,7 +1,7 @@
 //! The exact-algo wire format (seed §2): the 402 body, the `PAYMENT-SIGNATURE` envelope and the
 //! `PAYMENT-RESPONSE` receipt, as plain serde types with strict decoding of what payers send.
 
-use data_encoding::{BASE64, BASE64URL_NOPAD};
+use data_encoding::{BASE64, BASE64_NOPAD, BASE64URL_NOPAD};
 use serde::{Deserialize, Serialize};
 
 use crate::txn::{SignedPay, TxnError};
@@ -69,11 +69,56 @@ impl ErrorCode {
 }
 
 /// The `network` of a chain: `algorand:` + the first 32 characters of the base64url genesis
-/// hash (testnet: `algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe`).
+/// hash (CAIP-2; testnet: `algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe`). This is what a receiver
+/// sends; [`normalize_network`] also reads the whole-hash spelling some x402 SDKs use.
 #[must_use]
 pub fn network_id(genesis_hash: &[u8; 32]) -> String {
     let b = BASE64URL_NOPAD.encode(genesis_hash);
     format!("algorand:{}", b.get(..32).unwrap_or(&b))
+}
+
+/// The CAIP-2 form ([`network_id`]) of an Algorand `network`, in either spelling:
+///
+/// - `algorand:` + a 32-character reference, the CAIP-2 form (the seed's). Written in the
+///   standard base64 alphabet it is the same reference: `+` reads as `-`, `/` as `_`;
+/// - `algorand:` + the whole genesis hash, as some x402 SDKs spell it
+///   (`algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=`), in standard base64 or
+///   base64url, with or without padding; it must decode (canonically) to exactly 32 bytes.
+///
+/// `None` for anything else (another namespace, another length, a character outside the
+/// alphabets, the two alphabets mixed, a hash that is not 32 bytes).
+#[must_use]
+pub fn normalize_network(network: &str) -> Option<String> {
+    let reference = network.strip_prefix("algorand:")?;
+    let standard = reference.contains(['+', '/']);
+    let url = reference.contains(['-', '_']);
+    if standard && url {
+        return None;
+    }
+    if reference.len() == 32 {
+        let ok = reference
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_'));
+        return ok.then(|| format!("algorand:{}", reference.replace('+', "-").replace('/', "_")));
+    }
+    let standard_form = reference.replace('-', "+").replace('_', "/");
+    let decoded = match standard_form.len() {
+        44 => BASE64.decode(standard_form.as_bytes()).ok()?,
+        43 => BASE64_NOPAD.decode(standard_form.as_bytes()).ok()?,
+        _ => return None,
+    };
+    let genesis_hash: [u8; 32] = decoded.try_into().ok()?;
+    Some(network_id(&genesis_hash))
+}
+
+/// Whether `a` and `b` name the same Algorand network, whichever spelling each uses (see
+/// [`normalize_network`]). `false` when either is not an Algorand network.
+#[must_use]
+pub fn same_network(a: &str, b: &str) -> bool {
+    match (normalize_network(a), normalize_network(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// `extra` of a challenge.
@@ -198,7 +243,8 @@ pub enum WireError {
 }
 
 /// Decodes a `PAYMENT-SIGNATURE` header for network `network`: base64 → JSON → base64 →
-/// strict msgpack. Nothing is trusted before the signature and rules are checked.
+/// strict msgpack. The envelope's `network` may spell `network` either way
+/// ([`same_network`]). Nothing is trusted before the signature and rules are checked.
 ///
 /// # Errors
 /// [`WireError`] naming the first problem.
@@ -217,7 +263,7 @@ pub fn decode_payment_header(
     if env.scheme != "exact" {
         return Err(WireError::Scheme(env.scheme));
     }
-    if env.network != network {
+    if !same_network(&env.network, network) {
         return Err(WireError::Network(env.network));
     }
     let raw = BASE64
@@ -250,6 +296,102 @@ mod tests {
             .try_into()
             .unwrap();
         assert_eq!(network_id(&gh), "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe");
+    }
+
+    const TESTNET: &str = "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe";
+    const MAINNET: &str = "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73k";
+    const BETANET: &str = "algorand:mFgazF-2uRS1tMiL9dsj01hJGySEmPN2";
+
+    #[test]
+    fn both_spellings_of_a_network_normalize_to_caip2() {
+        let n = |s: &str| normalize_network(s);
+        for (spelling, caip2) in [
+            // CAIP-2 (the seed's spelling) maps to itself.
+            (TESTNET, TESTNET),
+            (MAINNET, MAINNET),
+            (BETANET, BETANET),
+            // The whole hash in standard base64, padded (x402 SDKs).
+            (
+                "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=",
+                TESTNET,
+            ),
+            (
+                "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8=",
+                MAINNET,
+            ),
+            (
+                "algorand:mFgazF+2uRS1tMiL9dsj01hJGySEmPN28B/TjjvpVW0=",
+                BETANET,
+            ),
+            // …unpadded, and in base64url with or without padding.
+            (
+                "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI",
+                TESTNET,
+            ),
+            (
+                "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9_cOUJOiI",
+                TESTNET,
+            ),
+            (
+                "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9_cOUJOiI=",
+                TESTNET,
+            ),
+            (
+                "algorand:mFgazF-2uRS1tMiL9dsj01hJGySEmPN28B_TjjvpVW0",
+                BETANET,
+            ),
+            // A 32-character reference in the standard alphabet is the same reference.
+            ("algorand:mFgazF+2uRS1tMiL9dsj01hJGySEmPN2", BETANET),
+        ] {
+            assert_eq!(n(spelling).as_deref(), Some(caip2), "{spelling}");
+        }
+        for not_algorand in [
+            "",
+            "algorand:",
+            "algorand",
+            "eip155:1",
+            "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
+            "Algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe",
+            "algorand-testnet",
+            "SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=",
+            // Wrong lengths: 31 and 33 characters, a 24-byte and a 33-byte hash.
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCD",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDex",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiIA",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiIAAA==",
+            // Garbage: outside the alphabets, padding in a reference, mixed alphabets,
+            // non-canonical trailing bits, misplaced padding.
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8Fmnr!De",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCD=",
+            "algorand:mFgazF+2uRS1tMiL9dsj01hJGySEmPN28B_TjjvpVW0=",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiJ=",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOi=I",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe xi9/cOUJOiI=",
+        ] {
+            assert_eq!(n(not_algorand), None, "{not_algorand:?}");
+        }
+    }
+
+    #[test]
+    fn same_network_reads_either_spelling() {
+        assert!(same_network(
+            TESTNET,
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI="
+        ));
+        assert!(same_network(
+            "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8=",
+            MAINNET
+        ));
+        assert!(same_network(TESTNET, TESTNET));
+        assert!(!same_network(TESTNET, MAINNET));
+        assert!(!same_network(
+            TESTNET,
+            "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8="
+        ));
+        // Not an Algorand network: never the same as anything, itself included.
+        assert!(!same_network("eip155:1", "eip155:1"));
+        assert!(!same_network(TESTNET, "algorand:testnet"));
     }
 
     #[test]
@@ -312,6 +454,23 @@ mod tests {
         ));
         assert!(matches!(
             decode_payment_header(&env(2, "exact", "algorand:other", GOLDEN), net),
+            Err(WireError::Network(_))
+        ));
+        // The same network spelled with the whole genesis hash (x402 SDKs) is this network.
+        let whole = "algorand:JgsgCaCTqIaLeVhyL6XlRu3n7Rfk2FxMeK+wRSaQ7dI=";
+        assert_eq!(normalize_network(whole).as_deref(), Some(net));
+        let (e, s) = decode_payment_header(&env(2, "exact", whole, GOLDEN), net).unwrap();
+        assert_eq!((e.network.as_str(), s.txn.amount), (whole, 1000));
+        assert!(matches!(
+            decode_payment_header(
+                &env(
+                    2,
+                    "exact",
+                    "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=",
+                    GOLDEN
+                ),
+                net
+            ),
             Err(WireError::Network(_))
         ));
         assert_eq!(

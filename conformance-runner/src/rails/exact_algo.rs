@@ -500,6 +500,10 @@ impl ExactAlgoHarness {
             self.rekeyed_account().await,
         ));
         out.push(("envelope variants".into(), self.envelopes().await));
+        out.push((
+            "network spelled with the whole genesis hash".into(),
+            self.whole_hash_network().await,
+        ));
         out.push(("encoding variants".into(), self.encodings().await));
         out.push(("overpayment accepted".into(), self.overpaid().await));
         out
@@ -777,6 +781,36 @@ impl ExactAlgoHarness {
         }
         // After every malformed variant, the genuine payment still settles.
         self.settle_ok(&self.envelope(&s.encode()), &price).await
+    }
+
+    /// The receiver's network spelled as some x402 SDKs do (`algorand:` + the whole genesis
+    /// hash in base64) is the same network: the payment settles; another chain's whole hash
+    /// is refused.
+    async fn whole_hash_network(&self) -> Check {
+        let gh = self
+            .algod
+            .params()
+            .await
+            .map_err(|e| e.to_string())?
+            .genesis_hash;
+        let (price, _, s) = self.paid_by_payer(1000).await?;
+        let txn = BASE64.encode(&s.encode());
+        let raw = |network: &str| {
+            header(
+                &json!({"x402Version":2,"scheme":"exact","network":network,"payload":{"txn":txn}}),
+            )
+            .unwrap_or_default()
+        };
+        self.expect_refused(
+            &raw("algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8="),
+            &price,
+            None,
+            "wrong network",
+        )
+        .await
+        .map_err(|e| format!("mainnet's whole hash: {e}"))?;
+        let whole = format!("algorand:{}", BASE64.encode(&gh));
+        self.settle_ok(&raw(&whole), &price).await
     }
 
     async fn encodings(&self) -> Check {
