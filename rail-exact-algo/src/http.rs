@@ -8,10 +8,12 @@
 //! ```
 //!
 //! The payment is settled **before** the handler runs; a refused payment is answered with a
-//! 402 carrying a fresh challenge whose `error` is the refusal's code
-//! ([`crate::receiver::Refusal::code`]); a settlement whose outcome is unknown (algod
-//! unreachable) is a 503 with `Retry-After`, and the same payment may be sent again. Nothing a
-//! payer sends can cause a 5xx by itself.
+//! 402 carrying a fresh challenge whose `error` is one of the seed's six codes
+//! ([`crate::receiver::Refusal::code`]) and whose `reason`, when present, is the finer code
+//! ([`crate::receiver::Refusal::reason`]); a settlement whose outcome is unknown (algod
+//! unreachable) is a 503 with `Retry-After` (`error` `settlement failed`, `reason` `algod
+//! unavailable`), and the same payment may be sent again. Nothing a payer sends can cause a
+//! 5xx by itself.
 
 use std::sync::Arc;
 
@@ -23,6 +25,10 @@ use x402_transport::paywall::Paywall;
 
 use crate::receiver::{ExactAlgoReceiver, Price};
 use crate::rules::{MAX_FEE, MAX_WINDOW};
+use crate::wire::{
+    ErrorCode, PAYMENT_ID_ALREADY_USED, RECEIVER_MISMATCH, SEED_ERRORS, SETTLEMENT_FAILED,
+    TRANSACTION_EXPIRED, UNDERPAID, UNKNOWN_OR_EXPIRED_PAYMENT_ID,
+};
 
 /// The `error` of a challenge for a request that carried no payment.
 pub const PAYMENT_REQUIRED_ERROR: &str = crate::scheme::PAYMENT_REQUIRED_ERROR;
@@ -64,15 +70,21 @@ pub struct ServiceInfo {
     pub mcp_endpoint: Option<String>,
 }
 
-/// One rule of seed §3: what, why, and the error codes that break it.
+/// One rule of seed §3: what, why, and the error codes a payment breaking it is refused with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RuleDoc {
     /// The rule.
     pub rule: &'static str,
     /// Why.
     pub why: &'static str,
-    /// The `error` codes a payment breaking it is refused with.
-    pub errors: &'static [&'static str],
+    /// The codes a payment breaking it is refused with: the seed's `error`, and the finer
+    /// `reason` beside it where there is one.
+    pub errors: &'static [ErrorCode],
+}
+
+/// A finer case sent under the seed's `settlement failed`.
+const fn failed(reason: &'static str) -> ErrorCode {
+    ErrorCode::finer(SETTLEMENT_FAILED, reason)
 }
 
 /// The transaction rules (seed §3, plus the encoding and signature checks), in order.
@@ -81,274 +93,266 @@ pub const RULES: &[RuleDoc] = &[
         rule: "type = pay, a single transaction (no group), single signature",
         why: "nothing else can be slipped into a group",
         errors: &[
-            "wrong transaction type",
-            "group not allowed",
-            "multisig not accepted",
-            "logicsig not accepted",
+            failed("wrong transaction type"),
+            failed("group not allowed"),
+            failed("multisig not accepted"),
+            failed("logicsig not accepted"),
         ],
     },
     RuleDoc {
         rule: "receiver = accepts[].payTo",
         why: "pay only the advertised address",
-        errors: &["receiver mismatch"],
+        errors: &[ErrorCode::seed(RECEIVER_MISMATCH)],
     },
     RuleDoc {
         rule: "amount >= maxAmountRequired",
         why: "blocks underpayment",
-        errors: &["underpaid"],
+        errors: &[ErrorCode::seed(UNDERPAID)],
     },
     RuleDoc {
         rule: "note = extra.paymentId (ASCII)",
         why: "binds the payment to the request; blocks reuse",
         errors: &[
-            "note mismatch",
-            "unknown or expired paymentId",
-            "paymentId already used",
+            ErrorCode::finer(UNKNOWN_OR_EXPIRED_PAYMENT_ID, "note mismatch"),
+            ErrorCode::seed(UNKNOWN_OR_EXPIRED_PAYMENT_ID),
+            ErrorCode::seed(PAYMENT_ID_ALREADY_USED),
         ],
     },
     RuleDoc {
         rule: "extra.minFeeMicroAlgo <= fee <= 2,000 microALGO",
         why: "the payer is never forced into an excessive fee",
-        errors: &["fee too high", "fee too low"],
+        errors: &[failed("fee too high"), failed("fee too low")],
     },
     RuleDoc {
         rule: "rekey_to and close_remainder_to empty",
         why: "blocks account takeover and balance sweep",
-        errors: &["rekey not allowed", "close-to not allowed"],
+        errors: &[failed("rekey not allowed"), failed("close-to not allowed")],
     },
     RuleDoc {
         rule: "inside its valid rounds (at most 1,000), genesis hash matches",
         why: "blocks expired transactions and cross-network replay",
         errors: &[
-            "transaction expired",
-            "transaction not yet valid",
-            "validity window too long",
-            "wrong network",
+            ErrorCode::seed(TRANSACTION_EXPIRED),
+            ErrorCode::finer(TRANSACTION_EXPIRED, "transaction not yet valid"),
+            ErrorCode::finer(TRANSACTION_EXPIRED, "validity window too long"),
+            failed("wrong network"),
         ],
     },
     RuleDoc {
         rule: "signed by the sender (or the address it was rekeyed to, named in sgnr)",
         why: "checked before anything in the payload is believed",
-        errors: &["bad signature", "unauthorized signer"],
+        errors: &[failed("bad signature"), failed("unauthorized signer")],
     },
     RuleDoc {
         rule: "payload.txn is canonical msgpack of a signed native payment, no unknown fields",
         why: "what is checked is exactly what is submitted",
-        errors: &["non-canonical encoding", "malformed payment"],
+        errors: &[
+            failed("non-canonical encoding"),
+            failed("malformed payment"),
+        ],
     },
 ];
 
-/// One error code: what it means, what the payer does, the HTTP status it comes with, and
-/// whether the seed (§4) names it.
+/// One error a payer can meet: the seed's `error` and the finer `reason` sent beside it,
+/// what it means, what the payer does, and the HTTP status it comes with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ErrorDoc {
-    /// The `error` string.
-    pub code: &'static str,
+    /// `error` (one of the seed's six codes, or `payment required`) and `reason` (the
+    /// finer code, `None` for the seed's own rows).
+    pub code: ErrorCode,
     /// What it means.
     pub meaning: &'static str,
     /// What the payer does.
     pub action: &'static str,
     /// The HTTP status (402, or 503 for a retryable failure).
     pub status: u16,
-    /// Whether the seed's table names it.
-    pub seed: bool,
+}
+
+impl ErrorDoc {
+    /// Whether this is a row of the seed's own table (§4): a seed code with no finer reason.
+    #[must_use]
+    pub fn is_seed_row(&self) -> bool {
+        self.code.reason.is_none() && SEED_ERRORS.contains(&self.code.error)
+    }
 }
 
 const fn err(
-    code: &'static str,
+    code: ErrorCode,
     meaning: &'static str,
     action: &'static str,
     status: u16,
-    seed: bool,
 ) -> ErrorDoc {
     ErrorDoc {
         code,
         meaning,
         action,
         status,
-        seed,
     }
 }
 
 const FRESH: &str = "request a fresh 402 and pay again";
+const SAME_AGAIN: &str =
+    "wait Retry-After and send the same PAYMENT-SIGNATURE again; do not pay again";
 
-/// Every `error` a payer can meet: the seed's table (§4), then this implementation's finer
-/// codes ([`crate::receiver::Refusal::code`], [`crate::rules::Violation::code`]).
+/// Every error a payer can meet: the seed's table (§4) as it stands, `payment required`, then
+/// this implementation's finer reasons ([`crate::receiver::Refusal::reason`]), each with the
+/// seed code it is sent under ([`crate::receiver::Refusal::code`]).
 pub const ERRORS: &[ErrorDoc] = &[
     err(
-        "underpaid",
+        ErrorCode::seed(UNDERPAID),
         "amount too small",
         "re-read the 402 body and pay again",
         402,
-        true,
     ),
     err(
-        "receiver mismatch",
+        ErrorCode::seed(RECEIVER_MISMATCH),
         "wrong receiver",
         "use payTo exactly",
         402,
-        true,
     ),
     err(
-        "unknown or expired paymentId",
+        ErrorCode::seed(UNKNOWN_OR_EXPIRED_PAYMENT_ID),
         "no such challenge (for this resource), or it expired",
         "request a fresh 402",
         402,
-        true,
     ),
     err(
-        "paymentId already used",
+        ErrorCode::seed(PAYMENT_ID_ALREADY_USED),
         "single-use violated",
         "request a fresh 402",
         402,
-        true,
     ),
     err(
-        "settlement in progress",
-        "this very payment is being settled (your earlier attempt, or a duplicate)",
-        "wait Retry-After and send the same PAYMENT-SIGNATURE again; do not pay again",
-        503,
-        false,
-    ),
-    err(
-        "transaction expired",
+        ErrorCode::seed(TRANSACTION_EXPIRED),
         "last_valid_round passed",
         "sign again",
         402,
-        true,
     ),
     err(
-        "settlement failed",
-        "the network rejected it (signature, balance); with 503 and Retry-After: algod could not be reached and the outcome is unknown",
-        "402: check the wallet and retry with a fresh 402; 503: send the same payment again after Retry-After",
+        ErrorCode::seed(SETTLEMENT_FAILED),
+        "the network rejected it (signature, balance)",
+        "check the wallet and retry with the fresh 402",
         402,
-        true,
     ),
     err(
-        PAYMENT_REQUIRED_ERROR,
+        ErrorCode::seed(PAYMENT_REQUIRED_ERROR),
         "no payment was attached",
         "pay the challenge in accepts[0] and retry with the payment",
         402,
-        false,
     ),
     err(
-        "malformed payment",
+        failed("malformed payment"),
         "the header is not base64 of the envelope JSON, or has unknown fields, another x402Version or scheme, or payload.txn is not a signed native payment",
         FRESH,
         402,
-        false,
     ),
     err(
-        "non-canonical encoding",
+        failed("non-canonical encoding"),
         "payload.txn is not the canonical msgpack encoding",
         "encode with an Algorand SDK",
         402,
-        false,
     ),
     err(
-        "wrong transaction type",
+        failed("wrong transaction type"),
         "not a pay transaction",
         "send a native ALGO payment",
         402,
-        false,
     ),
     err(
-        "multisig not accepted",
+        failed("multisig not accepted"),
         "a multisig signature",
         "sign with a single key",
         402,
-        false,
     ),
     err(
-        "logicsig not accepted",
+        failed("logicsig not accepted"),
         "a logic signature",
         "sign with a single key",
         402,
-        false,
     ),
     err(
-        "bad signature",
+        failed("bad signature"),
         "the signature does not verify",
         "sign with the sender's key",
         402,
-        false,
     ),
     err(
-        "unauthorized signer",
+        failed("unauthorized signer"),
         "sgnr is not the account's auth address",
         "sign with the key the account is rekeyed to",
         402,
-        false,
     ),
     err(
-        "wrong network",
+        failed("wrong network"),
         "another network or genesis hash",
         "pay on the network in accepts[].network",
         402,
-        false,
     ),
     err(
-        "group not allowed",
+        failed("group not allowed"),
         "the transaction is part of a group",
         "send one ungrouped transaction",
         402,
-        false,
     ),
     err(
-        "note mismatch",
-        "the note is not exactly extra.paymentId",
-        FRESH,
-        402,
-        false,
-    ),
-    err(
-        "fee too high",
+        failed("fee too high"),
         "fee above 2,000 microALGO",
         "use a flat fee of extra.minFeeMicroAlgo",
         402,
-        false,
     ),
     err(
-        "fee too low",
+        failed("fee too low"),
         "fee below the network minimum",
         "use a flat fee of extra.minFeeMicroAlgo",
         402,
-        false,
     ),
     err(
-        "rekey not allowed",
+        failed("rekey not allowed"),
         "rekey_to is set",
         "leave rekey_to empty",
         402,
-        false,
     ),
     err(
-        "close-to not allowed",
+        failed("close-to not allowed"),
         "close_remainder_to is set",
         "leave close_remainder_to empty",
         402,
-        false,
     ),
     err(
-        "transaction not yet valid",
+        ErrorCode::finer(TRANSACTION_EXPIRED, "transaction not yet valid"),
         "first_valid_round is ahead of the chain",
         "sign again with current suggested params",
         402,
-        false,
     ),
     err(
-        "validity window too long",
+        ErrorCode::finer(TRANSACTION_EXPIRED, "validity window too long"),
         "last_valid - first_valid is negative or above 1,000 rounds",
         "sign again with current suggested params",
         402,
-        false,
     ),
     err(
-        "storage error",
-        "the receiver's paymentId store failed",
-        "send the same payment again after Retry-After",
+        ErrorCode::finer(UNKNOWN_OR_EXPIRED_PAYMENT_ID, "note mismatch"),
+        "the note is not exactly extra.paymentId",
+        FRESH,
+        402,
+    ),
+    err(
+        failed("settlement in progress"),
+        "this very payment is being settled (your earlier attempt, or a duplicate)",
+        SAME_AGAIN,
         503,
-        false,
+    ),
+    err(
+        failed("algod unavailable"),
+        "algod could not be reached or did not answer in time; the outcome is unknown",
+        SAME_AGAIN,
+        503,
+    ),
+    err(
+        failed("storage error"),
+        "the receiver's paymentId store failed",
+        "retry the same request (with the same payment, if any) after Retry-After",
+        503,
     ),
 ];
 
@@ -365,7 +369,7 @@ pub const CLIENT_PROCEDURE: &[&str] = &[
     "Sign it with a single key; payload.txn = base64 of the signed transaction's msgpack.",
     "Envelope = {\"x402Version\": 2, \"scheme\": \"exact\", \"network\": accepts[].network, \"payload\": {\"txn\": ...}}; send base64 of its JSON as the PAYMENT-SIGNATURE header (HTTP) or as params._meta[\"x402/payment\"] (MCP tools/call), repeating the same request.",
     "Success: HTTP 200 with PAYMENT-RESPONSE (base64 JSON receipt: success, transaction, network, payer, amount, confirmedRound); MCP structuredContent.receipt and _meta[\"x402/payment-response\"].",
-    "402 with another error: see errors (a fresh challenge comes with it). 503 with Retry-After: send the same payment again; it settles at most once.",
+    "402 with another error: act on error as the seed's table says (errors; reason, when present, names the finer case); a fresh challenge comes with it. 503 with Retry-After: send the same payment again; it settles at most once.",
 ];
 
 /// The machine-readable scheme document (`/.well-known/exact-algo.json`, and the body of the
@@ -386,8 +390,12 @@ pub fn scheme_document(
     let errors: Vec<Value> = ERRORS
         .iter()
         .map(|e| {
-            json!({"error": e.code, "meaning": e.meaning, "action": e.action,
-                   "status": e.status, "seed": e.seed})
+            let mut v = json!({"error": e.code.error, "meaning": e.meaning,
+                               "action": e.action, "status": e.status, "seed": e.is_seed_row()});
+            if let (Some(reason), Some(o)) = (e.code.reason, v.as_object_mut()) {
+                o.insert("reason".into(), Value::String(reason.to_owned()));
+            }
+            v
         })
         .collect();
     let http: Vec<Value> = routes
@@ -431,8 +439,13 @@ pub fn scheme_document(
             "payload.txn": "base64 of the msgpack of the signed native pay transaction; its note is extra.paymentId",
             "encoding": "base64 of the envelope's JSON",
         },
+        "seedErrors": SEED_ERRORS,
+        "errorFields": {
+            "error": "always one of the seed's six codes (seedErrors), or \"payment required\" when no payment was attached: act on it as the seed says",
+            "reason": "present when this receiver knows more: a finer stable code (errors[].reason), sent beside error in the 402 body, the 503 body and MCP structuredContent",
+        },
         "challenge": {
-            "body": "PaymentRequired {x402Version, error, accepts[]}",
+            "body": "PaymentRequired {x402Version, error, reason (optional), accepts[]}",
             "accepts": ["scheme", "network", "asset", "maxAmountRequired", "resource",
                         "description", "payTo", "maxTimeoutSeconds",
                         "extra.paymentId", "extra.minFeeMicroAlgo"],
@@ -511,9 +524,35 @@ pub fn llms_txt(
     for (i, step) in CLIENT_PROCEDURE.iter().enumerate() {
         let _ = writeln!(s, "{}. {step}", i + 1);
     }
-    let _ = writeln!(s, "\n## Errors (the 402 body's error)\n");
+    let _ = writeln!(s, "\n## Errors (the 402 body's error, and reason)\n");
+    let _ = writeln!(
+        s,
+        "error is always one of the seed's six codes ({}) or \"{PAYMENT_REQUIRED_ERROR}\"; act \
+         on it as the seed says. reason, when present, is a finer stable code sent beside it.\n",
+        SEED_ERRORS.join(", ")
+    );
     for e in ERRORS {
-        let _ = writeln!(s, "- {}: {}. {}.", e.code, e.meaning, e.action);
+        let status = if e.status == 402 {
+            String::new()
+        } else {
+            format!(" (HTTP {})", e.status)
+        };
+        match e.code.reason {
+            None => {
+                let _ = writeln!(
+                    s,
+                    "- {}{status}: {}. {}.",
+                    e.code.error, e.meaning, e.action
+                );
+            }
+            Some(reason) => {
+                let _ = writeln!(
+                    s,
+                    "- {} / reason {reason}{status}: {}. {}.",
+                    e.code.error, e.meaning, e.action
+                );
+            }
+        }
     }
     let _ = writeln!(s, "\n## Docs\n");
     let _ = writeln!(
@@ -563,146 +602,69 @@ pub fn discovery_router(
         )
 }
 
-/// Whether `code` is documented in [`ERRORS`].
+/// Whether `code` (an `error` with its `reason`) is documented in [`ERRORS`].
 #[must_use]
-pub fn is_documented(code: &str) -> bool {
+pub fn is_documented(code: ErrorCode) -> bool {
     ERRORS.iter().any(|e| e.code == code)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address::Address;
-    use crate::algod::AlgodError;
-    use crate::msgpack::MsgpackError;
-    use crate::payment_id::LifecycleError;
-    use crate::receiver::Refusal;
-    use crate::rules::Violation;
-    use crate::txn::TxnError;
-    use crate::wire::WireError;
+    use crate::receiver::{Refusal, every_refusal};
 
     #[test]
     fn every_violation_code_is_documented_and_in_a_rule() {
-        let a = Address([7; 32]);
-        let all = [
-            Violation::BadSignature,
-            Violation::UnauthorizedSigner { signer: a },
-            Violation::Grouped,
-            Violation::ReceiverMismatch {
-                expected: a,
-                actual: a,
-            },
-            Violation::Underpaid {
-                required: 2,
-                actual: 1,
-            },
-            Violation::NoteMismatch,
-            Violation::FeeTooHigh { fee: 3000 },
-            Violation::FeeTooLow { fee: 1, min: 1000 },
-            Violation::Rekey,
-            Violation::CloseTo,
-            Violation::WrongNetwork,
-            Violation::Expired {
-                last_valid: 1,
-                round: 2,
-            },
-            Violation::NotYetValid {
-                first_valid: 9,
-                round: 2,
-            },
-            Violation::BadWindow {
-                first_valid: 1,
-                last_valid: 5000,
-            },
-        ];
-        for v in &all {
-            // Exhaustive: a new violation breaks this test until it is documented.
-            match v {
-                Violation::BadSignature
-                | Violation::UnauthorizedSigner { .. }
-                | Violation::Grouped
-                | Violation::ReceiverMismatch { .. }
-                | Violation::Underpaid { .. }
-                | Violation::NoteMismatch
-                | Violation::FeeTooHigh { .. }
-                | Violation::FeeTooLow { .. }
-                | Violation::Rekey
-                | Violation::CloseTo
-                | Violation::WrongNetwork
-                | Violation::Expired { .. }
-                | Violation::NotYetValid { .. }
-                | Violation::BadWindow { .. } => {}
-            }
-            assert!(is_documented(v.code()), "{}", v.code());
-            assert!(
-                RULES.iter().any(|r| r.errors.contains(&v.code())),
-                "{}",
-                v.code()
-            );
+        for r in every_refusal() {
+            let Refusal::Rule(v) = r else { continue };
+            let code = v.error_code();
+            assert!(is_documented(code), "{code:?}");
+            assert!(RULES.iter().any(|r| r.errors.contains(&code)), "{code:?}");
         }
     }
 
     #[test]
     fn every_refusal_code_is_documented() {
-        let txn_errors = [
-            TxnError::Msgpack(MsgpackError::Trailing(1)),
-            TxnError::NotAMap("x"),
-            TxnError::UnknownField("x".into()),
-            TxnError::MissingField("x"),
-            TxnError::FieldType("x"),
-            TxnError::WrongType("axfer".into()),
-            TxnError::Multisig,
-            TxnError::LogicSig,
-            TxnError::NonCanonical,
-            TxnError::NoteTooLong,
-            TxnError::BadSignature,
-        ];
-        let mut refusals: Vec<Refusal> = txn_errors
-            .into_iter()
-            .map(|e| Refusal::Malformed(WireError::Txn(e)))
+        for r in every_refusal() {
+            let code = r.error_code();
+            assert!(is_documented(code), "{r:?}: {code:?}");
+            // The status documented is the status it is answered with.
+            let doc = ERRORS.iter().find(|e| e.code == code).unwrap();
+            let status = if r.is_retryable() { 503 } else { 402 };
+            assert_eq!(doc.status, status, "{r:?}");
+        }
+        let seed: Vec<&str> = ERRORS
+            .iter()
+            .filter(|e| e.is_seed_row())
+            .map(|e| e.code.error)
             .collect();
-        for w in [
-            WireError::Base64,
-            WireError::Json("x".into()),
-            WireError::Version(1),
-            WireError::Scheme("upto".into()),
-            WireError::Network("algorand:x".into()),
-            WireError::TxnBase64,
-        ] {
-            refusals.push(Refusal::Malformed(w));
-        }
-        refusals.push(Refusal::PaymentId(LifecycleError::UnknownOrExpired));
-        refusals.push(Refusal::PaymentId(LifecycleError::AlreadyUsed));
-        refusals.push(Refusal::PaymentId(LifecycleError::InProgress {
-            retry_after: std::time::Duration::from_secs(1),
-        }));
-        refusals.push(Refusal::PaymentId(LifecycleError::Store(
-            rail_core::RailError::Storage("down".into()),
-        )));
-        refusals.push(Refusal::SettlementFailed("overspend".into()));
-        refusals.push(Refusal::Unavailable(AlgodError::Transport("down".into())));
-        refusals.push(Refusal::Rule(Violation::Grouped));
-        for r in &refusals {
-            match r {
-                Refusal::Malformed(_)
-                | Refusal::PaymentId(_)
-                | Refusal::Rule(_)
-                | Refusal::SettlementFailed(_)
-                | Refusal::Unavailable(_) => {}
+        assert_eq!(seed, SEED_ERRORS);
+    }
+
+    #[test]
+    fn every_documented_error_is_sent_under_a_seed_code() {
+        for e in ERRORS {
+            assert!(
+                SEED_ERRORS.contains(&e.code.error) || e.code.error == PAYMENT_REQUIRED_ERROR,
+                "{e:?}"
+            );
+            if let Some(reason) = e.code.reason {
+                assert!(!SEED_ERRORS.contains(&reason), "{e:?}");
+                // One seed code per finer reason.
+                assert_eq!(
+                    ERRORS
+                        .iter()
+                        .filter(|o| o.code.reason == Some(reason))
+                        .count(),
+                    1,
+                    "{reason}"
+                );
             }
-            assert!(is_documented(r.code()), "{}", r.code());
         }
-        let seed: Vec<&str> = ERRORS.iter().filter(|e| e.seed).map(|e| e.code).collect();
-        assert_eq!(
-            seed,
-            [
-                "underpaid",
-                "receiver mismatch",
-                "unknown or expired paymentId",
-                "paymentId already used",
-                "transaction expired",
-                "settlement failed"
-            ]
-        );
+        for r in RULES {
+            for c in r.errors {
+                assert!(is_documented(*c), "{c:?}");
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@
 //! | [`txn`], [`msgpack`], [`address`] | strict canonical decoding, txids, Ed25519 `verify_strict` |
 //! | [`rules`] | every rule of seed §3, each with its error code |
 //! | [`payment_id`] | paymentId lifecycle (issued → submitting → settled) on the rail-core replay guard |
-//! | [`wire`] | the 402 body, the envelope and the receipt |
+//! | [`wire`] | the 402 body, the envelope and the receipt; the seed's error codes; both spellings of a network |
 //!
 //! ## Features
 //!

@@ -412,7 +412,9 @@ impl McpServer {
             Some(_) => Some(String::new()),
         };
         let Some(payment) = payment else {
-            return Ok(self.challenge(price, PAYMENT_REQUIRED_ERROR, None).await);
+            return Ok(self
+                .challenge(price, PAYMENT_REQUIRED_ERROR, None, None)
+                .await);
         };
         let accept = Accept {
             scheme: Arc::new(ExactAlgo::new(self.receiver.clone())),
@@ -453,22 +455,34 @@ impl McpServer {
         };
         match outcome {
             Ok(result) => Ok(result),
-            Err(Failure::Unknown { error, detail, .. }) => {
+            Err(Failure::Unknown {
+                error,
+                reason,
+                detail,
+            }) => {
                 tracing::warn!(tool = %tool.name, error = %error, detail = %detail, "mcp: settlement outcome unknown");
                 Ok(text_result(
-                    &json!({"error": error, "retryable": true,
+                    &json!({"error": error, "reason": reason, "retryable": true,
                             "retryAfterSeconds": RETRY_AFTER_SECS, "detail": detail}),
                     true,
                 ))
             }
             Err(Failure::Refused(r)) => {
                 tracing::info!(tool = %tool.name, code = %r.error, detail = %r.detail, "mcp: payment refused");
-                Ok(self.challenge(price, &r.error, Some(&r.detail)).await)
+                Ok(self
+                    .challenge(price, &r.error, r.reason.as_deref(), Some(&r.detail))
+                    .await)
             }
         }
     }
 
-    async fn challenge(&self, price: &Price, error: &str, detail: Option<&str>) -> Value {
+    async fn challenge(
+        &self,
+        price: &Price,
+        error: &str,
+        reason: Option<&str>,
+        detail: Option<&str>,
+    ) -> Value {
         match self.receiver.payment_required(price, error).await {
             Ok(pr) => {
                 let mut v = serde_json::to_value(&pr).unwrap_or_else(|_| json!({}));
@@ -477,6 +491,9 @@ impl McpServer {
                         "how_to_pay".into(),
                         json!({"tool": PAYMENT_INSTRUCTIONS, "scheme": "exact-algo"}),
                     );
+                    if let Some(r) = reason {
+                        o.insert("reason".into(), Value::String(r.to_owned()));
+                    }
                     if let Some(d) = detail {
                         o.insert("detail".into(), Value::String(d.to_owned()));
                     }
@@ -486,7 +503,7 @@ impl McpServer {
             Err(e) => {
                 tracing::warn!(tool = %price.resource, error = %e, "mcp: cannot issue a challenge");
                 text_result(
-                    &json!({"error": "storage error", "retryable": true,
+                    &json!({"error": "settlement failed", "reason": "storage error", "retryable": true,
                             "retryAfterSeconds": RETRY_AFTER_SECS, "detail": e.to_string()}),
                     true,
                 )

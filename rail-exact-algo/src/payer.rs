@@ -18,17 +18,30 @@ use crate::address::Address;
 use crate::algod::{AlgodClient, AlgodError};
 use crate::rules::{MAX_FEE, MAX_WINDOW, MIN_BALANCE};
 use crate::txn::{PayTxn, SignedPay};
-use crate::wire::{self, Accept, Envelope, Payload, PaymentRequired, network_id};
+use crate::wire::{
+    self, Accept, Envelope, Payload, PaymentRequired, network_id, normalize_network, same_network,
+};
 
 /// What the payer may spend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// Networks (`algorand:…`) the payer pays on; empty = only the network its algod is on.
+    /// Either spelling names a network: the CAIP-2 reference or the whole genesis hash
+    /// ([`wire::normalize_network`]), here and in a challenge's `network`.
     pub networks: Vec<String>,
     /// The most one payment may be, µALGO.
     pub max_amount: u64,
     /// The most one payment may cost in fees, µALGO (capped at the seed's 2,000).
     pub max_fee: u64,
+}
+
+impl Policy {
+    /// Whether `network` (either spelling) is one of [`Policy::networks`] (either spelling).
+    /// An empty list allows none by itself: the payer then checks against its algod's network.
+    #[must_use]
+    pub fn allows(&self, network: &str) -> bool {
+        self.networks.iter().any(|n| same_network(n, network))
+    }
 }
 
 impl Default for Policy {
@@ -195,9 +208,9 @@ impl ExactAlgoPayer {
         for a in accepts {
             let amount = a.max_amount_required.parse::<u64>().ok();
             let allowed = if self.policy.networks.is_empty() {
-                a.network == algod_network
+                same_network(&a.network, algod_network)
             } else {
-                self.policy.networks.contains(&a.network)
+                self.policy.allows(&a.network)
             };
             let reason = if a.scheme != "exact" || a.asset != "ALGO" {
                 Some(format!("{}/{} is not exact-algo", a.scheme, a.asset))
@@ -285,8 +298,10 @@ impl ExactAlgoPayer {
         let store = |e: RailError| PayError::Store(e.to_string());
         let key = format!("{pay_to}:{pid}");
         // What the paymentId was signed for: asking again for another amount or network is
-        // refused, never signed a second time.
-        let fp = fingerprint(&(amount, accept.network.as_str())).map_err(store)?;
+        // refused, never signed a second time (the network in its CAIP-2 form: the same
+        // challenge spelled the other way is the same payment).
+        let network = normalize_network(&accept.network).unwrap_or_else(|| accept.network.clone());
+        let fp = fingerprint(&(amount, network.as_str())).map_err(store)?;
         let reservation = match self
             .signed
             .claim_as(&key, Duration::from_secs(30), fp.to_vec())
@@ -338,7 +353,7 @@ impl ExactAlgoPayer {
         pid: &str,
     ) -> Result<SignedPayment, PayError> {
         let net = network_id(&params.genesis_hash);
-        if net != accept.network {
+        if !same_network(&net, &accept.network) {
             return Err(PayError::WrongNetwork {
                 expected: accept.network.clone(),
                 actual: net,
@@ -389,6 +404,7 @@ impl ExactAlgoPayer {
         }
         let signed: SignedPay = txn.sign(&self.key, None);
         let txid = signed.txn.id();
+        // The challenge's own spelling goes back in the envelope, as the seed's client does.
         let env = Envelope {
             x402_version: 2,
             scheme: "exact".into(),

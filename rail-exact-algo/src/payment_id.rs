@@ -24,11 +24,16 @@ use rail_core::keys::{KeyStore, Opened};
 use rail_core::{RailError, ReplayGuard};
 use sha2::{Digest, Sha256};
 
+use crate::wire::{
+    ErrorCode, PAYMENT_ID_ALREADY_USED, SETTLEMENT_FAILED, UNKNOWN_OR_EXPIRED_PAYMENT_ID,
+};
+
 /// How long a paymentId's settlement record is kept: longer than the longest validity window
 /// (1000 rounds, under an hour), so a second transaction for it can never be settled.
 pub const INTENT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// Why a paymentId cannot be settled now. [`LifecycleError::code`] is the seed's error text.
+/// Why a paymentId cannot be settled now. [`LifecycleError::code`] is the seed's error code,
+/// [`LifecycleError::reason`] the finer one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LifecycleError {
@@ -51,15 +56,32 @@ pub enum LifecycleError {
 }
 
 impl LifecycleError {
-    /// The seed's error string (`unknown or expired paymentId`, `paymentId already used`).
+    /// How it goes on the wire: the seed's `unknown or expired paymentId` and `paymentId
+    /// already used` as they are; a settlement in flight and a store failure (both answered
+    /// as retryable: send the same payment again) under `settlement failed`, with
+    /// `settlement in progress` / `storage error` as the reason.
+    #[must_use]
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            LifecycleError::UnknownOrExpired => ErrorCode::seed(UNKNOWN_OR_EXPIRED_PAYMENT_ID),
+            LifecycleError::AlreadyUsed => ErrorCode::seed(PAYMENT_ID_ALREADY_USED),
+            LifecycleError::InProgress { .. } => {
+                ErrorCode::finer(SETTLEMENT_FAILED, "settlement in progress")
+            }
+            LifecycleError::Store(_) => ErrorCode::finer(SETTLEMENT_FAILED, "storage error"),
+        }
+    }
+
+    /// The `error` on the wire: one of the seed's codes (see [`LifecycleError::error_code`]).
     #[must_use]
     pub fn code(&self) -> &'static str {
-        match self {
-            LifecycleError::UnknownOrExpired => "unknown or expired paymentId",
-            LifecycleError::AlreadyUsed => "paymentId already used",
-            LifecycleError::InProgress { .. } => "settlement in progress",
-            LifecycleError::Store(_) => "storage error",
-        }
+        self.error_code().error
+    }
+
+    /// The finer `reason` beside [`LifecycleError::code`], `None` for the seed's own cases.
+    #[must_use]
+    pub fn reason(&self) -> Option<&'static str> {
+        self.error_code().reason
     }
 }
 
@@ -303,9 +325,10 @@ mod tests {
         let s = fresh(ids.begin(&pid, B, "TX1", T).await.unwrap());
         // The same transaction while it settles: retry later, never "used" (that would send
         // a client that got a 503 to pay again).
+        let busy = ids.begin(&pid, B, "TX1", T).await.unwrap_err();
         assert_eq!(
-            ids.begin(&pid, B, "TX1", T).await.unwrap_err().code(),
-            "settlement in progress"
+            (busy.code(), busy.reason()),
+            ("settlement failed", Some("settlement in progress"))
         );
         assert_eq!(
             ids.begin(&pid, B, "TX2", T).await.unwrap_err().code(),

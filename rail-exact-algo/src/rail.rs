@@ -75,12 +75,18 @@ impl Rail for ExactAlgoReceiver {
 
 #[async_trait]
 impl Payer for ExactAlgoPayer {
-    /// The offer is exact-algo in ALGO, within this payer's `max_amount`, on one of its
-    /// policy's networks (with no networks named, the network is checked against algod's when
-    /// paying).
+    /// The offer is exact-algo in ALGO, within this payer's `max_amount`, on an Algorand
+    /// network that is one of its policy's networks, in either spelling (with no networks
+    /// named, the network is checked against algod's when paying).
     fn accepts(&self, offer: &Offer) -> RailResult<()> {
         offer.check_pay_only(RAIL)?;
         let accept: Accept = offer.details_as()?;
+        if wire::normalize_network(&accept.network).is_none() {
+            return Err(RailError::InvalidInput(format!(
+                "network {} is not an Algorand network",
+                accept.network
+            )));
+        }
         let amount = micro(&offer.amount)?;
         let policy = self.policy();
         if amount > policy.max_amount {
@@ -89,7 +95,7 @@ impl Payer for ExactAlgoPayer {
                 policy.max_amount
             )));
         }
-        if !policy.networks.is_empty() && !policy.networks.contains(&accept.network) {
+        if !policy.networks.is_empty() && !policy.allows(&accept.network) {
             return Err(RailError::InvalidInput(format!(
                 "network {} is not one this payer pays on",
                 accept.network

@@ -14,8 +14,10 @@
 //!    answered `settlement failed` with algod's message;
 //! 7. answer with a receipt exactly once per paymentId.
 //!
-//! Any refusal is a [`Refusal`] whose [`Refusal::code`] is the seed's error string where the
-//! seed names one; the HTTP and MCP surfaces answer it with a fresh challenge.
+//! Any refusal is a [`Refusal`]. Its [`Refusal::code`] is always one of the seed's six error
+//! codes, and [`Refusal::reason`] the finer stable code where there is one (`fee too high`
+//! under `settlement failed`); the HTTP and MCP surfaces answer it with a fresh challenge
+//! carrying both (`error`, `reason`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,8 +30,11 @@ use crate::address::Address;
 use crate::algod::{AlgodClient, AlgodError};
 use crate::payment_id::{self, Begin, LifecycleError, PaymentIds};
 use crate::rules::{self, ChainView, Requirement, Violation};
-use crate::txn::SignedPay;
-use crate::wire::{self, Accept, Extra, PaymentRequired, PaymentResponse, WireError, network_id};
+use crate::txn::{SignedPay, TxnError};
+use crate::wire::{
+    self, Accept, ErrorCode, Extra, PaymentRequired, PaymentResponse, SETTLEMENT_FAILED, WireError,
+    network_id,
+};
 use x402_transport::ServedOnce;
 use x402_transport::served::{self, Taken};
 
@@ -86,33 +91,57 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The error string on the wire: the seed's words (`underpaid`, `receiver mismatch`,
-    /// `unknown or expired paymentId`, `paymentId already used`, `transaction expired`,
-    /// `settlement failed`) where the seed names the case, stable codes otherwise.
+    /// How the refusal goes on the wire: `error` is always one of the seed's six codes
+    /// ([`crate::wire::SEED_ERRORS`]), so a client written to the seed recognises every
+    /// refusal and knows what to do; `reason` is the finer stable code where the seed has
+    /// none of its own. Each finer case goes under the seed code whose remedy fits:
+    ///
+    /// | reason | error |
+    /// |---|---|
+    /// | `malformed payment`, `non-canonical encoding`, `wrong transaction type`, `multisig not accepted`, `logicsig not accepted`, `wrong network` (the envelope's) | `settlement failed` (check the wallet and retry) |
+    /// | a rule's reason | see [`Violation::error_code`] |
+    /// | `settlement in progress`, `storage error` | `settlement failed`, answered retryable (503) |
+    /// | `algod unavailable` | `settlement failed`, answered retryable (503): the outcome is unknown, send the same payment again |
+    /// | — | `unknown or expired paymentId`, `paymentId already used`, `settlement failed` (algod refused it) |
+    #[must_use]
+    pub fn error_code(&self) -> ErrorCode {
+        let failed = |reason| ErrorCode::finer(SETTLEMENT_FAILED, reason);
+        match self {
+            Refusal::Malformed(WireError::Network(_)) => failed("wrong network"),
+            Refusal::Malformed(WireError::Txn(TxnError::BadSignature)) => failed("bad signature"),
+            Refusal::Malformed(WireError::Txn(TxnError::WrongType(_))) => {
+                failed("wrong transaction type")
+            }
+            Refusal::Malformed(WireError::Txn(TxnError::Multisig)) => {
+                failed("multisig not accepted")
+            }
+            Refusal::Malformed(WireError::Txn(TxnError::LogicSig)) => {
+                failed("logicsig not accepted")
+            }
+            Refusal::Malformed(WireError::Txn(TxnError::NonCanonical)) => {
+                failed("non-canonical encoding")
+            }
+            Refusal::Malformed(_) => failed("malformed payment"),
+            Refusal::PaymentId(e) => e.error_code(),
+            Refusal::Rule(v) => v.error_code(),
+            Refusal::SettlementFailed(_) => ErrorCode::seed(SETTLEMENT_FAILED),
+            Refusal::Unavailable(_) => failed("algod unavailable"),
+        }
+    }
+
+    /// The `error` on the wire: one of the seed's six codes (`underpaid`, `receiver
+    /// mismatch`, `unknown or expired paymentId`, `paymentId already used`, `transaction
+    /// expired`, `settlement failed`), whatever the refusal. See [`Refusal::error_code`].
     #[must_use]
     pub fn code(&self) -> &'static str {
-        match self {
-            Refusal::Malformed(WireError::Network(_)) => "wrong network",
-            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::BadSignature)) => {
-                "bad signature"
-            }
-            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::WrongType(_))) => {
-                "wrong transaction type"
-            }
-            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::Multisig)) => {
-                "multisig not accepted"
-            }
-            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::LogicSig)) => {
-                "logicsig not accepted"
-            }
-            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::NonCanonical)) => {
-                "non-canonical encoding"
-            }
-            Refusal::Malformed(_) => "malformed payment",
-            Refusal::PaymentId(e) => e.code(),
-            Refusal::Rule(v) => v.code(),
-            Refusal::SettlementFailed(_) | Refusal::Unavailable(_) => "settlement failed",
-        }
+        self.error_code().error
+    }
+
+    /// The finer stable code sent as `reason` beside [`Refusal::code`] (`fee too high`,
+    /// `bad signature`, …); `None` when the seed's code is the whole story.
+    #[must_use]
+    pub fn reason(&self) -> Option<&'static str> {
+        self.error_code().reason
     }
 
     /// Whether the same payment may succeed if sent again (algod was unreachable).
@@ -124,16 +153,17 @@ impl Refusal {
         ) || matches!(self, Refusal::PaymentId(LifecycleError::Store(e)) if e.is_retryable())
     }
 
-    /// The refusal as a rail-core error (the seed's code is kept as the rail's reason).
+    /// The refusal as a rail-core error; the rail's reason code is the finest code there is
+    /// ([`Refusal::reason`], else [`Refusal::code`]).
     #[must_use]
     pub fn to_rail_error(&self) -> RailError {
-        let reason = RailReason::new(self.code(), self.to_string());
+        let reason = RailReason::new(self.error_code().most_specific(), self.to_string());
         match self {
             Refusal::Malformed(WireError::Network(actual)) => RailError::WrongNetwork {
                 expected: "this receiver's network".into(),
                 actual: actual.clone(),
             },
-            Refusal::Malformed(WireError::Txn(crate::txn::TxnError::BadSignature))
+            Refusal::Malformed(WireError::Txn(TxnError::BadSignature))
             | Refusal::Rule(Violation::BadSignature | Violation::UnauthorizedSigner { .. }) => {
                 RailError::BadSignature(self.to_string())
             }
@@ -335,6 +365,26 @@ impl ExactAlgoReceiver {
         Ok(PaymentRequired {
             x402_version: 2,
             error: error.to_owned(),
+            reason: None,
+            accepts: vec![self.challenge(price).await?],
+        })
+    }
+
+    /// The 402 body answering `refusal`: a fresh challenge for `price`, with the refusal's
+    /// seed code as `error` and its finer code, if any, as `reason`.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn refused(
+        &self,
+        price: &Price,
+        refusal: &Refusal,
+    ) -> Result<PaymentRequired, RailError> {
+        let code = refusal.error_code();
+        Ok(PaymentRequired {
+            x402_version: 2,
+            error: code.error.to_owned(),
+            reason: code.reason.map(str::to_owned),
             accepts: vec![self.challenge(price).await?],
         })
     }
@@ -615,4 +665,193 @@ fn note_payment_id(signed: &SignedPay) -> Option<String> {
 
 fn unavailable(e: &AlgodError) -> RailError {
     RailError::Unavailable(RailReason::new("algod", e.to_string()))
+}
+
+/// One refusal of every kind (each variant, each distinct code), for the tests that check
+/// every refusal's wire code.
+#[cfg(test)]
+pub(crate) fn every_refusal() -> Vec<Refusal> {
+    use crate::algod::AlgodError;
+    use crate::msgpack::MsgpackError;
+
+    let a = Address([7; 32]);
+    let txn_errors = [
+        TxnError::Msgpack(MsgpackError::Trailing(1)),
+        TxnError::NotAMap("x"),
+        TxnError::UnknownField("x".into()),
+        TxnError::MissingField("x"),
+        TxnError::FieldType("x"),
+        TxnError::WrongType("axfer".into()),
+        TxnError::Multisig,
+        TxnError::LogicSig,
+        TxnError::NonCanonical,
+        TxnError::NoteTooLong,
+        TxnError::BadSignature,
+    ];
+    let mut all: Vec<Refusal> = txn_errors
+        .into_iter()
+        .map(|e| Refusal::Malformed(WireError::Txn(e)))
+        .collect();
+    for w in [
+        WireError::Header,
+        WireError::Base64,
+        WireError::Json("x".into()),
+        WireError::Version(1),
+        WireError::Scheme("upto".into()),
+        WireError::Network("algorand:x".into()),
+        WireError::TxnBase64,
+    ] {
+        all.push(Refusal::Malformed(w));
+    }
+    all.push(Refusal::PaymentId(LifecycleError::UnknownOrExpired));
+    all.push(Refusal::PaymentId(LifecycleError::AlreadyUsed));
+    all.push(Refusal::PaymentId(LifecycleError::InProgress {
+        retry_after: Duration::from_secs(1),
+    }));
+    all.push(Refusal::PaymentId(LifecycleError::Store(
+        RailError::Storage("down".into()),
+    )));
+    for v in [
+        Violation::BadSignature,
+        Violation::UnauthorizedSigner { signer: a },
+        Violation::Grouped,
+        Violation::ReceiverMismatch {
+            expected: a,
+            actual: a,
+        },
+        Violation::Underpaid {
+            required: 2,
+            actual: 1,
+        },
+        Violation::NoteMismatch,
+        Violation::FeeTooHigh { fee: 3000 },
+        Violation::FeeTooLow { fee: 1, min: 1000 },
+        Violation::Rekey,
+        Violation::CloseTo,
+        Violation::WrongNetwork,
+        Violation::Expired {
+            last_valid: 1,
+            round: 2,
+        },
+        Violation::NotYetValid {
+            first_valid: 9,
+            round: 2,
+        },
+        Violation::BadWindow {
+            first_valid: 1,
+            last_valid: 5000,
+        },
+    ] {
+        // Exhaustive: a new violation breaks this list until it is added.
+        match v {
+            Violation::BadSignature
+            | Violation::UnauthorizedSigner { .. }
+            | Violation::Grouped
+            | Violation::ReceiverMismatch { .. }
+            | Violation::Underpaid { .. }
+            | Violation::NoteMismatch
+            | Violation::FeeTooHigh { .. }
+            | Violation::FeeTooLow { .. }
+            | Violation::Rekey
+            | Violation::CloseTo
+            | Violation::WrongNetwork
+            | Violation::Expired { .. }
+            | Violation::NotYetValid { .. }
+            | Violation::BadWindow { .. } => all.push(Refusal::Rule(v)),
+        }
+    }
+    all.push(Refusal::SettlementFailed("overspend".into()));
+    all.push(Refusal::Unavailable(AlgodError::Transport("down".into())));
+    for r in &all {
+        // Exhaustive: a new kind of refusal breaks this list until it is added.
+        match r {
+            Refusal::Malformed(_)
+            | Refusal::PaymentId(_)
+            | Refusal::Rule(_)
+            | Refusal::SettlementFailed(_)
+            | Refusal::Unavailable(_) => {}
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::SEED_ERRORS;
+
+    #[test]
+    fn every_refusal_is_sent_under_one_of_the_six_seed_codes() {
+        for r in every_refusal() {
+            assert!(
+                SEED_ERRORS.contains(&r.code()),
+                "{r:?} is sent as {:?}",
+                r.code()
+            );
+            // A reason is only sent when it says more than the seed's code.
+            assert_ne!(r.reason(), Some(r.code()), "{r:?}");
+            if let Some(reason) = r.reason() {
+                assert!(!SEED_ERRORS.contains(&reason), "{r:?}: reason {reason:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_seed_cases_carry_no_reason() {
+        let seed_cases = [
+            Refusal::Rule(Violation::Underpaid {
+                required: 2,
+                actual: 1,
+            }),
+            Refusal::Rule(Violation::ReceiverMismatch {
+                expected: Address([1; 32]),
+                actual: Address([2; 32]),
+            }),
+            Refusal::PaymentId(LifecycleError::UnknownOrExpired),
+            Refusal::PaymentId(LifecycleError::AlreadyUsed),
+            Refusal::Rule(Violation::Expired {
+                last_valid: 1,
+                round: 2,
+            }),
+            Refusal::SettlementFailed("overspend".into()),
+        ];
+        let codes: Vec<_> = seed_cases.iter().map(Refusal::error_code).collect();
+        assert_eq!(
+            codes,
+            SEED_ERRORS.map(ErrorCode::seed),
+            "one case per seed code, in the seed's order"
+        );
+    }
+
+    #[test]
+    fn the_rail_error_kind_is_unchanged_and_its_reason_is_the_finest_code() {
+        let r = Refusal::Rule(Violation::FeeTooHigh { fee: 3000 });
+        match r.to_rail_error() {
+            RailError::Declined(reason) => assert_eq!(reason.code, "fee too high"),
+            other => panic!("{other:?}"),
+        }
+        let r = Refusal::Unavailable(AlgodError::Transport("down".into()));
+        match r.to_rail_error() {
+            RailError::Unavailable(reason) => assert_eq!(reason.code, "algod unavailable"),
+            other => panic!("{other:?}"),
+        }
+        let r = Refusal::SettlementFailed("overspend".into());
+        match r.to_rail_error() {
+            RailError::Rail { reason, retryable } => {
+                assert_eq!(
+                    (reason.code.as_str(), retryable),
+                    ("settlement failed", false)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            Refusal::Rule(Violation::BadSignature).to_rail_error(),
+            RailError::BadSignature(_)
+        ));
+        assert!(matches!(
+            Refusal::Malformed(WireError::Network("algorand:x".into())).to_rail_error(),
+            RailError::WrongNetwork { .. }
+        ));
+    }
 }

@@ -7,6 +7,10 @@
 
 use crate::address::Address;
 use crate::txn::{SignedPay, TxnError};
+use crate::wire::{
+    ErrorCode, RECEIVER_MISMATCH, SETTLEMENT_FAILED, TRANSACTION_EXPIRED, UNDERPAID,
+    UNKNOWN_OR_EXPIRED_PAYMENT_ID,
+};
 
 /// The most a payer can be asked to pay in fees (seed §3), in microALGO.
 pub const MAX_FEE: u64 = 2_000;
@@ -39,7 +43,8 @@ pub struct ChainView {
     pub auth_addr: Option<Address>,
 }
 
-/// A broken rule. [`Violation::code`] gives the seed's error text where the seed names one.
+/// A broken rule. [`Violation::code`] is the seed's error code it is sent under,
+/// [`Violation::reason`] the rule's own finer code.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Violation {
@@ -124,26 +129,57 @@ pub enum Violation {
 }
 
 impl Violation {
-    /// The error string on the wire: the seed's own words for the cases it names
-    /// (`underpaid`, `receiver mismatch`, `transaction expired`), stable codes for the rest.
+    /// How the violation goes on the wire: the seed's code (§4) as `error`, this rule's own
+    /// stable code as `reason` where the seed has none of its own. The seed code is the one
+    /// whose remedy ("what the payer does") fits:
+    ///
+    /// | reason | error | why |
+    /// |---|---|---|
+    /// | — | `underpaid`, `receiver mismatch`, `transaction expired` | the seed names them |
+    /// | `bad signature`, `unauthorized signer` | `settlement failed` | the network would reject it (signature): check the wallet |
+    /// | `group not allowed`, `fee too high`, `fee too low`, `rekey not allowed`, `close-to not allowed` | `settlement failed` | the wallet built something this receiver does not submit: check the wallet and retry |
+    /// | `wrong network` | `settlement failed` | the wallet is on another chain: check the wallet |
+    /// | `transaction not yet valid`, `validity window too long` | `transaction expired` | the rounds are wrong: sign again with current parameters |
+    /// | `note mismatch` | `unknown or expired paymentId` | the note names no challenge of this request: request a fresh 402 |
+    #[must_use]
+    pub fn error_code(&self) -> ErrorCode {
+        let failed = |reason| ErrorCode::finer(SETTLEMENT_FAILED, reason);
+        match self {
+            Violation::BadSignature => failed("bad signature"),
+            Violation::UnauthorizedSigner { .. } => failed("unauthorized signer"),
+            Violation::Grouped => failed("group not allowed"),
+            Violation::ReceiverMismatch { .. } => ErrorCode::seed(RECEIVER_MISMATCH),
+            Violation::Underpaid { .. } => ErrorCode::seed(UNDERPAID),
+            Violation::NoteMismatch => {
+                ErrorCode::finer(UNKNOWN_OR_EXPIRED_PAYMENT_ID, "note mismatch")
+            }
+            Violation::FeeTooHigh { .. } => failed("fee too high"),
+            Violation::FeeTooLow { .. } => failed("fee too low"),
+            Violation::Rekey => failed("rekey not allowed"),
+            Violation::CloseTo => failed("close-to not allowed"),
+            Violation::WrongNetwork => failed("wrong network"),
+            Violation::Expired { .. } => ErrorCode::seed(TRANSACTION_EXPIRED),
+            Violation::NotYetValid { .. } => {
+                ErrorCode::finer(TRANSACTION_EXPIRED, "transaction not yet valid")
+            }
+            Violation::BadWindow { .. } => {
+                ErrorCode::finer(TRANSACTION_EXPIRED, "validity window too long")
+            }
+        }
+    }
+
+    /// The `error` on the wire: always one of the seed's six codes
+    /// ([`crate::wire::SEED_ERRORS`]); see [`Violation::error_code`].
     #[must_use]
     pub fn code(&self) -> &'static str {
-        match self {
-            Violation::BadSignature => "bad signature",
-            Violation::UnauthorizedSigner { .. } => "unauthorized signer",
-            Violation::Grouped => "group not allowed",
-            Violation::ReceiverMismatch { .. } => "receiver mismatch",
-            Violation::Underpaid { .. } => "underpaid",
-            Violation::NoteMismatch => "note mismatch",
-            Violation::FeeTooHigh { .. } => "fee too high",
-            Violation::FeeTooLow { .. } => "fee too low",
-            Violation::Rekey => "rekey not allowed",
-            Violation::CloseTo => "close-to not allowed",
-            Violation::WrongNetwork => "wrong network",
-            Violation::Expired { .. } => "transaction expired",
-            Violation::NotYetValid { .. } => "transaction not yet valid",
-            Violation::BadWindow { .. } => "validity window too long",
-        }
+        self.error_code().error
+    }
+
+    /// The finer `reason` sent beside [`Violation::code`] (`fee too high`), `None` for the
+    /// cases the seed names itself.
+    #[must_use]
+    pub fn reason(&self) -> Option<&'static str> {
+        self.error_code().reason
     }
 }
 
@@ -386,7 +422,9 @@ mod tests {
         ];
         for (t, code) in cases {
             let got = check(&sign(t.clone()), &req(), &NOW);
-            assert_eq!(got.as_ref().map_err(Violation::code), Err(code), "{t:?}");
+            let v = got.expect_err("refused");
+            assert_eq!(v.error_code().most_specific(), code, "{t:?}");
+            assert!(crate::wire::SEED_ERRORS.contains(&v.code()), "{v:?}");
         }
     }
 

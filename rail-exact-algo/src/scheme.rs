@@ -28,7 +28,7 @@ use x402_transport::{
 
 use crate::receiver::{ExactAlgoReceiver, Price, Refusal};
 use crate::txn::SignedPay;
-use crate::wire::{self, PaymentResponse};
+use crate::wire::{self, PAYMENT_ID_ALREADY_USED, PaymentResponse, SETTLEMENT_FAILED};
 
 /// The label of this scheme among the transport's schemes.
 pub const LABEL: &str = "exact-algo";
@@ -88,14 +88,29 @@ impl ExactAlgo {
 /// A receiver's refusal as the transport answers it: the seed's code as `error`.
 #[must_use]
 pub fn failure(r: &Refusal) -> Failure {
+    let reason = r.reason().map(str::to_owned);
     if r.is_retryable() {
         Failure::Unknown {
             error: r.code().to_owned(),
-            reason: None,
+            reason,
             detail: r.to_string(),
         }
     } else {
-        Failure::Refused(WireRefusal::new(r.code(), r.to_string()))
+        Failure::Refused(WireRefusal::new(r.code(), r.to_string()).with_reason(reason))
+    }
+}
+
+/// A refusal with the seed's `settlement failed` and a finer `reason`.
+fn settlement_failed(reason: &str, detail: impl Into<String>) -> WireRefusal {
+    WireRefusal::new(SETTLEMENT_FAILED, detail).with_reason(Some(reason.to_owned()))
+}
+
+/// An unknown outcome with the seed's `settlement failed` and a finer `reason`.
+fn unknown(reason: &str, detail: impl Into<String>) -> Failure {
+    Failure::Unknown {
+        error: SETTLEMENT_FAILED.into(),
+        reason: Some(reason.to_owned()),
+        detail: detail.into(),
     }
 }
 
@@ -115,6 +130,10 @@ pub fn mcp_receipt(r: &PaymentResponse) -> Value {
 impl Scheme for ExactAlgo {
     fn info(&self) -> &SchemeInfo {
         &self.info
+    }
+
+    fn is_network(&self, network: &str) -> bool {
+        wire::same_network(network, &self.info.network)
     }
 
     fn check_amount(&self, amount: u128) -> Result<(), String> {
@@ -141,11 +160,7 @@ impl Scheme for ExactAlgo {
             .receiver
             .challenge(&Self::price(price)?)
             .await
-            .map_err(|e| Failure::Unknown {
-                error: "storage error".into(),
-                reason: None,
-                detail: e.to_string(),
-            })?;
+            .map_err(|e| unknown("storage error", e.to_string()))?;
         serde_json::to_value(accept).map_err(|e| Failure::Unknown {
             error: "internal error".into(),
             reason: None,
@@ -163,10 +178,10 @@ impl Scheme for ExactAlgo {
             Presented::Header(h) => h.clone(),
             // Tolerated over MCP: the envelope as a JSON object instead of its base64.
             Presented::Object(v) => wire::header(v).map_err(|e| {
-                Failure::Refused(WireRefusal::new("malformed payment", e.to_string()))
+                Failure::Refused(settlement_failed("malformed payment", e.to_string()))
             })?,
             Presented::V1Header(_) => {
-                return Err(Failure::Refused(WireRefusal::new(
+                return Err(Failure::Refused(settlement_failed(
                     "malformed payment",
                     "exact-algo has no x402 v1 form",
                 )));
@@ -206,19 +221,15 @@ impl Scheme for ExactAlgo {
     }
 
     fn replayed(&self) -> WireRefusal {
-        WireRefusal::new("paymentId already used", "this payment was already served")
+        WireRefusal::new(PAYMENT_ID_ALREADY_USED, "this payment was already served")
     }
 
     fn malformed(&self, detail: &str) -> WireRefusal {
-        WireRefusal::new("malformed payment", detail)
+        settlement_failed("malformed payment", detail)
     }
 
     fn unavailable(&self, detail: &str) -> Failure {
-        Failure::Unknown {
-            error: "settlement in progress".into(),
-            reason: None,
-            detail: detail.to_owned(),
-        }
+        unknown("settlement in progress", detail)
     }
 
     fn mcp_hints(&self) -> Option<(String, Value)> {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
 use rail_core::{ManualClock, MemoryKeyStore, SharedClock};
+use rail_exact_algo::wire::{self, Envelope};
 use rail_exact_algo::{
     Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price,
     RunningDevnet,
@@ -203,4 +204,142 @@ async fn one_challenge_is_signed_once() {
         .unwrap();
     assert!(receipt.success);
     assert_eq!(net.devnet.balance(&treasury), 101_000);
+}
+
+/// The whole genesis hash in standard base64, padded: how some x402 SDKs spell a network
+/// (`algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=` for testnet).
+async fn whole_hash_network(receiver: &ExactAlgoReceiver) -> String {
+    let gh = receiver.algod().params().await.unwrap().genesis_hash;
+    format!("algorand:{}", data_encoding::BASE64.encode(&gh))
+}
+
+/// The envelope of `header` with its `network` replaced by `network`.
+fn with_network(header: &str, network: &str) -> String {
+    let json = data_encoding::BASE64.decode(header.as_bytes()).unwrap();
+    let mut env: Envelope = serde_json::from_slice(&json).unwrap();
+    env.network = network.to_owned();
+    wire::header(&env).unwrap()
+}
+
+#[tokio::test]
+async fn an_envelope_naming_the_network_by_its_whole_genesis_hash_settles() {
+    let (net, payer, receiver, treasury) = setup().await;
+    let whole = whole_hash_network(&receiver).await;
+    assert_ne!(whole, receiver.network());
+    assert!(wire::same_network(&whole, receiver.network()));
+    let required = receiver
+        .payment_required(&price(), "payment required")
+        .await
+        .unwrap();
+    let signed = payer.pay_required(&required).await.unwrap();
+    // Another chain's whole hash is another network, whatever the spelling.
+    let mainnet = with_network(
+        &signed.header,
+        "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8=",
+    );
+    let e = receiver.settle(&mainnet, &price(), None).await.unwrap_err();
+    assert_eq!(
+        (e.code(), e.reason()),
+        ("settlement failed", Some("wrong network"))
+    );
+    // This network's whole hash, base64 with padding: settles.
+    let receipt = receiver
+        .settle(&with_network(&signed.header, &whole), &price(), None)
+        .await
+        .unwrap();
+    assert!(receipt.success);
+    assert_eq!(receipt.transaction, signed.txid);
+    // The receiver answers in its own spelling (CAIP-2), whatever the payer wrote.
+    assert_eq!(receipt.network, receiver.network());
+    assert_eq!(net.devnet.balance(&treasury), 101_000);
+    // The same payment in the other spelling is the same payment: used.
+    let again = receiver
+        .settle(&signed.header, &price(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), "paymentId already used");
+
+    // base64url without padding works too.
+    let required = receiver
+        .payment_required(&price(), "payment required")
+        .await
+        .unwrap();
+    let signed = payer.pay_required(&required).await.unwrap();
+    let url = whole.replace('+', "-").replace('/', "_").replace('=', "");
+    receiver
+        .settle(&with_network(&signed.header, &url), &price(), None)
+        .await
+        .unwrap();
+    assert_eq!(net.devnet.balance(&treasury), 102_000);
+}
+
+#[tokio::test]
+async fn a_payer_reads_either_spelling_in_a_challenge_and_in_its_policy() {
+    let (net, payer, receiver, treasury) = setup().await;
+    let whole = whole_hash_network(&receiver).await;
+    // A challenge naming the network by its whole hash (as an x402 SDK's receiver would):
+    // the payer, on that network, pays it and echoes the challenge's spelling.
+    let mut required = receiver
+        .payment_required(&price(), "payment required")
+        .await
+        .unwrap();
+    required.accepts[0].network = whole.clone();
+    let signed = payer.pay_required(&required).await.unwrap();
+    let json = data_encoding::BASE64
+        .decode(signed.header.as_bytes())
+        .unwrap();
+    let env: Envelope = serde_json::from_slice(&json).unwrap();
+    assert_eq!(env.network, whole);
+    // The same challenge in the CAIP-2 spelling is the same payment: the same transaction.
+    required.accepts[0].network = receiver.network().to_owned();
+    let again = payer.pay_required(&required).await.unwrap();
+    assert_eq!(again.txid, signed.txid);
+    receiver
+        .settle(&signed.header, &price(), None)
+        .await
+        .unwrap();
+    assert_eq!(net.devnet.balance(&treasury), 101_000);
+
+    // A policy naming the network by its whole hash pays a CAIP-2 challenge; one naming
+    // another network does not.
+    let algod = receiver.algod().clone();
+    let store = Arc::new(MemoryKeyStore::default());
+    let clock: SharedClock = Arc::new(ManualClock::starting_now());
+    let policy = |networks: Vec<String>| Policy {
+        networks,
+        ..Policy::default()
+    };
+    let whole_policy = ExactAlgoPayer::new(
+        key(1),
+        algod.clone(),
+        policy(vec![whole.clone()]),
+        store.clone(),
+        clock.clone(),
+    );
+    let required = receiver
+        .payment_required(&price(), "payment required")
+        .await
+        .unwrap();
+    assert!(whole_policy.choose(&required.accepts, "").is_ok());
+    let signed = whole_policy.pay_required(&required).await.unwrap();
+    receiver
+        .settle(&signed.header, &price(), None)
+        .await
+        .unwrap();
+    assert_eq!(net.devnet.balance(&treasury), 102_000);
+    let mainnet_only = ExactAlgoPayer::new(
+        key(1),
+        algod,
+        policy(vec![
+            "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8=".into(),
+        ]),
+        store,
+        clock,
+    );
+    let required = receiver
+        .payment_required(&price(), "payment required")
+        .await
+        .unwrap();
+    let refused = mainnet_only.pay_required(&required).await.unwrap_err();
+    assert!(refused.to_string().contains("not allowed"), "{refused}");
 }

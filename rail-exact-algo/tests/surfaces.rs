@@ -295,9 +295,11 @@ async fn paying_unlocks_once_and_a_replay_gets_a_fresh_challenge() {
         START - 1000 - 1000
     );
 
-    // The same header again: refused, with a fresh, different paymentId.
+    // The same header again: refused, with a fresh, different paymentId. The seed names the
+    // case: no finer reason, the body is exactly the seed's shape.
     let replay = env.challenge("/api/posts/2", Some(&signed.header)).await;
     assert_eq!(replay.error, "paymentId already used");
+    assert_eq!(replay.reason, None);
     assert!(is_pid(&replay.accepts[0].extra.payment_id));
     assert_ne!(
         replay.accepts[0].extra.payment_id,
@@ -324,6 +326,7 @@ async fn rule_violations_are_402s_with_their_codes() {
     let underpaid = env.hand_made(&pr, 999, env.treasury).await;
     let r = env.challenge("/api/posts/1", Some(&underpaid)).await;
     assert_eq!(r.error, "underpaid");
+    assert_eq!(r.reason, None);
     assert_ne!(
         r.accepts[0].extra.payment_id,
         pr.accepts[0].extra.payment_id
@@ -333,6 +336,32 @@ async fn rule_violations_are_402s_with_their_codes() {
     let elsewhere = env.hand_made(&pr, 1000, addr(&key(9))).await;
     let r = env.challenge("/api/posts/1", Some(&elsewhere)).await;
     assert_eq!(r.error, "receiver mismatch");
+
+    // A finer case: the seed's code as error, the finer one as reason, in the body and in
+    // PAYMENT-REQUIRED alike.
+    let pr = env.challenge("/api/posts/1", None).await;
+    let mut bad_sig = env.hand_made(&pr, 1000, env.treasury).await;
+    bad_sig = {
+        let mut e: Value =
+            serde_json::from_slice(&BASE64.decode(bad_sig.as_bytes()).unwrap()).unwrap();
+        let mut raw = BASE64
+            .decode(e["payload"]["txn"].as_str().unwrap().as_bytes())
+            .unwrap();
+        // The signature is the first field ("sig", after the map and key bytes).
+        raw[10] ^= 1;
+        e["payload"]["txn"] = json!(BASE64.encode(&raw));
+        wire::header(&e).unwrap()
+    };
+    let resp = env.get("/api/posts/1", Some(&bad_sig)).await;
+    assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
+    let raw: Value = resp.json().await.unwrap();
+    assert_eq!(raw["error"], "settlement failed");
+    assert_eq!(raw["reason"], "bad signature");
+    let r = env.challenge("/api/posts/1", Some(&bad_sig)).await;
+    assert_eq!(
+        (r.error.as_str(), r.reason.as_deref()),
+        ("settlement failed", Some("bad signature"))
+    );
 
     // A well-formed hand-made payment settles (the refusals above did not burn the challenge).
     let good = env.hand_made(&pr, 1000, env.treasury).await;
@@ -352,7 +381,7 @@ async fn garbage_headers_are_402_never_5xx() {
     let wrong_network = wire::header(&json!({"x402Version": 2, "scheme": "exact",
         "network": "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe", "payload": {"txn": "gA=="}}))
     .unwrap();
-    for (h, code) in [
+    for (h, reason) in [
         ("garbage!", "malformed payment"),
         ("", "malformed payment"),
         (not_envelope.as_str(), "malformed payment"),
@@ -360,7 +389,8 @@ async fn garbage_headers_are_402_never_5xx() {
         (wrong_network.as_str(), "wrong network"),
     ] {
         let r = env.challenge("/api/posts/1", Some(h)).await;
-        assert_eq!(r.error, code, "{h:?}");
+        assert_eq!(r.error, "settlement failed", "{h:?}");
+        assert_eq!(r.reason.as_deref(), Some(reason), "{h:?}");
     }
     // Not visible ASCII.
     let resp = env
@@ -375,7 +405,8 @@ async fn garbage_headers_are_402_never_5xx() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
     let r: PaymentRequired = resp.json().await.unwrap();
-    assert_eq!(r.error, "malformed payment");
+    assert_eq!(r.error, "settlement failed");
+    assert_eq!(r.reason.as_deref(), Some("malformed payment"));
     // Two payment headers.
     let resp = env
         .http
@@ -403,6 +434,7 @@ async fn head_is_never_charged() {
     let pr: PaymentRequired =
         serde_json::from_slice(&BASE64.decode(header.as_bytes()).unwrap()).unwrap();
     assert_eq!(pr.error, "payment required");
+    assert_eq!(pr.reason, None);
     assert!(resp.bytes().await.unwrap().is_empty());
 
     let pr = env.challenge("/api/posts/1", None).await;
@@ -470,38 +502,63 @@ async fn discovery_documents_describe_the_scheme() {
     assert_eq!(doc["headers"]["receipt"], "PAYMENT-RESPONSE");
     let rules = doc["rules"].as_array().unwrap();
     assert!(rules.len() >= 7);
-    let rule_codes: Vec<&str> = rules
+    // Each rule lists its codes as the wire carries them: the seed's error, and the finer
+    // reason beside it where there is one.
+    let rule_codes: Vec<&Value> = rules
         .iter()
         .flat_map(|r| r["errors"].as_array().unwrap())
-        .map(|c| c.as_str().unwrap())
         .collect();
     for c in [
-        "underpaid",
-        "receiver mismatch",
-        "transaction expired",
-        "rekey not allowed",
+        json!({"error": "underpaid"}),
+        json!({"error": "receiver mismatch"}),
+        json!({"error": "transaction expired"}),
+        json!({"error": "settlement failed", "reason": "rekey not allowed"}),
+        json!({"error": "transaction expired", "reason": "validity window too long"}),
     ] {
-        assert!(rule_codes.contains(&c), "{c}");
+        assert!(rule_codes.contains(&&c), "{c}");
     }
-    let codes: Vec<&str> = doc["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["error"].as_str().unwrap())
-        .collect();
-    for c in [
+    let seed = [
         "underpaid",
         "receiver mismatch",
         "unknown or expired paymentId",
         "paymentId already used",
         "transaction expired",
         "settlement failed",
-        "malformed payment",
-        "wrong network",
-        "fee too high",
-    ] {
-        assert!(codes.contains(&c), "{c}");
+    ];
+    assert_eq!(doc["seedErrors"], json!(seed));
+    let errors = doc["errors"].as_array().unwrap();
+    let codes: Vec<(&str, Option<&str>)> = errors
+        .iter()
+        .map(|e| (e["error"].as_str().unwrap(), e["reason"].as_str()))
+        .collect();
+    for c in seed {
+        assert!(codes.contains(&(c, None)), "{c}");
     }
+    for (error, reason) in [
+        ("settlement failed", "malformed payment"),
+        ("settlement failed", "wrong network"),
+        ("settlement failed", "fee too high"),
+        ("settlement failed", "bad signature"),
+        ("transaction expired", "transaction not yet valid"),
+        ("unknown or expired paymentId", "note mismatch"),
+        ("settlement failed", "settlement in progress"),
+    ] {
+        assert!(codes.contains(&(error, Some(reason))), "{error} / {reason}");
+    }
+    // Every error is a seed code (or "payment required"); exactly the seed's rows are marked.
+    for e in errors {
+        let error = e["error"].as_str().unwrap();
+        assert!(seed.contains(&error) || error == "payment required", "{e}");
+        assert_eq!(
+            e["seed"],
+            seed.contains(&error) && e.get("reason").is_none(),
+            "{e}"
+        );
+    }
+    assert!(
+        txt.contains("- settlement failed / reason fee too high:"),
+        "{txt}"
+    );
     assert_eq!(doc["prices"]["http"][0]["resource"], "/api/posts/{id}");
     assert_eq!(doc["prices"]["http"][0]["maxAmountRequired"], "1000");
     assert_eq!(doc["prices"]["mcp"][0]["tool"], "post_read");
@@ -668,6 +725,7 @@ async fn mcp_paid_tool_challenge_pay_and_replay() {
     assert_eq!(result["isError"], true);
     let sc = &result["structuredContent"];
     assert_eq!(sc["error"], "paymentId already used");
+    assert!(sc.get("reason").is_none(), "{sc}");
     assert_ne!(
         sc["accepts"][0]["extra"]["paymentId"],
         pr.accepts[0].extra.payment_id.as_str()
@@ -709,6 +767,10 @@ async fn mcp_paid_tool_challenge_pay_and_replay() {
     let garbage = env.rpc(id, "tools/call", params).await;
     assert_eq!(
         garbage["result"]["structuredContent"]["error"],
+        "settlement failed"
+    );
+    assert_eq!(
+        garbage["result"]["structuredContent"]["reason"],
         "malformed payment"
     );
     assert!(garbage["result"]["structuredContent"]["accepts"][0].is_object());
@@ -768,6 +830,7 @@ async fn an_unreachable_algod_is_a_503_and_the_same_payment_settles_later() {
     );
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "settlement failed");
+    assert_eq!(body["reason"], "algod unavailable");
     assert_eq!(body["retryable"], true);
     assert_eq!(devnet.balance(&treasury), TREASURY);
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ed25519_dalek::SigningKey;
 use rail_exact_algo::{Address, Devnet, DevnetConfig};
 use rail_stripe::emulator::{Emulator, EmulatorConfig};
-use stipendex::{Asset, Charge, Error, Money, OpId, PaymentMode, Registry};
+use stipendex::{Asset, Charge, Error, Money, Offer, OpId, PaymentMode, Registry};
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -134,6 +134,120 @@ async fn exact_algo_and_stripe_from_one_file() {
     assert_eq!(
         captured.released,
         Money::parse(Asset::usd(), "1.75").unwrap()
+    );
+}
+
+/// Testnet's genesis hash (`SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=`): the in-process
+/// devnet below answers as testnet, so the network's real spellings apply.
+const TESTNET_GENESIS: [u8; 32] = [
+    72, 99, 181, 24, 164, 179, 200, 78, 200, 16, 242, 45, 79, 16, 129, 203, 15, 113, 240, 89, 167,
+    172, 32, 222, 198, 47, 127, 112, 229, 9, 58, 34,
+];
+
+/// A registry with one exact-algo rail on `algod` (both sides) whose payer's policy names
+/// `networks` (a TOML array).
+async fn algo_rail(algod: &str, networks: &str) -> Result<Registry, Error> {
+    let treasury = Address(SigningKey::from_bytes(&[8; 32]).verifying_key().to_bytes());
+    let config = format!(
+        r#"
+        [store]
+        url = "memory"
+
+        [rails.algo]
+        kind = "exact-algo"
+        algod_url = "{algod}"
+        payer_key_env = "ALGO_KEY"
+        max_amount = "0.5"
+        networks = {networks}
+        pay_to = "{treasury}"
+        "#
+    );
+    Registry::from_toml(&config, &env(&[("ALGO_KEY", &hex::encode([7u8; 32]))])).await
+}
+
+#[tokio::test]
+async fn an_exact_algo_offer_is_payable_whichever_way_its_network_is_spelled() {
+    const TESTNET: &str = "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe";
+    const TESTNET_WHOLE: &str = "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=";
+    const TESTNET_URL: &str = "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9_cOUJOiI";
+    const MAINNET: &str = "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73k";
+    const MAINNET_WHOLE: &str = "algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8=";
+    let payer = SigningKey::from_bytes(&[7; 32]);
+    let treasury = Address(SigningKey::from_bytes(&[8; 32]).verifying_key().to_bytes());
+    let algod = Devnet::spawn(
+        DevnetConfig {
+            genesis_id: "testnet-v1.0".into(),
+            genesis_hash: TESTNET_GENESIS,
+            accounts: vec![
+                (Address(payer.verifying_key().to_bytes()), 5_000_000),
+                (treasury, 100_000),
+            ],
+            ..DevnetConfig::default()
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(algod.devnet.network(), TESTNET);
+    let charge = Charge::capture(
+        Money::parse(Asset::algo(), "0.001").unwrap(),
+        Duration::from_secs(60),
+    );
+    let spelled = |offer: &Offer, network: &str| {
+        let mut o = offer.clone();
+        o.details["network"] = network.into();
+        o
+    };
+    // The policy in either spelling; the offer in any.
+    for policy in [TESTNET, TESTNET_WHOLE] {
+        let registry = algo_rail(&algod.url, &format!("[{policy:?}]"))
+            .await
+            .unwrap();
+        let offer = registry
+            .handle("algo")
+            .unwrap()
+            .receiver
+            .offer(&charge)
+            .await
+            .unwrap();
+        assert_eq!(offer.details["network"], TESTNET);
+        for network in [TESTNET, TESTNET_WHOLE, TESTNET_URL] {
+            assert_eq!(
+                registry.can_pay(&spelled(&offer, network)),
+                ["algo"],
+                "policy {policy}, offer {network}"
+            );
+        }
+        // Another chain, however spelled, or not an Algorand network at all: no.
+        for network in [MAINNET, MAINNET_WHOLE, "eip155:1"] {
+            assert!(
+                registry.can_pay(&spelled(&offer, network)).is_empty(),
+                "policy {policy}, offer {network}"
+            );
+        }
+    }
+    // No networks named: any Algorand network (algod's is checked when paying), never another
+    // namespace.
+    let registry = algo_rail(&algod.url, "[]").await.unwrap();
+    let algo = registry.handle("algo").unwrap();
+    let offer = algo.receiver.offer(&charge).await.unwrap();
+    assert_eq!(registry.can_pay(&spelled(&offer, MAINNET_WHOLE)), ["algo"]);
+    assert!(registry.can_pay(&spelled(&offer, "eip155:1")).is_empty());
+    // An offer spelled with the whole hash is paid and verified as it is.
+    let whole = spelled(&offer, TESTNET_WHOLE);
+    assert_eq!(registry.can_pay(&whole), ["algo"]);
+    let payment = algo.payer.pay(&OpId::random(), &whole).await.unwrap();
+    let verified = algo.receiver.verify(&whole, &payment).await.unwrap();
+    assert_eq!(verified.amount, offer.amount);
+    assert_eq!(algod.devnet.balance(&treasury), 101_000);
+    // A configured network that is not an Algorand one is a configuration mistake.
+    let msg = algo_rail(&algod.url, r#"["algorand:testnet"]"#)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("rails.algo.networks: \"algorand:testnet\" is not an Algorand network"),
+        "{msg}"
     );
 }
 

@@ -28,7 +28,10 @@ use rail_core::{
 use rail_exact_algo::msgpack::{self, Value};
 use rail_exact_algo::receiver::OnSettled;
 use rail_exact_algo::txn::PayTxn;
-use rail_exact_algo::wire::{Envelope, Payload, header};
+use rail_exact_algo::wire::{
+    Envelope, ErrorCode, Payload, SEED_ERRORS, SETTLEMENT_FAILED, TRANSACTION_EXPIRED,
+    UNKNOWN_OR_EXPIRED_PAYMENT_ID, header,
+};
 use rail_exact_algo::{
     Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price,
     RunningDevnet,
@@ -259,6 +262,22 @@ impl ExactAlgoHarness {
     }
 }
 
+/// How the finer case `code` goes on the wire: every refusal's `error` is one of the seed's six
+/// codes (a case the seed names is sent as itself), the finer code is the `reason` beside it.
+/// Written out here, apart from the rail's own table, so a change of either is caught.
+fn wire_code(code: &'static str) -> ErrorCode {
+    match code {
+        c if SEED_ERRORS.contains(&c) => ErrorCode::seed(c),
+        "transaction not yet valid" | "validity window too long" => {
+            ErrorCode::finer(TRANSACTION_EXPIRED, code)
+        }
+        "note mismatch" => ErrorCode::finer(UNKNOWN_OR_EXPIRED_PAYMENT_ID, code),
+        // Signature, signer, type, group, multisig, logicsig, encoding, envelope, fee, rekey,
+        // close-to, network: check the wallet and retry.
+        _ => ErrorCode::finer(SETTLEMENT_FAILED, code),
+    }
+}
+
 /// Two handles on one paymentId store (two receiver instances).
 type StorePair = (Arc<dyn KeyStore>, Arc<dyn KeyStore>);
 
@@ -352,19 +371,23 @@ impl ExactAlgoHarness {
         Ok((p.amount, q.amount))
     }
 
-    /// Settles `hdr` for `price` and expects refusal `code` with no money moving.
+    /// Settles `hdr` for `price` and expects refusal `code` (its finest code) with no money
+    /// moving, sent on the wire under the seed code [`wire_code`] names.
     async fn expect_refused(
         &self,
         hdr: &str,
         price: &Price,
         expect: Option<&str>,
-        code: &str,
+        code: &'static str,
     ) -> Check {
+        let want = wire_code(code);
         let before = self.chain_balances().await?;
         match self.receiver.settle(hdr, price, expect).await {
-            Ok(r) => return Err(format!("accepted ({r:?}); expected {code:?}")),
-            Err(e) if e.code() == code => {}
-            Err(e) => return Err(format!("expected {code:?}, got {:?} ({e})", e.code())),
+            Ok(r) => return Err(format!("accepted ({r:?}); expected {want:?}")),
+            Err(e) if e.error_code() == want && SEED_ERRORS.contains(&e.code()) => {}
+            Err(e) => {
+                return Err(format!("expected {want:?}, got {:?} ({e})", e.error_code()));
+            }
         }
         let after = self.chain_balances().await?;
         if before != after {
@@ -376,7 +399,7 @@ impl ExactAlgoHarness {
     }
 
     /// One case: a transaction made by `edit` must be refused with `code`.
-    async fn rule_case(&self, code: &str, edit: impl FnOnce(&mut PayTxn)) -> Check {
+    async fn rule_case(&self, code: &'static str, edit: impl FnOnce(&mut PayTxn)) -> Check {
         let price = Self::price(1000);
         let pid = self.pid(&price).await?;
         let t = self.build(&self.payer_key, &pid, 1000, edit).await?;
@@ -477,6 +500,10 @@ impl ExactAlgoHarness {
             self.rekeyed_account().await,
         ));
         out.push(("envelope variants".into(), self.envelopes().await));
+        out.push((
+            "network spelled with the whole genesis hash".into(),
+            self.whole_hash_network().await,
+        ));
         out.push(("encoding variants".into(), self.encodings().await));
         out.push(("overpayment accepted".into(), self.overpaid().await));
         out
@@ -754,6 +781,36 @@ impl ExactAlgoHarness {
         }
         // After every malformed variant, the genuine payment still settles.
         self.settle_ok(&self.envelope(&s.encode()), &price).await
+    }
+
+    /// The receiver's network spelled as some x402 SDKs do (`algorand:` + the whole genesis
+    /// hash in base64) is the same network: the payment settles; another chain's whole hash
+    /// is refused.
+    async fn whole_hash_network(&self) -> Check {
+        let gh = self
+            .algod
+            .params()
+            .await
+            .map_err(|e| e.to_string())?
+            .genesis_hash;
+        let (price, _, s) = self.paid_by_payer(1000).await?;
+        let txn = BASE64.encode(&s.encode());
+        let raw = |network: &str| {
+            header(
+                &json!({"x402Version":2,"scheme":"exact","network":network,"payload":{"txn":txn}}),
+            )
+            .unwrap_or_default()
+        };
+        self.expect_refused(
+            &raw("algorand:wGHE2Pwdvd7S12BL5FaOP20EGYesN73ktiC1qzkkit8="),
+            &price,
+            None,
+            "wrong network",
+        )
+        .await
+        .map_err(|e| format!("mainnet's whole hash: {e}"))?;
+        let whole = format!("algorand:{}", BASE64.encode(&gh));
+        self.settle_ok(&raw(&whole), &price).await
     }
 
     async fn encodings(&self) -> Check {

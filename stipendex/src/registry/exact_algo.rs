@@ -3,6 +3,7 @@
 use ed25519_dalek::SigningKey;
 use rail_core::payer::Idempotent;
 use rail_core::{Asset, PayerHandle, RailError, RailReason, ReceiverHandle};
+use rail_exact_algo::wire::normalize_network;
 use rail_exact_algo::{Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy};
 use serde::Deserialize;
 
@@ -21,7 +22,9 @@ struct Section {
     payer_key_env: Option<String>,
     /// Payer: the most one payment may be, in ALGO (`"0.5"`).
     max_amount: Option<String>,
-    /// Payer: the networks (`algorand:<genesis hash prefix>`) it pays on; none = algod's own.
+    /// Payer: the networks it pays on, each `algorand:` + the CAIP-2 reference (the first 32
+    /// characters of the base64url genesis hash) or + the whole genesis hash (base64 or
+    /// base64url); none = algod's own.
     #[serde(default)]
     networks: Vec<String>,
     /// Receiver: the address paid.
@@ -49,8 +52,22 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let max = money(ctx.name, "max_amount", &Asset::algo(), max)?;
             let max_amount = u64::try_from(max.minor_units())
                 .map_err(|_| Error::Config(format!("rails.{}.max_amount: too large", ctx.name)))?;
+            // Each network read in either spelling, kept in the CAIP-2 form; a network that is
+            // not an Algorand one could never match an offer, and is refused here.
+            let networks = s
+                .networks
+                .iter()
+                .map(|n| {
+                    normalize_network(n).ok_or_else(|| {
+                        Error::Config(format!(
+                            "rails.{}.networks: {n:?} is not an Algorand network (algorand: + the genesis hash, or its first 32 characters in base64url)",
+                            ctx.name
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let policy = Policy {
-                networks: s.networks.clone(),
+                networks,
                 max_amount,
                 ..Policy::default()
             };
