@@ -19,7 +19,7 @@
 //! | [`mcp`] | the MCP binding (`transports-v2/mcp.md`) as a small adapter for rmcp servers |
 //! | [`rail`] | the rail-core traits ([`rail::X402RailPayer`], [`rail::X402Receiver`]) |
 //! | [`rpc`], [`evm`] | JSON-RPC client, FiatToken ABI, EIP-1559 transactions, local signer |
-//! | [`served`], [`token`] | the served-once record shared by every surface; the token a receiver prices in |
+//! | [`token`] | the token a receiver prices in (the served-once record is the transport's, [`x402_transport::ServedOnce`]) |
 //! | [`mock`], [`localnet`] | in-memory token facilitator (tests), anvil localnet helper |
 //!
 //! The `x402` binary serves a facilitator (`x402 facilitator`), an example paid API
@@ -103,7 +103,6 @@ pub mod payer;
 pub mod rail;
 pub mod rpc;
 pub mod scheme;
-pub mod served;
 #[cfg(feature = "paywall")]
 pub mod server;
 pub mod token;

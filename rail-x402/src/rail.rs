@@ -17,18 +17,20 @@ use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
     PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
-    ReplayGuard, SharedClock, Verified,
+    SharedClock, Verified,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
 use crate::payer::X402Payer;
-use crate::served::{SERVE_WINDOW, SERVED_RETENTION, release, served_key};
+use crate::scheme::served_key;
 use crate::token::Token;
 use crate::verify::{find_matching_requirements, precheck, reasons, unix_secs};
 use crate::wire::{
     Extra, PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT, V2,
 };
+use x402_transport::ServedOnce;
+use x402_transport::served::{SERVED_RETENTION, Taken, release};
 
 /// The rail's name.
 pub const RAIL: &str = "x402";
@@ -240,7 +242,7 @@ pub struct X402Receiver {
     token: Token,
     pay_to: Address,
     max_timeout: Duration,
-    served: ReplayGuard,
+    served: ServedOnce,
     clock: SharedClock,
 }
 
@@ -259,7 +261,7 @@ impl X402Receiver {
             token,
             pay_to,
             max_timeout: Duration::from_secs(300),
-            served: ReplayGuard::new(store, "x402/served"),
+            served: ServedOnce::new(store),
             clock,
         }
     }
@@ -362,13 +364,13 @@ impl Receiver for X402Receiver {
         // The same served-once key as the HTTP paywall and MCP: one payment, served once.
         let serving = self
             .served
-            .reserve(&served_key(&payload), SERVE_WINDOW)
+            .reserve(&served_key(&payload))
             .await
             .map_err(|e| match e {
-                RailError::Replayed { .. } => RailError::Replayed {
+                Taken::Used | Taken::InFlight => RailError::Replayed {
                     key: format!("payment for offer {}", offer.id),
                 },
-                other => other,
+                Taken::Store(e) => e,
             })?;
         let settled = match serving
             .keep_alive(settle_for_serving(

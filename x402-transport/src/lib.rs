@@ -14,6 +14,7 @@
 //! | [`served`] | the served-once record ([`ServedOnce`]), shared by every surface and receiver |
 //! | [`settle`] | one payment through check → served-once → settle before or after the paid work |
 //! | [`paywall`] | the axum paywall (feature `paywall`) |
+//! | [`mcp`] | the MCP adapter for rmcp servers (feature `mcp`) |
 //!
 //! A receiver offering two schemes on one route (any [`Scheme`] implementations, here handed
 //! in):
@@ -36,6 +37,8 @@
 //! ```
 
 pub mod error;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "paywall")]
 pub mod paywall;
 pub mod scheme;

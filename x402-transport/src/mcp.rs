@@ -198,7 +198,12 @@ impl McpPaywall {
     /// Runs a call of `tool`, whose request `_meta` is `meta` (in an rmcp `ServerHandler`:
     /// `Some(&context.meta.0.0)`), through the paywall: `run` is called only for a free tool
     /// or a checked payment, and its output is returned only once the payment settled.
-    pub async fn call<F, Fut>(&self, tool: &str, meta: Option<&JsonObject>, run: F) -> CallToolResult
+    pub async fn call<F, Fut>(
+        &self,
+        tool: &str,
+        meta: Option<&JsonObject>,
+        run: F,
+    ) -> CallToolResult
     where
         F: FnOnce() -> Fut + Send,
         Fut: Future<Output = CallToolResult> + Send,
@@ -247,7 +252,13 @@ impl McpPaywall {
         match self.payment_required(tool, refusal).await {
             Ok(mut structured) => {
                 let mut error = refusal.map_or_else(
-                    || structured["error"].as_str().unwrap_or_default().to_owned(),
+                    || {
+                        structured
+                            .get("error")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned()
+                    },
                     |r| r.error.clone(),
                 );
                 if let (Some(r), Some(o)) = (refusal, structured.as_object_mut())
@@ -302,7 +313,8 @@ pub fn with_receipt(mut result: CallToolResult, settled: &Settled) -> CallToolRe
         settled.response.clone(),
     );
     result.meta = Some(meta);
-    if let (Some(receipt), Some(Value::Object(o))) = (&settled.receipt, &mut result.structured_content)
+    if let (Some(receipt), Some(Value::Object(o))) =
+        (&settled.receipt, &mut result.structured_content)
     {
         o.insert("receipt".into(), receipt.clone());
     }

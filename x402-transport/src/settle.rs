@@ -143,7 +143,16 @@ impl Taken402<'_> {
         match verdict {
             Ok(Verdict::Valid) => {}
             Ok(Verdict::MaybeSettled) => {
-                let paid = self.settle().await?;
+                // Settling here only looks for an earlier settlement of this payment: when
+                // there is none, the payment is refused for the chain's reason, not answered
+                // as a settlement this request attempted.
+                let paid = self.settle().await.map_err(|f| match f {
+                    Failure::Refused(mut r) => {
+                        r.response = None;
+                        Failure::Refused(r)
+                    }
+                    unknown @ Failure::Unknown { .. } => unknown,
+                })?;
                 return paid.run(work, succeeded).await;
             }
             Err(f) => {
