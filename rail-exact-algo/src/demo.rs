@@ -6,7 +6,7 @@
 //! | `GET /llms.txt`, `GET /.well-known/exact-algo.json` | free |
 //! | `GET /api/posts` | free index |
 //! | `GET /api/posts/{id}` | `price` µALGO: the post body |
-//! | `POST /mcp` | tools `board_index` and `payment_instructions` (free), `post_read` (`price`) |
+//! | `POST /mcp` | tools `board_index` and `payment_instructions` (free), `post_read` (`price`): an rmcp server over Streamable HTTP, stateless, JSON answers |
 
 use axum::Router;
 use axum::extract::Path;
@@ -21,9 +21,18 @@ use std::sync::Arc;
 use x402_transport::Accepts;
 use x402_transport::paywall::Paywall;
 
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use x402_transport::mcp::McpPaywall;
+
 use crate::http::{ServiceInfo, discovery_router, prices, scheme_document};
-use crate::mcp::{McpServer, Tool};
-use crate::receiver::ExactAlgoReceiver;
+use crate::mcp::{
+    PAYMENT_INSTRUCTIONS, payment_instructions, payment_instructions_tool, price_meta, schema,
+};
+use crate::receiver::{ExactAlgoReceiver, Price};
 use crate::scheme::ExactAlgo;
 
 /// One post of the demo board.
@@ -107,8 +116,87 @@ fn post_id_arg(args: &Value) -> Result<&'static Post, String> {
     find_post(&id).ok_or_else(|| format!("no such post: {id}"))
 }
 
+/// The board's MCP server (rmcp): `board_index` and `payment_instructions` free, `post_read`
+/// priced through the shared MCP adapter.
+#[derive(Clone, Debug)]
+pub struct BoardServer {
+    paywall: McpPaywall,
+    price: u64,
+    network: String,
+    instructions: Value,
+}
+
+impl rmcp::ServerHandler for BoardServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "exact-algo-board",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                "Paid tools answer an unpaid call with isError and the payment requirement in \
+                 structuredContent; pay it in native ALGO (exact-algo) and retry the same call \
+                 with params._meta[\"x402/payment\"]. Call payment_instructions for the scheme.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut post_read = Tool::new(
+            "post_read",
+            "Read a post body (paid, native ALGO via exact-algo).",
+            schema(json!({"type": "object",
+                "properties": {"post_id": {"type": "string", "description": "the post id from board_index"}},
+                "required": ["post_id"], "additionalProperties": false})),
+        );
+        post_read.meta = Some(price_meta(&self.network, self.price));
+        Ok(ListToolsResult::with_all_items(vec![
+            payment_instructions_tool(),
+            Tool::new(
+                "board_index",
+                "List the posts: id, title, sha256 of the body, state and price. Free.",
+                schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+            ),
+            post_read,
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let result = match request.name.as_ref() {
+            "board_index" => CallToolResult::structured(board_index(self.price)),
+            PAYMENT_INSTRUCTIONS => payment_instructions(self.instructions.clone()),
+            "post_read" => match post_id_arg(&args) {
+                // A call that cannot succeed asks for no payment.
+                Err(e) => CallToolResult::structured_error(json!({"error": e})),
+                Ok(post) => {
+                    self.paywall
+                        .call("post_read", Some(&context.meta.0.0), || async move {
+                            CallToolResult::structured(json!({"post": full_post(post)}))
+                        })
+                        .await
+                }
+            },
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool: {other}"),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
+    }
+}
+
 /// The example app: the paywalled board, its discovery documents and its MCP endpoint, each
-/// post body costing `price` µALGO.
+/// post body costing `price` µALGO, payments served once across HTTP and MCP.
 pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
     let algo = Arc::new(ExactAlgo::new(receiver.clone()));
     let paywall = Paywall::new()
@@ -116,30 +204,29 @@ pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
         .route_when(
             "/api/posts/{id}",
             "read post body",
-            Accepts::default().or_priced(algo, u128::from(price)),
+            Accepts::default().or_priced(algo.clone(), u128::from(price)),
             Arc::new(|segments: &[String]| {
                 segments.last().is_some_and(|id| find_post(id).is_some())
             }),
         );
-    let mcp = McpServer::new(receiver.clone(), "exact-algo-board", env!("CARGO_PKG_VERSION"))
-        .tool(Tool::new(
-            "board_index",
-            "List the posts: id, title, sha256 of the body, state and price. Free.",
-            json!({"type": "object", "properties": {}, "additionalProperties": false}),
-            move |_| async move { Ok(board_index(price)) },
-        ))
-        .tool(
-            Tool::new(
+    let tools = vec![Price {
+        resource: "post_read".into(),
+        description: "Read a post body (paid, native ALGO via exact-algo).".into(),
+        amount: price,
+    }];
+    let board = BoardServer {
+        paywall: McpPaywall::new()
+            .with_served(receiver.served().clone())
+            .with_clock(receiver.clock().clone())
+            .tool(
                 "post_read",
                 "Read a post body (paid, native ALGO via exact-algo).",
-                json!({"type": "object",
-                       "properties": {"post_id": {"type": "string", "description": "the post id from board_index"}},
-                       "required": ["post_id"], "additionalProperties": false}),
-                |args| async move { post_id_arg(&args).map(|p| json!({"post": full_post(p)})) },
-            )
-            .priced(price)
-            .with_check(|args| post_id_arg(args).map(|_| ())),
-        );
+                Accepts::default().or_priced(algo, u128::from(price)),
+            ),
+        price,
+        network: receiver.network().to_owned(),
+        instructions: Value::Null,
+    };
     let info = ServiceInfo {
         name: "exact-algo board (example)".into(),
         summary: "A small board: the index is free, each post body costs a fixed price in native ALGO, over HTTP (GET /api/posts/{id}) and MCP (post_read).".into(),
@@ -147,8 +234,10 @@ pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
         mcp_endpoint: Some("/mcp".into()),
     };
     let routes = prices(&paywall);
-    let tools = mcp.prices();
-    let mcp = mcp.with_scheme_document(scheme_document(receiver, &routes, &tools, Some("/mcp")));
+    let board = BoardServer {
+        instructions: scheme_document(receiver, &routes, &tools, Some("/mcp")),
+        ..board
+    };
     let api = Router::new()
         .route(
             "/api/posts",
@@ -158,5 +247,7 @@ pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
     paywall
         .apply(api)
         .merge(discovery_router(&info, receiver, &routes, &tools))
-        .merge(mcp.router())
+        .merge(x402_transport::mcp::streamable_http("/mcp", move || {
+            Ok(board.clone())
+        }))
 }

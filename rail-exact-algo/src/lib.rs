@@ -11,7 +11,7 @@
 //! | [`receiver`] | [`ExactAlgoReceiver`]: challenges, strict verification, settlement, receipts exactly once |
 //! | [`scheme`] | [`ExactAlgo`]: the scheme for the shared x402 transport (its paywall serves the seed's HTTP flow) |
 //! | [`http`] | the discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`) |
-//! | [`mcp`] | the MCP surface (Streamable HTTP `POST /mcp`, JSON-RPC 2.0) with paid tools |
+//! | [`mcp`] | the seed's MCP surface on rmcp: `payment_instructions`, price annotations (the endpoint and the paid tools are the shared transport's) |
 //! | [`rail`] | the rail-core traits ([`rail_core::Payer`], [`rail_core::Receiver`]) |
 //! | [`algod`] | a small algod v2 REST client |
 //! | [`devnet`] | an algod-REST-compatible devnet (library, and the `algod-devnet` binary) |
@@ -103,8 +103,6 @@ pub use algod::{AlgodClient, AlgodError};
 pub use devnet::{Devnet, DevnetConfig, RunningDevnet};
 #[cfg(feature = "paywall")]
 pub use http::{ServiceInfo, discovery_router};
-#[cfg(feature = "paywall")]
-pub use mcp::{McpServer, Tool};
 pub use payer::{ExactAlgoPayer, PayError, Policy, SignedPayment};
 pub use rail::{Proof, RAIL};
 pub use receiver::{ExactAlgoReceiver, Price, Refusal, Settlement};

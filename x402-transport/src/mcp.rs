@@ -375,3 +375,81 @@ pub fn payment_required_of(result: &CallToolResult) -> Option<Value> {
     let text = result.content.first()?.as_text()?.text.clone();
     pick(&serde_json::from_str(&text).ok()?)
 }
+
+/// An MCP endpoint at `path` over Streamable HTTP for the rmcp server `factory` makes (one
+/// per request): stateless (no `Mcp-Session-Id`; every request stands alone, as the seed's
+/// clients and MCP's `2026-07-28` revision expect) and answering plain JSON (an SSE stream
+/// only if the handler sends a notification first).
+///
+/// In front of rmcp's transport:
+/// - a request from a browser page of another origin is refused (403): DNS-rebinding
+///   protection that, unlike a fixed host list, works behind any host name;
+/// - a `POST` without `Accept`, or with one that takes JSON (`*/*`, `application/json`), is
+///   served as one that names both MCP media types: HTTP reads a missing `Accept` as "anything",
+///   and the answer is JSON. The seed's clients send notifications without `Accept`.
+#[cfg(feature = "mcp-http")]
+pub fn streamable_http<S, F>(path: &str, factory: F) -> axum::Router
+where
+    S: rmcp::ServerHandler + Send + 'static,
+    F: Fn() -> Result<S, std::io::Error> + Send + Sync + 'static,
+{
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .disable_allowed_hosts();
+    let service =
+        StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config);
+    axum::Router::new()
+        .route_service(path, service)
+        .layer(axum::middleware::from_fn(guard))
+}
+
+/// Refuses a request whose `Origin` is not the request's own `Host`; reads a missing or
+/// JSON-taking `Accept` of a `POST` as both MCP media types.
+#[cfg(feature = "mcp-http")]
+async fn guard(
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{HeaderValue, Method, StatusCode, header};
+    use axum::response::IntoResponse;
+
+    if req.method() == Method::POST {
+        let takes_json = req.headers().get(header::ACCEPT).is_none_or(|a| {
+            a.to_str().is_ok_and(|a| {
+                let a = a.to_ascii_lowercase();
+                !a.contains("text/event-stream")
+                    && (a.contains("application/json") || a.contains("*/*"))
+            })
+        });
+        if takes_json {
+            req.headers_mut().insert(
+                header::ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            );
+        }
+    }
+
+    let h = req.headers();
+    let allowed = match h.get(header::ORIGIN) {
+        None => true,
+        Some(origin) => match (origin.to_str(), h.get(header::HOST).map(|v| v.to_str())) {
+            (Ok(origin), Some(Ok(host))) => origin
+                .split_once("://")
+                .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host)),
+            _ => false,
+        },
+    };
+    if allowed {
+        return next.run(req).await;
+    }
+    (
+        StatusCode::FORBIDDEN,
+        axum::Json(json!({"jsonrpc": "2.0", "id": null,
+                          "error": {"code": -32600, "message": "origin not allowed"}})),
+    )
+        .into_response()
+}
