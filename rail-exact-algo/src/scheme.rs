@@ -26,6 +26,7 @@ use x402_transport::{
     Settled, Verified,
 };
 
+use crate::payer::{ExactAlgoPayer, PayError};
 use crate::receiver::{ExactAlgoReceiver, Price, Refusal};
 use crate::txn::SignedPay;
 use crate::wire::{self, PAYMENT_ID_ALREADY_USED, PaymentResponse, SETTLEMENT_FAILED};
@@ -245,5 +246,82 @@ impl Scheme for ExactAlgo {
 
     fn wants_resource(&self) -> bool {
         false
+    }
+}
+
+/// The paying side: an [`ExactAlgoPayer`] as a payer of the shared client
+/// ([`x402_transport::client::Client`]), with the network of its algod read once
+/// ([`ExactAlgoPayer::for_client`]). It pays only exact-algo entries its policy allows.
+#[derive(Clone, Debug)]
+pub struct ClientPayer {
+    payer: ExactAlgoPayer,
+    network: String,
+}
+
+impl ExactAlgoPayer {
+    /// This payer for the shared client: asks algod for its network once.
+    ///
+    /// # Errors
+    /// [`PayError`] if algod cannot be reached.
+    pub async fn for_client(self) -> Result<ClientPayer, PayError> {
+        let params = self.algod.params().await?;
+        Ok(ClientPayer {
+            network: wire::network_id(&params.genesis_hash),
+            payer: self,
+        })
+    }
+}
+
+impl ClientPayer {
+    /// The payer.
+    #[must_use]
+    pub fn payer(&self) -> &ExactAlgoPayer {
+        &self.payer
+    }
+
+    fn accept(entry: &Value) -> Result<wire::Accept, String> {
+        serde_json::from_value(entry.clone()).map_err(|_| "not an exact-algo entry".to_owned())
+    }
+}
+
+#[async_trait]
+impl x402_transport::client::SchemePayer for ClientPayer {
+    fn label(&self) -> &str {
+        LABEL
+    }
+
+    fn refusal(&self, entry: &Value) -> Option<String> {
+        match Self::accept(entry) {
+            Ok(a) => self
+                .payer
+                .choose(std::slice::from_ref(&a), &self.network)
+                .err()
+                .map(|e| e.to_string()),
+            Err(e) => Some(e),
+        }
+    }
+
+    fn amount(&self, entry: &Value) -> Option<u128> {
+        let a = Self::accept(entry).ok()?;
+        a.max_amount_required.parse::<u64>().ok().map(u128::from)
+    }
+
+    async fn pay(
+        &self,
+        required: &x402_transport::wire::PaymentRequired,
+        entry: &Value,
+    ) -> Result<Value, String> {
+        let body = wire::PaymentRequired {
+            x402_version: 2,
+            error: required.error.clone().unwrap_or_default(),
+            reason: None,
+            accepts: vec![Self::accept(entry)?],
+        };
+        let signed = self
+            .payer
+            .pay_required(&body)
+            .await
+            .map_err(|e| e.to_string())?;
+        x402_transport::wire::decode_base64_json(&signed.header).map_err(|e| e.to_string())
     }
 }

@@ -1,5 +1,6 @@
-//! The paying HTTP client: a small wrapper around `reqwest` that answers a 402 by paying
-//! within the payer's [`Policy`](crate::payer::Policy) and retrying once.
+//! The paying HTTP client for `exact` on EVM: the shared x402 client
+//! ([`x402_transport::client::Client`]) with one [`X402Payer`], answering in this rail's types.
+//! It pays within the payer's [`Policy`](crate::payer::Policy) and retries once.
 //!
 //! - The 402 is read from `PAYMENT-REQUIRED` (v2). A 402 without it is returned as is: the
 //!   client never downgrades to v1 or guesses.
@@ -26,12 +27,14 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
+use x402_transport::client::{Client, ClientError as TransportError, Sent};
 
-use crate::payer::{PayerError, X402Payer};
-use crate::wire::{HeaderError, PaymentPayload, PaymentRequired, SettleResponse};
+use crate::payer::X402Payer;
+use crate::wire::{PaymentPayload, PaymentRequired, SettleResponse};
 
 /// Why a paid request failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,12 +43,12 @@ pub enum ClientError {
     /// No answer (and, after a payment was made, none after every retry of it).
     #[error("http: {0}")]
     Http(String),
-    /// The 402's `PAYMENT-REQUIRED` header did not decode.
-    #[error("402 header: {0}")]
-    Header(#[from] HeaderError),
+    /// The 402 did not decode.
+    #[error("402: {0}")]
+    Header(String),
     /// The policy allows none of the options, or signing failed.
-    #[error(transparent)]
-    Payer(#[from] PayerError),
+    #[error("{0}")]
+    Payer(String),
     /// A payment was sent and no answer said what became of it, after every resend. It may
     /// have been settled: present **this** payment again ([`X402Client::resend`]), do not pay
     /// anew.
@@ -67,12 +70,32 @@ pub enum ClientError {
     },
 }
 
-/// Statuses after which a payment's outcome is unknown (retry the same payment).
-fn unknown_status(s: StatusCode) -> bool {
-    matches!(
-        s,
-        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
-    )
+impl From<TransportError> for ClientError {
+    fn from(e: TransportError) -> Self {
+        match e {
+            TransportError::Http(m) => ClientError::Http(m),
+            TransportError::Header(m) => ClientError::Header(m),
+            e @ TransportError::NothingPayable(_) => ClientError::Payer(e.to_string()),
+            TransportError::Payer(m) => ClientError::Payer(m),
+            TransportError::OutcomeUnknown { payment, detail } if payment.v1 => {
+                ClientError::OutcomeUnknownV1 {
+                    header: x402_transport::wire::encode_base64_json(&payment.envelope)
+                        .unwrap_or_default(),
+                    detail,
+                }
+            }
+            TransportError::OutcomeUnknown { payment, detail } => {
+                match serde_json::from_value::<PaymentPayload>(payment.envelope) {
+                    Ok(p) => ClientError::OutcomeUnknown {
+                        payment: Box::new(p),
+                        detail,
+                    },
+                    Err(e) => ClientError::Payer(format!("a payment this payer did not sign: {e}")),
+                }
+            }
+            other => ClientError::Http(other.to_string()),
+        }
+    }
 }
 
 /// The answer to a (possibly paid) request.
@@ -83,24 +106,55 @@ pub struct Paid {
     /// Final headers.
     pub headers: reqwest::header::HeaderMap,
     /// Final body.
-    pub body: bytes_body::Body,
-    /// The payment sent, if one was.
+    pub body: Vec<u8>,
+    /// The payment sent, if one was (a v2 one).
     pub payment: Option<PaymentPayload>,
-    /// The decoded `PAYMENT-RESPONSE`, if the server sent one.
+    /// The decoded `PAYMENT-RESPONSE` (or v1 `X-PAYMENT-RESPONSE`), if the server sent one.
     pub settlement: Option<SettleResponse>,
     /// The 402 that asked for the payment.
     pub payment_required: Option<PaymentRequired>,
 }
 
-/// The body type (bytes).
-pub mod bytes_body {
-    /// A response body.
-    pub type Body = Vec<u8>;
+impl Paid {
+    fn from_transport(p: x402_transport::client::Paid) -> Self {
+        let v1 = p.payment.as_ref().is_some_and(|s| s.v1);
+        let settlement = p.response.and_then(|r| {
+            if v1 {
+                serde_json::from_value::<crate::v1::SettleResponseV1>(r)
+                    .ok()
+                    .map(|s| SettleResponse {
+                        success: s.success,
+                        error_reason: s.error_reason,
+                        error_message: None,
+                        transaction: s.transaction,
+                        network: s.network,
+                        payer: s.payer,
+                    })
+            } else {
+                serde_json::from_value(r).ok()
+            }
+        });
+        Paid {
+            status: p.status,
+            headers: p.headers,
+            body: p.body,
+            payment: p
+                .payment
+                .filter(|s| !s.v1)
+                .and_then(|s| serde_json::from_value(s.envelope).ok()),
+            settlement,
+            payment_required: p.payment_required.and_then(|r| {
+                let header = r.to_header().ok()?;
+                PaymentRequired::from_header_mixed(&header).ok()
+            }),
+        }
+    }
 }
 
-/// A reqwest client that pays 402s.
+/// A reqwest client that pays 402s in one token.
 #[derive(Clone, Debug)]
 pub struct X402Client {
+    inner: Client,
     http: reqwest::Client,
     payer: X402Payer,
     retries: u32,
@@ -112,32 +166,44 @@ impl X402Client {
     /// # Errors
     /// [`ClientError::Http`] if the HTTP client cannot be built.
     pub fn new(payer: X402Payer) -> Result<Self, ClientError> {
-        Ok(Self {
-            http: crate::rpc::http_client(Duration::from_secs(30))
-                .map_err(|e| ClientError::Http(e.to_string()))?,
+        let http = crate::rpc::http_client(Duration::from_secs(30))
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        Ok(Self::build(http, payer, 3))
+    }
+
+    fn build(http: reqwest::Client, payer: X402Payer, retries: u32) -> Self {
+        Self {
+            inner: Client::new(http.clone())
+                .with_payer(Arc::new(payer.clone()))
+                .with_retries(retries),
+            http,
             payer,
-            retries: 3,
-        })
+            retries,
+        }
     }
 
     /// With another reqwest client (timeouts, proxies).
     #[must_use]
-    pub fn with_http(mut self, http: reqwest::Client) -> Self {
-        self.http = http;
-        self
+    pub fn with_http(self, http: reqwest::Client) -> Self {
+        Self::build(http, self.payer, self.retries)
     }
 
     /// How many times the same payment is resent when its outcome is unknown.
     #[must_use]
-    pub const fn with_retries(mut self, retries: u32) -> Self {
-        self.retries = retries;
-        self
+    pub fn with_retries(self, retries: u32) -> Self {
+        Self::build(self.http, self.payer, retries)
     }
 
     /// The payer.
     #[must_use]
     pub const fn payer(&self) -> &X402Payer {
         &self.payer
+    }
+
+    /// The shared client underneath.
+    #[must_use]
+    pub const fn transport(&self) -> &Client {
+        &self.inner
     }
 
     /// `GET url`, paying if asked.
@@ -158,56 +224,9 @@ impl X402Client {
         url: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Paid, ClientError> {
-        let build = |payment: Option<&str>| {
-            let mut r = self.http.request(method.clone(), url);
-            if let Some(b) = &body {
-                r = r.body(b.clone());
-            }
-            if let Some(p) = payment {
-                r = r.header(crate::wire::PAYMENT_SIGNATURE_HEADER, p);
-            }
-            r
-        };
-        let first = build(None)
-            .send()
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))?;
-        if first.status() != StatusCode::PAYMENT_REQUIRED {
-            return finish(first, None, None).await;
-        }
-        let Some(header) = first
-            .headers()
-            .get(crate::wire::PAYMENT_REQUIRED_HEADER)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-        else {
-            // No v2 header: a v1 402 carries its requirements in a JSON body with
-            // `x402Version: 1` (never consulted when the v2 header is present).
-            let headers = first.headers().clone();
-            let status = first.status();
-            let body = first
-                .bytes()
-                .await
-                .map_err(|e| ClientError::Http(e.to_string()))?
-                .to_vec();
-            return match serde_json::from_slice::<crate::v1::PaymentRequiredV1>(&body) {
-                Ok(v1) => self.send_v1(&build, &v1).await,
-                Err(_) => Ok(Paid {
-                    status,
-                    headers,
-                    body,
-                    payment: None,
-                    settlement: None,
-                    payment_required: None,
-                }),
-            };
-        };
-        let required = PaymentRequired::from_header_mixed(&header)?;
-        let payment = self.payer.pay(&required)?;
-        let encoded = payment.to_header()?;
-        tracing::info!(payer = %self.payer.address(), amount = %payment.accepted.amount, network = %payment.accepted.network, "x402: paying");
-        self.deliver(&build, payment, &encoded, Some(required))
-            .await
+        Ok(Paid::from_transport(
+            self.inner.send(method, url, body).await?,
+        ))
     }
 
     /// Sends a signed payment again (after [`ClientError::OutcomeUnknown`]): the same
@@ -222,168 +241,14 @@ impl X402Client {
         body: Option<Vec<u8>>,
         payment: PaymentPayload,
     ) -> Result<Paid, ClientError> {
-        let build = |p: Option<&str>| {
-            let mut r = self.http.request(method.clone(), url);
-            if let Some(b) = &body {
-                r = r.body(b.clone());
-            }
-            if let Some(p) = p {
-                r = r.header(crate::wire::PAYMENT_SIGNATURE_HEADER, p);
-            }
-            r
+        let sent = Sent {
+            label: crate::scheme::LABEL.into(),
+            envelope: serde_json::to_value(&payment)
+                .map_err(|e| ClientError::Payer(e.to_string()))?,
+            v1: false,
         };
-        let encoded = payment.to_header()?;
-        self.deliver(&build, payment, &encoded, None).await
+        Ok(Paid::from_transport(
+            self.inner.resend(method, url, body, sent).await?,
+        ))
     }
-
-    /// Presents `payment`, resending the same bytes while the outcome is unknown: no answer,
-    /// or a 502 / 503 / 504 (a proxy's or the server's "try again").
-    async fn deliver(
-        &self,
-        build: &(dyn Fn(Option<&str>) -> reqwest::RequestBuilder + Sync),
-        payment: PaymentPayload,
-        encoded: &str,
-        required: Option<PaymentRequired>,
-    ) -> Result<Paid, ClientError> {
-        let mut attempt = 0;
-        loop {
-            match build(Some(encoded)).send().await {
-                Ok(resp) if unknown_status(resp.status()) && attempt < self.retries => {
-                    let wait = resp
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .unwrap_or(1)
-                        .min(10);
-                    tracing::warn!(
-                        attempt,
-                        wait,
-                        status = resp.status().as_u16(),
-                        "x402: outcome unknown; resending the same payment"
-                    );
-                    tokio::time::sleep(Duration::from_secs(wait)).await;
-                }
-                Ok(resp) if unknown_status(resp.status()) => {
-                    return Err(ClientError::OutcomeUnknown {
-                        payment: Box::new(payment),
-                        detail: format!("http {}", resp.status()),
-                    });
-                }
-                Ok(resp) => return finish(resp, Some(payment), required).await,
-                Err(e) if attempt < self.retries => {
-                    tracing::warn!(attempt, error = %e, "x402: no answer; resending the same payment");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                }
-                Err(e) => {
-                    return Err(ClientError::OutcomeUnknown {
-                        payment: Box::new(payment),
-                        detail: e.to_string(),
-                    });
-                }
-            }
-            attempt += 1;
-        }
-    }
-}
-
-impl X402Client {
-    async fn send_v1(
-        &self,
-        build: &(dyn Fn(Option<&str>) -> reqwest::RequestBuilder + Sync),
-        required: &crate::v1::PaymentRequiredV1,
-    ) -> Result<Paid, ClientError> {
-        let payment = self.payer.pay_v1(required)?;
-        let encoded = payment.to_header()?;
-        tracing::info!(payer = %self.payer.address(), network = %payment.network, "x402: paying (v1)");
-        // As for v2: the same bytes are resent while the outcome is unknown.
-        let mut attempt = 0;
-        let resp = loop {
-            let sent = build(None)
-                .header(crate::v1::X_PAYMENT_HEADER, &encoded)
-                .send()
-                .await;
-            match sent {
-                Ok(r) if unknown_status(r.status()) && attempt < self.retries => {
-                    tracing::warn!(
-                        attempt,
-                        status = r.status().as_u16(),
-                        "x402: outcome unknown; resending the same v1 payment"
-                    );
-                    tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
-                }
-                Ok(r) if unknown_status(r.status()) => {
-                    return Err(ClientError::OutcomeUnknownV1 {
-                        header: encoded,
-                        detail: format!("http {}", r.status()),
-                    });
-                }
-                Ok(r) => break r,
-                Err(e) if attempt < self.retries => {
-                    tracing::warn!(attempt, error = %e, "x402: no answer; resending the same v1 payment");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                }
-                Err(e) => {
-                    return Err(ClientError::OutcomeUnknownV1 {
-                        header: encoded,
-                        detail: e.to_string(),
-                    });
-                }
-            }
-            attempt += 1;
-        };
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let settlement = headers
-            .get(crate::v1::X_PAYMENT_RESPONSE_HEADER)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| crate::v1::SettleResponseV1::from_header(h).ok())
-            .map(|s| SettleResponse {
-                success: s.success,
-                error_reason: s.error_reason,
-                error_message: None,
-                transaction: s.transaction,
-                network: s.network,
-                payer: s.payer,
-            });
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))?
-            .to_vec();
-        Ok(Paid {
-            status,
-            headers,
-            body,
-            payment: None,
-            settlement,
-            payment_required: None,
-        })
-    }
-}
-
-async fn finish(
-    resp: reqwest::Response,
-    payment: Option<PaymentPayload>,
-    payment_required: Option<PaymentRequired>,
-) -> Result<Paid, ClientError> {
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let settlement = headers
-        .get(crate::wire::PAYMENT_RESPONSE_HEADER)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| SettleResponse::from_header(h).ok());
-    let body = resp
-        .bytes()
-        .await
-        .map_err(|e| ClientError::Http(e.to_string()))?
-        .to_vec();
-    Ok(Paid {
-        status,
-        headers,
-        body,
-        payment,
-        settlement,
-        payment_required,
-    })
 }

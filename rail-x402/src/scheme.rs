@@ -28,10 +28,13 @@ use x402_transport::{
 };
 
 use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
+use crate::payer::X402Payer;
 use crate::token::Token;
 use crate::v1::{PaymentPayloadV1, PaymentRequirementsV1, SettleResponseV1};
 use crate::verify::{find_matching_requirements, precheck, reasons, unix_secs};
-use crate::wire::{Extra, PaymentPayload, PaymentRequirements, SCHEME_EXACT, SettleResponse, V2};
+use crate::wire::{
+    Extra, PaymentPayload, PaymentRequired, PaymentRequirements, SCHEME_EXACT, SettleResponse, V2,
+};
 
 /// The label of this scheme among the transport's schemes.
 pub const LABEL: &str = "exact-evm";
@@ -347,5 +350,60 @@ impl Scheme for ExactEvm {
             payer: s.payer,
         })
         .unwrap_or_else(|_| response.clone())
+    }
+}
+
+/// The paying side: an [`X402Payer`] as a payer of the shared client
+/// ([`x402_transport::client::Client`]). It pays only entries that are x402 v2
+/// `PaymentRequirements` its [`crate::payer::Policy`] allows, and speaks v1.
+#[async_trait]
+impl x402_transport::client::SchemePayer for X402Payer {
+    fn label(&self) -> &str {
+        LABEL
+    }
+
+    fn refusal(&self, entry: &Value) -> Option<String> {
+        match serde_json::from_value::<PaymentRequirements>(entry.clone()) {
+            Ok(r) => self.policy().refusal(&r),
+            Err(_) => Some("not an x402 exact entry".into()),
+        }
+    }
+
+    fn amount(&self, entry: &Value) -> Option<u128> {
+        let r: PaymentRequirements = serde_json::from_value(entry.clone()).ok()?;
+        u128::try_from(r.amount.value()).ok()
+    }
+
+    async fn pay(
+        &self,
+        required: &x402_transport::wire::PaymentRequired,
+        entry: &Value,
+    ) -> Result<Value, String> {
+        // The 402 as x402 v2 reads it, with the chosen entry as its only option.
+        let mut v = serde_json::to_value(required).map_err(|e| e.to_string())?;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("reason");
+            o.insert("accepts".into(), Value::Array(vec![entry.clone()]));
+        }
+        let typed: PaymentRequired =
+            serde_json::from_value(v).map_err(|e| format!("the 402 is not x402 v2: {e}"))?;
+        let payment = X402Payer::pay(self, &typed).map_err(|e| e.to_string())?;
+        serde_json::to_value(payment).map_err(|e| e.to_string())
+    }
+
+    async fn pay_v1(
+        &self,
+        required: &x402_transport::wire::PaymentRequiredV1,
+    ) -> Option<Result<Value, String>> {
+        let typed: crate::v1::PaymentRequiredV1 =
+            match serde_json::to_value(required).and_then(serde_json::from_value) {
+                Ok(t) => t,
+                Err(e) => return Some(Err(format!("the 402 is not x402 v1: {e}"))),
+            };
+        Some(
+            X402Payer::pay_v1(self, &typed)
+                .map_err(|e| e.to_string())
+                .and_then(|p| serde_json::to_value(p).map_err(|e| e.to_string())),
+        )
     }
 }

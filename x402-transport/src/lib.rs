@@ -13,6 +13,7 @@
 //! | [`wire`] | header names, base64-of-JSON codecs, the 402 body ([`wire::PaymentRequired`]) |
 //! | [`served`] | the served-once record ([`ServedOnce`]), shared by every surface and receiver |
 //! | [`settle`] | one payment through check → served-once → settle before or after the paid work |
+//! | [`client`] | the paying reqwest client ([`client::Client`]) and the payer side of a scheme ([`client::SchemePayer`]) |
 //! | [`paywall`] | the axum paywall (feature `paywall`) |
 //! | [`mcp`] | the MCP adapter for rmcp servers (feature `mcp`) |
 //!
@@ -36,6 +37,7 @@
 //! # }
 //! ```
 
+pub mod client;
 pub mod error;
 #[cfg(feature = "mcp")]
 pub mod mcp;

@@ -1,6 +1,7 @@
 //! One route, two schemes: the shared paywall offers `exact` on EVM (EIP-3009, on the
-//! in-memory token) and the seed's exact-algo (on the algod devnet) in one 402, and each
-//! client pays it with its own scheme; each payment is served once.
+//! in-memory token) and the seed's exact-algo (on the algod devnet) in one 402, and the shared
+//! client pays it with whichever scheme its payers' order and policies choose; each payment is
+//! served once.
 
 #![allow(
     clippy::unwrap_used,
@@ -26,6 +27,7 @@ use rail_x402::evm::LocalSigner;
 use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
 use rail_x402::{ExactEvm, Token};
+use x402_transport::client::Client;
 use x402_transport::paywall::Paywall;
 use x402_transport::wire::{PaymentRequired, decode_base64_json};
 use x402_transport::{Accepts, Scheme};
@@ -43,7 +45,11 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     let treasury = algo_addr(&SigningKey::from_bytes(&[2; 32]));
     let net = Devnet::spawn(
         DevnetConfig {
-            accounts: vec![(algo_addr(&algo_payer_key), 5_000_000), (treasury, 100_000)],
+            accounts: vec![
+                (algo_addr(&algo_payer_key), 5_000_000),
+                (algo_addr(&SigningKey::from_bytes(&[3; 32])), 5_000_000),
+                (treasury, 100_000),
+            ],
             ..DevnetConfig::default()
         },
         SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -62,6 +68,13 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     .unwrap();
     let algo_payer = ExactAlgoPayer::new(
         algo_payer_key,
+        algod.clone(),
+        Policy::default(),
+        store.clone(),
+        Arc::new(SystemClock),
+    );
+    let algo_payer2 = ExactAlgoPayer::new(
+        SigningKey::from_bytes(&[3; 32]),
         algod,
         Policy::default(),
         store.clone(),
@@ -74,6 +87,9 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     let evm_pay_to = Address::repeat_byte(0x22);
     let evm_key = LocalSigner::random();
     mock.mint(token.address, evm_key.address(), U256::from(10_000))
+        .unwrap();
+    let evm_key2 = LocalSigner::random();
+    mock.mint(token.address, evm_key2.address(), U256::from(10_000))
         .unwrap();
 
     // One route, both schemes, one served-once record (the receiver's store).
@@ -107,29 +123,37 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     assert!(required.resource.is_some());
     assert_eq!(unpaid.json::<PaymentRequired>().await.unwrap(), required);
 
-    // The exact-algo payer takes its entry (as the seed's client would) and pays it.
-    let seed_body = serde_json::json!({
-        "x402Version": 2,
-        "error": required.error,
-        "accepts": [required.accepts[1].clone()],
-    });
-    let algo_required: rail_exact_algo::wire::PaymentRequired =
-        serde_json::from_value(seed_body).unwrap();
-    let signed = algo_payer.pay_required(&algo_required).await.unwrap();
-    let paid = http
-        .get(&url)
-        .header("PAYMENT-SIGNATURE", &signed.header)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(paid.status(), 200);
+    // The shared client with the exact-algo payer: it passes over the EVM entry by policy.
+    let algo_client =
+        Client::new(http.clone()).with_payer(Arc::new(algo_payer.for_client().await.unwrap()));
+    let paid = algo_client.get(&url).await.unwrap();
+    assert_eq!(paid.status, 200);
+    assert_eq!(paid.body, b"content");
     let receipt: rail_exact_algo::wire::PaymentResponse =
-        decode_base64_json(paid.headers()["payment-response"].to_str().unwrap()).unwrap();
-    assert_eq!(receipt.transaction, signed.txid);
-    assert_eq!(paid.text().await.unwrap(), "content");
+        serde_json::from_value(paid.response.clone().unwrap()).unwrap();
+    assert!(receipt.success);
     assert_eq!(net.devnet.balance(&treasury), 102_000);
+    let sent = paid.payment.clone().unwrap();
+    assert_eq!(sent.label, "exact-algo");
+    let algo_header = x402_transport::wire::encode_base64_json(&sent.envelope).unwrap();
 
-    // The EVM client picks its own entry by policy, pays, and is served.
+    // A client with both payers pays with the first it holds that accepts an entry (EVM here).
+    let evm_payer2 = X402Payer::new(
+        evm_key2.clone(),
+        EvmPolicy::new(NET, token.address, U256::from(1000)),
+    );
+    let both = Client::new(http.clone())
+        .with_payer(Arc::new(evm_payer2))
+        .with_payer(Arc::new(algo_payer2.for_client().await.unwrap()));
+    let paid = both.get(&url).await.unwrap();
+    assert_eq!(paid.status, 200);
+    assert_eq!(paid.payment.unwrap().label, "exact-evm");
+    assert_eq!(
+        mock.balance(token.address, evm_pay_to).unwrap(),
+        U256::from(1_000)
+    );
+
+    // rail-x402's typed client (the shared one underneath) picks the EVM entry by policy.
     let evm_payer = X402Payer::new(
         evm_key,
         EvmPolicy::new(NET, token.address, U256::from(1000)),
@@ -141,13 +165,13 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     assert!(settled.success);
     assert_eq!(
         mock.balance(token.address, evm_pay_to).unwrap(),
-        U256::from(1_000)
+        U256::from(2_000)
     );
 
     // Each payment is served once: the exact-algo replay gets the seed's code.
     let replay = http
         .get(&url)
-        .header("PAYMENT-SIGNATURE", &signed.header)
+        .header("PAYMENT-SIGNATURE", &algo_header)
         .send()
         .await
         .unwrap();
