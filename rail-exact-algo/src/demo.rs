@@ -215,9 +215,12 @@ pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
         amount: price,
     }];
     let board = BoardServer {
+        // Settled before the tool runs, as the seed's server does ("the fee settles in this
+        // call"): exact-algo checks its paymentId and rules while settling.
         paywall: McpPaywall::new()
             .with_served(receiver.served().clone())
             .with_clock(receiver.clock().clone())
+            .settle(x402_transport::SettleWhen::Before)
             .tool(
                 "post_read",
                 "Read a post body (paid, native ALGO via exact-algo).",

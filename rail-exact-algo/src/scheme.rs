@@ -156,13 +156,16 @@ impl Scheme for ExactAlgo {
             && envelope.pointer("/payload/txn").is_some()
     }
 
-    async fn requirements(&self, price: &TransportPrice) -> Result<Value, Failure> {
+    async fn requirements(
+        &self,
+        price: &TransportPrice,
+    ) -> Result<x402_transport::wire::Entry, Failure> {
         let accept = self
             .receiver
             .challenge(&Self::price(price)?)
             .await
             .map_err(|e| unknown("storage error", e.to_string()))?;
-        serde_json::to_value(accept).map_err(|e| Failure::Unknown {
+        x402_transport::wire::entry(&accept).map_err(|e| Failure::Unknown {
             error: "internal error".into(),
             reason: None,
             detail: e.to_string(),

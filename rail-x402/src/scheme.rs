@@ -23,6 +23,8 @@ use alloy_primitives::{Address, U256};
 use async_trait::async_trait;
 use rail_core::Timestamp;
 use serde_json::Value;
+use serde_json::value::RawValue;
+use x402_transport::wire::Entry;
 use x402_transport::{
     Failure, Presented, Price, Refusal, Scheme, SchemeInfo, Settled, Verdict, Verified,
 };
@@ -222,15 +224,15 @@ impl Scheme for ExactEvm {
         (v2 || v1) && envelope.pointer("/payload/authorization").is_some()
     }
 
-    async fn requirements(&self, price: &Price) -> Result<Value, Failure> {
-        serde_json::to_value(self.requirements_for(U256::from(price.amount)))
+    async fn requirements(&self, price: &Price) -> Result<Entry, Failure> {
+        x402_transport::wire::entry(&self.requirements_for(U256::from(price.amount)))
             .map_err(|e| unknown(e.to_string()))
     }
 
-    fn v1_requirements(&self, entry: &Value, price: &Price) -> Option<Value> {
+    fn v1_requirements(&self, entry: &RawValue, price: &Price) -> Option<Entry> {
         let name = self.info.v1_network.as_ref()?;
-        let r: PaymentRequirements = serde_json::from_value(entry.clone()).ok()?;
-        serde_json::to_value(PaymentRequirementsV1 {
+        let r: PaymentRequirements = serde_json::from_str(entry.get()).ok()?;
+        x402_transport::wire::entry(&PaymentRequirementsV1 {
             scheme: r.scheme,
             network: name.clone(),
             max_amount_required: r.amount,

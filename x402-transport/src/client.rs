@@ -186,14 +186,15 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::NothingPayable`] with every refusal.
-    pub fn choose<'a>(
-        &'a self,
-        required: &'a PaymentRequired,
-    ) -> Result<(&'a Arc<dyn SchemePayer>, &'a Value), ClientError> {
+    pub fn choose(
+        &self,
+        required: &PaymentRequired,
+    ) -> Result<(&Arc<dyn SchemePayer>, Value), ClientError> {
+        let entries = required.entries();
         let mut refusals = Vec::new();
         for payer in &self.payers {
             let mut best: Option<(&Value, u128)> = None;
-            for entry in &required.accepts {
+            for entry in &entries {
                 match payer.refusal(entry) {
                     Some(why) => refusals.push(format!("{}: {why}", payer.label())),
                     None => {
@@ -205,7 +206,7 @@ impl Client {
                 }
             }
             if let Some((entry, _)) = best {
-                return Ok((payer, entry));
+                return Ok((payer, entry.clone()));
             }
         }
         if self.payers.is_empty() {
@@ -287,7 +288,7 @@ impl Client {
     async fn pay(&self, required: &PaymentRequired) -> Result<Sent, ClientError> {
         let (payer, entry) = self.choose(required)?;
         let envelope = payer
-            .pay(required, entry)
+            .pay(required, &entry)
             .await
             .map_err(ClientError::Payer)?;
         tracing::info!(payer = payer.label(), network = ?entry.get("network"), "x402: paying");

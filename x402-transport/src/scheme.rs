@@ -254,10 +254,14 @@ pub trait Scheme: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// [`Failure::Unknown`] if it cannot be issued now (a store is down): answered 503.
-    async fn requirements(&self, price: &Price) -> Result<Value, Failure>;
+    async fn requirements(&self, price: &Price) -> Result<crate::wire::Entry, Failure>;
 
     /// The v1 `accepts[]` entry for `entry` (this scheme's v2 entry) when it speaks v1.
-    fn v1_requirements(&self, _entry: &Value, _price: &Price) -> Option<Value> {
+    fn v1_requirements(
+        &self,
+        _entry: &serde_json::value::RawValue,
+        _price: &Price,
+    ) -> Option<crate::wire::Entry> {
         None
     }
 

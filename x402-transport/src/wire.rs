@@ -5,6 +5,7 @@ use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// `PAYMENT-REQUIRED`: base64 of the 402 body's JSON.
@@ -82,6 +83,25 @@ pub fn encode_base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// One `accepts[]` entry, exactly as its scheme serialized it: the transport never re-orders
+/// or re-encodes a scheme's members (an EVM entry is byte for byte x402's, an exact-algo entry
+/// the seed's).
+pub type Entry = Box<RawValue>;
+
+/// `value` as an [`Entry`].
+///
+/// # Errors
+/// Only if `value` does not serialize.
+pub fn entry<T: Serialize + ?Sized>(value: &T) -> Result<Entry, serde_json::Error> {
+    serde_json::value::to_raw_value(value)
+}
+
+/// An [`Entry`] as JSON, `None` if it is not JSON (it always is when a scheme wrote it).
+#[must_use]
+pub fn entry_value(entry: &RawValue) -> Option<Value> {
+    serde_json::from_str(entry.get()).ok()
+}
+
 /// The paid resource (`resource` of a v2 402).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -101,7 +121,7 @@ pub struct ResourceInfo {
 /// `error`, `reason`, `resource`, `accepts`, `extensions` — byte for byte x402 v2's for an EVM
 /// route, and the exact-algo seed's for an exact-algo route (no `resource`; `reason` only with
 /// a refusal that has a finer code).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequired {
     /// 2.
@@ -116,10 +136,25 @@ pub struct PaymentRequired {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceInfo>,
     /// The ways to pay, one entry per scheme, in the receiver's order of preference.
-    pub accepts: Vec<Value>,
+    pub accepts: Vec<Entry>,
     /// Protocol extensions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extensions: Option<Map<String, Value>>,
+}
+
+fn same_entries(a: &[Entry], b: &[Entry]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.get() == y.get())
+}
+
+impl PartialEq for PaymentRequired {
+    fn eq(&self, other: &Self) -> bool {
+        self.x402_version == other.x402_version
+            && self.error == other.error
+            && self.reason == other.reason
+            && self.resource == other.resource
+            && same_entries(&self.accepts, &other.accepts)
+            && self.extensions == other.extensions
+    }
 }
 
 impl PaymentRequired {
@@ -141,7 +176,7 @@ impl PaymentRequired {
 }
 
 /// The v1 402 body (`x402Version: 1`): v1 clients read it from the body.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequiredV1 {
     /// 1.
@@ -150,7 +185,23 @@ pub struct PaymentRequiredV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The v1 entries.
-    pub accepts: Vec<Value>,
+    pub accepts: Vec<Entry>,
+}
+
+impl PaymentRequiredV1 {
+    /// The entries as JSON.
+    #[must_use]
+    pub fn entries(&self) -> Vec<Value> {
+        self.accepts.iter().filter_map(|e| entry_value(e)).collect()
+    }
+}
+
+impl PaymentRequired {
+    /// The entries as JSON (for reading them; the 402 sends them as written).
+    #[must_use]
+    pub fn entries(&self) -> Vec<Value> {
+        self.accepts.iter().filter_map(|e| entry_value(e)).collect()
+    }
 }
 
 /// The scheme and network an envelope names: `accepted.scheme` / `accepted.network` (x402 v2)
@@ -176,7 +227,7 @@ mod tests {
             error: Some("payment required".into()),
             reason: None,
             resource: None,
-            accepts: vec![json!({"scheme": "exact"})],
+            accepts: vec![entry(&json!({"scheme": "exact"})).unwrap()],
             extensions: None,
         };
         assert_eq!(

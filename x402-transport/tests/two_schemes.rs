@@ -115,11 +115,23 @@ async fn each_client_pays_a_route_offering_both_schemes() {
         .unwrap()
         .to_owned();
     let required: PaymentRequired = decode_base64_json(&header).unwrap();
-    assert_eq!(required.accepts.len(), 2);
-    assert_eq!(required.accepts[0]["network"], NET);
-    assert_eq!(required.accepts[0]["amount"], "1000");
-    assert_eq!(required.accepts[1]["asset"], "ALGO");
-    assert_eq!(required.accepts[1]["maxAmountRequired"], "2000");
+    let entries = required.entries();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0]["network"], NET);
+    assert_eq!(entries[0]["amount"], "1000");
+    assert_eq!(entries[1]["asset"], "ALGO");
+    assert_eq!(entries[1]["maxAmountRequired"], "2000");
+    // Each entry is sent exactly as its scheme wrote it (x402's member order, the seed's).
+    assert!(
+        required.accepts[0]
+            .get()
+            .starts_with(r#"{"scheme":"exact","network":"#)
+    );
+    assert!(
+        required.accepts[1]
+            .get()
+            .starts_with(r#"{"scheme":"exact","network":"algorand:"#)
+    );
     assert!(required.resource.is_some());
     assert_eq!(unpaid.json::<PaymentRequired>().await.unwrap(), required);
 
