@@ -263,7 +263,8 @@ pub fn decode_payment_header(
     if env.scheme != "exact" {
         return Err(WireError::Scheme(env.scheme));
     }
-    if !same_network(&env.network, network) {
+    // The receiver's own spelling costs nothing; another is normalised.
+    if env.network != network && !same_network(&env.network, network) {
         return Err(WireError::Network(env.network));
     }
     let raw = BASE64
