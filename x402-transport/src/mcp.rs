@@ -26,12 +26,12 @@ use std::sync::Arc;
 use rail_core::keys::KeyStore;
 use rail_core::{SharedClock, SystemClock};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::scheme::{Accepts, Failure, Presented, Refusal, Settled};
 use crate::served::ServedOnce;
-use crate::settle::{SettleWhen, choose, price, take};
-use crate::wire::{self, PaymentRequired, ResourceInfo};
+use crate::settle::{SettleWhen, challenge, choose, price, take};
+use crate::wire;
 
 /// One priced tool.
 #[derive(Clone, Debug)]
@@ -140,38 +140,15 @@ impl McpPaywall {
         refusal: Option<&Refusal>,
     ) -> Result<Value, Failure> {
         let url = format!("mcp://tool/{}", tool.name);
-        let accepts = tool.accepts.as_slice();
-        let mut entries = Vec::with_capacity(accepts.len());
-        let mut hints = Map::new();
-        for a in accepts {
-            let p = price(a, &tool.name, &url, &tool.description);
-            entries.push(a.scheme.requirements(&p).await?);
-            if let Some((k, v)) = a.scheme.mcp_hints() {
-                hints.insert(k, v);
-            }
-        }
-        let error = match refusal {
-            Some(r) => r.error.clone(),
-            None => accepts
-                .first()
-                .map_or(wire::PAYMENT_REQUIRED_ERROR, |a| a.scheme.required_error())
-                .to_owned(),
-        };
-        let pr = PaymentRequired {
-            x402_version: 2,
-            error: Some(error),
-            reason: refusal.and_then(|r| r.reason.clone()),
-            resource: accepts
-                .iter()
-                .any(|a| a.scheme.wants_resource())
-                .then(|| ResourceInfo {
-                    url,
-                    description: Some(tool.description.clone()),
-                    mime_type: None,
-                }),
-            accepts: entries,
-            extensions: None,
-        };
+        let c = challenge(
+            tool.accepts.as_slice(),
+            &tool.name,
+            &url,
+            &tool.description,
+            refusal,
+        )
+        .await?;
+        let (pr, hints) = (c.required, c.hints);
         let mut v = serde_json::to_value(pr).unwrap_or(Value::Null);
         if let Some(o) = v.as_object_mut() {
             o.extend(hints);

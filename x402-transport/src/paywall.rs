@@ -41,8 +41,8 @@ use serde_json::{Value, json};
 
 use crate::scheme::{Accepts, Failure, Presented, Refusal, Settled};
 use crate::served::ServedOnce;
-use crate::settle::{SettleWhen, choose, price, take};
-use crate::wire::{self, PaymentRequired, PaymentRequiredV1, RETRY_AFTER_SECS, ResourceInfo};
+use crate::settle::{SettleWhen, challenge, choose, price, take};
+use crate::wire::{self, PaymentRequired, PaymentRequiredV1, RETRY_AFTER_SECS};
 
 /// Decides, from the request path's percent-decoded segments (`/api/posts/%31` →
 /// `["", "api", "posts", "1"]`), whether a matching request is priced at all. It must answer
@@ -246,48 +246,20 @@ impl Paywall {
         url: &str,
         refusal: Option<&Refusal>,
     ) -> Result<(PaymentRequired, Option<PaymentRequiredV1>), Failure> {
-        let accepts = route.accepts.as_slice();
-        let mut entries = Vec::with_capacity(accepts.len());
-        let mut v1 = Vec::new();
-        for a in accepts {
-            let p = price(a, path, url, &route.description);
-            let entry = a.scheme.requirements(&p).await?;
-            if let Some(e) = a.scheme.v1_requirements(&entry, &p) {
-                v1.push(e);
-            }
-            entries.push(entry);
-        }
-        let error = match refusal {
-            Some(r) => r.error.clone(),
-            None => accepts
-                .first()
-                .map_or(wire::PAYMENT_REQUIRED_ERROR, |a| a.scheme.required_error())
-                .to_owned(),
-        };
-        let resource = accepts
-            .iter()
-            .any(|a| a.scheme.wants_resource())
-            .then(|| ResourceInfo {
-                url: url.to_owned(),
-                description: Some(route.description.clone()),
-                mime_type: None,
-            });
+        let c = challenge(
+            route.accepts.as_slice(),
+            path,
+            url,
+            &route.description,
+            refusal,
+        )
+        .await?;
         let v1 = route.speaks_v1().then(|| PaymentRequiredV1 {
             x402_version: 1,
-            error: Some(error.clone()),
-            accepts: v1,
+            error: c.required.error.clone(),
+            accepts: c.v1,
         });
-        Ok((
-            PaymentRequired {
-                x402_version: 2,
-                error: Some(error),
-                reason: refusal.and_then(|r| r.reason.clone()),
-                resource,
-                accepts: entries,
-                extensions: None,
-            },
-            v1,
-        ))
+        Ok((c.required, v1))
     }
 }
 

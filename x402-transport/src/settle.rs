@@ -8,8 +8,9 @@ use std::future::Future;
 use rail_core::Timestamp;
 use rail_core::keys::Reservation;
 
-use crate::scheme::{Accept, Failure, Presented, Price, Settled, Verdict, Verified};
+use crate::scheme::{Accept, Failure, Presented, Price, Refusal, Settled, Verdict, Verified};
 use crate::served::{self, ServedOnce, Taken};
+use crate::wire::{self, Entry, PaymentRequired, ResourceInfo};
 
 /// When a payment settles relative to the paid work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,6 +51,74 @@ pub fn price(accept: &Accept, resource: &str, url: &str, description: &str) -> P
         description: description.to_owned(),
         amount: accept.amount,
     }
+}
+
+/// The 402 for one resource, from every scheme that can pay it.
+#[derive(Debug)]
+pub struct Challenge {
+    /// The v2 body: a fresh entry per scheme, in the resource's order; `error` the refusal's
+    /// code, or the first scheme's unpaid text; `resource` when a scheme wants it.
+    pub required: PaymentRequired,
+    /// The v1 entries of the schemes that speak v1.
+    pub v1: Vec<Entry>,
+    /// The schemes' MCP hints (exact-algo's `how_to_pay`).
+    pub hints: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Builds the [`Challenge`] for `resource` (`url` its URL, `description` what it is), paid in
+/// any of `accepts`, answering `refusal` if there is one. The paywall and the MCP adapter both
+/// answer with it.
+///
+/// # Errors
+/// [`Failure::Unknown`] if a scheme cannot issue its challenge now.
+pub async fn challenge(
+    accepts: &[Accept],
+    resource: &str,
+    url: &str,
+    description: &str,
+    refusal: Option<&Refusal>,
+) -> Result<Challenge, Failure> {
+    let mut entries = Vec::with_capacity(accepts.len());
+    let mut v1 = Vec::new();
+    let mut hints = serde_json::Map::new();
+    for a in accepts {
+        let p = price(a, resource, url, description);
+        let entry = a.scheme.requirements(&p).await?;
+        if let Some(e) = a.scheme.v1_requirements(&entry, &p) {
+            v1.push(e);
+        }
+        if let Some((k, v)) = a.scheme.mcp_hints() {
+            hints.insert(k, v);
+        }
+        entries.push(entry);
+    }
+    let error = match refusal {
+        Some(r) => r.error.clone(),
+        None => accepts
+            .first()
+            .map_or(wire::PAYMENT_REQUIRED_ERROR, |a| a.scheme.required_error())
+            .to_owned(),
+    };
+    let resource = accepts
+        .iter()
+        .any(|a| a.scheme.wants_resource())
+        .then(|| ResourceInfo {
+            url: url.to_owned(),
+            description: Some(description.to_owned()),
+            mime_type: None,
+        });
+    Ok(Challenge {
+        required: PaymentRequired {
+            x402_version: 2,
+            error: Some(error),
+            reason: refusal.and_then(|r| r.reason.clone()),
+            resource,
+            accepts: entries,
+            extensions: None,
+        },
+        v1,
+        hints,
+    })
 }
 
 /// A checked payment holding its served-once record.
