@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use rail_core::Timestamp;
 use serde_json::{Value, json};
 use x402_transport::{
-    Failure, Presented, Price as TransportPrice, Refusal as WireRefusal, Scheme, SchemeInfo,
+    Busy, Failure, Presented, Price as TransportPrice, Refusal as WireRefusal, Scheme, SchemeInfo,
     Settled, Verified,
 };
 
@@ -232,8 +232,11 @@ impl Scheme for ExactAlgo {
         settlement_failed("malformed payment", detail)
     }
 
-    fn unavailable(&self, detail: &str) -> Failure {
-        unknown("settlement in progress", detail)
+    fn unavailable(&self, why: Busy, detail: &str) -> Failure {
+        match why {
+            Busy::InFlight => unknown("settlement in progress", detail),
+            Busy::Store => unknown("storage error", detail),
+        }
     }
 
     fn mcp_hints(&self) -> Option<(String, Value)> {

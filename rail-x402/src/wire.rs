@@ -443,7 +443,14 @@ impl PaymentRequired {
     /// Any [`HeaderError`]; a header with no entry of this shape is
     /// [`HeaderError::Json`].
     pub fn from_header_mixed(header: &str) -> Result<Self, HeaderError> {
-        let mut v: Value = decode_json_base64(header, Some(V2::NUMBER))?;
+        Self::from_value_mixed(decode_json_base64(header, Some(V2::NUMBER))?)
+    }
+
+    /// As [`PaymentRequired::from_header_mixed`], for a 402 body already read as JSON.
+    ///
+    /// # Errors
+    /// [`HeaderError::Json`] if it is not an x402 v2 body with an entry of this shape.
+    pub fn from_value_mixed(mut v: Value) -> Result<Self, HeaderError> {
         if let Some(Value::Array(accepts)) = v.get_mut("accepts") {
             accepts.retain(|a| serde_json::from_value::<PaymentRequirements>(a.clone()).is_ok());
         }

@@ -50,8 +50,8 @@ pub mod wire;
 
 pub use error::Error;
 pub use scheme::{
-    Accept, Accepts, Failure, Presented, Price, Refusal, Scheme, SchemeInfo, Settled, Verdict,
-    Verified,
+    Accept, Accepts, Busy, Failure, Presented, Price, Refusal, Scheme, SchemeInfo, Settled,
+    Verdict, Verified,
 };
 pub use served::ServedOnce;
 pub use settle::SettleWhen;

@@ -212,6 +212,16 @@ impl From<Refusal> for Failure {
     }
 }
 
+/// Why the transport cannot go on with a payment now (the outcome is unknown: 503, send the
+/// same payment again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// Another request holds the payment's served-once record right now.
+    InFlight,
+    /// The served-once store failed.
+    Store,
+}
+
 /// The online verdict of a settle-after verification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -304,10 +314,10 @@ pub trait Scheme: Send + Sync + fmt::Debug {
         Refusal::new("invalid_payload", detail)
     }
 
-    /// How an unknown outcome the transport meets (a payment in flight elsewhere, the
+    /// How an unknown outcome the transport meets (`why`: a payment in flight elsewhere, the
     /// served-once store down) is answered: a 503 whose `error` is x402's
     /// `facilitator_unavailable` by default.
-    fn unavailable(&self, detail: &str) -> Failure {
+    fn unavailable(&self, _why: Busy, detail: &str) -> Failure {
         Failure::Unknown {
             error: "facilitator_unavailable".into(),
             reason: None,

@@ -8,7 +8,7 @@ use std::future::Future;
 use rail_core::Timestamp;
 use rail_core::keys::Reservation;
 
-use crate::scheme::{Accept, Failure, Presented, Price, Refusal, Settled, Verdict, Verified};
+use crate::scheme::{Accept, Busy, Failure, Presented, Price, Refusal, Settled, Verdict, Verified};
 use crate::served::{self, ServedOnce, Taken};
 use crate::wire::{self, Entry, PaymentRequired, ResourceInfo};
 
@@ -152,9 +152,11 @@ pub async fn take<'a>(
         Err(e @ Taken::InFlight) => {
             return Err(accept
                 .scheme
-                .unavailable(&format!("{e}; retry the same payment")));
+                .unavailable(Busy::InFlight, &format!("{e}; retry the same payment")));
         }
-        Err(e @ Taken::Store(_)) => return Err(accept.scheme.unavailable(&e.to_string())),
+        Err(e @ Taken::Store(_)) => {
+            return Err(accept.scheme.unavailable(Busy::Store, &e.to_string()));
+        }
     };
     Ok(Taken402 {
         accept,
@@ -180,6 +182,7 @@ impl Taken402<'_> {
                 settled,
                 serving: self.serving,
                 taken_over: self.accept.scheme.unavailable(
+                    Busy::InFlight,
                     "this payment is being served by another request; retry the same payment",
                 ),
             }),
@@ -234,7 +237,7 @@ impl Taken402<'_> {
             return Err(self
                 .accept
                 .scheme
-                .unavailable(&format!("served-once store: {e}")));
+                .unavailable(Busy::Store, &format!("served-once store: {e}")));
         }
         let out = self.serving.keep_alive(work()).await;
         if !succeeded(&out) {
