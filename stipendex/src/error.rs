@@ -1,8 +1,10 @@
-//! The facade's one error type.
+//! The facade's one error type: the registry's, the envelope's, the wallet's and the
+//! receiver's, each variant with a stable [`Error::code`].
 
 use rail_core::RailError;
 
-/// Why a [`crate::Registry`] could not be built or could not answer.
+/// Why a [`crate::Registry`] could not be built, a signed object was refused, or a wallet or a
+/// receiver said no.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -69,6 +71,74 @@ pub enum Error {
     /// No rail of that name is configured.
     #[error("no rail named `{0}` is configured")]
     NoSuchRail(String),
+    /// A signed object (or its JWS) does not parse, or breaks one of its own rules.
+    #[error("malformed: {0}")]
+    Malformed(String),
+    /// A signature does not verify.
+    #[error("bad signature: {0}")]
+    BadSignature(String),
+    /// An object of another type was given where one type was expected.
+    #[error("expected a {expected}, got a {found}")]
+    WrongType {
+        /// The type expected.
+        expected: String,
+        /// The type found.
+        found: String,
+    },
+    /// An object of a major version this build does not know (a wallet must refuse it).
+    #[error("unsupported version {tag}: this build reads major version 0 only")]
+    UnsupportedVersion {
+        /// The object's tag (`quote/1.0`).
+        tag: String,
+    },
+    /// A valid signature by a key that is not the one expected (not pinned, not the mandate's
+    /// wallet, not the trusted principal).
+    #[error("untrusted: {0}")]
+    Untrusted(String),
+    /// Two objects that should bind each other do not (a digest, an id, an amount).
+    #[error("mismatch: {0}")]
+    Mismatch(String),
+    /// An object outside its validity window.
+    #[error("{what} {id} is not valid now: {why}")]
+    Expired {
+        /// `quote`, `mandate`, …
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// Why (`expired at 1700000000, now 1700000100`).
+        why: String,
+    },
+    /// I4: the receiver is not in the mandate's allowlist. The human was told; this is never
+    /// a soft pass.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// The mandate was revoked.
+    #[error("mandate {0} was revoked")]
+    Revoked(String),
+    /// A mandate limit refuses the payment; nothing was paid.
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
+    /// The payment needs a human's confirmation and did not get it.
+    #[error("not confirmed: {0}")]
+    NotConfirmed(String),
+    /// No rail is accepted by the Quote, allowed by the mandate and held by the wallet.
+    #[error("no rail can pay: {0}")]
+    NoRail(String),
+    /// A Quote was already paid (wallet), or already used (receiver).
+    #[error("quote {0} was already used")]
+    QuoteUsed(String),
+    /// I3: a capture above the Quote or above what was confirmed.
+    #[error("capture refused: {0}")]
+    CaptureAbove(String),
+    /// The receiver refused the request without charging (`resolve_price` rejected it).
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// The rail refused or failed.
+    #[error("rail: {0}")]
+    Payment(RailError),
+    /// The store of spend records, revocations or used quotes failed.
+    #[error("storage: {0}")]
+    Storage(String),
     /// The rail is configured, but not that side of it.
     #[error("rail `{name}` has no {side} side configured")]
     NoSide {
@@ -77,4 +147,39 @@ pub enum Error {
         /// `payer` or `receiver`.
         side: &'static str,
     },
+}
+
+impl Error {
+    /// A stable machine code (`denied`, `limit_exceeded`, `bad_signature`, …).
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::Config(_) => "config",
+            Error::NotCompiled { .. } => "not_compiled",
+            Error::UnknownKind { .. } => "unknown_kind",
+            Error::MissingEnv { .. } => "missing_env",
+            Error::BadSecret { .. } => "bad_secret",
+            Error::Rail { .. } => "rail_start",
+            Error::NoSuchRail(_) => "no_such_rail",
+            Error::NoSide { .. } => "no_side",
+            Error::Malformed(_) => "malformed",
+            Error::BadSignature(_) => "bad_signature",
+            Error::WrongType { .. } => "wrong_type",
+            Error::UnsupportedVersion { .. } => "unsupported_version",
+            Error::Untrusted(_) => "untrusted",
+            Error::Mismatch(_) => "mismatch",
+            Error::Expired { .. } => "expired",
+            Error::Denied(_) => "denied",
+            Error::Revoked(_) => "revoked",
+            Error::LimitExceeded(_) => "limit_exceeded",
+            Error::NotConfirmed(_) => "not_confirmed",
+            Error::NoRail(_) => "no_rail",
+            Error::QuoteUsed(_) => "quote_used",
+            Error::CaptureAbove(_) => "capture_above",
+            Error::Rejected(_) => "rejected",
+            Error::Payment(e) => e.code(),
+            Error::Storage(_) => "storage",
+        }
+    }
 }

@@ -71,6 +71,7 @@
 //! # }
 //! ```
 
+pub mod envelope;
 mod error;
 pub mod registry;
 

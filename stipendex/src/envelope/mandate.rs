@@ -1,0 +1,170 @@
+//! The Mandate: the wallet's authority, signed by the principal.
+
+use rail_core::{Amount, Asset, Money};
+use serde::{Deserialize, Serialize};
+
+use super::key::PublicKey;
+use super::signed::{Object, Tag};
+use crate::Error;
+
+/// A party that signs: an id chosen by the party (`acme-search`, `alice@example.com`) and its key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Party {
+    /// The party's id.
+    pub id: String,
+    /// The party's public key.
+    pub key: PublicKey,
+}
+
+/// The wallet's authority: who may be paid, how much, until when, and when a human must
+/// confirm. Signed by the principal; names the one wallet key that may spend under it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mandate {
+    /// `mandate/0.1`.
+    pub stipendex: Tag,
+    /// `m_…`, unique per principal.
+    pub id: String,
+    /// The principal (the signer): the source of funds and authority.
+    pub principal: Party,
+    /// The wallet key that may spend under this mandate (it signs Proofs and Confirmations).
+    pub wallet: PublicKey,
+    /// Issued at (Unix seconds).
+    pub iat: u64,
+    /// Not valid before (Unix seconds).
+    pub nbf: u64,
+    /// Not valid at or after (Unix seconds).
+    pub exp: u64,
+    /// The limits, one entry per asset; a payment in an asset without an entry is refused.
+    pub limits: Vec<Limits>,
+    /// Whom the wallet may pay; everyone else is denied (default deny, I4).
+    pub allow: Vec<Allow>,
+    /// Rail kinds the wallet may pay over (`ledger`, `x402`, …); absent: any it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rails: Option<Vec<String>>,
+    /// What the mandate is for, in the principal's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A spending period.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Period {
+    /// Its length in seconds; periods are aligned on the Unix epoch (86400: a UTC day).
+    pub seconds: u64,
+    /// The most spent in one period.
+    pub amount: Amount,
+}
+
+/// The limits of one asset. Every amount is a decimal string in `asset`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// The asset (`{"code": "USD", "scale": 2}`).
+    pub asset: Asset,
+    /// The most one payment may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_call: Option<Amount>,
+    /// The most spent per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_period: Option<Period>,
+    /// The most spent under the mandate, ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<Amount>,
+    /// The most spent with any one receiver (or origin), ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_receiver: Option<Amount>,
+    /// Human in the loop: a payment above this needs a Confirmation (the checkout profile
+    /// always does). Absent: no confirmation below the other limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_above: Option<Amount>,
+}
+
+impl Limits {
+    /// `amount` as money of this entry's asset.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] if it is more precise than the asset.
+    pub fn money(&self, amount: Amount) -> Result<Money, Error> {
+        Money::new(self.asset.clone(), amount)
+            .map_err(|e| Error::Malformed(format!("mandate limit {amount} {}: {e}", self.asset)))
+    }
+}
+
+/// Whom a wallet may pay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Allow {
+    /// A Stipendex receiver: its Quotes are signed by `key` and name `id`.
+    Receiver {
+        /// The receiver's id.
+        id: String,
+        /// The receiver's key (pinned: a Quote signed by another key is denied).
+        key: PublicKey,
+    },
+    /// A plain x402 server over HTTP: unsigned 402 challenges from `origin` paying `pay_to`.
+    X402Http {
+        /// `https://host[:port]` (scheme, host, port; no path).
+        origin: String,
+        /// The `payTo` its challenges must name.
+        pay_to: String,
+    },
+    /// A plain x402 (or exact-algo) MCP server: unsigned `isError` challenges from `server`
+    /// paying `pay_to`.
+    X402Mcp {
+        /// The server's identity, as the host knows it (its URL, or its `serverInfo.name`).
+        server: String,
+        /// The `payTo` its challenges must name.
+        pay_to: String,
+    },
+}
+
+impl Object for Mandate {
+    const KIND: &'static str = "mandate";
+    const PREFIX: &'static str = "m_";
+    fn tag(&self) -> &Tag {
+        &self.stipendex
+    }
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn signer(&self) -> &PublicKey {
+        &self.principal.key
+    }
+    fn check(&self) -> Result<(), Error> {
+        if self.exp <= self.nbf {
+            return Err(Error::Malformed(
+                "a mandate's exp must be after its nbf".into(),
+            ));
+        }
+        let mut seen = Vec::new();
+        for l in &self.limits {
+            if seen.contains(&&l.asset) {
+                return Err(Error::Malformed(format!(
+                    "a mandate has two limit entries for {}",
+                    l.asset
+                )));
+            }
+            seen.push(&l.asset);
+            for a in [l.per_call, l.total, l.per_receiver, l.confirm_above]
+                .into_iter()
+                .flatten()
+                .chain(l.per_period.as_ref().map(|p| p.amount))
+            {
+                l.money(a)?;
+            }
+            if l.per_period.as_ref().is_some_and(|p| p.seconds == 0) {
+                return Err(Error::Malformed("a mandate's period must be > 0 s".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Mandate {
+    /// The limits for `asset`, if the mandate allows spending it at all.
+    #[must_use]
+    pub fn limits_for(&self, asset: &Asset) -> Option<&Limits> {
+        self.limits.iter().find(|l| &l.asset == asset)
+    }
+}

@@ -1,0 +1,104 @@
+//! The Proof: the wallet's proof of a payment or hold for one Quote.
+
+use rail_core::{Amount, Asset, Money, Payment, PaymentMode};
+use serde::{Deserialize, Serialize};
+
+use super::key::PublicKey;
+use super::signed::{Digest, Object, Tag};
+use crate::Error;
+
+/// Proof of payment (or of a hold) for one Quote, signed by the wallet. It carries the Quote it
+/// pays (so a receiver needs no record of the Quotes it issued) and the rail's payment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    /// `proof/0.1`.
+    pub stipendex: Tag,
+    /// `p_…`, unique per wallet.
+    pub id: String,
+    /// The wallet (the signer).
+    pub wallet: PublicKey,
+    /// The Mandate it was paid under.
+    pub mandate: Digest,
+    /// The Quote paid, by digest.
+    pub quote: Digest,
+    /// The Quote paid: its compact JWS (its digest is `quote`).
+    pub quote_jws: String,
+    /// The Confirmation, by digest, if a human confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Digest>,
+    /// The Confirmation's compact JWS (its digest is `confirmation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_jws: Option<String>,
+    /// Issued at (Unix seconds).
+    pub iat: u64,
+    /// Capture (service) or hold (checkout).
+    pub mode: PaymentMode,
+    /// The rail kind paid over.
+    pub rail: String,
+    /// The asset.
+    pub asset: Asset,
+    /// The amount paid or held.
+    pub amount: Amount,
+    /// The rail's payment (its proof: a transfer, a signed authorisation, a preimage…).
+    pub payment: Payment,
+}
+
+impl Proof {
+    /// The amount as money.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`].
+    pub fn money(&self) -> Result<Money, Error> {
+        Money::new(self.asset.clone(), self.amount)
+            .map_err(|e| Error::Malformed(format!("proof amount: {e}")))
+    }
+}
+
+impl Object for Proof {
+    const KIND: &'static str = "proof";
+    const PREFIX: &'static str = "p_";
+    fn tag(&self) -> &Tag {
+        &self.stipendex
+    }
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn signer(&self) -> &PublicKey {
+        &self.wallet
+    }
+    fn check(&self) -> Result<(), Error> {
+        let money = self.money()?;
+        if Digest::of(self.quote_jws.trim().as_bytes()) != self.quote {
+            return Err(Error::Mismatch(
+                "the proof's quote digest is not the digest of the quote it carries".into(),
+            ));
+        }
+        match (&self.confirmation, &self.confirmation_jws) {
+            (None, None) => {}
+            (Some(d), Some(jws)) if &Digest::of(jws.trim().as_bytes()) == d => {}
+            _ => {
+                return Err(Error::Mismatch(
+                    "the proof's confirmation digest is not the digest of the confirmation it carries"
+                        .into(),
+                ));
+            }
+        }
+        if self.payment.rail.as_str() != self.rail
+            || self.payment.mode != self.mode
+            || self.payment.amount != money
+        {
+            return Err(Error::Mismatch(format!(
+                "the proof says {} {} in {} mode over {}, its payment {} {} in {} mode over {}",
+                self.amount,
+                self.asset,
+                self.mode,
+                self.rail,
+                self.payment.amount.amount(),
+                self.payment.amount.asset(),
+                self.payment.mode,
+                self.payment.rail
+            )));
+        }
+        Ok(())
+    }
+}
