@@ -133,6 +133,14 @@ pub enum Error {
     /// The receiver refused the request without charging (`resolve_price` rejected it).
     #[error("rejected: {0}")]
     Rejected(String),
+    /// A link of an audit chain is broken ([`crate::chain::verify_chain`]).
+    #[error("broken chain at the {link}: {why}")]
+    Broken {
+        /// The first broken link (`mandate`, `confirmation`, `quote`, `proof`, `receipt`).
+        link: &'static str,
+        /// Why.
+        why: String,
+    },
     /// The rail refused or failed.
     #[error("rail: {0}")]
     Payment(RailError),
@@ -178,6 +186,7 @@ impl Error {
             Error::QuoteUsed(_) => "quote_used",
             Error::CaptureAbove(_) => "capture_above",
             Error::Rejected(_) => "rejected",
+            Error::Broken { .. } => "broken_chain",
             Error::Payment(e) => e.code(),
             Error::Storage(_) => "storage",
         }

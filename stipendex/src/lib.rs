@@ -71,9 +71,11 @@
 //! # }
 //! ```
 
+pub mod chain;
 pub mod envelope;
 mod error;
 pub mod registry;
+pub mod wallet;
 
 pub use error::Error;
 pub use registry::{Entry, Env, ProcessEnv, Registry};

@@ -41,6 +41,7 @@ mod mandate;
 mod proof;
 mod quote;
 mod receipt;
+mod revocation;
 mod signed;
 
 pub use confirmation::Confirmation;
@@ -49,4 +50,5 @@ pub use mandate::{Allow, Limits, Mandate, Party, Period};
 pub use proof::Proof;
 pub use quote::{Capability, Profile, Quote, RailOffer};
 pub use receipt::Receipt;
+pub use revocation::Revocation;
 pub use signed::{Digest, MAJOR, MINOR, Object, Signed, Tag, check_id, new_id};

@@ -1,0 +1,373 @@
+//! The audit chain (I5): mandate → (confirmation) → quote → proof → receipt, verified offline.
+//!
+//! [`verify_chain`] takes the compact JWS of one payment's objects (in any order) and checks
+//! every signature and every link, naming the first broken one:
+//!
+//! | link | checked |
+//! |---|---|
+//! | `mandate` | signature; signed by the trusted principal, if one is given |
+//! | `confirmation` | signed by the mandate's wallet key; binds the mandate and the quote |
+//! | `quote` | signed by its receiver; the receiver (id and key) is in the mandate's allowlist; issued while the mandate was valid |
+//! | `proof` | signed by the mandate's wallet key; binds the mandate, the quote and the confirmation; paid before the quote expired, while the mandate was valid; amount = the quote's (I3); a rail the quote accepts and the mandate allows; within the per-call limit; confirmed where the mandate or the profile requires it |
+//! | `receipt` | signed by the quote's receiver; binds the proof; the final amount never above the quote, the proof or the confirmation (I3); a service receipt takes exactly the quoted amount |
+//!
+//! Limits over many payments (per period, total, per receiver) are not provable from one
+//! chain; the wallet's store enforces them.
+
+use rail_core::Amount;
+
+use crate::Error;
+use crate::envelope::{
+    Allow, Confirmation, Mandate, Object, Profile, Proof, PublicKey, Quote, Receipt, Signed, jws,
+};
+
+/// A chain that verified.
+#[derive(Clone, Debug)]
+pub struct Chain {
+    /// The mandate.
+    pub mandate: Signed<Mandate>,
+    /// The confirmation, if a human confirmed.
+    pub confirmation: Option<Signed<Confirmation>>,
+    /// The quote.
+    pub quote: Signed<Quote>,
+    /// The proof.
+    pub proof: Signed<Proof>,
+    /// The receipt (absent: the receiver has not answered yet).
+    pub receipt: Option<Signed<Receipt>>,
+}
+
+fn broken(link: &'static str, why: impl Into<String>) -> Error {
+    Error::Broken {
+        link,
+        why: why.into(),
+    }
+}
+
+/// The type an object claims, read without trusting it (to name a link whose signature fails).
+fn claimed_kind(compact: &str) -> Option<String> {
+    use base64::Engine as _;
+    let payload = compact.trim().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let tag = v.get("stipendex")?.as_str()?;
+    Some(tag.split('/').next()?.to_owned())
+}
+
+fn link_name(kind: &str) -> &'static str {
+    match kind {
+        "mandate" => "mandate",
+        "confirmation" => "confirmation",
+        "quote" => "quote",
+        "proof" => "proof",
+        "receipt" => "receipt",
+        _ => "object",
+    }
+}
+
+fn one<T: Object>(
+    link: &'static str,
+    found: &mut Option<Signed<T>>,
+    compact: &str,
+) -> Result<(), Error> {
+    let s = Signed::<T>::parse(compact).map_err(|e| broken(link, e.to_string()))?;
+    if found.is_some() {
+        return Err(broken(link, format!("the chain holds two {link} objects")));
+    }
+    *found = Some(s);
+    Ok(())
+}
+
+/// Verifies one payment's chain from its objects (compact JWS, any order). `principal`, if
+/// given, is the trust anchor the mandate must be signed by.
+///
+/// # Errors
+/// [`Error::Broken`] naming the first broken link (`mandate`, `confirmation`, `quote`,
+/// `proof`, `receipt`) and why.
+pub fn verify_chain(objects: &[&str], principal: Option<&PublicKey>) -> Result<Chain, Error> {
+    let (mut m, mut c, mut q, mut p, mut r) = (None, None, None, None, None);
+    for (i, o) in objects.iter().enumerate() {
+        let verified = jws::verify(o.trim()).map_err(|e| {
+            let link = claimed_kind(o).map_or("object", |k| link_name(&k));
+            broken(link, format!("object {} of the chain: {e}", i + 1))
+        });
+        verified?;
+        match claimed_kind(o).as_deref() {
+            Some("mandate") => one("mandate", &mut m, o)?,
+            Some("confirmation") => one("confirmation", &mut c, o)?,
+            Some("quote") => one("quote", &mut q, o)?,
+            Some("proof") => one("proof", &mut p, o)?,
+            Some("receipt") => one("receipt", &mut r, o)?,
+            other => {
+                return Err(broken(
+                    "object",
+                    format!(
+                        "object {} of the chain is a {}, not a chain object",
+                        i + 1,
+                        other.unwrap_or("(no type)")
+                    ),
+                ));
+            }
+        }
+    }
+    let mandate: Signed<Mandate> = m.ok_or_else(|| broken("mandate", "missing"))?;
+    let quote: Signed<Quote> = q.ok_or_else(|| broken("quote", "missing"))?;
+    let proof: Signed<Proof> = p.ok_or_else(|| broken("proof", "missing"))?;
+    let md = mandate.object();
+    if let Some(anchor) = principal
+        && &md.principal.key != anchor
+    {
+        return Err(broken(
+            "mandate",
+            format!(
+                "signed by {}, not the trusted principal {anchor}",
+                md.principal.key
+            ),
+        ));
+    }
+    let conf: Option<Signed<Confirmation>> = c;
+    if let Some(c) = &conf {
+        check_confirmation(md, mandate.digest(), &quote, c.object())?;
+    }
+    check_quote(md, quote.object())?;
+    check_proof(&mandate, &quote, conf.as_ref(), &proof)?;
+    let receipt: Option<Signed<Receipt>> = r;
+    if let Some(rc) = &receipt {
+        check_receipt(
+            quote.object(),
+            &proof,
+            conf.as_ref().map(Signed::object),
+            rc,
+        )?;
+    }
+    Ok(Chain {
+        mandate,
+        confirmation: conf,
+        quote,
+        proof,
+        receipt,
+    })
+}
+
+fn check_confirmation(
+    md: &Mandate,
+    mandate_digest: &crate::envelope::Digest,
+    quote: &Signed<Quote>,
+    c: &Confirmation,
+) -> Result<(), Error> {
+    let link = "confirmation";
+    if c.wallet != md.wallet {
+        return Err(broken(
+            link,
+            format!(
+                "signed by {}, not the mandate's wallet {}",
+                c.wallet, md.wallet
+            ),
+        ));
+    }
+    if &c.mandate != mandate_digest {
+        return Err(broken(link, "does not bind this mandate"));
+    }
+    if &c.quote != quote.digest() || c.quote_id != quote.object().id {
+        return Err(broken(link, "does not bind this quote"));
+    }
+    let max = c.max().map_err(|e| broken(link, e.to_string()))?;
+    let qmax = quote
+        .object()
+        .max()
+        .map_err(|e| broken("quote", e.to_string()))?;
+    if max.asset() != qmax.asset() || max.amount() < qmax.amount() {
+        return Err(broken(
+            link,
+            format!(
+                "consents to {} {}, less than the quote's {} {}",
+                max.amount(),
+                max.asset(),
+                qmax.amount(),
+                qmax.asset()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_quote(md: &Mandate, q: &Quote) -> Result<(), Error> {
+    let allowed = md.allow.iter().any(
+        |a| matches!(a, Allow::Receiver { id, key } if id == &q.receiver.id && key == &q.receiver.key),
+    );
+    if !allowed {
+        return Err(broken(
+            "quote",
+            format!(
+                "receiver {} (key {}) is not in the mandate's allowlist",
+                q.receiver.id, q.receiver.key
+            ),
+        ));
+    }
+    if q.iat < md.nbf || q.iat >= md.exp {
+        return Err(broken("quote", "issued outside the mandate's validity"));
+    }
+    Ok(())
+}
+
+fn check_proof(
+    mandate: &Signed<Mandate>,
+    quote: &Signed<Quote>,
+    conf: Option<&Signed<Confirmation>>,
+    proof: &Signed<Proof>,
+) -> Result<(), Error> {
+    let link = "proof";
+    let (md, q, p) = (mandate.object(), quote.object(), proof.object());
+    if p.wallet != md.wallet {
+        return Err(broken(
+            link,
+            format!(
+                "signed by {}, not the mandate's wallet {}",
+                p.wallet, md.wallet
+            ),
+        ));
+    }
+    if &p.mandate != mandate.digest() {
+        return Err(broken(link, "does not bind this mandate"));
+    }
+    if &p.quote != quote.digest() {
+        return Err(broken(link, "does not bind this quote"));
+    }
+    if p.confirmation.as_ref() != conf.map(Signed::digest) {
+        return Err(broken(link, "does not bind this chain's confirmation"));
+    }
+    if p.iat < md.nbf || p.iat >= md.exp {
+        return Err(broken(link, "paid outside the mandate's validity"));
+    }
+    if p.iat >= q.exp {
+        return Err(broken(
+            link,
+            format!("paid at {}, after the quote expired at {}", p.iat, q.exp),
+        ));
+    }
+    let paid = p.money().map_err(|e| broken(link, e.to_string()))?;
+    let max = q.max().map_err(|e| broken("quote", e.to_string()))?;
+    if paid != max {
+        return Err(broken(
+            link,
+            format!(
+                "pays {} {}, the quote asks {} {}",
+                paid.amount(),
+                paid.asset(),
+                max.amount(),
+                max.asset()
+            ),
+        ));
+    }
+    let Some(offer) = q.offer(&p.rail) else {
+        return Err(broken(
+            link,
+            format!("pays over {}, which the quote does not accept", p.rail),
+        ));
+    };
+    if p.payment.offer_id != offer.id {
+        return Err(broken(
+            link,
+            "its payment is for another offer than the quote's",
+        ));
+    }
+    if let Some(rails) = &md.rails
+        && !rails.contains(&p.rail)
+    {
+        return Err(broken(
+            link,
+            format!("pays over {}, which the mandate does not allow", p.rail),
+        ));
+    }
+    let Some(limits) = md.limits_for(paid.asset()) else {
+        return Err(broken(
+            link,
+            format!("the mandate allows no spending in {}", paid.asset()),
+        ));
+    };
+    if limits.per_call.is_some_and(|l| paid.amount() > l) {
+        return Err(broken(link, "above the mandate's per-call limit"));
+    }
+    let needs_confirmation =
+        q.profile == Profile::Checkout || limits.confirm_above.is_some_and(|t| paid.amount() > t);
+    if needs_confirmation && conf.is_none() {
+        return Err(broken(
+            link,
+            "the mandate requires a confirmation for this payment; there is none",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `receipt` answers `proof` for `quote`: signed by the quote's receiver, binding
+/// the proof, never above the quote, the proof or the confirmation (I3); a service receipt
+/// takes exactly the quoted amount.
+///
+/// # Errors
+/// [`Error::Broken`] with link `receipt`.
+pub fn check_receipt(
+    quote: &Quote,
+    proof: &Signed<Proof>,
+    confirmation: Option<&Confirmation>,
+    receipt: &Signed<Receipt>,
+) -> Result<(), Error> {
+    let link = "receipt";
+    let r = receipt.object();
+    if r.receiver != quote.receiver {
+        return Err(broken(
+            link,
+            format!(
+                "signed by {} ({}), not the quote's receiver {}",
+                r.receiver.id, r.receiver.key, quote.receiver.id
+            ),
+        ));
+    }
+    if &r.proof != proof.digest() || r.quote_id != quote.id {
+        return Err(broken(link, "does not bind this proof"));
+    }
+    if r.rail != proof.object().rail {
+        return Err(broken(link, "names another rail than the proof"));
+    }
+    let taken = r.money().map_err(|e| broken(link, e.to_string()))?;
+    let max = quote.max().map_err(|e| broken("quote", e.to_string()))?;
+    let paid = proof
+        .object()
+        .money()
+        .map_err(|e| broken("proof", e.to_string()))?;
+    let mut ceilings = vec![("the quote", max.clone()), ("the proof", paid)];
+    if let Some(c) = confirmation {
+        ceilings.push((
+            "the confirmation",
+            c.max().map_err(|e| broken("confirmation", e.to_string()))?,
+        ));
+    }
+    for (what, ceiling) in ceilings {
+        if taken.asset() != ceiling.asset() || taken.amount() > ceiling.amount() {
+            return Err(broken(
+                link,
+                format!(
+                    "takes {} {}, above {what}'s {} {}",
+                    taken.amount(),
+                    taken.asset(),
+                    ceiling.amount(),
+                    ceiling.asset()
+                ),
+            ));
+        }
+    }
+    if quote.profile == Profile::Service && taken.amount() != max.amount() {
+        return Err(broken(
+            link,
+            format!(
+                "a service receipt takes the quoted {}, not {}",
+                max.amount(),
+                taken.amount()
+            ),
+        ));
+    }
+    if taken.amount() == Amount::ZERO && quote.profile == Profile::Service {
+        return Err(broken(link, "takes nothing for a paid service"));
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! Human in the loop: the [`Confirmer`] a wallet asks before a payment above the mandate's
+//! threshold (and before every checkout), and tells when it denies a receiver.
+
+use std::io::{BufRead as _, Write as _};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rail_core::{Amount, Money};
+
+/// Why the wallet asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The amount is above the mandate's `confirm_above`.
+    AboveThreshold,
+    /// A checkout (estimate + tolerance): confirmation is mandatory.
+    Checkout,
+}
+
+/// What the human is asked: who, what for, how much, and what the mandate still allows.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    /// Why the wallet asks.
+    pub why: Why,
+    /// The receiver (its id, or an origin / MCP server).
+    pub receiver: String,
+    /// What the receiver says the payment is for.
+    pub description: Option<String>,
+    /// The total (the amount, or the estimate).
+    pub total: Money,
+    /// How far above the total the final amount may go (zero for a fixed amount).
+    pub tolerance: Amount,
+    /// What the mandate still allows in the current period, if it limits periods.
+    pub left_in_period: Option<Money>,
+    /// What the mandate still allows in total, if it limits the total.
+    pub left_in_total: Option<Money>,
+}
+
+impl Ask {
+    /// One line for a prompt or a notification.
+    #[must_use]
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "pay {} {} to {}",
+            self.total.amount(),
+            self.total.asset(),
+            self.receiver
+        );
+        if self.tolerance > Amount::ZERO {
+            s.push_str(&format!(" (up to {} more)", self.tolerance));
+        }
+        if let Some(d) = &self.description {
+            s.push_str(&format!(" for \"{d}\""));
+        }
+        let mut left = Vec::new();
+        if let Some(m) = &self.left_in_period {
+            left.push(format!("{} {} left this period", m.amount(), m.asset()));
+        }
+        if let Some(m) = &self.left_in_total {
+            left.push(format!("{} {} left in total", m.amount(), m.asset()));
+        }
+        if !left.is_empty() {
+            s.push_str(&format!("; {}", left.join(", ")));
+        }
+        s
+    }
+}
+
+/// The human's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Yes; `by` records who or what answered (`terminal`, `callback`, `flag`).
+    Yes {
+        /// Who answered.
+        by: String,
+    },
+    /// No, and why.
+    No {
+        /// Why.
+        why: String,
+    },
+}
+
+/// A denial the wallet escalates to the human (I4): never a soft pass, always told.
+#[derive(Clone, Debug)]
+pub struct Denial {
+    /// Who asked to be paid.
+    pub receiver: String,
+    /// What for.
+    pub description: Option<String>,
+    /// How much.
+    pub amount: Money,
+    /// Why it was denied.
+    pub why: String,
+}
+
+/// Asks a human. Implementations: [`Callback`], [`Terminal`], [`Refuse`] (the default: no human
+/// is reachable, so every confirmation is refused). MCP elicitation comes with the MCP binding.
+#[async_trait]
+pub trait Confirmer: Send + Sync {
+    /// Asks for consent.
+    async fn confirm(&self, ask: &Ask) -> Answer;
+    /// Tells the human a receiver was denied (the payment is refused either way).
+    async fn escalate(&self, denial: &Denial) {
+        tracing::warn!(receiver = %denial.receiver, amount = %denial.amount.amount(), asset = %denial.amount.asset(), why = %denial.why, "payment denied; escalated to the principal");
+    }
+}
+
+/// No human: every confirmation is refused.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Refuse;
+
+#[async_trait]
+impl Confirmer for Refuse {
+    async fn confirm(&self, _ask: &Ask) -> Answer {
+        Answer::No {
+            why: "no confirmer is configured".into(),
+        }
+    }
+}
+
+type AskFn = dyn Fn(&Ask) -> Answer + Send + Sync;
+type DenyFn = dyn Fn(&Denial) + Send + Sync;
+
+/// A confirmer that calls a function (a UI, a chat message, a test).
+#[derive(Clone)]
+pub struct Callback {
+    ask: Arc<AskFn>,
+    deny: Option<Arc<DenyFn>>,
+}
+
+impl Callback {
+    /// Answers with `f`.
+    pub fn new(f: impl Fn(&Ask) -> Answer + Send + Sync + 'static) -> Self {
+        Callback {
+            ask: Arc::new(f),
+            deny: None,
+        }
+    }
+
+    /// Also calls `f` with every denial.
+    #[must_use]
+    pub fn on_denial(mut self, f: impl Fn(&Denial) + Send + Sync + 'static) -> Self {
+        self.deny = Some(Arc::new(f));
+        self
+    }
+}
+
+impl std::fmt::Debug for Callback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Callback")
+    }
+}
+
+#[async_trait]
+impl Confirmer for Callback {
+    async fn confirm(&self, ask: &Ask) -> Answer {
+        (self.ask)(ask)
+    }
+    async fn escalate(&self, denial: &Denial) {
+        tracing::warn!(receiver = %denial.receiver, why = %denial.why, "payment denied; escalated to the principal");
+        if let Some(f) = &self.deny {
+            f(denial);
+        }
+    }
+}
+
+/// Asks on the terminal: the question on standard error, a `y`/`yes` on standard input.
+/// Anything else, or no terminal, is a no.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Terminal;
+
+#[async_trait]
+impl Confirmer for Terminal {
+    async fn confirm(&self, ask: &Ask) -> Answer {
+        let question = format!("stipendex: {}? [y/N] ", ask.text());
+        let line = tokio::task::spawn_blocking(move || {
+            let mut err = std::io::stderr();
+            let _ = write!(err, "{question}");
+            let _ = err.flush();
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).map(|_| line)
+        })
+        .await;
+        match line {
+            Ok(Ok(l)) if matches!(l.trim().to_ascii_lowercase().as_str(), "y" | "yes") => {
+                Answer::Yes {
+                    by: "terminal".into(),
+                }
+            }
+            Ok(Ok(_)) => Answer::No {
+                why: "declined on the terminal".into(),
+            },
+            _ => Answer::No {
+                why: "no terminal to ask on".into(),
+            },
+        }
+    }
+    async fn escalate(&self, denial: &Denial) {
+        let text = format!(
+            "stipendex: DENIED {} {} to {}: {}\n",
+            denial.amount.amount(),
+            denial.amount.asset(),
+            denial.receiver,
+            denial.why
+        );
+        let _ = std::io::stderr().write_all(text.as_bytes());
+    }
+}

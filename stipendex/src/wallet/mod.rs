@@ -1,0 +1,575 @@
+//! The agent wallet: the only point of payment decision (I1).
+//!
+//! The agent's one operation is [`Wallet::pay`]`(quote)`. The wallet checks, in order:
+//! 1. **the receiver is allowlisted** in the mandate (id *and* pinned key; default deny). A
+//!    denial is escalated to the human through the [`Confirmer`] and refused — never a soft
+//!    pass (I4);
+//! 2. **the mandate** is valid now and not revoked (a [`crate::envelope::Revocation`] in the
+//!    wallet's store is honoured at once), and the Quote has not expired;
+//! 3. **the limits**: per call, per period, total, per receiver, counted durably in the
+//!    wallet's store (so they hold across restarts and under concurrent calls);
+//! 4. **the human-in-the-loop threshold**: above `confirm_above`, and for every checkout, the
+//!    [`Confirmer`] is asked and its answer recorded as a signed [`Confirmation`];
+//! 5. **a rail** the Quote accepts (in the receiver's order), the mandate allows and the wallet
+//!    has; it pays (service) or holds (checkout) and returns a signed [`Proof`].
+//!
+//! A Quote is paid once: paying it again returns the first Proof and charges nothing (I2).
+//! Every object of a payment goes to the wallet's [`Journal`] (I5).
+
+mod confirm;
+mod journal;
+mod revocation;
+mod spend;
+
+use std::sync::Arc;
+
+use rail_core::keys::{Begin, Idempotency, fingerprint};
+use rail_core::{
+    Amount, KeyStore, MemoryKeyStore, OpId, PayerHandle, PaymentMode, RailError, SharedClock,
+    SystemClock,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why};
+pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, chain_name};
+pub use revocation::{Revocations, revoke};
+
+use crate::Error;
+use crate::envelope::{
+    Allow, Confirmation, Mandate, Profile, Proof, PublicKey, Quote, Receipt, SecretKey, Signed,
+    Tag, new_id,
+};
+
+/// A payment the wallet made: the Proof to hand to the receiver, and the Confirmation if a
+/// human confirmed.
+#[derive(Clone, Debug)]
+pub struct Paid {
+    /// The Proof.
+    pub proof: Signed<Proof>,
+    /// The human's Confirmation, if one was needed.
+    pub confirmation: Option<Signed<Confirmation>>,
+    /// The wallet's rail (its name) that paid.
+    pub rail: String,
+    /// Whether this call paid (`false`: the Quote was paid before and this is its Proof again).
+    pub fresh: bool,
+}
+
+/// What the wallet stores per paid Quote, so a repeat returns the same Proof.
+#[derive(Serialize, Deserialize)]
+struct PaidRecord {
+    proof: String,
+    confirmation: Option<String>,
+    rail: String,
+}
+
+/// One of the wallet's rails: a name (the registry's) and its paying side.
+#[derive(Clone)]
+struct WalletRail {
+    name: String,
+    handle: PayerHandle,
+}
+
+/// The agent wallet. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Wallet(Arc<Inner>);
+
+struct Inner {
+    key: SecretKey,
+    mandate: Signed<Mandate>,
+    rails: Vec<WalletRail>,
+    store: Arc<dyn KeyStore>,
+    ops: Idempotency,
+    revocations: Revocations,
+    confirmer: Arc<dyn Confirmer>,
+    journal: Arc<dyn Journal>,
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for Wallet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wallet")
+            .field("key", &self.0.key.public())
+            .field("mandate", &self.0.mandate.object().id)
+            .field(
+                "rails",
+                &self.0.rails.iter().map(|r| &r.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Wallet`].
+pub struct Builder {
+    key: SecretKey,
+    mandate: Signed<Mandate>,
+    principal: Option<PublicKey>,
+    rails: Vec<WalletRail>,
+    store: Option<Arc<dyn KeyStore>>,
+    confirmer: Arc<dyn Confirmer>,
+    journal: Arc<dyn Journal>,
+    clock: SharedClock,
+}
+
+impl Builder {
+    /// Adds a rail the wallet may pay over (`name` as in the registry). Payers should be
+    /// idempotent per operation id (the registry's are), so a payment retried after a crash
+    /// is not paid twice.
+    #[must_use]
+    pub fn rail(mut self, name: impl Into<String>, payer: PayerHandle) -> Self {
+        self.rails.push(WalletRail {
+            name: name.into(),
+            handle: payer,
+        });
+        self
+    }
+
+    /// Adds every configured payer of `registry`, in name order.
+    #[must_use]
+    pub fn registry(mut self, registry: &crate::Registry) -> Self {
+        for e in registry.rails() {
+            if let Some(p) = &e.payer {
+                self = self.rail(e.name.clone(), p.clone());
+            }
+        }
+        self
+    }
+
+    /// The store of spend counters, paid Quotes and revocations (SQLite for one wallet,
+    /// PostgreSQL for a fleet sharing one mandate). Default: memory (nothing survives a restart).
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn KeyStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Who confirms payments above the threshold and hears of denials. Default: [`Refuse`].
+    #[must_use]
+    pub fn confirmer(mut self, confirmer: Arc<dyn Confirmer>) -> Self {
+        self.confirmer = confirmer;
+        self
+    }
+
+    /// Where the audit chains go. Default: [`NoJournal`].
+    #[must_use]
+    pub fn journal(mut self, journal: Arc<dyn Journal>) -> Self {
+        self.journal = journal;
+        self
+    }
+
+    /// The clock (tests). Default: the system clock.
+    #[must_use]
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Refuses a mandate not signed by `principal` (the trust anchor).
+    #[must_use]
+    pub fn principal(mut self, principal: PublicKey) -> Self {
+        self.principal = Some(principal);
+        self
+    }
+
+    /// The wallet.
+    ///
+    /// # Errors
+    /// [`Error::Untrusted`] if the mandate names another wallet key, or is not signed by the
+    /// pinned principal.
+    pub fn build(self) -> Result<Wallet, Error> {
+        let m = self.mandate.object();
+        if m.wallet != self.key.public() {
+            return Err(Error::Untrusted(format!(
+                "mandate {} is for wallet key {}, not this wallet's {}",
+                m.id,
+                m.wallet,
+                self.key.public()
+            )));
+        }
+        if let Some(p) = self.principal
+            && p != m.principal.key
+        {
+            return Err(Error::Untrusted(format!(
+                "mandate {} is signed by {}, not the trusted principal {p}",
+                m.id, m.principal.key
+            )));
+        }
+        let store = self
+            .store
+            .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
+        Ok(Wallet(Arc::new(Inner {
+            ops: Idempotency::new(store.clone(), format!("stipendex/{}/paid", m.id)),
+            revocations: Revocations::new(store.clone()),
+            key: self.key,
+            mandate: self.mandate,
+            rails: self.rails,
+            store,
+            confirmer: self.confirmer,
+            journal: self.journal,
+            clock: self.clock,
+        })))
+    }
+}
+
+fn now_secs(clock: &SharedClock) -> u64 {
+    u64::try_from(clock.now().unix_seconds()).unwrap_or(0)
+}
+
+/// The wallet's operation id for a Quote: one per (receiver, quote id), whatever the caller.
+fn op_for(receiver: &str, quote_id: &str) -> Result<OpId, Error> {
+    let h = Sha256::digest(format!("{receiver}\n{quote_id}").as_bytes());
+    OpId::new(format!(
+        "stx-{}",
+        hex::encode(h.get(..16).unwrap_or_default())
+    ))
+    .map_err(Error::Payment)
+}
+
+impl Wallet {
+    /// A builder: the wallet's key and the mandate it spends under.
+    #[must_use]
+    pub fn builder(key: SecretKey, mandate: Signed<Mandate>) -> Builder {
+        Builder {
+            key,
+            mandate,
+            principal: None,
+            rails: Vec::new(),
+            store: None,
+            confirmer: Arc::new(Refuse),
+            journal: Arc::new(NoJournal),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The mandate.
+    #[must_use]
+    pub fn mandate(&self) -> &Signed<Mandate> {
+        &self.0.mandate
+    }
+
+    /// The wallet's public key.
+    #[must_use]
+    pub fn key(&self) -> PublicKey {
+        self.0.key.public()
+    }
+
+    /// The store (spend counters, paid Quotes, revocations).
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn KeyStore> {
+        &self.0.store
+    }
+
+    /// Pays `quote` under the mandate, or refuses with a typed error that changed nothing.
+    ///
+    /// # Errors
+    /// [`Error::Denied`] (not allowlisted; escalated), [`Error::Revoked`],
+    /// [`Error::Expired`] (mandate or Quote), [`Error::LimitExceeded`],
+    /// [`Error::NotConfirmed`], [`Error::NoRail`], [`Error::Payment`] (the rail refused;
+    /// nothing counted unless the outcome is unknown), [`Error::QuoteUsed`] (another Quote
+    /// with the same id from the same receiver was paid), [`Error::Storage`].
+    pub async fn pay(&self, quote: &Signed<Quote>) -> Result<Paid, Error> {
+        let q = quote.object();
+        let me = &self.0;
+        let mandate = me.mandate.object();
+        let now = now_secs(&me.clock);
+
+        // 1. The allowlist (I4): id and pinned key; anything else is denied and escalated.
+        let allowed = mandate.allow.iter().any(|a| {
+            matches!(a, Allow::Receiver { id, key } if id == &q.receiver.id && key == &q.receiver.key)
+        });
+        if !allowed {
+            let known_id = mandate
+                .allow
+                .iter()
+                .any(|a| matches!(a, Allow::Receiver { id, .. } if id == &q.receiver.id));
+            let why = if known_id {
+                format!(
+                    "receiver {} signed with key {}, not the key the mandate pins",
+                    q.receiver.id, q.receiver.key
+                )
+            } else {
+                format!(
+                    "receiver {} is not in mandate {}'s allowlist",
+                    q.receiver.id, mandate.id
+                )
+            };
+            me.confirmer
+                .escalate(&Denial {
+                    receiver: q.receiver.id.clone(),
+                    description: q.description.clone(),
+                    amount: q.max()?,
+                    why: why.clone(),
+                })
+                .await;
+            return Err(Error::Denied(why));
+        }
+
+        // 2. The mandate's validity and revocation.
+        self.check_mandate(now).await?;
+
+        // A Quote already paid: its Proof again, nothing charged (I2).
+        let op = op_for(&q.receiver.id, &q.id)?;
+        let fp = fingerprint(quote.digest().as_str()).map_err(Error::Payment)?;
+        let lease = match me.ops.begin::<PaidRecord>(&op, &fp).await {
+            Ok(Begin::Replay(rec)) => return self.replayed(rec),
+            Ok(Begin::Fresh(l) | Begin::Recover(l)) => l,
+            Err(RailError::IdempotencyConflict { .. }) => {
+                return Err(Error::QuoteUsed(q.id.clone()));
+            }
+            Err(RailError::Storage(s)) => return Err(Error::Storage(s)),
+            Err(e) => return Err(Error::Payment(e)),
+        };
+        let out = lease.keep_alive(self.pay_fresh(quote, &op, now)).await;
+        match out {
+            Ok(paid) => {
+                let rec = PaidRecord {
+                    proof: paid.proof.jws().to_owned(),
+                    confirmation: paid.confirmation.as_ref().map(|c| c.jws().to_owned()),
+                    rail: paid.rail.clone(),
+                };
+                if let Err(e) = me.ops.finish(lease, &rec).await {
+                    tracing::error!(quote = %q.id, error = %e, "paid, but the Proof could not be stored; a retry recovers through the rail's idempotency");
+                }
+                Ok(paid)
+            }
+            Err(e) => {
+                let unknown = matches!(&e, Error::Payment(r) if r.is_retryable())
+                    || matches!(e, Error::Storage(_));
+                let ended = if unknown {
+                    me.ops.hand_over(lease).await
+                } else {
+                    me.ops.abandon(lease).await
+                };
+                if let Err(s) = ended {
+                    tracing::warn!(quote = %q.id, error = %s, "could not end a payment's lease; it lapses by itself");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn replayed(&self, rec: PaidRecord) -> Result<Paid, Error> {
+        Ok(Paid {
+            proof: Signed::parse(&rec.proof)?,
+            confirmation: rec.confirmation.as_deref().map(Signed::parse).transpose()?,
+            rail: rec.rail,
+            fresh: false,
+        })
+    }
+
+    async fn check_mandate(&self, now: u64) -> Result<(), Error> {
+        let m = self.0.mandate.object();
+        if now < m.nbf || now >= m.exp {
+            return Err(Error::Expired {
+                what: "mandate",
+                id: m.id.clone(),
+                why: format!("valid from {} until {}, now {now}", m.nbf, m.exp),
+            });
+        }
+        if self.0.revocations.is_revoked(&m.id).await? {
+            return Err(Error::Revoked(m.id.clone()));
+        }
+        Ok(())
+    }
+
+    /// Steps 3–5 for a Quote not paid before.
+    async fn pay_fresh(&self, quote: &Signed<Quote>, op: &OpId, now: u64) -> Result<Paid, Error> {
+        let me = &self.0;
+        let q = quote.object();
+        let mandate = me.mandate.object();
+        if now >= q.exp {
+            return Err(Error::Expired {
+                what: "quote",
+                id: q.id.clone(),
+                why: format!("expired at {}, now {now}", q.exp),
+            });
+        }
+        let max = q.max()?;
+        let limits = mandate.limits_for(max.asset()).ok_or_else(|| {
+            Error::LimitExceeded(format!(
+                "mandate {} allows no spending in {}",
+                mandate.id,
+                max.asset()
+            ))
+        })?;
+
+        // Choose the rail before counting: a Quote no rail can pay counts nothing.
+        let (rail, offer) = self.choose(q)?;
+
+        // 3. Limits, counted durably (a retry of this Quote is counted once).
+        let budgets = spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
+        let counted = budgets.reserve(op, &q.receiver.id, &max).await?;
+
+        // 4. Human in the loop.
+        let why = match q.profile {
+            Profile::Checkout => Some(Why::Checkout),
+            Profile::Service => limits
+                .confirm_above
+                .filter(|t| max.amount() > *t)
+                .map(|_| Why::AboveThreshold),
+        };
+        let confirmation = match why {
+            None => None,
+            Some(why) => match self.confirm(quote, why, &budgets, now).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    counted.release().await;
+                    return Err(e);
+                }
+            },
+        };
+
+        // 5. Pay or hold.
+        let payment = match q.profile {
+            Profile::Service => rail.handle.payer.pay(op, offer).await,
+            Profile::Checkout => match &rail.handle.hold_payer {
+                Some(h) => h.hold(op, offer).await,
+                None => Err(RailError::InvalidInput("the rail cannot hold".into())),
+            },
+        };
+        let payment = match payment {
+            Ok(p) => {
+                counted.keep().await;
+                p
+            }
+            Err(e) => {
+                if e.is_retryable() {
+                    counted.keep().await;
+                } else {
+                    counted.release().await;
+                }
+                return Err(Error::Payment(e));
+            }
+        };
+
+        let proof = Proof {
+            stipendex: Tag::current("proof"),
+            id: new_id("p_"),
+            wallet: me.key.public(),
+            mandate: me.mandate.digest().clone(),
+            quote: quote.digest().clone(),
+            quote_jws: quote.jws().to_owned(),
+            confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
+            confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
+            iat: now,
+            mode: payment.mode,
+            rail: payment.rail.as_str().to_owned(),
+            asset: payment.amount.asset().clone(),
+            amount: payment.amount.amount(),
+            payment,
+        };
+        let proof = Signed::sign(proof, &me.key)?;
+        let chain = chain_name(&q.receiver.id, &q.id);
+        let mut objects = vec![me.mandate.jws()];
+        if let Some(c) = &confirmation {
+            objects.push(c.jws());
+        }
+        objects.extend([quote.jws(), proof.jws()]);
+        for jws in objects {
+            if let Err(e) = me.journal.record(&chain, jws).await {
+                tracing::error!(chain = %chain, error = %e, "could not journal a payment's object");
+            }
+        }
+        tracing::info!(quote = %q.id, receiver = %q.receiver.id, amount = %max.amount(), asset = %max.asset(), rail = %rail.name, "paid");
+        Ok(Paid {
+            proof,
+            confirmation,
+            rail: rail.name.clone(),
+            fresh: true,
+        })
+    }
+
+    /// The first rail, in the receiver's order, that the mandate allows and the wallet has.
+    fn choose<'a>(&'a self, q: &'a Quote) -> Result<(&'a WalletRail, &'a rail_core::Offer), Error> {
+        let mandate = self.0.mandate.object();
+        let mut why = Vec::new();
+        for r in &q.rails {
+            if let Some(allowed) = &mandate.rails
+                && !allowed.contains(&r.rail)
+            {
+                why.push(format!("{}: not allowed by the mandate", r.rail));
+                continue;
+            }
+            let mut found = false;
+            for w in &self.0.rails {
+                if w.handle.payer.id().as_str() != r.rail {
+                    continue;
+                }
+                found = true;
+                if r.offer.mode == PaymentMode::Hold && w.handle.hold_payer.is_none() {
+                    why.push(format!("{} ({}): cannot hold", w.name, r.rail));
+                    continue;
+                }
+                match w.handle.payer.accepts(&r.offer) {
+                    Ok(()) => return Ok((w, &r.offer)),
+                    Err(e) => why.push(format!("{} ({}): {e}", w.name, r.rail)),
+                }
+            }
+            if !found {
+                why.push(format!("{}: the wallet has no such rail", r.rail));
+            }
+        }
+        Err(Error::NoRail(format!("quote {}: {}", q.id, why.join("; "))))
+    }
+
+    async fn confirm(
+        &self,
+        quote: &Signed<Quote>,
+        why: Why,
+        budgets: &spend::Budgets,
+        now: u64,
+    ) -> Result<Signed<Confirmation>, Error> {
+        let me = &self.0;
+        let q = quote.object();
+        let (left_in_period, left_in_total) = budgets.left().await;
+        let ask = Ask {
+            why,
+            receiver: q.receiver.id.clone(),
+            description: q.description.clone(),
+            total: q.price()?,
+            tolerance: q.tolerance.unwrap_or(Amount::ZERO),
+            left_in_period,
+            left_in_total,
+        };
+        match me.confirmer.confirm(&ask).await {
+            Answer::No { why } => Err(Error::NotConfirmed(format!("{}: {why}", ask.text()))),
+            Answer::Yes { by } => {
+                let c = Confirmation {
+                    stipendex: Tag::current("confirmation"),
+                    id: new_id("c_"),
+                    wallet: me.key.public(),
+                    mandate: me.mandate.digest().clone(),
+                    quote: quote.digest().clone(),
+                    quote_id: q.id.clone(),
+                    receiver: q.receiver.id.clone(),
+                    asset: q.asset.clone(),
+                    total: ask.total.amount(),
+                    tolerance: ask.tolerance,
+                    iat: now,
+                    by,
+                };
+                Signed::sign(c, &me.key)
+            }
+        }
+    }
+
+    /// Checks the receiver's Receipt for `paid` (signed by the Quote's receiver key, binding
+    /// this Proof, never above the Quote or the Confirmation) and journals it.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`], [`Error::BadSignature`], [`Error::Untrusted`],
+    /// [`Error::Mismatch`], [`Error::CaptureAbove`].
+    pub async fn receipt(&self, paid: &Paid, receipt: &str) -> Result<Signed<Receipt>, Error> {
+        let receipt = Signed::<Receipt>::parse(receipt)?;
+        let quote = Signed::<Quote>::parse(&paid.proof.object().quote_jws)?;
+        crate::chain::check_receipt(
+            quote.object(),
+            &paid.proof,
+            paid.confirmation.as_ref().map(Signed::object),
+            &receipt,
+        )?;
+        let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
+        self.0.journal.record(&chain, receipt.jws()).await?;
+        Ok(receipt)
+    }
+}
