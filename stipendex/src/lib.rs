@@ -74,6 +74,7 @@
 pub mod chain;
 pub mod envelope;
 mod error;
+pub mod receiver;
 pub mod registry;
 pub mod wallet;
 
@@ -82,10 +83,10 @@ pub use registry::{Entry, Env, ProcessEnv, Registry};
 
 pub use rail_core;
 pub use rail_core::{
-    Asset, Capabilities, Captured, Charge, Clock, Finality, HoldPayer, HoldReceiver, KeyStore,
-    MemoryKeyStore, Money, Offer, OpId, Payer, PayerHandle, Payment, PaymentMode, Rail, RailError,
-    RailHandle, RailResult, Receiver, ReceiverHandle, RefundReceiver, ReplayGuard, SharedClock,
-    SystemClock, Verified,
+    Amount, Asset, Capabilities, Captured, Charge, Clock, Finality, HoldPayer, HoldReceiver,
+    KeyStore, ManualClock, MemoryKeyStore, Money, Offer, OpId, Payer, PayerHandle, Payment,
+    PaymentMode, Rail, RailError, RailHandle, RailResult, Receiver, ReceiverHandle, RefundReceiver,
+    ReplayGuard, SharedClock, SystemClock, Timestamp, Verified,
 };
 
 /// The embedded double-entry ledger rail (`rail-ledger`).

@@ -162,6 +162,26 @@ impl Object for Mandate {
 }
 
 impl Mandate {
+    /// A mandate of `principal` for `wallet`, valid from `now` for `valid_for` seconds, with no
+    /// limits and an empty allowlist (so it allows nothing yet): add [`Limits`] and [`Allow`]
+    /// entries, then sign it with the principal's key.
+    #[must_use]
+    pub fn draft(principal: Party, wallet: PublicKey, now: u64, valid_for: u64) -> Self {
+        Mandate {
+            stipendex: Tag::current("mandate"),
+            id: super::new_id("m_"),
+            principal,
+            wallet,
+            iat: now,
+            nbf: now,
+            exp: now.saturating_add(valid_for),
+            limits: Vec::new(),
+            allow: Vec::new(),
+            rails: None,
+            description: None,
+        }
+    }
+
     /// The limits for `asset`, if the mandate allows spending it at all.
     #[must_use]
     pub fn limits_for(&self, asset: &Asset) -> Option<&Limits> {

@@ -15,8 +15,8 @@
 //! let receiver = SecretKey::generate();
 //! let price = Money::parse(Asset::usd(), "0.05")?;
 //! let offer = Offer {
-//!     rail: "ledger".into(), id: "o1".into(), amount: price.clone(), payee: "shop".into(),
-//!     mode: PaymentMode::Capture, expires_at: rail_core::Timestamp(1_000_000),
+//!     rail: stipendex::rail_core::RailId::new("ledger"), id: "o1".into(), amount: price.clone(), payee: "shop".into(),
+//!     mode: PaymentMode::Capture, expires_at: stipendex::Timestamp(1_000_000),
 //!     details: serde_json::Value::Null,
 //! };
 //! let quote = Quote {

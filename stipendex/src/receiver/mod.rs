@@ -1,0 +1,584 @@
+//! The receiver: priced capabilities, signed Quotes, Proofs verified through their rail,
+//! signed Receipts — and never an unpaid forward.
+//!
+//! A transport binding (HTTP, MCP) calls, per request:
+//! 1. [`Receiver::gate`]: free (not priced), waived, rejected (no charge, not forwarded), or a
+//!    signed Quote to send back (402 / -32402);
+//! 2. on the retry, [`Receiver::accept`] with the Proof: the Quote must be this receiver's own
+//!    (its signature verified), unexpired, for this very request; the payment is verified on
+//!    its rail, which consumes it (a replay is [`Error::QuoteUsed`]); only then may the request
+//!    run;
+//! 3. after the work, [`Receiver::receipt`] (service) or [`Receiver::capture`] (checkout:
+//!    capture the final amount, never above the Quote or the Confirmation) for the signed
+//!    Receipt — or [`Receiver::release`] if the work failed (a hold is voided).
+
+mod pricing;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rail_core::{
+    Captured, Charge, Money, OpId, PaymentMode, RailError, ReceiverHandle, SharedClock,
+    SystemClock, Verified,
+};
+use serde::{Deserialize, Serialize};
+
+pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
+
+use crate::Error;
+use crate::envelope::{
+    Capability, Confirmation, Digest, Party, Profile, Proof, PublicKey, Quote, RailOffer, Receipt,
+    SecretKey, Signed, Tag, new_id,
+};
+
+/// One of the receiver's rails: a name (the registry's) and its receiving side.
+#[derive(Clone)]
+struct ReceiverRail {
+    name: String,
+    handle: ReceiverHandle,
+}
+
+/// What [`Receiver::gate`] decided for a request.
+#[derive(Clone, Debug)]
+pub enum Gate {
+    /// Not priced: let it through.
+    Free,
+    /// Priced, and the hook waived payment: let it through.
+    Waived,
+    /// Priced, and the hook refused it: answer with the message, charge nothing, forward nothing.
+    Rejected(String),
+    /// Priced: answer with this Quote.
+    Quote(Box<Signed<Quote>>),
+}
+
+/// A Proof the receiver accepted: the payment is verified (and, for a capture, settled).
+#[derive(Clone, Debug)]
+pub struct Accepted {
+    /// The Proof.
+    pub proof: Signed<Proof>,
+    /// The Quote it pays.
+    pub quote: Signed<Quote>,
+    /// The human's Confirmation it carries, if any.
+    pub confirmation: Option<Signed<Confirmation>>,
+    /// The rail's verdict.
+    pub verified: Verified,
+    /// The receiver's rail (its name) that verified it.
+    pub rail: String,
+}
+
+/// The receiver's self-description, served at `GET /.well-known/stipendex.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Descriptor {
+    /// `receiver/0.1`.
+    pub stipendex: Tag,
+    /// The receiver's id.
+    pub id: String,
+    /// The key its Quotes and Receipts are signed with.
+    pub key: PublicKey,
+    /// The rail kinds it accepts.
+    pub rails: Vec<String>,
+    /// The profiles it quotes (`service`, and `checkout` where a rail can hold).
+    pub profiles: Vec<Profile>,
+    /// A trust registry vouching for it (none in this profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_registry: Option<String>,
+}
+
+/// A Stipendex receiver. Cheap to clone.
+#[derive(Clone)]
+pub struct Receiver(Arc<Inner>);
+
+struct Inner {
+    party: Party,
+    key: SecretKey,
+    rails: Vec<ReceiverRail>,
+    capabilities: Vec<PricedCapability>,
+    resolve: Arc<dyn ResolvePrice>,
+    ttl: Duration,
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("id", &self.0.party.id)
+            .field("key", &self.0.party.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Receiver`].
+pub struct Builder {
+    id: String,
+    key: SecretKey,
+    rails: Vec<ReceiverRail>,
+    capabilities: Vec<PricedCapability>,
+    resolve: Arc<dyn ResolvePrice>,
+    ttl: Duration,
+    clock: SharedClock,
+}
+
+impl Builder {
+    /// Accepts payment over a rail (`name` as in the registry), in order of preference.
+    #[must_use]
+    pub fn rail(mut self, name: impl Into<String>, handle: ReceiverHandle) -> Self {
+        self.rails.push(ReceiverRail {
+            name: name.into(),
+            handle,
+        });
+        self
+    }
+
+    /// Accepts every configured receiving side of `registry`, in name order.
+    #[must_use]
+    pub fn registry(mut self, registry: &crate::Registry) -> Self {
+        for e in registry.rails() {
+            if let Some(r) = &e.receiver {
+                self = self.rail(e.name.clone(), r.clone());
+            }
+        }
+        self
+    }
+
+    /// Prices a capability.
+    #[must_use]
+    pub fn price(mut self, capability: PricedCapability) -> Self {
+        self.capabilities.push(capability);
+        self
+    }
+
+    /// The pricing hook. Default: [`ListPrice`].
+    #[must_use]
+    pub fn resolve_price(mut self, hook: Arc<dyn ResolvePrice>) -> Self {
+        self.resolve = hook;
+        self
+    }
+
+    /// How long a Quote stays payable. Default: 120 s.
+    #[must_use]
+    pub fn quote_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The clock (tests). Default: the system clock.
+    #[must_use]
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The receiver.
+    ///
+    /// # Errors
+    /// [`Error::Config`] without a rail, or with a checkout-priced capability and no rail that
+    /// can hold.
+    pub fn build(self) -> Result<Receiver, Error> {
+        if self.rails.is_empty() {
+            return Err(Error::Config(format!(
+                "receiver {} has no rail to be paid over",
+                self.id
+            )));
+        }
+        let can_hold = self.rails.iter().any(|r| r.handle.hold_receiver.is_some());
+        if let Some(c) = self
+            .capabilities
+            .iter()
+            .find(|c| matches!(c.price, Price::Estimate { .. }))
+            && !can_hold
+        {
+            return Err(Error::Config(format!(
+                "{} {} is priced by estimate (checkout profile), which needs a rail that can hold; none of this receiver's rails can",
+                c.method, c.name
+            )));
+        }
+        Ok(Receiver(Arc::new(Inner {
+            party: Party {
+                id: self.id,
+                key: self.key.public(),
+            },
+            key: self.key,
+            rails: self.rails,
+            capabilities: self.capabilities,
+            resolve: self.resolve,
+            ttl: self.ttl,
+            clock: self.clock,
+        })))
+    }
+}
+
+fn now_secs(clock: &SharedClock) -> u64 {
+    u64::try_from(clock.now().unix_seconds()).unwrap_or(0)
+}
+
+impl Receiver {
+    /// A builder for the receiver `id`, signing with `key`.
+    #[must_use]
+    pub fn builder(id: impl Into<String>, key: SecretKey) -> Builder {
+        Builder {
+            id: id.into(),
+            key,
+            rails: Vec::new(),
+            capabilities: Vec::new(),
+            resolve: Arc::new(ListPrice),
+            ttl: Duration::from_secs(120),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The receiver's id and key.
+    #[must_use]
+    pub fn party(&self) -> &Party {
+        &self.0.party
+    }
+
+    /// The self-description served at `/.well-known/stipendex.json`.
+    #[must_use]
+    pub fn descriptor(&self) -> Descriptor {
+        let mut rails: Vec<String> = Vec::new();
+        for r in &self.0.rails {
+            let kind = r.handle.receiver.id().as_str().to_owned();
+            if !rails.contains(&kind) {
+                rails.push(kind);
+            }
+        }
+        let mut profiles = vec![Profile::Service];
+        if self
+            .0
+            .rails
+            .iter()
+            .any(|r| r.handle.hold_receiver.is_some())
+        {
+            profiles.push(Profile::Checkout);
+        }
+        Descriptor {
+            stipendex: Tag::current("receiver"),
+            id: self.0.party.id.clone(),
+            key: self.0.party.key,
+            rails,
+            profiles,
+            trust_registry: None,
+        }
+    }
+
+    /// The priced capability `req` matches, if any (the most specific one).
+    #[must_use]
+    pub fn priced(&self, req: &Request) -> Option<&PricedCapability> {
+        pricing::matching(&self.0.capabilities, req)
+    }
+
+    /// Decides what `req` needs: nothing, or a signed Quote (or the hook's waiver or refusal).
+    ///
+    /// # Errors
+    /// [`Error::Payment`] if a rail cannot make an offer; [`Error::NoRail`] if no rail carries
+    /// the price's asset (or can hold, for an estimate).
+    pub async fn gate(&self, req: &Request) -> Result<Gate, Error> {
+        let Some(cap) = self.priced(req) else {
+            return Ok(Gate::Free);
+        };
+        match self.0.resolve.resolve(cap, req).await {
+            Decision::Waive => Ok(Gate::Waived),
+            Decision::Reject { message } => Ok(Gate::Rejected(message)),
+            Decision::Quote { price, description } => {
+                let description = description.or_else(|| cap.description.clone());
+                self.quote(req, &price, description)
+                    .await
+                    .map(|q| Gate::Quote(Box::new(q)))
+            }
+        }
+    }
+
+    /// A signed Quote for `req` at `price`, with an offer from every rail that can take it.
+    ///
+    /// # Errors
+    /// As [`Receiver::gate`].
+    pub async fn quote(
+        &self,
+        req: &Request,
+        price: &Price,
+        description: Option<String>,
+    ) -> Result<Signed<Quote>, Error> {
+        let me = &self.0;
+        let max = price.max()?;
+        let (profile, mode) = match price {
+            Price::Fixed(_) => (Profile::Service, PaymentMode::Capture),
+            Price::Estimate { .. } => (Profile::Checkout, PaymentMode::Hold),
+        };
+        let id = new_id("q_");
+        let mut charge = match mode {
+            PaymentMode::Capture => Charge::capture(max.clone(), me.ttl),
+            PaymentMode::Hold => Charge::hold(max.clone(), me.ttl),
+        };
+        charge.description = description.clone().unwrap_or_default();
+        charge.reference = Some(id.clone());
+        let mut rails = Vec::new();
+        for r in &me.rails {
+            let caps = r.handle.receiver.capabilities();
+            if caps.check_asset(&max).is_err()
+                || (mode == PaymentMode::Hold && r.handle.hold_receiver.is_none())
+            {
+                continue;
+            }
+            let offer = r
+                .handle
+                .receiver
+                .offer(&charge)
+                .await
+                .map_err(Error::Payment)?;
+            rails.push(RailOffer {
+                rail: offer.rail.as_str().to_owned(),
+                offer,
+            });
+        }
+        if rails.is_empty() {
+            return Err(Error::NoRail(format!(
+                "no rail of receiver {} carries {}{}",
+                me.party.id,
+                max.asset(),
+                if mode == PaymentMode::Hold {
+                    " and can hold"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let now = now_secs(&me.clock);
+        let (amount, estimate, tolerance) = match price {
+            Price::Fixed(m) => (Some(m.amount()), None, None),
+            Price::Estimate {
+                estimate,
+                tolerance,
+            } => (None, Some(estimate.amount()), Some(*tolerance)),
+        };
+        let quote = Quote {
+            stipendex: Tag::current("quote"),
+            id,
+            receiver: me.party.clone(),
+            iat: now,
+            exp: now.saturating_add(me.ttl.as_secs().max(1)),
+            profile,
+            asset: max.asset().clone(),
+            amount,
+            estimate,
+            tolerance,
+            capability: Some(Capability {
+                method: req.method.clone(),
+                name: req.name.clone(),
+            }),
+            request: Some(req.digest()),
+            description,
+            rails,
+        };
+        Signed::sign(quote, &me.key)
+    }
+
+    /// Accepts the Proof `proof` (compact JWS) for `req`: verifies it, checks that it pays this
+    /// receiver's own unexpired Quote for this very request, and verifies the payment on its
+    /// rail (which consumes it). Only after this may the request run.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`], [`Error::BadSignature`], [`Error::UnsupportedVersion`] (the
+    /// Proof or its Quote); [`Error::Untrusted`] (a Quote this receiver did not sign);
+    /// [`Error::Mismatch`] (another request); [`Error::Expired`]; [`Error::NotConfirmed`] (a
+    /// checkout without the human's Confirmation); [`Error::QuoteUsed`] (a replay);
+    /// [`Error::NoRail`]; [`Error::Payment`] (the rail refused the payment).
+    pub async fn accept(&self, req: &Request, proof: &str) -> Result<Accepted, Error> {
+        let me = &self.0;
+        let proof = Signed::<Proof>::parse(proof)?;
+        let p = proof.object();
+        let quote = Signed::<Quote>::parse(&p.quote_jws)?;
+        let q = quote.object();
+        if q.receiver != me.party {
+            return Err(Error::Untrusted(format!(
+                "the proof pays a quote of {} ({}), not of this receiver",
+                q.receiver.id, q.receiver.key
+            )));
+        }
+        if q.request.as_ref().is_some_and(|d| d != &req.digest()) {
+            return Err(Error::Mismatch(format!(
+                "quote {} was for another request than {} {}",
+                q.id, req.method, req.name
+            )));
+        }
+        let now = now_secs(&me.clock);
+        if now >= q.exp {
+            return Err(Error::Expired {
+                what: "quote",
+                id: q.id.clone(),
+                why: format!("expired at {}, now {now}", q.exp),
+            });
+        }
+        let confirmation = match &p.confirmation_jws {
+            Some(jws) => {
+                let c = Signed::<Confirmation>::parse(jws)?;
+                let co = c.object();
+                if co.wallet != p.wallet || &co.quote != quote.digest() {
+                    return Err(Error::Mismatch(
+                        "the confirmation is not the proof's wallet's, for this quote".into(),
+                    ));
+                }
+                Some(c)
+            }
+            None => None,
+        };
+        if q.profile == Profile::Checkout && confirmation.is_none() {
+            return Err(Error::NotConfirmed(format!(
+                "quote {} is a checkout: its proof must carry the human's confirmation",
+                q.id
+            )));
+        }
+        let Some(offer) = q.offer(&p.rail) else {
+            return Err(Error::NoRail(format!(
+                "the proof pays over {}, which quote {} does not accept",
+                p.rail, q.id
+            )));
+        };
+        let Some(rail) = me
+            .rails
+            .iter()
+            .find(|r| r.handle.receiver.id().as_str() == p.rail)
+        else {
+            return Err(Error::NoRail(format!(
+                "this receiver has no {} rail",
+                p.rail
+            )));
+        };
+        let verified = rail
+            .handle
+            .receiver
+            .verify(offer, &p.payment)
+            .await
+            .map_err(|e| match e {
+                RailError::Replayed { .. } => Error::QuoteUsed(q.id.clone()),
+                e => Error::Payment(e),
+            })?;
+        tracing::info!(quote = %q.id, rail = %rail.name, amount = %verified.amount.amount(), "payment accepted");
+        Ok(Accepted {
+            rail: rail.name.clone(),
+            proof,
+            quote,
+            confirmation,
+            verified,
+        })
+    }
+
+    /// The Receipt of a service payment, after the work: the quoted amount, and the digest of
+    /// `result` (the bytes delivered).
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for a checkout (use [`Receiver::capture`]).
+    pub fn receipt(&self, accepted: &Accepted, result: &[u8]) -> Result<Signed<Receipt>, Error> {
+        if accepted.quote.object().profile != Profile::Service {
+            return Err(Error::Mismatch(
+                "a checkout is settled by capture, not by receipt".into(),
+            ));
+        }
+        let amount = accepted.quote.object().max()?;
+        self.sign_receipt(
+            accepted,
+            &amount,
+            &accepted.verified.payment_ref,
+            Some(Digest::of(result)),
+        )
+    }
+
+    /// Checkout: captures `final_amount` of the hold and signs the Receipt. The final amount is
+    /// never above the Quote (estimate + tolerance) nor what the human confirmed (I3); the rest
+    /// of the hold is released.
+    ///
+    /// # Errors
+    /// [`Error::CaptureAbove`] (nothing captured); [`Error::NoRail`] if the rail cannot hold;
+    /// [`Error::Payment`].
+    pub async fn capture(
+        &self,
+        accepted: &Accepted,
+        final_amount: &Money,
+        result: &[u8],
+    ) -> Result<(Captured, Signed<Receipt>), Error> {
+        let q = accepted.quote.object();
+        let mut ceilings = vec![("the quote", q.max()?)];
+        if let Some(c) = &accepted.confirmation {
+            ceilings.push(("the confirmation", c.object().max()?));
+        }
+        for (what, ceiling) in ceilings {
+            if final_amount.asset() != ceiling.asset() || final_amount.amount() > ceiling.amount() {
+                return Err(Error::CaptureAbove(format!(
+                    "{} {} is above {what}'s {} {}",
+                    final_amount.amount(),
+                    final_amount.asset(),
+                    ceiling.amount(),
+                    ceiling.asset()
+                )));
+            }
+        }
+        let holds = self.hold_side(accepted)?;
+        let op =
+            OpId::new(format!("capture-{}", accepted.proof.object().id)).map_err(Error::Payment)?;
+        let captured = holds
+            .capture(&op, &accepted.verified, final_amount)
+            .await
+            .map_err(Error::Payment)?;
+        let receipt = self.sign_receipt(
+            accepted,
+            final_amount,
+            &captured.capture_ref,
+            Some(Digest::of(result)),
+        )?;
+        Ok((captured, receipt))
+    }
+
+    /// The work failed after a checkout's hold: void it (a service payment is already settled;
+    /// refunding it is the receiver's business, by its rail's refund).
+    ///
+    /// # Errors
+    /// [`Error::Payment`].
+    pub async fn release(&self, accepted: &Accepted) -> Result<(), Error> {
+        if !matches!(
+            accepted.verified.state,
+            rail_core::PaymentState::Held { .. }
+        ) {
+            return Ok(());
+        }
+        let holds = self.hold_side(accepted)?;
+        let op =
+            OpId::new(format!("void-{}", accepted.proof.object().id)).map_err(Error::Payment)?;
+        holds
+            .void(&op, &accepted.verified)
+            .await
+            .map(|_| ())
+            .map_err(Error::Payment)
+    }
+
+    fn hold_side(&self, accepted: &Accepted) -> Result<&Arc<dyn rail_core::HoldReceiver>, Error> {
+        self.0
+            .rails
+            .iter()
+            .find(|r| r.name == accepted.rail)
+            .and_then(|r| r.handle.hold_receiver.as_ref())
+            .ok_or_else(|| Error::NoRail(format!("rail {} cannot hold", accepted.rail)))
+    }
+
+    fn sign_receipt(
+        &self,
+        accepted: &Accepted,
+        amount: &Money,
+        reference: &str,
+        result: Option<Digest>,
+    ) -> Result<Signed<Receipt>, Error> {
+        let me = &self.0;
+        let receipt = Receipt {
+            stipendex: Tag::current("receipt"),
+            id: new_id("r_"),
+            receiver: me.party.clone(),
+            quote_id: accepted.quote.object().id.clone(),
+            proof: accepted.proof.digest().clone(),
+            iat: now_secs(&me.clock),
+            asset: amount.asset().clone(),
+            amount: amount.amount(),
+            result,
+            rail: accepted.proof.object().rail.clone(),
+            reference: reference.to_owned(),
+        };
+        Signed::sign(receipt, &me.key)
+    }
+}

@@ -1,0 +1,274 @@
+//! What a receiver charges for: priced capabilities (method + name, explicit wildcards) and the
+//! `resolve_price` hook that quotes, rejects or waives each priced request.
+
+use async_trait::async_trait;
+use rail_core::{Amount, Money};
+use serde_json::{Value, json};
+
+use crate::envelope::Digest;
+
+/// A request as the receiver sees it: the capability called and its arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// The method (`tools/call`, `resources/read`, `GET`, `POST`).
+    pub method: String,
+    /// The name (a tool name, a resource URI, a path).
+    pub name: String,
+    /// The arguments (a tool call's `arguments`, a query string as an object); `Null` if none.
+    pub params: Value,
+    /// Who calls, if the transport knows (a client key, an origin); the hook may use it.
+    pub client: Option<String>,
+}
+
+impl Request {
+    /// A request for `method` + `name` with no arguments.
+    #[must_use]
+    pub fn new(method: impl Into<String>, name: impl Into<String>) -> Self {
+        Request {
+            method: method.into(),
+            name: name.into(),
+            params: Value::Null,
+            client: None,
+        }
+    }
+
+    /// With arguments.
+    #[must_use]
+    pub fn with_params(mut self, params: Value) -> Self {
+        self.params = params;
+        self
+    }
+
+    /// The digest a Quote binds: SHA-256 of `{"method", "name", "params"}` as JSON with sorted
+    /// keys, so the Quote pays for this request and no other.
+    #[must_use]
+    pub fn digest(&self) -> Digest {
+        // serde_json's map is a BTreeMap here (no `preserve_order`): keys come out sorted.
+        let v = json!({"method": self.method, "name": self.name, "params": self.params});
+        Digest::of(v.to_string().as_bytes())
+    }
+}
+
+/// A price.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Price {
+    /// A fixed amount (service profile).
+    Fixed(Money),
+    /// An estimate and how far above it the final amount may go (checkout profile: held, then
+    /// captured for the final amount).
+    Estimate {
+        /// The estimate.
+        estimate: Money,
+        /// The tolerance, in the estimate's asset.
+        tolerance: Amount,
+    },
+}
+
+impl Price {
+    /// The most it can cost.
+    ///
+    /// # Errors
+    /// [`crate::Error::Malformed`] if estimate + tolerance does not fit the asset.
+    pub fn max(&self) -> Result<Money, crate::Error> {
+        match self {
+            Price::Fixed(m) => Ok(m.clone()),
+            Price::Estimate {
+                estimate,
+                tolerance,
+            } => estimate
+                .amount()
+                .checked_add(*tolerance)
+                .and_then(|a| Money::new(estimate.asset().clone(), a))
+                .map_err(|e| crate::Error::Malformed(format!("estimate + tolerance: {e}"))),
+        }
+    }
+}
+
+/// A priced capability: requests matching `method` and `name` are gated.
+///
+/// `name` matches exactly, or, ending in `*`, every name with that prefix (`private://*`);
+/// `*` alone matches every name. An exact entry wins over a wildcard, a longer prefix over a
+/// shorter one: prefer explicit entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PricedCapability {
+    /// The method.
+    pub method: String,
+    /// The name, or a prefix ending in `*`.
+    pub name: String,
+    /// The list price (the hook may change it).
+    pub price: Price,
+    /// What it is, for the Quote's description.
+    pub description: Option<String>,
+}
+
+impl PricedCapability {
+    /// A capability at a fixed price.
+    #[must_use]
+    pub fn fixed(method: impl Into<String>, name: impl Into<String>, price: Money) -> Self {
+        PricedCapability {
+            method: method.into(),
+            name: name.into(),
+            price: Price::Fixed(price),
+            description: None,
+        }
+    }
+
+    /// A capability priced by estimate and tolerance (checkout profile).
+    #[must_use]
+    pub fn estimate(
+        method: impl Into<String>,
+        name: impl Into<String>,
+        estimate: Money,
+        tolerance: Amount,
+    ) -> Self {
+        PricedCapability {
+            method: method.into(),
+            name: name.into(),
+            price: Price::Estimate {
+                estimate,
+                tolerance,
+            },
+            description: None,
+        }
+    }
+
+    /// With a description.
+    #[must_use]
+    pub fn describe(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// How specifically this entry matches `req`: `None` if it does not.
+    pub(crate) fn specificity(&self, req: &Request) -> Option<usize> {
+        if self.method != req.method {
+            return None;
+        }
+        match self.name.strip_suffix('*') {
+            None => (self.name == req.name).then_some(usize::MAX),
+            Some(prefix) => req.name.starts_with(prefix).then_some(prefix.len()),
+        }
+    }
+}
+
+/// The most specific priced capability matching `req`.
+pub(crate) fn matching<'a>(
+    caps: &'a [PricedCapability],
+    req: &Request,
+) -> Option<&'a PricedCapability> {
+    caps.iter()
+        .filter_map(|c| c.specificity(req).map(|s| (s, c)))
+        .max_by_key(|(s, _)| *s)
+        .map(|(_, c)| c)
+}
+
+/// What `resolve_price` decided for one priced request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Quote this price.
+    Quote {
+        /// The price.
+        price: Price,
+        /// Why this price (goes into the Quote's description).
+        description: Option<String>,
+    },
+    /// Refuse without charging: no Quote, nothing forwarded.
+    Reject {
+        /// Why (shown to the caller).
+        message: String,
+    },
+    /// Let the request through without payment (prepaid, subscription).
+    Waive,
+}
+
+impl Decision {
+    /// Quote `price`.
+    #[must_use]
+    pub fn quote(price: Price) -> Self {
+        Decision::Quote {
+            price,
+            description: None,
+        }
+    }
+
+    /// Reject with `message`.
+    #[must_use]
+    pub fn reject(message: impl Into<String>) -> Self {
+        Decision::Reject {
+            message: message.into(),
+        }
+    }
+}
+
+/// The pricing hook: runs on every priced request and decides its price. Keep it fast and
+/// deterministic; it is authorisation as much as pricing. State it keeps (quotas, prepaid
+/// balances) belongs in a durable store when several receivers run.
+#[async_trait]
+pub trait ResolvePrice: Send + Sync {
+    /// The decision for `req`, which matched `capability`.
+    async fn resolve(&self, capability: &PricedCapability, req: &Request) -> Decision;
+}
+
+/// The default hook: the capability's list price.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListPrice;
+
+#[async_trait]
+impl ResolvePrice for ListPrice {
+    async fn resolve(&self, capability: &PricedCapability, _req: &Request) -> Decision {
+        Decision::Quote {
+            price: capability.price.clone(),
+            description: capability.description.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl<F> ResolvePrice for F
+where
+    F: Fn(&PricedCapability, &Request) -> Decision + Send + Sync,
+{
+    async fn resolve(&self, capability: &PricedCapability, req: &Request) -> Decision {
+        self(capability, req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rail_core::Asset;
+
+    #[test]
+    fn exact_beats_prefix_beats_star() {
+        let usd = |s| Money::parse(Asset::usd(), s).unwrap();
+        let caps = vec![
+            PricedCapability::fixed("tools/call", "*", usd("1.00")),
+            PricedCapability::fixed("tools/call", "search*", usd("0.50")),
+            PricedCapability::fixed("tools/call", "search_web", usd("0.05")),
+            PricedCapability::fixed("resources/read", "private://*", usd("0.10")),
+        ];
+        let price = |m: &str, n: &str| {
+            matching(&caps, &Request::new(m, n)).map(|c| match &c.price {
+                Price::Fixed(p) => p.amount().to_string(),
+                Price::Estimate { .. } => "est".into(),
+            })
+        };
+        assert_eq!(price("tools/call", "search_web").as_deref(), Some("0.05"));
+        assert_eq!(price("tools/call", "search_img").as_deref(), Some("0.5"));
+        assert_eq!(price("tools/call", "add").as_deref(), Some("1"));
+        assert_eq!(
+            price("resources/read", "private://x").as_deref(),
+            Some("0.1")
+        );
+        assert_eq!(price("resources/read", "public://x"), None);
+    }
+
+    #[test]
+    fn request_digest_ignores_key_order_but_not_values() {
+        let a = Request::new("GET", "/x").with_params(json!({"a": "1", "b": "2"}));
+        let b = Request::new("GET", "/x").with_params(json!({"b": "2", "a": "1"}));
+        let c = Request::new("GET", "/x").with_params(json!({"a": "1", "b": "3"}));
+        assert_eq!(a.digest(), b.digest());
+        assert_ne!(a.digest(), c.digest());
+    }
+}

@@ -1,0 +1,449 @@
+//! The Stipendex layer end to end over the ledger rail on SQLite: a receiver quotes, the wallet
+//! pays under its mandate, the receiver accepts and signs a receipt, the chain verifies — and
+//! every refusal the mandate and the protocol require.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs
+)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rail_core::keys::sql::SqliteKeyStore;
+use stipendex::envelope::{Allow, Limits, Mandate, Party, Period, SecretKey, Signed};
+use stipendex::ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
+use stipendex::receiver::{Decision, Gate, Price, PricedCapability, Receiver, Request};
+use stipendex::wallet::{Answer, Callback, MemoryJournal, Wallet, chain_name, revoke};
+use stipendex::{Amount, Asset, Error, KeyStore, ManualClock, Money, Registry, SharedClock};
+
+fn usd(s: &str) -> Money {
+    Money::parse(Asset::usd(), s).unwrap()
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    registry: Registry,
+    clock: ManualClock,
+    principal: SecretKey,
+    wallet_key: SecretKey,
+    receiver_key: SecretKey,
+    store: Arc<dyn KeyStore>,
+    journal: Arc<MemoryJournal>,
+    asked: Arc<AtomicUsize>,
+    denied: Arc<AtomicUsize>,
+}
+
+async fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/ledger.db", dir.path().display());
+    let clock = ManualClock::starting_now();
+    let shared: SharedClock = Arc::new(clock.clone());
+    let ledger = Ledger::sqlite_with_clock(&url, shared.clone())
+        .await
+        .unwrap();
+    let (bank, agent, shop) = (
+        AccountId::random(),
+        AccountId::random(),
+        AccountId::random(),
+    );
+    for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
+        ledger
+            .create_account(NewAccount {
+                id,
+                asset: Asset::usd(),
+                no_overdraft,
+            })
+            .await
+            .unwrap();
+    }
+    ledger
+        .transfer(TransferRequest::Single {
+            id: TransferId::random(),
+            debit: bank,
+            credit: agent,
+            amount: 100_000,
+            user_data: 0,
+        })
+        .await
+        .unwrap();
+    let config = format!(
+        r#"
+        [store]
+        url = "memory"
+        [rails.house]
+        kind = "ledger"
+        url = "{url}"
+        asset = "USD"
+        payer_account = "{agent}"
+        payee_account = "{shop}"
+        "#
+    );
+    let registry = Registry::from_toml_with_clock(&config, &BTreeMap::new(), shared.clone())
+        .await
+        .unwrap();
+    let store: Arc<dyn KeyStore> = Arc::new(
+        SqliteKeyStore::open(&dir.path().join("wallet.db"))
+            .await
+            .unwrap()
+            .with_clock(shared),
+    );
+    World {
+        _dir: dir,
+        registry,
+        clock,
+        principal: SecretKey::generate(),
+        wallet_key: SecretKey::generate(),
+        receiver_key: SecretKey::generate(),
+        store,
+        journal: Arc::new(MemoryJournal::default()),
+        asked: Arc::new(AtomicUsize::new(0)),
+        denied: Arc::new(AtomicUsize::new(0)),
+    }
+}
+
+impl World {
+    fn now(&self) -> u64 {
+        u64::try_from(rail_core::Clock::now(&self.clock).unix_seconds()).unwrap()
+    }
+
+    fn mandate(&self, edit: impl FnOnce(&mut Mandate)) -> Signed<Mandate> {
+        let mut m = Mandate::draft(
+            Party {
+                id: "alice".into(),
+                key: self.principal.public(),
+            },
+            self.wallet_key.public(),
+            self.now(),
+            86_400,
+        );
+        m.limits.push(Limits {
+            asset: Asset::usd(),
+            per_call: Some("5.00".parse().unwrap()),
+            per_period: Some(Period {
+                seconds: 86_400,
+                amount: "20.00".parse().unwrap(),
+            }),
+            total: Some("100.00".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: Some("1.00".parse().unwrap()),
+        });
+        m.allow.push(Allow::Receiver {
+            id: "search".into(),
+            key: self.receiver_key.public(),
+        });
+        edit(&mut m);
+        Signed::sign(m, &self.principal).unwrap()
+    }
+
+    fn wallet(&self, mandate: Signed<Mandate>, confirm: bool) -> Wallet {
+        let asked = self.asked.clone();
+        let denied = self.denied.clone();
+        let confirmer = Callback::new(move |_| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            if confirm {
+                Answer::Yes { by: "test".into() }
+            } else {
+                Answer::No {
+                    why: "test says no".into(),
+                }
+            }
+        })
+        .on_denial(move |_| {
+            denied.fetch_add(1, Ordering::SeqCst);
+        });
+        Wallet::builder(self.wallet_key.clone(), mandate)
+            .registry(&self.registry)
+            .store(self.store.clone())
+            .confirmer(Arc::new(confirmer))
+            .journal(self.journal.clone())
+            .clock(Arc::new(self.clock.clone()))
+            .principal(self.principal.public())
+            .build()
+            .unwrap()
+    }
+
+    fn receiver_with(&self, id: &str, key: &SecretKey) -> Receiver {
+        Receiver::builder(id, key.clone())
+            .registry(&self.registry)
+            .price(PricedCapability::fixed("GET", "/search", usd("0.05")).describe("one search"))
+            .price(PricedCapability::fixed("GET", "/report", usd("2.50")))
+            .price(PricedCapability::estimate(
+                "POST",
+                "/order",
+                usd("3.00"),
+                "0.50".parse().unwrap(),
+            ))
+            .clock(Arc::new(self.clock.clone()))
+            .build()
+            .unwrap()
+    }
+
+    fn receiver(&self) -> Receiver {
+        self.receiver_with("search", &self.receiver_key)
+    }
+}
+
+async fn quote(r: &Receiver, req: &Request) -> Signed<stipendex::envelope::Quote> {
+    match r.gate(req).await.unwrap() {
+        Gate::Quote(q) => *q,
+        other => panic!("expected a quote, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn service_payment_end_to_end_and_the_chain_verifies() {
+    let w = world().await;
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let receiver = w.receiver();
+    let req = Request::new("GET", "/search").with_params(serde_json::json!({"q": "rust"}));
+    assert!(matches!(
+        receiver.gate(&Request::new("GET", "/free")).await.unwrap(),
+        Gate::Free
+    ));
+    let q = quote(&receiver, &req).await;
+    let paid = wallet.pay(&q).await.unwrap();
+    assert!(paid.fresh && paid.confirmation.is_none());
+    let accepted = receiver.accept(&req, paid.proof.jws()).await.unwrap();
+    assert_eq!(accepted.verified.amount, usd("0.05"));
+    let receipt = receiver.receipt(&accepted, b"results").unwrap();
+    wallet.receipt(&paid, receipt.jws()).await.unwrap();
+
+    let chain = w.journal.chain(&chain_name("search", &q.object().id));
+    assert_eq!(chain.len(), 4, "mandate, quote, proof, receipt");
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    let verified = stipendex::chain::verify_chain(&refs, Some(&w.principal.public())).unwrap();
+    assert_eq!(
+        verified.receipt.unwrap().object().amount,
+        "0.05".parse::<Amount>().unwrap()
+    );
+
+    // I2: the same quote again returns the same proof and charges nothing; the receiver
+    // refuses the proof the second time.
+    let again = wallet.pay(&q).await.unwrap();
+    assert!(!again.fresh);
+    assert_eq!(again.proof.jws(), paid.proof.jws());
+    let replay = receiver.accept(&req, paid.proof.jws()).await.unwrap_err();
+    assert_eq!(replay.code(), "quote_used", "{replay}");
+
+    // A tampered chain names its broken link.
+    let mut tampered = refs.clone();
+    let forged = receiver.receipt(&accepted, b"other results").unwrap();
+    tampered[3] = forged.jws();
+    assert!(
+        stipendex::chain::verify_chain(&tampered, None).is_ok(),
+        "a second receipt for the same proof is still a valid receipt"
+    );
+    let mut flipped = refs[2].to_owned().into_bytes();
+    let n = flipped.len() - 5;
+    flipped[n] = if flipped[n] == b'A' { b'B' } else { b'A' };
+    let flipped = String::from_utf8(flipped).unwrap();
+    tampered[2] = &flipped;
+    let err = stipendex::chain::verify_chain(&tampered, None).unwrap_err();
+    assert!(matches!(err, Error::Broken { link: "proof", .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_receiver_outside_the_allowlist_is_denied_and_escalated() {
+    let w = world().await;
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let stranger = w.receiver_with("stranger", &SecretKey::generate());
+    let q = quote(&stranger, &Request::new("GET", "/search")).await;
+    let err = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(err.code(), "denied", "{err}");
+    assert_eq!(w.denied.load(Ordering::SeqCst), 1);
+    // The right id with another key is denied too (the key is pinned).
+    let impostor = w.receiver_with("search", &SecretKey::generate());
+    let q = quote(&impostor, &Request::new("GET", "/search")).await;
+    assert_eq!(wallet.pay(&q).await.unwrap_err().code(), "denied");
+}
+
+#[tokio::test]
+async fn limits_refuse_and_count_nothing() {
+    let w = world().await;
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            m.limits[0].per_call = Some("2.00".parse().unwrap());
+            m.limits[0].confirm_above = None;
+        }),
+        true,
+    );
+    let receiver = w.receiver();
+    let q = quote(&receiver, &Request::new("GET", "/report")).await;
+    let err = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(err.code(), "limit_exceeded", "{err}");
+    assert!(err.to_string().contains("per_payment"), "{err}");
+    // Nothing was counted: a payment within the limit still goes through.
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    wallet.pay(&q).await.unwrap();
+}
+
+#[tokio::test]
+async fn above_the_threshold_a_human_confirms_or_nothing_moves() {
+    let w = world().await;
+    let receiver = w.receiver();
+    let req = Request::new("GET", "/report");
+    let no = w.wallet(w.mandate(|_| {}), false);
+    let q = quote(&receiver, &req).await;
+    let err = no.pay(&q).await.unwrap_err();
+    assert_eq!(err.code(), "not_confirmed", "{err}");
+    assert_eq!(w.asked.load(Ordering::SeqCst), 1);
+
+    let yes = w.wallet(w.mandate(|_| {}), true);
+    let q = quote(&receiver, &req).await;
+    let paid = yes.pay(&q).await.unwrap();
+    let c = paid.confirmation.as_ref().expect("a confirmation");
+    assert_eq!(c.object().total, "2.50".parse::<Amount>().unwrap());
+    let accepted = receiver.accept(&req, paid.proof.jws()).await.unwrap();
+    let receipt = receiver.receipt(&accepted, b"report").unwrap();
+    yes.receipt(&paid, receipt.jws()).await.unwrap();
+    let chain = w.journal.chain(&chain_name("search", &q.object().id));
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    let v = stipendex::chain::verify_chain(&refs, None).unwrap();
+    assert!(v.confirmation.is_some());
+}
+
+#[tokio::test]
+async fn a_revoked_mandate_pays_nothing_from_then_on() {
+    let w = world().await;
+    let mandate = w.mandate(|_| {});
+    let wallet = w.wallet(mandate.clone(), true);
+    let receiver = w.receiver();
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    wallet.pay(&q).await.unwrap();
+    let revocation = revoke(&mandate, &w.principal, w.now()).unwrap();
+    stipendex::wallet::Revocations::new(w.store.clone())
+        .record(&revocation)
+        .await
+        .unwrap();
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    let err = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(err.code(), "revoked", "{err}");
+}
+
+#[tokio::test]
+async fn expired_quotes_and_quotes_for_other_requests_are_refused() {
+    let w = world().await;
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let receiver = w.receiver();
+    let req = Request::new("GET", "/search").with_params(serde_json::json!({"q": "a"}));
+    let q = quote(&receiver, &req).await;
+    // Paid for request A, presented for request B.
+    let paid = wallet.pay(&q).await.unwrap();
+    let other = Request::new("GET", "/search").with_params(serde_json::json!({"q": "b"}));
+    assert_eq!(
+        receiver
+            .accept(&other, paid.proof.jws())
+            .await
+            .unwrap_err()
+            .code(),
+        "mismatch"
+    );
+    // A quote past its TTL is not paid.
+    let q = quote(&receiver, &req).await;
+    w.clock.advance(Duration::from_secs(121));
+    assert_eq!(wallet.pay(&q).await.unwrap_err().code(), "expired");
+}
+
+#[tokio::test]
+async fn checkout_holds_then_captures_never_above_quote_or_confirmation() {
+    let w = world().await;
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let receiver = w.receiver();
+    let req = Request::new("POST", "/order");
+    let q = quote(&receiver, &req).await;
+    assert_eq!(q.object().rails[0].offer.amount, usd("3.50"));
+    let paid = wallet.pay(&q).await.unwrap();
+    assert!(
+        paid.confirmation.is_some(),
+        "a checkout is always confirmed"
+    );
+    let accepted = receiver.accept(&req, paid.proof.jws()).await.unwrap();
+    let err = receiver
+        .capture(&accepted, &usd("3.51"), b"")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "capture_above", "{err}");
+    let (captured, receipt) = receiver
+        .capture(&accepted, &usd("3.20"), b"order 42")
+        .await
+        .unwrap();
+    assert_eq!(captured.captured, usd("3.20"));
+    assert_eq!(captured.released, usd("0.30"));
+    wallet.receipt(&paid, receipt.jws()).await.unwrap();
+    let chain = w.journal.chain(&chain_name("search", &q.object().id));
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    stipendex::chain::verify_chain(&refs, Some(&w.principal.public())).unwrap();
+}
+
+#[tokio::test]
+async fn the_hook_rejects_without_charging_or_waives() {
+    let w = world().await;
+    let hook = |_: &PricedCapability, req: &Request| match req.client.as_deref() {
+        Some("blocked") => Decision::reject("access denied"),
+        Some("subscriber") => Decision::Waive,
+        _ => Decision::quote(Price::Fixed(usd("0.07"))),
+    };
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+        .resolve_price(Arc::new(hook))
+        .build()
+        .unwrap();
+    let mut req = Request::new("GET", "/search");
+    req.client = Some("blocked".into());
+    assert!(
+        matches!(receiver.gate(&req).await.unwrap(), Gate::Rejected(m) if m == "access denied")
+    );
+    req.client = Some("subscriber".into());
+    assert!(matches!(receiver.gate(&req).await.unwrap(), Gate::Waived));
+    req.client = None;
+    let q = quote(&receiver, &req).await;
+    assert_eq!(q.object().amount, Some("0.07".parse().unwrap()));
+}
+
+#[tokio::test]
+async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
+    let w = world().await;
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            m.limits[0].per_period = Some(Period {
+                seconds: 86_400,
+                amount: "0.50".parse().unwrap(),
+            });
+        }),
+        true,
+    );
+    let receiver = w.receiver();
+    let mut quotes = Vec::new();
+    for _ in 0..50 {
+        quotes.push(quote(&receiver, &Request::new("GET", "/search")).await);
+    }
+    let outcomes = futures::future::join_all(quotes.iter().map(|q| wallet.pay(q))).await;
+    let paid = outcomes.iter().filter(|o| o.is_ok()).count();
+    let refused = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(e) if e.code() == "limit_exceeded"))
+        .count();
+    assert_eq!(
+        (paid, refused),
+        (10, 40),
+        "{:?}",
+        outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().err())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    );
+    // Durable: a new wallet on the same store (a restart) sees the limit spent.
+    let restarted = w.wallet(wallet.mandate().clone(), true);
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    assert_eq!(
+        restarted.pay(&q).await.unwrap_err().code(),
+        "limit_exceeded"
+    );
+}
