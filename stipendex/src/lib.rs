@@ -74,6 +74,8 @@
 pub mod chain;
 pub mod envelope;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod receiver;
 pub mod registry;
 pub mod wallet;

@@ -319,7 +319,9 @@ impl Wallet {
             Err(RailError::Storage(s)) => return Err(Error::Storage(s)),
             Err(e) => return Err(Error::Payment(e)),
         };
-        let out = lease.keep_alive(self.pay_fresh(quote, &op, now)).await;
+        let out = lease
+            .keep_alive(Box::pin(self.pay_fresh(quote, &op, now)))
+            .await;
         match out {
             Ok(paid) => {
                 let rec = PaidRecord {

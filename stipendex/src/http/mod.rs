@@ -1,0 +1,31 @@
+//! The HTTP binding (feature `http`): Stipendex over HTTP 402, on the x402 transport's
+//! paywall, so one route is payable by Stipendex wallets and by plain x402 wallets.
+//!
+//! ```text
+//! GET /api/search?q=…                         -> 402  {"quote": {"stipendex": "quote/0.1", "jws": …}, x402 members…}
+//!                                                     PAYMENT-REQUIRED: base64(x402 v2 PaymentRequired)   (if the route also takes x402)
+//! GET /api/search?q=…  Stipendex-Payment: b64url(Proof JWS)
+//!                                             -> 200  Stipendex-Receipt: b64url(Receipt JWS)
+//! GET /api/search?q=…  PAYMENT-SIGNATURE: …   -> the x402 paywall's answer (200 + PAYMENT-RESPONSE)
+//! GET /.well-known/stipendex.json             -> the receiver's descriptor
+//! ```
+//!
+//! - [`Binding`] (server): an axum middleware around a [`crate::receiver::Receiver`] and,
+//!   optionally, an x402 [`x402_transport::paywall::Paywall`] pricing the same paths in x402
+//!   schemes. The 402's JSON body carries `quote` *and* the x402 members of the paywall's
+//!   body (v2's `x402Version`, `accepts`, `resource`, `error`; with a v1 scheme on the route
+//!   the body is x402 v1's, as v1 clients read the body), and `PAYMENT-REQUIRED` carries x402
+//!   v2: a Stipendex wallet reads `quote`, an x402 client reads what it always reads.
+//! - [`Client`]: a reqwest client that hands a 402's Quote to the [`crate::wallet::Wallet`]
+//!   and retries once with the Proof, then checks and journals the Receipt.
+
+mod client;
+mod server;
+
+pub use client::{Client, Response};
+pub use server::{Binding, FinalAmount, WELL_KNOWN};
+
+/// The retry header: `base64url(Proof JWS)`.
+pub const PAYMENT: &str = "stipendex-payment";
+/// The success header: `base64url(Receipt JWS)`.
+pub const RECEIPT: &str = "stipendex-receipt";

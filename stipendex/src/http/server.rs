@@ -1,0 +1,361 @@
+//! The receiver's side of the HTTP binding.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rail_core::Money;
+use serde_json::{Map, Value, json};
+use x402_transport::paywall::{Paywall, paywall_middleware, resource_url};
+use x402_transport::wire;
+
+use super::{PAYMENT, RECEIPT};
+use crate::Error;
+use crate::receiver::{Accepted, Gate, Receiver, Request};
+
+/// Where the receiver's descriptor is served.
+pub const WELL_KNOWN: &str = "/.well-known/stipendex.json";
+
+/// The largest response body a paid handler may return (its digest goes in the Receipt).
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// A checkout handler's final amount: put it in the response's extensions and the binding
+/// captures that much of the hold (never above the Quote or the Confirmation). Without it a
+/// checkout is captured for its estimate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinalAmount(pub Money);
+
+/// The HTTP binding of a receiver: an axum middleware (see the module docs).
+#[derive(Clone)]
+pub struct Binding {
+    receiver: Receiver,
+    x402: Option<Paywall>,
+}
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binding")
+            .field("receiver", &self.receiver)
+            .field("x402", &self.x402.is_some())
+            .finish()
+    }
+}
+
+impl Binding {
+    /// The binding of `receiver`.
+    #[must_use]
+    pub fn new(receiver: Receiver) -> Self {
+        Binding {
+            receiver,
+            x402: None,
+        }
+    }
+
+    /// Also offers the x402 schemes `paywall` prices for the same paths: a 402 carries both
+    /// the Quote and the x402 challenge, and an x402 payment is handled by the paywall.
+    #[must_use]
+    pub fn with_x402(mut self, paywall: Paywall) -> Self {
+        self.x402 = Some(paywall);
+        self
+    }
+
+    /// The receiver.
+    #[must_use]
+    pub fn receiver(&self) -> &Receiver {
+        &self.receiver
+    }
+
+    /// Puts the binding in front of every route of `router` (the top-level router: prices
+    /// match the full path) and serves `/.well-known/stipendex.json`.
+    pub fn apply<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        router.layer(axum::middleware::from_fn_with_state(
+            Arc::new(self.clone()),
+            middleware,
+        ))
+    }
+}
+
+/// The Stipendex view of an HTTP request: method, path, and the query as an object (a
+/// repeated key becomes an array), which the Quote's request digest covers.
+fn request_of(req: &HttpRequest) -> Request {
+    let mut params = Map::new();
+    if let Some(q) = req.uri().query() {
+        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+            let v = Value::String(v.into_owned());
+            match params.get_mut(k.as_ref()) {
+                None => {
+                    params.insert(k.into_owned(), v);
+                }
+                Some(Value::Array(a)) => a.push(v),
+                Some(prev) => {
+                    let first = prev.take();
+                    *prev = Value::Array(vec![first, v]);
+                }
+            }
+        }
+    }
+    Request {
+        method: req.method().as_str().to_owned(),
+        name: req.uri().path().to_owned(),
+        params: if params.is_empty() {
+            Value::Null
+        } else {
+            Value::Object(params)
+        },
+        client: None,
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut h = HeaderMap::new();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    (status, h, axum::Json(body.clone())).into_response()
+}
+
+async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next) -> Response {
+    if req.uri().path() == WELL_KNOWN && req.method() == Method::GET {
+        return axum::Json(b.receiver.descriptor()).into_response();
+    }
+    if req.method() == Method::OPTIONS {
+        return next.run(req).await;
+    }
+    let sreq = request_of(&req);
+    let seen = Seen::of(&req);
+    if b.receiver.priced(&sreq).is_none() {
+        // Not a Stipendex price: the x402 paywall (if any) decides alone.
+        return match &b.x402 {
+            Some(p) => paywall_middleware(State(p.clone()), req, next).await,
+            None => next.run(req).await,
+        };
+    }
+    let (x402_payment, presented) = read_headers(req.headers());
+    if x402_payment
+        && let Some(p) = &b.x402
+        && p.route_for(req.uri().path()).is_some()
+    {
+        return paywall_middleware(State(p.clone()), req, next).await;
+    }
+    let proof = match presented {
+        Ok(None) => return gate(&b, req, &sreq, next).await,
+        Ok(Some(p)) => p,
+        Err(why) => return challenge(&b, &seen, &sreq, Some(("malformed", why))).await,
+    };
+    let proof_jws = match decode_header(&proof) {
+        Ok(j) => j,
+        Err(e) => return challenge(&b, &seen, &sreq, Some((e.code(), e.to_string()))).await,
+    };
+    let accepted = match b.receiver.accept(&sreq, &proof_jws).await {
+        Ok(a) => a,
+        Err(Error::Payment(e)) if e.is_retryable() => {
+            return x402_transport::paywall::unavailable_response(
+                e.code(),
+                None,
+                &format!("{e}: send the same Stipendex-Payment again"),
+            );
+        }
+        Err(e) => return challenge(&b, &seen, &sreq, Some((e.code(), e.to_string()))).await,
+    };
+    let resp = next.run(req).await;
+    finish(&b, &accepted, resp).await
+}
+
+/// What the 402 needs of the request (a request is not `Sync`: it is not held across awaits).
+struct Seen {
+    path: String,
+    url: String,
+    head: bool,
+}
+
+impl Seen {
+    fn of(req: &HttpRequest) -> Self {
+        Seen {
+            path: req.uri().path().to_owned(),
+            url: resource_url(req),
+            head: req.method() == Method::HEAD,
+        }
+    }
+}
+
+/// Whether an x402 payment header is present, and the Stipendex-Payment value (one, visible
+/// ASCII), read before anything is awaited.
+fn read_headers(h: &HeaderMap) -> (bool, Result<Option<String>, String>) {
+    let x402 = h.contains_key(wire::PAYMENT_SIGNATURE) || h.contains_key(wire::X_PAYMENT);
+    let mut values = h.get_all(PAYMENT).iter();
+    let proof = match (values.next(), values.next()) {
+        (None, _) => Ok(None),
+        (Some(v), None) => v
+            .to_str()
+            .map(|s| Some(s.to_owned()))
+            .map_err(|_| "the Stipendex-Payment header is not visible ASCII".to_owned()),
+        (Some(_), Some(_)) => Err("the Stipendex-Payment header is sent twice".to_owned()),
+    };
+    (x402, proof)
+}
+
+/// Free, waived, rejected or quoted.
+async fn gate(b: &Binding, req: HttpRequest, sreq: &Request, next: Next) -> Response {
+    let seen = Seen::of(&req);
+    match b.receiver.gate(sreq).await {
+        Ok(Gate::Free | Gate::Waived) => next.run(req).await,
+        Ok(Gate::Rejected(message)) => json_response(
+            StatusCode::FORBIDDEN,
+            &json!({"error": "rejected", "message": message}),
+        ),
+        Ok(Gate::Quote(q)) => quoted(b, &seen, &q, None).await,
+        Err(e) => quote_failed(&e),
+    }
+}
+
+fn quote_failed(e: &Error) -> Response {
+    tracing::error!(error = %e, "stipendex: cannot quote");
+    x402_transport::paywall::unavailable_response(e.code(), None, &format!("cannot quote now: {e}"))
+}
+
+/// A 402 with a fresh Quote, and `error` naming why the last payment was refused.
+async fn challenge(
+    b: &Binding,
+    req: &Seen,
+    sreq: &Request,
+    refusal: Option<(&str, String)>,
+) -> Response {
+    match b.receiver.gate(sreq).await {
+        Ok(Gate::Quote(q)) => quoted(b, req, &q, refusal).await,
+        Ok(Gate::Rejected(message)) => json_response(
+            StatusCode::FORBIDDEN,
+            &json!({"error": "rejected", "message": message}),
+        ),
+        // Waived or free now: the refused payment is moot; ask again without charging.
+        Ok(Gate::Free | Gate::Waived) => json_response(
+            StatusCode::CONFLICT,
+            &json!({"error": "not_priced", "message": "this request needs no payment now: send it without Stipendex-Payment"}),
+        ),
+        Err(e) => quote_failed(&e),
+    }
+}
+
+/// The 402: `{"quote": …}` merged with the x402 body when the route also takes x402, and
+/// x402 v2's `PAYMENT-REQUIRED`.
+async fn quoted(
+    b: &Binding,
+    req: &Seen,
+    quote: &crate::envelope::Signed<crate::envelope::Quote>,
+    refusal: Option<(&str, String)>,
+) -> Response {
+    let mut body = Map::new();
+    let mut x402_header = None;
+    if let Some(p) = &b.x402
+        && let Some(route) = p.route_for(&req.path)
+    {
+        match p.payment_required(route, &req.path, &req.url, None).await {
+            Ok((v2, v1)) => {
+                let members = match &v1 {
+                    Some(v1) => serde_json::to_value(v1),
+                    None => serde_json::to_value(&v2),
+                };
+                if let Ok(Value::Object(m)) = members {
+                    body.extend(m);
+                }
+                x402_header = v2.to_header().ok();
+            }
+            Err(e) => {
+                tracing::warn!(error = ?e, "stipendex: the x402 schemes cannot issue a challenge now; quoting Stipendex only");
+            }
+        }
+    }
+    body.insert(
+        "quote".into(),
+        serde_json::to_value(quote).unwrap_or(Value::Null),
+    );
+    if let Some((code, message)) = refusal {
+        body.insert("error".into(), Value::String(code.to_owned()));
+        body.insert("message".into(), Value::String(message));
+    }
+    let mut resp = json_response(StatusCode::PAYMENT_REQUIRED, &Value::Object(body));
+    if let Some(hv) = x402_header.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        resp.headers_mut()
+            .insert(HeaderName::from_static(wire::PAYMENT_REQUIRED), hv);
+    }
+    if req.head {
+        *resp.body_mut() = Body::empty();
+    }
+    resp
+}
+
+fn decode_header(value: &str) -> Result<String, Error> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(value.trim())
+        .map_err(|_| Error::Malformed("Stipendex-Payment is not base64url".into()))?;
+    String::from_utf8(bytes)
+        .map_err(|_| Error::Malformed("Stipendex-Payment does not hold a compact JWS".into()))
+}
+
+/// After the paid handler: the Receipt on success (a checkout captures its final amount
+/// first); a failed checkout's hold is voided.
+async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let final_amount = parts.extensions.remove::<FinalAmount>();
+    let ok = parts.status.is_success();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "stipendex: cannot read the paid handler's body");
+            if let Err(e) = b.receiver.release(accepted).await {
+                tracing::error!(error = %e, "stipendex: cannot void a hold");
+            }
+            return json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({"error": "internal error"}),
+            );
+        }
+    };
+    if !ok {
+        if let Err(e) = b.receiver.release(accepted).await {
+            tracing::error!(error = %e, "stipendex: cannot void a hold after a failed handler");
+        }
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    let receipt = match accepted.quote.object().profile {
+        crate::envelope::Profile::Service => b.receiver.receipt(accepted, &bytes),
+        crate::envelope::Profile::Checkout => {
+            let amount = match final_amount {
+                Some(FinalAmount(m)) => Ok(m),
+                None => accepted.quote.object().price(),
+            };
+            match amount {
+                Ok(m) => b
+                    .receiver
+                    .capture(accepted, &m, &bytes)
+                    .await
+                    .map(|(_, r)| r),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match receipt {
+        Ok(r) => {
+            if let Ok(v) = HeaderValue::from_str(&r.to_header()) {
+                parts.headers.insert(HeaderName::from_static(RECEIPT), v);
+            }
+            parts.headers.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            );
+            Response::from_parts(parts, Body::from(bytes))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "stipendex: cannot settle after the handler");
+            if let Err(v) = b.receiver.release(accepted).await {
+                tracing::error!(error = %v, "stipendex: cannot void a hold");
+            }
+            json_response(
+                StatusCode::BAD_GATEWAY,
+                &json!({"error": e.code(), "message": e.to_string()}),
+            )
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The HTTP binding: one route payable by a Stipendex wallet (Quote in the 402 body,
+//! `Stipendex-Payment`, `Stipendex-Receipt`) and by a plain x402 client (`PAYMENT-REQUIRED`,
+//! `PAYMENT-SIGNATURE`) — the x402 side on the in-memory EIP-3009 token.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs
+)]
+
+mod common;
+
+use std::sync::Arc;
+
+use alloy_primitives::{Address, U256};
+use axum::Router;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use common::{usd, world};
+use rail_x402::client::X402Client;
+use rail_x402::evm::LocalSigner;
+use rail_x402::mock::MockFacilitator;
+use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
+use rail_x402::{ExactEvm, Token};
+use stipendex::http::{Binding, Client, FinalAmount};
+use stipendex::receiver::{PricedCapability, Receiver};
+use x402_transport::paywall::Paywall;
+use x402_transport::{Accepts, Scheme};
+
+const NET: &str = "eip155:84532";
+
+#[tokio::test]
+async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
+    let w = world().await;
+    // The x402 side of the route: exact on EVM, 0.05 USDC.
+    let mock = Arc::new(MockFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let evm_pay_to = Address::repeat_byte(0x22);
+    let evm_key = LocalSigner::random();
+    mock.mint(token.address, evm_key.address(), U256::from(1_000_000))
+        .unwrap();
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), evm_pay_to));
+    let paywall = Paywall::new().route(
+        "/api/search",
+        "one search",
+        Accepts::one(evm, 50_000).unwrap(),
+    );
+
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"))
+        .price(PricedCapability::estimate(
+            "POST",
+            "/api/order",
+            usd("3.00"),
+            "0.50".parse().unwrap(),
+        ))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let binding = Binding::new(receiver).with_x402(paywall);
+    let app = binding.apply(
+        Router::new()
+            .route("/api/search", get(|| async { "results" }))
+            .route(
+                "/api/order",
+                post(|| async {
+                    let mut r = "order 42".into_response();
+                    r.extensions_mut().insert(FinalAmount(usd("3.20")));
+                    r
+                }),
+            )
+            .route("/free", get(|| async { "free" })),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
+
+    // The unpaid 402 speaks both: a Quote in the body, x402 v2 in the header and the body.
+    let unpaid = http
+        .get(format!("{base}/api/search?q=rust"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unpaid.status(), 402);
+    assert!(unpaid.headers().contains_key("payment-required"));
+    let body: serde_json::Value = unpaid.json().await.unwrap();
+    assert_eq!(body["quote"]["stipendex"], "quote/0.1");
+    assert_eq!(body["x402Version"], 2);
+    assert_eq!(body["accepts"][0]["scheme"], "exact");
+
+    // The descriptor.
+    let d: serde_json::Value = http
+        .get(format!("{base}/.well-known/stipendex.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(d["id"], "search");
+    assert_eq!(d["key"], w.receiver_key.public().to_string());
+    assert_eq!(d["profiles"], serde_json::json!(["service", "checkout"]));
+
+    // A Stipendex wallet pays it.
+    let client = Client::new(http.clone(), w.wallet(w.mandate(|_| {}), true));
+    let r = client
+        .get(&format!("{base}/api/search?q=rust"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"results");
+    let receipt = r.receipt.expect("a receipt");
+    assert_eq!(receipt.object().amount, "0.05".parse().unwrap());
+
+    // Replaying the same proof gets a 402 naming why, and a fresh quote.
+    let proof = r.paid.unwrap().proof.to_header();
+    let replay = http
+        .get(format!("{base}/api/search?q=rust"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 402);
+    let body: serde_json::Value = replay.json().await.unwrap();
+    assert_eq!(body["error"], "quote_used", "{body}");
+    assert!(body["quote"]["jws"].is_string());
+    // …and for another request it is refused as a mismatch before anything is verified.
+    let other = http
+        .get(format!("{base}/api/search?q=other"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    let body: serde_json::Value = other.json().await.unwrap();
+    assert_eq!(body["error"], "mismatch", "{body}");
+
+    // A plain x402 client pays the same route, with its own scheme.
+    let x402 = X402Client::new(X402Payer::new(
+        evm_key,
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    ))
+    .unwrap();
+    let paid = x402
+        .get(&format!("{base}/api/search?q=rust"))
+        .await
+        .unwrap();
+    assert_eq!(paid.status, 200);
+    assert!(paid.settlement.expect("a PAYMENT-RESPONSE").success);
+    assert_eq!(
+        mock.balance(token.address, evm_pay_to).unwrap(),
+        U256::from(50_000)
+    );
+
+    // A checkout: held, confirmed by the human, captured for the handler's final amount.
+    let r = client.post(&format!("{base}/api/order")).await.unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let paid = r.paid.unwrap();
+    assert!(paid.confirmation.is_some());
+    assert_eq!(r.receipt.unwrap().object().amount, "3.2".parse().unwrap());
+
+    // Free routes pass untouched.
+    let free = client.get(&format!("{base}/free")).await.unwrap();
+    assert_eq!((free.status.as_u16(), free.paid.is_none()), (200, true));
+}
