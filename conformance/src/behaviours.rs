@@ -956,15 +956,20 @@ pub const SKIP_NO_HOOK: &str = "skip: the harness does not provide this hook";
 
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
-        /// Every behaviour, in run order.
+        /// Every behaviour, in run order (with the feature `stipendex`, the Stipendex
+        /// protocol behaviours last).
         #[must_use]
         pub fn all() -> Vec<Behaviour> {
-            vec![$(Behaviour {
+            #[allow(unused_mut)]
+            let mut all = vec![$(Behaviour {
                 name: stringify!($f),
                 about: $about,
                 needs: Needs::$needs,
                 run: |h| Box::pin($f(h)),
-            }),*]
+            }),*];
+            #[cfg(feature = "stipendex")]
+            all.extend(crate::stipendex::all());
+            all
         }
     };
 }

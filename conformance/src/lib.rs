@@ -28,6 +28,8 @@
 pub mod behaviours;
 pub mod harness;
 pub mod report;
+#[cfg(feature = "stipendex")]
+pub mod stipendex;
 
 pub use harness::{Balances, Harness, HarnessError, HarnessFactory, RailEntry, Tier};
 

@@ -180,7 +180,7 @@ impl Builder {
                 self.id
             )));
         }
-        let can_hold = self.rails.iter().any(|r| r.handle.hold_receiver.is_some());
+        let can_hold = self.rails.iter().any(checkout_capable);
         if let Some(c) = self
             .capabilities
             .iter()
@@ -188,7 +188,7 @@ impl Builder {
             && !can_hold
         {
             return Err(Error::Config(format!(
-                "{} {} is priced by estimate (checkout profile), which needs a rail that can hold; none of this receiver's rails can",
+                "{} {} is priced by estimate (checkout profile), which needs a rail that can hold and capture part of a hold; none of this receiver's rails can",
                 c.method, c.name
             )));
         }
@@ -205,6 +205,13 @@ impl Builder {
             clock: self.clock,
         })))
     }
+}
+
+/// A rail can serve the checkout profile: it holds, and captures part of a hold (the final
+/// amount is known only after the work; Lightning's hold invoices settle in full only).
+fn checkout_capable(r: &ReceiverRail) -> bool {
+    let caps = r.handle.receiver.capabilities();
+    r.handle.hold_receiver.is_some() && caps.hold && caps.partial_capture
 }
 
 fn now_secs(clock: &SharedClock) -> u64 {
@@ -315,7 +322,7 @@ impl Receiver {
         for r in &me.rails {
             let caps = r.handle.receiver.capabilities();
             if caps.check_asset(&max).is_err()
-                || (mode == PaymentMode::Hold && r.handle.hold_receiver.is_none())
+                || (mode == PaymentMode::Hold && !checkout_capable(r))
             {
                 continue;
             }
@@ -336,7 +343,7 @@ impl Receiver {
                 me.party.id,
                 max.asset(),
                 if mode == PaymentMode::Hold {
-                    " and can hold"
+                    " and can hold and capture part of a hold"
                 } else {
                     ""
                 }

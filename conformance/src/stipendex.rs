@@ -1,0 +1,509 @@
+//! The Stipendex protocol behaviours (feature `stipendex`): the wallet and the receiver of the
+//! `stipendex` crate, wrapped around the rail under test, on every rail the suite knows.
+//!
+//! Each behaviour builds a fresh principal, wallet and receiver over the harness's rail (both
+//! sides), on the harness's clock, and checks one rule of the overview's invariants (I1–I5)
+//! end to end, with the rail's real balances.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rail_core::{Clock, MemoryKeyStore, Money, PayerHandle, ReceiverHandle};
+use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::receiver::{Gate, PricedCapability, Receiver, Request};
+use stipendex::wallet::{Answer, Callback, MemoryJournal, Wallet, chain_name};
+
+use crate::behaviours::{Behaviour, Needs, Verdict};
+use crate::harness::{Balances, Harness};
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+/// The price of every Stipendex behaviour, in minor units (as `pay_then_verify`'s).
+const PRICE: u128 = 125;
+
+fn s<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// A principal, a wallet and a receiver over the harness's rail.
+struct Scene {
+    wallet: Wallet,
+    receiver: Receiver,
+    principal: SecretKey,
+    journal: Arc<MemoryJournal>,
+    asked: Arc<AtomicBool>,
+    price: Money,
+}
+
+struct Options {
+    /// The receiver is in the allowlist.
+    allowlisted: bool,
+    /// The per-call limit, in minor units.
+    per_call: u128,
+    /// Confirm above this many minor units.
+    confirm_above: Option<u128>,
+    /// The human says yes.
+    confirm: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            allowlisted: true,
+            per_call: PRICE * 4,
+            confirm_above: None,
+            confirm: true,
+        }
+    }
+}
+
+fn money(h: &dyn Harness, minor: u128) -> Result<Money, String> {
+    Money::from_minor(h.asset(), minor).map_err(s("amount"))
+}
+
+fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
+    let rail = h.rail();
+    let clock: rail_core::SharedClock = Arc::new(h.clock().clone());
+    let now = u64::try_from(h.clock().now().unix_seconds()).map_err(s("clock"))?;
+    let (principal, wallet_key, receiver_key) = (
+        SecretKey::generate(),
+        SecretKey::generate(),
+        SecretKey::generate(),
+    );
+    let price = money(h, PRICE)?;
+    let receiver = Receiver::builder("conformance-shop", receiver_key.clone())
+        .rail(
+            "rail",
+            ReceiverHandle {
+                receiver: rail.receiver.clone(),
+                hold_receiver: rail.hold_receiver.clone(),
+                refunds: rail.refunds.clone(),
+            },
+        )
+        .price(PricedCapability::fixed("GET", "/paid", price.clone()))
+        .clock(clock.clone());
+    let caps = rail.capabilities();
+    let receiver = if caps.hold && caps.partial_capture {
+        receiver.price(PricedCapability::estimate(
+            "POST",
+            "/checkout",
+            money(h, PRICE - 25)?,
+            money(h, 25)?.amount(),
+        ))
+    } else {
+        receiver
+    };
+    let receiver = receiver.build().map_err(s("receiver"))?;
+    let mut m = Mandate::draft(
+        Party {
+            id: "principal".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        now.saturating_sub(1),
+        86_400,
+    );
+    let minor = |u: u128| money(h, u).map(|m| m.amount());
+    m.limits.push(Limits {
+        asset: h.asset(),
+        per_call: Some(minor(o.per_call)?),
+        per_period: None,
+        total: Some(minor(PRICE * 20)?),
+        per_receiver: None,
+        confirm_above: o.confirm_above.map(minor).transpose()?,
+    });
+    if o.allowlisted {
+        m.allow.push(Allow::Receiver {
+            id: "conformance-shop".into(),
+            key: receiver_key.public(),
+        });
+    }
+    let mandate = Signed::sign(m, &principal).map_err(s("mandate"))?;
+    let asked = Arc::new(AtomicBool::new(false));
+    let (yes, flag) = (o.confirm, asked.clone());
+    let journal = Arc::new(MemoryJournal::default());
+    let wallet = Wallet::builder(wallet_key, mandate)
+        .rail(
+            "rail",
+            PayerHandle {
+                payer: rail.payer.clone(),
+                hold_payer: rail.hold_payer.clone(),
+            },
+        )
+        .store(Arc::new(MemoryKeyStore::with_clock(clock.clone())))
+        .confirmer(Arc::new(Callback::new(move |_| {
+            flag.store(true, Ordering::SeqCst);
+            if yes {
+                Answer::Yes {
+                    by: "conformance".into(),
+                }
+            } else {
+                Answer::No {
+                    why: "the conformance human says no".into(),
+                }
+            }
+        })))
+        .journal(journal.clone())
+        .clock(clock)
+        .principal(principal.public())
+        .build()
+        .map_err(s("wallet"))?;
+    Ok(Scene {
+        wallet,
+        receiver,
+        principal,
+        journal,
+        asked,
+        price,
+    })
+}
+
+fn paid_req() -> Request {
+    Request::new("GET", "/paid")
+}
+
+async fn quote(sc: &Scene, req: &Request) -> Result<Signed<stipendex::envelope::Quote>, String> {
+    match sc.receiver.gate(req).await.map_err(s("quote"))? {
+        Gate::Quote(q) => Ok(*q),
+        other => Err(format!("expected a quote, got {other:?}")),
+    }
+}
+
+async fn balances(h: &dyn Harness) -> Result<Balances, String> {
+    h.balances().await.map_err(s("balances"))
+}
+
+fn units(m: &Money) -> i128 {
+    i128::try_from(m.minor_units()).unwrap_or(i128::MAX)
+}
+
+/// Expects the error code `code`.
+fn refused<T>(what: &str, r: Result<T, stipendex::Error>, code: &str) -> Verdict {
+    match r {
+        Ok(_) => Err(format!("{what} was accepted; expected {code}")),
+        Err(e) if e.code() == code => Ok(()),
+        Err(e) => Err(format!("{what}: expected {code}, got {} ({e})", e.code())),
+    }
+}
+
+async fn unchanged(h: &dyn Harness, before: Balances, what: &str) -> Verdict {
+    let after = balances(h).await?;
+    ensure!(
+        after == before,
+        "{what} moved money: {before:?} -> {after:?}"
+    );
+    Ok(())
+}
+
+/// Pays a quote, has it accepted and receipted; returns the chain's objects.
+async fn pay_through(sc: &Scene) -> Result<Vec<String>, String> {
+    let req = paid_req();
+    let q = quote(sc, &req).await?;
+    let paid = sc.wallet.pay(&q).await.map_err(s("pay"))?;
+    let accepted = sc
+        .receiver
+        .accept(&req, paid.proof.jws())
+        .await
+        .map_err(s("accept"))?;
+    let receipt = sc
+        .receiver
+        .receipt(&accepted, b"result")
+        .map_err(s("receipt"))?;
+    sc.wallet
+        .receipt(&paid, receipt.jws())
+        .await
+        .map_err(s("wallet receipt"))?;
+    Ok(sc
+        .journal
+        .chain(&chain_name("conformance-shop", &q.object().id)))
+}
+
+// ------------------------------------------------------------------------------------------
+
+async fn stipendex_receipt_chain_verifies(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let before = balances(h).await?;
+    let chain = pay_through(&sc).await?;
+    ensure!(
+        chain.len() == 4,
+        "the journal holds {} objects, not 4",
+        chain.len()
+    );
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    let c = stipendex::chain::verify_chain(&refs, Some(&sc.principal.public()))
+        .map_err(s("verify_chain"))?;
+    ensure!(c.receipt.is_some(), "the chain has no receipt");
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&sc.price),
+        "the payee received {} instead of {}",
+        after.payee_settled - before.payee_settled,
+        units(&sc.price)
+    );
+    Ok(())
+}
+
+async fn stipendex_allowlist_denial(h: &dyn Harness) -> Verdict {
+    let sc = scene(
+        h,
+        &Options {
+            allowlisted: false,
+            ..Options::default()
+        },
+    )?;
+    let before = balances(h).await?;
+    let q = quote(&sc, &paid_req()).await?;
+    refused(
+        "paying a receiver outside the allowlist",
+        sc.wallet.pay(&q).await,
+        "denied",
+    )?;
+    unchanged(h, before, "a denial").await
+}
+
+async fn stipendex_limit_exceeded(h: &dyn Harness) -> Verdict {
+    let sc = scene(
+        h,
+        &Options {
+            per_call: PRICE - 1,
+            ..Options::default()
+        },
+    )?;
+    let before = balances(h).await?;
+    let q = quote(&sc, &paid_req()).await?;
+    refused(
+        "paying above the per-call limit",
+        sc.wallet.pay(&q).await,
+        "limit_exceeded",
+    )?;
+    unchanged(h, before, "a limit refusal").await
+}
+
+async fn stipendex_revoked_mandate(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let now = u64::try_from(h.clock().now().unix_seconds()).map_err(s("clock"))?;
+    let revocation =
+        stipendex::wallet::revoke(sc.wallet.mandate(), &sc.principal, now).map_err(s("revoke"))?;
+    stipendex::wallet::Revocations::new(sc.wallet.store().clone())
+        .record(&revocation)
+        .await
+        .map_err(s("record"))?;
+    let before = balances(h).await?;
+    let q = quote(&sc, &paid_req()).await?;
+    refused(
+        "paying under a revoked mandate",
+        sc.wallet.pay(&q).await,
+        "revoked",
+    )?;
+    unchanged(h, before, "a revoked mandate").await
+}
+
+async fn stipendex_hitl_required(h: &dyn Harness) -> Verdict {
+    let no = scene(
+        h,
+        &Options {
+            confirm_above: Some(PRICE - 1),
+            confirm: false,
+            ..Options::default()
+        },
+    )?;
+    let before = balances(h).await?;
+    let q = quote(&no, &paid_req()).await?;
+    refused(
+        "a payment the human declined",
+        no.wallet.pay(&q).await,
+        "not_confirmed",
+    )?;
+    ensure!(no.asked.load(Ordering::SeqCst), "the human was never asked");
+    unchanged(h, before, "a declined confirmation").await?;
+    let yes = scene(
+        h,
+        &Options {
+            confirm_above: Some(PRICE - 1),
+            ..Options::default()
+        },
+    )?;
+    let chain = pay_through(&yes).await?;
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    let c = stipendex::chain::verify_chain(&refs, None).map_err(s("verify_chain"))?;
+    ensure!(
+        c.confirmation.is_some(),
+        "a confirmed payment's chain has no confirmation"
+    );
+    Ok(())
+}
+
+async fn stipendex_expired_quote(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let q = quote(&sc, &paid_req()).await?;
+    let before = balances(h).await?;
+    h.clock().advance(Duration::from_secs(121));
+    refused(
+        "paying an expired quote",
+        sc.wallet.pay(&q).await,
+        "expired",
+    )?;
+    unchanged(h, before, "an expired quote").await
+}
+
+async fn stipendex_quote_reuse(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let before = balances(h).await?;
+    let q = quote(&sc, &paid_req()).await?;
+    let first = sc.wallet.pay(&q).await.map_err(s("pay"))?;
+    let second = sc.wallet.pay(&q).await.map_err(s("pay again"))?;
+    ensure!(
+        !second.fresh && second.proof.jws() == first.proof.jws(),
+        "paying a quote twice must return its first proof"
+    );
+    sc.receiver
+        .accept(&paid_req(), first.proof.jws())
+        .await
+        .map_err(s("accept"))?;
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&sc.price),
+        "a quote paid twice moved {} instead of {}",
+        after.payee_settled - before.payee_settled,
+        units(&sc.price)
+    );
+    Ok(())
+}
+
+async fn stipendex_proof_replay(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let q = quote(&sc, &paid_req()).await?;
+    let paid = sc.wallet.pay(&q).await.map_err(s("pay"))?;
+    sc.receiver
+        .accept(&paid_req(), paid.proof.jws())
+        .await
+        .map_err(s("accept"))?;
+    let before = balances(h).await?;
+    refused(
+        "a replayed proof",
+        sc.receiver.accept(&paid_req(), paid.proof.jws()).await,
+        "quote_used",
+    )?;
+    unchanged(h, before, "a replayed proof").await
+}
+
+async fn stipendex_capture_above_confirmed_refused(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let req = Request::new("POST", "/checkout");
+    let q = quote(&sc, &req).await?;
+    let paid = sc.wallet.pay(&q).await.map_err(s("hold"))?;
+    ensure!(paid.confirmation.is_some(), "a checkout must be confirmed");
+    let accepted = sc
+        .receiver
+        .accept(&req, paid.proof.jws())
+        .await
+        .map_err(s("accept"))?;
+    let max = q.object().max().map_err(s("max"))?;
+    let above = money(h, max.minor_units() + 1)?;
+    let before = balances(h).await?;
+    refused(
+        "capturing above the quote",
+        sc.receiver.capture(&accepted, &above, b"").await,
+        "capture_above",
+    )?;
+    unchanged(h, before, "a refused capture").await?;
+    let final_amount = money(h, PRICE - 25)?;
+    let (_, receipt) = sc
+        .receiver
+        .capture(&accepted, &final_amount, b"order")
+        .await
+        .map_err(s("capture"))?;
+    sc.wallet
+        .receipt(&paid, receipt.jws())
+        .await
+        .map_err(s("wallet receipt"))?;
+    let chain = sc
+        .journal
+        .chain(&chain_name("conformance-shop", &q.object().id));
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    stipendex::chain::verify_chain(&refs, None).map_err(s("verify_chain"))?;
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&final_amount),
+        "the capture moved {} instead of {}",
+        after.payee_settled - before.payee_settled,
+        units(&final_amount)
+    );
+    Ok(())
+}
+
+async fn stipendex_tampered_chain_detected(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let chain = pay_through(&sc).await?;
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    // A byte of the proof's signature flipped.
+    let mut proof = refs.get(2).ok_or("no proof")?.as_bytes().to_vec();
+    let i = proof.len().saturating_sub(3);
+    if let Some(b) = proof.get_mut(i) {
+        *b = if *b == b'A' { b'B' } else { b'A' };
+    }
+    let proof = String::from_utf8(proof).map_err(s("utf8"))?;
+    let mut tampered = refs.clone();
+    if let Some(slot) = tampered.get_mut(2) {
+        *slot = &proof;
+    }
+    match stipendex::chain::verify_chain(&tampered, None) {
+        Err(stipendex::Error::Broken { link: "proof", .. }) => {}
+        other => {
+            return Err(format!(
+                "a tampered proof: expected a broken proof link, got {other:?}"
+            ));
+        }
+    }
+    // A receipt signed by another receiver.
+    let other = scene(h, &Options::default())?;
+    let other_chain = pay_through(&other).await?;
+    let mut swapped = refs.clone();
+    if let (Some(slot), Some(r)) = (swapped.get_mut(3), other_chain.get(3)) {
+        *slot = r;
+    }
+    match stipendex::chain::verify_chain(&swapped, None) {
+        Err(stipendex::Error::Broken {
+            link: "receipt", ..
+        }) => Ok(()),
+        other => Err(format!(
+            "a foreign receipt: expected a broken receipt link, got {other:?}"
+        )),
+    }
+}
+
+macro_rules! behaviours {
+    ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
+        /// The Stipendex behaviours, in run order.
+        #[must_use]
+        pub fn all() -> Vec<Behaviour> {
+            vec![$(Behaviour {
+                name: stringify!($f),
+                about: $about,
+                needs: Needs::$needs,
+                run: |h| -> BoxFuture<'_, Verdict> { Box::pin($f(h)) },
+            }),*]
+        }
+    };
+}
+
+behaviours! {
+    stipendex_receipt_chain_verifies: Pay => "Stipendex: quote, pay under a mandate, receipt; the chain verifies offline (I5)",
+    stipendex_allowlist_denial: Pay => "Stipendex: a receiver outside the allowlist is denied; nothing moves (I4)",
+    stipendex_limit_exceeded: Pay => "Stipendex: a payment above the mandate's limit is refused; nothing moves",
+    stipendex_revoked_mandate: Pay => "Stipendex: a revoked mandate pays nothing",
+    stipendex_hitl_required: Pay => "Stipendex: above the threshold the human decides; a no moves nothing",
+    stipendex_expired_quote: Pay => "Stipendex: an expired quote is not paid (I2)",
+    stipendex_quote_reuse: Pay => "Stipendex: a quote paid twice returns its first proof and charges once (I2)",
+    stipendex_proof_replay: Pay => "Stipendex: a replayed proof is refused and charges nothing (I2)",
+    stipendex_capture_above_confirmed_refused: PartialCapture => "Stipendex checkout: a capture above the quote or the confirmation is refused (I3)",
+    stipendex_tampered_chain_detected: Pay => "Stipendex: a tampered or foreign link breaks the chain where it is",
+}
