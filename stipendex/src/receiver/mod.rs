@@ -250,12 +250,7 @@ impl Receiver {
             }
         }
         let mut profiles = vec![Profile::Service];
-        if self
-            .0
-            .rails
-            .iter()
-            .any(|r| r.handle.hold_receiver.is_some())
-        {
+        if self.0.rails.iter().any(checkout_capable) {
             profiles.push(Profile::Checkout);
         }
         Descriptor {

@@ -1,0 +1,68 @@
+//! Reading and writing the files the commands use: secret keys, signed objects, chains.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use stipendex::envelope::{Object, SecretKey, Signed};
+
+use crate::{CliError, msg};
+
+/// Reads a file as text; the error names the file.
+pub(crate) fn read(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| msg(format!("cannot read {}: {e}", path.display())))
+}
+
+/// Reads a secret key file (64 hex digits).
+pub(crate) fn read_secret(path: &Path) -> Result<SecretKey, CliError> {
+    SecretKey::from_hex(&read(path)?).map_err(|_| {
+        msg(format!(
+            "{} is not a 32-byte hex key: write one with `stipendex key new --out {}`",
+            path.display(),
+            path.display()
+        ))
+    })
+}
+
+/// Writes a secret key file, readable by its owner only; never overwrites.
+pub(crate) fn write_secret(path: &Path, key: &SecretKey) -> Result<(), CliError> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path).map_err(|e| {
+        msg(format!(
+            "cannot create {}: {e} (a key file is never overwritten)",
+            path.display()
+        ))
+    })?;
+    f.write_all(format!("{}\n", key.to_hex().as_str()).as_bytes())
+        .map_err(|e| msg(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Writes a text file.
+pub(crate) fn write(path: &Path, text: &str) -> Result<(), CliError> {
+    std::fs::write(path, text).map_err(|e| msg(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Reads a signed object from a file holding its compact JWS (or the JSON wire form
+/// `{"stipendex": …, "jws": …}`).
+pub(crate) fn read_signed<T: Object>(path: &Path) -> Result<Signed<T>, CliError> {
+    let text = read(path)?;
+    let text = text.trim();
+    let parsed = if text.starts_with('{') {
+        serde_json::from_str::<Signed<T>>(text)
+            .map_err(|e| stipendex::Error::Malformed(e.to_string()))
+    } else {
+        Signed::<T>::parse(text)
+    };
+    parsed.map_err(|e| {
+        msg(format!(
+            "{} is not a valid signed {}: {e}",
+            path.display(),
+            T::KIND
+        ))
+    })
+}

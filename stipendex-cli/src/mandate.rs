@@ -1,0 +1,346 @@
+//! `stipendex mandate new | sign | show | revoke`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Subcommand;
+use rail_core::KeyStore;
+use stipendex::envelope::{Allow, Limits, Mandate, Party, Period, PublicKey, Signed};
+use stipendex::{Amount, Asset};
+
+use crate::{CliError, files, msg};
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Writes an unsigned mandate (JSON) for a wallet key: limits, allowlist, validity.
+    New(Box<NewArgs>),
+    /// Signs a mandate with the principal's key: writes its compact JWS.
+    Sign {
+        /// The principal's secret key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// The mandate (JSON, from `mandate new`).
+        mandate: PathBuf,
+        /// Where to write the signed mandate.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Verifies a signed mandate and prints what it allows.
+    Show {
+        /// The signed mandate (compact JWS).
+        mandate: PathBuf,
+    },
+    /// Revokes a signed mandate: writes the principal's signed revocation and, with `--store`,
+    /// records it in the wallet's store, which the wallet reads before every payment.
+    Revoke {
+        /// The principal's secret key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// The signed mandate.
+        mandate: PathBuf,
+        /// The wallet's store (`sqlite://wallet.db` or a `postgres://` URL).
+        #[arg(long)]
+        store: Option<String>,
+        /// Where to write the revocation (default: next to the mandate, `.revocation.jws`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args)]
+pub(crate) struct NewArgs {
+    /// The principal's id (who grants the authority).
+    #[arg(long, default_value = "principal")]
+    principal_id: String,
+    /// The principal's secret key file (only its public key goes into the mandate).
+    #[arg(long)]
+    principal_key: PathBuf,
+    /// The wallet's public key (`ed25519:…`).
+    #[arg(long)]
+    wallet: String,
+    /// Days of validity from now.
+    #[arg(long, default_value_t = 30)]
+    days: u64,
+    /// The asset of the limits (`USD`, `USDC`, `ALGO`, `BTC`, or any code with `--scale`).
+    #[arg(long, default_value = "USD")]
+    asset: String,
+    /// The asset's decimals (known for USD 2, EUR 2, USDC 6, ALGO 6, BTC 11).
+    #[arg(long)]
+    scale: Option<u8>,
+    /// The most one payment may be.
+    #[arg(long)]
+    per_call: Option<String>,
+    /// The most spent per period.
+    #[arg(long)]
+    per_period: Option<String>,
+    /// The period, in seconds (86400: a UTC day).
+    #[arg(long, default_value_t = 86_400)]
+    period_seconds: u64,
+    /// The most spent in total.
+    #[arg(long)]
+    total: Option<String>,
+    /// The most spent with any one receiver.
+    #[arg(long)]
+    per_receiver: Option<String>,
+    /// A human confirms payments above this amount.
+    #[arg(long)]
+    confirm_above: Option<String>,
+    /// A Stipendex receiver the wallet may pay: `ID=ed25519:KEY` (repeatable).
+    #[arg(long = "allow-receiver")]
+    allow_receiver: Vec<String>,
+    /// A plain x402 HTTP server: `https://origin=PAYTO` (repeatable).
+    #[arg(long = "allow-x402-http")]
+    allow_http: Vec<String>,
+    /// A plain x402 MCP server: `SERVER=PAYTO` (repeatable).
+    #[arg(long = "allow-x402-mcp")]
+    allow_mcp: Vec<String>,
+    /// Rail kinds the wallet may pay over (comma-separated; default: any).
+    #[arg(long, value_delimiter = ',')]
+    rails: Option<Vec<String>>,
+    /// What the mandate is for.
+    #[arg(long)]
+    description: Option<String>,
+    /// Where to write the mandate (JSON).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn asset(code: &str, scale: Option<u8>) -> Result<Asset, CliError> {
+    let known = match code {
+        "USD" | "EUR" | "GBP" => Some(2),
+        "USDC" | "ALGO" => Some(6),
+        "BTC" => Some(11),
+        _ => None,
+    };
+    let scale = scale.or(known).ok_or_else(|| {
+        msg(format!(
+            "--asset {code} has no known scale: give its decimals with --scale"
+        ))
+    })?;
+    Asset::new(code, scale).map_err(|e| msg(format!("--asset {code}: {e}")))
+}
+
+fn amount(flag: &str, value: Option<&String>, asset: &Asset) -> Result<Option<Amount>, CliError> {
+    value
+        .map(|v| {
+            stipendex::Money::parse(asset.clone(), v)
+                .map(|m| m.amount())
+                .map_err(|e| {
+                    msg(format!(
+                        "--{flag} {v:?} is not an amount of {asset} ({e}): write a decimal such as 1.25"
+                    ))
+                })
+        })
+        .transpose()
+}
+
+fn pair<'a>(flag: &str, v: &'a str, shape: &str) -> Result<(&'a str, &'a str), CliError> {
+    v.rsplit_once('=')
+        .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+        .ok_or_else(|| msg(format!("--{flag} {v:?} must be written {shape}")))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn new(a: NewArgs) -> Result<(), CliError> {
+    let principal = files::read_secret(&a.principal_key)?;
+    let wallet = PublicKey::parse(&a.wallet).map_err(|_| {
+        msg(format!(
+            "--wallet {:?} is not a public key: write it as ed25519:<base64url> (`stipendex key new` prints one)",
+            a.wallet
+        ))
+    })?;
+    let asset = asset(&a.asset, a.scale)?;
+    let mut m = Mandate::draft(
+        Party {
+            id: a.principal_id,
+            key: principal.public(),
+        },
+        wallet,
+        now(),
+        a.days.saturating_mul(86_400),
+    );
+    m.limits.push(Limits {
+        per_call: amount("per-call", a.per_call.as_ref(), &asset)?,
+        per_period: amount("per-period", a.per_period.as_ref(), &asset)?.map(|amount| Period {
+            seconds: a.period_seconds,
+            amount,
+        }),
+        total: amount("total", a.total.as_ref(), &asset)?,
+        per_receiver: amount("per-receiver", a.per_receiver.as_ref(), &asset)?,
+        confirm_above: amount("confirm-above", a.confirm_above.as_ref(), &asset)?,
+        asset,
+    });
+    for v in &a.allow_receiver {
+        let (id, key) = pair("allow-receiver", v, "ID=ed25519:KEY")?;
+        let key = PublicKey::parse(key).map_err(|_| {
+            msg(format!(
+                "--allow-receiver {v:?}: {key:?} is not a key (ed25519:<base64url>)"
+            ))
+        })?;
+        m.allow.push(Allow::Receiver {
+            id: id.to_owned(),
+            key,
+        });
+    }
+    for v in &a.allow_http {
+        let (origin, pay_to) = pair("allow-x402-http", v, "https://ORIGIN=PAYTO")?;
+        m.allow.push(Allow::X402Http {
+            origin: origin.to_owned(),
+            pay_to: pay_to.to_owned(),
+        });
+    }
+    for v in &a.allow_mcp {
+        let (server, pay_to) = pair("allow-x402-mcp", v, "SERVER=PAYTO")?;
+        m.allow.push(Allow::X402Mcp {
+            server: server.to_owned(),
+            pay_to: pay_to.to_owned(),
+        });
+    }
+    m.rails = a.rails;
+    m.description = a.description;
+    let json = serde_json::to_string_pretty(&m)
+        .map_err(|e| msg(format!("cannot write the mandate: {e}")))?;
+    files::write(&a.out, &format!("{json}\n"))?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "wrote {} (unsigned): sign it with `stipendex mandate sign --key {} {} --out mandate.jws`",
+            a.out.display(),
+            a.principal_key.display(),
+            a.out.display()
+        );
+    }
+    Ok(())
+}
+
+/// What a mandate allows, in a few lines.
+pub(crate) fn describe(m: &Mandate) -> String {
+    let mut s = format!(
+        "mandate {} of {} ({}) for wallet {}\n  valid {} .. {} (Unix seconds)\n",
+        m.id, m.principal.id, m.principal.key, m.wallet, m.nbf, m.exp
+    );
+    for l in &m.limits {
+        let a = &l.asset;
+        let mut parts = Vec::new();
+        if let Some(x) = l.per_call {
+            parts.push(format!("{x} {a} per call"));
+        }
+        if let Some(p) = &l.per_period {
+            parts.push(format!("{} {a} per {} s", p.amount, p.seconds));
+        }
+        if let Some(x) = l.total {
+            parts.push(format!("{x} {a} in total"));
+        }
+        if let Some(x) = l.per_receiver {
+            parts.push(format!("{x} {a} per receiver"));
+        }
+        if let Some(x) = l.confirm_above {
+            parts.push(format!("a human confirms above {x} {a}"));
+        }
+        if parts.is_empty() {
+            parts.push(format!("{a} without limits"));
+        }
+        s.push_str(&format!("  limits: {}\n", parts.join(", ")));
+    }
+    if m.allow.is_empty() {
+        s.push_str("  allows: nobody (every receiver is denied)\n");
+    }
+    for a in &m.allow {
+        let line = match a {
+            Allow::Receiver { id, key } => format!("receiver {id} ({key})"),
+            Allow::X402Http { origin, pay_to } => {
+                format!("x402 over HTTP from {origin} to {pay_to}")
+            }
+            Allow::X402Mcp { server, pay_to } => format!("x402 over MCP from {server} to {pay_to}"),
+        };
+        s.push_str(&format!("  allows: {line}\n"));
+    }
+    if let Some(r) = &m.rails {
+        s.push_str(&format!("  rails: {}\n", r.join(", ")));
+    }
+    s
+}
+
+async fn open_store(url: &str) -> Result<Arc<dyn KeyStore>, CliError> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let s = rail_core::keys::sql::SqliteKeyStore::open(Path::new(path))
+            .await
+            .map_err(|e| msg(format!("cannot open the store {url}: {e}")))?;
+        return Ok(Arc::new(s));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let s = rail_core::keys::sql::PgKeyStore::connect(url)
+            .await
+            .map_err(|e| msg(format!("cannot open the store: {e}")))?;
+        return Ok(Arc::new(s));
+    }
+    Err(msg(format!(
+        "--store {url:?} is not a store URL: use sqlite://FILE or postgres://…"
+    )))
+}
+
+#[allow(clippy::print_stdout)]
+pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
+    match c {
+        Command::New(a) => new(*a)?,
+        Command::Sign { key, mandate, out } => {
+            let key = files::read_secret(&key)?;
+            let text = files::read(&mandate)?;
+            let m: Mandate = serde_json::from_str(&text)
+                .map_err(|e| msg(format!("{} is not a mandate: {e}", mandate.display())))?;
+            let signed = Signed::sign(m, &key).map_err(|e| match e {
+                stipendex::Error::Untrusted(_) => msg(format!(
+                    "{} names principal key {}, not the key given: sign with the principal's own key",
+                    mandate.display(),
+                    key.public()
+                )),
+                e => CliError::from(e),
+            })?;
+            files::write(&out, &format!("{}\n", signed.jws()))?;
+            println!("signed mandate {} -> {}", signed.object().id, out.display());
+        }
+        Command::Show { mandate } => {
+            let m = files::read_signed::<Mandate>(&mandate)?;
+            print!("{}", describe(m.object()));
+            println!(
+                "  signature: valid (principal {})",
+                m.object().principal.key
+            );
+        }
+        Command::Revoke {
+            key,
+            mandate,
+            store,
+            out,
+        } => {
+            let key = files::read_secret(&key)?;
+            let m = files::read_signed::<Mandate>(&mandate)?;
+            let revocation = stipendex::wallet::revoke(&m, &key, now()).map_err(|_| {
+                msg(format!(
+                    "mandate {} is signed by {}, not by the key given: only its principal revokes it",
+                    m.object().id,
+                    m.object().principal.key
+                ))
+            })?;
+            let out = out.unwrap_or_else(|| mandate.with_extension("revocation.jws"));
+            files::write(&out, &format!("{}\n", revocation.jws()))?;
+            println!("revoked mandate {} -> {}", m.object().id, out.display());
+            if let Some(url) = store {
+                let store = open_store(&url).await?;
+                stipendex::wallet::Revocations::new(store)
+                    .record(&revocation)
+                    .await?;
+                println!(
+                    "recorded in {url}: the wallet refuses every payment under it from now on"
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

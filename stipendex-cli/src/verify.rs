@@ -1,0 +1,78 @@
+//! `stipendex verify-chain`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use stipendex::chain::{Chain, verify_chain};
+use stipendex::envelope::PublicKey;
+
+use crate::{CliError, files, msg};
+
+/// One line per verified chain: who, what, how much, over which rail.
+pub(crate) fn summary(c: &Chain) -> String {
+    let (m, q, p) = (c.mandate.object(), c.quote.object(), c.proof.object());
+    let mut s = format!("mandate {} ({}) -> ", m.id, m.principal.id);
+    if let Some(conf) = &c.confirmation {
+        s.push_str(&format!(
+            "confirmation {} (by {}) -> ",
+            conf.object().id,
+            conf.object().by
+        ));
+    }
+    let price = match (q.amount, q.estimate, q.tolerance) {
+        (Some(a), _, _) => format!("{a} {}", q.asset),
+        (None, Some(e), Some(t)) => format!("{e} +{t} {}", q.asset),
+        _ => "?".into(),
+    };
+    s.push_str(&format!(
+        "quote {} ({price}, {}) -> proof {} ({} {} over {}, {})",
+        q.id, q.receiver.id, p.id, p.amount, p.asset, p.rail, p.mode
+    ));
+    match &c.receipt {
+        Some(r) => s.push_str(&format!(
+            " -> receipt {} ({} {})",
+            r.object().id,
+            r.object().amount,
+            r.object().asset
+        )),
+        None => s.push_str(" -> no receipt yet"),
+    }
+    s
+}
+
+/// Verifies each file; exit 1 if any chain is broken.
+pub(crate) fn run(principal: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode, CliError> {
+    let anchor = principal
+        .map(|p| {
+            PublicKey::parse(p).map_err(|_| {
+                msg(format!(
+                    "--principal {p:?} is not a key: write it as ed25519:<base64url>"
+                ))
+            })
+        })
+        .transpose()?;
+    let mut broken = 0;
+    for path in paths {
+        let text = files::read(path)?;
+        let objects: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        #[allow(clippy::print_stdout)]
+        match verify_chain(&objects, anchor.as_ref()) {
+            Ok(c) => println!("ok      {}: {}", path.display(), summary(&c)),
+            Err(e) => {
+                broken += 1;
+                println!("BROKEN  {}: {e}", path.display());
+            }
+        }
+    }
+    if broken > 0 {
+        return Err(msg(format!(
+            "{broken} of {} chains are broken (see above)",
+            paths.len()
+        )));
+    }
+    Ok(ExitCode::SUCCESS)
+}

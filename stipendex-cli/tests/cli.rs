@@ -1,0 +1,240 @@
+//! The `stipendex` command as a user runs it: the demo, verify-chain on its files (and on a
+//! tampered one), and the mandate life cycle; errors are one sentence and a non-zero exit.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs
+)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn stipendex(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn chains(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir.join("chains"))
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let out = stipendex(&["demo", "--dir", dir.to_str().unwrap()]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for expected in [
+        "paid 0.05 USD over ledger",
+        "human asked: pay 2.5 USD to demo-shop",
+        "receipt",
+        "REFUSED (limit_exceeded)",
+        "escalated to the principal",
+        "REFUSED (denied)",
+        "money: the agent spent 5.75 USD, demo-shop received 5.75 USD",
+    ] {
+        assert!(t.contains(expected), "missing {expected:?} in:\n{t}");
+    }
+    assert_eq!(t.matches("\nok ").count(), 3, "{t}");
+
+    // verify-chain, as the demo prints it.
+    let files = chains(&dir);
+    assert_eq!(files.len(), 3);
+    let args: Vec<&str> = std::iter::once("verify-chain")
+        .chain(files.iter().map(String::as_str))
+        .collect();
+    let out = stipendex(&args);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // A flipped byte in a proof's signature: exit 1, the proof named as the broken link.
+    let victim = &files[0];
+    let lines: Vec<String> = std::fs::read_to_string(victim)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let proof_line = lines
+        .iter()
+        .position(|l| {
+            let payload = l.split('.').nth(1).unwrap();
+            let json = base64_decode(payload);
+            json.contains("\"proof/0.1\"")
+        })
+        .unwrap();
+    let mut tampered = lines.clone();
+    let mut bytes = tampered[proof_line].clone().into_bytes();
+    let n = bytes.len() - 4;
+    bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
+    tampered[proof_line] = String::from_utf8(bytes).unwrap();
+    std::fs::write(victim, tampered.join("\n")).unwrap();
+    let out = stipendex(&["verify-chain", victim]);
+    let t = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        t.contains("BROKEN") && t.contains("broken chain at the proof"),
+        "{t}"
+    );
+    assert!(t.contains("stipendex: 1 of 1 chains are broken"), "{t}");
+}
+
+fn base64_decode(s: &str) -> String {
+    // A tiny base64url decoder for the test (no padding).
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in s.bytes() {
+        let v = A.iter().position(|&a| a == c).unwrap() as u32;
+        bits = (bits << 6) | v;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+            bits &= (1 << n) - 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn mandate_life_cycle_and_one_sentence_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |name: &str| tmp.path().join(name).display().to_string();
+    let out = stipendex(&["key", "new", "--out", &p("principal.key")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = stipendex(&["key", "new", "--out", &p("wallet.key")]);
+    let wallet = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(wallet.starts_with("ed25519:"));
+    let out = stipendex(&["key", "new", "--out", &p("shop.key")]);
+    let shop = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+
+    let out = stipendex(&[
+        "mandate",
+        "new",
+        "--principal-key",
+        &p("principal.key"),
+        "--wallet",
+        &wallet,
+        "--per-call",
+        "1.00",
+        "--per-period",
+        "10.00",
+        "--confirm-above",
+        "0.50",
+        "--allow-receiver",
+        &format!("demo-shop={shop}"),
+        "--allow-x402-http",
+        "https://api.example.com=0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+        "--out",
+        &p("mandate.json"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = stipendex(&[
+        "mandate",
+        "sign",
+        "--key",
+        &p("principal.key"),
+        &p("mandate.json"),
+        "--out",
+        &p("mandate.jws"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = stipendex(&["mandate", "show", &p("mandate.jws")]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("1 USD per call") || t.contains("1.00 USD per call"),
+        "{t}"
+    );
+    assert!(t.contains("allows: receiver demo-shop"), "{t}");
+    assert!(
+        t.contains("x402 over HTTP from https://api.example.com"),
+        "{t}"
+    );
+    assert!(t.contains("signature: valid"), "{t}");
+
+    // Signing with another key than the mandate's principal is refused in one sentence.
+    let out = stipendex(&[
+        "mandate",
+        "sign",
+        "--key",
+        &p("wallet.key"),
+        &p("mandate.json"),
+        "--out",
+        &p("other.jws"),
+    ]);
+    let t = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        t.starts_with("stipendex: ") && t.contains("sign with the principal's own key"),
+        "{t}"
+    );
+    assert_eq!(t.trim().lines().count(), 1, "{t}");
+
+    // A key file that is not a key.
+    std::fs::write(p("bad.key"), "not a key").unwrap();
+    let out = stipendex(&[
+        "mandate",
+        "sign",
+        "--key",
+        &p("bad.key"),
+        &p("mandate.json"),
+        "--out",
+        &p("x.jws"),
+    ]);
+    let t = text(&out);
+    assert!(t.contains("bad.key is not a 32-byte hex key"), "{t}");
+    assert!(!t.contains("Error("), "no Debug dumps: {t}");
+
+    // Revocation into the wallet's store.
+    let store = format!("sqlite://{}", p("wallet.db"));
+    let out = stipendex(&[
+        "mandate",
+        "revoke",
+        "--key",
+        &p("principal.key"),
+        &p("mandate.jws"),
+        "--store",
+        &store,
+    ]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("the wallet refuses every payment under it"),
+        "{t}"
+    );
+    assert!(Path::new(&p("mandate.revocation.jws")).exists());
+
+    // A tampered mandate is not shown.
+    let jws = std::fs::read_to_string(p("mandate.jws")).unwrap();
+    let mut b = jws.trim().as_bytes().to_vec();
+    let n = b.len() - 3;
+    b[n] = if b[n] == b'A' { b'B' } else { b'A' };
+    std::fs::write(p("tampered.jws"), b).unwrap();
+    let out = stipendex(&["mandate", "show", &p("tampered.jws")]);
+    let t = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        t.contains("is not a valid signed mandate: bad signature"),
+        "{t}"
+    );
+}
