@@ -312,6 +312,11 @@ impl x402_transport::client::SchemePayer for ClientPayer {
         a.max_amount_required.parse::<u64>().ok().map(u128::from)
     }
 
+    /// Native ALGO, in microALGO.
+    fn asset(&self, entry: &Value) -> Option<rail_core::Asset> {
+        Self::accept(entry).ok().map(|_| rail_core::Asset::algo())
+    }
+
     async fn pay(
         &self,
         required: &x402_transport::wire::PaymentRequired,

@@ -376,6 +376,15 @@ impl x402_transport::client::SchemePayer for X402Payer {
         u128::try_from(r.amount.value()).ok()
     }
 
+    /// USDC (6 decimals), the asset of the rail, for an entry the policy accepts (a token the
+    /// policy names: an EIP-3009 USD coin).
+    fn asset(&self, entry: &Value) -> Option<rail_core::Asset> {
+        if x402_transport::client::SchemePayer::refusal(self, entry).is_some() {
+            return None;
+        }
+        Some(rail_core::Asset::usdc())
+    }
+
     async fn pay(
         &self,
         required: &x402_transport::wire::PaymentRequired,

@@ -10,7 +10,7 @@ use crate::{CliError, files, msg};
 
 /// One line per verified chain: who, what, how much, over which rail.
 pub(crate) fn summary(c: &Chain) -> String {
-    let (m, q, p) = (c.mandate.object(), c.quote.object(), c.proof.object());
+    let (m, p) = (c.mandate.object(), c.proof.object());
     let mut s = format!("mandate {} ({}) -> ", m.id, m.principal.id);
     if let Some(conf) = &c.confirmation {
         s.push_str(&format!(
@@ -19,14 +19,25 @@ pub(crate) fn summary(c: &Chain) -> String {
             conf.object().by
         ));
     }
-    let price = match (q.amount, q.estimate, q.tolerance) {
-        (Some(a), _, _) => format!("{a} {}", q.asset),
-        (None, Some(e), Some(t)) => format!("{e} +{t} {}", q.asset),
-        _ => "?".into(),
-    };
+    match (&c.quote, &p.challenge) {
+        (Some(q), _) => {
+            let q = q.object();
+            let price = match (q.amount, q.estimate, q.tolerance) {
+                (Some(a), _, _) => format!("{a} {}", q.asset),
+                (None, Some(e), Some(t)) => format!("{e} +{t} {}", q.asset),
+                _ => "?".into(),
+            };
+            s.push_str(&format!("quote {} ({price}, {}) -> ", q.id, q.receiver.id));
+        }
+        (None, Some(ch)) => s.push_str(&format!(
+            "unsigned x402 challenge from {} to {} -> ",
+            ch.origin, ch.pay_to
+        )),
+        (None, None) => {}
+    }
     s.push_str(&format!(
-        "quote {} ({price}, {}) -> proof {} ({} {} over {}, {})",
-        q.id, q.receiver.id, p.id, p.amount, p.asset, p.rail, p.mode
+        "proof {} ({} {} over {}, {})",
+        p.id, p.amount, p.asset, p.rail, p.mode
     ));
     match &c.receipt {
         Some(r) => s.push_str(&format!(
@@ -35,7 +46,8 @@ pub(crate) fn summary(c: &Chain) -> String {
             r.object().amount,
             r.object().asset
         )),
-        None => s.push_str(" -> no receipt yet"),
+        None if c.quote.is_some() => s.push_str(" -> no receipt yet"),
+        None => {}
     }
     s
 }

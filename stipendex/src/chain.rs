@@ -28,8 +28,8 @@ pub struct Chain {
     pub mandate: Signed<Mandate>,
     /// The confirmation, if a human confirmed.
     pub confirmation: Option<Signed<Confirmation>>,
-    /// The quote.
-    pub quote: Signed<Quote>,
+    /// The quote (absent when the proof pays an unsigned x402 challenge).
+    pub quote: Option<Signed<Quote>>,
     /// The proof.
     pub proof: Signed<Proof>,
     /// The receipt (absent: the receiver has not answered yet).
@@ -112,7 +112,6 @@ pub fn verify_chain(objects: &[&str], principal: Option<&PublicKey>) -> Result<C
         }
     }
     let mandate: Signed<Mandate> = m.ok_or_else(|| broken("mandate", "missing"))?;
-    let quote: Signed<Quote> = q.ok_or_else(|| broken("quote", "missing"))?;
     let proof: Signed<Proof> = p.ok_or_else(|| broken("proof", "missing"))?;
     let md = mandate.object();
     if let Some(anchor) = principal
@@ -127,6 +126,23 @@ pub fn verify_chain(objects: &[&str], principal: Option<&PublicKey>) -> Result<C
         ));
     }
     let conf: Option<Signed<Confirmation>> = c;
+    if let Some(challenge) = &proof.object().challenge {
+        if q.is_some() || r.is_some() {
+            return Err(broken(
+                "proof",
+                "pays an unsigned challenge, yet the chain holds a quote or a receipt",
+            ));
+        }
+        check_challenge(&mandate, conf.as_ref(), &proof, challenge)?;
+        return Ok(Chain {
+            mandate,
+            confirmation: conf,
+            quote: None,
+            proof,
+            receipt: None,
+        });
+    }
+    let quote: Signed<Quote> = q.ok_or_else(|| broken("quote", "missing"))?;
     if let Some(c) = &conf {
         check_confirmation(md, mandate.digest(), &quote, c.object())?;
     }
@@ -144,10 +160,110 @@ pub fn verify_chain(objects: &[&str], principal: Option<&PublicKey>) -> Result<C
     Ok(Chain {
         mandate,
         confirmation: conf,
-        quote,
+        quote: Some(quote),
         proof,
         receipt,
     })
+}
+
+/// Whether `allow` lets the wallet pay `challenge` (origin or server, and `payTo`; an EVM
+/// address compares without case).
+#[must_use]
+pub fn challenge_allowed(allow: &[Allow], challenge: &crate::envelope::Challenge) -> bool {
+    use crate::envelope::ChallengeSource;
+    let same_pay_to = |a: &str| {
+        if a.starts_with("0x") || a.starts_with("0X") {
+            a.eq_ignore_ascii_case(&challenge.pay_to)
+        } else {
+            a == challenge.pay_to
+        }
+    };
+    allow.iter().any(|a| match (a, challenge.source) {
+        (Allow::X402Http { origin, pay_to }, ChallengeSource::Http) => {
+            origin
+                .trim_end_matches('/')
+                .eq_ignore_ascii_case(&challenge.origin)
+                && same_pay_to(pay_to)
+        }
+        (Allow::X402Mcp { server, pay_to }, ChallengeSource::Mcp) => {
+            server == &challenge.origin && same_pay_to(pay_to)
+        }
+        _ => false,
+    })
+}
+
+fn check_challenge(
+    mandate: &Signed<Mandate>,
+    conf: Option<&Signed<Confirmation>>,
+    proof: &Signed<Proof>,
+    challenge: &crate::envelope::Challenge,
+) -> Result<(), Error> {
+    let link = "proof";
+    let (md, p) = (mandate.object(), proof.object());
+    if p.wallet != md.wallet {
+        return Err(broken(
+            link,
+            format!(
+                "signed by {}, not the mandate's wallet {}",
+                p.wallet, md.wallet
+            ),
+        ));
+    }
+    if &p.mandate != mandate.digest() {
+        return Err(broken(link, "does not bind this mandate"));
+    }
+    if p.confirmation.as_ref() != conf.map(Signed::digest) {
+        return Err(broken(link, "does not bind this chain's confirmation"));
+    }
+    if p.iat < md.nbf || p.iat >= md.exp {
+        return Err(broken(link, "paid outside the mandate's validity"));
+    }
+    if !challenge_allowed(&md.allow, challenge) {
+        return Err(broken(
+            link,
+            format!(
+                "pays {} at {}, which the mandate's allowlist does not name",
+                challenge.pay_to, challenge.origin
+            ),
+        ));
+    }
+    let paid = p.money().map_err(|e| broken(link, e.to_string()))?;
+    let Some(limits) = md.limits_for(paid.asset()) else {
+        return Err(broken(
+            link,
+            format!("the mandate allows no spending in {}", paid.asset()),
+        ));
+    };
+    if limits.per_call.is_some_and(|l| paid.amount() > l) {
+        return Err(broken(link, "above the mandate's per-call limit"));
+    }
+    let needs = limits.confirm_above.is_some_and(|t| paid.amount() > t);
+    match conf {
+        None if needs => Err(broken(
+            link,
+            "the mandate requires a confirmation for this payment; there is none",
+        )),
+        None => Ok(()),
+        Some(c) => {
+            let co = c.object();
+            if co.wallet != md.wallet
+                || &co.mandate != mandate.digest()
+                || co.quote != challenge.digest()
+            {
+                return Err(broken(
+                    "confirmation",
+                    "does not bind this mandate and challenge",
+                ));
+            }
+            let max = co
+                .max()
+                .map_err(|e| broken("confirmation", e.to_string()))?;
+            if max.asset() != paid.asset() || max.amount() < paid.amount() {
+                return Err(broken("confirmation", "consents to less than was paid"));
+            }
+            Ok(())
+        }
+    }
 }
 
 fn check_confirmation(
@@ -231,7 +347,7 @@ fn check_proof(
     if &p.mandate != mandate.digest() {
         return Err(broken(link, "does not bind this mandate"));
     }
-    if &p.quote != quote.digest() {
+    if p.quote.as_ref() != Some(quote.digest()) {
         return Err(broken(link, "does not bind this quote"));
     }
     if p.confirmation.as_ref() != conf.map(Signed::digest) {

@@ -165,3 +165,100 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
     let free = client.get(&format!("{base}/free")).await.unwrap();
     assert_eq!((free.status.as_u16(), free.paid.is_none()), (200, true));
 }
+
+#[tokio::test]
+async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
+    use stipendex::envelope::{Allow, Limits};
+    let w = world().await;
+    let mock = Arc::new(MockFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let pay_to = Address::repeat_byte(0x33);
+    let evm_key = LocalSigner::random();
+    mock.mint(token.address, evm_key.address(), U256::from(10_000_000))
+        .unwrap();
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
+    let paywall = Paywall::new()
+        .route(
+            "/weather",
+            "the weather",
+            Accepts::one(evm.clone(), 20_000).unwrap(),
+        )
+        .route(
+            "/forecast",
+            "a forecast",
+            Accepts::one(evm, 900_000).unwrap(),
+        );
+    let app = paywall.apply(
+        Router::new()
+            .route("/weather", get(|| async { "sunny" }))
+            .route("/forecast", get(|| async { "rain" })),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
+    let usdc = stipendex::Asset::usdc();
+    let payer = Arc::new(X402Payer::new(
+        evm_key,
+        EvmPolicy::new(NET, token.address, U256::from(1_000_000)),
+    ));
+    let wallet_for = |allow: bool| {
+        let mandate = w.mandate(|m| {
+            m.limits.push(Limits {
+                asset: usdc.clone(),
+                per_call: Some("0.50".parse().unwrap()),
+                per_period: None,
+                total: Some("5.00".parse().unwrap()),
+                per_receiver: None,
+                confirm_above: Some("0.10".parse().unwrap()),
+            });
+            if allow {
+                m.allow.push(Allow::X402Http {
+                    origin: base.clone(),
+                    pay_to: format!("{pay_to:#x}").to_uppercase().replace("0X", "0x"),
+                });
+            }
+        });
+        stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
+            .store(w.store.clone())
+            .scheme_payer(payer.clone())
+            .journal(w.journal.clone())
+            .build()
+            .unwrap()
+    };
+
+    // Allowlisted by origin and payTo (an EVM address compares without case): paid.
+    let client = Client::new(http.clone(), wallet_for(true));
+    let r = client.get(&format!("{base}/weather")).await.unwrap();
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"sunny"[..]));
+    let paid = r.x402.expect("an x402 payment");
+    assert_eq!(
+        paid.amount,
+        stipendex::Money::parse(usdc.clone(), "0.02").unwrap()
+    );
+    assert_eq!(paid.header, "payment-signature");
+    assert_eq!(r.settlement.unwrap()["success"], true);
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(20_000)
+    );
+    // Its audit chain: mandate -> proof (the challenge as seen), verified offline.
+    let name = stipendex::wallet::chain_name(&base, &paid.proof.object().id);
+    let chain = w.journal.chain(&name);
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    let c = stipendex::chain::verify_chain(&refs, Some(&w.principal.public())).unwrap();
+    assert!(c.quote.is_none() && c.proof.object().challenge.is_some());
+
+    // Above the per-call limit: refused, nothing signed.
+    let err = client.get(&format!("{base}/forecast")).await.unwrap_err();
+    assert_eq!(err.code(), "limit_exceeded", "{err}");
+
+    // Not allowlisted: denied.
+    let client = Client::new(http, wallet_for(false));
+    let err = client.get(&format!("{base}/weather")).await.unwrap_err();
+    assert_eq!(err.code(), "denied", "{err}");
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(20_000)
+    );
+}

@@ -36,6 +36,13 @@ pub trait SchemePayer: Send + Sync + fmt::Debug {
     /// The amount `entry` asks, in atomic units (the cheapest acceptable entry is paid).
     fn amount(&self, entry: &Value) -> Option<u128>;
 
+    /// The asset `entry` is paid in (code and decimals), so a wallet can hold the amount
+    /// against its limits: `None` if this payer does not know it (the entry is then not paid
+    /// by a wallet that enforces limits).
+    fn asset(&self, _entry: &Value) -> Option<rail_core::Asset> {
+        None
+    }
+
     /// Signs a payment for `entry` of `required`: the envelope whose base64 is the
     /// `PAYMENT-SIGNATURE` value.
     ///

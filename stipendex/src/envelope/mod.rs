@@ -47,7 +47,7 @@ mod signed;
 pub use confirmation::Confirmation;
 pub use key::{PublicKey, SecretKey};
 pub use mandate::{Allow, Limits, Mandate, Party, Period};
-pub use proof::Proof;
+pub use proof::{Challenge, ChallengeSource, Proof};
 pub use quote::{Capability, Profile, Quote, RailOffer};
 pub use receipt::Receipt;
 pub use revocation::Revocation;

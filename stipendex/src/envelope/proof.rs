@@ -7,8 +7,42 @@ use super::key::PublicKey;
 use super::signed::{Digest, Object, Tag};
 use crate::Error;
 
+/// Where an unsigned challenge came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChallengeSource {
+    /// An HTTP 402 (x402 v2 or v1).
+    Http,
+    /// An MCP tool result with `isError` (the x402 MCP convention, the exact-algo seed's).
+    Mcp,
+}
+
+/// An unsigned challenge a wallet paid (it has no signature to bind: the audit records what the
+/// wallet saw and the mandate entry that allowed it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Challenge {
+    /// HTTP or MCP.
+    pub source: ChallengeSource,
+    /// The HTTP origin (`https://host[:port]`) or the MCP server's identity.
+    pub origin: String,
+    /// The `payTo` paid.
+    pub pay_to: String,
+    /// The `accepts[]` entry paid, as received.
+    pub entry: serde_json::Value,
+}
+
+impl Challenge {
+    /// The digest a Confirmation binds for a challenge: SHA-256 of the entry as JSON with
+    /// sorted keys.
+    #[must_use]
+    pub fn digest(&self) -> Digest {
+        Digest::of(self.entry.to_string().as_bytes())
+    }
+}
+
 /// Proof of payment (or of a hold) for one Quote, signed by the wallet. It carries the Quote it
-/// pays (so a receiver needs no record of the Quotes it issued) and the rail's payment.
+/// pays (so a receiver needs no record of the Quotes it issued) and the rail's payment — or,
+/// for an unsigned x402 challenge, the challenge instead of a Quote.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proof {
     /// `proof/0.1`.
@@ -19,10 +53,16 @@ pub struct Proof {
     pub wallet: PublicKey,
     /// The Mandate it was paid under.
     pub mandate: Digest,
-    /// The Quote paid, by digest.
-    pub quote: Digest,
+    /// The Quote paid, by digest (absent for an unsigned challenge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quote: Option<Digest>,
     /// The Quote paid: its compact JWS (its digest is `quote`).
-    pub quote_jws: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quote_jws: Option<String>,
+    /// The unsigned challenge paid instead of a Quote (an x402 402 or MCP `isError` result),
+    /// as the wallet saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<Challenge>,
     /// The Confirmation, by digest, if a human confirmed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<Digest>,
@@ -68,10 +108,19 @@ impl Object for Proof {
     }
     fn check(&self) -> Result<(), Error> {
         let money = self.money()?;
-        if Digest::of(self.quote_jws.trim().as_bytes()) != self.quote {
-            return Err(Error::Mismatch(
-                "the proof's quote digest is not the digest of the quote it carries".into(),
-            ));
+        match (&self.quote, &self.quote_jws, &self.challenge) {
+            (Some(d), Some(jws), None) if &Digest::of(jws.trim().as_bytes()) == d => {}
+            (Some(_), Some(_), None) => {
+                return Err(Error::Mismatch(
+                    "the proof's quote digest is not the digest of the quote it carries".into(),
+                ));
+            }
+            (None, None, Some(_)) => {}
+            _ => {
+                return Err(Error::Malformed(
+                    "a proof pays either a quote (quote and quote_jws) or a challenge".into(),
+                ));
+            }
         }
         match (&self.confirmation, &self.confirmation_jws) {
             (None, None) => {}

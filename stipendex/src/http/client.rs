@@ -7,7 +7,8 @@ use serde_json::Value;
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
 use crate::envelope::{Quote, Receipt, Signed};
-use crate::wallet::{Paid, Wallet};
+use crate::wallet::{ChallengePaid, Paid, Required, Source, Wallet};
+use x402_transport::wire;
 
 /// A paid (or free) response: status, headers, body, and the checked Receipt if it was paid.
 #[derive(Debug)]
@@ -22,9 +23,16 @@ pub struct Response {
     pub paid: Option<Paid>,
     /// The receiver's Receipt (checked: signed by the Quote's receiver, binding the Proof).
     pub receipt: Option<Signed<Receipt>>,
+    /// The unsigned x402 challenge paid instead, if the 402 carried no Quote.
+    pub x402: Option<ChallengePaid>,
+    /// The server's `PAYMENT-RESPONSE` (or v1 `X-PAYMENT-RESPONSE`), decoded, after an x402
+    /// payment.
+    pub settlement: Option<Value>,
 }
 
-/// A reqwest client that hands a 402's Quote to the wallet and retries once with the Proof.
+/// A reqwest client that hands a 402's Quote to the wallet and retries once with the Proof; a
+/// 402 without a Quote is an x402 challenge, paid under the same mandate with the wallet's
+/// scheme payers (retried once with `PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1).
 #[derive(Clone, Debug)]
 pub struct Client {
     http: reqwest::Client,
@@ -76,10 +84,18 @@ impl Client {
         if first.status() != StatusCode::PAYMENT_REQUIRED {
             return read(first, None, None).await;
         }
-        let body: Value = first.json().await.map_err(|e| transport(&e))?;
-        let quote = body.get("quote").ok_or_else(|| {
-            Error::Malformed(format!("the 402 of {url} carries no Stipendex quote"))
-        })?;
+        let header = first
+            .headers()
+            .get(wire::PAYMENT_REQUIRED)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = first.bytes().await.map_err(|e| transport(&e))?;
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let Some(quote) = body.get("quote") else {
+            // No Quote: an x402 challenge, paid under the same mandate.
+            let required = Required::from_http(header.as_deref(), &bytes)?;
+            return Box::pin(self.pay_x402(method, url, &required)).await;
+        };
         let quote: Signed<Quote> = serde_json::from_value(quote.clone())
             .map_err(|e| Error::Malformed(format!("the 402's quote: {e}")))?;
         let paid = Box::pin(self.wallet.pay(&quote)).await?;
@@ -123,6 +139,46 @@ impl Client {
         };
         read(second, Some(paid), receipt).await
     }
+
+    async fn pay_x402(
+        &self,
+        method: Method,
+        url: &str,
+        required: &Required,
+    ) -> Result<Response, Error> {
+        let paid = self
+            .wallet
+            .pay_challenge(&Source::http(url)?, required)
+            .await?;
+        let value = HeaderValue::from_str(&paid.value)
+            .map_err(|e| Error::Malformed(format!("the payment header: {e}")))?;
+        let second = self
+            .http
+            .request(method, url)
+            .header(paid.header, value)
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        if second.status() == StatusCode::PAYMENT_REQUIRED {
+            let body: Value = second.json().await.unwrap_or(Value::Null);
+            let code = body
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("refused");
+            return Err(Error::Payment(rail_core::RailError::Declined(
+                rail_core::RailReason::new(code, "the server refused the x402 payment"),
+            )));
+        }
+        let settlement = [wire::PAYMENT_RESPONSE, wire::X_PAYMENT_RESPONSE]
+            .iter()
+            .find_map(|h| second.headers().get(*h))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| wire::decode_base64_json::<Value>(v).ok());
+        let mut r = read(second, None, None).await?;
+        r.x402 = Some(paid);
+        r.settlement = settlement;
+        Ok(r)
+    }
 }
 
 fn transport(e: &reqwest::Error) -> Error {
@@ -145,5 +201,7 @@ async fn read(
         body,
         paid,
         receipt,
+        x402: None,
+        settlement: None,
     })
 }

@@ -388,7 +388,12 @@ impl Receiver {
         let me = &self.0;
         let proof = Signed::<Proof>::parse(proof)?;
         let p = proof.object();
-        let quote = Signed::<Quote>::parse(&p.quote_jws)?;
+        let Some(quote_jws) = &p.quote_jws else {
+            return Err(Error::Mismatch(
+                "the proof pays an x402 challenge, not a Stipendex quote".into(),
+            ));
+        };
+        let quote = Signed::<Quote>::parse(quote_jws)?;
         let q = quote.object();
         if q.receiver != me.party {
             return Err(Error::Untrusted(format!(

@@ -87,8 +87,8 @@ pub struct Denial {
     pub receiver: String,
     /// What for.
     pub description: Option<String>,
-    /// How much.
-    pub amount: Money,
+    /// How much (unknown for a challenge none of whose entries could be read).
+    pub amount: Option<Money>,
     /// Why it was denied.
     pub why: String,
 }
@@ -101,7 +101,7 @@ pub trait Confirmer: Send + Sync {
     async fn confirm(&self, ask: &Ask) -> Answer;
     /// Tells the human a receiver was denied (the payment is refused either way).
     async fn escalate(&self, denial: &Denial) {
-        tracing::warn!(receiver = %denial.receiver, amount = %denial.amount.amount(), asset = %denial.amount.asset(), why = %denial.why, "payment denied; escalated to the principal");
+        tracing::warn!(receiver = %denial.receiver, why = %denial.why, "payment denied; escalated to the principal");
     }
 }
 
@@ -196,12 +196,14 @@ impl Confirmer for Terminal {
         }
     }
     async fn escalate(&self, denial: &Denial) {
+        let amount = denial
+            .amount
+            .as_ref()
+            .map(|m| format!("{} {} ", m.amount(), m.asset()))
+            .unwrap_or_default();
         let text = format!(
-            "stipendex: DENIED {} {} to {}: {}\n",
-            denial.amount.amount(),
-            denial.amount.asset(),
-            denial.receiver,
-            denial.why
+            "stipendex: DENIED {amount}to {}: {}\n",
+            denial.receiver, denial.why
         );
         let _ = std::io::stderr().write_all(text.as_bytes());
     }

@@ -16,6 +16,8 @@
 //! A Quote is paid once: paying it again returns the first Proof and charges nothing (I2).
 //! Every object of a payment goes to the wallet's [`Journal`] (I5).
 
+#[cfg(feature = "challenges")]
+mod challenge;
 mod confirm;
 mod journal;
 mod revocation;
@@ -31,6 +33,8 @@ use rail_core::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+#[cfg(feature = "challenges")]
+pub use challenge::{ChallengePaid, Required, Source};
 pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, chain_name};
 pub use revocation::{Revocations, revoke};
@@ -84,6 +88,8 @@ struct Inner {
     confirmer: Arc<dyn Confirmer>,
     journal: Arc<dyn Journal>,
     clock: SharedClock,
+    #[cfg(feature = "challenges")]
+    scheme_payers: Vec<Arc<dyn x402_transport::client::SchemePayer>>,
 }
 
 impl std::fmt::Debug for Wallet {
@@ -109,9 +115,20 @@ pub struct Builder {
     confirmer: Arc<dyn Confirmer>,
     journal: Arc<dyn Journal>,
     clock: SharedClock,
+    #[cfg(feature = "challenges")]
+    scheme_payers: Vec<Arc<dyn x402_transport::client::SchemePayer>>,
 }
 
 impl Builder {
+    /// Adds a payer of unsigned x402 challenges (an x402 `exact` EVM payer, an exact-algo
+    /// payer), in order of preference (feature `challenges`).
+    #[cfg(feature = "challenges")]
+    #[must_use]
+    pub fn scheme_payer(mut self, payer: Arc<dyn x402_transport::client::SchemePayer>) -> Self {
+        self.scheme_payers.push(payer);
+        self
+    }
+
     /// Adds a rail the wallet may pay over (`name` as in the registry). Payers should be
     /// idempotent per operation id (the registry's are), so a payment retried after a crash
     /// is not paid twice.
@@ -207,6 +224,8 @@ impl Builder {
             confirmer: self.confirmer,
             journal: self.journal,
             clock: self.clock,
+            #[cfg(feature = "challenges")]
+            scheme_payers: self.scheme_payers,
         })))
     }
 }
@@ -238,6 +257,8 @@ impl Wallet {
             confirmer: Arc::new(Refuse),
             journal: Arc::new(NoJournal),
             clock: Arc::new(SystemClock),
+            #[cfg(feature = "challenges")]
+            scheme_payers: Vec::new(),
         }
     }
 
@@ -297,7 +318,7 @@ impl Wallet {
                 .escalate(&Denial {
                     receiver: q.receiver.id.clone(),
                     description: q.description.clone(),
-                    amount: q.max()?,
+                    amount: Some(q.max()?),
                     why: why.clone(),
                 })
                 .await;
@@ -449,8 +470,9 @@ impl Wallet {
             id: new_id("p_"),
             wallet: me.key.public(),
             mandate: me.mandate.digest().clone(),
-            quote: quote.digest().clone(),
-            quote_jws: quote.jws().to_owned(),
+            quote: Some(quote.digest().clone()),
+            quote_jws: Some(quote.jws().to_owned()),
+            challenge: None,
             confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
             confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
             iat: now,
@@ -563,7 +585,12 @@ impl Wallet {
     /// [`Error::Mismatch`], [`Error::CaptureAbove`].
     pub async fn receipt(&self, paid: &Paid, receipt: &str) -> Result<Signed<Receipt>, Error> {
         let receipt = Signed::<Receipt>::parse(receipt)?;
-        let quote = Signed::<Quote>::parse(&paid.proof.object().quote_jws)?;
+        let Some(quote_jws) = &paid.proof.object().quote_jws else {
+            return Err(Error::Mismatch(
+                "an x402 challenge has no Stipendex receipt".into(),
+            ));
+        };
+        let quote = Signed::<Quote>::parse(quote_jws)?;
         crate::chain::check_receipt(
             quote.object(),
             &paid.proof,

@@ -1,0 +1,476 @@
+//! Unsigned challenges of today's protocols, paid under the same mandate (feature
+//! `challenges`): an x402 402 over HTTP (v2 `PAYMENT-REQUIRED`, or a v1 body) and an x402-style
+//! MCP tool result with `isError` (the x402 MCP convention, and the exact-algo seed's).
+//!
+//! They carry no signature, so the allowlist is keyed by where they come from — the HTTP
+//! origin or the MCP server's identity — *and* the `payTo` of the entry paid
+//! ([`crate::envelope::Allow::X402Http`], [`crate::envelope::Allow::X402Mcp`]); the limits and the
+//! confirmation threshold apply as to a Quote. The payment is signed by one of the wallet's
+//! [`SchemePayer`]s, and the audit chain records a Proof whose `challenge` holds what the
+//! wallet saw (no Quote, and no Receipt: the server's `PAYMENT-RESPONSE` is not signed).
+
+use std::sync::Arc;
+
+use rail_core::{Money, OpId, Payment, PaymentMode, RailId};
+use serde_json::Value;
+use x402_transport::client::SchemePayer;
+use x402_transport::wire::{self, PaymentRequired, PaymentRequiredV1};
+
+use super::{Ask, Denial, Wallet, Why, chain_name, now_secs};
+use crate::Error;
+use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed, Tag, new_id};
+
+/// An x402 payment requirement, as it came.
+#[derive(Clone, Debug)]
+pub enum Required {
+    /// x402 v2 (`PAYMENT-REQUIRED`, or a v2 body).
+    V2(PaymentRequired),
+    /// x402 v1 (the JSON body of a v1 402); answered with `X-PAYMENT`.
+    V1(PaymentRequiredV1),
+}
+
+impl Required {
+    /// Reads a 402: the `PAYMENT-REQUIRED` header if there is one, else the JSON body (v1 or
+    /// v2).
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] if neither is an x402 payment requirement.
+    pub fn from_http(header: Option<&str>, body: &[u8]) -> Result<Self, Error> {
+        if let Some(h) = header {
+            return wire::decode_base64_json::<PaymentRequired>(h)
+                .map(Required::V2)
+                .map_err(|e| Error::Malformed(format!("PAYMENT-REQUIRED: {e}")));
+        }
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| Error::Malformed(format!("the 402 body is not JSON: {e}")))?;
+        Self::from_value(v)
+    }
+
+    /// Reads an x402 payment requirement from JSON (`x402Version` 1 or 2).
+    ///
+    /// # Errors
+    /// [`Error::Malformed`].
+    pub fn from_value(v: Value) -> Result<Self, Error> {
+        match v.get("x402Version").and_then(Value::as_u64) {
+            Some(1) => serde_json::from_value(v)
+                .map(Required::V1)
+                .map_err(|e| Error::Malformed(format!("an x402 v1 402: {e}"))),
+            Some(2) => serde_json::from_value(v)
+                .map(Required::V2)
+                .map_err(|e| Error::Malformed(format!("an x402 v2 402: {e}"))),
+            _ => Err(Error::Malformed(
+                "not an x402 payment requirement (no x402Version 1 or 2)".into(),
+            )),
+        }
+    }
+
+    /// Reads the payment requirement of an MCP tool result (`isError: true`), looked for in
+    /// the x402 MCP convention's order: `structuredContent`, its `x402/error.data`, then the
+    /// first text content parsed as JSON. `None` if the result asks no payment.
+    #[must_use]
+    pub fn from_mcp_result(result: &Value) -> Option<Self> {
+        if result.get("isError").and_then(Value::as_bool) != Some(true) {
+            return None;
+        }
+        let pick = |v: &Value| -> Option<Value> {
+            if v.get("accepts").is_some_and(Value::is_array) {
+                return Some(v.clone());
+            }
+            v.pointer("/x402~1error/data")
+                .filter(|d| d.get("accepts").is_some_and(Value::is_array))
+                .cloned()
+        };
+        let found = result.get("structuredContent").and_then(pick).or_else(|| {
+            let text = result.pointer("/content/0/text")?.as_str()?;
+            pick(&serde_json::from_str(text).ok()?)
+        })?;
+        Self::from_value(found).ok()
+    }
+
+    fn entries(&self) -> Vec<Value> {
+        match self {
+            Required::V2(r) => r.entries(),
+            Required::V1(r) => r.entries(),
+        }
+    }
+}
+
+/// Where a challenge came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    kind: ChallengeSource,
+    origin: String,
+}
+
+impl Source {
+    /// The origin of `url` (`https://host[:port]`, lower case, the default port dropped).
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] if `url` is not an absolute http(s) URL.
+    pub fn http(url: &str) -> Result<Self, Error> {
+        let bad = || Error::Malformed(format!("{url:?} is not an http(s) URL"));
+        let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme != "http" && scheme != "https" {
+            return Err(bad());
+        }
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let host = authority
+            .rsplit('@')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if host.is_empty() {
+            return Err(bad());
+        }
+        let host = match (scheme.as_str(), host.rsplit_once(':')) {
+            ("http", Some((h, "80"))) | ("https", Some((h, "443"))) => h.to_owned(),
+            _ => host,
+        };
+        Ok(Source {
+            kind: ChallengeSource::Http,
+            origin: format!("{scheme}://{host}"),
+        })
+    }
+
+    /// An MCP server, by the identity the host knows it by (its URL, or its name).
+    #[must_use]
+    pub fn mcp(server: impl Into<String>) -> Self {
+        Source {
+            kind: ChallengeSource::Mcp,
+            origin: server.into(),
+        }
+    }
+
+    /// The origin or server.
+    #[must_use]
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+}
+
+/// A challenge the wallet paid: what to send back, and its Proof for the audit.
+#[derive(Clone, Debug)]
+pub struct ChallengePaid {
+    /// The HTTP header to retry with (`PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1).
+    pub header: &'static str,
+    /// Its value (base64 of the envelope).
+    pub value: String,
+    /// The payment envelope (for MCP: the value of `params._meta["x402/payment"]`).
+    pub envelope: Value,
+    /// The amount signed for.
+    pub amount: Money,
+    /// The label of the scheme payer that signed (`exact-evm`, `exact-algo`).
+    pub payer: String,
+    /// The Proof recorded in the audit chain.
+    pub proof: Signed<Proof>,
+    /// The human's Confirmation, if one was needed.
+    pub confirmation: Option<Signed<Confirmation>>,
+}
+
+impl ChallengePaid {
+    /// The `_meta` key an MCP retry carries the envelope under.
+    pub const MCP_META: &'static str = "x402/payment";
+}
+
+/// The entry a payer chose, with what the mandate needs to know of it.
+struct Choice<'a> {
+    payer: &'a Arc<dyn SchemePayer>,
+    entry: Value,
+    amount: Money,
+    challenge: Challenge,
+}
+
+impl Wallet {
+    /// Pays an unsigned x402 challenge from `source` under the mandate: allowlist (origin or
+    /// server, and `payTo`; a denial is escalated), mandate validity and revocation, limits,
+    /// the confirmation threshold; then one of the wallet's scheme payers signs the cheapest
+    /// allowed entry it accepts.
+    ///
+    /// # Errors
+    /// [`Error::Denied`], [`Error::Revoked`], [`Error::Expired`] (mandate),
+    /// [`Error::LimitExceeded`], [`Error::NotConfirmed`], [`Error::NoRail`] (no scheme payer
+    /// accepts an allowed entry), [`Error::Payment`] (signing failed; nothing counted).
+    pub async fn pay_challenge(
+        &self,
+        source: &Source,
+        required: &Required,
+    ) -> Result<ChallengePaid, Error> {
+        let me = &self.0;
+        let mandate = me.mandate.object();
+        let now = now_secs(&me.clock);
+        let entries = required.entries();
+        let challenge = |entry: &Value| Challenge {
+            source: source.kind,
+            origin: source.origin.clone(),
+            pay_to: entry
+                .get("payTo")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            entry: entry.clone(),
+        };
+        let allowed: Vec<&Value> = entries
+            .iter()
+            .filter(|e| crate::chain::challenge_allowed(&mandate.allow, &challenge(e)))
+            .collect();
+        if allowed.is_empty() {
+            let pay_to: Vec<String> = entries.iter().map(|e| challenge(e).pay_to).collect();
+            let why = format!(
+                "{} (paying {}) is not in mandate {}'s allowlist",
+                source.origin,
+                pay_to.join(" or "),
+                mandate.id
+            );
+            me.confirmer
+                .escalate(&Denial {
+                    receiver: source.origin.clone(),
+                    description: None,
+                    amount: None,
+                    why: why.clone(),
+                })
+                .await;
+            return Err(Error::Denied(why));
+        }
+        self.check_mandate(now).await?;
+        let choice = self.choose_entry(&allowed, &challenge)?;
+        let limits = mandate.limits_for(choice.amount.asset()).ok_or_else(|| {
+            Error::LimitExceeded(format!(
+                "mandate {} allows no spending in {}",
+                mandate.id,
+                choice.amount.asset()
+            ))
+        })?;
+        let op = OpId::random();
+        let budgets = super::spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
+        let counted = budgets.reserve(&op, &source.origin, &choice.amount).await?;
+        let confirmation = if limits
+            .confirm_above
+            .is_some_and(|t| choice.amount.amount() > t)
+        {
+            match self.confirm_challenge(&choice, &budgets, now).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    counted.release().await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let signed = match required {
+            Required::V2(r) => choice.payer.pay(r, &choice.entry).await.map(|v| (v, false)),
+            Required::V1(r) => {
+                let only = PaymentRequiredV1 {
+                    x402_version: 1,
+                    error: r.error.clone(),
+                    accepts: wire::entry(&choice.entry)
+                        .map(|e| vec![e])
+                        .unwrap_or_default(),
+                };
+                match choice.payer.pay_v1(&only).await {
+                    Some(r) => r.map(|v| (v, true)),
+                    None => Err(format!("{} does not speak x402 v1", choice.payer.label())),
+                }
+            }
+        };
+        let (envelope, v1) = match signed {
+            Ok(s) => s,
+            Err(why) => {
+                // Nothing was signed: nothing can move.
+                counted.release().await;
+                return Err(Error::Payment(rail_core::RailError::Declined(
+                    rail_core::RailReason::new("sign", why),
+                )));
+            }
+        };
+        counted.keep().await;
+        let value = wire::encode_base64_json(&envelope)
+            .map_err(|e| Error::Malformed(format!("cannot encode the payment: {e}")))?;
+        let label = choice.payer.label().to_owned();
+        let payment = Payment {
+            rail: RailId::new(label.clone()),
+            offer_id: "x402".into(),
+            mode: PaymentMode::Capture,
+            payer: String::new(),
+            amount: choice.amount.clone(),
+            proof: envelope.clone(),
+        };
+        let proof = Proof {
+            stipendex: Tag::current("proof"),
+            id: new_id("p_"),
+            wallet: me.key.public(),
+            mandate: me.mandate.digest().clone(),
+            quote: None,
+            quote_jws: None,
+            challenge: Some(choice.challenge.clone()),
+            confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
+            confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
+            iat: now,
+            mode: PaymentMode::Capture,
+            rail: label.clone(),
+            asset: choice.amount.asset().clone(),
+            amount: choice.amount.amount(),
+            payment,
+        };
+        let proof = Signed::sign(proof, &me.key)?;
+        let chain = chain_name(&source.origin, &proof.object().id);
+        let mut objects = vec![me.mandate.jws()];
+        if let Some(c) = &confirmation {
+            objects.push(c.jws());
+        }
+        objects.push(proof.jws());
+        for jws in objects {
+            if let Err(e) = me.journal.record(&chain, jws).await {
+                tracing::error!(chain = %chain, error = %e, "could not journal a payment's object");
+            }
+        }
+        tracing::info!(origin = %source.origin, amount = %choice.amount.amount(), asset = %choice.amount.asset(), payer = %label, "signed an x402 payment");
+        Ok(ChallengePaid {
+            header: if v1 {
+                wire::X_PAYMENT
+            } else {
+                wire::PAYMENT_SIGNATURE
+            },
+            value,
+            envelope,
+            amount: choice.amount,
+            payer: label,
+            proof,
+            confirmation,
+        })
+    }
+
+    /// The first scheme payer (in the wallet's order) that accepts an allowed entry, and the
+    /// cheapest entry it accepts.
+    fn choose_entry<'a>(
+        &'a self,
+        allowed: &[&Value],
+        challenge: &dyn Fn(&Value) -> Challenge,
+    ) -> Result<Choice<'a>, Error> {
+        let mut why = Vec::new();
+        for payer in &self.0.scheme_payers {
+            let mut best: Option<Choice<'a>> = None;
+            for e in allowed {
+                if let Some(r) = payer.refusal(e) {
+                    why.push(format!("{}: {r}", payer.label()));
+                    continue;
+                }
+                let (Some(asset), Some(units)) = (payer.asset(e), payer.amount(e)) else {
+                    why.push(format!(
+                        "{}: cannot tell the entry's asset or amount",
+                        payer.label()
+                    ));
+                    continue;
+                };
+                let amount = Money::from_minor(asset, units)
+                    .map_err(|e| Error::Malformed(format!("the 402's amount: {e}")))?;
+                if best
+                    .as_ref()
+                    .is_none_or(|b| amount.amount() < b.amount.amount())
+                {
+                    best = Some(Choice {
+                        payer,
+                        entry: (*e).clone(),
+                        amount,
+                        challenge: challenge(e),
+                    });
+                }
+            }
+            if let Some(b) = best {
+                return Ok(b);
+            }
+        }
+        if self.0.scheme_payers.is_empty() {
+            why.push("the wallet has no x402 scheme payer".into());
+        }
+        Err(Error::NoRail(format!(
+            "no scheme payer accepts an allowed entry: {}",
+            why.join("; ")
+        )))
+    }
+
+    async fn confirm_challenge(
+        &self,
+        choice: &Choice<'_>,
+        budgets: &super::spend::Budgets,
+        now: u64,
+    ) -> Result<Signed<Confirmation>, Error> {
+        let me = &self.0;
+        let (left_in_period, left_in_total) = budgets.left().await;
+        let ask = Ask {
+            why: Why::AboveThreshold,
+            receiver: choice.challenge.origin.clone(),
+            description: choice
+                .entry
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            total: choice.amount.clone(),
+            tolerance: rail_core::Amount::ZERO,
+            left_in_period,
+            left_in_total,
+        };
+        match me.confirmer.confirm(&ask).await {
+            super::Answer::No { why } => Err(Error::NotConfirmed(format!("{}: {why}", ask.text()))),
+            super::Answer::Yes { by } => Signed::sign(
+                Confirmation {
+                    stipendex: Tag::current("confirmation"),
+                    id: new_id("c_"),
+                    wallet: me.key.public(),
+                    mandate: me.mandate.digest().clone(),
+                    quote: choice.challenge.digest(),
+                    quote_id: "x402".into(),
+                    receiver: choice.challenge.origin.clone(),
+                    asset: choice.amount.asset().clone(),
+                    total: choice.amount.amount(),
+                    tolerance: rail_core::Amount::ZERO,
+                    iat: now,
+                    by,
+                },
+                &me.key,
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_are_normalised() {
+        let o = |u: &str| {
+            Source::http(u)
+                .map(|s| s.origin)
+                .unwrap_or_else(|e| e.to_string())
+        };
+        assert_eq!(
+            o("https://API.example.com:443/x?y"),
+            "https://api.example.com"
+        );
+        assert_eq!(o("http://127.0.0.1:8080/weather"), "http://127.0.0.1:8080");
+        assert_eq!(o("http://user@host:80"), "http://host");
+        assert!(Source::http("ftp://host").is_err());
+        assert!(Source::http("/relative").is_err());
+    }
+
+    #[test]
+    fn mcp_results_are_read_in_the_conventions_order() {
+        let required = serde_json::json!({"x402Version": 2, "accepts": [{"scheme": "exact"}]});
+        let structured = serde_json::json!({"isError": true, "structuredContent": required});
+        assert!(matches!(
+            Required::from_mcp_result(&structured),
+            Some(Required::V2(_))
+        ));
+        let text = serde_json::json!({"isError": true, "content": [{"type": "text", "text": required.to_string()}]});
+        assert!(matches!(
+            Required::from_mcp_result(&text),
+            Some(Required::V2(_))
+        ));
+        let nested = serde_json::json!({"isError": true, "structuredContent": {"x402/error": {"data": required}}});
+        assert!(Required::from_mcp_result(&nested).is_some());
+        let ok = serde_json::json!({"isError": false, "structuredContent": required});
+        assert!(Required::from_mcp_result(&ok).is_none());
+    }
+}
