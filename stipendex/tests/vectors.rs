@@ -308,8 +308,9 @@ fn proof(
         id: id.into(),
         wallet: k.wallet.public(),
         mandate: m.digest().clone(),
-        quote: q.digest().clone(),
-        quote_jws: q.jws().to_owned(),
+        quote: Some(q.digest().clone()),
+        quote_jws: Some(q.jws().to_owned()),
+        challenge: None,
         confirmation: c.map(|c| c.digest().clone()),
         confirmation_jws: c.map(|c| c.jws().to_owned()),
         iat,
@@ -943,7 +944,7 @@ fn proof_file(w: &World) -> VectorFile {
     cases.push(c);
     let mut other = p.clone();
     other.id = "p_vector-proof-mismatch".into();
-    other.quote = w.expired_quote.digest().clone();
+    other.quote = Some(w.expired_quote.digest().clone());
     let text = serde_json::to_string(&other).unwrap();
     cases.push(case(
         "quote_digest_mismatch",

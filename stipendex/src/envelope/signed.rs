@@ -212,7 +212,8 @@ pub trait Object: Serialize + DeserializeOwned + Clone + fmt::Debug + Send + Syn
     /// signing and on parsing.
     ///
     /// # Errors
-    /// [`Error::Malformed`] naming the rule.
+    /// [`Error::Malformed`] naming the rule, or [`Error::Mismatch`] when an object it carries
+    /// is not the one its digest names.
     fn check(&self) -> Result<(), Error> {
         Ok(())
     }
@@ -269,7 +270,8 @@ impl<T: Object> Signed<T> {
     ///
     /// # Errors
     /// [`Error::Malformed`], [`Error::BadSignature`], [`Error::WrongType`],
-    /// [`Error::UnsupportedVersion`], [`Error::Untrusted`].
+    /// [`Error::UnsupportedVersion`], [`Error::Untrusted`], [`Error::Mismatch`] (the object's
+    /// own rules: a Proof whose digests do not match what it carries).
     pub fn parse(compact: &str) -> Result<Self, Error> {
         let verified = jws::verify(compact.trim())?;
         let peek: Peek = serde_json::from_slice(&verified.payload).map_err(|e| {
