@@ -102,8 +102,27 @@ pub trait Harness: Send + Sync {
     async fn rail_checks(&self) -> Vec<(String, Result<(), String>)> {
         Vec::new()
     }
+    /// The rail as an x402 scheme (feature `stipendex`): a receiving scheme for the x402
+    /// paywall and a payer's scheme payer, on this harness's parties. `None` skips the
+    /// behaviour that pays a plain x402 402 under a mandate.
+    #[cfg(feature = "stipendex")]
+    async fn x402(&self) -> Option<X402Parts> {
+        None
+    }
     /// Releases what the harness holds (databases, temporary files, servers).
     async fn teardown(&self) {}
+}
+
+/// A rail's x402 side, for the Stipendex behaviour that pays a plain x402 402.
+#[cfg(feature = "stipendex")]
+#[derive(Clone)]
+pub struct X402Parts {
+    /// The receiving scheme (for `x402_transport::paywall::Paywall`), paying the harness's payee.
+    pub scheme: std::sync::Arc<dyn x402_transport::Scheme>,
+    /// The harness's payer as a scheme payer.
+    pub payer: std::sync::Arc<dyn x402_transport::client::SchemePayer>,
+    /// The payee as the 402's `payTo` spells it.
+    pub pay_to: String,
 }
 
 /// Why a harness could not be built.

@@ -480,6 +480,117 @@ async fn stipendex_tampered_chain_detected(h: &dyn Harness) -> Verdict {
     }
 }
 
+/// A plain x402 402 (the rail's own scheme behind the shared paywall), paid by the wallet
+/// under the mandate: allowlisted by origin and `payTo`, counted against the limits, recorded
+/// as a challenge proof; the same wallet without the allowlist entry is denied.
+async fn stipendex_x402_402_paid_under_mandate(h: &dyn Harness) -> Verdict {
+    use axum::routing::get;
+    use x402_transport::paywall::Paywall;
+    let Some(parts) = h.x402().await else {
+        return Err(crate::behaviours::SKIP_NO_HOOK.into());
+    };
+    let clock: rail_core::SharedClock = Arc::new(h.clock().clone());
+    let accepts =
+        x402_transport::Accepts::one(parts.scheme.clone(), PRICE).map_err(s("accepts"))?;
+    let app = Paywall::new()
+        .with_clock(clock.clone())
+        .route("/x402", "conformance", accepts)
+        .apply(axum::Router::new().route("/x402", get(|| async { "paid content" })));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(s("listen"))?;
+    let base = format!("http://{}", listener.local_addr().map_err(s("listen"))?);
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let out = x402_paid(h, &parts, &base, clock).await;
+    server.abort();
+    out
+}
+
+async fn x402_paid(
+    h: &dyn Harness,
+    parts: &crate::harness::X402Parts,
+    base: &str,
+    clock: rail_core::SharedClock,
+) -> Verdict {
+    let http = stipendex::http::reqwest_client(Duration::from_secs(30)).map_err(s("http"))?;
+    let now = u64::try_from(h.clock().now().unix_seconds()).map_err(s("clock"))?;
+    let principal = SecretKey::generate();
+    let wallet_key = SecretKey::generate();
+    let wallet = |allow: bool| -> Result<Wallet, String> {
+        let mut m = Mandate::draft(
+            Party {
+                id: "principal".into(),
+                key: principal.public(),
+            },
+            wallet_key.public(),
+            now.saturating_sub(1),
+            86_400,
+        );
+        m.limits.push(Limits {
+            asset: h.asset(),
+            per_call: Some(money(h, PRICE * 4)?.amount()),
+            per_period: None,
+            total: Some(money(h, PRICE * 20)?.amount()),
+            per_receiver: None,
+            confirm_above: None,
+        });
+        if allow {
+            m.allow.push(Allow::X402Http {
+                origin: base.to_owned(),
+                pay_to: parts.pay_to.clone(),
+            });
+        }
+        Wallet::builder(
+            wallet_key.clone(),
+            Signed::sign(m, &principal).map_err(s("mandate"))?,
+        )
+        .scheme_payer(parts.payer.clone())
+        .store(Arc::new(MemoryKeyStore::with_clock(clock.clone())))
+        .clock(clock.clone())
+        .build()
+        .map_err(s("wallet"))
+    };
+    let url = format!("{base}/x402");
+
+    // Not allowlisted: denied, nothing signed, nothing moves.
+    let before = balances(h).await?;
+    let denied = stipendex::http::Client::new(http.clone(), wallet(false)?);
+    refused(
+        "an x402 402 outside the allowlist",
+        denied.get(&url).await,
+        "denied",
+    )?;
+    unchanged(h, before, "a denied x402 402").await?;
+
+    // Allowlisted: paid once, the price moves, the challenge proof verifies.
+    let client = stipendex::http::Client::new(http, wallet(true)?);
+    let r = client.get(&url).await.map_err(s("pay the x402 402"))?;
+    ensure!(
+        r.status.as_u16() == 200,
+        "the paid retry answered {}",
+        r.status
+    );
+    let paid = r.x402.ok_or("the response records no x402 payment")?;
+    ensure!(
+        paid.amount == money(h, PRICE)?,
+        "signed for {} instead of {PRICE} minor units",
+        paid.amount
+    );
+    ensure!(
+        paid.proof.object().challenge.is_some(),
+        "the proof does not record the challenge"
+    );
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == i128::try_from(PRICE).unwrap_or(0),
+        "the payee received {} instead of {PRICE}",
+        after.payee_settled - before.payee_settled
+    );
+    Ok(())
+}
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
@@ -506,4 +617,5 @@ behaviours! {
     stipendex_proof_replay: Pay => "Stipendex: a replayed proof is refused and charges nothing (I2)",
     stipendex_capture_above_confirmed_refused: PartialCapture => "Stipendex checkout: a capture above the quote or the confirmation is refused (I3)",
     stipendex_tampered_chain_detected: Pay => "Stipendex: a tampered or foreign link breaks the chain where it is",
+    stipendex_x402_402_paid_under_mandate: Pay => "Stipendex: a plain x402 402 is paid under the mandate (origin + payTo allowlist); unlisted, denied",
 }

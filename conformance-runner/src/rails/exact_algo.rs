@@ -870,6 +870,28 @@ impl ExactAlgoHarness {
 
 #[async_trait]
 impl Harness for ExactAlgoHarness {
+    async fn x402(&self) -> Option<conformance::X402Parts> {
+        let clock: SharedClock = Arc::new(self.clock.clone());
+        let payer = ExactAlgoPayer::new(
+            self.payer_key.clone(),
+            self.algod.clone(),
+            Policy {
+                max_amount: FUNDED * 10,
+                ..Policy::default()
+            },
+            Arc::new(rail_core::MemoryKeyStore::with_clock(clock.clone())),
+            clock,
+        )
+        .for_client()
+        .await
+        .ok()?;
+        Some(conformance::X402Parts {
+            scheme: Arc::new(rail_exact_algo::ExactAlgo::new(self.receiver.clone())),
+            payer: Arc::new(payer),
+            pay_to: self.payee.to_string(),
+        })
+    }
+
     fn rail(&self) -> &RailHandle {
         &self.handle
     }

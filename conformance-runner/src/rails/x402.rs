@@ -90,6 +90,7 @@ pub struct X402Harness {
     pg: Option<super::pg::Schema>,
     facilitator: Arc<dyn Facilitator>,
     token_info: Token,
+    payer_key: LocalSigner,
 }
 
 impl X402Harness {
@@ -208,6 +209,7 @@ impl X402Harness {
             chain,
             token: token.address,
             payer: payer_key.address(),
+            payer_key: payer_key.clone(),
             payee,
             other,
             pg,
@@ -250,6 +252,27 @@ impl Harness for X402Harness {
     }
     fn other_payee(&self) -> String {
         self.other.to_checksum(None)
+    }
+
+    async fn x402(&self) -> Option<conformance::X402Parts> {
+        let scheme = rail_x402::ExactEvm::new(
+            self.facilitator.clone(),
+            self.token_info.clone(),
+            self.payee,
+        );
+        let payer = X402Payer::new(
+            self.payer_key.clone(),
+            Policy::new(
+                &self.token_info.network,
+                self.token,
+                U256::from(FUNDED) * U256::from(10),
+            ),
+        );
+        Some(conformance::X402Parts {
+            scheme: Arc::new(scheme),
+            payer: Arc::new(payer),
+            pay_to: format!("{:#x}", self.payee),
+        })
     }
 
     async fn balances(&self) -> RailResult<Balances> {

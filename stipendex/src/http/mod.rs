@@ -25,6 +25,20 @@ mod server;
 pub use client::{Client, Response};
 pub use server::{Binding, FinalAmount, WELL_KNOWN};
 
+/// A reqwest client with the workspace's one TLS provider (rustls on ring) installed, as the
+/// binding's [`Client`] expects.
+///
+/// # Errors
+/// [`crate::Error::Config`] if the client cannot be built.
+pub fn reqwest_client(timeout: std::time::Duration) -> Result<reqwest::Client, crate::Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .build()
+        .map_err(|e| crate::Error::Config(format!("cannot build an HTTP client: {e}")))
+}
+
 /// The retry header: `base64url(Proof JWS)`.
 pub const PAYMENT: &str = "stipendex-payment";
 /// The success header: `base64url(Receipt JWS)`.
