@@ -103,10 +103,10 @@ impl Prices {
 }
 
 /// The rail the demo runs on: both sides, its asset and clock, and how to read balances.
-struct Stage {
+pub(crate) struct Stage {
     label: String,
-    payer: PayerHandle,
-    receiver: ReceiverHandle,
+    pub(crate) payer: PayerHandle,
+    pub(crate) receiver: ReceiverHandle,
     asset: Asset,
     clock: SharedClock,
     prices: Prices,
@@ -156,7 +156,8 @@ impl Balances {
     }
 }
 
-async fn embedded_ledger(dir: &Path) -> Result<Stage, CliError> {
+/// The ledger rail on an embedded SQLite file in `dir`, the agent funded with `funding` cents.
+pub(crate) async fn embedded_ledger(dir: &Path, funding: u64) -> Result<Stage, CliError> {
     let db = dir.join("ledger.db");
     let url = format!("sqlite://{}", db.display());
     let ledger = Ledger::sqlite(&url)
@@ -182,7 +183,7 @@ async fn embedded_ledger(dir: &Path) -> Result<Stage, CliError> {
             id: TransferId::random(),
             debit: bank,
             credit: agent,
-            amount: 10_000,
+            amount: funding,
             user_data: 0,
         })
         .await
@@ -318,7 +319,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         )));
     }
     let stage = match &args.rail {
-        None => embedded_ledger(&dir).await?,
+        None => embedded_ledger(&dir, 10_000).await?,
         Some(name) => localnet(name).await?,
     };
     let (p, a) = (&stage.prices, &stage.asset);

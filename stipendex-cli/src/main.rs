@@ -12,6 +12,7 @@
 //!
 //! Every failure is one sentence on standard error and a non-zero exit.
 
+mod bench;
 mod demo;
 mod files;
 mod mandate;
@@ -69,6 +70,9 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Measures the HTTP binding over the ledger rail on embedded SQLite: unpaid 402s and paid
+    /// requests per second (p50/p99), and the wallet's overhead above the bare rail call.
+    Bench(bench::Args),
     /// Keys.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -90,6 +94,7 @@ enum KeyCommand {
 async fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::VerifyChain { principal, files } => verify::run(principal.as_deref(), &files),
         Command::Key(KeyCommand::New { out }) => {
             let key = stipendex::envelope::SecretKey::generate();

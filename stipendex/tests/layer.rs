@@ -273,3 +273,65 @@ async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
         "limit_exceeded"
     );
 }
+
+/// A fleet of wallets sharing one mandate through PostgreSQL: two wallet instances (as two
+/// hosts would run), 50 concurrent payments between them against a limit that admits 10.
+#[tokio::test]
+async fn a_fleet_sharing_one_mandate_on_postgres_pays_exactly_the_limit() {
+    let url = rail_core::localnet::postgres_url();
+    let store = match tokio::time::timeout(
+        Duration::from_secs(5),
+        rail_core::keys::sql::PgKeyStore::connect(&url),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        other => {
+            let why = match other {
+                Ok(Err(e)) => e.to_string(),
+                _ => "connection timed out".into(),
+            };
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "PostgreSQL at {url} is required in CI: {why}"
+            );
+            println!("SKIPPED: PostgreSQL at {url} is not reachable ({why})");
+            return;
+        }
+    };
+    let w = world().await;
+    let store: Arc<dyn stipendex::KeyStore> = Arc::new(store);
+    let mandate = w.mandate(|m| {
+        m.limits[0].per_period = Some(Period {
+            seconds: 86_400,
+            amount: "0.50".parse().unwrap(),
+        });
+        m.limits[0].confirm_above = None;
+    });
+    let host = |_: usize| {
+        stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate.clone())
+            .registry(&w.registry)
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (host(0), host(1));
+    let receiver = w.receiver();
+    let mut quotes = Vec::new();
+    for _ in 0..50 {
+        quotes.push(quote(&receiver, &Request::new("GET", "/search")).await);
+    }
+    let outcomes = futures::future::join_all(
+        quotes
+            .iter()
+            .enumerate()
+            .map(|(i, q)| if i % 2 == 0 { a.pay(q) } else { b.pay(q) }),
+    )
+    .await;
+    let paid = outcomes.iter().filter(|o| o.is_ok()).count();
+    let refused = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(e) if e.code() == "limit_exceeded"))
+        .count();
+    assert_eq!((paid, refused), (10, 40));
+}

@@ -1,0 +1,238 @@
+//! `stipendex bench`: the HTTP binding's throughput and latency over the ledger rail on
+//! embedded SQLite, and the wallet's overhead above the bare rail call.
+//!
+//! 1. unpaid: concurrent `GET`s of a priced route, each answered 402 with a fresh signed Quote;
+//! 2. paid: concurrent agents, each request quote → wallet pay (mandate checks, durable limits,
+//!    a ledger transfer, a signed Proof) → retry → accept (verify on the ledger) → receipt;
+//! 3. the wallet's `pay(quote)` against the bare `Payer::pay(offer)` of the same rail, one at a
+//!    time.
+
+// Timings and rates, never money: floats are fine here.
+#![allow(clippy::float_arithmetic, clippy::cast_precision_loss)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use rail_core::keys::sql::SqliteKeyStore;
+use rail_core::{Charge, Money, OpId, SystemClock};
+use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::http::{Binding, Client};
+use stipendex::receiver::{Gate, PricedCapability, Receiver, Request};
+use stipendex::wallet::Wallet;
+
+use crate::{CliError, msg};
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Seconds per load phase.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Sequential payments in the overhead phase.
+    #[arg(long, default_value_t = 300)]
+    payments: usize,
+    /// Where the databases go (default: a temporary directory, removed).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// p50 and p99 of `v` (sorted in place), in milliseconds.
+fn percentiles(v: &mut [Duration]) -> (f64, f64) {
+    v.sort_unstable();
+    let at = |q: usize| {
+        let i = (v.len().saturating_sub(1) * q) / 100;
+        v.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    (at(50), at(99))
+}
+
+async fn load<F, Fut>(concurrency: usize, seconds: u64, one: F) -> (usize, usize, Vec<Duration>)
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let one = one.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut bad, mut lat) = (0usize, 0usize, Vec::new());
+            while Instant::now() < until {
+                let t = Instant::now();
+                if one().await {
+                    ok += 1;
+                    lat.push(t.elapsed());
+                } else {
+                    bad += 1;
+                }
+            }
+            (ok, bad, lat)
+        }));
+    }
+    let (mut ok, mut bad, mut lat) = (0, 0, Vec::new());
+    for t in tasks {
+        if let Ok((o, b, l)) = t.await {
+            ok += o;
+            bad += b;
+            lat.extend(l);
+        }
+    }
+    (ok, bad, lat)
+}
+
+#[allow(
+    clippy::print_stdout,
+    clippy::cast_precision_loss,
+    clippy::float_arithmetic
+)]
+pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp;
+    let dir = match args.dir {
+        Some(d) => d,
+        None => {
+            tmp = tempfile::tempdir()
+                .map_err(|e| msg(format!("cannot create a temporary directory: {e}")))?;
+            tmp.path().to_path_buf()
+        }
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| msg(format!("cannot create {}: {e}", dir.display())))?;
+    let stage = crate::demo::embedded_ledger(&dir, 100_000_000).await?;
+    let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
+    let (principal, wallet_key, shop_key) = (
+        SecretKey::generate(),
+        SecretKey::generate(),
+        SecretKey::generate(),
+    );
+    let now = u64::try_from(rail_core::Clock::now(&SystemClock).unix_seconds()).unwrap_or(0);
+    let mut m = Mandate::draft(
+        Party {
+            id: "bench".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        now - 60,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: stipendex::Asset::usd(),
+        per_call: Some("1.00".parse().map_err(|_| msg("limit"))?),
+        per_period: None,
+        total: Some("900000.00".parse().map_err(|_| msg("limit"))?),
+        per_receiver: None,
+        confirm_above: None,
+    });
+    m.allow.push(Allow::Receiver {
+        id: "bench-shop".into(),
+        key: shop_key.public(),
+    });
+    let mandate = Signed::sign(m, &principal)?;
+    let kind = stage.payer.payer.id().as_str().to_owned();
+    let receiver = Receiver::builder("bench-shop", shop_key)
+        .rail(&kind, stage.receiver.clone())
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.01")?))
+        .build()?;
+    let binding = Binding::new(receiver.clone());
+    let app = binding.apply(Router::new().route("/api/search", get(|| async { "results" })));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| msg(e.to_string()))?;
+    let base = format!(
+        "http://{}",
+        listener.local_addr().map_err(|e| msg(e.to_string()))?
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let store = Arc::new(
+        SqliteKeyStore::open(&dir.join("wallet.db"))
+            .await
+            .map_err(|e| msg(format!("wallet store: {e}")))?,
+    );
+    let wallet = Wallet::builder(wallet_key, mandate)
+        .rail(&kind, stage.payer.clone())
+        .store(store)
+        .build()?;
+    let http = stipendex::http::reqwest_client(Duration::from_secs(30))?;
+    let url = format!("{base}/api/search?q=bench");
+    println!(
+        "stipendex bench: ledger rail on SQLite, HTTP on 127.0.0.1, {} clients, {} s per phase",
+        args.concurrency, args.seconds
+    );
+
+    // 1. Unpaid 402s.
+    let h = http.clone();
+    let u = url.clone();
+    let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move || {
+        let (h, u) = (h.clone(), u.clone());
+        async move { matches!(h.get(&u).send().await, Ok(r) if r.status().as_u16() == 402) }
+    })
+    .await;
+    let (p50, p99) = percentiles(&mut lat);
+    println!(
+        "unpaid 402 (signed quote):  {:>8.0} /s   p50 {p50:>6.2} ms   p99 {p99:>6.2} ms   ({ok} ok, {bad} errors)",
+        ok as f64 / args.seconds as f64
+    );
+
+    // 2. Paid requests, end to end.
+    let client = Client::new(http.clone(), wallet.clone());
+    let u = url.clone();
+    let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move || {
+        let (c, u) = (client.clone(), u.clone());
+        async move {
+            matches!(c.get(&u).await, Ok(r) if r.status.as_u16() == 200 && r.receipt.is_some())
+        }
+    })
+    .await;
+    let (p50, p99) = percentiles(&mut lat);
+    println!(
+        "paid (quote, pay, receipt): {:>8.0} /s   p50 {p50:>6.2} ms   p99 {p99:>6.2} ms   ({ok} ok, {bad} errors)",
+        ok as f64 / args.seconds as f64
+    );
+
+    // 3. The wallet's pay above the bare rail call, one at a time.
+    let req = Request::new("GET", "/api/search");
+    let (mut wallet_t, mut bare_t) = (Vec::new(), Vec::new());
+    for _ in 0..args.payments {
+        let Gate::Quote(q) = receiver.gate(&req).await? else {
+            return Err(msg("the bench route is not priced"));
+        };
+        let t = Instant::now();
+        wallet.pay(&q).await?;
+        wallet_t.push(t.elapsed());
+        let offer = stage
+            .receiver
+            .receiver
+            .offer(&Charge::capture(usd("0.01")?, Duration::from_secs(120)))
+            .await
+            .map_err(|e| msg(format!("offer: {e}")))?;
+        let t = Instant::now();
+        stage
+            .payer
+            .payer
+            .pay(&OpId::random(), &offer)
+            .await
+            .map_err(|e| msg(format!("pay: {e}")))?;
+        bare_t.push(t.elapsed());
+    }
+    let (w50, w99) = percentiles(&mut wallet_t);
+    let (b50, b99) = percentiles(&mut bare_t);
+    println!(
+        "wallet pay(quote):          p50 {w50:>6.2} ms   p99 {w99:>6.2} ms   ({} payments)",
+        args.payments
+    );
+    println!("bare rail pay(offer):       p50 {b50:>6.2} ms   p99 {b99:>6.2} ms");
+    println!(
+        "wallet overhead:            p50 {:>6.2} ms   p99 {:>6.2} ms",
+        w50 - b50,
+        w99 - b99
+    );
+    Ok(ExitCode::SUCCESS)
+}
