@@ -73,6 +73,16 @@ fn bench(c: &mut Criterion) {
     g.bench_function("bare ed25519 (verify)", |b| {
         b.iter(|| vk.verify(black_box(&input), &raw_sig).unwrap());
     });
+    // Like for like with the full parse: a bare signature over the same JSON, then the same
+    // typed parse of that JSON (what any signed-message design must do to use the Quote).
+    let payload = serde_json::to_vec(&q).unwrap();
+    let payload_sig = raw.sign(&payload);
+    g.bench_function("bare ed25519 + serde parse of the quote", |b| {
+        b.iter(|| {
+            vk.verify_strict(black_box(&payload), &payload_sig).unwrap();
+            serde_json::from_slice::<Quote>(black_box(&payload)).unwrap()
+        });
+    });
     g.bench_function("jws only (parse header + verify)", |b| {
         b.iter(|| jws::verify(black_box(&compact)).unwrap());
     });

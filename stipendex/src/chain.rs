@@ -192,12 +192,16 @@ pub fn challenge_allowed(allow: &[Allow], challenge: &crate::envelope::Challenge
     })
 }
 
-fn check_challenge(
+/// The checks every proof gets, whatever it pays: signed by the mandate's wallet, binding the
+/// mandate and the chain's confirmation, made while the mandate was valid, in an asset the
+/// mandate limits and within its per-call limit, and confirmed where the mandate (or `must_confirm`,
+/// the checkout profile) requires it. Returns the amount paid.
+fn check_under_mandate(
     mandate: &Signed<Mandate>,
     conf: Option<&Signed<Confirmation>>,
     proof: &Signed<Proof>,
-    challenge: &crate::envelope::Challenge,
-) -> Result<(), Error> {
+    must_confirm: bool,
+) -> Result<rail_core::Money, Error> {
     let link = "proof";
     let (md, p) = (mandate.object(), proof.object());
     if p.wallet != md.wallet {
@@ -218,15 +222,6 @@ fn check_challenge(
     if p.iat < md.nbf || p.iat >= md.exp {
         return Err(broken(link, "paid outside the mandate's validity"));
     }
-    if !challenge_allowed(&md.allow, challenge) {
-        return Err(broken(
-            link,
-            format!(
-                "pays {} at {}, which the mandate's allowlist does not name",
-                challenge.pay_to, challenge.origin
-            ),
-        ));
-    }
     let paid = p.money().map_err(|e| broken(link, e.to_string()))?;
     let Some(limits) = md.limits_for(paid.asset()) else {
         return Err(broken(
@@ -237,12 +232,34 @@ fn check_challenge(
     if limits.per_call.is_some_and(|l| paid.amount() > l) {
         return Err(broken(link, "above the mandate's per-call limit"));
     }
-    let needs = limits.confirm_above.is_some_and(|t| paid.amount() > t);
-    match conf {
-        None if needs => Err(broken(
+    let needs = must_confirm || limits.confirm_above.is_some_and(|t| paid.amount() > t);
+    if needs && conf.is_none() {
+        return Err(broken(
             link,
             "the mandate requires a confirmation for this payment; there is none",
-        )),
+        ));
+    }
+    Ok(paid)
+}
+
+fn check_challenge(
+    mandate: &Signed<Mandate>,
+    conf: Option<&Signed<Confirmation>>,
+    proof: &Signed<Proof>,
+    challenge: &crate::envelope::Challenge,
+) -> Result<(), Error> {
+    let md = mandate.object();
+    if !challenge_allowed(&md.allow, challenge) {
+        return Err(broken(
+            "proof",
+            format!(
+                "pays {} at {}, which the mandate's allowlist does not name",
+                challenge.pay_to, challenge.origin
+            ),
+        ));
+    }
+    let paid = check_under_mandate(mandate, conf, proof, false)?;
+    match conf {
         None => Ok(()),
         Some(c) => {
             let co = c.object();
@@ -335,26 +352,8 @@ fn check_proof(
 ) -> Result<(), Error> {
     let link = "proof";
     let (md, q, p) = (mandate.object(), quote.object(), proof.object());
-    if p.wallet != md.wallet {
-        return Err(broken(
-            link,
-            format!(
-                "signed by {}, not the mandate's wallet {}",
-                p.wallet, md.wallet
-            ),
-        ));
-    }
-    if &p.mandate != mandate.digest() {
-        return Err(broken(link, "does not bind this mandate"));
-    }
     if p.quote.as_ref() != Some(quote.digest()) {
         return Err(broken(link, "does not bind this quote"));
-    }
-    if p.confirmation.as_ref() != conf.map(Signed::digest) {
-        return Err(broken(link, "does not bind this chain's confirmation"));
-    }
-    if p.iat < md.nbf || p.iat >= md.exp {
-        return Err(broken(link, "paid outside the mandate's validity"));
     }
     if p.iat >= q.exp {
         return Err(broken(
@@ -362,7 +361,7 @@ fn check_proof(
             format!("paid at {}, after the quote expired at {}", p.iat, q.exp),
         ));
     }
-    let paid = p.money().map_err(|e| broken(link, e.to_string()))?;
+    let paid = check_under_mandate(mandate, conf, proof, q.profile == Profile::Checkout)?;
     let max = q.max().map_err(|e| broken("quote", e.to_string()))?;
     if paid != max {
         return Err(broken(
@@ -394,23 +393,6 @@ fn check_proof(
         return Err(broken(
             link,
             format!("pays over {}, which the mandate does not allow", p.rail),
-        ));
-    }
-    let Some(limits) = md.limits_for(paid.asset()) else {
-        return Err(broken(
-            link,
-            format!("the mandate allows no spending in {}", paid.asset()),
-        ));
-    };
-    if limits.per_call.is_some_and(|l| paid.amount() > l) {
-        return Err(broken(link, "above the mandate's per-call limit"));
-    }
-    let needs_confirmation =
-        q.profile == Profile::Checkout || limits.confirm_above.is_some_and(|t| paid.amount() > t);
-    if needs_confirmation && conf.is_none() {
-        return Err(broken(
-            link,
-            "the mandate requires a confirmation for this payment; there is none",
         ));
     }
     Ok(())

@@ -25,7 +25,7 @@ pub const MAX_LEN: usize = 64 * 1024;
 #[serde(deny_unknown_fields)]
 struct Header {
     alg: String,
-    kid: PublicKey,
+    kid: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     typ: Option<String>,
 }
@@ -38,7 +38,7 @@ pub const TYP: &str = "stipendex+jws";
 pub fn sign(key: &SecretKey, payload: &[u8]) -> String {
     let header = Header {
         alg: "EdDSA".into(),
-        kid: key.public(),
+        kid: key.public().to_string(),
         typ: Some(TYP.into()),
     };
     // A struct of strings always serializes.
@@ -98,12 +98,13 @@ pub fn verify(compact: &str) -> Result<Verified, Error> {
     let sig: [u8; 64] = part(s, "signature")?
         .try_into()
         .map_err(|_| Error::Malformed("an Ed25519 signature is 64 bytes".into()))?;
+    let kid = PublicKey::parse_cached(&header.kid)?;
     // The signing input is the first two parts exactly as received.
     let input_len = h.len() + 1 + p.len();
     let input = compact.get(..input_len).unwrap_or_default();
-    header.kid.verify(input.as_bytes(), &sig)?;
+    kid.verify(input.as_bytes(), &sig)?;
     Ok(Verified {
-        signer: header.kid,
+        signer: kid,
         payload: part(p, "payload")?,
     })
 }

@@ -61,6 +61,31 @@ impl PublicKey {
         Self::from_bytes(&bytes)
     }
 
+    /// As [`PublicKey::parse`], remembering keys already decoded (each costs a point
+    /// decompression and a weak-key check): readers see the same few keys again and again (a
+    /// receiver its own, a wallet its mandate's). The cache is bounded (cleared when full).
+    ///
+    /// # Errors
+    /// As [`PublicKey::parse`].
+    pub fn parse_cached(text: &str) -> Result<Self, Error> {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        const MAX: usize = 4096;
+        static CACHE: OnceLock<Mutex<HashMap<String, PublicKey>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        if let Some(k) = cache.lock().ok().and_then(|c| c.get(text).copied()) {
+            return Ok(k);
+        }
+        let key = Self::parse(text)?;
+        if let Ok(mut c) = cache.lock() {
+            if c.len() >= MAX {
+                c.clear();
+            }
+            c.insert(text.to_owned(), key);
+        }
+        Ok(key)
+    }
+
     /// Checks `signature` over `message` (strict verification: no malleable signatures).
     ///
     /// # Errors
@@ -100,8 +125,8 @@ impl Serialize for PublicKey {
 
 impl<'de> Deserialize<'de> for PublicKey {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Self::parse(&text).map_err(serde::de::Error::custom)
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        Self::parse_cached(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -227,7 +227,8 @@ pub trait Object: Serialize + DeserializeOwned + Clone + fmt::Debug + Send + Syn
 pub struct Signed<T> {
     jws: String,
     object: T,
-    digest: Digest,
+    /// Computed on first use: not every reader needs it.
+    digest: std::sync::OnceLock<Digest>,
 }
 
 #[derive(Deserialize)]
@@ -256,11 +257,10 @@ impl<T: Object> Signed<T> {
         let payload = serde_json::to_vec(&object)
             .map_err(|e| Error::Malformed(format!("cannot serialize the {}: {e}", T::KIND)))?;
         let jws = jws::sign(key, &payload);
-        let digest = Digest::of(jws.as_bytes());
         Ok(Signed {
             jws,
             object,
-            digest,
+            digest: std::sync::OnceLock::new(),
         })
     }
 
@@ -274,12 +274,22 @@ impl<T: Object> Signed<T> {
     /// own rules: a Proof whose digests do not match what it carries).
     pub fn parse(compact: &str) -> Result<Self, Error> {
         let verified = jws::verify(compact.trim())?;
-        let peek: Peek = serde_json::from_slice(&verified.payload).map_err(|e| {
-            Error::Malformed(format!("the payload has no valid `stipendex` tag: {e}"))
-        })?;
-        peek.stipendex.expect(T::KIND)?;
-        let object: T = serde_json::from_slice(&verified.payload)
-            .map_err(|e| Error::Malformed(format!("the {} is not valid: {e}", T::KIND)))?;
+        // One pass on the way that succeeds; the tag is read alone only to explain a failure
+        // (another type, an unknown major version: their members may not parse as `T`).
+        let object: T = match serde_json::from_slice(&verified.payload) {
+            Ok(o) => o,
+            Err(e) => {
+                let peek: Peek = serde_json::from_slice(&verified.payload).map_err(|e| {
+                    Error::Malformed(format!("the payload has no valid `stipendex` tag: {e}"))
+                })?;
+                peek.stipendex.expect(T::KIND)?;
+                return Err(Error::Malformed(format!(
+                    "the {} is not valid: {e}",
+                    T::KIND
+                )));
+            }
+        };
+        object.tag().expect(T::KIND)?;
         check_id(object.id(), T::PREFIX)?;
         object.check()?;
         if object.signer() != &verified.signer {
@@ -290,12 +300,10 @@ impl<T: Object> Signed<T> {
                 verified.signer
             )));
         }
-        let jws = compact.trim().to_owned();
-        let digest = Digest::of(jws.as_bytes());
         Ok(Signed {
-            jws,
+            jws: compact.trim().to_owned(),
             object,
-            digest,
+            digest: std::sync::OnceLock::new(),
         })
     }
 
@@ -314,7 +322,7 @@ impl<T: Object> Signed<T> {
     /// The digest other objects bind this one by.
     #[must_use]
     pub fn digest(&self) -> &Digest {
-        &self.digest
+        self.digest.get_or_init(|| Digest::of(self.jws.as_bytes()))
     }
 
     /// The header value of the HTTP binding: base64url of the compact JWS.

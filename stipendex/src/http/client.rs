@@ -109,18 +109,7 @@ impl Client {
             .await
             .map_err(|e| transport(&e))?;
         if second.status() == StatusCode::PAYMENT_REQUIRED {
-            let body: Value = second.json().await.unwrap_or(Value::Null);
-            let code = body
-                .get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("refused");
-            let message = body.get("message").and_then(Value::as_str).unwrap_or("");
-            return Err(Error::Payment(rail_core::RailError::Declined(
-                rail_core::RailReason::new(
-                    code,
-                    format!("the receiver refused the proof: {message}"),
-                ),
-            )));
+            return Err(refusal(second, "the receiver refused the proof").await);
         }
         let receipt = match second.headers().get(RECEIPT).map(|v| v.to_str()) {
             Some(Ok(v)) => {
@@ -160,14 +149,7 @@ impl Client {
             .await
             .map_err(|e| transport(&e))?;
         if second.status() == StatusCode::PAYMENT_REQUIRED {
-            let body: Value = second.json().await.unwrap_or(Value::Null);
-            let code = body
-                .get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("refused");
-            return Err(Error::Payment(rail_core::RailError::Declined(
-                rail_core::RailReason::new(code, "the server refused the x402 payment"),
-            )));
+            return Err(refusal(second, "the server refused the x402 payment").await);
         }
         let settlement = [wire::PAYMENT_RESPONSE, wire::X_PAYMENT_RESPONSE]
             .iter()
@@ -179,6 +161,24 @@ impl Client {
         r.settlement = settlement;
         Ok(r)
     }
+}
+
+/// A paid retry answered 402 again: the refusal's code (`error`) and message, as a decline.
+async fn refusal(r: reqwest::Response, what: &str) -> Error {
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    let code = body
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("refused");
+    let message = body.get("message").and_then(Value::as_str).unwrap_or("");
+    Error::Payment(rail_core::RailError::Declined(rail_core::RailReason::new(
+        code,
+        if message.is_empty() {
+            what.to_owned()
+        } else {
+            format!("{what}: {message}")
+        },
+    )))
 }
 
 fn transport(e: &reqwest::Error) -> Error {
