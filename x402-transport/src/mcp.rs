@@ -335,22 +335,7 @@ pub fn unavailable_result(error: &str, reason: Option<&str>, detail: &str) -> Ca
 /// `content[0].text` and its `x402/error.data`). `None` unless `isError` and it has `accepts`.
 #[must_use]
 pub fn payment_required_of(result: &CallToolResult) -> Option<Value> {
-    if result.is_error != Some(true) {
-        return None;
-    }
-    let pick = |v: &Value| -> Option<Value> {
-        if v.get("accepts").is_some_and(Value::is_array) {
-            return Some(v.clone());
-        }
-        v.pointer("/x402~1error/data")
-            .filter(|d| d.get("accepts").is_some_and(Value::is_array))
-            .cloned()
-    };
-    if let Some(found) = result.structured_content.as_ref().and_then(pick) {
-        return Some(found);
-    }
-    let text = result.content.first()?.as_text()?.text.clone();
-    pick(&serde_json::from_str(&text).ok()?)
+    crate::wire::payment_required_in_tool_result(&serde_json::to_value(result).ok()?)
 }
 
 /// An MCP endpoint at `path` over Streamable HTTP for the rmcp server `factory` makes (one

@@ -215,6 +215,30 @@ pub fn scheme_and_network(envelope: &Value) -> Option<(&str, &str)> {
     ))
 }
 
+/// The payment requirement of an MCP tool result given as JSON (`{"isError": true, …}`), looked
+/// for in the x402 MCP convention's order: `structuredContent`, its `x402/error.data`, then
+/// the first text content parsed as JSON. `None` unless `isError` and it has `accepts`. (No
+/// MCP SDK needed: a wallet reads results its host hands it.)
+#[must_use]
+pub fn payment_required_in_tool_result(result: &Value) -> Option<Value> {
+    if result.get("isError").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    let pick = |v: &Value| -> Option<Value> {
+        if v.get("accepts").is_some_and(Value::is_array) {
+            return Some(v.clone());
+        }
+        v.pointer("/x402~1error/data")
+            .filter(|d| d.get("accepts").is_some_and(Value::is_array))
+            .cloned()
+    };
+    if let Some(found) = result.get("structuredContent").and_then(pick) {
+        return Some(found);
+    }
+    let text = result.pointer("/content/0/text")?.as_str()?;
+    pick(&serde_json::from_str(text).ok()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

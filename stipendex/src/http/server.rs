@@ -123,15 +123,20 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     if req.method() == Method::OPTIONS {
         return next.run(req).await;
     }
-    let sreq = request_of(&req);
-    let seen = Seen::of(&req);
-    if b.receiver.priced(&sreq).is_none() {
+    // Matching needs only the method and path; the query is read for priced requests only.
+    let unpriced = b
+        .receiver
+        .priced(&Request::new(req.method().as_str(), req.uri().path()))
+        .is_none();
+    if unpriced {
         // Not a Stipendex price: the x402 paywall (if any) decides alone.
         return match &b.x402 {
             Some(p) => paywall_middleware(State(p.clone()), req, next).await,
             None => next.run(req).await,
         };
     }
+    let sreq = request_of(&req);
+    let seen = Seen::of(&req);
     let (x402_payment, presented) = read_headers(req.headers());
     if x402_payment
         && let Some(p) = &b.x402

@@ -69,22 +69,7 @@ impl Required {
     /// first text content parsed as JSON. `None` if the result asks no payment.
     #[must_use]
     pub fn from_mcp_result(result: &Value) -> Option<Self> {
-        if result.get("isError").and_then(Value::as_bool) != Some(true) {
-            return None;
-        }
-        let pick = |v: &Value| -> Option<Value> {
-            if v.get("accepts").is_some_and(Value::is_array) {
-                return Some(v.clone());
-            }
-            v.pointer("/x402~1error/data")
-                .filter(|d| d.get("accepts").is_some_and(Value::is_array))
-                .cloned()
-        };
-        let found = result.get("structuredContent").and_then(pick).or_else(|| {
-            let text = result.pointer("/content/0/text")?.as_str()?;
-            pick(&serde_json::from_str(text).ok()?)
-        })?;
-        Self::from_value(found).ok()
+        Self::from_value(wire::payment_required_in_tool_result(result)?).ok()
     }
 
     fn entries(&self) -> Vec<Value> {
@@ -396,7 +381,6 @@ impl Wallet {
         budgets: &super::spend::Budgets,
         now: u64,
     ) -> Result<Signed<Confirmation>, Error> {
-        let me = &self.0;
         let (left_in_period, left_in_total) = budgets.left().await;
         let ask = Ask {
             why: Why::AboveThreshold,
@@ -411,26 +395,8 @@ impl Wallet {
             left_in_period,
             left_in_total,
         };
-        match me.confirmer.confirm(&ask).await {
-            super::Answer::No { why } => Err(Error::NotConfirmed(format!("{}: {why}", ask.text()))),
-            super::Answer::Yes { by } => Signed::sign(
-                Confirmation {
-                    stipendex: Tag::current("confirmation"),
-                    id: new_id("c_"),
-                    wallet: me.key.public(),
-                    mandate: me.mandate.digest().clone(),
-                    quote: choice.challenge.digest(),
-                    quote_id: "x402".into(),
-                    receiver: choice.challenge.origin.clone(),
-                    asset: choice.amount.asset().clone(),
-                    total: choice.amount.amount(),
-                    tolerance: rail_core::Amount::ZERO,
-                    iat: now,
-                    by,
-                },
-                &me.key,
-            ),
-        }
+        self.ask_human(&ask, choice.challenge.digest(), "x402", now)
+            .await
     }
 }
 

@@ -100,16 +100,19 @@ impl DirJournal {
 #[async_trait]
 impl Journal for DirJournal {
     async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
-        use tokio::io::AsyncWriteExt as _;
+        use std::io::Write as _;
         let path = self.path(chain);
-        let mut f = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .await
-            .map_err(|e| Error::Storage(format!("{}: {e}", path.display())))?;
-        f.write_all(format!("{jws}\n").as_bytes())
-            .await
-            .map_err(|e| Error::Storage(format!("{}: {e}", path.display())))
+        let line = format!("{jws}\n");
+        let shown = path.display().to_string();
+        tokio::task::spawn_blocking(move || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(line.as_bytes()))
+        })
+        .await
+        .map_err(|e| Error::Storage(format!("{shown}: {e}")))?
+        .map_err(|e| Error::Storage(format!("{shown}: {e}")))
     }
 }

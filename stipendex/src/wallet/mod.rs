@@ -543,7 +543,6 @@ impl Wallet {
         budgets: &spend::Budgets,
         now: u64,
     ) -> Result<Signed<Confirmation>, Error> {
-        let me = &self.0;
         let q = quote.object();
         let (left_in_period, left_in_total) = budgets.left().await;
         let ask = Ask {
@@ -555,25 +554,39 @@ impl Wallet {
             left_in_period,
             left_in_total,
         };
-        match me.confirmer.confirm(&ask).await {
+        self.ask_human(&ask, quote.digest().clone(), &q.id, now)
+            .await
+    }
+
+    /// Asks the confirmer; a yes becomes a signed Confirmation of `ask`'s total and tolerance,
+    /// bound to `bound` (a Quote's digest, or a challenge's) and `quote_id`.
+    async fn ask_human(
+        &self,
+        ask: &Ask,
+        bound: crate::envelope::Digest,
+        quote_id: &str,
+        now: u64,
+    ) -> Result<Signed<Confirmation>, Error> {
+        let me = &self.0;
+        match me.confirmer.confirm(ask).await {
             Answer::No { why } => Err(Error::NotConfirmed(format!("{}: {why}", ask.text()))),
-            Answer::Yes { by } => {
-                let c = Confirmation {
+            Answer::Yes { by } => Signed::sign(
+                Confirmation {
                     stipendex: Tag::current("confirmation"),
                     id: new_id("c_"),
                     wallet: me.key.public(),
                     mandate: me.mandate.digest().clone(),
-                    quote: quote.digest().clone(),
-                    quote_id: q.id.clone(),
-                    receiver: q.receiver.id.clone(),
-                    asset: q.asset.clone(),
+                    quote: bound,
+                    quote_id: quote_id.to_owned(),
+                    receiver: ask.receiver.clone(),
+                    asset: ask.total.asset().clone(),
                     total: ask.total.amount(),
                     tolerance: ask.tolerance,
                     iat: now,
                     by,
-                };
-                Signed::sign(c, &me.key)
-            }
+                },
+                &me.key,
+            ),
         }
     }
 
