@@ -175,6 +175,16 @@ pub enum RailError {
         /// The operation id.
         op_id: String,
     },
+    /// The rail accepted the payment and holds it for a decision (a human review): nothing is
+    /// settled yet, the payer's funds are reserved. The same operation again (same operation
+    /// id) reports the decision once it is taken: the payment, or [`RailError::Declined`].
+    #[error("payment {payment_ref} is pending review: {reason}")]
+    PendingReview {
+        /// The payment on the rail, to look it up or quote it to an operator.
+        payment_ref: String,
+        /// Why it waits (the rule that sent it to review).
+        reason: String,
+    },
     /// The rail does not know the referenced payment, offer or account.
     #[error("not found: {0}")]
     NotFound(String),
@@ -224,6 +234,7 @@ impl RailError {
             RailError::LimitExceeded { .. } => "limit_exceeded",
             RailError::IdempotencyConflict { .. } => "idempotency_conflict",
             RailError::InProgress { .. } => "in_progress",
+            RailError::PendingReview { .. } => "pending_review",
             RailError::NotFound(_) => "not_found",
             RailError::Unsupported { .. } => "unsupported",
             RailError::Declined(_) => "declined",
@@ -237,9 +248,10 @@ impl RailError {
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
-            RailError::InProgress { .. } | RailError::Unavailable(_) | RailError::Storage(_) => {
-                true
-            }
+            RailError::InProgress { .. }
+            | RailError::PendingReview { .. }
+            | RailError::Unavailable(_)
+            | RailError::Storage(_) => true,
             RailError::Rail { retryable, .. } => *retryable,
             _ => false,
         }

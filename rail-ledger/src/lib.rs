@@ -79,7 +79,7 @@ pub use error::LedgerError;
 pub use ledger::{FAST_CLOCK_TOLERANCE, Ledger, MAX_BATCH};
 pub use rail::{
     DEFAULT_HOLD, DEFAULT_MAX_HOLD, HoldRefusal, LedgerOfferDetails, LedgerPayer, LedgerProof,
-    LedgerReceiver, RAIL, offer_binding, op_transfer_id,
+    LedgerReceiver, RAIL, check_hold_terms, offer_binding, op_transfer_id,
 };
 pub use types::{
     Account, AccountCreated, AccountId, Created, NewAccount, RESERVED_BIT, SideBalances, Transfer,

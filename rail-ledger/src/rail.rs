@@ -233,6 +233,49 @@ async fn apply(
     })
 }
 
+/// Checks a hold presented for an offer that asked for `asked_ms`: it has a timeout, lasts at
+/// least what was asked, has not lapsed by `now` (the clock the ledger expires holds by) and
+/// has `min_left` still to run (by default half of `asked_ms`), so that it can still be
+/// captured. Shared by [`LedgerReceiver`] and services that verify ledger holds for others.
+///
+/// # Errors
+/// A [`HoldRefusal`] (as [`RailError::Rail`]), or [`RailError::InvalidState`] (`expired`).
+pub fn check_hold_terms(
+    t: &Transfer,
+    asked_ms: u64,
+    now: rail_core::Timestamp,
+    min_left: Option<Duration>,
+) -> RailResult<()> {
+    if t.timeout_ms == 0 {
+        return Err(HoldRefusal::NoTimeout("the hold's timeout").into());
+    }
+    if t.timeout_ms < asked_ms {
+        return Err(HoldRefusal::TooShort {
+            hold_ms: t.timeout_ms,
+            asked_ms,
+        }
+        .into());
+    }
+    let left_ms = t
+        .expires_at()
+        .map_or(i64::MAX, |e| e.0.saturating_sub(now.0));
+    if left_ms <= 0 {
+        return Err(RailError::InvalidState {
+            op: "verify",
+            state: "expired".into(),
+        });
+    }
+    let required_ms = min_left.map_or(asked_ms / 2, millis);
+    if u64::try_from(left_ms).is_ok_and(|left| left < required_ms) {
+        return Err(HoldRefusal::TooLittleLeft {
+            left_ms,
+            required_ms,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 fn parse_account(s: &str, what: &str) -> RailResult<AccountId> {
     s.parse()
         .map_err(|e| RailError::InvalidInput(format!("{what}: {e}")))
@@ -483,39 +526,12 @@ impl LedgerReceiver {
             return Err(RailError::mismatch(Binding::Payer, &payment.payer, t.debit));
         }
         if offer.mode == PaymentMode::Hold {
-            // A hold with a timeout, as long as the offer asked, not lapsed.
             let asked_ms = offer
                 .details_as::<LedgerOfferDetails>()?
                 .hold_duration_ms()?;
-            if t.timeout_ms == 0 {
-                return Err(HoldRefusal::NoTimeout("the hold's timeout").into());
-            }
-            if t.timeout_ms < asked_ms {
-                return Err(HoldRefusal::TooShort {
-                    hold_ms: t.timeout_ms,
-                    asked_ms,
-                }
-                .into());
-            }
             // What is left, by the clock the ledger expires holds by.
             let now = self.ledger.now().await?;
-            let left_ms = t
-                .expires_at()
-                .map_or(i64::MAX, |e| e.0.saturating_sub(now.0));
-            if left_ms <= 0 {
-                return Err(RailError::InvalidState {
-                    op: "verify",
-                    state: "expired".into(),
-                });
-            }
-            let required_ms = self.min_hold_left.map_or(asked_ms / 2, millis);
-            if u64::try_from(left_ms).is_ok_and(|left| left < required_ms) {
-                return Err(HoldRefusal::TooLittleLeft {
-                    left_ms,
-                    required_ms,
-                }
-                .into());
-            }
+            check_hold_terms(&t, asked_ms, now, self.min_hold_left)?;
         }
         if status != Some(want_status) {
             return Err(RailError::InvalidState {

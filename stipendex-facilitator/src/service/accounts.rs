@@ -1,0 +1,237 @@
+//! Accounts: registration and funding (operator's side), who signs a request (every request),
+//! and an account's own view of itself.
+
+use std::time::Instant;
+
+use rail_account::api::AccountView;
+use rail_account::auth::{self, RequestParts, SignedRequest};
+use rail_account::{AccountPublicKey, AuthError};
+use rail_core::keys::Write;
+use rail_core::{Asset, Money, OpId, RailError, RailResult};
+use rail_ledger::{
+    AccountId, Created, NewAccount as LedgerAccount, TransferRequest, op_transfer_id,
+};
+use sha2::{Digest, Sha256};
+
+use super::{Cached, Facilitator, NS_NONCES, money, units};
+use crate::store::AccountRecord;
+
+/// An account to open (operator's side).
+#[derive(Clone, Debug)]
+pub struct NewAccount {
+    /// Its id; a random one when `None`.
+    pub id: Option<AccountId>,
+    /// The key that signs its requests.
+    pub key: AccountPublicKey,
+    /// The one asset it holds.
+    pub asset: Asset,
+    /// Payments above this wait for an operator's review.
+    pub review_above: Option<Money>,
+    /// A name for operators.
+    pub label: String,
+}
+
+/// The treasury of `asset`: the account money enters the facilitator from (it may go below
+/// zero: what it owes is what the facilitator's accounts hold).
+#[must_use]
+pub fn treasury_id(asset: &Asset) -> AccountId {
+    let h = Sha256::new()
+        .chain_update(b"stipendex-facilitator/treasury/")
+        .chain_update(asset.code().as_bytes())
+        .finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(h.get(..16).unwrap_or(&[0; 16]));
+    AccountId((u128::from_be_bytes(b) | 1) & !rail_ledger::RESERVED_BIT)
+}
+
+impl Facilitator {
+    /// Opens an account (or, for an existing id, replaces its key, threshold and label; its
+    /// asset cannot change).
+    ///
+    /// # Errors
+    /// [`RailError::InvalidInput`] for a threshold in another asset or an id that exists with
+    /// another asset; [`RailError::Storage`].
+    pub async fn create_account(&self, new: NewAccount) -> RailResult<AccountRecord> {
+        let review_above = new
+            .review_above
+            .as_ref()
+            .map(|m| {
+                if m.asset() != &new.asset {
+                    return Err(RailError::InvalidInput(format!(
+                        "the review threshold is in {}, the account holds {}",
+                        m.asset(),
+                        new.asset
+                    )));
+                }
+                m.minor_i64().map_err(RailError::from)
+            })
+            .transpose()?;
+        let id = new.id.unwrap_or_else(AccountId::random);
+        self.ledger
+            .create_account(LedgerAccount {
+                id,
+                asset: new.asset.clone(),
+                no_overdraft: true,
+            })
+            .await?;
+        let record = AccountRecord {
+            id: id.to_string(),
+            public_key: new.key.to_string(),
+            review_above,
+            label: new.label,
+            created_at: self.clock.now(),
+        };
+        self.pool.put_account(&record).await?;
+        self.forget(id);
+        Ok(record)
+    }
+
+    /// Credits `amount` to `account` from the treasury, once per `reference` (the same
+    /// reference again does nothing more).
+    ///
+    /// # Errors
+    /// [`RailError::NotFound`] for an unknown account; [`RailError::IdempotencyConflict`] for
+    /// a reference used with another amount; [`RailError::Storage`].
+    pub async fn fund(
+        &self,
+        account: AccountId,
+        amount: &Money,
+        reference: &str,
+    ) -> RailResult<Created> {
+        let treasury = treasury_id(amount.asset());
+        self.ledger
+            .create_account(LedgerAccount {
+                id: treasury,
+                asset: amount.asset().clone(),
+                no_overdraft: false,
+            })
+            .await?;
+        let op = OpId::new(format!("fund/{account}/{reference}"))?;
+        Ok(self
+            .ledger
+            .transfer(TransferRequest::Single {
+                id: op_transfer_id(treasury, "fund", &op),
+                debit: treasury,
+                credit: account,
+                amount: units(amount)?,
+                user_data: 0,
+            })
+            .await?)
+    }
+
+    /// The account's key, asset and threshold, from memory if read in the last few seconds.
+    pub(crate) async fn account(&self, id: AccountId) -> Result<Cached, AuthError> {
+        if let Some(c) = self
+            .cache
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&id).cloned())
+            .filter(|c| c.until > Instant::now())
+        {
+            return Ok(c);
+        }
+        let unknown = || AuthError::UnknownAccount(id.to_string());
+        let storage = |e: RailError| AuthError::Unavailable(format!("account {id}: {e}"));
+        let record = self
+            .pool
+            .account(&id.to_string())
+            .await
+            .map_err(storage)?
+            .ok_or_else(unknown)?;
+        let ledger = self
+            .ledger
+            .account(id)
+            .await
+            .map_err(|e| storage(e.into()))?
+            .ok_or_else(unknown)?;
+        let key = AccountPublicKey::parse(&record.public_key)?;
+        let cached = Cached {
+            key,
+            key_text: record.public_key,
+            asset: ledger.asset,
+            review_above: record.review_above.and_then(|v| u64::try_from(v).ok()),
+            until: Instant::now() + self.config.account_cache,
+        };
+        if let Ok(mut m) = self.cache.lock() {
+            if m.len() > 100_000 {
+                m.clear();
+            }
+            m.insert(id, cached.clone());
+        }
+        Ok(cached)
+    }
+
+    fn forget(&self, id: AccountId) {
+        if let Ok(mut m) = self.cache.lock() {
+            m.remove(&id);
+        }
+    }
+
+    /// Who signed this request: its time within the window, its signature under the
+    /// account's key, then its nonce never seen before (recorded for every instance).
+    ///
+    /// # Errors
+    /// An [`AuthError`]; nothing is done for the request.
+    pub async fn authenticate(
+        &self,
+        signed: &SignedRequest,
+        parts: &RequestParts<'_>,
+    ) -> Result<AccountId, AuthError> {
+        let id: AccountId = signed
+            .account
+            .parse()
+            .map_err(|e: String| AuthError::Malformed(auth::ACCOUNT, e))?;
+        let account = self.account(id).await?;
+        auth::check(
+            signed,
+            &account.key,
+            parts,
+            self.clock.now(),
+            self.config.window,
+        )?;
+        let key = format!("{id}/{}", signed.nonce);
+        let mut w = Write::finished(
+            rand::random(),
+            "seen",
+            Some(self.config.window.saturating_mul(2)),
+        );
+        w.fingerprint = Vec::new();
+        match self.keys.insert_if_absent(NS_NONCES, &key, &w).await {
+            Ok(None) => Ok(id),
+            Ok(Some(_)) => Err(AuthError::Replayed(signed.nonce.clone())),
+            Err(e) => Err(AuthError::Unavailable(format!("nonce: {e}"))),
+        }
+    }
+
+    /// The caller's own account.
+    ///
+    /// # Errors
+    /// [`RailError::NotFound`]; [`RailError::Storage`].
+    pub async fn account_view(&self, caller: AccountId) -> RailResult<AccountView> {
+        let a = self
+            .ledger
+            .account(caller)
+            .await?
+            .ok_or_else(|| RailError::NotFound(format!("account {caller}")))?;
+        let cached = self
+            .account(caller)
+            .await
+            .map_err(|e| RailError::NotFound(e.to_string()))?;
+        let nonneg = |v: i128, what: &str| {
+            u64::try_from(v).map_err(|_| {
+                RailError::Storage(format!("account {caller}: {what} is {v}, below zero"))
+            })
+        };
+        Ok(AccountView {
+            id: caller.to_string(),
+            key: cached.key_text,
+            balance: money(&a.asset, nonneg(a.posted_balance(), "the balance")?)?,
+            held: money(&a.asset, a.debits_pending)?,
+            available: money(&a.asset, nonneg(a.available(), "what is available")?)?,
+            review_above: cached
+                .review_above
+                .map(|v| money(&a.asset, v))
+                .transpose()?,
+        })
+    }
+}

@@ -1,0 +1,144 @@
+//! Opening a facilitator on a database URL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rail_core::{KeyStore, RailError, SharedClock};
+use rail_ledger::Ledger;
+
+use super::Facilitator;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::store::Pool;
+
+/// Opens the facilitator whose data is at `url`: `sqlite://PATH` (one instance; created if
+/// missing) or `postgres://…` (several instances; `schema` keeps one facilitator's tables
+/// apart, created if missing). `clock` replaces the system's and the database's time (tests
+/// that travel in time); `None` judges holds by the database's clock on PostgreSQL.
+///
+/// # Errors
+/// [`Error::Config`] for a URL of another kind or a backend not compiled in;
+/// [`Error::Rail`] (storage) when the database cannot be opened.
+pub async fn open(
+    url: &str,
+    schema: Option<&str>,
+    config: Config,
+    clock: Option<SharedClock>,
+) -> Result<Facilitator> {
+    let host: SharedClock = clock
+        .clone()
+        .unwrap_or_else(|| Arc::new(rail_core::SystemClock));
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        return open_sqlite(url, path, config, host, clock).await;
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return open_postgres(url, schema, config, host, clock).await;
+    }
+    Err(Error::Config(format!(
+        "the facilitator's database URL must start with sqlite:// or postgres://, not {:?}",
+        url.split(':').next().unwrap_or("")
+    )))
+}
+
+fn storage(e: &sqlx::Error) -> Error {
+    Error::Rail(RailError::Storage(e.to_string()))
+}
+
+#[cfg(feature = "sqlite")]
+async fn open_sqlite(
+    url: &str,
+    path: &str,
+    config: Config,
+    host: SharedClock,
+    clock: Option<SharedClock>,
+) -> Result<Facilitator> {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+    let ledger = Ledger::sqlite_with_clock(url, host.clone()).await?;
+    let opts = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(30));
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(opts)
+        .await
+        .map_err(|e| storage(&e))?;
+    let mut keys = rail_core::keys_sql::SqliteKeyStore::new(pool.clone()).await?;
+    if let Some(c) = clock {
+        keys = keys.with_clock(c);
+    }
+    let pool = Pool::Sqlite(pool);
+    pool.migrate().await?;
+    Ok(Facilitator::new(
+        ledger,
+        pool,
+        Arc::new(keys) as Arc<dyn KeyStore>,
+        host,
+        config,
+    ))
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn open_sqlite(
+    _url: &str,
+    _path: &str,
+    _config: Config,
+    _host: SharedClock,
+    _clock: Option<SharedClock>,
+) -> Result<Facilitator> {
+    Err(Error::Config(
+        "this build has no SQLite support: enable the `sqlite` feature".into(),
+    ))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    url: &str,
+    schema: Option<&str>,
+    config: Config,
+    host: SharedClock,
+    clock: Option<SharedClock>,
+) -> Result<Facilitator> {
+    let ledger = match &clock {
+        Some(c) => Ledger::postgres_with_clock(url, schema, c.clone()).await?,
+        None => Ledger::postgres_with_host_clock(url, schema, host.clone()).await?,
+    };
+    let mut opts: sqlx::postgres::PgConnectOptions = url
+        .parse()
+        .map_err(|e: sqlx::Error| Error::Config(format!("the PostgreSQL URL is invalid: {e}")))?;
+    if let Some(s) = schema {
+        opts = opts.options([("search_path", s)]);
+    }
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .connect_with(opts)
+        .await
+        .map_err(|e| storage(&e))?;
+    let mut keys = rail_core::keys_sql::PgKeyStore::new(pool.clone()).await?;
+    if let Some(c) = clock {
+        keys = keys.with_clock(c);
+    }
+    let pool = Pool::Postgres(pool);
+    pool.migrate().await?;
+    Ok(Facilitator::new(
+        ledger,
+        pool,
+        Arc::new(keys) as Arc<dyn KeyStore>,
+        host,
+        config,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(
+    _url: &str,
+    _schema: Option<&str>,
+    _config: Config,
+    _host: SharedClock,
+    _clock: Option<SharedClock>,
+) -> Result<Facilitator> {
+    Err(Error::Config(
+        "this build has no PostgreSQL support: enable the `postgres` feature".into(),
+    ))
+}

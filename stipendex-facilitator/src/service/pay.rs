@@ -1,0 +1,208 @@
+//! Paying and holding: the payer's side.
+//!
+//! A payment is one ledger transfer from the payer to the payee, its id derived from the
+//! payer's account and the request's idempotency key, the offer bound into its `user_data`.
+//! A payment above the payer's review threshold is a hold (pending transfer) instead, posted
+//! when an operator approves it and voided when one rejects it; until then the payer is told
+//! it is pending.
+
+use rail_account::RAIL;
+use rail_account::api::{AccountOfferDetails, AccountProof, PayAnswer, PayRequest};
+use rail_core::{Binding, OpId, Payment, PaymentMode, RailError, RailId, RailReason, RailResult};
+use rail_ledger::{
+    AccountId, HoldRefusal, LedgerError, Transfer, TransferError, TransferKind, TransferRequest,
+    offer_binding, op_transfer_id,
+};
+
+use super::{Facilitator, parse_id, units};
+use crate::store::{ReviewRecord, ReviewState};
+
+impl Facilitator {
+    /// Pays (or holds, by the offer's mode) `req.offer` from `caller`'s account, once per
+    /// idempotency key `key`.
+    ///
+    /// # Errors
+    /// `rail_mismatch`, `wrong_network`, `asset_mismatch`, `offer_expired`,
+    /// `insufficient_funds`, `idempotency_conflict`, `not_found` (no such payee), a hold
+    /// refusal, `declined` (rejected in review), `storage_error`.
+    pub async fn pay(
+        &self,
+        caller: AccountId,
+        key: &OpId,
+        req: PayRequest,
+    ) -> RailResult<PayAnswer> {
+        let offer = req.offer;
+        if offer.rail.as_str() != RAIL {
+            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
+        }
+        let details: AccountOfferDetails = offer.details_as()?;
+        if details.network != self.config.network {
+            return Err(RailError::WrongNetwork {
+                expected: self.config.network.clone(),
+                actual: details.network,
+            });
+        }
+        let payer = self
+            .account(caller)
+            .await
+            .map_err(|e| RailError::NotFound(e.to_string()))?;
+        if offer.amount.asset() != &payer.asset {
+            return Err(RailError::mismatch(
+                Binding::Asset,
+                &payer.asset,
+                offer.amount.asset(),
+            ));
+        }
+        offer.check_live(self.clock.now())?;
+        let payee: AccountId = parse_id(&offer.payee, "offer payee")?;
+        let amount = units(&offer.amount)?;
+        if amount == 0 {
+            return Err(RailError::InvalidInput("amount must not be zero".into()));
+        }
+        let review = payer.review_above.is_some_and(|limit| amount > limit);
+        let user_data = offer_binding(&offer.id);
+        let request = match offer.mode {
+            PaymentMode::Capture if !review => TransferRequest::Single {
+                id: op_transfer_id(caller, "pay", key),
+                debit: caller,
+                credit: payee,
+                amount,
+                user_data,
+            },
+            PaymentMode::Capture => TransferRequest::Pending {
+                id: op_transfer_id(caller, "pay", key),
+                debit: caller,
+                credit: payee,
+                amount,
+                user_data,
+                timeout_ms: millis(self.config.review_hold),
+            },
+            PaymentMode::Hold => {
+                let asked_ms = details
+                    .hold_ms
+                    .unwrap_or(millis(rail_account::DEFAULT_HOLD));
+                if asked_ms == 0 {
+                    return Err(HoldRefusal::NoTimeout("the offer's hold duration").into());
+                }
+                let max_ms = millis(self.config.max_hold);
+                if asked_ms > max_ms {
+                    return Err(HoldRefusal::TooLong { asked_ms, max_ms }.into());
+                }
+                TransferRequest::Pending {
+                    id: op_transfer_id(caller, "hold", key),
+                    debit: caller,
+                    credit: payee,
+                    amount,
+                    user_data,
+                    timeout_ms: asked_ms,
+                }
+            }
+        };
+        let t = self.apply_payment(key, request).await?;
+        // A payment in review: queue it (again, if the instance that held it died first).
+        let in_review = offer.mode == PaymentMode::Capture && t.kind == TransferKind::Pending;
+        if in_review || review {
+            self.pool
+                .queue_review(&ReviewRecord {
+                    payment_id: t.id.to_string(),
+                    payer: caller.to_string(),
+                    payee: payee.to_string(),
+                    amount: i64::try_from(amount)
+                        .map_err(|_| RailError::InvalidInput("amount too large".into()))?,
+                    asset: payer.asset.code().to_owned(),
+                    mode: offer.mode.to_string(),
+                    offer_id: offer.id.clone(),
+                    reason: format!(
+                        "above the payer's review threshold of {} minor units",
+                        payer.review_above.unwrap_or_default()
+                    ),
+                    state: ReviewState::Pending,
+                    created_at: self.clock.now(),
+                    decided_at: None,
+                    decided_by: None,
+                    note: None,
+                })
+                .await?;
+        }
+        if let Some(r) = self.pool.review(&t.id.to_string()).await? {
+            match r.state {
+                ReviewState::Pending => {
+                    return Ok(PayAnswer::PendingReview {
+                        payment_ref: t.id.to_string(),
+                        reason: r.reason,
+                    });
+                }
+                ReviewState::Rejected | ReviewState::Expired => {
+                    return Err(RailError::Declined(RailReason::new(
+                        format!("review_{}", r.state.as_str()),
+                        r.note.unwrap_or_else(|| {
+                            format!("the payment was {} in review", r.state.as_str())
+                        }),
+                    )));
+                }
+                ReviewState::Approved => {}
+            }
+        }
+        Ok(PayAnswer::Paid {
+            payment: Payment {
+                rail: RailId::new(RAIL),
+                offer_id: offer.id,
+                mode: offer.mode,
+                payer: caller.to_string(),
+                amount: offer.amount,
+                proof: serde_json::to_value(AccountProof {
+                    payment_id: t.id.to_string(),
+                })
+                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
+            },
+        })
+    }
+
+    /// Applies a payment's transfer. The same key again is the same transfer; a transfer the
+    /// key made before in the other form (held for review, or not, when the threshold changed
+    /// in between) is that payment; anything else under the key is a conflict.
+    async fn apply_payment(&self, key: &OpId, request: TransferRequest) -> RailResult<Transfer> {
+        match self.ledger.transfer(request.clone()).await {
+            Ok(created) => Ok(created.transfer().clone()),
+            Err(LedgerError::Refused(TransferError::ExistsWithDifferentFields)) => {
+                let conflict = || RailError::IdempotencyConflict {
+                    op_id: key.to_string(),
+                };
+                let (t, _) = self
+                    .ledger
+                    .lookup_transfer(request.id())
+                    .await?
+                    .ok_or_else(conflict)?;
+                let same = match request {
+                    TransferRequest::Single {
+                        debit,
+                        credit,
+                        amount,
+                        user_data,
+                        ..
+                    }
+                    | TransferRequest::Pending {
+                        debit,
+                        credit,
+                        amount,
+                        user_data,
+                        ..
+                    } => {
+                        t.debit == debit
+                            && t.credit == credit
+                            && t.amount == amount
+                            && t.user_data == user_data
+                    }
+                    _ => false,
+                };
+                if same { Ok(t) } else { Err(conflict()) }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Whole milliseconds of `d`, saturating.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

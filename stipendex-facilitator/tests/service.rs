@@ -1,0 +1,321 @@
+//! The facilitator over HTTP, with the account rail's client: payments, single-use
+//! verification, holds, refunds, the review queue, request signing, health and metrics.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{NETWORK, Party, World, usd};
+use rail_account::api::{self, AccountView, PaymentStatus, PaymentView};
+use rail_account::auth;
+use rail_account::{AccountClient, AccountKey, AccountPayer, Submitted};
+use rail_core::{
+    Charge, Clock, HoldPayer, HoldReceiver, OpId, Payer, PaymentMode, RailError, Receiver,
+    RefundReceiver,
+};
+use stipendex_facilitator::store::ReviewState;
+
+#[tokio::test]
+async fn pay_verify_once_and_refund() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::capture(usd("2.50"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let payment = payer.pay(&op, &offer).await.unwrap();
+    // The same operation again is the same payment: nothing more is paid.
+    assert_eq!(payer.pay(&op, &offer).await.unwrap(), payment);
+    assert_eq!(w.balance(&w.payer).await, 9_750);
+    let v = receiver.verify(&offer, &payment).await.unwrap();
+    assert_eq!(v.amount, usd("2.50"));
+    let again = receiver.verify(&offer, &payment).await.unwrap_err();
+    assert!(matches!(again, RailError::Replayed { .. }), "{again}");
+    let r = receiver
+        .refund(&OpId::random(), &v.payment_ref, &usd("1.00"))
+        .await
+        .unwrap();
+    assert_eq!(r.amount, usd("1.00"));
+    assert_eq!(w.balance(&w.payer).await, 9_850);
+    let view: PaymentView = w
+        .client(&w.payer)
+        .get(&api::payment(&v.payment_ref))
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(view.status, PaymentStatus::Settled);
+    assert_eq!(view.refunded, Some(usd("1.00")));
+    // A stranger does not see it.
+    let stranger = Party::new();
+    stranger.register(&w.fac, None).await;
+    let e = w
+        .client(&stranger)
+        .get::<PaymentView>(&api::payment(&v.payment_ref))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "not_found");
+}
+
+#[tokio::test]
+async fn holds_capture_in_part_and_void() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::hold(usd("3.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let held = payer.hold(&OpId::random(), &offer).await.unwrap();
+    assert_eq!(w.available(&w.payer).await, 9_700);
+    let v = receiver.verify(&offer, &held).await.unwrap();
+    let c = receiver
+        .capture(&OpId::random(), &v, &usd("1.25"))
+        .await
+        .unwrap();
+    assert_eq!(c.captured, usd("1.25"));
+    assert_eq!(c.released, usd("1.75"));
+    assert_eq!(w.balance(&w.payee).await, 125);
+    let offer = receiver
+        .offer(&Charge::hold(usd("1.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let held = payer.hold(&OpId::random(), &offer).await.unwrap();
+    let v = receiver.verify(&offer, &held).await.unwrap();
+    receiver.void(&OpId::random(), &v).await.unwrap();
+    assert_eq!(w.available(&w.payer).await, 10_000 - 125);
+    let e = receiver
+        .capture(&OpId::random(), &v, &usd("1.00"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "invalid_state", "{e}");
+}
+
+#[tokio::test]
+async fn refusals_are_typed_and_change_nothing() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    // Expired offer.
+    let offer = receiver
+        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(5)))
+        .await
+        .unwrap();
+    w.clock.advance(Duration::from_secs(6));
+    let e = payer.pay(&OpId::random(), &offer).await.unwrap_err();
+    assert!(matches!(e, RailError::OfferExpired { .. }), "{e}");
+    // Another facilitator's offer: refused before any call.
+    let mut other = receiver
+        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    other.details = serde_json::json!({"network": "elsewhere"});
+    let e = payer.pay(&OpId::random(), &other).await.unwrap_err();
+    assert!(matches!(e, RailError::WrongNetwork { .. }), "{e}");
+    // Too much.
+    let big = receiver
+        .offer(&Charge::capture(usd("4.99"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let poor = Party::new();
+    poor.register(&w.fac, None).await;
+    let poor_payer = AccountPayer::new(w.client(&poor), rail_core::Asset::usd());
+    let e = poor_payer.pay(&OpId::random(), &big).await.unwrap_err();
+    assert_eq!(e.code(), "insufficient_funds", "{e}");
+    // Same operation id, other offer.
+    let op = OpId::random();
+    let a = receiver
+        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let b = receiver
+        .offer(&Charge::capture(usd("2.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    payer.pay(&op, &a).await.unwrap();
+    let e = payer.pay(&op, &b).await.unwrap_err();
+    assert!(matches!(e, RailError::IdempotencyConflict { .. }), "{e}");
+    // A payment presented for another offer, or with its amount changed.
+    let p = payer.pay(&OpId::random(), &b).await.unwrap();
+    let e = receiver.verify(&a, &p).await.unwrap_err();
+    assert_eq!(e.code(), "offer_mismatch", "{e}");
+    let mut forged = p.clone();
+    forged.amount = usd("1.00");
+    let mut offer_b_cheap = b.clone();
+    offer_b_cheap.amount = usd("1.00");
+    let e = receiver.verify(&offer_b_cheap, &forged).await.unwrap_err();
+    assert_eq!(e.code(), "amount_mismatch", "{e}");
+    // Nothing moved but the two good payments.
+    assert_eq!(w.balance(&w.payer).await, 10_000 - 300);
+    assert_eq!(w.balance(&poor).await, 0);
+}
+
+#[tokio::test]
+async fn payments_above_the_threshold_wait_for_review() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::capture(usd("7.00"), Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let Submitted::PendingReview { payment_ref, .. } = payer
+        .submit(&op, &offer, PaymentMode::Capture)
+        .await
+        .unwrap()
+    else {
+        panic!("a payment above 5.00 must wait for review");
+    };
+    // The trait reports the pending state, typed and retryable.
+    let e = payer.pay(&op, &offer).await.unwrap_err();
+    assert!(
+        matches!(e, RailError::PendingReview { .. }) && e.is_retryable(),
+        "{e}"
+    );
+    assert_eq!(w.available(&w.payer).await, 9_300, "the funds are reserved");
+    assert_eq!(w.balance(&w.payee).await, 0);
+    let queue = w.fac.reviews(Some(ReviewState::Pending), 10).await.unwrap();
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue[0].payment_id, payment_ref);
+    w.fac
+        .approve(&payment_ref, "ops@test", Some("known customer"))
+        .await
+        .unwrap();
+    let payment = payer.pay(&op, &offer).await.unwrap();
+    let v = receiver.verify(&offer, &payment).await.unwrap();
+    assert_eq!(v.amount, usd("7.00"));
+    assert_eq!(w.balance(&w.payee).await, 700);
+    // A refund of a reviewed payment goes back from the transfer that settled it.
+    receiver
+        .refund(&OpId::random(), &v.payment_ref, &usd("2.00"))
+        .await
+        .unwrap();
+    assert_eq!(w.balance(&w.payer).await, 10_000 - 500);
+
+    // Rejected: the funds come back, the payer is told it was declined.
+    let offer = receiver
+        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let e = payer.pay(&op, &offer).await.unwrap_err();
+    let RailError::PendingReview { payment_ref, .. } = e else {
+        panic!("{e}")
+    };
+    w.fac
+        .reject(&payment_ref, "ops@test", Some("unusual"))
+        .await
+        .unwrap();
+    let e = payer.pay(&op, &offer).await.unwrap_err();
+    assert_eq!(e.code(), "declined", "{e}");
+    assert_eq!(w.available(&w.payer).await, 9_500);
+    assert!(
+        w.fac.approve(&payment_ref, "ops@test", None).await.is_err(),
+        "a rejected payment stays rejected"
+    );
+}
+
+#[tokio::test]
+async fn unsigned_stale_replayed_and_forged_requests_are_refused() {
+    let w = World::sqlite().await;
+    let http = reqwest::Client::new();
+    let url = format!("{}{}", w.url, api::ACCOUNT);
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unauthenticated");
+
+    // A signed request, sent twice: the second is a replay.
+    let ts = w.clock.now().0;
+    let nonce = auth::nonce();
+    let account = w.payer.id.to_string();
+    let sig = w.payer.key.sign(&auth::Canonical {
+        method: "GET",
+        path_and_query: api::ACCOUNT,
+        account: &account,
+        timestamp_ms: ts,
+        nonce: &nonce,
+        idempotency_key: None,
+        body: b"",
+    });
+    let send = || {
+        http.get(&url)
+            .header(auth::ACCOUNT, &account)
+            .header(auth::TIMESTAMP, ts.to_string())
+            .header(auth::NONCE, &nonce)
+            .header(auth::SIGNATURE, sig.to_string())
+            .send()
+    };
+    let first = send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let view: AccountView = first.json().await.unwrap();
+    assert_eq!(view.available, usd("100.00"));
+    let again: serde_json::Value = send().await.unwrap().json().await.unwrap();
+    assert_eq!(again["error"]["code"], "replayed_request");
+
+    // Signed by another key.
+    let impostor = AccountClient::new([w.url.clone()], &account, AccountKey::generate(), NETWORK)
+        .unwrap()
+        .with_clock(std::sync::Arc::new(w.clock.clone()));
+    let e = impostor.get::<AccountView>(api::ACCOUNT).await.unwrap_err();
+    assert_eq!(e.rail_reason().unwrap().code, "bad_request_signature");
+    // Signed too long ago (the client's clock is 10 minutes behind).
+    let late = rail_core::ManualClock::at(rail_core::Timestamp(ts - 600_000));
+    let stale = w.client(&w.payer).with_clock(std::sync::Arc::new(late));
+    let e = stale.get::<AccountView>(api::ACCOUNT).await.unwrap_err();
+    assert_eq!(e.rail_reason().unwrap().code, "stale_request");
+    // A body changed after signing.
+    let e = http
+        .post(format!("{}{}", w.url, api::PAYMENTS))
+        .header(auth::ACCOUNT, &account)
+        .header(auth::TIMESTAMP, ts.to_string())
+        .header(auth::NONCE, auth::nonce())
+        .header(auth::SIGNATURE, sig.to_string())
+        .header(auth::IDEMPOTENCY_KEY, "op_x")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(e.status(), 401);
+    assert_eq!(w.balance(&w.payer).await, 10_000);
+}
+
+#[tokio::test]
+async fn health_and_metrics() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::capture(usd("0.10"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let p = payer.pay(&OpId::random(), &offer).await.unwrap();
+    receiver.verify(&offer, &p).await.unwrap();
+    let _ = receiver.verify(&offer, &p).await;
+    let h: api::Health = reqwest::get(format!("{}{}", w.url, api::HEALTH))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(h.status, "ok");
+    assert_eq!(h.network, NETWORK);
+    assert_eq!(h.backend, "sqlite");
+    let text = reqwest::get(format!("{}{}", w.url, api::METRICS))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains(r#"stipendex_facilitator_requests_total{instance="test-1",method="POST",route="/v1/payments",status="201"} 1"#), "{text}");
+    assert!(
+        text.contains(
+            r#"stipendex_facilitator_refusals_total{instance="test-1",code="replayed"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#"stipendex_facilitator_request_duration_seconds_count{instance="test-1",route="/v1/payments/{id}/redeem"} 2"#), "{text}");
+}
