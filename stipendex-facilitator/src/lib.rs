@@ -55,7 +55,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let sweeper = fac.clone();
-    let sweep = tokio::spawn(async move {
+    let sweep = Sweeper(tokio::spawn(async move {
         let mut every = tokio::time::interval(SWEEP_EVERY);
         loop {
             every.tick().await;
@@ -63,10 +63,20 @@ pub async fn serve(
                 tracing::warn!(error = %e, "sweep failed; retried at the next one");
             }
         }
-    });
+    }));
     let result = axum::serve(listener, router(fac))
         .with_graceful_shutdown(shutdown)
         .await;
-    sweep.abort();
+    drop(sweep);
     result
+}
+
+/// Stops the sweeper with the server, however the server's future ends (returned, or
+/// dropped: an aborted task must not leave the sweeper holding the database).
+struct Sweeper(tokio::task::JoinHandle<()>);
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

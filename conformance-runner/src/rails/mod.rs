@@ -1,5 +1,6 @@
 //! The rails the suite knows. A new rail adds its harness module here and its entry to [`all`].
 
+pub mod account;
 pub mod exact_algo;
 pub mod ledger;
 pub mod ln_nwc;
@@ -15,6 +16,7 @@ use conformance::RailEntry;
 pub fn all() -> Vec<RailEntry> {
     vec![
         ledger::ENTRY,
+        account::ENTRY,
         exact_algo::ENTRY,
         stripe::ENTRY,
         ln_nwc::ENTRY,
