@@ -1,6 +1,7 @@
 //! # rail-ledger
 //!
-//! A double-entry ledger and the Stipendex `account` rail on top of it.
+//! A double-entry ledger and the `ledger` rail on top of it (the hosted facilitator of the
+//! Stipendex `account` rail runs on it).
 //!
 //! - **Accounts** hold one asset each and keep TigerBeetle's four counters (debits/credits,
 //!   pending/posted); `no_overdraft` refuses debits (pending ones included) above credits.

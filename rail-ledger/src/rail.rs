@@ -1,4 +1,4 @@
-//! The ledger as a payment rail (the Stipendex `account` rail): pay = transfer, hold = pending
+//! The ledger as a payment rail (`ledger`; the hosted `account` rail runs on it): pay = transfer, hold = pending
 //! transfer, capture = post, void, refund = reversal, verify = look the transfer up and bind it
 //! to the offer (amount, payee, offer id) — once.
 //!

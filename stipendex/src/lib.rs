@@ -9,6 +9,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `ledger` (default) | [`ledger`]: the embedded double-entry ledger rail |
+//! | `account` | [`account`]: accounts at a hosted Stipendex facilitator (`stipendex facilitator`) |
 //! | `x402` | [`x402`]: x402 v2 `exact` on EVM (EIP-3009) |
 //! | `exact-algo` | [`exact_algo`]: native ALGO in an x402-style envelope |
 //! | `stripe` | [`stripe`]: Stripe PaymentIntents |
@@ -94,6 +95,9 @@ pub use rail_core::{
 /// The embedded double-entry ledger rail (`rail-ledger`).
 #[cfg(feature = "ledger")]
 pub use rail_ledger as ledger;
+/// Accounts at a hosted Stipendex facilitator (`rail-account`).
+#[cfg(feature = "account")]
+pub use rail_account as account;
 
 /// x402 v2 `exact` on EVM (`rail-x402`).
 #[cfg(feature = "x402")]

@@ -350,3 +350,92 @@ async fn an_unknown_rail_name_or_side_is_an_error() {
         .unwrap();
     assert!(matches!(r.payer("nope"), Err(Error::NoSuchRail(_))));
 }
+
+#[tokio::test]
+async fn an_account_rail_at_a_hosted_facilitator() {
+    use rail_account::AccountKey;
+    use stipendex_facilitator::{Config, NewAccount};
+    let dir = tempfile::tempdir().unwrap();
+    let fac = stipendex_facilitator::open(
+        &format!("sqlite://{}/fac.db", dir.path().display()),
+        None,
+        Config::new("fac.test"),
+        None,
+    )
+    .await
+    .unwrap();
+    let (agent, shop) = ([3u8; 32], [4u8; 32]);
+    let (agent_id, shop_id) = (
+        "0000000000000000000000000000a11c",
+        "00000000000000000000000000000b0b",
+    );
+    for (id, seed) in [(agent_id, agent), (shop_id, shop)] {
+        fac.create_account(NewAccount {
+            id: Some(id.parse().unwrap()),
+            key: AccountKey::from_seed(&seed).public(),
+            asset: Asset::usd(),
+            review_above: None,
+            label: id.into(),
+        })
+        .await
+        .unwrap();
+    }
+    fac.fund(
+        agent_id.parse().unwrap(),
+        &Money::parse(Asset::usd(), "10.00").unwrap(),
+        "t",
+    )
+    .await
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(stipendex_facilitator::serve(
+        listener,
+        fac.clone(),
+        std::future::pending(),
+    ));
+    let config = format!(
+        r#"
+        [store]
+        url = "memory"
+
+        [rails.hosted]
+        kind = "account"
+        url = "{url}"
+        network = "fac.test"
+        payer_account = "{agent_id}"
+        payer_key_env = "AGENT_KEY"
+        payee_account = "{shop_id}"
+        payee_key_env = "SHOP_KEY"
+        "#
+    );
+    let env = env(&[
+        ("AGENT_KEY", &hex::encode(agent)),
+        ("SHOP_KEY", &hex::encode(shop)),
+    ]);
+    let registry = Registry::from_toml(&config, &env).await.unwrap();
+    let rail = registry.handle("hosted").unwrap();
+    let offer = rail
+        .receiver
+        .offer(&Charge::capture(
+            Money::parse(Asset::usd(), "0.25").unwrap(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(registry.can_pay(&offer), vec!["hosted"]);
+    let payment = rail.payer.pay(&OpId::random(), &offer).await.unwrap();
+    let verified = rail.receiver.verify(&offer, &payment).await.unwrap();
+    assert_eq!(verified.amount.minor_units(), 25);
+    // A side without its key is named.
+    let half = config.replace("payee_key_env = \"SHOP_KEY\"", "");
+    let e = Registry::from_toml(&half, &env)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`payee_account` and `payee_key_env` go together"),
+        "{e}"
+    );
+    server.abort();
+}

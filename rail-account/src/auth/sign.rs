@@ -22,6 +22,12 @@ impl AccountKey {
         AccountKey(SigningKey::from_bytes(&rand::random::<[u8; 32]>()))
     }
 
+    /// The key from its 32-byte seed.
+    #[must_use]
+    pub fn from_seed(seed: &[u8; 32]) -> Self {
+        AccountKey(SigningKey::from_bytes(seed))
+    }
+
     /// The key from its 32-byte seed written in hex (64 digits).
     ///
     /// # Errors

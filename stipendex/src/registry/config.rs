@@ -184,3 +184,16 @@ where
     text.parse()
         .map_err(|e| Error::Config(format!("rails.{rail}.{field}: {text:?}: {e}")))
 }
+
+/// The asset a rail's `asset` field names (`USD`, `USDC`, `ALGO`, `BTC`).
+pub(crate) fn asset(name: &str, code: &str) -> Result<Asset, Error> {
+    match code {
+        "USD" => Ok(Asset::usd()),
+        "USDC" => Ok(Asset::usdc()),
+        "ALGO" => Ok(Asset::algo()),
+        "BTC" => Ok(Asset::btc()),
+        other => Err(Error::Config(format!(
+            "rails.{name}.asset: {other:?} is not one of USD, USDC, ALGO, BTC"
+        ))),
+    }
+}

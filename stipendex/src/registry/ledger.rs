@@ -1,11 +1,11 @@
 //! `kind = "ledger"`: the embedded double-entry ledger.
 
 use rail_core::payer::Idempotent;
-use rail_core::{Asset, PayerHandle, ReceiverHandle, ReplayGuard};
+use rail_core::{PayerHandle, ReceiverHandle, ReplayGuard};
 use rail_ledger::{AccountId, Ledger, LedgerPayer, LedgerReceiver};
 use serde::Deserialize;
 
-use super::config::{Storage, parse, section, storage, url};
+use super::config::{Storage, asset, parse, section, storage, url};
 use super::{Ctx, Sides};
 use crate::Error;
 
@@ -29,18 +29,6 @@ struct Section {
 
 fn usd() -> String {
     "USD".into()
-}
-
-fn asset(name: &str, code: &str) -> Result<Asset, Error> {
-    match code {
-        "USD" => Ok(Asset::usd()),
-        "USDC" => Ok(Asset::usdc()),
-        "ALGO" => Ok(Asset::algo()),
-        "BTC" => Ok(Asset::btc()),
-        other => Err(Error::Config(format!(
-            "rails.{name}.asset: {other:?} is not one of USD, USDC, ALGO, BTC"
-        ))),
-    }
 }
 
 pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {

@@ -6,7 +6,7 @@
 //! url = "sqlite://stipendex.db"   # or "postgres://…" (or url_env = "VAR"), or "memory" (tests)
 //!
 //! [rails.house]                   # a rail instance named "house"
-//! kind = "ledger"                 # ledger | x402 | exact-algo | stripe | ln-nwc
+//! kind = "ledger"                 # ledger | account | x402 | exact-algo | stripe | ln-nwc
 //! # … the kind's own fields (see below)
 //! ```
 //!
@@ -18,6 +18,7 @@
 //! | kind | payer side | receiver side | other fields |
 //! |---|---|---|---|
 //! | `ledger` | `payer_account` | `payee_account` | `url` (`sqlite://…` or `postgres://…`), `schema`, `asset` (`USD`) |
+//! | `account` | `payer_account`, `payer_key_env` | `payee_account`, `payee_key_env` | `url` (or `urls`: the facilitator's instances), `network`, `asset` (`USD`) |
 //! | `x402` | `payer_key_env`, `max_amount`, `rpc_url` | `pay_to`, `facilitator_url` | `network`, `token`, `token_name`, `token_version` |
 //! | `exact-algo` | `payer_key_env`, `max_amount`, `networks` | `pay_to` | `algod_url`, `algod_token_env` |
 //! | `stripe` | `payment_method`, `max_amount` | `secret_key_env`, `publishable_key`, `payee` | `api_base`, `currency` (`usd`) |
@@ -32,6 +33,13 @@
 //! asset = "USD"
 //! payer_account = "0000000000000000000000000000a11c"   # this wallet pays from it
 //! payee_account = "00000000000000000000000000000b0b"   # this service is paid into it
+//!
+//! [rails.hosted]
+//! kind = "account"
+//! url = "https://facilitator.example"  # a hosted Stipendex facilitator
+//! network = "facilitator.example"      # its network name
+//! payee_account = "00000000000000000000000000000b0b"
+//! payee_key_env = "STIPENDEX_ACCOUNT_KEY"  # 32-byte hex Ed25519 seed
 //!
 //! [rails.base-sepolia]
 //! kind = "x402"
@@ -75,6 +83,8 @@
 //! Payers come wrapped in [`rail_core::payer::Idempotent`] on the configured store: the same
 //! operation id pays once, across restarts.
 
+#[cfg(feature = "account")]
+mod account;
 pub(crate) mod config;
 #[cfg(feature = "exact-algo")]
 mod exact_algo;
@@ -103,6 +113,7 @@ use crate::Error;
 /// The rail kinds this crate knows, and the cargo feature that carries each.
 pub const KINDS: &[(&str, &str)] = &[
     ("ledger", "ledger"),
+    ("account", "account"),
     ("x402", "x402"),
     ("exact-algo", "exact-algo"),
     ("stripe", "stripe"),
@@ -352,6 +363,7 @@ fn kind_in(
 pub fn compiled(kind: &str) -> bool {
     match kind {
         "ledger" => cfg!(feature = "ledger"),
+        "account" => cfg!(feature = "account"),
         "x402" => cfg!(feature = "x402"),
         "exact-algo" => cfg!(feature = "exact-algo"),
         "stripe" => cfg!(feature = "stripe"),
@@ -367,6 +379,8 @@ async fn build(kind: &str, ctx: &Ctx<'_>) -> Result<Sides, Error> {
     match kind {
         #[cfg(feature = "ledger")]
         "ledger" => ledger::build(ctx).await,
+        #[cfg(feature = "account")]
+        "account" => account::build(ctx).await,
         #[cfg(feature = "x402")]
         "x402" => x402::build(ctx).await,
         #[cfg(feature = "exact-algo")]
