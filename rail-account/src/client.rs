@@ -4,11 +4,12 @@
 //! **Retries.** A call that got no answer (connection refused or reset, timeout) or a
 //! retryable refusal (`unavailable`, `storage_error`, `in_progress`) is sent again, signed
 //! anew (a fresh nonce and time) but with the *same* idempotency key, to the next instance in
-//! the list, a few times with a short pause. The facilitator applies a key once, so a request
+//! the list, a few times with a short pause. An instance that did not answer is skipped by
+//! every call for a few seconds ([`DOWN_FOR`]). The facilitator applies a key once, so a request
 //! that was applied before its answer was lost is answered the same and never applied twice.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rail_core::{RailError, RailReason, RailResult, SharedClock, SystemClock};
@@ -34,6 +35,8 @@ pub struct AccountClient {
     http: reqwest::Client,
     bases: Arc<[String]>,
     next: Arc<AtomicUsize>,
+    down: Arc<[AtomicU64]>,
+    epoch: std::time::Instant,
     account: String,
     key: AccountKey,
     network: String,
@@ -50,6 +53,9 @@ impl std::fmt::Debug for AccountClient {
             .finish_non_exhaustive()
     }
 }
+
+/// How long an instance that did not answer is skipped.
+pub const DOWN_FOR: Duration = Duration::from_secs(5);
 
 /// The default time a call may take, answer included.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -96,8 +102,10 @@ impl AccountClient {
         let attempts = (bases.len() * 2).max(3);
         Ok(AccountClient {
             http,
+            down: bases.iter().map(|_| AtomicU64::new(0)).collect(),
             bases: bases.into(),
             next: Arc::new(AtomicUsize::new(0)),
+            epoch: std::time::Instant::now(),
             account: account.to_owned(),
             key,
             network: network.to_owned(),
@@ -179,15 +187,21 @@ impl AccountClient {
     ) -> RailResult<Answer<T>> {
         let body = body.unwrap_or_default();
         let mut last = None;
+        // Each attempt goes to the next instance: a call never retries the one that failed it
+        // while another is there.
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
         for attempt in 0..self.attempts {
             if attempt > 0 {
                 let pause = 25u64.saturating_mul(1 << attempt.min(5));
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
-            let base = self.base();
+            let (i, base) = self.base(start.wrapping_add(attempt));
             match self.once(&method, base, path, &body, idempotency_key).await {
                 Ok(answer) => return Ok(answer),
                 Err(e) if e.is_retryable() && !matches!(e, RailError::PendingReview { .. }) => {
+                    if e.rail_reason().is_some_and(|r| r.code == "unreachable") {
+                        self.mark_down(i);
+                    }
                     tracing::debug!(instance = %base, path, attempt, error = %e, "facilitator call will be retried");
                     last = Some(e);
                 }
@@ -199,9 +213,33 @@ impl AccountClient {
         }))
     }
 
-    fn base(&self) -> &str {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.bases.len();
-        self.bases.get(i).map_or("", String::as_str)
+    /// The instance for the `n`th try: the `n`th in turn, skipping those that did not answer
+    /// in the last few seconds (unless none answered).
+    fn base(&self, n: usize) -> (usize, &str) {
+        let len = self.bases.len();
+        let now = self.clock_ms();
+        let up = (0..len).map(|k| n.wrapping_add(k) % len).find(|&i| {
+            self.down
+                .get(i)
+                .is_none_or(|d| d.load(Ordering::Relaxed) <= now)
+        });
+        let i = up.unwrap_or(n % len);
+        (i, self.bases.get(i).map_or("", String::as_str))
+    }
+
+    /// Skips instance `i` for [`DOWN_FOR`].
+    fn mark_down(&self, i: usize) {
+        if let Some(d) = self.down.get(i) {
+            let until = self
+                .clock_ms()
+                .saturating_add(DOWN_FOR.as_millis().try_into().unwrap_or(u64::MAX));
+            d.store(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Milliseconds on a monotonic clock (instance health is local, never signed).
+    fn clock_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     async fn once<T: DeserializeOwned>(

@@ -45,7 +45,7 @@ mod receiver;
 use rail_core::{Asset, Capabilities, Finality, RailError, RailResult};
 
 pub use auth::{AccountKey, AccountPublicKey, AuthError};
-pub use client::{AccountClient, Answer, DEFAULT_TIMEOUT};
+pub use client::{AccountClient, Answer, DEFAULT_TIMEOUT, DOWN_FOR};
 pub use payer::{AccountPayer, Submitted};
 pub use receiver::{AccountReceiver, DEFAULT_HOLD};
 

@@ -8,12 +8,14 @@
 //! stipendex mandate sign --key FILE MANDATE.json --out MANDATE.jws
 //! stipendex mandate show MANDATE.jws
 //! stipendex mandate revoke --key FILE MANDATE.jws [--store sqlite://wallet.db] [--out FILE]
+//! stipendex facilitator serve|account|review …   (see `facilitator`)
 //! ```
 //!
 //! Every failure is one sentence on standard error and a non-zero exit.
 
 mod bench;
 mod demo;
+mod facilitator;
 mod files;
 mod mandate;
 mod verify;
@@ -79,6 +81,10 @@ enum Command {
     /// Mandates: the principal's signed authority for a wallet.
     #[command(subcommand)]
     Mandate(Box<mandate::Command>),
+    /// The hosted facilitator (the `account` rail's server): serve it, open and fund
+    /// accounts, decide the review queue.
+    #[command(subcommand)]
+    Facilitator(Box<facilitator::Command>),
 }
 
 #[derive(Subcommand)]
@@ -106,18 +112,28 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Mandate(c) => mandate::run(*c).await,
+        Command::Facilitator(c) => facilitator::run(*c).await,
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // A serving facilitator logs every request (`info`); the other commands only errors.
+    let serving = match &cli.command {
+        Command::Facilitator(c) => c.serving(),
+        _ => None,
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(if serving.is_some() { "info" } else { "error" })
+    });
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if serving == Some(true) {
+        logs.json().flatten_event(true).init();
+    } else {
+        logs.init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

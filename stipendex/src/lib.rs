@@ -92,12 +92,12 @@ pub use rail_core::{
     ReplayGuard, SharedClock, SystemClock, Timestamp, Verified,
 };
 
-/// The embedded double-entry ledger rail (`rail-ledger`).
-#[cfg(feature = "ledger")]
-pub use rail_ledger as ledger;
 /// Accounts at a hosted Stipendex facilitator (`rail-account`).
 #[cfg(feature = "account")]
 pub use rail_account as account;
+/// The embedded double-entry ledger rail (`rail-ledger`).
+#[cfg(feature = "ledger")]
+pub use rail_ledger as ledger;
 
 /// x402 v2 `exact` on EVM (`rail-x402`).
 #[cfg(feature = "x402")]
