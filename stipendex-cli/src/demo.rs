@@ -213,7 +213,7 @@ pub(crate) async fn embedded_ledger(dir: &Path, funding: u64) -> Result<Stage, C
 async fn localnet(name: &str) -> Result<Stage, CliError> {
     let entry = conformance_runner::rails::find(name).ok_or_else(|| {
         msg(format!(
-            "--rail {name:?} is not a rail: use ledger, exact-algo, stripe, ln-nwc or x402"
+            "--rail {name:?} is not a rail: use ledger, account, exact-algo, stripe, ln-nwc or x402"
         ))
     })?;
     let harness = (entry.make)(Tier::Localnet).await.map_err(|e| match e {

@@ -311,9 +311,15 @@ async fn a_missing_or_bad_secret_is_named_and_never_echoed() {
 #[tokio::test]
 async fn configuration_mistakes_are_named() {
     let none = BTreeMap::new();
+    // A payer keeps single-use records (paid operations): without a [store] it is refused.
+    let key = env(&[("K", &"11".repeat(32))]);
     assert_eq!(
-        refusal("[rails.a]\nkind = \"ledger\"\n", &none).await,
-        "configuration: no [store]: name where single-use records live (url = \"sqlite://stipendex.db\", a postgres:// URL, or \"memory\" for tests)"
+        refusal(
+            "[rails.a]\nkind = \"account\"\nurl = \"http://127.0.0.1:9\"\nnetwork = \"n\"\npayer_account = \"0000000000000000000000000000a11c\"\npayer_key_env = \"K\"\n",
+            &key
+        )
+        .await,
+        "configuration: rails.a: this rail keeps single-use records: add a [store] (url = \"sqlite://stipendex.db\", a postgres:// URL, or \"memory\" for tests)"
     );
     assert_eq!(
         refusal(
@@ -427,6 +433,11 @@ async fn an_account_rail_at_a_hosted_facilitator() {
     let payment = rail.payer.pay(&OpId::random(), &offer).await.unwrap();
     let verified = rail.receiver.verify(&offer, &payment).await.unwrap();
     assert_eq!(verified.amount.minor_units(), 25);
+    // A receiver that verifies at the facilitator needs no [store].
+    let receiver_only = format!(
+        "[rails.hosted]\nkind = \"account\"\nurl = \"{url}\"\nnetwork = \"fac.test\"\npayee_account = \"{shop_id}\"\npayee_key_env = \"SHOP_KEY\"\n"
+    );
+    Registry::from_toml(&receiver_only, &env).await.unwrap();
     // A side without its key is named.
     let half = config.replace("payee_key_env = \"SHOP_KEY\"", "");
     let e = Registry::from_toml(&half, &env)

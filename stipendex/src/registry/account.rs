@@ -65,7 +65,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let payer = match side(&s.payer_account, &s.payer_key_env, "payer")? {
         Some((account, var)) => Some(PayerHandle::with_holds(Idempotent::new(
             AccountPayer::new(client(&account, &var)?, asset.clone()),
-            ctx.store.clone(),
+            ctx.store()?,
         ))),
         None => None,
     };

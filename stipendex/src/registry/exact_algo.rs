@@ -71,24 +71,16 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                 max_amount,
                 ..Policy::default()
             };
-            let payer = ExactAlgoPayer::new(
-                key,
-                algod.clone(),
-                policy,
-                ctx.store.clone(),
-                ctx.clock.clone(),
-            );
-            Some(PayerHandle::pay_only(Idempotent::new(
-                payer,
-                ctx.store.clone(),
-            )))
+            let payer =
+                ExactAlgoPayer::new(key, algod.clone(), policy, ctx.store()?, ctx.clock.clone());
+            Some(PayerHandle::pay_only(Idempotent::new(payer, ctx.store()?)))
         }
         None => None,
     };
     let receiver = match &s.pay_to {
         Some(pay_to) => {
             let pay_to: Address = parse(ctx.name, "pay_to", pay_to)?;
-            let r = ExactAlgoReceiver::connect(algod, pay_to, ctx.store.clone(), ctx.clock.clone())
+            let r = ExactAlgoReceiver::connect(algod, pay_to, ctx.store()?, ctx.clock.clone())
                 .await
                 .map_err(|e| ctx.rail_err(e))?;
             Some(ReceiverHandle::pay_only(r))

@@ -42,7 +42,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let account: AccountId = parse(ctx.name, "payer_account", id)?;
             Some(PayerHandle::with_holds(Idempotent::new(
                 LedgerPayer::new(ledger.clone(), account, asset.clone()),
-                ctx.store.clone(),
+                ctx.store()?,
             )))
         }
         None => None,
@@ -50,7 +50,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let receiver = match &s.payee_account {
         Some(id) => {
             let account: AccountId = parse(ctx.name, "payee_account", id)?;
-            let guard = ReplayGuard::new(ctx.store.clone(), format!("ledger/{}/offers", ctx.name));
+            let guard = ReplayGuard::new(ctx.store()?, format!("ledger/{}/offers", ctx.name));
             Some(ReceiverHandle::full(LedgerReceiver::new(
                 ledger, account, asset, guard,
             )))

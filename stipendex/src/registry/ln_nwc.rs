@@ -73,10 +73,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let max = money(ctx.name, "max_amount", &Asset::btc(), max)?;
             let client = connect(ctx, var).await?;
             let p = NwcPayer::new(client, currency, max, ctx.clock.clone());
-            Some(PayerHandle::with_holds(Idempotent::new(
-                p,
-                ctx.store.clone(),
-            )))
+            Some(PayerHandle::with_holds(Idempotent::new(p, ctx.store()?)))
         }
         None => None,
     };
@@ -84,7 +81,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         (Some(var), Some(seed_var)) => {
             let seed = key32(ctx.env, ctx.name, seed_var)?;
             let client = connect(ctx, var).await?;
-            let r = NwcReceiver::new(client, seed, ctx.store.clone(), ctx.clock.clone())
+            let r = NwcReceiver::new(client, seed, ctx.store()?, ctx.clock.clone())
                 .await
                 .map_err(|e| ctx.rail_err(e))?;
             Some(ReceiverHandle::with_holds(r))

@@ -163,12 +163,24 @@ pub(crate) struct Ctx<'a> {
     pub(crate) name: &'a str,
     pub(crate) table: &'a toml::Table,
     pub(crate) env: &'a dyn Env,
-    pub(crate) store: Arc<dyn KeyStore>,
+    store: Option<Arc<dyn KeyStore>>,
     pub(crate) clock: SharedClock,
 }
 
 #[allow(dead_code)]
 impl Ctx<'_> {
+    /// The shared store of single-use records, for a side that keeps some (every payer, and
+    /// receivers that verify locally); a configuration without `[store]` is refused here,
+    /// naming the rail that needs one.
+    pub(crate) fn store(&self) -> Result<Arc<dyn KeyStore>, Error> {
+        self.store.clone().ok_or_else(|| {
+            Error::Config(format!(
+                "rails.{}: this rail keeps single-use records: add a [store] (url = \"sqlite://stipendex.db\", a postgres:// URL, or \"memory\" for tests)",
+                self.name
+            ))
+        })
+    }
+
     /// A rail error while starting this rail.
     pub(crate) fn rail_err(&self, source: rail_core::RailError) -> Error {
         Error::Rail {
@@ -396,14 +408,14 @@ async fn build(kind: &str, ctx: &Ctx<'_>) -> Result<Sides, Error> {
     }
 }
 
+/// The `[store]`, if the file has one (a receiver whose rail verifies at a facilitator needs
+/// none).
 async fn open_store(
     section: Option<&config::StoreSection>,
     env: &dyn Env,
-) -> Result<Arc<dyn KeyStore>, Error> {
+) -> Result<Option<Arc<dyn KeyStore>>, Error> {
     let Some(section) = section else {
-        return Err(Error::Config(
-            "no [store]: name where single-use records live (url = \"sqlite://stipendex.db\", a postgres:// URL, or \"memory\" for tests)".into(),
-        ));
+        return Ok(None);
     };
     let url = config::url(env, "store", section.url.as_ref(), section.url_env.as_ref())?;
     #[allow(unused_variables)] // used by whichever store drivers are compiled in
@@ -412,21 +424,21 @@ async fn open_store(
         source,
     };
     match config::storage("store", &url)? {
-        config::Storage::Memory => Ok(Arc::new(MemoryKeyStore::default())),
+        config::Storage::Memory => Ok(Some(Arc::new(MemoryKeyStore::default()))),
         #[cfg(feature = "sqlite")]
-        config::Storage::Sqlite(path) => Ok(Arc::new(
+        config::Storage::Sqlite(path) => Ok(Some(Arc::new(
             rail_core::keys_sql::SqliteKeyStore::open(Path::new(path))
                 .await
                 .map_err(err)?,
-        )),
+        ))),
         #[cfg(not(feature = "sqlite"))]
         config::Storage::Sqlite(_) => Err(config::driver_missing("store", "sqlite")),
         #[cfg(feature = "postgres")]
-        config::Storage::Postgres => Ok(Arc::new(
+        config::Storage::Postgres => Ok(Some(Arc::new(
             rail_core::keys_sql::PgKeyStore::connect(&url)
                 .await
                 .map_err(err)?,
-        )),
+        ))),
         #[cfg(not(feature = "postgres"))]
         config::Storage::Postgres => Err(config::driver_missing("store", "postgres")),
     }

@@ -55,10 +55,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             let max = money(ctx.name, "max_amount", &asset, max)?;
             let p = StripePayer::new(&s.api_base, pm.clone(), max, ctx.clock.clone())
                 .map_err(|e| ctx.rail_err(e))?;
-            Some(PayerHandle::with_holds(Idempotent::new(
-                p,
-                ctx.store.clone(),
-            )))
+            Some(PayerHandle::with_holds(Idempotent::new(p, ctx.store()?)))
         }
         None => None,
     };
@@ -76,7 +73,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                 pk.clone(),
                 payee.clone(),
                 asset,
-                ctx.store.clone(),
+                ctx.store()?,
                 ctx.clock.clone(),
             )))
         }

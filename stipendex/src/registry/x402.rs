@@ -74,10 +74,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                 Arc::new(rpc),
                 ctx.clock.clone(),
             );
-            Some(PayerHandle::pay_only(Idempotent::new(
-                payer,
-                ctx.store.clone(),
-            )))
+            Some(PayerHandle::pay_only(Idempotent::new(payer, ctx.store()?)))
         }
         None => None,
     };
@@ -96,7 +93,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                 Arc::new(facilitator),
                 token,
                 pay_to,
-                ctx.store.clone(),
+                ctx.store()?,
                 ctx.clock.clone(),
             );
             Some(ReceiverHandle::pay_only(r))
