@@ -10,12 +10,15 @@
 //! stipendex facilitator review list --db URL [--all]
 //! stipendex facilitator review approve --db URL PAYMENT [--by NAME] [--note TEXT]
 //! stipendex facilitator review reject --db URL PAYMENT [--by NAME] [--note TEXT]
+//! stipendex facilitator bench [--backend sqlite|postgres] [--clients 20] [--seconds 10]
 //! ```
 //!
 //! `--db` may come from `STIPENDEX_FACILITATOR_DB` (a PostgreSQL URL with a password belongs
 //! in the environment, not on a command line).
 
 #![allow(clippy::print_stdout)] // a command's output
+
+mod bench;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -66,6 +69,9 @@ pub(crate) enum Command {
     /// The review queue: payments above their payer's threshold wait for a decision.
     #[command(subcommand)]
     Review(ReviewCommand),
+    /// Measures paid payments per second through the facilitator (p50/p99) beside the
+    /// embedded ledger rail on the same database, and the cost of request signing.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -217,6 +223,7 @@ pub(crate) async fn run(cmd: Command) -> Result<ExitCode, CliError> {
         } => serve(&db, &network, listen, instance.as_deref()).await,
         Command::Account(c) => account(c).await,
         Command::Review(c) => review(c).await,
+        Command::Bench(a) => bench::run(a).await,
     }
 }
 
