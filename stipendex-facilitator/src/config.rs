@@ -14,8 +14,14 @@ pub struct Config {
     /// How far a signed request's time may be from this instance's clock, either way; nonces
     /// are remembered twice as long.
     pub window: Duration,
-    /// How long a payment waiting for review holds the payer's funds before it lapses.
+    /// How long a payment waiting for review holds the payer's funds before it lapses (never
+    /// longer than its offer lives).
     pub review_hold: Duration,
+    /// How much of its offer's life a payment must have left to be approved: the payer still
+    /// has to present it and the receiver to verify it before the offer expires. Approving
+    /// later would pay for an offer the receiver can no longer accept; it is refused and the
+    /// funds are released.
+    pub approval_margin: Duration,
     /// The longest hold a payer may be asked for.
     pub max_hold: Duration,
     /// How long an account's key and settings are cached by an instance (a disabled account
@@ -35,6 +41,7 @@ impl Config {
             instance: format!("fac-{}", hex::encode(rand::random::<[u8; 3]>())),
             window: rail_account::auth::DEFAULT_WINDOW,
             review_hold: Duration::from_secs(24 * 3600),
+            approval_margin: Duration::from_secs(60),
             max_hold: rail_ledger::DEFAULT_MAX_HOLD,
             account_cache: Duration::from_secs(5),
             max_body: 64 * 1024,

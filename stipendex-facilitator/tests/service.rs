@@ -217,6 +217,35 @@ async fn payments_above_the_threshold_wait_for_review() {
         w.fac.approve(&payment_ref, "ops@test", None).await.is_err(),
         "a rejected payment stays rejected"
     );
+
+    // Approved too late to be presented before its offer ends: refused, the funds released.
+    let offer = receiver
+        .offer(&Charge::capture(usd("8.00"), Duration::from_secs(90)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
+    else {
+        panic!("above the threshold")
+    };
+    w.clock.advance(Duration::from_secs(45));
+    let e = w
+        .fac
+        .approve(&payment_ref, "ops@test", None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "invalid_state", "{e}");
+    assert_eq!(w.available(&w.payer).await, 9_500);
+    assert_eq!(w.balance(&w.payee).await, 500);
+    // The hold never outlives its offer.
+    let (t, _) = w
+        .fac
+        .ledger()
+        .lookup_transfer(payment_ref.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(t.timeout_ms <= 90_000, "{}", t.timeout_ms);
 }
 
 #[tokio::test]

@@ -75,7 +75,12 @@ impl Facilitator {
                 credit: payee,
                 amount,
                 user_data,
-                timeout_ms: millis(self.config.review_hold),
+                // The hold never outlives the offer: unreviewed by then, the funds come back.
+                timeout_ms: millis(self.config.review_hold).min(
+                    u64::try_from(offer.expires_at.0.saturating_sub(self.clock.now().0))
+                        .unwrap_or(0)
+                        .max(1),
+                ),
             },
             PaymentMode::Hold => {
                 let asked_ms = details
@@ -112,6 +117,7 @@ impl Facilitator {
                     asset: payer.asset.code().to_owned(),
                     mode: offer.mode.to_string(),
                     offer_id: offer.id.clone(),
+                    offer_expires_at: offer.expires_at,
                     reason: format!(
                         "above the payer's review threshold of {} minor units",
                         payer.review_above.unwrap_or_default()
@@ -124,7 +130,13 @@ impl Facilitator {
                 })
                 .await?;
         }
-        if let Some(r) = self.pool.review(&t.id.to_string()).await? {
+        // Only a hold can be in review: a settled payment needs no look-up.
+        let review = if t.kind == TransferKind::Pending {
+            self.pool.review(&t.id.to_string()).await?
+        } else {
+            None
+        };
+        if let Some(r) = review {
             match r.state {
                 ReviewState::Pending => {
                     return Ok(PayAnswer::PendingReview {

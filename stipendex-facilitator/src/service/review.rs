@@ -55,6 +55,27 @@ impl Facilitator {
                 });
             }
         }
+        let left = r.offer_expires_at.0.saturating_sub(self.clock.now().0);
+        let margin = i64::try_from(self.config.approval_margin.as_millis()).unwrap_or(i64::MAX);
+        if left < margin {
+            // Too late to be presented and verified: release the funds instead.
+            self.release(&t).await?;
+            self.record(
+                &r,
+                ReviewState::Expired,
+                operator,
+                Some("the offer expires before the payment could be verified"),
+            )
+            .await?;
+            return Err(RailError::InvalidState {
+                op: "approve",
+                state: format!(
+                    "expired: its offer ends in {} s, under the {} s an approval leaves the payer to present it",
+                    left.max(0) / 1000,
+                    margin / 1000
+                ),
+            });
+        }
         if r.mode == "capture" {
             let post = TransferRequest::Post {
                 id: decision_id(&t, "review-approve")?,
@@ -98,8 +119,14 @@ impl Facilitator {
                 });
             }
         }
+        self.release(&t).await?;
+        self.record(&r, ReviewState::Rejected, operator, note).await
+    }
+
+    /// Voids a payment's hold (once, whoever asks first).
+    async fn release(&self, t: &Transfer) -> RailResult<()> {
         let void = TransferRequest::Void {
-            id: decision_id(&t, "review-reject")?,
+            id: decision_id(t, "review-reject")?,
             pending_id: t.id,
         };
         match self.ledger.transfer(void).await {
@@ -108,10 +135,9 @@ impl Facilitator {
             Ok(_)
             | Err(LedgerError::Refused(
                 TransferError::AlreadyVoided | TransferError::PendingExpired,
-            )) => {}
-            Err(e) => return Err(e.into()),
+            )) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        self.record(&r, ReviewState::Rejected, operator, note).await
     }
 
     async fn in_review(&self, payment_id: &str) -> RailResult<(ReviewRecord, Transfer)> {

@@ -90,6 +90,8 @@ pub struct ReviewRecord {
     pub mode: String,
     /// The offer it pays.
     pub offer_id: String,
+    /// When that offer expires (after it, the payment cannot be verified).
+    pub offer_expires_at: Timestamp,
     /// Why it waits.
     pub reason: String,
     /// The decision.

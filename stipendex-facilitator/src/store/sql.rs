@@ -15,7 +15,7 @@ const ACCOUNTS: &str = "CREATE TABLE IF NOT EXISTS facilitator_accounts (
 const REVIEWS: &str = "CREATE TABLE IF NOT EXISTS facilitator_reviews (
     payment_id TEXT PRIMARY KEY, payer TEXT NOT NULL, payee TEXT NOT NULL,
     amount BIGINT NOT NULL, asset TEXT NOT NULL, mode TEXT NOT NULL, offer_id TEXT NOT NULL,
-    reason TEXT NOT NULL, state TEXT NOT NULL, created_at BIGINT NOT NULL,
+    offer_expires_at BIGINT NOT NULL, reason TEXT NOT NULL, state TEXT NOT NULL, created_at BIGINT NOT NULL,
     decided_at BIGINT, decided_by TEXT, note TEXT)";
 const REVIEWS_INDEX: &str = "CREATE INDEX IF NOT EXISTS facilitator_reviews_state ON facilitator_reviews (state, created_at)";
 
@@ -27,10 +27,10 @@ const UPSERT_ACCOUNT: &str =
 const GET_ACCOUNT: &str = "SELECT id, public_key, review_above, label, created_at FROM facilitator_accounts WHERE id = $1";
 const LIST_ACCOUNTS: &str = "SELECT id, public_key, review_above, label, created_at FROM facilitator_accounts ORDER BY created_at, id";
 const INSERT_REVIEW: &str = "INSERT INTO facilitator_reviews
-    (payment_id, payer, payee, amount, asset, mode, offer_id, reason, state, created_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9) ON CONFLICT (payment_id) DO NOTHING";
+    (payment_id, payer, payee, amount, asset, mode, offer_id, offer_expires_at, reason, state, created_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10) ON CONFLICT (payment_id) DO NOTHING";
 const REVIEW_COLUMNS: &str =
-    "payment_id, payer, payee, amount, asset, mode, offer_id, reason, state,
+    "payment_id, payer, payee, amount, asset, mode, offer_id, offer_expires_at, reason, state,
     created_at, decided_at, decided_by, note";
 const DECIDE: &str =
     "UPDATE facilitator_reviews SET state = $1, decided_at = $2, decided_by = $3, note = $4
@@ -85,6 +85,7 @@ macro_rules! review_of {
             asset: r.try_get("asset").map_err(|e| storage(&e))?,
             mode: r.try_get("mode").map_err(|e| storage(&e))?,
             offer_id: r.try_get("offer_id").map_err(|e| storage(&e))?,
+            offer_expires_at: Timestamp(r.try_get("offer_expires_at").map_err(|e| storage(&e))?),
             reason: r.try_get("reason").map_err(|e| storage(&e))?,
             state: ReviewState::parse(&state)?,
             created_at: Timestamp(r.try_get("created_at").map_err(|e| storage(&e))?),
@@ -204,6 +205,7 @@ impl Pool {
             .bind(&r.asset)
             .bind(&r.mode)
             .bind(&r.offer_id)
+            .bind(r.offer_expires_at.0)
             .bind(&r.reason)
             .bind(r.created_at.0)
             .execute(p)

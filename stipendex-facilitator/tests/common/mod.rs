@@ -44,14 +44,26 @@ impl World {
         Self::on(&url, None, dir).await
     }
 
+    /// As [`World::sqlite`], the facilitator judging time by the system's clock (for
+    /// clients that sign with it).
+    pub async fn sqlite_system_clock() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/fac.db", dir.path().display());
+        Self::with(&url, None, dir, false).await
+    }
+
     pub async fn on(url: &str, schema: Option<&str>, dir: tempfile::TempDir) -> World {
+        Self::with(url, schema, dir, true).await
+    }
+
+    async fn with(url: &str, schema: Option<&str>, dir: tempfile::TempDir, manual: bool) -> World {
         let clock = ManualClock::starting_now();
         let shared: SharedClock = Arc::new(clock.clone());
         let fac = open(
             url,
             schema,
             Config::new(NETWORK).with_instance("test-1"),
-            Some(shared),
+            manual.then_some(shared),
         )
         .await
         .unwrap();
