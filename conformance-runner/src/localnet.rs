@@ -100,7 +100,8 @@ impl Kind {
         }
     }
 
-    /// The localnet the rail named `rail` needs (besides PostgreSQL), if any.
+    /// The localnet the rail named `rail` needs (besides PostgreSQL), if any: none for the
+    /// ledger and the account rail (its facilitator is served in process).
     #[must_use]
     pub fn for_rail(rail: &str) -> Option<Kind> {
         match rail {
@@ -763,10 +764,18 @@ mod tests {
     fn rails_map_to_their_localnets() {
         assert_eq!(Kind::for_rail("exact-algo"), Some(Kind::Algod));
         assert_eq!(Kind::for_rail("x402"), Some(Kind::X402));
-        assert_eq!(Kind::for_rail("ledger"), None);
+        // The ledger and the hosted facilitator (served in process) need PostgreSQL only.
+        let postgres_only = ["ledger", "account"];
+        for rail in postgres_only {
+            assert_eq!(Kind::for_rail(rail), None);
+        }
         for rail in crate::rails::all() {
             let k = Kind::for_rail(rail.name);
-            assert!(rail.name == "ledger" || k.is_some(), "{}", rail.name);
+            assert!(
+                postgres_only.contains(&rail.name) || k.is_some(),
+                "{}",
+                rail.name
+            );
         }
     }
 

@@ -36,6 +36,17 @@ struct Instance {
 
 impl Instance {
     fn start(db: &str, schema: Option<&str>, network: &str, name: &str) -> Instance {
+        Self::logging(db, schema, network, name, None)
+    }
+
+    /// As [`Instance::start`], its `info` logs written to `log`.
+    fn logging(
+        db: &str,
+        schema: Option<&str>,
+        network: &str,
+        name: &str,
+        log: Option<&std::path::Path>,
+    ) -> Instance {
         let mut cmd = stipendex();
         cmd.args([
             "facilitator",
@@ -53,10 +64,14 @@ impl Instance {
         if let Some(s) = schema {
             cmd.args(["--schema", s]);
         }
+        let (level, stderr) = match log {
+            Some(path) => ("info", Stdio::from(std::fs::File::create(path).unwrap())),
+            None => ("warn", Stdio::inherit()),
+        };
         let mut child = cmd
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", level)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -121,7 +136,8 @@ async fn one_instance_on_sqlite_with_a_review() {
     let (agent, shop) = (party(&fac, Some("1.00")).await, party(&fac, None).await);
     fac.fund(agent.id, &usd("10.00"), "t").await.unwrap();
     drop(fac);
-    let server = Instance::start(&db, None, "cli.test", "solo");
+    let log = dir.path().join("facilitator.log");
+    let server = Instance::logging(&db, None, "cli.test", "solo", Some(&log));
     let urls = vec![server.url.clone()];
     let payer = AccountPayer::new(client(&urls, &agent, "cli.test"), Asset::usd());
     let receiver = AccountReceiver::new(client(&urls, &shop, "cli.test"), Asset::usd());
@@ -192,6 +208,37 @@ async fn one_instance_on_sqlite_with_a_review() {
         metrics.contains("stipendex_facilitator_refusals_total"),
         "{metrics}"
     );
+    // One JSON line per request, naming the route, status and account; never a key, a
+    // signature or a nonce.
+    drop(server);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let paid = lines
+        .iter()
+        .find(|l| l["route"] == "/v1/payments" && l["status"] == 202)
+        .unwrap_or_else(|| panic!("no access line for the payment: {text}"));
+    assert_eq!(paid["account"], agent.id.to_string());
+    assert_eq!(paid["code"], "");
+    for secret in [
+        agent.key.to_hex().to_string(),
+        shop.key.to_hex().to_string(),
+    ] {
+        assert!(!text.contains(&secret), "a secret key is in the logs");
+    }
+    for header in [
+        "stipendex-signature",
+        "stipendex-nonce",
+        "signature",
+        "nonce",
+    ] {
+        assert!(
+            !text.to_lowercase().contains(header),
+            "{header} is in the logs: {text}"
+        );
+    }
 }
 
 /// Two instances on one PostgreSQL; instance A is killed (SIGKILL) a quarter of the way into a

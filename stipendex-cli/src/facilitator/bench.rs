@@ -190,6 +190,11 @@ async fn embedded_ledger(db: &Db, dir: &std::path::Path) -> Result<PayFn, CliErr
         Asset::usd(),
         ReplayGuard::new(keys, "bench"),
     ));
+    paid_payment(payer, receiver)
+}
+
+/// One paid payment of one cent: the receiver's offer, the payer's `pay`, one `verify`.
+fn paid_payment(payer: Arc<dyn Payer>, receiver: Arc<dyn Receiver>) -> Result<PayFn, CliError> {
     let price = usd(1)?;
     Ok(Arc::new(move || {
         let (payer, receiver, price) = (payer.clone(), receiver.clone(), price.clone());
@@ -272,25 +277,7 @@ async fn hosted(
         AccountClient::new(urls, &shop_id, shop, "bench").map_err(err)?,
         Asset::usd(),
     ));
-    let price = usd(1)?;
-    let pay: PayFn = Arc::new(move || {
-        let (payer, receiver, price) = (payer.clone(), receiver.clone(), price.clone());
-        Box::pin(async move {
-            let offer = receiver
-                .offer(&Charge::capture(price, Duration::from_secs(60)))
-                .await
-                .map_err(|e| e.to_string())?;
-            let p = payer
-                .pay(&OpId::random(), &offer)
-                .await
-                .map_err(|e| e.to_string())?;
-            receiver
-                .verify(&offer, &p)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        })
-    });
+    let pay = paid_payment(payer, receiver)?;
     Ok((pay, servers))
 }
 
