@@ -6,7 +6,7 @@ standard library for HTTP. Used by stipendex-facilitator/tests/python_client.rs.
   facilitator_client.py pay URL NETWORK PAYER_ID PAYER_SEED PAYEE_ID PAYEE_SEED CENTS
       the payee makes an offer, the payer pays it, the payee redeems it twice (the second is
       `replayed`), a request signed with another key is refused; prints a JSON summary.
-  facilitator_client.py check ACCOUNT_PUBLIC_KEY METHOD PATH ACCOUNT TIMESTAMP NONCE IDEM BODY_HEX SIGNATURE
+  facilitator_client.py check ACCOUNT_PUBLIC_KEY NETWORK METHOD PATH ACCOUNT TIMESTAMP NONCE IDEM BODY_HEX SIGNATURE
       checks a request signed by the Rust client; prints `ok` or `bad`.
 """
 
@@ -33,17 +33,17 @@ def unb64url(s: str) -> bytes:
     return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
 
 
-def canonical(method, path, account, ts, nonce, idem, body: bytes) -> bytes:
-    return "\n".join([DOMAIN, method, path, account, str(ts), nonce, idem or "",
+def canonical(network, method, path, account, ts, nonce, idem, body: bytes) -> bytes:
+    return "\n".join([DOMAIN, network, method, path, account, str(ts), nonce, idem or "",
                       hashlib.sha256(body).hexdigest()]).encode()
 
 
-def call(url, method, path, account, seed_hex, body=None, idem=None):
+def call(url, network, method, path, account, seed_hex, body=None, idem=None):
     key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(seed_hex))
     raw = json.dumps(body).encode() if body is not None else b""
     ts = int(time.time() * 1000)
     nonce = b64url(os.urandom(16))
-    sig = key.sign(canonical(method, path, account, ts, nonce, idem, raw))
+    sig = key.sign(canonical(network, method, path, account, ts, nonce, idem, raw))
     headers = {
         "stipendex-account": account,
         "stipendex-timestamp": str(ts),
@@ -76,36 +76,38 @@ def pay(url, network, payer, payer_seed, payee, payee_seed, cents):
         "details": {"network": network},
     }
     op = "op_" + os.urandom(16).hex()
-    status, paid = call(url, "POST", "/v1/payments", payer, payer_seed, {"offer": offer}, op)
+    status, paid = call(url, network, "POST", "/v1/payments", payer, payer_seed, {"offer": offer}, op)
     out["pay_status"] = status
     payment = paid["payment"]
     # The same key again: the same payment.
-    status, again = call(url, "POST", "/v1/payments", payer, payer_seed, {"offer": offer}, op)
+    status, again = call(url, network, "POST", "/v1/payments", payer, payer_seed, {"offer": offer}, op)
     out["pay_again_same"] = status == 201 and again["payment"] == payment
     pid = payment["proof"]["payment_id"]
     redeem = {"offer": offer, "payment": payment}
-    status, verified = call(url, "POST", f"/v1/payments/{pid}/redeem", payee, payee_seed, redeem,
+    status, verified = call(url, network, "POST", f"/v1/payments/{pid}/redeem", payee, payee_seed, redeem,
                             "redeem_" + os.urandom(8).hex())
     out["redeem_status"] = status
     out["verified_amount"] = verified.get("amount", {}).get("amount")
-    status, replay = call(url, "POST", f"/v1/payments/{pid}/redeem", payee, payee_seed, redeem,
+    status, replay = call(url, network, "POST", f"/v1/payments/{pid}/redeem", payee, payee_seed, redeem,
                           "redeem_" + os.urandom(8).hex())
     out["replay_status"] = status
     out["replay_code"] = replay["error"]["code"]
-    status, forged = call(url, "GET", "/v1/account", payer, os.urandom(32).hex())
+    status, forged = call(url, network, "GET", "/v1/account", payer, os.urandom(32).hex())
     out["forged_status"] = status
     out["forged_code"] = forged["error"]["code"]
-    status, view = call(url, "GET", "/v1/account", payer, payer_seed)
+    status, elsewhere = call(url, "another.facilitator", "GET", "/v1/account", payer, payer_seed)
+    out["other_network_status"] = status
+    status, view = call(url, network, "GET", "/v1/account", payer, payer_seed)
     out["payer_available"] = view["available"]["amount"]
     print(json.dumps(out))
 
 
-def check(public, method, path, account, ts, nonce, idem, body_hex, signature):
+def check(public, network, method, path, account, ts, nonce, idem, body_hex, signature):
     if not public.startswith("ed25519:"):
         print("bad")
         return
     key = Ed25519PublicKey.from_public_bytes(unb64url(public[len("ed25519:"):]))
-    text = canonical(method, path, account, int(ts), nonce, idem if idem != "-" else "",
+    text = canonical(network, method, path, account, int(ts), nonce, idem if idem != "-" else "",
                      bytes.fromhex(body_hex))
     try:
         key.verify(unb64url(signature), text)

@@ -253,6 +253,7 @@ impl AccountClient {
         let nonce = auth::nonce();
         let timestamp_ms = self.clock.now().0;
         let signature = self.key.sign(&Canonical {
+            network: &self.network,
             method: method.as_str(),
             path_and_query: path,
             account: &self.account,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rail_account::{AccountClient, AccountKey, AccountPayer, AccountReceiver};
 use rail_core::{Asset, Charge, Money, OpId, Payer, RailError, Receiver};
-use rail_ledger::{AccountId, TransferStatus, op_transfer_id};
+use rail_ledger::{AccountId, TransferStatus};
 use stipendex_facilitator::{Config, NewAccount};
 
 fn stipendex() -> Command {
@@ -326,7 +326,7 @@ async fn an_instance_killed_mid_burst_loses_and_doubles_nothing() {
     let ledger = fac.ledger();
     let (mut applied, mut refused, mut expected_paid) = (0, 0, 0u128);
     for (op, offer, cents, paid, verified) in &results {
-        let id = op_transfer_id(agent.id, "pay", op);
+        let id = stipendex_facilitator::payment_id(agent.id, op);
         let on_ledger = ledger.lookup_transfer(id).await.unwrap();
         match paid {
             Ok(p) => {

@@ -39,7 +39,7 @@ use std::time::Duration;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use http::router;
-pub use service::{Facilitator, NewAccount, open, treasury_id};
+pub use service::{Facilitator, NewAccount, open, payment_id, treasury_id};
 
 /// How often an instance sweeps expired nonces, redeemed offers and lapsed holds.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);

@@ -98,6 +98,10 @@ async fn a_python_client_pays_and_redeems_and_checks_rust_signatures() {
     assert_eq!(s["replay_code"], "replayed", "{s}");
     assert_eq!(s["forged_status"], 401, "{s}");
     assert_eq!(s["forged_code"], "bad_request_signature", "{s}");
+    assert_eq!(
+        s["other_network_status"], 401,
+        "signed for another facilitator: {s}"
+    );
     assert_eq!(w.balance(&w.payer).await, 10_000 - 250);
     assert_eq!(w.balance(&w.payee).await, 250);
 
@@ -106,6 +110,7 @@ async fn a_python_client_pays_and_redeems_and_checks_rust_signatures() {
     let account = w.payer.id.to_string();
     let nonce = auth::nonce();
     let c = Canonical {
+        network: NETWORK,
         method: "POST",
         path_and_query: "/v1/payments",
         account: &account,
@@ -117,12 +122,13 @@ async fn a_python_client_pays_and_redeems_and_checks_rust_signatures() {
     let sig = w.payer.key.sign(&c).to_string();
     let public = w.payer.key.public().to_string();
     let body_hex = hex::encode(body);
-    let check = |path: &str| {
+    let check = |network: &str, path: &str| {
         run(
             &python,
             &[
                 "check",
                 &public,
+                network,
                 "POST",
                 path,
                 &account,
@@ -134,6 +140,7 @@ async fn a_python_client_pays_and_redeems_and_checks_rust_signatures() {
             ],
         )
     };
-    assert_eq!(check("/v1/payments").trim(), "ok");
-    assert_eq!(check("/v1/payments?x=1").trim(), "bad");
+    assert_eq!(check(NETWORK, "/v1/payments").trim(), "ok");
+    assert_eq!(check(NETWORK, "/v1/payments?x=1").trim(), "bad");
+    assert_eq!(check("another.facilitator", "/v1/payments").trim(), "bad");
 }

@@ -263,6 +263,7 @@ async fn unsigned_stale_replayed_and_forged_requests_are_refused() {
     let nonce = auth::nonce();
     let account = w.payer.id.to_string();
     let sig = w.payer.key.sign(&auth::Canonical {
+        network: NETWORK,
         method: "GET",
         path_and_query: api::ACCOUNT,
         account: &account,
@@ -347,4 +348,116 @@ async fn health_and_metrics() {
         "{text}"
     );
     assert!(text.contains(r#"stipendex_facilitator_request_duration_seconds_count{instance="test-1",route="/v1/payments/{id}/redeem"} 2"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_hold_in_review_cannot_be_captured_or_verified_before_approval() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::hold(usd("9.00"), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let Submitted::PendingReview { payment_ref, .. } =
+        payer.submit(&op, &offer, PaymentMode::Hold).await.unwrap()
+    else {
+        panic!("a hold above 5.00 waits for review");
+    };
+    // The payee knows the payment id and builds the "verified" hold itself.
+    let forged = rail_core::Verified {
+        rail: rail_core::RailId::new("account"),
+        offer_id: offer.id.clone(),
+        payment_ref: payment_ref.clone(),
+        payer: w.payer.id.to_string(),
+        amount: usd("9.00"),
+        state: rail_core::PaymentState::Held {
+            capturable: usd("9.00"),
+            expires_at: None,
+        },
+    };
+    let e = receiver
+        .capture(&OpId::random(), &forged, &usd("9.00"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "pending_review", "{e}");
+    let payment = rail_core::Payment {
+        rail: rail_core::RailId::new("account"),
+        offer_id: offer.id.clone(),
+        mode: PaymentMode::Hold,
+        payer: w.payer.id.to_string(),
+        amount: usd("9.00"),
+        proof: serde_json::json!({"payment_id": payment_ref}),
+    };
+    let e = receiver.verify(&offer, &payment).await.unwrap_err();
+    assert_eq!(e.code(), "pending_review", "{e}");
+    assert_eq!(w.balance(&w.payee).await, 0);
+    // Approved, the hold is the payee's to verify and capture.
+    w.fac.approve(&payment_ref, "ops", None).await.unwrap();
+    let held = payer.hold(&op, &offer).await.unwrap();
+    let v = receiver.verify(&offer, &held).await.unwrap();
+    receiver
+        .capture(&OpId::random(), &v, &usd("4.00"))
+        .await
+        .unwrap();
+    assert_eq!(w.balance(&w.payee).await, 400);
+}
+
+#[tokio::test]
+async fn an_approval_interrupted_after_the_ledger_is_finished_not_contradicted() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
+    else {
+        panic!("above the threshold")
+    };
+    // The approval's ledger step, and then the operator's process dies before recording it.
+    let id: rail_ledger::TransferId = payment_ref.parse().unwrap();
+    let (t, _) = w.fac.ledger().lookup_transfer(id).await.unwrap().unwrap();
+    let approve_id = rail_ledger::op_transfer_id(
+        t.debit,
+        "review-approve",
+        &OpId::new(payment_ref.clone()).unwrap(),
+    );
+    w.fac
+        .ledger()
+        .transfer(rail_ledger::TransferRequest::Post {
+            id: approve_id,
+            pending_id: id,
+            amount: t.amount,
+        })
+        .await
+        .unwrap();
+    // The payer is paid, not told it is pending; a rejection now is refused.
+    let payment = payer.pay(&op, &offer).await.unwrap();
+    receiver.verify(&offer, &payment).await.unwrap();
+    let e = w.fac.reject(&payment_ref, "ops", None).await.unwrap_err();
+    assert_eq!(e.code(), "invalid_state", "{e}");
+    let r = w.fac.approve(&payment_ref, "ops", None).await.unwrap();
+    assert_eq!(r.state, ReviewState::Approved);
+    assert_eq!(w.balance(&w.payee).await, 600);
+}
+
+#[tokio::test]
+async fn one_idempotency_key_is_one_payment_whatever_the_mode() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let op = OpId::random();
+    let a = receiver
+        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    payer.pay(&op, &a).await.unwrap();
+    let b = receiver
+        .offer(&Charge::hold(usd("1.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let e = payer.hold(&op, &b).await.unwrap_err();
+    assert!(matches!(e, RailError::IdempotencyConflict { .. }), "{e}");
+    assert_eq!(w.available(&w.payer).await, 9_900);
 }

@@ -231,7 +231,11 @@ pub fn http_status(code: &str) -> u16 {
         | "unknown_account"
         | "bad_key" => 401,
         "not_found" => 404,
-        "idempotency_conflict" | "replayed" | "invalid_state" | "in_progress" => 409,
+        "idempotency_conflict"
+        | "replayed"
+        | "invalid_state"
+        | "in_progress"
+        | "pending_review" => 409,
         "insufficient_funds" | "declined" | "exceeds_available" | "limit_exceeded" => 402,
         "offer_expired" => 410,
         "unavailable" | "storage_error" => 503,

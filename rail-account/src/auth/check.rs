@@ -81,6 +81,7 @@ pub fn check(
         return Err(AuthError::Stale { skew_ms, window_ms });
     }
     let text = Canonical {
+        network: parts.network,
         method: parts.method,
         path_and_query: parts.path_and_query,
         account: &signed.account,

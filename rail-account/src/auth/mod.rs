@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! stipendex-facilitator/v1
+//! <the facilitator's network name>
 //! <METHOD>
 //! <path and query, as sent>
 //! <account id>
@@ -43,9 +44,12 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
 /// The first line of every signed text: the protocol and its version.
 pub const DOMAIN: &str = "stipendex-facilitator/v1";
 
-/// What a request says, apart from its signing headers.
+/// What a request says, apart from its signing headers, and the facilitator it is for.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestParts<'a> {
+    /// The facilitator's network name (the checking facilitator's own): a request signed for
+    /// one facilitator is refused by every other.
+    pub network: &'a str,
     /// `GET`, `POST`, …
     pub method: &'a str,
     /// The path and query as sent (`/v1/payments?x=1`).
@@ -59,6 +63,8 @@ pub struct RequestParts<'a> {
 /// One request as it is signed.
 #[derive(Clone, Copy, Debug)]
 pub struct Canonical<'a> {
+    /// The facilitator's network name.
+    pub network: &'a str,
     /// `GET`, `POST`, …
     pub method: &'a str,
     /// The path and query as sent (`/v1/payments?x=1`).
@@ -82,7 +88,8 @@ impl Canonical<'_> {
         use sha2::{Digest, Sha256};
         let body = hex::encode(Sha256::digest(self.body));
         format!(
-            "{DOMAIN}\n{}\n{}\n{}\n{}\n{}\n{}\n{body}",
+            "{DOMAIN}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{body}",
+            self.network,
             self.method,
             self.path_and_query,
             self.account,

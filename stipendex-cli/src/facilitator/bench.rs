@@ -291,6 +291,7 @@ fn signing_cost(n: u32) -> (u64, u64) {
     let now = rail_core::Clock::now(clock.as_ref());
     let nonce = auth::nonce();
     let canonical = Canonical {
+        network: "bench",
         method: "POST",
         path_and_query: "/v1/payments",
         account,
@@ -312,6 +313,7 @@ fn signing_cost(n: u32) -> (u64, u64) {
         signature: sig,
     };
     let parts = RequestParts {
+        network: "bench",
         method: "POST",
         path_and_query: "/v1/payments",
         idempotency_key: Some("op_0123456789abcdef"),

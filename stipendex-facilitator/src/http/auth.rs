@@ -64,6 +64,7 @@ pub(super) async fn signed(State(app): State<App>, req: Request, next: Next) -> 
                 .authenticate(
                     &signed,
                     &RequestParts {
+                        network: &app.fac.config().network,
                         method: parts.method.as_str(),
                         path_and_query,
                         idempotency_key,

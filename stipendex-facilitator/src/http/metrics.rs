@@ -172,7 +172,12 @@ pub(crate) fn route_of(path: &str) -> &'static str {
 
 pub(super) async fn observe(State(app): State<App>, req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let method = req.method().as_str().to_owned();
+    // A bounded label: any other method (an unsigned caller may send any) is `other`.
+    let method = match req.method().as_str() {
+        m @ ("GET" | "POST" | "HEAD" | "PUT" | "DELETE" | "OPTIONS" | "PATCH") => m,
+        _ => "other",
+    }
+    .to_owned();
     let route = route_of(req.uri().path());
     let resp = next.run(req).await;
     let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);

@@ -190,10 +190,12 @@ impl Facilitator {
             self.config.window,
         )?;
         let key = format!("{id}/{}", signed.nonce);
+        // Kept while the request could be accepted by any instance: its time may be a window
+        // ahead of this one's clock, and other instances' clocks a window further.
         let mut w = Write::finished(
             rand::random(),
             "seen",
-            Some(self.config.window.saturating_mul(2)),
+            Some(self.config.window.saturating_mul(3)),
         );
         w.fingerprint = Vec::new();
         match self.keys.insert_if_absent(NS_NONCES, &key, &w).await {
@@ -213,10 +215,7 @@ impl Facilitator {
             .account(caller)
             .await?
             .ok_or_else(|| RailError::NotFound(format!("account {caller}")))?;
-        let cached = self
-            .account(caller)
-            .await
-            .map_err(|e| RailError::NotFound(e.to_string()))?;
+        let cached = self.account(caller).await.map_err(super::account_error)?;
         let nonneg = |v: i128, what: &str| {
             u64::try_from(v).map_err(|_| {
                 RailError::Storage(format!("account {caller}: {what} is {v}, below zero"))

@@ -29,6 +29,7 @@ use crate::store::Pool;
 
 pub use accounts::{NewAccount, treasury_id};
 pub use open::open;
+pub use pay::payment_id;
 
 /// Key-store namespace of seen request nonces.
 pub(crate) const NS_NONCES: &str = "facilitator/nonces";
@@ -125,6 +126,17 @@ impl Facilitator {
     pub async fn sweep(&self) -> RailResult<u64> {
         self.ledger.expire_pending().await?;
         self.keys.purge_expired().await
+    }
+}
+
+/// An account look-up that failed, as a rail error: an unknown account is `not_found`, a
+/// database that did not answer is `unavailable` (retryable).
+pub(crate) fn account_error(e: rail_account::AuthError) -> RailError {
+    match e {
+        rail_account::AuthError::Unavailable(why) => {
+            RailError::Unavailable(rail_core::RailReason::new("unavailable", why))
+        }
+        other => RailError::NotFound(other.to_string()),
     }
 }
 

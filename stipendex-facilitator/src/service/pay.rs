@@ -1,20 +1,29 @@
 //! Paying and holding: the payer's side.
 //!
 //! A payment is one ledger transfer from the payer to the payee, its id derived from the
-//! payer's account and the request's idempotency key, the offer bound into its `user_data`.
-//! A payment above the payer's review threshold is a hold (pending transfer) instead, posted
-//! when an operator approves it and voided when one rejects it; until then the payer is told
-//! it is pending.
+//! payer's account and the request's idempotency key (one id per key, whatever the mode), the
+//! offer bound into its `user_data`. A payment above the payer's review threshold is a hold
+//! (pending transfer) instead, posted when an operator approves it and voided when one rejects
+//! it; until then the payer is told it is pending.
+//!
+//! **The review row comes first.** A payment that goes to review is queued *before* its hold
+//! is written, and a queued review is never deleted: a payee that knows the (predictable)
+//! payment id can never find the hold in the ledger without its review, so it cannot capture
+//! or verify it before an operator decides. Whether a payment
+//! is reviewed is decided once, when its transfer is first written; a retry is answered from
+//! the transfer and its review as they are, whatever the threshold says now.
 
 use rail_account::RAIL;
 use rail_account::api::{AccountOfferDetails, AccountProof, PayAnswer, PayRequest};
-use rail_core::{Binding, OpId, Payment, PaymentMode, RailError, RailId, RailReason, RailResult};
+use rail_core::{
+    Binding, Offer, OpId, Payment, PaymentMode, RailError, RailId, RailReason, RailResult,
+};
 use rail_ledger::{
     AccountId, HoldRefusal, LedgerError, Transfer, TransferError, TransferKind, TransferRequest,
     offer_binding, op_transfer_id,
 };
 
-use super::{Facilitator, parse_id, units};
+use super::{Facilitator, account_error, parse_id, units};
 use crate::store::{ReviewRecord, ReviewState};
 
 impl Facilitator {
@@ -42,10 +51,7 @@ impl Facilitator {
                 actual: details.network,
             });
         }
-        let payer = self
-            .account(caller)
-            .await
-            .map_err(|e| RailError::NotFound(e.to_string()))?;
+        let payer = self.account(caller).await.map_err(account_error)?;
         if offer.amount.asset() != &payer.asset {
             return Err(RailError::mismatch(
                 Binding::Asset,
@@ -59,18 +65,23 @@ impl Facilitator {
         if amount == 0 {
             return Err(RailError::InvalidInput("amount must not be zero".into()));
         }
-        let review = payer.review_above.is_some_and(|limit| amount > limit);
+        let id = payment_id(caller, key);
+        let review = match self.ledger.lookup_transfer(id).await? {
+            // Applied before: answered as it was made (below), never re-decided.
+            Some(_) => false,
+            None => payer.review_above.is_some_and(|limit| amount > limit),
+        };
         let user_data = offer_binding(&offer.id);
         let request = match offer.mode {
             PaymentMode::Capture if !review => TransferRequest::Single {
-                id: op_transfer_id(caller, "pay", key),
+                id,
                 debit: caller,
                 credit: payee,
                 amount,
                 user_data,
             },
             PaymentMode::Capture => TransferRequest::Pending {
-                id: op_transfer_id(caller, "pay", key),
+                id,
                 debit: caller,
                 credit: payee,
                 amount,
@@ -94,7 +105,7 @@ impl Facilitator {
                     return Err(HoldRefusal::TooLong { asked_ms, max_ms }.into());
                 }
                 TransferRequest::Pending {
-                    id: op_transfer_id(caller, "hold", key),
+                    id,
                     debit: caller,
                     credit: payee,
                     amount,
@@ -103,13 +114,10 @@ impl Facilitator {
                 }
             }
         };
-        let t = self.apply_payment(key, request).await?;
-        // A payment in review: queue it (again, if the instance that held it died first).
-        let in_review = offer.mode == PaymentMode::Capture && t.kind == TransferKind::Pending;
-        if in_review || review {
+        if review {
             self.pool
                 .queue_review(&ReviewRecord {
-                    payment_id: t.id.to_string(),
+                    payment_id: id.to_string(),
                     payer: caller.to_string(),
                     payee: payee.to_string(),
                     amount: i64::try_from(amount)
@@ -130,13 +138,24 @@ impl Facilitator {
                 })
                 .await?;
         }
+        // A refused transfer leaves its queued review standing for nothing: it is never
+        // deleted (a concurrent attempt may be writing its hold), and a review whose payment
+        // is not a hold is ignored everywhere (`reconciled_review`, `reviews`).
+        let t = self.apply_payment(key, offer.mode, request).await?;
+        self.answer(caller, &offer, &t).await
+    }
+
+    /// What the payer is told about payment `t`: the payment, or its review's state.
+    async fn answer(
+        &self,
+        caller: AccountId,
+        offer: &Offer,
+        t: &Transfer,
+    ) -> RailResult<PayAnswer> {
         // Only a hold can be in review: a settled payment needs no look-up.
-        let review = if t.kind == TransferKind::Pending {
-            self.pool.review(&t.id.to_string()).await?
-        } else {
-            None
-        };
-        if let Some(r) = review {
+        if t.kind == TransferKind::Pending
+            && let Some(r) = self.reconciled_review(t).await?
+        {
             match r.state {
                 ReviewState::Pending => {
                     return Ok(PayAnswer::PendingReview {
@@ -158,10 +177,10 @@ impl Facilitator {
         Ok(PayAnswer::Paid {
             payment: Payment {
                 rail: RailId::new(RAIL),
-                offer_id: offer.id,
+                offer_id: offer.id.clone(),
                 mode: offer.mode,
                 payer: caller.to_string(),
-                amount: offer.amount,
+                amount: offer.amount.clone(),
                 proof: serde_json::to_value(AccountProof {
                     payment_id: t.id.to_string(),
                 })
@@ -171,9 +190,15 @@ impl Facilitator {
     }
 
     /// Applies a payment's transfer. The same key again is the same transfer; a transfer the
-    /// key made before in the other form (held for review, or not, when the threshold changed
-    /// in between) is that payment; anything else under the key is a conflict.
-    async fn apply_payment(&self, key: &OpId, request: TransferRequest) -> RailResult<Transfer> {
+    /// key made before in the other form (held for review, or not) is that payment if it pays
+    /// the same offer, the same amount, between the same accounts, in a form the mode allows
+    /// (a hold is only ever a pending transfer); anything else under the key is a conflict.
+    async fn apply_payment(
+        &self,
+        key: &OpId,
+        mode: PaymentMode,
+        request: TransferRequest,
+    ) -> RailResult<Transfer> {
         match self.ledger.transfer(request.clone()).await {
             Ok(created) => Ok(created.transfer().clone()),
             Err(LedgerError::Refused(TransferError::ExistsWithDifferentFields)) => {
@@ -207,11 +232,24 @@ impl Facilitator {
                     }
                     _ => false,
                 };
-                if same { Ok(t) } else { Err(conflict()) }
+                let form = match mode {
+                    PaymentMode::Capture => {
+                        matches!(t.kind, TransferKind::Single | TransferKind::Pending)
+                    }
+                    PaymentMode::Hold => t.kind == TransferKind::Pending,
+                };
+                if same && form { Ok(t) } else { Err(conflict()) }
             }
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The id of the payment `payer` makes under idempotency key `key` (pay or hold alike): the
+/// ledger transfer that carries it.
+#[must_use]
+pub fn payment_id(payer: AccountId, key: &OpId) -> rail_ledger::TransferId {
+    op_transfer_id(payer, "payment", key)
 }
 
 /// Whole milliseconds of `d`, saturating.

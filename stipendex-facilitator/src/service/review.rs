@@ -1,9 +1,12 @@
 //! The review queue: payments above their payer's threshold wait for an operator.
 //!
-//! A decision is applied to the ledger first, then recorded: approving a payment posts its
-//! hold in full, rejecting voids it (approving a hold only lets its payee verify it). The
-//! transfers' ids derive from the payment, so a decision taken twice (two operators, or one
-//! interrupted half-way) is applied once; the ledger refuses the second of two opposite ones.
+//! **The ledger decides.** A decision is applied to the ledger first, then recorded:
+//! approving a payment posts its hold in full, rejecting voids it (approving a hold only lets
+//! its payee verify it). The transfers' ids derive from the payment, so a decision taken twice
+//! (two operators, or one interrupted half-way) is applied once, and the ledger refuses the
+//! second of two opposite ones. Every decision first reads where the hold stands and records
+//! that (posted: approved; voided: rejected; lapsed: expired), so a decision interrupted after
+//! its ledger step is finished, never contradicted, by the next attempt.
 
 use rail_core::{OpId, RailError, RailResult};
 use rail_ledger::{
@@ -19,8 +22,21 @@ pub(crate) fn decision_id(t: &Transfer, what: &str) -> RailResult<TransferId> {
     Ok(op_transfer_id(t.debit, what, &OpId::new(t.id.to_string())?))
 }
 
+/// What the ledger says of a review's hold.
+enum Standing {
+    /// Still held.
+    Held,
+    /// Posted (a payment approved, or a hold the payee captured after approval).
+    Posted,
+    /// Voided (rejected, or released by its payee).
+    Voided,
+    /// Lapsed.
+    Lapsed,
+}
+
 impl Facilitator {
-    /// The review queue: reviews in `state` (all when `None`), oldest first.
+    /// The review queue: reviews in `state` (all when `None`), oldest first. A review whose
+    /// payment was never held (the hold was refused after the review was queued) is left out.
     ///
     /// # Errors
     /// [`RailError::Storage`].
@@ -29,15 +45,24 @@ impl Facilitator {
         state: Option<ReviewState>,
         limit: i64,
     ) -> RailResult<Vec<ReviewRecord>> {
-        self.pool.reviews(state, limit).await
+        let mut out = Vec::new();
+        for r in self.pool.reviews(state, limit).await? {
+            let id: TransferId = parse_id(&r.payment_id, "payment id")?;
+            if let Some((t, _)) = self.ledger.lookup_transfer(id).await?
+                && t.kind == TransferKind::Pending
+            {
+                out.push(self.reconciled_review(&t).await?.unwrap_or(r));
+            }
+        }
+        Ok(out)
     }
 
     /// Approves a payment in review: a payment is posted to its payee in full, a hold becomes
     /// verifiable. Approving an approved payment again changes nothing.
     ///
     /// # Errors
-    /// [`RailError::NotFound`] (not in review), [`RailError::InvalidState`] (rejected, or the
-    /// hold lapsed first: it is then recorded as expired).
+    /// [`RailError::NotFound`] (not in review), [`RailError::InvalidState`] (rejected, expired,
+    /// or too little of its offer left: the funds are then released).
     pub async fn approve(
         &self,
         payment_id: &str,
@@ -59,14 +84,24 @@ impl Facilitator {
         let margin = i64::try_from(self.config.approval_margin.as_millis()).unwrap_or(i64::MAX);
         if left < margin {
             // Too late to be presented and verified: release the funds instead.
-            self.release(&t).await?;
-            self.record(
-                &r,
-                ReviewState::Expired,
-                operator,
-                Some("the offer expires before the payment could be verified"),
-            )
-            .await?;
+            let r = match self.release(&t).await? {
+                Standing::Posted => {
+                    self.record(&r, ReviewState::Approved, operator, note)
+                        .await?
+                }
+                _ => {
+                    self.record(
+                        &r,
+                        ReviewState::Expired,
+                        operator,
+                        Some("the offer ends before the payment could be verified"),
+                    )
+                    .await?
+                }
+            };
+            if r.state == ReviewState::Approved {
+                return Ok(r);
+            }
             return Err(RailError::InvalidState {
                 op: "approve",
                 state: format!(
@@ -76,26 +111,53 @@ impl Facilitator {
                 ),
             });
         }
-        if r.mode == "capture" {
+        let standing = if r.mode == "capture" {
             let post = TransferRequest::Post {
                 id: decision_id(&t, "review-approve")?,
                 pending_id: t.id,
                 amount: t.amount,
             };
             match self.ledger.transfer(post).await {
-                Ok(_) => {}
-                Err(LedgerError::Refused(TransferError::PendingExpired)) => {
-                    self.record(&r, ReviewState::Expired, operator, note)
-                        .await?;
-                    return Err(RailError::InvalidState {
-                        op: "approve",
-                        state: "expired".into(),
-                    });
-                }
+                Ok(_) | Err(LedgerError::Refused(TransferError::AlreadyPosted)) => Standing::Posted,
+                Err(LedgerError::Refused(TransferError::AlreadyVoided)) => Standing::Voided,
+                Err(LedgerError::Refused(TransferError::PendingExpired)) => Standing::Lapsed,
                 Err(e) => return Err(e.into()),
             }
+        } else {
+            self.standing(&t).await?
+        };
+        let r = match standing {
+            Standing::Held | Standing::Posted => {
+                self.record(&r, ReviewState::Approved, operator, note)
+                    .await?
+            }
+            Standing::Voided => {
+                self.record(
+                    &r,
+                    ReviewState::Rejected,
+                    operator,
+                    Some("released before a decision"),
+                )
+                .await?
+            }
+            Standing::Lapsed => {
+                self.record(
+                    &r,
+                    ReviewState::Expired,
+                    operator,
+                    Some("the hold lapsed before a decision"),
+                )
+                .await?
+            }
+        };
+        if r.state == ReviewState::Approved {
+            Ok(r)
+        } else {
+            Err(RailError::InvalidState {
+                op: "approve",
+                state: r.state.as_str().into(),
+            })
         }
-        self.record(&r, ReviewState::Approved, operator, note).await
     }
 
     /// Rejects a payment in review: its hold is released to the payer.
@@ -119,25 +181,66 @@ impl Facilitator {
                 });
             }
         }
-        self.release(&t).await?;
-        self.record(&r, ReviewState::Rejected, operator, note).await
+        let r = match self.release(&t).await? {
+            // An approval got to the ledger first.
+            Standing::Posted => {
+                self.record(&r, ReviewState::Approved, operator, None)
+                    .await?
+            }
+            Standing::Lapsed => {
+                self.record(&r, ReviewState::Expired, operator, note)
+                    .await?
+            }
+            Standing::Held | Standing::Voided => {
+                self.record(&r, ReviewState::Rejected, operator, note)
+                    .await?
+            }
+        };
+        if r.state == ReviewState::Approved {
+            return Err(RailError::InvalidState {
+                op: "reject",
+                state: "approved".into(),
+            });
+        }
+        Ok(r)
     }
 
-    /// Voids a payment's hold (once, whoever asks first).
-    async fn release(&self, t: &Transfer) -> RailResult<()> {
+    /// Voids a payment's hold (once, whoever asks first); what the ledger then says of it.
+    async fn release(&self, t: &Transfer) -> RailResult<Standing> {
         let void = TransferRequest::Void {
             id: decision_id(t, "review-reject")?,
             pending_id: t.id,
         };
         match self.ledger.transfer(void).await {
-            // Voided now or before (by this decision, or by the payee releasing its hold), or
-            // lapsed: nothing is held any more.
-            Ok(_)
-            | Err(LedgerError::Refused(
-                TransferError::AlreadyVoided | TransferError::PendingExpired,
-            )) => Ok(()),
+            Ok(_) | Err(LedgerError::Refused(TransferError::AlreadyVoided)) => Ok(Standing::Voided),
+            Err(LedgerError::Refused(TransferError::PendingExpired)) => Ok(Standing::Lapsed),
+            Err(LedgerError::Refused(TransferError::AlreadyPosted)) => Ok(Standing::Posted),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Where a hold stands by the ledger (a hold past its time counts as lapsed, by the
+    /// ledger's clock).
+    async fn standing(&self, t: &Transfer) -> RailResult<Standing> {
+        let status = self
+            .ledger
+            .lookup_transfer(t.id)
+            .await?
+            .and_then(|(_, s)| s);
+        Ok(match status {
+            Some(TransferStatus::Posted { .. }) => Standing::Posted,
+            Some(TransferStatus::Voided) => Standing::Voided,
+            Some(TransferStatus::Expired) => Standing::Lapsed,
+            _ => {
+                // The clock the ledger lapses holds by (the database's on PostgreSQL).
+                let now = self.ledger.now().await?;
+                if t.expires_at().is_some_and(|e| e <= now) {
+                    Standing::Lapsed
+                } else {
+                    Standing::Held
+                }
+            }
+        })
     }
 
     async fn in_review(&self, payment_id: &str) -> RailResult<(ReviewRecord, Transfer)> {
@@ -152,7 +255,8 @@ impl Facilitator {
         Ok((r, t))
     }
 
-    /// Records a decision; a decision recorded meanwhile by someone else is what is returned.
+    /// Records a decision on a pending review; the review as stored after (a decision recorded
+    /// meanwhile by someone else is kept, and returned).
     async fn record(
         &self,
         r: &ReviewRecord,
@@ -169,7 +273,9 @@ impl Facilitator {
     }
 
     /// The review of payment `t`, if it went to review, brought in line with the ledger: a
-    /// pending review whose hold lapsed is recorded as expired.
+    /// pending review whose hold was posted is approved (an approval interrupted after its
+    /// ledger step), one whose hold was voided is rejected, one whose hold lapsed is expired
+    /// (the lapse is made final in the ledger first: a void that an approval cannot race).
     pub(crate) async fn reconciled_review(&self, t: &Transfer) -> RailResult<Option<ReviewRecord>> {
         if t.kind != TransferKind::Pending {
             return Ok(None);
@@ -180,24 +286,47 @@ impl Facilitator {
         if r.state != ReviewState::Pending {
             return Ok(Some(r));
         }
-        let lapsed = match self.ledger.lookup_transfer(t.id).await? {
-            Some((_, Some(TransferStatus::Expired))) => true,
-            Some((_, Some(TransferStatus::Pending))) => t
-                .expires_at()
-                .is_some_and(|e| e <= self.ledger.clock().now()),
-            _ => false,
-        };
-        if lapsed {
-            return self
-                .record(
+        let by = "facilitator";
+        Ok(Some(match self.standing(t).await? {
+            Standing::Held => r,
+            Standing::Posted => {
+                self.record(
                     &r,
-                    ReviewState::Expired,
-                    "facilitator",
-                    Some("the hold lapsed before a decision"),
+                    ReviewState::Approved,
+                    by,
+                    Some("posted before it was recorded"),
                 )
-                .await
-                .map(Some);
-        }
-        Ok(Some(r))
+                .await?
+            }
+            Standing::Voided => {
+                self.record(
+                    &r,
+                    ReviewState::Rejected,
+                    by,
+                    Some("released before a decision"),
+                )
+                .await?
+            }
+            Standing::Lapsed => match self.release(t).await? {
+                Standing::Posted => {
+                    self.record(
+                        &r,
+                        ReviewState::Approved,
+                        by,
+                        Some("posted before it was recorded"),
+                    )
+                    .await?
+                }
+                _ => {
+                    self.record(
+                        &r,
+                        ReviewState::Expired,
+                        by,
+                        Some("the hold lapsed before a decision"),
+                    )
+                    .await?
+                }
+            },
+        }))
     }
 }

@@ -15,10 +15,7 @@ impl Facilitator {
     /// The ledger rail's receiver for `caller` (its offers are never verified through it: the
     /// facilitator verifies with [`Facilitator::redeem`]).
     async fn receiver_for(&self, caller: AccountId) -> RailResult<LedgerReceiver> {
-        let account = self
-            .account(caller)
-            .await
-            .map_err(|e| RailError::NotFound(e.to_string()))?;
+        let account = self.account(caller).await.map_err(super::account_error)?;
         Ok(LedgerReceiver::new(
             self.ledger.clone(),
             caller,
