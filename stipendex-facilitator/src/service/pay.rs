@@ -66,11 +66,12 @@ impl Facilitator {
             return Err(RailError::InvalidInput("amount must not be zero".into()));
         }
         let id = payment_id(caller, key);
-        let review = match self.ledger.lookup_transfer(id).await? {
-            // Applied before: answered as it was made (below), never re-decided.
-            Some(_) => false,
-            None => payer.review_above.is_some_and(|limit| amount > limit),
-        };
+        // Above the threshold, unless applied before: a payment is answered as it was made
+        // (below), never re-decided (a look-up only for the few payments over the threshold;
+        // one made for review and retried under a higher threshold is matched by
+        // `apply_payment`).
+        let review = payer.review_above.is_some_and(|limit| amount > limit)
+            && self.ledger.lookup_transfer(id).await?.is_none();
         let user_data = offer_binding(&offer.id);
         let request = match offer.mode {
             PaymentMode::Capture if !review => TransferRequest::Single {
