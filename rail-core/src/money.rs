@@ -420,6 +420,18 @@ impl Asset {
         Self::known("BTC", 11)
     }
 
+    /// The asset this crate knows by `code` (`USD`, `USDC`, `ALGO`, `BTC`), with its scale.
+    #[must_use]
+    pub fn by_code(code: &str) -> Option<Self> {
+        match code {
+            "USD" => Some(Self::usd()),
+            "USDC" => Some(Self::usdc()),
+            "ALGO" => Some(Self::algo()),
+            "BTC" => Some(Self::btc()),
+            _ => None,
+        }
+    }
+
     /// The asset code.
     #[must_use]
     pub fn code(&self) -> &str {

@@ -136,31 +136,24 @@ pub(crate) enum ReviewCommand {
         all: bool,
     },
     /// Approves a payment: a payment is paid to its payee, a hold becomes verifiable.
-    Approve {
-        #[command(flatten)]
-        db: Db,
-        /// The payment id (from `review list`).
-        payment: String,
-        /// Who decides (recorded).
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
-        /// Why (recorded).
-        #[arg(long)]
-        note: Option<String>,
-    },
-    /// Rejects a payment: the held funds go back to the payer.
-    Reject {
-        #[command(flatten)]
-        db: Db,
-        /// The payment id (from `review list`).
-        payment: String,
-        /// Who decides (recorded).
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
-        /// Why (recorded; the payer is told it was declined in review).
-        #[arg(long)]
-        note: Option<String>,
-    },
+    Approve(Decision),
+    /// Rejects a payment: the held funds go back to the payer (told it was declined in review).
+    Reject(Decision),
+}
+
+/// One decision on one payment in review.
+#[derive(Args)]
+pub(crate) struct Decision {
+    #[command(flatten)]
+    db: Db,
+    /// The payment id (from `review list`).
+    payment: String,
+    /// Who decides (recorded).
+    #[arg(long, env = "USER", default_value = "operator")]
+    by: String,
+    /// Why (recorded).
+    #[arg(long)]
+    note: Option<String>,
 }
 
 impl Command {
@@ -189,15 +182,11 @@ async fn operate(db: &Db) -> Result<Facilitator, CliError> {
 }
 
 fn asset(code: &str) -> Result<Asset, CliError> {
-    match code {
-        "USD" => Ok(Asset::usd()),
-        "USDC" => Ok(Asset::usdc()),
-        "ALGO" => Ok(Asset::algo()),
-        "BTC" => Ok(Asset::btc()),
-        other => Err(msg(format!(
-            "--asset {other:?} is not one of USD, USDC, ALGO, BTC"
-        ))),
-    }
+    Asset::by_code(code).ok_or_else(|| {
+        msg(format!(
+            "--asset {code:?} is not one of USD, USDC, ALGO, BTC"
+        ))
+    })
 }
 
 fn account_id(text: &str) -> Result<rail_ledger::AccountId, CliError> {
@@ -427,32 +416,27 @@ async fn review(cmd: ReviewCommand) -> Result<ExitCode, CliError> {
                 println!("{}", line(r));
             }
         }
-        ReviewCommand::Approve {
-            db,
-            payment,
-            by,
-            note,
-        } => {
-            let fac = operate(&db).await?;
-            let r = fac
-                .approve(&payment, &by, note.as_deref())
-                .await
-                .map_err(|e| refused(&format!("payment {payment} was not approved"), e))?;
-            println!("{}", line(&r));
-        }
-        ReviewCommand::Reject {
-            db,
-            payment,
-            by,
-            note,
-        } => {
-            let fac = operate(&db).await?;
-            let r = fac
-                .reject(&payment, &by, note.as_deref())
-                .await
-                .map_err(|e| refused(&format!("payment {payment} was not rejected"), e))?;
-            println!("{}", line(&r));
-        }
+        ReviewCommand::Approve(d) => decide(d, true).await?,
+        ReviewCommand::Reject(d) => decide(d, false).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Approves (`approve`) or rejects one payment in review; prints the review.
+async fn decide(d: Decision, approve: bool) -> Result<(), CliError> {
+    let fac = operate(&d.db).await?;
+    let (done, verb) = if approve {
+        (
+            fac.approve(&d.payment, &d.by, d.note.as_deref()).await,
+            "approved",
+        )
+    } else {
+        (
+            fac.reject(&d.payment, &d.by, d.note.as_deref()).await,
+            "rejected",
+        )
+    };
+    let r = done.map_err(|e| refused(&format!("payment {} was not {verb}", d.payment), e))?;
+    println!("{}", line(&r));
+    Ok(())
 }

@@ -40,10 +40,7 @@ pub fn router(fac: Facilitator) -> Router {
         .route(api::ACCOUNT, get(account))
         .route(api::PAYMENTS, post(pay))
         .route("/v1/payments/{id}", get(payment))
-        .route("/v1/payments/{id}/redeem", post(redeem))
-        .route("/v1/payments/{id}/capture", post(capture))
-        .route("/v1/payments/{id}/void", post(void))
-        .route("/v1/payments/{id}/refund", post(refund))
+        .route("/v1/payments/{id}/{action}", post(act))
         .layer(from_fn_with_state(app.clone(), auth::signed));
     Router::new()
         .route(api::HEALTH, get(health))
@@ -156,55 +153,23 @@ async fn payment(
     ))
 }
 
-async fn redeem(
+/// `POST /v1/payments/{id}/{action}`: the payee's operations on a payment, each under the
+/// request's idempotency key.
+async fn act(
     State(app): State<App>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path((id, action)): Path<(String, String)>,
     bytes: Bytes,
 ) -> Result<Response, Refusal> {
     let op = key(&caller)?;
-    let v = app
-        .fac
-        .redeem(caller.id, op.as_str(), &id, body(&bytes)?)
-        .await?;
-    Ok(json(StatusCode::OK, &v))
-}
-
-async fn capture(
-    State(app): State<App>,
-    caller: Caller,
-    Path(id): Path<String>,
-    bytes: Bytes,
-) -> Result<Response, Refusal> {
-    let op = key(&caller)?;
-    Ok(json(
-        StatusCode::OK,
-        &app.fac.capture(caller.id, &op, &id, body(&bytes)?).await?,
-    ))
-}
-
-async fn void(
-    State(app): State<App>,
-    caller: Caller,
-    Path(id): Path<String>,
-    bytes: Bytes,
-) -> Result<Response, Refusal> {
-    let op = key(&caller)?;
-    Ok(json(
-        StatusCode::OK,
-        &app.fac.void(caller.id, &op, &id, body(&bytes)?).await?,
-    ))
-}
-
-async fn refund(
-    State(app): State<App>,
-    caller: Caller,
-    Path(id): Path<String>,
-    bytes: Bytes,
-) -> Result<Response, Refusal> {
-    let op = key(&caller)?;
-    Ok(json(
-        StatusCode::OK,
-        &app.fac.refund(caller.id, &op, &id, body(&bytes)?).await?,
-    ))
+    let (fac, who) = (&app.fac, caller.id);
+    let answer = match action.as_str() {
+        "redeem" => serde_json::to_value(fac.redeem(who, op.as_str(), &id, body(&bytes)?).await?),
+        "capture" => serde_json::to_value(fac.capture(who, &op, &id, body(&bytes)?).await?),
+        "void" => serde_json::to_value(fac.void(who, &op, &id, body(&bytes)?).await?),
+        "refund" => serde_json::to_value(fac.refund(who, &op, &id, body(&bytes)?).await?),
+        _ => return Err(not_found().await),
+    };
+    let answer = answer.map_err(|e| Refusal::from(rail_core::RailError::Storage(e.to_string())))?;
+    Ok(json(StatusCode::OK, &answer))
 }

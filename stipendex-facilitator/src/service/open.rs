@@ -40,6 +40,18 @@ pub async fn open(
     )))
 }
 
+/// The facilitator's own tables created, the instance assembled.
+async fn assemble(
+    ledger: Ledger,
+    pool: Pool,
+    keys: Arc<dyn KeyStore>,
+    host: SharedClock,
+    config: Config,
+) -> Result<Facilitator> {
+    pool.migrate().await?;
+    Ok(Facilitator::new(ledger, pool, keys, host, config))
+}
+
 fn storage(e: &sqlx::Error) -> Error {
     Error::Rail(RailError::Storage(e.to_string()))
 }
@@ -68,15 +80,7 @@ async fn open_sqlite(
     if let Some(c) = clock {
         keys = keys.with_clock(c);
     }
-    let pool = Pool::Sqlite(pool);
-    pool.migrate().await?;
-    Ok(Facilitator::new(
-        ledger,
-        pool,
-        Arc::new(keys) as Arc<dyn KeyStore>,
-        host,
-        config,
-    ))
+    assemble(ledger, Pool::Sqlite(pool), Arc::new(keys), host, config).await
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -119,15 +123,7 @@ async fn open_postgres(
     if let Some(c) = clock {
         keys = keys.with_clock(c);
     }
-    let pool = Pool::Postgres(pool);
-    pool.migrate().await?;
-    Ok(Facilitator::new(
-        ledger,
-        pool,
-        Arc::new(keys) as Arc<dyn KeyStore>,
-        host,
-        config,
-    ))
+    assemble(ledger, Pool::Postgres(pool), Arc::new(keys), host, config).await
 }
 
 #[cfg(not(feature = "postgres"))]

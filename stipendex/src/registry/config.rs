@@ -187,13 +187,9 @@ where
 
 /// The asset a rail's `asset` field names (`USD`, `USDC`, `ALGO`, `BTC`).
 pub(crate) fn asset(name: &str, code: &str) -> Result<Asset, Error> {
-    match code {
-        "USD" => Ok(Asset::usd()),
-        "USDC" => Ok(Asset::usdc()),
-        "ALGO" => Ok(Asset::algo()),
-        "BTC" => Ok(Asset::btc()),
-        other => Err(Error::Config(format!(
-            "rails.{name}.asset: {other:?} is not one of USD, USDC, ALGO, BTC"
-        ))),
-    }
+    Asset::by_code(code).ok_or_else(|| {
+        Error::Config(format!(
+            "rails.{name}.asset: {code:?} is not one of USD, USDC, ALGO, BTC"
+        ))
+    })
 }
