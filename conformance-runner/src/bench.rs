@@ -45,7 +45,9 @@ pub struct Phase {
     pub p99_us: u64,
 }
 
-fn pct(sorted: &[u64], p: usize) -> u64 {
+/// The `p`th percentile of sorted latencies (0 for none).
+#[must_use]
+pub fn pct(sorted: &[u64], p: usize) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -289,11 +291,12 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
     Ok(out)
 }
 
-/// Microseconds shown as milliseconds with one decimal, without floats.
-struct Ms(u64);
+/// Microseconds shown as milliseconds with one decimal, without floats (width and alignment
+/// apply).
+pub struct Ms(pub u64);
 
 impl std::fmt::Display for Ms {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.0 / 1000, (self.0 % 1000) / 100)
+        f.pad(&format!("{}.{}", self.0 / 1000, (self.0 % 1000) / 100))
     }
 }

@@ -24,6 +24,8 @@ use rail_ledger::{
 };
 use stipendex_facilitator::{Config, Facilitator};
 
+use conformance_runner::bench::{Ms, pct};
+
 use crate::{CliError, msg};
 
 /// What to measure.
@@ -49,11 +51,6 @@ struct Figures {
     p50_us: u64,
     p99_us: u64,
     failed: u64,
-}
-
-fn pct(sorted: &[u64], p: usize) -> u64 {
-    let idx = (sorted.len() * p / 100).min(sorted.len().saturating_sub(1));
-    sorted.get(idx).copied().unwrap_or(0)
 }
 
 async fn closed_loop(clients: usize, seconds: u64, pay: PayFn) -> Figures {
@@ -339,16 +336,6 @@ fn row(name: &str, f: &Figures) {
             String::new()
         }
     );
-}
-
-/// Microseconds shown as milliseconds with one decimal, without floats.
-struct Ms(u64);
-
-impl std::fmt::Display for Ms {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = format!("{}.{}", self.0 / 1000, (self.0 % 1000) / 100);
-        f.pad(&text)
-    }
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {

@@ -34,6 +34,43 @@ enum Standing {
     Lapsed,
 }
 
+impl Standing {
+    /// The review state the ledger's word implies; a hold still held is `held_as`.
+    fn state(&self, held_as: ReviewState) -> ReviewState {
+        match self {
+            Standing::Held => held_as,
+            Standing::Posted => ReviewState::Approved,
+            Standing::Voided => ReviewState::Rejected,
+            Standing::Lapsed => ReviewState::Expired,
+        }
+    }
+
+    /// Why a review ended otherwise than decided.
+    fn why(&self) -> &'static str {
+        match self {
+            Standing::Held => "still held",
+            Standing::Posted => "posted before it was recorded",
+            Standing::Voided => "released before a decision",
+            Standing::Lapsed => "the hold lapsed before a decision",
+        }
+    }
+
+    /// Where a decision's ledger step left the hold: `done` when it applied, else what the
+    /// ledger's refusal says of the hold.
+    fn after(
+        result: Result<rail_ledger::Created, LedgerError>,
+        done: Standing,
+    ) -> RailResult<Standing> {
+        match result {
+            Ok(_) => Ok(done),
+            Err(LedgerError::Refused(TransferError::AlreadyPosted)) => Ok(Standing::Posted),
+            Err(LedgerError::Refused(TransferError::AlreadyVoided)) => Ok(Standing::Voided),
+            Err(LedgerError::Refused(TransferError::PendingExpired)) => Ok(Standing::Lapsed),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 impl Facilitator {
     /// The review queue: reviews in `state` (all when `None`), oldest first. A review whose
     /// payment was never held (the hold was refused after the review was queued) is left out.
@@ -83,22 +120,16 @@ impl Facilitator {
         let left = r.offer_expires_at.0.saturating_sub(self.clock.now().0);
         let margin = i64::try_from(self.config.approval_margin.as_millis()).unwrap_or(i64::MAX);
         if left < margin {
-            // Too late to be presented and verified: release the funds instead.
-            let r = match self.release(&t).await? {
-                Standing::Posted => {
-                    self.record(&r, ReviewState::Approved, operator, note)
-                        .await?
-                }
-                _ => {
-                    self.record(
-                        &r,
-                        ReviewState::Expired,
-                        operator,
-                        Some("the offer ends before the payment could be verified"),
-                    )
-                    .await?
-                }
+            // Too late to be presented and verified: release the funds instead (an approval
+            // that reached the ledger first stands).
+            let released = match self.release(&t).await? {
+                Standing::Posted => Standing::Posted,
+                _ => Standing::Lapsed,
             };
+            let why = Some("the offer ends before the payment could be verified");
+            let r = self
+                .record_standing(&r, &released, ReviewState::Expired, operator, why)
+                .await?;
             if r.state == ReviewState::Approved {
                 return Ok(r);
             }
@@ -117,39 +148,13 @@ impl Facilitator {
                 pending_id: t.id,
                 amount: t.amount,
             };
-            match self.ledger.transfer(post).await {
-                Ok(_) | Err(LedgerError::Refused(TransferError::AlreadyPosted)) => Standing::Posted,
-                Err(LedgerError::Refused(TransferError::AlreadyVoided)) => Standing::Voided,
-                Err(LedgerError::Refused(TransferError::PendingExpired)) => Standing::Lapsed,
-                Err(e) => return Err(e.into()),
-            }
+            Standing::after(self.ledger.transfer(post).await, Standing::Posted)?
         } else {
             self.standing(&t).await?
         };
-        let r = match standing {
-            Standing::Held | Standing::Posted => {
-                self.record(&r, ReviewState::Approved, operator, note)
-                    .await?
-            }
-            Standing::Voided => {
-                self.record(
-                    &r,
-                    ReviewState::Rejected,
-                    operator,
-                    Some("released before a decision"),
-                )
-                .await?
-            }
-            Standing::Lapsed => {
-                self.record(
-                    &r,
-                    ReviewState::Expired,
-                    operator,
-                    Some("the hold lapsed before a decision"),
-                )
-                .await?
-            }
-        };
+        let r = self
+            .record_standing(&r, &standing, ReviewState::Approved, operator, note)
+            .await?;
         if r.state == ReviewState::Approved {
             Ok(r)
         } else {
@@ -181,21 +186,11 @@ impl Facilitator {
                 });
             }
         }
-        let r = match self.release(&t).await? {
-            // An approval got to the ledger first.
-            Standing::Posted => {
-                self.record(&r, ReviewState::Approved, operator, None)
-                    .await?
-            }
-            Standing::Lapsed => {
-                self.record(&r, ReviewState::Expired, operator, note)
-                    .await?
-            }
-            Standing::Held | Standing::Voided => {
-                self.record(&r, ReviewState::Rejected, operator, note)
-                    .await?
-            }
-        };
+        // An approval that got to the ledger first stands.
+        let released = self.release(&t).await?;
+        let r = self
+            .record_standing(&r, &released, ReviewState::Rejected, operator, note)
+            .await?;
         if r.state == ReviewState::Approved {
             return Err(RailError::InvalidState {
                 op: "reject",
@@ -211,12 +206,7 @@ impl Facilitator {
             id: decision_id(t, "review-reject")?,
             pending_id: t.id,
         };
-        match self.ledger.transfer(void).await {
-            Ok(_) | Err(LedgerError::Refused(TransferError::AlreadyVoided)) => Ok(Standing::Voided),
-            Err(LedgerError::Refused(TransferError::PendingExpired)) => Ok(Standing::Lapsed),
-            Err(LedgerError::Refused(TransferError::AlreadyPosted)) => Ok(Standing::Posted),
-            Err(e) => Err(e.into()),
-        }
+        Standing::after(self.ledger.transfer(void).await, Standing::Voided)
     }
 
     /// Where a hold stands by the ledger (a hold past its time counts as lapsed, by the
@@ -272,6 +262,26 @@ impl Facilitator {
         })
     }
 
+    /// Records what the ledger says of review `r`'s hold: a hold still held (or the decision
+    /// made) is `decided`, with the operator's `note`; a hold the ledger says otherwise of is
+    /// recorded as such, with why.
+    async fn record_standing(
+        &self,
+        r: &ReviewRecord,
+        standing: &Standing,
+        decided: ReviewState,
+        operator: &str,
+        note: Option<&str>,
+    ) -> RailResult<ReviewRecord> {
+        let state = standing.state(decided);
+        let note = if state == decided {
+            note
+        } else {
+            Some(standing.why())
+        };
+        self.record(r, state, operator, note).await
+    }
+
     /// The review of payment `t`, if it went to review, brought in line with the ledger: a
     /// pending review whose hold was posted is approved (an approval interrupted after its
     /// ledger step), one whose hold was voided is rejected, one whose hold lapsed is expired
@@ -286,47 +296,17 @@ impl Facilitator {
         if r.state != ReviewState::Pending {
             return Ok(Some(r));
         }
-        let by = "facilitator";
-        Ok(Some(match self.standing(t).await? {
-            Standing::Held => r,
-            Standing::Posted => {
-                self.record(
-                    &r,
-                    ReviewState::Approved,
-                    by,
-                    Some("posted before it was recorded"),
-                )
-                .await?
-            }
-            Standing::Voided => {
-                self.record(
-                    &r,
-                    ReviewState::Rejected,
-                    by,
-                    Some("released before a decision"),
-                )
-                .await?
-            }
+        let standing = match self.standing(t).await? {
+            Standing::Held => return Ok(Some(r)),
+            // Made final by a void (an approval that reached the ledger first stands).
             Standing::Lapsed => match self.release(t).await? {
-                Standing::Posted => {
-                    self.record(
-                        &r,
-                        ReviewState::Approved,
-                        by,
-                        Some("posted before it was recorded"),
-                    )
-                    .await?
-                }
-                _ => {
-                    self.record(
-                        &r,
-                        ReviewState::Expired,
-                        by,
-                        Some("the hold lapsed before a decision"),
-                    )
-                    .await?
-                }
+                Standing::Posted => Standing::Posted,
+                _ => Standing::Lapsed,
             },
-        }))
+            other => other,
+        };
+        self.record_standing(&r, &standing, ReviewState::Pending, "facilitator", None)
+            .await
+            .map(Some)
     }
 }

@@ -49,7 +49,10 @@ impl Facilitator {
     ) -> RailResult<Captured> {
         Self::same_payment(payment_id, &req.held)?;
         let id: TransferId = parse_id(payment_id, "payment id")?;
-        if let Some((t, _)) = self.ledger.lookup_transfer(id).await?
+        // A hold that went to review is captured only once approved (the common hold, without
+        // a review, costs one indexed read here; the ledger receiver reads the hold itself).
+        if self.pool.review(payment_id).await?.is_some()
+            && let Some((t, _)) = self.ledger.lookup_transfer(id).await?
             && t.credit == caller
         {
             self.review_gate(&t).await?;
@@ -88,19 +91,18 @@ impl Facilitator {
         req: RefundRequest,
     ) -> RailResult<Refunded> {
         let id: TransferId = parse_id(payment_ref, "payment reference")?;
+        // A payment approved in review was settled by the post of its hold: refunds go back
+        // from that post. Anything else is the ledger receiver's to check (a hold is refused
+        // there: refund a captured hold by its capture_ref).
         let mut settled_by = id;
-        if let Some((t, _)) = self.ledger.lookup_transfer(id).await?
+        let approved_payment = self.pool.review(payment_ref).await?.is_some_and(|r| {
+            r.state == ReviewState::Approved && r.mode == PaymentMode::Capture.to_string()
+        });
+        if approved_payment
+            && let Some((t, _)) = self.ledger.lookup_transfer(id).await?
             && t.kind == TransferKind::Pending
             && t.credit == caller
         {
-            let approved = self.pool.review(&t.id.to_string()).await?.is_some_and(|r| {
-                r.state == ReviewState::Approved && r.mode == PaymentMode::Capture.to_string()
-            });
-            if !approved {
-                return Err(RailError::NotFound(format!(
-                    "settled payment {id}: refund a captured hold by its capture_ref"
-                )));
-            }
             settled_by = super::review::decision_id(&t, "review-approve")?;
         }
         let mut refunded = self
