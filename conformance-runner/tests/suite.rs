@@ -22,9 +22,19 @@ use rail_core::{
     RailId, RailResult, Receiver, Verified,
 };
 
+/// Runs one rail on one tier and prints one line for it, plus one line per failed behaviour:
+/// short enough that a truncated CI log still shows which behaviour failed and why (a full
+/// matrix per rail is `cargo run --bin conformance -- run`).
 async fn run(entry: &RailEntry, tier: Tier) -> Vec<ResultRow> {
     let rows = report::run_rail_tier(entry, tier, &[], &mut |_| {}).await;
-    print!("{}", report::matrix(&rows));
+    let (passed, failed, skipped) = report::counts(&rows);
+    println!(
+        "{}/{tier}: {passed} passed, {failed} failed, {skipped} skipped",
+        entry.name
+    );
+    for f in failures(&rows) {
+        println!("  FAILED {f}");
+    }
     rows
 }
 
@@ -35,48 +45,63 @@ fn failures(rows: &[ResultRow]) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rail_passes_on_the_mock_tier() {
-    for entry in rails::all() {
-        let rows = run(&entry, Tier::Mock).await;
-        assert!(failures(&rows).is_empty(), "{:#?}", failures(&rows));
-        let skipped: Vec<_> = rows.iter().filter(|r| r.outcome == Outcome::Skip).collect();
-        // The ledger claims every capability, so nothing may be skipped for it but the
-        // behaviour that needs an x402 scheme, which the ledger is not.
-        if entry.name == "ledger" || entry.name == "account" {
-            assert!(
-                skipped
-                    .iter()
-                    .all(|r| r.behaviour == "stipendex_x402_402_paid_under_mandate"),
-                "{skipped:#?}"
-            );
-        }
+/// Skips the rail may not have: for the ledger and the account rail, which claim every
+/// capability, only the behaviour that needs an x402 scheme (and, off CI, an absent localnet).
+fn unexpected_skips(entry: &RailEntry, rows: &[ResultRow]) -> Vec<String> {
+    if entry.name != "ledger" && entry.name != "account" {
+        return Vec::new();
     }
+    rows.iter()
+        .filter(|r| r.outcome == Outcome::Skip)
+        .filter(|r| {
+            r.behaviour != "stipendex_x402_402_paid_under_mandate"
+                && !r.detail.starts_with("localnet unavailable")
+        })
+        .map(|r| {
+            format!(
+                "{}/{} {} skipped: {}",
+                r.rail, r.tier, r.behaviour, r.detail
+            )
+        })
+        .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rail_passes_on_the_localnet_tier() {
+/// Every rail on `tier`; all rails run even when one fails, and the test's error lists every
+/// failure (a returned error prints no backtrace to push it out of the log).
+async fn every_rail_passes(tier: Tier) -> Result<(), String> {
+    let mut problems = Vec::new();
     for entry in rails::all() {
-        let rows = run(&entry, Tier::Localnet).await;
-        // In CI an unavailable localnet is reported as a failure by the runner itself.
-        assert!(failures(&rows).is_empty(), "{:#?}", failures(&rows));
-        if entry.name == "account" {
-            // Two instances on PostgreSQL: only the x402 behaviour may skip (not a scheme).
-            let skipped: Vec<_> = rows.iter().filter(|r| r.outcome == Outcome::Skip).collect();
-            let allowed = |r: &&ResultRow| {
-                r.behaviour == "stipendex_x402_402_paid_under_mandate"
-                    || r.detail.starts_with("localnet unavailable")
-            };
-            assert!(skipped.iter().all(allowed), "{skipped:#?}");
-        }
+        let rows = run(&entry, tier).await;
+        problems.extend(failures(&rows));
+        problems.extend(unexpected_skips(&entry, &rows));
         if rows.iter().all(|r| r.outcome == Outcome::Skip) {
             eprintln!(
-                "SKIPPED: {} localnet tier: {}",
+                "SKIPPED: {} {tier} tier: {}",
                 entry.name,
                 rows.first().map(|r| r.detail.as_str()).unwrap_or("")
             );
         }
     }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} problem(s): {}",
+            problems.len(),
+            problems.join(" | ")
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rail_passes_on_the_mock_tier() -> Result<(), String> {
+    every_rail_passes(Tier::Mock).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rail_passes_on_the_localnet_tier() -> Result<(), String> {
+    // In CI an unavailable localnet is reported as a failure by the runner itself.
+    every_rail_passes(Tier::Localnet).await
 }
 
 /// A receiver that trusts the payment envelope and never consults the rail or a replay guard.
