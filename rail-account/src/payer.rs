@@ -63,7 +63,9 @@ impl AccountPayer {
         if offer.mode != mode {
             return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
         }
-        offer.check_live(self.client.clock().now())?;
+        // The offer's time is the facilitator's to judge: a payment made under `op` before
+        // the offer's end is answered after it (an approval, or an answer lost in transit),
+        // and a new one is refused there (`offer_expired`).
         let answer = self
             .client
             .post::<_, PayAnswer>(

@@ -192,55 +192,6 @@ fn create_account(
     Ok(AccountCreated::Created(acc))
 }
 
-/// Is `stored` the same request as `req`?
-fn same_request(stored: &Transfer, req: &TransferRequest) -> bool {
-    match *req {
-        TransferRequest::Single {
-            debit,
-            credit,
-            amount,
-            user_data,
-            ..
-        } => {
-            stored.kind == TransferKind::Single
-                && (stored.debit, stored.credit, stored.amount, stored.user_data)
-                    == (debit, credit, amount, user_data)
-        }
-        TransferRequest::Pending {
-            debit,
-            credit,
-            amount,
-            user_data,
-            timeout_ms,
-            ..
-        } => {
-            stored.kind == TransferKind::Pending
-                && (
-                    stored.debit,
-                    stored.credit,
-                    stored.amount,
-                    stored.user_data,
-                    stored.timeout_ms,
-                ) == (debit, credit, amount, user_data, timeout_ms)
-        }
-        TransferRequest::Post {
-            pending_id, amount, ..
-        } => {
-            stored.kind == TransferKind::PostPending
-                && stored.reference == Some(pending_id)
-                && stored.amount == amount
-        }
-        TransferRequest::Void { pending_id, .. } => {
-            stored.kind == TransferKind::VoidPending && stored.reference == Some(pending_id)
-        }
-        TransferRequest::Reverse { of, amount, .. } => {
-            stored.kind == TransferKind::Reversal
-                && stored.reference == Some(of)
-                && stored.amount == amount
-        }
-    }
-}
-
 /// The accounts of a validated movement, with the counter deltas to apply.
 struct Movement {
     id: TransferId,
@@ -272,7 +223,7 @@ fn transfer(
         return Err(TransferError::IdReserved);
     }
     if let Some(stored) = snap.transfers.get(&id) {
-        return if same_request(stored, req) {
+        return if req.made(stored) {
             Ok(Created::Exists(stored.clone()))
         } else {
             Err(TransferError::ExistsWithDifferentFields)

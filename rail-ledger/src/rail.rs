@@ -329,7 +329,6 @@ impl LedgerPayer {
                 offer.amount.asset(),
             ));
         }
-        offer.check_live(self.ledger.clock().now())?;
         let credit = parse_account(&offer.payee, "offer payee")?;
         let amount = minor(&offer.amount)?;
         let user_data = offer_binding(&offer.id);
@@ -365,15 +364,27 @@ impl LedgerPayer {
 
     async fn send(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {
         let req = self.request(op, offer, mode)?;
-        let created = apply(&self.ledger, op, req, &self.asset, offer.amount.amount()).await?;
-        let t = created.transfer();
+        let id = if let Err(expired) = offer.check_live(self.ledger.clock().now()) {
+            // A payment made under `op` while the offer was live is answered, not refused:
+            // the retry of an attempt whose answer was lost (a crash, a timeout) can come
+            // after the offer's end, and its money moved. Nothing new is paid.
+            match self.ledger.lookup_transfer(req.id()).await? {
+                Some((t, _)) if req.made(&t) => t.id,
+                _ => return Err(expired),
+            }
+        } else {
+            apply(&self.ledger, op, req, &self.asset, offer.amount.amount())
+                .await?
+                .transfer()
+                .id
+        };
         Ok(Payment {
             rail: RailId::new(RAIL),
             offer_id: offer.id.clone(),
             mode,
             payer: self.account.to_string(),
             amount: offer.amount.clone(),
-            proof: serde_json::to_value(LedgerProof { transfer_id: t.id })
+            proof: serde_json::to_value(LedgerProof { transfer_id: id })
                 .map_err(|e| RailError::InvalidInput(e.to_string()))?,
         })
     }

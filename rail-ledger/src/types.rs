@@ -260,6 +260,59 @@ impl TransferRequest {
         }
     }
 
+    /// Whether `stored` is the transfer this request made: the ledger's idempotency rule (the
+    /// same id with these fields is answered by `stored`; with others it is
+    /// [`crate::TransferError::ExistsWithDifferentFields`]). Lets a caller that finds a
+    /// transfer under its id tell its own earlier request from another.
+    #[must_use]
+    pub fn made(&self, stored: &Transfer) -> bool {
+        match *self {
+            TransferRequest::Single {
+                debit,
+                credit,
+                amount,
+                user_data,
+                ..
+            } => {
+                stored.kind == TransferKind::Single
+                    && (stored.debit, stored.credit, stored.amount, stored.user_data)
+                        == (debit, credit, amount, user_data)
+            }
+            TransferRequest::Pending {
+                debit,
+                credit,
+                amount,
+                user_data,
+                timeout_ms,
+                ..
+            } => {
+                stored.kind == TransferKind::Pending
+                    && (
+                        stored.debit,
+                        stored.credit,
+                        stored.amount,
+                        stored.user_data,
+                        stored.timeout_ms,
+                    ) == (debit, credit, amount, user_data, timeout_ms)
+            }
+            TransferRequest::Post {
+                pending_id, amount, ..
+            } => {
+                stored.kind == TransferKind::PostPending
+                    && stored.reference == Some(pending_id)
+                    && stored.amount == amount
+            }
+            TransferRequest::Void { pending_id, .. } => {
+                stored.kind == TransferKind::VoidPending && stored.reference == Some(pending_id)
+            }
+            TransferRequest::Reverse { of, amount, .. } => {
+                stored.kind == TransferKind::Reversal
+                    && stored.reference == Some(of)
+                    && stored.amount == amount
+            }
+        }
+    }
+
     /// The transfer this request refers to (pending or reversed), if any.
     #[must_use]
     pub fn referenced(&self) -> Option<TransferId> {

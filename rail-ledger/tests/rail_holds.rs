@@ -308,3 +308,39 @@ async fn verify_requires_time_left_on_the_hold() {
         .unwrap_err();
     assert_eq!(code(&e), "invalid_input", "{e}");
 }
+
+/// A payment (or hold) made while its offer was live is answered again after the offer's end:
+/// the retry of an attempt whose answer was lost must learn that the money moved, not be told
+/// the offer expired. A new payment of the ended offer is refused, and nothing moves.
+#[tokio::test]
+async fn a_payment_made_in_time_is_answered_after_the_offers_end() {
+    use rail_core::Payer as _;
+    let w = world().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::capture(usd(300), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let held = hold_offer(&receiver).await;
+    let (op, hold_op) = (OpId::random(), OpId::random());
+    let paid = payer.pay(&op, &offer).await.unwrap();
+    let hold = payer.hold(&hold_op, &held).await.unwrap();
+    assert_eq!(w.available().await, i128::from(FUNDED) - 500);
+
+    w.clock.advance(Duration::from_secs(61));
+    assert_eq!(payer.pay(&op, &offer).await.unwrap(), paid);
+    assert_eq!(payer.hold(&hold_op, &held).await.unwrap(), hold);
+    for e in [
+        payer.pay(&OpId::random(), &offer).await.unwrap_err(),
+        payer.hold(&OpId::random(), &held).await.unwrap_err(),
+        // The operation id of the payment, presented for the hold's offer: not that payment.
+        payer.hold(&op, &held).await.unwrap_err(),
+    ] {
+        assert_eq!(e.code(), "offer_expired", "{e}");
+    }
+    assert_eq!(
+        w.available().await,
+        i128::from(FUNDED) - 500,
+        "nothing more moved"
+    );
+}

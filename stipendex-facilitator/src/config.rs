@@ -12,10 +12,12 @@ pub struct Config {
     /// This instance's name (logs, metrics, health).
     pub instance: String,
     /// How far a signed request's time may be from this instance's clock, either way; nonces
-    /// are remembered twice as long.
+    /// are remembered three times as long (a request a window ahead, on an instance a window
+    /// behind).
     pub window: Duration,
     /// How long a payment waiting for review holds the payer's funds before it lapses (never
-    /// longer than its offer lives).
+    /// longer than its offer lives; a hold's review undecided at its offer's end is released
+    /// then, by the sweep or the next reader).
     pub review_hold: Duration,
     /// How much of its offer's life a payment must have left to be approved: the payer still
     /// has to present it and the receiver to verify it before the offer expires. Approving

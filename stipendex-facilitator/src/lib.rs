@@ -41,7 +41,8 @@ pub use error::{Error, Result};
 pub use http::router;
 pub use service::{Facilitator, NewAccount, open, payment_id, treasury_id};
 
-/// How often an instance sweeps expired nonces, redeemed offers and lapsed holds.
+/// How often an instance sweeps expired nonces, redeemed offers, lapsed holds and reviews
+/// undecided when their offer ended.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// Serves `fac` on `listener` until `shutdown` completes (then finishes the requests in

@@ -461,3 +461,171 @@ async fn one_idempotency_key_is_one_payment_whatever_the_mode() {
     assert!(matches!(e, RailError::IdempotencyConflict { .. }), "{e}");
     assert_eq!(w.available(&w.payer).await, 9_900);
 }
+
+#[tokio::test]
+async fn a_payment_made_in_time_is_answered_after_its_offer_ends() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    // Paid in time, its answer lost: the retry after the offer's end gets the same payment.
+    let offer = receiver
+        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let first = payer.pay(&op, &offer).await.unwrap();
+    w.clock.advance(Duration::from_secs(61));
+    assert_eq!(payer.pay(&op, &offer).await.unwrap(), first);
+    // A new payment of the ended offer is refused by the facilitator; nothing moves.
+    let e = payer.pay(&OpId::random(), &offer).await.unwrap_err();
+    assert_eq!(e.code(), "offer_expired", "{e}");
+    assert_eq!(w.available(&w.payer).await, 9_900);
+
+    // Approved in review in time, asked about after the offer's end: paid, not "expired".
+    let offer = receiver
+        .offer(&Charge::capture(usd("7.00"), Duration::from_secs(300)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
+    else {
+        panic!("above the threshold")
+    };
+    w.fac.approve(&payment_ref, "ops", None).await.unwrap();
+    w.clock.advance(Duration::from_secs(301));
+    let payment = payer.pay(&op, &offer).await.unwrap();
+    assert_eq!(payment.proof["payment_id"], payment_ref.as_str());
+    assert_eq!(w.balance(&w.payee).await, 800);
+    assert_eq!(w.available(&w.payer).await, 9_200);
+}
+
+#[tokio::test]
+async fn a_review_shows_what_its_approval_would_pay() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    // Queued for review, then refused by the ledger: the review stands for nothing...
+    let op = OpId::random();
+    let big = receiver
+        .offer(&Charge::capture(usd("150.00"), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let e = payer.pay(&op, &big).await.unwrap_err();
+    assert_eq!(e.code(), "insufficient_funds", "{e}");
+    // ...and another payment under the same key is a conflict, not a hold the review would
+    // describe as the first (the operator would approve one payment and pay another).
+    let other = receiver
+        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let e = payer.pay(&op, &other).await.unwrap_err();
+    assert!(matches!(e, RailError::IdempotencyConflict { .. }), "{e}");
+    assert_eq!(w.available(&w.payer).await, 10_000, "nothing held");
+    assert!(
+        w.fac
+            .reviews(Some(ReviewState::Pending), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a review never held is not shown"
+    );
+    // The same payment under the same key, once funded, is the review shown.
+    w.fac
+        .fund(w.payer.id, &usd("100.00"), "top-up")
+        .await
+        .unwrap();
+    let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &big).await.unwrap_err()
+    else {
+        panic!("above the threshold")
+    };
+    let queue = w.fac.reviews(Some(ReviewState::Pending), 10).await.unwrap();
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue[0].payment_id, payment_ref);
+    assert_eq!(
+        (queue[0].amount, queue[0].offer_id.as_str()),
+        (15_000, big.id.as_str())
+    );
+}
+
+#[tokio::test]
+async fn reviews_undecided_at_their_offers_end_are_closed() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    // A hold (the receiver asks for an hour) on an offer of ten minutes, waiting for review.
+    let offer = receiver
+        .offer(&Charge::hold(usd("9.00"), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let Submitted::PendingReview { payment_ref, .. } =
+        payer.submit(&op, &offer, PaymentMode::Hold).await.unwrap()
+    else {
+        panic!("a hold above 5.00 waits for review");
+    };
+    // And a payment whose transfer was refused after its review was queued.
+    let never = OpId::random();
+    let big = receiver
+        .offer(&Charge::capture(usd("150.00"), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    payer.pay(&never, &big).await.unwrap_err();
+    let never_id = stipendex_facilitator::payment_id(w.payer.id, &never).to_string();
+    assert_eq!(w.available(&w.payer).await, 9_100);
+
+    // The offer ends undecided: nobody can verify the hold now, so the funds come back then,
+    // not when the hold itself would lapse.
+    w.clock.advance(Duration::from_secs(601));
+    w.fac.sweep().await.unwrap();
+    assert_eq!(w.available(&w.payer).await, 10_000);
+    let r = w.fac.pool().review(&payment_ref).await.unwrap().unwrap();
+    assert_eq!(r.state, ReviewState::Expired);
+    let e = w.fac.approve(&payment_ref, "ops", None).await.unwrap_err();
+    assert_eq!(e.code(), "invalid_state", "{e}");
+    let e = payer.hold(&op, &offer).await.unwrap_err();
+    assert_eq!(e.code(), "declined", "{e}");
+    // The review that was never held is closed once no request can still be writing it.
+    let pending = |w: &World| {
+        let id = never_id.clone();
+        let pool = w.fac.pool().clone();
+        async move { pool.review(&id).await.unwrap().unwrap().state }
+    };
+    assert_eq!(pending(&w).await, ReviewState::Pending);
+    w.clock.advance(Duration::from_secs(601));
+    w.fac.sweep().await.unwrap();
+    assert_eq!(pending(&w).await, ReviewState::Expired);
+}
+
+#[tokio::test]
+async fn a_payment_approved_is_refunded_even_if_the_approval_was_cut_short() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
+    else {
+        panic!("above the threshold")
+    };
+    // The approval's ledger step only; the review row still says pending.
+    let id: rail_ledger::TransferId = payment_ref.parse().unwrap();
+    let (t, _) = w.fac.ledger().lookup_transfer(id).await.unwrap().unwrap();
+    w.fac
+        .ledger()
+        .transfer(rail_ledger::TransferRequest::Post {
+            id: rail_ledger::op_transfer_id(
+                t.debit,
+                "review-approve",
+                &OpId::new(payment_ref.clone()).unwrap(),
+            ),
+            pending_id: id,
+            amount: t.amount,
+        })
+        .await
+        .unwrap();
+    receiver
+        .refund(&OpId::random(), &payment_ref, &usd("1.00"))
+        .await
+        .unwrap();
+    assert_eq!(w.balance(&w.payee).await, 500);
+    assert_eq!(w.available(&w.payer).await, 9_500);
+}

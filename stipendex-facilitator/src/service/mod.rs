@@ -31,6 +31,9 @@ pub use accounts::{NewAccount, treasury_id};
 pub use open::open;
 pub use pay::payment_id;
 
+/// How many ended reviews one sweep closes at most.
+const SWEEP_REVIEWS: i64 = 1000;
+
 /// Key-store namespace of seen request nonces.
 pub(crate) const NS_NONCES: &str = "facilitator/nonces";
 /// Key-store namespace of redeemed offers.
@@ -118,14 +121,16 @@ impl Facilitator {
         &self.clock
     }
 
-    /// Forgets expired nonces and redeemed offers, and releases lapsed holds. Run it every
-    /// minute or so on one instance or all.
+    /// Forgets expired nonces and redeemed offers, releases lapsed holds and the holds of
+    /// reviews still undecided when their offer ended. Run it every minute or so on one
+    /// instance or all (each step is applied once, whoever takes it).
     ///
     /// # Errors
     /// [`RailError::Storage`].
     pub async fn sweep(&self) -> RailResult<u64> {
         self.ledger.expire_pending().await?;
-        self.keys.purge_expired().await
+        let reviews = self.expire_reviews(SWEEP_REVIEWS).await?;
+        Ok(reviews + self.keys.purge_expired().await?)
     }
 }
 

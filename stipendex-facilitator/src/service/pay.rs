@@ -59,20 +59,35 @@ impl Facilitator {
                 offer.amount.asset(),
             ));
         }
-        offer.check_live(self.clock.now())?;
         let payee: AccountId = parse_id(&offer.payee, "offer payee")?;
         let amount = units(&offer.amount)?;
         if amount == 0 {
             return Err(RailError::InvalidInput("amount must not be zero".into()));
         }
         let id = payment_id(caller, key);
+        let user_data = offer_binding(&offer.id);
+        let paid = Paid {
+            mode: offer.mode,
+            payer: caller,
+            payee,
+            amount,
+            user_data,
+        };
+        if let Err(expired) = offer.check_live(self.clock.now()) {
+            // A payment made under this key while the offer was live is answered, not
+            // refused: an approval, or an answer lost with a dead instance, can reach the
+            // payer after the offer's end, and its money moved. Nothing new is paid.
+            return match self.ledger.lookup_transfer(id).await? {
+                Some((t, _)) if paid.is(&t) => self.answer(caller, &offer, &t).await,
+                _ => Err(expired),
+            };
+        }
         // Above the threshold, unless applied before: a payment is answered as it was made
         // (below), never re-decided (a look-up only for the few payments over the threshold;
         // one made for review and retried under a higher threshold is matched by
         // `apply_payment`).
         let review = payer.review_above.is_some_and(|limit| amount > limit)
             && self.ledger.lookup_transfer(id).await?.is_none();
-        let user_data = offer_binding(&offer.id);
         let request = match offer.mode {
             PaymentMode::Capture if !review => TransferRequest::Single {
                 id,
@@ -116,8 +131,10 @@ impl Facilitator {
             }
         };
         if review {
-            self.pool
-                .queue_review(&ReviewRecord {
+            self.queue_review(
+                key,
+                &paid,
+                ReviewRecord {
                     payment_id: id.to_string(),
                     payer: caller.to_string(),
                     payee: payee.to_string(),
@@ -136,14 +153,31 @@ impl Facilitator {
                     decided_at: None,
                     decided_by: None,
                     note: None,
-                })
-                .await?;
+                },
+            )
+            .await?;
         }
         // A refused transfer leaves its queued review standing for nothing: it is never
         // deleted (a concurrent attempt may be writing its hold), and a review whose payment
         // is not a hold is ignored everywhere (`reconciled_review`, `reviews`).
-        let t = self.apply_payment(key, offer.mode, request).await?;
+        let t = self.apply_payment(key, &paid, request).await?;
         self.answer(caller, &offer, &t).await
+    }
+
+    /// Queues `review` for payment `paid`. A review already queued under the key must be for
+    /// the very same payment (what the operator is shown is what an approval pays): one for
+    /// another payment (another offer, payee or amount under the same key, now or in an
+    /// earlier attempt whose transfer was refused) is an idempotency conflict.
+    async fn queue_review(&self, key: &OpId, paid: &Paid, review: ReviewRecord) -> RailResult<()> {
+        self.pool.queue_review(&review).await?;
+        let stored = self.pool.review(&review.payment_id).await?;
+        if stored.is_some_and(|r| paid.is_reviewed_by(&r) && r.mode == review.mode) {
+            Ok(())
+        } else {
+            Err(RailError::IdempotencyConflict {
+                op_id: key.to_string(),
+            })
+        }
     }
 
     /// What the payer is told about payment `t`: the payment, or its review's state.
@@ -191,58 +225,55 @@ impl Facilitator {
     }
 
     /// Applies a payment's transfer. The same key again is the same transfer; a transfer the
-    /// key made before in the other form (held for review, or not) is that payment if it pays
-    /// the same offer, the same amount, between the same accounts, in a form the mode allows
-    /// (a hold is only ever a pending transfer); anything else under the key is a conflict.
+    /// key made before in the other form (held for review, or not) is that payment if
+    /// [`Paid::is`] says so; anything else under the key is a conflict.
     async fn apply_payment(
         &self,
         key: &OpId,
-        mode: PaymentMode,
+        paid: &Paid,
         request: TransferRequest,
     ) -> RailResult<Transfer> {
         match self.ledger.transfer(request.clone()).await {
             Ok(created) => Ok(created.transfer().clone()),
             Err(LedgerError::Refused(TransferError::ExistsWithDifferentFields)) => {
-                let conflict = || RailError::IdempotencyConflict {
-                    op_id: key.to_string(),
-                };
-                let (t, _) = self
-                    .ledger
-                    .lookup_transfer(request.id())
-                    .await?
-                    .ok_or_else(conflict)?;
-                let same = match request {
-                    TransferRequest::Single {
-                        debit,
-                        credit,
-                        amount,
-                        user_data,
-                        ..
-                    }
-                    | TransferRequest::Pending {
-                        debit,
-                        credit,
-                        amount,
-                        user_data,
-                        ..
-                    } => {
-                        t.debit == debit
-                            && t.credit == credit
-                            && t.amount == amount
-                            && t.user_data == user_data
-                    }
-                    _ => false,
-                };
-                let form = match mode {
-                    PaymentMode::Capture => {
-                        matches!(t.kind, TransferKind::Single | TransferKind::Pending)
-                    }
-                    PaymentMode::Hold => t.kind == TransferKind::Pending,
-                };
-                if same && form { Ok(t) } else { Err(conflict()) }
+                match self.ledger.lookup_transfer(request.id()).await? {
+                    Some((t, _)) if paid.is(&t) => Ok(t),
+                    _ => Err(RailError::IdempotencyConflict {
+                        op_id: key.to_string(),
+                    }),
+                }
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// What a payment request pays: the facts its transfer must carry, whatever form it took.
+struct Paid {
+    mode: PaymentMode,
+    payer: AccountId,
+    payee: AccountId,
+    amount: u64,
+    user_data: u128,
+}
+
+impl Paid {
+    /// Whether `t` is this payment: the same offer, amount and accounts, in a form the mode
+    /// allows (a payment is a single transfer, or a hold when it went to review; a hold is only
+    /// ever a pending transfer). The hold's duration is not compared: a review's hold lasts as
+    /// long as was left of the offer when it was made.
+    fn is(&self, t: &Transfer) -> bool {
+        let form = match self.mode {
+            PaymentMode::Capture => matches!(t.kind, TransferKind::Single | TransferKind::Pending),
+            PaymentMode::Hold => t.kind == TransferKind::Pending,
+        };
+        form && (t.debit, t.credit, t.amount, t.user_data)
+            == (self.payer, self.payee, self.amount, self.user_data)
+    }
+
+    /// Whether review `r` was queued for this payment.
+    fn is_reviewed_by(&self, r: &ReviewRecord) -> bool {
+        super::review::describes(r, self.payer, self.payee, self.amount, self.user_data)
     }
 }
 

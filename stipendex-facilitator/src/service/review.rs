@@ -10,16 +10,35 @@
 
 use rail_core::{OpId, RailError, RailResult};
 use rail_ledger::{
-    LedgerError, Transfer, TransferError, TransferId, TransferKind, TransferRequest,
-    TransferStatus, op_transfer_id,
+    AccountId, LedgerError, Transfer, TransferError, TransferId, TransferKind, TransferRequest,
+    TransferStatus, offer_binding, op_transfer_id,
 };
 
 use super::{Facilitator, parse_id};
 use crate::store::{ReviewRecord, ReviewState};
 
+/// How long after its offer's end a review whose payment was never held is closed (longer
+/// than any request can take between the offer check and the hold's write).
+const NEVER_HELD_AFTER_MS: i64 = 10 * 60 * 1000;
+
 /// The id of the transfer that carries decision `what` on payment `t`.
 pub(crate) fn decision_id(t: &Transfer, what: &str) -> RailResult<TransferId> {
     Ok(op_transfer_id(t.debit, what, &OpId::new(t.id.to_string())?))
+}
+
+/// Whether review `r` was queued for a payment of `amount` from `payer` to `payee` for the
+/// offer bound as `user_data` (what the operator is shown is what the hold carries).
+pub(crate) fn describes(
+    r: &ReviewRecord,
+    payer: AccountId,
+    payee: AccountId,
+    amount: u64,
+    user_data: u128,
+) -> bool {
+    r.payer == payer.to_string()
+        && r.payee == payee.to_string()
+        && u64::try_from(r.amount).is_ok_and(|a| a == amount)
+        && offer_binding(&r.offer_id) == user_data
 }
 
 /// What the ledger says of a review's hold.
@@ -72,8 +91,9 @@ impl Standing {
 }
 
 impl Facilitator {
-    /// The review queue: reviews in `state` (all when `None`), oldest first. A review whose
-    /// payment was never held (the hold was refused after the review was queued) is left out.
+    /// The review queue: reviews in `state` (all when `None`), oldest first, each brought in
+    /// line with the ledger. A review whose payment was never held (the hold was refused after
+    /// the review was queued) is left out.
     ///
     /// # Errors
     /// [`RailError::Storage`].
@@ -86,9 +106,9 @@ impl Facilitator {
         for r in self.pool.reviews(state, limit).await? {
             let id: TransferId = parse_id(&r.payment_id, "payment id")?;
             if let Some((t, _)) = self.ledger.lookup_transfer(id).await?
-                && t.kind == TransferKind::Pending
+                && let Some(r) = self.reconciled_review(&t).await?
             {
-                out.push(self.reconciled_review(&t).await?.unwrap_or(r));
+                out.push(r);
             }
         }
         Ok(out)
@@ -200,6 +220,42 @@ impl Facilitator {
         Ok(r)
     }
 
+    /// Brings the pending reviews whose offer has ended in line with the ledger (their holds
+    /// released, recorded expired), at most `limit` of them, oldest first; how many.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn expire_reviews(&self, limit: i64) -> RailResult<u64> {
+        let now = self.clock.now();
+        let mut done = 0;
+        for r in self.pool.reviews_ended(now, limit).await? {
+            let id: TransferId = parse_id(&r.payment_id, "payment id")?;
+            let ended = match self.ledger.lookup_transfer(id).await? {
+                Some((t, _)) => self
+                    .reconciled_review(&t)
+                    .await?
+                    .is_none_or(|r| r.state != ReviewState::Pending),
+                // Never held (its transfer was refused) and past any request still in flight
+                // when its offer ended: closed, so that it is not read again. A hold written
+                // after this is refused as expired by every reader (funds back at its lapse).
+                None if now.0.saturating_sub(r.offer_expires_at.0) > NEVER_HELD_AFTER_MS => self
+                    .pool
+                    .decide(
+                        &r.payment_id,
+                        ReviewState::Expired,
+                        now,
+                        "facilitator",
+                        Some("never held: the payment's transfer was refused"),
+                    )
+                    .await
+                    .map(|_| true)?,
+                None => false,
+            };
+            done += u64::from(ended);
+        }
+        Ok(done)
+    }
+
     /// Voids a payment's hold (once, whoever asks first); what the ledger then says of it.
     async fn release(&self, t: &Transfer) -> RailResult<Standing> {
         let void = TransferRequest::Void {
@@ -284,8 +340,10 @@ impl Facilitator {
 
     /// The review of payment `t`, if it went to review, brought in line with the ledger: a
     /// pending review whose hold was posted is approved (an approval interrupted after its
-    /// ledger step), one whose hold was voided is rejected, one whose hold lapsed is expired
-    /// (the lapse is made final in the ledger first: a void that an approval cannot race).
+    /// ledger step), one whose hold was voided is rejected, one whose hold lapsed, or whose
+    /// offer ended undecided, is expired (the hold is released first: a void that an approval
+    /// cannot race). A review queued under the payment's id for another payment (an attempt
+    /// refused before its hold was written) is not this payment's.
     pub(crate) async fn reconciled_review(&self, t: &Transfer) -> RailResult<Option<ReviewRecord>> {
         if t.kind != TransferKind::Pending {
             return Ok(None);
@@ -293,10 +351,21 @@ impl Facilitator {
         let Some(r) = self.pool.review(&t.id.to_string()).await? else {
             return Ok(None);
         };
+        if !describes(&r, t.debit, t.credit, t.amount, t.user_data) {
+            return Ok(None);
+        }
         if r.state != ReviewState::Pending {
             return Ok(Some(r));
         }
         let standing = match self.standing(t).await? {
+            // Undecided when its offer ended: nobody can verify it now, so the payer's funds
+            // come back (a hold asked for longer than the offer would keep them till its end).
+            Standing::Held if self.clock.now() >= r.offer_expires_at => {
+                match self.release(t).await? {
+                    Standing::Posted => Standing::Posted,
+                    _ => Standing::Lapsed,
+                }
+            }
             Standing::Held => return Ok(Some(r)),
             // Made final by a void (an approval that reached the ledger first stands).
             Standing::Lapsed => match self.release(t).await? {

@@ -49,12 +49,16 @@ impl Facilitator {
     ) -> RailResult<Captured> {
         Self::same_payment(payment_id, &req.held)?;
         let id: TransferId = parse_id(payment_id, "payment id")?;
-        // A hold that went to review is captured only once approved (the common hold, without
-        // a review, costs one indexed read here; the ledger receiver reads the hold itself).
-        if self.pool.review(payment_id).await?.is_some()
-            && let Some((t, _)) = self.ledger.lookup_transfer(id).await?
-            && t.credit == caller
-        {
+        // A hold that went to review is captured only once approved. The ledger is read
+        // first: a review is queued before its hold is written, so a hold found here has its
+        // review visible (read the other way round, a hold written between the two reads
+        // would pass without its review).
+        let (t, _) = self
+            .ledger
+            .lookup_transfer(id)
+            .await?
+            .ok_or_else(|| RailError::NotFound(format!("hold {id} for this receiver")))?;
+        if t.credit == caller {
             self.review_gate(&t).await?;
         }
         self.receiver_for(caller)
@@ -95,13 +99,13 @@ impl Facilitator {
         // from that post. Anything else is the ledger receiver's to check (a hold is refused
         // there: refund a captured hold by its capture_ref).
         let mut settled_by = id;
-        let approved_payment = self.pool.review(payment_ref).await?.is_some_and(|r| {
-            r.state == ReviewState::Approved && r.mode == PaymentMode::Capture.to_string()
-        });
-        if approved_payment
-            && let Some((t, _)) = self.ledger.lookup_transfer(id).await?
+        if let Some((t, _)) = self.ledger.lookup_transfer(id).await?
             && t.kind == TransferKind::Pending
             && t.credit == caller
+            // Reconciled: an approval interrupted after its post is approved here too.
+            && self.reconciled_review(&t).await?.is_some_and(|r| {
+                r.state == ReviewState::Approved && r.mode == PaymentMode::Capture.to_string()
+            })
         {
             settled_by = super::review::decision_id(&t, "review-approve")?;
         }

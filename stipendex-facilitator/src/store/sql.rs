@@ -248,6 +248,24 @@ impl Pool {
         })
     }
 
+    /// Pending reviews whose offer ended by `now`, the earliest ended first, at most `limit`.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn reviews_ended(&self, now: Timestamp, limit: i64) -> RailResult<Vec<ReviewRecord>> {
+        let sql = format!(
+            "SELECT {REVIEW_COLUMNS} FROM facilitator_reviews
+             WHERE state = 'pending' AND offer_expires_at <= $1
+             ORDER BY offer_expires_at, payment_id LIMIT $2"
+        );
+        on_pool!(self, p => {
+            let rows = sqlx::query(&sql).bind(now.0).bind(limit).fetch_all(p).await.map_err(|e| storage(&e))?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in rows { out.push(review_of!(r)); }
+            Ok(out)
+        })
+    }
+
     /// Records a decision on a pending review; `false` when it was no longer pending.
     ///
     /// # Errors
