@@ -417,22 +417,7 @@ async fn an_approval_interrupted_after_the_ledger_is_finished_not_contradicted()
         panic!("above the threshold")
     };
     // The approval's ledger step, and then the operator's process dies before recording it.
-    let id: rail_ledger::TransferId = payment_ref.parse().unwrap();
-    let (t, _) = w.fac.ledger().lookup_transfer(id).await.unwrap().unwrap();
-    let approve_id = rail_ledger::op_transfer_id(
-        t.debit,
-        "review-approve",
-        &OpId::new(payment_ref.clone()).unwrap(),
-    );
-    w.fac
-        .ledger()
-        .transfer(rail_ledger::TransferRequest::Post {
-            id: approve_id,
-            pending_id: id,
-            amount: t.amount,
-        })
-        .await
-        .unwrap();
+    approval_cut_short(&w, &payment_ref).await;
     // The payer is paid, not told it is pending; a rejection now is refused.
     let payment = payer.pay(&op, &offer).await.unwrap();
     receiver.verify(&offer, &payment).await.unwrap();
@@ -607,6 +592,18 @@ async fn a_payment_approved_is_refunded_even_if_the_approval_was_cut_short() {
         panic!("above the threshold")
     };
     // The approval's ledger step only; the review row still says pending.
+    approval_cut_short(&w, &payment_ref).await;
+    receiver
+        .refund(&OpId::random(), &payment_ref, &usd("1.00"))
+        .await
+        .unwrap();
+    assert_eq!(w.balance(&w.payee).await, 500);
+    assert_eq!(w.available(&w.payer).await, 9_500);
+}
+
+/// An approval of `payment_ref` that made its ledger step (the hold posted in full, under the
+/// approval's own transfer id) and died before recording the decision.
+async fn approval_cut_short(w: &World, payment_ref: &str) {
     let id: rail_ledger::TransferId = payment_ref.parse().unwrap();
     let (t, _) = w.fac.ledger().lookup_transfer(id).await.unwrap().unwrap();
     w.fac
@@ -615,17 +612,11 @@ async fn a_payment_approved_is_refunded_even_if_the_approval_was_cut_short() {
             id: rail_ledger::op_transfer_id(
                 t.debit,
                 "review-approve",
-                &OpId::new(payment_ref.clone()).unwrap(),
+                &OpId::new(payment_ref.to_owned()).unwrap(),
             ),
             pending_id: id,
             amount: t.amount,
         })
         .await
         .unwrap();
-    receiver
-        .refund(&OpId::random(), &payment_ref, &usd("1.00"))
-        .await
-        .unwrap();
-    assert_eq!(w.balance(&w.payee).await, 500);
-    assert_eq!(w.available(&w.payer).await, 9_500);
 }
