@@ -231,29 +231,35 @@ impl Facilitator {
         for r in self.pool.reviews_ended(now, limit).await? {
             let id: TransferId = parse_id(&r.payment_id, "payment id")?;
             let ended = match self.ledger.lookup_transfer(id).await? {
-                Some((t, _)) => self
-                    .reconciled_review(&t)
-                    .await?
-                    .is_none_or(|r| r.state != ReviewState::Pending),
-                // Never held (its transfer was refused) and past any request still in flight
-                // when its offer ended: closed, so that it is not read again. A hold written
-                // after this is refused as expired by every reader (funds back at its lapse).
-                None if now.0.saturating_sub(r.offer_expires_at.0) > NEVER_HELD_AFTER_MS => self
-                    .pool
-                    .decide(
-                        &r.payment_id,
-                        ReviewState::Expired,
-                        now,
-                        "facilitator",
-                        Some("never held: the payment's transfer was refused"),
-                    )
-                    .await
-                    .map(|_| true)?,
+                Some((t, _)) => match self.reconciled_review(&t).await? {
+                    Some(r) => r.state != ReviewState::Pending,
+                    // Queued for another payment under this id, refused before its hold was
+                    // written: the id is taken now, that payment can never be held.
+                    None => self.close_never_held(&r, now).await?,
+                },
+                // Never held (its transfer was refused), and past any request still in flight
+                // when its offer ended. A hold written after this is refused as expired by
+                // every reader (funds back at its lapse).
+                None if now.0.saturating_sub(r.offer_expires_at.0) > NEVER_HELD_AFTER_MS => {
+                    self.close_never_held(&r, now).await?
+                }
                 None => false,
             };
             done += u64::from(ended);
         }
         Ok(done)
+    }
+
+    /// Closes review `r`, whose payment was never held, so that no sweep reads it again.
+    async fn close_never_held(
+        &self,
+        r: &ReviewRecord,
+        now: rail_core::Timestamp,
+    ) -> RailResult<bool> {
+        let why = Some("never held: the payment's transfer was refused");
+        self.pool
+            .decide(&r.payment_id, ReviewState::Expired, now, "facilitator", why)
+            .await
     }
 
     /// Voids a payment's hold (once, whoever asks first); what the ledger then says of it.
