@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{NETWORK, Party, World, usd};
 use rail_account::api::{self, AccountView, PaymentStatus, PaymentView};
 use rail_account::auth;
-use rail_account::{AccountClient, AccountKey, AccountPayer, Submitted};
+use rail_account::{AccountClient, AccountKey, AccountPayer, AccountReceiver, Submitted};
 use rail_core::{
     Charge, Clock, HoldPayer, HoldReceiver, OpId, Payer, PaymentMode, RailError, Receiver,
     RefundReceiver,
@@ -25,10 +25,7 @@ use stipendex_facilitator::store::ReviewState;
 async fn pay_verify_once_and_refund() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
-    let offer = receiver
-        .offer(&Charge::capture(usd("2.50"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "2.50", 60).await;
     let op = OpId::random();
     let payment = payer.pay(&op, &offer).await.unwrap();
     // The same operation again is the same payment: nothing more is paid.
@@ -67,10 +64,7 @@ async fn pay_verify_once_and_refund() {
 async fn holds_capture_in_part_and_void() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
-    let offer = receiver
-        .offer(&Charge::hold(usd("3.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let offer = hold_offer(&receiver, "3.00", 60).await;
     let held = payer.hold(&OpId::random(), &offer).await.unwrap();
     assert_eq!(w.available(&w.payer).await, 9_700);
     let v = receiver.verify(&offer, &held).await.unwrap();
@@ -81,10 +75,7 @@ async fn holds_capture_in_part_and_void() {
     assert_eq!(c.captured, usd("1.25"));
     assert_eq!(c.released, usd("1.75"));
     assert_eq!(w.balance(&w.payee).await, 125);
-    let offer = receiver
-        .offer(&Charge::hold(usd("1.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let offer = hold_offer(&receiver, "1.00", 60).await;
     let held = payer.hold(&OpId::random(), &offer).await.unwrap();
     let v = receiver.verify(&offer, &held).await.unwrap();
     receiver.void(&OpId::random(), &v).await.unwrap();
@@ -101,26 +92,17 @@ async fn refusals_are_typed_and_change_nothing() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
     // Expired offer.
-    let offer = receiver
-        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(5)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "1.00", 5).await;
     w.clock.advance(Duration::from_secs(6));
     let e = payer.pay(&OpId::random(), &offer).await.unwrap_err();
     assert!(matches!(e, RailError::OfferExpired { .. }), "{e}");
     // Another facilitator's offer: refused before any call.
-    let mut other = receiver
-        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let mut other = capture_offer(&receiver, "1.00", 60).await;
     other.details = serde_json::json!({"network": "elsewhere"});
     let e = payer.pay(&OpId::random(), &other).await.unwrap_err();
     assert!(matches!(e, RailError::WrongNetwork { .. }), "{e}");
     // Too much.
-    let big = receiver
-        .offer(&Charge::capture(usd("4.99"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let big = capture_offer(&receiver, "4.99", 60).await;
     let poor = Party::new();
     poor.register(&w.fac, None).await;
     let poor_payer = AccountPayer::new(w.client(&poor), rail_core::Asset::usd());
@@ -128,14 +110,8 @@ async fn refusals_are_typed_and_change_nothing() {
     assert_eq!(e.code(), "insufficient_funds", "{e}");
     // Same operation id, other offer.
     let op = OpId::random();
-    let a = receiver
-        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
-    let b = receiver
-        .offer(&Charge::capture(usd("2.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let a = capture_offer(&receiver, "1.00", 60).await;
+    let b = capture_offer(&receiver, "2.00", 60).await;
     payer.pay(&op, &a).await.unwrap();
     let e = payer.pay(&op, &b).await.unwrap_err();
     assert!(matches!(e, RailError::IdempotencyConflict { .. }), "{e}");
@@ -158,10 +134,7 @@ async fn refusals_are_typed_and_change_nothing() {
 async fn payments_above_the_threshold_wait_for_review() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
-    let offer = receiver
-        .offer(&Charge::capture(usd("7.00"), Duration::from_secs(3600)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "7.00", 3600).await;
     let op = OpId::random();
     let Submitted::PendingReview { payment_ref, .. } = payer
         .submit(&op, &offer, PaymentMode::Capture)
@@ -197,10 +170,7 @@ async fn payments_above_the_threshold_wait_for_review() {
     assert_eq!(w.balance(&w.payer).await, 10_000 - 500);
 
     // Rejected: the funds come back, the payer is told it was declined.
-    let offer = receiver
-        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(3600)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "6.00", 3600).await;
     let op = OpId::random();
     let e = payer.pay(&op, &offer).await.unwrap_err();
     let RailError::PendingReview { payment_ref, .. } = e else {
@@ -219,10 +189,7 @@ async fn payments_above_the_threshold_wait_for_review() {
     );
 
     // Approved too late to be presented before its offer ends: refused, the funds released.
-    let offer = receiver
-        .offer(&Charge::capture(usd("8.00"), Duration::from_secs(90)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "8.00", 90).await;
     let op = OpId::random();
     let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
     else {
@@ -318,10 +285,7 @@ async fn unsigned_stale_replayed_and_forged_requests_are_refused() {
 async fn health_and_metrics() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
-    let offer = receiver
-        .offer(&Charge::capture(usd("0.10"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "0.10", 60).await;
     let p = payer.pay(&OpId::random(), &offer).await.unwrap();
     receiver.verify(&offer, &p).await.unwrap();
     let _ = receiver.verify(&offer, &p).await;
@@ -354,10 +318,7 @@ async fn health_and_metrics() {
 async fn a_hold_in_review_cannot_be_captured_or_verified_before_approval() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
-    let offer = receiver
-        .offer(&Charge::hold(usd("9.00"), Duration::from_secs(600)))
-        .await
-        .unwrap();
+    let offer = hold_offer(&receiver, "9.00", 600).await;
     let op = OpId::random();
     let Submitted::PendingReview { payment_ref, .. } =
         payer.submit(&op, &offer, PaymentMode::Hold).await.unwrap()
@@ -407,10 +368,7 @@ async fn a_hold_in_review_cannot_be_captured_or_verified_before_approval() {
 async fn an_approval_interrupted_after_the_ledger_is_finished_not_contradicted() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
-    let offer = receiver
-        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(600)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "6.00", 600).await;
     let op = OpId::random();
     let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
     else {
@@ -433,15 +391,9 @@ async fn one_idempotency_key_is_one_payment_whatever_the_mode() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
     let op = OpId::random();
-    let a = receiver
-        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let a = capture_offer(&receiver, "1.00", 60).await;
     payer.pay(&op, &a).await.unwrap();
-    let b = receiver
-        .offer(&Charge::hold(usd("1.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let b = hold_offer(&receiver, "1.00", 60).await;
     let e = payer.hold(&op, &b).await.unwrap_err();
     assert!(matches!(e, RailError::IdempotencyConflict { .. }), "{e}");
     assert_eq!(w.available(&w.payer).await, 9_900);
@@ -452,10 +404,7 @@ async fn a_payment_made_in_time_is_answered_after_its_offer_ends() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
     // Paid in time, its answer lost: the retry after the offer's end gets the same payment.
-    let offer = receiver
-        .offer(&Charge::capture(usd("1.00"), Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "1.00", 60).await;
     let op = OpId::random();
     let first = payer.pay(&op, &offer).await.unwrap();
     w.clock.advance(Duration::from_secs(61));
@@ -466,10 +415,7 @@ async fn a_payment_made_in_time_is_answered_after_its_offer_ends() {
     assert_eq!(w.available(&w.payer).await, 9_900);
 
     // Approved in review in time, asked about after the offer's end: paid, not "expired".
-    let offer = receiver
-        .offer(&Charge::capture(usd("7.00"), Duration::from_secs(300)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "7.00", 300).await;
     let op = OpId::random();
     let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
     else {
@@ -489,18 +435,12 @@ async fn a_review_shows_what_its_approval_would_pay() {
     let (payer, receiver) = (w.payer(), w.receiver());
     // Queued for review, then refused by the ledger: the review stands for nothing...
     let op = OpId::random();
-    let big = receiver
-        .offer(&Charge::capture(usd("150.00"), Duration::from_secs(600)))
-        .await
-        .unwrap();
+    let big = capture_offer(&receiver, "150.00", 600).await;
     let e = payer.pay(&op, &big).await.unwrap_err();
     assert_eq!(e.code(), "insufficient_funds", "{e}");
     // ...and another payment under the same key is a conflict, not a hold the review would
     // describe as the first (the operator would approve one payment and pay another).
-    let other = receiver
-        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(600)))
-        .await
-        .unwrap();
+    let other = capture_offer(&receiver, "6.00", 600).await;
     let e = payer.pay(&op, &other).await.unwrap_err();
     assert!(matches!(e, RailError::IdempotencyConflict { .. }), "{e}");
     assert_eq!(w.available(&w.payer).await, 10_000, "nothing held");
@@ -535,10 +475,7 @@ async fn reviews_undecided_at_their_offers_end_are_closed() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
     // A hold (the receiver asks for an hour) on an offer of ten minutes, waiting for review.
-    let offer = receiver
-        .offer(&Charge::hold(usd("9.00"), Duration::from_secs(600)))
-        .await
-        .unwrap();
+    let offer = hold_offer(&receiver, "9.00", 600).await;
     let op = OpId::random();
     let Submitted::PendingReview { payment_ref, .. } =
         payer.submit(&op, &offer, PaymentMode::Hold).await.unwrap()
@@ -547,10 +484,7 @@ async fn reviews_undecided_at_their_offers_end_are_closed() {
     };
     // And a payment whose transfer was refused after its review was queued.
     let never = OpId::random();
-    let big = receiver
-        .offer(&Charge::capture(usd("150.00"), Duration::from_secs(600)))
-        .await
-        .unwrap();
+    let big = capture_offer(&receiver, "150.00", 600).await;
     payer.pay(&never, &big).await.unwrap_err();
     let never_id = stipendex_facilitator::payment_id(w.payer.id, &never).to_string();
     assert_eq!(w.available(&w.payer).await, 9_100);
@@ -582,10 +516,7 @@ async fn reviews_undecided_at_their_offers_end_are_closed() {
 async fn a_payment_approved_is_refunded_even_if_the_approval_was_cut_short() {
     let w = World::sqlite().await;
     let (payer, receiver) = (w.payer(), w.receiver());
-    let offer = receiver
-        .offer(&Charge::capture(usd("6.00"), Duration::from_secs(600)))
-        .await
-        .unwrap();
+    let offer = capture_offer(&receiver, "6.00", 600).await;
     let op = OpId::random();
     let RailError::PendingReview { payment_ref, .. } = payer.pay(&op, &offer).await.unwrap_err()
     else {
@@ -619,4 +550,16 @@ async fn approval_cut_short(w: &World, payment_ref: &str) {
         })
         .await
         .unwrap();
+}
+
+/// `receiver`'s offer of `amount` USD to capture now, payable for `secs`.
+async fn capture_offer(receiver: &AccountReceiver, amount: &str, secs: u64) -> rail_core::Offer {
+    let charge = Charge::capture(usd(amount), Duration::from_secs(secs));
+    receiver.offer(&charge).await.unwrap()
+}
+
+/// `receiver`'s offer of `amount` USD to hold, payable for `secs`.
+async fn hold_offer(receiver: &AccountReceiver, amount: &str, secs: u64) -> rail_core::Offer {
+    let charge = Charge::hold(usd(amount), Duration::from_secs(secs));
+    receiver.offer(&charge).await.unwrap()
 }
