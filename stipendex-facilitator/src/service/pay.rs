@@ -133,7 +133,6 @@ impl Facilitator {
         if review {
             self.queue_review(
                 key,
-                &paid,
                 ReviewRecord {
                     payment_id: id.to_string(),
                     payer: caller.to_string(),
@@ -164,14 +163,14 @@ impl Facilitator {
         self.answer(caller, &offer, &t).await
     }
 
-    /// Queues `review` for payment `paid`. A review already queued under the key must be for
+    /// Queues `review`. A review already queued under the key must be for
     /// the very same payment (what the operator is shown is what an approval pays): one for
     /// another payment (another offer, payee or amount under the same key, now or in an
     /// earlier attempt whose transfer was refused) is an idempotency conflict.
-    async fn queue_review(&self, key: &OpId, paid: &Paid, review: ReviewRecord) -> RailResult<()> {
+    async fn queue_review(&self, key: &OpId, review: ReviewRecord) -> RailResult<()> {
         self.pool.queue_review(&review).await?;
         let stored = self.pool.review(&review.payment_id).await?;
-        if stored.is_some_and(|r| paid.is_reviewed_by(&r) && r.mode == review.mode) {
+        if stored.is_some_and(|r| r.is_for(&review)) {
             Ok(())
         } else {
             Err(RailError::IdempotencyConflict {
@@ -269,11 +268,6 @@ impl Paid {
         };
         form && (t.debit, t.credit, t.amount, t.user_data)
             == (self.payer, self.payee, self.amount, self.user_data)
-    }
-
-    /// Whether review `r` was queued for this payment.
-    fn is_reviewed_by(&self, r: &ReviewRecord) -> bool {
-        super::review::describes(r, self.payer, self.payee, self.amount, self.user_data)
     }
 }
 

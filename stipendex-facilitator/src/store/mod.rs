@@ -105,3 +105,28 @@ pub struct ReviewRecord {
     /// The operator's note.
     pub note: Option<String>,
 }
+
+impl ReviewRecord {
+    /// Whether this review and `other` are for the same payment: payer, payee, amount, asset,
+    /// mode and offer (the queue's state, reason and times aside).
+    #[must_use]
+    pub fn is_for(&self, other: &ReviewRecord) -> bool {
+        (
+            &self.payment_id,
+            &self.payer,
+            &self.payee,
+            self.amount,
+            &self.asset,
+            &self.mode,
+            &self.offer_id,
+        ) == (
+            &other.payment_id,
+            &other.payer,
+            &other.payee,
+            other.amount,
+            &other.asset,
+            &other.mode,
+            &other.offer_id,
+        )
+    }
+}
