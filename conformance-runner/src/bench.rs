@@ -66,7 +66,7 @@ pub async fn open(backend: &str, dir: &std::path::Path) -> Result<Ledger, String
             .map_err(|e| e.to_string()),
         "postgres" => {
             let schema = format!("bench_{:016x}", rand::random::<u64>());
-            Ledger::postgres(&rail_core::localnet::postgres_url(), Some(&schema))
+            Ledger::postgres(&test_kit::localnet::postgres_url(), Some(&schema))
                 .await
                 .map_err(|e| e.to_string())
         }

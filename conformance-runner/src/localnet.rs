@@ -5,9 +5,9 @@
 //!
 //! | localnet | started as | variables |
 //! | --- | --- | --- |
-//! | [`Kind::Algod`] | `rail_exact_algo::devnet`, in process | `ALGOD_URL`, `ALGOD_TOKEN`, `ALGOD_FAUCET_SEED` |
-//! | [`Kind::Stripe`] | `rail_stripe::emulator`, in process | `STRIPE_EMULATOR_URL` |
-//! | [`Kind::Nwc`] | `rail_ln_nwc::devnet`, in process | `NWC_PAYER_URI`, `NWC_PAYEE_URI`, `NWC_OTHER_URI` |
+//! | [`Kind::Algod`] | `algod_devnet`, in process | `ALGOD_URL`, `ALGOD_TOKEN`, `ALGOD_FAUCET_SEED` |
+//! | [`Kind::Stripe`] | `stripe_emulator`, in process | `STRIPE_EMULATOR_URL` |
+//! | [`Kind::Nwc`] | `nwc_devnet`, in process | `NWC_PAYER_URI`, `NWC_PAYEE_URI`, `NWC_OTHER_URI` |
 //! | [`Kind::X402`] | `node scripts/x402/localnet.mjs` (anvil + FiatTokenV2_2), a child process | `X402_RPC_URL`, `X402_NETWORK`, `X402_TOKEN`, … |
 //!
 //! [`Localnets::start`] starts each wanted localnet whose variables the environment does not
@@ -23,7 +23,7 @@
 //!
 //! A localnet that cannot start is reported in [`Localnets::failures`] with one sentence naming
 //! what is missing and what to do; the others start all the same, and that rail's localnet tier
-//! is then skipped, or failed in CI, by the usual rule ([`rail_core::localnet`]).
+//! is then skipped, or failed in CI, by the usual rule ([`test_kit::localnet`]).
 //!
 //! PostgreSQL is not started here: it stays a service (`STIPENDEX_PG_URL`, or the one at
 //! `127.0.0.1:5432` that `scripts/setup-localnets` installs and starts).
@@ -215,9 +215,9 @@ pub struct Localnets {
     failures: Vec<LocalnetError>,
     named: Vec<Kind>,
     elapsed: Duration,
-    algod: Option<rail_exact_algo::devnet::RunningDevnet>,
-    stripe: Option<rail_stripe::emulator::RunningEmulator>,
-    nwc: Option<rail_ln_nwc::devnet::Devnet>,
+    algod: Option<algod_devnet::RunningDevnet>,
+    stripe: Option<stripe_emulator::RunningEmulator>,
+    nwc: Option<nwc_devnet::Devnet>,
     x402: Option<NodeLocalnet>,
 }
 
@@ -480,14 +480,9 @@ fn parse_env_file(text: &str) -> Vec<(String, String)> {
     out
 }
 
-async fn start_algod() -> Result<
-    (
-        rail_exact_algo::devnet::RunningDevnet,
-        Vec<(String, String)>,
-    ),
-    LocalnetError,
-> {
-    use rail_exact_algo::devnet::{Devnet, DevnetConfig};
+async fn start_algod() -> Result<(algod_devnet::RunningDevnet, Vec<(String, String)>), LocalnetError>
+{
+    use algod_devnet::{Devnet, DevnetConfig};
     // A token and a faucet of this run's own: the faucet key goes only to the variables.
     let token = format!("devnet-{}", hex::encode(rand::random::<[u8; 8]>()));
     let seed: [u8; 32] = rand::random();
@@ -514,8 +509,8 @@ async fn start_algod() -> Result<
     Ok((running, vars))
 }
 
-async fn start_stripe() -> Result<rail_stripe::emulator::RunningEmulator, LocalnetError> {
-    use rail_stripe::emulator::{Emulator, EmulatorConfig};
+async fn start_stripe() -> Result<stripe_emulator::RunningEmulator, LocalnetError> {
+    use stripe_emulator::{Emulator, EmulatorConfig};
     // The default keys (`sk_test_emulator`) are the ones the harness and tests present.
     Emulator::spawn(
         EmulatorConfig::default(),
@@ -528,10 +523,9 @@ async fn start_stripe() -> Result<rail_stripe::emulator::RunningEmulator, Localn
     })
 }
 
-async fn start_nwc() -> Result<(rail_ln_nwc::devnet::Devnet, Vec<(String, String)>), LocalnetError>
-{
-    use rail_ln_nwc::devnet::{Devnet, DevnetConfig, WalletSpec};
-    let err = |e: rail_ln_nwc::devnet::DevnetError| LocalnetError::Start {
+async fn start_nwc() -> Result<(nwc_devnet::Devnet, Vec<(String, String)>), LocalnetError> {
+    use nwc_devnet::{Devnet, DevnetConfig, WalletSpec};
+    let err = |e: nwc_devnet::DevnetError| LocalnetError::Start {
         kind: Kind::Nwc,
         why: e.to_string(),
     };

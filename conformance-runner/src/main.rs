@@ -375,7 +375,7 @@ async fn localnet_up(opts: &Options, env_out: Option<&std::path::Path>) -> ExitC
         }
     };
     eprint!("{}", nets.summary());
-    if !nets.failures().is_empty() && rail_core::localnet::in_ci() {
+    if !nets.failures().is_empty() && test_kit::localnet::in_ci() {
         eprintln!("localnet: in CI every localnet must start; stopping the others");
         nets.stop().await;
         return ExitCode::FAILURE;

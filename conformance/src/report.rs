@@ -90,7 +90,7 @@ pub async fn run_rail_tier(
         let harness = match (entry.make)(tier).await {
             Ok(h) => h,
             Err(HarnessError::Unavailable(why)) => {
-                let (outcome, detail) = if rail_core::localnet::in_ci() {
+                let (outcome, detail) = if test_kit::localnet::in_ci() {
                     (
                         Outcome::Fail,
                         format!("localnet required in CI but unavailable: {why}"),

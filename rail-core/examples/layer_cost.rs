@@ -109,7 +109,7 @@ async fn main() {
         .await
         .unwrap();
     run("sqlite", Arc::new(sqlite), 500).await;
-    let url = rail_core::localnet::postgres_url();
+    let url = test_kit::localnet::postgres_url();
     match sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
         .connect(&url)

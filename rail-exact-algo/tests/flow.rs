@@ -10,13 +10,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use algod_devnet::{Devnet, DevnetConfig, RunningDevnet};
 use ed25519_dalek::SigningKey;
 use rail_core::{ManualClock, MemoryKeyStore, SharedClock};
 use rail_exact_algo::wire::{self, Envelope};
-use rail_exact_algo::{
-    Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price,
-    RunningDevnet,
-};
+use rail_exact_algo::{Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price};
 
 fn key(n: u8) -> SigningKey {
     SigningKey::from_bytes(&[n; 32])

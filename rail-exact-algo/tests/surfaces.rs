@@ -12,16 +12,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use algod_devnet::example::{POSTS, example_app};
+use algod_devnet::{Devnet, DevnetConfig, RunningDevnet};
 use data_encoding::BASE64;
 use ed25519_dalek::SigningKey;
 use rail_core::{ManualClock, MemoryKeyStore, SharedClock};
-use rail_exact_algo::demo::{POSTS, example_app};
 use rail_exact_algo::txn::PayTxn;
 use rail_exact_algo::wire::{self, Envelope, Payload, PaymentRequired, PaymentResponse};
-use rail_exact_algo::{
-    Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy,
-    RunningDevnet,
-};
+use rail_exact_algo::{Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

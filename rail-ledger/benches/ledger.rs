@@ -29,7 +29,7 @@ fn setup(rt: &Runtime, backend: &str) -> Option<Setup> {
                 .ok()?,
             _ => {
                 let schema = format!("bench_{:016x}", rand::random::<u64>());
-                Ledger::postgres(&rail_core::localnet::postgres_url(), Some(&schema))
+                Ledger::postgres(&test_kit::localnet::postgres_url(), Some(&schema))
                     .await
                     .ok()?
             }

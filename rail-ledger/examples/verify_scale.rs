@@ -169,7 +169,7 @@ async fn main() -> Result<(), String> {
     let ledger = match args.backend.as_str() {
         "sqlite" => Ledger::sqlite(&format!("sqlite://{}", args.db)).await,
         "postgres" => {
-            Ledger::postgres(&rail_core::localnet::postgres_url(), Some(&args.schema)).await
+            Ledger::postgres(&test_kit::localnet::postgres_url(), Some(&args.schema)).await
         }
         other => return Err(format!("unknown backend {other:?}")),
     }

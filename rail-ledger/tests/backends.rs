@@ -122,7 +122,7 @@ async fn fixture(b: Backend) -> Option<Fixture> {
             })
         }
         Backend::Postgres => {
-            let url = rail_core::localnet::postgres_url();
+            let url = test_kit::localnet::postgres_url();
             let schema = format!("t_{:016x}", rand::random::<u64>());
             match tokio::time::timeout(
                 Duration::from_secs(5),
@@ -137,11 +137,11 @@ async fn fixture(b: Backend) -> Option<Fixture> {
                     pg: Some((url, schema)),
                 }),
                 Ok(Err(e)) => {
-                    rail_core::localnet::missing("PostgreSQL", &e.to_string());
+                    test_kit::localnet::missing("PostgreSQL", &e.to_string());
                     None
                 }
                 Err(_) => {
-                    rail_core::localnet::missing("PostgreSQL", "connection timed out");
+                    test_kit::localnet::missing("PostgreSQL", "connection timed out");
                     None
                 }
             }

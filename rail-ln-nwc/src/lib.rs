@@ -8,20 +8,16 @@
 //! | [`client`] | the NIP-47 client on nostr-sdk 0.44 (NIP-44 v2, NIP-04 fallback) |
 //! | [`nip47`] | the wire JSON, tolerant of unknown codes, methods and states; the connection URI |
 //! | [`wire`] | sealing and opening the four event kinds |
-//! | `devnet` | an NWC wallet service over a real relay, backed by an in-process Lightning network (binary `nwc-devnet`); feature `devnet` |
 //!
 //! ## Features
 //!
-//! None is on by default: a library build carries the client and the rail only.
-//!
-//! | feature | what it adds |
-//! |---|---|
-//! | `devnet` | the `devnet` module: an in-process relay (nostr-relay-builder, tungstenite), an NWC wallet service and a regtest Lightning network |
-//! | `cli` | the command line (clap, tracing-subscriber) of the `nwc-devnet` binary, which needs `cli` and `devnet`: `cargo run -p rail-ln-nwc --features cli,devnet --bin nwc-devnet` |
+//! None: a library build carries the client and the rail only. The test double — an NWC wallet
+//! service over a real relay, backed by an in-process Lightning network, and its binary
+//! `nwc-devnet` — is the `nwc-devnet` crate (`devnets/nwc`).
 //!
 //! ## Example
 //!
-//! With the `devnet` feature:
+//! Against the devnet (`nwc-devnet`, a dev-dependency):
 //!
 //! ```
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -30,7 +26,7 @@
 //! use lightning_invoice::Currency;
 //! use rail_core::{Asset, Charge, MemoryKeyStore, Money, OpId, Payer, Receiver, SystemClock};
 //! use rail_ln_nwc::client::{ClientOptions, NwcClient};
-//! use rail_ln_nwc::devnet::{Devnet, DevnetConfig, WalletSpec};
+//! use nwc_devnet::{Devnet, DevnetConfig, WalletSpec};
 //! use rail_ln_nwc::rail::{NwcPayer, NwcReceiver};
 //!
 //! // A relay, a wallet service and two funded wallets, in process.
@@ -54,8 +50,6 @@
 //! ```
 
 pub mod client;
-#[cfg(feature = "devnet")]
-pub mod devnet;
 pub mod nip47;
 pub mod rail;
 pub mod wire;

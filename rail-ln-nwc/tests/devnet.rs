@@ -18,7 +18,7 @@ use nostr_sdk::prelude::{
     RelayOptions, RelayPoolNotification, RelayStatus, RelayUrl, SubscriptionId, Tag, TagKind,
     Timestamp,
 };
-use rail_ln_nwc::devnet::{ConnectionSpec, Devnet, DevnetConfig, Faults, METHODS, WalletSpec};
+use nwc_devnet::{ConnectionSpec, Devnet, DevnetConfig, Faults, METHODS, WalletSpec};
 use rail_ln_nwc::nip47::{
     ConnectionUri, Encryption, ErrorCode, KIND_INFO, KIND_NOTIFICATION, KIND_NOTIFICATION_NIP04,
     KIND_REQUEST, KIND_RESPONSE, Notification, Request, Response, Transaction, TxState,
@@ -300,13 +300,7 @@ async fn devnet() -> Devnet {
     Devnet::start(DevnetConfig::default()).await.unwrap()
 }
 
-async fn two_wallets(
-    devnet: &Devnet,
-) -> (
-    rail_ln_nwc::devnet::WalletHandle,
-    rail_ln_nwc::devnet::WalletHandle,
-    App,
-) {
+async fn two_wallets(devnet: &Devnet) -> (nwc_devnet::WalletHandle, nwc_devnet::WalletHandle, App) {
     let alice = devnet
         .create_wallet(WalletSpec::new("alice", 1_000_000))
         .await

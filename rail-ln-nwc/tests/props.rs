@@ -16,9 +16,9 @@ use std::sync::LazyLock;
 
 use bitcoin::hashes::{Hash, sha256};
 use lightning_invoice::Bolt11Invoice;
+use nwc_devnet::Network;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use rail_ln_nwc::devnet::Network;
 use rail_ln_nwc::nip47::{
     ConnectionUri, ErrorCode, Notification, Request, Response, Transaction, TxState,
 };

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lightning_invoice::Currency;
+use nwc_devnet::{Devnet, DevnetConfig, WalletSpec};
 use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Charge, ManualClock, MemoryKeyStore, Money, OpId, Payer, Receiver, SharedClock,
 };
 use rail_ln_nwc::client::{ClientOptions, NwcClient};
-use rail_ln_nwc::devnet::{Devnet, DevnetConfig, WalletSpec};
 use rail_ln_nwc::rail::{MARK_MARGIN, NwcPayer, NwcReceiver, Proof};
 
 /// A devnet with a funded agent and a shop; the receiver's records in `store`.

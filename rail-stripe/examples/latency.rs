@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rail_core::{Asset, Charge, HoldReceiver, MemoryKeyStore, Money, OpId, Receiver, SystemClock};
-use rail_stripe::emulator::{Emulator, EmulatorConfig};
 use rail_stripe::{StripeHttp, StripePayer, StripeReceiver};
 use serde_json::Value;
+use stripe_emulator::{Emulator, EmulatorConfig};
 
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();

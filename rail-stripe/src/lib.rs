@@ -4,21 +4,16 @@
 //! (manual capture), partial capture, void (cancel) and refunds, every mutating call with an
 //! `Idempotency-Key` derived from the operation id, errors mapped from Stripe's `type`, `code`,
 //! `decline_code` with the request id kept ([`client`]), exact currency conversion
-//! ([`currency`]), webhook signatures ([`webhook`]) — and a stateful emulator of the Stripe API
-//! subset it uses (`emulator`, binary `stripe-emulator`), behind the `devnet` feature.
+//! ([`currency`]), webhook signatures ([`webhook`]). Its test double, a stateful emulator of the Stripe API
+//! subset it uses (binary `stripe-emulator`), is the `stripe-emulator` crate (`devnets/stripe-emulator`).
 //!
 //! ## Features
 //!
-//! None is on by default: a library build carries the rail only.
-//!
-//! | feature | what it adds |
-//! |---|---|
-//! | `devnet` | the `emulator` module (a stateful Stripe API emulator, on axum) and the `Emulator`, `EmulatorConfig`, `RunningEmulator` re-exports |
-//! | `cli` | the command line (clap, tracing-subscriber) of the `stripe-emulator` binary, which needs `cli` and `devnet`: `cargo run -p rail-stripe --features cli,devnet --bin stripe-emulator` |
+//! None: a library build carries the rail only (`cargo run -p stripe-emulator` runs the emulator).
 //!
 //! ## Example
 //!
-//! With the `devnet` feature, against the emulator:
+//! Against the emulator (`stripe-emulator`, a dev-dependency):
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -26,7 +21,8 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use rail_core::{Asset, Charge, HoldPayer, HoldReceiver, MemoryKeyStore, Money, OpId, Receiver, SystemClock};
-//! use rail_stripe::{Emulator, EmulatorConfig, StripeHttp, StripePayer, StripeReceiver};
+//! use rail_stripe::{StripeHttp, StripePayer, StripeReceiver};
+//! use stripe_emulator::{Emulator, EmulatorConfig};
 //!
 //! // The emulator stands in for https://api.stripe.com.
 //! let stripe = Emulator::spawn(EmulatorConfig::default(), "127.0.0.1:0".parse()?).await?;
@@ -50,12 +46,8 @@
 
 pub mod client;
 pub mod currency;
-#[cfg(feature = "devnet")]
-pub mod emulator;
 pub mod rail;
 pub mod webhook;
 
 pub use client::{StripeFailure, StripeHttp};
-#[cfg(feature = "devnet")]
-pub use emulator::{Emulator, EmulatorConfig, RunningEmulator};
 pub use rail::{OfferDetails, Proof, RAIL, StripePayer, StripeReceiver};

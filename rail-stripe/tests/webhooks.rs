@@ -22,13 +22,13 @@ use rail_core::{
     Asset, Charge, Clock, HoldPayer, HoldReceiver, KeyStore, ManualClock, MemoryKeyStore, Money,
     OpId, Payer, PaymentState, RailError, Receiver, RefundReceiver, SharedClock,
 };
-use rail_stripe::emulator::{AUTHORIZATION_LIFETIME, Emulator, EmulatorConfig, RunningEmulator};
 use rail_stripe::rail::GIVE_BACK_WINDOW;
 use rail_stripe::webhook::{self, Event, EventKind};
 use rail_stripe::{StripeHttp, StripePayer, StripeReceiver};
 use serde_json::{Value, json};
 use stripe_core::PaymentIntentStatus;
 use stripe_core::payment_intent::RetrievePaymentIntent;
+use stripe_emulator::{AUTHORIZATION_LIFETIME, Emulator, EmulatorConfig, RunningEmulator};
 
 const SECRET_KEY: &str = "sk_test_emulator";
 const PUBLISHABLE_KEY: &str = "pk_test_emulator";

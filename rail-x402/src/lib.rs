@@ -20,10 +20,10 @@
 //! | [`rail`] | the rail-core traits ([`rail::X402RailPayer`], [`rail::X402Receiver`]) |
 //! | [`rpc`], [`evm`] | JSON-RPC client, FiatToken ABI, EIP-1559 transactions, local signer |
 //! | [`token`] | the token a receiver prices in (the served-once record is the transport's, [`x402_transport::ServedOnce`]) |
-//! | [`mock`], [`localnet`] | in-memory token facilitator (tests), anvil localnet helper |
 //!
-//! The `x402` binary serves a facilitator (`x402 facilitator`), an example paid API
-//! (`x402 serve`), pays a URL (`x402 pay`) and measures a server (`x402 load`).
+//! The test doubles (an in-memory token behind the facilitator API, the anvil localnet helper)
+//! and the `x402` tool (`x402 facilitator`, `x402 serve`, `x402 pay`, `x402 load`) are the
+//! `x402-devnet` crate (`devnets/x402`).
 //!
 //! v1 (`X-PAYMENT`, JSON 402 body, `X-PAYMENT-RESPONSE`) is spoken beside v2 by the client and,
 //! opt-in ([`http::Paywall::accept_v1`]), by the paywall; a v2 exchange is never downgraded.
@@ -37,15 +37,13 @@
 //! ## Features
 //!
 //! A default build is what a wallet needs (payer, client, verification, local and remote
-//! facilitators): no HTTP server, no MCP, no SQL driver, no devnet, no command-line tool.
+//! facilitators): no HTTP server, no MCP, no SQL driver, no devnet, no command-line tool (those are `x402-devnet`'s).
 //!
 //! | feature | what it adds |
 //! | --- | --- |
 //! | `paywall` | [`http`] (the axum paywall) and [`server`] (the facilitator HTTP API): axum, tower |
 //! | `mcp` | [`mcp`]: the adapter for rmcp servers |
 //! | `postgres` | `rail_core::keys_sql::PgKeyStore`: served-once and settlement records shared by instances |
-//! | `devnet` | [`mock`] (in-memory EIP-3009 token behind the facilitator API) and [`localnet`] (anvil helper) |
-//! | `cli` | the `x402` binary (clap) |
 //!
 //! ## Example
 //! Decode the specification's example `PAYMENT-SIGNATURE` header and verify it offline against
@@ -93,12 +91,8 @@ pub mod facilitator;
 pub mod fields;
 #[cfg(feature = "paywall")]
 pub mod http;
-#[cfg(feature = "devnet")]
-pub mod localnet;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-#[cfg(feature = "devnet")]
-pub mod mock;
 pub mod payer;
 pub mod rail;
 pub mod rpc;

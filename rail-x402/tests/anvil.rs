@@ -24,10 +24,10 @@ use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{Facilitator, LocalFacilitator, SettleConfig, SettlementBook};
 use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, SettleWhen};
-use rail_x402::localnet::Localnet;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{PaymentPayload, PaymentRequired, SettleResponse};
+use x402_devnet::anvil::Localnet;
 
 const CHEAP: u64 = 1_000;
 const DEAR: u64 = 5_000;
@@ -475,12 +475,12 @@ async fn two_instances_sharing_postgres_serve_a_payment_once() {
     let Some(fx) = fixture().await else { return };
     let pool = match sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
-        .connect(&rail_core::localnet::postgres_url())
+        .connect(&test_kit::localnet::postgres_url())
         .await
     {
         Ok(p) => p,
         Err(e) => {
-            rail_core::localnet::missing("postgres", &e.to_string());
+            test_kit::localnet::missing("postgres", &e.to_string());
             return;
         }
     };

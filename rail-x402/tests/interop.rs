@@ -29,10 +29,10 @@ use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{LocalFacilitator, SettlementBook};
 use rail_x402::http::Paywall;
-use rail_x402::localnet::Localnet;
 use rail_x402::payer::{Policy, X402Payer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use x402_devnet::anvil::Localnet;
 
 fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/x402")
@@ -45,7 +45,7 @@ fn sdk_installed() -> bool {
             .output()
             .is_ok_and(|o| o.status.success());
     if !ok {
-        rail_core::localnet::missing(
+        test_kit::localnet::missing(
             "x402 reference SDK",
             "node or scripts/x402/node_modules missing (run scripts/x402/install.sh)",
         );

@@ -20,14 +20,14 @@ use rail_x402::facilitator::{
     Facilitator, FacilitatorError, LocalFacilitator, SettlementBook, SupportedResponse,
 };
 use rail_x402::http::Token;
-use rail_x402::localnet::Localnet;
 use rail_x402::mcp::{McpPaywall, PAYMENT_RESPONSE_META, payment_meta, payment_required_of};
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use serde_json::{Value, json};
+use x402_devnet::DevnetFacilitator;
+use x402_devnet::anvil::Localnet;
 
 const PRICE: u64 = 10_000;
 
@@ -63,7 +63,7 @@ fn text(r: &CallToolResult) -> String {
 
 #[tokio::test]
 async fn unpaid_paid_replayed_and_failed_tool_calls() {
-    let mock = Arc::new(MockFacilitator::new("eip155:84532"));
+    let mock = Arc::new(DevnetFacilitator::new("eip155:84532"));
     let pay_to = Address::repeat_byte(0x22);
     let paywall = McpPaywall::new(mock.clone(), token(), pay_to).tool(
         "financial_analysis",
@@ -158,7 +158,7 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
 
 /// Verifies, then fails every settlement: the tool runs, its output is withheld.
 #[derive(Debug)]
-struct FailingSettle(MockFacilitator);
+struct FailingSettle(DevnetFacilitator);
 
 #[async_trait]
 impl Facilitator for FailingSettle {
@@ -190,7 +190,7 @@ impl Facilitator for FailingSettle {
 
 #[tokio::test]
 async fn a_failed_settlement_withholds_the_tool_output() {
-    let inner = MockFacilitator::new("eip155:84532");
+    let inner = DevnetFacilitator::new("eip155:84532");
     let key = LocalSigner::random();
     inner
         .mint(token().address, key.address(), U256::from(PRICE))
@@ -251,7 +251,7 @@ async fn the_specification_example_request_is_read() {
         "2",
     );
     let paywall = McpPaywall::new(
-        Arc::new(MockFacilitator::new("eip155:84532")),
+        Arc::new(DevnetFacilitator::new("eip155:84532")),
         usdc,
         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
             .parse()

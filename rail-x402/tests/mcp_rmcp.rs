@@ -16,7 +16,6 @@ use alloy_primitives::{Address, U256};
 use rail_x402::evm::LocalSigner;
 use rail_x402::http::Token;
 use rail_x402::mcp::{McpPaywall, PAYMENT_RESPONSE_META, payment_meta, payment_required_of};
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy, X402Payer};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
@@ -24,6 +23,7 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
+use x402_devnet::DevnetFacilitator;
 
 #[derive(Clone)]
 struct PaidTools {
@@ -55,7 +55,7 @@ impl ServerHandler for PaidTools {
 #[tokio::test]
 async fn an_rmcp_client_pays_an_rmcp_server() {
     let token = Token::new("eip155:84532", Address::repeat_byte(0x5c), "USDC", "2");
-    let mock = Arc::new(MockFacilitator::new(&token.network));
+    let mock = Arc::new(DevnetFacilitator::new(&token.network));
     let pay_to = Address::repeat_byte(0x22);
     let paywall = McpPaywall::new(mock.clone(), token.clone(), pay_to).tool(
         "financial_analysis",

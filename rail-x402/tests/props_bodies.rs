@@ -17,13 +17,13 @@ use proptest::prelude::*;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{FacilitatorRequest, SupportedResponse};
 use rail_x402::mcp::{McpPaywall, payment_required_of};
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::wire::{
     Extra, PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse, V2, VerifyResponse,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
+use x402_devnet::DevnetFacilitator;
 
 fn valid_request() -> Value {
     let token = Address::repeat_byte(0x11);
@@ -158,7 +158,7 @@ proptest! {
             "name": "t", "_meta": {"x402/payment": payment}
         })).unwrap();
         let paywall = McpPaywall::new(
-            Arc::new(MockFacilitator::new("eip155:84532")),
+            Arc::new(DevnetFacilitator::new("eip155:84532")),
             rail_x402::http::Token::new("eip155:84532", Address::repeat_byte(0x11), "USDC", "2"),
             Address::repeat_byte(0x22),
         ).tool("t", 1000u64, "t");

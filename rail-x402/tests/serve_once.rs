@@ -23,13 +23,13 @@ use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{Facilitator, FacilitatorError, SupportedResponse};
 use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, SettleWhen, Token};
 use rail_x402::mcp::{McpPaywall, payment_meta, payment_required_of};
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{
     PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse, VerifyResponse,
 };
 use rmcp::model::{CallToolResult, ContentBlock};
+use x402_devnet::DevnetFacilitator;
 
 const NET: &str = "eip155:84532";
 
@@ -43,7 +43,7 @@ fn http() -> reqwest::Client {
 
 /// The in-memory token, with a slow settle.
 #[derive(Debug)]
-struct Slow(Arc<MockFacilitator>, Duration);
+struct Slow(Arc<DevnetFacilitator>, Duration);
 
 #[async_trait]
 impl Facilitator for Slow {
@@ -68,7 +68,7 @@ impl Facilitator for Slow {
 }
 
 struct Fx {
-    mock: Arc<MockFacilitator>,
+    mock: Arc<DevnetFacilitator>,
     pay_to: Address,
     hits: Arc<AtomicUsize>,
 }
@@ -76,7 +76,7 @@ struct Fx {
 impl Fx {
     fn new() -> Self {
         Self {
-            mock: Arc::new(MockFacilitator::new(NET)),
+            mock: Arc::new(DevnetFacilitator::new(NET)),
             pay_to: Address::repeat_byte(0x22),
             hits: Arc::new(AtomicUsize::new(0)),
         }
@@ -202,7 +202,7 @@ async fn a_payment_whose_answer_was_lost_is_served_once() {
 
 #[tokio::test]
 async fn mcp_serves_a_lost_answer_once() {
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let paywall =
         McpPaywall::new(mock.clone(), token(), Address::repeat_byte(0x22)).tool("t", 1000u64, "t");
     let pr = paywall.payment_required("t").unwrap();
@@ -230,7 +230,7 @@ async fn mcp_serves_a_lost_answer_once() {
 
 /// Fails its first settle as "unavailable" (outcome unknown), then settles.
 #[derive(Debug)]
-struct FlakyOnce(Arc<MockFacilitator>, AtomicUsize);
+struct FlakyOnce(Arc<DevnetFacilitator>, AtomicUsize);
 
 #[async_trait]
 impl Facilitator for FlakyOnce {
@@ -293,7 +293,7 @@ async fn the_client_hands_back_an_unknown_payment_and_resends_it() {
 /// settled once.
 #[tokio::test]
 async fn a_v1_payment_is_resent_not_resigned() {
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let pay_to = Address::repeat_byte(0x22);
     let flaky = Arc::new(FlakyOnce(mock.clone(), AtomicUsize::new(0)));
     let paywall = Paywall::new(flaky, token(), pay_to)

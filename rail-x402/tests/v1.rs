@@ -17,10 +17,10 @@ use axum::routing::get;
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
 use rail_x402::http::{Paywall, Token};
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::v1::{PaymentRequiredV1, SettleResponseV1};
 use rail_x402::wire::PaymentRequired;
+use x402_devnet::DevnetFacilitator;
 
 const NET: &str = "eip155:84532";
 
@@ -50,7 +50,7 @@ async fn serve(paywall: Paywall, strip_v2: bool) -> String {
     format!("http://{addr}/paid")
 }
 
-fn funded(mock: &MockFacilitator) -> X402Payer {
+fn funded(mock: &DevnetFacilitator) -> X402Payer {
     let key = LocalSigner::random();
     mock.mint(token().address, key.address(), U256::from(10_000))
         .unwrap();
@@ -59,7 +59,7 @@ fn funded(mock: &MockFacilitator) -> X402Payer {
 
 #[tokio::test]
 async fn v1_and_v2_clients_pay_the_same_route() {
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let pay_to = Address::repeat_byte(0x22);
     let paywall = Paywall::new(mock.clone(), token(), pay_to)
         .route("/paid", 1000u64, "paid")
@@ -131,7 +131,7 @@ async fn v1_and_v2_clients_pay_the_same_route() {
 
 #[tokio::test]
 async fn our_client_pays_a_v1_only_server() {
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let pay_to = Address::repeat_byte(0x22);
     let paywall = Paywall::new(mock.clone(), token(), pay_to)
         .route("/paid", 1000u64, "paid")
@@ -156,7 +156,7 @@ async fn our_client_pays_a_v1_only_server() {
 
 #[tokio::test]
 async fn without_v1_an_x_payment_is_not_read() {
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let paywall = Paywall::new(mock.clone(), token(), Address::repeat_byte(0x22))
         .route("/paid", 1000u64, "paid");
     assert!(

@@ -247,7 +247,7 @@ async fn one_instance_on_sqlite_with_a_review() {
 async fn an_instance_killed_mid_burst_loses_and_doubles_nothing() {
     const CLIENTS: usize = 20;
     const EACH: usize = 10;
-    let url = rail_core::localnet::postgres_url();
+    let url = test_kit::localnet::postgres_url();
     let schema = format!("kill_{:016x}", rand::random::<u64>());
     let network = "kill.test";
     let fac = match tokio::time::timeout(
@@ -257,8 +257,8 @@ async fn an_instance_killed_mid_burst_loses_and_doubles_nothing() {
     .await
     {
         Ok(Ok(f)) => f,
-        Ok(Err(e)) => return rail_core::localnet::missing("PostgreSQL", &e.to_string()),
-        Err(_) => return rail_core::localnet::missing("PostgreSQL", "connection timed out"),
+        Ok(Err(e)) => return test_kit::localnet::missing("PostgreSQL", &e.to_string()),
+        Err(_) => return test_kit::localnet::missing("PostgreSQL", "connection timed out"),
     };
     let (agent, shop) = (party(&fac, None).await, party(&fac, None).await);
     fac.fund(agent.id, &usd("1000.00"), "kill-test")

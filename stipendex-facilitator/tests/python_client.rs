@@ -60,7 +60,7 @@ fn run(python: &PathBuf, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_client_pays_and_redeems_and_checks_rust_signatures() {
     let Some(python) = python() else {
-        return rail_core::localnet::missing("Python with cryptography", "no interpreter has it");
+        return test_kit::localnet::missing("Python with cryptography", "no interpreter has it");
     };
     // The script signs with the system clock: the facilitator's clock is the system's here.
     let w = World::sqlite_system_clock().await;

@@ -20,11 +20,11 @@ use axum::routing::{get, post};
 use common::{usd, world};
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
 use rail_x402::{ExactEvm, Token};
 use stipendex::http::{Binding, Client, FinalAmount};
 use stipendex::receiver::{PricedCapability, Receiver};
+use x402_devnet::DevnetFacilitator;
 use x402_transport::paywall::Paywall;
 use x402_transport::{Accepts, Scheme};
 
@@ -34,7 +34,7 @@ const NET: &str = "eip155:84532";
 async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
     let w = world().await;
     // The x402 side of the route: exact on EVM, 0.05 USDC.
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
     let evm_pay_to = Address::repeat_byte(0x22);
     let evm_key = LocalSigner::random();
@@ -170,7 +170,7 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
 async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
     use stipendex::envelope::{Allow, Limits};
     let w = world().await;
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
     let pay_to = Address::repeat_byte(0x33);
     let evm_key = LocalSigner::random();

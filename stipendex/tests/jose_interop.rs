@@ -28,7 +28,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 use stipendex::envelope::{Quote, SecretKey, Signed};
-use stipendex::rail_core::localnet::in_ci;
+use test_kit::localnet::in_ci;
 
 const WHAT: &str = "PyPI joserfc (independent JOSE implementation)";
 

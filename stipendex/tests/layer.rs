@@ -278,7 +278,7 @@ async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
 /// hosts would run), 50 concurrent payments between them against a limit that admits 10.
 #[tokio::test]
 async fn a_fleet_sharing_one_mandate_on_postgres_pays_exactly_the_limit() {
-    let url = rail_core::localnet::postgres_url();
+    let url = test_kit::localnet::postgres_url();
     let store = match tokio::time::timeout(
         Duration::from_secs(5),
         rail_core::keys::sql::PgKeyStore::connect(&url),

@@ -16,12 +16,11 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use algod_devnet::{Devnet, DevnetConfig};
 use common::world;
 use ed25519_dalek::SigningKey;
 use rail_core::SystemClock;
-use rail_exact_algo::{
-    AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy,
-};
+use rail_exact_algo::{AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy};
 use serde_json::{Value, json};
 use stipendex::envelope::{Allow, Limits};
 use stipendex::wallet::{ChallengePaid, Required, Source, Wallet};
@@ -67,7 +66,7 @@ async fn the_wallet_pays_an_mcp_is_error_result_under_its_mandate() {
     )
     .await
     .unwrap();
-    let app = rail_exact_algo::demo::example_app(&receiver, 2_000);
+    let app = algod_devnet::example::example_app(&receiver, 2_000);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mcp = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

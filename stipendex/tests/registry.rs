@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use algod_devnet::{Devnet, DevnetConfig};
 use ed25519_dalek::SigningKey;
-use rail_exact_algo::{Address, Devnet, DevnetConfig};
-use rail_stripe::emulator::{Emulator, EmulatorConfig};
+use rail_exact_algo::Address;
 use stipendex::{Asset, Charge, Error, Money, Offer, OpId, PaymentMode, Registry};
+use stripe_emulator::{Emulator, EmulatorConfig};
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

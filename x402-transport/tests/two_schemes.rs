@@ -14,19 +14,18 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use algod_devnet::{Devnet, DevnetConfig};
 use alloy_primitives::{Address, U256};
 use axum::Router;
 use axum::routing::get;
 use ed25519_dalek::SigningKey;
 use rail_core::{MemoryKeyStore, SystemClock};
-use rail_exact_algo::{
-    AlgodClient, Devnet, DevnetConfig, ExactAlgo, ExactAlgoPayer, ExactAlgoReceiver, Policy,
-};
+use rail_exact_algo::{AlgodClient, ExactAlgo, ExactAlgoPayer, ExactAlgoReceiver, Policy};
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
 use rail_x402::{ExactEvm, Token};
+use x402_devnet::DevnetFacilitator;
 use x402_transport::client::Client;
 use x402_transport::paywall::Paywall;
 use x402_transport::wire::{PaymentRequired, decode_base64_json};
@@ -82,7 +81,7 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     );
 
     // exact on EVM: the in-memory EIP-3009 token and a funded payer.
-    let mock = Arc::new(MockFacilitator::new(NET));
+    let mock = Arc::new(DevnetFacilitator::new(NET));
     let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
     let evm_pay_to = Address::repeat_byte(0x22);
     let evm_key = LocalSigner::random();

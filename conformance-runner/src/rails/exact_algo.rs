@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use algod_devnet::{Devnet, DevnetConfig, RunningDevnet};
 use async_trait::async_trait;
 use data_encoding::BASE64;
 use ed25519_dalek::SigningKey;
@@ -32,10 +33,7 @@ use rail_exact_algo::wire::{
     Envelope, ErrorCode, Payload, SEED_ERRORS, SETTLEMENT_FAILED, TRANSACTION_EXPIRED,
     UNKNOWN_OR_EXPIRED_PAYMENT_ID, header,
 };
-use rail_exact_algo::{
-    Address, AlgodClient, Devnet, DevnetConfig, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price,
-    RunningDevnet,
-};
+use rail_exact_algo::{Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price};
 use serde_json::json;
 
 use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};

@@ -88,7 +88,7 @@ impl LedgerHarness {
                 (ledger, Arc::new(keys) as Arc<dyn KeyStore>, Some(dir), None)
             }
             Tier::Localnet => {
-                let url = rail_core::localnet::postgres_url();
+                let url = test_kit::localnet::postgres_url();
                 let schema = format!("conformance_{:016x}", rand::random::<u64>());
                 let ledger = tokio::time::timeout(
                     Duration::from_secs(5),

@@ -16,13 +16,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use lightning_invoice::Currency;
+use nwc_devnet::{Devnet, DevnetConfig, Faults, WalletSpec};
 use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, Charge, KeyStore, ManualClock, MemoryKeyStore, Money, OpId, Payer, Payment, PaymentMode,
     RailHandle, RailResult, SharedClock,
 };
 use rail_ln_nwc::client::{ClientOptions, NwcClient};
-use rail_ln_nwc::devnet::{Devnet, DevnetConfig, Faults, WalletSpec};
 use rail_ln_nwc::nip47::ConnectionUri;
 use rail_ln_nwc::rail::{NwcPayer, NwcReceiver, rail_error};
 use serde_json::json;

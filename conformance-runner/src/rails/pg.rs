@@ -28,7 +28,7 @@ impl Schema {
     /// # Errors
     /// [`HarnessError::Unavailable`] when PostgreSQL cannot be reached.
     pub async fn create(prefix: &str) -> Result<Self, HarnessError> {
-        let url = rail_core::localnet::postgres_url();
+        let url = test_kit::localnet::postgres_url();
         let name = format!("conformance_{prefix}_{:016x}", rand::random::<u64>());
         let opts: sqlx::postgres::PgConnectOptions = url.parse().map_err(setup)?;
         let admin = tokio::time::timeout(

@@ -23,9 +23,9 @@ use rail_core::{
     Asset, Charge, Clock, KeyStore, ManualClock, MemoryKeyStore, Money, OpId, Payment, PaymentMode,
     RailError, RailHandle, RailReason, RailResult, SharedClock,
 };
-use rail_stripe::emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use rail_stripe::{StripeHttp, StripePayer, StripeReceiver, webhook};
 use serde_json::{Value, json};
+use stripe_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 
 use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 
@@ -410,7 +410,7 @@ impl Harness for StripeHarness {
         "shop-elsewhere".into()
     }
     fn smallest_payable(&self) -> u128 {
-        u128::from(rail_stripe::emulator::MIN_CHARGE_USD)
+        u128::from(stripe_emulator::MIN_CHARGE_USD)
     }
 
     async fn balances(&self) -> RailResult<Balances> {
@@ -459,7 +459,7 @@ impl Harness for StripeHarness {
         // Only the in-process emulator runs on the harness clock.
         self._emulator
             .as_ref()
-            .map(|_| rail_stripe::emulator::AUTHORIZATION_LIFETIME)
+            .map(|_| stripe_emulator::AUTHORIZATION_LIFETIME)
     }
 
     async fn rail_checks(&self) -> Vec<(String, Result<(), String>)> {

@@ -1,6 +1,6 @@
 //! The x402 rail's harness.
 //!
-//! - **mock**: [`MockFacilitator`] — an in-memory EIP-3009 token behind the facilitator API
+//! - **mock**: [`DevnetFacilitator`] — an in-memory EIP-3009 token behind the facilitator API
 //!   (real signatures and EIP-712 digests, in-memory balances and nonces), served-payment
 //!   records in memory.
 //! - **localnet**: anvil with Circle's FiatTokenV2_2 (`X402_RPC_URL`, `X402_TOKEN`,
@@ -23,11 +23,11 @@ use rail_core::{
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{Facilitator, LocalFacilitator, SettlementBook};
 use rail_x402::http::Token;
-use rail_x402::localnet::Localnet;
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::rail::{TokenBalance, X402RailPayer, X402Receiver};
 use serde_json::json;
+use x402_devnet::DevnetFacilitator;
+use x402_devnet::anvil::Localnet;
 
 use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 
@@ -73,7 +73,7 @@ type Parts = (
 );
 
 enum Chain {
-    Mock(Arc<MockFacilitator>),
+    Mock(Arc<DevnetFacilitator>),
     Anvil(Localnet),
 }
 
@@ -107,7 +107,7 @@ impl X402Harness {
         let (chain, token, facilitators, stores, pg, balances): Parts = match tier {
             Tier::Mock => {
                 let token = Token::new("eip155:31337", Address::repeat_byte(0x5c), "USD Coin", "2");
-                let mock = Arc::new(MockFacilitator::new(&token.network));
+                let mock = Arc::new(DevnetFacilitator::new(&token.network));
                 mock.mint(token.address, payer_key.address(), U256::from(FUNDED))
                     .map_err(setup)?;
                 let mem: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(shared.clone()));

@@ -17,11 +17,11 @@ use rail_x402::facilitator::{
     Facilitator, LocalFacilitator, RemoteFacilitator, SettleConfig, SettlementBook,
 };
 use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, Token};
-use rail_x402::localnet::Localnet;
-use rail_x402::mock::MockFacilitator;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{Extra, PaymentPayload, PaymentRequired, PaymentRequirements};
+use x402_devnet::DevnetFacilitator;
+use x402_devnet::anvil::Localnet;
 
 type Check = Result<(), String>;
 
@@ -31,7 +31,7 @@ const PRICE: u64 = 1_000;
 pub(super) struct Ctx<'a> {
     pub facilitator: Arc<dyn Facilitator>,
     pub token: Token,
-    pub mock: Option<&'a Arc<MockFacilitator>>,
+    pub mock: Option<&'a Arc<DevnetFacilitator>>,
     pub net: Option<&'a Localnet>,
 }
 

@@ -35,6 +35,14 @@ pub(crate) struct BenchArgs {
     /// the local server).
     #[arg(long, default_value = "sqlite")]
     backend: String,
+    /// The PostgreSQL server of `--backend postgres` (each measurement gets a fresh schema).
+    #[arg(
+        long,
+        env = "STIPENDEX_PG_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test",
+        hide_env_values = true
+    )]
+    pg_url: String,
     /// Concurrent clients.
     #[arg(long, default_value_t = 20)]
     clients: usize,
@@ -101,14 +109,14 @@ struct Db {
 }
 
 impl Db {
-    fn new(backend: &str, dir: &std::path::Path, name: &str) -> Result<Db, CliError> {
-        match backend {
+    fn new(args: &BenchArgs, dir: &std::path::Path, name: &str) -> Result<Db, CliError> {
+        match args.backend.as_str() {
             "sqlite" => Ok(Db {
                 url: format!("sqlite://{}/{name}.db", dir.display()),
                 schema: None,
             }),
             "postgres" => Ok(Db {
-                url: rail_core::localnet::postgres_url(),
+                url: args.pg_url.clone(),
                 schema: Some(format!("bench_{name}_{:08x}", rand::random::<u32>())),
             }),
             other => Err(msg(format!("--backend {other:?}: use sqlite or postgres"))),
@@ -344,7 +352,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliEr
         "paid payments (offer, pay, verify once), {} concurrent clients, {} s each, {} backend, durable commits",
         args.clients, args.seconds, args.backend
     );
-    let db = Db::new(&args.backend, dir.path(), "ledger")?;
+    let db = Db::new(&args, dir.path(), "ledger")?;
     let pay = embedded_ledger(&db, dir.path()).await?;
     row(
         "ledger rail, embedded",
@@ -357,7 +365,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliEr
         &[1]
     };
     for &n in counts {
-        let db = Db::new(&args.backend, dir.path(), &format!("account{n}"))?;
+        let db = Db::new(&args, dir.path(), &format!("account{n}"))?;
         let (pay, servers) = hosted(&db, n).await?;
         let label = format!(
             "account rail, {n} facilitator instance{}",

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rail_ln_nwc::devnet::{Devnet, DevnetConfig, DevnetError, WalletSpec};
+use nwc_devnet::{Devnet, DevnetConfig, DevnetError, WalletSpec};
 
 /// NWC devnet: relay + wallet service + in-memory Lightning network.
 #[derive(Debug, Parser)]

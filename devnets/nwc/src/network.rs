@@ -14,7 +14,7 @@ use bitcoin::secp256k1::{All, PublicKey, Secp256k1, SecretKey};
 use lightning_invoice::{Bolt11Invoice, Currency, InvoiceBuilder, PaymentSecret};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::nip47::{ErrorCode, Notification, Transaction, TxState};
+use rail_ln_nwc::nip47::{ErrorCode, Notification, Transaction, TxState};
 
 /// The devnet's pretend block height (notifications' `settle_deadline` is this plus the
 /// invoice's final CLTV delta).

@@ -23,12 +23,12 @@ use super::DevnetError;
 use super::network::{
     BLOCK_HEIGHT, ListFilter, Lookup, NetError, NetEvent, Network, NotificationKind,
 };
-use crate::nip47::{
+use rail_ln_nwc::nip47::{
     ConnectionUri, Encryption, ErrorBody, ErrorCode, KIND_REQUEST, KIND_RESPONSE,
     MakeHoldInvoiceParams, MakeInvoiceParams, PayInvoiceParams, PayInvoiceResult, Request,
     Response, Transaction, TxState,
 };
-use crate::wire::{self, WireError};
+use rail_ln_nwc::wire::{self, WireError};
 
 /// Every method the service implements.
 pub const METHODS: [&str; 9] = [

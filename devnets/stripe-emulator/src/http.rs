@@ -17,7 +17,7 @@ use subtle::ConstantTimeEq;
 use super::error::{ApiError, api_error, invalid};
 use super::state::{StateInner, amount_param, fingerprint, random_id};
 use super::{Emulator, EmulatorConfig, RunningEmulator};
-use crate::webhook;
+use rail_stripe::webhook;
 
 /// Which key authenticated the request (also the scope its idempotency keys are kept in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,6 @@
-//! A NIP-47 devnet: an NWC wallet service serving several wallets over a real (in-process)
+//! # nwc-devnet
+//!
+//! A NIP-47 devnet for the `ln-nwc` rail (`rail-ln-nwc`): an NWC wallet service serving several wallets over a real (in-process)
 //! nostr relay, backed by an in-memory Lightning network.
 //!
 //! - [`Relay`]: `nostr_relay_builder::LocalRelay` behind a `TCP_NODELAY` accept loop, raised rate
@@ -12,8 +14,8 @@
 //! - [`Devnet`]: the three together.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), rail_ln_nwc::devnet::DevnetError> {
-//! use rail_ln_nwc::devnet::{Devnet, DevnetConfig, WalletSpec};
+//! # async fn demo() -> Result<(), nwc_devnet::DevnetError> {
+//! use nwc_devnet::{Devnet, DevnetConfig, WalletSpec};
 //! let devnet = Devnet::start(DevnetConfig::default()).await?;
 //! let alice = devnet.create_wallet(WalletSpec::new("alice", 1_000_000)).await?;
 //! println!("{}", alice.uri); // nostr+walletconnect://…
@@ -35,8 +37,8 @@ pub use network::{
 pub use relay::{Relay, RelayConfig};
 pub use service::{ConnectionSpec, Faults, METHODS, OUT_OF_ORDER_HOLD, WalletService};
 
-use crate::nip47::ConnectionUri;
-use crate::wire::WireError;
+use rail_ln_nwc::nip47::ConnectionUri;
+use rail_ln_nwc::wire::WireError;
 
 /// Why the devnet failed.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@
 //! | `X402_MINTER` | an unlocked anvil account configured as a minter |
 //!
 //! [`Localnet::from_env`] follows the project rule: missing in CI is a failure, elsewhere a
-//! visible skip ([`rail_core::localnet::missing`]). Tests make their own accounts
+//! visible skip ([`test_kit::localnet::missing`]). Tests make their own accounts
 //! ([`Localnet::funded_payer`], [`Localnet::funded_settler`]) so they never share a nonce
 //! sequence or a balance.
 
@@ -19,9 +19,9 @@ use alloy_primitives::{Address, U256};
 use alloy_sol_types::SolCall;
 use serde_json::json;
 
-use crate::evm::{IFiatToken, LocalSigner};
-use crate::rpc::{RpcClient, RpcError};
-use crate::token::Token;
+use rail_x402::evm::{IFiatToken, LocalSigner};
+use rail_x402::rpc::{RpcClient, RpcError};
+use rail_x402::token::Token;
 
 /// One `eth_sendTransaction` from the minter at a time in this process (anvil picks their
 /// nonces; two at once can collide).
@@ -54,14 +54,14 @@ impl Localnet {
             var("X402_TOKEN"),
             var("X402_MINTER"),
         ) else {
-            rail_core::localnet::missing(
+            test_kit::localnet::missing(
                 "x402 anvil",
                 "X402_RPC_URL/X402_NETWORK/X402_TOKEN/X402_MINTER not set (scripts/x402/localnet.mjs)",
             );
             return None;
         };
         let (Ok(token), Ok(minter)) = (token.parse::<Address>(), minter.parse::<Address>()) else {
-            rail_core::localnet::missing(
+            test_kit::localnet::missing(
                 "x402 anvil",
                 "X402_TOKEN or X402_MINTER is not an address",
             );
@@ -70,14 +70,14 @@ impl Localnet {
         let rpc = match RpcClient::new(&url) {
             Ok(r) => r,
             Err(e) => {
-                rail_core::localnet::missing("x402 anvil", &e.to_string());
+                test_kit::localnet::missing("x402 anvil", &e.to_string());
                 return None;
             }
         };
         let chain_id = match rpc.chain_id().await {
             Ok(c) => c,
             Err(e) => {
-                rail_core::localnet::missing("x402 anvil", &format!("{url}: {e}"));
+                test_kit::localnet::missing("x402 anvil", &format!("{url}: {e}"));
                 return None;
             }
         };
@@ -129,7 +129,10 @@ impl Localnet {
         }
     }
 
-    async fn mined(&self, hash: alloy_primitives::B256) -> Result<crate::rpc::Receipt, RpcError> {
+    async fn mined(
+        &self,
+        hash: alloy_primitives::B256,
+    ) -> Result<rail_x402::rpc::Receipt, RpcError> {
         self.rpc
             .wait_receipt(
                 hash,
@@ -195,7 +198,7 @@ impl Localnet {
     /// # Errors
     /// [`RpcError`].
     pub async fn balance(&self, who: Address) -> Result<U256, RpcError> {
-        use crate::verify::ChainView;
+        use rail_x402::verify::ChainView;
         self.rpc.balance_of(self.token.address, who).await
     }
 }

@@ -28,12 +28,12 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use x402_transport::mcp::McpPaywall;
 
-use crate::http::{ServiceInfo, discovery_router, prices, scheme_document};
-use crate::mcp::{
+use rail_exact_algo::http::{ServiceInfo, discovery_router, prices, scheme_document};
+use rail_exact_algo::mcp::{
     PAYMENT_INSTRUCTIONS, payment_instructions, payment_instructions_tool, price_meta, schema,
 };
-use crate::receiver::{ExactAlgoReceiver, Price};
-use crate::scheme::ExactAlgo;
+use rail_exact_algo::receiver::{ExactAlgoReceiver, Price};
+use rail_exact_algo::scheme::ExactAlgo;
 
 /// One post of the demo board.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,10 +9,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use algod_devnet::{Devnet, DevnetConfig};
 use clap::Parser;
 use data_encoding::BASE64;
 use rail_exact_algo::address::Address;
-use rail_exact_algo::devnet::{Devnet, DevnetConfig};
 
 #[derive(Parser, Debug)]
 #[command(about = "An algod-REST-compatible Algorand devnet (in memory)")]

@@ -2,11 +2,11 @@
 //! conformance suite's mock tier (no chain, no node).
 //!
 //! It mirrors what FiatTokenV2_2's `transferWithAuthorization` enforces and what
-//! [`LocalFacilitator`](crate::facilitator::LocalFacilitator) answers: the offline checks
+//! [`LocalFacilitator`](rail_x402::facilitator::LocalFacilitator) answers: the offline checks
 //! ([`verify_exact_evm`], real signatures), then balance (`invalid_exact_evm_insufficient_balance`)
 //! and nonce (`invalid_exact_evm_nonce_already_used`), then an atomic debit/credit. Settling a
 //! settled authorization again is refused (`invalid_exact_evm_nonce_already_used`) naming its
-//! first transaction, as [`LocalFacilitator`](crate::facilitator::LocalFacilitator) does.
+//! first transaction, as [`LocalFacilitator`](rail_x402::facilitator::LocalFacilitator) does.
 //! Transaction hashes are `keccak256` of the authorization's signing hash.
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,9 +15,9 @@ use std::sync::Mutex;
 use alloy_primitives::{Address, B256, U256, keccak256};
 use async_trait::async_trait;
 
-use crate::facilitator::{Facilitator, FacilitatorError, SupportedKind, SupportedResponse};
-use crate::verify::{reasons, verify_exact_evm};
-use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
+use rail_x402::facilitator::{Facilitator, FacilitatorError, SupportedKind, SupportedResponse};
+use rail_x402::verify::{reasons, verify_exact_evm};
+use rail_x402::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
 /// `(reason, message, transaction that already settled it)`.
 type Refusal = (String, String, Option<B256>);
@@ -31,12 +31,12 @@ struct State {
 
 /// An in-memory token ledger with a facilitator API.
 #[derive(Debug)]
-pub struct MockFacilitator {
+pub struct DevnetFacilitator {
     network: String,
     state: Mutex<State>,
 }
 
-impl MockFacilitator {
+impl DevnetFacilitator {
     /// A facilitator for `network` (`eip155:<id>`) with no balances.
     #[must_use]
     pub fn new(network: &str) -> Self {
@@ -82,7 +82,7 @@ impl MockFacilitator {
         requirements: &PaymentRequirements,
         settle: bool,
     ) -> Result<Result<B256, Refusal>, FacilitatorError> {
-        let now = crate::verify::unix_now();
+        let now = rail_x402::verify::unix_now();
         let ok = match verify_exact_evm(payload, requirements, now) {
             Ok(ok) => ok,
             Err(e) => return Ok(Err((e.reason().to_owned(), e.to_string(), None))),
@@ -133,7 +133,7 @@ impl MockFacilitator {
 }
 
 #[async_trait]
-impl Facilitator for MockFacilitator {
+impl Facilitator for DevnetFacilitator {
     async fn verify(
         &self,
         payload: &PaymentPayload,
@@ -197,7 +197,7 @@ impl Facilitator for MockFacilitator {
 }
 
 #[async_trait]
-impl crate::rail::TokenBalance for MockFacilitator {
+impl rail_x402::rail::TokenBalance for DevnetFacilitator {
     async fn token_balance(&self, token: Address, who: Address) -> Result<U256, String> {
         self.balance(token, who).map_err(|e| e.to_string())
     }

@@ -1,4 +1,6 @@
-//! A stateful emulator of the Stripe API subset the rail uses: PaymentIntents (create,
+//! # stripe-emulator
+//!
+//! A stateful emulator of the Stripe API subset the `stripe` rail (`rail-stripe`) uses: PaymentIntents (create,
 //! retrieve, confirm, capture, cancel), PaymentMethods for test cards, Charges, Refunds, and
 //! webhook delivery with real `Stripe-Signature` headers. A library (tests start it in process
 //! with [`Emulator::spawn`]) and a binary (`stripe-emulator`).
@@ -32,6 +34,16 @@
 //! keys, authorisation lapse, events; no HTTP), `http` the surface (authentication, routes,
 //! form decoding, webhook delivery, response headers), `error` Stripe's error answers, which
 //! both produce.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use stripe_emulator::{Emulator, EmulatorConfig};
+//! let stripe = Emulator::spawn(EmulatorConfig::default(), "127.0.0.1:0".parse().unwrap()).await?;
+//! assert!(stripe.url.starts_with("http://127.0.0.1:"));
+//! assert_eq!(stripe.emulator.balance("usd"), 0);
+//! # Ok(()) }
+//! ```
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

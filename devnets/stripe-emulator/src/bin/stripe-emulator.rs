@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use clap::Parser;
-use rail_stripe::emulator::{Emulator, EmulatorConfig};
+use stripe_emulator::{Emulator, EmulatorConfig};
 
 #[derive(Parser)]
 #[command(about = "A stateful Stripe API emulator (PaymentIntents, Refunds, test cards, webhooks)")]

@@ -1,70 +1,20 @@
-//! An algod-REST-compatible devnet: the subset of algod's v2 API that payers and receivers of
-//! exact-algo use, over a real in-memory ledger with go-algorand's checks and error strings.
-//!
-//! AlgoKit LocalNet needs Docker, which CI machines here do not have; this devnet stands in for
-//! it. It is a library (tests start it in-process with [`Devnet::spawn`]) and a binary
-//! (`algod-devnet`). A real algod is used instead wherever `ALGOD_URL` is set.
-//!
-//! # Endpoints (shapes from go-algorand's `daemon/algod/api/algod.oas2.json`)
-//! | route | answer |
-//! |---|---|
-//! | `POST /v2/transactions` | `{"txId"}`; body `application/x-binary`, concatenated signed txns |
-//! | `GET /v2/transactions/params` | `{consensus-version, fee, genesis-hash, genesis-id, last-round, min-fee}` |
-//! | `GET /v2/transactions/pending/{txid}` | `{confirmed-round, pool-error, txn}` |
-//! | `GET /v2/status` | `NodeStatusResponse` |
-//! | `GET /v2/status/wait-for-block-after/{round}` | status once a later round exists (≤ 1 min) |
-//! | `GET /v2/accounts/{address}` | `Account` (`amount`, `min-balance`, `auth-addr`, …) |
-//! | `GET /health`, `GET /versions` | unauthenticated, as in algod |
-//!
-//! Every other route needs `X-Algo-API-Token` when a token is configured (401
-//! `{"message":"Invalid API Token"}` otherwise). Errors are `{"message": …}` with 400/404.
-//!
-//! # Semantics (and where each error string comes from in go-algorand)
-//! - Decoding: strict canonical msgpack of native payments only (`rail_exact_algo::txn`).
-//!   go-algorand decodes leniently and accepts other transaction types, multisig and logic
-//!   signatures; the devnet refuses those with a 400 naming the problem. This is the one
-//!   deliberate difference: nothing exact-algo accepts depends on it.
-//! - Well-formedness (`data/transactions/transaction.go` `WellFormed`): `transaction invalid
-//!   range (fv--lv)`, `transaction window size excessive (fv--lv)`; fees per group
-//!   (`data/transactions/verify/txn.go`): `txgroup had N in fees, which is less than the minimum
-//!   K * 1000`.
-//! - Signatures (`crypto/batchverifier.go` `ErrBatchHasFailedSigs`): `At least one signature
-//!   didn't pass verification`. Ed25519 is checked with `verify_strict`.
-//! - Pool and evaluator, prefixed `TransactionPool.Remember: ` (`data/pools/transactionPool.go`):
-//!   `txn dead: round R outside of fv--lv` (`data/bookkeeping/block.go` `TxnDeadError`),
-//!   `tx.GenesisHash <…> does not match expected <…>`, `transaction already in ledger: TXID`
-//!   (`ledger/ledgercore/error.go`), `transaction TXID: should have been authorized by A but was
-//!   actually authorized by B` (`ledger/eval`), `overspend (account A, data {…}, tried to spend
-//!   {N})` and `account A balance N below min 100000 (0 assets)` (`ledger/ledgercore/error.go`).
-//!   The `data` part of an overspend is abridged to the balance.
-//! - Rounds: every accepted group is committed in a block of its own (algod's dev mode), so
-//!   its `confirmed-round` is the next round; [`Devnet::advance`] adds empty blocks, and
-//!   [`DevnetConfig::block_time`] makes rounds advance on a timer as on a real network.
-//! - Minimum balance 0.1 ALGO, minimum fee 1000 µALGO, validity window ≤ 1000 rounds, txids
-//!   remembered for 1000 rounds (duplicates refused), leases honoured, close-to and rekey applied.
+//! The devnet's chain: an in-memory Algorand ledger with go-algorand's checks and error strings,
+//! and algod's JSON views of its state (the routes are in [`crate::http`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use data_encoding::{BASE32_NOPAD, BASE64};
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha512_256};
-use subtle::ConstantTimeEq;
 use tokio::sync::watch;
 
-use crate::address::Address;
-use crate::txn::{SignedPay, TxnError};
-use crate::wire::network_id;
+use rail_exact_algo::address::Address;
+use rail_exact_algo::txn::{SignedPay, TxnError};
+use rail_exact_algo::wire::network_id;
 
-pub use crate::rules::MIN_BALANCE;
+pub use rail_exact_algo::rules::MIN_BALANCE;
 /// The protocol's minimum fee per transaction, µALGO.
 pub const MIN_FEE: u64 = 1_000;
 /// The longest validity window, rounds (`MaxTxnLife`).
@@ -75,7 +25,7 @@ pub const MAX_GROUP: usize = 16;
 pub const CONSENSUS_VERSION: &str =
     "https://github.com/algorandfoundation/specs/tree/stipendex-devnet";
 
-const NOT_FOUND: &str =
+pub(crate) const NOT_FOUND: &str =
     "could not find the transaction in the transaction pool or in the last 1000 confirmed rounds";
 
 /// How a devnet starts.
@@ -136,16 +86,16 @@ struct Chain {
 }
 
 #[derive(Debug)]
-struct Inner {
-    cfg: DevnetConfig,
+pub(crate) struct Inner {
+    pub(crate) cfg: DevnetConfig,
     chain: Mutex<Chain>,
-    rounds: watch::Sender<u64>,
+    pub(crate) rounds: watch::Sender<u64>,
 }
 
 /// An in-memory Algorand ledger with algod's REST API. Cheap to clone (shared state).
 #[derive(Clone, Debug)]
 pub struct Devnet {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 /// Why a submission was refused: the HTTP status and go-algorand's message.
@@ -506,7 +456,7 @@ impl Devnet {
         Ok(closed)
     }
 
-    fn pending_json(&self, txid: &str) -> Option<Json> {
+    pub(crate) fn pending_json(&self, txid: &str) -> Option<Json> {
         let c = self.chain();
         let conf = c.confirmed.get(txid)?;
         let mut body = json!({
@@ -523,7 +473,7 @@ impl Devnet {
         Some(body)
     }
 
-    fn status_json(&self) -> Json {
+    pub(crate) fn status_json(&self) -> Json {
         let c = self.chain();
         let since = u64::try_from(c.last_block_at.elapsed().as_nanos()).unwrap_or(u64::MAX);
         json!({
@@ -538,7 +488,7 @@ impl Devnet {
         })
     }
 
-    fn account_json(&self, a: &Address) -> Json {
+    pub(crate) fn account_json(&self, a: &Address) -> Json {
         let c = self.chain();
         let s = c.accounts.get(a).cloned().unwrap_or_default();
         let mut body = json!({
@@ -563,84 +513,12 @@ impl Devnet {
         }
         body
     }
-
-    /// The REST API as an axum router.
-    pub fn router(&self) -> Router {
-        let authed = Router::new()
-            .route("/v2/transactions", post(submit_route))
-            .route("/v2/transactions/params", get(params_route))
-            .route("/v2/transactions/pending/{txid}", get(pending_route))
-            .route("/v2/status", get(status_route))
-            .route("/v2/status/wait-for-block-after/{round}", get(wait_route))
-            .route("/v2/accounts/{address}", get(account_route))
-            .route("/devnet/advance/{n}", post(advance_route))
-            .route_layer(axum::middleware::from_fn_with_state(
-                self.clone(),
-                require_token,
-            ));
-        Router::new()
-            .route("/health", get(|| async { StatusCode::OK }))
-            .route("/versions", get(versions_route))
-            .merge(authed)
-            .with_state(self.clone())
-    }
-
-    /// Serves the API on `addr` (port 0 picks a free port) in the background, with the block
-    /// timer if configured.
-    ///
-    /// # Errors
-    /// The bind error.
-    pub async fn spawn(cfg: DevnetConfig, addr: SocketAddr) -> std::io::Result<RunningDevnet> {
-        let devnet = Devnet::new(cfg);
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let local = listener.local_addr()?;
-        let app = devnet.router();
-        let server = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "algod devnet server stopped");
-            }
-        });
-        let ticker = devnet.inner.cfg.block_time.map(|every| {
-            let d = devnet.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(every);
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    d.advance(1);
-                }
-            })
-        });
-        Ok(RunningDevnet {
-            url: format!("http://{local}"),
-            devnet,
-            tasks: [Some(server), ticker].into_iter().flatten().collect(),
-        })
-    }
-}
-
-/// A devnet serving HTTP; stops when dropped.
-#[derive(Debug)]
-pub struct RunningDevnet {
-    /// `http://127.0.0.1:PORT`.
-    pub url: String,
-    /// The ledger behind it (to fund accounts, advance rounds and read balances in tests).
-    pub devnet: Devnet,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for RunningDevnet {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
 }
 
 /// The group id of `group`: SHA-512/256 of `"TG"` and the canonical `{txlist: [txid…]}`.
 #[must_use]
 pub fn group_id(group: &[SignedPay]) -> [u8; 32] {
-    use crate::msgpack::{Value, encode};
+    use rail_exact_algo::msgpack::{Value, encode};
     let ids = group
         .iter()
         .map(|s| {
@@ -657,7 +535,7 @@ pub fn group_id(group: &[SignedPay]) -> [u8; 32] {
 }
 
 /// A signed payment as algod renders it in JSON (addresses in base32, bytes in base64).
-fn signed_json(s: &SignedPay) -> Json {
+pub(crate) fn signed_json(s: &SignedPay) -> Json {
     let t = &s.txn;
     let mut txn = serde_json::Map::new();
     let mut put = |k: &str, v: Json| {
@@ -696,89 +574,4 @@ fn signed_json(s: &SignedPay) -> Json {
         obj.insert("sgnr".into(), json!(a.to_string()));
     }
     out
-}
-
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(json!({ "message": message }))).into_response()
-}
-
-async fn require_token(
-    State(d): State<Devnet>,
-    headers: HeaderMap,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    if let Some(token) = &d.inner.cfg.token {
-        let given = headers
-            .get("x-algo-api-token")
-            .map(axum::http::HeaderValue::as_bytes)
-            .unwrap_or_default();
-        if !bool::from(given.ct_eq(token.as_bytes())) {
-            return error(StatusCode::UNAUTHORIZED, "Invalid API Token");
-        }
-    }
-    next.run(req).await
-}
-
-async fn submit_route(State(d): State<Devnet>, body: Bytes) -> Response {
-    match d.submit(&body) {
-        Ok(txid) => axum::Json(json!({ "txId": txid })).into_response(),
-        Err(e) => error(StatusCode::BAD_REQUEST, &e.message),
-    }
-}
-
-async fn params_route(State(d): State<Devnet>) -> Response {
-    axum::Json(json!({
-        "consensus-version": CONSENSUS_VERSION,
-        "fee": 0,
-        "genesis-hash": BASE64.encode(&d.genesis_hash()),
-        "genesis-id": d.genesis_id(),
-        "last-round": d.round(),
-        "min-fee": MIN_FEE,
-    }))
-    .into_response()
-}
-
-async fn pending_route(State(d): State<Devnet>, Path(txid): Path<String>) -> Response {
-    match d.pending_json(&txid) {
-        Some(body) => axum::Json(body).into_response(),
-        None => error(StatusCode::NOT_FOUND, NOT_FOUND),
-    }
-}
-
-async fn status_route(State(d): State<Devnet>) -> Response {
-    axum::Json(d.status_json()).into_response()
-}
-
-async fn wait_route(State(d): State<Devnet>, Path(round): Path<String>) -> Response {
-    let Ok(round) = round.parse::<u64>() else {
-        return error(StatusCode::BAD_REQUEST, "invalid round");
-    };
-    let mut rx = d.inner.rounds.subscribe();
-    // algod answers after at most one minute even if no block came.
-    let _ = tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|r| *r > round)).await;
-    axum::Json(d.status_json()).into_response()
-}
-
-async fn account_route(State(d): State<Devnet>, Path(address): Path<String>) -> Response {
-    match address.parse::<Address>() {
-        Ok(a) => axum::Json(d.account_json(&a)).into_response(),
-        Err(_) => error(StatusCode::BAD_REQUEST, "failed to parse the address"),
-    }
-}
-
-async fn advance_route(State(d): State<Devnet>, Path(n): Path<u64>) -> Response {
-    d.advance(n.min(10_000));
-    axum::Json(d.status_json()).into_response()
-}
-
-async fn versions_route(State(d): State<Devnet>) -> Response {
-    axum::Json(json!({
-        "build": {"branch": "stipendex-devnet", "build_number": 0, "channel": "dev",
-                  "commit_hash": "", "major": 0, "minor": 1},
-        "genesis_hash_b64": BASE64.encode(&d.genesis_hash()),
-        "genesis_id": d.genesis_id(),
-        "versions": ["v2"],
-    }))
-    .into_response()
 }
