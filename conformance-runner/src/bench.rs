@@ -14,6 +14,7 @@ use rail_core::Asset;
 use rail_ledger::{
     AccountId, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferRequest,
 };
+use stipendex_cli::measure::{Ms, pct};
 
 /// Load parameters.
 #[derive(Clone, Debug)]
@@ -43,16 +44,6 @@ pub struct Phase {
     pub p50_us: u64,
     /// 99th percentile request latency, microseconds.
     pub p99_us: u64,
-}
-
-/// The `p`th percentile of sorted latencies (0 for none).
-#[must_use]
-pub fn pct(sorted: &[u64], p: usize) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let idx = (sorted.len() * p / 100).min(sorted.len() - 1);
-    sorted.get(idx).copied().unwrap_or(0)
 }
 
 /// Opens the ledger a benchmark runs against.
@@ -289,14 +280,4 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
         }
     );
     Ok(out)
-}
-
-/// Microseconds shown as milliseconds with one decimal, without floats (width and alignment
-/// apply).
-pub struct Ms(pub u64);
-
-impl std::fmt::Display for Ms {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(&format!("{}.{}", self.0 / 1000, (self.0 % 1000) / 100))
-    }
 }

@@ -90,11 +90,31 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         batch: usize,
     },
+    /// The `stipendex demo` scenario over a rail's localnet (start them first with
+    /// `conformance localnet up`).
+    Demo {
+        /// The rail: ledger, account, exact-algo, stripe, ln-nwc or x402.
+        #[arg(long)]
+        rail: String,
+        /// Keep the demo's files (keys, mandate, chains, databases) here; default: a new
+        /// temporary directory, kept and printed.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The human's answer to confirmations.
+        #[arg(long, value_enum, default_value = "yes")]
+        confirm: Confirm,
+    },
     /// The workspace's localnets, for other tools.
     Localnet {
         #[command(subcommand)]
         cmd: LocalnetCmd,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Confirm {
+    Yes,
+    No,
 }
 
 #[derive(Subcommand)]
@@ -171,6 +191,19 @@ fn main() -> ExitCode {
                 rt.block_on(run_with_localnets(&opts))
             }
         }
+        Cmd::Demo { rail, dir, confirm } => {
+            match rt.block_on(conformance_runner::demo::run(
+                &rail,
+                dir,
+                confirm == Confirm::Yes,
+            )) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("conformance demo: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Localnet {
             cmd: LocalnetCmd::Up { env_out, repo },
         } => {
@@ -221,13 +254,14 @@ fn list() {
         }
     }
     println!("\nbehaviours:");
-    for b in behaviours::all() {
-        println!(
-            "  {:<38} {:<15} {}",
-            b.name,
-            format!("{:?}", b.needs),
-            b.about
-        );
+    let rail = behaviours::all()
+        .into_iter()
+        .map(|b| (b.name, b.needs, b.about));
+    let ours = stipendex_conformance::all()
+        .into_iter()
+        .map(|b| (b.name, b.needs, b.about));
+    for (name, needs, about) in rail.chain(ours) {
+        println!("  {:<38} {:<15} {about}", name, format!("{needs:?}"));
     }
 }
 
@@ -238,7 +272,10 @@ fn check_names(only_rails: &[String], only: &[String]) -> Result<(), String> {
             return Err(format!("unknown rail {r:?}; `conformance list` shows them"));
         }
     }
-    let known: Vec<&str> = behaviours::all().iter().map(|b| b.name).collect();
+    let known: Vec<&str> = stipendex_conformance::names()
+        .iter()
+        .map(|(name, _)| *name)
+        .collect();
     for b in only {
         if !known.contains(&b.as_str()) {
             return Err(format!(
@@ -439,7 +476,10 @@ async fn run(
         .into_iter()
         .filter(|e| only_rails.is_empty() || only_rails.iter().any(|r| r == e.name))
         .collect();
-    let known: Vec<&str> = behaviours::all().iter().map(|b| b.name).collect();
+    let known: Vec<&str> = stipendex_conformance::names()
+        .iter()
+        .map(|(name, _)| *name)
+        .collect();
     let tiers = match tier {
         TierArg::Mock => vec![Tier::Mock],
         TierArg::Localnet => vec![Tier::Localnet],
@@ -469,7 +509,7 @@ async fn run(
                     ));
                 }
             };
-            rows.extend(report::run_rail_tier(e, *t, &only, &mut progress).await);
+            rows.extend(stipendex_conformance::run_rail_tier(e, *t, &only, &mut progress).await);
         }
     }
     bar.finish_and_clear();

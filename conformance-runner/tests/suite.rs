@@ -21,12 +21,13 @@ use rail_core::{
     Asset, Capabilities, Charge, ManualClock, Offer, Payment, PaymentState, Rail, RailHandle,
     RailId, RailResult, Receiver, Verified,
 };
+use stipendex_conformance::StipendexEntry;
 
 /// Runs one rail on one tier and prints one line for it, plus one line per failed behaviour:
 /// short enough that a truncated CI log still shows which behaviour failed and why (a full
 /// matrix per rail is `cargo run --bin conformance -- run`).
-async fn run(entry: &RailEntry, tier: Tier) -> Vec<ResultRow> {
-    let rows = report::run_rail_tier(entry, tier, &[], &mut |_| {}).await;
+async fn run(entry: &StipendexEntry, tier: Tier) -> Vec<ResultRow> {
+    let rows = stipendex_conformance::run_rail_tier(entry, tier, &[], &mut |_| {}).await;
     let (passed, failed, skipped) = report::counts(&rows);
     println!(
         "{}/{tier}: {passed} passed, {failed} failed, {skipped} skipped",
@@ -47,7 +48,7 @@ fn failures(rows: &[ResultRow]) -> Vec<String> {
 
 /// Skips the rail may not have: for the ledger and the account rail, which claim every
 /// capability, only the behaviour that needs an x402 scheme (and, off CI, an absent localnet).
-fn unexpected_skips(entry: &RailEntry, rows: &[ResultRow]) -> Vec<String> {
+fn unexpected_skips(entry: &StipendexEntry, rows: &[ResultRow]) -> Vec<String> {
     if entry.name != "ledger" && entry.name != "account" {
         return Vec::new();
     }
@@ -168,7 +169,8 @@ impl Harness for Broken {
 
 fn broken(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
     Box::pin(async move {
-        let inner = (rails::find("ledger").unwrap().make)(tier).await?;
+        let inner =
+            stipendex_conformance::make_harness(&rails::find("ledger").unwrap(), tier).await?;
         let mut handle = inner.rail().clone();
         handle.receiver = Arc::new(TrustingReceiver {
             inner: handle.receiver.clone(),
@@ -187,7 +189,7 @@ async fn the_suite_catches_a_broken_rail() {
         tiers: &[(Tier::Mock, "trusting receiver")],
         make: broken,
     };
-    let rows = run(&entry, Tier::Mock).await;
+    let rows = report::run_rail_tier(&entry, Tier::Mock, &[], &mut |_| {}).await;
     let failed: Vec<&str> = rows
         .iter()
         .filter(|r| r.outcome == Outcome::Fail)
@@ -239,7 +241,8 @@ impl Receiver for ClaimsSignOnly {
 
 fn lying_about_pay(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
     Box::pin(async move {
-        let inner = (rails::find("ledger").unwrap().make)(tier).await?;
+        let inner =
+            stipendex_conformance::make_harness(&rails::find("ledger").unwrap(), tier).await?;
         let mut handle = inner.rail().clone();
         handle.receiver = Arc::new(ClaimsSignOnly {
             inner: handle.receiver.clone(),

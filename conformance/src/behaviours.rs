@@ -32,9 +32,10 @@ pub enum Needs {
     PartialRefund,
 }
 
-/// A named behaviour.
-#[derive(Clone, Copy)]
-pub struct Behaviour {
+/// A named behaviour, run on a harness of type `H`: [`Harness`] for the rail suite; a suite
+/// built on this one (the Stipendex protocol behaviours of `stipendex-conformance`) runs on an
+/// extension trait of [`Harness`] with the same report.
+pub struct Behaviour<H: ?Sized = dyn Harness> {
     /// Its name, as printed.
     pub name: &'static str,
     /// What it checks, in one line.
@@ -42,8 +43,16 @@ pub struct Behaviour {
     /// The capability it needs.
     pub needs: Needs,
     /// The behaviour.
-    pub run: for<'a> fn(&'a dyn Harness) -> BoxFuture<'a, Verdict>,
+    pub run: for<'a> fn(&'a H) -> BoxFuture<'a, Verdict>,
 }
+
+impl<H: ?Sized> Clone for Behaviour<H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: ?Sized> Copy for Behaviour<H> {}
 
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
@@ -956,20 +965,15 @@ pub const SKIP_NO_HOOK: &str = "skip: the harness does not provide this hook";
 
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
-        /// Every behaviour, in run order (with the feature `stipendex`, the Stipendex
-        /// protocol behaviours last).
+        /// Every behaviour of the rail suite, in run order.
         #[must_use]
         pub fn all() -> Vec<Behaviour> {
-            #[allow(unused_mut)]
-            let mut all = vec![$(Behaviour {
+            vec![$(Behaviour {
                 name: stringify!($f),
                 about: $about,
                 needs: Needs::$needs,
                 run: |h| Box::pin($f(h)),
-            }),*];
-            #[cfg(feature = "stipendex")]
-            all.extend(crate::stipendex::all());
-            all
+            }),*]
         }
     };
 }

@@ -102,27 +102,8 @@ pub trait Harness: Send + Sync {
     async fn rail_checks(&self) -> Vec<(String, Result<(), String>)> {
         Vec::new()
     }
-    /// The rail as an x402 scheme (feature `stipendex`): a receiving scheme for the x402
-    /// paywall and a payer's scheme payer, on this harness's parties. `None` skips the
-    /// behaviour that pays a plain x402 402 under a mandate.
-    #[cfg(feature = "stipendex")]
-    async fn x402(&self) -> Option<X402Parts> {
-        None
-    }
     /// Releases what the harness holds (databases, temporary files, servers).
     async fn teardown(&self) {}
-}
-
-/// A rail's x402 side, for the Stipendex behaviour that pays a plain x402 402.
-#[cfg(feature = "stipendex")]
-#[derive(Clone)]
-pub struct X402Parts {
-    /// The receiving scheme (for `x402_transport::paywall::Paywall`), paying the harness's payee.
-    pub scheme: std::sync::Arc<dyn x402_transport::Scheme>,
-    /// The harness's payer as a scheme payer.
-    pub payer: std::sync::Arc<dyn x402_transport::client::SchemePayer>,
-    /// The payee as the 402's `payTo` spells it.
-    pub pay_to: String,
 }
 
 /// Why a harness could not be built.
@@ -136,16 +117,34 @@ pub enum HarnessError {
     Setup(String),
 }
 
-/// Builds harnesses of one rail.
-pub type HarnessFactory = fn(Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>>;
+/// Builds harnesses of one rail: [`Harness`] for the rail suite, or an extension trait of it
+/// for a suite built on this one.
+pub type HarnessFactory<H = dyn Harness> =
+    fn(Tier) -> BoxFuture<'static, Result<Box<H>, HarnessError>>;
 
-/// A rail the suite knows how to test.
-#[derive(Clone, Copy)]
-pub struct RailEntry {
+/// A rail the suite knows how to test, its harnesses of type `H` ([`Harness`], or an
+/// extension trait of it for a suite built on this one).
+pub struct RailEntry<H: ?Sized = dyn Harness> {
     /// The rail's name (`ledger`, …).
     pub name: &'static str,
     /// One line on what each tier runs against.
     pub tiers: &'static [(Tier, &'static str)],
     /// Builds a fresh harness for one behaviour.
-    pub make: HarnessFactory,
+    pub make: HarnessFactory<H>,
+}
+
+impl<H: ?Sized> Clone for RailEntry<H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: ?Sized> Copy for RailEntry<H> {}
+
+impl<H: ?Sized> RailEntry<H> {
+    /// What the rail's `tier` runs against, if the rail offers that tier.
+    #[must_use]
+    pub fn tier(&self, tier: Tier) -> Option<&'static str> {
+        self.tiers.iter().find(|(t, _)| *t == tier).map(|(_, d)| *d)
+    }
 }

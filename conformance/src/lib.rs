@@ -28,11 +28,6 @@
 pub mod behaviours;
 pub mod harness;
 pub mod report;
-#[cfg(feature = "stipendex")]
-pub mod stipendex;
-
-#[cfg(feature = "stipendex")]
-pub use harness::X402Parts;
 pub use harness::{Balances, Harness, HarnessError, HarnessFactory, RailEntry, Tier};
 
 /// The boxed future a [`HarnessFactory`] returns, re-exported so a rail's tests need no

@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+
 use serde::Serialize;
 
 use crate::behaviours::{self, Behaviour, Needs};
-use crate::harness::{HarnessError, RailEntry, Tier};
+use crate::harness::{Harness, HarnessError, RailEntry, Tier};
 
 /// A behaviour's outcome on one rail and tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -52,29 +54,65 @@ fn claimed(caps: &rail_core::Capabilities, needs: Needs) -> bool {
     }
 }
 
-/// Runs every behaviour matching `only` (all when empty) for `entry` on `tier`, calling
-/// `progress` after each.
+/// Runs every behaviour of the rail suite matching `only` (all when empty) for `entry` on
+/// `tier`, calling `progress` after each.
 pub async fn run_rail_tier(
     entry: &RailEntry,
     tier: Tier,
     only: &[String],
     progress: &mut (dyn FnMut(&ResultRow) + Send),
 ) -> Vec<ResultRow> {
-    let list: Vec<Behaviour> = behaviours::all()
-        .into_iter()
+    let list = select(&behaviours::all(), only);
+    run_behaviours(entry, &list, tier, progress).await
+}
+
+/// The behaviours of `list` whose name is in `only` (all of them when `only` is empty).
+#[must_use]
+pub fn select<H: ?Sized>(list: &[Behaviour<H>], only: &[String]) -> Vec<Behaviour<H>> {
+    list.iter()
         .filter(|b| only.is_empty() || only.iter().any(|o| o == b.name))
-        .collect();
+        .copied()
+        .collect()
+}
+
+/// Runs `list` for `entry` on `tier`, one fresh harness per behaviour, calling `progress` after
+/// each: the engine of [`run_rail_tier`], generic over the harness so that a suite built on
+/// this one (its harness an extension trait of [`crate::Harness`]) reports the same way.
+pub async fn run_behaviours<H: ?Sized + Harness>(
+    entry: &RailEntry<H>,
+    list: &[Behaviour<H>],
+    tier: Tier,
+    progress: &mut (dyn FnMut(&ResultRow) + Send),
+) -> Vec<ResultRow> {
+    run_with(entry.name, entry.tiers, &entry.make, list, tier, progress).await
+}
+
+/// What builds one fresh harness of type `H` for a tier.
+pub type Make<'a, H> =
+    dyn Fn(Tier) -> BoxFuture<'static, Result<Box<H>, HarnessError>> + Send + Sync + 'a;
+
+/// [`run_behaviours`] for a rail named `name` offering `tiers`, whose harnesses `make` builds:
+/// for a suite that runs this crate's behaviours on harnesses of an extension trait (it passes
+/// a `make` that upcasts them to `Box<dyn Harness>`).
+pub async fn run_with<H: ?Sized + Harness>(
+    name: &str,
+    tiers: &[(Tier, &'static str)],
+    make: &Make<'_, H>,
+    list: &[Behaviour<H>],
+    tier: Tier,
+    progress: &mut (dyn FnMut(&ResultRow) + Send),
+) -> Vec<ResultRow> {
     let mut rows = Vec::new();
-    let row = |b: &Behaviour, outcome, ms, detail: String| ResultRow {
-        rail: entry.name.to_owned(),
+    let row = |b: &Behaviour<H>, outcome, ms, detail: String| ResultRow {
+        rail: name.to_owned(),
         behaviour: b.name.to_owned(),
         tier,
         outcome,
         ms,
         detail,
     };
-    let offered = entry.tiers.iter().any(|(t, _)| *t == tier);
-    for b in &list {
+    let offered = tiers.iter().any(|(t, _)| *t == tier);
+    for b in list {
         if !offered {
             let r = row(
                 b,
@@ -87,7 +125,7 @@ pub async fn run_rail_tier(
             continue;
         }
         let start = Instant::now();
-        let harness = match (entry.make)(tier).await {
+        let harness = match make(tier).await {
             Ok(h) => h,
             Err(HarnessError::Unavailable(why)) => {
                 let (outcome, detail) = if test_kit::localnet::in_ci() {
@@ -112,7 +150,7 @@ pub async fn run_rail_tier(
         };
         let caps = harness.rail().capabilities();
         let r = if claimed(&caps, b.needs) {
-            match tokio::time::timeout(BEHAVIOUR_TIMEOUT, (b.run)(harness.as_ref())).await {
+            match tokio::time::timeout(BEHAVIOUR_TIMEOUT, (b.run)(&*harness)).await {
                 Ok(Ok(())) => row(b, Outcome::Pass, elapsed(start), String::new()),
                 Ok(Err(why)) if why == behaviours::SKIP_NO_HOOK => row(b, Outcome::Skip, 0, why),
                 Ok(Err(why)) => row(b, Outcome::Fail, elapsed(start), why),

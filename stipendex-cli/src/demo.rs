@@ -1,8 +1,9 @@
 //! `stipendex demo`: a receiver and an agent wallet, end to end, over HTTP.
 //!
-//! By default over the `ledger` rail on an embedded SQLite file (no service needed); with
-//! `--rail NAME`, over that rail's localnet (`conformance localnet up` starts them all). The
-//! receiver `demo-shop` prices four routes; a second receiver, `stranger`, is not in the
+//! Over the `ledger` rail on an embedded SQLite file (no service needed). The same scenario runs
+//! over any rail's localnet from the test runner (`conformance demo --rail NAME`), which builds
+//! a [`Stage`] from the rail's harness and calls [`run_stage`]. The receiver `demo-shop` prices
+//! four routes; a second receiver, `stranger`, is not in the
 //! mandate's allowlist. The wallet makes five calls:
 //!
 //! 1. a paid search (service profile);
@@ -22,7 +23,6 @@ use std::sync::Arc;
 use axum::Router;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use conformance::{Harness, Tier};
 use rail_core::keys::sql::SqliteKeyStore;
 use rail_core::{Asset, Money, PayerHandle, ReceiverHandle, SharedClock, SystemClock};
 use stipendex::envelope::{Allow, Limits, Mandate, Party, Period, SecretKey, Signed};
@@ -35,9 +35,8 @@ use crate::{CliError, msg};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Run over this rail's localnet (ledger, exact-algo, stripe, ln-nwc, x402) instead of the
-    /// embedded ledger; start localnets with `conformance localnet up`.
-    #[arg(long)]
+    /// The demo over a rail's localnet is the test runner's: `conformance demo --rail NAME`.
+    #[arg(long, hide = true)]
     rail: Option<String>,
     /// Keep the demo's files (keys, mandate, chains, databases) here; default: a new
     /// temporary directory, kept and printed.
@@ -55,7 +54,8 @@ enum Confirm {
 }
 
 /// The demo's prices and limits, in minor units of the rail's asset.
-struct Prices {
+#[derive(Clone, Debug)]
+pub struct Prices {
     search: u128,
     report: u128,
     confirm_above: u128,
@@ -70,7 +70,8 @@ struct Prices {
 
 impl Prices {
     /// Dollars for the embedded ledger.
-    fn usd() -> Self {
+    #[must_use]
+    pub fn usd() -> Self {
         Prices {
             search: 5,
             report: 250,
@@ -86,7 +87,8 @@ impl Prices {
     }
 
     /// Multiples of `b` minor units for any rail (its smallest practical charge).
-    fn from_base(b: u128) -> Self {
+    #[must_use]
+    pub fn from_base(b: u128) -> Self {
         Prices {
             search: b,
             report: 3 * b,
@@ -102,57 +104,63 @@ impl Prices {
     }
 }
 
+impl Prices {
+    /// What the paid calls of the demo spend at most, in minor units: what the payer must hold.
+    #[must_use]
+    pub fn needed(&self) -> u128 {
+        self.search + self.report + self.order + self.tolerance
+    }
+}
+
 /// The rail the demo runs on: both sides, its asset and clock, and how to read balances.
-pub(crate) struct Stage {
-    label: String,
-    pub(crate) payer: PayerHandle,
-    pub(crate) receiver: ReceiverHandle,
-    asset: Asset,
-    clock: SharedClock,
-    prices: Prices,
-    balances: Balances,
+pub struct Stage {
+    /// What the demo prints the rail as.
+    pub label: String,
+    /// The agent's side of the rail.
+    pub payer: PayerHandle,
+    /// demo-shop's side of the rail.
+    pub receiver: ReceiverHandle,
+    /// The asset prices are in.
+    pub asset: Asset,
+    /// The clock both sides use.
+    pub clock: SharedClock,
+    /// The demo's prices and limits.
+    pub prices: Prices,
+    /// The parties' money.
+    pub balances: Box<dyn ReadBalances>,
 }
 
-enum Balances {
-    Ledger {
-        ledger: Ledger,
-        agent: AccountId,
-        shop: AccountId,
-    },
-    Harness(Box<dyn Harness>),
-}
-
-impl Balances {
+/// How the demo reads the parties' money on its rail.
+#[async_trait::async_trait]
+pub trait ReadBalances: Send + Sync {
     /// (what the agent can spend, what the shop received), in minor units.
-    async fn read(&self) -> Result<(i128, i128), CliError> {
-        match self {
-            Balances::Ledger {
-                ledger,
-                agent,
-                shop,
-            } => {
-                let get = |id: AccountId| async move {
-                    ledger
-                        .account(id)
-                        .await
-                        .map_err(|e| msg(format!("cannot read the ledger: {e}")))?
-                        .ok_or_else(|| msg("a demo account is missing from the ledger"))
-                };
-                let (a, s) = (get(*agent).await?, get(*shop).await?);
-                let i = i128::from;
-                Ok((
-                    i(a.credits_posted) - i(a.debits_posted) - i(a.debits_pending),
-                    i(s.credits_posted) - i(s.debits_posted),
-                ))
-            }
-            Balances::Harness(h) => {
-                let b = h
-                    .balances()
-                    .await
-                    .map_err(|e| msg(format!("cannot read balances: {e}")))?;
-                Ok((b.payer_available, b.payee_settled))
-            }
-        }
+    async fn read(&self) -> Result<(i128, i128), String>;
+    /// Releases what the rail holds (servers, databases) once the demo is over.
+    async fn teardown(&self) {}
+}
+
+struct LedgerBalances {
+    ledger: Ledger,
+    agent: AccountId,
+    shop: AccountId,
+}
+
+#[async_trait::async_trait]
+impl ReadBalances for LedgerBalances {
+    async fn read(&self) -> Result<(i128, i128), String> {
+        let get = |id: AccountId| async move {
+            self.ledger
+                .account(id)
+                .await
+                .map_err(|e| format!("cannot read the ledger: {e}"))?
+                .ok_or_else(|| "a demo account is missing from the ledger".to_owned())
+        };
+        let (a, s) = (get(self.agent).await?, get(self.shop).await?);
+        let i = i128::from;
+        Ok((
+            i(a.credits_posted) - i(a.debits_posted) - i(a.debits_pending),
+            i(s.credits_posted) - i(s.debits_posted),
+        ))
     }
 }
 
@@ -202,58 +210,11 @@ pub(crate) async fn embedded_ledger(dir: &Path, funding: u64) -> Result<Stage, C
         asset: Asset::usd(),
         clock: Arc::new(SystemClock),
         prices: Prices::usd(),
-        balances: Balances::Ledger {
+        balances: Box::new(LedgerBalances {
             ledger,
             agent,
             shop,
-        },
-    })
-}
-
-async fn localnet(name: &str) -> Result<Stage, CliError> {
-    let entry = conformance_runner::rails::find(name).ok_or_else(|| {
-        msg(format!(
-            "--rail {name:?} is not a rail: use ledger, account, exact-algo, stripe, ln-nwc or x402"
-        ))
-    })?;
-    let harness = (entry.make)(Tier::Localnet).await.map_err(|e| match e {
-        conformance::HarnessError::Unavailable(why) => msg(format!(
-            "the {name} localnet is not up ({why}): start it with `conformance localnet up --env-out ln.env`, then `source ln.env`"
-        )),
-        e => msg(format!("cannot set up the {name} rail: {e}")),
-    })?;
-    let rail = harness.rail().clone();
-    let base = harness.smallest_payable().max(125);
-    let prices = Prices::from_base(base);
-    let needed = prices.search + prices.report + prices.order + prices.tolerance;
-    if harness.funded() < needed {
-        return Err(msg(format!(
-            "the {name} localnet's payer holds {} minor units, the demo needs {needed}",
-            harness.funded()
-        )));
-    }
-    Ok(Stage {
-        label: format!(
-            "the {name} rail on its localnet ({})",
-            entry
-                .tiers
-                .iter()
-                .find(|(t, _)| *t == Tier::Localnet)
-                .map_or("", |(_, d)| *d)
-        ),
-        payer: PayerHandle {
-            payer: rail.payer.clone(),
-            hold_payer: rail.hold_payer.clone(),
-        },
-        receiver: ReceiverHandle {
-            receiver: rail.receiver.clone(),
-            hold_receiver: rail.hold_receiver.clone(),
-            refunds: rail.refunds.clone(),
-        },
-        asset: harness.asset(),
-        clock: Arc::new(harness.clock().clone()),
-        prices,
-        balances: Balances::Harness(harness),
+        }),
     })
 }
 
@@ -297,10 +258,25 @@ async fn serve(binding: &Binding, final_amount: Money) -> Result<String, CliErro
     Ok(format!("http://{addr}"))
 }
 
-#[allow(clippy::print_stdout, clippy::too_many_lines)]
+/// `stipendex demo`: the scenario on the embedded ledger.
 pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = match args.dir {
+    if let Some(rail) = &args.rail {
+        return Err(msg(format!(
+            "stipendex demo runs on the embedded ledger; the demo over the {rail} localnet is the test runner's: cargo run --bin conformance -- demo --rail {rail}"
+        )));
+    }
+    let dir = demo_dir(args.dir)?;
+    let stage = embedded_ledger(&dir, 10_000).await?;
+    run_stage(stage, &dir, args.confirm == Confirm::Yes).await
+}
+
+/// The demo's directory: `dir` (created), or a new temporary one (kept); refused if it already
+/// holds a demo.
+///
+/// # Errors
+/// When it cannot be created, or already holds a demo's chains.
+pub fn demo_dir(dir: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    let dir = match dir {
         Some(d) => {
             std::fs::create_dir_all(&d)
                 .map_err(|e| msg(format!("cannot create {}: {e}", d.display())))?;
@@ -318,10 +294,19 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
             dir.display()
         )));
     }
-    let stage = match &args.rail {
-        None => embedded_ledger(&dir, 10_000).await?,
-        Some(name) => localnet(name).await?,
-    };
+    Ok(dir)
+}
+
+/// Runs the demo's five calls on `stage`, keeping its files in `dir`; the human answers
+/// confirmations with `confirm`. Verifies every saved chain and fails when a call did not end
+/// as expected.
+///
+/// # Errors
+/// A call that did not end as expected, a broken chain, or the set-up failing.
+#[allow(clippy::print_stdout, clippy::too_many_lines)]
+pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCode, CliError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = dir.to_path_buf();
     let (p, a) = (&stage.prices, &stage.asset);
     println!("stipendex demo: {}", stage.label);
     println!("  files in {}", dir.display());
@@ -422,9 +407,8 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     println!("  receiver stranger  at {stranger_url} (not in the allowlist)");
 
     // The agent's wallet: durable spend records in SQLite, chains in files.
-    let answer = args.confirm;
     let confirmer = Callback::new(move |ask| {
-        let yes = answer == Confirm::Yes;
+        let yes = confirm;
         println!(
             "     human asked: {}? -> {} (flag --confirm)",
             ask.text(),
@@ -459,15 +443,11 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         .map_err(|e| msg(format!("cannot build an HTTP client: {e}")))?;
     let client = Client::new(http, wallet);
 
-    let before = stage.balances.read().await?;
+    let before = stage.balances.read().await.map_err(msg)?;
     println!();
     println!("the agent calls (the wallet decides, the agent only sees results):");
     // Each call and the outcome the demo expects of it ("paid" or an error code).
-    let confirmed = if args.confirm == Confirm::Yes {
-        "paid"
-    } else {
-        "not_confirmed"
-    };
+    let confirmed = if confirm { "paid" } else { "not_confirmed" };
     let calls: Vec<(&str, String, bool, String, &str)> = vec![
         (
             "GET",
@@ -558,7 +538,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
             Err(e) => println!("     REFUSED ({}): {e}", e.code()),
         }
     }
-    let after = stage.balances.read().await?;
+    let after = stage.balances.read().await.map_err(msg)?;
     let minor = |v: i128| {
         Money::from_minor(a.clone(), v.unsigned_abs())
             .ok()
@@ -587,9 +567,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         .collect();
     files.sort();
     let verified = crate::verify::run(Some(&principal.public().to_string()), &files);
-    if let Balances::Harness(h) = &stage.balances {
-        h.teardown().await;
-    }
+    stage.balances.teardown().await;
     let code = verified?;
     if !unexpected.is_empty() {
         return Err(msg(format!(

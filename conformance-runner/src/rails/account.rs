@@ -20,10 +20,11 @@ use serde_json::json;
 use stipendex_facilitator::store::ReviewState;
 use stipendex_facilitator::{Config, Facilitator, NewAccount, open, serve};
 
-use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, Tier};
+use stipendex_conformance::{StipendexEntry, StipendexHarness};
 
 /// The account rail in the suite's registry.
-pub const ENTRY: RailEntry = RailEntry {
+pub const ENTRY: StipendexEntry = StipendexEntry {
     name: "account",
     tiers: &[
         (
@@ -38,10 +39,10 @@ pub const ENTRY: RailEntry = RailEntry {
     make,
 };
 
-fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn StipendexHarness>, HarnessError>> {
     Box::pin(async move {
         let h = AccountHarness::new(tier).await?;
-        Ok(Box::new(h) as Box<dyn Harness>)
+        Ok(Box::new(h) as Box<dyn StipendexHarness>)
     })
 }
 
@@ -452,6 +453,8 @@ impl Drop for AccountHarness {
         }
     }
 }
+
+impl StipendexHarness for AccountHarness {}
 
 #[async_trait]
 impl Harness for AccountHarness {

@@ -36,10 +36,11 @@ use rail_exact_algo::wire::{
 use rail_exact_algo::{Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy, Price};
 use serde_json::json;
 
-use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, Tier};
+use stipendex_conformance::{StipendexEntry, StipendexHarness};
 
 /// exact-algo in the suite's registry.
-pub const ENTRY: RailEntry = RailEntry {
+pub const ENTRY: StipendexEntry = StipendexEntry {
     name: "exact-algo",
     tiers: &[
         (
@@ -54,10 +55,10 @@ pub const ENTRY: RailEntry = RailEntry {
     make,
 };
 
-fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn StipendexHarness>, HarnessError>> {
     Box::pin(async move {
         let h = ExactAlgoHarness::new(tier).await?;
-        Ok(Box::new(h) as Box<dyn Harness>)
+        Ok(Box::new(h) as Box<dyn StipendexHarness>)
     })
 }
 
@@ -867,8 +868,8 @@ impl ExactAlgoHarness {
 }
 
 #[async_trait]
-impl Harness for ExactAlgoHarness {
-    async fn x402(&self) -> Option<conformance::X402Parts> {
+impl StipendexHarness for ExactAlgoHarness {
+    async fn x402(&self) -> Option<stipendex_conformance::X402Parts> {
         let clock: SharedClock = Arc::new(self.clock.clone());
         let payer = ExactAlgoPayer::new(
             self.payer_key.clone(),
@@ -883,13 +884,16 @@ impl Harness for ExactAlgoHarness {
         .for_client()
         .await
         .ok()?;
-        Some(conformance::X402Parts {
+        Some(stipendex_conformance::X402Parts {
             scheme: Arc::new(rail_exact_algo::ExactAlgo::new(self.receiver.clone())),
             payer: Arc::new(payer),
             pay_to: self.payee.to_string(),
         })
     }
+}
 
+#[async_trait]
+impl Harness for ExactAlgoHarness {
     fn rail(&self) -> &RailHandle {
         &self.handle
     }

@@ -16,10 +16,11 @@ use rail_ledger::{
 };
 use serde_json::json;
 
-use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, Tier};
+use stipendex_conformance::{StipendexEntry, StipendexHarness};
 
 /// The ledger in the suite's registry.
-pub const ENTRY: RailEntry = RailEntry {
+pub const ENTRY: StipendexEntry = StipendexEntry {
     name: "ledger",
     tiers: &[
         (
@@ -34,10 +35,10 @@ pub const ENTRY: RailEntry = RailEntry {
     make,
 };
 
-fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn StipendexHarness>, HarnessError>> {
     Box::pin(async move {
         let h = LedgerHarness::new(tier).await?;
-        Ok(Box::new(h) as Box<dyn Harness>)
+        Ok(Box::new(h) as Box<dyn StipendexHarness>)
     })
 }
 
@@ -214,6 +215,8 @@ impl LedgerHarness {
 fn storage(e: rail_ledger::LedgerError) -> RailError {
     e.into()
 }
+
+impl StipendexHarness for LedgerHarness {}
 
 #[async_trait]
 impl Harness for LedgerHarness {

@@ -27,10 +27,11 @@ use rail_ln_nwc::nip47::ConnectionUri;
 use rail_ln_nwc::rail::{NwcPayer, NwcReceiver, rail_error};
 use serde_json::json;
 
-use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, Tier};
+use stipendex_conformance::{StipendexEntry, StipendexHarness};
 
 /// Lightning over NWC in the suite's registry.
-pub const ENTRY: RailEntry = RailEntry {
+pub const ENTRY: StipendexEntry = StipendexEntry {
     name: "ln-nwc",
     tiers: &[
         (
@@ -45,10 +46,10 @@ pub const ENTRY: RailEntry = RailEntry {
     make,
 };
 
-fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn StipendexHarness>, HarnessError>> {
     Box::pin(async move {
         let h = LnHarness::new(tier).await?;
-        Ok(Box::new(h) as Box<dyn Harness>)
+        Ok(Box::new(h) as Box<dyn StipendexHarness>)
     })
 }
 
@@ -486,6 +487,8 @@ impl LnHarness {
 fn hex_of(b: [u8; 32]) -> String {
     hex::encode(b)
 }
+
+impl StipendexHarness for LnHarness {}
 
 #[async_trait]
 impl Harness for LnHarness {

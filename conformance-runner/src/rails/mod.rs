@@ -9,11 +9,11 @@ pub mod stripe;
 pub mod x402;
 mod x402_checks;
 
-use conformance::RailEntry;
+use stipendex_conformance::StipendexEntry;
 
 /// Every rail under test.
 #[must_use]
-pub fn all() -> Vec<RailEntry> {
+pub fn all() -> Vec<StipendexEntry> {
     vec![
         ledger::ENTRY,
         account::ENTRY,
@@ -26,6 +26,6 @@ pub fn all() -> Vec<RailEntry> {
 
 /// The rail named `name`.
 #[must_use]
-pub fn find(name: &str) -> Option<RailEntry> {
+pub fn find(name: &str) -> Option<StipendexEntry> {
     all().into_iter().find(|e| e.name == name)
 }

@@ -27,10 +27,11 @@ use rail_stripe::{StripeHttp, StripePayer, StripeReceiver, webhook};
 use serde_json::{Value, json};
 use stripe_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 
-use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, Tier};
+use stipendex_conformance::{StipendexEntry, StipendexHarness};
 
 /// Stripe in the suite's registry.
-pub const ENTRY: RailEntry = RailEntry {
+pub const ENTRY: StipendexEntry = StipendexEntry {
     name: "stripe",
     tiers: &[
         (
@@ -45,10 +46,10 @@ pub const ENTRY: RailEntry = RailEntry {
     make,
 };
 
-fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn StipendexHarness>, HarnessError>> {
     Box::pin(async move {
         let h = StripeHarness::new(tier).await?;
-        Ok(Box::new(h) as Box<dyn Harness>)
+        Ok(Box::new(h) as Box<dyn StipendexHarness>)
     })
 }
 
@@ -391,6 +392,8 @@ impl StripeHarness {
         }
     }
 }
+
+impl StipendexHarness for StripeHarness {}
 
 #[async_trait]
 impl Harness for StripeHarness {

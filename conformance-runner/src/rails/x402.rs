@@ -29,10 +29,11 @@ use serde_json::json;
 use x402_devnet::DevnetFacilitator;
 use x402_devnet::anvil::Localnet;
 
-use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
+use conformance::{Balances, Harness, HarnessError, Tier};
+use stipendex_conformance::{StipendexEntry, StipendexHarness};
 
 /// x402 in the suite's registry.
-pub const ENTRY: RailEntry = RailEntry {
+pub const ENTRY: StipendexEntry = StipendexEntry {
     name: "x402",
     tiers: &[
         (
@@ -47,10 +48,10 @@ pub const ENTRY: RailEntry = RailEntry {
     make,
 };
 
-fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
+fn make(tier: Tier) -> BoxFuture<'static, Result<Box<dyn StipendexHarness>, HarnessError>> {
     Box::pin(async move {
         let h = X402Harness::new(tier).await?;
-        Ok(Box::new(h) as Box<dyn Harness>)
+        Ok(Box::new(h) as Box<dyn StipendexHarness>)
     })
 }
 
@@ -237,6 +238,30 @@ fn signed(u: U256) -> RailResult<i128> {
 }
 
 #[async_trait]
+impl StipendexHarness for X402Harness {
+    async fn x402(&self) -> Option<stipendex_conformance::X402Parts> {
+        let scheme = rail_x402::ExactEvm::new(
+            self.facilitator.clone(),
+            self.token_info.clone(),
+            self.payee,
+        );
+        let payer = X402Payer::new(
+            self.payer_key.clone(),
+            Policy::new(
+                &self.token_info.network,
+                self.token,
+                U256::from(FUNDED) * U256::from(10),
+            ),
+        );
+        Some(stipendex_conformance::X402Parts {
+            scheme: Arc::new(scheme),
+            payer: Arc::new(payer),
+            pay_to: format!("{:#x}", self.payee),
+        })
+    }
+}
+
+#[async_trait]
 impl Harness for X402Harness {
     fn rail(&self) -> &RailHandle {
         &self.handle
@@ -252,27 +277,6 @@ impl Harness for X402Harness {
     }
     fn other_payee(&self) -> String {
         self.other.to_checksum(None)
-    }
-
-    async fn x402(&self) -> Option<conformance::X402Parts> {
-        let scheme = rail_x402::ExactEvm::new(
-            self.facilitator.clone(),
-            self.token_info.clone(),
-            self.payee,
-        );
-        let payer = X402Payer::new(
-            self.payer_key.clone(),
-            Policy::new(
-                &self.token_info.network,
-                self.token,
-                U256::from(FUNDED) * U256::from(10),
-            ),
-        );
-        Some(conformance::X402Parts {
-            scheme: Arc::new(scheme),
-            payer: Arc::new(payer),
-            pay_to: format!("{:#x}", self.payee),
-        })
     }
 
     async fn balances(&self) -> RailResult<Balances> {

@@ -24,7 +24,7 @@ use rail_ledger::{
 };
 use stipendex_facilitator::{Config, Facilitator};
 
-use conformance_runner::bench::{Ms, pct};
+use crate::measure::{Ms, pct};
 
 use crate::{CliError, msg};
 

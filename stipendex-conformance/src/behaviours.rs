@@ -1,5 +1,5 @@
-//! The Stipendex protocol behaviours (feature `stipendex`): the wallet and the receiver of the
-//! `stipendex` crate, wrapped around the rail under test, on every rail the suite knows.
+//! The Stipendex protocol behaviours: the wallet and the receiver of the `stipendex` crate,
+//! wrapped around the rail under test, on every rail the suite knows.
 //!
 //! Each behaviour builds a fresh principal, wallet and receiver over the harness's rail (both
 //! sides), on the harness's clock, and checks one rule of the overview's invariants (I1–I5)
@@ -15,8 +15,10 @@ use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
 use stipendex::receiver::{Gate, PricedCapability, Receiver, Request};
 use stipendex::wallet::{Answer, Callback, MemoryJournal, Wallet, chain_name};
 
-use crate::behaviours::{Behaviour, Needs, Verdict};
-use crate::harness::{Balances, Harness};
+use conformance::behaviours::{Behaviour, Needs, SKIP_NO_HOOK, Verdict};
+use conformance::{Balances, Harness};
+
+use crate::{StipendexHarness, X402Parts};
 
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
@@ -483,11 +485,11 @@ async fn stipendex_tampered_chain_detected(h: &dyn Harness) -> Verdict {
 /// A plain x402 402 (the rail's own scheme behind the shared paywall), paid by the wallet
 /// under the mandate: allowlisted by origin and `payTo`, counted against the limits, recorded
 /// as a challenge proof; the same wallet without the allowlist entry is denied.
-async fn stipendex_x402_402_paid_under_mandate(h: &dyn Harness) -> Verdict {
+async fn stipendex_x402_402_paid_under_mandate(h: &dyn StipendexHarness) -> Verdict {
     use axum::routing::get;
     use x402_transport::paywall::Paywall;
     let Some(parts) = h.x402().await else {
-        return Err(crate::behaviours::SKIP_NO_HOOK.into());
+        return Err(SKIP_NO_HOOK.into());
     };
     let clock: rail_core::SharedClock = Arc::new(h.clock().clone());
     let accepts =
@@ -510,7 +512,7 @@ async fn stipendex_x402_402_paid_under_mandate(h: &dyn Harness) -> Verdict {
 
 async fn x402_paid(
     h: &dyn Harness,
-    parts: &crate::harness::X402Parts,
+    parts: &X402Parts,
     base: &str,
     clock: rail_core::SharedClock,
 ) -> Verdict {
@@ -595,7 +597,7 @@ macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
         #[must_use]
-        pub fn all() -> Vec<Behaviour> {
+        pub fn all() -> Vec<Behaviour<dyn StipendexHarness>> {
             vec![$(Behaviour {
                 name: stringify!($f),
                 about: $about,

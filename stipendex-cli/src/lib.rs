@@ -1,0 +1,168 @@
+//! `stipendex`: the end-to-end demo, the audit-chain verifier, mandates and keys.
+//!
+//! ```text
+//! stipendex demo [--rail NAME] [--dir DIR] [--confirm yes|no]
+//! stipendex verify-chain [--principal KEY] FILE…
+//! stipendex key new --out FILE
+//! stipendex mandate new --principal-key FILE --wallet KEY [limits, allowlist…] --out FILE
+//! stipendex mandate sign --key FILE MANDATE.json --out MANDATE.jws
+//! stipendex mandate show MANDATE.jws
+//! stipendex mandate revoke --key FILE MANDATE.jws [--store sqlite://wallet.db] [--out FILE]
+//! stipendex facilitator serve|account|review …   (see `facilitator`)
+//! ```
+//!
+//! Every failure is one sentence on standard error and a non-zero exit.
+//!
+//! The binary is [`main`]; the library exposes the demo's scenario ([`demo::run_stage`] on a
+//! [`demo::Stage`]) so that the test runner can run it over a rail's localnet
+//! (`conformance demo --rail NAME`) without this crate depending on the runner.
+//!
+//! ```
+//! use stipendex_cli::demo::Prices;
+//! // The demo's prices over a rail whose smallest practical charge is 125 minor units.
+//! assert_eq!(Prices::from_base(125).needed(), 125 + 3 * 125 + 3 * 125 + 62);
+//! ```
+
+mod bench;
+pub mod demo;
+mod facilitator;
+mod files;
+mod mandate;
+pub mod measure;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// What went wrong, as one sentence for a human.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A plain message.
+    #[error("{0}")]
+    Msg(String),
+    /// The library's refusal.
+    #[error("{0}")]
+    Stipendex(Box<stipendex::Error>),
+}
+
+impl From<stipendex::Error> for CliError {
+    fn from(e: stipendex::Error) -> Self {
+        CliError::Stipendex(Box::new(e))
+    }
+}
+
+pub(crate) fn msg(s: impl Into<String>) -> CliError {
+    CliError::Msg(s.into())
+}
+
+#[derive(Parser)]
+#[command(
+    name = "stipendex",
+    version,
+    about = "Stipendex: agents pay under a mandate, receivers quote and receipt, every payment is an auditable chain"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs a receiver and an agent wallet end to end: paid calls, a checkout, one denial, one
+    /// limit refusal, one human confirmation; then verifies the saved audit chains.
+    Demo(demo::Args),
+    /// Verifies audit chains offline (each FILE holds one payment's objects, one compact JWS
+    /// per line) and names the first broken link.
+    VerifyChain {
+        /// The principal key the mandates must be signed by (`ed25519:…`).
+        #[arg(long)]
+        principal: Option<String>,
+        /// Chain files (`<dir>/chains/*.jws` of a wallet's journal).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Measures the HTTP binding over the ledger rail on embedded SQLite: unpaid 402s and paid
+    /// requests per second (p50/p99), and the wallet's overhead above the bare rail call.
+    Bench(bench::Args),
+    /// Keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Mandates: the principal's signed authority for a wallet.
+    #[command(subcommand)]
+    Mandate(Box<mandate::Command>),
+    /// The hosted facilitator (the `account` rail's server): serve it, open and fund
+    /// accounts, decide the review queue.
+    #[command(subcommand)]
+    Facilitator(Box<facilitator::Command>),
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Writes a new Ed25519 secret key (64 hex digits, mode 0600) and prints its public key.
+    New {
+        /// Where to write it (refuses to overwrite).
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::VerifyChain { principal, files } => verify::run(principal.as_deref(), &files),
+        Command::Key(KeyCommand::New { out }) => {
+            let key = stipendex::envelope::SecretKey::generate();
+            files::write_secret(&out, &key)?;
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{}", key.public());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mandate(c) => mandate::run(*c).await,
+        Command::Facilitator(c) => facilitator::run(*c).await,
+    }
+}
+
+/// The `stipendex` command: parses the arguments, runs the command, prints a failure as one
+/// sentence on standard error.
+#[must_use]
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A serving facilitator logs every request (`info`); the other commands only errors.
+    let serving = match &cli.command {
+        Command::Facilitator(c) => c.serving(),
+        _ => None,
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(if serving.is_some() { "info" } else { "error" })
+    });
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if serving == Some(true) {
+        logs.json().flatten_event(true).init();
+    } else {
+        logs.init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stipendex: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("stipendex: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
