@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rail_core::payer::{Budget, FindPayment, Idempotent, Limits, SpendLimit};
+use rail_core::payer::{Budget, BudgetLimits, FindPayment, Idempotent, SpendLimit};
 use rail_core::{
     Asset, Capabilities, Finality, KeyStore, MemoryKeyStore, Money, Offer, OpId, Payer, Payment,
     PaymentMode, Rail, RailId, RailResult, Timestamp,
@@ -87,7 +87,7 @@ async fn run(label: &str, store: Arc<dyn KeyStore>, n: u32) {
         &Idempotent::new(Nothing, store.clone()),
     )
     .await;
-    let limits = Limits {
+    let limits = BudgetLimits {
         per_payment: None,
         per_period: Some((
             Duration::from_secs(24 * 3600),
@@ -105,7 +105,7 @@ async fn run(label: &str, store: Arc<dyn KeyStore>, n: u32) {
 async fn main() {
     run("memory", Arc::new(MemoryKeyStore::default()), 20_000).await;
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = rail_core::keys_sql::SqliteKeyStore::open(&dir.path().join("k.db"))
+    let sqlite = rail_core::keys::sql::SqliteKeyStore::open(&dir.path().join("k.db"))
         .await
         .unwrap();
     run("sqlite", Arc::new(sqlite), 500).await;
@@ -116,7 +116,7 @@ async fn main() {
         .await
     {
         Ok(pool) => {
-            let pg = rail_core::keys_sql::PgKeyStore::new(pool).await.unwrap();
+            let pg = rail_core::keys::sql::PgKeyStore::new(pool).await.unwrap();
             run("postgres", Arc::new(pg), 2_000).await;
         }
         Err(e) => println!("postgres   skipped: {e}"),

@@ -33,9 +33,6 @@
 pub mod clock;
 pub mod error;
 pub mod keys;
-/// The SQL key stores (moved to [`keys::sql`]).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use keys::sql as keys_sql;
 pub mod money;
 pub mod payer;
 pub mod rail;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rail_core::clock::{ManualClock, SystemClock, Timestamp};
+use rail_core::keys::sql::{PgKeyStore, SqliteKeyStore};
 use rail_core::keys::{Claim, KeyStore, ReplayGuard, suite};
-use rail_core::keys_sql::{PgKeyStore, SqliteKeyStore};
 
 async fn pg() -> Option<sqlx::PgPool> {
     let url = test_kit::localnet::postgres_url();

@@ -29,7 +29,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `paywall` | [`http`] (the axum paywall and discovery documents) and [`mcp`] (axum, tower) |
-//! | `postgres` | `rail_core::keys_sql::PgKeyStore`, to share paymentIds between instances |
+//! | `postgres` | `rail_core::keys::sql::PgKeyStore`, to share paymentIds between instances |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

@@ -9,12 +9,9 @@
 //! wallet service are used, and their signatures are checked. Anything else is logged and
 //! dropped, and a malformed event never stops the task.
 //!
-//! Workarounds for nostr-relay-pool 0.44:
-//! - after a reconnect, the pool may skip re-sending a subscription (its check compares unix
-//!   *seconds*), so the client re-sends it itself every time a relay reports `Connected`;
-//! - `send_event` returns `Ok` even when no relay accepted the event, so the client checks
-//!   `success` and republishes the same event (same id) until a relay accepts it or the call
-//!   times out.
+//! The relay plumbing under it — resubscribing after a reconnect, waiting for the relays,
+//! collecting stored events until EOSE, republishing until a relay accepts — is
+//! [`crate::relays`], which another Nostr protocol can use as it is.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -22,11 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use nostr_sdk::pool::RelayNotification;
 use nostr_sdk::{
-    Client, Event, EventId, Filter, Keys, Kind, PublicKey, Relay, RelayMessage, RelayOptions,
-    RelayPoolNotification, RelayStatus, RelayUrl, SubscribeOptions, SubscriptionId, TagKind,
-    Timestamp,
+    Client, Event, EventId, Filter, Keys, Kind, PublicKey, Relay, RelayOptions,
+    RelayPoolNotification, RelayUrl, SubscriptionId, TagKind, Timestamp,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -41,10 +36,13 @@ use crate::nip47::{
     KIND_NOTIFICATION_NIP04, KIND_RESPONSE, MakeHoldInvoiceParams, MakeInvoiceParams, Notification,
     PayInvoiceParams, PayInvoiceResult, Request, Response, Transaction,
 };
+use crate::relays::{Published, collect_until_eose, keep_subscribed, publish, wait_connected};
 use crate::wire;
 
 /// How long `connect` waits for the other relays once one relay is connected.
 const CONNECT_GRACE: Duration = Duration::from_secs(1);
+
+/// How long `connect` waits for the other relays once one relay is connected.
 /// How far back the subscription reaches (clock skew between wallet and client).
 const SINCE_SLACK: Duration = Duration::from_secs(60);
 /// How many notification event ids are remembered for de-duplication.
@@ -271,38 +269,6 @@ async fn read_events(shared: Arc<Shared>, mut rx: broadcast::Receiver<RelayPoolN
     }
 }
 
-/// Re-sends the subscription every time `relay` (re)connects: works around nostr-relay-pool
-/// 0.44 skipping the resubscription when the reconnect lands in the same second.
-async fn keep_subscribed(
-    relay: Relay,
-    mut rx: broadcast::Receiver<RelayNotification>,
-    id: SubscriptionId,
-    filter: Filter,
-) {
-    loop {
-        match rx.recv().await {
-            Ok(RelayNotification::RelayStatus {
-                status: RelayStatus::Connected,
-            }) => {
-                match relay
-                    .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
-                    .await
-                {
-                    Ok(()) => tracing::debug!(relay = %relay.url(), "nwc: (re)subscribed"),
-                    Err(e) => {
-                        tracing::warn!(relay = %relay.url(), error = %e, "nwc: resubscribe failed");
-                    }
-                }
-            }
-            Ok(RelayNotification::RelayStatus { status }) => {
-                tracing::debug!(relay = %relay.url(), %status, "nwc: relay status");
-            }
-            Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => break,
-            Ok(_) | Err(RecvError::Lagged(_)) => {}
-        }
-    }
-}
-
 /// The NIP-47 client. Not `Clone`: share it behind an `Arc`. Dropping it stops its tasks;
 /// [`NwcClient::shutdown`] also closes the relay connections and fails the calls in flight.
 pub struct NwcClient {
@@ -398,88 +364,6 @@ fn parse_info(ev: &Event) -> Result<(WalletInfo, Encryption), NwcError> {
     ))
 }
 
-fn connected(relays: &[Relay]) -> usize {
-    relays.iter().filter(|r| r.is_connected()).count()
-}
-
-/// Waits until every relay is connected, or one is and the others had [`CONNECT_GRACE`].
-async fn wait_connected(relays: &[Relay], deadline: Instant) -> Result<(), NwcError> {
-    let mut first: Option<Instant> = None;
-    loop {
-        let n = connected(relays);
-        let now = Instant::now();
-        if n == relays.len() {
-            return Ok(());
-        }
-        if n > 0 {
-            let since = *first.get_or_insert(now);
-            if now.duration_since(since) >= CONNECT_GRACE || now >= deadline {
-                tracing::warn!(
-                    connected = n,
-                    total = relays.len(),
-                    "nwc: going on without every relay"
-                );
-                return Ok(());
-            }
-        } else if now >= deadline {
-            return Err(NwcError::Relay(
-                "no relay of the connection URI is reachable".to_owned(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Reads pool messages for the subscription `id` until every connected relay sent EOSE, or
-/// the deadline. Returns the events of that subscription (signed by `author`) and the number
-/// of relays that sent EOSE.
-async fn collect_until_eose(
-    rx: &mut broadcast::Receiver<RelayPoolNotification>,
-    relays: &[Relay],
-    id: &SubscriptionId,
-    author: &PublicKey,
-    deadline: Instant,
-    stop_on_event_after_eose: bool,
-) -> (Vec<Event>, usize) {
-    let mut eose: HashSet<RelayUrl> = HashSet::new();
-    let mut events: Vec<Event> = Vec::new();
-    loop {
-        let all_eose = !eose.is_empty()
-            && relays
-                .iter()
-                .filter(|r| r.is_connected())
-                .all(|r| eose.contains(r.url()));
-        if all_eose && (!stop_on_event_after_eose || !events.is_empty()) {
-            break;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        let tick = (now + Duration::from_millis(50)).min(deadline);
-        match tokio::time::timeout_at(tick, rx.recv()).await {
-            Ok(Ok(RelayPoolNotification::Message { relay_url, message })) => match message {
-                RelayMessage::EndOfStoredEvents(sid) if *sid == *id => {
-                    eose.insert(relay_url);
-                }
-                RelayMessage::Event {
-                    subscription_id,
-                    event,
-                } if *subscription_id == *id
-                    && event.pubkey == *author
-                    && event.verify().is_ok() =>
-                {
-                    events.push(event.into_owned());
-                }
-                _ => {}
-            },
-            Ok(Ok(RelayPoolNotification::Shutdown) | Err(RecvError::Closed)) => break,
-            Ok(Ok(RelayPoolNotification::Event { .. }) | Err(RecvError::Lagged(_))) | Err(_) => {}
-        }
-    }
-    (events, eose.len())
-}
-
 #[derive(Deserialize)]
 struct Transactions {
     transactions: Vec<Transaction>,
@@ -558,6 +442,7 @@ impl NwcClient {
             let rx = relay.notifications();
             tasks.push(
                 tokio::spawn(keep_subscribed(
+                    "nwc",
                     relay.clone(),
                     rx,
                     sub_id.clone(),
@@ -601,7 +486,11 @@ impl NwcClient {
         let deadline = Instant::now() + self.opts.timeout;
         let wallet = self.shared.wallet;
         self.client.connect().await;
-        wait_connected(relays, deadline).await?;
+        if !wait_connected(relays, deadline, CONNECT_GRACE, "nwc").await {
+            return Err(NwcError::Relay(
+                "no relay of the connection URI is reachable".to_owned(),
+            ));
+        }
 
         self.client
             .subscribe_with_id(sub_id.clone(), filter, None)
@@ -702,36 +591,21 @@ impl NwcClient {
         mut rx: oneshot::Receiver<Event>,
         deadline: Instant,
     ) -> Result<Event, NwcError> {
-        let mut accepted = false;
-        let mut failure = String::from("no relay");
-        loop {
-            match tokio::time::timeout_at(deadline, self.client.send_event(ev)).await {
-                Err(_) => break,
-                Ok(Ok(out)) if !out.success.is_empty() => {
-                    accepted = true;
-                    break;
-                }
-                Ok(Ok(out)) => {
-                    failure = out
-                        .failed
-                        .iter()
-                        .map(|(u, why)| format!("{u}: {why}"))
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                }
-                Ok(Err(e)) => failure = e.to_string(),
-            }
-            tracing::debug!(id = %ev.id, %failure, "nwc: no relay accepted the request; retrying");
-            // The pool may still deliver the queued request: a response can arrive meanwhile.
-            let pause = (Instant::now() + self.opts.retry_interval).min(deadline);
-            tokio::select! {
-                r = &mut rx => return r.map_err(|_| shut_down()),
-                () = tokio::time::sleep_until(pause) => {}
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-        }
+        let outcome = publish(
+            &self.client,
+            ev,
+            &mut rx,
+            deadline,
+            self.opts.retry_interval,
+            "nwc",
+        )
+        .await;
+        let (accepted, failure) = match outcome {
+            Published::Answered(ev) => return Ok(ev),
+            Published::Closed => return Err(shut_down()),
+            Published::Accepted => (true, String::new()),
+            Published::NotAccepted(why) => (false, why),
+        };
         match tokio::time::timeout_at(deadline, &mut rx).await {
             Ok(Ok(ev)) => Ok(ev),
             Ok(Err(_)) => Err(shut_down()),

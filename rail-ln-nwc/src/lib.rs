@@ -7,6 +7,7 @@
 //! | [`rail`] | [`rail::NwcReceiver`] / [`rail::NwcPayer`]: preimage-verified payments, hold invoices |
 //! | [`client`] | the NIP-47 client on nostr-sdk 0.44 (NIP-44 v2, NIP-04 fallback) |
 //! | [`nip47`] | the wire JSON, tolerant of unknown codes, methods and states; the connection URI |
+//! | [`relays`] | relay plumbing any Nostr request/response protocol can use: resubscribe on reconnect, wait for relays, read stored events to EOSE, republish until a relay accepts |
 //! | [`wire`] | sealing and opening the four event kinds |
 //!
 //! ## Features
@@ -52,4 +53,5 @@
 pub mod client;
 pub mod nip47;
 pub mod rail;
+pub mod relays;
 pub mod wire;

@@ -28,7 +28,8 @@ fn fixture() -> (String, PaymentRequirements) {
     let pr = PaymentRequired {
         x402_version: V2::default(),
         error: None,
-        resource: ResourceInfo::new("https://api.example.com/premium-data"),
+        reason: None,
+        resource: Some(ResourceInfo::new("https://api.example.com/premium-data")),
         accepts: vec![req.clone()],
         extensions: None,
     };

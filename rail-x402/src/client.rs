@@ -144,7 +144,7 @@ impl Paid {
                 .and_then(|s| serde_json::from_value(s.envelope).ok()),
             settlement,
             payment_required: p.payment_required.and_then(|r| {
-                PaymentRequired::from_value_mixed(serde_json::to_value(r).ok()?).ok()
+                crate::wire::payment_required_from_value_mixed(serde_json::to_value(r).ok()?).ok()
             }),
         }
     }

@@ -7,7 +7,7 @@
 //! transport's paywall with [`ExactEvm`] and the other schemes directly ([`crate::scheme`]).
 //!
 //! ```no_run
-//! # async fn demo(facilitator: std::sync::Arc<dyn rail_x402::facilitator::Facilitator>) {
+//! # async fn demo(facilitator: std::sync::Arc<dyn rail_x402::facilitator::X402Facilitator>) {
 //! use axum::{Router, routing::get};
 //! use rail_x402::http::{Paywall, Token};
 //!
@@ -27,7 +27,7 @@ use rail_core::keys::KeyStore;
 use rail_core::{SharedClock, SystemClock};
 use x402_transport::Accepts;
 
-use crate::facilitator::Facilitator;
+use crate::facilitator::X402Facilitator;
 use crate::scheme::ExactEvm;
 use crate::wire::{PaymentRequired, PaymentRequirements};
 
@@ -63,7 +63,7 @@ impl Paywall {
     /// A paywall paying `pay_to` in `token`, settling through `facilitator`, remembering
     /// served payments in memory (use [`Paywall::with_store`] to share them).
     #[must_use]
-    pub fn new(facilitator: Arc<dyn Facilitator>, token: Token, pay_to: Address) -> Self {
+    pub fn new(facilitator: Arc<dyn X402Facilitator>, token: Token, pay_to: Address) -> Self {
         Self {
             scheme: ExactEvm::new(facilitator, token, pay_to),
             routes: Vec::new(),
@@ -137,7 +137,7 @@ impl Paywall {
 
     /// The facilitator.
     #[must_use]
-    pub fn facilitator(&self) -> &Arc<dyn Facilitator> {
+    pub fn facilitator(&self) -> &Arc<dyn X402Facilitator> {
         self.scheme.facilitator()
     }
 
@@ -181,6 +181,7 @@ impl Paywall {
 /// The v1 402 body for `pr` on v1 network `name` (`maxAmountRequired`, inline resource).
 #[must_use]
 pub fn v1_body(pr: &PaymentRequired, name: &str) -> crate::v1::PaymentRequiredV1 {
+    let resource = pr.resource.as_ref();
     crate::v1::PaymentRequiredV1 {
         x402_version: crate::v1::V1::default(),
         error: pr.error.clone(),
@@ -191,9 +192,11 @@ pub fn v1_body(pr: &PaymentRequired, name: &str) -> crate::v1::PaymentRequiredV1
                 scheme: r.scheme.clone(),
                 network: name.to_owned(),
                 max_amount_required: r.amount,
-                resource: pr.resource.url.clone(),
-                description: pr.resource.description.clone().unwrap_or_default(),
-                mime_type: pr.resource.mime_type.clone(),
+                resource: resource.map(|r| r.url.clone()).unwrap_or_default(),
+                description: resource
+                    .and_then(|r| r.description.clone())
+                    .unwrap_or_default(),
+                mime_type: resource.and_then(|r| r.mime_type.clone()),
                 output_schema: None,
                 pay_to: r.pay_to.clone(),
                 max_timeout_seconds: r.max_timeout_seconds,

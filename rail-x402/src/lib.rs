@@ -12,7 +12,7 @@
 //! | [`verify`] | offline verification in the reference order, reference `invalidReason` strings |
 //! | [`payer`] | choose an option by [`payer::Policy`] (never the first blindly), sign the authorization |
 //! | [`client`] | a `reqwest` client that pays a 402 once and resends the *same* payment when the outcome is unknown |
-//! | [`facilitator`] | [`facilitator::Facilitator`]: [`facilitator::LocalFacilitator`] (chain checks, settlement with one nonce sequence, write-ahead [`facilitator::SettlementBook`]) and [`facilitator::RemoteFacilitator`] (HTTP) |
+//! | [`facilitator`] | [`facilitator::X402Facilitator`]: [`facilitator::LocalFacilitator`] (chain checks, settlement with one nonce sequence, write-ahead [`facilitator::X402SettlementBook`]) and [`facilitator::RemoteFacilitator`] (HTTP) |
 //! | [`server`] | the facilitator HTTP API (`/verify`, `/settle`, `/supported`, `/health`) |
 //! | [`scheme`] | [`ExactEvm`]: this rail as an [`x402_transport::Scheme`], for the shared paywall, MCP adapter and client |
 //! | [`http`] | the shared paywall priced in one token: per-route prices, settle before (or after) the handler, served once |
@@ -43,7 +43,7 @@
 //! | --- | --- |
 //! | `paywall` | [`http`] (the axum paywall) and [`server`] (the facilitator HTTP API): axum, tower |
 //! | `mcp` | [`mcp`]: the adapter for rmcp servers |
-//! | `postgres` | `rail_core::keys_sql::PgKeyStore`: served-once and settlement records shared by instances |
+//! | `postgres` | `rail_core::keys::sql::PgKeyStore`: served-once and settlement records shared by instances |
 //!
 //! ## Example
 //! Decode the specification's example `PAYMENT-SIGNATURE` header and verify it offline against

@@ -44,7 +44,7 @@ use rmcp::model::{
 use serde_json::Value;
 use x402_transport::Accepts;
 
-use crate::facilitator::Facilitator;
+use crate::facilitator::X402Facilitator;
 use crate::scheme::ExactEvm;
 use crate::token::Token;
 use crate::wire::{PAYMENT_REQUIRED_ERROR, PaymentPayload, PaymentRequired, ResourceInfo, V2};
@@ -65,7 +65,7 @@ pub struct McpPaywall {
 impl McpPaywall {
     /// Tools paid to `pay_to` in `token`, settled by `facilitator`; served payments in memory.
     #[must_use]
-    pub fn new(facilitator: Arc<dyn Facilitator>, token: Token, pay_to: Address) -> Self {
+    pub fn new(facilitator: Arc<dyn X402Facilitator>, token: Token, pay_to: Address) -> Self {
         McpPaywall {
             scheme: ExactEvm::new(facilitator, token, pay_to),
             tools: Vec::new(),
@@ -139,7 +139,8 @@ impl McpPaywall {
         Some(PaymentRequired {
             x402_version: V2::default(),
             error: Some(PAYMENT_REQUIRED_ERROR.into()),
-            resource,
+            reason: None,
+            resource: Some(resource),
             accepts: vec![self.scheme.requirements_for(U256::from(*amount))],
             extensions: None,
         })

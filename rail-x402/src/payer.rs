@@ -238,7 +238,8 @@ impl X402Payer {
         let wrapper = PaymentRequired {
             x402_version: V2::default(),
             error: None,
-            resource: crate::wire::ResourceInfo::new(chosen.resource.clone()),
+            reason: None,
+            resource: Some(crate::wire::ResourceInfo::new(chosen.resource.clone())),
             accepts: vec![as_v2.clone()],
             extensions: None,
         };
@@ -294,7 +295,7 @@ impl X402Payer {
         let signature = self.signer.sign_hash(&message.signing_hash(&domain))?;
         Ok(PaymentPayload {
             x402_version: V2::default(),
-            resource: Some(required.resource.clone()),
+            resource: required.resource.clone(),
             accepted: accepted.clone(),
             payload: ExactEvmPayload {
                 signature: signature.to_bytes().to_vec().into(),
@@ -334,7 +335,8 @@ mod tests {
         PaymentRequired {
             x402_version: V2::default(),
             error: None,
-            resource: ResourceInfo::new("http://x/weather"),
+            reason: None,
+            resource: Some(ResourceInfo::new("http://x/weather")),
             accepts,
             extensions: None,
         }

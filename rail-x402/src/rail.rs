@@ -21,7 +21,7 @@ use rail_core::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
+use crate::facilitator::{SettleOutcome, X402Facilitator, settle_for_serving};
 use crate::payer::X402Payer;
 use crate::scheme::served_key;
 use crate::token::Token;
@@ -196,7 +196,8 @@ impl Payer for X402RailPayer {
         let required = PaymentRequired {
             x402_version: V2::default(),
             error: None,
-            resource: ResourceInfo::new(format!("stipendex:offer:{}", offer.id)),
+            reason: None,
+            resource: Some(ResourceInfo::new(format!("stipendex:offer:{}", offer.id))),
             accepts: vec![requirements.clone()],
             extensions: None,
         };
@@ -238,7 +239,7 @@ impl rail_core::payer::FindPayment for X402RailPayer {
 /// served once (across instances sharing the store).
 #[derive(Clone, Debug)]
 pub struct X402Receiver {
-    facilitator: Arc<dyn Facilitator>,
+    facilitator: Arc<dyn X402Facilitator>,
     token: Token,
     pay_to: Address,
     max_timeout: Duration,
@@ -250,7 +251,7 @@ impl X402Receiver {
     /// A receiver paid to `pay_to` in `token`, settling through `facilitator`, remembering
     /// served payments in `store`.
     pub fn new(
-        facilitator: Arc<dyn Facilitator>,
+        facilitator: Arc<dyn X402Facilitator>,
         token: Token,
         pay_to: Address,
         store: Arc<dyn KeyStore>,

@@ -1,9 +1,9 @@
 //! `exact` on EVM (EIP-3009) as an [`x402_transport::Scheme`]: what the shared transport's
 //! paywall, MCP adapter and client need from this rail. The wire is x402 v2's (and v1's, opt in),
-//! byte-compatible with the reference SDK; the payment is settled by a [`Facilitator`].
+//! byte-compatible with the reference SDK; the payment is settled by a [`X402Facilitator`].
 //!
 //! ```no_run
-//! # async fn demo(facilitator: std::sync::Arc<dyn rail_x402::facilitator::Facilitator>)
+//! # async fn demo(facilitator: std::sync::Arc<dyn rail_x402::facilitator::X402Facilitator>)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use axum::{Router, routing::get};
@@ -29,7 +29,7 @@ use x402_transport::{
     Failure, Presented, Price, Refusal, Scheme, SchemeInfo, Settled, Verdict, Verified,
 };
 
-use crate::facilitator::{Facilitator, SettleOutcome, settle_for_serving};
+use crate::facilitator::{SettleOutcome, X402Facilitator, settle_for_serving};
 use crate::payer::X402Payer;
 use crate::token::Token;
 use crate::v1::{PaymentPayloadV1, PaymentRequirementsV1, SettleResponseV1};
@@ -45,7 +45,7 @@ pub const LABEL: &str = "exact-evm";
 #[derive(Clone, Debug)]
 pub struct ExactEvm {
     info: SchemeInfo,
-    facilitator: Arc<dyn Facilitator>,
+    facilitator: Arc<dyn X402Facilitator>,
     token: Token,
     pay_to: Address,
     max_timeout_seconds: u64,
@@ -90,7 +90,7 @@ fn unknown(detail: impl Into<String>) -> Failure {
 impl ExactEvm {
     /// Payments to `pay_to` in `token`, settled by `facilitator`; `maxTimeoutSeconds` 60.
     #[must_use]
-    pub fn new(facilitator: Arc<dyn Facilitator>, token: Token, pay_to: Address) -> Self {
+    pub fn new(facilitator: Arc<dyn X402Facilitator>, token: Token, pay_to: Address) -> Self {
         ExactEvm {
             info: SchemeInfo {
                 scheme: SCHEME_EXACT.into(),
@@ -147,7 +147,7 @@ impl ExactEvm {
 
     /// The facilitator.
     #[must_use]
-    pub fn facilitator(&self) -> &Arc<dyn Facilitator> {
+    pub fn facilitator(&self) -> &Arc<dyn X402Facilitator> {
         &self.facilitator
     }
 

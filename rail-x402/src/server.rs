@@ -1,5 +1,5 @@
 //! The facilitator HTTP server: `POST /verify`, `POST /settle`, `GET /supported`, `GET /health`
-//! over any [`Facilitator`] (the `x402-facilitator` binary serves a [`LocalFacilitator`]).
+//! over any [`X402Facilitator`] (the `x402-facilitator` binary serves a [`LocalFacilitator`]).
 //!
 //! Bodies are the x402 v2 facilitator API's (`{x402Version, paymentPayload,
 //! paymentRequirements}` in, `VerifyResponse` / `SettleResponse` out). A body that does not
@@ -20,11 +20,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
-use crate::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest, settle_detached};
+use crate::facilitator::{FacilitatorError, FacilitatorRequest, X402Facilitator, settle_detached};
 use crate::verify::reasons;
 
 /// The facilitator routes over `facilitator`.
-pub fn router(facilitator: Arc<dyn Facilitator>) -> Router {
+pub fn router(facilitator: Arc<dyn X402Facilitator>) -> Router {
     Router::new()
         .route("/verify", post(verify))
         .route("/settle", post(settle))
@@ -57,7 +57,7 @@ fn unavailable(e: &FacilitatorError) -> Response {
     r
 }
 
-async fn verify(State(f): State<Arc<dyn Facilitator>>, body: Bytes) -> Response {
+async fn verify(State(f): State<Arc<dyn X402Facilitator>>, body: Bytes) -> Response {
     let req = match decode(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -77,7 +77,7 @@ async fn verify(State(f): State<Arc<dyn Facilitator>>, body: Bytes) -> Response 
     }
 }
 
-async fn settle(State(f): State<Arc<dyn Facilitator>>, body: Bytes) -> Response {
+async fn settle(State(f): State<Arc<dyn X402Facilitator>>, body: Bytes) -> Response {
     let req = match decode(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -94,7 +94,7 @@ async fn settle(State(f): State<Arc<dyn Facilitator>>, body: Bytes) -> Response 
     }
 }
 
-async fn supported(State(f): State<Arc<dyn Facilitator>>) -> Response {
+async fn supported(State(f): State<Arc<dyn X402Facilitator>>) -> Response {
     match f.supported().await {
         Ok(s) => Json(s).into_response(),
         Err(e) => unavailable(&e),

@@ -13,18 +13,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::fields::Uint256Decimal;
-use crate::wire::{
-    ExactEvmPayload, Extra, HeaderError, X402Version, decode_json_base64, encode_json_base64,
-    positive,
-};
+use x402_transport::wire::{SameEntry, decode_header, encode_header};
 
-/// Header a v1 client sends: base64 JSON [`PaymentPayloadV1`].
-pub const X_PAYMENT_HEADER: &str = "X-PAYMENT";
-/// Header a v1 server sends with the paid response: base64 JSON [`SettleResponseV1`].
-pub const X_PAYMENT_RESPONSE_HEADER: &str = "X-PAYMENT-RESPONSE";
+use crate::wire::{ExactEvmPayload, Extra, HeaderError, positive};
 
-/// `x402Version: 1`.
-pub type V1 = X402Version<1>;
+pub use x402_transport::wire::V1;
 
 /// One way to pay in v1.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,17 +51,13 @@ pub struct PaymentRequirementsV1 {
     pub extra: Option<Extra>,
 }
 
-/// The v1 402 JSON body.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PaymentRequiredV1 {
-    /// Always 1.
-    pub x402_version: V1,
-    /// Human-readable reason.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Accepted ways to pay.
-    pub accepts: Vec<PaymentRequirementsV1>,
+/// The v1 402 JSON body with exact-EVM entries: the transport's v1 body, typed.
+pub type PaymentRequiredV1 = x402_transport::wire::PaymentRequiredV1<PaymentRequirementsV1>;
+
+impl SameEntry for PaymentRequirementsV1 {
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 /// The v1 `X-PAYMENT` payload (exact EVM).
@@ -110,7 +99,7 @@ impl PaymentPayloadV1 {
     /// # Errors
     /// [`HeaderError::Encode`] if serialization fails.
     pub fn to_header(&self) -> Result<String, HeaderError> {
-        encode_json_base64(self)
+        encode_header(self)
     }
 
     /// Reads an `X-PAYMENT` header value (v1 only).
@@ -118,7 +107,7 @@ impl PaymentPayloadV1 {
     /// # Errors
     /// Any [`HeaderError`]; a v2 payload is refused.
     pub fn from_header(header: &str) -> Result<Self, HeaderError> {
-        decode_json_base64(header, Some(V1::NUMBER))
+        decode_header(header, Some(V1::NUMBER))
     }
 }
 
@@ -128,7 +117,7 @@ impl SettleResponseV1 {
     /// # Errors
     /// [`HeaderError::Encode`] if serialization fails.
     pub fn to_header(&self) -> Result<String, HeaderError> {
-        encode_json_base64(self)
+        encode_header(self)
     }
 
     /// Reads an `X-PAYMENT-RESPONSE` header value.
@@ -136,7 +125,7 @@ impl SettleResponseV1 {
     /// # Errors
     /// Any [`HeaderError`].
     pub fn from_header(header: &str) -> Result<Self, HeaderError> {
-        decode_json_base64(header, None)
+        decode_header(header, None)
     }
 }
 

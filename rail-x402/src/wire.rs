@@ -1,5 +1,7 @@
-//! x402 **v2** wire types and the HTTP header codecs, as in `specs/x402-specification-v2.md`
-//! and `specs/transports-v2/http.md` of the x402 repository.
+//! x402 **v2** typed payloads of `exact` on EVM, as in `specs/x402-specification-v2.md` and
+//! `specs/transports-v2/http.md` of the x402 repository, on the one envelope codec of the
+//! workspace (`x402_transport::wire`: header names, base64 of JSON, versions, [`ResourceInfo`],
+//! the 402 body); [`PaymentRequired`] is the transport's 402 body with typed entries.
 //!
 //! Field names and order follow the specification (camelCase JSON). Headers carry standard,
 //! padded base64 of compact JSON, as the reference SDKs write them.
@@ -20,58 +22,18 @@
 
 use std::fmt;
 
-use base64::Engine as _;
-use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
+use x402_transport::wire::{SameEntry, decode_header, encode_header};
 
 use crate::fields::{Bytes32Hex, ChecksumAddress, HexBytes, Uint256Decimal};
 
-/// The `error` of a 402 for a request that carried no payment (the reference's text).
-pub const PAYMENT_REQUIRED_ERROR: &str = "Payment required";
+pub use x402_transport::wire::{
+    HeaderError, MAX_HEADER_LEN, PAYMENT_REQUIRED_ERROR, ResourceInfo, V2, X402Version,
+};
 
-/// Header a server sends with a 402: base64 JSON [`PaymentRequired`].
-pub const PAYMENT_REQUIRED_HEADER: &str = "PAYMENT-REQUIRED";
-/// Header a client sends on the paid retry: base64 JSON [`PaymentPayload`].
-pub const PAYMENT_SIGNATURE_HEADER: &str = "PAYMENT-SIGNATURE";
-/// Header a server sends with the paid response: base64 JSON [`SettleResponse`].
-pub const PAYMENT_RESPONSE_HEADER: &str = "PAYMENT-RESPONSE";
-/// The longest header value the decoders look at, in bytes (base64 text).
-pub const MAX_HEADER_LEN: usize = 64 * 1024;
 /// The scheme this crate implements.
 pub const SCHEME_EXACT: &str = "exact";
-
-/// The `x402Version` number `N`: serializes as the JSON number `N` and refuses any other value.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct X402Version<const N: u8>;
-
-/// `x402Version: 2`.
-pub type V2 = X402Version<2>;
-
-impl<const N: u8> X402Version<N> {
-    /// The version number.
-    pub const NUMBER: u8 = N;
-}
-
-impl<const N: u8> Serialize for X402Version<N> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_u8(N)
-    }
-}
-
-impl<'de, const N: u8> Deserialize<'de> for X402Version<N> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let found = u64::deserialize(deserializer)?;
-        if found == u64::from(N) {
-            Ok(Self)
-        } else {
-            Err(serde::de::Error::custom(format_args!(
-                "unsupported x402Version {found}, expected {N}"
-            )))
-        }
-    }
-}
 
 fn non_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let s = String::deserialize(deserializer)?;
@@ -100,60 +62,6 @@ pub(crate) fn positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64
         ));
     }
     Ok(n)
-}
-
-fn non_empty_vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    let v = Vec::<T>::deserialize(deserializer)?;
-    if v.is_empty() {
-        return Err(serde::de::Error::custom("accepts must not be empty"));
-    }
-    Ok(v)
-}
-
-/// The protected resource (`ResourceInfo`).
-///
-/// `serviceName`, `tags` and `iconUrl` are optional fields the reference SDK (2.27) sends
-/// besides the three in the specification; a client echoes the object back in its payload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ResourceInfo {
-    /// URL of the protected resource.
-    #[serde(deserialize_with = "non_empty")]
-    pub url: String,
-    /// Human-readable description.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// MIME type of the paid response.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mime_type: Option<String>,
-    /// Short service name (reference SDK extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_name: Option<String>,
-    /// Tags (reference SDK extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tags: Option<Vec<String>>,
-    /// Icon URL (reference SDK extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub icon_url: Option<String>,
-}
-
-impl ResourceInfo {
-    /// A resource with only its URL.
-    #[must_use]
-    pub fn new(url: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            description: None,
-            mime_type: None,
-            service_name: None,
-            tags: None,
-            icon_url: None,
-        }
-    }
 }
 
 /// `PaymentRequirements.extra`: for exact on EVM, the token's EIP-712 domain `name` and
@@ -225,23 +133,15 @@ pub struct PaymentRequirements {
     pub extra: Option<Extra>,
 }
 
-/// The 402 answer (`PaymentRequired`, v2), sent in the `PAYMENT-REQUIRED` header.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PaymentRequired {
-    /// Always 2.
-    pub x402_version: V2,
-    /// Human-readable reason the payment is required.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The resource.
-    pub resource: ResourceInfo,
-    /// Accepted ways to pay (at least one).
-    #[serde(deserialize_with = "non_empty_vec")]
-    pub accepts: Vec<PaymentRequirements>,
-    /// Protocol extensions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extensions: Option<Map<String, Value>>,
+/// The 402 answer (`PaymentRequired`, v2) with exact-EVM entries, sent in the
+/// `PAYMENT-REQUIRED` header: the transport's 402 body, typed. Its `resource` is optional in
+/// the envelope (the exact-algo seed's 402 has none); an x402 v2 402 of this scheme carries it.
+pub type PaymentRequired = x402_transport::wire::PaymentRequired<PaymentRequirements>;
+
+impl SameEntry for PaymentRequirements {
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 /// The EIP-3009 `TransferWithAuthorization` parameters as they travel (`authorization`).
@@ -332,130 +232,26 @@ pub struct VerifyResponse {
     pub payer: Option<String>,
 }
 
-/// Why a header could not be encoded or decoded.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HeaderError {
-    /// The header value is longer than [`MAX_HEADER_LEN`].
-    #[error("header value is {len} bytes, at most {max} are accepted")]
-    TooLong {
-        /// Length of the value.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// Not standard base64.
-    #[error("header value is not base64: {0}")]
-    Base64(#[from] base64::DecodeError),
-    /// A JSON `x402Version` other than the decoder's.
-    #[error("unsupported x402Version {found}, expected {expected}")]
-    UnsupportedVersion {
-        /// The version in the message.
-        found: u64,
-        /// The version this decoder reads.
-        expected: u8,
-    },
-    /// Not the expected JSON object.
-    #[error("invalid JSON: {0}")]
-    Json(#[source] serde_json::Error),
-    /// Serialization failed.
-    #[error("could not encode JSON: {0}")]
-    Encode(#[source] serde_json::Error),
+/// Reads a `PAYMENT-REQUIRED` header whose `accepts[]` may also list other schemes' entries (a
+/// route of the shared x402 transport offering, say, exact-algo beside `exact` on EVM): the
+/// entries that are not x402 v2 `PaymentRequirements` are left out, everything else is read as
+/// strictly as [`PaymentRequired::from_header`] reads it.
+///
+/// # Errors
+/// Any [`HeaderError`]; a header with no entry of this shape is [`HeaderError::Json`].
+pub fn payment_required_mixed(header: &str) -> Result<PaymentRequired, HeaderError> {
+    payment_required_from_value_mixed(decode_header(header, Some(V2::NUMBER))?)
 }
 
-impl HeaderError {
-    /// The reason code the reference SDKs use for this failure: `invalid_x402_version` for a
-    /// version mismatch, `invalid_payload` otherwise.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::UnsupportedVersion { .. } => "invalid_x402_version",
-            _ => "invalid_payload",
-        }
+/// As [`payment_required_mixed`], for a 402 body already read as JSON.
+///
+/// # Errors
+/// [`HeaderError::Json`] if it is not an x402 v2 body with an entry of this shape.
+pub fn payment_required_from_value_mixed(mut v: Value) -> Result<PaymentRequired, HeaderError> {
+    if let Some(Value::Array(accepts)) = v.get_mut("accepts") {
+        accepts.retain(|a| serde_json::from_value::<PaymentRequirements>(a.clone()).is_ok());
     }
-}
-
-/// Standard alphabet; padding optional on decode (browsers' `atob`, which the reference uses,
-/// accepts both), always written on encode.
-const DECODER: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
-
-pub(crate) fn encode_json_base64<T: Serialize>(value: &T) -> Result<String, HeaderError> {
-    let json = serde_json::to_vec(value).map_err(HeaderError::Encode)?;
-    Ok(base64::engine::general_purpose::STANDARD.encode(json))
-}
-
-#[derive(Deserialize)]
-struct VersionProbe {
-    #[serde(rename = "x402Version")]
-    x402_version: Option<u64>,
-}
-
-/// Base64 → JSON → `T`, refusing a different `x402Version` (when `version` is given) before
-/// anything else is read.
-pub(crate) fn decode_json_base64<T: DeserializeOwned>(
-    header: &str,
-    version: Option<u8>,
-) -> Result<T, HeaderError> {
-    if header.len() > MAX_HEADER_LEN {
-        return Err(HeaderError::TooLong {
-            len: header.len(),
-            max: MAX_HEADER_LEN,
-        });
-    }
-    let json = DECODER.decode(header)?;
-    if let Some(expected) = version
-        && let Ok(VersionProbe {
-            x402_version: Some(found),
-        }) = serde_json::from_slice::<VersionProbe>(&json)
-        && found != u64::from(expected)
-    {
-        return Err(HeaderError::UnsupportedVersion { found, expected });
-    }
-    serde_json::from_slice(&json).map_err(HeaderError::Json)
-}
-
-impl PaymentRequired {
-    /// The `PAYMENT-REQUIRED` header value.
-    ///
-    /// # Errors
-    /// [`HeaderError::Encode`] if serialization fails.
-    pub fn to_header(&self) -> Result<String, HeaderError> {
-        encode_json_base64(self)
-    }
-
-    /// Reads a `PAYMENT-REQUIRED` header value.
-    ///
-    /// # Errors
-    /// Any [`HeaderError`]; a v1 message is refused, not converted.
-    pub fn from_header(header: &str) -> Result<Self, HeaderError> {
-        decode_json_base64(header, Some(V2::NUMBER))
-    }
-
-    /// Reads a `PAYMENT-REQUIRED` header whose `accepts[]` may also list other schemes'
-    /// entries (a route of the shared x402 transport offering, say, exact-algo beside
-    /// `exact` on EVM): the entries that are not x402 v2 `PaymentRequirements` are left out,
-    /// everything else is read as strictly as [`PaymentRequired::from_header`] reads it.
-    ///
-    /// # Errors
-    /// Any [`HeaderError`]; a header with no entry of this shape is
-    /// [`HeaderError::Json`].
-    pub fn from_header_mixed(header: &str) -> Result<Self, HeaderError> {
-        Self::from_value_mixed(decode_json_base64(header, Some(V2::NUMBER))?)
-    }
-
-    /// As [`PaymentRequired::from_header_mixed`], for a 402 body already read as JSON.
-    ///
-    /// # Errors
-    /// [`HeaderError::Json`] if it is not an x402 v2 body with an entry of this shape.
-    pub fn from_value_mixed(mut v: Value) -> Result<Self, HeaderError> {
-        if let Some(Value::Array(accepts)) = v.get_mut("accepts") {
-            accepts.retain(|a| serde_json::from_value::<PaymentRequirements>(a.clone()).is_ok());
-        }
-        serde_json::from_value(v).map_err(HeaderError::Json)
-    }
+    serde_json::from_value(v).map_err(HeaderError::Json)
 }
 
 impl PaymentPayload {
@@ -464,7 +260,7 @@ impl PaymentPayload {
     /// # Errors
     /// [`HeaderError::Encode`] if serialization fails.
     pub fn to_header(&self) -> Result<String, HeaderError> {
-        encode_json_base64(self)
+        encode_header(self)
     }
 
     /// Reads a `PAYMENT-SIGNATURE` header value, strictly (see the module docs).
@@ -472,7 +268,7 @@ impl PaymentPayload {
     /// # Errors
     /// Any [`HeaderError`]; [`HeaderError::reason`] gives the reference reason code.
     pub fn from_header(header: &str) -> Result<Self, HeaderError> {
-        decode_json_base64(header, Some(V2::NUMBER))
+        decode_header(header, Some(V2::NUMBER))
     }
 }
 
@@ -482,7 +278,7 @@ impl SettleResponse {
     /// # Errors
     /// [`HeaderError::Encode`] if serialization fails.
     pub fn to_header(&self) -> Result<String, HeaderError> {
-        encode_json_base64(self)
+        encode_header(self)
     }
 
     /// Reads a `PAYMENT-RESPONSE` header value.
@@ -490,7 +286,7 @@ impl SettleResponse {
     /// # Errors
     /// Any [`HeaderError`].
     pub fn from_header(header: &str) -> Result<Self, HeaderError> {
-        decode_json_base64(header, None)
+        decode_header(header, None)
     }
 }
 
@@ -507,6 +303,7 @@ impl fmt::Display for PaymentRequirements {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use base64::Engine as _;
 
     // specs/transports-v2/http.md (coinbase/x402): the three example headers, verbatim.
     pub(crate) const SPEC_PAYMENT_REQUIRED: &str = "eyJ4NDAyVmVyc2lvbiI6MiwiZXJyb3IiOiJQQVlNRU5ULVNJR05BVFVSRSBoZWFkZXIgaXMgcmVxdWlyZWQiLCJyZXNvdXJjZSI6eyJ1cmwiOiJodHRwczovL2FwaS5leGFtcGxlLmNvbS9wcmVtaXVtLWRhdGEiLCJkZXNjcmlwdGlvbiI6IkFjY2VzcyB0byBwcmVtaXVtIG1hcmtldCBkYXRhIiwibWltZVR5cGUiOiJhcHBsaWNhdGlvbi9qc29uIn0sImFjY2VwdHMiOlt7InNjaGVtZSI6ImV4YWN0IiwibmV0d29yayI6ImVpcDE1NTo4NDUzMiIsImFtb3VudCI6IjEwMDAwIiwiYXNzZXQiOiIweDAzNkNiRDUzODQyYzU0MjY2MzRlNzkyOTU0MWVDMjMxOGYzZENGN2UiLCJwYXlUbyI6IjB4MjA5NjkzQmM2YWZjMEM1MzI4YkEzNkZhRjAzQzUxNEVGMzEyMjg3QyIsIm1heFRpbWVvdXRTZWNvbmRzIjo2MCwiZXh0cmEiOnsibmFtZSI6IlVTREMiLCJ2ZXJzaW9uIjoiMiJ9fV19";
@@ -675,7 +472,12 @@ pub(crate) mod tests {
             .remove("signature");
         assert!(decode_value(&v).is_err());
 
-        let json = String::from_utf8(DECODER.decode(SPEC_PAYMENT_SIGNATURE).unwrap()).unwrap();
+        let json = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(SPEC_PAYMENT_SIGNATURE)
+                .unwrap(),
+        )
+        .unwrap();
         assert!(json.starts_with("{\"x402Version\":2,"));
         let dup = json.replacen(
             "\"x402Version\":2,",
@@ -723,8 +525,12 @@ pub(crate) mod tests {
         });
         assert!(decode_value(&v1).is_err());
 
-        let mut required: Value =
-            serde_json::from_slice(&DECODER.decode(SPEC_PAYMENT_REQUIRED).unwrap()).unwrap();
+        let mut required: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(SPEC_PAYMENT_REQUIRED)
+                .unwrap(),
+        )
+        .unwrap();
         required["x402Version"] = Value::from(3);
         assert!(matches!(
             PaymentRequired::from_header(&b64(&required.to_string())),
@@ -734,8 +540,12 @@ pub(crate) mod tests {
 
     #[test]
     fn payment_required_needs_accepts_and_tolerates_unknown_top_level_fields() {
-        let mut required: Value =
-            serde_json::from_slice(&DECODER.decode(SPEC_PAYMENT_REQUIRED).unwrap()).unwrap();
+        let mut required: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(SPEC_PAYMENT_REQUIRED)
+                .unwrap(),
+        )
+        .unwrap();
         required["futureField"] = Value::Bool(true);
         assert!(PaymentRequired::from_header(&b64(&required.to_string())).is_ok());
         required["accepts"] = Value::Array(vec![]);

@@ -22,7 +22,7 @@ use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
-use rail_x402::facilitator::{Facilitator, LocalFacilitator, SettleConfig, SettlementBook};
+use rail_x402::facilitator::{LocalFacilitator, SettleConfig, X402Facilitator, X402SettlementBook};
 use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, SettleWhen};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
@@ -66,14 +66,14 @@ async fn facilitator(
     config: SettleConfig,
 ) -> LocalFacilitator {
     let settler = net.funded_settler().await.unwrap();
-    LocalFacilitator::connect(net.rpc.clone(), settler, SettlementBook::new(store))
+    LocalFacilitator::connect(net.rpc.clone(), settler, X402SettlementBook::new(store))
         .await
         .unwrap()
         .with_config(config)
 }
 
 impl Fixture {
-    fn paywall(&self, f: Arc<dyn Facilitator>) -> Paywall {
+    fn paywall(&self, f: Arc<dyn X402Facilitator>) -> Paywall {
         Paywall::new(f, self.net.token.clone(), self.pay_to)
             .with_store(self.store.clone())
             .route("/cheap", CHEAP, "cheap")
@@ -205,7 +205,7 @@ async fn unpaid_head_and_malformed_requests_are_never_charged() {
     let pr = challenge(&format!("{url}/cheap")).await;
     assert_eq!(pr.accepts.len(), 1);
     assert_eq!(pr.accepts[0].amount.value(), U256::from(CHEAP));
-    assert_eq!(pr.resource.url, format!("{url}/cheap"));
+    assert_eq!(pr.resource.as_ref().unwrap().url, format!("{url}/cheap"));
 
     let http = rail_x402::rpc::http_client(Duration::from_secs(10)).unwrap();
     let head = http.head(format!("{url}/cheap")).send().await.unwrap();
@@ -484,7 +484,8 @@ async fn two_instances_sharing_postgres_serve_a_payment_once() {
             return;
         }
     };
-    let pg: Arc<dyn KeyStore> = Arc::new(rail_core::keys_sql::PgKeyStore::new(pool).await.unwrap());
+    let pg: Arc<dyn KeyStore> =
+        Arc::new(rail_core::keys::sql::PgKeyStore::new(pool).await.unwrap());
     let a = facilitator(&fx.net, pg.clone(), SettleConfig::default()).await;
     let b = facilitator(&fx.net, pg.clone(), SettleConfig::default()).await;
     let url_a = fx
@@ -737,7 +738,8 @@ async fn settlement_waits_for_its_confirmation_depth() {
     let pr = PaymentRequired {
         x402_version: rail_x402::wire::V2::default(),
         error: None,
-        resource: rail_x402::wire::ResourceInfo::new("test:/deep"),
+        reason: None,
+        resource: Some(rail_x402::wire::ResourceInfo::new("test:/deep")),
         accepts: vec![req.clone()],
         extensions: None,
     };
@@ -804,7 +806,7 @@ async fn a_dead_settlers_transaction_is_sent_again_not_followed_for_ever() {
     let dying = LocalFacilitator::connect(
         lossy_rpc,
         settler.clone(),
-        SettlementBook::new(fx.store.clone()),
+        X402SettlementBook::new(fx.store.clone()),
     )
     .await
     .unwrap();
@@ -826,7 +828,7 @@ async fn a_dead_settlers_transaction_is_sent_again_not_followed_for_ever() {
     let recovering = LocalFacilitator::connect(
         fx.net.rpc.clone(),
         settler.clone(),
-        SettlementBook::new(fx.store.clone()),
+        X402SettlementBook::new(fx.store.clone()),
     )
     .await
     .unwrap();

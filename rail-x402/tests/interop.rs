@@ -27,7 +27,7 @@ use axum::routing::get;
 use rail_core::MemoryKeyStore;
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
-use rail_x402::facilitator::{LocalFacilitator, SettlementBook};
+use rail_x402::facilitator::{LocalFacilitator, X402SettlementBook};
 use rail_x402::http::Paywall;
 use rail_x402::payer::{Policy, X402Payer};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -97,10 +97,13 @@ async fn reference_client_pays_our_server() {
     }
     let settler = net.funded_settler().await.unwrap();
     let store = Arc::new(MemoryKeyStore::default());
-    let facilitator =
-        LocalFacilitator::connect(net.rpc.clone(), settler, SettlementBook::new(store.clone()))
-            .await
-            .unwrap();
+    let facilitator = LocalFacilitator::connect(
+        net.rpc.clone(),
+        settler,
+        X402SettlementBook::new(store.clone()),
+    )
+    .await
+    .unwrap();
     let pay_to = LocalSigner::random().address();
     let paywall = Paywall::new(Arc::new(facilitator), net.token.clone(), pay_to)
         .with_store(store)
@@ -201,7 +204,7 @@ async fn our_facilitator_answers_as_the_reference_does() {
     let facilitator = LocalFacilitator::connect(
         net.rpc.clone(),
         net.funded_settler().await.unwrap(),
-        SettlementBook::new(Arc::new(MemoryKeyStore::default())),
+        X402SettlementBook::new(Arc::new(MemoryKeyStore::default())),
     )
     .await
     .unwrap();

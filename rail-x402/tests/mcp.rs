@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use rail_core::MemoryKeyStore;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
-    Facilitator, FacilitatorError, LocalFacilitator, SettlementBook, SupportedResponse,
+    FacilitatorError, LocalFacilitator, SupportedResponse, X402Facilitator, X402SettlementBook,
 };
 use rail_x402::http::Token;
 use rail_x402::mcp::{McpPaywall, PAYMENT_RESPONSE_META, payment_meta, payment_required_of};
@@ -161,7 +161,7 @@ async fn unpaid_paid_replayed_and_failed_tool_calls() {
 struct FailingSettle(DevnetFacilitator);
 
 #[async_trait]
-impl Facilitator for FailingSettle {
+impl X402Facilitator for FailingSettle {
     async fn verify(
         &self,
         p: &PaymentPayload,
@@ -281,7 +281,7 @@ async fn paid_tool_call_on_anvil() {
     let f = LocalFacilitator::connect(
         net.rpc.clone(),
         net.funded_settler().await.unwrap(),
-        SettlementBook::new(store.clone()),
+        X402SettlementBook::new(store.clone()),
     )
     .await
     .unwrap();

@@ -39,7 +39,8 @@ fn valid_request() -> Value {
     let pr = PaymentRequired {
         x402_version: V2::default(),
         error: None,
-        resource: ResourceInfo::new("http://x/y"),
+        reason: None,
+        resource: Some(ResourceInfo::new("http://x/y")),
         accepts: vec![req.clone()],
         extensions: None,
     };

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use axum::Router;
 use axum::routing::get;
 use rail_x402::evm::LocalSigner;
-use rail_x402::facilitator::{Facilitator, FacilitatorError, SupportedResponse};
+use rail_x402::facilitator::{FacilitatorError, SupportedResponse, X402Facilitator};
 use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, SettleWhen, Token};
 use rail_x402::mcp::{McpPaywall, payment_meta, payment_required_of};
 use rail_x402::payer::{Policy, X402Payer};
@@ -46,7 +46,7 @@ fn http() -> reqwest::Client {
 struct Slow(Arc<DevnetFacilitator>, Duration);
 
 #[async_trait]
-impl Facilitator for Slow {
+impl X402Facilitator for Slow {
     async fn verify(
         &self,
         p: &PaymentPayload,
@@ -84,7 +84,7 @@ impl Fx {
 
     async fn serve(
         &self,
-        f: Arc<dyn Facilitator>,
+        f: Arc<dyn X402Facilitator>,
         when: SettleWhen,
         handler_delay: Duration,
     ) -> String {
@@ -233,7 +233,7 @@ async fn mcp_serves_a_lost_answer_once() {
 struct FlakyOnce(Arc<DevnetFacilitator>, AtomicUsize);
 
 #[async_trait]
-impl Facilitator for FlakyOnce {
+impl X402Facilitator for FlakyOnce {
     async fn verify(
         &self,
         p: &PaymentPayload,

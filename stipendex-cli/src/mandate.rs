@@ -1,6 +1,6 @@
 //! `stipendex mandate new | sign | show | revoke`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -268,21 +268,26 @@ pub(crate) fn describe(m: &Mandate) -> String {
 }
 
 async fn open_store(url: &str) -> Result<Arc<dyn KeyStore>, CliError> {
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let s = rail_core::keys::sql::SqliteKeyStore::open(Path::new(path))
-            .await
-            .map_err(|e| msg(format!("cannot open the store {url}: {e}")))?;
-        return Ok(Arc::new(s));
-    }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let s = rail_core::keys::sql::PgKeyStore::connect(url)
-            .await
-            .map_err(|e| msg(format!("cannot open the store: {e}")))?;
-        return Ok(Arc::new(s));
-    }
-    Err(msg(format!(
-        "--store {url:?} is not a store URL: use sqlite://FILE or postgres://…"
-    )))
+    let store = match rail_core::keys::StoreUrl::parse(url) {
+        Some(rail_core::keys::StoreUrl::Memory) => {
+            return Err(msg(
+                "--store memory keeps nothing after this command: use sqlite://FILE or postgres://…",
+            ));
+        }
+        Some(store) => store,
+        None => {
+            return Err(msg(format!(
+                "--store {url:?} is not a store URL: use sqlite://FILE or postgres://…"
+            )));
+        }
+    };
+    rail_core::keys::open_at(store, None)
+        .await
+        .map_err(|e| match store {
+            // A PostgreSQL URL may carry a password: never echoed.
+            rail_core::keys::StoreUrl::Postgres(_) => msg(format!("cannot open the store: {e}")),
+            _ => msg(format!("cannot open the store {url}: {e}")),
+        })
 }
 
 #[allow(clippy::print_stdout)]

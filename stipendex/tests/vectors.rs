@@ -1313,7 +1313,7 @@ impl stipendex::Rail for StubRail {
 }
 
 #[async_trait::async_trait]
-impl stipendex::Receiver for StubRail {
+impl stipendex::RailReceiver for StubRail {
     async fn offer(&self, _: &Charge) -> RailResult<Offer> {
         Err(RailError::InvalidInput(
             "the vectors' stub rail makes no offer".into(),

@@ -255,7 +255,7 @@ impl Paywall {
         )
         .await?;
         let v1 = route.speaks_v1().then(|| PaymentRequiredV1 {
-            x402_version: 1,
+            x402_version: wire::V1::default(),
             error: c.required.error.clone(),
             accepts: c.v1,
         });

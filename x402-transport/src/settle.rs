@@ -103,13 +103,12 @@ pub async fn challenge(
         .iter()
         .any(|a| a.scheme.wants_resource())
         .then(|| ResourceInfo {
-            url: url.to_owned(),
             description: Some(description.to_owned()),
-            mime_type: None,
+            ..ResourceInfo::new(url)
         });
     Ok(Challenge {
         required: PaymentRequired {
-            x402_version: 2,
+            x402_version: wire::V2::default(),
             error: Some(error),
             reason: refusal.and_then(|r| r.reason.clone()),
             resource,

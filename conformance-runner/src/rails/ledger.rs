@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use rail_core::keys_sql::{PgKeyStore, SqliteKeyStore};
+use rail_core::keys::sql::{PgKeyStore, SqliteKeyStore};
 use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, KeyStore, ManualClock, Payment, RailError, RailHandle, RailResult, ReplayGuard,

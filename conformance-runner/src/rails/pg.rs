@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::keys_sql::PgKeyStore;
+use rail_core::keys::sql::PgKeyStore;
 use rail_core::{KeyStore, SharedClock};
 
 use conformance::HarnessError;

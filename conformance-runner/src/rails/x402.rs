@@ -21,7 +21,7 @@ use rail_core::{
     RailResult, SharedClock,
 };
 use rail_x402::evm::LocalSigner;
-use rail_x402::facilitator::{Facilitator, LocalFacilitator, SettlementBook};
+use rail_x402::facilitator::{LocalFacilitator, X402Facilitator, X402SettlementBook};
 use rail_x402::http::Token;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::rail::{TokenBalance, X402RailPayer, X402Receiver};
@@ -67,7 +67,7 @@ fn setup(e: impl std::fmt::Display) -> HarnessError {
 type Parts = (
     Chain,
     Token,
-    (Arc<dyn Facilitator>, Arc<dyn Facilitator>),
+    (Arc<dyn X402Facilitator>, Arc<dyn X402Facilitator>),
     (Arc<dyn KeyStore>, Arc<dyn KeyStore>),
     Option<super::pg::Schema>,
     Arc<dyn TokenBalance>,
@@ -89,7 +89,7 @@ pub struct X402Harness {
     payee: Address,
     other: Address,
     pg: Option<super::pg::Schema>,
-    facilitator: Arc<dyn Facilitator>,
+    facilitator: Arc<dyn X402Facilitator>,
     token_info: Token,
     payer_key: LocalSigner,
 }
@@ -112,7 +112,7 @@ impl X402Harness {
                 mock.mint(token.address, payer_key.address(), U256::from(FUNDED))
                     .map_err(setup)?;
                 let mem: Arc<dyn KeyStore> = Arc::new(MemoryKeyStore::with_clock(shared.clone()));
-                let f: Arc<dyn Facilitator> = mock.clone();
+                let f: Arc<dyn X402Facilitator> = mock.clone();
                 let b: Arc<dyn TokenBalance> = mock.clone();
                 (
                     Chain::Mock(mock),
@@ -146,11 +146,11 @@ impl X402Harness {
                     let f = LocalFacilitator::connect(
                         net.rpc.clone(),
                         settler,
-                        SettlementBook::new(store.clone()),
+                        X402SettlementBook::new(store.clone()),
                     )
                     .await
                     .map_err(setup)?;
-                    fs.push(Arc::new(f) as Arc<dyn Facilitator>);
+                    fs.push(Arc::new(f) as Arc<dyn X402Facilitator>);
                 }
                 let token = net.token.clone();
                 let f2 = fs.pop().ok_or_else(|| setup("no facilitator"))?;

@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use rail_core::MemoryKeyStore;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
-    Facilitator, LocalFacilitator, RemoteFacilitator, SettleConfig, SettlementBook,
+    LocalFacilitator, RemoteFacilitator, SettleConfig, X402Facilitator, X402SettlementBook,
 };
 use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, Token};
 use rail_x402::payer::{Policy, X402Payer};
@@ -29,7 +29,7 @@ const PRICE: u64 = 1_000;
 
 /// What the cases need from the harness.
 pub(super) struct Ctx<'a> {
-    pub facilitator: Arc<dyn Facilitator>,
+    pub facilitator: Arc<dyn X402Facilitator>,
     pub token: Token,
     pub mock: Option<&'a Arc<DevnetFacilitator>>,
     pub net: Option<&'a Localnet>,
@@ -116,7 +116,8 @@ fn required(req: &PaymentRequirements) -> PaymentRequired {
     PaymentRequired {
         x402_version: rail_x402::wire::V2::default(),
         error: None,
-        resource: rail_x402::wire::ResourceInfo::new("conformance:/paid"),
+        reason: None,
+        resource: Some(rail_x402::wire::ResourceInfo::new("conformance:/paid")),
         accepts: vec![req.clone()],
         extensions: None,
     }
@@ -269,7 +270,7 @@ async fn revert(ctx: &Ctx<'_>, net: &Localnet, req: &PaymentRequirements) -> Che
     let starved = LocalFacilitator::connect(
         net.rpc.clone(),
         settler,
-        SettlementBook::new(Arc::new(MemoryKeyStore::default())),
+        X402SettlementBook::new(Arc::new(MemoryKeyStore::default())),
     )
     .await
     .map_err(e)?

@@ -127,7 +127,7 @@ async fn wait_ready(http: &reqwest::Client, url: &str) {
 
 /// Runs the seed client in `mode`; its JSON summary.
 fn seed_client(python: &PathBuf, mode: &str, url: &str, algod_url: &str, key: &[u8; 32]) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/seed_client.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/seed_client.py");
     let out = Command::new(python)
         .arg(&script)
         .args([

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use alloy_primitives::{Address, B256, U256, keccak256};
 use async_trait::async_trait;
 
-use rail_x402::facilitator::{Facilitator, FacilitatorError, SupportedKind, SupportedResponse};
+use rail_x402::facilitator::{FacilitatorError, SupportedKind, SupportedResponse, X402Facilitator};
 use rail_x402::verify::{reasons, verify_exact_evm};
 use rail_x402::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
@@ -133,7 +133,7 @@ impl DevnetFacilitator {
 }
 
 #[async_trait]
-impl Facilitator for DevnetFacilitator {
+impl X402Facilitator for DevnetFacilitator {
     async fn verify(
         &self,
         payload: &PaymentPayload,

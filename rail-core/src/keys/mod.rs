@@ -6,6 +6,7 @@
 //! | [`ReplayGuard`] | single-use keys (offer ids, paymentIds, nonces, payment hashes): claim → (advance) → finish, or release |
 //! | [`Idempotency`] | operation ids: same id + content → the first result |
 //! | [`SettlementBook`] | the typed write-ahead record of a settlement: what was sent, its id on the rail, its state |
+//! | [`open`] | the store a URL names (`memory`, `sqlite://PATH`, `postgres://…`), its SQL pools configured in one place |
 //!
 //! # The rules
 //!
@@ -46,6 +47,7 @@
 
 mod guard;
 mod idempotency;
+mod open;
 mod settlement;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod sql;
@@ -56,6 +58,7 @@ pub mod suite;
 pub(crate) use guard::new_token;
 pub use guard::{Claim, ReplayGuard, Reservation};
 pub use idempotency::{Attempt, Begin, Idempotency, Lease, fingerprint};
+pub use open::{STORE_URLS, StoreUrl, open, open_at};
 pub use settlement::{Opened, Settlement, SettlementBook, SettlementState, Settling};
 pub use store::{KeyRecord, KeyStore, MemoryKeyStore, Seen, Write, anchored, millis};
 

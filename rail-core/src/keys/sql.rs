@@ -271,10 +271,10 @@ macro_rules! sql_key_store {
 }
 
 #[cfg(feature = "sqlite")]
-pub use self::sqlite::SqliteKeyStore;
+pub use self::sqlite::{SqliteKeyStore, sqlite_pool};
 
 #[cfg(feature = "postgres")]
-pub use self::postgres::PgKeyStore;
+pub use self::postgres::{PgKeyStore, postgres_pool};
 
 #[cfg(feature = "sqlite")]
 mod sqlite {
@@ -290,6 +290,25 @@ mod sqlite {
     use crate::clock::{SharedClock, SystemClock, Timestamp};
     use crate::error::RailResult;
     use crate::keys::{KeyRecord, KeyStore, Seen, Write, millis};
+
+    /// The pool every SQLite store of the workspace opens (the key store, the facilitator's
+    /// tables): the file created if missing, WAL so readers never wait for the writer, a 30 s
+    /// busy timeout so several processes of one host share it, 4 connections.
+    ///
+    /// # Errors
+    /// [`crate::RailError::Storage`] if the file cannot be opened.
+    pub async fn sqlite_pool(path: &Path) -> RailResult<SqlitePool> {
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(30));
+        SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await
+            .map_err(|e| storage(&e))
+    }
 
     /// SQLite's `now` is always bound: the host's clock (or an injected one).
     static STATEMENTS: LazyLock<Statements> =
@@ -311,17 +330,7 @@ mod sqlite {
         /// # Errors
         /// [`crate::RailError::Storage`] if the file cannot be opened or the schema created.
         pub async fn open(path: &Path) -> RailResult<Self> {
-            let opts = SqliteConnectOptions::new()
-                .filename(path)
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .busy_timeout(Duration::from_secs(30));
-            let pool = SqlitePoolOptions::new()
-                .max_connections(4)
-                .connect_with(opts)
-                .await
-                .map_err(|e| storage(&e))?;
-            Self::new(pool).await
+            Self::new(sqlite_pool(path).await?).await
         }
 
         /// Uses `pool`, creating (or upgrading) the table if needed.
@@ -382,8 +391,29 @@ mod postgres {
 
     use super::{REMOVE, Statements, storage};
     use crate::clock::{SharedClock, Timestamp};
-    use crate::error::RailResult;
+    use crate::error::{RailError, RailResult};
     use crate::keys::{KeyRecord, KeyStore, Seen, Write, millis};
+
+    /// The pool every PostgreSQL store of the workspace opens (the key store, the
+    /// facilitator's tables): 16 connections, and `search_path` set to `schema` when given.
+    ///
+    /// # Errors
+    /// [`RailError::InvalidInput`] for a URL sqlx cannot read; [`RailError::Storage`] if the
+    /// database cannot be reached.
+    pub async fn postgres_pool(url: &str, schema: Option<&str>) -> RailResult<PgPool> {
+        let mut opts: sqlx::postgres::PgConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| {
+                RailError::InvalidInput(format!("the PostgreSQL URL is invalid: {e}"))
+            })?;
+        if let Some(s) = schema {
+            opts = opts.options([("search_path", s)]);
+        }
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(16)
+            .connect_with(opts)
+            .await
+            .map_err(|e| storage(&e))
+    }
 
     /// PostgreSQL's `now`: an injected clock's time when bound, else the database's clock
     /// (`statement_timestamp()`, one value for the whole statement).
@@ -412,12 +442,7 @@ mod postgres {
         /// [`crate::RailError::Storage`] if the database cannot be reached or the schema
         /// cannot be created.
         pub async fn connect(url: &str) -> RailResult<Self> {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(16)
-                .connect(url)
-                .await
-                .map_err(|e| storage(&e))?;
-            Self::new(pool).await
+            Self::new(postgres_pool(url, None).await?).await
         }
 
         /// Uses `pool`, creating (or upgrading) the table if needed.

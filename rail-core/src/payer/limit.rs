@@ -20,7 +20,7 @@ const NS: &str = "budget";
 
 /// What a [`Budget`] allows. Every amount is in one asset; `None` = no such limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub struct BudgetLimits {
     /// The most one payment may be.
     pub per_payment: Option<Money>,
     /// The most that may be spent in one period (periods are aligned on the Unix epoch: a
@@ -30,7 +30,7 @@ pub struct Limits {
     pub total: Option<Money>,
 }
 
-impl Limits {
+impl BudgetLimits {
     fn asset(&self) -> RailResult<Option<Asset>> {
         let mut assets = [
             self.per_payment.as_ref(),
@@ -79,7 +79,7 @@ pub struct Budget {
     scope: String,
     ops: ReplayGuard,
     asset: Asset,
-    limits: Limits,
+    limits: BudgetLimits,
 }
 
 /// Money counted against a [`Budget`] for one operation. While the payment runs its marker is
@@ -217,7 +217,7 @@ impl Budget {
     pub fn new(
         store: Arc<dyn KeyStore>,
         scope: impl Into<String>,
-        limits: Limits,
+        limits: BudgetLimits,
     ) -> RailResult<Self> {
         if limits
             .per_period
@@ -242,7 +242,7 @@ impl Budget {
 
     /// The limits.
     #[must_use]
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &BudgetLimits {
         &self.limits
     }
 

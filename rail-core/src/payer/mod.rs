@@ -11,11 +11,11 @@
 //!
 //! ```
 //! # async fn demo(raw: impl rail_core::payer::FindPayment + rail_core::Payer + 'static) -> rail_core::RailResult<()> {
-//! use rail_core::payer::{Budget, Idempotent, Limits, SpendLimit};
+//! use rail_core::payer::{Budget, Idempotent, BudgetLimits, SpendLimit};
 //! use rail_core::{Asset, MemoryKeyStore, Money};
 //! use std::{sync::Arc, time::Duration};
 //! let store = Arc::new(MemoryKeyStore::default());
-//! let limits = Limits {
+//! let limits = BudgetLimits {
 //!     per_payment: Some(Money::parse(Asset::usd(), "5.00")?),
 //!     per_period: Some((Duration::from_secs(24 * 3600), Money::parse(Asset::usd(), "20.00")?)),
 //!     total: None,
@@ -28,7 +28,7 @@ mod idempotent;
 mod limit;
 
 pub use idempotent::{FindPayment, Idempotent};
-pub use limit::{Budget, Limits, Spend, SpendLimit};
+pub use limit::{Budget, BudgetLimits, Spend, SpendLimit};
 
 #[cfg(test)]
 mod tests;

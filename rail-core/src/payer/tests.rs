@@ -140,8 +140,8 @@ async fn a_dropped_attempt_is_recovered_from_the_rail() {
     assert_eq!(p.pay(&op, &o).await.unwrap(), recovered);
 }
 
-fn limits(per_payment: &str, per_day: &str, total: &str) -> Limits {
-    Limits {
+fn limits(per_payment: &str, per_day: &str, total: &str) -> BudgetLimits {
+    BudgetLimits {
         per_payment: Some(usd(per_payment)),
         per_period: Some((Duration::from_secs(24 * 3600), usd(per_day))),
         total: Some(usd(total)),
@@ -232,13 +232,13 @@ async fn concurrent_payments_never_overspend() {
 #[test]
 fn budgets_need_one_asset_and_a_limit() {
     let (store, _) = store();
-    let none = Limits {
+    let none = BudgetLimits {
         per_payment: None,
         per_period: None,
         total: None,
     };
     assert!(Budget::new(store.clone(), "x", none).is_err());
-    let mixed = Limits {
+    let mixed = BudgetLimits {
         per_payment: Some(usd("1")),
         per_period: None,
         total: Some(Money::parse(Asset::btc(), "1").unwrap()),

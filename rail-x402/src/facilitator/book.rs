@@ -1,4 +1,4 @@
-//! The write-ahead [`SettlementBook`]: one record per authorization, the signed transaction
+//! The write-ahead [`X402SettlementBook`]: one record per authorization, the signed transaction
 //! written before it is broadcast, so no two settlers send a transaction for the same one.
 
 use std::sync::Arc;
@@ -24,7 +24,7 @@ pub const SETTLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// never lapses by time: a settler that died is recovered by the next one, which follows what
 /// it wrote ahead.
 #[derive(Clone, Debug)]
-pub struct SettlementBook {
+pub struct X402SettlementBook {
     book: rail_core::SettlementBook<Sent>,
 }
 
@@ -66,7 +66,7 @@ fn store_err(e: &RailError) -> FacilitatorError {
     FacilitatorError::Store(e.to_string())
 }
 
-impl SettlementBook {
+impl X402SettlementBook {
     /// A book in `store`.
     pub fn new(store: Arc<dyn KeyStore>) -> Self {
         Self {

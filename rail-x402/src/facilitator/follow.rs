@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use alloy_primitives::{B256, U256};
 
-use super::book::{Sent, SettlementBook};
+use super::book::{Sent, X402SettlementBook};
 use super::local::LocalFacilitator;
 use super::outcome::{already_settled, failed, settled};
 use super::{FacilitatorError, rpc_down};
@@ -137,7 +137,8 @@ impl LocalFacilitator {
             return Ok(expired());
         };
         let a = &ok.authorization;
-        let key = SettlementBook::key(self.chain_id, ok.domain.verifying_contract, a.from, a.nonce);
+        let key =
+            X402SettlementBook::key(self.chain_id, ok.domain.verifying_contract, a.from, a.nonce);
         match self.book.recorded(&key).await? {
             Some(tx) => match self.follow(payload, &ok, tx).await {
                 // Not mined by now, and the authorization has expired: it can never execute

@@ -11,11 +11,11 @@ use alloy_sol_types::SolCall;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use super::book::{Entry, Sent, SettlementBook};
+use super::book::{Entry, Sent, X402SettlementBook};
 use super::follow::Recovered;
 use super::nonce::{Broadcast, NonceState};
 use super::outcome::{already_settled, failed, invalid};
-use super::{Facilitator, FacilitatorError, SupportedKind, SupportedResponse, rpc_down};
+use super::{FacilitatorError, SupportedKind, SupportedResponse, X402Facilitator, rpc_down};
 use crate::evm::{ERC1271_MAGIC, IERC1271, LocalSigner, transfer_with_authorization_calldata};
 use crate::rpc::{RpcClient, RpcError};
 use crate::verify::{
@@ -67,7 +67,7 @@ pub struct LocalFacilitator {
     pub(super) signer: LocalSigner,
     pub(super) chain_id: u64,
     network: String,
-    pub(super) book: SettlementBook,
+    pub(super) book: X402SettlementBook,
     pub(super) nonce: Mutex<NonceState>,
     deployed: std::sync::Mutex<std::collections::HashSet<Address>>,
     pub(super) config: SettleConfig,
@@ -84,7 +84,7 @@ impl LocalFacilitator {
     pub async fn connect(
         rpc: RpcClient,
         signer: LocalSigner,
-        book: SettlementBook,
+        book: X402SettlementBook,
     ) -> Result<Self, FacilitatorError> {
         let chain_id = rpc.chain_id().await.map_err(|e| rpc_down(&e))?;
         Ok(Self {
@@ -293,7 +293,7 @@ impl LocalFacilitator {
 }
 
 #[async_trait]
-impl Facilitator for LocalFacilitator {
+impl X402Facilitator for LocalFacilitator {
     async fn verify(
         &self,
         payload: &PaymentPayload,
@@ -325,7 +325,7 @@ impl Facilitator for LocalFacilitator {
             Err(e) => return Ok(failed(payload, e.reason(), e.to_string(), None)),
         };
         let a = &offline.authorization;
-        let key = SettlementBook::key(
+        let key = X402SettlementBook::key(
             self.chain_id,
             offline.domain.verifying_contract,
             a.from,

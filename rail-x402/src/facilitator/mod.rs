@@ -1,10 +1,10 @@
 //! Facilitators: who checks a payment against the chain and settles it.
 //!
-//! [`Facilitator`] is the x402 facilitator API (`POST /verify`, `POST /settle`,
+//! [`X402Facilitator`] is the x402 facilitator API (`POST /verify`, `POST /settle`,
 //! `GET /supported`) as a trait, with two implementations:
 //! - [`LocalFacilitator`] verifies on chain through JSON-RPC and settles by sending
 //!   `transferWithAuthorization` from its own key, with one nonce sequence shared by concurrent
-//!   settles and a write-ahead settlement record per authorization ([`SettlementBook`]).
+//!   settles and a write-ahead settlement record per authorization ([`X402SettlementBook`]).
 //! - [`RemoteFacilitator`] calls a facilitator server over HTTP (ours,
 //!   [`crate::server`], or the reference one).
 //!
@@ -30,7 +30,7 @@ mod nonce; // LocalFacilitator: the nonce sequence and the broadcast
 mod outcome; // building and reading answers, settle_for_serving
 mod remote; // RemoteFacilitator (HTTP)
 
-pub use book::{SETTLE_LEASE, SETTLED_RETENTION, SettlementBook};
+pub use book::{SETTLE_LEASE, SETTLED_RETENTION, X402SettlementBook};
 pub use local::{LocalFacilitator, SettleConfig};
 pub use outcome::{
     SettleOutcome, as_settled, settle_detached, settle_for_serving, settled_transaction,
@@ -95,7 +95,7 @@ pub enum FacilitatorError {
 
 /// The x402 facilitator API.
 #[async_trait]
-pub trait Facilitator: Send + Sync + std::fmt::Debug {
+pub trait X402Facilitator: Send + Sync + std::fmt::Debug {
     /// Checks a payment (signature, window, amount, balance, nonce, simulation); moves nothing.
     ///
     /// # Errors

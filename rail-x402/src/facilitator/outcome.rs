@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use alloy_primitives::B256;
 
-use super::{Facilitator, FacilitatorError};
+use super::{FacilitatorError, X402Facilitator};
 use crate::verify::reasons;
 use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
@@ -98,7 +98,7 @@ pub fn as_settled(answer: &SettleResponse) -> Option<SettleResponse> {
 /// # Errors
 /// The settlement's, or [`FacilitatorError::Unavailable`] if its task died.
 pub async fn settle_detached(
-    facilitator: &Arc<dyn Facilitator>,
+    facilitator: &Arc<dyn X402Facilitator>,
     payload: &PaymentPayload,
     requirements: &PaymentRequirements,
 ) -> Result<SettleResponse, FacilitatorError> {
@@ -135,7 +135,7 @@ impl SettleOutcome {
 /// Settles through `facilitator` ([`settle_detached`]) and reads the answer for serving:
 /// the one place that decides what "paid", "refused" and "unknown" are.
 pub async fn settle_for_serving(
-    facilitator: &Arc<dyn Facilitator>,
+    facilitator: &Arc<dyn X402Facilitator>,
     payload: &PaymentPayload,
     requirements: &PaymentRequirements,
 ) -> SettleOutcome {

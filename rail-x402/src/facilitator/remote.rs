@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use super::{Facilitator, FacilitatorError, FacilitatorRequest, SupportedResponse};
+use super::{FacilitatorError, FacilitatorRequest, SupportedResponse, X402Facilitator};
 use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
 /// A facilitator server reached over HTTP (`X402_FACILITATOR_URL`).
@@ -88,7 +88,7 @@ impl RemoteFacilitator {
 }
 
 #[async_trait]
-impl Facilitator for RemoteFacilitator {
+impl X402Facilitator for RemoteFacilitator {
     async fn verify(
         &self,
         payload: &PaymentPayload,

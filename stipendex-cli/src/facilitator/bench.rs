@@ -145,7 +145,7 @@ async fn embedded_ledger(db: &Db, dir: &std::path::Path) -> Result<PayFn, CliErr
     };
     let keys: Arc<dyn rail_core::KeyStore> = match &db.schema {
         None => Arc::new(
-            rail_core::keys_sql::SqliteKeyStore::open(&dir.join("ledger-keys.db"))
+            rail_core::keys::sql::SqliteKeyStore::open(&dir.join("ledger-keys.db"))
                 .await
                 .map_err(err)?,
         ),
@@ -157,7 +157,7 @@ async fn embedded_ledger(db: &Db, dir: &std::path::Path) -> Result<PayFn, CliErr
                 .await
                 .map_err(err)?;
             Arc::new(
-                rail_core::keys_sql::PgKeyStore::new(pool)
+                rail_core::keys::sql::PgKeyStore::new(pool)
                     .await
                     .map_err(err)?,
             )

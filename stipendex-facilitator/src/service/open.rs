@@ -1,8 +1,9 @@
 //! Opening a facilitator on a database URL.
 
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
+use rail_core::keys::StoreUrl;
 use rail_core::{KeyStore, RailError, SharedClock};
 use rail_ledger::Ledger;
 
@@ -28,16 +29,14 @@ pub async fn open(
     let host: SharedClock = clock
         .clone()
         .unwrap_or_else(|| Arc::new(rail_core::SystemClock));
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        return open_sqlite(url, path, config, host, clock).await;
+    match StoreUrl::parse(url) {
+        Some(StoreUrl::Sqlite(path)) => open_sqlite(url, path, config, host, clock).await,
+        Some(StoreUrl::Postgres(_)) => open_postgres(url, schema, config, host, clock).await,
+        _ => Err(Error::Config(format!(
+            "the facilitator's database URL must start with sqlite:// or postgres://, not {:?}",
+            url.split(':').next().unwrap_or("")
+        ))),
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return open_postgres(url, schema, config, host, clock).await;
-    }
-    Err(Error::Config(format!(
-        "the facilitator's database URL must start with sqlite:// or postgres://, not {:?}",
-        url.split(':').next().unwrap_or("")
-    )))
 }
 
 /// The facilitator's own tables created, the instance assembled.
@@ -52,31 +51,17 @@ async fn assemble(
     Ok(Facilitator::new(ledger, pool, keys, host, config))
 }
 
-fn storage(e: &sqlx::Error) -> Error {
-    Error::Rail(RailError::Storage(e.to_string()))
-}
-
 #[cfg(feature = "sqlite")]
 async fn open_sqlite(
     url: &str,
-    path: &str,
+    path: &Path,
     config: Config,
     host: SharedClock,
     clock: Option<SharedClock>,
 ) -> Result<Facilitator> {
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
     let ledger = Ledger::sqlite_with_clock(url, host.clone()).await?;
-    let opts = SqliteConnectOptions::new()
-        .filename(path)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(30));
-    let pool = SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(opts)
-        .await
-        .map_err(|e| storage(&e))?;
-    let mut keys = rail_core::keys_sql::SqliteKeyStore::new(pool.clone()).await?;
+    let pool = rail_core::keys::sql::sqlite_pool(path).await?;
+    let mut keys = rail_core::keys::sql::SqliteKeyStore::new(pool.clone()).await?;
     if let Some(c) = clock {
         keys = keys.with_clock(c);
     }
@@ -86,7 +71,7 @@ async fn open_sqlite(
 #[cfg(not(feature = "sqlite"))]
 async fn open_sqlite(
     _url: &str,
-    _path: &str,
+    _path: &Path,
     _config: Config,
     _host: SharedClock,
     _clock: Option<SharedClock>,
@@ -108,18 +93,13 @@ async fn open_postgres(
         Some(c) => Ledger::postgres_with_clock(url, schema, c.clone()).await?,
         None => Ledger::postgres_with_host_clock(url, schema, host.clone()).await?,
     };
-    let mut opts: sqlx::postgres::PgConnectOptions = url
-        .parse()
-        .map_err(|e: sqlx::Error| Error::Config(format!("the PostgreSQL URL is invalid: {e}")))?;
-    if let Some(s) = schema {
-        opts = opts.options([("search_path", s)]);
-    }
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(16)
-        .connect_with(opts)
+    let pool = rail_core::keys::sql::postgres_pool(url, schema)
         .await
-        .map_err(|e| storage(&e))?;
-    let mut keys = rail_core::keys_sql::PgKeyStore::new(pool.clone()).await?;
+        .map_err(|e| match e {
+            RailError::InvalidInput(why) => Error::Config(why),
+            e => Error::Rail(e),
+        })?;
+    let mut keys = rail_core::keys::sql::PgKeyStore::new(pool.clone()).await?;
     if let Some(c) = clock {
         keys = keys.with_clock(c);
     }

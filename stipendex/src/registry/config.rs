@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use rail_core::keys::StoreUrl;
 use rail_core::{Asset, Money};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -122,29 +123,10 @@ pub(crate) fn url(
 }
 
 /// The storage a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Storage<'a> {
-    /// `memory`.
-    Memory,
-    /// `sqlite://PATH`.
-    Sqlite(&'a str),
-    /// `postgres://…` or `postgresql://…`.
-    Postgres,
-}
-
-/// What `url` names, or a message saying what is accepted.
-pub(crate) fn storage<'a>(what: &str, url: &'a str) -> Result<Storage<'a>, Error> {
-    if url == "memory" {
-        Ok(Storage::Memory)
-    } else if let Some(path) = url.strip_prefix("sqlite://") {
-        Ok(Storage::Sqlite(path))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Storage::Postgres)
-    } else {
-        Err(Error::Config(format!(
-            "{what}.url: use memory, sqlite://PATH or postgres://…"
-        )))
-    }
+/// What `url` names (rail-core's one store URL syntax), or a message saying what is accepted.
+pub(crate) fn storage<'a>(what: &str, url: &'a str) -> Result<StoreUrl<'a>, Error> {
+    StoreUrl::parse(url)
+        .ok_or_else(|| Error::Config(format!("{what}.url: use {}", rail_core::keys::STORE_URLS)))
 }
 
 /// The refusal of a store whose driver this build does not carry.

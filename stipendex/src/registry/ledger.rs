@@ -5,7 +5,9 @@ use rail_core::{PayerHandle, ReceiverHandle, ReplayGuard};
 use rail_ledger::{AccountId, Ledger, LedgerPayer, LedgerReceiver};
 use serde::Deserialize;
 
-use super::config::{Storage, asset, parse, section, storage, url};
+use rail_core::keys::StoreUrl;
+
+use super::config::{asset, parse, section, storage, url};
 use super::{Ctx, Sides};
 use crate::Error;
 
@@ -67,21 +69,21 @@ async fn open(ctx: &Ctx<'_>, what: &str, url: &str, schema: Option<&str>) -> Res
     #[allow(unused_variables)] // used by whichever backends are compiled in
     let err = |e: rail_ledger::LedgerError| ctx.rail_err(e.into());
     match storage(what, url)? {
-        Storage::Memory => Err(Error::Config(format!(
+        StoreUrl::Memory => Err(Error::Config(format!(
             "{what}.url: a ledger is kept in sqlite://PATH or postgres://…, not in memory"
         ))),
         #[cfg(feature = "sqlite")]
-        Storage::Sqlite(_) => Ledger::sqlite_with_clock(url, ctx.clock.clone())
+        StoreUrl::Sqlite(_) => Ledger::sqlite_with_clock(url, ctx.clock.clone())
             .await
             .map_err(err),
         #[cfg(not(feature = "sqlite"))]
-        Storage::Sqlite(_) => Err(super::config::driver_missing(what, "sqlite")),
+        StoreUrl::Sqlite(_) => Err(super::config::driver_missing(what, "sqlite")),
         #[cfg(feature = "postgres")]
-        Storage::Postgres => Ledger::postgres_with_host_clock(url, schema, ctx.clock.clone())
+        StoreUrl::Postgres(_) => Ledger::postgres_with_host_clock(url, schema, ctx.clock.clone())
             .await
             .map_err(err),
         #[cfg(not(feature = "postgres"))]
-        Storage::Postgres => {
+        StoreUrl::Postgres(_) => {
             let _ = schema;
             Err(super::config::driver_missing(what, "postgres"))
         }

@@ -102,8 +102,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rail_core::{
-    Capabilities, KeyStore, MemoryKeyStore, Offer, PayerHandle, RailHandle, ReceiverHandle,
-    SharedClock, SystemClock,
+    Capabilities, KeyStore, Offer, PayerHandle, RailHandle, ReceiverHandle, SharedClock,
+    SystemClock,
 };
 
 pub use config::{Env, ProcessEnv};
@@ -418,30 +418,17 @@ async fn open_store(
         return Ok(None);
     };
     let url = config::url(env, "store", section.url.as_ref(), section.url_env.as_ref())?;
-    #[allow(unused_variables)] // used by whichever store drivers are compiled in
-    let err = |source| Error::Rail {
-        name: "store".into(),
-        source,
-    };
-    match config::storage("store", &url)? {
-        config::Storage::Memory => Ok(Some(Arc::new(MemoryKeyStore::default()))),
-        #[cfg(feature = "sqlite")]
-        config::Storage::Sqlite(path) => Ok(Some(Arc::new(
-            rail_core::keys_sql::SqliteKeyStore::open(Path::new(path))
-                .await
-                .map_err(err)?,
-        ))),
-        #[cfg(not(feature = "sqlite"))]
-        config::Storage::Sqlite(_) => Err(config::driver_missing("store", "sqlite")),
-        #[cfg(feature = "postgres")]
-        config::Storage::Postgres => Ok(Some(Arc::new(
-            rail_core::keys_sql::PgKeyStore::connect(&url)
-                .await
-                .map_err(err)?,
-        ))),
-        #[cfg(not(feature = "postgres"))]
-        config::Storage::Postgres => Err(config::driver_missing("store", "postgres")),
+    let store = config::storage("store", &url)?;
+    if let Some(driver) = store.feature().filter(|_| !store.compiled()) {
+        return Err(config::driver_missing("store", driver));
     }
+    rail_core::keys::open_at(store, None)
+        .await
+        .map(Some)
+        .map_err(|source| Error::Rail {
+            name: "store".into(),
+            source,
+        })
 }
 
 #[cfg(test)]

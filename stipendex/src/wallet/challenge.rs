@@ -247,7 +247,7 @@ impl Wallet {
             Required::V2(r) => choice.payer.pay(r, &choice.entry).await.map(|v| (v, false)),
             Required::V1(r) => {
                 let only = PaymentRequiredV1 {
-                    x402_version: 1,
+                    x402_version: wire::V1::default(),
                     error: r.error.clone(),
                     accepts: wire::entry(&choice.entry)
                         .map(|e| vec![e])

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::payer::{Budget, Limits as BudgetLimits, Spend};
+use rail_core::payer::{Budget, BudgetLimits, Spend};
 use rail_core::{KeyStore, Money, OpId, RailError};
 
 use crate::Error;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use algod_devnet::example::example_app;
 use clap::Parser;
 use rail_core::keys::KeyStore;
-use rail_core::keys_sql::PgKeyStore;
+use rail_core::keys::sql::PgKeyStore;
 use rail_core::{MemoryKeyStore, SharedClock, SystemClock};
 use rail_exact_algo::address::Address;
 use rail_exact_algo::algod::AlgodClient;

@@ -22,10 +22,12 @@ use axum::routing::get;
 use clap::{Parser, Subcommand};
 use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
-use rail_core::keys_sql::PgKeyStore;
+use rail_core::keys::sql::PgKeyStore;
 use rail_x402::client::X402Client;
 use rail_x402::evm::LocalSigner;
-use rail_x402::facilitator::{Facilitator, LocalFacilitator, RemoteFacilitator, SettlementBook};
+use rail_x402::facilitator::{
+    LocalFacilitator, RemoteFacilitator, X402Facilitator, X402SettlementBook,
+};
 use rail_x402::http::{Paywall, SettleWhen, Token};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::rpc::RpcClient;
@@ -153,7 +155,7 @@ async fn local_facilitator(
     store: Arc<dyn KeyStore>,
 ) -> Result<LocalFacilitator, BoxError> {
     let rpc = RpcClient::new(rpc_url)?;
-    let book = SettlementBook::new(store);
+    let book = X402SettlementBook::new(store);
     Ok(LocalFacilitator::connect(rpc, key("X402_FACILITATOR_KEY")?, book).await?)
 }
 
@@ -229,7 +231,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
             pg_url,
         } => {
             let store = store(pg_url.as_deref()).await?;
-            let facilitator: Arc<dyn Facilitator> = match (facilitator_url, rpc_url) {
+            let facilitator: Arc<dyn X402Facilitator> = match (facilitator_url, rpc_url) {
                 (Some(url), _) => Arc::new(RemoteFacilitator::new(&url, Duration::from_secs(30))?),
                 (None, Some(rpc)) => Arc::new(local_facilitator(&rpc, store.clone()).await?),
                 (None, None) => return Err("give --facilitator-url or --rpc-url".into()),

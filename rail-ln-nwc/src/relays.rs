@@ -1,0 +1,195 @@
+//! Relay plumbing for a request/response protocol over Nostr (NIP-47 here; ContextVM can use
+//! it as it is), on nostr-sdk 0.44, with its two workarounds:
+//! - after a reconnect, nostr-relay-pool 0.44 may skip re-sending a subscription (its check
+//!   compares unix *seconds*): [`keep_subscribed`] re-sends it every time a relay reports
+//!   `Connected`;
+//! - `send_event` returns `Ok` even when no relay accepted the event: [`publish`] checks
+//!   `success` and republishes the same event (same id) until a relay accepts it, the answer
+//!   arrives, or the deadline passes — a send no relay accepted is an error, never a success.
+//!
+//! `who` names the protocol in the logs.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use nostr_sdk::pool::RelayNotification;
+use nostr_sdk::{
+    Client, Event, Filter, PublicKey, Relay, RelayMessage, RelayPoolNotification, RelayStatus,
+    RelayUrl, SubscribeOptions, SubscriptionId,
+};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, oneshot};
+use tokio::time::Instant;
+
+/// Re-sends the subscription every time `relay` (re)connects: works around nostr-relay-pool
+/// 0.44 skipping the resubscription when the reconnect lands in the same second.
+pub async fn keep_subscribed(
+    who: &'static str,
+    relay: Relay,
+    mut rx: broadcast::Receiver<RelayNotification>,
+    id: SubscriptionId,
+    filter: Filter,
+) {
+    loop {
+        match rx.recv().await {
+            Ok(RelayNotification::RelayStatus {
+                status: RelayStatus::Connected,
+            }) => {
+                match relay
+                    .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
+                    .await
+                {
+                    Ok(()) => tracing::debug!(relay = %relay.url(), %who, "(re)subscribed"),
+                    Err(e) => {
+                        tracing::warn!(relay = %relay.url(), %who, error = %e, "resubscribe failed");
+                    }
+                }
+            }
+            Ok(RelayNotification::RelayStatus { status }) => {
+                tracing::debug!(relay = %relay.url(), %who, %status, "relay status");
+            }
+            Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => break,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+        }
+    }
+}
+
+/// How many of `relays` are connected.
+#[must_use]
+pub fn connected(relays: &[Relay]) -> usize {
+    relays.iter().filter(|r| r.is_connected()).count()
+}
+
+/// Waits until every relay is connected, or one is and the others had `grace`; `false` when
+/// none is by `deadline`.
+pub async fn wait_connected(
+    relays: &[Relay],
+    deadline: Instant,
+    grace: Duration,
+    who: &'static str,
+) -> bool {
+    let mut first: Option<Instant> = None;
+    loop {
+        let n = connected(relays);
+        let now = Instant::now();
+        if n == relays.len() {
+            return true;
+        }
+        if n > 0 {
+            let since = *first.get_or_insert(now);
+            if now.duration_since(since) >= grace || now >= deadline {
+                tracing::warn!(
+                    connected = n,
+                    total = relays.len(),
+                    %who,
+                    "going on without every relay"
+                );
+                return true;
+            }
+        } else if now >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reads pool messages for the subscription `id` until every connected relay sent EOSE, or
+/// the deadline. Returns the events of that subscription (signed by `author`) and the number
+/// of relays that sent EOSE.
+pub async fn collect_until_eose(
+    rx: &mut broadcast::Receiver<RelayPoolNotification>,
+    relays: &[Relay],
+    id: &SubscriptionId,
+    author: &PublicKey,
+    deadline: Instant,
+    stop_on_event_after_eose: bool,
+) -> (Vec<Event>, usize) {
+    let mut eose: HashSet<RelayUrl> = HashSet::new();
+    let mut events: Vec<Event> = Vec::new();
+    loop {
+        let all_eose = !eose.is_empty()
+            && relays
+                .iter()
+                .filter(|r| r.is_connected())
+                .all(|r| eose.contains(r.url()));
+        if all_eose && (!stop_on_event_after_eose || !events.is_empty()) {
+            break;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let tick = (now + Duration::from_millis(50)).min(deadline);
+        match tokio::time::timeout_at(tick, rx.recv()).await {
+            Ok(Ok(RelayPoolNotification::Message { relay_url, message })) => match message {
+                RelayMessage::EndOfStoredEvents(sid) if *sid == *id => {
+                    eose.insert(relay_url);
+                }
+                RelayMessage::Event {
+                    subscription_id,
+                    event,
+                } if *subscription_id == *id
+                    && event.pubkey == *author
+                    && event.verify().is_ok() =>
+                {
+                    events.push(event.into_owned());
+                }
+                _ => {}
+            },
+            Ok(Ok(RelayPoolNotification::Shutdown) | Err(RecvError::Closed)) => break,
+            Ok(Ok(RelayPoolNotification::Event { .. }) | Err(RecvError::Lagged(_))) | Err(_) => {}
+        }
+    }
+    (events, eose.len())
+}
+
+/// How [`publish`] ended.
+#[derive(Debug)]
+pub enum Published {
+    /// The answer arrived (possibly while the request was still being republished).
+    Answered(Event),
+    /// A relay accepted the request; its answer is still to come.
+    Accepted,
+    /// No relay accepted it by the deadline: what the relays said.
+    NotAccepted(String),
+    /// The answer's sender was dropped (the client shut down).
+    Closed,
+}
+
+/// Sends `ev` through `client` until a relay accepts it, pausing `retry` between attempts; the
+/// answer on `answer` ends it at once (the pool may deliver a queued request meanwhile).
+pub async fn publish(
+    client: &Client,
+    ev: &Event,
+    answer: &mut oneshot::Receiver<Event>,
+    deadline: Instant,
+    retry: Duration,
+    who: &'static str,
+) -> Published {
+    let mut failure = String::from("no relay");
+    loop {
+        match tokio::time::timeout_at(deadline, client.send_event(ev)).await {
+            Err(_) => break,
+            Ok(Ok(out)) if !out.success.is_empty() => return Published::Accepted,
+            Ok(Ok(out)) => {
+                failure = out
+                    .failed
+                    .iter()
+                    .map(|(u, why)| format!("{u}: {why}"))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+            }
+            Ok(Err(e)) => failure = e.to_string(),
+        }
+        tracing::debug!(id = %ev.id, %who, %failure, "no relay accepted the event; retrying");
+        let pause = (Instant::now() + retry).min(deadline);
+        tokio::select! {
+            r = &mut *answer => return r.map_or(Published::Closed, Published::Answered),
+            () = tokio::time::sleep_until(pause) => {}
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    Published::NotAccepted(failure)
+}
