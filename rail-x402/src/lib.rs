@@ -11,12 +11,11 @@
 //! | [`eip3009`] | EIP-712 `TransferWithAuthorization` hashing, signer recovery (high-`s` refused) |
 //! | [`verify`] | offline verification in the reference order, reference `invalidReason` strings |
 //! | [`payer`] | choose an option by [`payer::Policy`] (never the first blindly), sign the authorization |
-//! | [`client`] | a `reqwest` client that pays a 402 once and resends the *same* payment when the outcome is unknown |
+//! | [`client`] | the shared x402 client with this rail's payer ([`client::client`]) and its answers in this rail's types ([`client::Paid`]) |
 //! | [`facilitator`] | [`facilitator::X402Facilitator`]: [`facilitator::LocalFacilitator`] (chain checks, settlement with one nonce sequence, write-ahead [`facilitator::X402SettlementBook`]) and [`facilitator::RemoteFacilitator`] (HTTP) |
 //! | [`server`] | the facilitator HTTP API (`/verify`, `/settle`, `/supported`, `/health`) |
 //! | [`scheme`] | [`ExactEvm`]: this rail as an [`x402_transport::Scheme`], for the shared paywall, MCP adapter and client |
-//! | [`http`] | the shared paywall priced in one token: per-route prices, settle before (or after) the handler, served once |
-//! | [`mcp`] | the MCP binding (`transports-v2/mcp.md`) as a small adapter for rmcp servers |
+//! | [`mcp`] | the MCP binding (`transports-v2/mcp.md`): the shared adapter in this scheme ([`ExactEvm::mcp_paywall`]) and the client side's helpers |
 //! | [`rail`] | the rail-core traits ([`rail::X402RailPayer`], [`rail::X402Receiver`]) |
 //! | [`rpc`], [`evm`] | JSON-RPC client, FiatToken ABI, EIP-1559 transactions, local signer |
 //! | [`token`] | the token a receiver prices in (the served-once record is the transport's, [`x402_transport::ServedOnce`]) |
@@ -26,7 +25,7 @@
 //! `x402-devnet` crate (`devnets/x402`).
 //!
 //! v1 (`X-PAYMENT`, JSON 402 body, `X-PAYMENT-RESPONSE`) is spoken beside v2 by the client and,
-//! opt-in ([`http::Paywall::accept_v1`]), by the paywall; a v2 exchange is never downgraded.
+//! opt-in ([`ExactEvm::accept_v1`]), by the paywall; a v2 exchange is never downgraded.
 //!
 //! Contract wallets (ERC-1271) pay and are verified: a signature that does not recover `from`
 //! is checked with the wallet's `isValidSignature` when `from` has code, and settled through
@@ -41,14 +40,14 @@
 //!
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `paywall` | [`http`] (the axum paywall) and [`server`] (the facilitator HTTP API): axum, tower |
+//! | `paywall` | [`ExactEvm::paywall`] (the shared axum paywall in this scheme) and [`server`] (the facilitator HTTP API): axum, tower |
 //! | `mcp` | [`mcp`]: the adapter for rmcp servers |
 //! | `postgres` | `rail_core::keys::sql::PgKeyStore`: served-once and settlement records shared by instances |
 //!
 //! ## Example
 //! Decode the specification's example `PAYMENT-SIGNATURE` header and verify it offline against
 //! the route's requirements, at a time inside its validity window (offline verification is
-//! not a payment: only a settled one is, see [`http`] and [`facilitator`]):
+//! not a payment: only a settled one is, see [`ExactEvm::paywall`] and [`facilitator`]):
 //!
 //! ```
 //! use rail_x402::verify::{verify_exact_evm, verify_response};
@@ -89,8 +88,6 @@ pub mod eip3009;
 pub mod evm;
 pub mod facilitator;
 pub mod fields;
-#[cfg(feature = "paywall")]
-pub mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod payer;
@@ -106,3 +103,4 @@ pub mod wire;
 
 pub use scheme::ExactEvm;
 pub use token::Token;
+pub use x402_transport::SettleWhen;

@@ -151,6 +151,57 @@ impl ExactEvm {
         &self.facilitator
     }
 
+    /// This scheme alone as the ways to pay a route or a tool, at `amount` atomic units.
+    ///
+    /// # Panics
+    /// If `amount` is zero (a price of nothing is a configuration error, reported where the
+    /// route or tool is priced).
+    #[must_use]
+    pub fn accepts(&self, amount: impl Into<u128>) -> x402_transport::Accepts {
+        let amount = amount.into();
+        assert!(amount > 0, "x402: a route or tool is priced at zero");
+        x402_transport::Accepts::default().or_priced(Arc::new(self.clone()), amount)
+    }
+
+    /// The shared paywall ([`x402_transport::paywall::Paywall`]) with `routes` —
+    /// `(pattern, amount in atomic units, description)`, matched on the percent-decoded path,
+    /// the first match winning — paid in this scheme alone, settling before the handler; give
+    /// it a store, a clock or [`x402_transport::SettleWhen::After`] with its own builders.
+    ///
+    /// # Panics
+    /// If an amount is zero (a configuration error, reported where the route is priced).
+    #[cfg(feature = "paywall")]
+    #[must_use]
+    pub fn paywall(&self, routes: &[(&str, u128, &str)]) -> x402_transport::paywall::Paywall {
+        routes.iter().fold(
+            x402_transport::paywall::Paywall::new(),
+            |p, (pattern, amount, description)| {
+                p.route(pattern, description, self.accepts(*amount))
+            },
+        )
+    }
+
+    /// The 402 body of `resource` (a URL, or `mcp://tool/NAME`) at `amount` atomic units, as
+    /// this scheme's paywall and MCP adapter write it for a request without payment.
+    #[must_use]
+    pub fn payment_required(
+        &self,
+        resource: &str,
+        description: &str,
+        amount: u128,
+    ) -> PaymentRequired {
+        let mut info = crate::wire::ResourceInfo::new(resource);
+        info.description = Some(description.to_owned());
+        PaymentRequired {
+            x402_version: V2::default(),
+            error: Some(crate::wire::PAYMENT_REQUIRED_ERROR.into()),
+            reason: None,
+            resource: Some(info),
+            accepts: vec![self.requirements_for(U256::from(amount))],
+            extensions: None,
+        }
+    }
+
     /// The requirements for `amount` atomic units.
     #[must_use]
     pub fn requirements_for(&self, amount: U256) -> PaymentRequirements {

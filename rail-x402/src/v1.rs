@@ -166,6 +166,35 @@ pub fn network_chain_id(name: &str) -> Option<u64> {
         .map(|&(_, id)| id)
 }
 
+/// The v1 402 body for `pr` on v1 network `name` (`maxAmountRequired`, inline resource).
+#[must_use]
+pub fn v1_body(pr: &crate::wire::PaymentRequired, name: &str) -> PaymentRequiredV1 {
+    let resource = pr.resource.as_ref();
+    PaymentRequiredV1 {
+        x402_version: V1::default(),
+        error: pr.error.clone(),
+        accepts: pr
+            .accepts
+            .iter()
+            .map(|r| PaymentRequirementsV1 {
+                scheme: r.scheme.clone(),
+                network: name.to_owned(),
+                max_amount_required: r.amount,
+                resource: resource.map(|r| r.url.clone()).unwrap_or_default(),
+                description: resource
+                    .and_then(|r| r.description.clone())
+                    .unwrap_or_default(),
+                mime_type: resource.and_then(|r| r.mime_type.clone()),
+                output_schema: None,
+                pay_to: r.pay_to.clone(),
+                max_timeout_seconds: r.max_timeout_seconds,
+                asset: r.asset.clone(),
+                extra: r.extra.clone(),
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,14 +20,16 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
-use rail_x402::client::X402Client;
+use rail_x402::client::{Paid, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{LocalFacilitator, SettleConfig, X402Facilitator, X402SettlementBook};
-use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, SettleWhen};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{PaymentPayload, PaymentRequired, SettleResponse};
+use rail_x402::{ExactEvm, SettleWhen};
 use x402_devnet::anvil::Localnet;
+use x402_transport::paywall::Paywall;
+use x402_transport::wire::PAYMENT_SIGNATURE;
 
 const CHEAP: u64 = 1_000;
 const DEAR: u64 = 5_000;
@@ -73,12 +75,21 @@ async fn facilitator(
 }
 
 impl Fixture {
+    fn evm(&self, f: Arc<dyn X402Facilitator>) -> ExactEvm {
+        ExactEvm::new(f, self.net.token.clone(), self.pay_to)
+    }
+
+    fn routes(&self, evm: &ExactEvm) -> Paywall {
+        evm.paywall(&[
+            ("/cheap", CHEAP.into(), "cheap"),
+            ("/dear", DEAR.into(), "dear"),
+            ("/broken", CHEAP.into(), "a handler that fails"),
+        ])
+        .with_store(self.store.clone())
+    }
+
     fn paywall(&self, f: Arc<dyn X402Facilitator>) -> Paywall {
-        Paywall::new(f, self.net.token.clone(), self.pay_to)
-            .with_store(self.store.clone())
-            .route("/cheap", CHEAP, "cheap")
-            .route("/dear", DEAR, "dear")
-            .route("/broken", CHEAP, "a handler that fails")
+        self.routes(&self.evm(f))
     }
 
     async fn serve(&self, paywall: &Paywall) -> String {
@@ -163,9 +174,9 @@ async fn pays_settles_and_serves_once() {
     let url = fx.serve(&fx.paywall(fx.facilitator.clone())).await;
     let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
     let from = key.address();
-    let client = X402Client::new(fx.payer(key)).unwrap();
+    let client = client(fx.payer(key)).unwrap();
 
-    let paid = client.get(&format!("{url}/cheap")).await.unwrap();
+    let paid = Paid::from(client.get(&format!("{url}/cheap")).await.unwrap());
     assert_eq!(paid.status, 200);
     assert_eq!(paid.body, b"cheap content");
     assert_eq!(
@@ -404,12 +415,12 @@ async fn settle_after_does_not_charge_a_failing_handler() {
     let url = fx.serve(&paywall).await;
     let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
     let from = key.address();
-    let client = X402Client::new(fx.payer(key)).unwrap();
-    let broken = client.get(&format!("{url}/broken")).await.unwrap();
+    let client = client(fx.payer(key)).unwrap();
+    let broken = Paid::from(client.get(&format!("{url}/broken")).await.unwrap());
     assert_eq!(broken.status, 500);
     assert!(broken.settlement.is_none());
     assert_eq!(fx.balances(from).await, (U256::from(10_000), U256::ZERO));
-    let ok = client.get(&format!("{url}/cheap")).await.unwrap();
+    let ok = Paid::from(client.get(&format!("{url}/cheap")).await.unwrap());
     assert_eq!(ok.status, 200);
     assert!(ok.settlement.unwrap().success);
     assert_eq!(
@@ -525,7 +536,7 @@ async fn concurrent_settles_share_one_nonce_sequence() {
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let key = fx.net.funded_payer(U256::from(CHEAP)).await.unwrap();
-        let client = X402Client::new(fx.payer(key)).unwrap();
+        let client = client(fx.payer(key)).unwrap();
         let url = url.clone();
         tasks.push(tokio::spawn(async move {
             client.get(&format!("{url}/cheap")).await.unwrap().status
@@ -565,11 +576,13 @@ async fn remote_facilitator_round_trip() {
     let url = fx.serve(&fx.paywall(Arc::new(remote))).await;
     let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
     let from = key.address();
-    let paid = X402Client::new(fx.payer(key))
-        .unwrap()
-        .get(&format!("{url}/cheap"))
-        .await
-        .unwrap();
+    let paid = Paid::from(
+        client(fx.payer(key))
+            .unwrap()
+            .get(&format!("{url}/cheap"))
+            .await
+            .unwrap(),
+    );
     assert_eq!(paid.status, 200);
     assert_eq!(
         fx.balances(from).await,
@@ -612,11 +625,13 @@ async fn a_contract_wallet_pays_with_erc1271() {
         U256::from(DEAR),
     );
     let payer = X402Payer::for_wallet(owner, wallet, policy.clone());
-    let paid = X402Client::new(payer)
-        .unwrap()
-        .get(&format!("{url}/cheap"))
-        .await
-        .unwrap();
+    let paid = Paid::from(
+        client(payer)
+            .unwrap()
+            .get(&format!("{url}/cheap"))
+            .await
+            .unwrap(),
+    );
     assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
     assert_eq!(
         paid.settlement.unwrap().payer.unwrap().to_lowercase(),
@@ -655,7 +670,7 @@ async fn a_contract_wallet_pays_with_erc1271() {
 #[tokio::test]
 async fn a_lost_answer_is_served_after_the_authorization_expired() {
     let Some(fx) = fixture().await else { return };
-    let paywall = fx.paywall(fx.facilitator.clone()).max_timeout_seconds(10);
+    let paywall = fx.routes(&fx.evm(fx.facilitator.clone()).max_timeout_seconds(10));
     let url = fx.serve(&paywall).await;
     let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
     let from = key.address();

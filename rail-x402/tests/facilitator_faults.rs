@@ -20,21 +20,22 @@ use axum::Router;
 use axum::routing::get;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::RemoteFacilitator;
-use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, Token};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::rpc::{RpcClient, RpcError};
 use rail_x402::wire::PaymentRequired;
+use rail_x402::{ExactEvm, Token};
+use x402_transport::wire::PAYMENT_SIGNATURE;
 
 const TOKEN: Address = Address::repeat_byte(0x11);
 
 async fn serve(facilitator_url: &str, hits: Arc<AtomicUsize>) -> String {
     let remote = RemoteFacilitator::new(facilitator_url, Duration::from_millis(500)).unwrap();
-    let paywall = Paywall::new(
+    let paywall = ExactEvm::new(
         Arc::new(remote),
         Token::new("eip155:31337", TOKEN, "USD Coin", "2"),
         Address::repeat_byte(0x22),
     )
-    .route("/paid", 1000u64, "paid");
+    .paywall(&[("/paid", 1000, "paid")]);
     let app = paywall.apply(Router::new().route(
         "/paid",
         get(move || {

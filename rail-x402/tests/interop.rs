@@ -25,10 +25,10 @@ use alloy_primitives::U256;
 use axum::Router;
 use axum::routing::get;
 use rail_core::MemoryKeyStore;
-use rail_x402::client::X402Client;
+use rail_x402::ExactEvm;
+use rail_x402::client::{Paid, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{LocalFacilitator, X402SettlementBook};
-use rail_x402::http::Paywall;
 use rail_x402::payer::{Policy, X402Payer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -105,9 +105,9 @@ async fn reference_client_pays_our_server() {
     .await
     .unwrap();
     let pay_to = LocalSigner::random().address();
-    let paywall = Paywall::new(Arc::new(facilitator), net.token.clone(), pay_to)
-        .with_store(store)
-        .route("/weather", 1000u64, "weather");
+    let paywall = ExactEvm::new(Arc::new(facilitator), net.token.clone(), pay_to)
+        .paywall(&[("/weather", 1000, "weather")])
+        .with_store(store);
     let app = paywall.apply(Router::new().route(
         "/weather",
         get(|| async { axum::Json(serde_json::json!({"weather": "sunny"})) }),
@@ -173,12 +173,12 @@ async fn our_client_pays_the_reference_server() {
 
     let key = net.funded_payer(U256::from(5000)).await.unwrap();
     let from = key.address();
-    let client = X402Client::new(X402Payer::new(
+    let client = client(X402Payer::new(
         key,
         Policy::new(&net.token.network, net.token.address, U256::from(1000)),
     ))
     .unwrap();
-    let paid = client.get(&format!("{surl}/weather")).await.unwrap();
+    let paid = Paid::from(client.get(&format!("{surl}/weather")).await.unwrap());
     assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
     let settlement = paid.settlement.unwrap();
     assert!(settlement.success);

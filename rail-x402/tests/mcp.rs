@@ -19,11 +19,11 @@ use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
     FacilitatorError, LocalFacilitator, SupportedResponse, X402Facilitator, X402SettlementBook,
 };
-use rail_x402::http::Token;
-use rail_x402::mcp::{McpPaywall, PAYMENT_RESPONSE_META, payment_meta, payment_required_of};
+use rail_x402::mcp::{PAYMENT_RESPONSE_META, payment_meta, payment_required_of};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
+use rail_x402::{ExactEvm, Token};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use serde_json::{Value, json};
 use x402_devnet::DevnetFacilitator;
@@ -65,11 +65,11 @@ fn text(r: &CallToolResult) -> String {
 async fn unpaid_paid_replayed_and_failed_tool_calls() {
     let mock = Arc::new(DevnetFacilitator::new("eip155:84532"));
     let pay_to = Address::repeat_byte(0x22);
-    let paywall = McpPaywall::new(mock.clone(), token(), pay_to).tool(
+    let paywall = ExactEvm::new(mock.clone(), token(), pay_to).mcp_paywall(&[(
         "financial_analysis",
-        PRICE,
+        PRICE.into(),
         "Advanced financial analysis tool",
-    );
+    )]);
     let hits = Tool(Arc::new(AtomicUsize::new(0)));
 
     // Unpaid: the specification's payment-required result.
@@ -195,13 +195,13 @@ async fn a_failed_settlement_withholds_the_tool_output() {
     inner
         .mint(token().address, key.address(), U256::from(PRICE))
         .unwrap();
-    let paywall = McpPaywall::new(
+    let evm = ExactEvm::new(
         Arc::new(FailingSettle(inner)),
         token(),
         Address::repeat_byte(0x22),
-    )
-    .tool("financial_analysis", PRICE, "analysis");
-    let pr = paywall.payment_required("financial_analysis").unwrap();
+    );
+    let paywall = evm.mcp_paywall(&[("financial_analysis", PRICE.into(), "analysis")]);
+    let pr = evm.payment_required("mcp://tool/financial_analysis", "analysis", PRICE.into());
     let payment = X402Payer::new(
         key,
         Policy::new("eip155:84532", token().address, U256::from(PRICE)),
@@ -250,18 +250,18 @@ async fn the_specification_example_request_is_read() {
         "USDC",
         "2",
     );
-    let paywall = McpPaywall::new(
+    let paywall = ExactEvm::new(
         Arc::new(DevnetFacilitator::new("eip155:84532")),
         usdc,
         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
             .parse()
             .unwrap(),
     )
-    .tool(
+    .mcp_paywall(&[(
         "financial_analysis",
-        10_000u64,
+        10_000,
         "Advanced financial analysis tool",
-    );
+    )]);
     let r = paywall
         .call_params(&params, || async { CallToolResult::success(vec![]) })
         .await;
@@ -286,9 +286,9 @@ async fn paid_tool_call_on_anvil() {
     .await
     .unwrap();
     let pay_to = LocalSigner::random().address();
-    let paywall = McpPaywall::new(Arc::new(f), net.token.clone(), pay_to)
-        .with_store(store)
-        .tool("financial_analysis", 1000u64, "analysis");
+    let paywall = ExactEvm::new(Arc::new(f), net.token.clone(), pay_to)
+        .mcp_paywall(&[("financial_analysis", 1000, "analysis")])
+        .with_store(store);
     let key = net.funded_payer(U256::from(5000)).await.unwrap();
     let payer = X402Payer::new(
         key,

@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use alloy_primitives::{Address, U256};
 use rail_x402::evm::LocalSigner;
-use rail_x402::http::Token;
-use rail_x402::mcp::{McpPaywall, PAYMENT_RESPONSE_META, payment_meta, payment_required_of};
+use rail_x402::mcp::{PAYMENT_RESPONSE_META, payment_meta, payment_required_of};
 use rail_x402::payer::{Policy, X402Payer};
+use rail_x402::{ExactEvm, Token};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
     ContentBlock, ErrorData, ServerCapabilities, ServerConfig, ServerResult,
@@ -24,6 +24,7 @@ use rmcp::model::{
 use rmcp::service::{PeerRequestOptions, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
 use x402_devnet::DevnetFacilitator;
+use x402_transport::mcp::McpPaywall;
 
 #[derive(Clone)]
 struct PaidTools {
@@ -57,11 +58,11 @@ async fn an_rmcp_client_pays_an_rmcp_server() {
     let token = Token::new("eip155:84532", Address::repeat_byte(0x5c), "USDC", "2");
     let mock = Arc::new(DevnetFacilitator::new(&token.network));
     let pay_to = Address::repeat_byte(0x22);
-    let paywall = McpPaywall::new(mock.clone(), token.clone(), pay_to).tool(
+    let paywall = ExactEvm::new(mock.clone(), token.clone(), pay_to).mcp_paywall(&[(
         "financial_analysis",
-        10_000u64,
+        10_000,
         "Advanced financial analysis tool",
-    );
+    )]);
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         let server = PaidTools { paywall }.serve(server_io).await.unwrap();

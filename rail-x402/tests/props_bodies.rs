@@ -16,7 +16,7 @@ use alloy_primitives::{Address, B256, U256};
 use proptest::prelude::*;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{FacilitatorRequest, SupportedResponse};
-use rail_x402::mcp::{McpPaywall, payment_required_of};
+use rail_x402::mcp::payment_required_of;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::wire::{
     Extra, PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse, V2, VerifyResponse,
@@ -158,11 +158,11 @@ proptest! {
         let params: CallToolRequestParams = serde_json::from_value(json!({
             "name": "t", "_meta": {"x402/payment": payment}
         })).unwrap();
-        let paywall = McpPaywall::new(
+        let paywall = rail_x402::ExactEvm::new(
             Arc::new(DevnetFacilitator::new("eip155:84532")),
-            rail_x402::http::Token::new("eip155:84532", Address::repeat_byte(0x11), "USDC", "2"),
+            rail_x402::Token::new("eip155:84532", Address::repeat_byte(0x11), "USDC", "2"),
             Address::repeat_byte(0x22),
-        ).tool("t", 1000u64, "t");
+        ).mcp_paywall(&[("t", 1000, "t")]);
         let ran = std::sync::atomic::AtomicBool::new(false);
         let r = rt.block_on(paywall.call_params(&params, || async {
             ran.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -21,15 +21,16 @@ use axum::Router;
 use axum::routing::get;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{FacilitatorError, SupportedResponse, X402Facilitator};
-use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, SettleWhen, Token};
-use rail_x402::mcp::{McpPaywall, payment_meta, payment_required_of};
+use rail_x402::mcp::{payment_meta, payment_required_of};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{
     PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse, VerifyResponse,
 };
+use rail_x402::{ExactEvm, SettleWhen, Token};
 use rmcp::model::{CallToolResult, ContentBlock};
 use x402_devnet::DevnetFacilitator;
+use x402_transport::wire::PAYMENT_SIGNATURE;
 
 const NET: &str = "eip155:84532";
 
@@ -89,9 +90,9 @@ impl Fx {
         handler_delay: Duration,
     ) -> String {
         let hits = self.hits.clone();
-        let paywall = Paywall::new(f, token(), self.pay_to)
-            .settle(when)
-            .route("/paid", 1000u64, "paid");
+        let paywall = ExactEvm::new(f, token(), self.pay_to)
+            .paywall(&[("/paid", 1000, "paid")])
+            .settle(when);
         let app = paywall.apply(Router::new().route(
             "/paid",
             get(move || {
@@ -203,9 +204,9 @@ async fn a_payment_whose_answer_was_lost_is_served_once() {
 #[tokio::test]
 async fn mcp_serves_a_lost_answer_once() {
     let mock = Arc::new(DevnetFacilitator::new(NET));
-    let paywall =
-        McpPaywall::new(mock.clone(), token(), Address::repeat_byte(0x22)).tool("t", 1000u64, "t");
-    let pr = paywall.payment_required("t").unwrap();
+    let evm = ExactEvm::new(mock.clone(), token(), Address::repeat_byte(0x22));
+    let paywall = evm.mcp_paywall(&[("t", 1000, "t")]);
+    let pr = evm.payment_required("mcp://tool/t", "t", 1000);
     let key = LocalSigner::random();
     mock.mint(token().address, key.address(), U256::from(1000))
         .unwrap();
@@ -265,7 +266,7 @@ async fn the_client_hands_back_an_unknown_payment_and_resends_it() {
     fx.mock
         .mint(token().address, key.address(), U256::from(5000))
         .unwrap();
-    let client = rail_x402::client::X402Client::new(X402Payer::new(
+    let client = rail_x402::client::client(X402Payer::new(
         key.clone(),
         Policy::new(NET, token().address, U256::from(1000)),
     ))
@@ -296,10 +297,10 @@ async fn a_v1_payment_is_resent_not_resigned() {
     let mock = Arc::new(DevnetFacilitator::new(NET));
     let pay_to = Address::repeat_byte(0x22);
     let flaky = Arc::new(FlakyOnce(mock.clone(), AtomicUsize::new(0)));
-    let paywall = Paywall::new(flaky, token(), pay_to)
-        .route("/paid", 1000u64, "paid")
+    let paywall = ExactEvm::new(flaky, token(), pay_to)
         .accept_v1(None)
-        .unwrap();
+        .unwrap()
+        .paywall(&[("/paid", 1000, "paid")]);
     let app = paywall
         .apply(Router::new().route("/paid", get(|| async { "content" })))
         .layer(axum::middleware::map_response(
@@ -315,7 +316,7 @@ async fn a_v1_payment_is_resent_not_resigned() {
     let key = LocalSigner::random();
     mock.mint(token().address, key.address(), U256::from(5000))
         .unwrap();
-    let client = rail_x402::client::X402Client::new(X402Payer::new(
+    let client = rail_x402::client::client(X402Payer::new(
         key.clone(),
         Policy::new(NET, token().address, U256::from(1000)),
     ))

@@ -14,13 +14,14 @@ use std::sync::Arc;
 use alloy_primitives::{Address, U256};
 use axum::Router;
 use axum::routing::get;
-use rail_x402::client::X402Client;
+use rail_x402::client::{Paid, client};
 use rail_x402::evm::LocalSigner;
-use rail_x402::http::{Paywall, Token};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::v1::{PaymentRequiredV1, SettleResponseV1};
 use rail_x402::wire::PaymentRequired;
+use rail_x402::{ExactEvm, Token};
 use x402_devnet::DevnetFacilitator;
+use x402_transport::paywall::Paywall;
 
 const NET: &str = "eip155:84532";
 
@@ -61,10 +62,10 @@ fn funded(mock: &DevnetFacilitator) -> X402Payer {
 async fn v1_and_v2_clients_pay_the_same_route() {
     let mock = Arc::new(DevnetFacilitator::new(NET));
     let pay_to = Address::repeat_byte(0x22);
-    let paywall = Paywall::new(mock.clone(), token(), pay_to)
-        .route("/paid", 1000u64, "paid")
+    let paywall = ExactEvm::new(mock.clone(), token(), pay_to)
         .accept_v1(None)
-        .unwrap();
+        .unwrap()
+        .paywall(&[("/paid", 1000, "paid")]);
     let url = serve(paywall, false).await;
 
     // The 402: v2 in the header, v1 in the body.
@@ -78,11 +79,7 @@ async fn v1_and_v2_clients_pay_the_same_route() {
     assert_eq!(v1.accepts[0].max_amount_required.value(), U256::from(1000));
 
     // A v2 client uses the header: never downgraded.
-    let paid = X402Client::new(funded(&mock))
-        .unwrap()
-        .get(&url)
-        .await
-        .unwrap();
+    let paid = Paid::from(client(funded(&mock)).unwrap().get(&url).await.unwrap());
     assert_eq!(paid.status, 200);
     assert!(paid.headers.contains_key("payment-response"));
     assert!(!paid.headers.contains_key("x-payment-response"));
@@ -133,16 +130,12 @@ async fn v1_and_v2_clients_pay_the_same_route() {
 async fn our_client_pays_a_v1_only_server() {
     let mock = Arc::new(DevnetFacilitator::new(NET));
     let pay_to = Address::repeat_byte(0x22);
-    let paywall = Paywall::new(mock.clone(), token(), pay_to)
-        .route("/paid", 1000u64, "paid")
+    let paywall = ExactEvm::new(mock.clone(), token(), pay_to)
         .accept_v1(None)
-        .unwrap();
-    let url = serve(paywall, true).await;
-    let paid = X402Client::new(funded(&mock))
         .unwrap()
-        .get(&url)
-        .await
-        .unwrap();
+        .paywall(&[("/paid", 1000, "paid")]);
+    let url = serve(paywall, true).await;
+    let paid = Paid::from(client(funded(&mock)).unwrap().get(&url).await.unwrap());
     assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
     assert_eq!(paid.body, b"content");
     let s = paid.settlement.unwrap();
@@ -157,10 +150,10 @@ async fn our_client_pays_a_v1_only_server() {
 #[tokio::test]
 async fn without_v1_an_x_payment_is_not_read() {
     let mock = Arc::new(DevnetFacilitator::new(NET));
-    let paywall = Paywall::new(mock.clone(), token(), Address::repeat_byte(0x22))
-        .route("/paid", 1000u64, "paid");
+    let paywall = ExactEvm::new(mock.clone(), token(), Address::repeat_byte(0x22))
+        .paywall(&[("/paid", 1000, "paid")]);
     assert!(
-        Paywall::new(
+        ExactEvm::new(
             mock.clone(),
             Token::new("eip155:31337", Address::ZERO, "x", "1"),
             Address::ZERO
@@ -172,7 +165,7 @@ async fn without_v1_an_x_payment_is_not_read() {
     let url = serve(paywall, false).await;
     let r = http().get(&url).send().await.unwrap();
     let body: PaymentRequired = r.json().await.unwrap();
-    let v1 = rail_x402::http::v1_body(&body, "base-sepolia");
+    let v1 = rail_x402::v1::v1_body(&body, "base-sepolia");
     let payment = funded(&mock).pay_v1(&v1).unwrap();
     let r = http()
         .get(&url)

@@ -18,7 +18,7 @@ use axum::Router;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use common::{usd, world};
-use rail_x402::client::X402Client;
+use rail_x402::client::Paid;
 use rail_x402::evm::LocalSigner;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
 use rail_x402::{ExactEvm, Token};
@@ -138,15 +138,16 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
     assert_eq!(body["error"], "mismatch", "{body}");
 
     // A plain x402 client pays the same route, with its own scheme.
-    let x402 = X402Client::new(X402Payer::new(
+    let x402 = rail_x402::client::client(X402Payer::new(
         evm_key,
         EvmPolicy::new(NET, token.address, U256::from(100_000)),
     ))
     .unwrap();
-    let paid = x402
-        .get(&format!("{base}/api/search?q=rust"))
-        .await
-        .unwrap();
+    let paid = Paid::from(
+        x402.get(&format!("{base}/api/search?q=rust"))
+            .await
+            .unwrap(),
+    );
     assert_eq!(paid.status, 200);
     assert!(paid.settlement.expect("a PAYMENT-RESPONSE").success);
     assert_eq!(
@@ -260,5 +261,95 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
     assert_eq!(
         mock.balance(token.address, pay_to).unwrap(),
         U256::from(20_000)
+    );
+}
+
+/// A paid retry that gets no verdict (a 503, as a proxy or a restarting server answers) is
+/// sent again as the same payment by the x402 client the wallet pays through: one signature,
+/// one charge, the content served — never a second payment for one request.
+#[tokio::test]
+async fn the_wallet_resends_the_same_x402_payment_when_its_outcome_is_unknown() {
+    use std::sync::Mutex;
+    use stipendex::envelope::{Allow, Limits};
+    let w = world().await;
+    let mock = Arc::new(DevnetFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let pay_to = Address::repeat_byte(0x44);
+    let evm_key = LocalSigner::random();
+    mock.mint(token.address, evm_key.address(), U256::from(1_000_000))
+        .unwrap();
+    let evm = ExactEvm::new(mock.clone(), token.clone(), pay_to);
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let app = evm
+        .paywall(&[("/weather", 20_000, "the weather")])
+        .apply(Router::new().route("/weather", get(|| async { "sunny" })))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let record = record.clone();
+                async move {
+                    let presented = req
+                        .headers()
+                        .get("payment-signature")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    if let Some(p) = presented {
+                        let first = {
+                            let mut seen = record.lock().unwrap();
+                            seen.push(p);
+                            seen.len() == 1
+                        };
+                        if first {
+                            // Lost on the way: the server never saw it; the client cannot know.
+                            return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try again")
+                                .into_response();
+                        }
+                    }
+                    next.run(req).await
+                }
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mandate = w.mandate(|m| {
+        m.limits.push(Limits {
+            asset: stipendex::Asset::usdc(),
+            per_call: Some("0.50".parse().unwrap()),
+            per_period: None,
+            total: Some("5.00".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: None,
+        });
+        m.allow.push(Allow::X402Http {
+            origin: base.clone(),
+            pay_to: format!("{pay_to:#x}"),
+        });
+    });
+    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
+        .store(w.store.clone())
+        .scheme_payer(Arc::new(X402Payer::new(
+            evm_key.clone(),
+            EvmPolicy::new(NET, token.address, U256::from(1_000_000)),
+        )))
+        .journal(w.journal.clone())
+        .build()
+        .unwrap();
+    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
+    let r = Client::new(http, wallet)
+        .get(&format!("{base}/weather"))
+        .await
+        .unwrap();
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"sunny"[..]));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "presented once, then once again");
+    assert_eq!(seen[0], seen[1], "the same payment, not a second one");
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(20_000)
+    );
+    assert_eq!(
+        mock.balance(token.address, evm_key.address()).unwrap(),
+        U256::from(980_000),
+        "one charge"
     );
 }

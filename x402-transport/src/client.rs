@@ -12,6 +12,11 @@
 //!   [`Client::with_retries`] times, honouring `Retry-After`. A second payment is never made
 //!   for one request; if the outcome is still unknown, [`ClientError::OutcomeUnknown`] hands
 //!   the payment back for [`Client::resend`].
+//!
+//! Its steps are public for a caller that decides payments itself (an agent wallet under a
+//! mandate): [`read_402`] reads the requirement, [`choose`] picks a payer and entry under the
+//! payers' policies and a [`PayPolicy`] of the caller's, [`sign`] makes the payment, and
+//! [`Client::resend`] delivers it with the rules above.
 
 use std::fmt;
 use std::sync::Arc;
@@ -57,6 +62,157 @@ pub trait SchemePayer: Send + Sync + fmt::Debug {
     }
 }
 
+/// A caller's say over which entries may be paid, beside each payer's own policy (a wallet's
+/// allowlist and limits, say). [`choose`] skips what it refuses.
+pub trait PayPolicy: Send + Sync {
+    /// Why `payer` must not pay `entry`, or `None` if it may.
+    fn refusal(&self, payer: &dyn SchemePayer, entry: &Value) -> Option<String>;
+}
+
+/// An x402 payment requirement, as it came.
+#[derive(Clone, Debug)]
+pub enum Required {
+    /// x402 v2 (`PAYMENT-REQUIRED`, or a v2 body).
+    V2(PaymentRequired),
+    /// x402 v1 (the JSON body of a v1 402); answered with `X-PAYMENT`.
+    V1(PaymentRequiredV1),
+}
+
+impl Required {
+    /// Reads an x402 payment requirement from JSON (`x402Version` 1 or 2).
+    ///
+    /// # Errors
+    /// [`ClientError::Header`] if it is not one.
+    pub fn from_value(v: Value) -> Result<Self, ClientError> {
+        match v.get("x402Version").and_then(Value::as_u64) {
+            Some(1) => serde_json::from_value(v)
+                .map(Required::V1)
+                .map_err(|e| ClientError::Header(format!("an x402 v1 402: {e}"))),
+            Some(2) => serde_json::from_value(v)
+                .map(Required::V2)
+                .map_err(|e| ClientError::Header(format!("an x402 v2 402: {e}"))),
+            _ => Err(ClientError::Header(
+                "not an x402 payment requirement (no x402Version 1 or 2)".into(),
+            )),
+        }
+    }
+
+    /// Reads the payment requirement of an MCP tool result (`isError: true`), looked for in
+    /// the x402 MCP convention's order: `structuredContent`, its `x402/error.data`, then the
+    /// first text content parsed as JSON. `None` if the result asks no payment.
+    #[must_use]
+    pub fn from_mcp_result(result: &Value) -> Option<Self> {
+        Self::from_value(wire::payment_required_in_tool_result(result)?).ok()
+    }
+
+    /// The entries as JSON.
+    #[must_use]
+    pub fn entries(&self) -> Vec<Value> {
+        match self {
+            Required::V2(r) => r.entries(),
+            Required::V1(r) => r.entries(),
+        }
+    }
+}
+
+/// Reads a 402: the `PAYMENT-REQUIRED` header (x402 v2) if there is one, else the JSON body (a
+/// v2 body, as the exact-algo seed's clients read it, or a v1 one). `Ok(None)` for a body that
+/// is no x402 payment requirement (the 402 is then not x402's).
+///
+/// # Errors
+/// [`ClientError::Header`] for a `PAYMENT-REQUIRED` header, or a body naming an x402 version,
+/// that does not decode.
+pub fn read_402(header: Option<&str>, body: &[u8]) -> Result<Option<Required>, ClientError> {
+    if let Some(h) = header {
+        return PaymentRequired::from_header(h)
+            .map(|r| Some(Required::V2(r)))
+            .map_err(|e| ClientError::Header(format!("PAYMENT-REQUIRED: {e}")));
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Ok(None);
+    };
+    match v.get("x402Version").and_then(Value::as_u64) {
+        Some(1 | 2) => Required::from_value(v).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The payer and entry to pay: the first payer of `payers` (in order) that accepts one of
+/// `entries` — its own policy ([`SchemePayer::refusal`]) and `policy`, if given — with the
+/// cheapest entry it accepts.
+///
+/// # Errors
+/// [`ClientError::NothingPayable`] with every refusal.
+pub fn choose<'a>(
+    payers: &'a [Arc<dyn SchemePayer>],
+    entries: &[Value],
+    policy: Option<&dyn PayPolicy>,
+) -> Result<(&'a Arc<dyn SchemePayer>, Value), ClientError> {
+    let mut refusals = Vec::new();
+    for payer in payers {
+        let mut best: Option<(&Value, u128)> = None;
+        for entry in entries {
+            let refused = payer
+                .refusal(entry)
+                .or_else(|| policy.and_then(|p| p.refusal(payer.as_ref(), entry)));
+            match refused {
+                Some(why) => refusals.push(format!("{}: {why}", payer.label())),
+                None => {
+                    let amount = payer.amount(entry).unwrap_or(u128::MAX);
+                    if best.is_none_or(|(_, b)| amount < b) {
+                        best = Some((entry, amount));
+                    }
+                }
+            }
+        }
+        if let Some((entry, _)) = best {
+            return Ok((payer, entry.clone()));
+        }
+    }
+    if payers.is_empty() {
+        refusals.push("no scheme payer".into());
+    }
+    Err(ClientError::NothingPayable(refusals))
+}
+
+/// `payer`'s payment for `entry` of `required` (for v1, a 402 narrowed to that one entry).
+///
+/// # Errors
+/// [`ClientError::Payer`] when the payer cannot sign it (or speaks no v1, for a v1 402).
+pub async fn sign(
+    payer: &dyn SchemePayer,
+    required: &Required,
+    entry: &Value,
+) -> Result<Sent, ClientError> {
+    let (envelope, v1) = match required {
+        Required::V2(r) => (
+            payer.pay(r, entry).await.map_err(ClientError::Payer)?,
+            false,
+        ),
+        Required::V1(r) => {
+            let only = PaymentRequiredV1 {
+                x402_version: wire::V1::default(),
+                error: r.error.clone(),
+                accepts: vec![wire::entry(entry).map_err(|e| ClientError::Payer(e.to_string()))?],
+            };
+            match payer.pay_v1(&only).await {
+                Some(r) => (r.map_err(ClientError::Payer)?, true),
+                None => {
+                    return Err(ClientError::Payer(format!(
+                        "{} does not speak x402 v1",
+                        payer.label()
+                    )));
+                }
+            }
+        }
+    };
+    Ok(Sent {
+        label: payer.label().to_owned(),
+        envelope,
+        v1,
+    })
+}
+
 /// A payment the client sent.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sent {
@@ -69,11 +225,17 @@ pub struct Sent {
 }
 
 impl Sent {
-    fn header_value(&self) -> Result<String, ClientError> {
+    /// The header value: base64 of the envelope's JSON.
+    ///
+    /// # Errors
+    /// [`ClientError::Payer`] if the envelope does not serialize.
+    pub fn header_value(&self) -> Result<String, ClientError> {
         wire::encode_base64_json(&self.envelope).map_err(|e| ClientError::Payer(e.to_string()))
     }
 
-    const fn header_name(&self) -> &'static str {
+    /// The header it travels in: `PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1.
+    #[must_use]
+    pub const fn header_name(&self) -> &'static str {
         if self.v1 {
             wire::X_PAYMENT
         } else {
@@ -127,11 +289,22 @@ pub struct Paid {
 }
 
 /// A reqwest client that pays 402s with its payers.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     payers: Vec<Arc<dyn SchemePayer>>,
+    policy: Option<Arc<dyn PayPolicy>>,
     retries: u32,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("payers", &self.payers)
+            .field("policy", &self.policy.is_some())
+            .field("retries", &self.retries)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Statuses after which a payment's outcome is unknown (send the same payment again).
@@ -149,8 +322,16 @@ impl Client {
         Client {
             http,
             payers: Vec::new(),
+            policy: None,
             retries: 3,
         }
+    }
+
+    /// Pays only what `policy` allows, beside each payer's own policy.
+    #[must_use]
+    pub fn with_policy(mut self, policy: Arc<dyn PayPolicy>) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// Also pays with `payer` (after the payers added before it).
@@ -188,8 +369,8 @@ impl Client {
         r
     }
 
-    /// The payer and entry to pay: the first payer (in order) that accepts an entry, with the
-    /// cheapest entry it accepts.
+    /// The payer and entry to pay for `required` ([`choose`] over this client's payers and
+    /// policy).
     ///
     /// # Errors
     /// [`ClientError::NothingPayable`] with every refusal.
@@ -197,29 +378,7 @@ impl Client {
         &self,
         required: &PaymentRequired,
     ) -> Result<(&Arc<dyn SchemePayer>, Value), ClientError> {
-        let entries = required.entries();
-        let mut refusals = Vec::new();
-        for payer in &self.payers {
-            let mut best: Option<(&Value, u128)> = None;
-            for entry in &entries {
-                match payer.refusal(entry) {
-                    Some(why) => refusals.push(format!("{}: {why}", payer.label())),
-                    None => {
-                        let amount = payer.amount(entry).unwrap_or(u128::MAX);
-                        if best.is_none_or(|(_, b)| amount < b) {
-                            best = Some((entry, amount));
-                        }
-                    }
-                }
-            }
-            if let Some((entry, _)) = best {
-                return Ok((payer, entry.clone()));
-            }
-        }
-        if self.payers.is_empty() {
-            refusals.push("the client has no payer".into());
-        }
-        Err(ClientError::NothingPayable(refusals))
+        choose(&self.payers, &required.entries(), self.policy.as_deref())
     }
 
     /// A request with an optional body, paying if asked.
@@ -245,47 +404,27 @@ impl Client {
             .get(wire::PAYMENT_REQUIRED)
             .and_then(|h| h.to_str().ok())
             .map(str::to_owned);
-        let (required, sent) = match header {
-            Some(h) => {
-                let required = PaymentRequired::from_header(&h)
-                    .map_err(|e| ClientError::Header(e.to_string()))?;
+        let (status, headers) = (first.status(), first.headers().clone());
+        let raw = first
+            .bytes()
+            .await
+            .map_err(|e| ClientError::Http(e.without_url().to_string()))?
+            .to_vec();
+        let (required, sent) = match read_402(header.as_deref(), &raw)? {
+            Some(Required::V2(required)) => {
                 let sent = self.pay(&required).await?;
                 (Some(required), sent)
             }
+            Some(Required::V1(required)) => (None, self.pay_v1(&required).await?),
             None => {
-                // No v2 header: the JSON body (a v2 body, or a v1 one).
-                let (status, headers) = (first.status(), first.headers().clone());
-                let raw = first
-                    .bytes()
-                    .await
-                    .map_err(|e| ClientError::Http(e.without_url().to_string()))?
-                    .to_vec();
-                let version = serde_json::from_slice::<Value>(&raw)
-                    .ok()
-                    .and_then(|v| v.get("x402Version").and_then(Value::as_u64));
-                match version {
-                    Some(2) => {
-                        let required: PaymentRequired = serde_json::from_slice(&raw)
-                            .map_err(|e| ClientError::Header(e.to_string()))?;
-                        let sent = self.pay(&required).await?;
-                        (Some(required), sent)
-                    }
-                    Some(1) => {
-                        let required: PaymentRequiredV1 = serde_json::from_slice(&raw)
-                            .map_err(|e| ClientError::Header(e.to_string()))?;
-                        (None, self.pay_v1(&required).await?)
-                    }
-                    _ => {
-                        return Ok(Paid {
-                            status,
-                            headers,
-                            body: raw,
-                            payment: None,
-                            response: None,
-                            payment_required: None,
-                        });
-                    }
-                }
+                return Ok(Paid {
+                    status,
+                    headers,
+                    body: raw,
+                    payment: None,
+                    response: None,
+                    payment_required: None,
+                });
             }
         };
         self.deliver(&method, url, body.as_ref(), sent, required)

@@ -21,7 +21,7 @@ use axum::routing::get;
 use ed25519_dalek::SigningKey;
 use rail_core::{MemoryKeyStore, SystemClock};
 use rail_exact_algo::{AlgodClient, ExactAlgo, ExactAlgoPayer, ExactAlgoReceiver, Policy};
-use rail_x402::client::X402Client;
+use rail_x402::client::{Paid, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
 use rail_x402::{ExactEvm, Token};
@@ -169,8 +169,8 @@ async fn each_client_pays_a_route_offering_both_schemes() {
         evm_key,
         EvmPolicy::new(NET, token.address, U256::from(1000)),
     );
-    let client = X402Client::new(evm_payer).unwrap();
-    let evm_paid = client.get(&url).await.unwrap();
+    let client = client(evm_payer).unwrap();
+    let evm_paid = Paid::from(client.get(&url).await.unwrap());
     assert_eq!(evm_paid.status, 200);
     let settled = evm_paid.settlement.expect("a PAYMENT-RESPONSE");
     assert!(settled.success);

@@ -20,9 +20,9 @@ use rail_core::{
     Asset, KeyStore, ManualClock, MemoryKeyStore, Payment, RailError, RailHandle, RailReason,
     RailResult, SharedClock,
 };
+use rail_x402::Token;
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{LocalFacilitator, X402Facilitator, X402SettlementBook};
-use rail_x402::http::Token;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::rail::{TokenBalance, X402RailPayer, X402Receiver};
 use serde_json::json;

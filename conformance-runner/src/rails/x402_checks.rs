@@ -16,12 +16,13 @@ use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
     LocalFacilitator, RemoteFacilitator, SettleConfig, X402Facilitator, X402SettlementBook,
 };
-use rail_x402::http::{PAYMENT_SIGNATURE, Paywall, Token};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::verify::reasons;
 use rail_x402::wire::{Extra, PaymentPayload, PaymentRequired, PaymentRequirements};
+use rail_x402::{ExactEvm, Token};
 use x402_devnet::DevnetFacilitator;
 use x402_devnet::anvil::Localnet;
+use x402_transport::wire::PAYMENT_SIGNATURE;
 
 type Check = Result<(), String>;
 
@@ -369,8 +370,11 @@ async fn not_served(ctx: &Ctx<'_>, fault: Fault) -> Check {
     let pay_to = LocalSigner::random().address();
     let hits = Arc::new(AtomicUsize::new(0));
     let seen = hits.clone();
-    let paywall =
-        Paywall::new(Arc::new(remote), ctx.token.clone(), pay_to).route("/paid", PRICE, "paid");
+    let paywall = ExactEvm::new(Arc::new(remote), ctx.token.clone(), pay_to).paywall(&[(
+        "/paid",
+        PRICE.into(),
+        "paid",
+    )]);
     let app = paywall.apply(Router::new().route(
         "/paid",
         get(move || {

@@ -7,7 +7,8 @@ use serde_json::Value;
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
 use crate::envelope::{Quote, Receipt, Signed};
-use crate::wallet::{ChallengePaid, Paid, Required, Source, Wallet};
+use crate::wallet::{ChallengePaid, Paid, Source, Wallet};
+use x402_transport::client::{self as x402, ClientError};
 use x402_transport::wire;
 
 /// A paid (or free) response: status, headers, body, and the checked Receipt if it was paid.
@@ -32,18 +33,22 @@ pub struct Response {
 
 /// A reqwest client that hands a 402's Quote to the wallet and retries once with the Proof; a
 /// 402 without a Quote is an x402 challenge, paid under the same mandate with the wallet's
-/// scheme payers (retried once with `PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1).
+/// scheme payers and delivered by the x402 client (`PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1;
+/// the same payment sent again while its outcome is unknown: no answer, 502, 503 or 504).
 #[derive(Clone, Debug)]
 pub struct Client {
     http: reqwest::Client,
     wallet: Wallet,
+    /// Delivers the wallet's x402 payments (it has no payer: the wallet decides and signs).
+    x402: x402::Client,
 }
 
 impl Client {
     /// A client paying with `wallet`.
     #[must_use]
     pub fn new(http: reqwest::Client, wallet: Wallet) -> Self {
-        Client { http, wallet }
+        let x402 = x402::Client::new(http.clone());
+        Client { http, wallet, x402 }
     }
 
     /// The wallet.
@@ -93,7 +98,13 @@ impl Client {
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let Some(quote) = body.get("quote") else {
             // No Quote: an x402 challenge, paid under the same mandate.
-            let required = Required::from_http(header.as_deref(), &bytes)?;
+            let required = x402::read_402(header.as_deref(), &bytes)
+                .map_err(|e| Error::Malformed(e.to_string()))?
+                .ok_or_else(|| {
+                    Error::Malformed(
+                        "the 402 carries neither a Quote nor an x402 payment requirement".into(),
+                    )
+                })?;
             return Box::pin(self.pay_x402(method, url, &required)).await;
         };
         let quote: Signed<Quote> = serde_json::from_value(quote.clone())
@@ -109,7 +120,8 @@ impl Client {
             .await
             .map_err(|e| transport(&e))?;
         if second.status() == StatusCode::PAYMENT_REQUIRED {
-            return Err(refusal(second, "the receiver refused the proof").await);
+            let body = second.bytes().await.map_err(|e| transport(&e))?;
+            return Err(refusal(&body, "the receiver refused the proof"));
         }
         let receipt = match second.headers().get(RECEIPT).map(|v| v.to_str()) {
             Some(Ok(v)) => {
@@ -133,39 +145,47 @@ impl Client {
         &self,
         method: Method,
         url: &str,
-        required: &Required,
+        required: &x402::Required,
     ) -> Result<Response, Error> {
         let paid = self
             .wallet
             .pay_challenge(&Source::http(url)?, required)
             .await?;
-        let value = HeaderValue::from_str(&paid.value)
-            .map_err(|e| Error::Malformed(format!("the payment header: {e}")))?;
-        let second = self
-            .http
-            .request(method, url)
-            .header(paid.header, value)
-            .send()
+        let answer = self
+            .x402
+            .resend(method, url, None, paid.sent.clone())
             .await
-            .map_err(|e| transport(&e))?;
-        if second.status() == StatusCode::PAYMENT_REQUIRED {
-            return Err(refusal(second, "the server refused the x402 payment").await);
+            .map_err(|e| match e {
+                ClientError::OutcomeUnknown { detail, .. } => {
+                    Error::Payment(rail_core::RailError::Unavailable(rail_core::RailReason::new(
+                        "outcome_unknown",
+                        format!(
+                            "the x402 payment was sent and its outcome is unknown ({detail}); present the same payment again"
+                        ),
+                    )))
+                }
+                e => Error::Payment(rail_core::RailError::Unavailable(
+                    rail_core::RailReason::new("http", e.to_string()),
+                )),
+            })?;
+        if answer.status == StatusCode::PAYMENT_REQUIRED {
+            return Err(refusal(&answer.body, "the server refused the x402 payment"));
         }
-        let settlement = [wire::PAYMENT_RESPONSE, wire::X_PAYMENT_RESPONSE]
-            .iter()
-            .find_map(|h| second.headers().get(*h))
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| wire::decode_base64_json::<Value>(v).ok());
-        let mut r = read(second, None, None).await?;
-        r.x402 = Some(paid);
-        r.settlement = settlement;
-        Ok(r)
+        Ok(Response {
+            status: answer.status,
+            headers: answer.headers,
+            body: answer.body.into(),
+            paid: None,
+            receipt: None,
+            x402: Some(paid),
+            settlement: answer.response,
+        })
     }
 }
 
 /// A paid retry answered 402 again: the refusal's code (`error`) and message, as a decline.
-async fn refusal(r: reqwest::Response, what: &str) -> Error {
-    let body: Value = r.json().await.unwrap_or(Value::Null);
+fn refusal(body: &[u8], what: &str) -> Error {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let code = body
         .get("error")
         .and_then(Value::as_str)

@@ -13,72 +13,11 @@ use std::sync::Arc;
 
 use rail_core::{Money, OpId, Payment, PaymentMode, RailId};
 use serde_json::Value;
-use x402_transport::client::SchemePayer;
-use x402_transport::wire::{self, PaymentRequired, PaymentRequiredV1};
+use x402_transport::client::{self, PayPolicy, Required, SchemePayer, Sent};
 
 use super::{Ask, Denial, Wallet, Why, chain_name, now_secs};
 use crate::Error;
 use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed, Tag, new_id};
-
-/// An x402 payment requirement, as it came.
-#[derive(Clone, Debug)]
-pub enum Required {
-    /// x402 v2 (`PAYMENT-REQUIRED`, or a v2 body).
-    V2(PaymentRequired),
-    /// x402 v1 (the JSON body of a v1 402); answered with `X-PAYMENT`.
-    V1(PaymentRequiredV1),
-}
-
-impl Required {
-    /// Reads a 402: the `PAYMENT-REQUIRED` header if there is one, else the JSON body (v1 or
-    /// v2).
-    ///
-    /// # Errors
-    /// [`Error::Malformed`] if neither is an x402 payment requirement.
-    pub fn from_http(header: Option<&str>, body: &[u8]) -> Result<Self, Error> {
-        if let Some(h) = header {
-            return wire::decode_base64_json::<PaymentRequired>(h)
-                .map(Required::V2)
-                .map_err(|e| Error::Malformed(format!("PAYMENT-REQUIRED: {e}")));
-        }
-        let v: Value = serde_json::from_slice(body)
-            .map_err(|e| Error::Malformed(format!("the 402 body is not JSON: {e}")))?;
-        Self::from_value(v)
-    }
-
-    /// Reads an x402 payment requirement from JSON (`x402Version` 1 or 2).
-    ///
-    /// # Errors
-    /// [`Error::Malformed`].
-    pub fn from_value(v: Value) -> Result<Self, Error> {
-        match v.get("x402Version").and_then(Value::as_u64) {
-            Some(1) => serde_json::from_value(v)
-                .map(Required::V1)
-                .map_err(|e| Error::Malformed(format!("an x402 v1 402: {e}"))),
-            Some(2) => serde_json::from_value(v)
-                .map(Required::V2)
-                .map_err(|e| Error::Malformed(format!("an x402 v2 402: {e}"))),
-            _ => Err(Error::Malformed(
-                "not an x402 payment requirement (no x402Version 1 or 2)".into(),
-            )),
-        }
-    }
-
-    /// Reads the payment requirement of an MCP tool result (`isError: true`), looked for in
-    /// the x402 MCP convention's order: `structuredContent`, its `x402/error.data`, then the
-    /// first text content parsed as JSON. `None` if the result asks no payment.
-    #[must_use]
-    pub fn from_mcp_result(result: &Value) -> Option<Self> {
-        Self::from_value(wire::payment_required_in_tool_result(result)?).ok()
-    }
-
-    fn entries(&self) -> Vec<Value> {
-        match self {
-            Required::V2(r) => r.entries(),
-            Required::V1(r) => r.entries(),
-        }
-    }
-}
 
 /// Where a challenge came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +76,9 @@ impl Source {
 /// A challenge the wallet paid: what to send back, and its Proof for the audit.
 #[derive(Clone, Debug)]
 pub struct ChallengePaid {
+    /// The payment as the x402 client delivers it ([`x402_transport::client::Client::resend`]:
+    /// the same bytes again while the outcome is unknown).
+    pub sent: Sent,
     /// The HTTP header to retry with (`PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1).
     pub header: &'static str,
     /// Its value (base64 of the envelope).
@@ -164,6 +106,17 @@ struct Choice<'a> {
     entry: Value,
     amount: Money,
     challenge: Challenge,
+}
+
+/// The wallet's say beside each payer's policy: an entry is paid only if the payer can tell
+/// its asset and amount (the mandate's limits are in an asset).
+struct KnownAmount;
+
+impl PayPolicy for KnownAmount {
+    fn refusal(&self, payer: &dyn SchemePayer, entry: &Value) -> Option<String> {
+        (payer.asset(entry).is_none() || payer.amount(entry).is_none())
+            .then(|| "cannot tell the entry's asset or amount".to_owned())
+    }
 }
 
 impl Wallet {
@@ -195,9 +148,10 @@ impl Wallet {
                 .to_owned(),
             entry: entry.clone(),
         };
-        let allowed: Vec<&Value> = entries
+        let allowed: Vec<Value> = entries
             .iter()
             .filter(|e| crate::chain::challenge_allowed(&mandate.allow, &challenge(e)))
+            .cloned()
             .collect();
         if allowed.is_empty() {
             let pay_to: Vec<String> = entries.iter().map(|e| challenge(e).pay_to).collect();
@@ -243,35 +197,25 @@ impl Wallet {
         } else {
             None
         };
-        let signed = match required {
-            Required::V2(r) => choice.payer.pay(r, &choice.entry).await.map(|v| (v, false)),
-            Required::V1(r) => {
-                let only = PaymentRequiredV1 {
-                    x402_version: wire::V1::default(),
-                    error: r.error.clone(),
-                    accepts: wire::entry(&choice.entry)
-                        .map(|e| vec![e])
-                        .unwrap_or_default(),
-                };
-                match choice.payer.pay_v1(&only).await {
-                    Some(r) => r.map(|v| (v, true)),
-                    None => Err(format!("{} does not speak x402 v1", choice.payer.label())),
-                }
-            }
-        };
-        let (envelope, v1) = match signed {
+        let sent = match client::sign(choice.payer.as_ref(), required, &choice.entry).await {
             Ok(s) => s,
-            Err(why) => {
+            Err(e) => {
                 // Nothing was signed: nothing can move.
                 counted.release().await;
+                let why = match e {
+                    client::ClientError::Payer(why) => why,
+                    e => e.to_string(),
+                };
                 return Err(Error::Payment(rail_core::RailError::Declined(
                     rail_core::RailReason::new("sign", why),
                 )));
             }
         };
         counted.keep().await;
-        let value = wire::encode_base64_json(&envelope)
+        let value = sent
+            .header_value()
             .map_err(|e| Error::Malformed(format!("cannot encode the payment: {e}")))?;
+        let envelope = sent.envelope.clone();
         let label = choice.payer.label().to_owned();
         let payment = Payment {
             rail: RailId::new(label.clone()),
@@ -312,11 +256,8 @@ impl Wallet {
         }
         tracing::info!(origin = %source.origin, amount = %choice.amount.amount(), asset = %choice.amount.asset(), payer = %label, "signed an x402 payment");
         Ok(ChallengePaid {
-            header: if v1 {
-                wire::X_PAYMENT
-            } else {
-                wire::PAYMENT_SIGNATURE
-            },
+            header: sent.header_name(),
+            sent,
             value,
             envelope,
             amount: choice.amount,
@@ -327,52 +268,35 @@ impl Wallet {
     }
 
     /// The first scheme payer (in the wallet's order) that accepts an allowed entry, and the
-    /// cheapest entry it accepts.
+    /// cheapest entry it accepts: the x402 client's [`client::choose`], under the payers'
+    /// policies and the wallet's [`KnownAmount`].
     fn choose_entry<'a>(
         &'a self,
-        allowed: &[&Value],
+        allowed: &[Value],
         challenge: &dyn Fn(&Value) -> Challenge,
     ) -> Result<Choice<'a>, Error> {
-        let mut why = Vec::new();
-        for payer in &self.0.scheme_payers {
-            let mut best: Option<Choice<'a>> = None;
-            for e in allowed {
-                if let Some(r) = payer.refusal(e) {
-                    why.push(format!("{}: {r}", payer.label()));
-                    continue;
-                }
-                let (Some(asset), Some(units)) = (payer.asset(e), payer.amount(e)) else {
-                    why.push(format!(
-                        "{}: cannot tell the entry's asset or amount",
-                        payer.label()
-                    ));
-                    continue;
-                };
-                let amount = Money::from_minor(asset, units)
-                    .map_err(|e| Error::Malformed(format!("the 402's amount: {e}")))?;
-                if best
-                    .as_ref()
-                    .is_none_or(|b| amount.amount() < b.amount.amount())
-                {
-                    best = Some(Choice {
-                        payer,
-                        entry: (*e).clone(),
-                        amount,
-                        challenge: challenge(e),
-                    });
-                }
-            }
-            if let Some(b) = best {
-                return Ok(b);
-            }
-        }
-        if self.0.scheme_payers.is_empty() {
-            why.push("the wallet has no x402 scheme payer".into());
-        }
-        Err(Error::NoRail(format!(
-            "no scheme payer accepts an allowed entry: {}",
-            why.join("; ")
-        )))
+        let (payer, entry) = client::choose(&self.0.scheme_payers, allowed, Some(&KnownAmount))
+            .map_err(|e| match e {
+                client::ClientError::NothingPayable(why) => Error::NoRail(format!(
+                    "no scheme payer accepts an allowed entry: {}",
+                    why.join("; ")
+                )),
+                e => Error::NoRail(e.to_string()),
+            })?;
+        let (Some(asset), Some(units)) = (payer.asset(&entry), payer.amount(&entry)) else {
+            return Err(Error::NoRail(format!(
+                "{}: cannot tell the entry's asset or amount",
+                payer.label()
+            )));
+        };
+        let amount = Money::from_minor(asset, units)
+            .map_err(|e| Error::Malformed(format!("the 402's amount: {e}")))?;
+        Ok(Choice {
+            payer,
+            challenge: challenge(&entry),
+            entry,
+            amount,
+        })
     }
 
     async fn confirm_challenge(

@@ -34,10 +34,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 #[cfg(feature = "challenges")]
-pub use challenge::{ChallengePaid, Required, Source};
+pub use challenge::{ChallengePaid, Source};
 pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, chain_name};
 pub use revocation::{Revocations, revoke};
+/// An x402 payment requirement as it came (the x402 client's, read by `read_402`).
+#[cfg(feature = "challenges")]
+pub use x402_transport::client::Required;
 
 use crate::Error;
 use crate::envelope::{

@@ -23,14 +23,14 @@ use clap::{Parser, Subcommand};
 use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
 use rail_core::keys::sql::PgKeyStore;
-use rail_x402::client::X402Client;
+use rail_x402::client::{Paid, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
     LocalFacilitator, RemoteFacilitator, X402Facilitator, X402SettlementBook,
 };
-use rail_x402::http::{Paywall, SettleWhen, Token};
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::rpc::RpcClient;
+use rail_x402::{ExactEvm, SettleWhen, Token};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -241,14 +241,14 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
                 "after" => SettleWhen::After,
                 other => return Err(format!("--settle {other:?}: before or after").into()),
             };
-            let paywall = Paywall::new(
+            let paywall = ExactEvm::new(
                 facilitator,
                 Token::new(&network, token, &token_name, &token_version),
                 pay_to,
             )
+            .paywall(&[("/weather", price.into(), "Today's weather")])
             .with_store(store)
-            .settle(when)
-            .route("/weather", price, "Today's weather");
+            .settle(when);
             let app = paywall.apply(
                 Router::new()
                     .route("/weather", get(|| async { axum::Json(serde_json::json!({"report": {"weather": "sunny", "temperature": 70}})) }))
@@ -266,7 +266,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
                 key("X402_PAYER_KEY")?,
                 Policy::new(network, token, U256::from(max)),
             );
-            let paid = X402Client::new(payer)?.get(&url).await?;
+            let paid = Paid::from(client(payer)?.get(&url).await?);
             let line = serde_json::json!({
                 "status": paid.status.as_u16(),
                 "body": String::from_utf8_lossy(&paid.body),
@@ -296,7 +296,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
                     key("X402_PAYER_KEY")?,
                     Policy::new(network, token, U256::from(u64::MAX)),
                 );
-                let client = X402Client::new(payer)?;
+                let client = client(payer)?;
                 let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
                 let start = Instant::now();
                 let mut tasks = Vec::new();
@@ -306,7 +306,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
                         let (mut ok, mut err, mut lat) = (0usize, 0usize, Vec::new());
                         while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < requests {
                             let t = Instant::now();
-                            match client.get(&url).await {
+                            match client.get(&url).await.map(Paid::from) {
                                 Ok(p) if p.status.is_success() && p.settlement.as_ref().is_some_and(|s| s.success) => {
                                     ok += 1;
                                     lat.push(t.elapsed());
