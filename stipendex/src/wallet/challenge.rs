@@ -27,33 +27,22 @@ pub struct Source {
 }
 
 impl Source {
-    /// The origin of `url` (`https://host[:port]`, lower case, the default port dropped).
+    /// The origin of `url` (`https://host[:port]`, lower case, the default port dropped), as
+    /// the `url` crate parses it — the parser reqwest connects with, so the origin allowlisted
+    /// is the origin the request reaches (`http://evil.example\@api.example/x` is
+    /// `http://evil.example`: WHATWG URLs end the authority at `\` too).
     ///
     /// # Errors
-    /// [`Error::Malformed`] if `url` is not an absolute http(s) URL.
+    /// [`Error::Malformed`] if `url` is not an absolute http(s) URL with a host.
     pub fn http(url: &str) -> Result<Self, Error> {
         let bad = || Error::Malformed(format!("{url:?} is not an http(s) URL"));
-        let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
-        let scheme = scheme.to_ascii_lowercase();
-        if scheme != "http" && scheme != "https" {
+        let parsed = url::Url::parse(url).map_err(|_| bad())?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
             return Err(bad());
         }
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        let host = authority
-            .rsplit('@')
-            .next()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        if host.is_empty() {
-            return Err(bad());
-        }
-        let host = match (scheme.as_str(), host.rsplit_once(':')) {
-            ("http", Some((h, "80"))) | ("https", Some((h, "443"))) => h.to_owned(),
-            _ => host,
-        };
         Ok(Source {
             kind: ChallengeSource::Http,
-            origin: format!("{scheme}://{host}"),
+            origin: parsed.origin().ascii_serialization(),
         })
     }
 
@@ -343,6 +332,39 @@ mod tests {
         assert_eq!(o("http://user@host:80"), "http://host");
         assert!(Source::http("ftp://host").is_err());
         assert!(Source::http("/relative").is_err());
+    }
+
+    /// A URL whose authority a naive split reads as the allowlisted host while the connection
+    /// goes elsewhere: the origin is where the request is sent (issue 23, URL tricks).
+    #[test]
+    fn the_origin_is_where_the_request_goes() {
+        let o = |u: &str| {
+            Source::http(u)
+                .map(|s| s.origin)
+                .unwrap_or_else(|e| e.to_string())
+        };
+        assert_eq!(
+            o("http://evil.example\\@api.allowed.com/x"),
+            "http://evil.example"
+        );
+        assert_eq!(
+            reqwest_host("http://evil.example\\@api.allowed.com/x"),
+            "evil.example",
+            "the URL parser the client connects with agrees"
+        );
+        assert_eq!(
+            o("http://api.allowed.com%2f@evil.example/"),
+            "http://evil.example"
+        );
+        assert_eq!(o("HTTP://API.Allowed.COM:80/x"), "http://api.allowed.com");
+        assert!(Source::http("data:text/plain,x").is_err());
+    }
+
+    fn reqwest_host(u: &str) -> String {
+        url::Url::parse(u)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_default()
     }
 
     #[test]
