@@ -225,3 +225,52 @@ async fn two_processes_never_both_win_a_key() {
         wb.len()
     );
 }
+
+/// The one store opener: every URL kind opens a store that keeps its keys (and, for SQLite,
+/// keeps them across openings of the file); a URL that names no store is refused with one
+/// sentence that names the accepted forms and never echoes the URL (it may carry a password).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_opener_for_every_store_url() {
+    use rail_core::keys::{StoreUrl, open};
+    let claim_twice = |store: Arc<dyn KeyStore>| async move {
+        let guard = ReplayGuard::new(store, "opener");
+        let key = format!("k-{:016x}", rand::random::<u64>());
+        let Claim::Fresh(r) = guard.claim(&key, Duration::from_secs(60)).await.unwrap() else {
+            panic!("a fresh key was not fresh")
+        };
+        r.commit(None).await.unwrap();
+        key
+    };
+    // memory
+    claim_twice(open("memory", None).await.unwrap()).await;
+    // sqlite: the key is still there when the file is opened again
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("k.db").display());
+    let key = claim_twice(open(&url, None).await.unwrap()).await;
+    let again = ReplayGuard::new(open(&url, None).await.unwrap(), "opener");
+    assert!(matches!(
+        again.claim(&key, Duration::from_secs(60)).await.unwrap(),
+        Claim::Finished(_)
+    ));
+    // postgres
+    let pg_url = test_kit::localnet::postgres_url();
+    if pg().await.is_some() {
+        claim_twice(open(&pg_url, None).await.unwrap()).await;
+    }
+    // refusals
+    for bad in [
+        "mysql://root:hunter2@db/x",
+        "sqlite:relative.db",
+        "",
+        "memory ",
+    ] {
+        assert!(StoreUrl::parse(bad).is_none(), "{bad:?} parsed");
+        let e = open(bad, None).await.err().expect("refused").to_string();
+        assert!(e.contains("sqlite://PATH or postgres://"), "{e}");
+        assert!(!e.contains("hunter2"), "the password was echoed: {e}");
+    }
+    assert_eq!(
+        StoreUrl::parse("postgresql://u@h/db"),
+        Some(StoreUrl::Postgres("postgresql://u@h/db"))
+    );
+}

@@ -150,10 +150,7 @@ async fn embedded_ledger(db: &Db, dir: &std::path::Path) -> Result<PayFn, CliErr
                 .map_err(err)?,
         ),
         Some(s) => {
-            let opts: sqlx::postgres::PgConnectOptions = db.url.parse().map_err(err)?;
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(16)
-                .connect_with(opts.options([("search_path", s.as_str())]))
+            let pool = rail_core::keys::sql::postgres_pool(&db.url, Some(s))
                 .await
                 .map_err(err)?;
             Arc::new(

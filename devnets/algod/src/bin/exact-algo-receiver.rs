@@ -16,8 +16,7 @@ use std::sync::Arc;
 use algod_devnet::example::example_app;
 use clap::Parser;
 use rail_core::keys::KeyStore;
-use rail_core::keys::sql::PgKeyStore;
-use rail_core::{MemoryKeyStore, SharedClock, SystemClock};
+use rail_core::{SharedClock, SystemClock};
 use rail_exact_algo::address::Address;
 use rail_exact_algo::algod::AlgodClient;
 use rail_exact_algo::receiver::ExactAlgoReceiver;
@@ -48,20 +47,12 @@ struct Args {
 
 async fn key_store(pg_url: Option<&str>) -> Result<Arc<dyn KeyStore>, Box<dyn std::error::Error>> {
     match pg_url {
-        Some(url) => {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(8)
-                .connect(url)
-                .await
-                .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
-            tracing::info!("paymentIds kept in PostgreSQL");
-            Ok(Arc::new(PgKeyStore::new(pool).await?))
-        }
-        None => {
-            tracing::info!("paymentIds kept in memory (one instance only)");
-            Ok(Arc::new(MemoryKeyStore::default()))
-        }
+        Some(_) => tracing::info!("paymentIds kept in PostgreSQL"),
+        None => tracing::info!("paymentIds kept in memory (one instance only)"),
     }
+    rail_core::keys::open(pg_url.unwrap_or("memory"), None)
+        .await
+        .map_err(|e| format!("cannot open the paymentId store: {e}").into())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -20,9 +20,7 @@ use alloy_primitives::{Address, U256};
 use axum::Router;
 use axum::routing::get;
 use clap::{Parser, Subcommand};
-use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
-use rail_core::keys::sql::PgKeyStore;
 use rail_x402::client::{Paid, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
@@ -137,17 +135,9 @@ fn key(var: &str) -> Result<LocalSigner, BoxError> {
 }
 
 async fn store(pg_url: Option<&str>) -> Result<Arc<dyn KeyStore>, BoxError> {
-    match pg_url {
-        Some(url) => {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(8)
-                .connect(url)
-                .await
-                .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
-            Ok(Arc::new(PgKeyStore::new(pool).await?))
-        }
-        None => Ok(Arc::new(MemoryKeyStore::default())),
-    }
+    rail_core::keys::open(pg_url.unwrap_or("memory"), None)
+        .await
+        .map_err(|e| format!("cannot open the record store: {e}").into())
 }
 
 async fn local_facilitator(
