@@ -99,16 +99,3 @@ pub fn client(payer: X402Payer) -> Result<Client, ClientError> {
         .map_err(|e| ClientError::Http(e.to_string()))?;
     Ok(Client::new(http).with_payer(Arc::new(payer)))
 }
-
-/// A signed payment of this rail as the shared client delivers it (to present it again with
-/// [`Client::resend`]).
-///
-/// # Errors
-/// [`ClientError::Payer`] if it does not serialize.
-pub fn sent(payment: &PaymentPayload) -> Result<Sent, ClientError> {
-    Ok(Sent {
-        label: crate::scheme::LABEL.into(),
-        envelope: serde_json::to_value(payment).map_err(|e| ClientError::Payer(e.to_string()))?,
-        v1: false,
-    })
-}

@@ -48,13 +48,15 @@ impl ExactEvm {
     /// store ([`x402_transport::mcp::McpPaywall::with_store`]) to share served payments with
     /// other instances and the HTTP paywall.
     ///
-    /// # Panics
-    /// If an amount is zero (a configuration error, reported where the tool is priced).
-    #[must_use]
-    pub fn mcp_paywall(&self, tools: &[(&str, u128, &str)]) -> x402_transport::mcp::McpPaywall {
-        tools.iter().fold(
+    /// # Errors
+    /// [`x402_transport::Error::Price`] for a tool priced at what this scheme cannot ask.
+    pub fn mcp_paywall(
+        &self,
+        tools: &[(&str, u128, &str)],
+    ) -> Result<x402_transport::mcp::McpPaywall, x402_transport::Error> {
+        tools.iter().try_fold(
             x402_transport::mcp::McpPaywall::new(),
-            |p, (name, amount, description)| p.tool(name, description, self.accepts(*amount)),
+            |p, (name, amount, description)| Ok(p.tool(name, description, self.accepts(*amount)?)),
         )
     }
 }

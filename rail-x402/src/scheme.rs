@@ -151,16 +151,13 @@ impl ExactEvm {
         &self.facilitator
     }
 
-    /// This scheme alone as the ways to pay a route or a tool, at `amount` atomic units.
+    /// This scheme alone as the ways to pay a route or a tool, at `amount` atomic units
+    /// (checked as the transport checks every price: [`x402_transport::Accepts::one`]).
     ///
-    /// # Panics
-    /// If `amount` is zero (a price of nothing is a configuration error, reported where the
-    /// route or tool is priced).
-    #[must_use]
-    pub fn accepts(&self, amount: impl Into<u128>) -> x402_transport::Accepts {
-        let amount = amount.into();
-        assert!(amount > 0, "x402: a route or tool is priced at zero");
-        x402_transport::Accepts::default().or_priced(Arc::new(self.clone()), amount)
+    /// # Errors
+    /// [`x402_transport::Error::Price`] for a price this scheme cannot ask (zero).
+    pub fn accepts(&self, amount: u128) -> Result<x402_transport::Accepts, x402_transport::Error> {
+        x402_transport::Accepts::one(Arc::new(self.clone()), amount)
     }
 
     /// The shared paywall ([`x402_transport::paywall::Paywall`]) with `routes` —
@@ -168,15 +165,17 @@ impl ExactEvm {
     /// the first match winning — paid in this scheme alone, settling before the handler; give
     /// it a store, a clock or [`x402_transport::SettleWhen::After`] with its own builders.
     ///
-    /// # Panics
-    /// If an amount is zero (a configuration error, reported where the route is priced).
+    /// # Errors
+    /// [`x402_transport::Error::Price`] for a route priced at what this scheme cannot ask.
     #[cfg(feature = "paywall")]
-    #[must_use]
-    pub fn paywall(&self, routes: &[(&str, u128, &str)]) -> x402_transport::paywall::Paywall {
-        routes.iter().fold(
+    pub fn paywall(
+        &self,
+        routes: &[(&str, u128, &str)],
+    ) -> Result<x402_transport::paywall::Paywall, x402_transport::Error> {
+        routes.iter().try_fold(
             x402_transport::paywall::Paywall::new(),
             |p, (pattern, amount, description)| {
-                p.route(pattern, description, self.accepts(*amount))
+                Ok(p.route(pattern, description, self.accepts(*amount)?))
             },
         )
     }

@@ -85,6 +85,7 @@ impl Fixture {
             ("/dear", DEAR.into(), "dear"),
             ("/broken", CHEAP.into(), "a handler that fails"),
         ])
+        .unwrap()
         .with_store(self.store.clone())
     }
 

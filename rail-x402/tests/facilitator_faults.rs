@@ -35,7 +35,8 @@ async fn serve(facilitator_url: &str, hits: Arc<AtomicUsize>) -> String {
         Token::new("eip155:31337", TOKEN, "USD Coin", "2"),
         Address::repeat_byte(0x22),
     )
-    .paywall(&[("/paid", 1000, "paid")]);
+    .paywall(&[("/paid", 1000, "paid")])
+    .unwrap();
     let app = paywall.apply(Router::new().route(
         "/paid",
         get(move || {

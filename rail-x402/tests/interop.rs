@@ -107,6 +107,7 @@ async fn reference_client_pays_our_server() {
     let pay_to = LocalSigner::random().address();
     let paywall = ExactEvm::new(Arc::new(facilitator), net.token.clone(), pay_to)
         .paywall(&[("/weather", 1000, "weather")])
+        .unwrap()
         .with_store(store);
     let app = paywall.apply(Router::new().route(
         "/weather",

@@ -65,11 +65,13 @@ fn text(r: &CallToolResult) -> String {
 async fn unpaid_paid_replayed_and_failed_tool_calls() {
     let mock = Arc::new(DevnetFacilitator::new("eip155:84532"));
     let pay_to = Address::repeat_byte(0x22);
-    let paywall = ExactEvm::new(mock.clone(), token(), pay_to).mcp_paywall(&[(
-        "financial_analysis",
-        PRICE.into(),
-        "Advanced financial analysis tool",
-    )]);
+    let paywall = ExactEvm::new(mock.clone(), token(), pay_to)
+        .mcp_paywall(&[(
+            "financial_analysis",
+            PRICE.into(),
+            "Advanced financial analysis tool",
+        )])
+        .unwrap();
     let hits = Tool(Arc::new(AtomicUsize::new(0)));
 
     // Unpaid: the specification's payment-required result.
@@ -200,7 +202,9 @@ async fn a_failed_settlement_withholds_the_tool_output() {
         token(),
         Address::repeat_byte(0x22),
     );
-    let paywall = evm.mcp_paywall(&[("financial_analysis", PRICE.into(), "analysis")]);
+    let paywall = evm
+        .mcp_paywall(&[("financial_analysis", PRICE.into(), "analysis")])
+        .unwrap();
     let pr = evm.payment_required("mcp://tool/financial_analysis", "analysis", PRICE.into());
     let payment = X402Payer::new(
         key,
@@ -261,7 +265,8 @@ async fn the_specification_example_request_is_read() {
         "financial_analysis",
         10_000,
         "Advanced financial analysis tool",
-    )]);
+    )])
+    .unwrap();
     let r = paywall
         .call_params(&params, || async { CallToolResult::success(vec![]) })
         .await;
@@ -288,6 +293,7 @@ async fn paid_tool_call_on_anvil() {
     let pay_to = LocalSigner::random().address();
     let paywall = ExactEvm::new(Arc::new(f), net.token.clone(), pay_to)
         .mcp_paywall(&[("financial_analysis", 1000, "analysis")])
+        .unwrap()
         .with_store(store);
     let key = net.funded_payer(U256::from(5000)).await.unwrap();
     let payer = X402Payer::new(

@@ -58,11 +58,13 @@ async fn an_rmcp_client_pays_an_rmcp_server() {
     let token = Token::new("eip155:84532", Address::repeat_byte(0x5c), "USDC", "2");
     let mock = Arc::new(DevnetFacilitator::new(&token.network));
     let pay_to = Address::repeat_byte(0x22);
-    let paywall = ExactEvm::new(mock.clone(), token.clone(), pay_to).mcp_paywall(&[(
-        "financial_analysis",
-        10_000,
-        "Advanced financial analysis tool",
-    )]);
+    let paywall = ExactEvm::new(mock.clone(), token.clone(), pay_to)
+        .mcp_paywall(&[(
+            "financial_analysis",
+            10_000,
+            "Advanced financial analysis tool",
+        )])
+        .unwrap();
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         let server = PaidTools { paywall }.serve(server_io).await.unwrap();

@@ -162,7 +162,7 @@ proptest! {
             Arc::new(DevnetFacilitator::new("eip155:84532")),
             rail_x402::Token::new("eip155:84532", Address::repeat_byte(0x11), "USDC", "2"),
             Address::repeat_byte(0x22),
-        ).mcp_paywall(&[("t", 1000, "t")]);
+        ).mcp_paywall(&[("t", 1000, "t")]).unwrap();
         let ran = std::sync::atomic::AtomicBool::new(false);
         let r = rt.block_on(paywall.call_params(&params, || async {
             ran.store(true, std::sync::atomic::Ordering::SeqCst);

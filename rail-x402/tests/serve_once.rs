@@ -92,6 +92,7 @@ impl Fx {
         let hits = self.hits.clone();
         let paywall = ExactEvm::new(f, token(), self.pay_to)
             .paywall(&[("/paid", 1000, "paid")])
+            .unwrap()
             .settle(when);
         let app = paywall.apply(Router::new().route(
             "/paid",
@@ -205,7 +206,7 @@ async fn a_payment_whose_answer_was_lost_is_served_once() {
 async fn mcp_serves_a_lost_answer_once() {
     let mock = Arc::new(DevnetFacilitator::new(NET));
     let evm = ExactEvm::new(mock.clone(), token(), Address::repeat_byte(0x22));
-    let paywall = evm.mcp_paywall(&[("t", 1000, "t")]);
+    let paywall = evm.mcp_paywall(&[("t", 1000, "t")]).unwrap();
     let pr = evm.payment_required("mcp://tool/t", "t", 1000);
     let key = LocalSigner::random();
     mock.mint(token().address, key.address(), U256::from(1000))
@@ -300,7 +301,8 @@ async fn a_v1_payment_is_resent_not_resigned() {
     let paywall = ExactEvm::new(flaky, token(), pay_to)
         .accept_v1(None)
         .unwrap()
-        .paywall(&[("/paid", 1000, "paid")]);
+        .paywall(&[("/paid", 1000, "paid")])
+        .unwrap();
     let app = paywall
         .apply(Router::new().route("/paid", get(|| async { "content" })))
         .layer(axum::middleware::map_response(
@@ -332,4 +334,22 @@ async fn a_v1_payment_is_resent_not_resigned() {
         U256::from(4000),
         "one payment"
     );
+}
+
+/// A price of nothing is a configuration error, answered where the route or tool is declared
+/// (the transport's one price check), never a panic and never a free route.
+#[test]
+fn a_route_or_tool_priced_at_zero_is_refused_where_it_is_declared() {
+    let evm = ExactEvm::new(
+        Arc::new(DevnetFacilitator::new(NET)),
+        token(),
+        Address::repeat_byte(0x22),
+    );
+    let e = evm
+        .paywall(&[("/free", 1000, "ok"), ("/paid", 0, "zero")])
+        .err()
+        .map(|e| e.to_string());
+    assert!(e.is_some_and(|e| e.contains("zero")));
+    assert!(evm.mcp_paywall(&[("t", 0, "zero")]).is_err());
+    assert!(evm.accepts(0).is_err() && evm.accepts(1).is_ok());
 }

@@ -65,7 +65,8 @@ async fn v1_and_v2_clients_pay_the_same_route() {
     let paywall = ExactEvm::new(mock.clone(), token(), pay_to)
         .accept_v1(None)
         .unwrap()
-        .paywall(&[("/paid", 1000, "paid")]);
+        .paywall(&[("/paid", 1000, "paid")])
+        .unwrap();
     let url = serve(paywall, false).await;
 
     // The 402: v2 in the header, v1 in the body.
@@ -133,7 +134,8 @@ async fn our_client_pays_a_v1_only_server() {
     let paywall = ExactEvm::new(mock.clone(), token(), pay_to)
         .accept_v1(None)
         .unwrap()
-        .paywall(&[("/paid", 1000, "paid")]);
+        .paywall(&[("/paid", 1000, "paid")])
+        .unwrap();
     let url = serve(paywall, true).await;
     let paid = Paid::from(client(funded(&mock)).unwrap().get(&url).await.unwrap());
     assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
@@ -151,7 +153,8 @@ async fn our_client_pays_a_v1_only_server() {
 async fn without_v1_an_x_payment_is_not_read() {
     let mock = Arc::new(DevnetFacilitator::new(NET));
     let paywall = ExactEvm::new(mock.clone(), token(), Address::repeat_byte(0x22))
-        .paywall(&[("/paid", 1000, "paid")]);
+        .paywall(&[("/paid", 1000, "paid")])
+        .unwrap();
     assert!(
         ExactEvm::new(
             mock.clone(),

@@ -283,6 +283,7 @@ async fn the_wallet_resends_the_same_x402_payment_when_its_outcome_is_unknown() 
     let record = seen.clone();
     let app = evm
         .paywall(&[("/weather", 20_000, "the weather")])
+        .unwrap()
         .apply(Router::new().route("/weather", get(|| async { "sunny" })))
         .layer(axum::middleware::from_fn(
             move |req: axum::extract::Request, next: axum::middleware::Next| {

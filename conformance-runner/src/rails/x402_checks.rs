@@ -370,11 +370,9 @@ async fn not_served(ctx: &Ctx<'_>, fault: Fault) -> Check {
     let pay_to = LocalSigner::random().address();
     let hits = Arc::new(AtomicUsize::new(0));
     let seen = hits.clone();
-    let paywall = ExactEvm::new(Arc::new(remote), ctx.token.clone(), pay_to).paywall(&[(
-        "/paid",
-        PRICE.into(),
-        "paid",
-    )]);
+    let paywall = ExactEvm::new(Arc::new(remote), ctx.token.clone(), pay_to)
+        .paywall(&[("/paid", PRICE.into(), "paid")])
+        .map_err(e)?;
     let app = paywall.apply(Router::new().route(
         "/paid",
         get(move || {

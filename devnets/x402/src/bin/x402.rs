@@ -236,7 +236,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
                 Token::new(&network, token, &token_name, &token_version),
                 pay_to,
             )
-            .paywall(&[("/weather", price.into(), "Today's weather")])
+            .paywall(&[("/weather", price.into(), "Today's weather")])?
             .with_store(store)
             .settle(when);
             let app = paywall.apply(
