@@ -354,3 +354,27 @@ async fn the_wallet_resends_the_same_x402_payment_when_its_outcome_is_unknown() 
         "one charge"
     );
 }
+
+/// A 402 whose body is larger than any payment requirement is refused before it is all read
+/// (before any Quote or requirement in it is looked at), and the wallet says why.
+#[tokio::test]
+async fn an_oversized_402_is_refused_unread_and_unpaid() {
+    let w = world().await;
+    let app = Router::new().route(
+        "/big",
+        get(|| async {
+            (
+                axum::http::StatusCode::PAYMENT_REQUIRED,
+                "x".repeat(x402_transport::client::MAX_402_BODY + 1),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
+    let client = Client::new(http, w.wallet(w.mandate(|_| {}), true));
+    let err = client.get(&format!("{base}/big")).await.unwrap_err();
+    assert_eq!(err.code(), "malformed", "{err}");
+    assert!(err.to_string().contains("over"), "{err}");
+}

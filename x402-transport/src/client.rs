@@ -62,9 +62,40 @@ pub trait SchemePayer: Send + Sync + fmt::Debug {
     }
 }
 
+/// The most of a 402's body a client reads: a payment requirement is a small JSON document,
+/// and a server that sends more is not one to pay.
+pub const MAX_402_BODY: usize = 256 * 1024;
+
+/// Reads the body of a 402, at most [`MAX_402_BODY`] bytes (a longer one is refused before it
+/// is all read).
+///
+/// # Errors
+/// [`ClientError::Header`] for a longer body; [`ClientError::Http`] if it cannot be read.
+pub async fn read_402_body(mut resp: reqwest::Response) -> Result<Vec<u8>, ClientError> {
+    let too_long = || ClientError::Header(format!("the 402's body is over {MAX_402_BODY} bytes"));
+    if resp
+        .content_length()
+        .is_some_and(|n| n > MAX_402_BODY as u64)
+    {
+        return Err(too_long());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| ClientError::Http(e.without_url().to_string()))?
+    {
+        if body.len() + chunk.len() > MAX_402_BODY {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// A caller's say over which entries may be paid, beside each payer's own policy (a wallet's
 /// allowlist and limits, say). [`choose`] skips what it refuses.
-pub trait PayPolicy: Send + Sync {
+pub trait PayPolicy: Send + Sync + fmt::Debug {
     /// Why `payer` must not pay `entry`, or `None` if it may.
     fn refusal(&self, payer: &dyn SchemePayer, entry: &Value) -> Option<String>;
 }
@@ -289,22 +320,12 @@ pub struct Paid {
 }
 
 /// A reqwest client that pays 402s with its payers.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Client {
     http: reqwest::Client,
     payers: Vec<Arc<dyn SchemePayer>>,
     policy: Option<Arc<dyn PayPolicy>>,
     retries: u32,
-}
-
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("payers", &self.payers)
-            .field("policy", &self.policy.is_some())
-            .field("retries", &self.retries)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Statuses after which a payment's outcome is unknown (send the same payment again).
@@ -405,11 +426,7 @@ impl Client {
             .and_then(|h| h.to_str().ok())
             .map(str::to_owned);
         let (status, headers) = (first.status(), first.headers().clone());
-        let raw = first
-            .bytes()
-            .await
-            .map_err(|e| ClientError::Http(e.without_url().to_string()))?
-            .to_vec();
+        let raw = read_402_body(first).await?;
         let (required, sent) = match read_402(header.as_deref(), &raw)? {
             Some(Required::V2(required)) => {
                 let sent = self.pay(&required).await?;
@@ -566,4 +583,58 @@ async fn finish(
         response,
         payment_required,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use serde_json::json;
+
+    fn header(v: &Value) -> String {
+        wire::encode_base64_json(v).unwrap()
+    }
+
+    /// Whatever a server sends, `read_402` answers a typed requirement, `None` (not x402's) or
+    /// a refusal — never a requirement of another version, an empty one, or a panic.
+    #[test]
+    fn read_402_reads_only_x402_and_refuses_the_rest() {
+        let entry = json!({"scheme": "exact", "network": "eip155:1"});
+        let v2 = json!({"x402Version": 2, "accepts": [entry]});
+        let v1 = json!({"x402Version": 1, "accepts": [entry]});
+        assert!(matches!(
+            read_402(Some(&header(&v2)), b""),
+            Ok(Some(Required::V2(_)))
+        ));
+        // The body is read only without the header; a v1 body is v1.
+        assert!(matches!(
+            read_402(None, v1.to_string().as_bytes()),
+            Ok(Some(Required::V1(_)))
+        ));
+        // A v1 message in the v2 header, an empty `accepts`, garbage, an oversized header.
+        for bad in [
+            header(&v1),
+            header(&json!({"x402Version": 2, "accepts": []})),
+            "!!not base64!!".to_owned(),
+            "A".repeat(wire::MAX_HEADER_LEN + 4),
+        ] {
+            assert!(
+                matches!(read_402(Some(&bad), b""), Err(ClientError::Header(_))),
+                "{bad:.40} was read"
+            );
+        }
+        // A body that is not x402's (another version, not JSON, a Quote only) is nobody's to pay.
+        for other in [
+            json!({"x402Version": 3, "accepts": [entry]}).to_string(),
+            "<html>pay me</html>".to_owned(),
+            json!({"quote": {}}).to_string(),
+        ] {
+            assert!(
+                matches!(read_402(None, other.as_bytes()), Ok(None)),
+                "{other}"
+            );
+        }
+        // A body naming x402 that does not decode is refused, not ignored.
+        assert!(read_402(None, json!({"x402Version": 2}).to_string().as_bytes()).is_err());
+    }
 }

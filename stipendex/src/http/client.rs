@@ -94,7 +94,12 @@ impl Client {
             .get(wire::PAYMENT_REQUIRED)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let bytes = first.bytes().await.map_err(|e| transport(&e))?;
+        let bytes = x402::read_402_body(first).await.map_err(|e| match e {
+            ClientError::Header(why) => Error::Malformed(why),
+            e => Error::Payment(rail_core::RailError::Unavailable(
+                rail_core::RailReason::new("http", e.to_string()),
+            )),
+        })?;
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let Some(quote) = body.get("quote") else {
             // No Quote: an x402 challenge, paid under the same mandate.

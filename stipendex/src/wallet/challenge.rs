@@ -99,6 +99,7 @@ struct Choice<'a> {
 
 /// The wallet's say beside each payer's policy: an entry is paid only if the payer can tell
 /// its asset and amount (the mandate's limits are in an asset).
+#[derive(Debug)]
 struct KnownAmount;
 
 impl PayPolicy for KnownAmount {
