@@ -158,7 +158,7 @@ impl Client {
             .await?;
         let answer = self
             .x402
-            .resend(method, url, None, paid.sent.clone())
+            .resend(method, url, None, paid.sent())
             .await
             .map_err(|e| match e {
                 ClientError::OutcomeUnknown { detail, .. } => {

@@ -65,9 +65,6 @@ impl Source {
 /// A challenge the wallet paid: what to send back, and its Proof for the audit.
 #[derive(Clone, Debug)]
 pub struct ChallengePaid {
-    /// The payment as the x402 client delivers it ([`x402_transport::client::Client::resend`]:
-    /// the same bytes again while the outcome is unknown).
-    pub sent: Sent,
     /// The HTTP header to retry with (`PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1).
     pub header: &'static str,
     /// Its value (base64 of the envelope).
@@ -87,6 +84,17 @@ pub struct ChallengePaid {
 impl ChallengePaid {
     /// The `_meta` key an MCP retry carries the envelope under.
     pub const MCP_META: &'static str = "x402/payment";
+
+    /// The payment as the x402 client delivers it ([`x402_transport::client::Client::resend`]:
+    /// the same bytes again while the outcome is unknown).
+    #[must_use]
+    pub fn sent(&self) -> Sent {
+        Sent {
+            label: self.payer.clone(),
+            envelope: self.envelope.clone(),
+            v1: self.header == x402_transport::wire::X_PAYMENT,
+        }
+    }
 }
 
 /// The entry a payer chose, with what the mandate needs to know of it.
@@ -205,7 +213,8 @@ impl Wallet {
         let value = sent
             .header_value()
             .map_err(|e| Error::Malformed(format!("cannot encode the payment: {e}")))?;
-        let envelope = sent.envelope.clone();
+        let header = sent.header_name();
+        let envelope = sent.envelope;
         let label = choice.payer.label().to_owned();
         let payment = Payment {
             rail: RailId::new(label.clone()),
@@ -246,8 +255,7 @@ impl Wallet {
         }
         tracing::info!(origin = %source.origin, amount = %choice.amount.amount(), asset = %choice.amount.asset(), payer = %label, "signed an x402 payment");
         Ok(ChallengePaid {
-            header: sent.header_name(),
-            sent,
+            header,
             value,
             envelope,
             amount: choice.amount,
