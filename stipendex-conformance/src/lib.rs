@@ -73,10 +73,10 @@ pub async fn run_rail_tier(
     only: &[String],
     progress: &mut (dyn FnMut(&ResultRow) + Send),
 ) -> Vec<ResultRow> {
-    let make = entry.make;
     // The rail suite's behaviours take a `&dyn Harness`: its harnesses are this rail's, upcast.
+    let e = *entry;
     let upcast = move |t: Tier| -> BoxFuture<'static, Result<Box<dyn Harness>, HarnessError>> {
-        Box::pin(async move { make(t).await.map(|h| -> Box<dyn Harness> { h }) })
+        Box::pin(async move { make_harness(&e, t).await })
     };
     let rail = report::select(&conformance::behaviours::all(), only);
     let mut rows = report::run_with(entry.name, entry.tiers, &upcast, &rail, tier, progress).await;
