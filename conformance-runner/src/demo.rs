@@ -12,8 +12,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use conformance::{Harness, HarnessError, Tier};
 use rail_core::{PayerHandle, ReceiverHandle};
-use stipendex_cli::CliError;
 use stipendex_cli::demo::{Prices, ReadBalances, Stage, demo_dir, run_stage};
+use stipendex_cli::{CliError, msg as fail};
 
 use crate::rails;
 
@@ -35,10 +35,6 @@ impl ReadBalances for HarnessBalances {
     }
 }
 
-fn fail(s: String) -> CliError {
-    CliError::Msg(s)
-}
-
 /// The demo's stage on `name`'s localnet.
 ///
 /// # Errors
@@ -58,12 +54,18 @@ pub async fn stage(name: &str) -> Result<Stage, CliError> {
             e => fail(format!("cannot set up the {name} rail: {e}")),
         })?;
     let rail = harness.rail().clone();
-    let prices = Prices::from_base(harness.smallest_payable().max(125));
-    if harness.funded() < prices.needed() {
+    let too_large = || {
+        fail(format!(
+            "the {name} rail's smallest charge ({}) is too large for the demo's prices",
+            harness.smallest_payable()
+        ))
+    };
+    let prices = Prices::from_base(harness.smallest_payable().max(125)).ok_or_else(too_large)?;
+    let needed = prices.needed().ok_or_else(too_large)?;
+    if harness.funded() < needed {
         return Err(fail(format!(
-            "the {name} localnet's payer holds {} minor units, the demo needs {}",
-            harness.funded(),
-            prices.needed()
+            "the {name} localnet's payer holds {} minor units, the demo needs {needed}",
+            harness.funded()
         )));
     }
     Ok(Stage {

@@ -86,29 +86,33 @@ impl Prices {
         }
     }
 
-    /// Multiples of `b` minor units for any rail (its smallest practical charge).
+    /// Multiples of `b` minor units for any rail (its smallest practical charge); `None` when
+    /// a multiple does not fit in `u128` (checked, never wrapped).
     #[must_use]
-    pub fn from_base(b: u128) -> Self {
-        Prices {
+    pub fn from_base(b: u128) -> Option<Self> {
+        let times = |n: u128| b.checked_mul(n);
+        Some(Prices {
             search: b,
-            report: 3 * b,
-            confirm_above: 2 * b,
-            per_call: 4 * b,
-            dataset: 5 * b,
-            order: 3 * b,
+            report: times(3)?,
+            confirm_above: times(2)?,
+            per_call: times(4)?,
+            dataset: times(5)?,
+            order: times(3)?,
             tolerance: b / 2,
-            order_final: 3 * b + b / 4,
-            per_period: 20 * b,
-            total: 40 * b,
-        }
+            order_final: times(3)?.checked_add(b / 4)?,
+            per_period: times(20)?,
+            total: times(40)?,
+        })
     }
-}
 
-impl Prices {
-    /// What the paid calls of the demo spend at most, in minor units: what the payer must hold.
+    /// What the paid calls of the demo spend at most, in minor units: what the payer must hold
+    /// (`None` if it does not fit in `u128`).
     #[must_use]
-    pub fn needed(&self) -> u128 {
-        self.search + self.report + self.order + self.tolerance
+    pub fn needed(&self) -> Option<u128> {
+        self.search
+            .checked_add(self.report)?
+            .checked_add(self.order)?
+            .checked_add(self.tolerance)
     }
 }
 

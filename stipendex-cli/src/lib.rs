@@ -20,7 +20,9 @@
 //! ```
 //! use stipendex_cli::demo::Prices;
 //! // The demo's prices over a rail whose smallest practical charge is 125 minor units.
-//! assert_eq!(Prices::from_base(125).needed(), 125 + 3 * 125 + 3 * 125 + 62);
+//! let prices = Prices::from_base(125).expect("small enough");
+//! assert_eq!(prices.needed(), Some(125 + 3 * 125 + 3 * 125 + 62));
+//! assert!(Prices::from_base(u128::MAX / 2).is_none());
 //! ```
 
 mod bench;
@@ -53,7 +55,8 @@ impl From<stipendex::Error> for CliError {
     }
 }
 
-pub(crate) fn msg(s: impl Into<String>) -> CliError {
+/// A [`CliError`] saying `s`: one sentence for a human.
+pub fn msg(s: impl Into<String>) -> CliError {
     CliError::Msg(s.into())
 }
 

@@ -227,3 +227,22 @@ fn mandate_life_cycle_and_one_sentence_errors() {
         "{t}"
     );
 }
+
+/// The product's demo runs on the embedded ledger only: asked for a rail's localnet, it says in
+/// one sentence where that demo lives and exits non-zero, before it creates anything.
+#[test]
+fn the_demo_over_a_localnet_is_the_runners() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = stipendex(&[
+        "demo",
+        "--rail",
+        "x402",
+        "--dir",
+        dir.path().join("d").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains("conformance -- demo --rail x402"), "{t}");
+    assert_eq!(t.trim().lines().count(), 1, "one sentence: {t}");
+    assert!(!dir.path().join("d").exists(), "nothing was created");
+}
