@@ -79,7 +79,6 @@ pub async fn open(url: &str, clock: Option<SharedClock>) -> RailResult<Arc<dyn K
 ///
 /// # Errors
 /// As [`open`].
-#[allow(clippy::unused_async)] // awaits only when a SQL driver is compiled in
 pub async fn open_at(
     store: StoreUrl<'_>,
     clock: Option<SharedClock>,
