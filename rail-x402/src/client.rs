@@ -95,7 +95,5 @@ impl From<x402_transport::client::Paid> for Paid {
 /// # Errors
 /// [`ClientError::Http`] if the HTTP client cannot be built.
 pub fn client(payer: X402Payer) -> Result<Client, ClientError> {
-    let http = crate::rpc::http_client(Duration::from_secs(30))
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    Ok(Client::new(http).with_payer(Arc::new(payer)))
+    Ok(Client::new(crate::rpc::http_builder(Duration::from_secs(30)))?.with_payer(Arc::new(payer)))
 }

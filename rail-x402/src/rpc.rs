@@ -142,13 +142,19 @@ pub fn redact_url(url: &str) -> String {
 /// # Errors
 /// [`RpcError::Transport`] if the client cannot be built.
 pub fn http_client(timeout: Duration) -> Result<reqwest::Client, RpcError> {
+    http_builder(timeout)
+        .build()
+        .map_err(|e| RpcError::Transport(e.to_string()))
+}
+
+/// The builder behind [`http_client`] (the TLS provider installed), for a client that adds its
+/// own settings (the x402 client turns redirects off).
+pub fn http_builder(timeout: Duration) -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
-        .build()
-        .map_err(|e| RpcError::Transport(e.to_string()))
 }
 
 fn quantity(v: &Value) -> Result<u64, RpcError> {

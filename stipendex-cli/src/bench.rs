@@ -129,18 +129,6 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         per_receiver: None,
         confirm_above: None,
     });
-    m.allow.push(Allow::Receiver {
-        id: "bench-shop".into(),
-        key: shop_key.public(),
-    });
-    let mandate = Signed::sign(m, &principal)?;
-    let kind = stage.payer.payer.id().as_str().to_owned();
-    let receiver = Receiver::builder("bench-shop", shop_key)
-        .rail(&kind, stage.receiver.clone())
-        .price(PricedCapability::fixed("GET", "/api/search", usd("0.01")?))
-        .build()?;
-    let binding = Binding::new(receiver.clone());
-    let app = binding.apply(Router::new().route("/api/search", get(|| async { "results" })));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| msg(e.to_string()))?;
@@ -148,6 +136,20 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         "http://{}",
         listener.local_addr().map_err(|e| msg(e.to_string()))?
     );
+    m.allow.push(Allow::Receiver {
+        id: "bench-shop".into(),
+        key: shop_key.public(),
+        origins: vec![base.clone()],
+    });
+    let mandate = Signed::sign(m, &principal)?;
+    let kind = stage.payer.payer.id().as_str().to_owned();
+    let receiver = Receiver::builder("bench-shop", shop_key)
+        .origin(&base)
+        .rail(&kind, stage.receiver.clone())
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.01")?))
+        .build()?;
+    let binding = Binding::new(receiver.clone())?;
+    let app = binding.apply(Router::new().route("/api/search", get(|| async { "results" })));
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -182,7 +184,10 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     );
 
     // 2. Paid requests, end to end.
-    let client = Client::new(http.clone(), wallet.clone());
+    let client = Client::new(
+        stipendex::http::reqwest_builder(Duration::from_secs(30)),
+        wallet.clone(),
+    )?;
     let u = url.clone();
     let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move || {
         let (c, u) = (client.clone(), u.clone());

@@ -230,7 +230,19 @@ fn show(m: &Money) -> String {
     format!("{} {}", m.amount(), m.asset())
 }
 
-async fn serve(binding: &Binding, final_amount: Money) -> Result<String, CliError> {
+/// A listener on `127.0.0.1:0` and its origin (`http://127.0.0.1:PORT`): a receiver names its
+/// origin before it serves.
+async fn listen() -> Result<(tokio::net::TcpListener, String), CliError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| msg(format!("cannot listen on 127.0.0.1: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| msg(format!("cannot listen on 127.0.0.1: {e}")))?;
+    Ok((listener, format!("http://{addr}")))
+}
+
+fn serve(listener: tokio::net::TcpListener, binding: &Binding, final_amount: Money) {
     let app = binding.apply(
         Router::new()
             .route("/api/search", get(|| async { "3 results for your query" }))
@@ -248,18 +260,11 @@ async fn serve(binding: &Binding, final_amount: Money) -> Result<String, CliErro
                 }),
             ),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| msg(format!("cannot listen on 127.0.0.1: {e}")))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| msg(format!("cannot listen on 127.0.0.1: {e}")))?;
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "demo server stopped");
         }
     });
-    Ok(format!("http://{addr}"))
 }
 
 /// `stipendex demo`: the scenario on the embedded ledger.
@@ -333,6 +338,10 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         crate::files::write_secret(&keys.join(format!("{name}.key")), k)?;
     }
 
+    // Where the two receivers will be reached: the mandate pins demo-shop's origin.
+    let (shop_listener, shop_url) = listen().await?;
+    let (stranger_listener, stranger_url) = listen().await?;
+
     // The principal's mandate.
     let now = u64::try_from(stage.clock.now().unix_seconds()).unwrap_or(0);
     let mut m = Mandate::draft(
@@ -359,6 +368,7 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
     m.allow.push(Allow::Receiver {
         id: "demo-shop".into(),
         key: shop_key.public(),
+        origins: vec![shop_url.clone()],
     });
     let mandate = Signed::sign(m, &principal)?;
     crate::files::write(&dir.join("mandate.jws"), &format!("{}\n", mandate.jws()))?;
@@ -366,8 +376,9 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
     print!("{}", crate::mandate::describe(mandate.object()));
 
     // Two receivers over HTTP: demo-shop (allowlisted) and stranger (not).
-    let receiver = |id: &str, key: &SecretKey| -> Result<Receiver, CliError> {
+    let receiver = |id: &str, key: &SecretKey, origin: &str| -> Result<Receiver, CliError> {
         let mut b = Receiver::builder(id, key.clone())
+            .origin(origin)
             .rail(stage.payer.payer.id().as_str(), stage.receiver.clone())
             .price(
                 PricedCapability::fixed("GET", "/api/search", money(a, p.search)?)
@@ -396,14 +407,14 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         }
         Ok(b.build()?)
     };
-    let shop = Binding::new(receiver("demo-shop", &shop_key)?);
+    let shop = Binding::new(receiver("demo-shop", &shop_key, &shop_url)?)?;
     let can_checkout = shop.receiver().descriptor().profiles.len() > 1;
-    let shop_url = serve(&shop, money(a, p.order_final)?).await?;
-    let stranger_url = serve(
-        &Binding::new(receiver("stranger", &stranger_key)?),
+    serve(shop_listener, &shop, money(a, p.order_final)?);
+    serve(
+        stranger_listener,
+        &Binding::new(receiver("stranger", &stranger_key, &stranger_url)?)?,
         money(a, p.order_final)?,
-    )
-    .await?;
+    );
     println!(
         "  receiver demo-shop at {shop_url} (key {})",
         shop_key.public()
@@ -442,10 +453,10 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         .clock(stage.clock.clone())
         .principal(principal.public())
         .build()?;
-    let http = reqwest::Client::builder()
-        .build()
-        .map_err(|e| msg(format!("cannot build an HTTP client: {e}")))?;
-    let client = Client::new(http, wallet);
+    let client = Client::new(
+        stipendex::http::reqwest_builder(std::time::Duration::from_secs(60)),
+        wallet,
+    )?;
 
     let before = stage.balances.read().await.map_err(msg)?;
     println!();

@@ -89,6 +89,11 @@ pub(crate) struct NewArgs {
     /// A Stipendex receiver the wallet may pay: `ID=ed25519:KEY` (repeatable).
     #[arg(long = "allow-receiver")]
     allow_receiver: Vec<String>,
+    /// An origin an allowed receiver is reached at over HTTP: `ID=https://host[:port]`, or
+    /// just the origin when one receiver is allowed (repeatable). Over HTTP the wallet pays a
+    /// receiver only at the origins pinned here.
+    #[arg(long = "origin")]
+    origin: Vec<String>,
     /// A plain x402 HTTP server: `https://origin=PAYTO` (repeatable).
     #[arg(long = "allow-x402-http")]
     allow_http: Vec<String>,
@@ -186,7 +191,11 @@ fn new(a: NewArgs) -> Result<(), CliError> {
         m.allow.push(Allow::Receiver {
             id: id.to_owned(),
             key,
+            origins: Vec::new(),
         });
+    }
+    for v in &a.origin {
+        pin_origin(&mut m, v)?;
     }
     for v in &a.allow_http {
         let (origin, pay_to) = pair("allow-x402-http", v, "https://ORIGIN=PAYTO")?;
@@ -217,6 +226,49 @@ fn new(a: NewArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// `--origin [ID=]https://host[:port]`: pins the origin on the receiver entry `ID` (or on the
+/// one receiver entry).
+fn pin_origin(m: &mut Mandate, v: &str) -> Result<(), CliError> {
+    let (id, origin) = match v.split_once('=') {
+        Some((id, o)) if !id.contains("://") => (Some(id), o),
+        _ => (None, v),
+    };
+    let origin = stipendex::origin::parse(origin).map_err(|_| {
+        msg(format!(
+            "--origin {v:?}: {origin:?} is not an origin: write https://host[:port] (scheme, host and port, no path)"
+        ))
+    })?;
+    let mut entries: Vec<&mut Vec<String>> = m
+        .allow
+        .iter_mut()
+        .filter_map(|a| match a {
+            Allow::Receiver {
+                id: rid, origins, ..
+            } if id.is_none_or(|i| i == rid) => Some(origins),
+            _ => None,
+        })
+        .collect();
+    match (entries.len(), id) {
+        (1, _) => {
+            if let Some(o) = entries.pop()
+                && !o.contains(&origin)
+            {
+                o.push(origin);
+            }
+            Ok(())
+        }
+        (0, Some(id)) => Err(msg(format!(
+            "--origin {v:?} names receiver {id}, which no --allow-receiver allows: add --allow-receiver {id}=ed25519:KEY"
+        ))),
+        (0, None) => Err(msg(format!(
+            "--origin {v:?} needs a receiver to pin it on: add --allow-receiver ID=ed25519:KEY"
+        ))),
+        _ => Err(msg(format!(
+            "--origin {v:?}: several receivers are allowed; say which one with --origin ID={origin}"
+        ))),
+    }
 }
 
 /// What a mandate allows, in a few lines.
@@ -253,7 +305,12 @@ pub(crate) fn describe(m: &Mandate) -> String {
     }
     for a in &m.allow {
         let line = match a {
-            Allow::Receiver { id, key } => format!("receiver {id} ({key})"),
+            Allow::Receiver { id, key, origins } if origins.is_empty() => {
+                format!("receiver {id} ({key}), not over HTTP (no origin pinned)")
+            }
+            Allow::Receiver { id, key, origins } => {
+                format!("receiver {id} ({key}) at {}", origins.join(", "))
+            }
             Allow::X402Http { origin, pay_to } => {
                 format!("x402 over HTTP from {origin} to {pay_to}")
             }

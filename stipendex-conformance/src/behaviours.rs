@@ -54,6 +54,8 @@ struct Options {
     confirm_above: Option<u128>,
     /// The human says yes.
     confirm: bool,
+    /// The origins the mandate pins the receiver at (and the receiver names).
+    origins: Vec<String>,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
             per_call: PRICE * 4,
             confirm_above: None,
             confirm: true,
+            origins: Vec::new(),
         }
     }
 }
@@ -92,6 +95,10 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
         )
         .price(PricedCapability::fixed("GET", "/paid", price.clone()))
         .clock(clock.clone());
+    let receiver = o
+        .origins
+        .iter()
+        .fold(receiver, stipendex::receiver::Builder::origin);
     let caps = rail.capabilities();
     let receiver = if caps.hold && caps.partial_capture {
         receiver.price(PricedCapability::estimate(
@@ -126,6 +133,7 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
         m.allow.push(Allow::Receiver {
             id: "conformance-shop".into(),
             key: receiver_key.public(),
+            origins: o.origins.clone(),
         });
     }
     let mandate = Signed::sign(m, &principal).map_err(s("mandate"))?;
@@ -516,7 +524,7 @@ async fn x402_paid(
     base: &str,
     clock: rail_core::SharedClock,
 ) -> Verdict {
-    let http = stipendex::http::reqwest_client(Duration::from_secs(30)).map_err(s("http"))?;
+    let http = || stipendex::http::reqwest_builder(Duration::from_secs(30));
     let now = u64::try_from(h.clock().now().unix_seconds()).map_err(s("clock"))?;
     let principal = SecretKey::generate();
     let wallet_key = SecretKey::generate();
@@ -558,7 +566,7 @@ async fn x402_paid(
 
     // Not allowlisted: denied, nothing signed, nothing moves.
     let before = balances(h).await?;
-    let denied = stipendex::http::Client::new(http.clone(), wallet(false)?);
+    let denied = stipendex::http::Client::new(http(), wallet(false)?).map_err(s("client"))?;
     refused(
         "an x402 402 outside the allowlist",
         denied.get(&url).await,
@@ -567,7 +575,7 @@ async fn x402_paid(
     unchanged(h, before, "a denied x402 402").await?;
 
     // Allowlisted: paid once, the price moves, the challenge proof verifies.
-    let client = stipendex::http::Client::new(http, wallet(true)?);
+    let client = stipendex::http::Client::new(http(), wallet(true)?).map_err(s("client"))?;
     let r = client.get(&url).await.map_err(s("pay the x402 402"))?;
     ensure!(
         r.status.as_u16() == 200,

@@ -40,6 +40,12 @@ fn quote(key: &SecretKey) -> Quote {
             name: "/api/search".into(),
         }),
         request: Some(stipendex::envelope::Digest::of(b"request")),
+        resource: Some(stipendex::envelope::Resource {
+            origin: "https://search.example".into(),
+            method: "GET".into(),
+            path: "/api/search".into(),
+            query: Some("q=rust".into()),
+        }),
         description: Some("one web search".into()),
         rails: vec![RailOffer {
             rail: "ledger".into(),

@@ -326,15 +326,33 @@ fn check_confirmation(
 }
 
 fn check_quote(md: &Mandate, q: &Quote) -> Result<(), Error> {
-    let allowed = md.allow.iter().any(
-        |a| matches!(a, Allow::Receiver { id, key } if id == &q.receiver.id && key == &q.receiver.key),
-    );
-    if !allowed {
+    let mut entries = md.allow.iter().filter_map(|a| match a {
+        Allow::Receiver { id, key, origins } if id == &q.receiver.id && key == &q.receiver.key => {
+            Some(origins)
+        }
+        _ => None,
+    });
+    let Some(first) = entries.next() else {
         return Err(broken(
             "quote",
             format!(
                 "receiver {} (key {}) is not in the mandate's allowlist",
                 q.receiver.id, q.receiver.key
+            ),
+        ));
+    };
+    // A Quote naming where it was served must be served at an origin the mandate pins (when
+    // the entry pins any: an entry without origins is not payable over HTTP).
+    let origins: Vec<&String> = std::iter::once(first).chain(entries).flatten().collect();
+    if let Some(r) = &q.resource
+        && !origins.is_empty()
+        && !origins.iter().any(|o| **o == r.origin)
+    {
+        return Err(broken(
+            "quote",
+            format!(
+                "served at {}, which the mandate does not pin for receiver {}",
+                r.origin, q.receiver.id
             ),
         ));
     }

@@ -77,6 +77,7 @@ pub mod envelope;
 mod error;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod origin;
 pub mod receiver;
 pub mod registry;
 pub mod wallet;

@@ -88,8 +88,11 @@ async fn a_route_paywalled_through_the_hosted_facilitator_in_ten_lines() {
     let weather_key = SecretKey::generate();
 
     // ---- The README's lines: a receiver paywalling a route through the facilitator. ----
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
     let registry = Registry::from_toml(&receiver_toml, &env).await.unwrap();
     let receiver = Receiver::builder("weather", weather_key.clone())
+        .origin(&base)
         .registry(&registry)
         .price(PricedCapability::fixed(
             "GET",
@@ -98,9 +101,9 @@ async fn a_route_paywalled_through_the_hosted_facilitator_in_ten_lines() {
         ))
         .build()
         .unwrap();
-    let app = Binding::new(receiver).apply(Router::new().route("/forecast", get(forecast)));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route("/forecast", get(forecast)));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     // ---- end of the README's lines. ----
 
@@ -123,6 +126,7 @@ async fn a_route_paywalled_through_the_hosted_facilitator_in_ten_lines() {
         m.allow.push(Allow::Receiver {
             id: "weather".into(),
             key: weather_key.public(),
+            origins: vec![base.clone()],
         });
     });
     let wallet = Wallet::builder(w.wallet_key.clone(), mandate)
@@ -132,8 +136,12 @@ async fn a_route_paywalled_through_the_hosted_facilitator_in_ten_lines() {
         .principal(w.principal.public())
         .build()
         .unwrap();
+    let client = Client::new(
+        stipendex::http::reqwest_builder(std::time::Duration::from_secs(10)),
+        wallet,
+    )
+    .unwrap();
     let http = stipendex::http::reqwest_client(std::time::Duration::from_secs(10)).unwrap();
-    let client = Client::new(http.clone(), wallet);
     let r = client.get(&format!("{base}/forecast")).await.unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..], b"sunny");

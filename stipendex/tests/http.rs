@@ -17,7 +17,7 @@ use alloy_primitives::{Address, U256};
 use axum::Router;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use common::{usd, world};
+use common::{pin, usd, world};
 use rail_x402::client::Paid;
 use rail_x402::evm::LocalSigner;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
@@ -29,6 +29,22 @@ use x402_transport::paywall::Paywall;
 use x402_transport::{Accepts, Scheme};
 
 const NET: &str = "eip155:84532";
+
+/// The wallet's HTTP client (redirects are the client's business: it turns them off).
+fn client(wallet: stipendex::wallet::Wallet) -> Client {
+    Client::new(
+        rail_x402::rpc::http_builder(std::time::Duration::from_secs(10)),
+        wallet,
+    )
+    .unwrap()
+}
+
+/// A listener on loopback and its origin.
+async fn listen() -> (tokio::net::TcpListener, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    (listener, base)
+}
 
 #[tokio::test]
 async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
@@ -47,7 +63,9 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
         Accepts::one(evm, 50_000).unwrap(),
     );
 
+    let (listener, base) = listen().await;
     let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
         .registry(&w.registry)
         .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"))
         .price(PricedCapability::estimate(
@@ -59,7 +77,7 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
         .clock(Arc::new(w.clock.clone()))
         .build()
         .unwrap();
-    let binding = Binding::new(receiver).with_x402(paywall);
+    let binding = Binding::new(receiver).unwrap().with_x402(paywall);
     let app = binding.apply(
         Router::new()
             .route("/api/search", get(|| async { "results" }))
@@ -73,8 +91,6 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
             )
             .route("/free", get(|| async { "free" })),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
 
@@ -105,7 +121,7 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
     assert_eq!(d["profiles"], serde_json::json!(["service", "checkout"]));
 
     // A Stipendex wallet pays it.
-    let client = Client::new(http.clone(), w.wallet(w.mandate(|_| {}), true));
+    let client = client(w.wallet(w.mandate(|m| pin(m, &base)), true));
     let r = client
         .get(&format!("{base}/api/search?q=rust"))
         .await
@@ -197,7 +213,6 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
     let usdc = stipendex::Asset::usdc();
     let payer = Arc::new(X402Payer::new(
         evm_key,
@@ -229,7 +244,7 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
     };
 
     // Allowlisted by origin and payTo (an EVM address compares without case): paid.
-    let client = Client::new(http.clone(), wallet_for(true));
+    let client = client(wallet_for(true));
     let r = client.get(&format!("{base}/weather")).await.unwrap();
     assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"sunny"[..]));
     let paid = r.x402.expect("an x402 payment");
@@ -255,7 +270,7 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
     assert_eq!(err.code(), "limit_exceeded", "{err}");
 
     // Not allowlisted: denied.
-    let client = Client::new(http, wallet_for(false));
+    let client = self::client(wallet_for(false));
     let err = client.get(&format!("{base}/weather")).await.unwrap_err();
     assert_eq!(err.code(), "denied", "{err}");
     assert_eq!(
@@ -335,8 +350,7 @@ async fn the_wallet_resends_the_same_x402_payment_when_its_outcome_is_unknown() 
         .journal(w.journal.clone())
         .build()
         .unwrap();
-    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
-    let r = Client::new(http, wallet)
+    let r = client(wallet)
         .get(&format!("{base}/weather"))
         .await
         .unwrap();
@@ -372,9 +386,211 @@ async fn an_oversized_402_is_refused_unread_and_unpaid() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let http = rail_x402::rpc::http_client(std::time::Duration::from_secs(10)).unwrap();
-    let client = Client::new(http, w.wallet(w.mandate(|_| {}), true));
+    let client = client(w.wallet(w.mandate(|_| {}), true));
     let err = client.get(&format!("{base}/big")).await.unwrap_err();
     assert_eq!(err.code(), "malformed", "{err}");
     assert!(err.to_string().contains("over"), "{err}");
+}
+
+/// A relaying server (`evil`) that answers every request with the 402 it gets itself from
+/// `target` (its own query, its own request), and records any payment header it is sent.
+async fn relay(target: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let app = Router::new().fallback(move |req: axum::extract::Request| {
+        let (target, record) = (target.clone(), record.clone());
+        async move {
+            for h in ["stipendex-payment", "payment-signature", "x-payment"] {
+                if let Some(v) = req.headers().get(h) {
+                    record.lock().unwrap().push(v.to_str().unwrap().to_owned());
+                }
+            }
+            let got = reqwest::get(&target).await.unwrap();
+            let status = axum::http::StatusCode::from_u16(got.status().as_u16()).unwrap();
+            (status, got.bytes().await.unwrap()).into_response()
+        }
+    });
+    let (listener, base) = listen().await;
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen)
+}
+
+/// The receiver `search` at its own origin, pricing `GET /api/search` (and `GET /api/posts/{id}`).
+async fn search_receiver(w: &common::World) -> String {
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route("/api/search", get(|| async { "results" })));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// Confused deputy (issue 23): a Quote that `evil` got from an allowlisted receiver for its
+/// own query, relayed to the agent, is refused — at evil's origin, behind a backslash URL that
+/// a naive split reads as the receiver's, and for another request at the right origin. The
+/// wallet's entry without origins is not payable over HTTP. Nothing is paid, nothing reaches
+/// evil, nothing is journalled; each denial is escalated.
+#[tokio::test]
+async fn a_quote_relayed_from_another_request_is_refused() {
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    let search = search_receiver(&w).await;
+    let (evil, seen) = relay(format!("{search}/api/search?q=evil")).await;
+    let wallet = w.wallet(w.mandate(|m| pin(m, &search)), true);
+    let client = client(wallet.clone());
+    let search_host = search.trim_start_matches("http://");
+    for url in [
+        format!("{evil}/x"),
+        format!("{evil}/api/search?q=evil"),
+        format!("{evil}\\@{search_host}/api/search?q=evil"),
+    ] {
+        let err = client.get(&url).await.unwrap_err();
+        assert_eq!(err.code(), "denied", "{url}: {err}");
+        assert!(err.to_string().contains("not allowlisted at"), "{err}");
+    }
+    assert_eq!(w.denied.load(Ordering::SeqCst), 3);
+
+    // At the receiver's own origin, a quote issued for another query is not paid either.
+    let quote = |url: String| async move {
+        let body: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+        serde_json::from_value::<stipendex::envelope::Signed<stipendex::envelope::Quote>>(
+            body["quote"].clone(),
+        )
+        .unwrap()
+    };
+    let q = quote(format!("{search}/api/search?q=evil")).await;
+    let r = q
+        .object()
+        .resource
+        .clone()
+        .expect("the quote names its resource");
+    assert_eq!(
+        (r.origin.as_str(), r.method.as_str(), r.path.as_str()),
+        (search.as_str(), "GET", "/api/search")
+    );
+    assert_eq!(r.query.as_deref(), Some("q=evil"));
+    let mine = stipendex::envelope::Resource {
+        query: Some("q=mine".into()),
+        ..r.clone()
+    };
+    let err = wallet.pay_for(&q, &mine).await.unwrap_err();
+    assert_eq!(err.code(), "denied", "{err}");
+    assert!(err.to_string().contains("relayed"), "{err}");
+
+    // A receiver entry without origins is not payable over HTTP, and says how to fix it.
+    let unpinned = self::client(w.wallet(w.mandate(|_| {}), true));
+    let err = unpinned
+        .get(&format!("{search}/api/search?q=rust"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "denied", "{err}");
+    assert!(err.to_string().contains("--origin"), "{err}");
+
+    assert!(seen.lock().unwrap().is_empty(), "evil was sent a payment");
+    assert!(
+        w.journal.names().is_empty(),
+        "a refused quote was journalled"
+    );
+    // The same wallet pays the request it makes itself, at the pinned origin.
+    let ok = client
+        .get(&format!("{search}/api/search?q=rust"))
+        .await
+        .unwrap();
+    assert_eq!((ok.status.as_u16(), ok.receipt.is_some()), (200, true));
+}
+
+/// Redirects (issue 23): an unpaid request's redirect to another origin is followed as a new
+/// request, and the 402 found there is judged at *that* origin (denied here); a paid request
+/// answered with a redirect is not followed — the payment header never reaches the other
+/// origin, in the wallet's client and in the x402 client alike.
+#[tokio::test]
+async fn a_payment_header_never_follows_a_redirect() {
+    let w = world().await;
+    // The receiver's origin: a priced route behind the binding, a free route that redirects,
+    // and (outside the binding) a proxy that bounces every paid request to evil, which relays
+    // the receiver's own 402s.
+    let (listener, base) = listen().await;
+    let (evil, seen) = relay(format!("{base}/api/search?q=evil")).await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let mock = Arc::new(DevnetFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let pay_to = Address::repeat_byte(0x55);
+    let evm_key = LocalSigner::random();
+    mock.mint(token.address, evm_key.address(), U256::from(1_000_000))
+        .unwrap();
+    let evm = ExactEvm::new(mock.clone(), token.clone(), pay_to);
+    let to = format!("{evil}/collect");
+    let moved = to.clone();
+    let app = evm
+        .paywall(&[("/x402/weather", 20_000, "the weather")])
+        .unwrap()
+        .apply(
+            Binding::new(receiver).unwrap().apply(
+                Router::new()
+                    .route("/api/search", get(|| async { "results" }))
+                    .route("/x402/weather", get(|| async { "sunny" }))
+                    .route(
+                        "/moved",
+                        get(move || {
+                            let to = moved.clone();
+                            async move { axum::response::Redirect::temporary(&to) }
+                        }),
+                    ),
+            ),
+        )
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let to = to.clone();
+                async move {
+                    let paid = ["stipendex-payment", "payment-signature"]
+                        .iter()
+                        .any(|h| req.headers().contains_key(*h));
+                    if paid {
+                        return axum::response::Redirect::temporary(&to).into_response();
+                    }
+                    next.run(req).await
+                }
+            },
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let wallet = w.wallet(w.mandate(|m| pin(m, &base)), true);
+    let client = client(wallet);
+
+    // Before payment: followed, and judged where it landed (evil relays nothing payable).
+    let err = client.get(&format!("{base}/moved")).await.unwrap_err();
+    assert_eq!(err.code(), "denied", "{err}");
+    assert!(err.to_string().contains("not allowlisted at"), "{err}");
+    // After payment: the 307 is the answer; nothing follows it.
+    let r = client
+        .get(&format!("{base}/api/search?q=rust"))
+        .await
+        .unwrap();
+    assert_eq!(r.status.as_u16(), 307);
+    assert!(r.paid.is_some() && r.receipt.is_none());
+    // The plain x402 client, the same.
+    let x402 = rail_x402::client::client(X402Payer::new(
+        evm_key,
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    ))
+    .unwrap();
+    let paid = x402.get(&format!("{base}/x402/weather")).await.unwrap();
+    assert_eq!(paid.status.as_u16(), 307);
+    assert!(paid.payment.is_some());
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "a payment header followed a redirect to another origin"
+    );
 }

@@ -117,6 +117,7 @@ fn quote_strategy() -> impl Strategy<Value = (SecretKey, Quote)> {
                     tolerance,
                     capability: Some(Capability { method, name }),
                     request: req.map(|r| Digest::of(&r)),
+                    resource: None,
                     description: Some(desc),
                     rails: vec![RailOffer {
                         rail: "ledger".into(),
@@ -188,6 +189,7 @@ fn mandate_strategy() -> impl Strategy<Value = (SecretKey, Mandate)> {
                         Allow::Receiver {
                             id: rid,
                             key: receiver.public(),
+                            origins: vec!["https://shop.example:8443".into()],
                         },
                         Allow::X402Http {
                             origin: origin.clone(),
@@ -239,6 +241,12 @@ fn fixed_objects() -> Vec<String> {
             tolerance: None,
             capability: None,
             request: None,
+            resource: Some(stipendex::envelope::Resource {
+                origin: "https://xn--caf-dma.example".into(),
+                method: "GET".into(),
+                path: "/caf%C3%A9".into(),
+                query: Some("q=%E2%98%95".into()),
+            }),
             description: Some("caf\u{e9} \u{2615}".into()),
             rails: vec![RailOffer {
                 rail: "ledger".into(),

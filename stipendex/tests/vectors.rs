@@ -103,7 +103,7 @@ struct Consumer {
     /// `wallet.pay` of a mandate case: the quote paid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     quote: Option<String>,
-    /// `receiver.accept`: the request the proof pays for (`method`, `name`, `params`).
+    /// `receiver.accept`: the request the proof pays for (`origin`, `method`, `name`, `params`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     request: Option<Value>,
 }
@@ -200,12 +200,16 @@ fn b64(bytes: &[u8]) -> String {
 
 /// The request the vectors' quotes price.
 fn request() -> Request {
-    Request::new("GET", "/report").with_params(json!({"topic": "rust"}))
+    let mut r = Request::new("GET", "/report")
+        .at("https://search.example")
+        .with_params(json!({"topic": "rust"}));
+    r.query = Some("topic=rust".into());
+    r
 }
 
 fn request_json() -> Value {
     let r = request();
-    json!({"method": r.method, "name": r.name, "params": r.params})
+    json!({"origin": r.origin, "method": r.method, "name": r.name, "params": r.params})
 }
 
 fn mandate(k: &Keys) -> Mandate {
@@ -232,6 +236,7 @@ fn mandate(k: &Keys) -> Mandate {
             confirm_above: Some(amount("1.00")),
         }],
         allow: vec![Allow::Receiver {
+            origins: vec!["https://search.example".into()],
             id: "search".into(),
             key: k.receiver.public(),
         }],
@@ -261,6 +266,7 @@ fn quote(k: &Keys, id: &str, iat: u64, exp: u64) -> Quote {
             name: "/report".into(),
         }),
         request: Some(request().digest()),
+        resource: request().resource(),
         description: Some("one report".into()),
         rails: vec![RailOffer {
             rail: "ledger".into(),
@@ -1352,8 +1358,9 @@ async fn consume(f: &VectorFile, c: &Consumer, jws: &str) -> String {
                     .build()
                     .unwrap();
             let r = c.request.as_ref().unwrap();
-            let req = Request::new(r["method"].as_str().unwrap(), r["name"].as_str().unwrap())
+            let mut req = Request::new(r["method"].as_str().unwrap(), r["name"].as_str().unwrap())
                 .with_params(r["params"].clone());
+            req.origin = r["origin"].as_str().map(str::to_owned);
             code(receiver.accept(&req, jws).await)
         }
         other => panic!("no consumer check {other}"),

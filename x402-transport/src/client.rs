@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -336,16 +337,104 @@ fn unknown_status(s: StatusCode) -> bool {
     )
 }
 
+/// The most redirects an unpaid request follows (a paid one follows none).
+pub const MAX_REDIRECTS: usize = 10;
+
+/// An unpaid request after its redirects: the answer, and the request that got it (where it
+/// went, with which method and body) — the one a payment is then sent with.
+#[derive(Debug)]
+pub struct Reached {
+    /// The answer.
+    pub response: reqwest::Response,
+    /// The URL answered (after redirects).
+    pub url: reqwest::Url,
+    /// The method answered (a 303, or a 301/302 after a POST, turns it into a GET).
+    pub method: Method,
+    /// The body sent (dropped with the method change).
+    pub body: Option<Vec<u8>>,
+}
+
 impl Client {
-    /// A client on `http` with no payer yet; 3 resends of a payment whose outcome is unknown.
-    #[must_use]
-    pub fn new(http: reqwest::Client) -> Self {
-        Client {
+    /// A client with no payer yet and 3 resends of a payment whose outcome is unknown, on the
+    /// HTTP client `http` builds — with redirects turned off, whatever `http` says: the client
+    /// follows an unpaid request's redirects itself, and a payment header never follows one
+    /// (a 3xx answer to a paid request is returned as it is).
+    ///
+    /// # Errors
+    /// [`ClientError::Http`] if the HTTP client cannot be built.
+    pub fn new(http: reqwest::ClientBuilder) -> Result<Self, ClientError> {
+        let http = http
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ClientError::Http(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Client {
             http,
             payers: Vec::new(),
             policy: None,
             retries: 3,
+        })
+    }
+
+    /// The HTTP client (it follows no redirect).
+    #[must_use]
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Sends an unpaid request, following up to [`MAX_REDIRECTS`] redirects as a browser
+    /// does (307 and 308 keep the method and body; 303, and 301/302 after a POST, become a
+    /// GET without body), each hop a new request with `headers` and no payment.
+    ///
+    /// # Errors
+    /// [`ClientError::Http`]: no answer, a redirect without a usable `Location`, or too many.
+    pub async fn reach(
+        &self,
+        method: Method,
+        url: reqwest::Url,
+        headers: &HeaderMap,
+        body: Option<Vec<u8>>,
+    ) -> Result<Reached, ClientError> {
+        let (mut method, mut url, mut body) = (method, url, body);
+        for _ in 0..=MAX_REDIRECTS {
+            let response = self
+                .request(&method, url.as_str(), headers, body.as_ref())
+                .send()
+                .await
+                .map_err(|e| ClientError::Http(e.without_url().to_string()))?;
+            let status = response.status();
+            if !status.is_redirection() || status == StatusCode::NOT_MODIFIED {
+                return Ok(Reached {
+                    response,
+                    url,
+                    method,
+                    body,
+                });
+            }
+            let next = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| url.join(l).ok())
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+                .ok_or_else(|| {
+                    ClientError::Http(format!(
+                        "{status} from {} without a usable http(s) Location",
+                        url.origin().ascii_serialization()
+                    ))
+                })?;
+            let to_get = status == StatusCode::SEE_OTHER && method != Method::HEAD
+                || matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND)
+                    && method == Method::POST;
+            if to_get {
+                method = Method::GET;
+                body = None;
+            }
+            tracing::debug!(from = %url.origin().ascii_serialization(), to = %next.origin().ascii_serialization(), status = status.as_u16(), "following a redirect (unpaid)");
+            url = next;
         }
+        Err(ClientError::Http(format!(
+            "more than {MAX_REDIRECTS} redirects"
+        )))
     }
 
     /// Pays only what `policy` allows, beside each payer's own policy.
@@ -381,9 +470,13 @@ impl Client {
         &self,
         method: &Method,
         url: &str,
+        headers: &HeaderMap,
         body: Option<&Vec<u8>>,
     ) -> reqwest::RequestBuilder {
-        let mut r = self.http.request(method.clone(), url);
+        let mut r = self
+            .http
+            .request(method.clone(), url)
+            .headers(headers.clone());
         if let Some(b) = body {
             r = r.body(b.clone());
         }
@@ -412,11 +505,15 @@ impl Client {
         url: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Paid, ClientError> {
-        let first = self
-            .request(&method, url, body.as_ref())
-            .send()
-            .await
-            .map_err(|e| ClientError::Http(e.without_url().to_string()))?;
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| ClientError::Http(format!("{url:?} is not a URL: {e}")))?;
+        let none = HeaderMap::new();
+        let Reached {
+            response: first,
+            url,
+            method,
+            body,
+        } = self.reach(method, parsed, &none, body).await?;
         if first.status() != StatusCode::PAYMENT_REQUIRED {
             return finish(first, None, None).await;
         }
@@ -444,7 +541,7 @@ impl Client {
                 });
             }
         };
-        self.deliver(&method, url, body.as_ref(), sent, required)
+        self.deliver(&method, url.as_str(), &none, body.as_ref(), sent, required)
             .await
     }
 
@@ -493,7 +590,23 @@ impl Client {
         body: Option<Vec<u8>>,
         payment: Sent,
     ) -> Result<Paid, ClientError> {
-        self.deliver(&method, url, body.as_ref(), payment, None)
+        self.resend_with(method, url, &HeaderMap::new(), body, payment)
+            .await
+    }
+
+    /// As [`Client::resend`], with the request's own `headers`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn resend_with(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &HeaderMap,
+        body: Option<Vec<u8>>,
+        payment: Sent,
+    ) -> Result<Paid, ClientError> {
+        self.deliver(&method, url, headers, body.as_ref(), payment, None)
             .await
     }
 
@@ -503,6 +616,7 @@ impl Client {
         &self,
         method: &Method,
         url: &str,
+        headers: &HeaderMap,
         body: Option<&Vec<u8>>,
         payment: Sent,
         required: Option<PaymentRequired>,
@@ -511,7 +625,7 @@ impl Client {
         let mut attempt = 0;
         loop {
             let sent = self
-                .request(method, url, body)
+                .request(method, url, headers, body)
                 .header(payment.header_name(), &value)
                 .send()
                 .await;

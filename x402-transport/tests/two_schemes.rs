@@ -135,8 +135,11 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     assert_eq!(unpaid.json::<PaymentRequired>().await.unwrap(), required);
 
     // The shared client with the exact-algo payer: it passes over the EVM entry by policy.
-    let algo_client =
-        Client::new(http.clone()).with_payer(Arc::new(algo_payer.for_client().await.unwrap()));
+    let algo_client = Client::new(rail_x402::rpc::http_builder(
+        std::time::Duration::from_secs(10),
+    ))
+    .unwrap()
+    .with_payer(Arc::new(algo_payer.for_client().await.unwrap()));
     let paid = algo_client.get(&url).await.unwrap();
     assert_eq!(paid.status, 200);
     assert_eq!(paid.body, b"content");
@@ -153,9 +156,12 @@ async fn each_client_pays_a_route_offering_both_schemes() {
         evm_key2.clone(),
         EvmPolicy::new(NET, token.address, U256::from(1000)),
     );
-    let both = Client::new(http.clone())
-        .with_payer(Arc::new(evm_payer2))
-        .with_payer(Arc::new(algo_payer2.for_client().await.unwrap()));
+    let both = Client::new(rail_x402::rpc::http_builder(
+        std::time::Duration::from_secs(10),
+    ))
+    .unwrap()
+    .with_payer(Arc::new(evm_payer2))
+    .with_payer(Arc::new(algo_payer2.for_client().await.unwrap()));
     let paid = both.get(&url).await.unwrap();
     assert_eq!(paid.status, 200);
     assert_eq!(paid.payment.unwrap().label, "exact-evm");

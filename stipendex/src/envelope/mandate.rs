@@ -101,6 +101,11 @@ pub enum Allow {
         id: String,
         /// The receiver's key (pinned: a Quote signed by another key is denied).
         key: PublicKey,
+        /// The origins (`https://host[:port]`) the receiver may be reached at over HTTP. The
+        /// HTTP client pays a Quote only at one of them, for the request it sent there; an
+        /// entry without origins is not payable over HTTP.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        origins: Vec<String>,
     },
     /// A plain x402 server over HTTP: unsigned 402 challenges from `origin` paying `pay_to`.
     X402Http {
@@ -155,6 +160,17 @@ impl Object for Mandate {
             }
             if l.per_period.as_ref().is_some_and(|p| p.seconds == 0) {
                 return Err(Error::Malformed("a mandate's period must be > 0 s".into()));
+            }
+        }
+        for a in &self.allow {
+            if let Allow::Receiver { id, origins, .. } = a {
+                for o in origins {
+                    if crate::origin::parse(o).ok().as_deref() != Some(o.as_str()) {
+                        return Err(Error::Malformed(format!(
+                            "the mandate's receiver {id} names origin {o:?}: write scheme://host[:port] in lower case, with no path or default port"
+                        )));
+                    }
+                }
             }
         }
         Ok(())

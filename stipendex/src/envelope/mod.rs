@@ -24,7 +24,7 @@
 //!     receiver: Party { id: "search".into(), key: receiver.public() },
 //!     iat: 900, exp: 1000, profile: Profile::Service, asset: Asset::usd(),
 //!     amount: Some(price.amount()), estimate: None, tolerance: None,
-//!     capability: None, request: None, description: None,
+//!     capability: None, request: None, resource: None, description: None,
 //!     rails: vec![RailOffer { rail: "ledger".into(), offer }],
 //! };
 //! let signed = Signed::sign(quote, &receiver)?;
@@ -48,7 +48,7 @@ pub use confirmation::Confirmation;
 pub use key::{PublicKey, SecretKey};
 pub use mandate::{Allow, Limits, Mandate, Party, Period};
 pub use proof::{Challenge, ChallengeSource, Proof};
-pub use quote::{Capability, Profile, Quote, RailOffer};
+pub use quote::{Capability, Profile, Quote, RailOffer, Resource};
 pub use receipt::Receipt;
 pub use revocation::Revocation;
 pub use signed::{Digest, MAJOR, MINOR, Object, Signed, Tag, check_id, new_id};

@@ -28,6 +28,26 @@ pub struct Capability {
     pub name: String,
 }
 
+/// The request a Quote was issued for, in the clear: the inputs of its request digest, so a
+/// wallet can check that the Quote it is handed prices the request *it* sent, where it sent
+/// it (a Quote relayed from another origin, or for another path or query, is refused).
+///
+/// Over HTTP: the origin the receiver serves the request at (from the receiver's
+/// configuration, never from the `Host` header), the method, the path and the query exactly as
+/// received (percent-encoding kept).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resource {
+    /// `https://host[:port]`: scheme and host in lower case, the default port dropped.
+    pub origin: String,
+    /// The method (`GET`).
+    pub method: String,
+    /// The path, as received (`/api/search`).
+    pub path: String,
+    /// The query, as received, without `?` (absent when the request had none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+}
+
 /// One rail a Quote accepts, with that rail's offer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RailOffer {
@@ -66,10 +86,14 @@ pub struct Quote {
     /// What is priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capability: Option<Capability>,
-    /// The digest of the request priced (its method, name and arguments), so the Quote pays for
-    /// that request only.
+    /// The digest of the request priced (its origin, method, name and arguments), so the Quote
+    /// pays for that request only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<Digest>,
+    /// The request priced, in the clear (over HTTP). A Quote without it (a 0.1 issuer before
+    /// origin binding, or an in-process Quote) is not payable by the HTTP client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<Resource>,
     /// What the payment is for, in the receiver's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

@@ -1,12 +1,12 @@
 //! The wallet's side of the HTTP binding: a reqwest client that pays 402s with the wallet.
 
-use reqwest::header::HeaderValue;
+use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
-use crate::envelope::{Quote, Receipt, Signed};
+use crate::envelope::{Quote, Receipt, Resource, Signed};
 use crate::wallet::{ChallengePaid, Paid, Source, Wallet};
 use x402_transport::client::{self as x402, ClientError};
 use x402_transport::wire;
@@ -35,20 +35,29 @@ pub struct Response {
 /// 402 without a Quote is an x402 challenge, paid under the same mandate with the wallet's
 /// scheme payers and delivered by the x402 client (`PAYMENT-SIGNATURE`, or `X-PAYMENT` for v1;
 /// the same payment sent again while its outcome is unknown: no answer, 502, 503 or 504).
+///
+/// The origin binding: every URL is parsed once (the `url` crate, which reqwest connects
+/// with); an unpaid request's redirects are followed hop by hop, and a 402 is paid only for the
+/// request that got it — a Quote must name exactly that origin, method, path and query
+/// ([`Wallet::pay_for`]), a challenge is allowlisted by that origin. A payment header never
+/// follows a redirect: a 3xx answer to a paid request is returned as it is.
 #[derive(Clone, Debug)]
 pub struct Client {
-    http: reqwest::Client,
     wallet: Wallet,
-    /// Delivers the wallet's x402 payments (it has no payer: the wallet decides and signs).
+    /// Follows unpaid redirects and delivers the wallet's x402 payments (it has no payer: the
+    /// wallet decides and signs); its HTTP client follows no redirect.
     x402: x402::Client,
 }
 
 impl Client {
-    /// A client paying with `wallet`.
-    #[must_use]
-    pub fn new(http: reqwest::Client, wallet: Wallet) -> Self {
-        let x402 = x402::Client::new(http.clone());
-        Client { http, wallet, x402 }
+    /// A client paying with `wallet`, on the HTTP client `http` builds (with redirects turned
+    /// off, whatever `http` says; [`super::reqwest_builder`] gives the workspace's defaults).
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the HTTP client cannot be built.
+    pub fn new(http: reqwest::ClientBuilder, wallet: Wallet) -> Result<Self, Error> {
+        let x402 = x402::Client::new(http).map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Client { wallet, x402 })
     }
 
     /// The wallet.
@@ -80,12 +89,32 @@ impl Client {
     /// # Errors
     /// As [`Client::get`].
     pub async fn send(&self, method: Method, url: &str) -> Result<Response, Error> {
-        let first = self
-            .http
-            .request(method.clone(), url)
-            .send()
+        Box::pin(self.execute(method, url, HeaderMap::new(), None)).await
+    }
+
+    /// `method url` with `headers` and `body`, paying a 402 once.
+    ///
+    /// # Errors
+    /// As [`Client::get`]; [`Error::Malformed`] if `url` is not an absolute http(s) URL.
+    pub async fn execute(
+        &self,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response, Error> {
+        let url = crate::origin::parsed(url)?;
+        let reached = self
+            .x402
+            .reach(method, url, &headers, body)
             .await
-            .map_err(|e| transport(&e))?;
+            .map_err(|e| unavailable(&e))?;
+        let x402::Reached {
+            response: first,
+            url,
+            method,
+            body,
+        } = reached;
         if first.status() != StatusCode::PAYMENT_REQUIRED {
             return read(first, None, None).await;
         }
@@ -96,12 +125,10 @@ impl Client {
             .map(str::to_owned);
         let bytes = x402::read_402_body(first).await.map_err(|e| match e {
             ClientError::Header(why) => Error::Malformed(why),
-            e => Error::Payment(rail_core::RailError::Unavailable(
-                rail_core::RailReason::new("http", e.to_string()),
-            )),
+            e => unavailable(&e),
         })?;
-        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        let Some(quote) = body.get("quote") else {
+        let parsed: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let Some(quote) = parsed.get("quote") else {
             // No Quote: an x402 challenge, paid under the same mandate.
             let required = x402::read_402(header.as_deref(), &bytes)
                 .map_err(|e| Error::Malformed(e.to_string()))?
@@ -110,20 +137,29 @@ impl Client {
                         "the 402 carries neither a Quote nor an x402 payment requirement".into(),
                     )
                 })?;
-            return Box::pin(self.pay_x402(method, url, &required)).await;
+            return Box::pin(self.pay_x402(method, &url, &headers, body, &required)).await;
         };
         let quote: Signed<Quote> = serde_json::from_value(quote.clone())
             .map_err(|e| Error::Malformed(format!("the 402's quote: {e}")))?;
-        let paid = Box::pin(self.wallet.pay(&quote)).await?;
-        let header = HeaderValue::from_str(&paid.proof.to_header())
+        let sent = Resource {
+            origin: url.origin().ascii_serialization(),
+            method: method.as_str().to_owned(),
+            path: url.path().to_owned(),
+            query: url.query().map(str::to_owned),
+        };
+        let paid = Box::pin(self.wallet.pay_for(&quote, &sent)).await?;
+        let proof = HeaderValue::from_str(&paid.proof.to_header())
             .map_err(|e| Error::Malformed(format!("the proof header: {e}")))?;
-        let second = self
-            .http
+        let mut retry = self
+            .x402
+            .http()
             .request(method, url)
-            .header(PAYMENT, header)
-            .send()
-            .await
-            .map_err(|e| transport(&e))?;
+            .headers(headers)
+            .header(PAYMENT, proof);
+        if let Some(b) = body {
+            retry = retry.body(b);
+        }
+        let second = retry.send().await.map_err(|e| transport(&e))?;
         if second.status() == StatusCode::PAYMENT_REQUIRED {
             let body = second.bytes().await.map_err(|e| transport(&e))?;
             return Err(refusal(&body, "the receiver refused the proof"));
@@ -149,16 +185,18 @@ impl Client {
     async fn pay_x402(
         &self,
         method: Method,
-        url: &str,
+        url: &reqwest::Url,
+        headers: &HeaderMap,
+        body: Option<Vec<u8>>,
         required: &x402::Required,
     ) -> Result<Response, Error> {
         let paid = self
             .wallet
-            .pay_challenge(&Source::http(url)?, required)
+            .pay_challenge(&Source::http(url.as_str())?, required)
             .await?;
         let answer = self
             .x402
-            .resend(method, url, None, paid.sent())
+            .resend_with(method, url.as_str(), headers, body, paid.sent())
             .await
             .map_err(|e| match e {
                 ClientError::OutcomeUnknown { detail, .. } => {
@@ -204,6 +242,12 @@ fn refusal(body: &[u8], what: &str) -> Error {
             format!("{what}: {message}")
         },
     )))
+}
+
+fn unavailable(e: &ClientError) -> Error {
+    Error::Payment(rail_core::RailError::Unavailable(
+        rail_core::RailReason::new("http", e.to_string()),
+    ))
 }
 
 fn transport(e: &reqwest::Error) -> Error {

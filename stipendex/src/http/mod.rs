@@ -31,12 +31,18 @@ pub use server::{Binding, FinalAmount, WELL_KNOWN};
 /// # Errors
 /// [`crate::Error::Config`] if the client cannot be built.
 pub fn reqwest_client(timeout: std::time::Duration) -> Result<reqwest::Client, crate::Error> {
+    reqwest_builder(timeout)
+        .build()
+        .map_err(|e| crate::Error::Config(format!("cannot build an HTTP client: {e}")))
+}
+
+/// The builder behind [`reqwest_client`] (TLS provider installed, timeouts set), for
+/// [`Client::new`], which turns redirects off.
+pub fn reqwest_builder(timeout: std::time::Duration) -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(std::time::Duration::from_secs(5))
-        .build()
-        .map_err(|e| crate::Error::Config(format!("cannot build an HTTP client: {e}")))
 }
 
 /// The retry header: `base64url(Proof JWS)`.

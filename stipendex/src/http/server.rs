@@ -46,13 +46,23 @@ impl std::fmt::Debug for Binding {
 }
 
 impl Binding {
-    /// The binding of `receiver`.
-    #[must_use]
-    pub fn new(receiver: Receiver) -> Self {
-        Binding {
+    /// The binding of `receiver`, which must name its public origins
+    /// ([`crate::receiver::Builder::origin`]): its Quotes name the origin they were served at,
+    /// and wallets pay only there.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the receiver has no origin.
+    pub fn new(receiver: Receiver) -> Result<Self, Error> {
+        if receiver.origins().is_empty() {
+            return Err(Error::Config(format!(
+                "receiver {} has no public origin: name the origins it is reached at with Receiver::builder(…).origin(\"https://host[:port]\")",
+                receiver.party().id
+            )));
+        }
+        Ok(Binding {
             receiver,
             x402: None,
-        }
+        })
     }
 
     /// Also offers the x402 schemes `paywall` prices for the same paths: a 402 carries both
@@ -79,9 +89,19 @@ impl Binding {
     }
 }
 
-/// The Stipendex view of an HTTP request: method, path, and the query as an object (a
-/// repeated key becomes an array), which the Quote's request digest covers.
-fn request_of(req: &HttpRequest) -> Request {
+/// The Stipendex view of an HTTP request: the configured origin its `Host` designates, the
+/// method, the path, and the query as an object (a repeated key becomes an array), which the
+/// Quote's request digest covers.
+fn request_of(receiver: &Receiver, req: &HttpRequest) -> Request {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| {
+            req.uri()
+                .authority()
+                .map(axum::http::uri::Authority::as_str)
+        });
     let mut params = Map::new();
     if let Some(q) = req.uri().query() {
         for (k, v) in form_urlencoded::parse(q.as_bytes()) {
@@ -99,6 +119,7 @@ fn request_of(req: &HttpRequest) -> Request {
         }
     }
     Request {
+        origin: receiver.origin_for(host).map(str::to_owned),
         method: req.method().as_str().to_owned(),
         name: req.uri().path().to_owned(),
         params: if params.is_empty() {
@@ -106,6 +127,7 @@ fn request_of(req: &HttpRequest) -> Request {
         } else {
             Value::Object(params)
         },
+        query: req.uri().query().map(str::to_owned),
         client: None,
     }
 }
@@ -135,7 +157,7 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
             None => next.run(req).await,
         };
     }
-    let sreq = request_of(&req);
+    let sreq = request_of(&b.receiver, &req);
     let seen = Seen::of(&req);
     let (x402_payment, presented) = read_headers(req.headers());
     if x402_payment

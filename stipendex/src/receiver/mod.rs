@@ -79,6 +79,9 @@ pub struct Descriptor {
     pub rails: Vec<String>,
     /// The profiles it quotes (`service`, and `checkout` where a rail can hold).
     pub profiles: Vec<Profile>,
+    /// The public origins it is reached at (for a mandate to pin).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origins: Vec<String>,
     /// A trust registry vouching for it (none in this profile).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust_registry: Option<String>,
@@ -90,6 +93,7 @@ pub struct Receiver(Arc<Inner>);
 
 struct Inner {
     party: Party,
+    origins: Vec<String>,
     key: SecretKey,
     rails: Vec<ReceiverRail>,
     capabilities: Vec<PricedCapability>,
@@ -110,6 +114,7 @@ impl std::fmt::Debug for Receiver {
 /// Builds a [`Receiver`].
 pub struct Builder {
     id: String,
+    origins: Vec<String>,
     key: SecretKey,
     rails: Vec<ReceiverRail>,
     capabilities: Vec<PricedCapability>,
@@ -137,6 +142,16 @@ impl Builder {
                 self = self.rail(e.name.clone(), r.clone());
             }
         }
+        self
+    }
+
+    /// A public origin the receiver is reached at (`https://search.example`), in order: the
+    /// first is the default. Over HTTP a Quote names the configured origin the request's
+    /// `Host` designates (the first when it designates none), never the `Host` itself; wallets
+    /// pay only at the origins their mandate pins.
+    #[must_use]
+    pub fn origin(mut self, origin: impl Into<String>) -> Self {
+        self.origins.push(origin.into());
         self
     }
 
@@ -171,9 +186,17 @@ impl Builder {
     /// The receiver.
     ///
     /// # Errors
-    /// [`Error::Config`] without a rail, or with a checkout-priced capability and no rail that
-    /// can hold.
+    /// [`Error::Config`] without a rail, with an origin that is not `scheme://host[:port]`, or
+    /// with a checkout-priced capability and no rail that can hold.
     pub fn build(self) -> Result<Receiver, Error> {
+        let mut origins = Vec::new();
+        for o in &self.origins {
+            let o = crate::origin::parse(o)
+                .map_err(|e| Error::Config(format!("receiver {}: {e}", self.id)))?;
+            if !origins.contains(&o) {
+                origins.push(o);
+            }
+        }
         if self.rails.is_empty() {
             return Err(Error::Config(format!(
                 "receiver {} has no rail to be paid over",
@@ -198,6 +221,7 @@ impl Builder {
                 key: self.key.public(),
             },
             key: self.key,
+            origins,
             rails: self.rails,
             capabilities: self.capabilities,
             resolve: self.resolve,
@@ -224,6 +248,7 @@ impl Receiver {
     pub fn builder(id: impl Into<String>, key: SecretKey) -> Builder {
         Builder {
             id: id.into(),
+            origins: Vec::new(),
             key,
             rails: Vec::new(),
             capabilities: Vec::new(),
@@ -237,6 +262,22 @@ impl Receiver {
     #[must_use]
     pub fn party(&self) -> &Party {
         &self.0.party
+    }
+
+    /// The public origins it is reached at (normalised), the default first.
+    #[must_use]
+    pub fn origins(&self) -> &[String] {
+        &self.0.origins
+    }
+
+    /// The configured origin a request with `Host: host` was served at: the one `host` names,
+    /// else the default (the first); `None` if the receiver has no origin.
+    #[must_use]
+    pub fn origin_for(&self, host: Option<&str>) -> Option<&str> {
+        let o = &self.0.origins;
+        host.and_then(|h| o.iter().find(|o| crate::origin::host_matches(o, h)))
+            .or_else(|| o.first())
+            .map(String::as_str)
     }
 
     /// The self-description served at `/.well-known/stipendex.json`.
@@ -259,6 +300,7 @@ impl Receiver {
             key: self.0.party.key,
             rails,
             profiles,
+            origins: self.0.origins.clone(),
             trust_registry: None,
         }
     }
@@ -368,6 +410,7 @@ impl Receiver {
                 name: req.name.clone(),
             }),
             request: Some(req.digest()),
+            resource: req.resource(),
             description,
             rails,
         };

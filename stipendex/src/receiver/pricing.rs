@@ -7,15 +7,22 @@ use serde_json::{Value, json};
 
 use crate::envelope::Digest;
 
-/// A request as the receiver sees it: the capability called and its arguments.
+/// A request as the receiver sees it: where it was served, the capability called and its
+/// arguments.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
+    /// The receiver's public origin the request was served at (over HTTP, chosen from the
+    /// receiver's configured origins, never taken from the `Host` header); `None` in process.
+    /// It is part of the request digest, and the Quote names it.
+    pub origin: Option<String>,
     /// The method (`tools/call`, `resources/read`, `GET`, `POST`).
     pub method: String,
     /// The name (a tool name, a resource URI, a path).
     pub name: String,
     /// The arguments (a tool call's `arguments`, a query string as an object); `Null` if none.
     pub params: Value,
+    /// The query as received (HTTP), for the Quote's resource; `params` holds it parsed.
+    pub query: Option<String>,
     /// Who calls, if the transport knows (a client key, an origin); the hook may use it.
     pub client: Option<String>,
 }
@@ -25,11 +32,20 @@ impl Request {
     #[must_use]
     pub fn new(method: impl Into<String>, name: impl Into<String>) -> Self {
         Request {
+            origin: None,
             method: method.into(),
             name: name.into(),
             params: Value::Null,
+            query: None,
             client: None,
         }
+    }
+
+    /// Served at `origin` (`https://host[:port]`).
+    #[must_use]
+    pub fn at(mut self, origin: impl Into<String>) -> Self {
+        self.origin = Some(origin.into());
+        self
     }
 
     /// With arguments.
@@ -39,13 +55,28 @@ impl Request {
         self
     }
 
-    /// The digest a Quote binds: SHA-256 of `{"method", "name", "params"}` as JSON with sorted
-    /// keys, so the Quote pays for this request and no other.
+    /// The digest a Quote binds: SHA-256 of `{"method", "name", "origin", "params"}` as JSON
+    /// with sorted keys (`origin` only when the request has one), so the Quote pays for this
+    /// request, where it was served, and no other.
     #[must_use]
     pub fn digest(&self) -> Digest {
         // serde_json's map is a BTreeMap here (no `preserve_order`): keys come out sorted.
-        let v = json!({"method": self.method, "name": self.name, "params": self.params});
+        let mut v = json!({"method": self.method, "name": self.name, "params": self.params});
+        if let (Some(o), Some(m)) = (&self.origin, v.as_object_mut()) {
+            m.insert("origin".into(), Value::String(o.clone()));
+        }
         Digest::of(v.to_string().as_bytes())
+    }
+
+    /// The request in the clear, as a Quote names it (`None` without an origin).
+    #[must_use]
+    pub fn resource(&self) -> Option<crate::envelope::Resource> {
+        self.origin.as_ref().map(|o| crate::envelope::Resource {
+            origin: o.clone(),
+            method: self.method.clone(),
+            path: self.name.clone(),
+            query: self.query.clone(),
+        })
     }
 }
 

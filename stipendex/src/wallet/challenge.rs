@@ -35,14 +35,9 @@ impl Source {
     /// # Errors
     /// [`Error::Malformed`] if `url` is not an absolute http(s) URL with a host.
     pub fn http(url: &str) -> Result<Self, Error> {
-        let bad = || Error::Malformed(format!("{url:?} is not an http(s) URL"));
-        let parsed = url::Url::parse(url).map_err(|_| bad())?;
-        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-            return Err(bad());
-        }
         Ok(Source {
             kind: ChallengeSource::Http,
-            origin: parsed.origin().ascii_serialization(),
+            origin: crate::origin::of_url(url)?,
         })
     }
 

@@ -56,6 +56,20 @@ impl MemoryJournal {
             })
             .unwrap_or_default()
     }
+
+    /// The names of the chains recorded, in first-recorded order.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        if let Ok(v) = self.0.lock() {
+            for (c, _) in v.iter() {
+                if !names.contains(c) {
+                    names.push(c.clone());
+                }
+            }
+        }
+        names
+    }
 }
 
 #[async_trait]

@@ -44,8 +44,8 @@ pub use x402_transport::client::Required;
 
 use crate::Error;
 use crate::envelope::{
-    Allow, Confirmation, Mandate, Profile, Proof, PublicKey, Quote, Receipt, SecretKey, Signed,
-    Tag, new_id,
+    Allow, Confirmation, Mandate, Profile, Proof, PublicKey, Quote, Receipt, Resource, SecretKey,
+    Signed, Tag, new_id,
 };
 
 /// A payment the wallet made: the Proof to hand to the receiver, and the Confirmation if a
@@ -247,6 +247,84 @@ fn op_for(receiver: &str, quote_id: &str) -> Result<OpId, Error> {
     .map_err(Error::Payment)
 }
 
+/// Step 1 of a payment: whether the mandate lets the wallet pay `q` (for the request `sent`,
+/// over HTTP); the reason otherwise.
+fn admit(mandate: &Mandate, q: &Quote, sent: Option<&Resource>) -> Result<(), String> {
+    let entries: Vec<&Vec<String>> = mandate
+        .allow
+        .iter()
+        .filter_map(|a| match a {
+            Allow::Receiver { id, key, origins }
+                if id == &q.receiver.id && key == &q.receiver.key =>
+            {
+                Some(origins)
+            }
+            _ => None,
+        })
+        .collect();
+    if entries.is_empty() {
+        let known_id = mandate
+            .allow
+            .iter()
+            .any(|a| matches!(a, Allow::Receiver { id, .. } if id == &q.receiver.id));
+        return Err(if known_id {
+            format!(
+                "receiver {} signed with key {}, not the key the mandate pins",
+                q.receiver.id, q.receiver.key
+            )
+        } else {
+            format!(
+                "receiver {} is not in mandate {}'s allowlist",
+                q.receiver.id, mandate.id
+            )
+        });
+    }
+    let Some(sent) = sent else {
+        return Ok(());
+    };
+    let origins: Vec<&String> = entries.into_iter().flatten().collect();
+    if origins.is_empty() {
+        return Err(format!(
+            "mandate {}'s entry for receiver {} names no origin, so it is not payable over HTTP: pin the origins it is reached at (`stipendex mandate new --allow-receiver {}=KEY --origin {}=https://HOST`)",
+            mandate.id, q.receiver.id, q.receiver.id, q.receiver.id
+        ));
+    }
+    if !origins.iter().any(|o| **o == sent.origin) {
+        return Err(format!(
+            "receiver {} is not allowlisted at {}: mandate {} pins it at {}",
+            q.receiver.id,
+            sent.origin,
+            mandate.id,
+            origins
+                .iter()
+                .map(|o| o.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    match &q.resource {
+        None => Err(format!(
+            "quote {} of {} names no resource: over HTTP this wallet pays only a quote issued for the request it sent",
+            q.id, q.receiver.id
+        )),
+        Some(r) if r != sent => Err(format!(
+            "quote {} was issued for {}, not for {}, the request sent: a quote relayed from another request is not paid",
+            q.id,
+            describe(r),
+            describe(sent)
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `GET https://host/path?query`.
+fn describe(r: &Resource) -> String {
+    match &r.query {
+        Some(q) => format!("{} {}{}?{q}", r.method, r.origin, r.path),
+        None => format!("{} {}{}", r.method, r.origin, r.path),
+    }
+}
+
 impl Wallet {
     /// A builder: the wallet's key and the mandate it spends under.
     #[must_use]
@@ -292,31 +370,31 @@ impl Wallet {
     /// nothing counted unless the outcome is unknown), [`Error::QuoteUsed`] (another Quote
     /// with the same id from the same receiver was paid), [`Error::Storage`].
     pub async fn pay(&self, quote: &Signed<Quote>) -> Result<Paid, Error> {
+        self.pay_at(quote, None).await
+    }
+
+    /// Pays `quote`, which came back for the request `sent` (the HTTP client's request: where
+    /// it went, its method, path and query), under the mandate: as [`Wallet::pay`], and first
+    /// the origin binding — the mandate's entry for the receiver pins `sent.origin`, and the
+    /// Quote names exactly `sent` as its resource. A Quote relayed from another request or
+    /// origin, a Quote naming no resource, and a receiver entry without origins are denied
+    /// (and escalated).
+    ///
+    /// # Errors
+    /// As [`Wallet::pay`].
+    pub async fn pay_for(&self, quote: &Signed<Quote>, sent: &Resource) -> Result<Paid, Error> {
+        self.pay_at(quote, Some(sent)).await
+    }
+
+    async fn pay_at(&self, quote: &Signed<Quote>, sent: Option<&Resource>) -> Result<Paid, Error> {
         let q = quote.object();
         let me = &self.0;
         let mandate = me.mandate.object();
         let now = now_secs(&me.clock);
 
-        // 1. The allowlist (I4): id and pinned key; anything else is denied and escalated.
-        let allowed = mandate.allow.iter().any(|a| {
-            matches!(a, Allow::Receiver { id, key } if id == &q.receiver.id && key == &q.receiver.key)
-        });
-        if !allowed {
-            let known_id = mandate
-                .allow
-                .iter()
-                .any(|a| matches!(a, Allow::Receiver { id, .. } if id == &q.receiver.id));
-            let why = if known_id {
-                format!(
-                    "receiver {} signed with key {}, not the key the mandate pins",
-                    q.receiver.id, q.receiver.key
-                )
-            } else {
-                format!(
-                    "receiver {} is not in mandate {}'s allowlist",
-                    q.receiver.id, mandate.id
-                )
-            };
+        // 1. The allowlist (I4): id and pinned key, and over HTTP the origin and the request;
+        //    anything else is denied and escalated.
+        if let Err(why) = admit(mandate, q, sent) {
             me.confirmer
                 .escalate(&Denial {
                     receiver: q.receiver.id.clone(),

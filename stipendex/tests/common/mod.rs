@@ -135,6 +135,7 @@ impl World {
         m.allow.push(Allow::Receiver {
             id: "search".into(),
             key: self.receiver_key.public(),
+            origins: Vec::new(),
         });
         edit(&mut m);
         Signed::sign(m, &self.principal).unwrap()
@@ -185,6 +186,18 @@ impl World {
 
     pub fn receiver(&self) -> Receiver {
         self.receiver_with("search", &self.receiver_key)
+    }
+}
+
+/// Pins `origin` on the mandate's entry for receiver `search`.
+#[allow(dead_code)]
+pub fn pin(m: &mut Mandate, origin: &str) {
+    for a in &mut m.allow {
+        if let Allow::Receiver { id, origins, .. } = a
+            && id == "search"
+        {
+            origins.push(origin.to_owned());
+        }
     }
 }
 
