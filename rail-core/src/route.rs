@@ -1,17 +1,37 @@
-//! Path patterns for paywalls: which request paths a priced route covers.
+//! The one pattern syntax for every priced thing: HTTP paths (`/api/posts/{id}`), MCP tool
+//! names (`search_*`), resource URIs (`private://*`) — the x402 paywall, the Stipendex
+//! receiver and, later, the MCP and ContextVM gates all match with [`RoutePattern`], and pick
+//! among several matches with [`most_specific`].
 //!
-//! Patterns are axum-style (`/api/posts/{id}`, `/files/{*path}`). A request path is matched
-//! segment by segment **after** percent-decoding each segment, so `/api/posts/%31` is the
-//! same resource as `/api/posts/1` and no spelling of a priced path escapes its price.
+//! A pattern and a name are split on `/` into segments; each segment of the **name** is
+//! percent-decoded before it is compared, so `/api/posts/%31` is `/api/posts/1` and no
+//! spelling of a priced path escapes its price. A pattern segment is:
+//! - `{name}`: exactly one non-empty segment;
+//! - `{*name}` (last only): one or more segments, not all empty — the non-empty rest;
+//! - ending in `*` (last only): a prefix — the rest of the name, joined by `/`, starts with
+//!   the text before the `*` (`search_*`, `private://*`; `*` alone matches every name, the
+//!   empty one included);
+//! - anything else: literal text, compared exactly (case matters, as in axum's router).
+//!
+//! When several patterns match, the most specific wins: segment by segment from the left, a
+//! literal beats a prefix (a longer prefix beats a shorter one), which beats `{name}`, which
+//! beats `{*name}`; between equals, the first declared.
 //!
 //! ```
-//! use rail_core::route::RoutePattern;
+//! use rail_core::route::{RoutePattern, most_specific, decoded_segments};
 //!
 //! let p = RoutePattern::parse("/api/posts/{id}");
 //! assert!(p.matches_path("/api/posts/1"));
 //! assert!(p.matches_path("/api/posts/%31"));
 //! assert!(!p.matches_path("/api/posts/"));
 //! assert!(!p.matches_path("/api/posts/1/comments"));
+//! assert!(RoutePattern::parse("private://*").matches_path("private://notes/1"));
+//!
+//! let patterns = [RoutePattern::parse("*"), RoutePattern::parse("search_*"), RoutePattern::parse("search_web")];
+//! let pick = |name: &str| most_specific(patterns.iter().map(|p| (p, p.as_str())), &decoded_segments(name));
+//! assert_eq!(pick("search_web"), Some("search_web"));
+//! assert_eq!(pick("search_img"), Some("search_*"));
+//! assert_eq!(pick("add"), Some("*"));
 //! ```
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +39,7 @@ enum Segment {
     Literal(String),
     Param,
     Rest,
+    Prefix(String),
 }
 
 /// A parsed path pattern.
@@ -68,19 +89,24 @@ pub fn decoded_segments(path: &str) -> Vec<String> {
 }
 
 impl RoutePattern {
-    /// Parses an axum-style pattern: `{name}` is one non-empty segment, `{*name}` the
-    /// non-empty rest.
+    /// Parses a pattern (see the module docs): `{name}` is one non-empty segment, `{*name}`
+    /// the non-empty rest, a last segment ending in `*` a prefix of the rest.
     #[must_use]
     pub fn parse(pattern: &str) -> Self {
-        let segments = pattern
-            .split('/')
-            .map(|s| {
+        let parts: Vec<&str> = pattern.split('/').collect();
+        let last = parts.len().saturating_sub(1);
+        let segments = parts
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
                 if s.starts_with("{*") && s.ends_with('}') {
                     Segment::Rest
                 } else if s.starts_with('{') && s.ends_with('}') && s.len() > 2 {
                     Segment::Param
+                } else if let Some(prefix) = s.strip_suffix('*').filter(|_| i == last) {
+                    Segment::Prefix(prefix.to_owned())
                 } else {
-                    Segment::Literal(s.to_owned())
+                    Segment::Literal((*s).to_owned())
                 }
             })
             .collect();
@@ -103,6 +129,10 @@ impl RoutePattern {
         for (i, seg) in self.segments.iter().enumerate() {
             match seg {
                 Segment::Rest => return decoded.iter().skip(i).any(|s| !s.is_empty()),
+                Segment::Prefix(p) => {
+                    let rest: Vec<&str> = it.map(String::as_str).collect();
+                    return !rest.is_empty() && rest.join("/").starts_with(p.as_str());
+                }
                 Segment::Param => match it.next() {
                     Some(s) if !s.is_empty() => {}
                     _ => return false,
@@ -121,6 +151,40 @@ impl RoutePattern {
     pub fn matches_path(&self, path: &str) -> bool {
         self.matches(&decoded_segments(path))
     }
+
+    /// How specific the pattern is: compared segment by segment from the left (literal, then
+    /// prefix by length, then `{name}`, then `{*name}`); greater is more specific.
+    #[must_use]
+    pub fn rank(&self) -> Vec<(u8, usize)> {
+        self.segments
+            .iter()
+            .map(|s| match s {
+                Segment::Literal(l) => (4, l.len()),
+                Segment::Prefix(p) => (3, p.len()),
+                Segment::Param => (2, 0),
+                Segment::Rest => (1, 0),
+            })
+            .collect()
+    }
+}
+
+/// The item of the most specific pattern matching `decoded` (see [`decoded_segments`]); the
+/// first declared among equally specific ones.
+pub fn most_specific<'a, T>(
+    candidates: impl IntoIterator<Item = (&'a RoutePattern, T)>,
+    decoded: &[String],
+) -> Option<T> {
+    let mut best: Option<(Vec<(u8, usize)>, T)> = None;
+    for (p, item) in candidates {
+        if !p.matches(decoded) {
+            continue;
+        }
+        let rank = p.rank();
+        if best.as_ref().is_none_or(|(r, _)| rank > *r) {
+            best = Some((rank, item));
+        }
+    }
+    best.map(|(_, item)| item)
 }
 
 #[cfg(test)]
@@ -142,6 +206,40 @@ mod tests {
         assert!(!m("/files/{*path}", "/files"));
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(percent_decode("a%2Fb"), "a/b");
+    }
+
+    #[test]
+    fn prefixes_and_the_most_specific_match() {
+        let m = |p: &str, name: &str| RoutePattern::parse(p).matches_path(name);
+        assert!(m("private://*", "private://x"));
+        assert!(m("private://*", "private://a/b"));
+        assert!(!m("private://*", "public://x"));
+        assert!(m("search*", "search_web"));
+        assert!(!m("search*", "web_search"));
+        assert!(m("*", "anything/at/all"));
+        assert!(m("/api/*", "/api/x/y"));
+        assert!(!m("/api/*", "/apix"));
+        // `*` is a wildcard only at the end.
+        assert!(m("/a*b", "/a*b"));
+        assert!(!m("/a*b", "/axb"));
+        let ps: Vec<RoutePattern> = [
+            "/{*rest}",
+            "/api/{*rest}",
+            "/api/posts/{id}",
+            "/api/posts/top",
+            "/api/*",
+        ]
+        .iter()
+        .map(|p| RoutePattern::parse(p))
+        .collect();
+        let pick =
+            |path: &str| most_specific(ps.iter().map(|p| (p, p.as_str())), &decoded_segments(path));
+        assert_eq!(pick("/api/posts/top"), Some("/api/posts/top"));
+        assert_eq!(pick("/api/posts/%74op"), Some("/api/posts/top"));
+        assert_eq!(pick("/api/posts/7"), Some("/api/posts/{id}"));
+        assert_eq!(pick("/api/x"), Some("/api/*"));
+        assert_eq!(pick("/other"), Some("/{*rest}"));
+        assert_eq!(pick("/"), None);
     }
 
     #[test]

@@ -77,7 +77,7 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
         .clock(Arc::new(w.clock.clone()))
         .build()
         .unwrap();
-    let binding = Binding::new(receiver).unwrap().with_x402(paywall);
+    let binding = Binding::new(receiver).unwrap().with_x402(paywall).unwrap();
     let app = binding.apply(
         Router::new()
             .route("/api/search", get(|| async { "results" }))
@@ -593,4 +593,104 @@ async fn a_payment_header_never_follows_a_redirect() {
         seen.lock().unwrap().is_empty(),
         "a payment header followed a redirect to another origin"
     );
+}
+
+/// `method path` sent as raw bytes (no client normalises it): the status and the body.
+async fn raw(base: &str, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    s.write_all(
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// One decision on the normalised path (issue 23): every spelling of a priced path — HEAD for
+/// GET, percent-encoded segments, `//`, `.` and `..` (raw and encoded), another case — on
+/// every pattern kind (literal, `{id}`, `{*rest}`, prefix `*`) is a 402 unpaid or a 404, never
+/// the priced handler's work; OPTIONS is answered by the binding, never by a priced handler.
+#[tokio::test]
+async fn no_spelling_of_a_priced_path_is_served_unpaid() {
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/report", usd("0.05")))
+        .price(PricedCapability::fixed(
+            "GET",
+            "/api/posts/{id}",
+            usd("0.05"),
+        ))
+        .price(PricedCapability::fixed(
+            "GET",
+            "/files/{*path}",
+            usd("0.05"),
+        ))
+        .price(PricedCapability::fixed("GET", "/docs/*", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let work = || async { "PAID WORK" };
+    let app = Binding::new(receiver).unwrap().apply(
+        Router::new()
+            .route("/api/report", axum::routing::any(work))
+            .route("/api/posts/{id}", get(work))
+            .route("/files/{*path}", get(work))
+            .route("/docs/{*rest}", get(work)),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let cases = [
+        ("HEAD", "/api/report", 402),
+        ("GET", "/api/%72eport", 402),
+        ("GET", "/api//report", 404),
+        ("GET", "/api/x/../report", 404),
+        ("GET", "/api/%2e%2e/api/report", 404),
+        ("GET", "/api/./report", 404),
+        ("GET", "/API/report", 404),
+        ("GET", "/api/posts/%31", 402),
+        ("HEAD", "/api/posts/1", 402),
+        ("GET", "/api/posts//1", 404),
+        ("GET", "/api/Posts/1", 404),
+        ("GET", "/api/posts/%2E%2E", 404),
+        ("GET", "/files/%61", 402),
+        ("HEAD", "/files/a/b", 402),
+        ("GET", "/files/a/../../api/report", 404),
+        ("GET", "/Files/a", 404),
+        ("GET", "/docs/x", 402),
+        ("HEAD", "/docs/x", 402),
+        ("GET", "/docs/./x", 404),
+        ("GET", "/DOCS/x", 404),
+        ("GET", "/api\\report", 404),
+    ];
+    for (method, path, want) in cases {
+        let (status, text) = raw(&base, method, path).await;
+        assert_eq!(status, want, "{method} {path}: {text}");
+        assert!(
+            !text.contains("PAID WORK"),
+            "{method} {path} was served: {text}"
+        );
+    }
+    // OPTIONS never reaches the priced handler (routed with `any`): the binding answers.
+    let (status, text) = raw(&base, "OPTIONS", "/api/report").await;
+    assert_eq!(status, 204, "{text}");
+    assert!(
+        text.to_lowercase().contains("allow: get, head, options"),
+        "{text}"
+    );
+    assert!(!text.contains("PAID WORK"));
+    // Another method than the priced one is not priced (the application's routing decides).
+    let (status, text) = raw(&base, "POST", "/api/posts/1").await;
+    assert_eq!(status, 405, "{text}");
 }

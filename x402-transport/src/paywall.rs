@@ -35,7 +35,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rail_core::keys::KeyStore;
-use rail_core::route::{RoutePattern, decoded_segments};
+use rail_core::route::{RoutePattern, decoded_segments, most_specific};
 use rail_core::{SharedClock, SystemClock};
 use serde_json::{Value, json};
 
@@ -88,6 +88,17 @@ impl PricedRoute {
         &self.accepts
     }
 
+    /// Whether the route prices a request for `path`: its guard (if any) accepts the path's
+    /// decoded segments and it accepts at least one scheme.
+    #[must_use]
+    pub fn applies(&self, path: &str) -> bool {
+        !self.accepts.is_empty()
+            && self
+                .guard
+                .as_ref()
+                .is_none_or(|g| g(&decoded_segments(path)))
+    }
+
     fn speaks_v1(&self) -> bool {
         self.accepts
             .as_slice()
@@ -98,10 +109,10 @@ impl PricedRoute {
 
 /// Priced routes, the served-once record and the clock. Cheap to clone.
 ///
-/// Routes are axum-style path patterns (`/api/posts/{id}`, `/files/{*path}`), matched on the
-/// percent-decoded request path of the router the layer is applied to (apply it to the
-/// top-level router), so no spelling of a priced path escapes its price. The first matching
-/// route wins.
+/// Routes are patterns of the one syntax of `rail_core::route` (`/api/posts/{id}`,
+/// `/files/{*path}`, `/api/*`), matched on the percent-decoded request path of the router the
+/// layer is applied to (apply it to the top-level router), so no spelling of a priced path
+/// escapes its price. The most specific matching route wins (the first declared among equals).
 #[derive(Clone)]
 pub struct Paywall {
     routes: Arc<Vec<PricedRoute>>,
@@ -218,11 +229,15 @@ impl Paywall {
     #[must_use]
     pub fn route_for(&self, path: &str) -> Option<&PricedRoute> {
         let decoded = decoded_segments(path);
-        self.routes
-            .iter()
-            .find(|r| r.pattern.matches(&decoded))
+        most_specific(self.routes.iter().map(|r| (&r.pattern, r)), &decoded)
             .filter(|r| r.guard.as_ref().is_none_or(|g| g(&decoded)))
             .filter(|r| !r.accepts.is_empty())
+    }
+
+    /// The route declared with exactly `pattern` (as written), whatever it matches.
+    #[must_use]
+    pub fn route_named(&self, pattern: &str) -> Option<&PricedRoute> {
+        self.routes.iter().find(|r| r.pattern.as_str() == pattern)
     }
 
     /// Puts the paywall in front of every route of `router` (apply it to the top-level
@@ -471,8 +486,14 @@ pub async fn paywall_middleware(
     let Some(route) = paywall.route_for(req.uri().path()) else {
         return next.run(req).await;
     };
+    serve(&paywall, route, req, next).await
+}
+
+/// The paywall's answer for a request on `route`, decided by the caller (the Stipendex HTTP
+/// binding decides once, for both protocols): a 402, or the handler after the payment.
+pub async fn serve(paywall: &Paywall, route: &PricedRoute, req: Request, next: Next) -> Response {
     let ctx = Ctx {
-        paywall: &paywall,
+        paywall,
         route,
         path: req.uri().path().to_owned(),
         url: resource_url(&req),

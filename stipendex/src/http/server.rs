@@ -10,12 +10,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rail_core::Money;
 use serde_json::{Map, Value, json};
-use x402_transport::paywall::{Paywall, paywall_middleware, resource_url};
+use x402_transport::paywall::{Paywall, PricedRoute, resource_url};
 use x402_transport::wire;
 
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
-use crate::receiver::{Accepted, Gate, Receiver, Request};
+use crate::receiver::{Accepted, Gate, PricedCapability, Receiver, Request};
 
 /// Where the receiver's descriptor is served.
 pub const WELL_KNOWN: &str = "/.well-known/stipendex.json";
@@ -65,12 +65,39 @@ impl Binding {
         })
     }
 
-    /// Also offers the x402 schemes `paywall` prices for the same paths: a 402 carries both
-    /// the Quote and the x402 challenge, and an x402 payment is handled by the paywall.
-    #[must_use]
-    pub fn with_x402(mut self, paywall: Paywall) -> Self {
+    /// Also offers the x402 schemes `paywall` prices: a 402 carries both the Quote and the x402
+    /// challenge, and an x402 payment is handled by the paywall. The receiver decides alone
+    /// what is priced ([`Receiver::decide`]); the paywall's route declared with the same
+    /// pattern as the capability decided is the one offered.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if a paywall route has no receiver capability of the same pattern
+    /// (it would be free here: price it on the receiver too).
+    pub fn with_x402(mut self, paywall: Paywall) -> Result<Self, Error> {
+        for r in paywall.routes() {
+            if !self
+                .receiver
+                .capabilities()
+                .iter()
+                .any(|c| c.name() == r.pattern())
+            {
+                return Err(Error::Config(format!(
+                    "the x402 route {} has no Stipendex price of the same pattern: price it on the receiver too (PricedCapability::fixed(\"GET\", \"{}\", …))",
+                    r.pattern(),
+                    r.pattern()
+                )));
+            }
+        }
         self.x402 = Some(paywall);
-        self
+        Ok(self)
+    }
+
+    /// The x402 route offered for a request decided to fall under `cap`, on `path`.
+    fn x402_route(&self, cap: &PricedCapability, path: &str) -> Option<(&Paywall, &PricedRoute)> {
+        let p = self.x402.as_ref()?;
+        p.route_named(cap.name())
+            .filter(|r| r.applies(path))
+            .map(|r| (p, r))
     }
 
     /// The receiver.
@@ -138,42 +165,75 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     (status, h, axum::Json(body.clone())).into_response()
 }
 
+/// Why `path` is refused before any decision: a path that names a resource in more than one
+/// way (an empty segment, a `.` or `..` segment, raw or percent-encoded, or a backslash) could be
+/// priced under one spelling and served under another.
+fn non_canonical(path: &str) -> Option<&'static str> {
+    let segments: Vec<String> = rail_core::route::decoded_segments(path);
+    let last = segments.len().saturating_sub(1);
+    for (i, s) in segments.iter().enumerate() {
+        if s.is_empty() && i != 0 && i != last {
+            return Some("an empty segment (`//`)");
+        }
+        if s == "." || s == ".." {
+            return Some("a `.` or `..` segment");
+        }
+        if s.contains('\\') {
+            return Some("a backslash");
+        }
+    }
+    None
+}
+
 async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next) -> Response {
     if req.uri().path() == WELL_KNOWN && req.method() == Method::GET {
         return axum::Json(b.receiver.descriptor()).into_response();
     }
+    if let Some(why) = non_canonical(req.uri().path()) {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "not_found", "message": format!("the path has {why}: request its canonical form")}),
+        );
+    }
     if req.method() == Method::OPTIONS {
+        // Never forwarded to a priced handler: answered here with what is priced.
+        let methods = b.receiver.methods_priced(req.uri().path());
+        if methods.is_empty() {
+            return next.run(req).await;
+        }
+        let mut allow: Vec<&str> = methods;
+        if allow.contains(&"GET") && !allow.contains(&"HEAD") {
+            allow.push("HEAD");
+        }
+        allow.push("OPTIONS");
+        let mut h = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(&allow.join(", ")) {
+            h.insert(header::ALLOW, v);
+        }
+        return (StatusCode::NO_CONTENT, h).into_response();
+    }
+    // The one decision: matching needs only the method and path; the query is read for
+    // priced requests only.
+    let probe = Request::new(req.method().as_str(), req.uri().path());
+    let Some(cap) = b.receiver.decide(&probe) else {
         return next.run(req).await;
-    }
-    // Matching needs only the method and path; the query is read for priced requests only.
-    let unpriced = b
-        .receiver
-        .priced(&Request::new(req.method().as_str(), req.uri().path()))
-        .is_none();
-    if unpriced {
-        // Not a Stipendex price: the x402 paywall (if any) decides alone.
-        return match &b.x402 {
-            Some(p) => paywall_middleware(State(p.clone()), req, next).await,
-            None => next.run(req).await,
-        };
-    }
+    };
     let sreq = request_of(&b.receiver, &req);
-    let seen = Seen::of(&req);
+    let seen = Seen::of(&req, b.x402_route(cap, req.uri().path()));
     let (x402_payment, presented) = read_headers(req.headers());
-    if x402_payment
-        && let Some(p) = &b.x402
-        && p.route_for(req.uri().path()).is_some()
-    {
-        return paywall_middleware(State(p.clone()), req, next).await;
+    if x402_payment && let Some((p, route)) = b.x402_route(cap, req.uri().path()) {
+        return x402_transport::paywall::serve(p, route, req, next).await;
     }
     let proof = match presented {
-        Ok(None) => return gate(&b, req, &sreq, next).await,
+        Ok(None) => return gate(&b, cap, req, &sreq, &seen, next).await,
         Ok(Some(p)) => p,
-        Err(why) => return challenge(&b, &seen, &sreq, Some(("malformed", why))).await,
+        Err(why) => return challenge(&b, cap, &seen, &sreq, Some(("malformed", why))).await,
     };
     let proof_jws = match decode_header(&proof) {
         Ok(j) => j,
-        Err(e) => return challenge(&b, &seen, &sreq, Some((e.code(), e.to_string()))).await,
+        Err(e) => {
+            return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await;
+        }
     };
     let accepted = match b.receiver.accept(&sreq, &proof_jws).await {
         Ok(a) => a,
@@ -184,25 +244,28 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
                 &format!("{e}: send the same Stipendex-Payment again"),
             );
         }
-        Err(e) => return challenge(&b, &seen, &sreq, Some((e.code(), e.to_string()))).await,
+        Err(e) => return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await,
     };
     let resp = next.run(req).await;
     finish(&b, &accepted, resp).await
 }
 
-/// What the 402 needs of the request (a request is not `Sync`: it is not held across awaits).
-struct Seen {
+/// What the 402 needs of the request (a request is not `Sync`: it is not held across awaits),
+/// and the x402 route offered beside the Quote.
+struct Seen<'a> {
     path: String,
     url: String,
     head: bool,
+    x402: Option<(&'a Paywall, &'a PricedRoute)>,
 }
 
-impl Seen {
-    fn of(req: &HttpRequest) -> Self {
+impl<'a> Seen<'a> {
+    fn of(req: &HttpRequest, x402: Option<(&'a Paywall, &'a PricedRoute)>) -> Self {
         Seen {
             path: req.uri().path().to_owned(),
             url: resource_url(req),
             head: req.method() == Method::HEAD,
+            x402,
         }
     }
 }
@@ -223,16 +286,22 @@ fn read_headers(h: &HeaderMap) -> (bool, Result<Option<String>, String>) {
     (x402, proof)
 }
 
-/// Free, waived, rejected or quoted.
-async fn gate(b: &Binding, req: HttpRequest, sreq: &Request, next: Next) -> Response {
-    let seen = Seen::of(&req);
-    match b.receiver.gate(sreq).await {
+/// Waived, rejected or quoted.
+async fn gate(
+    b: &Binding,
+    cap: &PricedCapability,
+    req: HttpRequest,
+    sreq: &Request,
+    seen: &Seen<'_>,
+    next: Next,
+) -> Response {
+    match b.receiver.gate_on(cap, sreq).await {
         Ok(Gate::Free | Gate::Waived) => next.run(req).await,
         Ok(Gate::Rejected(message)) => json_response(
             StatusCode::FORBIDDEN,
             &json!({"error": "rejected", "message": message}),
         ),
-        Ok(Gate::Quote(q)) => quoted(b, &seen, &q, None).await,
+        Ok(Gate::Quote(q)) => quoted(seen, &q, None).await,
         Err(e) => quote_failed(&e),
     }
 }
@@ -245,12 +314,13 @@ fn quote_failed(e: &Error) -> Response {
 /// A 402 with a fresh Quote, and `error` naming why the last payment was refused.
 async fn challenge(
     b: &Binding,
-    req: &Seen,
+    cap: &PricedCapability,
+    req: &Seen<'_>,
     sreq: &Request,
     refusal: Option<(&str, String)>,
 ) -> Response {
-    match b.receiver.gate(sreq).await {
-        Ok(Gate::Quote(q)) => quoted(b, req, &q, refusal).await,
+    match b.receiver.gate_on(cap, sreq).await {
+        Ok(Gate::Quote(q)) => quoted(req, &q, refusal).await,
         Ok(Gate::Rejected(message)) => json_response(
             StatusCode::FORBIDDEN,
             &json!({"error": "rejected", "message": message}),
@@ -267,16 +337,13 @@ async fn challenge(
 /// The 402: `{"quote": …}` merged with the x402 body when the route also takes x402, and
 /// x402 v2's `PAYMENT-REQUIRED`.
 async fn quoted(
-    b: &Binding,
-    req: &Seen,
+    req: &Seen<'_>,
     quote: &crate::envelope::Signed<crate::envelope::Quote>,
     refusal: Option<(&str, String)>,
 ) -> Response {
     let mut body = Map::new();
     let mut x402_header = None;
-    if let Some(p) = &b.x402
-        && let Some(route) = p.route_for(&req.path)
-    {
+    if let Some((p, route)) = req.x402 {
         match p.payment_required(route, &req.path, &req.url, None).await {
             Ok((v2, v1)) => {
                 let members = match &v1 {

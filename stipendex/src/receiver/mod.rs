@@ -212,7 +212,8 @@ impl Builder {
         {
             return Err(Error::Config(format!(
                 "{} {} is priced by estimate (checkout profile), which needs a rail that can hold and capture part of a hold; none of this receiver's rails can",
-                c.method, c.name
+                c.method(),
+                c.name()
             )));
         }
         Ok(Receiver(Arc::new(Inner {
@@ -264,6 +265,18 @@ impl Receiver {
         &self.0.party
     }
 
+    /// Its priced capabilities, in the order declared.
+    #[must_use]
+    pub fn capabilities(&self) -> &[PricedCapability] {
+        &self.0.capabilities
+    }
+
+    /// The methods priced for `name` (whatever the method asked), for an `OPTIONS` answer.
+    #[must_use]
+    pub fn methods_priced(&self, name: &str) -> Vec<&str> {
+        pricing::methods_matching(&self.0.capabilities, name)
+    }
+
     /// The public origins it is reached at (normalised), the default first.
     #[must_use]
     pub fn origins(&self) -> &[String] {
@@ -305,9 +318,12 @@ impl Receiver {
         }
     }
 
-    /// The priced capability `req` matches, if any (the most specific one).
+    /// The one pricing decision for `req`: the priced capability it falls under (the most
+    /// specific match of its method on its percent-decoded name; `HEAD` as `GET`), or `None`
+    /// if it is free. The Quote, the x402 challenge of the HTTP binding and every other gate
+    /// ask this, and nothing else.
     #[must_use]
-    pub fn priced(&self, req: &Request) -> Option<&PricedCapability> {
+    pub fn decide(&self, req: &Request) -> Option<&PricedCapability> {
         pricing::matching(&self.0.capabilities, req)
     }
 
@@ -317,9 +333,18 @@ impl Receiver {
     /// [`Error::Payment`] if a rail cannot make an offer; [`Error::NoRail`] if no rail carries
     /// the price's asset (or can hold, for an estimate).
     pub async fn gate(&self, req: &Request) -> Result<Gate, Error> {
-        let Some(cap) = self.priced(req) else {
-            return Ok(Gate::Free);
-        };
+        match self.decide(req) {
+            None => Ok(Gate::Free),
+            Some(cap) => self.gate_on(cap, req).await,
+        }
+    }
+
+    /// [`Receiver::gate`] for a request already decided to fall under `cap` (a binding that
+    /// decided once, with [`Receiver::decide`]): the hook's waiver or refusal, or a Quote.
+    ///
+    /// # Errors
+    /// As [`Receiver::gate`].
+    pub async fn gate_on(&self, cap: &PricedCapability, req: &Request) -> Result<Gate, Error> {
         match self.0.resolve.resolve(cap, req).await {
             Decision::Waive => Ok(Gate::Waived),
             Decision::Reject { message } => Ok(Gate::Rejected(message)),

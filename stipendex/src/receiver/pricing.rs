@@ -2,6 +2,7 @@
 //! `resolve_price` hook that quotes, rejects or waives each priced request.
 
 use async_trait::async_trait;
+use rail_core::route::{RoutePattern, decoded_segments, most_specific};
 use rail_core::{Amount, Money};
 use serde_json::{Value, json};
 
@@ -115,17 +116,18 @@ impl Price {
     }
 }
 
-/// A priced capability: requests matching `method` and `name` are gated.
+/// A priced capability: requests whose method is `method` and whose name (an HTTP path, a tool
+/// name, a resource URI) matches the pattern `name` are gated.
 ///
-/// `name` matches exactly, or, ending in `*`, every name with that prefix (`private://*`);
-/// `*` alone matches every name. An exact entry wins over a wildcard, a longer prefix over a
-/// shorter one: prefer explicit entries.
+/// `name` is a pattern of the one syntax of [`rail_core::route`], shared with the x402
+/// paywall and every gate: `{id}` one segment, `{*rest}` the non-empty rest, a final `*` a
+/// prefix (`private://*`, `search_*`; `*` alone: every name), anything else literal; names are
+/// percent-decoded segment by segment before they are compared. The most specific match wins
+/// (a literal over a prefix over `{id}` over `{*rest}`; the first declared among equals).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PricedCapability {
-    /// The method.
-    pub method: String,
-    /// The name, or a prefix ending in `*`.
-    pub name: String,
+    method: String,
+    pattern: RoutePattern,
     /// The list price (the hook may change it).
     pub price: Price,
     /// What it is, for the Quote's description.
@@ -135,10 +137,10 @@ pub struct PricedCapability {
 impl PricedCapability {
     /// A capability at a fixed price.
     #[must_use]
-    pub fn fixed(method: impl Into<String>, name: impl Into<String>, price: Money) -> Self {
+    pub fn fixed(method: impl Into<String>, name: impl AsRef<str>, price: Money) -> Self {
         PricedCapability {
             method: method.into(),
-            name: name.into(),
+            pattern: RoutePattern::parse(name.as_ref()),
             price: Price::Fixed(price),
             description: None,
         }
@@ -148,13 +150,13 @@ impl PricedCapability {
     #[must_use]
     pub fn estimate(
         method: impl Into<String>,
-        name: impl Into<String>,
+        name: impl AsRef<str>,
         estimate: Money,
         tolerance: Amount,
     ) -> Self {
         PricedCapability {
             method: method.into(),
-            name: name.into(),
+            pattern: RoutePattern::parse(name.as_ref()),
             price: Price::Estimate {
                 estimate,
                 tolerance,
@@ -170,27 +172,54 @@ impl PricedCapability {
         self
     }
 
-    /// How specifically this entry matches `req`: `None` if it does not.
-    pub(crate) fn specificity(&self, req: &Request) -> Option<usize> {
-        if self.method != req.method {
-            return None;
-        }
-        match self.name.strip_suffix('*') {
-            None => (self.name == req.name).then_some(usize::MAX),
-            Some(prefix) => req.name.starts_with(prefix).then_some(prefix.len()),
-        }
+    /// The method priced (`GET`, `tools/call`).
+    #[must_use]
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// The name pattern, as written (`/api/posts/{id}`, `private://*`).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.pattern.as_str()
+    }
+
+    /// The parsed pattern.
+    #[must_use]
+    pub fn pattern(&self) -> &RoutePattern {
+        &self.pattern
     }
 }
 
-/// The most specific priced capability matching `req`.
+/// The one pricing decision: the most specific capability priced for `req`'s method whose
+/// pattern matches its percent-decoded name; a `HEAD` is priced as the `GET` of the same name
+/// (it shows what a GET would, so it is never free where the GET is priced).
 pub(crate) fn matching<'a>(
     caps: &'a [PricedCapability],
     req: &Request,
 ) -> Option<&'a PricedCapability> {
-    caps.iter()
-        .filter_map(|c| c.specificity(req).map(|s| (s, c)))
-        .max_by_key(|(s, _)| *s)
-        .map(|(_, c)| c)
+    let decoded = decoded_segments(&req.name);
+    let by = |method: &str| {
+        most_specific(
+            caps.iter()
+                .filter(|c| c.method == method)
+                .map(|c| (&c.pattern, c)),
+            &decoded,
+        )
+    };
+    by(&req.method).or_else(|| (req.method == "HEAD").then(|| by("GET")).flatten())
+}
+
+/// The methods of the capabilities whose pattern matches `name` (each once, declared order).
+pub(crate) fn methods_matching<'a>(caps: &'a [PricedCapability], name: &str) -> Vec<&'a str> {
+    let decoded = decoded_segments(name);
+    let mut out: Vec<&str> = Vec::new();
+    for c in caps {
+        if c.pattern.matches(&decoded) && !out.contains(&c.method.as_str()) {
+            out.push(&c.method);
+        }
+    }
+    out
 }
 
 /// What `resolve_price` decided for one priced request.
@@ -292,6 +321,15 @@ mod tests {
             Some("0.1")
         );
         assert_eq!(price("resources/read", "public://x"), None);
+        // HEAD is priced as GET; another method is not.
+        let get = vec![PricedCapability::fixed(
+            "GET",
+            "/api/posts/{id}",
+            usd("0.10"),
+        )];
+        assert!(matching(&get, &Request::new("HEAD", "/api/posts/%31")).is_some());
+        assert!(matching(&get, &Request::new("GET", "/api/posts/%31")).is_some());
+        assert!(matching(&get, &Request::new("POST", "/api/posts/1")).is_none());
     }
 
     #[test]
