@@ -39,6 +39,11 @@ fn client(wallet: stipendex::wallet::Wallet) -> Client {
     .unwrap()
 }
 
+/// A plain HTTP client (no wallet), with the workspace's TLS provider installed.
+fn raw_client() -> reqwest::Client {
+    stipendex::http::reqwest_client(std::time::Duration::from_secs(10)).unwrap()
+}
+
 /// A listener on loopback and its origin.
 async fn listen() -> (tokio::net::TcpListener, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -405,7 +410,7 @@ async fn relay(target: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
                     record.lock().unwrap().push(v.to_str().unwrap().to_owned());
                 }
             }
-            let got = reqwest::get(&target).await.unwrap();
+            let got = raw_client().get(&target).send().await.unwrap();
             let status = axum::http::StatusCode::from_u16(got.status().as_u16()).unwrap();
             (status, got.bytes().await.unwrap()).into_response()
         }
@@ -459,7 +464,14 @@ async fn a_quote_relayed_from_another_request_is_refused() {
 
     // At the receiver's own origin, a quote issued for another query is not paid either.
     let quote = |url: String| async move {
-        let body: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+        let body: serde_json::Value = raw_client()
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         serde_json::from_value::<stipendex::envelope::Signed<stipendex::envelope::Quote>>(
             body["quote"].clone(),
         )
@@ -693,4 +705,110 @@ async fn no_spelling_of_a_priced_path_is_served_unpaid() {
     // Another method than the priced one is not priced (the application's routing decides).
     let (status, text) = raw(&base, "POST", "/api/posts/1").await;
     assert_eq!(status, 405, "{text}");
+}
+
+/// Checkout (issue 23): a Proof whose Confirmation consents to less than the Quote's maximum
+/// is refused before the handler runs (the capture would have failed after the work, the hold
+/// voided, the goods kept); capture and void ids are the receiver's own (its Quote's), so a
+/// wallet that reuses a Proof id cannot make the capture fail either.
+#[tokio::test]
+async fn a_checkout_the_capture_would_refuse_is_refused_before_the_work() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use stipendex::envelope::{Confirmation, Proof, Quote, Resource, Signed, new_id};
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::estimate(
+            "POST",
+            "/api/order",
+            usd("3.00"),
+            "0.50".parse().unwrap(),
+        ))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let app = Binding::new(receiver).unwrap().apply(Router::new().route(
+        "/api/order",
+        post(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut r = "order 42".into_response();
+                r.extensions_mut().insert(FinalAmount(usd("3.20")));
+                r
+            }
+        }),
+    ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let wallet = w.wallet(w.mandate(|m| pin(m, &base)), true);
+    let http = raw_client();
+    let url = format!("{base}/api/order");
+    let sent = Resource {
+        origin: base.clone(),
+        method: "POST".into(),
+        path: "/api/order".into(),
+        query: None,
+    };
+    let quote = || async {
+        let body: serde_json::Value = http.post(&url).send().await.unwrap().json().await.unwrap();
+        serde_json::from_value::<Signed<Quote>>(body["quote"].clone()).unwrap()
+    };
+    let present = |proof: String| async {
+        http.post(&url)
+            .header("stipendex-payment", proof)
+            .send()
+            .await
+            .unwrap()
+    };
+
+    // 1. A confirmation for 0.01 of a 3.50 checkout.
+    let paid = wallet.pay_for(&quote().await, &sent).await.unwrap();
+    let honest = paid.confirmation.clone().unwrap().object().clone();
+    let low = Signed::sign(
+        Confirmation {
+            id: new_id("c_"),
+            total: "0.01".parse().unwrap(),
+            tolerance: "0".parse().unwrap(),
+            ..honest
+        },
+        &w.wallet_key,
+    )
+    .unwrap();
+    let forged = Signed::sign(
+        Proof {
+            id: new_id("p_"),
+            confirmation: Some(low.digest().clone()),
+            confirmation_jws: Some(low.jws().to_owned()),
+            ..paid.proof.object().clone()
+        },
+        &w.wallet_key,
+    )
+    .unwrap();
+    let r = present(forged.to_header()).await;
+    assert_eq!(r.status(), 402);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "not_confirmed", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler ran");
+    // The honest proof of the same payment is served and captured.
+    let r = present(paid.proof.to_header()).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().contains_key("stipendex-receipt"));
+
+    // 2. A second checkout whose proof reuses the first proof's id: captured all the same.
+    let second = wallet.pay_for(&quote().await, &sent).await.unwrap();
+    let reused = Signed::sign(
+        Proof {
+            id: paid.proof.object().id.clone(),
+            ..second.proof.object().clone()
+        },
+        &w.wallet_key,
+    )
+    .unwrap();
+    let r = present(reused.to_header()).await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }

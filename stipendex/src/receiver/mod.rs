@@ -487,20 +487,34 @@ impl Receiver {
             Some(jws) => {
                 let c = Signed::<Confirmation>::parse(jws)?;
                 let co = c.object();
-                if co.wallet != p.wallet || &co.quote != quote.digest() {
+                if co.wallet != p.wallet || &co.quote != quote.digest() || co.mandate != p.mandate {
                     return Err(Error::Mismatch(
-                        "the confirmation is not the proof's wallet's, for this quote".into(),
+                        "the confirmation is not the proof's wallet's, under its mandate, for this quote".into(),
                     ));
                 }
                 Some(c)
             }
             None => None,
         };
-        if q.profile == Profile::Checkout && confirmation.is_none() {
-            return Err(Error::NotConfirmed(format!(
-                "quote {} is a checkout: its proof must carry the human's confirmation",
-                q.id
-            )));
+        if q.profile == Profile::Checkout {
+            // Everything that would make the capture fail after the work is refused now.
+            let Some(c) = &confirmation else {
+                return Err(Error::NotConfirmed(format!(
+                    "quote {} is a checkout: its proof must carry the human's confirmation",
+                    q.id
+                )));
+            };
+            let (consented, max) = (c.object().max()?, q.max()?);
+            if consented.asset() != max.asset() || consented.amount() < max.amount() {
+                return Err(Error::NotConfirmed(format!(
+                    "the confirmation consents to {} {}, below quote {}'s {} {}: the human must confirm the quote's maximum",
+                    consented.amount(),
+                    consented.asset(),
+                    q.id,
+                    max.amount(),
+                    max.asset()
+                )));
+            }
         }
         let Some(offer) = q.offer(&p.rail) else {
             return Err(Error::NoRail(format!(
@@ -518,6 +532,12 @@ impl Receiver {
                 p.rail
             )));
         };
+        if q.profile == Profile::Checkout && !checkout_capable(rail) {
+            return Err(Error::NoRail(format!(
+                "quote {} is a checkout and this receiver's {} rail cannot hold and capture part of a hold",
+                q.id, p.rail
+            )));
+        }
         let verified = rail
             .handle
             .receiver
@@ -587,8 +607,9 @@ impl Receiver {
             }
         }
         let holds = self.hold_side(accepted)?;
+        // The receiver's own id (its Quote's, paid once), never one the wallet chose.
         let op =
-            OpId::new(format!("capture-{}", accepted.proof.object().id)).map_err(Error::Payment)?;
+            OpId::new(format!("capture-{}", accepted.quote.object().id)).map_err(Error::Payment)?;
         let captured = holds
             .capture(&op, &accepted.verified, final_amount)
             .await
@@ -616,7 +637,7 @@ impl Receiver {
         }
         let holds = self.hold_side(accepted)?;
         let op =
-            OpId::new(format!("void-{}", accepted.proof.object().id)).map_err(Error::Payment)?;
+            OpId::new(format!("void-{}", accepted.quote.object().id)).map_err(Error::Payment)?;
         holds
             .void(&op, &accepted.verified)
             .await
