@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rail_core::keys::StoreUrl;
-use rail_core::{KeyStore, RailError, SharedClock};
+use rail_core::{KeyStore, SharedClock};
 use rail_ledger::Ledger;
 
 use super::Facilitator;
@@ -96,7 +96,7 @@ async fn open_postgres(
     let pool = rail_core::keys::sql::postgres_pool(url, schema)
         .await
         .map_err(|e| match e {
-            RailError::InvalidInput(why) => Error::Config(why),
+            rail_core::RailError::InvalidInput(why) => Error::Config(why),
             e => Error::Rail(e),
         })?;
     let mut keys = rail_core::keys::sql::PgKeyStore::new(pool.clone()).await?;
