@@ -28,6 +28,7 @@
 mod bench;
 pub mod demo;
 mod facilitator;
+mod fetch;
 mod files;
 mod mandate;
 pub mod measure;
@@ -89,6 +90,9 @@ enum Command {
     /// Measures the HTTP binding over the ledger rail on embedded SQLite: unpaid 402s and paid
     /// requests per second (p50/p99), and the wallet's overhead above the bare rail call.
     Bench(bench::Args),
+    /// The wallet's HTTP client (curl for agents): sends the request, pays a 402 under the
+    /// mandate, writes the body to stdout and what was paid (or why not) to stderr.
+    Fetch(fetch::Args),
     /// Keys.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -115,6 +119,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Fetch(args) => fetch::run(args).await,
         Command::VerifyChain { principal, files } => verify::run(principal.as_deref(), &files),
         Command::Key(KeyCommand::New { out }) => {
             let key = stipendex::envelope::SecretKey::generate();

@@ -41,11 +41,14 @@ impl Env for std::collections::HashMap<String, String> {
     }
 }
 
-/// The whole file: one `[store]` and any number of `[rails.<name>]`.
+/// The whole file: one `[store]` and any number of `[rails.<name>]` — and, for the
+/// `stipendex` command's wallet, a `[wallet]` section the registry does not read.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct File {
     pub(crate) store: Option<StoreSection>,
+    #[allow(dead_code)]
+    pub(crate) wallet: Option<toml::Table>,
     #[serde(default)]
     pub(crate) rails: BTreeMap<String, toml::Table>,
 }

@@ -1,0 +1,204 @@
+//! `stipendex fetch` from outside (issue 23): the wallet's HTTP client as a command pays the
+//! request it was asked to make, at the origin the mandate pins, and refuses a hostile server
+//! that relays an allowlisted receiver's Quote — one sentence, a non-zero exit, nothing sent.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs
+)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use rail_ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
+use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::http::Binding;
+use stipendex::receiver::{PricedCapability, Receiver};
+use stipendex::{Asset, Money, Registry};
+
+async fn listen() -> (tokio::net::TcpListener, String) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    (l, base)
+}
+
+async fn fetch(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .arg("fetch")
+        .arg("--config")
+        .arg(dir.join("wallet.toml"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // One ledger on SQLite: a bank, the agent (funded with 10.00) and the shop.
+    let ledger_url = format!("sqlite://{}", dir.join("ledger.db").display());
+    let ledger = Ledger::sqlite(&ledger_url).await.unwrap();
+    let (bank, agent, shop) = (
+        AccountId::random(),
+        AccountId::random(),
+        AccountId::random(),
+    );
+    for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
+        ledger
+            .create_account(NewAccount {
+                id,
+                asset: Asset::usd(),
+                no_overdraft,
+            })
+            .await
+            .unwrap();
+    }
+    ledger
+        .transfer(TransferRequest::Single {
+            id: TransferId::random(),
+            debit: bank,
+            credit: agent,
+            amount: 1000,
+            user_data: 0,
+        })
+        .await
+        .unwrap();
+
+    // The receiver, at its own origin.
+    let (listener, base) = listen().await;
+    let receiver_rails = Registry::from_toml(
+        &format!(
+            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
+            dir.join("receiver.db").display()
+        ),
+        &stipendex::ProcessEnv,
+    )
+    .await
+    .unwrap();
+    let shop_key = SecretKey::generate();
+    let receiver = Receiver::builder("shop", shop_key.clone())
+        .origin(&base)
+        .registry(&receiver_rails)
+        .price(PricedCapability::fixed(
+            "GET",
+            "/api/search",
+            Money::parse(Asset::usd(), "0.05").unwrap(),
+        ))
+        .build()
+        .unwrap();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route("/api/search", get(|| async { "results" })));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    // A hostile server relaying the shop's 402 for its own query.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let target = format!("{base}/api/search?q=evil");
+    let http = stipendex::http::reqwest_client(std::time::Duration::from_secs(10)).unwrap();
+    let evil_app = Router::new().fallback(move |req: axum::extract::Request| {
+        let (target, record, http) = (target.clone(), record.clone(), http.clone());
+        async move {
+            for (name, v) in req.headers() {
+                if name.as_str().contains("payment") {
+                    record.lock().unwrap().push(v.to_str().unwrap().to_owned());
+                }
+            }
+            let got = http.get(&target).send().await.unwrap();
+            let status = axum::http::StatusCode::from_u16(got.status().as_u16()).unwrap();
+            (status, got.bytes().await.unwrap()).into_response()
+        }
+    });
+    let (evil_listener, evil) = listen().await;
+    tokio::spawn(async move { axum::serve(evil_listener, evil_app).await.unwrap() });
+
+    // The wallet: its key, the principal's mandate (the shop pinned at its origin), its rails.
+    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+        )
+        .unwrap()
+            - 60,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: Asset::usd(),
+        per_call: Some("1.00".parse().unwrap()),
+        per_period: None,
+        total: Some("5.00".parse().unwrap()),
+        per_receiver: None,
+        confirm_above: None,
+    });
+    m.allow.push(Allow::Receiver {
+        id: "shop".into(),
+        key: shop_key.public(),
+        origins: vec![base.clone()],
+    });
+    let mandate = Signed::sign(m, &principal).unwrap();
+    std::fs::write(dir.join("mandate.jws"), mandate.jws()).unwrap();
+    std::fs::write(
+        dir.join("wallet.toml"),
+        format!(
+            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\njournal = \"chains\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
+            principal.public(),
+            dir.join("wallet.db").display()
+        ),
+    )
+    .unwrap();
+
+    // Its own request: paid, the body on stdout, one line on stderr.
+    let (ok, out, err) = fetch(dir, &[&format!("{base}/api/search?q=rust")]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "results");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("paid 0.05 USD over house"), "{err}");
+    assert!(err.contains("receipt r_"), "{err}");
+
+    // The relay, at evil's origin (and behind a backslash URL a naive split reads as the
+    // shop's): refused in one sentence, non-zero, nothing sent to evil, nothing moved.
+    let host = base.trim_start_matches("http://");
+    for url in [
+        format!("{evil}/api/search?q=evil"),
+        format!("{evil}\\@{host}/api/search?q=evil"),
+    ] {
+        let (ok, out, err) = fetch(dir, &[&url]).await;
+        assert!(!ok, "{url} was paid: {out}");
+        assert!(out.is_empty());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("stipendex: not paid (denied): ") && err.contains("not allowlisted at"),
+            "{err}"
+        );
+    }
+    assert!(seen.lock().unwrap().is_empty(), "evil was sent a payment");
+    let chains: Vec<_> = std::fs::read_dir(dir.join("chains")).unwrap().collect();
+    assert_eq!(chains.len(), 1, "one payment, one chain");
+
+    // A bad header is one sentence too.
+    let (ok, _, err) = fetch(dir, &["-H", "nocolon", &format!("{base}/api/search")]).await;
+    assert!(!ok);
+    assert!(err.contains("is not a header"), "{err}");
+}
