@@ -38,6 +38,7 @@ fn s<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
 /// A principal, a wallet and a receiver over the harness's rail.
 struct Scene {
     wallet: Wallet,
+    wallet_key: SecretKey,
     receiver: Receiver,
     principal: SecretKey,
     journal: Arc<MemoryJournal>,
@@ -140,6 +141,7 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
     let asked = Arc::new(AtomicBool::new(false));
     let (yes, flag) = (o.confirm, asked.clone());
     let journal = Arc::new(MemoryJournal::default());
+    let wallet_key_copy = wallet_key.clone();
     let wallet = Wallet::builder(wallet_key, mandate)
         .rail(
             "rail",
@@ -168,6 +170,7 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
         .map_err(s("wallet"))?;
     Ok(Scene {
         wallet,
+        wallet_key: wallet_key_copy,
         receiver,
         principal,
         journal,
@@ -601,6 +604,351 @@ async fn x402_paid(
     Ok(())
 }
 
+// ---- The HTTP boundary (issue 23): attacks that apply to every rail. ----------------------
+
+/// A listener on loopback and its origin.
+async fn listen() -> Result<(tokio::net::TcpListener, String), String> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(s("listen"))?;
+    let base = format!("http://{}", l.local_addr().map_err(s("listen"))?);
+    Ok((l, base))
+}
+
+/// The scene's receiver served over the HTTP binding at its own origin: `GET /paid` (and
+/// `POST /checkout` where the rail can hold) counting each run of the handler, `GET /moved`
+/// redirecting to `moved_to`, and — outside the binding, as a proxy would — every request that
+/// carries a payment header bounced to `bounce_to`.
+struct Served {
+    sc: Scene,
+    base: String,
+    runs: Arc<std::sync::atomic::AtomicUsize>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Served {
+    fn client(&self) -> Result<stipendex::http::Client, String> {
+        stipendex::http::Client::new(
+            stipendex::http::reqwest_builder(Duration::from_secs(30)),
+            self.sc.wallet.clone(),
+        )
+        .map_err(s("client"))
+    }
+
+    fn ran(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+async fn served(
+    h: &dyn Harness,
+    moved_to: Option<String>,
+    bounce_to: Option<String>,
+) -> Result<Served, String> {
+    use axum::response::{IntoResponse, Redirect};
+    use axum::routing::{get, post};
+    let (listener, base) = listen().await?;
+    let sc = scene(
+        h,
+        &Options {
+            origins: vec![base.clone()],
+            ..Options::default()
+        },
+    )?;
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (r1, r2) = (runs.clone(), runs.clone());
+    let moved = moved_to.unwrap_or_else(|| "/".into());
+    let app = stipendex::http::Binding::new(sc.receiver.clone())
+        .map_err(s("binding"))?
+        .apply(
+            axum::Router::new()
+                .route(
+                    "/paid",
+                    axum::routing::any(move || {
+                        r1.fetch_add(1, Ordering::SeqCst);
+                        async { "PAID WORK" }
+                    }),
+                )
+                .route(
+                    "/checkout",
+                    post(move || {
+                        r2.fetch_add(1, Ordering::SeqCst);
+                        async { "PAID WORK" }
+                    }),
+                )
+                .route(
+                    "/moved",
+                    get(move || {
+                        let to = moved.clone();
+                        async move { Redirect::temporary(&to) }
+                    }),
+                ),
+        )
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let bounce = bounce_to.clone();
+                async move {
+                    let paid = ["stipendex-payment", "payment-signature", "x-payment"]
+                        .iter()
+                        .any(|n| req.headers().contains_key(*n));
+                    match bounce {
+                        Some(to) if paid => Redirect::temporary(&to).into_response(),
+                        _ => next.run(req).await,
+                    }
+                }
+            },
+        ));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(Served {
+        sc,
+        base,
+        runs,
+        server,
+    })
+}
+
+/// A hostile server: answers every request with what it gets itself from `target` (an
+/// allowlisted receiver's 402 for its own request), and records every payment header it is
+/// sent.
+struct Relay {
+    base: String,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Relay {
+    fn saw_a_payment(&self) -> bool {
+        self.seen.lock().map(|v| !v.is_empty()).unwrap_or(true)
+    }
+}
+
+async fn relay(listener: tokio::net::TcpListener, base: String, target: String) -> Relay {
+    use axum::response::IntoResponse;
+    let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let http = stipendex::http::reqwest_client(Duration::from_secs(30)).ok();
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let (target, record, http) = (target.clone(), record.clone(), http.clone());
+        async move {
+            for (name, v) in req.headers() {
+                if name.as_str().contains("payment")
+                    && let Ok(mut seen) = record.lock()
+                {
+                    seen.push(v.to_str().unwrap_or("?").to_owned());
+                }
+            }
+            let Some(http) = http else {
+                return axum::http::StatusCode::BAD_GATEWAY.into_response();
+            };
+            match http.get(&target).send().await {
+                Ok(got) => {
+                    let status = axum::http::StatusCode::from_u16(got.status().as_u16())
+                        .unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+                    (status, got.bytes().await.unwrap_or_default()).into_response()
+                }
+                Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+            }
+        }
+    });
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Relay { base, seen, server }
+}
+
+/// `method path` as raw bytes (no client normalises the path): the status and the response.
+async fn raw(base: &str, method: &str, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = base.trim_start_matches("http://");
+    let mut c = tokio::net::TcpStream::connect(host)
+        .await
+        .map_err(s("connect"))?;
+    c.write_all(
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(s("write"))?;
+    let mut out = Vec::new();
+    c.read_to_end(&mut out).await.map_err(s("read"))?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, text))
+}
+
+/// A Quote the evil origin got from the allowlisted receiver for its own request, relayed to
+/// the agent (at evil's origin, and behind a backslash URL a naive split reads as the
+/// receiver's): denied, nothing sent to evil, nothing moves.
+async fn stipendex_relayed_quote_refused(h: &dyn Harness) -> Verdict {
+    let sv = served(h, None, None).await?;
+    let (l, evil) = listen().await?;
+    let relay = relay(l, evil.clone(), format!("{}/paid?q=evil", sv.base)).await;
+    let client = sv.client()?;
+    let before = balances(h).await?;
+    let host = sv.base.trim_start_matches("http://");
+    for url in [
+        format!("{}/paid?q=evil", relay.base),
+        format!("{}\\@{host}/paid?q=evil", relay.base),
+    ] {
+        refused(
+            &format!("a relayed quote ({url})"),
+            client.get(&url).await,
+            "denied",
+        )?;
+    }
+    ensure!(!relay.saw_a_payment(), "the relay was sent a payment");
+    ensure!(sv.ran() == 0, "the priced handler ran");
+    unchanged(h, before, "a relayed quote").await
+}
+
+/// An unpaid redirect to another origin is judged where it lands (a relayed 402 there is
+/// denied); a paid request answered with a redirect is not followed: the payment header never
+/// reaches the other origin.
+async fn stipendex_redirect_carries_no_payment(h: &dyn Harness) -> Verdict {
+    let (l, evil) = listen().await?;
+    let sv = served(
+        h,
+        Some(format!("{evil}/collect")),
+        Some(format!("{evil}/collect")),
+    )
+    .await?;
+    let relay = relay(l, evil, format!("{}/paid?q=evil", sv.base)).await;
+    let client = sv.client()?;
+    let before = balances(h).await?;
+    refused(
+        "a 307 to another origin before payment",
+        client.get(&format!("{}/moved", sv.base)).await,
+        "denied",
+    )?;
+    unchanged(h, before, "a redirect before payment").await?;
+    match client.get(&format!("{}/paid", sv.base)).await {
+        Ok(r) => ensure!(
+            r.status.is_redirection() && r.receipt.is_none(),
+            "a paid request bounced by a 307 answered {} (receipt: {})",
+            r.status,
+            r.receipt.is_some()
+        ),
+        // A rail whose payment is refused later is fine too: what matters is below.
+        Err(e) => ensure!(e.code() != "denied", "the paid request was denied: {e}"),
+    }
+    ensure!(
+        !relay.saw_a_payment(),
+        "a payment header followed a redirect to another origin"
+    );
+    ensure!(sv.ran() == 0, "the priced handler ran");
+    Ok(())
+}
+
+/// `HEAD` of a `GET`-priced path is a 402 unpaid (the handler, routed for every method, never
+/// runs); `OPTIONS` is answered by the binding.
+async fn stipendex_head_is_priced(h: &dyn Harness) -> Verdict {
+    let sv = served(h, None, None).await?;
+    let before = balances(h).await?;
+    let (status, text) = raw(&sv.base, "HEAD", "/paid").await?;
+    ensure!(status == 402, "HEAD /paid answered {status}: {text}");
+    let (status, text) = raw(&sv.base, "OPTIONS", "/paid").await?;
+    ensure!(status == 204, "OPTIONS /paid answered {status}: {text}");
+    ensure!(sv.ran() == 0, "the priced handler ran for HEAD or OPTIONS");
+    unchanged(h, before, "HEAD and OPTIONS").await
+}
+
+/// Every other spelling of a priced path — percent-encoded, `//`, `.` and `..` (raw and
+/// encoded), another case — is a 402 unpaid or a 404, never the priced handler's work.
+async fn stipendex_encoded_path_is_priced(h: &dyn Harness) -> Verdict {
+    let sv = served(h, None, None).await?;
+    let before = balances(h).await?;
+    for (path, want) in [
+        ("/p%61id", 402),
+        ("/%70%61%69%64", 402),
+        ("//paid", 404),
+        ("/x/../paid", 404),
+        ("/%2e%2e/paid", 404),
+        ("/./paid", 404),
+        ("/PAID", 404),
+    ] {
+        let (status, text) = raw(&sv.base, "GET", path).await?;
+        ensure!(
+            status == want,
+            "GET {path} answered {status}, not {want}: {text}"
+        );
+        ensure!(!text.contains("PAID WORK"), "GET {path} was served unpaid");
+    }
+    ensure!(sv.ran() == 0, "the priced handler ran");
+    unchanged(h, before, "another spelling of a priced path").await
+}
+
+/// A checkout Proof whose Confirmation consents to less than the Quote's maximum is refused
+/// by `accept` (before any work): the capture would fail after it. The honest Proof of the
+/// same hold is accepted and captured.
+async fn stipendex_checkout_confirmation_below_quote_refused(h: &dyn Harness) -> Verdict {
+    use stipendex::envelope::{Confirmation, Proof, new_id};
+    let sc = scene(h, &Options::default())?;
+    let req = Request::new("POST", "/checkout");
+    let q = quote(&sc, &req).await?;
+    let paid = sc.wallet.pay(&q).await.map_err(s("hold"))?;
+    let honest = paid
+        .confirmation
+        .as_ref()
+        .ok_or("a checkout must be confirmed")?
+        .object()
+        .clone();
+    let low = Signed::sign(
+        Confirmation {
+            id: new_id("c_"),
+            total: money(h, 1)?.amount(),
+            tolerance: rail_core::Amount::ZERO,
+            ..honest
+        },
+        &sc.wallet_key,
+    )
+    .map_err(s("confirmation"))?;
+    let forged = Signed::sign(
+        Proof {
+            id: new_id("p_"),
+            confirmation: Some(low.digest().clone()),
+            confirmation_jws: Some(low.jws().to_owned()),
+            ..paid.proof.object().clone()
+        },
+        &sc.wallet_key,
+    )
+    .map_err(s("proof"))?;
+    let before = balances(h).await?;
+    refused(
+        "a confirmation below the quote",
+        sc.receiver.accept(&req, forged.jws()).await,
+        "not_confirmed",
+    )?;
+    unchanged(h, before, "a refused checkout").await?;
+    let accepted = sc
+        .receiver
+        .accept(&req, paid.proof.jws())
+        .await
+        .map_err(s("accept the honest proof"))?;
+    let final_amount = money(h, PRICE - 25)?;
+    sc.receiver
+        .capture(&accepted, &final_amount, b"order")
+        .await
+        .map_err(s("capture"))?;
+    Ok(())
+}
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
@@ -628,4 +976,9 @@ behaviours! {
     stipendex_capture_above_confirmed_refused: PartialCapture => "Stipendex checkout: a capture above the quote or the confirmation is refused (I3)",
     stipendex_tampered_chain_detected: Pay => "Stipendex: a tampered or foreign link breaks the chain where it is",
     stipendex_x402_402_paid_under_mandate: Pay => "Stipendex: a plain x402 402 is paid under the mandate (origin + payTo allowlist); unlisted, denied",
+    stipendex_relayed_quote_refused: Pay => "Stipendex over HTTP: a quote relayed from another origin or request is denied; nothing moves",
+    stipendex_redirect_carries_no_payment: Pay => "Stipendex over HTTP: no payment header follows a redirect to another origin",
+    stipendex_head_is_priced: Pay => "Stipendex over HTTP: HEAD of a priced GET is 402 unpaid; OPTIONS never reaches the handler",
+    stipendex_encoded_path_is_priced: Pay => "Stipendex over HTTP: no spelling of a priced path (encoded, //, .., case) is served unpaid",
+    stipendex_checkout_confirmation_below_quote_refused: PartialCapture => "Stipendex checkout: a confirmation below the quote's maximum is refused before the work",
 }
