@@ -1,6 +1,6 @@
 //! `conformance demo --rail NAME`: the `stipendex demo` scenario over a rail's localnet.
 //!
-//! The product's `stipendex demo` runs on the embedded ledger; this runs the same five calls
+//! The product's `stipendex demo` runs on the embedded ledger; this runs the same calls
 //! ([`stipendex_cli::demo::run_stage`]) over the named rail's localnet harness, with prices
 //! that are multiples of the rail's smallest practical charge. Start the localnets first
 //! (`conformance localnet up --env-out ln.env`, then `source ln.env`).

@@ -242,9 +242,34 @@ async fn listen() -> Result<(tokio::net::TcpListener, String), CliError> {
     Ok((listener, format!("http://{addr}")))
 }
 
-fn serve(listener: tokio::net::TcpListener, binding: &Binding, final_amount: Money) {
+/// Serves `binding`'s routes; with `relay`, also `GET /api/relayed`, a free route that answers
+/// with whatever `relay` answers it (another receiver's 402 for this server's own query: the
+/// confused deputy the origin binding refuses).
+fn serve(
+    listener: tokio::net::TcpListener,
+    binding: &Binding,
+    final_amount: Money,
+    relay: Option<String>,
+) {
+    let mut router = Router::new();
+    if let Some(target) = relay {
+        router = router.route(
+            "/api/relayed",
+            get(move || {
+                let target = target.clone();
+                async move {
+                    let Ok(got) = reqwest::get(&target).await else {
+                        return axum::http::StatusCode::BAD_GATEWAY.into_response();
+                    };
+                    let status = axum::http::StatusCode::from_u16(got.status().as_u16())
+                        .unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+                    (status, got.bytes().await.unwrap_or_default()).into_response()
+                }
+            }),
+        );
+    }
     let app = binding.apply(
-        Router::new()
+        router
             .route("/api/search", get(|| async { "3 results for your query" }))
             .route("/api/report", get(|| async { "the quarterly report" }))
             .route("/api/dataset", get(|| async { "a large dataset" }))
@@ -409,11 +434,14 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
     };
     let shop = Binding::new(receiver("demo-shop", &shop_key, &shop_url)?)?;
     let can_checkout = shop.receiver().descriptor().profiles.len() > 1;
-    serve(shop_listener, &shop, money(a, p.order_final)?);
+    serve(shop_listener, &shop, money(a, p.order_final)?, None);
     serve(
         stranger_listener,
         &Binding::new(receiver("stranger", &stranger_key, &stranger_url)?)?,
         money(a, p.order_final)?,
+        Some(format!(
+            "{shop_url}/api/search?q=the+stranger%27s+own+query"
+        )),
     );
     println!(
         "  receiver demo-shop at {shop_url} (key {})",
@@ -509,6 +537,13 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
             format!("{stranger_url}/api/search?q=stablecoins"),
             true,
             "the stranger's search".into(),
+            "denied",
+        ),
+        (
+            "GET",
+            format!("{stranger_url}/api/relayed"),
+            true,
+            "the stranger relays demo-shop's quote for its own query".into(),
             "denied",
         ),
     ];

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `mandate` | signature; signed by the trusted principal, if one is given |
 //! | `confirmation` | signed by the mandate's wallet key; binds the mandate and the quote |
-//! | `quote` | signed by its receiver; the receiver (id and key) is in the mandate's allowlist; issued while the mandate was valid |
+//! | `quote` | signed by its receiver; the receiver (id and key) is in the mandate's allowlist; a Quote naming its `resource` was served at an origin the entry pins (when it pins any); issued while the mandate was valid |
 //! | `proof` | signed by the mandate's wallet key; binds the mandate, the quote and the confirmation; paid before the quote expired, while the mandate was valid; amount = the quote's (I3); a rail the quote accepts and the mandate allows; within the per-call limit; confirmed where the mandate or the profile requires it |
 //! | `receipt` | signed by the quote's receiver; binds the proof; the final amount never above the quote, the proof or the confirmation (I3); a service receipt takes exactly the quoted amount |
 //!
