@@ -199,3 +199,125 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
     assert!(!ok);
     assert!(err.contains("is not a header"), "{err}");
 }
+
+/// `stipendex fetch` pays a plain x402 402 (exact-algo, on an in-process algod devnet) with
+/// the scheme payer of the wallet's configured exact-algo rail, under the mandate's origin and
+/// `payTo` allowlist; without the entry it is denied.
+#[tokio::test(flavor = "multi_thread")]
+async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
+    use algod_devnet::{Devnet, DevnetConfig};
+    use ed25519_dalek::SigningKey;
+    use rail_core::{MemoryKeyStore, SystemClock};
+    use rail_exact_algo::{Address, AlgodClient, ExactAlgo, ExactAlgoReceiver};
+    use x402_transport::{Accepts, paywall::Paywall};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let seed = [9u8; 32];
+    let payer = Address(SigningKey::from_bytes(&seed).verifying_key().to_bytes());
+    let treasury = Address(SigningKey::from_bytes(&[10; 32]).verifying_key().to_bytes());
+    let algod = Devnet::spawn(
+        DevnetConfig {
+            accounts: vec![(payer, 5_000_000), (treasury, 100_000)],
+            ..DevnetConfig::default()
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let receiver = ExactAlgoReceiver::connect(
+        AlgodClient::new(&algod.url, None).unwrap(),
+        treasury,
+        Arc::new(MemoryKeyStore::default()),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let scheme: Arc<dyn x402_transport::Scheme> = Arc::new(ExactAlgo::new(receiver.clone()));
+    let app = Paywall::new()
+        .with_served(receiver.served().clone())
+        .route(
+            "/weather",
+            "the weather",
+            Accepts::one(scheme, 2_000).unwrap(),
+        )
+        .apply(Router::new().route("/weather", get(|| async { "sunny" })));
+    let (listener, base) = listen().await;
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let write = |allow: bool| {
+        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+        let _ = std::fs::remove_file(dir.join("wallet.key"));
+        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut m = Mandate::draft(
+            Party {
+                id: "alice".into(),
+                key: principal.public(),
+            },
+            wallet_key.public(),
+            now - 60,
+            86_400,
+        );
+        m.limits.push(Limits {
+            asset: Asset::algo(),
+            per_call: Some("0.01".parse().unwrap()),
+            per_period: None,
+            total: Some("1".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: None,
+        });
+        if allow {
+            m.allow.push(Allow::X402Http {
+                origin: base.clone(),
+                pay_to: treasury.to_string(),
+            });
+        }
+        let mandate = Signed::sign(m, &principal).unwrap();
+        std::fs::write(dir.join("mandate.jws"), mandate.jws()).unwrap();
+        std::fs::write(
+            dir.join("wallet.toml"),
+            format!(
+                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\n\n[store]\nurl = \"memory\"\n\n[rails.algo]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"FETCH_TEST_ALGO_KEY\"\nmax_amount = \"0.5\"\n",
+                algod.url
+            ),
+        )
+        .unwrap();
+    };
+    let run = |args: Vec<String>| async move {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
+            .arg("fetch")
+            .arg("--config")
+            .arg(dir.join("wallet.toml"))
+            .args(args)
+            .env("FETCH_TEST_ALGO_KEY", hex::encode(seed))
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    write(true);
+    let (ok, out, err) = run(vec![format!("{base}/weather")]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "sunny");
+    assert!(
+        err.starts_with("paid 0.002 ALGO over x402 (exact-algo)"),
+        "{err}"
+    );
+    assert_eq!(algod.devnet.balance(&treasury), 102_000);
+
+    write(false);
+    let (ok, _, err) = run(vec![format!("{base}/weather")]).await;
+    assert!(!ok);
+    assert!(err.starts_with("stipendex: not paid (denied): "), "{err}");
+    assert_eq!(algod.devnet.balance(&treasury), 102_000);
+}

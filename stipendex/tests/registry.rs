@@ -451,3 +451,114 @@ async fn an_account_rail_at_a_hosted_facilitator() {
     );
     server.abort();
 }
+
+/// A wallet built from a registry (`Wallet::builder(..).registry(..)`) also pays the unsigned
+/// x402 challenges of its x402-style rails: the exact-algo rail's scheme payer signs an
+/// exact-algo 402 under the mandate (what `stipendex fetch` relies on).
+#[tokio::test]
+async fn a_registry_wallet_pays_an_exact_algo_402_with_the_rails_scheme_payer() {
+    use axum::routing::get;
+    use rail_core::{MemoryKeyStore, SystemClock};
+    use rail_exact_algo::{AlgodClient, ExactAlgo, ExactAlgoReceiver};
+    use std::sync::Arc;
+    use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+    use x402_transport::{Accepts, paywall::Paywall};
+
+    let payer_seed = [7u8; 32];
+    let payer_key = SigningKey::from_bytes(&payer_seed);
+    let treasury = Address(SigningKey::from_bytes(&[8; 32]).verifying_key().to_bytes());
+    let algod = Devnet::spawn(
+        DevnetConfig {
+            accounts: vec![
+                (Address(payer_key.verifying_key().to_bytes()), 5_000_000),
+                (treasury, 100_000),
+            ],
+            ..DevnetConfig::default()
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    // The server: an exact-algo paywall paying the treasury.
+    let receiver = ExactAlgoReceiver::connect(
+        AlgodClient::new(&algod.url, None).unwrap(),
+        treasury,
+        Arc::new(MemoryKeyStore::default()),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let scheme: Arc<dyn x402_transport::Scheme> = Arc::new(ExactAlgo::new(receiver.clone()));
+    let app = Paywall::new()
+        .with_served(receiver.served().clone())
+        .route(
+            "/weather",
+            "the weather",
+            Accepts::one(scheme, 2_000).unwrap(),
+        )
+        .apply(axum::Router::new().route("/weather", get(|| async { "sunny" })));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    // The wallet: its rails from a registry (the exact-algo payer only), its mandate allowing
+    // the server's origin and treasury.
+    let config = format!(
+        r#"
+        [store]
+        url = "memory"
+
+        [rails.algo]
+        kind = "exact-algo"
+        algod_url = "{}"
+        payer_key_env = "ALGO_KEY"
+        max_amount = "0.5"
+        "#,
+        algod.url
+    );
+    let registry = Registry::from_toml(&config, &env(&[("ALGO_KEY", &hex::encode(payer_seed))]))
+        .await
+        .unwrap();
+    assert!(registry.get("algo").unwrap().scheme_payer.is_some());
+    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        now - 60,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: Asset::algo(),
+        per_call: Some("0.01".parse().unwrap()),
+        per_period: None,
+        total: Some("1".parse().unwrap()),
+        per_receiver: None,
+        confirm_above: None,
+    });
+    m.allow.push(Allow::X402Http {
+        origin: base.clone(),
+        pay_to: treasury.to_string(),
+    });
+    let wallet =
+        stipendex::wallet::Wallet::builder(wallet_key, Signed::sign(m, &principal).unwrap())
+            .registry(&registry)
+            .build()
+            .unwrap();
+    let client = stipendex::http::Client::new(
+        stipendex::http::reqwest_builder(Duration::from_secs(10)),
+        wallet,
+    )
+    .unwrap();
+    let r = client.get(&format!("{base}/weather")).await.unwrap();
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"sunny"[..]));
+    let paid = r.x402.expect("an x402 payment");
+    assert_eq!(paid.payer, "exact-algo");
+    assert_eq!(algod.devnet.balance(&treasury), 102_000);
+}

@@ -76,5 +76,5 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         ))),
         None => None,
     };
-    Ok((payer, receiver))
+    Ok((payer, receiver).into())
 }

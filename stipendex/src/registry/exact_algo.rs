@@ -43,6 +43,8 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             e.to_string(),
         )))
     })?;
+    #[cfg(feature = "challenges")]
+    let mut scheme: Option<std::sync::Arc<dyn x402_transport::client::SchemePayer>> = None;
     let payer = match &s.payer_key_env {
         Some(var) => {
             let key = SigningKey::from_bytes(&key32(ctx.env, ctx.name, var)?);
@@ -73,6 +75,17 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             };
             let payer =
                 ExactAlgoPayer::new(key, algod.clone(), policy, ctx.store()?, ctx.clock.clone());
+            #[cfg(feature = "challenges")]
+            {
+                // The client payer reads the network's genesis from algod once.
+                let client = payer.clone().for_client().await.map_err(|e| {
+                    ctx.rail_err(RailError::Unavailable(RailReason::new(
+                        "algod",
+                        e.to_string(),
+                    )))
+                })?;
+                scheme = Some(std::sync::Arc::new(client));
+            }
             Some(PayerHandle::pay_only(Idempotent::new(payer, ctx.store()?)))
         }
         None => None,
@@ -87,5 +100,8 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         }
         None => None,
     };
-    Ok((payer, receiver))
+    let sides: Sides = (payer, receiver).into();
+    #[cfg(feature = "challenges")]
+    let sides = Sides { scheme, ..sides };
+    Ok(sides)
 }

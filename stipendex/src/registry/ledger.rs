@@ -59,7 +59,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         }
         None => None,
     };
-    Ok((payer, receiver))
+    Ok((payer, receiver).into())
 }
 
 /// The ledger at `url`, stamped by the registry's clock: SQLite's time is that clock;

@@ -94,5 +94,5 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             )));
         }
     };
-    Ok((payer, receiver))
+    Ok((payer, receiver).into())
 }

@@ -131,6 +131,10 @@ pub struct Entry {
     pub payer: Option<PayerHandle>,
     /// The receiving side, if configured.
     pub receiver: Option<ReceiverHandle>,
+    /// The payer of unsigned x402 challenges, for a paying rail that is an x402 scheme
+    /// (`x402`, `exact-algo`); [`crate::wallet::Builder::registry`] adds it to the wallet.
+    #[cfg(feature = "challenges")]
+    pub scheme_payer: Option<Arc<dyn x402_transport::client::SchemePayer>>,
 }
 
 impl Entry {
@@ -246,7 +250,8 @@ impl Registry {
                 store: store.clone(),
                 clock: clock.clone(),
             };
-            let (payer, receiver) = build(kind, &ctx).await?;
+            let sides = build(kind, &ctx).await?;
+            let (payer, receiver) = (sides.payer, sides.receiver);
             if payer.is_none() && receiver.is_none() {
                 return Err(Error::Config(format!(
                     "rails.{name}: neither a payer nor a receiver side is configured"
@@ -260,6 +265,8 @@ impl Registry {
                     kind,
                     payer,
                     receiver,
+                    #[cfg(feature = "challenges")]
+                    scheme_payer: sides.scheme,
                 },
             );
         }
@@ -384,7 +391,25 @@ pub fn compiled(kind: &str) -> bool {
     }
 }
 
-type Sides = (Option<PayerHandle>, Option<ReceiverHandle>);
+/// What a rail's section builds: its paying and receiving sides and, for a rail that is also an
+/// x402 scheme (feature `challenges`), the payer of unsigned challenges a wallet adds.
+pub(crate) struct Sides {
+    payer: Option<PayerHandle>,
+    receiver: Option<ReceiverHandle>,
+    #[cfg(feature = "challenges")]
+    scheme: Option<Arc<dyn x402_transport::client::SchemePayer>>,
+}
+
+impl From<(Option<PayerHandle>, Option<ReceiverHandle>)> for Sides {
+    fn from((payer, receiver): (Option<PayerHandle>, Option<ReceiverHandle>)) -> Self {
+        Sides {
+            payer,
+            receiver,
+            #[cfg(feature = "challenges")]
+            scheme: None,
+        }
+    }
+}
 
 #[allow(clippy::unused_async)] // with no rail compiled in there is nothing to await
 async fn build(kind: &str, ctx: &Ctx<'_>) -> Result<Sides, Error> {

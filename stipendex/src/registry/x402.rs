@@ -44,6 +44,8 @@ struct Section {
 pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let s: Section = section(ctx.name, ctx.table)?;
     let token_address: Address = parse(ctx.name, "token", &s.token)?;
+    #[cfg(feature = "challenges")]
+    let mut scheme: Option<Arc<dyn x402_transport::client::SchemePayer>> = None;
     let payer = match &s.payer_key_env {
         Some(var) => {
             let key = secret(ctx.env, ctx.name, var)?;
@@ -69,11 +71,12 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                     e.to_string(),
                 )))
             })?;
-            let payer = X402RailPayer::new(
-                X402Payer::new(signer, policy),
-                Arc::new(rpc),
-                ctx.clock.clone(),
-            );
+            let x402 = X402Payer::new(signer, policy);
+            #[cfg(feature = "challenges")]
+            {
+                scheme = Some(Arc::new(x402.clone()));
+            }
+            let payer = X402RailPayer::new(x402, Arc::new(rpc), ctx.clock.clone());
             Some(PayerHandle::pay_only(Idempotent::new(payer, ctx.store()?)))
         }
         None => None,
@@ -106,5 +109,8 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             )));
         }
     };
-    Ok((payer, receiver))
+    let sides: Sides = (payer, receiver).into();
+    #[cfg(feature = "challenges")]
+    let sides = Sides { scheme, ..sides };
+    Ok(sides)
 }

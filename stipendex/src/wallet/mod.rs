@@ -144,12 +144,18 @@ impl Builder {
         self
     }
 
-    /// Adds every configured payer of `registry`, in name order.
+    /// Adds every configured payer of `registry`, in name order — and, with the feature
+    /// `challenges`, the scheme payers of its x402-style rails (`x402`, `exact-algo`), so the
+    /// wallet pays their unsigned challenges too.
     #[must_use]
     pub fn registry(mut self, registry: &crate::Registry) -> Self {
         for e in registry.rails() {
             if let Some(p) = &e.payer {
                 self = self.rail(e.name.clone(), p.clone());
+            }
+            #[cfg(feature = "challenges")]
+            if let Some(s) = &e.scheme_payer {
+                self = self.scheme_payer(s.clone());
             }
         }
         self
