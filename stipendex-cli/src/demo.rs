@@ -466,7 +466,10 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         }
     })
     .on_denial(|d| {
-        println!("     escalated to the principal: {}", d.why);
+        println!(
+            "     escalated to the principal: {}",
+            stipendex::wallet::printable(&d.why)
+        );
     });
     let store = SqliteKeyStore::open(&dir.join("wallet.db"))
         .await

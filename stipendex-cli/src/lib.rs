@@ -169,7 +169,11 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("stipendex: {e}");
+            // A refusal can quote what a server sent (a receiver's id): never a control code.
+            eprintln!(
+                "stipendex: {}",
+                stipendex::wallet::printable(&e.to_string())
+            );
             ExitCode::FAILURE
         }
     }

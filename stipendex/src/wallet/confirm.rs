@@ -35,21 +35,39 @@ pub struct Ask {
     pub left_in_total: Option<Money>,
 }
 
+/// `s` with every control character (escape sequences, carriage returns, new lines) and every
+/// bidirectional-override character written as a visible `\u{..}` escape: text a receiver
+/// chose (its id, a description) cannot redraw or reorder the prompt a human answers.
+#[must_use]
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl Ask {
-    /// One line for a prompt or a notification.
+    /// One line for a prompt or a notification; what the receiver chose (its id, the
+    /// description) is [`printable`].
     #[must_use]
     pub fn text(&self) -> String {
         let mut s = format!(
             "pay {} {} to {}",
             self.total.amount(),
             self.total.asset(),
-            self.receiver
+            printable(&self.receiver)
         );
         if self.tolerance > Amount::ZERO {
             s.push_str(&format!(" (up to {} more)", self.tolerance));
         }
         if let Some(d) = &self.description {
-            s.push_str(&format!(" for \"{d}\""));
+            s.push_str(&format!(" for \"{}\"", printable(d)));
         }
         let mut left = Vec::new();
         if let Some(m) = &self.left_in_period {
@@ -203,8 +221,40 @@ impl Confirmer for Terminal {
             .unwrap_or_default();
         let text = format!(
             "stipendex: DENIED {amount}to {}: {}\n",
-            denial.receiver, denial.why
+            printable(&denial.receiver),
+            printable(&denial.why)
         );
         let _ = std::io::stderr().write_all(text.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rail_core::{Asset, Money};
+
+    /// A receiver's description that would clear the screen, rewrite the line or reverse the
+    /// text a human reads reaches the prompt as visible escapes (issue 24).
+    #[test]
+    fn receiver_text_cannot_redraw_the_prompt() {
+        let ask = Ask {
+            why: Why::AboveThreshold,
+            receiver: "shop\u{1b}[2J".into(),
+            description: Some("report\r\npay 0.01 USD to friend\u{202e}dsu".into()),
+            total: Money::parse(Asset::usd(), "250.00").unwrap(),
+            tolerance: Amount::ZERO,
+            left_in_period: None,
+            left_in_total: None,
+        };
+        let t = ask.text();
+        assert!(
+            !t.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{t:?}"
+        );
+        assert!(
+            t.contains("\\u{1b}[2J") && t.contains("\\u{d}\\u{a}") && t.contains("\\u{202e}"),
+            "{t}"
+        );
+        assert_eq!(printable("plain text, café"), "plain text, café");
     }
 }

@@ -35,7 +35,7 @@ use sha2::{Digest as _, Sha256};
 
 #[cfg(feature = "challenges")]
 pub use challenge::{ChallengePaid, Source};
-pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why};
+pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why, printable};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, chain_name};
 pub use revocation::{Revocations, revoke};
 /// An x402 payment requirement as it came (the x402 client's, read by `read_402`).
