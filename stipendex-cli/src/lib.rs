@@ -80,9 +80,13 @@ enum Command {
     /// Verifies audit chains offline (each FILE holds one payment's objects, one compact JWS
     /// per line) and names the first broken link.
     VerifyChain {
-        /// The principal key the mandates must be signed by (`ed25519:…`).
+        /// The principal key the mandates must be signed by (`ed25519:…`): the trust anchor.
         #[arg(long)]
         principal: Option<String>,
+        /// Check the chains without a trust anchor: they are then consistent with themselves
+        /// only (anyone can forge such a chain), and each is reported `ok (unanchored)`.
+        #[arg(long, conflicts_with = "principal")]
+        unanchored: bool,
         /// Chain files (`<dir>/chains/*.jws` of a wallet's journal).
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -120,7 +124,18 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Fetch(args) => fetch::run(args).await,
-        Command::VerifyChain { principal, files } => verify::run(principal.as_deref(), &files),
+        Command::VerifyChain {
+            principal,
+            unanchored,
+            files,
+        } => {
+            if principal.is_none() && !unanchored {
+                return Err(msg(
+                    "verify-chain needs the trust anchor: give the principal's key with --principal ed25519:… (or --unanchored to check the chains against themselves only, which anyone can forge)",
+                ));
+            }
+            verify::run(principal.as_deref(), &files)
+        }
         Command::Key(KeyCommand::New { out }) => {
             let key = stipendex::envelope::SecretKey::generate();
             files::write_secret(&out, &key)?;

@@ -73,7 +73,8 @@ pub(crate) fn run(principal: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode
             .collect();
         #[allow(clippy::print_stdout)]
         match verify_chain(&objects, anchor.as_ref()) {
-            Ok(c) => println!("ok      {}: {}", path.display(), summary(&c)),
+            Ok(c) if anchor.is_some() => println!("ok      {}: {}", path.display(), summary(&c)),
+            Ok(c) => println!("ok (unanchored) {}: {}", path.display(), summary(&c)),
             Err(e) => {
                 broken += 1;
                 println!("BROKEN  {}: {e}", path.display());

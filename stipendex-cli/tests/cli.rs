@@ -59,11 +59,25 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
     // verify-chain, as the demo prints it.
     let files = chains(&dir);
     assert_eq!(files.len(), 3);
+    // Without a trust anchor it refuses to say `ok` (a forged chain is consistent too).
     let args: Vec<&str> = std::iter::once("verify-chain")
         .chain(files.iter().map(String::as_str))
         .collect();
     let out = stipendex(&args);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("--principal"), "{}", text(&out));
+    let args: Vec<&str> = ["verify-chain", "--unanchored"]
+        .into_iter()
+        .chain(files.iter().map(String::as_str))
+        .collect();
+    let out = stipendex(&args);
     assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        text(&out).matches("ok (unanchored)").count(),
+        3,
+        "{}",
+        text(&out)
+    );
 
     // A flipped byte in a proof's signature: exit 1, the proof named as the broken link.
     let victim = &files[0];
@@ -86,7 +100,7 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
     bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
     tampered[proof_line] = String::from_utf8(bytes).unwrap();
     std::fs::write(victim, tampered.join("\n")).unwrap();
-    let out = stipendex(&["verify-chain", victim]);
+    let out = stipendex(&["verify-chain", "--unanchored", victim]);
     let t = text(&out);
     assert!(!out.status.success());
     assert!(

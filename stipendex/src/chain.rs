@@ -379,6 +379,28 @@ fn check_proof(
             format!("paid at {}, after the quote expired at {}", p.iat, q.exp),
         ));
     }
+    if p.iat < q.iat {
+        return Err(broken(
+            link,
+            format!(
+                "paid at {}, before the quote was issued at {}",
+                p.iat, q.iat
+            ),
+        ));
+    }
+    let mode = match q.profile {
+        Profile::Service => rail_core::PaymentMode::Capture,
+        Profile::Checkout => rail_core::PaymentMode::Hold,
+    };
+    if p.mode != mode {
+        return Err(broken(
+            link,
+            format!(
+                "pays in {} mode; a {:?} quote is paid in {mode} mode",
+                p.mode, q.profile
+            ),
+        ));
+    }
     let paid = check_under_mandate(mandate, conf, proof, q.profile == Profile::Checkout)?;
     let max = q.max().map_err(|e| broken("quote", e.to_string()))?;
     if paid != max {

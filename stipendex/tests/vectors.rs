@@ -1174,6 +1174,18 @@ fn chain_file(k: &Keys) -> ChainFile {
             ),
         ),
         chain_case(
+            "proof_before_quote_issued",
+            Some("proof"),
+            "The proof says it was made at now-120, before the quote was issued (now-60).",
+            chain(
+                k,
+                &Twist {
+                    proof_iat: Some(NOW - 120),
+                    ..Twist::default()
+                },
+            ),
+        ),
+        chain_case(
             "proof_without_required_confirmation",
             Some("proof"),
             "No confirmation, and the proof binds none: 2.50 is above the mandate's confirm_above (1.00).",
