@@ -812,3 +812,63 @@ async fn a_checkout_the_capture_would_refuse_is_refused_before_the_work() {
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+/// The client checks that the Receipt binds the bytes it received (issue 24): a body changed
+/// on the way (here by a proxy outside the binding) is a `mismatch`, and its Receipt is not
+/// journaled as the chain's; the same client reads no body over its cap.
+#[tokio::test]
+async fn a_receipt_that_does_not_bind_the_body_received_is_refused() {
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(
+            Router::new()
+                .route("/api/search", get(|| async { "results" }))
+                .route(
+                    "/huge",
+                    get(|| async { "x".repeat(x402_transport::client::MAX_BODY + 1) }),
+                ),
+        )
+        .layer(axum::middleware::from_fn(
+            |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                let resp = next.run(req).await;
+                if resp.headers().contains_key("stipendex-receipt") {
+                    let (mut parts, _) = resp.into_parts();
+                    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+                    return axum::response::Response::from_parts(
+                        parts,
+                        axum::body::Body::from("other results"),
+                    );
+                }
+                resp
+            },
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = client(w.wallet(w.mandate(|m| pin(m, &base)), true));
+    let err = client
+        .get(&format!("{base}/api/search?q=rust"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "mismatch", "{err}");
+    assert!(err.to_string().contains("does not bind"), "{err}");
+    let names = w.journal.names();
+    assert_eq!(names.len(), 1);
+    let chain = w.journal.chain(&names[0]);
+    assert_eq!(
+        chain.len(),
+        3,
+        "mandate, quote, proof: no receipt journaled"
+    );
+
+    let err = client.get(&format!("{base}/huge")).await.unwrap_err();
+    assert_eq!(err.code(), "malformed", "{err}");
+    assert!(err.to_string().contains("over"), "{err}");
+}

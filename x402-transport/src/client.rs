@@ -67,17 +67,31 @@ pub trait SchemePayer: Send + Sync + fmt::Debug {
 /// and a server that sends more is not one to pay.
 pub const MAX_402_BODY: usize = 256 * 1024;
 
+/// The most of any other response body a client reads (a paid resource included): 16 MiB.
+pub const MAX_BODY: usize = 16 * 1024 * 1024;
+
 /// Reads the body of a 402, at most [`MAX_402_BODY`] bytes (a longer one is refused before it
 /// is all read).
 ///
 /// # Errors
 /// [`ClientError::Header`] for a longer body; [`ClientError::Http`] if it cannot be read.
-pub async fn read_402_body(mut resp: reqwest::Response) -> Result<Vec<u8>, ClientError> {
-    let too_long = || ClientError::Header(format!("the 402's body is over {MAX_402_BODY} bytes"));
-    if resp
-        .content_length()
-        .is_some_and(|n| n > MAX_402_BODY as u64)
-    {
+pub async fn read_402_body(resp: reqwest::Response) -> Result<Vec<u8>, ClientError> {
+    read_body(resp, MAX_402_BODY).await.map_err(|e| match e {
+        ClientError::TooLarge(_) => {
+            ClientError::Header(format!("the 402's body is over {MAX_402_BODY} bytes"))
+        }
+        e => e,
+    })
+}
+
+/// Reads a response body of at most `max` bytes: a longer one is refused before it is all
+/// read (by its `Content-Length`, or as soon as it passes `max`).
+///
+/// # Errors
+/// [`ClientError::TooLarge`] for a longer body; [`ClientError::Http`] if it cannot be read.
+pub async fn read_body(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, ClientError> {
+    let too_long = || ClientError::TooLarge(format!("the response body is over {max} bytes"));
+    if resp.content_length().is_some_and(|n| n > max as u64) {
         return Err(too_long());
     }
     let mut body = Vec::new();
@@ -86,7 +100,7 @@ pub async fn read_402_body(mut resp: reqwest::Response) -> Result<Vec<u8>, Clien
         .await
         .map_err(|e| ClientError::Http(e.without_url().to_string()))?
     {
-        if body.len() + chunk.len() > MAX_402_BODY {
+        if body.len() + chunk.len() > max {
             return Err(too_long());
         }
         body.extend_from_slice(&chunk);
@@ -292,6 +306,9 @@ pub enum ClientError {
     /// The chosen payer could not sign.
     #[error("payer: {0}")]
     Payer(String),
+    /// A response body longer than the client reads.
+    #[error("{0}")]
+    TooLarge(String),
     /// A payment was sent and no answer said what became of it, after every resend. It may
     /// have been settled: present **this** payment again ([`Client::resend`]), do not pay anew.
     #[error("payment outcome unknown ({detail}); resend the same payment")]
@@ -684,11 +701,7 @@ async fn finish(
         .get(name)
         .and_then(|h| h.to_str().ok())
         .and_then(|h| wire::decode_base64_json::<Value>(h).ok());
-    let body = resp
-        .bytes()
-        .await
-        .map_err(|e| ClientError::Http(e.without_url().to_string()))?
-        .to_vec();
+    let body = read_body(resp, MAX_BODY).await?;
     Ok(Paid {
         status,
         headers,

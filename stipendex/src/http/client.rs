@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
-use crate::envelope::{Quote, Receipt, Resource, Signed};
+use crate::envelope::{Digest, Quote, Receipt, Resource, Signed};
 use crate::wallet::{ChallengePaid, Paid, Source, Wallet};
 use x402_transport::client::{self as x402, ClientError};
 use x402_transport::wire;
@@ -116,7 +116,7 @@ impl Client {
             body,
         } = reached;
         if first.status() != StatusCode::PAYMENT_REQUIRED {
-            return read(first, None, None).await;
+            return read(first).await;
         }
         let header = first
             .headers()
@@ -161,10 +161,12 @@ impl Client {
         }
         let second = retry.send().await.map_err(|e| transport(&e))?;
         if second.status() == StatusCode::PAYMENT_REQUIRED {
-            let body = second.bytes().await.map_err(|e| transport(&e))?;
+            let body = x402::read_402_body(second).await.unwrap_or_default();
             return Err(refusal(&body, "the receiver refused the proof"));
         }
-        let receipt = match second.headers().get(RECEIPT).map(|v| v.to_str()) {
+        let (status, headers) = (second.status(), second.headers().clone());
+        let body = read_capped(second).await?;
+        let receipt = match headers.get(RECEIPT).map(|v| v.to_str()) {
             Some(Ok(v)) => {
                 let jws = String::from_utf8(
                     base64::Engine::decode(
@@ -174,12 +176,31 @@ impl Client {
                     .map_err(|_| Error::Malformed("Stipendex-Receipt is not base64url".into()))?,
                 )
                 .map_err(|_| Error::Malformed("Stipendex-Receipt is not a JWS".into()))?;
+                // The Receipt must bind the bytes delivered, before it is journaled as theirs.
+                let parsed = Signed::<Receipt>::parse(&jws)?;
+                let r = parsed.object();
+                if r.result.as_ref() != Some(&Digest::of(&body)) {
+                    return Err(Error::Mismatch(format!(
+                        "receipt {} does not bind the {} bytes received (its result digest is {})",
+                        r.id,
+                        body.len(),
+                        r.result.as_ref().map_or("absent", |d| d.as_str())
+                    )));
+                }
                 Some(self.wallet.receipt(&paid, &jws).await?)
             }
             Some(Err(_)) => return Err(Error::Malformed("Stipendex-Receipt is not ASCII".into())),
             None => None,
         };
-        read(second, Some(paid), receipt).await
+        Ok(Response {
+            status,
+            headers,
+            body: body.into(),
+            paid: Some(paid),
+            receipt,
+            x402: None,
+            settlement: None,
+        })
     }
 
     async fn pay_x402(
@@ -256,20 +277,27 @@ fn transport(e: &reqwest::Error) -> Error {
     ))
 }
 
-async fn read(
-    r: reqwest::Response,
-    paid: Option<Paid>,
-    receipt: Option<Signed<Receipt>>,
-) -> Result<Response, Error> {
+/// A response body, at most [`x402::MAX_BODY`] bytes.
+async fn read_capped(r: reqwest::Response) -> Result<Vec<u8>, Error> {
+    x402::read_body(r, x402::MAX_BODY)
+        .await
+        .map_err(|e| match e {
+            ClientError::TooLarge(why) => Error::Malformed(why),
+            e => unavailable(&e),
+        })
+}
+
+/// An unpaid answer.
+async fn read(r: reqwest::Response) -> Result<Response, Error> {
     let status = r.status();
     let headers = r.headers().clone();
-    let body = r.bytes().await.map_err(|e| transport(&e))?;
+    let body = read_capped(r).await?;
     Ok(Response {
         status,
         headers,
-        body,
-        paid,
-        receipt,
+        body: body.into(),
+        paid: None,
+        receipt: None,
         x402: None,
         settlement: None,
     })
