@@ -335,3 +335,65 @@ async fn a_fleet_sharing_one_mandate_on_postgres_pays_exactly_the_limit() {
         .count();
     assert_eq!((paid, refused), (10, 40));
 }
+
+/// A receiving rail whose offers fail (a card processor that is down).
+struct Down;
+
+impl stipendex::Rail for Down {
+    fn id(&self) -> stipendex::rail_core::RailId {
+        stipendex::rail_core::RailId::new("stripe")
+    }
+    fn capabilities(&self) -> stipendex::rail_core::Capabilities {
+        stipendex::rail_core::Capabilities::pay_only(
+            stipendex::rail_core::Finality::Immediate,
+            vec![stipendex::Asset::usd()],
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl stipendex::RailReceiver for Down {
+    async fn offer(
+        &self,
+        _: &stipendex::Charge,
+    ) -> stipendex::rail_core::RailResult<stipendex::Offer> {
+        Err(stipendex::rail_core::RailError::Unavailable(
+            stipendex::rail_core::RailReason::new("stripe", "the processor is down"),
+        ))
+    }
+    async fn verify(
+        &self,
+        _: &stipendex::Offer,
+        _: &stipendex::rail_core::Payment,
+    ) -> stipendex::rail_core::RailResult<stipendex::rail_core::Verified> {
+        Err(stipendex::rail_core::RailError::InvalidInput("down".into()))
+    }
+}
+
+/// A rail that cannot make an offer drops out of the Quote; the others stand (issue 24). Only
+/// when every rail fails does quoting fail.
+#[tokio::test]
+async fn a_rail_that_cannot_offer_drops_out_of_the_quote() {
+    let w = world().await;
+    let price = PricedCapability::fixed("GET", "/search", usd("0.05"));
+    let down = || stipendex::rail_core::ReceiverHandle::pay_only(Down);
+    let both = Receiver::builder("search", w.receiver_key.clone())
+        .rail("card", down())
+        .registry(&w.registry)
+        .price(price.clone())
+        .build()
+        .unwrap();
+    let q = quote(&both, &Request::new("GET", "/search")).await;
+    let rails: Vec<&str> = q.object().rails.iter().map(|r| r.rail.as_str()).collect();
+    assert_eq!(rails, ["ledger"]);
+    let only_down = Receiver::builder("search", w.receiver_key.clone())
+        .rail("card", down())
+        .price(price)
+        .build()
+        .unwrap();
+    let err = only_down
+        .gate(&Request::new("GET", "/search"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "unavailable", "{err}");
+}

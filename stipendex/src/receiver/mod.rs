@@ -357,7 +357,9 @@ impl Receiver {
         }
     }
 
-    /// A signed Quote for `req` at `price`, with an offer from every rail that can take it.
+    /// A signed Quote for `req` at `price`, with an offer from every rail that can take it; a
+    /// rail whose offer fails drops out (logged), and only when every rail fails is the
+    /// failure returned.
     ///
     /// # Errors
     /// As [`Receiver::gate`].
@@ -381,6 +383,7 @@ impl Receiver {
         charge.description = description.clone().unwrap_or_default();
         charge.reference = Some(id.clone());
         let mut rails = Vec::new();
+        let mut failed = None;
         for r in &me.rails {
             let caps = r.handle.receiver.capabilities();
             if caps.check_asset(&max).is_err()
@@ -388,16 +391,22 @@ impl Receiver {
             {
                 continue;
             }
-            let offer = r
-                .handle
-                .receiver
-                .offer(&charge)
-                .await
-                .map_err(Error::Payment)?;
-            rails.push(RailOffer {
-                rail: offer.rail.as_str().to_owned(),
-                offer,
-            });
+            // A rail that cannot make an offer now drops out of this Quote; the others stand.
+            match r.handle.receiver.offer(&charge).await {
+                Ok(offer) => rails.push(RailOffer {
+                    rail: offer.rail.as_str().to_owned(),
+                    offer,
+                }),
+                Err(e) => {
+                    tracing::warn!(rail = %r.name, error = %e, "a rail cannot offer now; quoting without it");
+                    failed = Some(e);
+                }
+            }
+        }
+        if rails.is_empty()
+            && let Some(e) = failed
+        {
+            return Err(Error::Payment(e));
         }
         if rails.is_empty() {
             return Err(Error::NoRail(format!(
