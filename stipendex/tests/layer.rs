@@ -397,3 +397,21 @@ async fn a_rail_that_cannot_offer_drops_out_of_the_quote() {
         .unwrap_err();
     assert_eq!(err.code(), "unavailable", "{err}");
 }
+
+/// The wallet does not pay a Quote too close to its expiry (issue 24): it would be refused by
+/// the receiver after the money moved. Refused as expired, nothing counted; a fresh one pays.
+#[tokio::test]
+async fn a_quote_about_to_expire_is_not_paid() {
+    let w = world().await;
+    let receiver = w.receiver();
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let req = Request::new("GET", "/search");
+    let q = quote(&receiver, &req).await;
+    w.clock
+        .advance(Duration::from_secs(q.object().exp - q.object().iat - 3));
+    let err = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(err.code(), "expired", "{err}");
+    assert!(err.to_string().contains("fresh quote"), "{err}");
+    let fresh = quote(&receiver, &req).await;
+    wallet.pay(&fresh).await.unwrap();
+}

@@ -91,9 +91,14 @@ struct Inner {
     confirmer: Arc<dyn Confirmer>,
     journal: Arc<dyn Journal>,
     clock: SharedClock,
+    min_quote_life: u64,
     #[cfg(feature = "challenges")]
     scheme_payers: Vec<Arc<dyn x402_transport::client::SchemePayer>>,
 }
+
+/// The least time a Quote must have left for the wallet to pay it, by default: enough to pay
+/// and present the Proof before the receiver sees the Quote expire.
+pub const MIN_QUOTE_LIFE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for Wallet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,11 +123,21 @@ pub struct Builder {
     confirmer: Arc<dyn Confirmer>,
     journal: Arc<dyn Journal>,
     clock: SharedClock,
+    min_quote_life: std::time::Duration,
     #[cfg(feature = "challenges")]
     scheme_payers: Vec<Arc<dyn x402_transport::client::SchemePayer>>,
 }
 
 impl Builder {
+    /// The least time a Quote must have left to be paid (default [`MIN_QUOTE_LIFE`]): a Quote
+    /// closer to its expiry is refused as expired, before anything moves, rather than paid
+    /// and then refused by the receiver.
+    #[must_use]
+    pub fn min_quote_life(mut self, life: std::time::Duration) -> Self {
+        self.min_quote_life = life;
+        self
+    }
+
     /// Adds a payer of unsigned x402 challenges (an x402 `exact` EVM payer, an exact-algo
     /// payer), in order of preference (feature `challenges`).
     #[cfg(feature = "challenges")]
@@ -233,6 +248,7 @@ impl Builder {
             confirmer: self.confirmer,
             journal: self.journal,
             clock: self.clock,
+            min_quote_life: self.min_quote_life.as_secs(),
             #[cfg(feature = "challenges")]
             scheme_payers: self.scheme_payers,
         })))
@@ -344,6 +360,7 @@ impl Wallet {
             confirmer: Arc::new(Refuse),
             journal: Arc::new(NoJournal),
             clock: Arc::new(SystemClock),
+            min_quote_life: MIN_QUOTE_LIFE,
             #[cfg(feature = "challenges")]
             scheme_payers: Vec::new(),
         }
@@ -492,6 +509,16 @@ impl Wallet {
                 what: "quote",
                 id: q.id.clone(),
                 why: format!("expired at {}, now {now}", q.exp),
+            });
+        }
+        if now.saturating_add(me.min_quote_life) >= q.exp {
+            return Err(Error::Expired {
+                what: "quote",
+                id: q.id.clone(),
+                why: format!(
+                    "expires at {}, now {now}: less than the {} s the wallet keeps to pay and present it; ask for a fresh quote",
+                    q.exp, me.min_quote_life
+                ),
             });
         }
         let max = q.max()?;
