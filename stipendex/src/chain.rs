@@ -259,6 +259,34 @@ fn check_challenge(
         ));
     }
     let paid = check_under_mandate(mandate, conf, proof, false)?;
+    // What was paid is what the challenge's entry asked, to whom it named.
+    let entry = &challenge.entry;
+    if entry.get("payTo").and_then(serde_json::Value::as_str) != Some(challenge.pay_to.as_str()) {
+        return Err(broken(
+            "proof",
+            format!(
+                "records payTo {}, which is not its challenge entry's",
+                challenge.pay_to
+            ),
+        ));
+    }
+    let asked = entry
+        .get("amount")
+        .or_else(|| entry.get("maxAmountRequired"))
+        .and_then(serde_json::Value::as_str)
+        .and_then(|a| a.parse::<u128>().ok());
+    if asked != Some(paid.minor_units()) {
+        return Err(broken(
+            "proof",
+            format!(
+                "pays {} {} ({} minor units); its challenge entry asks {}",
+                paid.amount(),
+                paid.asset(),
+                paid.minor_units(),
+                asked.map_or_else(|| "no amount".to_owned(), |a| format!("{a} minor units"))
+            ),
+        ));
+    }
     match conf {
         None => Ok(()),
         Some(c) => {

@@ -269,6 +269,33 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
     let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
     let c = stipendex::chain::verify_chain(&refs, Some(&w.principal.public())).unwrap();
     assert!(c.quote.is_none() && c.proof.object().challenge.is_some());
+    // A challenge proof whose recorded entry asks another amount, or whose payTo is not the
+    // entry's, breaks the chain at the proof (issue 24).
+    let forge = |edit: &dyn Fn(&mut stipendex::envelope::Challenge)| {
+        let mut p = c.proof.object().clone();
+        edit(p.challenge.as_mut().unwrap());
+        let forged = stipendex::envelope::Signed::sign(p, &w.wallet_key).unwrap();
+        let objects = [refs[0], forged.jws()];
+        stipendex::chain::verify_chain(&objects, Some(&w.principal.public()))
+            .map(|_| ())
+            .map_err(|e| match e {
+                stipendex::Error::Broken { link, .. } => link.to_owned(),
+                e => e.to_string(),
+            })
+    };
+    for edit in [
+        &(|ch: &mut stipendex::envelope::Challenge| ch.entry["amount"] = "1".into())
+            as &dyn Fn(&mut stipendex::envelope::Challenge),
+        &|ch: &mut stipendex::envelope::Challenge| {
+            ch.entry["payTo"] = ch.pay_to.to_lowercase().replace('3', "4").into();
+        },
+    ] {
+        assert_eq!(
+            forge(edit),
+            Err("proof".to_owned()),
+            "a forged challenge proof"
+        );
+    }
 
     // Above the per-call limit: refused, nothing signed.
     let err = client.get(&format!("{base}/forecast")).await.unwrap_err();
