@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
-use crate::envelope::{Digest, Quote, Receipt, Resource, Signed};
+use crate::envelope::{Quote, Receipt, Resource, Signed};
 use crate::wallet::{ChallengePaid, Paid, Source, Wallet};
 use x402_transport::client::{self as x402, ClientError};
 use x402_transport::wire;
@@ -177,17 +177,7 @@ impl Client {
                 )
                 .map_err(|_| Error::Malformed("Stipendex-Receipt is not a JWS".into()))?;
                 // The Receipt must bind the bytes delivered, before it is journaled as theirs.
-                let parsed = Signed::<Receipt>::parse(&jws)?;
-                let r = parsed.object();
-                if r.result.as_ref() != Some(&Digest::of(&body)) {
-                    return Err(Error::Mismatch(format!(
-                        "receipt {} does not bind the {} bytes received (its result digest is {})",
-                        r.id,
-                        body.len(),
-                        r.result.as_ref().map_or("absent", |d| d.as_str())
-                    )));
-                }
-                Some(self.wallet.receipt(&paid, &jws).await?)
+                Some(self.wallet.receipt_for(&paid, &jws, &body).await?)
             }
             Some(Err(_)) => return Err(Error::Malformed("Stipendex-Receipt is not ASCII".into())),
             None => None,

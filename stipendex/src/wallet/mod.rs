@@ -711,6 +711,29 @@ impl Wallet {
     /// [`Error::Malformed`], [`Error::BadSignature`], [`Error::Untrusted`],
     /// [`Error::Mismatch`], [`Error::CaptureAbove`].
     pub async fn receipt(&self, paid: &Paid, receipt: &str) -> Result<Signed<Receipt>, Error> {
+        self.check_receipt(paid, receipt, None).await
+    }
+
+    /// [`Wallet::receipt`] for a Receipt that came with `delivered`, the bytes received: its
+    /// `result` must be their digest, or it is [`Error::Mismatch`] and is not journaled.
+    ///
+    /// # Errors
+    /// As [`Wallet::receipt`].
+    pub async fn receipt_for(
+        &self,
+        paid: &Paid,
+        receipt: &str,
+        delivered: &[u8],
+    ) -> Result<Signed<Receipt>, Error> {
+        self.check_receipt(paid, receipt, Some(delivered)).await
+    }
+
+    async fn check_receipt(
+        &self,
+        paid: &Paid,
+        receipt: &str,
+        delivered: Option<&[u8]>,
+    ) -> Result<Signed<Receipt>, Error> {
         let receipt = Signed::<Receipt>::parse(receipt)?;
         let Some(quote_jws) = &paid.proof.object().quote_jws else {
             return Err(Error::Mismatch(
@@ -724,6 +747,17 @@ impl Wallet {
             paid.confirmation.as_ref().map(Signed::object),
             &receipt,
         )?;
+        if let Some(body) = delivered {
+            let r = receipt.object();
+            if r.result.as_ref() != Some(&crate::envelope::Digest::of(body)) {
+                return Err(Error::Mismatch(format!(
+                    "receipt {} does not bind the {} bytes received (its result digest is {})",
+                    r.id,
+                    body.len(),
+                    r.result.as_ref().map_or("absent", |d| d.as_str())
+                )));
+            }
+        }
         let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
         self.0.journal.record(&chain, receipt.jws()).await?;
         Ok(receipt)
