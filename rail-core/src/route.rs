@@ -47,6 +47,8 @@ enum Segment {
 pub struct RoutePattern {
     pattern: String,
     segments: Vec<Segment>,
+    /// [`RoutePattern::rank`], computed once at parse (it ranks every match of every request).
+    rank: Vec<(u8, usize)>,
 }
 
 fn hex_val(b: u8) -> Option<u8> {
@@ -95,7 +97,7 @@ impl RoutePattern {
     pub fn parse(pattern: &str) -> Self {
         let parts: Vec<&str> = pattern.split('/').collect();
         let last = parts.len().saturating_sub(1);
-        let segments = parts
+        let segments: Vec<Segment> = parts
             .iter()
             .enumerate()
             .map(|(i, s)| {
@@ -110,9 +112,19 @@ impl RoutePattern {
                 }
             })
             .collect();
+        let rank = segments
+            .iter()
+            .map(|s| match s {
+                Segment::Literal(l) => (4, l.len()),
+                Segment::Prefix(p) => (3, p.len()),
+                Segment::Param => (2, 0),
+                Segment::Rest => (1, 0),
+            })
+            .collect();
         Self {
             pattern: pattern.to_owned(),
             segments,
+            rank,
         }
     }
 
@@ -155,16 +167,8 @@ impl RoutePattern {
     /// How specific the pattern is: compared segment by segment from the left (literal, then
     /// prefix by length, then `{name}`, then `{*name}`); greater is more specific.
     #[must_use]
-    pub fn rank(&self) -> Vec<(u8, usize)> {
-        self.segments
-            .iter()
-            .map(|s| match s {
-                Segment::Literal(l) => (4, l.len()),
-                Segment::Prefix(p) => (3, p.len()),
-                Segment::Param => (2, 0),
-                Segment::Rest => (1, 0),
-            })
-            .collect()
+    pub fn rank(&self) -> &[(u8, usize)] {
+        &self.rank
     }
 }
 
@@ -174,7 +178,7 @@ pub fn most_specific<'a, T>(
     candidates: impl IntoIterator<Item = (&'a RoutePattern, T)>,
     decoded: &[String],
 ) -> Option<T> {
-    let mut best: Option<(Vec<(u8, usize)>, T)> = None;
+    let mut best: Option<(&[(u8, usize)], T)> = None;
     for (p, item) in candidates {
         if !p.matches(decoded) {
             continue;

@@ -219,11 +219,12 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
         return next.run(req).await;
     };
     let sreq = request_of(&b.receiver, &req);
-    let seen = Seen::of(&req, b.x402_route(cap, req.uri().path()));
+    let x402 = b.x402_route(cap, req.uri().path());
     let (x402_payment, presented) = read_headers(req.headers());
-    if x402_payment && let Some((p, route)) = b.x402_route(cap, req.uri().path()) {
+    if x402_payment && let Some((p, route)) = x402 {
         return x402_transport::paywall::serve(p, route, req, next).await;
     }
+    let seen = Seen::of(&req, x402);
     let proof = match presented {
         Ok(None) => return gate(&b, cap, req, &sreq, &seen, next).await,
         Ok(Some(p)) => p,

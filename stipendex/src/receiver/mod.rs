@@ -288,7 +288,14 @@ impl Receiver {
     #[must_use]
     pub fn origin_for(&self, host: Option<&str>) -> Option<&str> {
         let o = &self.0.origins;
-        host.and_then(|h| o.iter().find(|o| crate::origin::host_matches(o, h)))
+        // The usual `Host` spells the origin's authority exactly: no URL parse per request.
+        let exact = |h: &str| {
+            o.iter().find(|o| {
+                o.split_once("://")
+                    .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(h))
+            })
+        };
+        host.and_then(|h| exact(h).or_else(|| o.iter().find(|o| crate::origin::host_matches(o, h))))
             .or_else(|| o.first())
             .map(String::as_str)
     }
