@@ -28,11 +28,17 @@ async fn listen() -> (tokio::net::TcpListener, String) {
 }
 
 async fn fetch(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    fetch_with(dir, args, &[]).await
+}
+
+/// `stipendex fetch --config DIR/wallet.toml ARGS…` with `env` set: success, stdout, stderr.
+async fn fetch_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
         .arg("fetch")
         .arg("--config")
         .arg(dir.join("wallet.toml"))
         .args(args)
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .output()
         .await
@@ -287,26 +293,11 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
         )
         .unwrap();
     };
-    let run = |args: Vec<String>| async move {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
-            .arg("fetch")
-            .arg("--config")
-            .arg(dir.join("wallet.toml"))
-            .args(args)
-            .env("FETCH_TEST_ALGO_KEY", hex::encode(seed))
-            .env_remove("RUST_LOG")
-            .output()
-            .await
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-
+    let key = hex::encode(seed);
+    let env = [("FETCH_TEST_ALGO_KEY", key.as_str())];
+    let url = format!("{base}/weather");
     write(true);
-    let (ok, out, err) = run(vec![format!("{base}/weather")]).await;
+    let (ok, out, err) = fetch_with(dir, &[&url], &env).await;
     assert!(ok, "{err}");
     assert_eq!(out, "sunny");
     assert!(
@@ -316,7 +307,7 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
     assert_eq!(algod.devnet.balance(&treasury), 102_000);
 
     write(false);
-    let (ok, _, err) = run(vec![format!("{base}/weather")]).await;
+    let (ok, _, err) = fetch_with(dir, &[&url], &env).await;
     assert!(!ok);
     assert!(err.starts_with("stipendex: not paid (denied): "), "{err}");
     assert_eq!(algod.devnet.balance(&treasury), 102_000);
