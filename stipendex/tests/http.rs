@@ -899,3 +899,37 @@ async fn a_receipt_that_does_not_bind_the_body_received_is_refused() {
     assert_eq!(err.code(), "malformed", "{err}");
     assert!(err.to_string().contains("over"), "{err}");
 }
+
+/// Hostile redirects (issue 23): a redirect loop ends after `MAX_REDIRECTS` hops, and a
+/// `Location` outside http(s) is not followed; each is an error, nothing paid.
+#[tokio::test]
+async fn a_redirect_loop_or_a_non_http_location_is_refused() {
+    let w = world().await;
+    let app = Router::new()
+        .route(
+            "/loop",
+            get(|| async { axum::response::Redirect::temporary("/loop") }),
+        )
+        .route(
+            "/file",
+            get(|| async { axum::response::Redirect::to("file:///etc/passwd") }),
+        );
+    let (listener, base) = listen().await;
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = client(w.wallet(w.mandate(|m| pin(m, &base)), true));
+    let err = client.get(&format!("{base}/loop")).await.unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "more than {} redirects",
+            x402_transport::client::MAX_REDIRECTS
+        )),
+        "{err}"
+    );
+    let err = client.get(&format!("{base}/file")).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("without a usable http(s) Location"),
+        "{err}"
+    );
+    assert!(w.journal.names().is_empty(), "nothing was paid");
+}
