@@ -114,15 +114,28 @@ impl Receiver for AccountReceiver {
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        // One key per verification: its retries are answered the same, another verification
+        // of the same offer is `replayed`.
+        let key = format!("redeem_{}", hex::encode(rand::random::<[u8; 16]>()));
+        self.redeem(&key, offer, payment).await
+    }
+
+    /// Redeems under a key derived from `op`: the caller's retry of this verification after a
+    /// lost answer (from any instance) is answered the same by the facilitator; a payment
+    /// redeemed under another key is `replayed`.
+    async fn verify_as(&self, op: &OpId, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        self.redeem(&redeem_key(op), offer, payment).await
+    }
+}
+
+impl AccountReceiver {
+    async fn redeem(&self, key: &str, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         // What can be refused without a call is refused here.
         payment.check_envelope(offer)?;
         let proof: AccountProof = payment.proof_as()?;
         crate::check_id(&proof.payment_id).map_err(|_| {
             RailError::MalformedPayment("proof: payment_id is not 32 hex digits".into())
         })?;
-        // One key per verification: its retries are answered the same, another verification
-        // of the same offer is `replayed`.
-        let key = format!("redeem_{}", hex::encode(rand::random::<[u8; 16]>()));
         let answer = self
             .client
             .post::<_, Verified>(
@@ -131,7 +144,7 @@ impl Receiver for AccountReceiver {
                     offer: offer.clone(),
                     payment: payment.clone(),
                 },
-                &key,
+                key,
             )
             .await?;
         Ok(answer.body)
@@ -187,4 +200,11 @@ impl RefundReceiver for AccountReceiver {
             .await?;
         Ok(answer.body)
     }
+}
+
+/// The facilitator's idempotency key for the caller's verification `op`.
+fn redeem_key(op: &OpId) -> String {
+    use sha2::Digest as _;
+    let h = sha2::Sha256::digest(op.as_str().as_bytes());
+    format!("redeem_{}", hex::encode(h.get(..16).unwrap_or_default()))
 }

@@ -177,6 +177,23 @@ pub trait Receiver: Rail {
     /// [`RailError::MalformedPayment`], [`RailError::Mismatch`], [`RailError::OfferExpired`],
     /// [`RailError::Replayed`], [`RailError::BadSignature`], [`RailError::NotFound`], …
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified>;
+
+    /// [`Receiver::verify`] under the caller's operation id `op`, for a caller that keeps its
+    /// own single-use record of the payment (a Stipendex receiver's used-Proof record): the
+    /// same `op` again — the caller recovering a verification whose answer was lost, from any
+    /// instance — answers that verification's result instead of [`RailError::Replayed`]; a
+    /// payment consumed under another `op` is still [`RailError::Replayed`].
+    ///
+    /// The default is [`Receiver::verify`]: right for a rail whose verification cannot lose its
+    /// answer after consuming. A rail that consumes at a remote service overrides it (the
+    /// `account` rail derives the facilitator's idempotency key from `op`).
+    ///
+    /// # Errors
+    /// As [`Receiver::verify`].
+    async fn verify_as(&self, op: &OpId, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        let _ = op;
+        self.verify(offer, payment).await
+    }
 }
 
 /// The receiver side of holds.

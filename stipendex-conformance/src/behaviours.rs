@@ -949,6 +949,90 @@ async fn stipendex_checkout_confirmation_below_quote_refused(h: &dyn Harness) ->
     Ok(())
 }
 
+/// `GET url` with the Proof header `proof` (none: unpaid): status, Receipt header, body.
+async fn presented(
+    url: &str,
+    proof: Option<&str>,
+) -> Result<(u16, Option<String>, String), String> {
+    let http = stipendex::http::reqwest_client(Duration::from_secs(30)).map_err(s("client"))?;
+    let mut req = http.get(url);
+    if let Some(p) = proof {
+        req = req.header(stipendex::http::PAYMENT, p);
+    }
+    let r = req.send().await.map_err(s("send"))?;
+    let receipt = r
+        .headers()
+        .get(stipendex::http::RECEIPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    Ok((
+        r.status().as_u16(),
+        receipt,
+        r.text().await.map_err(s("body"))?,
+    ))
+}
+
+/// The answer to a paid request is lost on the way; the wallet presents the same Proof again
+/// for the same request and gets the same answer and Receipt — the handler runs once, the
+/// price moves once. The same Proof for another request is a mismatch.
+async fn stipendex_lost_answer_replayed(h: &dyn Harness) -> Verdict {
+    let sv = served(h, None, None).await?;
+    let before = balances(h).await?;
+    let url = format!("{}/paid?q=lost", sv.base);
+    let (status, _, body) = presented(&url, None).await?;
+    ensure!(
+        status == 402,
+        "the unpaid request answered {status}: {body}"
+    );
+    let body: serde_json::Value = serde_json::from_str(&body).map_err(s("402 body"))?;
+    let quote: Signed<stipendex::envelope::Quote> =
+        serde_json::from_value(body.get("quote").cloned().unwrap_or_default())
+            .map_err(s("402 quote"))?;
+    let sent = quote
+        .object()
+        .resource
+        .clone()
+        .ok_or("the quote names no resource")?;
+    let paid = sv
+        .sc
+        .wallet
+        .pay_for(&quote, &sent)
+        .await
+        .map_err(s("pay"))?;
+    let header = paid.proof.to_header();
+    let first = presented(&url, Some(&header)).await?;
+    ensure!(
+        first.0 == 200 && first.1.is_some() && first.2 == "PAID WORK",
+        "the paid request answered {} ({})",
+        first.0,
+        first.2
+    );
+    let again = presented(&url, Some(&header)).await?;
+    ensure!(
+        again == first,
+        "the same proof again answered {} ({}), not the first answer",
+        again.0,
+        again.2
+    );
+    ensure!(sv.ran() == 1, "the handler ran {} times", sv.ran());
+    let other = presented(&format!("{}/paid?q=other", sv.base), Some(&header)).await?;
+    ensure!(
+        other.0 == 402 && other.2.contains("\"mismatch\""),
+        "the proof for another request answered {} ({})",
+        other.0,
+        other.2
+    );
+    ensure!(sv.ran() == 1, "the handler ran for another request");
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&sv.sc.price),
+        "one payment presented twice moved {} instead of {}",
+        after.payee_settled - before.payee_settled,
+        units(&sv.sc.price)
+    );
+    Ok(())
+}
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
@@ -981,4 +1065,5 @@ behaviours! {
     stipendex_head_is_priced: Pay => "Stipendex over HTTP: HEAD of a priced GET is 402 unpaid; OPTIONS never reaches the handler",
     stipendex_encoded_path_is_priced: Pay => "Stipendex over HTTP: no spelling of a priced path (encoded, //, .., case) is served unpaid",
     stipendex_checkout_confirmation_below_quote_refused: PartialCapture => "Stipendex checkout: a confirmation below the quote's maximum is refused before the work",
+    stipendex_lost_answer_replayed: Pay => "Stipendex over HTTP: the same proof again after a lost answer gets the same answer and receipt; one run, one charge",
 }

@@ -60,6 +60,33 @@ async fn pay_verify_once_and_refund() {
     assert_eq!(e.code(), "not_found");
 }
 
+/// A verification whose answer was lost (issue 24): recovered under the caller's same
+/// operation (`verify_as`, from another instance too) it is answered the same; under another
+/// operation, or by a plain `verify`, the payment is `replayed`. Paid once.
+#[tokio::test]
+async fn a_verification_recovered_under_its_operation_is_answered_the_same() {
+    let w = World::sqlite().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = capture_offer(&receiver, "2.50", 60).await;
+    let payment = payer.pay(&OpId::random(), &offer).await.unwrap();
+    let op = OpId::new("verify-1").unwrap();
+    let first = receiver.verify_as(&op, &offer, &payment).await.unwrap();
+    // Its answer is lost; the caller recovers at another instance of the receiver.
+    let again = w.receiver().verify_as(&op, &offer, &payment).await.unwrap();
+    assert_eq!(again, first);
+    for e in [
+        receiver
+            .verify_as(&OpId::new("verify-2").unwrap(), &offer, &payment)
+            .await
+            .unwrap_err(),
+        receiver.verify(&offer, &payment).await.unwrap_err(),
+    ] {
+        assert!(matches!(e, RailError::Replayed { .. }), "{e}");
+    }
+    assert_eq!(w.balance(&w.payer).await, 9_750);
+    assert_eq!(w.balance(&w.payee).await, 250);
+}
+
 #[tokio::test]
 async fn holds_capture_in_part_and_void() {
     let w = World::sqlite().await;

@@ -136,7 +136,7 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
     let receipt = r.receipt.expect("a receipt");
     assert_eq!(receipt.object().amount, "0.05".parse().unwrap());
 
-    // Replaying the same proof gets a 402 naming why, and a fresh quote.
+    // The same proof again (the answer lost on the way) gets the same answer, not a second run.
     let proof = r.paid.unwrap().proof.to_header();
     let replay = http
         .get(format!("{base}/api/search?q=rust"))
@@ -144,11 +144,13 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
         .send()
         .await
         .unwrap();
-    assert_eq!(replay.status(), 402);
-    let body: serde_json::Value = replay.json().await.unwrap();
-    assert_eq!(body["error"], "quote_used", "{body}");
-    assert!(body["quote"]["jws"].is_string());
-    // …and for another request it is refused as a mismatch before anything is verified.
+    assert_eq!(replay.status(), 200);
+    assert_eq!(
+        replay.headers()["stipendex-receipt"].to_str().unwrap(),
+        receipt.to_header()
+    );
+    // …and for another request it is refused as a mismatch before anything is verified,
+    // with a fresh quote.
     let other = http
         .get(format!("{base}/api/search?q=other"))
         .header("stipendex-payment", &proof)
@@ -157,6 +159,7 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
         .unwrap();
     let body: serde_json::Value = other.json().await.unwrap();
     assert_eq!(body["error"], "mismatch", "{body}");
+    assert!(body["quote"]["jws"].is_string());
 
     // A plain x402 client pays the same route, with its own scheme.
     let x402 = rail_x402::client::client(X402Payer::new(
@@ -932,4 +935,126 @@ async fn a_redirect_loop_or_a_non_http_location_is_refused() {
         "{err}"
     );
     assert!(w.journal.names().is_empty(), "nothing was paid");
+}
+
+/// The 402's Quote for `GET url`, and the request it was sent for.
+async fn quote_for(
+    url: &str,
+) -> (
+    stipendex::envelope::Signed<stipendex::envelope::Quote>,
+    stipendex::envelope::Resource,
+) {
+    let body: serde_json::Value = raw_client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let q: stipendex::envelope::Signed<stipendex::envelope::Quote> =
+        serde_json::from_value(body["quote"].clone()).unwrap();
+    let sent = q
+        .object()
+        .resource
+        .clone()
+        .expect("the quote names its resource");
+    (q, sent)
+}
+
+/// A lost answer (issue 24): the same Proof presented again for the same request gets the
+/// kept answer and the same Receipt — the handler does not run again, the rail is not asked
+/// again; the Proof for another request is a mismatch; a handler that failed after a service
+/// payment is answered the same failure again (the profile's rule: not refunded, not run twice).
+#[tokio::test]
+async fn the_same_proof_again_after_a_lost_answer_gets_the_same_answer() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .price(PricedCapability::fixed("GET", "/api/broken", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r1, r2) = (runs.clone(), runs.clone());
+    let app = Binding::new(receiver).unwrap().apply(
+        Router::new()
+            .route(
+                "/api/search",
+                get(move || async move {
+                    let n = r1.fetch_add(1, Ordering::SeqCst) + 1;
+                    format!("results {n}")
+                }),
+            )
+            .route(
+                "/api/broken",
+                get(move || async move {
+                    r2.fetch_add(1, Ordering::SeqCst);
+                    (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "broken")
+                }),
+            ),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let wallet = w.wallet(w.mandate(|m| pin(m, &base)), true);
+    let send = |url: String, proof: String| async move {
+        let r = raw_client()
+            .get(url)
+            .header("stipendex-payment", proof)
+            .send()
+            .await
+            .unwrap();
+        let receipt = r
+            .headers()
+            .get("stipendex-receipt")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (r.status().as_u16(), receipt, r.text().await.unwrap())
+    };
+
+    let url = format!("{base}/api/search?q=rust");
+    let (quote, sent) = quote_for(&url).await;
+    let paid = wallet.pay_for(&quote, &sent).await.unwrap();
+    let header = paid.proof.to_header();
+    let first = send(url.clone(), header.clone()).await; // this answer is lost on the way
+    assert_eq!((first.0, first.2.as_str()), (200, "results 1"));
+    let again = send(url.clone(), header.clone()).await;
+    assert_eq!(again, first, "the same proof again gets the same answer");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran twice");
+    use base64::Engine as _;
+    let jws = String::from_utf8(
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(again.1.unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    wallet
+        .receipt_for(&paid, &jws, again.2.as_bytes())
+        .await
+        .expect("the kept answer's receipt binds its body");
+
+    // The same Proof for another request: refused, nothing run.
+    let other = send(format!("{base}/api/search?q=other"), header.clone()).await;
+    assert_eq!(other.0, 402);
+    assert!(other.2.contains("\"mismatch\""), "{}", other.2);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // A handler that fails after a service payment: the same failure again, not a second run.
+    let url = format!("{base}/api/broken");
+    let (quote, sent) = quote_for(&url).await;
+    let paid = wallet.pay_for(&quote, &sent).await.unwrap();
+    let header = paid.proof.to_header();
+    let first = send(url.clone(), header.clone()).await;
+    assert_eq!(
+        (first.0, first.1.as_deref(), first.2.as_str()),
+        (500, None, "broken")
+    );
+    assert_eq!(send(url, header).await, first);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the failed handler ran twice"
+    );
 }

@@ -15,7 +15,7 @@ use x402_transport::wire;
 
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
-use crate::receiver::{Accepted, Gate, PricedCapability, Receiver, Request};
+use crate::receiver::{Accepted, Admitted, Answer, Gate, PricedCapability, Receiver, Request};
 
 /// Where the receiver's descriptor is served.
 pub const WELL_KNOWN: &str = "/.well-known/stipendex.json";
@@ -236,8 +236,10 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
             return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await;
         }
     };
-    let accepted = match b.receiver.accept(&sreq, &proof_jws).await {
-        Ok(a) => a,
+    let paying = match b.receiver.admit(&sreq, &proof_jws).await {
+        Ok(Admitted::Run(p)) => p,
+        // The same Proof again for the same request: its answer was lost on the way.
+        Ok(Admitted::Answered { answer, .. }) => return replay(&answer),
         Err(Error::Payment(e)) if e.is_retryable() => {
             return x402_transport::paywall::unavailable_response(
                 e.code(),
@@ -247,8 +249,57 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
         }
         Err(e) => return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await,
     };
-    let resp = next.run(req).await;
-    finish(&b, &accepted, resp).await
+    let (resp, answer) = paying
+        .keep_alive(async {
+            let resp = next.run(req).await;
+            finish(&b, &paying.accepted, resp).await
+        })
+        .await;
+    if let Err(e) = b.receiver.answered(*paying, answer.as_ref()).await {
+        tracing::error!(error = %e, "stipendex: the answer was given but could not be kept for a repeat");
+    }
+    resp
+}
+
+/// The kept answer of a Proof presented again.
+fn replay(answer: &Answer) -> Response {
+    use base64::Engine as _;
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    let mut resp = Response::new(Body::from(answer.body.clone()));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    if let Some(v) = answer
+        .content_type
+        .as_deref()
+        .and_then(|c| HeaderValue::from_str(c).ok())
+    {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    if let Some(r) = &answer.receipt {
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r.as_bytes());
+        if let Ok(v) = HeaderValue::from_str(&encoded) {
+            h.insert(HeaderName::from_static(RECEIPT), v);
+        }
+    }
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    resp
+}
+
+/// What is kept of a paid answer for a repeat of its Proof.
+fn kept(parts: &axum::http::response::Parts, body: &[u8], receipt: Option<String>) -> Answer {
+    Answer {
+        status: parts.status.as_u16(),
+        content_type: parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body: body.to_vec(),
+        receipt,
+    }
 }
 
 /// What the 402 needs of the request (a request is not `Sync`: it is not held across awaits),
@@ -391,7 +442,7 @@ fn decode_header(value: &str) -> Result<String, Error> {
 
 /// After the paid handler: the Receipt on success (a checkout captures its final amount
 /// first); a failed checkout's hold is voided.
-async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Response {
+async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> (Response, Option<Answer>) {
     let (mut parts, body) = resp.into_parts();
     let final_amount = parts.extensions.remove::<FinalAmount>();
     let ok = parts.status.is_success();
@@ -402,9 +453,12 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Response {
             if let Err(e) = b.receiver.release(accepted).await {
                 tracing::error!(error = %e, "stipendex: cannot void a hold");
             }
-            return json_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &json!({"error": "internal error"}),
+            return (
+                json_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &json!({"error": "internal error"}),
+                ),
+                None,
             );
         }
     };
@@ -412,7 +466,10 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Response {
         if let Err(e) = b.receiver.release(accepted).await {
             tracing::error!(error = %e, "stipendex: cannot void a hold after a failed handler");
         }
-        return Response::from_parts(parts, Body::from(bytes));
+        // The profile's rule: a service payment is not refunded; the same Proof again gets
+        // this same answer, not a second run.
+        let answer = kept(&parts, &bytes, None);
+        return (Response::from_parts(parts, Body::from(bytes)), Some(answer));
     }
     let receipt = match accepted.quote.object().profile {
         crate::envelope::Profile::Service => b.receiver.receipt(accepted, &bytes),
@@ -440,16 +497,20 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Response {
                 header::CACHE_CONTROL,
                 HeaderValue::from_static("private, no-store"),
             );
-            Response::from_parts(parts, Body::from(bytes))
+            let answer = kept(&parts, &bytes, Some(r.jws().to_owned()));
+            (Response::from_parts(parts, Body::from(bytes)), Some(answer))
         }
         Err(e) => {
             tracing::error!(error = %e, "stipendex: cannot settle after the handler");
             if let Err(v) = b.receiver.release(accepted).await {
                 tracing::error!(error = %v, "stipendex: cannot void a hold");
             }
-            json_response(
-                StatusCode::BAD_GATEWAY,
-                &json!({"error": e.code(), "message": e.to_string()}),
+            (
+                json_response(
+                    StatusCode::BAD_GATEWAY,
+                    &json!({"error": e.code(), "message": e.to_string()}),
+                ),
+                None,
             )
         }
     }

@@ -12,17 +12,20 @@
 //!    capture the final amount, never above the Quote or the Confirmation) for the signed
 //!    Receipt — or [`Receiver::release`] if the work failed (a hold is voided).
 
+mod answers;
 mod pricing;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use rail_core::keys::Lease;
 use rail_core::{
-    Captured, Charge, Money, OpId, PaymentMode, RailError, ReceiverHandle, SharedClock,
-    SystemClock, Verified,
+    Captured, Charge, KeyStore, MemoryKeyStore, Money, OpId, PaymentMode, RailError,
+    ReceiverHandle, SharedClock, SystemClock, Verified,
 };
 use serde::{Deserialize, Serialize};
 
+pub use answers::{ANSWER_MARGIN, Answer, MAX_KEPT_ANSWER};
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
 
 use crate::Error;
@@ -66,6 +69,39 @@ pub struct Accepted {
     pub rail: String,
 }
 
+/// What [`Receiver::admit`] found for a Proof.
+#[derive(Debug)]
+pub enum Admitted {
+    /// A new Proof, its payment verified: run the request, then [`Receiver::answered`].
+    Run(Box<Paying>),
+    /// This Proof was answered before, for this request: the same answer again.
+    Answered {
+        /// The Quote's id.
+        quote: String,
+        /// The kept answer.
+        answer: Box<Answer>,
+    },
+}
+
+/// A Proof being served: its accepted payment, and its claim on the Quote (no other
+/// presentation runs meanwhile). Hand it to [`Receiver::answered`] once the request is
+/// answered; dropped, the claim lapses and the next presentation of the Proof recovers.
+#[derive(Debug)]
+#[must_use = "hand it to Receiver::answered"]
+pub struct Paying {
+    /// The accepted payment.
+    pub accepted: Accepted,
+    lease: Lease,
+    request: String,
+}
+
+impl Paying {
+    /// Runs `work` (the request) while keeping the claim alive.
+    pub async fn keep_alive<F: std::future::Future>(&self, work: F) -> F::Output {
+        self.lease.keep_alive(work).await
+    }
+}
+
 /// The receiver's self-description, served at `GET /.well-known/stipendex.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Descriptor {
@@ -100,6 +136,7 @@ struct Inner {
     resolve: Arc<dyn ResolvePrice>,
     ttl: Duration,
     clock: SharedClock,
+    answers: answers::Answers,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -121,6 +158,7 @@ pub struct Builder {
     resolve: Arc<dyn ResolvePrice>,
     ttl: Duration,
     clock: SharedClock,
+    store: Option<Arc<dyn KeyStore>>,
 }
 
 impl Builder {
@@ -134,7 +172,8 @@ impl Builder {
         self
     }
 
-    /// Accepts every configured receiving side of `registry`, in name order.
+    /// Accepts every configured receiving side of `registry`, in name order, and keeps its
+    /// records in the registry's `[store]` (if it has one and no [`Builder::store`] was given).
     #[must_use]
     pub fn registry(mut self, registry: &crate::Registry) -> Self {
         for e in registry.rails() {
@@ -142,6 +181,18 @@ impl Builder {
                 self = self.rail(e.name.clone(), r.clone());
             }
         }
+        if self.store.is_none() {
+            self.store = registry.store().cloned();
+        }
+        self
+    }
+
+    /// The store of used Proofs and their kept answers: shared by every instance of the
+    /// receiver (PostgreSQL, or SQLite for one), so a Proof is used once across them and any
+    /// of them answers its repeat. Default: memory (one instance; nothing survives a restart).
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn KeyStore>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -216,7 +267,11 @@ impl Builder {
                 c.name()
             )));
         }
+        let store = self
+            .store
+            .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
         Ok(Receiver(Arc::new(Inner {
+            answers: answers::Answers::new(store, &self.id, self.ttl),
             party: Party {
                 id: self.id,
                 key: self.key.public(),
@@ -256,6 +311,7 @@ impl Receiver {
             resolve: Arc::new(ListPrice),
             ttl: Duration::from_secs(120),
             clock: Arc::new(SystemClock),
+            store: None,
         }
     }
 
@@ -469,6 +525,28 @@ impl Receiver {
     /// checkout without the human's Confirmation); [`Error::QuoteUsed`] (a replay);
     /// [`Error::NoRail`]; [`Error::Payment`] (the rail refused the payment).
     pub async fn accept(&self, req: &Request, proof: &str) -> Result<Accepted, Error> {
+        match self.admit(req, proof).await? {
+            Admitted::Run(paying) => {
+                let accepted = paying.accepted.clone();
+                self.answered(*paying, None).await?;
+                Ok(accepted)
+            }
+            Admitted::Answered { quote, .. } => Err(Error::QuoteUsed(quote)),
+        }
+    }
+
+    /// Admits the Proof `proof` (compact JWS) for `req`, keeping its answer: as
+    /// [`Receiver::accept`] for a new Proof ([`Admitted::Run`]: run the request, then
+    /// [`Receiver::answered`] with its answer); the same Proof presented again for the same
+    /// request after it was answered (its answer was lost on the way) is
+    /// [`Admitted::Answered`] with the kept answer — not a second run, not a second charge.
+    ///
+    /// # Errors
+    /// As [`Receiver::accept`]; [`Error::QuoteUsed`] also for a repeat whose answer is no
+    /// longer kept (too large, or past the Quote's life and [`ANSWER_MARGIN`]);
+    /// [`Error::Payment`] with [`RailError::InProgress`] (retryable) while the first
+    /// presentation still runs.
+    pub async fn admit(&self, req: &Request, proof: &str) -> Result<Admitted, Error> {
         let me = &self.0;
         let proof = Signed::<Proof>::parse(proof)?;
         let p = proof.object();
@@ -554,23 +632,67 @@ impl Receiver {
                 q.id, p.rail
             )));
         }
-        let verified = rail
-            .handle
-            .receiver
-            .verify(offer, &p.payment)
+        let request = req.digest();
+        let lease = match me
+            .answers
+            .claim(&q.id, proof.digest().as_str(), request.as_str())
+            .await?
+        {
+            answers::Use::Run(lease) => lease,
+            answers::Use::Answered { kept: Some(answer) } => {
+                tracing::info!(quote = %q.id, "the same proof again: its kept answer");
+                return Ok(Admitted::Answered {
+                    quote: q.id.clone(),
+                    answer: Box::new(answer),
+                });
+            }
+            answers::Use::Answered { kept: None } => return Err(Error::QuoteUsed(q.id.clone())),
+        };
+        // The rail's operation is this Proof's: recovering it after a lost answer (here or at
+        // another instance) gets the same verification, not `replayed`.
+        let op = answers::verify_op(proof.digest().as_str())?;
+        let verified = match lease
+            .keep_alive(rail.handle.receiver.verify_as(&op, offer, &p.payment))
             .await
-            .map_err(|e| match e {
-                RailError::Replayed { .. } => Error::QuoteUsed(q.id.clone()),
-                e => Error::Payment(e),
-            })?;
+        {
+            Ok(v) => v,
+            Err(e) => {
+                me.answers.fail(lease, e.is_retryable()).await;
+                return Err(match e {
+                    RailError::Replayed { .. } => Error::QuoteUsed(q.id.clone()),
+                    e => Error::Payment(e),
+                });
+            }
+        };
         tracing::info!(quote = %q.id, rail = %rail.name, amount = %verified.amount.amount(), "payment accepted");
-        Ok(Accepted {
-            rail: rail.name.clone(),
-            proof,
-            quote,
-            confirmation,
-            verified,
-        })
+        let rail = rail.name.clone();
+        Ok(Admitted::Run(Box::new(Paying {
+            accepted: Accepted {
+                rail,
+                proof,
+                quote,
+                confirmation,
+                verified,
+            },
+            lease,
+            request: request.as_str().to_owned(),
+        })))
+    }
+
+    /// The request admitted as `paying` was answered with `answer` (its status, body and
+    /// Receipt; `None` to keep nothing): the answer is kept for a repeat of the same Proof,
+    /// then the Proof is marked used.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] (the answer was still given; a repeat of the Proof recovers).
+    pub async fn answered(&self, paying: Paying, answer: Option<&Answer>) -> Result<(), Error> {
+        let me = &self.0;
+        let q = paying.accepted.quote.object();
+        let left = q.exp.saturating_sub(now_secs(&me.clock));
+        let keep = Duration::from_secs(left).saturating_add(ANSWER_MARGIN);
+        me.answers
+            .keep(paying.lease, &q.id, &paying.request, answer, keep)
+            .await
     }
 
     /// The Receipt of a service payment, after the work: the quoted amount, and the digest of

@@ -198,6 +198,7 @@ impl Ctx<'_> {
 #[derive(Debug, Default)]
 pub struct Registry {
     rails: BTreeMap<String, Entry>,
+    store: Option<Arc<dyn KeyStore>>,
 }
 
 impl Registry {
@@ -270,7 +271,14 @@ impl Registry {
                 },
             );
         }
-        Ok(Registry { rails })
+        Ok(Registry { rails, store })
+    }
+
+    /// The `[store]`, opened once and shared by every rail that keeps records (and by a wallet
+    /// or receiver built on this registry), if the file has one.
+    #[must_use]
+    pub fn store(&self) -> Option<&Arc<dyn KeyStore>> {
+        self.store.as_ref()
     }
 
     /// Every configured rail, by name.

@@ -1,0 +1,231 @@
+//! A Proof is used once at the receiver, and its answer is kept: the same Proof presented again
+//! for the same request (the first answer was lost on the way) gets the kept answer again, not
+//! `quote_used` and not a second run.
+//!
+//! Two records per Proof, in the receiver's store (shared by its instances, so any instance
+//! answers the repeat):
+//! - **its use** ([`rail_core::keys::Idempotency`], namespace `stipendex/<receiver>/proofs`,
+//!   keyed by the Quote, fingerprinted by the Proof): held while the request runs, then kept for
+//!   24 hours. A second Proof for the same Quote is `quote_used`; the same Proof while the first
+//!   presentation still runs is `in_progress` (retryable).
+//! - **its answer** (namespace `stipendex/<receiver>/answers`): status, content type, body (at
+//!   most [`MAX_KEPT_ANSWER`] bytes) and Receipt, kept for the Quote's remaining life plus
+//!   [`ANSWER_MARGIN`]. After that a repeat is `quote_used`: the answer is gone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rail_core::keys::{Idempotency, Lease, Write};
+use rail_core::{KeyStore, OpId, RailError};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::Error;
+
+/// The largest answer body the receiver keeps for a repeat: a larger answer is served once,
+/// and a repeat of its Proof is `quote_used`.
+pub const MAX_KEPT_ANSWER: usize = 1024 * 1024;
+
+/// How long an answer is kept after its Quote's expiry: the wallet's time to notice the lost
+/// answer and present the same Proof again.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(10 * 60);
+
+/// How long past its Quote's expiry a Proof's use is remembered (and a rail's answer to a
+/// recovered verification may be the same).
+const USE_MARGIN: Duration = Duration::from_secs(24 * 3600);
+
+/// The rail operation of verifying the Proof of digest `proof`.
+pub(crate) fn verify_op(proof: &str) -> Result<OpId, Error> {
+    let h = Sha256::digest(proof.as_bytes());
+    OpId::new(format!(
+        "verify-{}",
+        hex::encode(h.get(..16).unwrap_or_default())
+    ))
+    .map_err(Error::Payment)
+}
+
+/// What a paid request was answered: replayed as it is for the same Proof and request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The status code (HTTP), or 200 for a transport without one.
+    pub status: u16,
+    /// The body's media type, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// The body.
+    #[serde(with = "b64")]
+    pub body: Vec<u8>,
+    /// The Receipt (compact JWS), if the work succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
+}
+
+mod b64 {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(b))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = String::deserialize(d)?;
+        STANDARD.decode(s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The use record's result: which Proof used the Quote, and whether its answer was kept.
+#[derive(Serialize, Deserialize)]
+struct Used {
+    kept: bool,
+}
+
+/// The answer record: for which request it was given.
+#[derive(Serialize, Deserialize)]
+struct Kept {
+    request: String,
+    answer: Answer,
+}
+
+/// What the use record said of a Proof.
+pub(crate) enum Use {
+    /// First presentation (or the recovery of one that died): verify, run, then keep.
+    Run(Lease),
+    /// Presented before and answered: the kept answer, if it is still kept.
+    Answered { kept: Option<Answer> },
+}
+
+/// The receiver's records of used Proofs and their answers.
+#[derive(Clone, Debug)]
+pub(crate) struct Answers {
+    store: Arc<dyn KeyStore>,
+    uses: Idempotency,
+    answers_ns: String,
+}
+
+impl Answers {
+    /// The records of `receiver`, whose Quotes live `ttl`.
+    pub(crate) fn new(store: Arc<dyn KeyStore>, receiver: &str, ttl: Duration) -> Self {
+        // The receiver's id may hold any character: its hash names the namespaces.
+        let who = hex::encode(
+            Sha256::digest(receiver.as_bytes())
+                .get(..8)
+                .unwrap_or_default(),
+        );
+        // A use is remembered as long as a rail answers a recovered verification the same
+        // (the facilitator: the offer's life plus 24 hours), so a repeat never runs twice.
+        let retain = ttl.saturating_add(USE_MARGIN).saturating_add(ANSWER_MARGIN);
+        Answers {
+            uses: Idempotency::new(store.clone(), format!("stipendex/{who}/proofs"))
+                .with_windows(Duration::from_secs(60), retain),
+            answers_ns: format!("stipendex/{who}/answers"),
+            store,
+        }
+    }
+
+    fn key(quote_id: &str) -> Result<OpId, Error> {
+        let h = Sha256::digest(quote_id.as_bytes());
+        OpId::new(format!(
+            "q-{}",
+            hex::encode(h.get(..16).unwrap_or_default())
+        ))
+        .map_err(Error::Payment)
+    }
+
+    /// Claims quote `quote_id` for the Proof of digest `proof`, presented for the request of
+    /// digest `request`.
+    pub(crate) async fn claim(
+        &self,
+        quote_id: &str,
+        proof: &str,
+        request: &str,
+    ) -> Result<Use, Error> {
+        let op = Self::key(quote_id)?;
+        let fp = rail_core::keys::fingerprint(proof).map_err(Error::Payment)?;
+        match self.uses.begin::<Used>(&op, &fp).await {
+            Ok(rail_core::keys::Begin::Fresh(l) | rail_core::keys::Begin::Recover(l)) => {
+                Ok(Use::Run(l))
+            }
+            Ok(rail_core::keys::Begin::Replay(used)) => {
+                if !used.kept {
+                    return Ok(Use::Answered { kept: None });
+                }
+                let kept = match self.store.get(&self.answers_ns, op.as_str()).await {
+                    Ok(Some(seen)) => seen
+                        .record
+                        .value
+                        .and_then(|v| serde_json::from_str::<Kept>(&v).ok()),
+                    Ok(None) => None,
+                    Err(e) => return Err(Error::Storage(e.to_string())),
+                };
+                match kept {
+                    Some(k) if k.request != request => Err(Error::Mismatch(format!(
+                        "this proof of quote {quote_id} was answered for another request"
+                    ))),
+                    k => Ok(Use::Answered {
+                        kept: k.map(|k| k.answer),
+                    }),
+                }
+            }
+            Err(RailError::IdempotencyConflict { .. }) => {
+                Err(Error::QuoteUsed(quote_id.to_owned()))
+            }
+            Err(RailError::Storage(s)) => Err(Error::Storage(s)),
+            Err(e) => Err(Error::Payment(e)),
+        }
+    }
+
+    /// The claim's work failed: a permanent refusal gives the Quote back (nothing was used), an
+    /// unknown outcome leaves it to be recovered.
+    pub(crate) async fn fail(&self, lease: Lease, retryable: bool) {
+        let ended = if retryable {
+            self.uses.hand_over(lease).await
+        } else {
+            self.uses.abandon(lease).await
+        };
+        if let Err(e) = ended {
+            tracing::warn!(error = %e, "could not end a proof's claim; it lapses by itself");
+        }
+    }
+
+    /// The request ran: keeps `answer` (if small enough) for `keep`, then marks the Proof used.
+    pub(crate) async fn keep(
+        &self,
+        lease: Lease,
+        quote_id: &str,
+        request: &str,
+        answer: Option<&Answer>,
+        keep: Duration,
+    ) -> Result<(), Error> {
+        let op = Self::key(quote_id)?;
+        let mut kept = false;
+        if let Some(a) = answer {
+            if a.body.len() > MAX_KEPT_ANSWER {
+                tracing::warn!(quote = %quote_id, bytes = a.body.len(), "the answer is too large to keep; a repeat of its proof is quote_used");
+            } else {
+                let value = serde_json::to_string(&Kept {
+                    request: request.to_owned(),
+                    answer: a.clone(),
+                })
+                .map_err(|e| Error::Storage(e.to_string()))?;
+                let mut w = Write::finished(rand::random(), "answer", Some(keep));
+                w.value = Some(value);
+                match self
+                    .store
+                    .insert_if_absent(&self.answers_ns, op.as_str(), &w)
+                    .await
+                {
+                    Ok(_) => kept = true,
+                    Err(e) => {
+                        tracing::error!(quote = %quote_id, error = %e, "could not keep a paid answer; a repeat of its proof is quote_used");
+                    }
+                }
+            }
+        }
+        self.uses
+            .finish(lease, &Used { kept })
+            .await
+            .map_err(|e| Error::Storage(e.to_string()))
+    }
+}
