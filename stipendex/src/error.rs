@@ -127,6 +127,9 @@ pub enum Error {
     /// A Quote was already paid (wallet), or already used (receiver).
     #[error("quote {0} was already used")]
     QuoteUsed(String),
+    /// No payment of that chain is pending in the wallet's journal.
+    #[error("no pending payment {0}: `stipendex wallet pending` lists them")]
+    NotPending(String),
     /// I3: a capture above the Quote or above what was confirmed.
     #[error("capture refused: {0}")]
     CaptureAbove(String),
@@ -184,6 +187,7 @@ impl Error {
             Error::NotConfirmed(_) => "not_confirmed",
             Error::NoRail(_) => "no_rail",
             Error::QuoteUsed(_) => "quote_used",
+            Error::NotPending(_) => "not_pending",
             Error::CaptureAbove(_) => "capture_above",
             Error::Rejected(_) => "rejected",
             Error::Broken { .. } => "broken_chain",

@@ -415,3 +415,82 @@ async fn a_quote_about_to_expire_is_not_paid() {
     let fresh = quote(&receiver, &req).await;
     wallet.pay(&fresh).await.unwrap();
 }
+
+/// A journal whose next `record` fails once (a disk full, a crash), around a memory journal.
+#[derive(Default)]
+struct Flaky {
+    inner: stipendex::wallet::MemoryJournal,
+    fail_next: std::sync::atomic::AtomicBool,
+    fail_begin: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl stipendex::wallet::Journal for Flaky {
+    async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(Error::Storage("disk full".into()));
+        }
+        self.inner.record(chain, jws).await
+    }
+    async fn begin(&self, p: &stipendex::wallet::Pending) -> Result<(), Error> {
+        if self.fail_begin.load(Ordering::SeqCst) {
+            return Err(Error::Storage("disk full".into()));
+        }
+        self.inner.begin(p).await
+    }
+    async fn end(&self, chain: &str) -> Result<(), Error> {
+        self.inner.end(chain).await
+    }
+    async fn pending(&self) -> Result<Vec<stipendex::wallet::Pending>, Error> {
+        self.inner.pending().await
+    }
+}
+
+/// Crash recovery (issue 24): a payment whose chain could not be journaled after its Proof was
+/// stored stays pending; paying the Quote again returns the same Proof and journals the chain
+/// once (one mandate, one quote, one proof), which verifies. A journal that cannot take the
+/// pending payment pays nothing.
+#[tokio::test]
+async fn a_chain_is_journaled_once_after_recovery_and_never_without_its_pending_record() {
+    let w = world().await;
+    let journal = Arc::new(Flaky::default());
+    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), w.mandate(|_| {}))
+        .registry(&w.registry)
+        .store(w.store.clone())
+        .journal(journal.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let receiver = w.receiver();
+    // No pending record, no payment: refused, nothing counted, nothing moved.
+    journal.fail_begin.store(true, Ordering::SeqCst);
+    let first = Request::new("GET", "/search").with_params(serde_json::json!({"q": "first"}));
+    let q = quote(&receiver, &first).await;
+    let e = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(e.code(), "storage", "{e}");
+    journal.fail_begin.store(false, Ordering::SeqCst);
+    let paid = wallet.pay(&q).await.unwrap();
+    receiver
+        .accept(&first, paid.proof.jws())
+        .await
+        .expect("paid once, after the journal recovered");
+
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    let chain = chain_name("search", &q.object().id);
+    journal.fail_next.store(true, Ordering::SeqCst);
+    let paid = wallet.pay(&q).await.unwrap();
+    assert!(journal.inner.chain(&chain).is_empty());
+    assert_eq!(wallet.pending().await.unwrap().len(), 1, "left pending");
+    let again = wallet.pay(&q).await.unwrap();
+    assert_eq!(again.proof.jws(), paid.proof.jws());
+    let _ = wallet.pay(&q).await.unwrap();
+    let objects = journal.inner.chain(&chain);
+    assert_eq!(objects.len(), 3, "mandate, quote, proof: each once");
+    let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
+    stipendex::chain::verify_chain(&refs, Some(&w.principal.public())).unwrap();
+    assert!(wallet.pending().await.unwrap().is_empty());
+    assert!(matches!(
+        wallet.resume(&chain).await.unwrap_err(),
+        Error::NotPending(_)
+    ));
+}

@@ -147,7 +147,12 @@ impl Client {
             path: url.path().to_owned(),
             query: url.query().map(str::to_owned),
         };
-        let paid = Box::pin(self.wallet.pay_for(&quote, &sent)).await?;
+        // A payment for this same request already pending (its outcome was unknown, or it
+        // went to review): finish it and present its Proof, never pay a fresh Quote again.
+        let paid = match self.wallet.pending_for(&quote, &sent).await? {
+            Some(p) => Box::pin(self.wallet.resume(&p.chain)).await?,
+            None => Box::pin(self.wallet.pay_for(&quote, &sent)).await?,
+        };
         let proof = HeaderValue::from_str(&paid.proof.to_header())
             .map_err(|e| Error::Malformed(format!("the proof header: {e}")))?;
         let mut retry = self

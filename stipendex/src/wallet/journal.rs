@@ -1,22 +1,105 @@
-//! Where a wallet keeps its audit chains (I5): every object of a payment, in chain order.
+//! Where a wallet keeps its audit chains (I5): every object of a payment, in chain order —
+//! and, from before the rail is asked until the Proof is signed, the payment as pending.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::Error;
+use crate::envelope::Resource;
 
-/// Keeps the signed objects of each payment. A chain is named by the Quote it pays; its
-/// objects arrive in chain order (mandate, confirmation, quote, proof, receipt).
+/// A payment the wallet started and has not finished: written before the rail is asked, ended
+/// once its Proof is journaled (or the rail refused it for certain). A payment whose outcome
+/// is unknown, or held for review, stays pending until [`super::Wallet::resume`] finishes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The chain it belongs to ([`chain_name`]).
+    pub chain: String,
+    /// The Quote paid (compact JWS).
+    pub quote: String,
+    /// The human's Confirmation (compact JWS), if one was needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<String>,
+    /// The wallet's rail (its name) paying it.
+    pub rail: String,
+    /// The rail operation id: asked again, the rail answers this payment.
+    pub op: String,
+    /// When the payment started (Unix seconds).
+    pub since: u64,
+    /// The request it pays for, when paid over HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<Resource>,
+}
+
+/// Keeps the signed objects of each payment, and its payments pending. A chain is named by
+/// the Quote it pays; its objects arrive in chain order (mandate, confirmation, quote, proof,
+/// receipt).
+///
+/// Contract: recording an object a chain already holds keeps one copy (a payment recovered
+/// after a crash records its chain again); a pending payment is durable once
+/// [`Journal::begin`] returns (the wallet does not ask the rail before).
 #[async_trait]
 pub trait Journal: Send + Sync {
-    /// Appends the compact JWS `jws` to chain `chain`.
+    /// Appends the compact JWS `jws` to chain `chain`, unless the chain holds it already.
     ///
     /// # Errors
     /// [`Error::Storage`].
     async fn record(&self, chain: &str, jws: &str) -> Result<(), Error>;
+
+    /// Writes `pending` (replacing an earlier record of its chain).
+    ///
+    /// # Errors
+    /// [`Error::Storage`]: the wallet then pays nothing.
+    async fn begin(&self, pending: &Pending) -> Result<(), Error>;
+
+    /// The payment of chain `chain` is no longer pending.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn end(&self, chain: &str) -> Result<(), Error>;
+
+    /// The pending payments, oldest first.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn pending(&self) -> Result<Vec<Pending>, Error>;
+
+    /// The pending payment of chain `chain`, if there is one.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
+        Ok(self.pending().await?.into_iter().find(|p| p.chain == chain))
+    }
+}
+
+/// Pending payments in memory, by chain.
+#[derive(Debug, Default)]
+struct PendingMap(Mutex<BTreeMap<String, Pending>>);
+
+impl PendingMap {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, BTreeMap<String, Pending>>, Error> {
+        self.0
+            .lock()
+            .map_err(|_| Error::Storage("journal lock poisoned".into()))
+    }
+    fn begin(&self, p: &Pending) -> Result<(), Error> {
+        self.lock()?.insert(p.chain.clone(), p.clone());
+        Ok(())
+    }
+    fn end(&self, chain: &str) -> Result<(), Error> {
+        self.lock()?.remove(chain);
+        Ok(())
+    }
+    fn all(&self) -> Result<Vec<Pending>, Error> {
+        let mut v: Vec<Pending> = self.lock()?.values().cloned().collect();
+        v.sort_by_key(|p| p.since);
+        Ok(v)
+    }
 }
 
 /// The name of the chain of `quote_id` from `receiver`: ids are unique per issuer only, so the
@@ -27,20 +110,30 @@ pub fn chain_name(receiver: &str, quote_id: &str) -> String {
     format!("{quote_id}-{}", hex::encode(h.get(..4).unwrap_or_default()))
 }
 
-/// Keeps nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoJournal;
+/// Keeps no chain; keeps pending payments in memory only (they are lost with the process:
+/// give a wallet that must resume across restarts a [`DirJournal`]).
+#[derive(Debug, Default)]
+pub struct NoJournal(PendingMap);
 
 #[async_trait]
 impl Journal for NoJournal {
     async fn record(&self, _chain: &str, _jws: &str) -> Result<(), Error> {
         Ok(())
     }
+    async fn begin(&self, pending: &Pending) -> Result<(), Error> {
+        self.0.begin(pending)
+    }
+    async fn end(&self, chain: &str) -> Result<(), Error> {
+        self.0.end(chain)
+    }
+    async fn pending(&self) -> Result<Vec<Pending>, Error> {
+        self.0.all()
+    }
 }
 
-/// Keeps chains in memory (tests, short-lived agents).
+/// Keeps chains and pending payments in memory (tests, short-lived agents).
 #[derive(Debug, Default)]
-pub struct MemoryJournal(Mutex<Vec<(String, String)>>);
+pub struct MemoryJournal(Mutex<Vec<(String, String)>>, PendingMap);
 
 impl MemoryJournal {
     /// The objects of chain `chain`, in order.
@@ -75,16 +168,29 @@ impl MemoryJournal {
 #[async_trait]
 impl Journal for MemoryJournal {
     async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
-        self.0
+        let mut v = self
+            .0
             .lock()
-            .map_err(|_| Error::Storage("journal lock poisoned".into()))?
-            .push((chain.to_owned(), jws.to_owned()));
+            .map_err(|_| Error::Storage("journal lock poisoned".into()))?;
+        if !v.iter().any(|(c, j)| c == chain && j == jws) {
+            v.push((chain.to_owned(), jws.to_owned()));
+        }
         Ok(())
+    }
+    async fn begin(&self, pending: &Pending) -> Result<(), Error> {
+        self.1.begin(pending)
+    }
+    async fn end(&self, chain: &str) -> Result<(), Error> {
+        self.1.end(chain)
+    }
+    async fn pending(&self) -> Result<Vec<Pending>, Error> {
+        self.1.all()
     }
 }
 
-/// Keeps each chain in a file `<dir>/<chain>.jws`, one compact JWS per line: the input of
-/// `stipendex verify-chain`.
+/// Keeps each chain in a file `<dir>/<chain>.jws`, one compact JWS per line (the input of
+/// `stipendex verify-chain`), and each pending payment in `<dir>/<chain>.pending` (JSON,
+/// written to a temporary file and renamed into place, so it is whole or absent).
 #[derive(Clone, Debug)]
 pub struct DirJournal {
     dir: PathBuf,
@@ -111,22 +217,94 @@ impl DirJournal {
     }
 }
 
+fn io(path: &std::path::Path, e: impl std::fmt::Display) -> Error {
+    Error::Storage(format!("{}: {e}", path.display()))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Storage(format!("journal task: {e}")))?
+}
+
 #[async_trait]
 impl Journal for DirJournal {
     async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
         use std::io::Write as _;
         let path = self.path(chain);
-        let line = format!("{jws}\n");
-        let shown = path.display().to_string();
-        tokio::task::spawn_blocking(move || {
+        let jws = jws.trim().to_owned();
+        blocking(move || {
+            match std::fs::read_to_string(&path) {
+                Ok(text) if text.lines().any(|l| l.trim() == jws) => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path, e)),
+            }
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&path)
-                .and_then(|mut f| f.write_all(line.as_bytes()))
+                .and_then(|mut f| f.write_all(format!("{jws}\n").as_bytes()))
+                .map_err(|e| io(&path, e))
         })
         .await
-        .map_err(|e| Error::Storage(format!("{shown}: {e}")))?
-        .map_err(|e| Error::Storage(format!("{shown}: {e}")))
+    }
+
+    async fn begin(&self, pending: &Pending) -> Result<(), Error> {
+        use std::io::Write as _;
+        let path = self.dir.join(format!("{}.pending", pending.chain));
+        let tmp = self.dir.join(format!("{}.pending.tmp", pending.chain));
+        let text = serde_json::to_string_pretty(pending).map_err(|e| io(&path, e))?;
+        blocking(move || {
+            std::fs::File::create(&tmp)
+                .and_then(|mut f| {
+                    f.write_all(text.as_bytes())?;
+                    f.sync_all()
+                })
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| io(&path, e))
+        })
+        .await
+    }
+
+    async fn end(&self, chain: &str) -> Result<(), Error> {
+        let path = self.dir.join(format!("{chain}.pending"));
+        blocking(move || match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io(&path, e)),
+        })
+        .await
+    }
+
+    async fn pending(&self) -> Result<Vec<Pending>, Error> {
+        let dir = self.dir.clone();
+        blocking(move || {
+            let mut out = Vec::new();
+            for entry in std::fs::read_dir(&dir).map_err(|e| io(&dir, e))? {
+                let path = entry.map_err(|e| io(&dir, e))?.path();
+                if path.extension().is_some_and(|x| x == "pending") {
+                    let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+                    out.push(serde_json::from_str::<Pending>(&text).map_err(|e| io(&path, e))?);
+                }
+            }
+            out.sort_by_key(|p| p.since);
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
+        let path = self.dir.join(format!("{chain}.pending"));
+        blocking(move || match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| io(&path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&path, e)),
+        })
+        .await
     }
 }

@@ -15,6 +15,16 @@
 //!
 //! A Quote is paid once: paying it again returns the first Proof and charges nothing (I2).
 //! Every object of a payment goes to the wallet's [`Journal`] (I5).
+//!
+//! **No payment without its chain.** Before the rail is asked, the payment is written to the
+//! journal as [`Pending`] (its Quote, Confirmation, rail and operation id); a journal that
+//! cannot take it pays nothing. A payment whose outcome is unknown, or that the rail holds for
+//! review, stays pending and counted: [`Wallet::pending`] lists them, [`Wallet::resume`] asks
+//! the rail again under the same operation id and signs the Proof once (paying the same Quote
+//! again does the same), and the HTTP client resumes a pending payment for the request it
+//! sends rather than paying a fresh Quote. The Proof is stored before its chain is journaled,
+//! and a journal keeps one copy of an object, so a crash between the two journals the chain
+//! once.
 
 #[cfg(feature = "challenges")]
 mod challenge;
@@ -36,7 +46,7 @@ use sha2::{Digest as _, Sha256};
 #[cfg(feature = "challenges")]
 pub use challenge::{ChallengePaid, Source};
 pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why, printable};
-pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, chain_name};
+pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, chain_name};
 pub use revocation::{Revocations, revoke};
 /// An x402 payment requirement as it came (the x402 client's, read by `read_402`).
 #[cfg(feature = "challenges")]
@@ -255,6 +265,30 @@ impl Builder {
     }
 }
 
+/// What claiming a Quote's operation found.
+enum Started {
+    /// Paid before: its Proof.
+    Done(Box<Paid>),
+    /// The right to pay it (or to finish its pending payment).
+    Lease(rail_core::keys::Lease),
+}
+
+/// Pays (service) or holds (checkout) `offer` over `rail` under `op`.
+async fn ask_rail(
+    rail: &WalletRail,
+    op: &OpId,
+    offer: &rail_core::Offer,
+    profile: Profile,
+) -> Result<rail_core::Payment, RailError> {
+    match profile {
+        Profile::Service => rail.handle.payer.pay(op, offer).await,
+        Profile::Checkout => match &rail.handle.hold_payer {
+            Some(h) => h.hold(op, offer).await,
+            None => Err(RailError::InvalidInput("the rail cannot hold".into())),
+        },
+    }
+}
+
 fn now_secs(clock: &SharedClock) -> u64 {
     u64::try_from(clock.now().unix_seconds()).unwrap_or(0)
 }
@@ -358,7 +392,7 @@ impl Wallet {
             rails: Vec::new(),
             store: None,
             confirmer: Arc::new(Refuse),
-            journal: Arc::new(NoJournal),
+            journal: Arc::new(NoJournal::default()),
             clock: Arc::new(SystemClock),
             min_quote_life: MIN_QUOTE_LIFE,
             #[cfg(feature = "challenges")]
@@ -432,21 +466,129 @@ impl Wallet {
         // 2. The mandate's validity and revocation.
         self.check_mandate(now).await?;
 
-        // A Quote already paid: its Proof again, nothing charged (I2).
+        // A Quote already paid: its Proof again, nothing charged (I2). A Quote whose payment
+        // is pending (its outcome unknown, or held for review): the rail is asked again.
         let op = op_for(&q.receiver.id, &q.id)?;
-        let fp = fingerprint(quote.digest().as_str()).map_err(Error::Payment)?;
-        let lease = match me.ops.begin::<PaidRecord>(&op, &fp).await {
-            Ok(Begin::Replay(rec)) => return self.replayed(rec),
-            Ok(Begin::Fresh(l) | Begin::Recover(l)) => l,
-            Err(RailError::IdempotencyConflict { .. }) => {
-                return Err(Error::QuoteUsed(q.id.clone()));
+        let chain = chain_name(&q.receiver.id, &q.id);
+        let lease = match self.begin(quote, &op).await? {
+            Started::Done(paid) => return Ok(*paid),
+            Started::Lease(l) => l,
+        };
+        let pending = match me.journal.pending_of(&chain).await {
+            Ok(p) => p,
+            Err(e) => {
+                me.ops.hand_over(lease).await.ok();
+                return Err(e);
             }
-            Err(RailError::Storage(s)) => return Err(Error::Storage(s)),
-            Err(e) => return Err(Error::Payment(e)),
         };
         let out = lease
-            .keep_alive(Box::pin(self.pay_fresh(quote, &op, now)))
+            .keep_alive(Box::pin(async {
+                match &pending {
+                    Some(p) => self.settle(quote, p).await,
+                    None => self.pay_fresh(quote, &op, now, sent).await,
+                }
+            }))
             .await;
+        self.conclude(quote, lease, out).await
+    }
+
+    /// The payments this wallet started and has not finished (outcome unknown, or held for
+    /// review at the rail), oldest first: counted against the limits, without a Proof yet.
+    /// [`Wallet::resume`] finishes one.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] (the journal).
+    pub async fn pending(&self) -> Result<Vec<Pending>, Error> {
+        self.0.journal.pending().await
+    }
+
+    /// The pending payment of a Quote for the same request as `quote` (same receiver, same
+    /// resource `sent`, same request digest): the HTTP client resumes it rather than paying
+    /// `quote`, a fresh Quote for a request already being paid.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] (the journal).
+    pub async fn pending_for(
+        &self,
+        quote: &Signed<Quote>,
+        sent: &Resource,
+    ) -> Result<Option<Pending>, Error> {
+        let q = quote.object();
+        for p in self.0.journal.pending().await? {
+            if p.resource.as_ref() != Some(sent) {
+                continue;
+            }
+            let Ok(old) = Signed::<Quote>::parse(&p.quote) else {
+                continue;
+            };
+            let o = old.object();
+            if o.receiver == q.receiver && o.request == q.request && o.resource == q.resource {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Finishes the pending payment of chain `chain` (from [`Wallet::pending`]): asks its rail
+    /// again under the same operation id — the rail answers the payment made, the review's
+    /// decision, or a refusal of an offer expired before any payment — then signs its Proof
+    /// once and journals the chain. Nothing is paid twice: a payment resumed again returns its
+    /// first Proof. A declined payment is given back to the limits.
+    ///
+    /// # Errors
+    /// [`Error::NotPending`]; [`Error::Payment`] (still pending: try later; or refused);
+    /// [`Error::NoRail`] (the rail it was paid over is no longer configured);
+    /// [`Error::Storage`].
+    pub async fn resume(&self, chain: &str) -> Result<Paid, Error> {
+        let me = &self.0;
+        let Some(p) = me.journal.pending_of(chain).await? else {
+            return Err(Error::NotPending(chain.to_owned()));
+        };
+        let quote = Signed::<Quote>::parse(&p.quote)?;
+        let op = OpId::new(p.op.clone()).map_err(Error::Payment)?;
+        let lease = match self.begin(&quote, &op).await? {
+            Started::Done(paid) => return Ok(*paid),
+            Started::Lease(l) => l,
+        };
+        let out = lease.keep_alive(Box::pin(self.settle(&quote, &p))).await;
+        self.conclude(&quote, lease, out).await
+    }
+
+    /// Claims `op` for `quote`: its first Proof if it was paid (the chain finished if a crash
+    /// left it pending), or the lease to pay it.
+    async fn begin(&self, quote: &Signed<Quote>, op: &OpId) -> Result<Started, Error> {
+        let me = &self.0;
+        let fp = fingerprint(quote.digest().as_str()).map_err(Error::Payment)?;
+        match me.ops.begin::<PaidRecord>(op, &fp).await {
+            Ok(Begin::Replay(rec)) => {
+                let paid = self.replayed(rec)?;
+                let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
+                // Stored, but a crash may have come before its chain was journaled.
+                if matches!(me.journal.pending_of(&chain).await, Ok(Some(_))) {
+                    self.close_chain(quote, &paid).await;
+                }
+                Ok(Started::Done(Box::new(paid)))
+            }
+            Ok(Begin::Fresh(l) | Begin::Recover(l)) => Ok(Started::Lease(l)),
+            Err(RailError::IdempotencyConflict { .. }) => {
+                Err(Error::QuoteUsed(quote.object().id.clone()))
+            }
+            Err(RailError::Storage(s)) => Err(Error::Storage(s)),
+            Err(e) => Err(Error::Payment(e)),
+        }
+    }
+
+    /// Ends a payment's lease: a Proof is stored, then its chain journaled and the payment no
+    /// longer pending; a certain refusal ends the pending payment; an unknown outcome leaves it
+    /// pending (and counted) for [`Wallet::resume`].
+    async fn conclude(
+        &self,
+        quote: &Signed<Quote>,
+        lease: rail_core::keys::Lease,
+        out: Result<Paid, Error>,
+    ) -> Result<Paid, Error> {
+        let me = &self.0;
+        let q = quote.object();
         match out {
             Ok(paid) => {
                 let rec = PaidRecord {
@@ -454,8 +596,13 @@ impl Wallet {
                     confirmation: paid.confirmation.as_ref().map(|c| c.jws().to_owned()),
                     rail: paid.rail.clone(),
                 };
-                if let Err(e) = me.ops.finish(lease, &rec).await {
-                    tracing::error!(quote = %q.id, error = %e, "paid, but the Proof could not be stored; a retry recovers through the rail's idempotency");
+                // Stored first, journaled after: a crash between the two finds the Proof
+                // stored and journals the same chain once.
+                match me.ops.finish(lease, &rec).await {
+                    Ok(()) => self.close_chain(quote, &paid).await,
+                    Err(e) => {
+                        tracing::error!(quote = %q.id, error = %e, "paid, but the Proof could not be stored; the payment stays pending");
+                    }
                 }
                 Ok(paid)
             }
@@ -465,14 +612,44 @@ impl Wallet {
                 let ended = if unknown {
                     me.ops.hand_over(lease).await
                 } else {
+                    let chain = chain_name(&q.receiver.id, &q.id);
+                    if let Err(j) = me.journal.end(&chain).await {
+                        tracing::warn!(chain = %chain, error = %j, "could not end a refused payment in the journal");
+                    }
                     me.ops.abandon(lease).await
                 };
                 if let Err(s) = ended {
                     tracing::warn!(quote = %q.id, error = %s, "could not end a payment's lease; it lapses by itself");
                 }
+                if unknown {
+                    tracing::warn!(quote = %q.id, error = %e, "payment pending: its outcome is not known yet; `resume` finishes it");
+                }
                 Err(e)
             }
         }
+    }
+
+    /// Journals the chain of a paid Quote (once: a journal keeps one copy of an object), then
+    /// ends its pending payment.
+    async fn close_chain(&self, quote: &Signed<Quote>, paid: &Paid) {
+        let me = &self.0;
+        let q = quote.object();
+        let chain = chain_name(&q.receiver.id, &q.id);
+        let mut objects = vec![me.mandate.jws()];
+        if let Some(c) = &paid.confirmation {
+            objects.push(c.jws());
+        }
+        objects.extend([quote.jws(), paid.proof.jws()]);
+        for jws in objects {
+            if let Err(e) = me.journal.record(&chain, jws).await {
+                tracing::error!(chain = %chain, error = %e, "could not journal a payment's object; it stays pending");
+                return;
+            }
+        }
+        if let Err(e) = me.journal.end(&chain).await {
+            tracing::warn!(chain = %chain, error = %e, "could not end a paid payment in the journal");
+        }
+        tracing::info!(quote = %q.id, receiver = %q.receiver.id, rail = %paid.rail, "paid");
     }
 
     fn replayed(&self, rec: PaidRecord) -> Result<Paid, Error> {
@@ -500,7 +677,13 @@ impl Wallet {
     }
 
     /// Steps 3–5 for a Quote not paid before.
-    async fn pay_fresh(&self, quote: &Signed<Quote>, op: &OpId, now: u64) -> Result<Paid, Error> {
+    async fn pay_fresh(
+        &self,
+        quote: &Signed<Quote>,
+        op: &OpId,
+        now: u64,
+        sent: Option<&Resource>,
+    ) -> Result<Paid, Error> {
         let me = &self.0;
         let q = quote.object();
         let mandate = me.mandate.object();
@@ -556,15 +739,24 @@ impl Wallet {
             },
         };
 
-        // 5. Pay or hold.
-        let payment = match q.profile {
-            Profile::Service => rail.handle.payer.pay(op, offer).await,
-            Profile::Checkout => match &rail.handle.hold_payer {
-                Some(h) => h.hold(op, offer).await,
-                None => Err(RailError::InvalidInput("the rail cannot hold".into())),
-            },
+        // No payment without its chain: the payment is pending in the journal before the
+        // rail is asked, so an unknown outcome or a review can be resumed.
+        let pending = Pending {
+            chain: chain_name(&q.receiver.id, &q.id),
+            quote: quote.jws().to_owned(),
+            confirmation: confirmation.as_ref().map(|c| c.jws().to_owned()),
+            rail: rail.name.clone(),
+            op: op.as_str().to_owned(),
+            since: now,
+            resource: sent.cloned(),
         };
-        let payment = match payment {
+        if let Err(e) = me.journal.begin(&pending).await {
+            counted.release().await;
+            return Err(e);
+        }
+
+        // 5. Pay or hold.
+        let payment = match ask_rail(rail, op, offer, q.profile).await {
             Ok(p) => {
                 counted.keep().await;
                 p
@@ -578,7 +770,71 @@ impl Wallet {
                 return Err(Error::Payment(e));
             }
         };
+        self.sign_proof(quote, confirmation, payment, rail, now)
+    }
 
+    /// Finishes pending payment `p` of `quote`: the rail asked again under its operation id.
+    async fn settle(&self, quote: &Signed<Quote>, p: &Pending) -> Result<Paid, Error> {
+        let me = &self.0;
+        let q = quote.object();
+        let rail = me.rails.iter().find(|r| r.name == p.rail).ok_or_else(|| {
+            Error::NoRail(format!(
+                "payment {} is pending over rail {}, which this wallet no longer has",
+                p.chain, p.rail
+            ))
+        })?;
+        let offer = q.offer(rail.handle.payer.id().as_str()).ok_or_else(|| {
+            Error::NoRail(format!("quote {} has no offer for rail {}", q.id, p.rail))
+        })?;
+        let confirmation = p
+            .confirmation
+            .as_deref()
+            .map(Signed::<Confirmation>::parse)
+            .transpose()?;
+        let op = OpId::new(p.op.clone()).map_err(Error::Payment)?;
+        match ask_rail(rail, &op, offer, q.profile).await {
+            Ok(payment) => self.sign_proof(quote, confirmation, payment, rail, p.since),
+            Err(e) => {
+                if !e.is_retryable() {
+                    // Refused for certain (a review declined, an offer expired unpaid): the
+                    // amount counted at the start is given back.
+                    self.give_back(q, &op).await;
+                }
+                Err(Error::Payment(e))
+            }
+        }
+    }
+
+    /// Gives back what was counted for `op` paying `q` (counting again is a no-op per `op`).
+    async fn give_back(&self, q: &Quote, op: &OpId) {
+        let me = &self.0;
+        let mandate = me.mandate.object();
+        let Ok(max) = q.max() else { return };
+        let Some(limits) = mandate.limits_for(max.asset()) else {
+            return;
+        };
+        let counted = match spend::Budgets::new(me.store.clone(), &mandate.id, limits) {
+            Ok(b) => b.reserve(op, &q.receiver.id, &max).await,
+            Err(e) => Err(e),
+        };
+        match counted {
+            Ok(c) => c.release().await,
+            Err(e) => {
+                tracing::warn!(quote = %q.id, error = %e, "could not give a refused payment back to the limits");
+            }
+        }
+    }
+
+    /// The signed Proof of `payment` for `quote`, made at `iat`.
+    fn sign_proof(
+        &self,
+        quote: &Signed<Quote>,
+        confirmation: Option<Signed<Confirmation>>,
+        payment: rail_core::Payment,
+        rail: &WalletRail,
+        iat: u64,
+    ) -> Result<Paid, Error> {
+        let me = &self.0;
         let proof = Proof {
             stipendex: Tag::current("proof"),
             id: new_id("p_"),
@@ -589,28 +845,15 @@ impl Wallet {
             challenge: None,
             confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
             confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
-            iat: now,
+            iat,
             mode: payment.mode,
             rail: payment.rail.as_str().to_owned(),
             asset: payment.amount.asset().clone(),
             amount: payment.amount.amount(),
             payment,
         };
-        let proof = Signed::sign(proof, &me.key)?;
-        let chain = chain_name(&q.receiver.id, &q.id);
-        let mut objects = vec![me.mandate.jws()];
-        if let Some(c) = &confirmation {
-            objects.push(c.jws());
-        }
-        objects.extend([quote.jws(), proof.jws()]);
-        for jws in objects {
-            if let Err(e) = me.journal.record(&chain, jws).await {
-                tracing::error!(chain = %chain, error = %e, "could not journal a payment's object");
-            }
-        }
-        tracing::info!(quote = %q.id, receiver = %q.receiver.id, amount = %max.amount(), asset = %max.asset(), rail = %rail.name, "paid");
         Ok(Paid {
-            proof,
+            proof: Signed::sign(proof, &me.key)?,
             confirmation,
             rail: rail.name.clone(),
             fresh: true,
