@@ -182,6 +182,16 @@ fn headers(lines: &[String]) -> Result<HeaderMap, CliError> {
 
 /// The wallet's HTTP client from the configuration at `path`.
 async fn client(path: &Path) -> Result<Client, CliError> {
+    let wallet = wallet(path, false).await?;
+    Ok(Client::new(
+        stipendex::http::reqwest_builder(Duration::from_secs(60)),
+        wallet,
+    )?)
+}
+
+/// The wallet the configuration at `path` describes; with `journaled`, one that must keep its
+/// payments (and pending payments) in a `[wallet] journal`.
+pub(crate) async fn wallet(path: &Path, journaled: bool) -> Result<Wallet, CliError> {
     let text = files::read(path)?;
     let file: File =
         toml::from_str(&text).map_err(|e| msg(format!("{}: {}", path.display(), e.message())))?;
@@ -250,12 +260,15 @@ async fn client(path: &Path) -> Result<Client, CliError> {
         })?;
         b = b.principal(p);
     }
-    if let Some(j) = &w.journal {
-        b = b.journal(Arc::new(DirJournal::new(at(j))?));
+    match &w.journal {
+        Some(j) => b = b.journal(Arc::new(DirJournal::new(at(j))?)),
+        None if journaled => {
+            return Err(msg(format!(
+                "{}: the [wallet] has no journal, so no payment is kept pending across runs: add journal = \"chains\"",
+                path.display()
+            )));
+        }
+        None => {}
     }
-    let wallet = b.build()?;
-    Ok(Client::new(
-        stipendex::http::reqwest_builder(Duration::from_secs(60)),
-        wallet,
-    )?)
+    Ok(b.build()?)
 }

@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! stipendex demo [--rail NAME] [--dir DIR] [--confirm yes|no]
-//! stipendex verify-chain [--principal KEY] FILE…
+//! stipendex verify-chain --principal KEY | --unanchored FILE…
+//! stipendex fetch [--config wallet.toml] [-X METHOD] [-H 'Name: value'] [-d DATA] URL
+//! stipendex wallet pending [--config wallet.toml]
+//! stipendex wallet resume [--config wallet.toml] CHAIN
 //! stipendex key new --out FILE
 //! stipendex mandate new --principal-key FILE --wallet KEY [limits, allowlist…] --out FILE
 //! stipendex mandate sign --key FILE MANDATE.json --out MANDATE.jws
@@ -33,6 +36,7 @@ mod files;
 mod mandate;
 pub mod measure;
 mod verify;
+mod wallet;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -97,6 +101,9 @@ enum Command {
     /// The wallet's HTTP client (curl for agents): sends the request, pays a 402 under the
     /// mandate, writes the body to stdout and what was paid (or why not) to stderr.
     Fetch(fetch::Args),
+    /// The wallet's pending payments: list them, finish one.
+    #[command(subcommand)]
+    Wallet(wallet::Command),
     /// Keys.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -124,6 +131,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Fetch(args) => fetch::run(args).await,
+        Command::Wallet(c) => wallet::run(c).await,
         Command::VerifyChain {
             principal,
             unanchored,

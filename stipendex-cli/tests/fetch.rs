@@ -33,8 +33,18 @@ async fn fetch(dir: &Path, args: &[&str]) -> (bool, String, String) {
 
 /// `stipendex fetch --config DIR/wallet.toml ARGS…` with `env` set: success, stdout, stderr.
 async fn fetch_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    stipendex(&["fetch"], dir, args, env).await
+}
+
+/// `stipendex COMMAND… --config DIR/wallet.toml ARGS…` with `env` set: success, stdout, stderr.
+async fn stipendex(
+    command: &[&str],
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
-        .arg("fetch")
+        .args(command)
         .arg("--config")
         .arg(dir.join("wallet.toml"))
         .args(args)
@@ -204,6 +214,18 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
     let (ok, _, err) = fetch(dir, &["-H", "nocolon", &format!("{base}/api/search")]).await;
     assert!(!ok);
     assert!(err.contains("is not a header"), "{err}");
+
+    // Nothing is left pending (issue 24); resuming what is not pending is one sentence.
+    let (ok, out, err) = stipendex(&["wallet", "pending"], dir, &[], &[]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "no pending payments");
+    let (ok, _, err) = stipendex(&["wallet", "resume"], dir, &["q_nothing-00000000"], &[]).await;
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no pending payment q_nothing-00000000"),
+        "{err}"
+    );
 }
 
 /// `stipendex fetch` pays a plain x402 402 (exact-algo, on an in-process algod devnet) with

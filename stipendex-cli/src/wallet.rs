@@ -1,0 +1,100 @@
+//! `stipendex wallet pending | resume`: the payments the wallet started and has not finished.
+//!
+//! A payment whose outcome was unknown, or that its rail holds for review (`pending_review` at
+//! the hosted facilitator), stays pending in the wallet's journal, counted against the limits,
+//! without a Proof. `pending` lists them; `resume CHAIN` asks the rail again under the same
+//! operation and signs the Proof once (the chain is journaled). `stipendex fetch` of the same
+//! request resumes it too.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use stipendex::envelope::{Quote, Signed};
+use stipendex::wallet::Pending;
+
+use crate::{CliError, msg};
+
+/// `stipendex wallet …`.
+#[derive(clap::Subcommand)]
+pub(crate) enum Command {
+    /// Lists the payments started and not finished (outcome unknown, or held for review):
+    /// counted against the limits, without a Proof yet.
+    Pending {
+        /// The wallet's configuration (as for `stipendex fetch`; it needs a `journal`).
+        #[arg(long, default_value = "wallet.toml")]
+        config: PathBuf,
+    },
+    /// Finishes a pending payment: asks its rail again under the same operation, signs its
+    /// Proof once and journals the chain. Still pending, it says so and stays pending.
+    Resume {
+        /// The wallet's configuration (as for `stipendex fetch`; it needs a `journal`).
+        #[arg(long, default_value = "wallet.toml")]
+        config: PathBuf,
+        /// The payment's chain, as `stipendex wallet pending` lists it.
+        chain: String,
+    },
+}
+
+/// Runs `stipendex wallet …`.
+///
+/// # Errors
+/// A configuration that does not load, no such pending payment, or the rail's answer.
+#[allow(clippy::print_stdout)]
+pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
+    match c {
+        Command::Pending { config } => {
+            let wallet = crate::fetch::wallet(&config, true).await?;
+            let pending = wallet.pending().await?;
+            if pending.is_empty() {
+                println!("no pending payments");
+            }
+            for p in &pending {
+                println!("{}", line(p));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resume { config, chain } => {
+            let wallet = crate::fetch::wallet(&config, true).await?;
+            let paid = wallet.resume(&chain).await.map_err(|e| match e.code() {
+                "pending_review" | "unavailable" | "in_progress" => msg(format!(
+                    "payment {chain} is still pending ({}): {e}; resume it again later",
+                    e.code()
+                )),
+                _ => msg(format!("payment {chain} not finished ({}): {e}", e.code())),
+            })?;
+            let p = paid.proof.object();
+            println!(
+                "paid: {chain}, {} {} over {}, proof {}",
+                p.amount, p.asset, paid.rail, p.id
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `CHAIN  RECEIVER  AMOUNT ASSET  rail NAME  since UNIX  [METHOD URL]`.
+fn line(p: &Pending) -> String {
+    let (receiver, amount) = match Signed::<Quote>::parse(&p.quote) {
+        Ok(q) => {
+            let o = q.object();
+            let amount = o
+                .max()
+                .map(|m| format!("{} {}", m.amount(), m.asset()))
+                .unwrap_or_else(|_| "?".into());
+            (o.receiver.id.clone(), amount)
+        }
+        Err(_) => ("?".into(), "?".into()),
+    };
+    let request = p.resource.as_ref().map_or(String::new(), |r| {
+        let query = r.query.as_ref().map_or(String::new(), |q| format!("?{q}"));
+        format!("  {} {}{}{query}", r.method, r.origin, r.path)
+    });
+    format!(
+        "{}  {}  {}  rail {}  since {}{request}",
+        p.chain,
+        stipendex::wallet::printable(&receiver),
+        amount,
+        p.rail,
+        p.since
+    )
+}
