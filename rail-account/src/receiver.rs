@@ -114,6 +114,9 @@ impl Receiver for AccountReceiver {
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        // An expired offer is refused here; `verify_as` lets the facilitator judge a payment
+        // made in time and presented late.
+        offer.check_live(self.client.clock().now())?;
         // One key per verification: its retries are answered the same, another verification
         // of the same offer is `replayed`.
         let key = format!("redeem_{}", hex::encode(rand::random::<[u8; 16]>()));
@@ -122,7 +125,8 @@ impl Receiver for AccountReceiver {
 
     /// Redeems under a key derived from `op`: the caller's retry of this verification after a
     /// lost answer (from any instance) is answered the same by the facilitator; a payment
-    /// redeemed under another key is `replayed`.
+    /// redeemed under another key is `replayed`. A payment made while the offer was live is
+    /// redeemed after its end, within [`rail_core::LATE_PROOF_GRACE`].
     async fn verify_as(&self, op: &OpId, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         self.redeem(&redeem_key(op), offer, payment).await
     }

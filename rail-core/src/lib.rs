@@ -48,6 +48,6 @@ pub use rail::{
     RailHandle, Receiver, ReceiverHandle, RefundReceiver,
 };
 pub use types::{
-    Captured, Charge, Offer, OpId, Payment, PaymentMode, PaymentState, RailId, Refunded, Verified,
-    Voided,
+    Captured, Charge, LATE_PROOF_GRACE, Offer, OpId, Payment, PaymentMode, PaymentState, RailId,
+    Refunded, Verified, Voided,
 };

@@ -179,14 +179,20 @@ pub trait Receiver: Rail {
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified>;
 
     /// [`Receiver::verify`] under the caller's operation id `op`, for a caller that keeps its
-    /// own single-use record of the payment (a Stipendex receiver's used-Proof record): the
-    /// same `op` again — the caller recovering a verification whose answer was lost, from any
-    /// instance — answers that verification's result instead of [`RailError::Replayed`]; a
-    /// payment consumed under another `op` is still [`RailError::Replayed`].
+    /// own single-use record of the payment (a Stipendex receiver's used-Proof record):
+    /// - the same `op` again — the caller recovering a verification whose answer was lost,
+    ///   from any instance — answers that verification's result instead of
+    ///   [`RailError::Replayed`]; a payment consumed under another `op` is still
+    ///   [`RailError::Replayed`];
+    /// - a payment the rail shows was made while the offer was live is verified after the
+    ///   offer's end, within [`crate::LATE_PROOF_GRACE`] ([`Offer::check_paid_in_time`]): its
+    ///   money moved in time. A rail that moves the money at verification (x402, exact-algo)
+    ///   still refuses an expired offer: nothing moved.
     ///
     /// The default is [`Receiver::verify`]: right for a rail whose verification cannot lose its
-    /// answer after consuming. A rail that consumes at a remote service overrides it (the
-    /// `account` rail derives the facilitator's idempotency key from `op`).
+    /// answer after consuming and moves money at verification. The `account` rail derives the
+    /// facilitator's idempotency key from `op`; the `ledger` and `account` rails verify late
+    /// payments made in time.
     ///
     /// # Errors
     /// As [`Receiver::verify`].

@@ -180,6 +180,13 @@ mod duration_secs {
     }
 }
 
+/// How long after its offer's end a payment made while the offer was live may still be
+/// verified by a caller that keeps its own single-use record ([`crate::Receiver::verify_as`]):
+/// the wallet's time to present a payment whose answer was lost, or that waited for review.
+/// Shorter than the 24 hours rails keep their single-use marks past an offer's end, so a
+/// replay within it is still refused by the rail.
+pub const LATE_PROOF_GRACE: Duration = Duration::from_secs(12 * 3600);
+
 /// A single-use offer to be paid on one rail: what the receiver hands to the payer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -217,6 +224,22 @@ impl Offer {
     /// [`RailError::OfferExpired`].
     pub fn check_live(&self, now: Timestamp) -> RailResult<()> {
         if now >= self.expires_at {
+            return Err(RailError::OfferExpired {
+                offer_id: self.id.clone(),
+                expired_at: self.expires_at,
+            });
+        }
+        Ok(())
+    }
+
+    /// For a late verification ([`crate::Receiver::verify_as`]): the payment, made at
+    /// `paid_at`, was made while the offer was live, and `now` is within
+    /// [`LATE_PROOF_GRACE`] of the offer's end.
+    ///
+    /// # Errors
+    /// [`RailError::OfferExpired`].
+    pub fn check_paid_in_time(&self, paid_at: Timestamp, now: Timestamp) -> RailResult<()> {
+        if paid_at >= self.expires_at || now >= self.expires_at.plus(LATE_PROOF_GRACE) {
             return Err(RailError::OfferExpired {
                 offer_id: self.id.clone(),
                 expired_at: self.expires_at,

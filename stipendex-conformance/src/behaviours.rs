@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rail_core::{Clock, MemoryKeyStore, Money, PayerHandle, ReceiverHandle};
+use rail_core::{Clock, MemoryKeyStore, Money, PayEffect, PayerHandle, ReceiverHandle};
 use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
 use stipendex::receiver::{Gate, PricedCapability, Receiver, Request};
 use stipendex::wallet::{Answer, Callback, MemoryJournal, Wallet, chain_name};
@@ -1033,6 +1033,58 @@ async fn stipendex_lost_answer_replayed(h: &dyn Harness) -> Verdict {
     Ok(())
 }
 
+/// A Proof paid while its Quote was live and presented after the Quote's expiry (its answer
+/// was lost, the payment waited for review): where the money moved at payment it is honoured —
+/// accepted, the price moved once — or, on a rail that gives an expired offer's payment back,
+/// refused with the payer's money back; where the money moves at verification it is refused
+/// and nothing moves. Never refused while the money stays moved. Past the grace, refused.
+async fn stipendex_proof_after_quote_expiry_honoured(h: &dyn Harness) -> Verdict {
+    let sc = scene(h, &Options::default())?;
+    let before = balances(h).await?;
+    let q = quote(&sc, &paid_req()).await?;
+    let paid = sc.wallet.pay(&q).await.map_err(s("pay"))?;
+    let now = u64::try_from(h.clock().now().unix_seconds()).map_err(s("clock"))?;
+    h.clock()
+        .advance(Duration::from_secs(q.object().exp.saturating_sub(now) + 1));
+    let late = sc.receiver.accept(&paid_req(), paid.proof.jws()).await;
+    let after = balances(h).await?;
+    let moved = after.payee_settled - before.payee_settled;
+    match (h.rail().capabilities().pay_effect, late) {
+        (_, Ok(_)) => ensure!(
+            moved == units(&sc.price),
+            "the late proof was honoured but {moved} moved instead of {}",
+            units(&sc.price)
+        ),
+        (PayEffect::SignsOnly, Err(e)) if e.code() == "expired" => {
+            unchanged(h, before, "a late authorisation").await?;
+        }
+        (PayEffect::Moves, Err(e)) if e.code() == "expired" => ensure!(
+            after.payer_available == before.payer_available && moved == 0,
+            "a payment made in time was refused late ({e}) and its money stayed moved: {before:?} -> {after:?}"
+        ),
+        (_, Err(e)) => return Err(format!("the late proof: {} ({e})", e.code())),
+    }
+    // Past the grace nothing is honoured.
+    let q = quote(
+        &sc,
+        &Request::new("GET", "/paid").with_params(serde_json::json!({"late": 1})),
+    )
+    .await?;
+    let paid = sc.wallet.pay(&q).await.map_err(s("pay"))?;
+    h.clock()
+        .advance(rail_core::LATE_PROOF_GRACE + Duration::from_secs(300));
+    refused(
+        "a proof past the grace",
+        sc.receiver
+            .accept(
+                &Request::new("GET", "/paid").with_params(serde_json::json!({"late": 1})),
+                paid.proof.jws(),
+            )
+            .await,
+        "expired",
+    )
+}
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
@@ -1065,5 +1117,6 @@ behaviours! {
     stipendex_head_is_priced: Pay => "Stipendex over HTTP: HEAD of a priced GET is 402 unpaid; OPTIONS never reaches the handler",
     stipendex_encoded_path_is_priced: Pay => "Stipendex over HTTP: no spelling of a priced path (encoded, //, .., case) is served unpaid",
     stipendex_checkout_confirmation_below_quote_refused: PartialCapture => "Stipendex checkout: a confirmation below the quote's maximum is refused before the work",
+    stipendex_proof_after_quote_expiry_honoured: Pay => "Stipendex: a proof paid in time and presented after the quote's expiry is honoured (or its money given back); never refused with the money kept",
     stipendex_lost_answer_replayed: Pay => "Stipendex over HTTP: the same proof again after a lost answer gets the same answer and receipt; one run, one charge",
 }

@@ -391,7 +391,7 @@ fn world() -> World {
     .unwrap();
     let receipt = Signed::sign(receipt("r_vector-receipt-1", &quote, &proof), &k.receiver).unwrap();
     let expired_quote = Signed::sign(
-        crate::quote(&k, "q_vector-quote-expired", NOW - 600, NOW - 480),
+        crate::quote(&k, "q_vector-quote-expired", NOW - 86_400, NOW - 80_000),
         &k.receiver,
     )
     .unwrap();
@@ -926,7 +926,7 @@ fn proof_file(w: &World) -> VectorFile {
             &w.mandate,
             &w.expired_quote,
             Some(&conf),
-            NOW - 500,
+            NOW - 80_100,
         ),
         &k.wallet,
     )
@@ -935,7 +935,7 @@ fn proof_file(w: &World) -> VectorFile {
         "expired",
         "valid",
         Some("wallet"),
-        "Pays (at now-500) the quote q_vector-quote-expired, payable until now-480. The parser accepts it; the receiver refuses it at `now` with `expired` (consumer): it accepts a proof only while its quote is payable.",
+        "Pays (at now-80100) the quote q_vector-quote-expired, payable until now-80000. The parser accepts it; the receiver refuses it at `now` with `expired` (consumer), before asking the rail: a proof paid in time is honoured after its quote's expiry only within 12 hours (`LATE_PROOF_GRACE`).",
         late.jws().into(),
     );
     c.consumer = Some(Consumer {

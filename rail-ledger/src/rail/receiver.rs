@@ -83,8 +83,9 @@ impl LedgerReceiver {
             .ok_or_else(|| RailError::NotFound(format!("transfer {id}")))
     }
 
-    /// Checks the transfer against the offer; nothing is consumed here.
-    async fn check(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+    /// Checks the transfer against the offer; nothing is consumed here. `late`: a transfer
+    /// made while the offer was live is accepted after its end ([`Receiver::verify_as`]).
+    async fn check(&self, offer: &Offer, payment: &Payment, late: bool) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
         if offer.payee != self.account.to_string() {
             return Err(RailError::mismatch(
@@ -93,11 +94,17 @@ impl LedgerReceiver {
                 &offer.payee,
             ));
         }
-        offer.check_live(self.ledger.clock().now())?;
+        let now = self.ledger.clock().now();
+        if !late {
+            offer.check_live(now)?;
+        }
         let proof: LedgerProof = payment.proof_as()?;
         let payer = parse_account(&payment.payer, "payment payer")
             .map_err(|e| RailError::MalformedPayment(e.to_string()))?;
         let (t, status) = self.lookup(proof.transfer_id).await?;
+        if late {
+            offer.check_paid_in_time(t.timestamp, now)?;
+        }
         let (want_kind, want_status) = match offer.mode {
             PaymentMode::Capture => (
                 TransferKind::Single,
@@ -244,6 +251,23 @@ impl Receiver for LedgerReceiver {
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        self.consume(offer, payment, false).await
+    }
+
+    /// A transfer made while the offer was live is verified after its end (within
+    /// [`rail_core::LATE_PROOF_GRACE`]); the offer's single-use mark still refuses a replay.
+    async fn verify_as(
+        &self,
+        _op: &OpId,
+        offer: &Offer,
+        payment: &Payment,
+    ) -> RailResult<Verified> {
+        self.consume(offer, payment, true).await
+    }
+}
+
+impl LedgerReceiver {
+    async fn consume(&self, offer: &Offer, payment: &Payment, late: bool) -> RailResult<Verified> {
         // Cheap, side-effect-free checks first; then reserve the offer, check the ledger, commit.
         payment.check_envelope(offer)?;
         let _: LedgerProof = payment.proof_as()?;
@@ -251,7 +275,7 @@ impl Receiver for LedgerReceiver {
             .guard
             .reserve(&offer.id, Duration::from_secs(30))
             .await?;
-        match self.check(offer, payment).await {
+        match self.check(offer, payment, late).await {
             Ok(v) => {
                 let keep =
                     offer.retention(self.ledger.clock().now(), Duration::from_secs(24 * 3600));

@@ -198,8 +198,30 @@ impl Receiver for NwcReceiver {
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        self.check(offer, payment, false).await
+    }
+
+    /// A settled invoice whose wallet reports it settled while the offer was live
+    /// (`settled_at`, to the second NIP-47 gives) is verified after the offer's end, within
+    /// [`rail_core::LATE_PROOF_GRACE`]; the payment hash's mark still refuses a replay. A hold
+    /// is never verified late (it is released instead).
+    async fn verify_as(
+        &self,
+        _op: &OpId,
+        offer: &Offer,
+        payment: &Payment,
+    ) -> RailResult<Verified> {
+        self.check(offer, payment, offer.mode == PaymentMode::Capture)
+            .await
+    }
+}
+
+impl NwcReceiver {
+    async fn check(&self, offer: &Offer, payment: &Payment, late: bool) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
-        if let Err(expired) = offer.check_live(self.clock.now()) {
+        if late {
+            // Judged below, by when the invoice was settled.
+        } else if let Err(expired) = offer.check_live(self.clock.now()) {
             // Refused; a hold the payer's wallet accepted for this offer is released now
             // rather than left locked until the invoice's own expiry.
             self.release_expired_hold(offer).await;
@@ -255,6 +277,16 @@ impl Receiver for NwcReceiver {
                         op: "verify",
                         state: format!("invoice {:?} for {} msat", tx.state, tx.amount),
                     });
+                }
+                if late {
+                    // Without `settled_at` the wallet does not say the payment was in time.
+                    let settled = tx
+                        .settled_at
+                        .and_then(|s| i64::try_from(s).ok())
+                        .map_or(offer.expires_at, |s| {
+                            rail_core::Timestamp(s.saturating_mul(1000))
+                        });
+                    offer.check_paid_in_time(settled, self.clock.now())?;
                 }
                 PaymentState::Settled
             }

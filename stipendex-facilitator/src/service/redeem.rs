@@ -75,7 +75,6 @@ impl Facilitator {
         if offer.payee != caller.to_string() {
             return Err(RailError::mismatch(Binding::Payee, caller, &offer.payee));
         }
-        offer.check_live(self.clock.now())?;
         let proof: AccountProof = payment.proof_as()?;
         if proof.payment_id != payment_id {
             return Err(RailError::MalformedPayment(format!(
@@ -92,6 +91,11 @@ impl Facilitator {
             .lookup_transfer(id)
             .await?
             .ok_or_else(|| RailError::NotFound(format!("payment {id}")))?;
+        // A payment made while the offer was live is redeemed after its end (within the
+        // grace): its money moved in time. The redeemed record, kept a day past the offer's
+        // end, still refuses a replay. (The account rail's plain `verify` refuses an expired
+        // offer itself, before asking.)
+        offer.check_paid_in_time(t.timestamp, self.clock.now())?;
         if t.credit != caller {
             return Err(RailError::mismatch(Binding::Payee, caller, t.credit));
         }

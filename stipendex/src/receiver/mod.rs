@@ -4,10 +4,12 @@
 //! A transport binding (HTTP, MCP) calls, per request:
 //! 1. [`Receiver::gate`]: free (not priced), waived, rejected (no charge, not forwarded), or a
 //!    signed Quote to send back (402 / -32402);
-//! 2. on the retry, [`Receiver::accept`] with the Proof: the Quote must be this receiver's own
-//!    (its signature verified), unexpired, for this very request; the payment is verified on
-//!    its rail, which consumes it (a replay is [`Error::QuoteUsed`]); only then may the request
-//!    run;
+//! 2. on the retry, [`Receiver::admit`] (or [`Receiver::accept`]) with the Proof: the Quote
+//!    must be this receiver's own (its signature verified), unexpired — or expired less than
+//!    [`rail_core::LATE_PROOF_GRACE`] ago and paid while it was live — and for this very
+//!    request; the Proof is claimed once in the receiver's store, the payment verified on its
+//!    rail, which consumes it (another Proof is [`Error::QuoteUsed`], the same Proof again
+//!    gets its kept answer); only then may the request run;
 //! 3. after the work, [`Receiver::receipt`] (service) or [`Receiver::capture`] (checkout:
 //!    capture the final amount, never above the Quote or the Confirmation) for the signed
 //!    Receipt — or [`Receiver::release`] if the work failed (a hold is voided).
@@ -569,12 +571,20 @@ impl Receiver {
                 q.id, req.method, req.name
             )));
         }
+        // An expired Quote's Proof is still taken to the rail within the grace: a payment
+        // made while the Quote was live (its answer lost, or held for review) is honoured —
+        // its money moved in time; the rail says when it was made (`verify_as`). A rail that
+        // moves the money at verification refuses it: nothing moved.
         let now = now_secs(&me.clock);
-        if now >= q.exp {
+        if now >= q.exp.saturating_add(rail_core::LATE_PROOF_GRACE.as_secs()) {
             return Err(Error::Expired {
                 what: "quote",
                 id: q.id.clone(),
-                why: format!("expired at {}, now {now}", q.exp),
+                why: format!(
+                    "expired at {}, now {now}: past the {} s a payment made in time is honoured",
+                    q.exp,
+                    rail_core::LATE_PROOF_GRACE.as_secs()
+                ),
             });
         }
         let confirmation = match &p.confirmation_jws {
@@ -660,6 +670,14 @@ impl Receiver {
                 me.answers.fail(lease, e.is_retryable()).await;
                 return Err(match e {
                     RailError::Replayed { .. } => Error::QuoteUsed(q.id.clone()),
+                    RailError::OfferExpired { .. } => Error::Expired {
+                        what: "quote",
+                        id: q.id.clone(),
+                        why: format!(
+                            "expired at {}, now {now}, and its payment was not made in time ({e})",
+                            q.exp
+                        ),
+                    },
                     e => Error::Payment(e),
                 });
             }
