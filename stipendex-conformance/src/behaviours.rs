@@ -57,6 +57,8 @@ struct Options {
     confirm: bool,
     /// The origins the mandate pins the receiver at (and the receiver names).
     origins: Vec<String>,
+    /// The wallet's first payment is made but its answer is lost (`unavailable`).
+    lose_first_answer: bool,
 }
 
 impl Default for Options {
@@ -67,6 +69,7 @@ impl Default for Options {
             confirm_above: None,
             confirm: true,
             origins: Vec::new(),
+            lose_first_answer: false,
         }
     }
 }
@@ -142,11 +145,19 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
     let (yes, flag) = (o.confirm, asked.clone());
     let journal = Arc::new(MemoryJournal::default());
     let wallet_key_copy = wallet_key.clone();
+    let payer: Arc<dyn rail_core::Payer> = if o.lose_first_answer {
+        Arc::new(LosesFirstAnswer {
+            inner: rail.payer.clone(),
+            lost: AtomicBool::new(false),
+        })
+    } else {
+        rail.payer.clone()
+    };
     let wallet = Wallet::builder(wallet_key, mandate)
         .rail(
             "rail",
             PayerHandle {
-                payer: rail.payer.clone(),
+                payer,
                 hold_payer: rail.hold_payer.clone(),
             },
         )
@@ -1085,6 +1096,107 @@ async fn stipendex_proof_after_quote_expiry_honoured(h: &dyn Harness) -> Verdict
     )
 }
 
+/// A payer whose first payment is made on the rail and whose answer is then lost: the wallet
+/// hears `unavailable` (a timeout after the rail acted).
+struct LosesFirstAnswer {
+    inner: Arc<dyn rail_core::Payer>,
+    lost: AtomicBool,
+}
+
+impl rail_core::Rail for LosesFirstAnswer {
+    fn id(&self) -> rail_core::RailId {
+        self.inner.id()
+    }
+    fn capabilities(&self) -> rail_core::Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait::async_trait]
+impl rail_core::Payer for LosesFirstAnswer {
+    async fn pay(
+        &self,
+        op: &rail_core::OpId,
+        offer: &rail_core::Offer,
+    ) -> rail_core::RailResult<rail_core::Payment> {
+        let payment = self.inner.pay(op, offer).await?;
+        if self.lost.swap(true, Ordering::SeqCst) {
+            return Ok(payment);
+        }
+        Err(rail_core::RailError::Unavailable(
+            rail_core::RailReason::new("timeout", "the rail's answer was lost"),
+        ))
+    }
+    fn accepts(&self, offer: &rail_core::Offer) -> rail_core::RailResult<()> {
+        self.inner.accepts(offer)
+    }
+}
+
+/// A payment made on the rail whose answer the wallet lost stays pending (listed, counted, its
+/// Quote journaled before paying); `Wallet::resume` asks the rail again under the same
+/// operation and signs the Proof once; the receiver accepts it, the chain verifies, and the
+/// price moved once.
+async fn stipendex_pending_payment_resumed(h: &dyn Harness) -> Verdict {
+    let sc = scene(
+        h,
+        &Options {
+            lose_first_answer: true,
+            ..Options::default()
+        },
+    )?;
+    let before = balances(h).await?;
+    let q = quote(&sc, &paid_req()).await?;
+    refused(
+        "the payment whose answer is lost",
+        sc.wallet.pay(&q).await,
+        "unavailable",
+    )?;
+    let pending = sc.wallet.pending().await.map_err(s("pending"))?;
+    let chain = chain_name("conformance-shop", &q.object().id);
+    ensure!(
+        pending.len() == 1 && pending.first().is_some_and(|p| p.chain == chain),
+        "{} payments pending, expected this quote's",
+        pending.len()
+    );
+    let paid = sc.wallet.resume(&chain).await.map_err(s("resume"))?;
+    let again = sc.wallet.resume(&chain).await;
+    refused("resuming a finished payment", again, "not_pending")?;
+    let repaid = sc.wallet.pay(&q).await.map_err(s("pay again"))?;
+    ensure!(
+        !repaid.fresh && repaid.proof.jws() == paid.proof.jws(),
+        "the resumed quote paid again gave another proof"
+    );
+    let accepted = sc
+        .receiver
+        .accept(&paid_req(), paid.proof.jws())
+        .await
+        .map_err(s("accept"))?;
+    let receipt = sc
+        .receiver
+        .receipt(&accepted, b"PAID WORK")
+        .map_err(s("receipt"))?;
+    sc.wallet
+        .receipt(&paid, receipt.jws())
+        .await
+        .map_err(s("wallet receipt"))?;
+    let objects = sc.journal.chain(&chain);
+    let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
+    stipendex::chain::verify_chain(&refs, Some(&sc.principal.public()))
+        .map_err(s("the resumed chain"))?;
+    ensure!(
+        objects.len() == 4,
+        "the chain holds {} objects, not 4",
+        objects.len()
+    );
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&sc.price)
+            && before.payer_available - after.payer_available == units(&sc.price),
+        "a payment resumed once moved {before:?} -> {after:?}, not the price once"
+    );
+    Ok(())
+}
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
@@ -1118,5 +1230,6 @@ behaviours! {
     stipendex_encoded_path_is_priced: Pay => "Stipendex over HTTP: no spelling of a priced path (encoded, //, .., case) is served unpaid",
     stipendex_checkout_confirmation_below_quote_refused: PartialCapture => "Stipendex checkout: a confirmation below the quote's maximum is refused before the work",
     stipendex_proof_after_quote_expiry_honoured: Pay => "Stipendex: a proof paid in time and presented after the quote's expiry is honoured (or its money given back); never refused with the money kept",
+    stipendex_pending_payment_resumed: Pay => "Stipendex: a payment whose answer was lost stays pending and counted; resume signs its proof once; one charge, one chain",
     stipendex_lost_answer_replayed: Pay => "Stipendex over HTTP: the same proof again after a lost answer gets the same answer and receipt; one run, one charge",
 }
