@@ -619,7 +619,7 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     files.sort();
-    let verified = crate::verify::run(Some(&principal.public().to_string()), &files);
+    let verified = crate::verify::run(Some(&principal.public().to_string()), &[], &files);
     stage.balances.teardown().await;
     let code = verified?;
     if !unexpected.is_empty() {

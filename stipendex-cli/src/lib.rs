@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! stipendex demo [--rail NAME] [--dir DIR] [--confirm yes|no]
-//! stipendex verify-chain --principal KEY | --unanchored FILE…
+//! stipendex verify-chain --principal KEY | --unanchored [--revocation FILE]… FILE…
 //! stipendex fetch [--config wallet.toml] [-X METHOD] [-H 'Name: value'] [-d DATA] URL
 //! stipendex wallet pending [--config wallet.toml]
 //! stipendex wallet resume [--config wallet.toml] CHAIN
@@ -91,6 +91,10 @@ enum Command {
         /// only (anyone can forge such a chain), and each is reported `ok (unanchored)`.
         #[arg(long, conflicts_with = "principal")]
         unanchored: bool,
+        /// The principal's revocations (files of compact JWS, from `stipendex mandate revoke`):
+        /// a Proof made at or after its mandate's revocation breaks the chain.
+        #[arg(long = "revocation")]
+        revocations: Vec<PathBuf>,
         /// Chain files (`<dir>/chains/*.jws` of a wallet's journal).
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -135,6 +139,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::VerifyChain {
             principal,
             unanchored,
+            revocations,
             files,
         } => {
             if principal.is_none() && !unanchored {
@@ -142,7 +147,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
                     "verify-chain needs the trust anchor: give the principal's key with --principal ed25519:… (or --unanchored to check the chains against themselves only, which anyone can forge)",
                 ));
             }
-            verify::run(principal.as_deref(), &files)
+            verify::run(principal.as_deref(), &revocations, &files)
         }
         Command::Key(KeyCommand::New { out }) => {
             let key = stipendex::envelope::SecretKey::generate();

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use stipendex::chain::{Chain, verify_chain};
-use stipendex::envelope::PublicKey;
+use stipendex::envelope::{PublicKey, Revocation, Signed};
 
 use crate::{CliError, files, msg};
 
@@ -52,8 +52,34 @@ pub(crate) fn summary(c: &Chain) -> String {
     s
 }
 
-/// Verifies each file; exit 1 if any chain is broken.
-pub(crate) fn run(principal: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode, CliError> {
+/// The revocations in `paths` (one compact JWS per line).
+fn revocations(paths: &[PathBuf]) -> Result<Vec<Signed<Revocation>>, CliError> {
+    let mut out = Vec::new();
+    for path in paths {
+        for line in files::read(path)?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+        {
+            out.push(Signed::<Revocation>::parse(line).map_err(|e| {
+                msg(format!(
+                    "--revocation {}: not a signed revocation ({e}); write one with `stipendex mandate revoke`",
+                    path.display()
+                ))
+            })?);
+        }
+    }
+    Ok(out)
+}
+
+/// Verifies each file (and, with `revoked`, no Proof made after its mandate's revocation);
+/// exit 1 if any chain is broken.
+pub(crate) fn run(
+    principal: Option<&str>,
+    revoked: &[PathBuf],
+    paths: &[PathBuf],
+) -> Result<ExitCode, CliError> {
+    let revocations = revocations(revoked)?;
     let anchor = principal
         .map(|p| {
             PublicKey::parse(p).map_err(|_| {
@@ -72,7 +98,9 @@ pub(crate) fn run(principal: Option<&str>, paths: &[PathBuf]) -> Result<ExitCode
             .filter(|l| !l.is_empty())
             .collect();
         #[allow(clippy::print_stdout)]
-        match verify_chain(&objects, anchor.as_ref()) {
+        let checked = verify_chain(&objects, anchor.as_ref())
+            .and_then(|c| c.check_revocations(&revocations).map(|()| c));
+        match checked {
             Ok(c) if anchor.is_some() => println!("ok      {}: {}", path.display(), summary(&c)),
             Ok(c) => println!("ok (unanchored) {}: {}", path.display(), summary(&c)),
             Err(e) => {

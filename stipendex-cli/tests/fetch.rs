@@ -226,6 +226,46 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
         err.contains("no pending payment q_nothing-00000000"),
         "{err}"
     );
+
+    // verify-chain with the principal's revocations (issue 24): a revocation after the payment
+    // leaves its chain intact; one dated before it breaks the chain at the proof.
+    let chain = std::fs::read_dir(dir.join("chains"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jws"))
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let verify = |revocation_iat: u64| {
+        let rev = stipendex::wallet::revoke(&mandate, &principal, revocation_iat).unwrap();
+        let path = dir.join(format!("revocation-{revocation_iat}.jws"));
+        std::fs::write(&path, rev.jws()).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
+            .args([
+                "verify-chain",
+                "--principal",
+                &principal.public().to_string(),
+            ])
+            .arg("--revocation")
+            .arg(&path)
+            .arg(&chain)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, out) = verify(now + 60);
+    assert!(ok && out.starts_with("ok "), "{out}");
+    let (ok, out) = verify(now - 3600);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("BROKEN") && out.contains("revoked at"),
+        "{out}"
+    );
 }
 
 /// `stipendex fetch` pays a plain x402 402 (exact-algo, on an in-process algod devnet) with

@@ -12,13 +12,16 @@
 //! | `receipt` | signed by the quote's receiver; binds the proof; the final amount never above the quote, the proof or the confirmation (I3); a service receipt takes exactly the quoted amount |
 //!
 //! Limits over many payments (per period, total, per receiver) are not provable from one
-//! chain; the wallet's store enforces them.
+//! chain; the wallet's store enforces them. Revocations are not part of a chain: an auditor
+//! holding the principal's checks them with [`Chain::check_revocations`]
+//! (`stipendex verify-chain --revocation FILE`).
 
 use rail_core::Amount;
 
 use crate::Error;
 use crate::envelope::{
-    Allow, Confirmation, Mandate, Object, Profile, Proof, PublicKey, Quote, Receipt, Signed, jws,
+    Allow, Confirmation, Mandate, Object, Profile, Proof, PublicKey, Quote, Receipt, Revocation,
+    Signed, jws,
 };
 
 /// A chain that verified.
@@ -34,6 +37,36 @@ pub struct Chain {
     pub proof: Signed<Proof>,
     /// The receipt (absent: the receiver has not answered yet).
     pub receipt: Option<Signed<Receipt>>,
+}
+
+impl Chain {
+    /// Checks the chain against `revocations` (the principal's, as an auditor holds them): a
+    /// Proof made at or after the revocation of its mandate breaks the chain at the proof. A
+    /// revocation of another mandate, or not signed by this mandate's principal, has no
+    /// bearing on it.
+    ///
+    /// # Errors
+    /// [`Error::Broken`] at `proof`.
+    pub fn check_revocations(&self, revocations: &[Signed<Revocation>]) -> Result<(), Error> {
+        let m = self.mandate.object();
+        let p = self.proof.object();
+        for r in revocations {
+            let rv = r.object();
+            if &rv.mandate == self.mandate.digest()
+                && rv.principal == m.principal.key
+                && p.iat >= rv.iat
+            {
+                return Err(broken(
+                    "proof",
+                    format!(
+                        "made at {} under mandate {}, which its principal revoked at {} ({})",
+                        p.iat, m.id, rv.iat, rv.id
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn broken(link: &'static str, why: impl Into<String>) -> Error {
