@@ -97,9 +97,14 @@ pub(crate) fn run(
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect();
+        let checked = match verify_chain(&objects, anchor.as_ref()) {
+            Ok(c) => match c.check_revocations(&revocations) {
+                Ok(()) => Ok(c),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
         #[allow(clippy::print_stdout)]
-        let checked = verify_chain(&objects, anchor.as_ref())
-            .and_then(|c| c.check_revocations(&revocations).map(|()| c));
         match checked {
             Ok(c) if anchor.is_some() => println!("ok      {}: {}", path.display(), summary(&c)),
             Ok(c) => println!("ok (unanchored) {}: {}", path.display(), summary(&c)),
