@@ -169,6 +169,14 @@ pub trait Receiver: Rail {
     /// [`RailError::InvalidInput`] for a charge the rail cannot carry (asset, precision).
     async fn offer(&self, charge: &Charge) -> RailResult<Offer>;
 
+    /// Whether making an offer costs something outside this process — an object at a
+    /// processor (a Stripe PaymentIntent), an invoice at a wallet (Lightning) — so that a
+    /// receiver quoting every unpaid request rate-limits it per client. Default: `false` (an
+    /// offer is a local record or a signed statement).
+    fn offers_cost(&self) -> bool {
+        false
+    }
+
     /// Checks `payment` against `offer` on the rail and consumes the offer: a second verify of
     /// the same payment (or of another payment for the same offer) is [`RailError::Replayed`].
     /// Nothing is consumed when verification fails.

@@ -286,6 +286,8 @@ fn serve(
             ),
     );
     tokio::spawn(async move {
+        // With the peer's address: quotes with costly offers are limited per client.
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "demo server stopped");
         }

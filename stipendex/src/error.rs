@@ -127,6 +127,14 @@ pub enum Error {
     /// A Quote was already paid (wallet), or already used (receiver).
     #[error("quote {0} was already used")]
     QuoteUsed(String),
+    /// Too many Quotes with costly offers for this client now: retry later.
+    #[error("rate limited: {why}")]
+    RateLimited {
+        /// Why.
+        why: String,
+        /// When to retry, in seconds.
+        retry_after: u64,
+    },
     /// No payment of that chain is pending in the wallet's journal.
     #[error("no pending payment {0}: `stipendex wallet pending` lists them")]
     NotPending(String),
@@ -188,6 +196,7 @@ impl Error {
             Error::NoRail(_) => "no_rail",
             Error::QuoteUsed(_) => "quote_used",
             Error::NotPending(_) => "not_pending",
+            Error::RateLimited { .. } => "rate_limited",
             Error::CaptureAbove(_) => "capture_above",
             Error::Rejected(_) => "rejected",
             Error::Broken { .. } => "broken_chain",

@@ -1058,3 +1058,134 @@ async fn the_same_proof_again_after_a_lost_answer_gets_the_same_answer() {
         "the failed handler ran twice"
     );
 }
+
+/// A rail whose every offer is an object elsewhere (as a Stripe PaymentIntent is), counted.
+struct Costly(Arc<std::sync::atomic::AtomicUsize>);
+
+impl stipendex::Rail for Costly {
+    fn id(&self) -> stipendex::rail_core::RailId {
+        stipendex::rail_core::RailId::new("stripe")
+    }
+    fn capabilities(&self) -> stipendex::rail_core::Capabilities {
+        stipendex::rail_core::Capabilities::pay_only(
+            stipendex::rail_core::Finality::Immediate,
+            vec![stipendex::Asset::usd()],
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl stipendex::RailReceiver for Costly {
+    async fn offer(
+        &self,
+        charge: &stipendex::Charge,
+    ) -> stipendex::rail_core::RailResult<stipendex::Offer> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(stipendex::Offer {
+            rail: stipendex::rail_core::RailId::new("stripe"),
+            id: format!("off_{}", rand::random::<u64>()),
+            amount: charge.amount.clone(),
+            payee: "shop".into(),
+            mode: charge.mode,
+            expires_at: stipendex::rail_core::Timestamp(i64::MAX),
+            details: serde_json::Value::Null,
+        })
+    }
+    fn offers_cost(&self) -> bool {
+        true
+    }
+    async fn verify(
+        &self,
+        _: &stipendex::Offer,
+        _: &stipendex::rail_core::Payment,
+    ) -> stipendex::rail_core::RailResult<stipendex::rail_core::Verified> {
+        Err(stipendex::rail_core::RailError::InvalidInput(
+            "not paid here".into(),
+        ))
+    }
+}
+
+/// Unpaid requests cannot make the receiver create costly offers without end (issue 24): past
+/// the per-client limit the costly rail drops out of that client's Quotes (the free rails
+/// stand); with no other rail the answer is 429 with `Retry-After`; another client (another
+/// address) still gets its own.
+#[tokio::test]
+async fn quotes_with_costly_offers_are_limited_per_client() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let w = world().await;
+    let serve = |with_ledger: bool, made: Arc<AtomicUsize>| {
+        let w = &w;
+        async move {
+            let (listener, base) = listen().await;
+            let mut b = Receiver::builder("search", w.receiver_key.clone())
+                .origin(&base)
+                .rail(
+                    "card",
+                    stipendex::rail_core::ReceiverHandle::pay_only(Costly(made)),
+                )
+                .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+                .costly_quotes_per_client(3, std::time::Duration::from_secs(60));
+            if with_ledger {
+                b = b.registry(&w.registry);
+            }
+            let app = Binding::new(b.build().unwrap())
+                .unwrap()
+                .apply(Router::new().route("/api/search", get(|| async { "results" })));
+            tokio::spawn(async move {
+                axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                )
+                .await
+                .unwrap();
+            });
+            base
+        }
+    };
+    let made = Arc::new(AtomicUsize::new(0));
+    let base = serve(true, made.clone()).await;
+    let mut offered = Vec::new();
+    for _ in 0..5 {
+        let (q, _) = quote_for(&format!("{base}/api/search?q=spam")).await;
+        offered.push(q.object().rails.len());
+    }
+    assert_eq!(
+        offered,
+        [2, 2, 2, 1, 1],
+        "the costly rail drops out past the limit"
+    );
+    assert_eq!(made.load(Ordering::SeqCst), 3);
+
+    let made = Arc::new(AtomicUsize::new(0));
+    let base = serve(false, made.clone()).await;
+    for _ in 0..3 {
+        let r = raw_client()
+            .get(format!("{base}/api/search"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 402);
+    }
+    let r = raw_client()
+        .get(format!("{base}/api/search"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited", "{body}");
+    assert_eq!(made.load(Ordering::SeqCst), 3);
+    // Another client, from another address, has its own window.
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let r = other
+        .get(format!("{base}/api/search"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    assert_eq!(made.load(Ordering::SeqCst), 4);
+}

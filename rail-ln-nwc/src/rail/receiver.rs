@@ -144,6 +144,11 @@ impl Rail for NwcReceiver {
 
 #[async_trait]
 impl Receiver for NwcReceiver {
+    /// Every offer is an object at the processor or the wallet: quoting is rate-limited.
+    fn offers_cost(&self) -> bool {
+        true
+    }
+
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         let amount = msat(&charge.amount)?;
         if amount == 0 {

@@ -283,6 +283,11 @@ impl Rail for StripeReceiver {
 
 #[async_trait]
 impl Receiver for StripeReceiver {
+    /// Every offer is an object at the processor or the wallet: quoting is rate-limited.
+    fn offers_cost(&self) -> bool {
+        true
+    }
+
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         if charge.amount.asset() != &self.asset {
             return Err(RailError::InvalidInput(format!(

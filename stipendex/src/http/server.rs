@@ -155,7 +155,12 @@ fn request_of(receiver: &Receiver, req: &HttpRequest) -> Request {
             Value::Object(params)
         },
         query: req.uri().query().map(str::to_owned),
-        client: None,
+        // The peer's address, when the server runs with `ConnectInfo` (its quotes with costly
+        // offers are limited per client).
+        client: req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip().to_string()),
     }
 }
 
@@ -359,6 +364,17 @@ async fn gate(
 }
 
 fn quote_failed(e: &Error) -> Response {
+    if let Error::RateLimited { retry_after, .. } = e {
+        let mut h = HeaderMap::new();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            h,
+            axum::Json(json!({"error": e.code(), "message": e.to_string()})),
+        )
+            .into_response();
+    }
     tracing::error!(error = %e, "stipendex: cannot quote");
     x402_transport::paywall::unavailable_response(e.code(), None, &format!("cannot quote now: {e}"))
 }

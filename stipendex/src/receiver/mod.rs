@@ -15,6 +15,7 @@
 //!    Receipt — or [`Receiver::release`] if the work failed (a hold is voided).
 
 mod answers;
+mod limit;
 mod pricing;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use rail_core::{
 use serde::{Deserialize, Serialize};
 
 pub use answers::{ANSWER_MARGIN, Answer, MAX_KEPT_ANSWER};
+pub use limit::DEFAULT_COSTLY_QUOTES;
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
 
 use crate::Error;
@@ -139,6 +141,7 @@ struct Inner {
     ttl: Duration,
     clock: SharedClock,
     answers: answers::Answers,
+    costly: limit::Limiter,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -161,6 +164,7 @@ pub struct Builder {
     ttl: Duration,
     clock: SharedClock,
     store: Option<Arc<dyn KeyStore>>,
+    costly: (u32, Duration),
 }
 
 impl Builder {
@@ -186,6 +190,16 @@ impl Builder {
         if self.store.is_none() {
             self.store = registry.store().cloned();
         }
+        self
+    }
+
+    /// How many Quotes with costly offers (rails whose offers are objects elsewhere: Stripe,
+    /// Lightning; `offers_cost`) one client gets per window (default
+    /// [`DEFAULT_COSTLY_QUOTES`]: 60 a minute). Past it, those rails drop out of the client's
+    /// Quotes; with no other rail the request is `rate_limited` (429 over HTTP).
+    #[must_use]
+    pub fn costly_quotes_per_client(mut self, max: u32, per: Duration) -> Self {
+        self.costly = (max, per);
         self
     }
 
@@ -274,6 +288,7 @@ impl Builder {
             .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
         Ok(Receiver(Arc::new(Inner {
             answers: answers::Answers::new(store, &self.id, self.ttl),
+            costly: limit::Limiter::new(self.costly.0, self.costly.1),
             party: Party {
                 id: self.id,
                 key: self.key.public(),
@@ -314,6 +329,7 @@ impl Receiver {
             ttl: Duration::from_secs(120),
             clock: Arc::new(SystemClock),
             store: None,
+            costly: DEFAULT_COSTLY_QUOTES,
         }
     }
 
@@ -449,12 +465,26 @@ impl Receiver {
         charge.reference = Some(id.clone());
         let mut rails = Vec::new();
         let mut failed = None;
+        // Counted once per Quote, when a costly rail is about to offer.
+        let mut costly: Option<Result<(), i64>> = None;
         for r in &me.rails {
             let caps = r.handle.receiver.capabilities();
             if caps.check_asset(&max).is_err()
                 || (mode == PaymentMode::Hold && !checkout_capable(r))
             {
                 continue;
+            }
+            if r.handle.receiver.offers_cost() {
+                let admitted = *costly.get_or_insert_with(|| {
+                    me.costly.admit(
+                        req.client.as_deref().unwrap_or("?"),
+                        me.clock.now().millis(),
+                    )
+                });
+                if admitted.is_err() {
+                    tracing::debug!(rail = %r.name, client = ?req.client, "costly offers rate-limited for this client; quoting without the rail");
+                    continue;
+                }
             }
             // A rail that cannot make an offer now drops out of this Quote; the others stand.
             match r.handle.receiver.offer(&charge).await {
@@ -467,6 +497,17 @@ impl Receiver {
                     failed = Some(e);
                 }
             }
+        }
+        if rails.is_empty()
+            && let Some(Err(wait_ms)) = costly
+        {
+            let retry_after = u64::try_from(wait_ms.saturating_add(999) / 1000).unwrap_or(60);
+            return Err(Error::RateLimited {
+                why: format!(
+                    "too many quotes with costly offers for this client now; retry in {retry_after} s"
+                ),
+                retry_after,
+            });
         }
         if rails.is_empty()
             && let Some(e) = failed
