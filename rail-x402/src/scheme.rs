@@ -405,9 +405,32 @@ impl Scheme for ExactEvm {
     }
 }
 
+/// An `accepts[]` entry as v2 `PaymentRequirements`: a v2 entry as it is, a v1 entry
+/// (`maxAmountRequired`, a network name) with its network mapped to `eip155:<id>` through
+/// [`crate::v1::EVM_NETWORKS`] — the form the payer's policy judges, for both versions.
+fn as_requirements(entry: &Value) -> Result<PaymentRequirements, String> {
+    if let Ok(r) = serde_json::from_value::<PaymentRequirements>(entry.clone()) {
+        return Ok(r);
+    }
+    let r: PaymentRequirementsV1 = serde_json::from_value(entry.clone())
+        .map_err(|_| "not an x402 exact entry (v2 or v1)".to_owned())?;
+    let chain = crate::v1::network_chain_id(&r.network)
+        .ok_or_else(|| format!("v1 network {:?} is unknown", r.network))?;
+    Ok(PaymentRequirements {
+        scheme: r.scheme,
+        network: format!("eip155:{chain}"),
+        amount: r.max_amount_required,
+        asset: r.asset,
+        pay_to: r.pay_to,
+        max_timeout_seconds: r.max_timeout_seconds,
+        extra: r.extra,
+    })
+}
+
 /// The paying side: an [`X402Payer`] as a payer of the shared client
-/// ([`x402_transport::client::Client`]). It pays only entries that are x402 v2
-/// `PaymentRequirements` its [`crate::payer::Policy`] allows, and speaks v1.
+/// ([`x402_transport::client::Client`]). It pays the entries its [`crate::payer::Policy`]
+/// allows: x402 v2 `PaymentRequirements`, and v1 entries (judged as their v2 equivalent, paid
+/// as a v1 `X-PAYMENT`).
 #[async_trait]
 impl x402_transport::client::SchemePayer for X402Payer {
     fn label(&self) -> &str {
@@ -415,14 +438,14 @@ impl x402_transport::client::SchemePayer for X402Payer {
     }
 
     fn refusal(&self, entry: &Value) -> Option<String> {
-        match serde_json::from_value::<PaymentRequirements>(entry.clone()) {
+        match as_requirements(entry) {
             Ok(r) => self.policy().refusal(&r),
-            Err(_) => Some("not an x402 exact entry".into()),
+            Err(why) => Some(why),
         }
     }
 
     fn amount(&self, entry: &Value) -> Option<u128> {
-        let r: PaymentRequirements = serde_json::from_value(entry.clone()).ok()?;
+        let r = as_requirements(entry).ok()?;
         u128::try_from(r.amount.value()).ok()
     }
 

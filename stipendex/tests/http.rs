@@ -312,6 +312,77 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
         mock.balance(token.address, pay_to).unwrap(),
         U256::from(20_000)
     );
+
+    // A v1-only server (issue 24): its 402 is a v1 body (`maxAmountRequired`, a network
+    // name) and no PAYMENT-REQUIRED header. The wallet judges the v1 entry as its v2
+    // equivalent under the same mandate and pays it as v1 (`X-PAYMENT`).
+    let evm_v1: Arc<dyn Scheme> = Arc::new(
+        ExactEvm::new(mock.clone(), token.clone(), pay_to)
+            .accept_v1(None)
+            .unwrap(),
+    );
+    let v1_app = Paywall::new()
+        .route(
+            "/old",
+            "an old route",
+            Accepts::one(evm_v1, 10_000).unwrap(),
+        )
+        .apply(Router::new().route("/old", get(|| async { "old" })))
+        .layer(axum::middleware::map_response(
+            |mut r: axum::response::Response| async move {
+                r.headers_mut().remove("payment-required");
+                r
+            },
+        ));
+    let (listener, v1_base) = listen().await;
+    tokio::spawn(async move { axum::serve(listener, v1_app).await.unwrap() });
+    let unpaid = raw_client()
+        .get(format!("{v1_base}/old"))
+        .send()
+        .await
+        .unwrap();
+    assert!(!unpaid.headers().contains_key("payment-required"));
+    let body: serde_json::Value = unpaid.json().await.unwrap();
+    assert_eq!(body["x402Version"], 1, "{body}");
+    let mandate = w.mandate(|m| {
+        m.limits.push(Limits {
+            asset: usdc.clone(),
+            per_call: Some("0.50".parse().unwrap()),
+            per_period: None,
+            total: Some("5.00".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: None,
+        });
+        m.allow.push(Allow::X402Http {
+            origin: v1_base.clone(),
+            pay_to: format!("{pay_to:#x}"),
+        });
+    });
+    let v1_wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
+        .store(w.store.clone())
+        .scheme_payer(payer.clone())
+        .journal(w.journal.clone())
+        .build()
+        .unwrap();
+    let r = self::client(v1_wallet)
+        .get(&format!("{v1_base}/old"))
+        .await
+        .unwrap();
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"old"[..]));
+    let paid = r.x402.expect("an x402 v1 payment");
+    assert_eq!(paid.header, "x-payment");
+    assert_eq!(
+        paid.amount,
+        stipendex::Money::parse(usdc.clone(), "0.01").unwrap()
+    );
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(30_000)
+    );
+    let name = stipendex::wallet::chain_name(&v1_base, &paid.proof.object().id);
+    let chain = w.journal.chain(&name);
+    let refs: Vec<&str> = chain.iter().map(String::as_str).collect();
+    stipendex::chain::verify_chain(&refs, Some(&w.principal.public())).unwrap();
 }
 
 /// A paid retry that gets no verdict (a 503, as a proxy or a restarting server answers) is
