@@ -494,3 +494,83 @@ async fn a_chain_is_journaled_once_after_recovery_and_never_without_its_pending_
         Error::NotPending(_)
     ));
 }
+
+/// A payer whose every answer is lost: the rail's outcome stays unknown. Records each
+/// operation id it is asked under.
+struct AlwaysUnknown(std::sync::Mutex<Vec<String>>);
+
+impl stipendex::Rail for AlwaysUnknown {
+    fn id(&self) -> stipendex::rail_core::RailId {
+        stipendex::rail_core::RailId::new("ledger")
+    }
+    fn capabilities(&self) -> stipendex::rail_core::Capabilities {
+        stipendex::rail_core::Capabilities::pay_only(
+            stipendex::rail_core::Finality::Immediate,
+            vec![stipendex::Asset::usd()],
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl stipendex::Payer for AlwaysUnknown {
+    async fn pay(
+        &self,
+        op: &stipendex::OpId,
+        _: &stipendex::Offer,
+    ) -> stipendex::rail_core::RailResult<stipendex::rail_core::Payment> {
+        self.0.lock().unwrap().push(op.as_str().to_owned());
+        Err(stipendex::rail_core::RailError::Unavailable(
+            stipendex::rail_core::RailReason::new("timeout", "no answer"),
+        ))
+    }
+}
+
+/// A rail that stays unknown (issue 24): the payment stays pending and counted against the
+/// limits (a second payment the limit cannot hold with it is refused); resuming asks the rail
+/// again under the same operation id, never a new one; the agent's retry of the same Quote
+/// does too.
+#[tokio::test]
+async fn a_payment_whose_outcome_stays_unknown_stays_pending_and_counted_and_is_never_paid_twice() {
+    let w = world().await;
+    let payer = Arc::new(AlwaysUnknown(std::sync::Mutex::default()));
+    let wallet = stipendex::wallet::Wallet::builder(
+        w.wallet_key.clone(),
+        w.mandate(|m| m.limits[0].total = Some("0.08".parse().unwrap())),
+    )
+    .rail(
+        "house",
+        stipendex::PayerHandle {
+            payer: payer.clone(),
+            hold_payer: None,
+        },
+    )
+    .store(w.store.clone())
+    .clock(Arc::new(w.clock.clone()))
+    .build()
+    .unwrap();
+    let receiver = w.receiver();
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    let e = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(e.code(), "unavailable", "{e}");
+    let pending = wallet.pending().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    let chain = pending[0].chain.clone();
+    // Counted: 0.05 of the 0.08 total is taken, so another 0.05 is refused.
+    let other = quote(
+        &receiver,
+        &Request::new("GET", "/search").with_params(serde_json::json!({"q": "other"})),
+    )
+    .await;
+    let e = wallet.pay(&other).await.unwrap_err();
+    assert_eq!(e.code(), "limit_exceeded", "{e}");
+    for _ in 0..2 {
+        let e = wallet.resume(&chain).await.unwrap_err();
+        assert_eq!(e.code(), "unavailable", "{e}");
+    }
+    let e = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(e.code(), "unavailable", "{e}");
+    assert_eq!(wallet.pending().await.unwrap().len(), 1, "still pending");
+    let ops = payer.0.lock().unwrap().clone();
+    assert_eq!(ops.len(), 4, "asked once, then on each resume and retry");
+    assert!(ops.iter().all(|o| *o == ops[0]), "one operation: {ops:?}");
+}
