@@ -1042,9 +1042,12 @@ async fn the_same_proof_again_after_a_lost_answer_gets_the_same_answer() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let w = world().await;
     let (listener, base) = listen().await;
+    // The receivers' shared store (PostgreSQL for a fleet; memory here, shared by two).
+    let store: Arc<dyn stipendex::KeyStore> = Arc::new(stipendex::MemoryKeyStore::default());
     let receiver = Receiver::builder("search", w.receiver_key.clone())
         .origin(&base)
         .registry(&w.registry)
+        .store(store.clone())
         .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
         .price(PricedCapability::fixed("GET", "/api/broken", usd("0.05")))
         .clock(Arc::new(w.clock.clone()))
@@ -1111,6 +1114,37 @@ async fn the_same_proof_again_after_a_lost_answer_gets_the_same_answer() {
     assert_eq!(other.0, 402);
     assert!(other.2.contains("\"mismatch\""), "{}", other.2);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // Another instance of the receiver on the same store answers the repeat too (the first
+    // instance's answer was lost): same answer, no second run.
+    let (listener, second) = listen().await;
+    let twin = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .store(store.clone())
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let r3 = runs.clone();
+    let app = Binding::new(twin).unwrap().apply(Router::new().route(
+        "/api/search",
+        get(move || async move {
+            r3.fetch_add(1, Ordering::SeqCst);
+            "twin results"
+        }),
+    ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let at_twin = raw_client()
+        .get(format!("{second}/api/search?q=rust"))
+        .header("host", base.trim_start_matches("http://"))
+        .header("stipendex-payment", header.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(at_twin.status(), 200);
+    assert_eq!(at_twin.text().await.unwrap(), "results 1");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the twin ran the handler");
 
     // A handler that fails after a service payment: the same failure again, not a second run.
     let url = format!("{base}/api/broken");
