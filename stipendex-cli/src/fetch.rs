@@ -74,14 +74,8 @@ struct WalletSection {
 }
 
 #[derive(Debug, Deserialize)]
-struct StoreSection {
-    url: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
 struct File {
     wallet: Option<WalletSection>,
-    store: Option<StoreSection>,
 }
 
 /// Runs `stipendex fetch`.
@@ -234,16 +228,12 @@ pub(crate) async fn wallet(path: &Path, journaled: bool) -> Result<Wallet, CliEr
         ))
     })?;
     let registry = Registry::from_file(path).await?;
-    let store_url = file
-        .store
-        .and_then(|s| s.url)
-        .unwrap_or_else(|| "memory".into());
-    let store = rail_core::keys::open(&store_url, None).await.map_err(|e| {
-        msg(format!(
-            "{}: the [store] cannot hold the wallet's spend counters: {e}",
-            path.display()
-        ))
-    })?;
+    // The registry's `[store]` (`url` or `url_env`), opened once: the spend counters and paid
+    // Quotes live there with the rails' records. Without one, memory (nothing survives).
+    let store: Arc<dyn rail_core::KeyStore> = registry
+        .store()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rail_core::MemoryKeyStore::default()));
     let confirmer: Arc<dyn Confirmer> = match w.confirm {
         Confirm::Refuse => Arc::new(Refuse),
         Confirm::Terminal => Arc::new(Terminal),
