@@ -1294,3 +1294,32 @@ async fn quotes_with_costly_offers_are_limited_per_client() {
     assert_eq!(r.status(), 402);
     assert_eq!(made.load(Ordering::SeqCst), 4);
 }
+
+/// The same request sent several times at once by one wallet (issue 24's pending payments
+/// must not entangle them): each is paid once with its own Quote and answered with its own
+/// Receipt — a payment in flight for an identical request is not "resumed" by another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn identical_requests_at_once_each_pay_their_own_quote() {
+    let w = world().await;
+    let base = search_receiver(&w).await;
+    let client = client(w.wallet(w.mandate(|m| pin(m, &base)), true));
+    let url = format!("{base}/api/search?q=same");
+    let agents = (0..8).map(|_| {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move {
+            for _ in 0..10 {
+                let a = client.get(&url).await.expect("each request is paid");
+                assert_eq!((a.status.as_u16(), a.receipt.is_some()), (200, true));
+            }
+        })
+    });
+    for a in futures::future::join_all(agents).await {
+        a.unwrap();
+    }
+    assert_eq!(
+        w.journal.names().len(),
+        80,
+        "eighty payments, eighty chains"
+    );
+    assert!(client.wallet().pending().await.unwrap().is_empty());
+}

@@ -33,6 +33,10 @@ pub struct Pending {
     /// The request it pays for, when paid over HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
+    /// The rail was asked and its outcome is not known (no answer, or held for review): no
+    /// call is paying it now. `false` while the first attempt runs.
+    #[serde(default)]
+    pub unknown: bool,
 }
 
 /// Keeps the signed objects of each payment, and its payments pending. A chain is named by

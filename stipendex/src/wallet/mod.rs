@@ -106,6 +106,10 @@ struct Inner {
     scheme_payers: Vec<Arc<dyn x402_transport::client::SchemePayer>>,
 }
 
+/// How old a pending payment never marked unknown must be for the HTTP client to treat it as
+/// abandoned (its process died mid-payment) and resume it rather than pay afresh.
+pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The least time a Quote must have left for the wallet to pay it, by default: enough to pay
 /// and present the Proof before the receiver sees the Quote expire.
 pub const MIN_QUOTE_LIFE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -503,8 +507,9 @@ impl Wallet {
     }
 
     /// The pending payment of a Quote for the same request as `quote` (same receiver, same
-    /// resource `sent`, same request digest): the HTTP client resumes it rather than paying
-    /// `quote`, a fresh Quote for a request already being paid.
+    /// resource `sent`, same request digest) that no call is paying now (its outcome unknown,
+    /// or abandoned for [`ABANDONED_AFTER`]): the HTTP client resumes it rather than paying
+    /// `quote`, a fresh Quote for a request already paid.
     ///
     /// # Errors
     /// [`Error::Storage`] (the journal).
@@ -514,8 +519,12 @@ impl Wallet {
         sent: &Resource,
     ) -> Result<Option<Pending>, Error> {
         let q = quote.object();
+        let now = now_secs(&self.0.clock);
         for p in self.0.journal.pending().await? {
-            if p.resource.as_ref() != Some(sent) {
+            // A payment another call is making now is that call's; one left by a crash (never
+            // marked) counts once it is older than any attempt runs.
+            let idle = p.unknown || now.saturating_sub(p.since) > ABANDONED_AFTER.as_secs();
+            if !idle || p.resource.as_ref() != Some(sent) {
                 continue;
             }
             let Ok(old) = Signed::<Quote>::parse(&p.quote) else {
@@ -623,8 +632,23 @@ impl Wallet {
                 }
                 if unknown {
                     tracing::warn!(quote = %q.id, error = %e, "payment pending: its outcome is not known yet; `resume` finishes it");
+                    self.mark_unknown(&chain_name(&q.receiver.id, &q.id)).await;
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// Marks the pending payment of `chain` as having an unknown outcome (no call pays it
+    /// now): the HTTP client resumes such a payment for the same request.
+    async fn mark_unknown(&self, chain: &str) {
+        let journal = &self.0.journal;
+        if let Ok(Some(mut p)) = journal.pending_of(chain).await
+            && !p.unknown
+        {
+            p.unknown = true;
+            if let Err(e) = journal.begin(&p).await {
+                tracing::warn!(chain = %chain, error = %e, "could not mark a pending payment unknown");
             }
         }
     }
@@ -749,6 +773,7 @@ impl Wallet {
             op: op.as_str().to_owned(),
             since: now,
             resource: sent.cloned(),
+            unknown: false,
         };
         if let Err(e) = me.journal.begin(&pending).await {
             counted.release().await;
