@@ -574,3 +574,51 @@ async fn a_payment_whose_outcome_stays_unknown_stays_pending_and_counted_and_is_
     assert_eq!(ops.len(), 4, "asked once, then on each resume and retry");
     assert!(ops.iter().all(|o| *o == ops[0]), "one operation: {ops:?}");
 }
+
+/// A per-call confirmer (issue 25, the host side): `pay_with` asks the confirmer of this call
+/// (a host's MCP elicitation) instead of the wallet's own, and tells it of a denial; its yes is
+/// signed as the Confirmation, its no pays nothing.
+#[tokio::test]
+async fn a_per_call_confirmer_decides_for_its_call_only() {
+    use stipendex::wallet::{Answer, Callback};
+    let w = world().await;
+    let wallet = w.wallet(w.mandate(|_| {}), false); // its own confirmer says no
+    let receiver = w.receiver();
+    let asked_here = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let denied_here = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (a, d) = (asked_here.clone(), denied_here.clone());
+    let per_call = Callback::new(move |_| {
+        a.fetch_add(1, Ordering::SeqCst);
+        Answer::Yes {
+            by: "elicitation".into(),
+        }
+    })
+    .on_denial(move |_| {
+        d.fetch_add(1, Ordering::SeqCst);
+    });
+    let q = quote(&receiver, &Request::new("GET", "/report")).await; // above the threshold
+    let paid = wallet.pay_with(&q, &per_call).await.unwrap();
+    assert_eq!(paid.confirmation.unwrap().object().by, "elicitation");
+    assert_eq!(asked_here.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        w.asked.load(Ordering::SeqCst),
+        0,
+        "the wallet's own confirmer was asked"
+    );
+    // The wallet's own confirmer still decides plain `pay`: it says no.
+    let q = quote(
+        &receiver,
+        &Request::new("GET", "/report").with_params(serde_json::json!({"n": 2})),
+    )
+    .await;
+    assert_eq!(wallet.pay(&q).await.unwrap_err().code(), "not_confirmed");
+    // A denial is told to the call's confirmer.
+    let stranger = w.receiver_with("stranger", &SecretKey::generate());
+    let q = quote(&stranger, &Request::new("GET", "/search")).await;
+    assert_eq!(
+        wallet.pay_with(&q, &per_call).await.unwrap_err().code(),
+        "denied"
+    );
+    assert_eq!(denied_here.load(Ordering::SeqCst), 1);
+    assert_eq!(w.denied.load(Ordering::SeqCst), 0);
+}

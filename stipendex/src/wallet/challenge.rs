@@ -312,8 +312,14 @@ impl Wallet {
             left_in_period,
             left_in_total,
         };
-        self.ask_human(&ask, choice.challenge.digest(), "x402", now)
-            .await
+        self.ask_human(
+            &ask,
+            choice.challenge.digest(),
+            "x402",
+            now,
+            self.0.confirmer.as_ref(),
+        )
+        .await
     }
 }
 

@@ -431,7 +431,34 @@ impl Wallet {
     /// nothing counted unless the outcome is unknown), [`Error::QuoteUsed`] (another Quote
     /// with the same id from the same receiver was paid), [`Error::Storage`].
     pub async fn pay(&self, quote: &Signed<Quote>) -> Result<Paid, Error> {
-        self.pay_at(quote, None).await
+        self.pay_at(quote, None, self.0.confirmer.as_ref()).await
+    }
+
+    /// As [`Wallet::pay`], with `confirmer` — not the wallet's own — asked to confirm this
+    /// payment and told of its denial: a host asks the user of *this* call through the call's
+    /// own channel (MCP elicitation). The answer is signed as the Confirmation all the same.
+    ///
+    /// # Errors
+    /// As [`Wallet::pay`].
+    pub async fn pay_with(
+        &self,
+        quote: &Signed<Quote>,
+        confirmer: &dyn Confirmer,
+    ) -> Result<Paid, Error> {
+        self.pay_at(quote, None, confirmer).await
+    }
+
+    /// [`Wallet::pay_for`] with `confirmer` for this payment (see [`Wallet::pay_with`]).
+    ///
+    /// # Errors
+    /// As [`Wallet::pay`].
+    pub async fn pay_for_with(
+        &self,
+        quote: &Signed<Quote>,
+        sent: &Resource,
+        confirmer: &dyn Confirmer,
+    ) -> Result<Paid, Error> {
+        self.pay_at(quote, Some(sent), confirmer).await
     }
 
     /// Pays `quote`, which came back for the request `sent` (the HTTP client's request: where
@@ -444,10 +471,16 @@ impl Wallet {
     /// # Errors
     /// As [`Wallet::pay`].
     pub async fn pay_for(&self, quote: &Signed<Quote>, sent: &Resource) -> Result<Paid, Error> {
-        self.pay_at(quote, Some(sent)).await
+        self.pay_at(quote, Some(sent), self.0.confirmer.as_ref())
+            .await
     }
 
-    async fn pay_at(&self, quote: &Signed<Quote>, sent: Option<&Resource>) -> Result<Paid, Error> {
+    async fn pay_at(
+        &self,
+        quote: &Signed<Quote>,
+        sent: Option<&Resource>,
+        confirmer: &dyn Confirmer,
+    ) -> Result<Paid, Error> {
         let q = quote.object();
         let me = &self.0;
         let mandate = me.mandate.object();
@@ -456,7 +489,7 @@ impl Wallet {
         // 1. The allowlist (I4): id and pinned key, and over HTTP the origin and the request;
         //    anything else is denied and escalated.
         if let Err(why) = admit(mandate, q, sent) {
-            me.confirmer
+            confirmer
                 .escalate(&Denial {
                     receiver: q.receiver.id.clone(),
                     description: q.description.clone(),
@@ -489,7 +522,7 @@ impl Wallet {
             .keep_alive(Box::pin(async {
                 match &pending {
                     Some(p) => self.settle(quote, p).await,
-                    None => self.pay_fresh(quote, &op, now, sent).await,
+                    None => self.pay_fresh(quote, &op, now, sent, confirmer).await,
                 }
             }))
             .await;
@@ -707,6 +740,7 @@ impl Wallet {
         op: &OpId,
         now: u64,
         sent: Option<&Resource>,
+        confirmer: &dyn Confirmer,
     ) -> Result<Paid, Error> {
         let me = &self.0;
         let q = quote.object();
@@ -754,7 +788,7 @@ impl Wallet {
         };
         let confirmation = match why {
             None => None,
-            Some(why) => match self.confirm(quote, why, &budgets, now).await {
+            Some(why) => match self.confirm(quote, why, &budgets, now, confirmer).await {
                 Ok(c) => Some(c),
                 Err(e) => {
                     counted.release().await;
@@ -924,6 +958,7 @@ impl Wallet {
         why: Why,
         budgets: &spend::Budgets,
         now: u64,
+        confirmer: &dyn Confirmer,
     ) -> Result<Signed<Confirmation>, Error> {
         let q = quote.object();
         let (left_in_period, left_in_total) = budgets.left().await;
@@ -936,7 +971,7 @@ impl Wallet {
             left_in_period,
             left_in_total,
         };
-        self.ask_human(&ask, quote.digest().clone(), &q.id, now)
+        self.ask_human(&ask, quote.digest().clone(), &q.id, now, confirmer)
             .await
     }
 
@@ -948,9 +983,10 @@ impl Wallet {
         bound: crate::envelope::Digest,
         quote_id: &str,
         now: u64,
+        confirmer: &dyn Confirmer,
     ) -> Result<Signed<Confirmation>, Error> {
         let me = &self.0;
-        match me.confirmer.confirm(ask).await {
+        match confirmer.confirm(ask).await {
             Answer::No { why } => Err(Error::NotConfirmed(format!("{}: {why}", ask.text()))),
             Answer::Yes { by } => Signed::sign(
                 Confirmation {
