@@ -16,7 +16,9 @@
 //! | `ln-nwc` | [`ln_nwc`]: Lightning over Nostr Wallet Connect |
 //! | `full` | every rail, both stores |
 //! | `sqlite` (default), `postgres` | the stores (sqlx drivers): key store, ledger backend |
-//! | `paywall`, `mcp` | receivers' surfaces: the axum paywalls, the x402 MCP adapter |
+//! | `paywall` | receivers' surfaces: the axum paywalls of x402 and exact-algo |
+//! | `http` | [`http`]: the Stipendex HTTP binding (402 + Quote; the reqwest client) |
+//! | `mcp`, `mcp-http` | [`mcp`]: the Stipendex MCP binding (-32402 + Quote) on rmcp; over Streamable HTTP |
 //!
 //! ```toml
 //! # a wallet that pays x402 and Lightning, nothing else compiled in
@@ -77,6 +79,8 @@ pub mod envelope;
 mod error;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod origin;
 pub mod receiver;
 pub mod registry;

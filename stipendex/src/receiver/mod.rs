@@ -16,6 +16,7 @@
 
 mod answers;
 mod limit;
+pub mod price_file;
 mod pricing;
 
 use std::sync::Arc;

@@ -51,6 +51,15 @@ pub(crate) struct File {
     pub(crate) wallet: Option<toml::Table>,
     #[serde(default)]
     pub(crate) rails: BTreeMap<String, toml::Table>,
+    /// A receiver's own section (`stipendex serve-mcp`, the gateway): not the registry's.
+    #[allow(dead_code)]
+    pub(crate) receiver: Option<toml::Table>,
+    /// The pricing file's entries ([`crate::receiver::price_file`]): not the registry's.
+    #[allow(dead_code)]
+    pub(crate) price: Option<Vec<toml::Table>>,
+    /// An MCP proxy's or server's upstream (`stipendex proxy`): not the registry's.
+    #[allow(dead_code)]
+    pub(crate) upstream: Option<toml::Table>,
 }
 
 /// `[store]`: where single-use records live (offers verified, operations paid, settlements).

@@ -416,6 +416,12 @@ impl Wallet {
         self.0.key.public()
     }
 
+    /// The confirmer the wallet asks when a call names none ([`Wallet::pay_with`]).
+    #[must_use]
+    pub fn confirmer(&self) -> &dyn Confirmer {
+        self.0.confirmer.as_ref()
+    }
+
     /// The store (spend counters, paid Quotes, revocations).
     #[must_use]
     pub fn store(&self) -> &Arc<dyn KeyStore> {

@@ -36,6 +36,10 @@ pub struct World {
     pub journal: Arc<MemoryJournal>,
     pub asked: Arc<AtomicUsize>,
     pub denied: Arc<AtomicUsize>,
+    /// The ledger behind rail `house`, and its payer's and payee's accounts.
+    pub ledger: Ledger,
+    pub agent: AccountId,
+    pub shop: AccountId,
 }
 
 pub async fn world() -> World {
@@ -103,10 +107,19 @@ pub async fn world() -> World {
         journal: Arc::new(MemoryJournal::default()),
         asked: Arc::new(AtomicUsize::new(0)),
         denied: Arc::new(AtomicUsize::new(0)),
+        ledger,
+        agent,
+        shop,
     }
 }
 
 impl World {
+    /// The posted balance of `account` (cents) and what is held on it.
+    pub async fn balance(&self, account: AccountId) -> (i128, u64) {
+        let a = self.ledger.account(account).await.unwrap().unwrap();
+        (a.posted_balance(), a.debits_pending)
+    }
+
     pub fn now(&self) -> u64 {
         u64::try_from(rail_core::Clock::now(&self.clock).unix_seconds()).unwrap()
     }

@@ -1,0 +1,141 @@
+//! The MCP binding (feature `mcp`): Stipendex over the Model Context Protocol, on rmcp.
+//!
+//! ```text
+//! initialize                 -> capabilities.experimental["stipendex/payments"] = {"version": "0.1"}
+//! tools/list                 -> each priced tool: _meta["stipendex/pricing"] = {model, estimate}   (a hint)
+//! tools/call search {…}      -> error -32402 "Payment required", data: {"quote": {"stipendex": "quote/0.1", "jws": …}}
+//!   _meta["stipendex/payments"] = {"version": "0.1"}            (a client that speaks Stipendex)
+//! tools/call search {…}      -> result, _meta["stipendex/receipt"] = {"stipendex": "receipt/0.1", "jws": …}
+//!   _meta["stipendex/payment"] = {"stipendex": "proof/0.1", "jws": …}
+//! ```
+//!
+//! - [`PaidServer`] (server): wraps any rmcp `ServerHandler` and gates `tools/call`,
+//!   `resources/read` and `prompts/get` through a [`crate::receiver::Receiver`]'s one route
+//!   table ([`crate::receiver::Receiver::decide`]). A client that does not say it speaks
+//!   Stipendex gets x402's MCP convention (`isError` + `structuredContent.accepts`) where the
+//!   tool is also priced in x402 schemes, and the `-32402` error otherwise.
+//! - The wire keys and codes are the constants of this module; nothing else spells them.
+//!
+//! What each client gets, the request digest, the result digest of the Receipt and the
+//! lost-answer rule are in `docs/stipendex-profile.md` §6b.
+
+use rail_core::Money;
+use serde_json::{Map, Value};
+
+use crate::envelope::Digest;
+use crate::receiver::Request;
+
+#[cfg(feature = "mcp-client")]
+pub mod client;
+mod server;
+
+pub use server::{PaidServer, final_amount};
+
+/// `initialize`'s `capabilities.experimental` key (server and client), and the per-call
+/// `params._meta` key by which a client says it speaks Stipendex.
+pub const PAYMENTS: &str = "stipendex/payments";
+/// A priced tool's (resource's, prompt's) `_meta` key in a list: `{model, estimate}`, a hint.
+pub const PRICING: &str = "stipendex/pricing";
+/// The retry's `params._meta` key: the Proof.
+pub const PAYMENT: &str = "stipendex/payment";
+/// The paid result's `_meta` key: the Receipt.
+pub const RECEIPT: &str = "stipendex/receipt";
+/// The version of the binding this build speaks (`{"version": "0.1"}`).
+pub const VERSION: &str = "0.1";
+/// The JSON-RPC error code of a payment required (the seed's `-32402`).
+pub const PAYMENT_REQUIRED: i32 = -32402;
+/// The JSON-RPC error message of [`PAYMENT_REQUIRED`].
+pub const PAYMENT_REQUIRED_MESSAGE: &str = "Payment required";
+
+/// The methods the binding gates.
+pub const GATED: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
+
+/// `{"version": "0.1"}`: the value of [`PAYMENTS`].
+#[must_use]
+pub fn payments_marker() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("version".into(), Value::String(VERSION.into()));
+    m
+}
+
+/// The Stipendex request of an MCP call: `method` (`tools/call`, `resources/read`,
+/// `prompts/get`), the tool or prompt name or the resource URI, and the arguments — an absent
+/// `arguments` is the empty object, so a client that sends `{}` and one that sends nothing
+/// ask for the same thing. Served at `origin` (the MCP server's identity: the origin of its
+/// Streamable HTTP URL, or the identity configured for a stdio server).
+#[must_use]
+pub fn request(
+    origin: Option<&str>,
+    method: &str,
+    name: &str,
+    arguments: Option<&Map<String, Value>>,
+) -> Request {
+    let params = Value::Object(arguments.cloned().unwrap_or_default());
+    let mut r = Request::new(method, name).with_params(params);
+    r.origin = origin.map(str::to_owned);
+    r
+}
+
+/// The bytes a Receipt's result digest covers for an MCP result: the result as JSON with
+/// sorted keys, without its `_meta` (where the Receipt itself rides) and `resultType` (which
+/// rmcp drops for peers of older protocol versions).
+#[must_use]
+pub fn canonical_result(result: &Value) -> Vec<u8> {
+    let mut v = result.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("_meta");
+        o.remove("resultType");
+    }
+    // serde_json's map is a BTreeMap here (no `preserve_order`): keys come out sorted.
+    v.to_string().into_bytes()
+}
+
+/// The digest a Receipt binds for an MCP result: SHA-256 of [`canonical_result`].
+#[must_use]
+pub fn result_digest(result: &Value) -> Digest {
+    Digest::of(&canonical_result(result))
+}
+
+/// The `_meta["stipendex/pricing"]` hint of a price: `{"model": "per_call", "estimate":
+/// "0.005 USD"}` for a fixed amount, `{"model": "checkout", "estimate", "max"}` for an estimate.
+#[must_use]
+pub fn pricing_hint(price: &crate::receiver::Price) -> Value {
+    let fmt = |m: &Money| format!("{} {}", m.amount(), m.asset());
+    match price {
+        crate::receiver::Price::Fixed(m) => {
+            serde_json::json!({"model": "per_call", "estimate": fmt(m)})
+        }
+        crate::receiver::Price::Estimate { estimate, .. } => {
+            let mut v = serde_json::json!({"model": "checkout", "estimate": fmt(estimate)});
+            if let (Ok(max), Some(o)) = (price.max(), v.as_object_mut()) {
+                o.insert("max".into(), Value::String(fmt(&max)));
+            }
+            v
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn absent_arguments_are_the_empty_object() {
+        let empty = Map::new();
+        assert_eq!(
+            request(None, "tools/call", "t", None).digest(),
+            request(None, "tools/call", "t", Some(&empty)).digest()
+        );
+    }
+
+    #[test]
+    fn the_result_digest_leaves_meta_and_result_type_out() {
+        let a = json!({"content": [{"type": "text", "text": "x"}], "resultType": "complete"});
+        let b =
+            json!({"_meta": {"stipendex/receipt": {}}, "content": [{"text": "x", "type": "text"}]});
+        assert_eq!(result_digest(&a), result_digest(&b));
+        let c = json!({"content": [{"type": "text", "text": "y"}]});
+        assert_ne!(result_digest(&a), result_digest(&c));
+    }
+}

@@ -1,0 +1,907 @@
+//! The receiver's side of the MCP binding: [`PaidServer`], a gate around any rmcp
+//! `ServerHandler`.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::future::Future;
+use std::sync::Arc;
+
+use rail_core::Money;
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CancelledNotificationParam, CompleteRequestParams, CompleteResult, ContentBlock,
+    CustomNotification, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetSkillRequestParams,
+    GetSkillResult, GetTaskParams, GetTaskResult, InitializeRequestParams, InitializeResult,
+    JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListSkillsResult, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ReadResourceDirectoryRequestParams,
+    ReadResourceDirectoryResult, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams, UpdateTaskParams,
+};
+use rmcp::service::{
+    MaybeSendFuture, NotificationContext, RequestContext, RoleServer, SubscriptionContext,
+};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{Value, json};
+use x402_transport::mcp::{McpPaywall, payment_required_result};
+
+use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICING, RECEIPT};
+use crate::Error;
+use crate::envelope::{Profile, Quote, Signed};
+use crate::receiver::{Accepted, Admitted, Answer, Gate, PricedCapability, Receiver, Request};
+
+tokio::task_local! {
+    /// The final amount a paid checkout tool named (see [`final_amount`]).
+    static FINAL: RefCell<Option<Money>>;
+}
+
+/// Called by a priced checkout tool (resource, prompt) while it runs under a [`PaidServer`]:
+/// the gate captures `amount` of the hold (never above the Quote or the Confirmation) instead
+/// of the estimate. Returns `false` outside a paid call (nothing to capture). It must be called
+/// from the task the handler runs in (not from a task it spawned).
+pub fn final_amount(amount: Money) -> bool {
+    FINAL.try_with(|c| *c.borrow_mut() = Some(amount)).is_ok()
+}
+
+/// The status under which a paid call's result is kept for a repeat of its Proof.
+const KEPT_RESULT: u16 = 200;
+/// The status under which a paid call's JSON-RPC error is kept.
+const KEPT_ERROR: u16 = 500;
+
+/// An rmcp `ServerHandler` behind the Stipendex MCP gate. Every method is the inner
+/// handler's, except:
+/// - `initialize` (and `get_info`) add `capabilities.experimental["stipendex/payments"]`;
+/// - `tools/list` and `resources/list` add `_meta["stipendex/pricing"]` to what is priced;
+/// - `tools/call`, `resources/read` and `prompts/get` of what the receiver prices are
+///   quoted, paid and receipted (module docs of [`crate::mcp`]).
+///
+/// Serve it like any handler: over stdio (`rmcp::ServiceExt::serve`) or Streamable HTTP
+/// ([`x402_transport::mcp::streamable_http`], which makes one per request: keep `H` cheap to
+/// clone).
+pub struct PaidServer<H> {
+    inner: H,
+    gate: Arc<GateState>,
+}
+
+impl<H: Clone> Clone for PaidServer<H> {
+    fn clone(&self) -> Self {
+        PaidServer {
+            inner: self.inner.clone(),
+            gate: self.gate.clone(),
+        }
+    }
+}
+
+impl<H> std::fmt::Debug for PaidServer<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaidServer")
+            .field("receiver", &self.gate.receiver)
+            .field("x402", &self.gate.x402.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+struct GateState {
+    receiver: Receiver,
+    x402: Option<McpPaywall>,
+}
+
+impl<H: ServerHandler> PaidServer<H> {
+    /// `inner` behind `receiver`'s prices. The receiver names its public origins: the
+    /// Streamable HTTP origin(s) it is reached at, or for a stdio server the identity hosts
+    /// configure for it. Its Quotes name the one the call came in at (the first for stdio).
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the receiver has no origin.
+    pub fn new(inner: H, receiver: Receiver) -> Result<Self, Error> {
+        if receiver.origins().is_empty() {
+            return Err(Error::Config(format!(
+                "receiver {} has no public origin: name the MCP server's identity with Receiver::builder(…).origin(\"https://host[:port]\") (its Streamable HTTP origin, or the identity hosts configure for its stdio command)",
+                receiver.party().id
+            )));
+        }
+        Ok(PaidServer {
+            inner,
+            gate: Arc::new(GateState {
+                receiver,
+                x402: None,
+            }),
+        })
+    }
+
+    /// Also offers the x402 schemes `paywall` prices to clients that do not say they speak
+    /// Stipendex (x402's MCP convention: `isError` + `structuredContent.accepts`, paid with
+    /// `_meta["x402/payment"]`). Every paywall tool must be priced on the receiver under the
+    /// same name: the receiver decides alone what is priced.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if a paywall tool has no `tools/call` price of the same pattern.
+    pub fn with_x402(mut self, paywall: McpPaywall) -> Result<Self, Error> {
+        for t in paywall.tools() {
+            if !self
+                .gate
+                .receiver
+                .capabilities()
+                .iter()
+                .any(|c| c.method() == "tools/call" && c.name() == t.name)
+            {
+                return Err(Error::Config(format!(
+                    "the x402 tool {} has no Stipendex price of the same name: price it on the receiver too (PricedCapability::fixed(\"tools/call\", \"{}\", …))",
+                    t.name, t.name
+                )));
+            }
+        }
+        let receiver = self.gate.receiver.clone();
+        self.gate = Arc::new(GateState {
+            receiver,
+            x402: Some(paywall),
+        });
+        Ok(self)
+    }
+
+    /// The receiver.
+    #[must_use]
+    pub fn receiver(&self) -> &Receiver {
+        &self.gate.receiver
+    }
+
+    /// The inner handler.
+    #[must_use]
+    pub fn inner(&self) -> &H {
+        &self.inner
+    }
+}
+
+/// Adds `experimental["stipendex/payments"] = {"version": "0.1"}`.
+fn declare(caps: &mut ServerCapabilities) {
+    caps.experimental
+        .get_or_insert_with(Default::default)
+        .insert(PAYMENTS.to_owned(), super::payments_marker());
+}
+
+/// Whether the caller says it speaks Stipendex: per call in `_meta`, or at `initialize` (in a
+/// session, or in the request's own client capabilities).
+fn speaks_stipendex(context: &RequestContext<RoleServer>) -> bool {
+    context.meta.0.0.get(PAYMENTS).is_some_and(Value::is_object)
+        || context
+            .client_capabilities()
+            .and_then(|c| c.experimental)
+            .is_some_and(|e| e.contains_key(PAYMENTS))
+}
+
+/// The Proof in `_meta["stipendex/payment"]`: `None` if absent; the compact JWS of the
+/// `{"stipendex", "jws"}` object (or of a bare string); an error for anything else.
+fn proof_in(meta: &JsonObject) -> Option<Result<String, String>> {
+    match meta.get(PAYMENT) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(Ok(s.clone())),
+        Some(Value::Object(o)) => Some(match o.get("jws") {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(format!(
+                "_meta[\"{PAYMENT}\"] has no `jws`: send {{\"stipendex\": \"proof/0.1\", \"jws\": …}}"
+            )),
+        }),
+        Some(_) => Some(Err(format!(
+            "_meta[\"{PAYMENT}\"] is neither a signed object nor a compact JWS"
+        ))),
+    }
+}
+
+/// The host the call came in at (Streamable HTTP) and the caller's address, where the
+/// transport knows them.
+fn connection(context: &RequestContext<RoleServer>) -> (Option<String>, Option<String>) {
+    #[cfg(feature = "mcp-http")]
+    {
+        if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
+            let host = parts
+                .headers
+                .get(axum::http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned);
+            let client = parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip().to_string());
+            return (host, client);
+        }
+    }
+    let _ = context;
+    (None, None)
+}
+
+/// A JSON-RPC error with `data`.
+fn rpc_error(code: i32, message: impl Into<Cow<'static, str>>, data: Value) -> ErrorData {
+    ErrorData::new(ErrorCode(code), message, Some(data))
+}
+
+/// The -32402 error: `data.quote`, and why the last payment was refused.
+fn payment_required(quote: &Signed<Quote>, refusal: Option<(&str, String)>) -> ErrorData {
+    let mut data = json!({"quote": quote});
+    if let (Some((code, message)), Some(o)) = (refusal, data.as_object_mut()) {
+        o.insert("error".into(), Value::String(code.to_owned()));
+        o.insert("message".into(), Value::String(message));
+    }
+    rpc_error(PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, data)
+}
+
+/// No Quote can be made now (a rail down, too many costly quotes): retry later.
+fn cannot_quote(e: &Error) -> ErrorData {
+    let mut data = json!({"error": e.code(), "message": e.to_string(), "retryable": true});
+    if let (Error::RateLimited { retry_after, .. }, Some(o)) = (e, data.as_object_mut()) {
+        o.insert("retryAfterSeconds".into(), json!(retry_after));
+    } else {
+        tracing::error!(error = %e, "stipendex/mcp: cannot quote");
+    }
+    rpc_error(
+        ErrorCode::INTERNAL_ERROR.0,
+        format!("cannot quote now: {e}"),
+        data,
+    )
+}
+
+/// The payment's outcome is not known yet: send the same Proof again.
+fn retry_same(e: &rail_core::RailError) -> ErrorData {
+    rpc_error(
+        ErrorCode::INTERNAL_ERROR.0,
+        format!("{e}: send the same {PAYMENT} again"),
+        json!({"error": e.code(), "retryable": true, "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS}),
+    )
+}
+
+/// A request `resolve_price` rejected: nothing charged, nothing run.
+fn rejected(message: &str) -> ErrorData {
+    rpc_error(
+        ErrorCode::INVALID_REQUEST.0,
+        format!("rejected: {message}"),
+        json!({"error": "rejected", "message": message}),
+    )
+}
+
+/// What a gated method's response is, to the gate.
+trait Outcome: Sized {
+    /// The completed result as JSON and whether it is a failure (a tool's `isError`); the
+    /// response itself when it is not a completed result (input required, a task).
+    fn completed(self) -> Result<(Value, bool), Self>;
+    /// The completed result from its JSON.
+    fn from_json(v: Value) -> Result<Self, serde_json::Error>;
+}
+
+fn completed<T: serde::Serialize>(r: &T, failed: bool) -> Option<(Value, bool)> {
+    serde_json::to_value(r).ok().map(|v| (v, failed))
+}
+
+impl Outcome for CallToolResponse {
+    fn completed(self) -> Result<(Value, bool), Self> {
+        match self {
+            CallToolResponse::Complete(r) => {
+                let failed = r.is_error == Some(true);
+                completed(&r, failed).ok_or(CallToolResponse::Complete(r))
+            }
+            other => Err(other),
+        }
+    }
+    fn from_json(v: Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value::<CallToolResult>(v).map(CallToolResponse::Complete)
+    }
+}
+
+impl Outcome for ReadResourceResponse {
+    fn completed(self) -> Result<(Value, bool), Self> {
+        match self {
+            ReadResourceResponse::Complete(r) => {
+                completed(&r, false).ok_or(ReadResourceResponse::Complete(r))
+            }
+            other => Err(other),
+        }
+    }
+    fn from_json(v: Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value::<ReadResourceResult>(v).map(ReadResourceResponse::Complete)
+    }
+}
+
+impl Outcome for GetPromptResponse {
+    fn completed(self) -> Result<(Value, bool), Self> {
+        match self {
+            GetPromptResponse::Complete(r) => {
+                completed(&r, false).ok_or(GetPromptResponse::Complete(r))
+            }
+            other => Err(other),
+        }
+    }
+    fn from_json(v: Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value::<GetPromptResult>(v).map(GetPromptResponse::Complete)
+    }
+}
+
+/// The kept answer of a Proof presented again.
+fn replay<R: Outcome>(answer: &Answer) -> Result<R, ErrorData> {
+    let bad = |e: serde_json::Error| {
+        ErrorData::internal_error(format!("the kept answer cannot be read: {e}"), None)
+    };
+    let v: Value = serde_json::from_slice(&answer.body).map_err(bad)?;
+    if answer.status == KEPT_ERROR {
+        return Err(serde_json::from_value::<ErrorData>(v).map_err(bad)?);
+    }
+    R::from_json(v).map_err(bad)
+}
+
+impl GateState {
+    /// The Stipendex request of a call.
+    fn request(
+        &self,
+        context: &RequestContext<RoleServer>,
+        method: &str,
+        name: &str,
+        arguments: Option<&JsonObject>,
+    ) -> Request {
+        let (host, client) = connection(context);
+        let origin = self.receiver.origin_for(host.as_deref());
+        let mut r = super::request(origin, method, name, arguments);
+        r.client = client;
+        r
+    }
+
+    /// A fresh Quote for `sreq` as the -32402 error (or the hook's waiver or refusal, which
+    /// after a refused payment means: send it again without one).
+    async fn quote_error(
+        &self,
+        cap: &PricedCapability,
+        sreq: &Request,
+        refusal: Option<(&str, String)>,
+    ) -> ErrorData {
+        match self.receiver.gate_on(cap, sreq).await {
+            Ok(Gate::Quote(q)) => payment_required(&q, refusal),
+            Ok(Gate::Rejected(message)) => rejected(&message),
+            Ok(Gate::Free | Gate::Waived) => rpc_error(
+                ErrorCode::INVALID_REQUEST.0,
+                format!("this call needs no payment now: send it without _meta[\"{PAYMENT}\"]"),
+                json!({"error": "not_priced"}),
+            ),
+            Err(e) => cannot_quote(&e),
+        }
+    }
+
+    /// A gated call: unpaid (quote, waive or reject) or paid (admit, run, receipt).
+    async fn call<R, F>(
+        &self,
+        cap: &PricedCapability,
+        sreq: &Request,
+        context: &RequestContext<RoleServer>,
+        run: F,
+    ) -> Result<R, ErrorData>
+    where
+        R: Outcome,
+        F: Future<Output = Result<R, ErrorData>>,
+    {
+        match proof_in(&context.meta.0.0) {
+            None => match self.receiver.gate_on(cap, sreq).await {
+                Ok(Gate::Free | Gate::Waived) => run.await,
+                Ok(Gate::Rejected(message)) => Err(rejected(&message)),
+                Ok(Gate::Quote(q)) => Err(payment_required(&q, None)),
+                Err(e) => Err(cannot_quote(&e)),
+            },
+            Some(Err(why)) => Err(self.quote_error(cap, sreq, Some(("malformed", why))).await),
+            Some(Ok(jws)) => self.paid(cap, sreq, &jws, run).await,
+        }
+    }
+
+    async fn paid<R, F>(
+        &self,
+        cap: &PricedCapability,
+        sreq: &Request,
+        jws: &str,
+        run: F,
+    ) -> Result<R, ErrorData>
+    where
+        R: Outcome,
+        F: Future<Output = Result<R, ErrorData>>,
+    {
+        let paying = match self.receiver.admit(sreq, jws).await {
+            Ok(Admitted::Run(p)) => p,
+            // The same Proof again for the same call: its answer was lost on the way.
+            Ok(Admitted::Answered { answer, .. }) => return replay(&answer),
+            Err(Error::Payment(e)) if e.is_retryable() => return Err(retry_same(&e)),
+            Err(e) => {
+                return Err(self
+                    .quote_error(cap, sreq, Some((e.code(), e.to_string())))
+                    .await);
+            }
+        };
+        let (out, answer) = paying
+            .keep_alive(async {
+                let (out, final_amount) = FINAL
+                    .scope(RefCell::new(None), async {
+                        let out = run.await;
+                        (out, FINAL.with(RefCell::take))
+                    })
+                    .await;
+                self.finish(&paying.accepted, out, final_amount).await
+            })
+            .await;
+        if let Err(e) = self.receiver.answered(*paying, answer.as_ref()).await {
+            tracing::error!(error = %e, "stipendex/mcp: the answer was given but could not be kept for a repeat");
+        }
+        out
+    }
+
+    /// After the paid work: the Receipt on success (a checkout captures its final amount
+    /// first); a failed call's hold is voided, and its failure is the kept answer.
+    async fn finish<R: Outcome>(
+        &self,
+        accepted: &Accepted,
+        out: Result<R, ErrorData>,
+        final_amount: Option<Money>,
+    ) -> (Result<R, ErrorData>, Option<Answer>) {
+        let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {
+            status,
+            content_type: Some("application/json".into()),
+            body: body.to_string().into_bytes(),
+            receipt,
+        };
+        let (mut v, failed) = match out {
+            Err(e) => {
+                self.void(accepted).await;
+                let kept = serde_json::to_value(&e)
+                    .ok()
+                    .map(|v| keep(KEPT_ERROR, &v, None));
+                return (Err(e), kept);
+            }
+            // Input required, a task: not a result this gate can receipt (a paid call
+            // completes in one round); the hold is voided and nothing is kept.
+            Ok(r) => match r.completed() {
+                Err(r) => {
+                    tracing::warn!(
+                        "stipendex/mcp: a paid call did not complete in one round; its hold is voided"
+                    );
+                    self.void(accepted).await;
+                    return (Ok(r), None);
+                }
+                Ok(c) => c,
+            },
+        };
+        if failed {
+            self.void(accepted).await;
+            let kept = keep(KEPT_RESULT, &v, None);
+            return (R::from_json(v).map_err(|e| internal(&e)), Some(kept));
+        }
+        let bytes = super::canonical_result(&v);
+        let receipt = match accepted.quote.object().profile {
+            Profile::Service => self.receiver.receipt(accepted, &bytes),
+            Profile::Checkout => {
+                let amount = match final_amount {
+                    Some(m) => Ok(m),
+                    None => accepted.quote.object().price(),
+                };
+                match amount {
+                    Ok(m) => self
+                        .receiver
+                        .capture(accepted, &m, &bytes)
+                        .await
+                        .map(|(_, r)| r),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let receipt = match receipt {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "stipendex/mcp: cannot settle after the call");
+                self.void(accepted).await;
+                return (
+                    Err(rpc_error(
+                        ErrorCode::INTERNAL_ERROR.0,
+                        format!("the call ran but its payment could not be settled: {e}"),
+                        json!({"error": e.code()}),
+                    )),
+                    None,
+                );
+            }
+        };
+        if let Some(o) = v.as_object_mut() {
+            let meta = o
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Some(m) = meta.as_object_mut() {
+                m.insert(RECEIPT.into(), json!(receipt));
+            }
+        }
+        let kept = keep(KEPT_RESULT, &v, Some(receipt.jws().to_owned()));
+        (R::from_json(v).map_err(|e| internal(&e)), Some(kept))
+    }
+
+    async fn void(&self, accepted: &Accepted) {
+        if let Err(e) = self.receiver.release(accepted).await {
+            tracing::error!(error = %e, "stipendex/mcp: cannot void a hold after a failed call");
+        }
+    }
+}
+
+fn internal(e: &serde_json::Error) -> ErrorData {
+    ErrorData::internal_error(format!("the result cannot be re-read: {e}"), None)
+}
+
+/// A tool's JSON-RPC error as a tool error (x402's convention carries tool results only).
+fn as_tool_result(out: Result<CallToolResponse, ErrorData>) -> CallToolResult {
+    match out {
+        Ok(CallToolResponse::Complete(r)) => r,
+        Ok(_) => CallToolResult::error(vec![ContentBlock::text(
+            "a paid tool must complete in one round",
+        )]),
+        Err(e) => CallToolResult::error(vec![ContentBlock::text(e.message.to_string())]),
+    }
+}
+
+impl<H: ServerHandler> PaidServer<H> {
+    /// The x402 paywall of tool `name`, if it is priced there.
+    fn x402_for(&self, name: &str) -> Option<&McpPaywall> {
+        self.gate.x402.as_ref().filter(|p| p.priced(name).is_some())
+    }
+
+    /// An unpaid call of a tool also priced in x402, from a client that does not say it speaks
+    /// Stipendex: x402's payment-required result, with the Quote beside `accepts`.
+    async fn x402_challenge(
+        &self,
+        paywall: &McpPaywall,
+        name: &str,
+        quote: &Signed<Quote>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = paywall.priced(name) else {
+            return Err(payment_required(quote, None));
+        };
+        match paywall.payment_required(tool, None).await {
+            Ok(mut structured) => {
+                let error = structured
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                if let Some(o) = structured.as_object_mut() {
+                    o.insert("quote".into(), json!(quote));
+                }
+                Ok(payment_required_result(&structured, &error).into())
+            }
+            Err(f) => {
+                tracing::warn!(tool = %name, failure = %f, "stipendex/mcp: the x402 schemes cannot issue a challenge now; quoting Stipendex only");
+                Err(payment_required(quote, None))
+            }
+        }
+    }
+}
+
+impl<H: ServerHandler> ServerHandler for PaidServer<H> {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = self.inner.get_info();
+        declare(&mut info.capabilities);
+        info
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let mut r = self.inner.initialize(request, context).await?;
+        declare(&mut r.capabilities);
+        Ok(r)
+    }
+
+    fn negotiate_initialize(
+        &self,
+        request: &InitializeRequestParams,
+    ) -> Result<InitializeResult, ErrorData> {
+        let mut r = self.inner.negotiate_initialize(request)?;
+        declare(&mut r.capabilities);
+        Ok(r)
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut r = self.inner.list_tools(request, context).await?;
+        for t in &mut r.tools {
+            self.hint(&mut t.meta, "tools/call", &t.name);
+        }
+        Ok(r)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner.get_tool(name)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let mut r = self.inner.list_resources(request, context).await?;
+        for res in &mut r.resources {
+            self.hint(&mut res.meta, "resources/read", &res.uri);
+        }
+        Ok(r)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let mut r = self.inner.list_prompts(request, context).await?;
+        for p in &mut r.prompts {
+            self.hint(&mut p.meta, "prompts/get", &p.name);
+        }
+        Ok(r)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let probe = Request::new("tools/call", request.name.as_ref());
+        let Some(cap) = self.gate.receiver.decide(&probe) else {
+            return self.inner.call_tool(request, context).await;
+        };
+        let name = request.name.to_string();
+        let sreq = self
+            .gate
+            .request(&context, "tools/call", &name, request.arguments.as_ref());
+        let x402 = self.x402_for(&name);
+        // An x402 payment goes to the x402 paywall alone, as over HTTP.
+        if let Some(paywall) = x402
+            && context
+                .meta
+                .0
+                .0
+                .contains_key(x402_transport::wire::PAYMENT_META)
+        {
+            let meta = context.meta.0.0.clone();
+            let inner = &self.inner;
+            let result = paywall
+                .call(&name, Some(&meta), || async move {
+                    as_tool_result(inner.call_tool(request, context).await)
+                })
+                .await;
+            return Ok(result.into());
+        }
+        // A client that does not speak Stipendex, unpaid, on a tool x402 also prices: x402's
+        // convention (the Quote beside `accepts`).
+        if let Some(paywall) = x402
+            && !speaks_stipendex(&context)
+            && proof_in(&context.meta.0.0).is_none()
+        {
+            return match self.gate.receiver.gate_on(cap, &sreq).await {
+                Ok(Gate::Free | Gate::Waived) => self.inner.call_tool(request, context).await,
+                Ok(Gate::Rejected(message)) => Err(rejected(&message)),
+                Ok(Gate::Quote(q)) => self.x402_challenge(paywall, &name, &q).await,
+                Err(e) => Err(cannot_quote(&e)),
+            };
+        }
+        let run = self.inner.call_tool(request, context.clone());
+        self.gate.call(cap, &sreq, &context, run).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let probe = Request::new("resources/read", request.uri.as_str());
+        let Some(cap) = self.gate.receiver.decide(&probe) else {
+            return self.inner.read_resource(request, context).await;
+        };
+        let sreq = self
+            .gate
+            .request(&context, "resources/read", &request.uri, None);
+        let run = self.inner.read_resource(request, context.clone());
+        self.gate.call(cap, &sreq, &context, run).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let probe = Request::new("prompts/get", request.name.as_str());
+        let Some(cap) = self.gate.receiver.decide(&probe) else {
+            return self.inner.get_prompt(request, context).await;
+        };
+        let args = request.arguments.clone();
+        let sreq = self
+            .gate
+            .request(&context, "prompts/get", &request.name, args.as_ref());
+        let run = self.inner.get_prompt(request, context.clone());
+        self.gate.call(cap, &sreq, &context, run).await
+    }
+
+    // Everything else is the inner handler's.
+
+    fn ping(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.ping(context)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        self.inner.supported_protocol_versions()
+    }
+
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let mut r = self.inner.discover(context).await?;
+        declare(&mut r.capabilities);
+        Ok(r)
+    }
+
+    fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CompleteResult, ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.complete(request, context)
+    }
+
+    #[allow(deprecated)]
+    fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.set_level(request, context)
+    }
+
+    fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ListResourceTemplatesResult, ErrorData>> + MaybeSendFuture + '_
+    {
+        self.inner.list_resource_templates(request, context)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.inner.accepted_subscription_filter(requested)
+    }
+
+    fn listen(
+        &self,
+        context: SubscriptionContext,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.listen(context)
+    }
+
+    #[allow(deprecated)]
+    fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.subscribe(request, context)
+    }
+
+    #[allow(deprecated)]
+    fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.unsubscribe(request, context)
+    }
+
+    fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CustomResult, ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.on_custom_request(request, context)
+    }
+
+    fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        context: NotificationContext<RoleServer>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        self.inner.on_cancelled(notification, context)
+    }
+
+    fn on_progress(
+        &self,
+        notification: ProgressNotificationParam,
+        context: NotificationContext<RoleServer>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        self.inner.on_progress(notification, context)
+    }
+
+    fn on_initialized(
+        &self,
+        context: NotificationContext<RoleServer>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        self.inner.on_initialized(context)
+    }
+
+    fn on_roots_list_changed(
+        &self,
+        context: NotificationContext<RoleServer>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        self.inner.on_roots_list_changed(context)
+    }
+
+    fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        context: NotificationContext<RoleServer>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        self.inner.on_custom_notification(notification, context)
+    }
+
+    fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<GetTaskResult, ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.get_task(request, context)
+    }
+
+    fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.update_task(request, context)
+    }
+
+    fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.cancel_task(request, context)
+    }
+
+    fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ListSkillsResult, ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.list_skills(request, context)
+    }
+
+    fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<GetSkillResult, ErrorData>> + MaybeSendFuture + '_ {
+        self.inner.get_skill(request, context)
+    }
+
+    fn read_resource_directory(
+        &self,
+        request: ReadResourceDirectoryRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ReadResourceDirectoryResult, ErrorData>> + MaybeSendFuture + '_
+    {
+        self.inner.read_resource_directory(request, context)
+    }
+}
+
+impl<H: ServerHandler> PaidServer<H> {
+    /// Sets `_meta["stipendex/pricing"]` on a listed item the receiver prices under `method`.
+    fn hint(&self, meta: &mut Option<MetaObject>, method: &str, name: &str) {
+        if let Some(cap) = self.gate.receiver.decide(&Request::new(method, name)) {
+            meta.get_or_insert_with(Default::default)
+                .0
+                .insert(PRICING.into(), super::pricing_hint(&cap.price));
+        }
+    }
+}

@@ -1,0 +1,566 @@
+//! The MCP binding end to end: an rmcp server behind `stipendex::mcp::PaidServer` (a free tool,
+//! a fixed-price tool, a checkout tool, a priced resource), called by an rmcp client — raw, to
+//! see the wire, and through `stipendex::mcp::client::PayingClient`, which pays under the
+//! mandate — over the `ledger` rail on SQLite. In process (an in-memory stream, as stdio) and
+//! over Streamable HTTP.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs,
+    unreachable_pub
+)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{World, pin, usd, world};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
+    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, JsonObject,
+    ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestMetaObject,
+    Resource, ResourceContents, ServerCapabilities, ServerConfig, ServerResult, Tool,
+};
+use rmcp::service::{PeerRequestOptions, RequestContext, RoleClient, RoleServer, RunningService};
+use rmcp::{ErrorData, Peer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use stipendex::envelope::{Proof, Quote, Signed};
+use stipendex::mcp::client::{CallError, PayingClient, Payment};
+use stipendex::mcp::{self, PaidServer};
+use stipendex::receiver::{Decision, PricedCapability, Receiver, Request};
+use stipendex::wallet::Wallet;
+
+/// The server's identity over stdio (configured on both sides).
+const SHOP: &str = "https://shop.example";
+
+/// A toy MCP server: what each tool did is counted.
+#[derive(Clone, Default)]
+struct Shop {
+    runs: Arc<AtomicUsize>,
+}
+
+fn schema() -> Arc<JsonObject> {
+    Arc::new(
+        json!({"type": "object", "properties": {"q": {"type": "string"}}})
+            .as_object()
+            .unwrap()
+            .clone(),
+    )
+}
+
+impl ServerHandler for Shop {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new("echo", "free", schema()),
+            Tool::new("search", "paid, fixed", schema()),
+            Tool::new("render", "paid, checkout", schema()),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let q = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("q"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let r = match request.name.as_ref() {
+            "echo" | "search" => {
+                CallToolResult::success(vec![ContentBlock::text(format!("{}: {q}", request.name))])
+            }
+            "render" if q == "fail" => {
+                CallToolResult::error(vec![ContentBlock::text("the renderer broke")])
+            }
+            "render" => {
+                assert!(mcp::final_amount(usd("2.00")));
+                CallToolResult::success(vec![ContentBlock::text(format!("rendered {q}"))])
+            }
+            other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+        };
+        Ok(r.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            Resource::new("reports://q3", "q3"),
+            Resource::new("public://readme", "readme"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(
+            format!("the contents of {}", request.uri),
+            request.uri.clone(),
+        )])
+        .into())
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Ok(
+            rmcp::model::GetPromptResult::new(vec![rmcp::model::PromptMessage::new_text(
+                rmcp::model::Role::User,
+                format!("prompt {}", request.name),
+            )])
+            .into(),
+        )
+    }
+}
+
+fn shop_receiver(w: &World) -> Receiver {
+    Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")).describe("one search"))
+        .price(PricedCapability::estimate(
+            "tools/call",
+            "render",
+            usd("3.00"),
+            "0.50".parse().unwrap(),
+        ))
+        .price(PricedCapability::fixed(
+            "resources/read",
+            "reports://*",
+            usd("0.10"),
+        ))
+        .resolve_price(Arc::new(|cap: &PricedCapability, req: &Request| match req
+            .params
+            .get("q")
+            .and_then(Value::as_str)
+        {
+            Some("forbidden") => Decision::reject("this query is not served"),
+            Some("on the house") => Decision::Waive,
+            _ => Decision::quote(cap.price.clone()),
+        }))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap()
+}
+
+/// A wallet allowed to pay `search` at `SHOP`, confirming (or not) above 1.00.
+fn shop_wallet(w: &World, confirm: bool) -> Wallet {
+    w.wallet(w.mandate(|m| pin(m, SHOP)), confirm)
+}
+
+/// The shop behind the gate, served over an in-memory stream; an rmcp client connected to it.
+async fn connect(shop: Shop, receiver: Receiver) -> RunningService<RoleClient, ()> {
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let server = PaidServer::new(shop, receiver).unwrap();
+    tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    ().serve(client_io).await.unwrap()
+}
+
+fn args(q: &str) -> JsonObject {
+    json!({"q": q}).as_object().unwrap().clone()
+}
+
+fn tool_call(name: &str, q: &str) -> ClientRequest {
+    let mut p = CallToolRequestParams::new(name.to_owned());
+    p.arguments = Some(args(q));
+    ClientRequest::CallToolRequest(CallToolRequest::new(p))
+}
+
+/// A raw request with `meta` as its `_meta`.
+async fn raw(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    meta: Value,
+) -> Result<ServerResult, ErrorData> {
+    let meta = RequestMetaObject(MetaObject(meta.as_object().cloned().unwrap_or_default()));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options().with_meta(meta))
+        .await
+        .unwrap();
+    match handle.await_response().await {
+        Ok(r) => Ok(r),
+        Err(rmcp::service::ServiceError::McpError(e)) => Err(e),
+        Err(e) => panic!("transport: {e}"),
+    }
+}
+
+fn speaks() -> Value {
+    json!({ mcp::PAYMENTS: {"version": mcp::VERSION} })
+}
+
+fn quote_in(e: &ErrorData) -> Signed<Quote> {
+    assert_eq!(e.code, ErrorCode(mcp::PAYMENT_REQUIRED), "{e:?}");
+    assert_eq!(e.message, mcp::PAYMENT_REQUIRED_MESSAGE);
+    serde_json::from_value(e.data.as_ref().unwrap()["quote"].clone()).unwrap()
+}
+
+fn text_of(r: &ServerResult) -> String {
+    serde_json::to_value(r).unwrap()["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_server_declares_payments_and_hints_prices() {
+    let w = world().await;
+    let client = connect(Shop::default(), shop_receiver(&w)).await;
+    let info = client.peer().peer_info().unwrap();
+    let caps = serde_json::to_value(&info.capabilities).unwrap();
+    assert_eq!(
+        caps["experimental"][mcp::PAYMENTS],
+        json!({"version": "0.1"})
+    );
+    let tools = client.list_all_tools().await.unwrap();
+    let hint = |name: &str| {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        t.meta.as_ref().and_then(|m| m.0.get(mcp::PRICING)).cloned()
+    };
+    assert_eq!(hint("echo"), None);
+    assert_eq!(
+        hint("search"),
+        Some(json!({"model": "per_call", "estimate": "0.05 USD"}))
+    );
+    assert_eq!(
+        hint("render"),
+        Some(json!({"model": "checkout", "estimate": "3 USD", "max": "3.5 USD"}))
+    );
+    let resources = client.list_all_resources().await.unwrap();
+    let priced: Vec<&str> = resources
+        .iter()
+        .filter(|r| {
+            r.meta
+                .as_ref()
+                .is_some_and(|m| m.0.contains_key(mcp::PRICING))
+        })
+        .map(|r| r.uri.as_str())
+        .collect();
+    assert_eq!(priced, ["reports://q3"]);
+}
+
+#[tokio::test]
+async fn a_free_tool_runs_and_a_paid_tool_is_paid_once_with_a_checked_receipt() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    let paying = PayingClient::new(client.peer().clone(), shop_wallet(&w, true), SHOP).unwrap();
+    let before = w.balance(w.agent).await.0;
+
+    let (r, payment) = paying.call_tool("echo", Some(args("hi"))).await.unwrap();
+    assert!(payment.is_none());
+    assert_eq!(r.content[0].as_text().unwrap().text, "echo: hi");
+
+    let (r, payment) = paying
+        .call_tool("search", Some(args("rust")))
+        .await
+        .unwrap();
+    assert_eq!(r.content[0].as_text().unwrap().text, "search: rust");
+    let Some(Payment::Stipendex { paid, receipt }) = payment else {
+        panic!("not a Stipendex payment: {payment:?}");
+    };
+    assert!(paid.fresh);
+    let receipt = receipt.expect("a receipt in _meta");
+    assert_eq!(receipt.object().amount, "0.05".parse().unwrap());
+    assert!(r.meta.unwrap().0.contains_key(mcp::RECEIPT));
+    assert_eq!(w.balance(w.agent).await.0, before - 5);
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_unpaid_call_gets_minus_32402_and_a_client_without_x402_too() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    for meta in [speaks(), json!({})] {
+        let e = raw(client.peer(), tool_call("search", "rust"), meta)
+            .await
+            .unwrap_err();
+        let q = quote_in(&e);
+        let r = q.object().resource.as_ref().unwrap();
+        assert_eq!(
+            (r.origin.as_str(), r.method.as_str(), r.path.as_str()),
+            (SHOP, "tools/call", "search")
+        );
+        // The Quote binds the arguments; `_meta` is outside the digest.
+        let sent = mcp::request(Some(SHOP), "tools/call", "search", Some(&args("rust")));
+        assert_eq!(q.object().request.as_ref(), Some(&sent.digest()));
+    }
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0, "nothing ran unpaid");
+}
+
+#[tokio::test]
+async fn a_proof_is_good_for_its_own_call_once_and_a_lost_answer_is_replayed_not_recharged() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    let wallet = shop_wallet(&w, true);
+    let before = w.balance(w.agent).await.0;
+
+    let e = raw(client.peer(), tool_call("search", "a"), speaks())
+        .await
+        .unwrap_err();
+    let q = quote_in(&e);
+    let sent = q.object().resource.clone().unwrap();
+    let paid = wallet.pay_for(&q, &sent).await.unwrap();
+    let with_proof = |p: &Signed<Proof>| {
+        let mut m = speaks();
+        m[mcp::PAYMENT] = serde_json::to_value(p).unwrap();
+        m
+    };
+
+    // The Proof presented with other arguments: refused with a fresh Quote, nothing run.
+    let e = raw(
+        client.peer(),
+        tool_call("search", "b"),
+        with_proof(&paid.proof),
+    )
+    .await
+    .unwrap_err();
+    quote_in(&e);
+    assert_eq!(e.data.as_ref().unwrap()["error"], "mismatch", "{e:?}");
+    // For another tool: the same.
+    let e = raw(
+        client.peer(),
+        tool_call("echo", "a"),
+        with_proof(&paid.proof),
+    )
+    .await;
+    assert!(e.is_ok(), "a free tool ignores a proof");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+
+    // Its own call: paid and run once.
+    let first = raw(
+        client.peer(),
+        tool_call("search", "a"),
+        with_proof(&paid.proof),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&first), "search: a");
+    // The answer was lost; the same Proof again: the same result and Receipt, no second run,
+    // no second charge.
+    let again = raw(
+        client.peer(),
+        tool_call("search", "a"),
+        with_proof(&paid.proof),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        serde_json::to_value(&again).unwrap(),
+        serde_json::to_value(&first).unwrap()
+    );
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(w.balance(w.agent).await.0, before - 5);
+
+    // A tampered Proof: refused as a bad signature.
+    let mut tampered = with_proof(&paid.proof);
+    let jws = tampered[mcp::PAYMENT]["jws"].as_str().unwrap().to_owned();
+    let mut bytes = jws.into_bytes();
+    let last = bytes.len() - 2;
+    bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+    tampered[mcp::PAYMENT]["jws"] = Value::String(String::from_utf8(bytes).unwrap());
+    let e = raw(client.peer(), tool_call("search", "a"), tampered)
+        .await
+        .unwrap_err();
+    quote_in(&e);
+    assert_eq!(e.data.as_ref().unwrap()["error"], "bad_signature", "{e:?}");
+    // Not a signed object at all.
+    let mut junk = speaks();
+    junk[mcp::PAYMENT] = json!(42);
+    let e = raw(client.peer(), tool_call("search", "a"), junk)
+        .await
+        .unwrap_err();
+    assert_eq!(e.data.as_ref().unwrap()["error"], "malformed", "{e:?}");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn rejected_and_waived_prices_charge_nothing() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    let paying = PayingClient::new(client.peer().clone(), shop_wallet(&w, true), SHOP).unwrap();
+    let before = w.balance(w.agent).await.0;
+
+    let e = paying
+        .call_tool("search", Some(args("forbidden")))
+        .await
+        .unwrap_err();
+    let CallError::Server(e) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(e.data.unwrap()["error"], "rejected");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+
+    let (r, payment) = paying
+        .call_tool("search", Some(args("on the house")))
+        .await
+        .unwrap();
+    assert!(payment.is_none());
+    assert_eq!(r.content[0].as_text().unwrap().text, "search: on the house");
+    assert_eq!(w.balance(w.agent).await.0, before);
+}
+
+#[tokio::test]
+async fn a_mandate_denial_is_a_sentence_the_model_can_read_and_pays_nothing() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    // Not allowlisted at all.
+    let stranger = w.wallet(w.mandate(|m| m.allow.clear()), true);
+    let paying = PayingClient::new(client.peer().clone(), stranger, SHOP).unwrap();
+    let e = paying
+        .call_tool("search", Some(args("x")))
+        .await
+        .unwrap_err();
+    let said = e.for_the_model();
+    assert!(said.starts_with("not allowed by your mandate: "), "{said}");
+    assert!(said.contains("search"), "{said}");
+    // Allowlisted at SHOP, but the host knows this server as another identity: the Quote
+    // (which names SHOP) is not paid.
+    let elsewhere = PayingClient::new(
+        client.peer().clone(),
+        shop_wallet(&w, true),
+        "https://other.example",
+    )
+    .unwrap();
+    let e = elsewhere
+        .call_tool("search", Some(args("x")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, CallError::NotPaid(err) if err.code() == "denied"),
+        "{e:?}"
+    );
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_checkout_tool_captures_its_final_amount_and_a_failing_one_is_voided() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    let paying = PayingClient::new(client.peer().clone(), shop_wallet(&w, true), SHOP).unwrap();
+    let (before, _) = w.balance(w.agent).await;
+
+    let (r, payment) = paying
+        .call_tool("render", Some(args("page")))
+        .await
+        .unwrap();
+    assert_eq!(r.content[0].as_text().unwrap().text, "rendered page");
+    let Some(Payment::Stipendex { receipt, .. }) = payment else {
+        panic!("{payment:?}")
+    };
+    assert_eq!(receipt.unwrap().object().amount, "2.00".parse().unwrap());
+    assert_eq!(w.balance(w.agent).await, (before - 200, 0));
+
+    // The tool fails: its hold is voided, the failure is the result the model reads.
+    let (r, payment) = paying
+        .call_tool("render", Some(args("fail")))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(r.content[0].as_text().unwrap().text, "the renderer broke");
+    assert!(matches!(
+        payment,
+        Some(Payment::Stipendex { receipt: None, .. })
+    ));
+    assert_eq!(w.balance(w.agent).await, (before - 200, 0), "voided");
+}
+
+#[tokio::test]
+async fn a_priced_resource_is_paid_and_a_free_one_is_not() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    let paying = PayingClient::new(client.peer().clone(), shop_wallet(&w, true), SHOP).unwrap();
+    let read = |uri: &str| {
+        ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
+            ReadResourceRequestParams::new(uri),
+        ))
+    };
+    let refuse = stipendex::wallet::Refuse;
+    let call = |uri: &str| stipendex::mcp::client::Call {
+        request: read(uri),
+        meta: RequestMetaObject::default(),
+        confirmer: &refuse,
+        cancel: tokio_util::sync::CancellationToken::new(),
+        on_sent: None,
+    };
+    let free = paying.call(call("public://readme")).await.unwrap();
+    assert!(free.payment.is_none());
+    let paid = paying.call(call("reports://q3")).await.unwrap();
+    let v = serde_json::to_value(&paid.result).unwrap();
+    assert_eq!(v["contents"][0]["text"], "the contents of reports://q3");
+    assert!(matches!(
+        paid.payment,
+        Some(Payment::Stipendex {
+            receipt: Some(_),
+            ..
+        })
+    ));
+    // Unpaid, it is -32402 for every client (x402's MCP convention carries tool results only).
+    let e = raw(client.peer(), read("reports://q4"), json!({}))
+        .await
+        .unwrap_err();
+    quote_in(&e);
+}
+
+#[tokio::test]
+async fn confirmation_above_the_threshold_is_asked_and_a_no_pays_nothing() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    let before = w.balance(w.agent).await.0;
+    // render is a checkout: a Confirmation is always asked.
+    let paying = PayingClient::new(client.peer().clone(), shop_wallet(&w, false), SHOP).unwrap();
+    let e = paying
+        .call_tool("render", Some(args("page")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, CallError::NotPaid(err) if err.code() == "not_confirmed"),
+        "{e:?}"
+    );
+    assert!(
+        e.for_the_model()
+            .starts_with("the payment was not confirmed")
+    );
+    assert_eq!(w.asked.load(Ordering::SeqCst), 1);
+    assert_eq!(w.balance(w.agent).await, (before, 0));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+}
