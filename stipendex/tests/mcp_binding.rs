@@ -564,3 +564,188 @@ async fn confirmation_above_the_threshold_is_asked_and_a_no_pays_nothing() {
     assert_eq!(w.balance(w.agent).await, (before, 0));
     assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
 }
+
+/// The shop behind the gate over Streamable HTTP; its receiver's origin is the listener's.
+async fn serve_http(w: &World, shop: Shop) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")).describe("one search"))
+        .price(PricedCapability::estimate(
+            "tools/call",
+            "render",
+            usd("3.00"),
+            "0.50".parse().unwrap(),
+        ))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let server = PaidServer::new(shop, receiver).unwrap();
+    let app = x402_transport::mcp::streamable_http("/mcp", move || Ok(server.clone()));
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    base
+}
+
+/// A host that answers elicitation (or does not offer it at all: `()`).
+#[derive(Clone)]
+struct Host {
+    accept: bool,
+    asked: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for Host {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut c = rmcp::model::ClientConfig::default();
+        c.capabilities = rmcp::model::ClientCapabilities::builder()
+            .enable_elicitation()
+            .build();
+        c
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _c: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.asked.lock().unwrap().push(message.clone());
+        }
+        Ok(if self.accept {
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"confirm": true}))
+        } else {
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Decline)
+        })
+    }
+}
+
+/// A host connected to a proxy in front of the shop's Streamable HTTP endpoint.
+async fn through_proxy<H: rmcp::ClientHandler>(
+    w: &World,
+    base: &str,
+    host: H,
+    confirm: bool,
+) -> RunningService<RoleClient, H> {
+    let wallet = w.wallet(w.mandate(|m| pin(m, base)), confirm);
+    let proxy = stipendex::mcp::proxy::Proxy::new(
+        wallet,
+        stipendex::mcp::proxy::Upstream::Url(format!("{base}/mcp")),
+        None,
+    )
+    .unwrap();
+    let (proxy_io, host_io) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move { proxy.serve(proxy_io).await.unwrap() });
+    host.serve(host_io).await.unwrap()
+}
+
+#[tokio::test]
+async fn over_streamable_http_the_quote_names_the_url_origin_and_the_proxy_pays_for_a_plain_host() {
+    let w = world().await;
+    let shop = Shop::default();
+    let base = serve_http(&w, shop.clone()).await;
+    let before = w.balance(w.agent).await.0;
+
+    // A host that knows nothing of payments, through the proxy.
+    let host = through_proxy(&w, &base, (), false).await;
+    let info = host.peer().peer_info().unwrap();
+    let caps = serde_json::to_value(&info.capabilities).unwrap();
+    assert_eq!(caps["experimental"][mcp::PAYMENTS]["version"], "0.1");
+    let tools = host.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "search"));
+    let mut p = CallToolRequestParams::new("search");
+    p.arguments = Some(args("rust"));
+    let r = host.call_tool(p).await.unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(r.content[0].as_text().unwrap().text, "search: rust");
+    let receipt = &r.meta.unwrap().0[mcp::RECEIPT];
+    assert_eq!(receipt["stipendex"], "receipt/0.1");
+    assert_eq!(w.balance(w.agent).await.0, before - 5);
+
+    // The free tool passes untouched.
+    let mut p = CallToolRequestParams::new("echo");
+    p.arguments = Some(args("x"));
+    assert_eq!(
+        host.call_tool(p).await.unwrap().content[0]
+            .as_text()
+            .unwrap()
+            .text,
+        "echo: x"
+    );
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
+
+    // Without the proxy, over HTTP, the Quote names the URL's origin.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let transport =
+        rmcp::transport::StreamableHttpClientTransport::from_uri(format!("{base}/mcp").as_str());
+    let raw_client = ().serve(transport).await.unwrap();
+    let e = raw(raw_client.peer(), tool_call("search", "x"), speaks())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        quote_in(&e).object().resource.as_ref().unwrap().origin,
+        base
+    );
+}
+
+#[tokio::test]
+async fn through_the_proxy_confirmations_go_to_the_host_by_elicitation() {
+    let w = world().await;
+    let shop = Shop::default();
+    let base = serve_http(&w, shop.clone()).await;
+    let (before, _) = w.balance(w.agent).await;
+    let call = |q: &str| {
+        let mut p = CallToolRequestParams::new("render");
+        p.arguments = Some(args(q));
+        p
+    };
+
+    // Accepted: the checkout is held, captured for its final amount.
+    let yes = Host {
+        accept: true,
+        asked: Arc::default(),
+    };
+    let host = through_proxy(&w, &base, yes.clone(), false).await;
+    let r = host.call_tool(call("page")).await.unwrap();
+    assert_eq!(
+        r.content[0].as_text().unwrap().text,
+        "rendered page",
+        "{r:?}"
+    );
+    let asked = yes.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert!(
+        asked[0].contains("3 USD") && asked[0].contains("search"),
+        "{asked:?}"
+    );
+    assert_eq!(w.balance(w.agent).await, (before - 200, 0));
+
+    // Declined: nothing paid, and the model reads why.
+    let no = Host {
+        accept: false,
+        asked: Arc::default(),
+    };
+    let host = through_proxy(&w, &base, no.clone(), false).await;
+    let r = host.call_tool(call("page")).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let text = &r.content[0].as_text().unwrap().text;
+    assert!(text.contains("declined"), "{text}");
+    assert_eq!(no.asked.lock().unwrap().len(), 1);
+
+    // A host that cannot elicit: never paid silently.
+    let host = through_proxy(&w, &base, (), true).await;
+    let r = host.call_tool(call("page")).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let text = &r.content[0].as_text().unwrap().text;
+    assert!(text.contains("cannot ask its user"), "{text}");
+    assert_eq!(w.balance(w.agent).await, (before - 200, 0));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}

@@ -27,8 +27,12 @@ use crate::receiver::Request;
 
 #[cfg(feature = "mcp-client")]
 pub mod client;
+mod elicit;
+#[cfg(feature = "mcp-client")]
+pub mod proxy;
 mod server;
 
+pub use elicit::{ANSWER_WITHIN, Elicit};
 pub use server::{PaidServer, final_amount};
 
 /// `initialize`'s `capabilities.experimental` key (server and client), and the per-call
