@@ -301,7 +301,7 @@ def main() -> int:
             out["connectError"] = error_entry(e)
             code = 1
     out.pop("connected", None)
-    sys.stdout.write(json.dumps(canonical(out), ensure_ascii=False) + "\n")
+    sys.stdout.write(json.dumps(canonical(out), ensure_ascii=False, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     return code
 

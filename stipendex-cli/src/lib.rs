@@ -4,6 +4,8 @@
 //! stipendex demo [--rail NAME] [--dir DIR] [--confirm yes|no]
 //! stipendex verify-chain --principal KEY | --unanchored [--revocation FILE]… FILE…
 //! stipendex fetch [--config wallet.toml] [-X METHOD] [-H 'Name: value'] [-d DATA] URL
+//! stipendex serve-mcp --config shop.toml [--listen ADDR]
+//! stipendex proxy [--config wallet.toml] [--server ORIGIN] (--url URL | -- COMMAND…)
 //! stipendex wallet pending [--config wallet.toml]
 //! stipendex wallet resume [--config wallet.toml] CHAIN
 //! stipendex key new --out FILE
@@ -35,6 +37,8 @@ mod fetch;
 mod files;
 mod mandate;
 pub mod measure;
+mod proxy;
+mod serve_mcp;
 mod verify;
 mod wallet;
 
@@ -105,6 +109,12 @@ enum Command {
     /// The wallet's HTTP client (curl for agents): sends the request, pays a 402 under the
     /// mandate, writes the body to stdout and what was paid (or why not) to stderr.
     Fetch(fetch::Args),
+    /// An example paid MCP server behind the Stipendex gate (stdio, or Streamable HTTP with
+    /// --listen): a free tool, a fixed-price tool, a checkout tool, a priced resource.
+    ServeMcp(serve_mcp::Args),
+    /// MCP proxy mode: a host that knows nothing of payments starts this as its MCP server;
+    /// it forwards to the real server and pays what it asks for under the mandate.
+    Proxy(proxy::Args),
     /// The wallet's pending payments: list them, finish one.
     #[command(subcommand)]
     Wallet(wallet::Command),
@@ -135,6 +145,8 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Fetch(args) => fetch::run(args).await,
+        Command::ServeMcp(args) => Box::pin(serve_mcp::run(args)).await,
+        Command::Proxy(args) => Box::pin(proxy::run(args)).await,
         Command::Wallet(c) => wallet::run(c).await,
         Command::VerifyChain {
             principal,

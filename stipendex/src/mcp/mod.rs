@@ -34,6 +34,10 @@ mod server;
 
 pub use elicit::{ANSWER_WITHIN, Elicit};
 pub use server::{PaidServer, final_amount};
+/// An MCP endpoint over Streamable HTTP for a [`PaidServer`] (stateless, JSON answers; a
+/// cross-origin browser request is refused), the one x402's MCP adapter serves.
+#[cfg(feature = "mcp-http")]
+pub use x402_transport::mcp::streamable_http;
 
 /// `initialize`'s `capabilities.experimental` key (server and client), and the per-call
 /// `params._meta` key by which a client says it speaks Stipendex.

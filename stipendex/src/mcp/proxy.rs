@@ -21,19 +21,22 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use rmcp::model::JsonRpcMessage;
 use rmcp::model::{
     CallToolResult, ClientConfig, ClientNotification, ClientRequest, ClientResult, ContentBlock,
-    ErrorCode, InitializeRequestParams, ProgressToken, ServerConfig, ServerNotification,
-    ServerRequest, ServerResult,
+    ErrorCode, InitializeRequestParams, ProgressToken, ProtocolVersion, ServerConfig,
+    ServerNotification, ServerRequest, ServerResult,
 };
 use rmcp::service::{
     NotificationContext, RequestContext, RoleClient, RoleServer, RunningService, Service,
     ServiceExt,
 };
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
 use rmcp::{ErrorData, Peer};
 use serde_json::json;
+use std::future::Future;
 
 use super::client::{Call, CallError, PayingClient};
 use super::{Elicit, PAYMENTS};
@@ -119,6 +122,7 @@ impl Proxy {
             host: OnceLock::new(),
             upstream: tokio::sync::OnceCell::new(),
             progress: Arc::new(Mutex::new(HashMap::new())),
+            inflight: Arc::default(),
         }))
         .serve(transport)
         .await
@@ -136,6 +140,8 @@ struct Shared {
     upstream: tokio::sync::OnceCell<Connected>,
     /// The proxy's progress token of a message sent upstream → the host's token of the call.
     progress: Progress,
+    /// Progress notifications received from the server and not yet forwarded to the host.
+    inflight: Arc<Inflight>,
 }
 
 struct Connected {
@@ -178,6 +184,91 @@ fn initialize_result(info: &rmcp::model::ServerPeerInfo) -> ServerConfig {
     r
 }
 
+/// Progress notifications received and not yet forwarded, by the proxy's token.
+#[derive(Default)]
+struct Inflight {
+    counts: Mutex<HashMap<ProgressToken, usize>>,
+    changed: tokio::sync::Notify,
+}
+
+/// How long an answer waits for its call's progress to be forwarded first.
+const PROGRESS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Inflight {
+    fn begin(&self, token: &ProgressToken) {
+        if let Ok(mut c) = self.counts.lock() {
+            *c.entry(token.clone()).or_default() += 1;
+        }
+    }
+
+    fn end(&self, token: &ProgressToken) {
+        if let Ok(mut c) = self.counts.lock()
+            && let Some(n) = c.get_mut(token)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.remove(token);
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    fn pending(&self, tokens: &[ProgressToken]) -> bool {
+        self.counts
+            .lock()
+            .map(|c| tokens.iter().any(|t| c.contains_key(t)))
+            .unwrap_or(false)
+    }
+
+    /// Waits (at most [`PROGRESS_FLUSH`]) until no progress of `tokens` is left to forward.
+    async fn drained(&self, tokens: &[ProgressToken]) {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if !self.pending(tokens) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        let _ = tokio::time::timeout(PROGRESS_FLUSH, wait).await;
+    }
+}
+
+/// The server's transport, counting each progress notification as it arrives — in order,
+/// before the answer that follows it — so the answer can wait for it to be forwarded.
+struct Ordered<T> {
+    inner: T,
+    inflight: Arc<Inflight>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let m = self.inner.receive().await;
+        if let Some(JsonRpcMessage::Notification(n)) = &m
+            && let ServerNotification::ProgressNotification(p) = &n.notification
+        {
+            self.inflight.begin(&p.params.progress_token);
+        }
+        m
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 fn upstream_error(e: &str) -> ErrorData {
     ErrorData::internal_error(format!("the MCP server behind the proxy: {e}"), None)
 }
@@ -206,14 +297,24 @@ impl Shared {
                         cmd.args(args);
                         let child = TokioChildProcess::new(cmd)
                             .map_err(|e| upstream_error(&format!("cannot start {program}: {e}")))?;
-                        handler.serve(child).await
+                        handler
+                            .serve(Ordered {
+                                inner: child,
+                                inflight: self.inflight.clone(),
+                            })
+                            .await
                     }
                     Upstream::Url(url) => {
                         let transport = StreamableHttpClientTransport::with_client(
                             http_client().map_err(|e| upstream_error(&e.to_string()))?,
                             StreamableHttpClientTransportConfig::with_uri(url.as_str()),
                         );
-                        handler.serve(transport).await
+                        handler
+                            .serve(Ordered {
+                                inner: transport,
+                                inflight: self.inflight.clone(),
+                            })
+                            .await
                     }
                 }
                 .map_err(|e| upstream_error(&format!("cannot initialize: {e}")))?;
@@ -239,6 +340,16 @@ impl Service<RoleServer> for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ServerResult, ErrorData> {
         let shared = &self.0;
+        // The proxy speaks the session lifecycle (`initialize`): it asks the host's user by
+        // elicitation mid-call, which the 2026-07-28 inline lifecycle forbids. A discovery
+        // probe is refused so the host falls back to `initialize`.
+        if matches!(request, ClientRequest::DiscoverRequest(_)) {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "server/discover: this proxy speaks the initialize lifecycle",
+                None,
+            ));
+        }
         let _ = shared.host.set(context.peer.clone());
         if let ClientRequest::InitializeRequest(r) = request {
             let up = shared.connect(Some(r.params)).await?;
@@ -280,8 +391,14 @@ impl Service<RoleServer> for ProxyServer {
                 on_sent: Some(&record),
             })
             .await;
-        if let (Ok(mut map), Ok(s)) = (shared.progress.lock(), sent.lock()) {
-            for t in s.iter() {
+        // The server's progress for this call reaches the host before its answer (rmcp hands
+        // each notification to a task of its own: the order is restored here).
+        let tokens: Vec<ProgressToken> = sent.lock().map(|s| s.clone()).unwrap_or_default();
+        if !tokens.is_empty() {
+            shared.inflight.drained(&tokens).await;
+        }
+        if let Ok(mut map) = shared.progress.lock() {
+            for t in &tokens {
                 map.remove(t);
             }
         }
@@ -333,6 +450,10 @@ impl Service<RoleServer> for ProxyServer {
         }
     }
 
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
     fn get_info(&self) -> ServerConfig {
         self.0
             .upstream
@@ -373,19 +494,23 @@ impl Service<RoleClient> for UpstreamHandler {
         };
         let notification = match notification {
             ServerNotification::ProgressNotification(mut p) => {
+                let token = p.params.progress_token.clone();
                 let mapped = shared
                     .progress
                     .lock()
                     .ok()
-                    .and_then(|m| m.get(&p.params.progress_token).cloned());
-                match mapped {
+                    .and_then(|m| m.get(&token).cloned());
+                let sent = match mapped {
                     Some(t) => {
                         p.params.progress_token = t;
-                        ServerNotification::ProgressNotification(p)
+                        host.send_notification(ServerNotification::ProgressNotification(p))
+                            .await
                     }
                     // Progress of no call the host made (or one already answered).
-                    None => return Ok(()),
-                }
+                    None => Ok(()),
+                };
+                shared.inflight.end(&token);
+                return sent.map_err(|e| ErrorData::internal_error(format!("the host: {e}"), None));
             }
             // The server cancelling a request it sent: its ids are not the host's.
             ServerNotification::CancelledNotification(_) => return Ok(()),

@@ -1,0 +1,458 @@
+//! `stipendex proxy` in front of `stipendex serve-mcp`, both as processes, driven by MCP hosts
+//! that know nothing of payments: an rmcp host here, and the independent clients of
+//! `scripts/mcp-clients` (the TypeScript SDK, npm `@modelcontextprotocol/sdk`, and the Python
+//! SDK, PyPI `mcp`) — over the `ledger` rail on SQLite.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::needless_pass_by_value,
+    missing_docs
+)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rail_ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitResult};
+use rmcp::service::{RequestContext, RoleClient};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ErrorData, ServiceExt};
+use serde_json::{Value, json};
+use stipendex::Asset;
+use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+
+/// The shop's identity over stdio (its `[receiver] origins`, the proxy's `--server`).
+const SHOP: &str = "https://shop.example";
+
+/// A ledger with a funded agent and a shop; the shop's and the wallet's configuration files.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    ledger: Ledger,
+    agent: AccountId,
+}
+
+impl Setup {
+    async fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let ledger_url = format!("sqlite://{}", dir.join("ledger.db").display());
+        let ledger = Ledger::sqlite(&ledger_url).await.unwrap();
+        let (bank, agent, shop) = (
+            AccountId::random(),
+            AccountId::random(),
+            AccountId::random(),
+        );
+        for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
+            ledger
+                .create_account(NewAccount {
+                    id,
+                    asset: Asset::usd(),
+                    no_overdraft,
+                })
+                .await
+                .unwrap();
+        }
+        ledger
+            .transfer(TransferRequest::Single {
+                id: TransferId::random(),
+                debit: bank,
+                credit: agent,
+                amount: 10_000,
+                user_data: 0,
+            })
+            .await
+            .unwrap();
+
+        let shop_key = SecretKey::generate();
+        std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
+        std::fs::write(
+            dir.join("shop.toml"),
+            format!(
+                r#"[store]
+url = "sqlite://{store}"
+
+[rails.house]
+kind = "ledger"
+url = "{ledger_url}"
+payee_account = "{shop}"
+
+[receiver]
+id = "shop"
+key_file = "shop.key"
+origins = ["{SHOP}"]
+
+[[price]]
+kind = "tool"
+pattern = "search"
+amount = "0.05"
+asset = "USD"
+description = "one web search"
+
+[[price]]
+kind = "tool"
+pattern = "render"
+estimate = "3.00"
+tolerance = "0.50"
+asset = "USD"
+description = "one rendered document"
+
+[[price]]
+kind = "resource"
+pattern = "reports://*"
+amount = "0.10"
+asset = "USD"
+"#,
+                store = dir.join("shop.db").display()
+            ),
+        )
+        .unwrap();
+
+        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mandate = |allow: bool| {
+            let mut m = Mandate::draft(
+                Party {
+                    id: "alice".into(),
+                    key: principal.public(),
+                },
+                wallet_key.public(),
+                now - 60,
+                86_400,
+            );
+            m.limits.push(Limits {
+                asset: Asset::usd(),
+                per_call: Some("5.00".parse().unwrap()),
+                per_period: None,
+                total: Some("20.00".parse().unwrap()),
+                per_receiver: None,
+                confirm_above: Some("1.00".parse().unwrap()),
+            });
+            if allow {
+                m.allow.push(Allow::Receiver {
+                    id: "shop".into(),
+                    key: shop_key.public(),
+                    origins: vec![SHOP.into()],
+                });
+            }
+            Signed::sign(m, &principal).unwrap()
+        };
+        for (name, allow) in [("wallet", true), ("stranger", false)] {
+            std::fs::write(dir.join(format!("{name}.jws")), mandate(allow).jws()).unwrap();
+            std::fs::write(
+                dir.join(format!("{name}.toml")),
+                format!(
+                    "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"{name}.jws\"\njournal = \"chains-{name}\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n\n[upstream]\nserver = \"{SHOP}\"\n",
+                    dir.join(format!("{name}.db")).display()
+                ),
+            )
+            .unwrap();
+        }
+        Setup {
+            _tmp: tmp,
+            dir,
+            ledger,
+            agent,
+        }
+    }
+
+    /// The command a host starts: the proxy (with `wallet`'s configuration) in front of the
+    /// example server.
+    fn command(&self, wallet: &str) -> Vec<String> {
+        let bin = env!("CARGO_BIN_EXE_stipendex").to_owned();
+        vec![
+            bin.clone(),
+            "proxy".into(),
+            "--config".into(),
+            self.dir
+                .join(format!("{wallet}.toml"))
+                .display()
+                .to_string(),
+            "--".into(),
+            bin,
+            "serve-mcp".into(),
+            "--config".into(),
+            self.dir.join("shop.toml").display().to_string(),
+        ]
+    }
+
+    /// The agent's balance in cents, and what is held.
+    async fn balance(&self) -> (i128, u64) {
+        let a = self.ledger.account(self.agent).await.unwrap().unwrap();
+        (a.posted_balance(), a.debits_pending)
+    }
+
+    fn chains(&self, wallet: &str) -> usize {
+        std::fs::read_dir(self.dir.join(format!("chains-{wallet}")))
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jws"))
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// A plain MCP host (no payment code): answers elicitation yes or no.
+#[derive(Clone)]
+struct Host {
+    accept: bool,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for Host {
+    fn get_info(&self) -> ClientConfig {
+        let mut c = ClientConfig::default();
+        c.capabilities = ClientCapabilities::builder().enable_elicitation().build();
+        c
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _c: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.asked.lock().unwrap().push(message.clone());
+        }
+        Ok(if self.accept {
+            ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"confirm": true}))
+        } else {
+            ElicitResult::new(rmcp::model::ElicitationAction::Decline)
+        })
+    }
+}
+
+fn call(name: &str, args: Value) -> CallToolRequestParams {
+    let mut p = CallToolRequestParams::new(name.to_owned());
+    p.arguments = args.as_object().cloned();
+    p
+}
+
+fn child(command: &[String]) -> TokioChildProcess {
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).env_remove("RUST_LOG");
+    TokioChildProcess::new(cmd).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_proxy_pays_the_example_server_for_a_host_that_knows_nothing_of_payments() {
+    let s = Setup::new().await;
+    let (before, _) = s.balance().await;
+    let host = Host {
+        accept: true,
+        asked: Arc::default(),
+    };
+    let client = host
+        .clone()
+        .serve(child(&s.command("wallet")))
+        .await
+        .unwrap();
+
+    // The server's own initialize, its prices as hints.
+    let info = client.peer().peer_info().unwrap();
+    assert_eq!(info.server_info.as_ref().unwrap().name, "stipendex-example");
+    let tools = client.list_all_tools().await.unwrap();
+    let search = tools.iter().find(|t| t.name == "search").unwrap();
+    assert_eq!(
+        search.meta.as_ref().unwrap().0["stipendex/pricing"],
+        json!({"model": "per_call", "estimate": "0.05 USD"})
+    );
+
+    // Free, then paid: the host sees results only.
+    let r = client
+        .call_tool(call("echo", json!({"text": "hi"})))
+        .await
+        .unwrap();
+    assert_eq!(r.content[0].as_text().unwrap().text, "hi");
+    let r = client
+        .call_tool(call("search", json!({"query": "rust"})))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(r.structured_content.as_ref().unwrap()["query"], "rust");
+    assert_eq!(
+        r.meta.as_ref().unwrap().0["stipendex/receipt"]["stipendex"],
+        "receipt/0.1"
+    );
+    assert_eq!(s.balance().await.0, before - 5);
+
+    // A checkout: the host's user is asked by elicitation, then it is held and captured.
+    let r = client
+        .call_tool(call("render", json!({"text": "page"})))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(host.asked.lock().unwrap().len(), 1);
+    assert_eq!(s.balance().await, (before - 5 - 300, 0));
+    // A failing checkout: asked, held, voided.
+    let r = client
+        .call_tool(call("render", json!({"text": "page", "fail": true})))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(s.balance().await, (before - 5 - 300, 0));
+
+    // The priced resource.
+    let r = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "reports://daily",
+        ))
+        .await
+        .unwrap();
+    assert!(serde_json::to_string(&r).unwrap().contains("daily report"));
+    assert_eq!(s.balance().await.0, before - 5 - 300 - 10);
+    assert_eq!(s.chains("wallet"), 4, "one audit chain per payment");
+    client.cancel().await.unwrap();
+
+    // A wallet whose mandate does not allow the shop: the model reads why, nothing moves.
+    let client = ().serve(child(&s.command("stranger"))).await.unwrap();
+    let r = client
+        .call_tool(call("search", json!({"query": "rust"})))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let text = &r.content[0].as_text().unwrap().text;
+    assert!(text.starts_with("not allowed by your mandate: "), "{text}");
+    assert_eq!(s.balance().await.0, before - 5 - 300 - 10);
+    client.cancel().await.unwrap();
+}
+
+/// The independent clients' harness (`scripts/mcp-clients`), by language.
+fn harness(lang: &str) -> Option<(String, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/mcp-clients");
+    match lang {
+        "typescript" => {
+            let script = root.join("client.mjs");
+            let sdk = root.join("node_modules/@modelcontextprotocol/sdk");
+            (script.exists() && sdk.exists())
+                .then(|| ("node".to_owned(), vec![script.display().to_string()]))
+        }
+        _ => {
+            let venv = std::env::var("MCP_CLIENTS_VENV")
+                .unwrap_or_else(|_| "/var/tmp/mcp-clients-venv".into());
+            let python = Path::new(&venv).join("bin/python");
+            let script = root.join("client.py");
+            (script.exists() && python.exists()).then(|| {
+                (
+                    python.display().to_string(),
+                    vec![script.display().to_string()],
+                )
+            })
+        }
+    }
+}
+
+/// Runs one independent client against `command` with `steps`: its JSON report, or `None`
+/// (with a visible message) where the harness is not installed — a failure in CI.
+async fn drive(lang: &str, command: &[String], steps: &Value, elicit: &str) -> Option<Value> {
+    let Some((program, mut args)) = harness(lang) else {
+        let why = format!(
+            "the {lang} MCP client is not installed: run scripts/mcp-clients/install.sh (scripts/setup-localnets does)"
+        );
+        assert!(std::env::var("CI").is_err(), "{why}");
+        eprintln!("SKIPPED: {why}");
+        return None;
+    };
+    args.push("--stdio".into());
+    args.extend(command.iter().cloned());
+    let out = tokio::process::Command::new(program)
+        .args(&args)
+        .env("MCP_STEPS", steps.to_string())
+        .env("ELICIT", elicit)
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{lang} client failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}")))
+}
+
+async fn independent_client_pays_through_the_proxy(lang: &str) {
+    let s = Setup::new().await;
+    let (before, _) = s.balance().await;
+    let steps = json!([
+        {"op": "info"},
+        {"op": "list_tools"},
+        {"op": "call_tool", "name": "echo", "arguments": {"text": "hi"}},
+        {"op": "call_tool", "name": "search", "arguments": {"query": "rust"}, "progress": true},
+        {"op": "call_tool", "name": "render", "arguments": {"text": "page"}},
+        {"op": "read_resource", "uri": "reports://daily"},
+    ]);
+    let Some(report) = drive(lang, &s.command("wallet"), &steps, "accept").await else {
+        return;
+    };
+    let step = |i: usize| &report["steps"][i];
+    assert_eq!(
+        step(0)["result"]["capabilities"]["experimental"]["stipendex/payments"]["version"],
+        "0.1",
+        "{report}"
+    );
+    let tools = step(1)["result"].as_array().unwrap();
+    let search = tools.iter().find(|t| t["name"] == "search").unwrap();
+    assert_eq!(search["_meta"]["stipendex/pricing"]["estimate"], "0.05 USD");
+    assert_eq!(step(2)["result"]["content"][0]["text"], "hi", "{report}");
+    let paid = &step(3)["result"];
+    assert_eq!(paid["structuredContent"]["query"], "rust", "{report}");
+    assert_eq!(
+        paid["_meta"]["stipendex/receipt"]["stipendex"],
+        "receipt/0.1"
+    );
+    assert!(
+        !step(3)["progress"].as_array().unwrap().is_empty(),
+        "progress reached the host: {report}"
+    );
+    assert_ne!(step(4)["result"]["isError"], true, "{report}");
+    assert_eq!(
+        report["elicitations"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert!(
+        step(5)["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("daily report"),
+        "{report}"
+    );
+    assert_eq!(s.balance().await, (before - 5 - 300 - 10, 0));
+
+    // Declined, and a host that cannot elicit: nothing paid, the model reads why.
+    for (elicit, word) in [("decline", "declined"), ("none", "cannot ask its user")] {
+        let steps = json!([{"op": "call_tool", "name": "render", "arguments": {"text": "x"}}]);
+        let report = drive(lang, &s.command("wallet"), &steps, elicit)
+            .await
+            .unwrap();
+        let r = &report["steps"][0]["result"];
+        assert_eq!(r["isError"], true, "{report}");
+        assert!(
+            r["content"][0]["text"].as_str().unwrap().contains(word),
+            "{report}"
+        );
+    }
+    assert_eq!(s.balance().await, (before - 5 - 300 - 10, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_host_pays_through_the_proxy() {
+    independent_client_pays_through_the_proxy("typescript").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_host_pays_through_the_proxy() {
+    independent_client_pays_through_the_proxy("python").await;
+}
