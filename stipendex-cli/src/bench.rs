@@ -1,4 +1,4 @@
-//! `stipendex bench`: the HTTP binding's throughput and latency over the ledger rail on
+//! `stipendex bench [http]`: the HTTP binding's throughput and latency over the ledger rail on
 //! embedded SQLite, and the wallet's overhead above the bare rail call.
 //!
 //! 1. unpaid: concurrent `GET`s of a priced route, each answered 402 with a fresh signed Quote;
@@ -6,6 +6,8 @@
 //!    a ledger transfer, a signed Proof) → retry → accept (verify on the ledger) → receipt;
 //! 3. the wallet's `pay(quote)` against the bare `Payer::pay(offer)` of the same rail, one at a
 //!    time.
+//!
+//! `stipendex bench mcp` measures the MCP binding and the proxy instead ([`crate::bench_mcp`]).
 
 // Timings and rates, never money: floats are fine here.
 #![allow(clippy::float_arithmetic, clippy::cast_precision_loss)]
@@ -26,8 +28,21 @@ use stipendex::wallet::Wallet;
 
 use crate::{CliError, msg};
 
+/// What to measure.
+#[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
+pub(crate) enum What {
+    /// The HTTP binding (402 + Quote) and the wallet's overhead.
+    #[default]
+    Http,
+    /// The MCP binding (-32402 + Quote) and the proxy (`bench_mcp`).
+    Mcp,
+}
+
 #[derive(clap::Args)]
 pub(crate) struct Args {
+    /// What to measure: `http` (default) or `mcp`.
+    #[arg(value_enum, default_value_t = What::Http)]
+    what: What,
     /// Concurrent clients.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -43,7 +58,7 @@ pub(crate) struct Args {
 }
 
 /// p50 and p99 of `v` (sorted in place), in milliseconds.
-fn percentiles(v: &mut [Duration]) -> (f64, f64) {
+pub(crate) fn percentiles(v: &mut [Duration]) -> (f64, f64) {
     v.sort_unstable();
     let at = |q: usize| {
         let i = (v.len().saturating_sub(1) * q) / 100;
@@ -52,7 +67,11 @@ fn percentiles(v: &mut [Duration]) -> (f64, f64) {
     (at(50), at(99))
 }
 
-async fn load<F, Fut>(concurrency: usize, seconds: u64, one: F) -> (usize, usize, Vec<Duration>)
+pub(crate) async fn load<F, Fut>(
+    concurrency: usize,
+    seconds: u64,
+    one: F,
+) -> (usize, usize, Vec<Duration>)
 where
     F: Fn() -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = bool> + Send,
@@ -104,6 +123,10 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     };
     std::fs::create_dir_all(&dir)
         .map_err(|e| msg(format!("cannot create {}: {e}", dir.display())))?;
+    if let What::Mcp = args.what {
+        Box::pin(crate::bench_mcp::run(&dir, args.concurrency, args.seconds)).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let stage = crate::demo::embedded_ledger(&dir, 100_000_000).await?;
     let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
     let (principal, wallet_key, shop_key) = (

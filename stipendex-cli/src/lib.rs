@@ -31,6 +31,7 @@
 //! ```
 
 mod bench;
+mod bench_mcp;
 pub mod demo;
 mod facilitator;
 mod fetch;

@@ -355,6 +355,17 @@ fn harness(lang: &str) -> Option<(String, Vec<String>)> {
 /// Runs one independent client against `command` with `steps`: its JSON report, or `None`
 /// (with a visible message) where the harness is not installed — a failure in CI.
 async fn drive(lang: &str, command: &[String], steps: &Value, elicit: &str) -> Option<Value> {
+    drive_with(lang, command, steps, elicit, &[]).await
+}
+
+/// [`drive`] with `env` set for the client and the command it starts.
+async fn drive_with(
+    lang: &str,
+    command: &[String],
+    steps: &Value,
+    elicit: &str,
+    env: &[(&str, &str)],
+) -> Option<Value> {
     let Some((program, mut args)) = harness(lang) else {
         let why = format!(
             "the {lang} MCP client is not installed: run scripts/mcp-clients/install.sh (scripts/setup-localnets does)"
@@ -369,6 +380,7 @@ async fn drive(lang: &str, command: &[String], steps: &Value, elicit: &str) -> O
         .args(&args)
         .env("MCP_STEPS", steps.to_string())
         .env("ELICIT", elicit)
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .output()
         .await
@@ -455,4 +467,237 @@ async fn the_typescript_sdk_host_pays_through_the_proxy() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_host_pays_through_the_proxy() {
     independent_client_pays_through_the_proxy("python").await;
+}
+
+/// The algod devnet with a funded payer and the shop's treasury; the shop priced in ALGO over
+/// exact-algo (a rail that cannot hold: no checkout), the board's x402 MCP endpoint beside it,
+/// and a wallet paying both over the same rail.
+struct AlgoSetup {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    net: algod_devnet::RunningDevnet,
+    treasury: rail_exact_algo::Address,
+    payer_hex: String,
+    board: String,
+}
+
+fn algo_addr(k: &ed25519_dalek::SigningKey) -> rail_exact_algo::Address {
+    rail_exact_algo::Address(k.verifying_key().to_bytes())
+}
+
+impl AlgoSetup {
+    async fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let payer = ed25519_dalek::SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+        let treasury = algo_addr(&ed25519_dalek::SigningKey::from_bytes(&rand::random::<
+            [u8; 32],
+        >()));
+        let net = algod_devnet::Devnet::spawn(
+            algod_devnet::DevnetConfig {
+                accounts: vec![(algo_addr(&payer), 50_000_000), (treasury, 1_000_000)],
+                ..algod_devnet::DevnetConfig::default()
+            },
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        )
+        .await
+        .unwrap();
+        // The board: x402's MCP convention (isError + accepts) on its own origin.
+        let algod = rail_exact_algo::AlgodClient::new(&net.url, None).unwrap();
+        let board_receiver = rail_exact_algo::ExactAlgoReceiver::connect(
+            algod,
+            treasury,
+            Arc::new(rail_core::MemoryKeyStore::default()),
+            Arc::new(rail_core::SystemClock),
+        )
+        .await
+        .unwrap();
+        let app = algod_devnet::example::example_app(&board_receiver, 2_000);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let board = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+        let shop_key = SecretKey::generate();
+        std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
+        std::fs::write(
+            dir.join("shop.toml"),
+            format!(
+                r#"[store]
+url = "sqlite://{store}"
+
+[rails.chain]
+kind = "exact-algo"
+algod_url = "{algod}"
+pay_to = "{treasury}"
+
+[receiver]
+id = "shop"
+key_file = "shop.key"
+origins = ["{SHOP}"]
+
+[[price]]
+kind = "tool"
+pattern = "search"
+amount = "0.002"
+asset = "ALGO"
+description = "one web search"
+
+[[price]]
+kind = "resource"
+pattern = "reports://*"
+amount = "0.001"
+asset = "ALGO"
+"#,
+                store = dir.join("shop.db").display(),
+                algod = net.url,
+            ),
+        )
+        .unwrap();
+        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut m = Mandate::draft(
+            Party {
+                id: "alice".into(),
+                key: principal.public(),
+            },
+            wallet_key.public(),
+            now - 60,
+            86_400,
+        );
+        m.limits.push(Limits {
+            asset: Asset::algo(),
+            per_call: Some("0.01".parse().unwrap()),
+            per_period: None,
+            total: Some("1".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: None,
+        });
+        m.allow.push(Allow::Receiver {
+            id: "shop".into(),
+            key: shop_key.public(),
+            origins: vec![SHOP.into()],
+        });
+        m.allow.push(Allow::X402Mcp {
+            server: board.clone(),
+            pay_to: treasury.to_string(),
+        });
+        std::fs::write(
+            dir.join("wallet.jws"),
+            Signed::sign(m, &principal).unwrap().jws(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("wallet.toml"),
+            format!(
+                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\njournal = \"chains-wallet\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"ALGO_PAYER_KEY\"\nmax_amount = \"0.01\"\n",
+                dir.join("wallet.db").display(),
+                net.url,
+            ),
+        )
+        .unwrap();
+        AlgoSetup {
+            _tmp: tmp,
+            dir,
+            net,
+            treasury,
+            payer_hex: hex::encode(payer.to_bytes()),
+            board,
+        }
+    }
+
+    fn proxy(&self) -> Vec<String> {
+        let bin = env!("CARGO_BIN_EXE_stipendex").to_owned();
+        vec![
+            bin,
+            "proxy".into(),
+            "--config".into(),
+            self.dir.join("wallet.toml").display().to_string(),
+        ]
+    }
+
+    fn to_shop(&self) -> Vec<String> {
+        let bin = env!("CARGO_BIN_EXE_stipendex").to_owned();
+        let mut c = self.proxy();
+        c.extend([
+            "--server".into(),
+            SHOP.into(),
+            "--".into(),
+            bin,
+            "serve-mcp".into(),
+            "--config".into(),
+            self.dir.join("shop.toml").display().to_string(),
+        ]);
+        c
+    }
+
+    fn to_board(&self) -> Vec<String> {
+        let mut c = self.proxy();
+        c.extend(["--url".into(), format!("{}/mcp", self.board)]);
+        c
+    }
+}
+
+async fn independent_client_pays_on_chain(lang: &str) {
+    let s = AlgoSetup::new().await;
+    let env = [("ALGO_PAYER_KEY", s.payer_hex.as_str())];
+    let before = s.net.devnet.balance(&s.treasury);
+
+    // The example server, a Stipendex Quote paid over exact-algo.
+    let steps = json!([
+        {"op": "call_tool", "name": "search", "arguments": {"query": "algorand"}},
+        {"op": "read_resource", "uri": "reports://daily"},
+    ]);
+    let Some(report) = drive_with(lang, &s.to_shop(), &steps, "none", &env).await else {
+        return;
+    };
+    let paid = &report["steps"][0]["result"];
+    assert_eq!(paid["structuredContent"]["query"], "algorand", "{report}");
+    assert_eq!(
+        paid["_meta"]["stipendex/receipt"]["stipendex"],
+        "receipt/0.1"
+    );
+    assert!(
+        report["steps"][1]["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("daily report"),
+        "{report}"
+    );
+    assert_eq!(s.net.devnet.balance(&s.treasury), before + 2_000 + 1_000);
+
+    // The board's MCP endpoint: x402's convention (isError + accepts), paid by the proxy as an
+    // x402 challenge allowlisted by the board's identity and payTo.
+    let steps = json!([
+        {"op": "call_tool", "name": "board_index", "arguments": {}},
+        {"op": "call_tool", "name": "post_read", "arguments": {"post_id": "1"}},
+    ]);
+    let report = drive_with(lang, &s.to_board(), &steps, "none", &env)
+        .await
+        .unwrap();
+    assert_ne!(report["steps"][0]["result"]["isError"], true, "{report}");
+    let post = &report["steps"][1]["result"];
+    assert_ne!(post["isError"], true, "{report}");
+    assert!(
+        post["structuredContent"]["post"]["body"].is_string(),
+        "{report}"
+    );
+    assert!(
+        post["_meta"]["x402/payment-response"].is_object(),
+        "{report}"
+    );
+    assert_eq!(s.net.devnet.balance(&s.treasury), before + 3_000 + 2_000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_host_pays_over_exact_algo_through_the_proxy() {
+    independent_client_pays_on_chain("typescript").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_host_pays_over_exact_algo_through_the_proxy() {
+    independent_client_pays_on_chain("python").await;
 }

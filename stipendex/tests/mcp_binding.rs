@@ -41,6 +41,8 @@ const SHOP: &str = "https://shop.example";
 #[derive(Clone, Default)]
 struct Shop {
     runs: Arc<AtomicUsize>,
+    /// Calls of `slow` that saw their cancellation.
+    cancelled: Arc<AtomicUsize>,
 }
 
 fn schema() -> Arc<JsonObject> {
@@ -78,9 +80,16 @@ impl ServerHandler for Shop {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _c: RequestContext<RoleServer>,
+        c: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.runs.fetch_add(1, Ordering::SeqCst);
+        if request.name == "slow" {
+            tokio::select! {
+                () = c.ct.cancelled() => { self.cancelled.fetch_add(1, Ordering::SeqCst); }
+                () = tokio::time::sleep(std::time::Duration::from_secs(20)) => {}
+            }
+            return Ok(CallToolResult::success(vec![ContentBlock::text("slow done")]).into());
+        }
         let q = request
             .arguments
             .as_ref()
@@ -183,7 +192,7 @@ async fn connect(shop: Shop, receiver: Receiver) -> RunningService<RoleClient, (
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let server = PaidServer::new(shop, receiver).unwrap();
     tokio::spawn(async move {
-        let running = server.serve(server_io).await.unwrap();
+        let running = Box::pin(server.serve(server_io)).await.unwrap();
         let _ = running.waiting().await;
     });
     ().serve(client_io).await.unwrap()
@@ -573,6 +582,7 @@ async fn serve_http(w: &World, shop: Shop) -> String {
         .origin(&base)
         .registry(&w.registry)
         .price(PricedCapability::fixed("tools/call", "search", usd("0.05")).describe("one search"))
+        .price(PricedCapability::fixed("tools/call", "slow", usd("0.05")))
         .price(PricedCapability::estimate(
             "tools/call",
             "render",
@@ -748,4 +758,151 @@ async fn through_the_proxy_confirmations_go_to_the_host_by_elicitation() {
     assert!(text.contains("cannot ask its user"), "{text}");
     assert_eq!(w.balance(w.agent).await, (before - 200, 0));
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_x402_mcp_client_pays_the_same_tool_and_a_stipendex_client_gets_the_quote() {
+    use alloy_primitives::{Address, U256};
+    use rail_x402::evm::LocalSigner;
+    use rail_x402::payer::{Policy, X402Payer};
+    use rail_x402::{ExactEvm, Token};
+
+    let w = world().await;
+    let net = "eip155:84532";
+    let token = Token::new(net, Address::repeat_byte(0x5c), "USDC", "2");
+    let mock = Arc::new(x402_devnet::DevnetFacilitator::new(net));
+    let pay_to = Address::repeat_byte(0x22);
+    let paywall = ExactEvm::new(mock.clone(), token.clone(), pay_to)
+        .mcp_paywall(&[("search", 50_000, "one search")])
+        .unwrap();
+    let shop = Shop::default();
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    // A tool priced in x402 must be priced on the receiver too.
+    assert!(
+        PaidServer::new(shop.clone(), shop_receiver(&w))
+            .unwrap()
+            .with_x402(
+                ExactEvm::new(mock.clone(), token.clone(), pay_to)
+                    .mcp_paywall(&[("unpriced", 1, "x")])
+                    .unwrap()
+            )
+            .is_err()
+    );
+    let server = PaidServer::new(shop.clone(), shop_receiver(&w))
+        .unwrap()
+        .with_x402(paywall)
+        .unwrap();
+    tokio::spawn(async move {
+        let running = Box::pin(server.serve(server_io)).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = ().serve(client_io).await.unwrap();
+
+    // A client that does not speak Stipendex: x402's convention, the Quote beside `accepts`.
+    let unpaid = raw(client.peer(), tool_call("search", "rust"), json!({}))
+        .await
+        .unwrap();
+    let ServerResult::CallToolResult(unpaid) = unpaid else {
+        panic!("{unpaid:?}")
+    };
+    assert_eq!(unpaid.is_error, Some(true));
+    let structured = unpaid.structured_content.clone().unwrap();
+    assert!(structured["accepts"].is_array(), "{structured}");
+    let _: Signed<Quote> = serde_json::from_value(structured["quote"].clone()).unwrap();
+    // A Stipendex client on the same tool: -32402.
+    let e = raw(client.peer(), tool_call("search", "rust"), speaks())
+        .await
+        .unwrap_err();
+    quote_in(&e);
+
+    // The x402 client pays the challenge; the tool runs once, settled on the token.
+    let pr = rail_x402::mcp::payment_required_of(&unpaid).unwrap();
+    let key = LocalSigner::random();
+    mock.mint(token.address, key.address(), U256::from(50_000))
+        .unwrap();
+    let payment = X402Payer::new(key, Policy::new(net, token.address, U256::from(50_000)))
+        .pay(&pr)
+        .unwrap();
+    let meta = rail_x402::mcp::payment_meta(&payment);
+    let handle = client
+        .peer()
+        .send_request_with_option(
+            tool_call("search", "rust"),
+            PeerRequestOptions::no_options().with_meta(meta),
+        )
+        .await
+        .unwrap();
+    let ServerResult::CallToolResult(paid) = handle.await_response().await.unwrap() else {
+        panic!("not a tool result")
+    };
+    assert_ne!(paid.is_error, Some(true), "{paid:?}");
+    assert_eq!(paid.content[0].as_text().unwrap().text, "search: rust");
+    assert_eq!(
+        paid.meta.unwrap().0[rail_x402::mcp::PAYMENT_RESPONSE_META]["success"],
+        true
+    );
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(50_000)
+    );
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_hosts_cancellation_reaches_the_paid_retry_through_the_proxy() {
+    let w = world().await;
+    let shop = Shop::default();
+    let base = serve_http(&w, shop.clone()).await;
+    let host = through_proxy(&w, &base, (), false).await;
+    let mut p = CallToolRequestParams::new("slow");
+    p.arguments = Some(args("x"));
+    let handle = host
+        .peer()
+        .send_request_with_option(
+            ClientRequest::CallToolRequest(CallToolRequest::new(p)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    // The paid retry is running at the server (the first call was refused unpaid).
+    for _ in 0..200 {
+        if shop.runs.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1, "the paid retry runs");
+    handle
+        .cancel(Some("the user stopped it".into()))
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if shop.cancelled.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        shop.cancelled.load(Ordering::SeqCst),
+        1,
+        "the server saw the cancellation"
+    );
+}
+
+#[tokio::test]
+async fn no_spelling_of_a_priced_name_runs_unpaid() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    // Percent-encoded, the tool and the resource are still the priced ones.
+    for request in [
+        tool_call("sear%63h", "x"),
+        ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
+            ReadResourceRequestParams::new("reports://%71%33"),
+        )),
+    ] {
+        let e = raw(client.peer(), request, json!({})).await.unwrap_err();
+        quote_in(&e);
+    }
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
 }

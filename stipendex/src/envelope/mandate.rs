@@ -117,7 +117,8 @@ pub enum Allow {
     /// A plain x402 (or exact-algo) MCP server: unsigned `isError` challenges from `server`
     /// paying `pay_to`.
     X402Mcp {
-        /// The server's identity, as the host knows it (its URL, or its `serverInfo.name`).
+        /// The server's identity, as the host knows it: the origin of its Streamable HTTP URL, or
+        /// the origin configured for a stdio server — never the `serverInfo.name` it declares.
         server: String,
         /// The `payTo` its challenges must name.
         pay_to: String,

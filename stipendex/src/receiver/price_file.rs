@@ -6,7 +6,7 @@
 //! kind = "tool"                 # tool | resource | prompt | route
 //! pattern = "search_*"          # the one pattern syntax (rail_core::route)
 //! amount = "0.005"              # service profile: a fixed amount…
-//! asset = "USD"
+//! asset = "USDC"
 //! description = "one web search"
 //!
 //! [[price]]
@@ -45,7 +45,7 @@
 //!     kind = "tool"
 //!     pattern = "search"
 //!     amount = "0.005"
-//!     asset = "USD"
+//!     asset = "USDC"
 //! "#)?;
 //! assert_eq!(prices[0].method(), "tools/call");
 //! assert_eq!(prices[0].name(), "search");
@@ -238,7 +238,7 @@ mod tests {
             kind = "tool"
             pattern = "search_*"
             amount = "0.005"
-            asset = "USD"
+            asset = "USDC"
             description = "one search"
 
             [[price]]

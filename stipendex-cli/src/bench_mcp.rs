@@ -1,0 +1,283 @@
+//! `stipendex bench mcp`: the MCP binding's cost over the ledger rail on embedded SQLite, the
+//! server on Streamable HTTP (127.0.0.1), one connection per client:
+//!
+//! 1. the same tool unpriced (the baseline: rmcp over HTTP);
+//! 2. unpaid calls of the priced tool, each answered -32402 with a fresh signed Quote;
+//! 3. paid calls through `PayingClient` (quote → wallet pay → retry with the Proof → admit →
+//!    run → Receipt checked);
+//! 4. and 5. the unpriced and the paid tool through the proxy (one proxy per host, the host on
+//!    an in-memory pipe, as on stdio).
+
+// Timings and rates, never money: floats are fine here.
+#![allow(clippy::float_arithmetic, clippy::cast_precision_loss)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rail_core::keys::sql::SqliteKeyStore;
+use rail_core::{Money, SystemClock};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::mcp::PaidServer;
+use stipendex::mcp::client::PayingClient;
+use stipendex::mcp::proxy::{Proxy, Upstream};
+use stipendex::receiver::{PricedCapability, Receiver};
+use stipendex::wallet::Wallet;
+
+use crate::bench::{load, percentiles};
+use crate::{CliError, msg};
+
+/// One tool, `search` (priced) and `search_free` (not), doing the same work.
+#[derive(Clone, Copy)]
+struct Bench;
+
+impl ServerHandler for Bench {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+            "results for {}",
+            request.name
+        ))])
+        .into())
+    }
+}
+
+fn call(name: &str) -> CallToolRequestParams {
+    let mut p = CallToolRequestParams::new(name.to_owned());
+    p.arguments = serde_json::json!({"q": "bench"}).as_object().cloned();
+    p
+}
+
+#[allow(clippy::print_stdout)]
+fn row(what: &str, seconds: u64, ok: usize, bad: usize, lat: &mut [Duration]) -> f64 {
+    let (p50, p99) = percentiles(lat);
+    println!(
+        "{what:<34} {:>8.0} /s   p50 {p50:>6.2} ms   p99 {p99:>6.2} ms   ({ok} ok, {bad} errors)",
+        ok as f64 / seconds as f64
+    );
+    p50
+}
+
+/// Runs the MCP bench in `dir`.
+#[allow(clippy::print_stdout, clippy::too_many_lines)]
+pub(crate) async fn run(
+    dir: &std::path::Path,
+    concurrency: usize,
+    seconds: u64,
+) -> Result<(), CliError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let stage = crate::demo::embedded_ledger(dir, 100_000_000).await?;
+    let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
+    let (principal, wallet_key, shop_key) = (
+        SecretKey::generate(),
+        SecretKey::generate(),
+        SecretKey::generate(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| msg(e.to_string()))?;
+    let base = format!(
+        "http://{}",
+        listener.local_addr().map_err(|e| msg(e.to_string()))?
+    );
+    let now = u64::try_from(rail_core::Clock::now(&SystemClock).unix_seconds()).unwrap_or(0);
+    let mut m = Mandate::draft(
+        Party {
+            id: "bench".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        now - 60,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: stipendex::Asset::usd(),
+        per_call: Some("1.00".parse().map_err(|_| msg("limit"))?),
+        per_period: None,
+        total: Some("900000.00".parse().map_err(|_| msg("limit"))?),
+        per_receiver: None,
+        confirm_above: None,
+    });
+    m.allow.push(Allow::Receiver {
+        id: "bench-shop".into(),
+        key: shop_key.public(),
+        origins: vec![base.clone()],
+    });
+    let mandate = Signed::sign(m, &principal)?;
+    let kind = stage.payer.payer.id().as_str().to_owned();
+    let receiver = Receiver::builder("bench-shop", shop_key)
+        .origin(&base)
+        .rail(&kind, stage.receiver.clone())
+        .price(PricedCapability::fixed(
+            "tools/call",
+            "search",
+            usd("0.01")?,
+        ))
+        .build()?;
+    let server = PaidServer::new(Bench, receiver)?;
+    let app = stipendex::mcp::streamable_http("/mcp", move || Ok(server.clone()));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let store = Arc::new(
+        SqliteKeyStore::open(&dir.join("wallet.db"))
+            .await
+            .map_err(|e| msg(format!("wallet store: {e}")))?,
+    );
+    let wallet = Wallet::builder(wallet_key, mandate)
+        .rail(&kind, stage.payer.clone())
+        .store(store)
+        .build()?;
+    let url = format!("{base}/mcp");
+    println!(
+        "stipendex bench mcp: ledger rail on SQLite, Streamable HTTP on 127.0.0.1, {concurrency} clients, {seconds} s per phase"
+    );
+
+    // One rmcp client per concurrent caller, over Streamable HTTP.
+    let http = || {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| msg(e.to_string()))
+    };
+    let mut direct = Vec::new();
+    for _ in 0..concurrency {
+        let t = rmcp::transport::StreamableHttpClientTransport::with_client(
+            http()?,
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                url.as_str(),
+            ),
+        );
+        let c = ().serve(t).await.map_err(|e| msg(e.to_string()))?;
+        direct.push(Arc::new(c));
+    }
+    let pick = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let next = {
+        let pick = pick.clone();
+        move |n: usize| pick.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n
+    };
+
+    // 1. Unpriced.
+    let d = direct.clone();
+    let n = next.clone();
+    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+        let c = d.get(n(d.len())).cloned();
+        async move {
+            match c {
+                Some(c) => c.call_tool(call("search_free")).await.is_ok(),
+                None => false,
+            }
+        }
+    })
+    .await;
+    let base50 = row("unpriced call", seconds, ok, bad, &mut lat);
+
+    // 2. Unpaid calls of the priced tool: -32402 with a signed Quote.
+    let d = direct.clone();
+    let n = next.clone();
+    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+        let c = d.get(n(d.len())).cloned();
+        async move {
+            let Some(c) = c else { return false };
+            matches!(
+                c.call_tool(call("search")).await,
+                Err(rmcp::service::ServiceError::McpError(e)) if e.code.0 == stipendex::mcp::PAYMENT_REQUIRED
+            )
+        }
+    })
+    .await;
+    let quote50 = row("unpaid call (-32402 + quote)", seconds, ok, bad, &mut lat);
+
+    // 3. Paid calls, end to end.
+    let mut paying: Vec<Arc<PayingClient>> = Vec::new();
+    for c in &direct {
+        paying.push(Arc::new(PayingClient::new(
+            c.peer().clone(),
+            wallet.clone(),
+            &base,
+        )?));
+    }
+    let p = paying.clone();
+    let n = next.clone();
+    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+        let c = p.get(n(p.len())).cloned();
+        async move {
+            let Some(c) = c else { return false };
+            matches!(c.call_tool("search", call("search").arguments).await, Ok((r, Some(_))) if r.is_error != Some(true))
+        }
+    })
+    .await;
+    let paid50 = row(
+        "paid call (quote, pay, receipt)",
+        seconds,
+        ok,
+        bad,
+        &mut lat,
+    );
+
+    // 4. and 5. Through the proxy: one per host, the host on an in-memory pipe.
+    let mut hosts = Vec::new();
+    for _ in 0..concurrency {
+        let proxy = Proxy::new(wallet.clone(), Upstream::Url(url.clone()), None)?;
+        let (proxy_io, host_io) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            let _ = proxy.serve(proxy_io).await;
+        });
+        let host = ().serve(host_io).await.map_err(|e| msg(e.to_string()))?;
+        hosts.push(Arc::new(host));
+    }
+    let h = hosts.clone();
+    let n = next.clone();
+    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+        let c = h.get(n(h.len())).cloned();
+        async move {
+            match c {
+                Some(c) => c.call_tool(call("search_free")).await.is_ok(),
+                None => false,
+            }
+        }
+    })
+    .await;
+    let proxy_free50 = row(
+        "unpriced call through the proxy",
+        seconds,
+        ok,
+        bad,
+        &mut lat,
+    );
+    let h = hosts.clone();
+    let n = next.clone();
+    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+        let c = h.get(n(h.len())).cloned();
+        async move {
+            let Some(c) = c else { return false };
+            matches!(c.call_tool(call("search")).await, Ok(r) if r.is_error != Some(true) && r.meta.is_some())
+        }
+    })
+    .await;
+    let proxy_paid50 = row("paid call through the proxy", seconds, ok, bad, &mut lat);
+
+    println!(
+        "gate's quote over the unpriced call:  p50 +{:.2} ms; a paid call over the unpriced one: p50 +{:.2} ms",
+        quote50 - base50,
+        paid50 - base50
+    );
+    println!(
+        "the proxy's hop: unpriced p50 +{:.2} ms; paid p50 +{:.2} ms",
+        proxy_free50 - base50,
+        proxy_paid50 - paid50
+    );
+    Ok(())
+}
