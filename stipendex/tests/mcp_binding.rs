@@ -906,3 +906,54 @@ async fn no_spelling_of_a_priced_name_runs_unpaid() {
     }
     assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn a_priced_prompt_is_quoted_and_paid_with_its_arguments_bound() {
+    let w = world().await;
+    let shop = Shop::default();
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed(
+            "prompts/get",
+            "brief_*",
+            usd("0.02"),
+        ))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let client = connect(shop.clone(), receiver).await;
+    let get = |topic: &str| {
+        let mut p = GetPromptRequestParams::new("brief_markets");
+        p.arguments = Some(json!({"topic": topic}).as_object().unwrap().clone());
+        ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(p))
+    };
+    // Unpaid: -32402 for any client; the Quote binds the prompt's arguments.
+    let e = raw(client.peer(), get("rates"), json!({}))
+        .await
+        .unwrap_err();
+    let q = quote_in(&e);
+    let sent = mcp::request(
+        Some(SHOP),
+        "prompts/get",
+        "brief_markets",
+        json!({"topic": "rates"}).as_object(),
+    );
+    assert_eq!(q.object().request.as_ref(), Some(&sent.digest()));
+    // Paid through the paying client: the prompt, with its Receipt.
+    let paying = PayingClient::new(client.peer().clone(), shop_wallet(&w, true), SHOP).unwrap();
+    let refuse = stipendex::wallet::Refuse;
+    let answered = paying
+        .call(stipendex::mcp::client::Call {
+            request: get("rates"),
+            meta: RequestMetaObject::default(),
+            confirmer: &refuse,
+            cancel: tokio_util::sync::CancellationToken::new(),
+            on_sent: None,
+        })
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&answered.result).unwrap();
+    assert_eq!(v["messages"][0]["content"]["text"], "prompt brief_markets");
+    assert_eq!(v["_meta"][mcp::RECEIPT]["stipendex"], "receipt/0.1");
+}
