@@ -147,23 +147,7 @@ impl Client {
             path: url.path().to_owned(),
             query: url.query().map(str::to_owned),
         };
-        // A payment for this same request already pending (its outcome was unknown, or it
-        // went to review): finish it and present its Proof, never pay a fresh Quote again.
-        // One that another call is paying right now (`in_progress`: the agent sent the same
-        // request twice at once) or that just finished (`not_pending`) is that call's: this
-        // request pays its own Quote.
-        let resumed = match self.wallet.pending_for(&quote, &sent).await? {
-            Some(p) => match Box::pin(self.wallet.resume(&p.chain)).await {
-                Ok(paid) => Some(paid),
-                Err(e) if matches!(e.code(), "in_progress" | "not_pending") => None,
-                Err(e) => return Err(e),
-            },
-            None => None,
-        };
-        let paid = match resumed {
-            Some(paid) => paid,
-            None => Box::pin(self.wallet.pay_for(&quote, &sent)).await?,
-        };
+        let paid = Box::pin(self.wallet.pay_sent(&quote, &sent, self.wallet.confirmer())).await?;
         let proof = HeaderValue::from_str(&paid.proof.to_header())
             .map_err(|e| Error::Malformed(format!("the proof header: {e}")))?;
         let mut retry = self

@@ -487,23 +487,10 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> (Response, 
         let answer = kept(&parts, &bytes, None);
         return (Response::from_parts(parts, Body::from(bytes)), Some(answer));
     }
-    let receipt = match accepted.quote.object().profile {
-        crate::envelope::Profile::Service => b.receiver.receipt(accepted, &bytes),
-        crate::envelope::Profile::Checkout => {
-            let amount = match final_amount {
-                Some(FinalAmount(m)) => Ok(m),
-                None => accepted.quote.object().price(),
-            };
-            match amount {
-                Ok(m) => b
-                    .receiver
-                    .capture(accepted, &m, &bytes)
-                    .await
-                    .map(|(_, r)| r),
-                Err(e) => Err(e),
-            }
-        }
-    };
+    let receipt = b
+        .receiver
+        .settle(accepted, final_amount.map(|FinalAmount(m)| m), &bytes)
+        .await;
     match receipt {
         Ok(r) => {
             if let Ok(v) = HeaderValue::from_str(&r.to_header()) {

@@ -275,24 +275,9 @@ impl PayingClient {
             ))));
         }
         let wallet = &self.wallet;
-        let resumed = match wallet
-            .pending_for(quote, &target.sent)
+        let paid = Box::pin(wallet.pay_sent(quote, &target.sent, call.confirmer))
             .await
-            .map_err(CallError::NotPaid)?
-        {
-            Some(p) => match Box::pin(wallet.resume(&p.chain)).await {
-                Ok(paid) => Some(paid),
-                Err(e) if matches!(e.code(), "in_progress" | "not_pending") => None,
-                Err(e) => return Err(CallError::NotPaid(e)),
-            },
-            None => None,
-        };
-        let paid = match resumed {
-            Some(p) => p,
-            None => Box::pin(wallet.pay_for_with(quote, &target.sent, call.confirmer))
-                .await
-                .map_err(CallError::NotPaid)?,
-        };
+            .map_err(CallError::NotPaid)?;
         meta.0.0.insert(
             PAYMENT.into(),
             serde_json::to_value(&paid.proof).map_err(|e| CallError::Transport(e.to_string()))?,

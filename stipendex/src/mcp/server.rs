@@ -31,7 +31,7 @@ use x402_transport::mcp::{McpPaywall, payment_required_result};
 
 use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICING, RECEIPT};
 use crate::Error;
-use crate::envelope::{Profile, Quote, Signed};
+use crate::envelope::{Quote, Signed};
 use crate::receiver::{Accepted, Admitted, Answer, Gate, PricedCapability, Receiver, Request};
 
 tokio::task_local! {
@@ -469,23 +469,7 @@ impl GateState {
             return (R::from_json(v).map_err(|e| internal(&e)), Some(kept));
         }
         let bytes = super::canonical_result(&v);
-        let receipt = match accepted.quote.object().profile {
-            Profile::Service => self.receiver.receipt(accepted, &bytes),
-            Profile::Checkout => {
-                let amount = match final_amount {
-                    Some(m) => Ok(m),
-                    None => accepted.quote.object().price(),
-                };
-                match amount {
-                    Ok(m) => self
-                        .receiver
-                        .capture(accepted, &m, &bytes)
-                        .await
-                        .map(|(_, r)| r),
-                    Err(e) => Err(e),
-                }
-            }
-        };
+        let receipt = self.receiver.settle(accepted, final_amount, &bytes).await;
         let receipt = match receipt {
             Ok(r) => r,
             Err(e) => {

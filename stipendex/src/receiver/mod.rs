@@ -821,6 +821,32 @@ impl Receiver {
         Ok((captured, receipt))
     }
 
+    /// After the work, whatever the profile: a service payment's Receipt ([`Receiver::receipt`]),
+    /// or a checkout captured for `final_amount` — the estimate when the work named none —
+    /// and its Receipt ([`Receiver::capture`]). What every binding calls once the work succeeded.
+    ///
+    /// # Errors
+    /// As [`Receiver::receipt`] and [`Receiver::capture`].
+    pub async fn settle(
+        &self,
+        accepted: &Accepted,
+        final_amount: Option<Money>,
+        result: &[u8],
+    ) -> Result<Signed<Receipt>, Error> {
+        match accepted.quote.object().profile {
+            Profile::Service => self.receipt(accepted, result),
+            Profile::Checkout => {
+                let amount = match final_amount {
+                    Some(m) => m,
+                    None => accepted.quote.object().price()?,
+                };
+                self.capture(accepted, &amount, result)
+                    .await
+                    .map(|(_, r)| r)
+            }
+        }
+    }
+
     /// The work failed after a checkout's hold: void it (a service payment is already settled;
     /// refunding it is the receiver's business, by its rail's refund).
     ///

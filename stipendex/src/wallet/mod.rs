@@ -481,6 +481,31 @@ impl Wallet {
             .await
     }
 
+    /// What a transport's client calls with the Quote its request `sent` got back: the pending
+    /// payment for this same request, if one is left (its outcome unknown, or held for review:
+    /// [`Wallet::pending_for`]), is finished and its Proof presented — a fresh Quote for a
+    /// request already paid is never paid again; otherwise `quote` is paid
+    /// ([`Wallet::pay_for_with`]). A pending payment another call is making now (`in_progress`)
+    /// or that just finished (`not_pending`) is that call's: this request pays its own Quote.
+    ///
+    /// # Errors
+    /// As [`Wallet::pay`] and [`Wallet::resume`].
+    pub async fn pay_sent(
+        &self,
+        quote: &Signed<Quote>,
+        sent: &Resource,
+        confirmer: &dyn Confirmer,
+    ) -> Result<Paid, Error> {
+        if let Some(p) = self.pending_for(quote, sent).await? {
+            match Box::pin(self.resume(&p.chain)).await {
+                Ok(paid) => return Ok(paid),
+                Err(e) if matches!(e.code(), "in_progress" | "not_pending") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Box::pin(self.pay_at(quote, Some(sent), confirmer)).await
+    }
+
     async fn pay_at(
         &self,
         quote: &Signed<Quote>,
