@@ -28,7 +28,7 @@ use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use stipendex::Registry;
-use stipendex::envelope::{Mandate, PublicKey, SecretKey, Signed};
+use stipendex::envelope::{Mandate, PublicKey, Signed};
 use stipendex::http::{Client, Response};
 use stipendex::wallet::{Confirmer, DirJournal, Refuse, Terminal, Wallet};
 
@@ -203,23 +203,7 @@ pub(crate) async fn wallet(path: &Path, journaled: bool) -> Result<Wallet, CliEr
             dir.join(p)
         }
     };
-    let key = match (&w.key_file, &w.key_env) {
-        (Some(f), None) => files::read_secret(&at(f))?,
-        (None, Some(var)) => {
-            let v = std::env::var(var).map_err(|_| {
-                msg(format!(
-                    "[wallet] key_env names {var}, which is not set: export the wallet's key there"
-                ))
-            })?;
-            SecretKey::from_hex(v.trim())
-                .map_err(|_| msg(format!("{var} is not a 32-byte hex key")))?
-        }
-        _ => {
-            return Err(msg(
-                "[wallet] needs exactly one of key_file and key_env: the wallet's secret key",
-            ));
-        }
-    };
+    let key = files::key_of("wallet", dir, w.key_file.as_deref(), w.key_env.as_deref())?;
     let mandate_path = at(&w.mandate);
     let mandate = Signed::<Mandate>::parse(files::read(&mandate_path)?.trim()).map_err(|e| {
         msg(format!(

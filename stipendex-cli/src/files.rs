@@ -66,3 +66,32 @@ pub(crate) fn read_signed<T: Object>(path: &Path) -> Result<Signed<T>, CliError>
         ))
     })
 }
+
+/// The secret key a configuration section names by exactly one of `key_file` (relative to
+/// `dir`) and `key_env` (64 hex digits in that variable); `section` names it in errors.
+pub(crate) fn key_of(
+    section: &str,
+    dir: &Path,
+    key_file: Option<&Path>,
+    key_env: Option<&str>,
+) -> Result<SecretKey, CliError> {
+    match (key_file, key_env) {
+        (Some(f), None) => read_secret(&if f.is_absolute() {
+            f.to_path_buf()
+        } else {
+            dir.join(f)
+        }),
+        (None, Some(var)) => {
+            let v = std::env::var(var).map_err(|_| {
+                msg(format!(
+                    "[{section}] key_env names {var}, which is not set: export the key there"
+                ))
+            })?;
+            SecretKey::from_hex(v.trim())
+                .map_err(|_| msg(format!("{var} is not a 32-byte hex key")))
+        }
+        _ => Err(msg(format!(
+            "[{section}] needs exactly one of key_file and key_env: the secret key"
+        ))),
+    }
+}

@@ -48,7 +48,6 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use stipendex::Registry;
-use stipendex::envelope::SecretKey;
 use stipendex::mcp::PaidServer;
 use stipendex::receiver::{Receiver, price_file};
 
@@ -96,27 +95,7 @@ pub(crate) async fn receiver(
         ))
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    let key = match (&r.key_file, &r.key_env) {
-        (Some(f), None) => files::read_secret(&if f.is_absolute() {
-            f.clone()
-        } else {
-            dir.join(f)
-        })?,
-        (None, Some(var)) => {
-            let v = std::env::var(var).map_err(|_| {
-                msg(format!(
-                    "[receiver] key_env names {var}, which is not set: export the receiver's key there"
-                ))
-            })?;
-            SecretKey::from_hex(v.trim())
-                .map_err(|_| msg(format!("{var} is not a 32-byte hex key")))?
-        }
-        _ => {
-            return Err(msg(
-                "[receiver] needs exactly one of key_file and key_env: the receiver's secret key",
-            ));
-        }
-    };
+    let key = files::key_of("receiver", dir, r.key_file.as_deref(), r.key_env.as_deref())?;
     let prices = price_file::from_toml(&text)?;
     if prices.is_empty() {
         return Err(msg(format!(

@@ -9,13 +9,15 @@
     missing_docs
 )]
 
+mod common;
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use rail_ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
+
 use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
 use stipendex::http::Binding;
 use stipendex::receiver::{PricedCapability, Receiver};
@@ -65,33 +67,7 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // One ledger on SQLite: a bank, the agent (funded with 10.00) and the shop.
-    let ledger_url = format!("sqlite://{}", dir.join("ledger.db").display());
-    let ledger = Ledger::sqlite(&ledger_url).await.unwrap();
-    let (bank, agent, shop) = (
-        AccountId::random(),
-        AccountId::random(),
-        AccountId::random(),
-    );
-    for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
-        ledger
-            .create_account(NewAccount {
-                id,
-                asset: Asset::usd(),
-                no_overdraft,
-            })
-            .await
-            .unwrap();
-    }
-    ledger
-        .transfer(TransferRequest::Single {
-            id: TransferId::random(),
-            debit: bank,
-            credit: agent,
-            amount: 1000,
-            user_data: 0,
-        })
-        .await
-        .unwrap();
+    let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
 
     // The receiver, at its own origin.
     let (listener, base) = listen().await;

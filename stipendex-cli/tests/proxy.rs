@@ -11,10 +11,12 @@
     missing_docs
 )]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rail_ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
+use rail_ledger::{AccountId, Ledger};
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitResult};
 use rmcp::service::{RequestContext, RoleClient};
 use rmcp::transport::TokioChildProcess;
@@ -38,33 +40,7 @@ impl Setup {
     async fn new() -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
-        let ledger_url = format!("sqlite://{}", dir.join("ledger.db").display());
-        let ledger = Ledger::sqlite(&ledger_url).await.unwrap();
-        let (bank, agent, shop) = (
-            AccountId::random(),
-            AccountId::random(),
-            AccountId::random(),
-        );
-        for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
-            ledger
-                .create_account(NewAccount {
-                    id,
-                    asset: Asset::usd(),
-                    no_overdraft,
-                })
-                .await
-                .unwrap();
-        }
-        ledger
-            .transfer(TransferRequest::Single {
-                id: TransferId::random(),
-                debit: bank,
-                credit: agent,
-                amount: 10_000,
-                user_data: 0,
-            })
-            .await
-            .unwrap();
+        let (ledger, ledger_url, agent, shop) = common::funded_ledger(&dir, 10_000).await;
 
         let shop_key = SecretKey::generate();
         std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();

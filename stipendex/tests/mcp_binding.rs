@@ -957,3 +957,18 @@ async fn a_priced_prompt_is_quoted_and_paid_with_its_arguments_bound() {
     assert_eq!(v["messages"][0]["content"]["text"], "prompt brief_markets");
     assert_eq!(v["_meta"][mcp::RECEIPT]["stipendex"], "receipt/0.1");
 }
+
+#[tokio::test]
+async fn an_oversized_proof_is_refused_before_anything_is_parsed_or_run() {
+    let w = world().await;
+    let shop = Shop::default();
+    let client = connect(shop.clone(), shop_receiver(&w)).await;
+    let mut meta = speaks();
+    meta[mcp::PAYMENT] = json!({"stipendex": "proof/0.1", "jws": "a".repeat(2 << 20)});
+    let e = raw(client.peer(), tool_call("search", "x"), meta)
+        .await
+        .unwrap_err();
+    quote_in(&e);
+    assert_eq!(e.data.as_ref().unwrap()["error"], "malformed", "{e:?}");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+}
