@@ -105,30 +105,20 @@ where
     (ok, bad, lat)
 }
 
-#[allow(
-    clippy::print_stdout,
-    clippy::cast_precision_loss,
-    clippy::float_arithmetic
-)]
-pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let tmp;
-    let dir = match args.dir {
-        Some(d) => d,
-        None => {
-            tmp = tempfile::tempdir()
-                .map_err(|e| msg(format!("cannot create a temporary directory: {e}")))?;
-            tmp.path().to_path_buf()
-        }
-    };
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| msg(format!("cannot create {}: {e}", dir.display())))?;
-    if let What::Mcp = args.what {
-        Box::pin(crate::bench_mcp::run(&dir, args.concurrency, args.seconds)).await?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let stage = crate::demo::embedded_ledger(&dir, 100_000_000).await?;
-    let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
+/// What every bench runs on: the embedded ledger, a listener on 127.0.0.1 and its origin, a
+/// wallet whose mandate lets it pay `bench-shop` at that origin (0.01 a call, no confirmation),
+/// and `bench-shop`'s receiver, its origin and rail set, to be priced.
+pub(crate) struct Fixture {
+    pub(crate) stage: crate::demo::Stage,
+    pub(crate) listener: tokio::net::TcpListener,
+    pub(crate) base: String,
+    pub(crate) wallet: Wallet,
+    pub(crate) shop: stipendex::receiver::Builder,
+}
+
+/// The [`Fixture`], its databases in `dir`.
+pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> {
+    let stage = crate::demo::embedded_ledger(dir, 100_000_000).await?;
     let (principal, wallet_key, shop_key) = (
         SecretKey::generate(),
         SecretKey::generate(),
@@ -166,16 +156,6 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     });
     let mandate = Signed::sign(m, &principal)?;
     let kind = stage.payer.payer.id().as_str().to_owned();
-    let receiver = Receiver::builder("bench-shop", shop_key)
-        .origin(&base)
-        .rail(&kind, stage.receiver.clone())
-        .price(PricedCapability::fixed("GET", "/api/search", usd("0.01")?))
-        .build()?;
-    let binding = Binding::new(receiver.clone())?;
-    let app = binding.apply(Router::new().route("/api/search", get(|| async { "results" })));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
     let store = Arc::new(
         SqliteKeyStore::open(&dir.join("wallet.db"))
             .await
@@ -185,6 +165,56 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         .rail(&kind, stage.payer.clone())
         .store(store)
         .build()?;
+    let shop = Receiver::builder("bench-shop", shop_key)
+        .origin(&base)
+        .rail(&kind, stage.receiver.clone());
+    Ok(Fixture {
+        stage,
+        listener,
+        base,
+        wallet,
+        shop,
+    })
+}
+
+#[allow(
+    clippy::print_stdout,
+    clippy::cast_precision_loss,
+    clippy::float_arithmetic
+)]
+pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp;
+    let dir = match args.dir {
+        Some(d) => d,
+        None => {
+            tmp = tempfile::tempdir()
+                .map_err(|e| msg(format!("cannot create a temporary directory: {e}")))?;
+            tmp.path().to_path_buf()
+        }
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| msg(format!("cannot create {}: {e}", dir.display())))?;
+    if let What::Mcp = args.what {
+        Box::pin(crate::bench_mcp::run(&dir, args.concurrency, args.seconds)).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Fixture {
+        stage,
+        listener,
+        base,
+        wallet,
+        shop,
+    } = fixture(&dir).await?;
+    let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
+    let receiver = shop
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.01")?))
+        .build()?;
+    let binding = Binding::new(receiver.clone())?;
+    let app = binding.apply(Router::new().route("/api/search", get(|| async { "results" })));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
     let http = stipendex::http::reqwest_client(Duration::from_secs(30))?;
     let url = format!("{base}/api/search?q=bench");
     println!(

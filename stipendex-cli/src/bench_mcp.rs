@@ -14,20 +14,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::keys::sql::SqliteKeyStore;
-use rail_core::{Money, SystemClock};
+use rail_core::Money;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ServerCapabilities,
     ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
 use stipendex::mcp::PaidServer;
 use stipendex::mcp::client::PayingClient;
 use stipendex::mcp::proxy::{Proxy, Upstream};
-use stipendex::receiver::{PricedCapability, Receiver};
-use stipendex::wallet::Wallet;
+use stipendex::receiver::PricedCapability;
 
 use crate::bench::{load, percentiles};
 use crate::{CliError, msg};
@@ -78,48 +75,15 @@ pub(crate) async fn run(
     seconds: u64,
 ) -> Result<(), CliError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let stage = crate::demo::embedded_ledger(dir, 100_000_000).await?;
+    let crate::bench::Fixture {
+        listener,
+        base,
+        wallet,
+        shop,
+        ..
+    } = crate::bench::fixture(dir).await?;
     let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
-    let (principal, wallet_key, shop_key) = (
-        SecretKey::generate(),
-        SecretKey::generate(),
-        SecretKey::generate(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| msg(e.to_string()))?;
-    let base = format!(
-        "http://{}",
-        listener.local_addr().map_err(|e| msg(e.to_string()))?
-    );
-    let now = u64::try_from(rail_core::Clock::now(&SystemClock).unix_seconds()).unwrap_or(0);
-    let mut m = Mandate::draft(
-        Party {
-            id: "bench".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        now - 60,
-        86_400,
-    );
-    m.limits.push(Limits {
-        asset: stipendex::Asset::usd(),
-        per_call: Some("1.00".parse().map_err(|_| msg("limit"))?),
-        per_period: None,
-        total: Some("900000.00".parse().map_err(|_| msg("limit"))?),
-        per_receiver: None,
-        confirm_above: None,
-    });
-    m.allow.push(Allow::Receiver {
-        id: "bench-shop".into(),
-        key: shop_key.public(),
-        origins: vec![base.clone()],
-    });
-    let mandate = Signed::sign(m, &principal)?;
-    let kind = stage.payer.payer.id().as_str().to_owned();
-    let receiver = Receiver::builder("bench-shop", shop_key)
-        .origin(&base)
-        .rail(&kind, stage.receiver.clone())
+    let receiver = shop
         .price(PricedCapability::fixed(
             "tools/call",
             "search",
@@ -131,15 +95,6 @@ pub(crate) async fn run(
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let store = Arc::new(
-        SqliteKeyStore::open(&dir.join("wallet.db"))
-            .await
-            .map_err(|e| msg(format!("wallet store: {e}")))?,
-    );
-    let wallet = Wallet::builder(wallet_key, mandate)
-        .rail(&kind, stage.payer.clone())
-        .store(store)
-        .build()?;
     let url = format!("{base}/mcp");
     println!(
         "stipendex bench mcp: ledger rail on SQLite, Streamable HTTP on 127.0.0.1, {concurrency} clients, {seconds} s per phase"
