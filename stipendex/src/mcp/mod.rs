@@ -55,9 +55,6 @@ pub const PAYMENT_REQUIRED: i32 = -32402;
 /// The JSON-RPC error message of [`PAYMENT_REQUIRED`].
 pub const PAYMENT_REQUIRED_MESSAGE: &str = "Payment required";
 
-/// The methods the binding gates.
-pub const GATED: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
-
 /// `{"version": "0.1"}`: the value of [`PAYMENTS`].
 #[must_use]
 pub fn payments_marker() -> Map<String, Value> {
