@@ -1164,6 +1164,103 @@ async fn the_same_proof_again_after_a_lost_answer_gets_the_same_answer() {
     );
 }
 
+/// At most once per Proof (issue 26): an instance admitted a Proof, handed the request to its
+/// work and stopped before the answer was kept. The same Proof at another instance, once the
+/// stopped one's claim lapsed, runs an idempotent request again but not a `POST`: that gets
+/// `409 outcome_unknown`, kept for the next repeat, and the handler never runs a second time.
+#[tokio::test]
+async fn a_proof_whose_instance_stopped_mid_request_runs_again_only_if_idempotent() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use stipendex::receiver::{Admitted, Delivery, Request};
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let store: Arc<dyn stipendex::KeyStore> = Arc::new(stipendex::MemoryKeyStore::default());
+    let instance = || {
+        Receiver::builder("search", w.receiver_key.clone())
+            .origin(&base)
+            .registry(&w.registry)
+            .store(store.clone())
+            .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+            .price(PricedCapability::fixed("POST", "/api/order", usd("0.05")))
+            .clock(Arc::new(w.clock.clone()))
+            .claim_lease(std::time::Duration::from_secs(1))
+            .build()
+            .unwrap()
+    };
+    let (stopped, serving) = (instance(), instance());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r1, r2) = (runs.clone(), runs.clone());
+    let app = Binding::new(serving).unwrap().apply(
+        Router::new()
+            .route(
+                "/api/search",
+                get(move || async move {
+                    r1.fetch_add(1, Ordering::SeqCst);
+                    "results"
+                }),
+            )
+            .route(
+                "/api/order",
+                post(move || async move {
+                    r2.fetch_add(1, Ordering::SeqCst);
+                    "ordered"
+                }),
+            ),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let wallet = w.wallet(w.mandate(|m| pin(m, &base)), true);
+
+    for (method, path, rerun) in [("POST", "/api/order", false), ("GET", "/api/search", true)] {
+        let url = format!("{base}{path}");
+        let m: axum::http::Method = method.parse().unwrap();
+        let body: serde_json::Value = raw_client()
+            .request(m.clone(), &url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let quote: stipendex::envelope::Signed<stipendex::envelope::Quote> =
+            serde_json::from_value(body["quote"].clone()).unwrap();
+        let sent = quote.object().resource.clone().unwrap();
+        let paid = wallet.pay_for(&quote, &sent).await.unwrap();
+        // The stopped instance: admitted, handed over, never answered.
+        let sreq = Request {
+            origin: Some(base.clone()),
+            ..Request::new(method, path)
+        };
+        let Admitted::Run(p) = stopped.admit(&sreq, paid.proof.jws()).await.unwrap() else {
+            panic!("a fresh proof is run");
+        };
+        assert_eq!(stopped.deliver(&p).await.unwrap(), Delivery::First);
+        drop(p);
+        tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+
+        let before = runs.load(Ordering::SeqCst);
+        let again = || async {
+            let r = raw_client()
+                .request(m.clone(), &url)
+                .header("stipendex-payment", paid.proof.to_header())
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        };
+        let first = again().await;
+        if rerun {
+            assert_eq!(first, (200, "results".to_owned()), "{method}");
+            assert_eq!(runs.load(Ordering::SeqCst), before + 1);
+        } else {
+            assert_eq!(first.0, 409, "{}", first.1);
+            assert!(first.1.contains("\"outcome_unknown\""), "{}", first.1);
+            assert_eq!(runs.load(Ordering::SeqCst), before, "a POST ran twice");
+        }
+        assert_eq!(again().await, first, "the repeat gets the kept answer");
+        assert_eq!(runs.load(Ordering::SeqCst), before + usize::from(rerun));
+    }
+}
+
 /// A rail whose every offer is an object elsewhere (as a Stripe PaymentIntent is), counted.
 struct Costly(Arc<std::sync::atomic::AtomicUsize>);
 

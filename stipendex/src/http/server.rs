@@ -15,7 +15,10 @@ use x402_transport::wire;
 
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
-use crate::receiver::{Accepted, Admitted, Answer, Gate, PricedCapability, Receiver, Request};
+use crate::receiver::{
+    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver, Request,
+    idempotent,
+};
 
 /// Where the receiver's descriptor is served.
 pub const WELL_KNOWN: &str = "/.well-known/stipendex.json";
@@ -254,6 +257,34 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
         }
         Err(e) => return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await,
     };
+    // At most once per Proof: a request handed over by an instance that then stopped runs
+    // again only if it is idempotent.
+    match b.receiver.deliver(&paying).await {
+        Ok(Delivery::First) => {}
+        Ok(Delivery::Again) if idempotent(req.method().as_str()) => {}
+        Ok(Delivery::Again) => {
+            let answer = Answer {
+                status: StatusCode::CONFLICT.as_u16(),
+                content_type: Some("application/json".into()),
+                body: json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
+                    .to_string()
+                    .into_bytes(),
+                receipt: None,
+            };
+            if let Err(e) = b.receiver.answered(*paying, Some(&answer)).await {
+                tracing::error!(error = %e, "stipendex: cannot keep the outcome-unknown answer");
+            }
+            return replay(&answer);
+        }
+        Err(e) => {
+            // The claim lapses by itself: the same Proof again recovers.
+            return x402_transport::paywall::unavailable_response(
+                e.code(),
+                None,
+                &format!("{e}: send the same Stipendex-Payment again"),
+            );
+        }
+    }
     let (resp, answer) = paying
         .keep_alive(async {
             let resp = next.run(req).await;

@@ -32,7 +32,10 @@ use x402_transport::mcp::{McpPaywall, payment_required_result};
 use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICING, RECEIPT};
 use crate::Error;
 use crate::envelope::{Quote, Signed};
-use crate::receiver::{Accepted, Admitted, Answer, Gate, PricedCapability, Receiver, Request};
+use crate::receiver::{
+    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver, Request,
+    idempotent,
+};
 
 tokio::task_local! {
     /// The final amount a paid checkout tool named (see [`final_amount`]).
@@ -411,6 +414,30 @@ impl GateState {
                     .await);
             }
         };
+        // At most once per Proof: a call handed over by an instance that then stopped runs
+        // again only if it is a read.
+        match self.receiver.deliver(&paying).await {
+            Ok(Delivery::First) => {}
+            Ok(Delivery::Again) if idempotent(&sreq.method) => {}
+            Ok(Delivery::Again) => {
+                let e = rpc_error(
+                    ErrorCode::INTERNAL_ERROR.0,
+                    OUTCOME_UNKNOWN,
+                    json!({"error": "outcome_unknown"}),
+                );
+                let kept = serde_json::to_value(&e).ok().map(|v| Answer {
+                    status: KEPT_ERROR,
+                    content_type: Some("application/json".into()),
+                    body: v.to_string().into_bytes(),
+                    receipt: None,
+                });
+                if let Err(err) = self.receiver.answered(*paying, kept.as_ref()).await {
+                    tracing::error!(error = %err, "stipendex/mcp: cannot keep the outcome-unknown answer");
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(retry_same(&rail_core::RailError::Storage(e.to_string()))),
+        }
         let (out, answer) = paying
             .keep_alive(async {
                 let (out, final_amount) = FINAL

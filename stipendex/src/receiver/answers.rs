@@ -11,12 +11,20 @@
 //! - **its answer** (namespace `stipendex/<receiver>/answers`): status, content type, body (at
 //!   most [`MAX_KEPT_ANSWER`] bytes) and Receipt, kept for the Quote's remaining life plus
 //!   [`ANSWER_MARGIN`]. After that a repeat is `quote_used`: the answer is gone.
+//! - **its verification** (namespace `stipendex/<receiver>/verified`): the rail's verdict,
+//!   written as soon as the rail gave it. A presentation that recovers a lapsed claim takes the
+//!   verdict from here instead of asking the rail again (most rails answer a second
+//!   verification of a consumed payment `replayed`: the payer would have paid for nothing).
+//! - **its delivery** (namespace `stipendex/<receiver>/started`): written once, just before the
+//!   paid work is handed its request ([`Answers::start`]). A presentation that recovers a lapsed
+//!   claim (the instance serving it died) finds it and knows the work may have run: a binding
+//!   runs it again only when the request is idempotent.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::keys::{Idempotency, Lease, Write};
-use rail_core::{KeyStore, OpId, RailError};
+use rail_core::keys::{Idempotency, Lease, ReplayGuard, Write};
+use rail_core::{KeyStore, OpId, RailError, Verified};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
@@ -81,6 +89,13 @@ struct Used {
     kept: bool,
 }
 
+/// The verification record: which Proof, and the rail's verdict.
+#[derive(Serialize, Deserialize)]
+struct Recorded {
+    proof: String,
+    verified: Verified,
+}
+
 /// The answer record: for which request it was given.
 #[derive(Serialize, Deserialize)]
 struct Kept {
@@ -91,7 +106,12 @@ struct Kept {
 /// What the use record said of a Proof.
 pub(crate) enum Use {
     /// First presentation (or the recovery of one that died): verify, run, then keep.
-    Run(Lease),
+    Run {
+        /// The claim.
+        lease: Lease,
+        /// An earlier presentation held the claim and stopped.
+        recovered: bool,
+    },
     /// Presented before and answered: the kept answer, if it is still kept.
     Answered { kept: Option<Answer> },
 }
@@ -102,11 +122,19 @@ pub(crate) struct Answers {
     store: Arc<dyn KeyStore>,
     uses: Idempotency,
     answers_ns: String,
+    verified_ns: String,
+    started: ReplayGuard,
+    retain: Duration,
 }
 
 impl Answers {
     /// The records of `receiver`, whose Quotes live `ttl`.
-    pub(crate) fn new(store: Arc<dyn KeyStore>, receiver: &str, ttl: Duration) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn KeyStore>,
+        receiver: &str,
+        ttl: Duration,
+        lease: Duration,
+    ) -> Self {
         // The receiver's id may hold any character: its hash names the namespaces.
         let who = hex::encode(
             Sha256::digest(receiver.as_bytes())
@@ -118,8 +146,11 @@ impl Answers {
         let retain = ttl.saturating_add(USE_MARGIN).saturating_add(ANSWER_MARGIN);
         Answers {
             uses: Idempotency::new(store.clone(), format!("stipendex/{who}/proofs"))
-                .with_windows(Duration::from_secs(60), retain),
+                .with_windows(lease, retain),
             answers_ns: format!("stipendex/{who}/answers"),
+            verified_ns: format!("stipendex/{who}/verified"),
+            started: ReplayGuard::new(store.clone(), format!("stipendex/{who}/started")),
+            retain,
             store,
         }
     }
@@ -144,9 +175,14 @@ impl Answers {
         let op = Self::key(quote_id)?;
         let fp = rail_core::keys::fingerprint(proof).map_err(Error::Payment)?;
         match self.uses.begin::<Used>(&op, &fp).await {
-            Ok(rail_core::keys::Begin::Fresh(l) | rail_core::keys::Begin::Recover(l)) => {
-                Ok(Use::Run(l))
-            }
+            Ok(rail_core::keys::Begin::Fresh(lease)) => Ok(Use::Run {
+                lease,
+                recovered: false,
+            }),
+            Ok(rail_core::keys::Begin::Recover(lease)) => Ok(Use::Run {
+                lease,
+                recovered: true,
+            }),
             Ok(rail_core::keys::Begin::Replay(used)) => {
                 if !used.kept {
                     return Ok(Use::Answered { kept: None });
@@ -174,6 +210,58 @@ impl Answers {
             Err(RailError::Storage(s)) => Err(Error::Storage(s)),
             Err(e) => Err(Error::Payment(e)),
         }
+    }
+
+    /// Keeps the rail's verdict `v` on the Proof of digest `proof` for quote `quote_id`, for a
+    /// recovery of its claim. A failure is logged: only a recovery after a stop is affected.
+    pub(crate) async fn record_verification(&self, quote_id: &str, proof: &str, v: &Verified) {
+        let written = async {
+            let key = Self::key(quote_id)?;
+            let value = serde_json::to_string(&Recorded {
+                proof: proof.to_owned(),
+                verified: v.clone(),
+            })
+            .map_err(|e| Error::Storage(e.to_string()))?;
+            let mut w = Write::finished(rand::random(), "verified", Some(self.retain));
+            w.value = Some(value);
+            self.store
+                .insert_if_absent(&self.verified_ns, key.as_str(), &w)
+                .await
+                .map_err(|e| Error::Storage(e.to_string()))
+        };
+        if let Err(e) = written.await {
+            tracing::error!(quote = %quote_id, error = %e, "could not keep a payment's verification; recovering its proof after a stop would ask the rail again");
+        }
+    }
+
+    /// The rail's verdict kept for the Proof of digest `proof` (a recovered claim).
+    pub(crate) async fn recorded_verification(
+        &self,
+        quote_id: &str,
+        proof: &str,
+    ) -> Result<Option<Verified>, Error> {
+        let key = Self::key(quote_id)?;
+        let seen = self
+            .store
+            .get(&self.verified_ns, key.as_str())
+            .await
+            .map_err(|e| Error::Storage(e.to_string()))?;
+        Ok(seen
+            .and_then(|s| s.record.value)
+            .and_then(|v| serde_json::from_str::<Recorded>(&v).ok())
+            .filter(|r| r.proof == proof)
+            .map(|r| r.verified))
+    }
+
+    /// Marks the work of quote `quote_id`'s Proof as started: `true` the first time, `false`
+    /// when an earlier presentation of the same Proof (at any instance sharing the store)
+    /// already handed the request to its work, whose outcome is then unknown here.
+    pub(crate) async fn start(&self, quote_id: &str) -> Result<bool, Error> {
+        let key = Self::key(quote_id)?;
+        self.started
+            .insert_if_absent(key.as_str(), Some(self.retain))
+            .await
+            .map_err(|e| Error::Storage(e.to_string()))
     }
 
     /// The claim's work failed: a permanent refusal gives the Quote back (nothing was used), an

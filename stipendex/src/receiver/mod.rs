@@ -107,6 +107,32 @@ impl Paying {
     }
 }
 
+/// Whether a paid request reaches its work for the first time ([`Receiver::deliver`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// The first time: run it.
+    First,
+    /// An earlier presentation of the same Proof handed the request to its work and its answer
+    /// was never kept: the work may have run.
+    Again,
+}
+
+/// Whether running `method` twice has the effect of running it once, so that a paid request
+/// whose answer was lost with an instance may run again: HTTP's idempotent methods (RFC 9110
+/// §9.2.2: `GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) and MCP's reads
+/// (`resources/read`, `prompts/get`). A tool call (`tools/call`) or a `POST` is not.
+#[must_use]
+pub fn idempotent(method: &str) -> bool {
+    matches!(
+        method,
+        "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE" | "resources/read" | "prompts/get"
+    )
+}
+
+/// The message of the answer given when a non-idempotent paid request comes back after the
+/// instance that handed it to its work stopped ([`Delivery::Again`]).
+pub const OUTCOME_UNKNOWN: &str = "this payment's request was handed to the service once and its answer was lost when the instance serving it stopped; it is not idempotent, so it is not run a second time: ask the service whether it was done";
+
 /// The receiver's self-description, served at `GET /.well-known/stipendex.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Descriptor {
@@ -166,6 +192,7 @@ pub struct Builder {
     clock: SharedClock,
     store: Option<Arc<dyn KeyStore>>,
     costly: (u32, Duration),
+    claim_lease: Duration,
 }
 
 impl Builder {
@@ -244,6 +271,16 @@ impl Builder {
         self
     }
 
+    /// How long a Proof being served stays claimed by its instance without a renewal
+    /// (default 60 s; renewed every third of it while the work runs). When an instance stops
+    /// mid-request, the same Proof presented elsewhere is `in_progress` (retryable) for at most
+    /// this long, then recovered ([`Receiver::deliver`] says whether the work had started).
+    #[must_use]
+    pub fn claim_lease(mut self, lease: Duration) -> Self {
+        self.claim_lease = lease.max(Duration::from_secs(1));
+        self
+    }
+
     /// The clock (tests). Default: the system clock.
     #[must_use]
     pub fn clock(mut self, clock: SharedClock) -> Self {
@@ -288,7 +325,7 @@ impl Builder {
             .store
             .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
         Ok(Receiver(Arc::new(Inner {
-            answers: answers::Answers::new(store, &self.id, self.ttl),
+            answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease),
             costly: limit::Limiter::new(self.costly.0, self.costly.1),
             party: Party {
                 id: self.id,
@@ -328,6 +365,7 @@ impl Receiver {
             capabilities: Vec::new(),
             resolve: Arc::new(ListPrice),
             ttl: Duration::from_secs(120),
+            claim_lease: Duration::from_secs(60),
             clock: Arc::new(SystemClock),
             store: None,
             costly: DEFAULT_COSTLY_QUOTES,
@@ -685,12 +723,12 @@ impl Receiver {
             )));
         }
         let request = req.digest();
-        let lease = match me
+        let (lease, recovered) = match me
             .answers
             .claim(&q.id, proof.digest().as_str(), request.as_str())
             .await?
         {
-            answers::Use::Run(lease) => lease,
+            answers::Use::Run { lease, recovered } => (lease, recovered),
             answers::Use::Answered { kept: Some(answer) } => {
                 tracing::info!(quote = %q.id, "the same proof again: its kept answer");
                 return Ok(Admitted::Answered {
@@ -700,28 +738,55 @@ impl Receiver {
             }
             answers::Use::Answered { kept: None } => return Err(Error::QuoteUsed(q.id.clone())),
         };
-        // The rail's operation is this Proof's: recovering it after a lost answer (here or at
-        // another instance) gets the same verification, not `replayed`.
-        let op = answers::verify_op(proof.digest().as_str())?;
-        let verified = match lease
-            .keep_alive(rail.handle.receiver.verify_as(&op, offer, &p.payment))
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                me.answers.fail(lease, e.is_retryable()).await;
-                return Err(match e {
-                    RailError::Replayed { .. } => Error::QuoteUsed(q.id.clone()),
-                    RailError::OfferExpired { .. } => Error::Expired {
-                        what: "quote",
-                        id: q.id.clone(),
-                        why: format!(
-                            "expired at {}, now {now}, and its payment was not made in time ({e})",
-                            q.exp
-                        ),
-                    },
-                    e => Error::Payment(e),
-                });
+        // A claim recovered from a stopped presentation whose rail had answered: that verdict,
+        // not the rail again (which would call its own consumed payment a replay).
+        let kept = if recovered {
+            match me
+                .answers
+                .recorded_verification(&q.id, proof.digest().as_str())
+                .await
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    me.answers.fail(lease, true).await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let verified = match kept {
+            Some(v) => v,
+            None => {
+                // The rail's operation is this Proof's: a rail that keeps operations answers
+                // a recovered verification the same, not `replayed`.
+                let op = answers::verify_op(proof.digest().as_str())?;
+                match lease
+                    .keep_alive(rail.handle.receiver.verify_as(&op, offer, &p.payment))
+                    .await
+                {
+                    Ok(v) => {
+                        me.answers
+                            .record_verification(&q.id, proof.digest().as_str(), &v)
+                            .await;
+                        v
+                    }
+                    Err(e) => {
+                        me.answers.fail(lease, e.is_retryable()).await;
+                        return Err(match e {
+                            RailError::Replayed { .. } => Error::QuoteUsed(q.id.clone()),
+                            RailError::OfferExpired { .. } => Error::Expired {
+                                what: "quote",
+                                id: q.id.clone(),
+                                why: format!(
+                                    "expired at {}, now {now}, and its payment was not made in time ({e})",
+                                    q.exp
+                                ),
+                            },
+                            e => Error::Payment(e),
+                        });
+                    }
+                }
             }
         };
         tracing::info!(quote = %q.id, rail = %rail.name, amount = %verified.amount.amount(), "payment accepted");
@@ -737,6 +802,26 @@ impl Receiver {
             lease,
             request: request.as_str().to_owned(),
         })))
+    }
+
+    /// Hands the request admitted as `paying` to its work: [`Delivery::First`] the first time,
+    /// [`Delivery::Again`] when an earlier presentation of the same Proof (here or at another
+    /// instance sharing the store) already handed it over and stopped before its answer was
+    /// kept. A binding runs the work again only for an idempotent request
+    /// ([`idempotent`]); for any other it answers that the outcome is unknown (and keeps that
+    /// answer), so the work runs at most once per Proof. Call it just before the work.
+    ///
+    /// # Errors
+    /// [`Error::Storage`]: the store cannot say; do not run the work (the same Proof again
+    /// recovers).
+    pub async fn deliver(&self, paying: &Paying) -> Result<Delivery, Error> {
+        let q = paying.accepted.quote.object();
+        Ok(if self.0.answers.start(&q.id).await? {
+            Delivery::First
+        } else {
+            tracing::warn!(quote = %q.id, "a paid request is presented again after an instance stopped before its answer");
+            Delivery::Again
+        })
     }
 
     /// The request admitted as `paying` was answered with `answer` (its status, body and
