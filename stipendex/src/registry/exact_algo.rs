@@ -90,18 +90,30 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         }
         None => None,
     };
+    #[cfg(feature = "challenges")]
+    let mut scheme_receiver: Option<std::sync::Arc<dyn x402_transport::Scheme>> = None;
     let receiver = match &s.pay_to {
         Some(pay_to) => {
             let pay_to: Address = parse(ctx.name, "pay_to", pay_to)?;
             let r = ExactAlgoReceiver::connect(algod, pay_to, ctx.store()?, ctx.clock.clone())
                 .await
                 .map_err(|e| ctx.rail_err(e))?;
+            #[cfg(feature = "challenges")]
+            {
+                scheme_receiver = Some(std::sync::Arc::new(rail_exact_algo::scheme::ExactAlgo::new(
+                    r.clone(),
+                )));
+            }
             Some(ReceiverHandle::pay_only(r))
         }
         None => None,
     };
     let sides: Sides = (payer, receiver).into();
     #[cfg(feature = "challenges")]
-    let sides = Sides { scheme, ..sides };
+    let sides = Sides {
+        scheme,
+        scheme_receiver,
+        ..sides
+    };
     Ok(sides)
 }

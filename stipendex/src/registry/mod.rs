@@ -135,6 +135,10 @@ pub struct Entry {
     /// (`x402`, `exact-algo`); [`crate::wallet::Builder::registry`] adds it to the wallet.
     #[cfg(feature = "challenges")]
     pub scheme_payer: Option<Arc<dyn x402_transport::client::SchemePayer>>,
+    /// The receiving side as an x402 scheme (`x402`, `exact-algo` with a receiving side), for
+    /// a paywall that also takes plain x402 payments beside the Stipendex Quote (the gateway).
+    #[cfg(feature = "challenges")]
+    pub scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
 }
 
 impl Entry {
@@ -268,6 +272,8 @@ impl Registry {
                     receiver,
                     #[cfg(feature = "challenges")]
                     scheme_payer: sides.scheme,
+                    #[cfg(feature = "challenges")]
+                    scheme_receiver: sides.scheme_receiver,
                 },
             );
         }
@@ -406,6 +412,8 @@ pub(crate) struct Sides {
     receiver: Option<ReceiverHandle>,
     #[cfg(feature = "challenges")]
     scheme: Option<Arc<dyn x402_transport::client::SchemePayer>>,
+    #[cfg(feature = "challenges")]
+    scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
 }
 
 impl From<(Option<PayerHandle>, Option<ReceiverHandle>)> for Sides {
@@ -415,6 +423,8 @@ impl From<(Option<PayerHandle>, Option<ReceiverHandle>)> for Sides {
             receiver,
             #[cfg(feature = "challenges")]
             scheme: None,
+            #[cfg(feature = "challenges")]
+            scheme_receiver: None,
         }
     }
 }

@@ -81,6 +81,8 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         }
         None => None,
     };
+    #[cfg(feature = "challenges")]
+    let mut scheme_receiver: Option<Arc<dyn x402_transport::Scheme>> = None;
     let receiver = match (&s.pay_to, &s.facilitator_url) {
         (Some(pay_to), Some(url)) => {
             let pay_to: Address = parse(ctx.name, "pay_to", pay_to)?;
@@ -92,8 +94,17 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                     )))
                 })?;
             let token = Token::new(&s.network, token_address, &s.token_name, &s.token_version);
+            let facilitator = Arc::new(facilitator);
+            #[cfg(feature = "challenges")]
+            {
+                scheme_receiver = Some(Arc::new(rail_x402::ExactEvm::new(
+                    facilitator.clone(),
+                    token.clone(),
+                    pay_to,
+                )));
+            }
             let r = X402Receiver::new(
-                Arc::new(facilitator),
+                facilitator,
                 token,
                 pay_to,
                 ctx.store()?,
@@ -111,6 +122,10 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     };
     let sides: Sides = (payer, receiver).into();
     #[cfg(feature = "challenges")]
-    let sides = Sides { scheme, ..sides };
+    let sides = Sides {
+        scheme,
+        scheme_receiver,
+        ..sides
+    };
     Ok(sides)
 }
