@@ -5,6 +5,7 @@
 //! stipendex verify-chain --principal KEY | --unanchored [--revocation FILE]… FILE…
 //! stipendex fetch [--config wallet.toml] [-X METHOD] [-H 'Name: value'] [-d DATA] URL
 //! stipendex serve-mcp --config shop.toml [--listen ADDR]
+//! stipendex gateway --config gateway.toml [--listen ADDR]
 //! stipendex proxy [--config wallet.toml] [--server ORIGIN] (--url URL | -- COMMAND…)
 //! stipendex wallet pending [--config wallet.toml]
 //! stipendex wallet resume [--config wallet.toml] CHAIN
@@ -36,6 +37,7 @@ pub mod demo;
 mod facilitator;
 mod fetch;
 mod files;
+mod gateway;
 mod mandate;
 pub mod measure;
 mod proxy;
@@ -113,6 +115,10 @@ enum Command {
     /// An example paid MCP server behind the Stipendex gate (stdio, or Streamable HTTP with
     /// --listen): a free tool, a fixed-price tool, a checkout tool, a priced resource.
     ServeMcp(serve_mcp::Args),
+    /// A paid front for an existing HTTP API with no code: prices and rails in one TOML file,
+    /// Stipendex Quotes and x402 challenges on the same routes; the upstream never sees an
+    /// unpaid request.
+    Gateway(gateway::Args),
     /// MCP proxy mode: a host that knows nothing of payments starts this as its MCP server;
     /// it forwards to the real server and pays what it asks for under the mandate.
     Proxy(proxy::Args),
@@ -148,6 +154,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Fetch(args) => fetch::run(args).await,
         Command::ServeMcp(args) => Box::pin(serve_mcp::run(args)).await,
         Command::Proxy(args) => Box::pin(proxy::run(args)).await,
+        Command::Gateway(args) => Box::pin(gateway::run(args)).await,
         Command::Wallet(c) => wallet::run(c).await,
         Command::VerifyChain {
             principal,
@@ -184,6 +191,7 @@ pub fn main() -> ExitCode {
     // A serving facilitator logs every request (`info`); the other commands only errors.
     let serving = match &cli.command {
         Command::Facilitator(c) => c.serving(),
+        Command::Gateway(_) => Some(true),
         _ => None,
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {

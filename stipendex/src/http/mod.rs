@@ -23,7 +23,7 @@ mod client;
 mod server;
 
 pub use client::{Client, Response};
-pub use server::{Binding, FinalAmount, WELL_KNOWN};
+pub use server::{Binding, FinalAmount, Outcome, WELL_KNOWN};
 
 /// A reqwest client with the workspace's one TLS provider (rustls on ring) installed, as the
 /// binding's [`Client`] expects.

@@ -16,8 +16,8 @@ use x402_transport::wire;
 use super::{PAYMENT, RECEIPT};
 use crate::Error;
 use crate::receiver::{
-    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver, Request,
-    idempotent,
+    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver,
+    Request, idempotent,
 };
 
 /// Where the receiver's descriptor is served.
@@ -31,6 +31,30 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 /// checkout is captured for its estimate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FinalAmount(pub Money);
+
+/// What the binding did with a request, in its response's extensions, for the layers around
+/// it (logs, metrics): never sent to the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// A 402 with a fresh Quote; `refusal` names why the payment presented was refused
+    /// (the error code of the body), if one was.
+    Quoted {
+        /// The refusal's code.
+        refusal: Option<String>,
+    },
+    /// Paid and answered: over which rail, how much.
+    Paid {
+        /// The receiver's rail (its registry name).
+        rail: String,
+        /// What the rail verified.
+        amount: Money,
+    },
+    /// The kept answer of a Proof presented again.
+    Replayed,
+    /// The pricing hook refused the request.
+    Rejected,
+}
 
 /// The HTTP binding of a receiver: an axum middleware (see the module docs).
 #[derive(Clone)]
@@ -165,6 +189,15 @@ fn request_of(receiver: &Receiver, req: &HttpRequest) -> Request {
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|c| c.0.ip().to_string()),
     }
+}
+
+fn rejected_response(message: &str) -> Response {
+    let mut r = json_response(
+        StatusCode::FORBIDDEN,
+        &json!({"error": "rejected", "message": message}),
+    );
+    r.extensions_mut().insert(Outcome::Rejected);
+    r
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -321,6 +354,7 @@ fn replay(answer: &Answer) -> Response {
         header::CACHE_CONTROL,
         HeaderValue::from_static("private, no-store"),
     );
+    resp.extensions_mut().insert(Outcome::Replayed);
     resp
 }
 
@@ -385,10 +419,7 @@ async fn gate(
 ) -> Response {
     match b.receiver.gate_on(cap, sreq).await {
         Ok(Gate::Free | Gate::Waived) => next.run(req).await,
-        Ok(Gate::Rejected(message)) => json_response(
-            StatusCode::FORBIDDEN,
-            &json!({"error": "rejected", "message": message}),
-        ),
+        Ok(Gate::Rejected(message)) => rejected_response(&message),
         Ok(Gate::Quote(q)) => quoted(seen, &q, None).await,
         Err(e) => quote_failed(&e),
     }
@@ -420,10 +451,7 @@ async fn challenge(
 ) -> Response {
     match b.receiver.gate_on(cap, sreq).await {
         Ok(Gate::Quote(q)) => quoted(req, &q, refusal).await,
-        Ok(Gate::Rejected(message)) => json_response(
-            StatusCode::FORBIDDEN,
-            &json!({"error": "rejected", "message": message}),
-        ),
+        Ok(Gate::Rejected(message)) => rejected_response(&message),
         // Waived or free now: the refused payment is moot; ask again without charging.
         Ok(Gate::Free | Gate::Waived) => json_response(
             StatusCode::CONFLICT,
@@ -463,11 +491,20 @@ async fn quoted(
         "quote".into(),
         serde_json::to_value(quote).unwrap_or(Value::Null),
     );
+    let refusal_given = refusal.is_some();
     if let Some((code, message)) = refusal {
         body.insert("error".into(), Value::String(code.to_owned()));
         body.insert("message".into(), Value::String(message));
     }
+    let outcome = Outcome::Quoted {
+        refusal: body
+            .get("error")
+            .filter(|_| refusal_given)
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
     let mut resp = json_response(StatusCode::PAYMENT_REQUIRED, &Value::Object(body));
+    resp.extensions_mut().insert(outcome);
     if let Some(hv) = x402_header.and_then(|v| HeaderValue::from_str(&v).ok()) {
         resp.headers_mut()
             .insert(HeaderName::from_static(wire::PAYMENT_REQUIRED), hv);
@@ -531,6 +568,10 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> (Response, 
                 header::CACHE_CONTROL,
                 HeaderValue::from_static("private, no-store"),
             );
+            parts.extensions.insert(Outcome::Paid {
+                rail: accepted.rail.clone(),
+                amount: accepted.verified.amount.clone(),
+            });
             let answer = kept(&parts, &bytes, Some(r.jws().to_owned()));
             (Response::from_parts(parts, Body::from(bytes)), Some(answer))
         }

@@ -33,8 +33,8 @@ use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICI
 use crate::Error;
 use crate::envelope::{Quote, Signed};
 use crate::receiver::{
-    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver, Request,
-    idempotent,
+    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver,
+    Request, idempotent,
 };
 
 tokio::task_local! {

@@ -57,9 +57,12 @@ pub(crate) struct File {
     /// The pricing file's entries ([`crate::receiver::price_file`]): not the registry's.
     #[allow(dead_code)]
     pub(crate) price: Option<Vec<toml::Table>>,
-    /// An MCP proxy's or server's upstream (`stipendex proxy`): not the registry's.
+    /// An MCP proxy's or server's upstream (`stipendex proxy`, the gateway): not the registry's.
     #[allow(dead_code)]
     pub(crate) upstream: Option<toml::Table>,
+    /// The gateway's own section (`stipendex gateway`): not the registry's.
+    #[allow(dead_code)]
+    pub(crate) gateway: Option<toml::Table>,
 }
 
 /// `[store]`: where single-use records live (offers verified, operations paid, settlements).

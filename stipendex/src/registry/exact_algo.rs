@@ -100,9 +100,9 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                 .map_err(|e| ctx.rail_err(e))?;
             #[cfg(feature = "challenges")]
             {
-                scheme_receiver = Some(std::sync::Arc::new(rail_exact_algo::scheme::ExactAlgo::new(
-                    r.clone(),
-                )));
+                scheme_receiver = Some(std::sync::Arc::new(
+                    rail_exact_algo::scheme::ExactAlgo::new(r.clone()),
+                ));
             }
             Some(ReceiverHandle::pay_only(r))
         }

@@ -103,13 +103,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                     pay_to,
                 )));
             }
-            let r = X402Receiver::new(
-                facilitator,
-                token,
-                pay_to,
-                ctx.store()?,
-                ctx.clock.clone(),
-            );
+            let r = X402Receiver::new(facilitator, token, pay_to, ctx.store()?, ctx.clock.clone());
             Some(ReceiverHandle::pay_only(r))
         }
         (None, None) => None,

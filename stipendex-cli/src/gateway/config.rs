@@ -1,0 +1,458 @@
+//! The gateway's configuration: the registry's TOML (`[store]`, `[rails.*]`), `[receiver]`,
+//! `[gateway]`, `[upstream]` and the pricing file's `[[price]]` entries — read and checked
+//! at start, each refusal one sentence naming the field.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::http::{HeaderName, HeaderValue};
+use serde::Deserialize;
+use stipendex::receiver::PricedCapability;
+use stipendex::receiver::price_file;
+
+use crate::{CliError, files, msg};
+
+/// The header an upstream names a checkout's final amount in (a decimal in the route's asset).
+pub(crate) const FINAL_AMOUNT: &str = "x-stipendex-final-amount";
+
+/// Where the paid requests go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Upstream {
+    /// An HTTP API: requests are reverse-proxied to this base URL.
+    Http(url::Url),
+    /// An MCP server over Streamable HTTP.
+    McpUrl(String),
+    /// An MCP server started as a child process, spoken to over stdio.
+    McpCommand(Vec<String>),
+}
+
+impl Upstream {
+    /// Whether it is an MCP server (priced by tool, resource, prompt).
+    pub(crate) fn is_mcp(&self) -> bool {
+        !matches!(self, Upstream::Http(_))
+    }
+}
+
+/// What to do when the `resolve_url` does not answer in time or answers nonsense.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OnFailure {
+    /// Refuse the request (nothing charged, nothing forwarded).
+    Reject,
+    /// Quote the list price of the `[[price]]` entry.
+    ListPrice,
+}
+
+/// The dynamic-price endpoint.
+#[derive(Clone, Debug)]
+pub(crate) struct Resolve {
+    pub(crate) url: url::Url,
+    pub(crate) timeout: Duration,
+    pub(crate) on_failure: OnFailure,
+}
+
+/// A trusted proxy: one address, or a network (`10.0.0.0/8`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Net {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Net {
+    fn parse(s: &str) -> Option<Net> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.trim().parse::<u8>().ok().filter(|p| *p <= max)?,
+            None => max,
+        };
+        Some(Net { addr, prefix })
+    }
+
+    /// Whether `ip` is in this network.
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(i)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(i) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(i)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(i) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The gateway, as configured.
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// The configuration file (the registry reads it again).
+    pub(crate) path: PathBuf,
+    pub(crate) listen: SocketAddr,
+    pub(crate) receiver_id: String,
+    pub(crate) receiver_key: stipendex::envelope::SecretKey,
+    pub(crate) origins: Vec<String>,
+    pub(crate) quote_ttl: Option<Duration>,
+    pub(crate) upstream: Upstream,
+    pub(crate) secret: Option<(HeaderName, HeaderValue)>,
+    pub(crate) final_amount: HeaderName,
+    pub(crate) timeout: Duration,
+    pub(crate) max_body: usize,
+    pub(crate) claim_lease: Duration,
+    pub(crate) trusted: Vec<Net>,
+    pub(crate) resolve: Option<Resolve>,
+    pub(crate) prices: Vec<PricedCapability>,
+    pub(crate) mcp_path: String,
+    pub(crate) shutdown_grace: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReceiverSection {
+    id: String,
+    key_file: Option<PathBuf>,
+    key_env: Option<String>,
+    #[serde(default)]
+    origins: Vec<String>,
+    quote_ttl_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GatewaySection {
+    listen: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    max_body_bytes: Option<usize>,
+    upstream_timeout_secs: Option<u64>,
+    claim_lease_secs: Option<u64>,
+    resolve_url: Option<String>,
+    resolve_timeout_ms: Option<u64>,
+    resolve_failure: Option<OnFailure>,
+    mcp_path: Option<String>,
+    shutdown_grace_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpstreamSection {
+    url: Option<String>,
+    mcp_url: Option<String>,
+    command: Option<Vec<String>>,
+    secret_header: Option<String>,
+    secret_env: Option<String>,
+    final_amount_header: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct File {
+    receiver: Option<toml::Table>,
+    gateway: Option<toml::Table>,
+    upstream: Option<toml::Table>,
+}
+
+/// Refuses a secret written into section `name` (`field` present) with the `_env` to use.
+fn no_secret(name: &str, table: &toml::Table, fields: &[&str]) -> Result<(), CliError> {
+    for f in fields {
+        if table.contains_key(*f) {
+            return Err(msg(format!(
+                "[{name}] {f}: secrets are read from the environment only; write `{f}_env = \"VARIABLE\"` instead"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn section<T: serde::de::DeserializeOwned>(name: &str, t: toml::Table) -> Result<T, CliError> {
+    T::deserialize(toml::Value::Table(t)).map_err(|e| msg(format!("[{name}]: {}", e.message())))
+}
+
+/// Why a path pattern can never match a request the gateway forwards (a request path with an
+/// empty, `.` or `..` segment is refused before any price applies), if it cannot.
+fn cannot_match(pattern: &str) -> Option<&'static str> {
+    let segments: Vec<&str> = pattern.split('/').collect();
+    let last = segments.len().saturating_sub(1);
+    if pattern.contains(['?', '#']) {
+        return Some("it holds a query or a fragment: a pattern matches the path only");
+    }
+    for (i, s) in segments.iter().enumerate() {
+        if s.is_empty() && i != 0 && i != last {
+            return Some("it has an empty segment (`//`), which no forwarded path has");
+        }
+        if *s == "." || *s == ".." {
+            return Some("it has a `.` or `..` segment, which no forwarded path has");
+        }
+        if i != last && (s.starts_with("{*") || s.contains('*')) {
+            return Some("`*` and `{*rest}` may only end a pattern");
+        }
+        if s.matches('{').count() != s.matches('}').count() || *s == "{}" {
+            return Some("a `{` without its `}` (or an empty `{}`)");
+        }
+    }
+    None
+}
+
+impl Config {
+    /// Reads and checks the configuration at `path`; `listen` overrides `[gateway] listen`.
+    pub(crate) fn read(path: &Path, listen: Option<SocketAddr>) -> Result<Config, CliError> {
+        let text = files::read(path)?;
+        let at = |e: toml::de::Error| msg(format!("{}: {}", path.display(), e.message()));
+        let file: File = toml::from_str(&text).map_err(at)?;
+        let r = file.receiver.ok_or_else(|| {
+            msg(format!(
+                "{} has no [receiver] section: add one with the receiver's id, key_env and origins",
+                path.display()
+            ))
+        })?;
+        no_secret("receiver", &r, &["key", "secret_key"])?;
+        let r: ReceiverSection = section("receiver", r)?;
+        let g = file.gateway.unwrap_or_default();
+        let g: GatewaySection = section("gateway", g)?;
+        let u = file.upstream.ok_or_else(|| {
+            msg(format!(
+                "{} has no [upstream] section: name the API (url = \"http://127.0.0.1:8080\") or the MCP server (mcp_url, or command = [...])",
+                path.display()
+            ))
+        })?;
+        no_secret("upstream", &u, &["secret", "token", "password"])?;
+        let u: UpstreamSection = section("upstream", u)?;
+
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let receiver_key =
+            files::key_of("receiver", dir, r.key_file.as_deref(), r.key_env.as_deref())?;
+        if r.origins.is_empty() {
+            return Err(msg(
+                "[receiver] origins is empty: name the public origins clients reach the gateway at (origins = [\"https://api.example\"]); Quotes are bound to them",
+            ));
+        }
+        let mut origins = Vec::new();
+        for o in &r.origins {
+            origins.push(stipendex::origin::parse(o).map_err(|e| {
+                msg(format!(
+                    "[receiver] origins: {o:?} is not an origin ({e}): write scheme://host[:port]"
+                ))
+            })?);
+        }
+
+        let upstream = match (&u.url, &u.mcp_url, &u.command) {
+            (Some(url), None, None) => {
+                let parsed = url::Url::parse(url)
+                    .ok()
+                    .filter(|p| matches!(p.scheme(), "http" | "https") && p.host().is_some())
+                    .ok_or_else(|| {
+                        msg(format!(
+                            "[upstream] url = {url:?} is not an http(s) URL: write the API's base, such as \"http://127.0.0.1:8080\""
+                        ))
+                    })?;
+                if parsed.query().is_some() || parsed.fragment().is_some() {
+                    return Err(msg(
+                        "[upstream] url has a query or a fragment: give the API's base URL only",
+                    ));
+                }
+                Upstream::Http(parsed)
+            }
+            (None, Some(url), None) => {
+                stipendex::origin::of_url(url).map_err(|e| {
+                    msg(format!(
+                        "[upstream] mcp_url = {url:?} is not an http(s) URL ({e})"
+                    ))
+                })?;
+                Upstream::McpUrl(url.clone())
+            }
+            (None, None, Some(cmd)) if !cmd.is_empty() => Upstream::McpCommand(cmd.clone()),
+            (None, None, Some(_)) => {
+                return Err(msg(
+                    "[upstream] command is empty: give the MCP server's program and its arguments",
+                ));
+            }
+            (None, None, None) => {
+                return Err(msg(
+                    "[upstream] names no upstream: give url (an HTTP API), mcp_url (an MCP server over Streamable HTTP) or command (an MCP server over stdio)",
+                ));
+            }
+            _ => {
+                return Err(msg(
+                    "[upstream] names more than one upstream: give exactly one of url, mcp_url and command",
+                ));
+            }
+        };
+
+        let secret = match (&u.secret_header, &u.secret_env) {
+            (None, None) => None,
+            (Some(h), Some(var)) => {
+                let name = HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                    msg(format!(
+                        "[upstream] secret_header = {h:?} is not a header name"
+                    ))
+                })?;
+                let v = std::env::var(var).ok().filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+                    msg(format!(
+                        "[upstream] secret_env names {var}, which is not set: export the shared secret there"
+                    ))
+                })?;
+                let mut value = HeaderValue::from_str(v.trim()).map_err(|_| {
+                    msg(format!(
+                        "{var} is not a valid header value: use visible ASCII"
+                    ))
+                })?;
+                value.set_sensitive(true);
+                Some((name, value))
+            }
+            _ => {
+                return Err(msg(
+                    "[upstream] a shared secret needs both secret_header (its name) and secret_env (the variable holding it)",
+                ));
+            }
+        };
+        let final_amount = match &u.final_amount_header {
+            None => HeaderName::from_static(FINAL_AMOUNT),
+            Some(h) => HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                msg(format!(
+                    "[upstream] final_amount_header = {h:?} is not a header name"
+                ))
+            })?,
+        };
+
+        let listen = match (listen, &g.listen) {
+            (Some(l), _) => l,
+            (None, Some(l)) => l.parse().map_err(|_| {
+                msg(format!(
+                    "[gateway] listen = {l:?} is not an address: write host:port, such as \"127.0.0.1:8402\""
+                ))
+            })?,
+            (None, None) => SocketAddr::from(([127, 0, 0, 1], 8402)),
+        };
+        let trusted = g
+            .trusted_proxies
+            .iter()
+            .map(|t| {
+                Net::parse(t).ok_or_else(|| {
+                    msg(format!(
+                        "[gateway] trusted_proxies: {t:?} is not an IP address or a network such as \"10.0.0.0/8\""
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let resolve = match &g.resolve_url {
+            None => None,
+            Some(u) => {
+                let url = url::Url::parse(u)
+                    .ok()
+                    .filter(|p| matches!(p.scheme(), "http" | "https"))
+                    .ok_or_else(|| {
+                        msg(format!(
+                            "[gateway] resolve_url = {u:?} is not an http(s) URL"
+                        ))
+                    })?;
+                Some(Resolve {
+                    url,
+                    timeout: Duration::from_millis(g.resolve_timeout_ms.unwrap_or(2000).max(1)),
+                    on_failure: g.resolve_failure.unwrap_or(OnFailure::Reject),
+                })
+            }
+        };
+        let mcp_path = g.mcp_path.unwrap_or_else(|| "/mcp".into());
+        if !mcp_path.starts_with('/') {
+            return Err(msg(format!(
+                "[gateway] mcp_path = {mcp_path:?} is not a path: it starts with /"
+            )));
+        }
+
+        let prices = price_file::from_toml(&text)?;
+        if prices.is_empty() {
+            return Err(msg(format!(
+                "{} prices nothing: add [[price]] entries (kind, pattern, amount, asset)",
+                path.display()
+            )));
+        }
+        for (i, p) in prices.iter().enumerate() {
+            let route = !matches!(p.method(), "tools/call" | "resources/read" | "prompts/get");
+            let at = format!("[[price]] entry {} ({})", i + 1, p.name());
+            if route && upstream.is_mcp() {
+                return Err(msg(format!(
+                    "{at}: a route can never match: the upstream is an MCP server; price its tools, resources and prompts"
+                )));
+            }
+            if !route && !upstream.is_mcp() {
+                return Err(msg(format!(
+                    "{at}: an MCP price can never match: the upstream is an HTTP API; price its routes (kind = \"route\")"
+                )));
+            }
+            if route && let Some(why) = cannot_match(p.name()) {
+                return Err(msg(format!("{at}: the pattern can never match: {why}")));
+            }
+        }
+
+        Ok(Config {
+            path: path.to_path_buf(),
+            listen,
+            receiver_id: r.id,
+            receiver_key,
+            origins,
+            quote_ttl: r.quote_ttl_secs.map(Duration::from_secs),
+            upstream,
+            secret,
+            final_amount,
+            timeout: Duration::from_secs(g.upstream_timeout_secs.unwrap_or(30).max(1)),
+            max_body: g.max_body_bytes.unwrap_or(10 * 1024 * 1024),
+            claim_lease: Duration::from_secs(g.claim_lease_secs.unwrap_or(60).max(1)),
+            trusted,
+            resolve,
+            prices,
+            mcp_path,
+            shutdown_grace: Duration::from_secs(g.shutdown_grace_secs.unwrap_or(30)),
+        })
+    }
+
+    /// Whether the peer `ip` is a trusted proxy (its `X-Forwarded-*` are kept).
+    pub(crate) fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|n| n.contains(ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks_contain_their_addresses_only() {
+        let n = Net::parse("10.0.0.0/8").unwrap();
+        assert!(n.contains("10.1.2.3".parse().unwrap()));
+        assert!(n.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!n.contains("11.0.0.1".parse().unwrap()));
+        let one = Net::parse("127.0.0.1").unwrap();
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        assert!(Net::parse("10.0.0.0/33").is_none());
+        assert!(Net::parse("nope").is_none());
+        assert!(Net::parse("::/0").unwrap().contains("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn patterns_that_cannot_match_are_named() {
+        assert!(cannot_match("/api/posts/{id}").is_none());
+        assert!(cannot_match("/files/{*path}").is_none());
+        assert!(cannot_match("/api/*").is_none());
+        assert!(cannot_match("/api//x").is_some());
+        assert!(cannot_match("/api/../x").is_some());
+        assert!(cannot_match("/api/*/x").is_some());
+        assert!(cannot_match("/api/{*rest}/x").is_some());
+        assert!(cannot_match("/api?x=1").is_some());
+        assert!(cannot_match("/api/{id").is_some());
+    }
+}

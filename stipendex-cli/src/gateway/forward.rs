@@ -1,0 +1,370 @@
+//! The HTTP upstream: a reverse proxy. Method, path, query, headers and body go to the upstream
+//! as they came (bodies streamed both ways, server-sent events included), minus what is the
+//! gateway's business:
+//! - hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and what it names, `Keep-Alive`,
+//!   `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) both ways;
+//! - payments (`Stipendex-Payment`, `PAYMENT-SIGNATURE`, `X-PAYMENT`) never reach the upstream,
+//!   and receipts or challenges the upstream writes (`Stipendex-Receipt`, `PAYMENT-RESPONSE`,
+//!   `PAYMENT-REQUIRED`) never reach the client: only the gateway speaks for payments;
+//! - `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` from the client are dropped unless the
+//!   peer is a trusted proxy, then set from the connection;
+//! - the shared-secret header is set (a client's own is dropped), so the origin can refuse
+//!   anything that did not come through the gateway;
+//! - the final-amount header is read from the upstream's response only (a client's is dropped),
+//!   for a checkout route, and never shown to the client.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use rail_core::Money;
+use serde_json::json;
+use stipendex::http::FinalAmount;
+use stipendex::receiver::{Price, Receiver};
+
+use super::Shared;
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded either way.
+const HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Payment headers: the gateway's, never the upstream's.
+const PAYMENT_IN: &[&str] = &["stipendex-payment", "payment-signature", "x-payment"];
+const PAYMENT_OUT: &[&str] = &[
+    "stipendex-receipt",
+    "payment-response",
+    "x-payment-response",
+    "payment-required",
+];
+const FORWARDED: &[&str] = &[
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+];
+
+/// The reverse proxy to one HTTP upstream.
+pub(crate) struct Forward {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Forward {
+    pub(crate) fn new(base: &url::Url) -> Result<Self, crate::CliError> {
+        // The workspace's one TLS provider (an https upstream).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5))
+            .pool_max_idle_per_host(256)
+            .build()
+            .map_err(|e| crate::msg(format!("cannot start the upstream's HTTP client: {e}")))?;
+        Ok(Forward {
+            client,
+            base: base.as_str().trim_end_matches('/').to_owned(),
+        })
+    }
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    let mut r = (
+        status,
+        axum::Json(json!({"error": code, "message": message})),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The headers named by `Connection` (also hop-by-hop).
+fn connection_listed(h: &HeaderMap) -> Vec<String> {
+    h.get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The request headers the upstream gets.
+fn outbound(s: &Shared, incoming: &HeaderMap, peer: Option<IpAddr>) -> HeaderMap {
+    let listed = connection_listed(incoming);
+    let trusted = peer.is_some_and(|p| s.config.trusts(p));
+    let mut out = HeaderMap::with_capacity(incoming.len() + 4);
+    for (name, value) in incoming {
+        let n = name.as_str();
+        if HOP.contains(&n)
+            || listed.iter().any(|l| l == n)
+            || PAYMENT_IN.contains(&n)
+            || n == "host"
+            || n == s.config.final_amount.as_str()
+            || s.config.secret.as_ref().is_some_and(|(h, _)| h == name)
+            || (!trusted && FORWARDED.contains(&n))
+        {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if let Some(ip) = peer {
+        let chain = match out.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(prev) if trusted => format!("{prev}, {ip}"),
+            _ => ip.to_string(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&chain) {
+            out.insert(HeaderName::from_static("x-forwarded-for"), v);
+        }
+    }
+    if !out.contains_key("x-forwarded-proto") {
+        out.insert(
+            HeaderName::from_static("x-forwarded-proto"),
+            HeaderValue::from_static("http"),
+        );
+    }
+    if !out.contains_key("x-forwarded-host")
+        && let Some(h) = incoming.get(header::HOST)
+    {
+        out.insert(HeaderName::from_static("x-forwarded-host"), h.clone());
+    }
+    if let Some((name, value)) = &s.config.secret {
+        out.insert(name.clone(), value.clone());
+    }
+    out
+}
+
+/// The checkout price of `method path`, if the route is a checkout.
+fn checkout_asset(receiver: &Receiver, method: &str, path: &str) -> Option<rail_core::Asset> {
+    let cap = receiver.decide(&stipendex::receiver::Request::new(method, path))?;
+    match &cap.price {
+        Price::Estimate { estimate, .. } => Some(estimate.asset().clone()),
+        Price::Fixed(_) => None,
+    }
+}
+
+/// The fallback handler: every request the gateway does not answer itself.
+pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let Some(fwd) = s.forward.as_ref() else {
+        return error(StatusCode::NOT_FOUND, "not_found", "no such path here");
+    };
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > s.config.max_body as u64
+    {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            &format!(
+                "the request body is larger than this gateway accepts ({} bytes)",
+                s.config.max_body
+            ),
+        );
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let url = format!(
+        "{}{}",
+        fwd.base,
+        req.uri()
+            .path_and_query()
+            .map_or("/", axum::http::uri::PathAndQuery::as_str)
+    );
+    let headers = outbound(&s, req.headers(), peer);
+    let max = s.config.max_body;
+    let too_large = Arc::new(AtomicBool::new(false));
+    let flag = too_large.clone();
+    let body = req
+        .into_body()
+        .into_data_stream()
+        .scan(0usize, move |seen, chunk| {
+            let out = match chunk {
+                Ok(c) => {
+                    *seen = seen.saturating_add(c.len());
+                    if *seen > max {
+                        flag.store(true, Ordering::SeqCst);
+                        Err(std::io::Error::other("the request body is too large"))
+                    } else {
+                        Ok(c)
+                    }
+                }
+                Err(e) => Err(std::io::Error::other(e)),
+            };
+            futures::future::ready(Some(out))
+        });
+    let started = Instant::now();
+    let sent = fwd
+        .client
+        .request(method.clone(), &url)
+        .headers(headers)
+        .body(reqwest::Body::wrap_stream(body))
+        .send();
+    // The timeout covers the upstream's answer up to its headers: a stream (SSE) then flows
+    // for as long as the upstream keeps it open.
+    let resp = match tokio::time::timeout(s.config.timeout, sent).await {
+        Err(_) => {
+            s.metrics.upstream(started.elapsed(), "timeout");
+            return error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                "the service behind this gateway did not answer in time",
+            );
+        }
+        Ok(Err(e)) => {
+            s.metrics.upstream(started.elapsed(), "error");
+            if too_large.load(Ordering::SeqCst) {
+                return error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    &format!("the request body is larger than this gateway accepts ({max} bytes)"),
+                );
+            }
+            s.health.failed();
+            tracing::warn!(error = %e.without_url(), "the upstream cannot be reached");
+            return error(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unavailable",
+                "the service behind this gateway cannot be reached",
+            );
+        }
+        Ok(Ok(r)) => r,
+    };
+    s.health.ok();
+    s.metrics.upstream(started.elapsed(), "answered");
+    let status = resp.status();
+    let listed = connection_listed(resp.headers());
+    let mut out = Response::new(Body::empty());
+    *out.status_mut() = status;
+    let mut final_amount = None;
+    for (name, value) in resp.headers() {
+        let n = name.as_str();
+        if n == s.config.final_amount.as_str() {
+            final_amount = Some(value.clone());
+            continue;
+        }
+        if HOP.contains(&n) || listed.iter().any(|l| l == n) || PAYMENT_OUT.contains(&n) {
+            continue;
+        }
+        out.headers_mut().append(name.clone(), value.clone());
+    }
+    if let Some(v) = final_amount
+        && let Some(asset) = checkout_asset(&s.receiver, method.as_str(), &path)
+    {
+        let parsed = v
+            .to_str()
+            .ok()
+            .and_then(|t| Money::parse(asset.clone(), t.trim()).ok());
+        match parsed {
+            Some(m) => {
+                out.extensions_mut().insert(FinalAmount(m));
+            }
+            None => {
+                tracing::error!(
+                    header = %s.config.final_amount,
+                    "the upstream's final amount is not a decimal in {}: the hold is voided",
+                    asset.code()
+                );
+                return error(
+                    StatusCode::BAD_GATEWAY,
+                    "bad_final_amount",
+                    "the service behind this gateway named a final amount that is not a price: nothing was captured",
+                );
+            }
+        }
+    }
+    *out.body_mut() = Body::from_stream(resp.bytes_stream());
+    out
+}
+
+/// Whether the upstream answers: known from the last forward for a moment, else a TCP connect.
+/// A paid request is refused (nothing charged) while it does not.
+pub(crate) struct Health {
+    addr: Option<(String, u16)>,
+    up_until: std::sync::Mutex<Option<Instant>>,
+    down: AtomicBool,
+}
+
+/// How long a forward that reached the upstream vouches for it.
+const FRESH: Duration = Duration::from_secs(2);
+
+impl Health {
+    pub(crate) fn new(upstream: &super::config::Upstream) -> Self {
+        let url = match upstream {
+            super::config::Upstream::Http(u) => Some(u.clone()),
+            super::config::Upstream::McpUrl(u) => url::Url::parse(u).ok(),
+            super::config::Upstream::McpCommand(_) => None,
+        };
+        let addr = url.and_then(|u| {
+            u.host_str()
+                .map(|h| (h.to_owned(), u.port_or_known_default().unwrap_or(80)))
+        });
+        Health {
+            addr,
+            up_until: std::sync::Mutex::new(None),
+            down: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn ok(&self) {
+        self.down.store(false, Ordering::Relaxed);
+        if let Ok(mut u) = self.up_until.lock() {
+            *u = Some(Instant::now() + FRESH);
+        }
+    }
+
+    pub(crate) fn failed(&self) {
+        self.down.store(true, Ordering::Relaxed);
+        if let Ok(mut u) = self.up_until.lock() {
+            *u = None;
+        }
+    }
+
+    /// Whether the upstream is reachable now.
+    pub(crate) async fn up(&self) -> bool {
+        let fresh = self
+            .up_until
+            .lock()
+            .ok()
+            .and_then(|u| *u)
+            .is_some_and(|t| Instant::now() < t);
+        if fresh {
+            return true;
+        }
+        let Some((host, port)) = &self.addr else {
+            return true;
+        };
+        let connected = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::net::TcpStream::connect((host.as_str(), *port)),
+        )
+        .await;
+        let up = matches!(connected, Ok(Ok(_)));
+        if up {
+            self.ok();
+        } else {
+            self.failed();
+        }
+        up
+    }
+}

@@ -1,0 +1,349 @@
+//! `stipendex gateway`: a paid front for an existing HTTP API (or MCP server) with no code —
+//! prices and rails in one TOML file.
+//!
+//! ```toml
+//! [store]
+//! url = "sqlite://gateway.db"        # a postgres:// URL (url_env) for several instances
+//!
+//! [rails.house]                       # any rail of the registry; its receiving side is used
+//! kind = "ledger"
+//! url = "sqlite://ledger.db"
+//! asset = "USD"
+//! payee_account = "…"
+//!
+//! [receiver]
+//! id = "weather-co"
+//! key_env = "STIPENDEX_RECEIVER_KEY"  # or key_file; never the key itself
+//! origins = ["https://api.example"]   # where clients reach the gateway: Quotes are bound to it
+//!
+//! [gateway]
+//! listen = "127.0.0.1:8402"
+//! trusted_proxies = ["10.0.0.0/8"]    # peers whose X-Forwarded-* are kept
+//! upstream_timeout_secs = 30
+//! max_body_bytes = 10485760
+//! # resolve_url = "http://127.0.0.1:9000/price"   # dynamic prices: quote / reject / waive
+//!
+//! [upstream]
+//! url = "http://127.0.0.1:8080"       # the API, which knows nothing of payments
+//! secret_header = "X-Gateway-Secret"  # optional: the origin refuses requests without it
+//! secret_env = "GATEWAY_SECRET"
+//!
+//! [[price]]
+//! kind = "route"
+//! method = "GET"
+//! pattern = "/api/forecast/{city}"
+//! amount = "0.05"
+//! asset = "USD"
+//! ```
+//!
+//! Per request: the receiver's one route table decides; a free route is forwarded untouched; a
+//! priced one answers 402 (a signed Quote, merged with the x402 challenge where an x402-style
+//! rail is configured) until paid, then is forwarded once and answered with
+//! `Stipendex-Receipt` (or `PAYMENT-RESPONSE`); the answer is kept for a lost-answer replay.
+//!
+//! Delivery is at most once per Proof: if an instance stops after forwarding and before the
+//! answer is kept, the same Proof again is forwarded again only for an idempotent method
+//! (`GET`, `HEAD`, `PUT`, `DELETE`); any other gets `409 outcome_unknown` (a checkout's hold
+//! stays until its expiry voids it). A paid request is not forwarded — nor its payment taken —
+//! while the upstream cannot be reached (503: send the same payment again later).
+
+mod config;
+mod forward;
+mod ops;
+mod resolve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rail_core::KeyStore;
+use serde_json::json;
+use stipendex::Registry;
+use stipendex::http::Binding;
+use stipendex::receiver::{Price, Receiver};
+use x402_transport::paywall::Paywall;
+use x402_transport::{Accepts, Scheme, SettleWhen};
+
+use crate::{CliError, msg};
+use config::{Config, Upstream};
+
+/// `stipendex gateway`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// The gateway's configuration: the registry's TOML, `[receiver]`, `[gateway]`,
+    /// `[upstream]` and `[[price]]`.
+    #[arg(long)]
+    config: PathBuf,
+    /// Listen here instead of `[gateway] listen` (`127.0.0.1:0` picks a free port).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+}
+
+/// What every request's handlers share.
+pub(crate) struct Shared {
+    config: Config,
+    receiver: Receiver,
+    store: Option<Arc<dyn KeyStore>>,
+    forward: Option<forward::Forward>,
+    health: forward::Health,
+    metrics: ops::Metrics,
+    schemes: Vec<Arc<dyn Scheme>>,
+}
+
+/// The x402 schemes of the configured rails that receive, each with the asset it is paid in.
+fn schemes_of(registry: &Registry) -> Vec<(Arc<dyn Scheme>, rail_core::Asset)> {
+    registry
+        .rails()
+        .filter_map(|e| {
+            let scheme = e.scheme_receiver.clone()?;
+            let asset = e.capabilities()?.assets.first()?.clone();
+            Some((scheme, asset))
+        })
+        .collect()
+}
+
+/// The paywall offering, on every fixed-price route, each scheme paid in the route's asset.
+fn paywall(
+    config: &Config,
+    schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
+    store: Option<&Arc<dyn KeyStore>>,
+) -> Result<Option<Paywall>, CliError> {
+    let mut p = Paywall::new().settle(SettleWhen::After);
+    if let Some(s) = store {
+        p = p.with_store(s.clone());
+    }
+    let mut any = false;
+    for cap in &config.prices {
+        let Price::Fixed(money) = &cap.price else {
+            continue; // a checkout holds and captures: x402's exact cannot
+        };
+        let mut accepts: Option<Accepts> = None;
+        for (scheme, asset) in schemes {
+            if asset != money.asset() {
+                continue;
+            }
+            let refused = |e: x402_transport::Error| {
+                msg(format!(
+                    "[[price]] {}: the x402 scheme {} cannot ask {} {}: {e}",
+                    cap.name(),
+                    scheme.info().label,
+                    money.amount(),
+                    money.asset().code()
+                ))
+            };
+            accepts = Some(match accepts {
+                None => Accepts::one(scheme.clone(), money.minor_units()).map_err(refused)?,
+                Some(a) => a.or(scheme.clone(), money.minor_units()).map_err(refused)?,
+            });
+        }
+        if let Some(a) = accepts {
+            let description = cap
+                .description
+                .clone()
+                .unwrap_or_else(|| cap.name().to_owned());
+            p = p.route(cap.name(), &description, a);
+            any = true;
+        }
+    }
+    Ok(any.then_some(p))
+}
+
+/// Refuses a paid request while the upstream cannot be reached: its payment is not taken.
+async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let paying = ["stipendex-payment", "payment-signature", "x-payment"]
+        .iter()
+        .any(|h| req.headers().contains_key(*h));
+    if paying
+        && req.method() != Method::HEAD
+        && s.receiver
+            .decide(&stipendex::receiver::Request::new(
+                req.method().as_str(),
+                req.uri().path(),
+            ))
+            .is_some()
+        && !s.health.up().await
+    {
+        let mut r = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({
+                "error": "upstream_unavailable",
+                "message": "the service behind this gateway cannot be reached: nothing was charged; send the same payment again later",
+            })),
+        )
+            .into_response();
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        return r;
+    }
+    next.run(req).await
+}
+
+/// Builds the receiver, the registry's rails and the router of the configuration.
+async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
+    let registry = Registry::from_file(&config.path).await?;
+    let store = registry.store().cloned();
+    // A price in an asset no receiving rail carries could never be paid.
+    let assets: Vec<rail_core::Asset> = registry
+        .rails()
+        .filter(|e| e.receiver.is_some())
+        .filter_map(stipendex::Entry::capabilities)
+        .flat_map(|c| c.assets)
+        .collect();
+    if assets.is_empty() {
+        return Err(msg(format!(
+            "{} has no rail that receives: configure the receiving side of a [rails.NAME] (pay_to, payee_account, …)",
+            config.path.display()
+        )));
+    }
+    for (i, cap) in config.prices.iter().enumerate() {
+        let asset = match &cap.price {
+            Price::Fixed(m) => m.asset(),
+            Price::Estimate { estimate, .. } => estimate.asset(),
+        };
+        if !assets.contains(asset) {
+            return Err(msg(format!(
+                "[[price]] entry {} ({}): no configured rail receives {}: price it in {} or configure a rail that carries it",
+                i + 1,
+                cap.name(),
+                asset.code(),
+                assets
+                    .iter()
+                    .map(rail_core::Asset::code)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let mut b = Receiver::builder(&config.receiver_id, config.receiver_key.clone())
+        .registry(&registry)
+        .claim_lease(config.claim_lease);
+    if let Some(s) = &store {
+        b = b.store(s.clone());
+    }
+    if let Some(ttl) = config.quote_ttl {
+        b = b.quote_ttl(ttl);
+    }
+    for o in &config.origins {
+        b = b.origin(o);
+    }
+    for p in &config.prices {
+        b = b.price(p.clone());
+    }
+    if let Some(r) = &config.resolve {
+        b = b.resolve_price(Arc::new(resolve::Remote::new(r)?));
+    }
+    let receiver = b.build()?;
+    let schemes = schemes_of(&registry);
+    let forward = match &config.upstream {
+        Upstream::Http(u) => Some(forward::Forward::new(u)?),
+        Upstream::McpUrl(_) | Upstream::McpCommand(_) => {
+            return Err(msg(
+                "[upstream] an MCP upstream (mcp_url, command) is not served by this build of the gateway yet: front an HTTP API with url = \"http://…\"",
+            ));
+        }
+    };
+    let mut binding = Binding::new(receiver.clone())?;
+    if let Some(p) = paywall(&config, &schemes, store.as_ref())? {
+        binding = binding.with_x402(p)?;
+    }
+    let shared = Arc::new(Shared {
+        health: forward::Health::new(&config.upstream),
+        config,
+        receiver,
+        store,
+        forward,
+        metrics: ops::Metrics::default(),
+        schemes: schemes.into_iter().map(|(s, _)| s).collect(),
+    });
+    let agent = Arc::new(ops::agent_json(&shared));
+    let router = Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route(
+            "/.well-known/agent.json",
+            get(move || {
+                let a = agent.clone();
+                async move { axum::Json((*a).clone()) }
+            }),
+        )
+        .fallback(forward::forward);
+    let router = binding
+        .apply(router)
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            ops::access,
+        ))
+        .with_state(shared.clone());
+    Ok((router, shared))
+}
+
+/// Resolves when the process is asked to stop (Ctrl-C, SIGTERM).
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// Runs `stipendex gateway` until it is asked to stop; in-flight requests (paid ones
+/// included) finish first, for at most `[gateway] shutdown_grace_secs`.
+pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
+    let config = Config::read(&a.config, a.listen)?;
+    let listen = config.listen;
+    let grace = config.shutdown_grace;
+    let (router, _shared) = build(config).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| msg(format!("cannot listen on {listen}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| msg(format!("cannot listen on {listen}: {e}")))?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("Listening on http://{addr}");
+    }
+    let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
+    let serve = axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        stop_signal().await;
+        tracing::info!("stopping: finishing the requests in flight");
+        let _ = stopping_tx.send(true);
+    });
+    let deadline = async move {
+        let _ = stopping_rx.wait_for(|s| *s).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        r = serve => r.map_err(|e| msg(format!("the gateway stopped: {e}")))?,
+        () = deadline => {
+            tracing::warn!(grace_secs = grace.as_secs(), "requests still in flight after the grace period: stopping anyway");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

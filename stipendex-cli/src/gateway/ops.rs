@@ -1,0 +1,275 @@
+//! Operations: `/healthz`, `/readyz`, Prometheus metrics (`/metrics`, loopback peers only),
+//! `/.well-known/agent.json`, and one JSON log line per request.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use stipendex::http::Outcome;
+
+use super::Shared;
+
+/// The upstream latency histogram's bounds, in microseconds (integers: no float arithmetic).
+const BUCKETS: &[u128] = &[
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
+
+/// Microseconds written as seconds (`2500` → `0.002500`).
+fn seconds(micros: u128) -> String {
+    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}
+
+/// Counters and the upstream latency histogram.
+#[derive(Default)]
+pub(crate) struct Metrics {
+    counters: Mutex<BTreeMap<String, u64>>,
+    latency: Mutex<Histogram>,
+}
+
+#[derive(Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum_micros: u128,
+    total: u64,
+}
+
+/// A label value as Prometheus' text format writes it.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    fn count(&self, series: String) {
+        if let Ok(mut c) = self.counters.lock() {
+            *c.entry(series).or_default() += 1;
+        }
+    }
+
+    /// One answer of the upstream (or its absence), `outcome` = answered | timeout | error.
+    pub(crate) fn upstream(&self, took: Duration, outcome: &str) {
+        self.count(format!(
+            "stipendex_gateway_upstream_requests_total{{outcome=\"{outcome}\"}}"
+        ));
+        if let Ok(mut h) = self.latency.lock() {
+            if h.counts.is_empty() {
+                h.counts = vec![0; BUCKETS.len()];
+            }
+            let micros = took.as_micros();
+            for (i, b) in BUCKETS.iter().enumerate() {
+                if micros <= *b
+                    && let Some(c) = h.counts.get_mut(i)
+                {
+                    *c += 1;
+                }
+            }
+            h.sum_micros += took.as_micros();
+            h.total += 1;
+        }
+    }
+
+    /// The text exposition.
+    fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# TYPE stipendex_gateway_requests_total counter\n");
+        out.push_str("# TYPE stipendex_gateway_quotes_total counter\n");
+        out.push_str("# TYPE stipendex_gateway_payments_total counter\n");
+        out.push_str("# TYPE stipendex_gateway_refusals_total counter\n");
+        out.push_str("# TYPE stipendex_gateway_upstream_requests_total counter\n");
+        if let Ok(c) = self.counters.lock() {
+            for (series, n) in c.iter() {
+                out.push_str(&format!("{series} {n}\n"));
+            }
+        }
+        out.push_str("# TYPE stipendex_gateway_upstream_seconds histogram\n");
+        if let Ok(h) = self.latency.lock() {
+            for (i, b) in BUCKETS.iter().enumerate() {
+                let n = h.counts.get(i).copied().unwrap_or(0);
+                out.push_str(&format!(
+                    "stipendex_gateway_upstream_seconds_bucket{{le=\"{}\"}} {n}\n",
+                    seconds(*b)
+                ));
+            }
+            out.push_str(&format!(
+                "stipendex_gateway_upstream_seconds_bucket{{le=\"+Inf\"}} {}\n",
+                h.total
+            ));
+            out.push_str(&format!(
+                "stipendex_gateway_upstream_seconds_sum {}\n",
+                seconds(h.sum_micros)
+            ));
+            out.push_str(&format!(
+                "stipendex_gateway_upstream_seconds_count {}\n",
+                h.total
+            ));
+        }
+        out
+    }
+}
+
+/// `GET /healthz`: the process serves.
+pub(crate) async fn healthz() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+/// `GET /readyz`: the store answers and the upstream is reachable (503 naming what is not).
+pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+    let mut failing = Vec::new();
+    if let Some(store) = &s.store
+        && let Err(e) = store.get("stipendex/gateway/ready", "probe").await
+    {
+        tracing::warn!(error = %e, "readyz: the store does not answer");
+        failing.push("store");
+    }
+    if !s.health.up().await {
+        failing.push("upstream");
+    }
+    if failing.is_empty() {
+        axum::Json(json!({"status": "ready"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "not_ready", "failing": failing})),
+        )
+            .into_response()
+    }
+}
+
+/// `GET /metrics`: Prometheus' text format, to loopback peers only (the counters say who
+/// pays for what: not for the public).
+pub(crate) async fn metrics(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let local = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .is_some_and(|c| c.0.ip().is_loopback());
+    if !local {
+        return (
+            StatusCode::FORBIDDEN,
+            "metrics are served to loopback peers only\n",
+        )
+            .into_response();
+    }
+    let mut r = s.metrics.render().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+/// `GET /.well-known/agent.json`: the service's registration — its web and MCP endpoints, the
+/// payments it takes and its trust model (the Avouch seed's §7).
+pub(crate) fn agent_json(s: &Shared) -> Value {
+    let origin = s.config.origins.first().cloned().unwrap_or_default();
+    let d = s.receiver.descriptor();
+    let schemes: Vec<Value> = s
+        .schemes
+        .iter()
+        .map(|sc| {
+            let i = sc.info();
+            json!({"scheme": i.scheme, "network": i.network, "label": i.label})
+        })
+        .collect();
+    let mut endpoints = serde_json::Map::new();
+    if s.config.upstream.is_mcp() {
+        endpoints.insert(
+            "mcp".into(),
+            json!(format!("{origin}{}", s.config.mcp_path)),
+        );
+    } else {
+        endpoints.insert("web".into(), json!(origin));
+    }
+    json!({
+        "name": d.id,
+        "endpoints": endpoints,
+        "payments": {
+            "stipendex": {
+                "version": "0.1",
+                "descriptor": stipendex::http::WELL_KNOWN,
+                "rails": d.rails,
+                "profiles": d.profiles,
+                "bindings": if s.config.upstream.is_mcp() { json!(["mcp"]) } else { json!(["http"]) },
+            },
+            "x402": {
+                "supported": !schemes.is_empty(),
+                "version": 2,
+                "schemes": schemes,
+            },
+        },
+        "trust": {
+            "model": "Quotes and Receipts are JWS signed with the receiver's Ed25519 key; payments are verified on their rail before a request is forwarded",
+            "key": d.key,
+            "origins": d.origins,
+            "registry": d.trust_registry,
+        },
+    })
+}
+
+/// One JSON log line per request (method, path without its query, status, what was paid and
+/// over which rail, the time taken) and the request counters. Never a header: keys and payment
+/// payloads stay out of the logs.
+pub(crate) async fn access(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let paid_x402 =
+        req.headers().contains_key("payment-signature") || req.headers().contains_key("x-payment");
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    let (outcome, rail, amount) = match resp.extensions().get::<Outcome>() {
+        Some(Outcome::Quoted { refusal: None }) => ("quoted", None, None),
+        Some(Outcome::Quoted { refusal: Some(r) }) => {
+            s.metrics.count(format!(
+                "stipendex_gateway_refusals_total{{reason=\"{}\"}}",
+                label(r)
+            ));
+            ("refused", None, None)
+        }
+        Some(Outcome::Paid { rail, amount }) => (
+            "paid",
+            Some(rail.clone()),
+            Some(format!("{} {}", amount.amount(), amount.asset().code())),
+        ),
+        Some(Outcome::Replayed) => ("replayed", None, None),
+        Some(Outcome::Rejected) => ("rejected", None, None),
+        Some(_) => ("other", None, None),
+        None if resp.headers().contains_key("payment-response") => {
+            ("paid", Some("x402".to_owned()), None)
+        }
+        None if status == 402 && paid_x402 => ("refused", Some("x402".to_owned()), None),
+        None if status == 402 => ("quoted", None, None),
+        None => ("forwarded", None, None),
+    };
+    if matches!(outcome, "quoted" | "refused") && status == 402 {
+        s.metrics.count("stipendex_gateway_quotes_total".to_owned());
+    }
+    if outcome == "paid" {
+        s.metrics.count(format!(
+            "stipendex_gateway_payments_total{{rail=\"{}\",outcome=\"accepted\"}}",
+            label(rail.as_deref().unwrap_or("-"))
+        ));
+    }
+    s.metrics.count(format!(
+        "stipendex_gateway_requests_total{{outcome=\"{outcome}\",status=\"{status}\"}}"
+    ));
+    tracing::info!(
+        target: "stipendex::gateway",
+        method = %method,
+        path = %path,
+        status,
+        outcome,
+        rail = rail.as_deref().unwrap_or(""),
+        amount = amount.as_deref().unwrap_or(""),
+        micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "request"
+    );
+    resp
+}

@@ -1,0 +1,163 @@
+//! Dynamic prices without Rust: `[gateway] resolve_url` is asked for every priced request (the
+//! seed's `resolvePrice`), with a timeout and a configured failure mode.
+//!
+//! The gateway `POST`s
+//! `{"capability": {"method", "pattern", "price": {"amount"|"estimate","tolerance","asset"}},
+//!   "request": {"method", "name", "params", "origin", "client"}}`
+//! and reads one of
+//! `{"decision": "quote", "amount": "0.07"}` (or `"estimate"` + `"tolerance"`; an optional
+//! `"description"`), `{"decision": "reject", "message": "…"}`, `{"decision": "waive"}`. The
+//! asset is the entry's: the endpoint sets amounts, not currencies. No answer in time, a
+//! non-2xx or anything else is a failure: `resolve_failure = "reject"` (default: refused,
+//! nothing charged, nothing forwarded) or `"list_price"` (the entry's price is quoted).
+
+use async_trait::async_trait;
+use rail_core::Money;
+use serde::Deserialize;
+use serde_json::json;
+use stipendex::receiver::{Decision, Price, PricedCapability, Request, ResolvePrice};
+
+use super::config::{OnFailure, Resolve};
+use crate::{CliError, msg};
+
+/// The largest answer read from the endpoint.
+const MAX_ANSWER: usize = 16 * 1024;
+
+/// The remote pricing hook.
+pub(crate) struct Remote {
+    client: reqwest::Client,
+    url: url::Url,
+    on_failure: OnFailure,
+}
+
+impl Remote {
+    pub(crate) fn new(r: &Resolve) -> Result<Self, CliError> {
+        // The workspace's one TLS provider (an https upstream).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(r.timeout)
+            .build()
+            .map_err(|e| msg(format!("cannot start the resolve_url client: {e}")))?;
+        Ok(Remote {
+            client,
+            url: r.url.clone(),
+            on_failure: r.on_failure,
+        })
+    }
+
+    fn failed(&self, cap: &PricedCapability, why: &str) -> Decision {
+        tracing::warn!(why, "resolve_url failed");
+        match self.on_failure {
+            OnFailure::Reject => {
+                Decision::reject("the price of this request cannot be set now: try again later")
+            }
+            OnFailure::ListPrice => Decision::Quote {
+                price: cap.price.clone(),
+                description: cap.description.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case", tag = "decision")]
+enum Answer {
+    Quote {
+        amount: Option<String>,
+        estimate: Option<String>,
+        tolerance: Option<String>,
+        description: Option<String>,
+    },
+    Reject {
+        message: String,
+    },
+    Waive,
+}
+
+fn price_json(p: &Price) -> serde_json::Value {
+    match p {
+        Price::Fixed(m) => json!({"amount": m.amount().to_string(), "asset": m.asset().code()}),
+        Price::Estimate {
+            estimate,
+            tolerance,
+        } => json!({
+            "estimate": estimate.amount().to_string(),
+            "tolerance": tolerance.to_string(),
+            "asset": estimate.asset().code(),
+        }),
+    }
+}
+
+/// The decision an answer names, in the entry's asset.
+fn decision(cap: &PricedCapability, a: Answer) -> Result<Decision, String> {
+    let asset = match &cap.price {
+        Price::Fixed(m) => m.asset().clone(),
+        Price::Estimate { estimate, .. } => estimate.asset().clone(),
+    };
+    let money = |v: &str| Money::parse(asset.clone(), v).map_err(|e| format!("{v:?}: {e}"));
+    Ok(match a {
+        Answer::Waive => Decision::Waive,
+        Answer::Reject { message } => Decision::reject(message),
+        Answer::Quote {
+            amount: Some(a),
+            estimate: None,
+            tolerance: None,
+            description,
+        } => Decision::Quote {
+            price: Price::Fixed(money(&a)?),
+            description,
+        },
+        Answer::Quote {
+            amount: None,
+            estimate: Some(e),
+            tolerance: Some(t),
+            description,
+        } => {
+            let price = Price::Estimate {
+                estimate: money(&e)?,
+                tolerance: money(&t)?.amount(),
+            };
+            price.max().map_err(|e| e.to_string())?;
+            Decision::Quote { price, description }
+        }
+        Answer::Quote { .. } => {
+            return Err("a quote names either amount or estimate and tolerance".into());
+        }
+    })
+}
+
+#[async_trait]
+impl ResolvePrice for Remote {
+    async fn resolve(&self, cap: &PricedCapability, req: &Request) -> Decision {
+        let body = json!({
+            "capability": {"method": cap.method(), "pattern": cap.name(), "price": price_json(&cap.price)},
+            "request": {
+                "method": req.method,
+                "name": req.name,
+                "params": req.params,
+                "origin": req.origin,
+                "client": req.client,
+            },
+        });
+        let resp = match self.client.post(self.url.clone()).json(&body).send().await {
+            Ok(r) => r,
+            Err(e) => return self.failed(cap, &e.without_url().to_string()),
+        };
+        if !resp.status().is_success() {
+            return self.failed(cap, &format!("answered {}", resp.status()));
+        }
+        let bytes = match resp.bytes().await {
+            Ok(b) if b.len() <= MAX_ANSWER => b,
+            Ok(_) => return self.failed(cap, "the answer is too large"),
+            Err(e) => return self.failed(cap, &e.without_url().to_string()),
+        };
+        match serde_json::from_slice::<Answer>(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|a| decision(cap, a))
+        {
+            Ok(d) => d,
+            Err(why) => self.failed(cap, &why),
+        }
+    }
+}

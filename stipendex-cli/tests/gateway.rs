@@ -1,0 +1,843 @@
+//! `stipendex gateway` end to end, as a process, in front of a small HTTP service that knows
+//! nothing of payments (a test server here), paid by the Stipendex wallet's client
+//! (`stipendex fetch`) over the `ledger` rail on SQLite: free routes pass untouched, priced ones
+//! answer 402 until paid and are forwarded once; the attacks of the wallet issues replayed
+//! against the gateway; the faults of the upstream; the configuration's refusals.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::needless_pass_by_value,
+    missing_docs
+)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use rail_ledger::{AccountId, Ledger};
+use serde_json::{Value, json};
+use stipendex::Asset;
+use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// What the upstream saw: each request's method, path and query, and headers.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<(String, String, HeaderMap)>>>);
+
+impl Seen {
+    fn count(&self, path: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, p, _)| p.split('?').next() == Some(path))
+            .count()
+    }
+    fn last(&self, path: &str) -> HeaderMap {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(_, p, _)| p.split('?').next() == Some(path))
+            .map(|(_, _, h)| h.clone())
+            .expect("the upstream saw the request")
+    }
+}
+
+async fn record(State(seen): State<Seen>, req: Request, next: axum::middleware::Next) -> Response {
+    let pq = req
+        .uri()
+        .path_and_query()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    seen.0
+        .lock()
+        .unwrap()
+        .push((req.method().to_string(), pq, req.headers().clone()));
+    next.run(req).await
+}
+
+/// The service behind the gateway: it knows nothing of payments.
+async fn upstream() -> (String, Seen, tokio::task::JoinHandle<()>) {
+    upstream_at("127.0.0.1:0", Seen::default()).await
+}
+
+/// The service at `addr` (again, after it went down).
+async fn upstream_at(addr: &str, seen: Seen) -> (String, Seen, tokio::task::JoinHandle<()>) {
+    let app = Router::new()
+        .route("/free", get(|| async { "free for all" }))
+        .route(
+            "/api/forecast/{city}",
+            get(|UrlPath(city): UrlPath<String>| async move {
+                axum::Json(json!({"city": city, "forecast": "sunny"}))
+            }),
+        )
+        .route(
+            "/api/order",
+            post(|body: String| async move {
+                // A checkout: the service names what the work cost.
+                (
+                    [("x-stipendex-final-amount", "3.20")],
+                    format!("ordered {body}"),
+                )
+            }),
+        )
+        .route(
+            "/api/broken",
+            get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "the service failed") }),
+        )
+        .route(
+            "/api/slow",
+            post(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "too late"
+            }),
+        )
+        .route(
+            "/api/upload",
+            post(|body: axum::body::Bytes| async move { format!("{} bytes", body.len()) }),
+        )
+        .route(
+            "/events",
+            get(|| async {
+                let stream = futures::stream::iter(0..3).then(|i| async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok::<_, std::convert::Infallible>(format!("data: tick {i}\n\n"))
+                });
+                (
+                    [("content-type", "text/event-stream")],
+                    axum::body::Body::from_stream(stream),
+                )
+            }),
+        )
+        .layer(axum::middleware::from_fn_with_state(seen.clone(), record));
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen, task)
+}
+
+use futures::StreamExt as _;
+
+/// A free port on loopback (the gateway's origin must be known before it starts).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The shop's side: a ledger with a funded agent, the gateway's and the wallet's files.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    ledger: Ledger,
+    agent: AccountId,
+    shop: AccountId,
+    origin: String,
+    port: u16,
+}
+
+const SECRET: &str = "s3cret-only-the-gateway-knows";
+
+impl Setup {
+    async fn new(upstream: &str, extra: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let (ledger, ledger_url, agent, shop) = common::funded_ledger(&dir, 10_000).await;
+        let port = free_port();
+        let origin = format!("http://127.0.0.1:{port}");
+        let shop_key = SecretKey::generate();
+        std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
+        std::fs::write(
+            dir.join("gateway.toml"),
+            format!(
+                r#"[store]
+url = "sqlite://{store}"
+
+[rails.house]
+kind = "ledger"
+url = "{ledger_url}"
+payee_account = "{shop}"
+
+[receiver]
+id = "weather-co"
+key_file = "shop.key"
+origins = ["{origin}"]
+
+[gateway]
+upstream_timeout_secs = 1
+max_body_bytes = 4096
+{extra}
+
+[upstream]
+url = "{upstream}"
+secret_header = "X-Gateway-Secret"
+secret_env = "GATEWAY_TEST_SECRET"
+
+[[price]]
+kind = "route"
+method = "GET"
+pattern = "/api/forecast/{{city}}"
+amount = "0.05"
+asset = "USD"
+description = "one forecast"
+
+[[price]]
+kind = "route"
+method = "POST"
+pattern = "/api/order"
+estimate = "3.00"
+tolerance = "0.50"
+asset = "USD"
+description = "one order"
+
+[[price]]
+kind = "route"
+method = "GET"
+pattern = "/api/broken"
+amount = "0.05"
+asset = "USD"
+
+[[price]]
+kind = "route"
+method = "POST"
+pattern = "/api/slow"
+estimate = "1.00"
+tolerance = "0.50"
+asset = "USD"
+
+[[price]]
+kind = "route"
+method = "POST"
+pattern = "/api/upload"
+amount = "0.01"
+asset = "USD"
+"#,
+                store = dir.join("gateway.db").display()
+            ),
+        )
+        .unwrap();
+
+        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut m = Mandate::draft(
+            Party {
+                id: "alice".into(),
+                key: principal.public(),
+            },
+            wallet_key.public(),
+            now - 60,
+            86_400,
+        );
+        m.limits.push(Limits {
+            asset: Asset::usd(),
+            per_call: Some("5.00".parse().unwrap()),
+            per_period: None,
+            total: Some("50.00".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: Some("10.00".parse().unwrap()),
+        });
+        m.allow.push(Allow::Receiver {
+            id: "weather-co".into(),
+            key: shop_key.public(),
+            origins: vec![origin.clone()],
+        });
+        let m = Signed::sign(m, &principal).unwrap();
+        std::fs::write(dir.join("wallet.jws"), m.jws()).unwrap();
+        std::fs::write(
+            dir.join("wallet.toml"),
+            format!(
+                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\njournal = \"chains\"\nconfirm = \"terminal\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
+                dir.join("wallet.db").display()
+            ),
+        )
+        .unwrap();
+        Setup {
+            _tmp: tmp,
+            dir,
+            ledger,
+            agent,
+            shop,
+            origin,
+            port,
+        }
+    }
+
+    /// Starts the gateway and waits for its "Listening on" line.
+    async fn gateway(&self) -> Child {
+        start_gateway(&self.dir.join("gateway.toml"), self.port).await
+    }
+
+    /// `stipendex fetch` with the wallet, its human answering yes to a confirmation:
+    /// (exit success, stdout, stderr).
+    async fn fetch(&self, args: &[&str]) -> (bool, String, String) {
+        use tokio::io::AsyncWriteExt as _;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stipendex"))
+            .arg("fetch")
+            .arg("--config")
+            .arg(self.dir.join("wallet.toml"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"y\n").await.unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().await.unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The agent's balance in cents, and what is held.
+    async fn agent(&self) -> (i128, u64) {
+        let a = self.ledger.account(self.agent).await.unwrap().unwrap();
+        (a.posted_balance(), a.debits_pending)
+    }
+
+    async fn shop(&self) -> i128 {
+        self.ledger
+            .account(self.shop)
+            .await
+            .unwrap()
+            .unwrap()
+            .posted_balance()
+    }
+}
+
+async fn start_gateway(config: &Path, port: u16) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .arg("gateway")
+        .arg("--config")
+        .arg(config)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("GATEWAY_TEST_SECRET", SECRET)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.starts_with("Listening on ") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    if !started {
+        let out = child.wait_with_output().await.unwrap();
+        panic!(
+            "the gateway did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    child
+}
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let _gw = s.gateway().await;
+    let base = s.origin.clone();
+
+    // A free route passes untouched, with the forwarding headers and the shared secret, and
+    // without anything the client claimed about itself.
+    let r = http()
+        .get(format!("{base}/free?x=1"))
+        .header("x-forwarded-for", "6.6.6.6")
+        .header("x-gateway-secret", "guessed")
+        .header("x-stipendex-final-amount", "0.01")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "free for all");
+    let h = seen.last("/free");
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(h["x-gateway-secret"], SECRET);
+    assert_eq!(h["x-forwarded-host"], format!("127.0.0.1:{}", s.port));
+    assert!(!h.contains_key("x-stipendex-final-amount"));
+
+    // A priced route answers 402 with a signed Quote; the upstream never sees it.
+    let r = http()
+        .get(format!("{base}/api/forecast/paris"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["quote"]["jws"].is_string(), "{body}");
+    assert_eq!(seen.count("/api/forecast/paris"), 0);
+
+    // The wallet's client pays it: forwarded once, answered with a Receipt.
+    let before = s.agent().await;
+    let (ok, out, err) = s.fetch(&[&format!("{base}/api/forecast/paris")]).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        json!({"city": "paris", "forecast": "sunny"})
+    );
+    assert!(err.contains("paid"), "{err}");
+    assert_eq!(seen.count("/api/forecast/paris"), 1);
+    let h = seen.last("/api/forecast/paris");
+    assert!(
+        !h.contains_key("stipendex-payment"),
+        "the payment reached the upstream"
+    );
+    assert_eq!(s.agent().await.0, before.0 - 5);
+    assert_eq!(s.shop().await, 5);
+
+    // A checkout: held at the Quote's maximum, captured for the upstream's final amount; the
+    // final-amount header never reaches the client.
+    let (ok, out, err) = s
+        .fetch(&[
+            "-X",
+            "POST",
+            "-d",
+            "two pizzas",
+            &format!("{base}/api/order"),
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "ordered two pizzas");
+    assert_eq!(s.agent().await, (before.0 - 5 - 320, 0));
+    assert_eq!(seen.count("/api/order"), 1);
+
+    // Server-sent events on a free route stream through as they come.
+    let started = std::time::Instant::now();
+    let r = http().get(format!("{base}/events")).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let mut stream = r.bytes_stream();
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("tick 0"));
+    assert!(
+        started.elapsed() < Duration::from_millis(550),
+        "the first event waited for the stream's end"
+    );
+    let mut rest = Vec::new();
+    while let Some(c) = stream.next().await {
+        rest.extend_from_slice(&c.unwrap());
+    }
+    assert!(String::from_utf8_lossy(&rest).contains("tick 2"));
+
+    // Operations.
+    let r = http().get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http().get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let agent: Value = http()
+        .get(format!("{base}/.well-known/agent.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(agent["name"], "weather-co");
+    assert_eq!(agent["endpoints"]["web"], base);
+    assert_eq!(agent["payments"]["stipendex"]["rails"], json!(["ledger"]));
+    let d: Value = http()
+        .get(format!("{base}/.well-known/stipendex.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(d["id"], "weather-co");
+    let metrics = http()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("stipendex_gateway_payments_total{rail=\"house\",outcome=\"accepted\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("stipendex_gateway_quotes_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("stipendex_gateway_upstream_seconds_count"),
+        "{metrics}"
+    );
+}
+
+/// One request as written on the wire (no client normalises its path).
+async fn raw(base: &str, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    s.write_all(
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// The quote of `method url` and the request it was for.
+async fn quote_of(method: &str, url: &str) -> Value {
+    let r = http()
+        .request(method.parse().unwrap(), url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402, "{method} {url}");
+    let body: Value = r.json().await.unwrap();
+    body["quote"].clone()
+}
+
+/// Pays `quote` with the wallet of `s` (in process, on the same files): the Proof's header.
+async fn pay(s: &Setup, quote: &Value) -> String {
+    let registry = stipendex::Registry::from_file(s.dir.join("wallet.toml"))
+        .await
+        .unwrap();
+    let m: Signed<Mandate> =
+        Signed::parse(&std::fs::read_to_string(s.dir.join("wallet.jws")).unwrap()).unwrap();
+    let key = SecretKey::from_hex(
+        std::fs::read_to_string(s.dir.join("wallet.key"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let yes =
+        stipendex::wallet::Callback::new(|_| stipendex::wallet::Answer::Yes { by: "test".into() });
+    let mut b = stipendex::wallet::Wallet::builder(key, m)
+        .registry(&registry)
+        .confirmer(Arc::new(yes));
+    if let Some(store) = registry.store() {
+        b = b.store(store.clone());
+    }
+    let wallet = b.build().unwrap();
+    let q: Signed<stipendex::envelope::Quote> = serde_json::from_value(quote.clone()).unwrap();
+    let sent = q.object().resource.clone().unwrap();
+    wallet.pay_for(&q, &sent).await.unwrap().proof.to_header()
+}
+
+#[tokio::test]
+async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let _gw = s.gateway().await;
+    let base = s.origin.clone();
+
+    // HEAD of a priced route: never charged, never forwarded.
+    let r = http()
+        .head(format!("{base}/api/forecast/paris"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    assert_eq!(seen.count("/api/forecast/paris"), 0);
+
+    // Another spelling of a priced path is priced the same; a non-canonical one is refused.
+    let r = http()
+        .get(format!("{base}/api/forecast/%70aris"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    for path in [
+        "/api//forecast/paris",
+        "/api/x/../forecast/paris",
+        "/api/x/%2e%2e/forecast/paris",
+        "/api/forecast/./paris",
+    ] {
+        let (status, text) = raw(&base, "GET", path).await;
+        assert_eq!(status, 404, "{path}: {text}");
+    }
+    assert_eq!(
+        seen.0.lock().unwrap().len(),
+        0,
+        "the upstream saw an unpaid request"
+    );
+
+    // A Quote relayed from another request (another city) pays nothing here.
+    let q = quote_of("GET", &format!("{base}/api/forecast/rome")).await;
+    let proof = pay(&s, &q).await;
+    let r = http()
+        .get(format!("{base}/api/forecast/paris"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "mismatch", "{body}");
+    assert_eq!(seen.count("/api/forecast/paris"), 0);
+
+    // The Proof for its own request: forwarded once; the same Proof again (a lost answer)
+    // gets the kept answer, not a second forward.
+    let first = http()
+        .get(format!("{base}/api/forecast/rome"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let receipt = first.headers()["stipendex-receipt"].clone();
+    let first = first.text().await.unwrap();
+    let again = http()
+        .get(format!("{base}/api/forecast/rome"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["stipendex-receipt"], receipt);
+    assert_eq!(again.text().await.unwrap(), first);
+    assert_eq!(seen.count("/api/forecast/rome"), 1);
+
+    // Another method on the same path is not priced: it passes as any free request does
+    // (the upstream answers it), and the payment header never reaches the upstream.
+    let r = http()
+        .post(format!("{base}/api/forecast/rome"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert!(!r.headers().contains_key("stipendex-receipt"));
+    assert!(
+        !seen
+            .last("/api/forecast/rome")
+            .contains_key("stipendex-payment")
+    );
+
+    // An oversized body is refused before anything is paid or forwarded.
+    let r = http()
+        .post(format!("{base}/api/upload"))
+        .body(vec![b'x'; 10_000])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status() == 413 || r.status() == 402, "{}", r.status());
+    let q = quote_of("POST", &format!("{base}/api/upload")).await;
+    let proof = pay(&s, &q).await;
+    let r = http()
+        .post(format!("{base}/api/upload"))
+        .header("stipendex-payment", &proof)
+        .body(vec![b'x'; 10_000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // A chunked body without a length is counted as it streams.
+    let chunks = futures::stream::iter((0..10).map(|_| Ok::<_, std::io::Error>(vec![b'y'; 1000])));
+    let r = http()
+        .post(format!("{base}/api/upload"))
+        .header("stipendex-payment", &proof)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+}
+
+#[tokio::test]
+async fn upstream_faults_cost_the_payer_nothing_or_what_the_profile_says() {
+    let (up, seen, task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let _gw = s.gateway().await;
+    let base = s.origin.clone();
+    let start = s.agent().await;
+
+    // A service payment whose work fails after it (500): the documented outcome — charged,
+    // the failure is the answer, kept: the same Proof again gets it again, no second forward.
+    let q = quote_of("GET", &format!("{base}/api/broken")).await;
+    let proof = pay(&s, &q).await;
+    for _ in 0..2 {
+        let r = http()
+            .get(format!("{base}/api/broken"))
+            .header("stipendex-payment", &proof)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 500);
+        assert!(!r.headers().contains_key("stipendex-receipt"));
+        assert_eq!(r.text().await.unwrap(), "the service failed");
+    }
+    assert_eq!(seen.count("/api/broken"), 1);
+    assert_eq!(s.agent().await.0, start.0 - 5);
+
+    // A slow upstream: the checkout times out (504) and its hold is voided.
+    let (ok, _, err) = s.fetch(&["-X", "POST", &format!("{base}/api/slow")]).await;
+    assert!(!ok);
+    assert!(err.contains("504"), "{err}");
+    assert_eq!(s.agent().await, (start.0 - 5, 0), "the hold was not voided");
+
+    // The upstream down: a paid request is refused before its payment is taken.
+    task.abort();
+    let _ = task.await;
+    tokio::time::sleep(Duration::from_millis(2100)).await; // past the last forward's vouching
+    let q = quote_of("GET", &format!("{base}/api/forecast/oslo")).await;
+    let proof = pay(&s, &q).await;
+    let r = http()
+        .get(format!("{base}/api/forecast/oslo"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_unavailable");
+    let r = http().get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    // Nothing was taken at the gateway: the Proof is not consumed (the ledger moved the money
+    // when the wallet paid; a rail that moves it at verification moved nothing). Once the
+    // service is back, the same Proof is served — the payment is not lost, nor paid twice.
+    assert_eq!(seen.count("/api/forecast/oslo"), 0);
+    let paid_once = s.agent().await.0;
+    assert_eq!(paid_once, start.0 - 10);
+    let (_up, seen, _task) = upstream_at(up.trim_start_matches("http://"), seen).await;
+    let r = http()
+        .get(format!("{base}/api/forecast/oslo"))
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().contains_key("stipendex-receipt"));
+    assert_eq!(seen.count("/api/forecast/oslo"), 1);
+    assert_eq!(s.agent().await.0, paid_once);
+}
+
+/// The configuration's refusals: one sentence naming the field, a non-zero exit, at start.
+#[tokio::test]
+async fn bad_configuration_is_refused_at_start_naming_the_field() {
+    let (up, _seen, _task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let good = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    let cases: BTreeMap<&str, (String, &str)> = BTreeMap::from([
+        (
+            "unknown rail kind",
+            (
+                good.replace("kind = \"ledger\"", "kind = \"paypal\""),
+                "paypal",
+            ),
+        ),
+        (
+            "a secret in the file",
+            (
+                good.replace("key_file = \"shop.key\"", "key = \"00\""),
+                "[receiver] key: secrets are read from the environment only",
+            ),
+        ),
+        (
+            "an upstream secret in the file",
+            (
+                good.replace("secret_env = \"GATEWAY_TEST_SECRET\"", "secret = \"x\""),
+                "[upstream] secret: secrets are read from the environment only",
+            ),
+        ),
+        (
+            "an asset no rail carries",
+            (
+                good.replacen(
+                    "asset = \"USD\"\ndescription = \"one forecast\"",
+                    "asset = \"ALGO\"\ndescription = \"one forecast\"",
+                    1,
+                ),
+                "no configured rail receives ALGO",
+            ),
+        ),
+        (
+            "a pattern that cannot match",
+            (
+                good.replace("/api/forecast/{city}", "/api//forecast/{city}"),
+                "can never match",
+            ),
+        ),
+        (
+            "an MCP price on an HTTP upstream",
+            (
+                format!(
+                    "{good}\n[[price]]\nkind = \"tool\"\npattern = \"search\"\namount = \"0.01\"\nasset = \"USD\"\n"
+                ),
+                "an MCP price can never match",
+            ),
+        ),
+        (
+            "no public origin",
+            (
+                good.replace(&format!("origins = [\"{}\"]", s.origin), "origins = []"),
+                "[receiver] origins is empty",
+            ),
+        ),
+    ]);
+    for (what, (text, expected)) in cases {
+        let path = s.dir.join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
+            .arg("gateway")
+            .arg("--config")
+            .arg(&path)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .env("GATEWAY_TEST_SECRET", SECRET)
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: started");
+        assert!(err.contains(expected), "{what}: {err}");
+        let said: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("stipendex:"))
+            .collect();
+        assert_eq!(said.len(), 1, "{what}: {err}");
+        assert!(said[0].contains(expected), "{what}: {err}");
+    }
+}
