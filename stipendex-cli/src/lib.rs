@@ -194,8 +194,14 @@ pub fn main() -> ExitCode {
         Command::Gateway(_) => Some(true),
         _ => None,
     };
+    // A serving command logs its requests (`info`); rmcp's own lines (a -32402 answer logged
+    // as an error, with its data) stay out unless asked for.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(if serving.is_some() { "info" } else { "error" })
+        tracing_subscriber::EnvFilter::new(if serving.is_some() {
+            "info,rmcp=error"
+        } else {
+            "error"
+        })
     });
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)

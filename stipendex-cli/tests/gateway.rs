@@ -154,45 +154,11 @@ struct Setup {
 
 const SECRET: &str = "s3cret-only-the-gateway-knows";
 
-impl Setup {
-    async fn new(upstream: &str, extra: &str) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().to_path_buf();
-        let (ledger, ledger_url, agent, shop) = common::funded_ledger(&dir, 10_000).await;
-        let port = free_port();
-        let origin = format!("http://127.0.0.1:{port}");
-        let shop_key = SecretKey::generate();
-        std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
-        std::fs::write(
-            dir.join("gateway.toml"),
-            format!(
-                r#"[store]
-url = "sqlite://{store}"
-
-[rails.house]
-kind = "ledger"
-url = "{ledger_url}"
-payee_account = "{shop}"
-
-[receiver]
-id = "weather-co"
-key_file = "shop.key"
-origins = ["{origin}"]
-
-[gateway]
-upstream_timeout_secs = 1
-max_body_bytes = 4096
-{extra}
-
-[upstream]
-url = "{upstream}"
-secret_header = "X-Gateway-Secret"
-secret_env = "GATEWAY_TEST_SECRET"
-
-[[price]]
+/// The HTTP upstream's prices.
+const HTTP_PRICES: &str = r#"[[price]]
 kind = "route"
 method = "GET"
-pattern = "/api/forecast/{{city}}"
+pattern = "/api/forecast/{city}"
 amount = "0.05"
 asset = "USD"
 description = "one forecast"
@@ -227,7 +193,50 @@ method = "POST"
 pattern = "/api/upload"
 amount = "0.01"
 asset = "USD"
-"#,
+"#;
+
+impl Setup {
+    /// In front of the HTTP service at `upstream`, `extra` in `[gateway]`.
+    async fn new(upstream: &str, extra: &str) -> Self {
+        Self::with(&format!("url = \"{upstream}\""), HTTP_PRICES, extra).await
+    }
+
+    /// `upstream` as the `[upstream]` lines, `prices` as the `[[price]]` entries.
+    async fn with(upstream: &str, prices: &str, extra: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let (ledger, ledger_url, agent, shop) = common::funded_ledger(&dir, 10_000).await;
+        let port = free_port();
+        let origin = format!("http://127.0.0.1:{port}");
+        let shop_key = SecretKey::generate();
+        std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
+        std::fs::write(
+            dir.join("gateway.toml"),
+            format!(
+                r#"[store]
+url = "sqlite://{store}"
+
+[rails.house]
+kind = "ledger"
+url = "{ledger_url}"
+payee_account = "{shop}"
+
+[receiver]
+id = "weather-co"
+key_file = "shop.key"
+origins = ["{origin}"]
+
+[gateway]
+upstream_timeout_secs = 1
+max_body_bytes = 4096
+{extra}
+
+[upstream]
+{upstream}
+secret_header = "X-Gateway-Secret"
+secret_env = "GATEWAY_TEST_SECRET"
+
+{prices}"#,
                 store = dir.join("gateway.db").display()
             ),
         )
@@ -840,4 +849,184 @@ async fn bad_configuration_is_refused_at_start_naming_the_field() {
         assert_eq!(said.len(), 1, "{what}: {err}");
         assert!(said[0].contains(expected), "{what}: {err}");
     }
+}
+
+/// The independent clients' harness and the payment-unaware Python server.
+fn mcp_scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/mcp-clients")
+}
+
+fn venv_python() -> PathBuf {
+    Path::new(
+        &std::env::var("MCP_CLIENTS_VENV").unwrap_or_else(|_| "/var/tmp/mcp-clients-venv".into()),
+    )
+    .join("bin/python")
+}
+
+/// Whether the TypeScript SDK and the Python SDK are installed: a failure in CI, a visible
+/// skip elsewhere.
+fn mcp_sdks_installed() -> bool {
+    let ok = mcp_scripts()
+        .join("node_modules/@modelcontextprotocol/sdk")
+        .is_dir()
+        && venv_python().exists();
+    if !ok {
+        let why = "the MCP SDKs are not installed: run scripts/mcp-clients/install.sh (scripts/setup-localnets does)";
+        assert!(std::env::var("CI").is_err(), "{why}");
+        eprintln!("SKIPPED: {why}");
+    }
+    ok
+}
+
+const MCP_PRICES: &str = r#"[[price]]
+kind = "tool"
+pattern = "forecast"
+amount = "0.05"
+asset = "USD"
+description = "one forecast"
+
+[[price]]
+kind = "tool"
+pattern = "fail"
+amount = "0.02"
+asset = "USD"
+
+[[price]]
+kind = "resource"
+pattern = "reports://*"
+amount = "0.10"
+asset = "USD"
+"#;
+
+/// A host on the TypeScript MCP SDK (npm `@modelcontextprotocol/sdk`) starts `stipendex proxy`
+/// as its server; the proxy pays `stipendex gateway`'s Streamable HTTP endpoint, which sells a
+/// payment-unaware server written with the Python SDK (`mcp`'s MCPServer, formerly FastMCP)
+/// started over stdio — no line of payment code on either end.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_host_pays_a_python_sdk_server_through_proxy_and_gateway() {
+    if !mcp_sdks_installed() {
+        return;
+    }
+    let calls = tempfile::NamedTempFile::new().unwrap();
+    let upstream = format!(
+        "command = [\"{}\", \"{}\"]",
+        venv_python().display(),
+        mcp_scripts().join("weather_server.py").display()
+    );
+    let s = Setup::with(&upstream, MCP_PRICES, "").await;
+    let mut gw = Command::new(env!("CARGO_BIN_EXE_stipendex"));
+    gw.arg("gateway")
+        .arg("--config")
+        .arg(s.dir.join("gateway.toml"))
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", s.port))
+        .env("GATEWAY_TEST_SECRET", SECRET)
+        .env("WEATHER_CALLS_FILE", calls.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut gw = gw.spawn().unwrap();
+    let mut lines = BufReader::new(gw.stdout.take().unwrap()).lines();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if l.starts_with("Listening on ") {
+                return;
+            }
+        }
+        panic!("the gateway exited");
+    })
+    .await
+    .unwrap();
+    let before = s.agent().await.0;
+    let endpoint = format!("{}/mcp", s.origin);
+
+    // Unpaid, straight at the gateway: the -32402 Quote; the upstream never ran.
+    let r = http()
+        .post(&endpoint)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "forecast", "arguments": {"city": "paris"},
+                       "_meta": {"stipendex/payments": {"version": "0.1"}}}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32402, "{body}");
+    assert!(std::fs::read_to_string(calls.path()).unwrap().is_empty());
+
+    let steps = json!([
+        {"op": "info"},
+        {"op": "list_tools"},
+        {"op": "call_tool", "name": "echo", "arguments": {"text": "hi"}},
+        {"op": "call_tool", "name": "forecast", "arguments": {"city": "paris"}},
+        {"op": "read_resource", "uri": "reports://daily"},
+        {"op": "get_prompt", "name": "brief", "arguments": {"topic": "rain"}},
+        {"op": "call_tool", "name": "fail", "arguments": {"message": "no luck"}},
+    ]);
+    let root = mcp_scripts();
+    let out = Command::new("node")
+        .arg(root.join("client.mjs"))
+        .arg("--stdio")
+        .arg(env!("CARGO_BIN_EXE_stipendex"))
+        .arg("proxy")
+        .arg("--config")
+        .arg(s.dir.join("wallet.toml"))
+        .arg("--url")
+        .arg(&endpoint)
+        .env("MCP_STEPS", steps.to_string())
+        .env("ELICIT", "accept")
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let step = |i: usize| &report["steps"][i];
+    assert_eq!(
+        step(0)["result"]["serverInfo"]["name"],
+        "weather-server",
+        "{report}"
+    );
+    let tools = step(1)["result"].as_array().unwrap();
+    let forecast = tools.iter().find(|t| t["name"] == "forecast").unwrap();
+    assert_eq!(
+        forecast["_meta"]["stipendex/pricing"]["estimate"], "0.05 USD",
+        "{report}"
+    );
+    assert_eq!(step(2)["result"]["content"][0]["text"], "hi", "{report}");
+    let paid = &step(3)["result"];
+    assert_eq!(paid["content"][0]["text"], "sunny in paris", "{report}");
+    assert_eq!(
+        paid["_meta"]["stipendex/receipt"]["stipendex"], "receipt/0.1",
+        "{report}"
+    );
+    assert!(
+        step(4)["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("daily report"),
+        "{report}"
+    );
+    assert!(
+        step(5)["result"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rain"),
+        "{report}"
+    );
+    // A paid tool that fails: its service payment is not refunded (the profile's rule), no
+    // Receipt, and the failure is the kept answer.
+    assert_eq!(step(6)["result"]["isError"], true, "{report}");
+    assert_eq!(s.agent().await.0, before - 5 - 10 - 2);
+    let ran = std::fs::read_to_string(calls.path()).unwrap();
+    assert_eq!(
+        ran.lines().collect::<Vec<_>>(),
+        ["forecast paris", "report daily", "fail no luck"],
+        "each paid call reached the server once"
+    );
 }

@@ -49,6 +49,7 @@
 
 mod config;
 mod forward;
+mod mcp;
 mod ops;
 mod resolve;
 
@@ -92,6 +93,7 @@ pub(crate) struct Shared {
     receiver: Receiver,
     store: Option<Arc<dyn KeyStore>>,
     forward: Option<forward::Forward>,
+    session: Option<Arc<mcp::Session>>,
     health: forward::Health,
     metrics: ops::Metrics,
     schemes: Vec<Arc<dyn Scheme>>,
@@ -153,6 +155,72 @@ fn paywall(
         }
     }
     Ok(any.then_some(p))
+}
+
+fn store_of(s: &Shared) -> Option<&Arc<dyn KeyStore>> {
+    s.store.as_ref()
+}
+
+/// The MCP paywall offering, on every fixed-price tool, each scheme paid in the tool's asset.
+fn mcp_paywall(
+    config: &Config,
+    schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
+    store: Option<&Arc<dyn KeyStore>>,
+) -> Result<Option<x402_transport::mcp::McpPaywall>, CliError> {
+    let mut p = x402_transport::mcp::McpPaywall::new();
+    if let Some(s) = store {
+        p = p.with_store(s.clone());
+    }
+    let mut any = false;
+    for cap in config.prices.iter().filter(|c| c.method() == "tools/call") {
+        let Price::Fixed(money) = &cap.price else {
+            continue;
+        };
+        let mut accepts: Option<Accepts> = None;
+        for (scheme, _) in schemes.iter().filter(|(_, a)| a == money.asset()) {
+            let refused = |e: x402_transport::Error| {
+                msg(format!(
+                    "[[price]] {}: the x402 scheme {} cannot ask {} {}: {e}",
+                    cap.name(),
+                    scheme.info().label,
+                    money.amount(),
+                    money.asset().code()
+                ))
+            };
+            accepts = Some(match accepts {
+                None => Accepts::one(scheme.clone(), money.minor_units()).map_err(refused)?,
+                Some(a) => a.or(scheme.clone(), money.minor_units()).map_err(refused)?,
+            });
+        }
+        if let Some(a) = accepts {
+            let description = cap
+                .description
+                .clone()
+                .unwrap_or_else(|| cap.name().to_owned());
+            p = p.tool(cap.name(), &description, a);
+            any = true;
+        }
+    }
+    Ok(any.then_some(p))
+}
+
+/// Refuses every MCP request while the session with the upstream is gone: nothing is paid
+/// for a call that cannot be forwarded.
+async fn mcp_guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if s.session.as_ref().is_some_and(|m| m.closed()) {
+        let mut r = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({
+                "error": "upstream_unavailable",
+                "message": "the MCP server behind this gateway is gone: nothing was charged; try again later",
+            })),
+        )
+            .into_response();
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        return r;
+    }
+    next.run(req).await
 }
 
 /// Refuses a paid request while the upstream cannot be reached: its payment is not taken.
@@ -241,29 +309,30 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
     }
     let receiver = b.build()?;
     let schemes = schemes_of(&registry);
-    let forward = match &config.upstream {
-        Upstream::Http(u) => Some(forward::Forward::new(u)?),
-        Upstream::McpUrl(_) | Upstream::McpCommand(_) => {
-            return Err(msg(
-                "[upstream] an MCP upstream (mcp_url, command) is not served by this build of the gateway yet: front an HTTP API with url = \"http://…\"",
-            ));
-        }
+    let (forward, session) = match &config.upstream {
+        Upstream::Http(u) => (Some(forward::Forward::new(u)?), None),
+        Upstream::McpUrl(_) | Upstream::McpCommand(_) => (
+            None,
+            Some(Arc::new(mcp::Session::connect(&config.upstream).await?)),
+        ),
     };
-    let mut binding = Binding::new(receiver.clone())?;
-    if let Some(p) = paywall(&config, &schemes, store.as_ref())? {
-        binding = binding.with_x402(p)?;
-    }
+    let http_paywall = if session.is_none() {
+        paywall(&config, &schemes, store.as_ref())?
+    } else {
+        None
+    };
     let shared = Arc::new(Shared {
         health: forward::Health::new(&config.upstream),
         config,
         receiver,
         store,
         forward,
+        session,
         metrics: ops::Metrics::default(),
-        schemes: schemes.into_iter().map(|(s, _)| s).collect(),
+        schemes: schemes.iter().map(|(s, _)| s.clone()).collect(),
     });
     let agent = Arc::new(ops::agent_json(&shared));
-    let router = Router::new()
+    let ops_routes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -273,11 +342,47 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
                 let a = agent.clone();
                 async move { axum::Json((*a).clone()) }
             }),
-        )
-        .fallback(forward::forward);
-    let router = binding
-        .apply(router)
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        );
+    let router = match &shared.session {
+        None => {
+            let mut binding = Binding::new(shared.receiver.clone())?;
+            if let Some(p) = http_paywall {
+                binding = binding.with_x402(p)?;
+            }
+            binding
+                .apply(ops_routes.fallback(forward::forward))
+                .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        }
+        Some(session) => {
+            let mut server = stipendex::mcp::PaidServer::new(
+                mcp::Forward(session.clone()),
+                shared.receiver.clone(),
+            )?;
+            if let Some(p) = mcp_paywall(&shared.config, &schemes, store_of(&shared))? {
+                server = server.with_x402(p)?;
+            }
+            let descriptor = shared.receiver.descriptor();
+            let endpoint =
+                stipendex::mcp::streamable_http(
+                    &shared.config.mcp_path,
+                    move || Ok(server.clone()),
+                )
+                .layer(axum::middleware::from_fn_with_state(
+                    shared.clone(),
+                    mcp_guard,
+                ));
+            ops_routes
+                .route(
+                    stipendex::http::WELL_KNOWN,
+                    get(move || {
+                        let d = descriptor.clone();
+                        async move { axum::Json(d) }
+                    }),
+                )
+                .fallback_service(endpoint)
+        }
+    };
+    let router = router
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             ops::access,

@@ -129,7 +129,11 @@ pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
         tracing::warn!(error = %e, "readyz: the store does not answer");
         failing.push("store");
     }
-    if !s.health.up().await {
+    let up = match &s.session {
+        Some(m) => !m.closed(),
+        None => s.health.up().await,
+    };
+    if !up {
         failing.push("upstream");
     }
     if failing.is_empty() {
