@@ -107,6 +107,13 @@ async fn upstream_at(addr: &str, seen: Seen) -> (String, Seen, tokio::task::Join
             }),
         )
         .route(
+            "/api/slowish/{n}",
+            get(|UrlPath(n): UrlPath<u32>| async move {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                format!("result {n}")
+            }),
+        )
+        .route(
             "/api/upload",
             post(|body: axum::body::Bytes| async move { format!("{} bytes", body.len()) }),
         )
@@ -1028,5 +1035,264 @@ async fn the_typescript_sdk_host_pays_a_python_sdk_server_through_proxy_and_gate
         ran.lines().collect::<Vec<_>>(),
         ["forecast paris", "report daily", "fail no luck"],
         "each paid call reached the server once"
+    );
+}
+
+/// Two gateway instances on one PostgreSQL (store and ledger) behind one public origin; instance
+/// A is killed (SIGKILL) a quarter of the way into a burst of paid requests that fail over to
+/// B with the same Proofs. Every request is answered once with its Receipt (none lost), every
+/// Proof is accepted once (the shop is paid exactly once per request), and the upstream ran a
+/// request twice only if A was killed while forwarding it (a GET: idempotent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_postgres_lose_and_double_nothing_when_one_is_killed_mid_burst() {
+    use rail_ledger::{NewAccount, TransferId, TransferRequest};
+    const N: u32 = 40;
+    const PUBLIC: &str = "http://gateway.test";
+    let url = test_kit::localnet::postgres_url();
+    let schema = format!("gw_{:016x}", rand::random::<u64>());
+    let ledger = match tokio::time::timeout(
+        Duration::from_secs(5),
+        Ledger::postgres(&url, Some(&schema)),
+    )
+    .await
+    {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return test_kit::localnet::missing("PostgreSQL", &e.to_string()),
+        Err(_) => return test_kit::localnet::missing("PostgreSQL", "connection timed out"),
+    };
+    let (bank, agent, shop) = (
+        AccountId::random(),
+        AccountId::random(),
+        AccountId::random(),
+    );
+    for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
+        ledger
+            .create_account(NewAccount {
+                id,
+                asset: Asset::usd(),
+                no_overdraft,
+            })
+            .await
+            .unwrap();
+    }
+    ledger
+        .transfer(TransferRequest::Single {
+            id: TransferId::random(),
+            debit: bank,
+            credit: agent,
+            amount: 10_000,
+            user_data: 0,
+        })
+        .await
+        .unwrap();
+    let (up, seen, _task) = upstream().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let shop_key = SecretKey::generate();
+    std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[store]
+url = "{url}"
+
+[rails.house]
+kind = "ledger"
+url = "{url}"
+schema = "{schema}"
+payee_account = "{shop}"
+
+[receiver]
+id = "weather-{schema}"
+key_file = "shop.key"
+origins = ["{PUBLIC}"]
+
+[gateway]
+claim_lease_secs = 2
+
+[upstream]
+url = "{up}"
+
+[[price]]
+kind = "route"
+method = "GET"
+pattern = "/api/slowish/{{n}}"
+amount = "0.05"
+asset = "USD"
+"#
+        ),
+    )
+    .unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    let mut a = start_gateway(&config, pa).await;
+    let _b = start_gateway(&config, pb).await;
+
+    // The wallet pays N Quotes ahead (the Proofs are the burst's).
+    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        now - 60,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: Asset::usd(),
+        per_call: Some("1.00".parse().unwrap()),
+        per_period: None,
+        total: Some("50.00".parse().unwrap()),
+        per_receiver: None,
+        confirm_above: None,
+    });
+    m.allow.push(Allow::Receiver {
+        id: format!("weather-{schema}"),
+        key: shop_key.public(),
+        origins: vec![PUBLIC.into()],
+    });
+    let registry = stipendex::Registry::from_toml(
+        &format!(
+            "[store]\nurl = \"memory\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{url}\"\nschema = \"{schema}\"\npayer_account = \"{agent}\"\n"
+        ),
+        &stipendex::ProcessEnv,
+    )
+    .await
+    .unwrap();
+    let wallet =
+        stipendex::wallet::Wallet::builder(wallet_key, Signed::sign(m, &principal).unwrap())
+            .registry(&registry)
+            .build()
+            .unwrap();
+    let at = |port: u16, n: u32| format!("http://127.0.0.1:{port}/api/slowish/{n}");
+    let mut proofs = Vec::new();
+    for n in 0..N {
+        let r = http()
+            .get(at(if n % 2 == 0 { pa } else { pb }, n))
+            .header("host", "gateway.test")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 402);
+        let body: Value = r.json().await.unwrap();
+        let q: Signed<stipendex::envelope::Quote> =
+            serde_json::from_value(body["quote"].clone()).unwrap();
+        let sent = q.object().resource.clone().unwrap();
+        proofs.push(wallet.pay_for(&q, &sent).await.unwrap().proof.to_header());
+    }
+    let paid_before = ledger
+        .account(shop)
+        .await
+        .unwrap()
+        .unwrap()
+        .posted_balance();
+
+    // The burst: 8 workers, even requests to A, odd to B; A dies a quarter of the way in, and
+    // every request that did not get its answer goes to B with the same Proof until it does.
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    for n in 0..N {
+        tx.send(n).unwrap();
+    }
+    drop(tx);
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (rx, done, proofs) = (rx.clone(), done.clone(), proofs.clone());
+        workers.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let Some(n) = rx.lock().await.recv().await else {
+                    break;
+                };
+                let proof = &proofs[n as usize];
+                let mut port = if n % 2 == 0 { pa } else { pb };
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                let (mut failed_over, mut waited) = (false, false);
+                let answer = loop {
+                    let r = http()
+                        .get(at(port, n))
+                        .header("host", "gateway.test")
+                        .header("stipendex-payment", proof)
+                        .timeout(Duration::from_secs(10))
+                        .send()
+                        .await;
+                    match r {
+                        Ok(r) if r.status() == 200 => {
+                            let receipt = r.headers()["stipendex-receipt"]
+                                .to_str()
+                                .unwrap()
+                                .to_owned();
+                            break (r.text().await.unwrap(), receipt);
+                        }
+                        // The claim of the killed instance has not lapsed yet: the same again.
+                        Ok(r) if r.status() == 503 => waited = true,
+                        Ok(r) => panic!("request {n}: {} {}", r.status(), r.text().await.unwrap()),
+                        // A is gone: fail over to B.
+                        Err(_) => {
+                            failed_over = true;
+                            port = pb;
+                        }
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "request {n} never answered"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                };
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                out.push((n, answer, failed_over, waited));
+            }
+            out
+        }));
+    }
+    while done.load(std::sync::atomic::Ordering::SeqCst) < (N / 4) as usize {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.start_kill().unwrap();
+    let _ = a.wait().await;
+    let mut answers = BTreeMap::new();
+    let (mut failed_over, mut recovered) = (0, 0);
+    for w in workers {
+        for (n, a, f, r) in w.await.unwrap() {
+            answers.insert(n, a);
+            failed_over += usize::from(f);
+            recovered += usize::from(r);
+        }
+    }
+    eprintln!(
+        "kill test: {failed_over} requests failed over to B, {recovered} waited for A's claim to lapse"
+    );
+    assert!(
+        failed_over > 0,
+        "A was killed after the burst: nothing was tested"
+    );
+    assert_eq!(answers.len(), N as usize, "a request was lost");
+    let receipts: std::collections::BTreeSet<&String> = answers.values().map(|(_, r)| r).collect();
+    assert_eq!(receipts.len(), N as usize, "two requests share a Receipt");
+    for (n, (body, _)) in &answers {
+        assert_eq!(body, &format!("result {n}"));
+    }
+    // Each Proof's money moved once, when the wallet paid; no instance took a payment twice
+    // (a second verification would have been refused as a replay: a lost request above).
+    let paid = ledger
+        .account(shop)
+        .await
+        .unwrap()
+        .unwrap()
+        .posted_balance();
+    assert_eq!(paid, paid_before);
+    assert_eq!(paid, i128::from(N) * 5);
+    let runs: usize = (0..N)
+        .map(|n| seen.count(&format!("/api/slowish/{n}")))
+        .sum();
+    assert!(
+        runs >= N as usize && runs <= N as usize + 8,
+        "the upstream ran {runs} times"
     );
 }
