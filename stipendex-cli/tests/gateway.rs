@@ -272,6 +272,14 @@ secret_env = "GATEWAY_TEST_SECRET"
             per_receiver: None,
             confirm_above: Some("10.00".parse().unwrap()),
         });
+        m.limits.push(Limits {
+            asset: Asset::usdc(),
+            per_call: Some("0.01".parse().unwrap()),
+            per_period: None,
+            total: Some("1.00".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: None,
+        });
         m.allow.push(Allow::Receiver {
             id: "weather-co".into(),
             key: shop_key.public(),
@@ -1295,4 +1303,192 @@ asset = "USD"
         runs >= N as usize && runs <= N as usize + 8,
         "the upstream ran {runs} times"
     );
+}
+
+fn x402_scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/x402")
+}
+
+/// A hex secp256k1 key and its signer.
+fn evm_key() -> (String, rail_x402::evm::LocalSigner) {
+    let hex_key = format!("0x{}", hex::encode(rand::random::<[u8; 32]>()));
+    let s = rail_x402::evm::LocalSigner::from_hex(&hex_key).unwrap();
+    (hex_key, s)
+}
+
+/// The gateway's x402 side on the anvil localnet (FiatTokenV2_2), settled by the reference
+/// facilitator (`@x402/core` + `@x402/evm`): one route paid by the reference client
+/// (`@x402/fetch`), by rail-x402's client and by the Stipendex wallet over its x402 rail
+/// (`stipendex fetch`: a Quote, its offer paid by an EIP-3009 authorization) — each request
+/// forwarded once, each payment on chain once.
+#[tokio::test(flavor = "multi_thread")]
+async fn x402_clients_and_the_stipendex_wallet_pay_the_gateway_on_anvil() {
+    use alloy_primitives::U256;
+    let Some(net) = x402_devnet::anvil::Localnet::from_env().await else {
+        return;
+    };
+    let node_ok = x402_scripts().join("node_modules/@x402/fetch").is_dir();
+    if !node_ok {
+        return test_kit::localnet::missing(
+            "x402 reference SDK",
+            "scripts/x402/node_modules missing (run scripts/x402/install.sh)",
+        );
+    }
+    // The reference facilitator, with its own funded settler.
+    let (settler_key, settler) = evm_key();
+    net.set_eth(settler.address(), U256::from(10u64).pow(U256::from(20u64)))
+        .await
+        .unwrap();
+    let mut f = Command::new("node");
+    f.arg(x402_scripts().join("ref-facilitator.mjs"))
+        .current_dir(x402_scripts())
+        .env("PORT", "0")
+        .env("X402_RPC_URL", net.rpc.url())
+        .env("X402_TOKEN", net.token.address.to_checksum(None))
+        .env("X402_CHAIN_ID", net.chain_id.to_string())
+        .env("X402_FACILITATOR_KEY", &settler_key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut facilitator = f.spawn().unwrap();
+    let mut lines = BufReader::new(facilitator.stdout.take().unwrap()).lines();
+    let furl = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if let Some(u) = l.strip_prefix("Listening on ") {
+                return u.trim().to_owned();
+            }
+        }
+        panic!("the reference facilitator exited");
+    })
+    .await
+    .unwrap();
+
+    let (up, seen, _task) = upstream().await;
+    let pay_to = rail_x402::evm::LocalSigner::random().address();
+    let var = |k: &str| std::env::var(k).unwrap();
+    let rail = format!(
+        "network = \"{}\"\ntoken = \"{}\"\ntoken_name = \"{}\"\ntoken_version = \"{}\"\n",
+        net.token.network,
+        net.token.address.to_checksum(None),
+        var("X402_TOKEN_NAME"),
+        var("X402_TOKEN_VERSION"),
+    );
+    let s = Setup::with(
+        &format!("url = \"{up}\""),
+        "[[price]]\nkind = \"route\"\nmethod = \"GET\"\npattern = \"/api/forecast/{city}\"\namount = \"0.001\"\nasset = \"USDC\"\ndescription = \"one forecast\"\n",
+        "",
+    )
+    .await;
+    // The gateway receives over x402 (the ledger rail stays: it carries USD, priced nowhere).
+    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    std::fs::write(
+        s.dir.join("gateway.toml"),
+        config.replace(
+            "[receiver]",
+            &format!(
+                "[rails.usdc]\nkind = \"x402\"\n{rail}pay_to = \"{}\"\nfacilitator_url = \"{furl}\"\n\n[receiver]",
+                pay_to.to_checksum(None)
+            ),
+        ),
+    )
+    .unwrap();
+    // The Stipendex wallet pays over its x402 rail.
+    let (wallet_hex, wallet_signer) = evm_key();
+    net.mint(wallet_signer.address(), U256::from(5000))
+        .await
+        .unwrap();
+    let wallet_toml = std::fs::read_to_string(s.dir.join("wallet.toml")).unwrap();
+    std::fs::write(
+        s.dir.join("wallet.toml"),
+        format!(
+            "{wallet_toml}\n[rails.usdc]\nkind = \"x402\"\n{rail}payer_key_env = \"GATEWAY_TEST_EVM_KEY\"\nmax_amount = \"0.01\"\nrpc_url = \"{}\"\n",
+            net.rpc.url()
+        ),
+    )
+    .unwrap();
+    let _gw = s.gateway().await;
+    let base = s.origin.clone();
+
+    // The unpaid 402 speaks both: the Quote offers the x402 rail, and x402's challenge.
+    let r = http()
+        .get(format!("{base}/api/forecast/paris"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    assert!(r.headers().contains_key("payment-required"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["accepts"][0]["amount"], "1000", "{body}");
+    assert!(body["quote"]["jws"].is_string(), "{body}");
+
+    // The reference client (@x402/fetch).
+    let (ref_hex, ref_signer) = evm_key();
+    net.mint(ref_signer.address(), U256::from(5000))
+        .await
+        .unwrap();
+    let out = Command::new("node")
+        .arg(x402_scripts().join("ref-pay.mjs"))
+        .arg(format!("{base}/api/forecast/paris"))
+        .current_dir(x402_scripts())
+        .env("X402_PAYER_KEY", ref_hex)
+        .env("X402_TOKEN", net.token.address.to_checksum(None))
+        .env("X402_CHAIN_ID", net.chain_id.to_string())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ref-pay: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(line["status"], 200, "{line}");
+    assert_eq!(line["body"]["city"], "paris", "{line}");
+    assert_eq!(line["paymentResponse"]["success"], true, "{line}");
+    assert_eq!(net.balance(pay_to).await.unwrap(), U256::from(1000));
+    assert_eq!(seen.count("/api/forecast/paris"), 1);
+
+    // rail-x402's client.
+    let key = net.funded_payer(U256::from(5000)).await.unwrap();
+    let client = rail_x402::client::client(rail_x402::payer::X402Payer::new(
+        key,
+        rail_x402::payer::Policy::new(&net.token.network, net.token.address, U256::from(1000)),
+    ))
+    .unwrap();
+    let paid = rail_x402::client::Paid::from(
+        client
+            .get(&format!("{base}/api/forecast/rome"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
+    assert!(paid.settlement.unwrap().success);
+    assert_eq!(net.balance(pay_to).await.unwrap(), U256::from(2000));
+    assert_eq!(seen.count("/api/forecast/rome"), 1);
+
+    // The Stipendex wallet over its x402 rail: a Quote, a Proof, a Receipt.
+    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .arg("fetch")
+        .arg("--config")
+        .arg(s.dir.join("wallet.toml"))
+        .arg(format!("{base}/api/forecast/oslo"))
+        .env("GATEWAY_TEST_EVM_KEY", wallet_hex)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("receipt"), "{err}");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["city"],
+        "oslo"
+    );
+    assert_eq!(net.balance(pay_to).await.unwrap(), U256::from(3000));
+    assert_eq!(
+        net.balance(wallet_signer.address()).await.unwrap(),
+        U256::from(4000)
+    );
+    assert_eq!(seen.count("/api/forecast/oslo"), 1);
 }
