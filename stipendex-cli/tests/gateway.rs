@@ -1492,3 +1492,92 @@ async fn x402_clients_and_the_stipendex_wallet_pay_the_gateway_on_anvil() {
     );
     assert_eq!(seen.count("/api/forecast/oslo"), 1);
 }
+
+/// Dynamic prices without Rust: `resolve_url` decides per request — a waiver, a refusal, a
+/// price of its own — and an endpoint that does not answer in time is a refusal (nothing
+/// charged, nothing forwarded).
+#[tokio::test]
+async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
+    let asked = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let log = asked.clone();
+    let pricing = Router::new().route(
+        "/price",
+        post(move |axum::Json(q): axum::Json<Value>| {
+            let log = log.clone();
+            async move {
+                let city = q["request"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                log.lock().unwrap().push(q);
+                match city.as_str() {
+                    "free" => axum::Json(json!({"decision": "waive"})),
+                    "blocked" => axum::Json(json!({"decision": "reject", "message": "not sold in your region"})),
+                    "dear" => axum::Json(json!({"decision": "quote", "amount": "0.20", "description": "a dear forecast"})),
+                    "slow" => {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        axum::Json(json!({"decision": "waive"}))
+                    }
+                    _ => axum::Json(json!({"decision": "quote", "amount": "0.05"})),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let purl = format!("http://{}/price", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, pricing).await.unwrap() });
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(
+        &up,
+        &format!("resolve_url = \"{purl}\"\nresolve_timeout_ms = 300"),
+    )
+    .await;
+    let _gw = s.gateway().await;
+    let base = s.origin.clone();
+
+    let r = http()
+        .get(format!("{base}/api/forecast/free"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "waived: forwarded without payment");
+    assert_eq!(seen.count("/api/forecast/free"), 1);
+    let sent = asked.lock().unwrap()[0].clone();
+    assert_eq!(sent["capability"]["pattern"], "/api/forecast/{city}");
+    assert_eq!(sent["capability"]["price"]["amount"], "0.05");
+    assert_eq!(sent["request"]["method"], "GET");
+
+    let r = http()
+        .get(format!("{base}/api/forecast/blocked"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["message"], "not sold in your region");
+    assert_eq!(seen.count("/api/forecast/blocked"), 0);
+
+    let q = quote_of("GET", &format!("{base}/api/forecast/dear")).await;
+    let quote: Signed<stipendex::envelope::Quote> = serde_json::from_value(q).unwrap();
+    assert_eq!(quote.object().amount.unwrap().to_string(), "0.2");
+
+    let r = http()
+        .get(format!("{base}/api/forecast/slow"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        403,
+        "an endpoint that does not answer in time refuses"
+    );
+    assert_eq!(seen.count("/api/forecast/slow"), 0);
+
+    let before = s.agent().await.0;
+    let (ok, _, err) = s.fetch(&[&format!("{base}/api/forecast/dear")]).await;
+    assert!(ok, "{err}");
+    assert_eq!(s.agent().await.0, before - 20);
+}
