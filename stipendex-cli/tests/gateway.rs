@@ -273,6 +273,14 @@ secret_env = "GATEWAY_TEST_SECRET"
             confirm_above: Some("10.00".parse().unwrap()),
         });
         m.limits.push(Limits {
+            asset: Asset::algo(),
+            per_call: Some("0.01".parse().unwrap()),
+            per_period: None,
+            total: Some("1".parse().unwrap()),
+            per_receiver: None,
+            confirm_above: None,
+        });
+        m.limits.push(Limits {
             asset: Asset::usdc(),
             per_call: Some("0.01".parse().unwrap()),
             per_period: None,
@@ -1580,4 +1588,118 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
     let (ok, _, err) = s.fetch(&[&format!("{base}/api/forecast/dear")]).await;
     assert!(ok, "{err}");
     assert_eq!(s.agent().await.0, before - 20);
+}
+
+/// exact-algo on the gateway, on an algod devnet in process: its discovery documents
+/// (`/llms.txt`, `/.well-known/exact-algo.json`, the Avouch seed's §7) with the gateway's
+/// prices, and the Stipendex wallet paying a route over it (a payment on chain, verified by
+/// the gateway before the forward).
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_algo_is_offered_with_its_discovery_documents() {
+    let payer = ed25519_dalek::SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let addr =
+        |k: &ed25519_dalek::SigningKey| rail_exact_algo::Address(k.verifying_key().to_bytes());
+    let treasury = addr(&ed25519_dalek::SigningKey::from_bytes(&rand::random::<
+        [u8; 32],
+    >()));
+    let net = algod_devnet::Devnet::spawn(
+        algod_devnet::DevnetConfig {
+            accounts: vec![(addr(&payer), 50_000_000), (treasury, 1_000_000)],
+            ..algod_devnet::DevnetConfig::default()
+        },
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .unwrap();
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::with(
+        &format!("url = \"{up}\""),
+        "[[price]]\nkind = \"route\"\nmethod = \"GET\"\npattern = \"/api/forecast/{city}\"\namount = \"0.002\"\nasset = \"ALGO\"\ndescription = \"one forecast\"\n",
+        "",
+    )
+    .await;
+    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    std::fs::write(
+        s.dir.join("gateway.toml"),
+        config.replace(
+            "[receiver]",
+            &format!(
+                "[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npay_to = \"{treasury}\"\n\n[receiver]",
+                net.url
+            ),
+        ),
+    )
+    .unwrap();
+    let wallet_toml = std::fs::read_to_string(s.dir.join("wallet.toml")).unwrap();
+    std::fs::write(
+        s.dir.join("wallet.toml"),
+        format!(
+            "{wallet_toml}\n[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"GATEWAY_TEST_ALGO_KEY\"\nmax_amount = \"0.01\"\n",
+            net.url
+        ),
+    )
+    .unwrap();
+    let _gw = s.gateway().await;
+    let base = s.origin.clone();
+
+    let txt = http().get(format!("{base}/llms.txt")).send().await.unwrap();
+    assert_eq!(txt.status(), 200);
+    let txt = txt.text().await.unwrap();
+    assert!(
+        txt.contains("exact-algo") && txt.contains("/api/forecast/{city}"),
+        "{txt}"
+    );
+    let doc: Value = http()
+        .get(format!("{base}/.well-known/exact-algo.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc.to_string().contains("/api/forecast/{city}"), "{doc}");
+    assert!(doc.to_string().contains("2000"), "{doc}");
+    let agent: Value = http()
+        .get(format!("{base}/.well-known/agent.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(agent["payments"]["x402"]["supported"], true, "{agent}");
+    assert_eq!(
+        agent["payments"]["x402"]["schemes"][0]["label"], "exact-algo",
+        "{agent}"
+    );
+
+    // The 402 offers exact-algo both ways; the wallet pays the Quote's offer on chain.
+    let r = http()
+        .get(format!("{base}/api/forecast/lima"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["accepts"].is_array() && body["quote"]["jws"].is_string(),
+        "{body}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .arg("fetch")
+        .arg("--config")
+        .arg(s.dir.join("wallet.toml"))
+        .arg(format!("{base}/api/forecast/lima"))
+        .env("GATEWAY_TEST_ALGO_KEY", hex::encode(payer.to_bytes()))
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["city"],
+        "lima"
+    );
+    assert_eq!(seen.count("/api/forecast/lima"), 1);
 }

@@ -157,6 +157,47 @@ fn paywall(
     Ok(any.then_some(p))
 }
 
+/// `/llms.txt` and `/.well-known/exact-algo.json` (the Avouch seed's §7) where an exact-algo
+/// rail receives: its HTTP routes' and tools' prices in µALGO.
+fn exact_algo_discovery(
+    config: &Config,
+    registry: &Registry,
+    http: Option<&Paywall>,
+) -> Option<Router<Arc<Shared>>> {
+    let receiver = registry.rails().find_map(|e| e.exact_algo.clone())?;
+    let routes = http.map(rail_exact_algo::http::prices).unwrap_or_default();
+    let tools: Vec<rail_exact_algo::receiver::Price> = config
+        .prices
+        .iter()
+        .filter(|c| c.method() == "tools/call")
+        .filter_map(|c| match &c.price {
+            Price::Fixed(m) if m.asset() == &rail_core::Asset::algo() => {
+                Some(rail_exact_algo::receiver::Price {
+                    resource: c.name().to_owned(),
+                    description: c.description.clone().unwrap_or_else(|| c.name().to_owned()),
+                    amount: u64::try_from(m.minor_units()).ok()?,
+                })
+            }
+            _ => None,
+        })
+        .collect();
+    let info = rail_exact_algo::http::ServiceInfo {
+        name: config.receiver_id.clone(),
+        summary: format!(
+            "{} sells its {} per request through a Stipendex gateway: a signed Quote (Stipendex) or an x402 challenge on every priced request.",
+            config.receiver_id,
+            if config.upstream.is_mcp() {
+                "MCP tools"
+            } else {
+                "HTTP API"
+            }
+        ),
+        docs_url: None,
+        mcp_endpoint: config.upstream.is_mcp().then(|| config.mcp_path.clone()),
+    };
+    Some(rail_exact_algo::http::discovery_router(&info, &receiver, &routes, &tools).with_state(()))
+}
+
 fn store_of(s: &Shared) -> Option<&Arc<dyn KeyStore>> {
     s.store.as_ref()
 }
@@ -321,6 +362,7 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
     } else {
         None
     };
+    let discovery = exact_algo_discovery(&config, &registry, http_paywall.as_ref());
     let shared = Arc::new(Shared {
         health: forward::Health::new(&config.upstream),
         config,
@@ -381,6 +423,10 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
                 )
                 .fallback_service(endpoint)
         }
+    };
+    let router = match discovery {
+        Some(d) => router.merge(d.with_state(shared.clone())),
+        None => router,
     };
     let router = router
         .layer(axum::middleware::from_fn_with_state(

@@ -92,6 +92,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     };
     #[cfg(feature = "challenges")]
     let mut scheme_receiver: Option<std::sync::Arc<dyn x402_transport::Scheme>> = None;
+    let mut kept: Option<ExactAlgoReceiver> = None;
     let receiver = match &s.pay_to {
         Some(pay_to) => {
             let pay_to: Address = parse(ctx.name, "pay_to", pay_to)?;
@@ -104,11 +105,13 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                     rail_exact_algo::scheme::ExactAlgo::new(r.clone()),
                 ));
             }
+            kept = Some(r.clone());
             Some(ReceiverHandle::pay_only(r))
         }
         None => None,
     };
-    let sides: Sides = (payer, receiver).into();
+    let mut sides: Sides = (payer, receiver).into();
+    sides.exact_algo = kept;
     #[cfg(feature = "challenges")]
     let sides = Sides {
         scheme,

@@ -139,6 +139,10 @@ pub struct Entry {
     /// a paywall that also takes plain x402 payments beside the Stipendex Quote (the gateway).
     #[cfg(feature = "challenges")]
     pub scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
+    /// The exact-algo receiving side itself, for the scheme's discovery documents
+    /// (`/llms.txt`, `/.well-known/exact-algo.json`: `rail_exact_algo::http`).
+    #[cfg(feature = "exact-algo")]
+    pub exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
 }
 
 impl Entry {
@@ -274,6 +278,8 @@ impl Registry {
                     scheme_payer: sides.scheme,
                     #[cfg(feature = "challenges")]
                     scheme_receiver: sides.scheme_receiver,
+                    #[cfg(feature = "exact-algo")]
+                    exact_algo: sides.exact_algo,
                 },
             );
         }
@@ -414,6 +420,8 @@ pub(crate) struct Sides {
     scheme: Option<Arc<dyn x402_transport::client::SchemePayer>>,
     #[cfg(feature = "challenges")]
     scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
+    #[cfg(feature = "exact-algo")]
+    exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
 }
 
 impl From<(Option<PayerHandle>, Option<ReceiverHandle>)> for Sides {
@@ -425,6 +433,8 @@ impl From<(Option<PayerHandle>, Option<ReceiverHandle>)> for Sides {
             scheme: None,
             #[cfg(feature = "challenges")]
             scheme_receiver: None,
+            #[cfg(feature = "exact-algo")]
+            exact_algo: None,
         }
     }
 }
