@@ -7,7 +7,8 @@
 //! 3. the wallet's `pay(quote)` against the bare `Payer::pay(offer)` of the same rail, one at a
 //!    time.
 //!
-//! `stipendex bench mcp` measures the MCP binding and the proxy instead ([`crate::bench_mcp`]).
+//! `stipendex bench mcp` measures the MCP binding and the proxy instead ([`crate::bench_mcp`]),
+//! `stipendex bench gateway` the gateway beside its upstream ([`crate::bench_gateway`]).
 
 // Timings and rates, never money: floats are fine here.
 #![allow(clippy::float_arithmetic, clippy::cast_precision_loss)]
@@ -36,11 +37,14 @@ pub(crate) enum What {
     Http,
     /// The MCP binding (-32402 + Quote) and the proxy (`bench_mcp`).
     Mcp,
+    /// The gateway beside the upstream it fronts, and the reference x402 express paywall
+    /// where installed (`bench_gateway`).
+    Gateway,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// What to measure: `http` (default) or `mcp`.
+    /// What to measure: `http` (default), `mcp` or `gateway`.
     #[arg(value_enum, default_value_t = What::Http)]
     what: What,
     /// Concurrent clients.
@@ -197,6 +201,10 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         .map_err(|e| msg(format!("cannot create {}: {e}", dir.display())))?;
     if let What::Mcp = args.what {
         Box::pin(crate::bench_mcp::run(&dir, args.concurrency, args.seconds)).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let What::Gateway = args.what {
+        Box::pin(crate::bench_gateway::run(&dir, args.seconds)).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let Fixture {

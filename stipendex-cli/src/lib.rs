@@ -32,6 +32,7 @@
 //! ```
 
 mod bench;
+mod bench_gateway;
 mod bench_mcp;
 pub mod demo;
 mod facilitator;

@@ -945,6 +945,7 @@ async fn the_typescript_sdk_host_pays_a_python_sdk_server_through_proxy_and_gate
         .arg(format!("127.0.0.1:{}", s.port))
         .env("GATEWAY_TEST_SECRET", SECRET)
         .env("WEATHER_CALLS_FILE", calls.path())
+        .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
@@ -1051,6 +1052,22 @@ async fn the_typescript_sdk_host_pays_a_python_sdk_server_through_proxy_and_gate
         ran.lines().collect::<Vec<_>>(),
         ["forecast paris", "report daily", "fail no luck"],
         "each paid call reached the server once"
+    );
+    let metrics = http()
+        .get(format!("{}/metrics", s.origin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("stipendex_gateway_payments_total{rail=\"house\",outcome=\"accepted\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("stipendex_gateway_quotes_total"),
+        "{metrics}"
     );
 }
 

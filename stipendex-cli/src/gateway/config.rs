@@ -419,6 +419,36 @@ impl Config {
         })
     }
 
+    /// A gateway in front of the HTTP API at `upstream`, reached at `origin`, pricing `prices`,
+    /// with every other setting at its default (`stipendex bench gateway`).
+    pub(crate) fn http(
+        upstream: url::Url,
+        origin: String,
+        receiver_id: String,
+        receiver_key: stipendex::envelope::SecretKey,
+        prices: Vec<PricedCapability>,
+    ) -> Config {
+        Config {
+            path: PathBuf::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            receiver_id,
+            receiver_key,
+            origins: vec![origin],
+            quote_ttl: None,
+            upstream: Upstream::Http(upstream),
+            secret: None,
+            final_amount: HeaderName::from_static(FINAL_AMOUNT),
+            timeout: Duration::from_secs(30),
+            max_body: 10 * 1024 * 1024,
+            claim_lease: Duration::from_secs(60),
+            trusted: Vec::new(),
+            resolve: None,
+            prices,
+            mcp_path: "/mcp".into(),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+
     /// Whether the peer `ip` is a trusted proxy (its `X-Forwarded-*` are kept).
     pub(crate) fn trusts(&self, ip: IpAddr) -> bool {
         self.trusted.iter().any(|n| n.contains(ip))

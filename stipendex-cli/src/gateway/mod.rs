@@ -47,7 +47,7 @@
 //! stays until its expiry voids it). A paid request is not forwarded — nor its payment taken —
 //! while the upstream cannot be reached (503: send the same payment again later).
 
-mod config;
+pub(crate) mod config;
 mod forward;
 mod mcp;
 mod ops;
@@ -161,10 +161,9 @@ fn paywall(
 /// rail receives: its HTTP routes' and tools' prices in µALGO.
 fn exact_algo_discovery(
     config: &Config,
-    registry: &Registry,
+    receiver: &rail_exact_algo::ExactAlgoReceiver,
     http: Option<&Paywall>,
-) -> Option<Router<Arc<Shared>>> {
-    let receiver = registry.rails().find_map(|e| e.exact_algo.clone())?;
+) -> Router<Arc<Shared>> {
     let routes = http.map(rail_exact_algo::http::prices).unwrap_or_default();
     let tools: Vec<rail_exact_algo::receiver::Price> = config
         .prices
@@ -195,7 +194,7 @@ fn exact_algo_discovery(
         docs_url: None,
         mcp_endpoint: config.upstream.is_mcp().then(|| config.mcp_path.clone()),
     };
-    Some(rail_exact_algo::http::discovery_router(&info, &receiver, &routes, &tools).with_state(()))
+    rail_exact_algo::http::discovery_router(&info, receiver, &routes, &tools).with_state(())
 }
 
 fn store_of(s: &Shared) -> Option<&Arc<dyn KeyStore>> {
@@ -294,6 +293,15 @@ async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respon
     next.run(req).await
 }
 
+/// What the gateway is built on besides its configuration: the receiver and what the
+/// registry's rails offer.
+pub(crate) struct Parts {
+    pub(crate) receiver: Receiver,
+    pub(crate) store: Option<Arc<dyn KeyStore>>,
+    pub(crate) schemes: Vec<(Arc<dyn Scheme>, rail_core::Asset)>,
+    pub(crate) exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
+}
+
 /// Builds the receiver, the registry's rails and the router of the configuration.
 async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
     let registry = Registry::from_file(&config.path).await?;
@@ -348,8 +356,26 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
     if let Some(r) = &config.resolve {
         b = b.resolve_price(Arc::new(resolve::Remote::new(r)?));
     }
-    let receiver = b.build()?;
-    let schemes = schemes_of(&registry);
+    let parts = Parts {
+        receiver: b.build()?,
+        store,
+        schemes: schemes_of(&registry),
+        exact_algo: registry.rails().find_map(|e| e.exact_algo.clone()),
+    };
+    assemble(config, parts).await
+}
+
+/// The router of `config` on `parts`.
+pub(crate) async fn assemble(
+    config: Config,
+    parts: Parts,
+) -> Result<(Router, Arc<Shared>), CliError> {
+    let Parts {
+        receiver,
+        store,
+        schemes,
+        exact_algo,
+    } = parts;
     let (forward, session) = match &config.upstream {
         Upstream::Http(u) => (Some(forward::Forward::new(u)?), None),
         Upstream::McpUrl(_) | Upstream::McpCommand(_) => (
@@ -362,7 +388,7 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
     } else {
         None
     };
-    let discovery = exact_algo_discovery(&config, &registry, http_paywall.as_ref());
+    let discovery = exact_algo.map(|r| exact_algo_discovery(&config, &r, http_paywall.as_ref()));
     let shared = Arc::new(Shared {
         health: forward::Health::new(&config.upstream),
         config,
@@ -396,10 +422,12 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
                 .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         }
         Some(session) => {
+            let observed = shared.clone();
             let mut server = stipendex::mcp::PaidServer::new(
                 mcp::Forward(session.clone()),
                 shared.receiver.clone(),
-            )?;
+            )?
+            .on_outcome(move |o| observed.metrics.observe(o));
             if let Some(p) = mcp_paywall(&shared.config, &schemes, store_of(&shared))? {
                 server = server.with_x402(p)?;
             }

@@ -54,6 +54,30 @@ impl Metrics {
         }
     }
 
+    /// What a gate did with a priced request: the quote, refusal and payment counters.
+    pub(crate) fn observe(&self, o: &Outcome) {
+        match o {
+            Outcome::Quoted { refusal } => {
+                self.count("stipendex_gateway_quotes_total".to_owned());
+                if let Some(r) = refusal {
+                    self.count(format!(
+                        "stipendex_gateway_refusals_total{{reason=\"{}\"}}",
+                        label(r)
+                    ));
+                }
+            }
+            Outcome::Paid { rail, .. } => self.count(format!(
+                "stipendex_gateway_payments_total{{rail=\"{}\",outcome=\"accepted\"}}",
+                label(rail)
+            )),
+            Outcome::Replayed => self.count(
+                "stipendex_gateway_payments_total{rail=\"-\",outcome=\"replayed\"}".to_owned(),
+            ),
+            Outcome::Rejected => self.count("stipendex_gateway_rejected_total".to_owned()),
+            _ => {}
+        }
+    }
+
     /// One answer of the upstream (or its absence), `outcome` = answered | timeout | error.
     pub(crate) fn upstream(&self, took: Duration, outcome: &str) {
         self.count(format!(
@@ -228,15 +252,13 @@ pub(crate) async fn access(State(s): State<Arc<Shared>>, req: Request, next: Nex
         req.headers().contains_key("payment-signature") || req.headers().contains_key("x-payment");
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
-    let (outcome, rail, amount) = match resp.extensions().get::<Outcome>() {
+    let seen = resp.extensions().get::<Outcome>();
+    if let Some(o) = seen {
+        s.metrics.observe(o);
+    }
+    let (outcome, rail, amount) = match seen {
         Some(Outcome::Quoted { refusal: None }) => ("quoted", None, None),
-        Some(Outcome::Quoted { refusal: Some(r) }) => {
-            s.metrics.count(format!(
-                "stipendex_gateway_refusals_total{{reason=\"{}\"}}",
-                label(r)
-            ));
-            ("refused", None, None)
-        }
+        Some(Outcome::Quoted { refusal: Some(_) }) => ("refused", None, None),
         Some(Outcome::Paid { rail, amount }) => (
             "paid",
             Some(rail.clone()),
@@ -245,22 +267,21 @@ pub(crate) async fn access(State(s): State<Arc<Shared>>, req: Request, next: Nex
         Some(Outcome::Replayed) => ("replayed", None, None),
         Some(Outcome::Rejected) => ("rejected", None, None),
         Some(_) => ("other", None, None),
+        // The x402 paywall's own answers (a plain x402 payment, settled or refused).
         None if resp.headers().contains_key("payment-response") => {
+            s.metrics.count(
+                "stipendex_gateway_payments_total{rail=\"x402\",outcome=\"accepted\"}".to_owned(),
+            );
             ("paid", Some("x402".to_owned()), None)
         }
-        None if status == 402 && paid_x402 => ("refused", Some("x402".to_owned()), None),
+        None if status == 402 && paid_x402 => {
+            s.metrics
+                .count("stipendex_gateway_refusals_total{reason=\"x402\"}".to_owned());
+            ("refused", Some("x402".to_owned()), None)
+        }
         None if status == 402 => ("quoted", None, None),
         None => ("forwarded", None, None),
     };
-    if matches!(outcome, "quoted" | "refused") && status == 402 {
-        s.metrics.count("stipendex_gateway_quotes_total".to_owned());
-    }
-    if outcome == "paid" {
-        s.metrics.count(format!(
-            "stipendex_gateway_payments_total{{rail=\"{}\",outcome=\"accepted\"}}",
-            label(rail.as_deref().unwrap_or("-"))
-        ));
-    }
     s.metrics.count(format!(
         "stipendex_gateway_requests_total{{outcome=\"{outcome}\",status=\"{status}\"}}"
     ));

@@ -32,29 +32,7 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FinalAmount(pub Money);
 
-/// What the binding did with a request, in its response's extensions, for the layers around
-/// it (logs, metrics): never sent to the client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// A 402 with a fresh Quote; `refusal` names why the payment presented was refused
-    /// (the error code of the body), if one was.
-    Quoted {
-        /// The refusal's code.
-        refusal: Option<String>,
-    },
-    /// Paid and answered: over which rail, how much.
-    Paid {
-        /// The receiver's rail (its registry name).
-        rail: String,
-        /// What the rail verified.
-        amount: Money,
-    },
-    /// The kept answer of a Proof presented again.
-    Replayed,
-    /// The pricing hook refused the request.
-    Rejected,
-}
+pub use crate::receiver::Outcome;
 
 /// The HTTP binding of a receiver: an axum middleware (see the module docs).
 #[derive(Clone)]

@@ -33,8 +33,8 @@ use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICI
 use crate::Error;
 use crate::envelope::{Quote, Signed};
 use crate::receiver::{
-    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver,
-    Request, idempotent,
+    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, Outcome as GateOutcome,
+    PricedCapability, Receiver, Request, idempotent,
 };
 
 tokio::task_local! {
@@ -91,6 +91,18 @@ impl<H> std::fmt::Debug for PaidServer<H> {
 struct GateState {
     receiver: Receiver,
     x402: Option<McpPaywall>,
+    observe: Option<Observer>,
+}
+
+/// Told what the gate did with each priced call.
+type Observer = Arc<dyn Fn(&GateOutcome) + Send + Sync>;
+
+impl GateState {
+    fn saw(&self, o: GateOutcome) {
+        if let Some(f) = &self.observe {
+            f(&o);
+        }
+    }
 }
 
 impl<H: ServerHandler> PaidServer<H> {
@@ -112,6 +124,7 @@ impl<H: ServerHandler> PaidServer<H> {
             gate: Arc::new(GateState {
                 receiver,
                 x402: None,
+                observe: None,
             }),
         })
     }
@@ -138,12 +151,24 @@ impl<H: ServerHandler> PaidServer<H> {
                 )));
             }
         }
-        let receiver = self.gate.receiver.clone();
         self.gate = Arc::new(GateState {
-            receiver,
+            receiver: self.gate.receiver.clone(),
             x402: Some(paywall),
+            observe: self.gate.observe.clone(),
         });
         Ok(self)
+    }
+
+    /// Calls `f` with what the gate did with each priced call (quoted, refused, paid, replayed,
+    /// rejected): for logs and metrics. Keep it cheap; it runs on the call's path.
+    #[must_use]
+    pub fn on_outcome(mut self, f: impl Fn(&GateOutcome) + Send + Sync + 'static) -> Self {
+        self.gate = Arc::new(GateState {
+            receiver: self.gate.receiver.clone(),
+            x402: self.gate.x402.clone(),
+            observe: Some(Arc::new(f)),
+        });
+        self
     }
 
     /// The receiver.
@@ -357,8 +382,16 @@ impl GateState {
         refusal: Option<(&str, String)>,
     ) -> ErrorData {
         match self.receiver.gate_on(cap, sreq).await {
-            Ok(Gate::Quote(q)) => payment_required(&q, refusal),
-            Ok(Gate::Rejected(message)) => rejected(&message),
+            Ok(Gate::Quote(q)) => {
+                self.saw(GateOutcome::Quoted {
+                    refusal: refusal.as_ref().map(|(code, _)| (*code).to_owned()),
+                });
+                payment_required(&q, refusal)
+            }
+            Ok(Gate::Rejected(message)) => {
+                self.saw(GateOutcome::Rejected);
+                rejected(&message)
+            }
             Ok(Gate::Free | Gate::Waived) => rpc_error(
                 ErrorCode::INVALID_REQUEST.0,
                 format!("this call needs no payment now: send it without _meta[\"{PAYMENT}\"]"),
@@ -383,8 +416,14 @@ impl GateState {
         match proof_in(&context.meta.0.0) {
             None => match self.receiver.gate_on(cap, sreq).await {
                 Ok(Gate::Free | Gate::Waived) => run.await,
-                Ok(Gate::Rejected(message)) => Err(rejected(&message)),
-                Ok(Gate::Quote(q)) => Err(payment_required(&q, None)),
+                Ok(Gate::Rejected(message)) => {
+                    self.saw(GateOutcome::Rejected);
+                    Err(rejected(&message))
+                }
+                Ok(Gate::Quote(q)) => {
+                    self.saw(GateOutcome::Quoted { refusal: None });
+                    Err(payment_required(&q, None))
+                }
                 Err(e) => Err(cannot_quote(&e)),
             },
             Some(Err(why)) => Err(self.quote_error(cap, sreq, Some(("malformed", why))).await),
@@ -406,7 +445,10 @@ impl GateState {
         let paying = match self.receiver.admit(sreq, jws).await {
             Ok(Admitted::Run(p)) => p,
             // The same Proof again for the same call: its answer was lost on the way.
-            Ok(Admitted::Answered { answer, .. }) => return replay(&answer),
+            Ok(Admitted::Answered { answer, .. }) => {
+                self.saw(GateOutcome::Replayed);
+                return replay(&answer);
+            }
             Err(Error::Payment(e)) if e.is_retryable() => return Err(retry_same(&e)),
             Err(e) => {
                 return Err(self
@@ -521,6 +563,10 @@ impl GateState {
             }
         }
         let kept = keep(KEPT_RESULT, &v, Some(receipt.jws().to_owned()));
+        self.saw(GateOutcome::Paid {
+            rail: accepted.rail.clone(),
+            amount: accepted.verified.amount.clone(),
+        });
         (R::from_json(v).map_err(|e| internal(&e)), Some(kept))
     }
 
@@ -689,7 +735,10 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
             return match self.gate.receiver.gate_on(cap, &sreq).await {
                 Ok(Gate::Free | Gate::Waived) => self.inner.call_tool(request, context).await,
                 Ok(Gate::Rejected(message)) => Err(rejected(&message)),
-                Ok(Gate::Quote(q)) => self.x402_challenge(paywall, &name, &q).await,
+                Ok(Gate::Quote(q)) => {
+                    self.gate.saw(GateOutcome::Quoted { refusal: None });
+                    self.x402_challenge(paywall, &name, &q).await
+                }
                 Err(e) => Err(cannot_quote(&e)),
             };
         }

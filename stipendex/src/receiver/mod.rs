@@ -107,6 +107,31 @@ impl Paying {
     }
 }
 
+/// What a binding did with a priced request, for the layers around it (logs, metrics): over
+/// HTTP in the response's extensions (never sent to the client), over MCP to
+/// `PaidServer::on_outcome`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// A 402 with a fresh Quote; `refusal` names why the payment presented was refused
+    /// (the error code of the body), if one was.
+    Quoted {
+        /// The refusal's code.
+        refusal: Option<String>,
+    },
+    /// Paid and answered: over which rail, how much.
+    Paid {
+        /// The receiver's rail (its registry name).
+        rail: String,
+        /// What the rail verified.
+        amount: Money,
+    },
+    /// The kept answer of a Proof presented again.
+    Replayed,
+    /// The pricing hook refused the request.
+    Rejected,
+}
+
 /// Whether a paid request reaches its work for the first time ([`Receiver::deliver`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivery {
