@@ -98,9 +98,9 @@ struct GateState {
 type Observer = Arc<dyn Fn(&GateOutcome) + Send + Sync>;
 
 impl GateState {
-    fn saw(&self, o: GateOutcome) {
+    fn saw(&self, o: &GateOutcome) {
         if let Some(f) = &self.observe {
-            f(&o);
+            f(o);
         }
     }
 }
@@ -383,13 +383,13 @@ impl GateState {
     ) -> ErrorData {
         match self.receiver.gate_on(cap, sreq).await {
             Ok(Gate::Quote(q)) => {
-                self.saw(GateOutcome::Quoted {
+                self.saw(&GateOutcome::Quoted {
                     refusal: refusal.as_ref().map(|(code, _)| (*code).to_owned()),
                 });
                 payment_required(&q, refusal)
             }
             Ok(Gate::Rejected(message)) => {
-                self.saw(GateOutcome::Rejected);
+                self.saw(&GateOutcome::Rejected);
                 rejected(&message)
             }
             Ok(Gate::Free | Gate::Waived) => rpc_error(
@@ -417,11 +417,11 @@ impl GateState {
             None => match self.receiver.gate_on(cap, sreq).await {
                 Ok(Gate::Free | Gate::Waived) => run.await,
                 Ok(Gate::Rejected(message)) => {
-                    self.saw(GateOutcome::Rejected);
+                    self.saw(&GateOutcome::Rejected);
                     Err(rejected(&message))
                 }
                 Ok(Gate::Quote(q)) => {
-                    self.saw(GateOutcome::Quoted { refusal: None });
+                    self.saw(&GateOutcome::Quoted { refusal: None });
                     Err(payment_required(&q, None))
                 }
                 Err(e) => Err(cannot_quote(&e)),
@@ -446,7 +446,7 @@ impl GateState {
             Ok(Admitted::Run(p)) => p,
             // The same Proof again for the same call: its answer was lost on the way.
             Ok(Admitted::Answered { answer, .. }) => {
-                self.saw(GateOutcome::Replayed);
+                self.saw(&GateOutcome::Replayed);
                 return replay(&answer);
             }
             Err(Error::Payment(e)) if e.is_retryable() => return Err(retry_same(&e)),
@@ -563,7 +563,7 @@ impl GateState {
             }
         }
         let kept = keep(KEPT_RESULT, &v, Some(receipt.jws().to_owned()));
-        self.saw(GateOutcome::Paid {
+        self.saw(&GateOutcome::Paid {
             rail: accepted.rail.clone(),
             amount: accepted.verified.amount.clone(),
         });
@@ -736,7 +736,7 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
                 Ok(Gate::Free | Gate::Waived) => self.inner.call_tool(request, context).await,
                 Ok(Gate::Rejected(message)) => Err(rejected(&message)),
                 Ok(Gate::Quote(q)) => {
-                    self.gate.saw(GateOutcome::Quoted { refusal: None });
+                    self.gate.saw(&GateOutcome::Quoted { refusal: None });
                     self.x402_challenge(paywall, &name, &q).await
                 }
                 Err(e) => Err(cannot_quote(&e)),
