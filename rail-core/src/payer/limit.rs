@@ -1,6 +1,7 @@
 //! [`SpendLimit`] and its durable [`Budget`]: limits per payment, per period and in total.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -80,6 +81,9 @@ pub struct Budget {
     ops: ReplayGuard,
     asset: Asset,
     limits: BudgetLimits,
+    /// Updates of this budget from this process (its clones) take turns: under many
+    /// concurrent payments, compare-and-set alone retries until it gives up.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Money counted against a [`Budget`] for one operation. While the payment runs its marker is
@@ -187,6 +191,27 @@ fn exceeded(limit: &str, left: &Money, asked: &Money) -> RailError {
     }
 }
 
+/// The turn of the budget `scope` in `store` in this process: every `Budget` value for the
+/// same record (a wallet makes one per payment) queues on the same lock.
+fn turn_of(store: &Arc<dyn KeyStore>, scope: &str) -> Arc<tokio::sync::Mutex<()>> {
+    type Turns = HashMap<(usize, String), Weak<tokio::sync::Mutex<()>>>;
+    static TURNS: LazyLock<std::sync::Mutex<Turns>> = LazyLock::new(Default::default);
+    // The store's address names it: two handles on one store share its turns.
+    let key = (Arc::as_ptr(store).cast::<()>() as usize, scope.to_owned());
+    let Ok(mut turns) = TURNS.lock() else {
+        return Arc::default();
+    };
+    if let Some(t) = turns.get(&key).and_then(Weak::upgrade) {
+        return t;
+    }
+    if turns.len() >= 1024 {
+        turns.retain(|_, t| t.strong_count() > 0);
+    }
+    let t: Arc<tokio::sync::Mutex<()>> = Arc::default();
+    turns.insert(key, Arc::downgrade(&t));
+    t
+}
+
 impl Budget {
     /// Refuses, without counting anything, an amount in another asset or above the
     /// per-payment limit: the checks that do not depend on what was spent.
@@ -231,6 +256,7 @@ impl Budget {
         let scope = scope.into();
         Ok(Budget {
             ops: ReplayGuard::new(store.clone(), ops_ns(&scope)),
+            turn: turn_of(&store, &scope),
             store,
             scope,
             asset: limits.asset()?.ok_or_else(|| {
@@ -265,7 +291,14 @@ impl Budget {
 
     /// Applies `f` to the counters by compare-and-set, retrying under contention.
     async fn update<R>(&self, f: impl Fn(&mut State, Timestamp) -> RailResult<R>) -> RailResult<R> {
-        for _ in 0..64 {
+        // This process's updaters queue here; other processes sharing the store still race
+        // by compare-and-set, with a short random pause between attempts.
+        let _turn = self.turn.lock().await;
+        for attempt in 0..64u32 {
+            if attempt > 0 {
+                let pause = rand::random::<u64>() % (1 + u64::from(attempt.min(10)) * 2);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
             let (mut st, token, now) = match self.store.get(NS, &self.scope).await? {
                 Some(s) => (
                     decode::<State>(s.record.value.as_deref(), &self.scope)?,
