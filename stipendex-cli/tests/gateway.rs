@@ -945,7 +945,7 @@ async fn the_typescript_sdk_host_pays_a_python_sdk_server_through_proxy_and_gate
         .arg(format!("127.0.0.1:{}", s.port))
         .env("GATEWAY_TEST_SECRET", SECRET)
         .env("WEATHER_CALLS_FILE", calls.path())
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,rmcp=error")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use rail_core::Money;
@@ -58,26 +58,107 @@ const FORWARDED: &[&str] = &[
     "x-forwarded-host",
 ];
 
-/// The reverse proxy to one HTTP upstream.
+/// The reverse proxy to one HTTP upstream: hyper's pooled client for `http://` (the common
+/// case: an API on the same host or network; the fewest allocations per request), reqwest
+/// (rustls) for `https://`.
 pub(crate) struct Forward {
-    client: reqwest::Client,
+    client: Client,
     base: String,
+}
+
+enum Client {
+    Plain(
+        Box<
+            hyper_util::client::legacy::Client<
+                hyper_util::client::legacy::connect::HttpConnector,
+                Body,
+            >,
+        >,
+    ),
+    Tls(reqwest::Client),
+}
+
+/// Why a forward got no answer.
+enum Failed {
+    /// The request body was larger than allowed.
+    TooLarge,
+    /// No connection, or it broke.
+    Unreachable(String),
 }
 
 impl Forward {
     pub(crate) fn new(base: &url::Url) -> Result<Self, crate::CliError> {
-        // The workspace's one TLS provider (an https upstream).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .pool_max_idle_per_host(256)
-            .build()
-            .map_err(|e| crate::msg(format!("cannot start the upstream's HTTP client: {e}")))?;
+        let client = if base.scheme() == "http" {
+            let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            connector.set_nodelay(true);
+            connector.set_connect_timeout(Some(Duration::from_secs(5)));
+            Client::Plain(Box::new(
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .pool_max_idle_per_host(256)
+                    .build(connector),
+            ))
+        } else {
+            // The workspace's one TLS provider.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            Client::Tls(
+                reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .connect_timeout(Duration::from_secs(5))
+                    .pool_max_idle_per_host(256)
+                    .build()
+                    .map_err(|e| {
+                        crate::msg(format!("cannot start the upstream's HTTP client: {e}"))
+                    })?,
+            )
+        };
         Ok(Forward {
             client,
             base: base.as_str().trim_end_matches('/').to_owned(),
         })
+    }
+
+    /// Sends one request; the answer's status, headers and streaming body.
+    async fn send(
+        &self,
+        method: Method,
+        url: String,
+        headers: HeaderMap,
+        body: Option<Body>,
+        too_large: &AtomicBool,
+    ) -> Result<(StatusCode, HeaderMap, Body), Failed> {
+        let failed = |e: String| {
+            if too_large.load(Ordering::SeqCst) {
+                Failed::TooLarge
+            } else {
+                Failed::Unreachable(e)
+            }
+        };
+        match &self.client {
+            Client::Plain(c) => {
+                let mut req = axum::http::Request::new(body.unwrap_or_else(Body::empty));
+                *req.method_mut() = method;
+                *req.uri_mut() = url
+                    .parse()
+                    .map_err(|e: axum::http::uri::InvalidUri| Failed::Unreachable(e.to_string()))?;
+                *req.headers_mut() = headers;
+                let resp = c.request(req).await.map_err(|e| failed(e.to_string()))?;
+                let (parts, incoming) = resp.into_parts();
+                Ok((parts.status, parts.headers, Body::new(incoming)))
+            }
+            Client::Tls(c) => {
+                let mut r = c.request(method, &url).headers(headers);
+                if let Some(b) = body {
+                    r = r.body(reqwest::Body::wrap_stream(b.into_data_stream()));
+                }
+                let resp = r
+                    .send()
+                    .await
+                    .map_err(|e| failed(e.without_url().to_string()))?;
+                let status = resp.status();
+                let headers = resp.headers().clone();
+                Ok((status, headers, Body::from_stream(resp.bytes_stream())))
+            }
+        }
     }
 }
 
@@ -192,72 +273,73 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
             .map_or("/", axum::http::uri::PathAndQuery::as_str)
     );
     let headers = outbound(&s, req.headers(), peer);
+    let empty = axum::body::HttpBody::size_hint(req.body()).exact() == Some(0);
     let max = s.config.max_body;
     let too_large = Arc::new(AtomicBool::new(false));
-    let flag = too_large.clone();
-    let body = req
-        .into_body()
-        .into_data_stream()
-        .scan(0usize, move |seen, chunk| {
-            let out = match chunk {
-                Ok(c) => {
-                    *seen = seen.saturating_add(c.len());
-                    if *seen > max {
-                        flag.store(true, Ordering::SeqCst);
-                        Err(std::io::Error::other("the request body is too large"))
-                    } else {
-                        Ok(c)
-                    }
-                }
-                Err(e) => Err(std::io::Error::other(e)),
-            };
-            futures::future::ready(Some(out))
-        });
+    // A request without a body (most GETs) goes without one: a stream would be sent chunked.
+    let body = (!empty).then(|| {
+        let flag = too_large.clone();
+        Body::from_stream(
+            req.into_body()
+                .into_data_stream()
+                .scan(0usize, move |seen, chunk| {
+                    let out = match chunk {
+                        Ok(c) => {
+                            *seen = seen.saturating_add(c.len());
+                            if *seen > max {
+                                flag.store(true, Ordering::SeqCst);
+                                Err(std::io::Error::other("the request body is too large"))
+                            } else {
+                                Ok(c)
+                            }
+                        }
+                        Err(e) => Err(std::io::Error::other(e)),
+                    };
+                    futures::future::ready(Some(out))
+                }),
+        )
+    });
     let started = Instant::now();
-    let sent = fwd
-        .client
-        .request(method.clone(), &url)
-        .headers(headers)
-        .body(reqwest::Body::wrap_stream(body))
-        .send();
+    let sent = fwd.send(method.clone(), url, headers, body, &too_large);
     // The timeout covers the upstream's answer up to its headers: a stream (SSE) then flows
     // for as long as the upstream keeps it open.
-    let resp = match tokio::time::timeout(s.config.timeout, sent).await {
-        Err(_) => {
-            s.metrics.upstream(started.elapsed(), "timeout");
-            return error(
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream_timeout",
-                "the service behind this gateway did not answer in time",
-            );
-        }
-        Ok(Err(e)) => {
-            s.metrics.upstream(started.elapsed(), "error");
-            if too_large.load(Ordering::SeqCst) {
+    let (status, upstream_headers, upstream_body) =
+        match tokio::time::timeout(s.config.timeout, sent).await {
+            Err(_) => {
+                s.metrics.upstream(started.elapsed(), "timeout");
+                return error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "upstream_timeout",
+                    "the service behind this gateway did not answer in time",
+                );
+            }
+            Ok(Err(Failed::TooLarge)) => {
+                s.metrics.upstream(started.elapsed(), "error");
                 return error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "too_large",
                     &format!("the request body is larger than this gateway accepts ({max} bytes)"),
                 );
             }
-            s.health.failed();
-            tracing::warn!(error = %e.without_url(), "the upstream cannot be reached");
-            return error(
-                StatusCode::BAD_GATEWAY,
-                "upstream_unavailable",
-                "the service behind this gateway cannot be reached",
-            );
-        }
-        Ok(Ok(r)) => r,
-    };
+            Ok(Err(Failed::Unreachable(e))) => {
+                s.metrics.upstream(started.elapsed(), "error");
+                s.health.failed();
+                tracing::warn!(error = %e, "the upstream cannot be reached");
+                return error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unavailable",
+                    "the service behind this gateway cannot be reached",
+                );
+            }
+            Ok(Ok(r)) => r,
+        };
     s.health.ok();
     s.metrics.upstream(started.elapsed(), "answered");
-    let status = resp.status();
-    let listed = connection_listed(resp.headers());
+    let listed = connection_listed(&upstream_headers);
     let mut out = Response::new(Body::empty());
     *out.status_mut() = status;
     let mut final_amount = None;
-    for (name, value) in resp.headers() {
+    for (name, value) in &upstream_headers {
         let n = name.as_str();
         if n == s.config.final_amount.as_str() {
             final_amount = Some(value.clone());
@@ -293,7 +375,7 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
             }
         }
     }
-    *out.body_mut() = Body::from_stream(resp.bytes_stream());
+    *out.body_mut() = upstream_body;
     out
 }
 

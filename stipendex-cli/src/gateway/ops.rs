@@ -1,7 +1,8 @@
 //! Operations: `/healthz`, `/readyz`, Prometheus metrics (`/metrics`, loopback peers only),
 //! `/.well-known/agent.json`, and one JSON log line per request.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +30,9 @@ fn seconds(micros: u128) -> String {
 /// Counters and the upstream latency histogram.
 #[derive(Default)]
 pub(crate) struct Metrics {
-    counters: Mutex<BTreeMap<String, u64>>,
+    counters: Mutex<BTreeMap<Cow<'static, str>, u64>>,
+    /// Requests by outcome and status: the per-request counter, kept without an allocation.
+    requests: Mutex<HashMap<(&'static str, u16), u64>>,
     latency: Mutex<Histogram>,
 }
 
@@ -48,9 +51,15 @@ fn label(v: &str) -> String {
 }
 
 impl Metrics {
-    fn count(&self, series: String) {
+    fn count(&self, series: impl Into<Cow<'static, str>>) {
         if let Ok(mut c) = self.counters.lock() {
-            *c.entry(series).or_default() += 1;
+            *c.entry(series.into()).or_default() += 1;
+        }
+    }
+
+    fn request(&self, outcome: &'static str, status: u16) {
+        if let Ok(mut r) = self.requests.lock() {
+            *r.entry((outcome, status)).or_default() += 1;
         }
     }
 
@@ -58,7 +67,7 @@ impl Metrics {
     pub(crate) fn observe(&self, o: &Outcome) {
         match o {
             Outcome::Quoted { refusal } => {
-                self.count("stipendex_gateway_quotes_total".to_owned());
+                self.count("stipendex_gateway_quotes_total");
                 if let Some(r) = refusal {
                     self.count(format!(
                         "stipendex_gateway_refusals_total{{reason=\"{}\"}}",
@@ -70,19 +79,21 @@ impl Metrics {
                 "stipendex_gateway_payments_total{{rail=\"{}\",outcome=\"accepted\"}}",
                 label(rail)
             )),
-            Outcome::Replayed => self.count(
-                "stipendex_gateway_payments_total{rail=\"-\",outcome=\"replayed\"}".to_owned(),
-            ),
-            Outcome::Rejected => self.count("stipendex_gateway_rejected_total".to_owned()),
+            Outcome::Replayed => {
+                self.count("stipendex_gateway_payments_total{rail=\"-\",outcome=\"replayed\"}");
+            }
+            Outcome::Rejected => self.count("stipendex_gateway_rejected_total"),
             _ => {}
         }
     }
 
     /// One answer of the upstream (or its absence), `outcome` = answered | timeout | error.
-    pub(crate) fn upstream(&self, took: Duration, outcome: &str) {
-        self.count(format!(
-            "stipendex_gateway_upstream_requests_total{{outcome=\"{outcome}\"}}"
-        ));
+    pub(crate) fn upstream(&self, took: Duration, outcome: &'static str) {
+        self.count(match outcome {
+            "answered" => "stipendex_gateway_upstream_requests_total{outcome=\"answered\"}",
+            "timeout" => "stipendex_gateway_upstream_requests_total{outcome=\"timeout\"}",
+            _ => "stipendex_gateway_upstream_requests_total{outcome=\"error\"}",
+        });
         if let Ok(mut h) = self.latency.lock() {
             if h.counts.is_empty() {
                 h.counts = vec![0; BUCKETS.len()];
@@ -108,6 +119,15 @@ impl Metrics {
         out.push_str("# TYPE stipendex_gateway_payments_total counter\n");
         out.push_str("# TYPE stipendex_gateway_refusals_total counter\n");
         out.push_str("# TYPE stipendex_gateway_upstream_requests_total counter\n");
+        if let Ok(r) = self.requests.lock() {
+            let mut rows: Vec<_> = r.iter().collect();
+            rows.sort_unstable();
+            for ((outcome, status), n) in rows {
+                out.push_str(&format!(
+                    "stipendex_gateway_requests_total{{outcome=\"{outcome}\",status=\"{status}\"}} {n}\n"
+                ));
+            }
+        }
         if let Ok(c) = self.counters.lock() {
             for (series, n) in c.iter() {
                 out.push_str(&format!("{series} {n}\n"));
@@ -276,15 +296,13 @@ pub(crate) async fn access(State(s): State<Arc<Shared>>, req: Request, next: Nex
         }
         None if status == 402 && paid_x402 => {
             s.metrics
-                .count("stipendex_gateway_refusals_total{reason=\"x402\"}".to_owned());
+                .count("stipendex_gateway_refusals_total{reason=\"x402\"}");
             ("refused", Some("x402".to_owned()), None)
         }
         None if status == 402 => ("quoted", None, None),
         None => ("forwarded", None, None),
     };
-    s.metrics.count(format!(
-        "stipendex_gateway_requests_total{{outcome=\"{outcome}\",status=\"{status}\"}}"
-    ));
+    s.metrics.request(outcome, status);
     tracing::info!(
         target: "stipendex::gateway",
         method = %method,
