@@ -165,6 +165,13 @@ const SECRET: &str = "s3cret-only-the-gateway-knows";
 const HTTP_PRICES: &str = r#"[[price]]
 kind = "route"
 method = "GET"
+pattern = "/api/slowish/{n}"
+amount = "0.05"
+asset = "USD"
+
+[[price]]
+kind = "route"
+method = "GET"
 pattern = "/api/forecast/{city}"
 amount = "0.05"
 asset = "USD"
@@ -927,15 +934,55 @@ asset = "USD"
 /// started over stdio — no line of payment code on either end.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_typescript_sdk_host_pays_a_python_sdk_server_through_proxy_and_gateway() {
+    typescript_host_pays_python_server(false).await;
+}
+
+/// The same with the Python server reached over Streamable HTTP (`[upstream] mcp_url`); once
+/// it stops, a call is refused before anything is paid.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_host_pays_a_python_sdk_server_over_streamable_http() {
+    typescript_host_pays_python_server(true).await;
+}
+
+async fn typescript_host_pays_python_server(over_http: bool) {
     if !mcp_sdks_installed() {
         return;
     }
     let calls = tempfile::NamedTempFile::new().unwrap();
-    let upstream = format!(
-        "command = [\"{}\", \"{}\"]",
-        venv_python().display(),
-        mcp_scripts().join("weather_server.py").display()
-    );
+    let mut python = None;
+    let upstream = if over_http {
+        let port = free_port();
+        python = Some(
+            Command::new(venv_python())
+                .arg(mcp_scripts().join("weather_server.py"))
+                .arg("--http")
+                .arg(port.to_string())
+                .env("WEATHER_CALLS_FILE", calls.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the Python server did not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        format!("mcp_url = \"http://127.0.0.1:{port}/mcp\"")
+    } else {
+        format!(
+            "command = [\"{}\", \"{}\"]",
+            venv_python().display(),
+            mcp_scripts().join("weather_server.py").display()
+        )
+    };
     let s = Setup::with(&upstream, MCP_PRICES, "").await;
     let mut gw = Command::new(env!("CARGO_BIN_EXE_stipendex"));
     gw.arg("gateway")
@@ -1069,6 +1116,30 @@ async fn the_typescript_sdk_host_pays_a_python_sdk_server_through_proxy_and_gate
         metrics.contains("stipendex_gateway_quotes_total"),
         "{metrics}"
     );
+
+    if let Some(mut p) = python {
+        // The server stops: nothing reaches the gate, nothing is paid.
+        p.start_kill().unwrap();
+        let _ = p.wait().await;
+        tokio::time::sleep(Duration::from_millis(2100)).await; // past the last check's vouching
+        let r = http()
+            .post(&endpoint)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "forecast", "arguments": {"city": "oslo"}}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "upstream_unavailable");
+        let r = http()
+            .get(format!("{}/readyz", s.origin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+    }
 }
 
 /// Two gateway instances on one PostgreSQL (store and ledger) behind one public origin; instance
@@ -1719,4 +1790,53 @@ async fn exact_algo_is_offered_with_its_discovery_documents() {
         "lima"
     );
     assert_eq!(seen.count("/api/forecast/lima"), 1);
+}
+
+/// `SIGTERM`: the gateway stops taking connections and lets a paid request in flight finish —
+/// forwarded, answered with its Receipt — before it exits.
+#[tokio::test]
+async fn sigterm_lets_a_paid_request_in_flight_finish() {
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let mut gw = s.gateway().await;
+    let base = s.origin.clone();
+    let q = quote_of("GET", &format!("{base}/api/slowish/7")).await;
+    let proof = pay(&s, &q).await;
+    let url = format!("{base}/api/slowish/7");
+    let inflight = tokio::spawn(async move {
+        let r = http()
+            .get(url)
+            .header("stipendex-payment", proof)
+            .send()
+            .await
+            .unwrap();
+        (
+            r.status().as_u16(),
+            r.headers().contains_key("stipendex-receipt"),
+        )
+    });
+    // The request is at the upstream (which answers 150 ms later) when the signal comes.
+    while seen.count("/api/slowish/7") == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let pid = gw.id().unwrap();
+    assert!(
+        std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(inflight.await.unwrap(), (200, true));
+    let exit = tokio::time::timeout(Duration::from_secs(10), gw.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert_eq!(seen.count("/api/slowish/7"), 1);
+    assert!(
+        http().get(format!("{base}/free")).send().await.is_err(),
+        "the gateway still takes connections"
+    );
 }

@@ -247,7 +247,11 @@ fn mcp_paywall(
 /// Refuses every MCP request while the session with the upstream is gone: nothing is paid
 /// for a call that cannot be forwarded.
 async fn mcp_guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    if s.session.as_ref().is_some_and(|m| m.closed()) {
+    // A stdio upstream is gone when its session is; a URL one when it stops taking
+    // connections (checked at most every 2 s while it answers).
+    let gone = s.session.as_ref().is_some_and(|m| m.closed())
+        || (matches!(s.config.upstream, Upstream::McpUrl(_)) && !s.health.up().await);
+    if gone {
         let mut r = (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({

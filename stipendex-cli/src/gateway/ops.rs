@@ -174,8 +174,11 @@ pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
         failing.push("store");
     }
     let up = match &s.session {
-        Some(m) => !m.closed(),
-        None => s.health.up().await,
+        Some(m) if m.closed() => false,
+        // A stdio upstream lives as long as its session; a URL one is checked as an HTTP
+        // upstream is.
+        Some(_) if matches!(s.config.upstream, super::config::Upstream::McpCommand(_)) => true,
+        _ => s.health.up().await,
     };
     if !up {
         failing.push("upstream");
