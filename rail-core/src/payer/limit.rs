@@ -423,6 +423,56 @@ impl Budget {
         }
     }
 
+    /// Gives back `amount` of what operation `op` kept counted ([`Spend::keep`]): the part of a
+    /// hold that was never captured (a tab closed below its cap, a checkout captured below its
+    /// maximum). At most once per operation, and never more than was counted. The give-back is
+    /// marked before the counters move: a crash between leaves the amount counted (over, never
+    /// under).
+    ///
+    /// # Errors
+    /// [`RailError::InvalidInput`] for an operation that was not counted, or an amount above
+    /// what it counted or in another asset; [`RailError::InProgress`] while the operation's
+    /// payment still runs; [`RailError::Storage`].
+    pub async fn give_back(&self, op: &OpId, amount: &Money) -> RailResult<()> {
+        let seen = self.ops.seen(op.as_str()).await?.ok_or_else(|| {
+            RailError::InvalidInput(format!(
+                "operation {op} was not counted against budget {}",
+                self.scope
+            ))
+        })?;
+        if seen.record.state != "counted" {
+            return Err(RailError::InProgress {
+                op_id: op.to_string(),
+            });
+        }
+        let counted: Counted = decode(seen.record.value.as_deref(), &self.scope)?;
+        if amount.asset() != counted.amount.asset() || amount.amount() > counted.amount.amount() {
+            return Err(RailError::InvalidInput(format!(
+                "cannot give back {amount} of operation {op}, which counted {}",
+                counted.amount
+            )));
+        }
+        if amount.amount().is_zero() {
+            return Ok(());
+        }
+        let back = format!("{}/back", op.as_str());
+        if !self
+            .ops
+            .insert_if_absent(&back, Some(self.marker_retention()))
+            .await?
+        {
+            return Ok(()); // given back before
+        }
+        self.update(|st, _| {
+            if st.period == counted.period {
+                st.period_spent = st.period_spent.checked_sub(amount)?;
+            }
+            st.total_spent = st.total_spent.checked_sub(amount)?;
+            Ok(())
+        })
+        .await
+    }
+
     /// What was spent in the current period and in total (read only).
     ///
     /// # Errors

@@ -207,6 +207,31 @@ async fn a_refused_payment_gives_its_budget_back_an_unknown_one_keeps_it() {
     );
 }
 
+/// A hold counted in full and captured in part gives the rest back once: a retry of the
+/// give-back, more than was counted, or an operation never counted change nothing.
+#[tokio::test]
+async fn a_partial_give_back_returns_the_uncaptured_part_once() {
+    let (store, _) = store();
+    let budget = Budget::new(store.clone(), "agent", limits("5.00", "8.00", "12.00")).unwrap();
+    let p = SpendLimit::new(Idempotent::new(Counting::default(), store.clone()), budget);
+    let op = OpId::random();
+    p.pay(&op, &offer("5.00")).await.unwrap();
+    let b = p.budget();
+    assert_eq!(b.spent().await.unwrap(), (usd("5.00"), usd("5.00")));
+    let e = b.give_back(&op, &usd("5.01")).await.unwrap_err();
+    assert_eq!(e.code(), "invalid_input", "{e}");
+    b.give_back(&op, &usd("3.75")).await.unwrap();
+    assert_eq!(b.spent().await.unwrap(), (usd("1.25"), usd("1.25")));
+    b.give_back(&op, &usd("3.75")).await.unwrap(); // a retry gives nothing more
+    assert_eq!(b.spent().await.unwrap(), (usd("1.25"), usd("1.25")));
+    let e = b
+        .give_back(&OpId::random(), &usd("1.00"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "invalid_input", "{e}");
+    assert_eq!(b.spent().await.unwrap().1, usd("1.25"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_payments_never_overspend() {
     let (store, _) = store();
