@@ -43,6 +43,7 @@ mod quote;
 mod receipt;
 mod revocation;
 mod signed;
+pub mod tab;
 
 pub use confirmation::Confirmation;
 pub use key::{PublicKey, SecretKey};
@@ -52,3 +53,4 @@ pub use quote::{Capability, Profile, Quote, RailOffer, Resource};
 pub use receipt::Receipt;
 pub use revocation::Revocation;
 pub use signed::{Digest, MAJOR, MINOR, Object, Signed, Tag, check_id, new_id};
+pub use tab::{CallTree, LaneEnd, Tab, TabClose, TabPrice, TabReceipt, Voucher};

@@ -158,6 +158,27 @@ impl Digest {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The 32 bytes of the hash.
+    #[must_use]
+    pub fn hash(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        if let Some(b) = self
+            .0
+            .strip_prefix("sha256:")
+            .and_then(|b| URL_SAFE_NO_PAD.decode(b).ok())
+            && let Some(h) = b.get(..32)
+        {
+            out.copy_from_slice(h);
+        }
+        out
+    }
+
+    /// The digest whose hash is `hash` (a Merkle root).
+    #[must_use]
+    pub fn from_hash(hash: [u8; 32]) -> Self {
+        Digest(format!("sha256:{}", URL_SAFE_NO_PAD.encode(hash)))
+    }
 }
 
 impl TryFrom<String> for Digest {
