@@ -1840,3 +1840,28 @@ async fn sigterm_lets_a_paid_request_in_flight_finish() {
         "the gateway still takes connections"
     );
 }
+
+/// Behind a trusted proxy (its address in `trusted_proxies`), the client's `X-Forwarded-*` are
+/// kept and the peer appended; the shared secret and the payment headers are still the
+/// gateway's alone.
+#[tokio::test]
+async fn forwarded_headers_of_a_trusted_proxy_are_kept_and_extended() {
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(&up, "trusted_proxies = [\"127.0.0.0/8\"]").await;
+    let _gw = s.gateway().await;
+    let r = http()
+        .get(format!("{}/free", s.origin))
+        .header("x-forwarded-for", "203.0.113.7")
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "api.example")
+        .header("x-gateway-secret", "guessed")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let h = seen.last("/free");
+    assert_eq!(h["x-forwarded-for"], "203.0.113.7, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "https");
+    assert_eq!(h["x-forwarded-host"], "api.example");
+    assert_eq!(h["x-gateway-secret"], SECRET);
+}
