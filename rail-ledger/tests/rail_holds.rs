@@ -344,3 +344,33 @@ async fn a_payment_made_in_time_is_answered_after_the_offers_end() {
         "nothing more moved"
     );
 }
+
+/// `verify_as`'s contract: the same operation again (a verification whose answer was lost,
+/// recovered by another instance) gets that verification's answer; another operation is a
+/// replay.
+#[tokio::test]
+async fn the_same_verification_again_is_answered_another_is_a_replay() {
+    use rail_core::{Payer as _, Receiver as _};
+    let w = world().await;
+    let (payer, receiver) = (w.payer(), w.receiver());
+    let offer = receiver
+        .offer(&Charge::capture(usd(300), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let payment = payer.pay(&OpId::random(), &offer).await.unwrap();
+    let op = OpId::random();
+    let first = receiver.verify_as(&op, &offer, &payment).await.unwrap();
+    assert_eq!(
+        receiver.verify_as(&op, &offer, &payment).await.unwrap(),
+        first
+    );
+    for e in [
+        receiver
+            .verify_as(&OpId::random(), &offer, &payment)
+            .await
+            .unwrap_err(),
+        receiver.verify(&offer, &payment).await.unwrap_err(),
+    ] {
+        assert_eq!(e.code(), "replayed", "{e}");
+    }
+}

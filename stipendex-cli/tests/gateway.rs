@@ -161,6 +161,47 @@ struct Setup {
 
 const SECRET: &str = "s3cret-only-the-gateway-knows";
 
+/// A mandate for `wallet` signed by a fresh principal: `limits` as (asset, per call, total,
+/// confirm above) and `receiver` (its key pinned) allowed at `origin`.
+fn mandate(
+    wallet: &SecretKey,
+    receiver: &str,
+    receiver_key: &SecretKey,
+    origin: &str,
+    limits: &[(Asset, &str, &str, Option<&str>)],
+) -> Signed<Mandate> {
+    let principal = SecretKey::generate();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet.public(),
+        now - 60,
+        86_400,
+    );
+    for (asset, per_call, total, confirm_above) in limits {
+        m.limits.push(Limits {
+            asset: asset.clone(),
+            per_call: Some(per_call.parse().unwrap()),
+            per_period: None,
+            total: Some(total.parse().unwrap()),
+            per_receiver: None,
+            confirm_above: confirm_above.map(|c| c.parse().unwrap()),
+        });
+    }
+    m.allow.push(Allow::Receiver {
+        id: receiver.into(),
+        key: receiver_key.public(),
+        origins: vec![origin.into()],
+    });
+    Signed::sign(m, &principal).unwrap()
+}
+
 /// The HTTP upstream's prices.
 const HTTP_PRICES: &str = r#"[[price]]
 kind = "route"
@@ -256,51 +297,19 @@ secret_env = "GATEWAY_TEST_SECRET"
         )
         .unwrap();
 
-        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+        let wallet_key = SecretKey::generate();
         std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let mut m = Mandate::draft(
-            Party {
-                id: "alice".into(),
-                key: principal.public(),
-            },
-            wallet_key.public(),
-            now - 60,
-            86_400,
+        let m = mandate(
+            &wallet_key,
+            "weather-co",
+            &shop_key,
+            &origin,
+            &[
+                (Asset::usd(), "5.00", "50.00", Some("10.00")),
+                (Asset::algo(), "0.01", "1", None),
+                (Asset::usdc(), "0.01", "1.00", None),
+            ],
         );
-        m.limits.push(Limits {
-            asset: Asset::usd(),
-            per_call: Some("5.00".parse().unwrap()),
-            per_period: None,
-            total: Some("50.00".parse().unwrap()),
-            per_receiver: None,
-            confirm_above: Some("10.00".parse().unwrap()),
-        });
-        m.limits.push(Limits {
-            asset: Asset::algo(),
-            per_call: Some("0.01".parse().unwrap()),
-            per_period: None,
-            total: Some("1".parse().unwrap()),
-            per_receiver: None,
-            confirm_above: None,
-        });
-        m.limits.push(Limits {
-            asset: Asset::usdc(),
-            per_call: Some("0.01".parse().unwrap()),
-            per_period: None,
-            total: Some("1.00".parse().unwrap()),
-            per_receiver: None,
-            confirm_above: None,
-        });
-        m.allow.push(Allow::Receiver {
-            id: "weather-co".into(),
-            key: shop_key.public(),
-            origins: vec![origin.clone()],
-        });
-        let m = Signed::sign(m, &principal).unwrap();
         std::fs::write(dir.join("wallet.jws"), m.jws()).unwrap();
         std::fs::write(
             dir.join("wallet.toml"),
@@ -1149,7 +1158,6 @@ async fn typescript_host_pays_python_server(over_http: bool) {
 /// request twice only if A was killed while forwarding it (a GET: idempotent).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_postgres_lose_and_double_nothing_when_one_is_killed_mid_burst() {
-    use rail_ledger::{NewAccount, TransferId, TransferRequest};
     const N: u32 = 40;
     const PUBLIC: &str = "http://gateway.test";
     let url = test_kit::localnet::postgres_url();
@@ -1164,31 +1172,7 @@ async fn two_instances_on_postgres_lose_and_double_nothing_when_one_is_killed_mi
         Ok(Err(e)) => return test_kit::localnet::missing("PostgreSQL", &e.to_string()),
         Err(_) => return test_kit::localnet::missing("PostgreSQL", "connection timed out"),
     };
-    let (bank, agent, shop) = (
-        AccountId::random(),
-        AccountId::random(),
-        AccountId::random(),
-    );
-    for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
-        ledger
-            .create_account(NewAccount {
-                id,
-                asset: Asset::usd(),
-                no_overdraft,
-            })
-            .await
-            .unwrap();
-    }
-    ledger
-        .transfer(TransferRequest::Single {
-            id: TransferId::random(),
-            debit: bank,
-            credit: agent,
-            amount: 10_000,
-            user_data: 0,
-        })
-        .await
-        .unwrap();
+    let (agent, shop) = common::fund(&ledger, 10_000).await;
     let (up, seen, _task) = upstream().await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -1233,33 +1217,14 @@ asset = "USD"
     let _b = start_gateway(&config, pb).await;
 
     // The wallet pays N Quotes ahead (the Proofs are the burst's).
-    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        now - 60,
-        86_400,
+    let wallet_key = SecretKey::generate();
+    let m = mandate(
+        &wallet_key,
+        &format!("weather-{schema}"),
+        &shop_key,
+        PUBLIC,
+        &[(Asset::usd(), "1.00", "50.00", None)],
     );
-    m.limits.push(Limits {
-        asset: Asset::usd(),
-        per_call: Some("1.00".parse().unwrap()),
-        per_period: None,
-        total: Some("50.00".parse().unwrap()),
-        per_receiver: None,
-        confirm_above: None,
-    });
-    m.allow.push(Allow::Receiver {
-        id: format!("weather-{schema}"),
-        key: shop_key.public(),
-        origins: vec![PUBLIC.into()],
-    });
     let registry = stipendex::Registry::from_toml(
         &format!(
             "[store]\nurl = \"memory\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{url}\"\nschema = \"{schema}\"\npayer_account = \"{agent}\"\n"
@@ -1268,11 +1233,10 @@ asset = "USD"
     )
     .await
     .unwrap();
-    let wallet =
-        stipendex::wallet::Wallet::builder(wallet_key, Signed::sign(m, &principal).unwrap())
-            .registry(&registry)
-            .build()
-            .unwrap();
+    let wallet = stipendex::wallet::Wallet::builder(wallet_key, m)
+        .registry(&registry)
+        .build()
+        .unwrap();
     let at = |port: u16, n: u32| format!("http://127.0.0.1:{port}/api/slowish/{n}");
     let mut proofs = Vec::new();
     for n in 0..N {

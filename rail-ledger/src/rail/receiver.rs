@@ -251,35 +251,73 @@ impl Receiver for LedgerReceiver {
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
-        self.consume(offer, payment, false).await
+        self.consume(None, offer, payment, false).await
     }
 
     /// A transfer made while the offer was live is verified after its end (within
-    /// [`rail_core::LATE_PROOF_GRACE`]); the offer's single-use mark still refuses a replay.
-    async fn verify_as(
-        &self,
-        _op: &OpId,
-        offer: &Offer,
-        payment: &Payment,
-    ) -> RailResult<Verified> {
-        self.consume(offer, payment, true).await
+    /// [`rail_core::LATE_PROOF_GRACE`]); the offer's single-use mark still refuses a replay —
+    /// but the same `op` again (a verification whose answer was lost, recovered here or at
+    /// another instance) gets that verification's answer.
+    async fn verify_as(&self, op: &OpId, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
+        self.consume(Some(op), offer, payment, true).await
     }
 }
 
+/// What the offer's single-use mark keeps of a verification under an operation id.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Consumed {
+    op: String,
+    verified: Verified,
+}
+
 impl LedgerReceiver {
-    async fn consume(&self, offer: &Offer, payment: &Payment, late: bool) -> RailResult<Verified> {
+    async fn consume(
+        &self,
+        op: Option<&OpId>,
+        offer: &Offer,
+        payment: &Payment,
+        late: bool,
+    ) -> RailResult<Verified> {
         // Cheap, side-effect-free checks first; then reserve the offer, check the ledger, commit.
         payment.check_envelope(offer)?;
         let _: LedgerProof = payment.proof_as()?;
-        let reservation = self
-            .guard
-            .reserve(&offer.id, Duration::from_secs(30))
-            .await?;
+        let reservation = match self.guard.reserve(&offer.id, Duration::from_secs(30)).await {
+            Ok(r) => r,
+            Err(RailError::Replayed { key }) => {
+                // Consumed: by this very operation (its answer again), or by another (a replay).
+                if let Some(op) = op
+                    && let Some(seen) = self.guard.seen(&offer.id).await?
+                    && seen.record.state == rail_core::keys::COMMITTED
+                    && let Some(c) = seen
+                        .record
+                        .value
+                        .as_deref()
+                        .and_then(|v| serde_json::from_str::<Consumed>(v).ok())
+                    && c.op == op.as_str()
+                {
+                    return Ok(c.verified);
+                }
+                return Err(RailError::Replayed { key });
+            }
+            Err(e) => return Err(e),
+        };
         match self.check(offer, payment, late).await {
             Ok(v) => {
                 let keep =
                     offer.retention(self.ledger.clock().now(), Duration::from_secs(24 * 3600));
-                reservation.commit(Some(keep)).await?;
+                let value = match op {
+                    Some(op) => Some(
+                        serde_json::to_string(&Consumed {
+                            op: op.as_str().to_owned(),
+                            verified: v.clone(),
+                        })
+                        .map_err(|e| RailError::Storage(e.to_string()))?,
+                    ),
+                    None => None,
+                };
+                reservation
+                    .finish_with(rail_core::keys::COMMITTED, value, Some(keep))
+                    .await?;
                 Ok(v)
             }
             Err(e) => {

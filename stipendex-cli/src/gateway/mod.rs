@@ -111,26 +111,21 @@ fn schemes_of(registry: &Registry) -> Vec<(Arc<dyn Scheme>, rail_core::Asset)> {
         .collect()
 }
 
-/// The paywall offering, on every fixed-price route, each scheme paid in the route's asset.
-fn paywall(
+/// The x402 offers of every fixed-price entry of `config` that `keep` selects — each scheme of
+/// a rail receiving the entry's asset — as (pattern, description, ways to pay). A checkout
+/// holds and captures: x402's `exact` cannot, so it has none.
+fn x402_offers(
     config: &Config,
     schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
-    store: Option<&Arc<dyn KeyStore>>,
-) -> Result<Option<Paywall>, CliError> {
-    let mut p = Paywall::new().settle(SettleWhen::After);
-    if let Some(s) = store {
-        p = p.with_store(s.clone());
-    }
-    let mut any = false;
-    for cap in &config.prices {
+    keep: impl Fn(&stipendex::receiver::PricedCapability) -> bool,
+) -> Result<Vec<(String, String, Accepts)>, CliError> {
+    let mut out = Vec::new();
+    for cap in config.prices.iter().filter(|c| keep(c)) {
         let Price::Fixed(money) = &cap.price else {
-            continue; // a checkout holds and captures: x402's exact cannot
+            continue;
         };
         let mut accepts: Option<Accepts> = None;
-        for (scheme, asset) in schemes {
-            if asset != money.asset() {
-                continue;
-            }
+        for (scheme, _) in schemes.iter().filter(|(_, a)| a == money.asset()) {
             let refused = |e: x402_transport::Error| {
                 msg(format!(
                     "[[price]] {}: the x402 scheme {} cannot ask {} {}: {e}",
@@ -150,11 +145,31 @@ fn paywall(
                 .description
                 .clone()
                 .unwrap_or_else(|| cap.name().to_owned());
-            p = p.route(cap.name(), &description, a);
-            any = true;
+            out.push((cap.name().to_owned(), description, a));
         }
     }
-    Ok(any.then_some(p))
+    Ok(out)
+}
+
+/// The HTTP paywall beside the Quotes (settling after the upstream answered 2xx), if any
+/// route has an x402 offer.
+fn paywall(
+    config: &Config,
+    schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
+    store: Option<&Arc<dyn KeyStore>>,
+) -> Result<Option<Paywall>, CliError> {
+    let offers = x402_offers(config, schemes, |_| true)?;
+    if offers.is_empty() {
+        return Ok(None);
+    }
+    let mut p = Paywall::new().settle(SettleWhen::After);
+    if let Some(s) = store {
+        p = p.with_store(s.clone());
+    }
+    for (pattern, description, accepts) in offers {
+        p = p.route(&pattern, &description, accepts);
+    }
+    Ok(Some(p))
 }
 
 /// `/llms.txt` and `/.well-known/exact-algo.json` (the Avouch seed's §7) where an exact-algo
@@ -201,47 +216,25 @@ fn store_of(s: &Shared) -> Option<&Arc<dyn KeyStore>> {
     s.store.as_ref()
 }
 
-/// The MCP paywall offering, on every fixed-price tool, each scheme paid in the tool's asset.
+/// The MCP paywall beside the Quotes (x402's `isError` convention), if any tool has an x402
+/// offer.
 fn mcp_paywall(
     config: &Config,
     schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
     store: Option<&Arc<dyn KeyStore>>,
 ) -> Result<Option<x402_transport::mcp::McpPaywall>, CliError> {
+    let offers = x402_offers(config, schemes, |c| c.method() == "tools/call")?;
+    if offers.is_empty() {
+        return Ok(None);
+    }
     let mut p = x402_transport::mcp::McpPaywall::new();
     if let Some(s) = store {
         p = p.with_store(s.clone());
     }
-    let mut any = false;
-    for cap in config.prices.iter().filter(|c| c.method() == "tools/call") {
-        let Price::Fixed(money) = &cap.price else {
-            continue;
-        };
-        let mut accepts: Option<Accepts> = None;
-        for (scheme, _) in schemes.iter().filter(|(_, a)| a == money.asset()) {
-            let refused = |e: x402_transport::Error| {
-                msg(format!(
-                    "[[price]] {}: the x402 scheme {} cannot ask {} {}: {e}",
-                    cap.name(),
-                    scheme.info().label,
-                    money.amount(),
-                    money.asset().code()
-                ))
-            };
-            accepts = Some(match accepts {
-                None => Accepts::one(scheme.clone(), money.minor_units()).map_err(refused)?,
-                Some(a) => a.or(scheme.clone(), money.minor_units()).map_err(refused)?,
-            });
-        }
-        if let Some(a) = accepts {
-            let description = cap
-                .description
-                .clone()
-                .unwrap_or_else(|| cap.name().to_owned());
-            p = p.tool(cap.name(), &description, a);
-            any = true;
-        }
+    for (name, description, accepts) in offers {
+        p = p.tool(&name, &description, accepts);
     }
-    Ok(any.then_some(p))
+    Ok(Some(p))
 }
 
 /// Refuses every MCP request while the session with the upstream is gone: nothing is paid

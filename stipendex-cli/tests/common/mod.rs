@@ -12,6 +12,13 @@ use stipendex::Asset;
 pub async fn funded_ledger(dir: &Path, cents: u64) -> (Ledger, String, AccountId, AccountId) {
     let url = format!("sqlite://{}", dir.join("ledger.db").display());
     let ledger = Ledger::sqlite(&url).await.unwrap();
+    let (agent, shop) = fund(&ledger, cents).await;
+    (ledger, url, agent, shop)
+}
+
+/// In `ledger` (any backend): a bank, an agent funded with `cents` and a shop; the agent's and
+/// the shop's accounts.
+pub async fn fund(ledger: &Ledger, cents: u64) -> (AccountId, AccountId) {
     let (bank, agent, shop) = (
         AccountId::random(),
         AccountId::random(),
@@ -37,5 +44,5 @@ pub async fn funded_ledger(dir: &Path, cents: u64) -> (Ledger, String, AccountId
         })
         .await
         .unwrap();
-    (ledger, url, agent, shop)
+    (agent, shop)
 }
