@@ -145,6 +145,8 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
         total: Some("900000.00".parse().map_err(|_| msg("limit"))?),
         per_receiver: None,
         confirm_above: None,
+        tab_cap: None,
+        open_tabs: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

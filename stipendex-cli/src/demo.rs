@@ -391,6 +391,8 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         total: Some(money(a, p.total)?.amount()),
         per_receiver: None,
         confirm_above: Some(money(a, p.confirm_above)?.amount()),
+        tab_cap: None,
+        open_tabs: None,
     });
     m.allow.push(Allow::Receiver {
         id: "demo-shop".into(),

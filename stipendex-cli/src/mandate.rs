@@ -179,6 +179,8 @@ fn new(a: NewArgs) -> Result<(), CliError> {
         total: amount("total", a.total.as_ref(), &asset)?,
         per_receiver: amount("per-receiver", a.per_receiver.as_ref(), &asset)?,
         confirm_above: amount("confirm-above", a.confirm_above.as_ref(), &asset)?,
+        tab_cap: None,
+        open_tabs: None,
         asset,
     });
     for v in &a.allow_receiver {

@@ -140,6 +140,8 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
         total: Some("5.00".parse().unwrap()),
         per_receiver: None,
         confirm_above: None,
+        tab_cap: None,
+        open_tabs: None,
     });
     m.allow.push(Allow::Receiver {
         id: "shop".into(),
@@ -313,6 +315,8 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
             total: Some("1".parse().unwrap()),
             per_receiver: None,
             confirm_above: None,
+            tab_cap: None,
+            open_tabs: None,
         });
         if allow {
             m.allow.push(Allow::X402Http {

@@ -192,6 +192,8 @@ fn mandate(
             total: Some(total.parse().unwrap()),
             per_receiver: None,
             confirm_above: confirm_above.map(|c| c.parse().unwrap()),
+            tab_cap: None,
+            open_tabs: None,
         });
     }
     m.allow.push(Allow::Receiver {

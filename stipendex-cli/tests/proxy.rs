@@ -109,6 +109,8 @@ asset = "USD"
                 total: Some("20.00".parse().unwrap()),
                 per_receiver: None,
                 confirm_above: Some("1.00".parse().unwrap()),
+                tab_cap: None,
+                open_tabs: None,
             });
             if allow {
                 m.allow.push(Allow::Receiver {
@@ -551,6 +553,8 @@ asset = "ALGO"
             total: Some("1".parse().unwrap()),
             per_receiver: None,
             confirm_above: None,
+            tab_cap: None,
+            open_tabs: None,
         });
         m.allow.push(Allow::Receiver {
             id: "shop".into(),

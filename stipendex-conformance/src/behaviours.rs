@@ -132,6 +132,8 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
         total: Some(minor(PRICE * 20)?),
         per_receiver: None,
         confirm_above: o.confirm_above.map(minor).transpose()?,
+        tab_cap: None,
+        open_tabs: None,
     });
     if o.allowlisted {
         m.allow.push(Allow::Receiver {

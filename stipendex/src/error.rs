@@ -158,6 +158,23 @@ pub enum Error {
     /// The store of spend records, revocations or used quotes failed.
     #[error("storage: {0}")]
     Storage(String),
+    /// The tab is not open here: unknown, closed, or past its end.
+    #[error("tab {tab} is not open: {why}")]
+    TabClosed {
+        /// The tab's id.
+        tab: String,
+        /// Why.
+        why: String,
+    },
+    /// A voucher the receiver refuses; `code` says which rule it broke (`voucher_replayed`,
+    /// `voucher_out_of_order`, `equivocation`, `above_cap`, `wrong_price`, `not_covered`).
+    #[error("voucher refused ({code}): {why}")]
+    Voucher {
+        /// The rule broken.
+        code: &'static str,
+        /// Why.
+        why: String,
+    },
     /// The rail is configured, but not that side of it.
     #[error("rail `{name}` has no {side} side configured")]
     NoSide {
@@ -202,6 +219,8 @@ impl Error {
             Error::Broken { .. } => "broken_chain",
             Error::Payment(e) => e.code(),
             Error::Storage(_) => "storage",
+            Error::TabClosed { .. } => "tab_closed",
+            Error::Voucher { code, .. } => code,
         }
     }
 }

@@ -235,6 +235,8 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
                 total: Some("5.00".parse().unwrap()),
                 per_receiver: None,
                 confirm_above: Some("0.10".parse().unwrap()),
+                tab_cap: None,
+                open_tabs: None,
             });
             if allow {
                 m.allow.push(Allow::X402Http {
@@ -352,6 +354,8 @@ async fn the_wallet_pays_a_plain_x402_route_under_its_mandate() {
             total: Some("5.00".parse().unwrap()),
             per_receiver: None,
             confirm_above: None,
+            tab_cap: None,
+            open_tabs: None,
         });
         m.allow.push(Allow::X402Http {
             origin: v1_base.clone(),
@@ -441,6 +445,8 @@ async fn the_wallet_resends_the_same_x402_payment_when_its_outcome_is_unknown() 
             total: Some("5.00".parse().unwrap()),
             per_receiver: None,
             confirm_above: None,
+            tab_cap: None,
+            open_tabs: None,
         });
         m.allow.push(Allow::X402Http {
             origin: base.clone(),

@@ -91,6 +91,8 @@ async fn the_wallet_pays_an_mcp_is_error_result_under_its_mandate() {
                 total: Some("1".parse().unwrap()),
                 per_receiver: None,
                 confirm_above: None,
+                tab_cap: None,
+                open_tabs: None,
             });
             if allow {
                 m.allow.push(Allow::X402Mcp {

@@ -184,6 +184,8 @@ fn mandate_strategy() -> impl Strategy<Value = (SecretKey, Mandate)> {
                         total: amounts[2],
                         per_receiver: amounts[3],
                         confirm_above: amounts[4],
+                        tab_cap: None,
+                        open_tabs: None,
                     }],
                     allow: vec![
                         Allow::Receiver {
@@ -264,6 +266,8 @@ fn fixed_objects() -> Vec<String> {
             mandate: Digest::of(b"mandate"),
             quote: Some(quote.digest().clone()),
             quote_jws: Some(quote.jws().to_owned()),
+            tab: None,
+            tab_jws: None,
             challenge: None,
             confirmation: None,
             confirmation_jws: None,

@@ -541,6 +541,8 @@ async fn a_registry_wallet_pays_an_exact_algo_402_with_the_rails_scheme_payer() 
         total: Some("1".parse().unwrap()),
         per_receiver: None,
         confirm_above: None,
+        tab_cap: None,
+        open_tabs: None,
     });
     m.allow.push(Allow::X402Http {
         origin: base.clone(),

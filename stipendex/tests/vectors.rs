@@ -234,6 +234,8 @@ fn mandate(k: &Keys) -> Mandate {
             total: Some(amount("100.00")),
             per_receiver: None,
             confirm_above: Some(amount("1.00")),
+            tab_cap: None,
+            open_tabs: None,
         }],
         allow: vec![Allow::Receiver {
             origins: vec!["https://search.example".into()],
@@ -316,6 +318,8 @@ fn proof(
         mandate: m.digest().clone(),
         quote: Some(q.digest().clone()),
         quote_jws: Some(q.jws().to_owned()),
+        tab: None,
+        tab_jws: None,
         challenge: None,
         confirmation: c.map(|c| c.digest().clone()),
         confirmation_jws: c.map(|c| c.jws().to_owned()),

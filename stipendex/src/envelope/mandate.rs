@@ -78,6 +78,14 @@ pub struct Limits {
     /// always does). Absent: no confirmation below the other limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_above: Option<Amount>,
+    /// Tab sessions: the largest cap the wallet may hold for one tab. Absent: the wallet opens
+    /// no tab in this asset (`docs/stipendex-profile.md` §4b).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tab_cap: Option<Amount>,
+    /// Tab sessions: how many tabs may be open at once under the mandate in this asset
+    /// (default 1 when `tab_cap` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_tabs: Option<u32>,
 }
 
 impl Limits {
@@ -152,10 +160,16 @@ impl Object for Mandate {
                 )));
             }
             seen.push(&l.asset);
-            for a in [l.per_call, l.total, l.per_receiver, l.confirm_above]
-                .into_iter()
-                .flatten()
-                .chain(l.per_period.as_ref().map(|p| p.amount))
+            for a in [
+                l.per_call,
+                l.total,
+                l.per_receiver,
+                l.confirm_above,
+                l.tab_cap,
+            ]
+            .into_iter()
+            .flatten()
+            .chain(l.per_period.as_ref().map(|p| p.amount))
             {
                 l.money(a)?;
             }

@@ -59,6 +59,12 @@ pub struct Proof {
     /// The Quote paid: its compact JWS (its digest is `quote`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quote_jws: Option<String>,
+    /// The tab held, by digest (a tab's hold Proof: `docs/stipendex-profile.md` §4b).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tab: Option<Digest>,
+    /// The tab held: its compact JWS (its digest is `tab`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tab_jws: Option<String>,
     /// The unsigned challenge paid instead of a Quote (an x402 402 or MCP `isError` result),
     /// as the wallet saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,17 +114,32 @@ impl Object for Proof {
     }
     fn check(&self) -> Result<(), Error> {
         let money = self.money()?;
-        match (&self.quote, &self.quote_jws, &self.challenge) {
-            (Some(d), Some(jws), None) if &Digest::of(jws.trim().as_bytes()) == d => {}
-            (Some(_), Some(_), None) => {
+        let bound = |d: &Digest, jws: &str| &Digest::of(jws.trim().as_bytes()) == d;
+        match (
+            (&self.quote, &self.quote_jws),
+            (&self.tab, &self.tab_jws),
+            &self.challenge,
+        ) {
+            ((Some(d), Some(jws)), (None, None), None) if bound(d, jws) => {}
+            ((Some(_), Some(_)), (None, None), None) => {
                 return Err(Error::Mismatch(
                     "the proof's quote digest is not the digest of the quote it carries".into(),
                 ));
             }
-            (None, None, Some(_)) => {}
+            ((None, None), (Some(d), Some(jws)), None) if bound(d, jws) => {
+                if self.mode != PaymentMode::Hold {
+                    return Err(Error::Malformed("a tab's proof holds its cap".into()));
+                }
+            }
+            ((None, None), (Some(_), Some(_)), None) => {
+                return Err(Error::Mismatch(
+                    "the proof's tab digest is not the digest of the tab it carries".into(),
+                ));
+            }
+            ((None, None), (None, None), Some(_)) => {}
             _ => {
                 return Err(Error::Malformed(
-                    "a proof pays either a quote (quote and quote_jws) or a challenge".into(),
+                    "a proof pays one of a quote (quote and quote_jws), a tab (tab and tab_jws) or a challenge".into(),
                 ));
             }
         }

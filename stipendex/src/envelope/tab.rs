@@ -74,6 +74,32 @@ impl Tab {
             .map_err(|e| Error::Malformed(format!("tab cap: {e}")))
     }
 
+    /// The price of one call of `method` on `name` inside the tab: the most specific of its
+    /// patterns that matches (the one pricing rule, [`crate::receiver::Receiver::decide`]'s),
+    /// with the pattern; `None` if the tab does not cover the call.
+    #[must_use]
+    pub fn price_of(&self, method: &str, name: &str) -> Option<(&TabPrice, Money)> {
+        let caps: Vec<crate::receiver::PricedCapability> = self
+            .prices
+            .iter()
+            .filter_map(|p| {
+                let m = Money::new(self.asset.clone(), p.amount).ok()?;
+                Some(crate::receiver::PricedCapability::fixed(
+                    p.method.clone(),
+                    &p.pattern,
+                    m,
+                ))
+            })
+            .collect();
+        let hit = crate::receiver::matching(&caps, &crate::receiver::Request::new(method, name))?;
+        let p = self
+            .prices
+            .iter()
+            .find(|p| p.method == hit.method() && p.pattern == hit.name())?;
+        let m = Money::new(self.asset.clone(), p.amount).ok()?;
+        Some((p, m))
+    }
+
     /// The offer of rail kind `rail`, if the tab accepts it.
     #[must_use]
     pub fn offer(&self, rail: &str) -> Option<&rail_core::Offer> {
@@ -300,7 +326,8 @@ pub struct TabReceipt {
     pub lanes: Vec<LaneEnd>,
     /// How many calls were served.
     pub calls: u64,
-    /// The Merkle root over every call's (voucher, result) pair ([`CallTree`]).
+    /// The Merkle root over every call's (voucher, result) pair: [`tab_root`] over the lanes'
+    /// [`CallTree`]s.
     pub root: Digest,
     /// The rail kind.
     pub rail: String,
@@ -360,11 +387,14 @@ impl Object for TabReceipt {
     }
 }
 
-/// The Merkle tree over a tab's calls, built as they come (RFC 6962's tree hash: a leaf is
-/// SHA-256(0x00 ‖ voucher ‖ result), a node SHA-256(0x01 ‖ left ‖ right), the left subtree the
-/// largest power of two): memory is logarithmic in the number of calls, so a tab of millions of
-/// calls is summed as it streams.
-#[derive(Clone, Debug, Default)]
+/// The Merkle tree over one lane's calls, in sequence order, built as they come (RFC 6962's
+/// tree hash: a leaf is SHA-256(0x00 ‖ voucher ‖ result), a node SHA-256(0x01 ‖ left ‖ right),
+/// the left subtree the largest power of two): memory is logarithmic in the number of calls, so
+/// a tab of millions of calls is summed as it streams. A lane's calls are strictly sequential,
+/// so the wallet and the receiver build the same tree; the tab's root joins the lanes' roots
+/// ([`tab_root`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "TreeState", from = "TreeState")]
 pub struct CallTree {
     /// Perfect subtrees not yet joined, largest first: (leaves, hash).
     stack: Vec<(u64, [u8; 32])>,
@@ -384,7 +414,11 @@ impl CallTree {
         h.update([0u8]);
         h.update(voucher.hash());
         h.update(result.hash());
-        let mut node: (u64, [u8; 32]) = (1, h.finalize().into());
+        self.push_leaf(h.finalize().into());
+    }
+
+    fn push_leaf(&mut self, leaf: [u8; 32]) {
+        let mut node: (u64, [u8; 32]) = (1, leaf);
         while let Some(&(n, left)) = self.stack.last() {
             if n != node.0 {
                 break;
@@ -414,6 +448,50 @@ impl CallTree {
         }
         Digest::from_hash(h)
     }
+}
+
+/// The stored form of a [`CallTree`]: its pending subtrees as digests.
+#[derive(Clone, Serialize, Deserialize)]
+struct TreeState {
+    stack: Vec<(u64, Digest)>,
+    calls: u64,
+}
+
+impl From<CallTree> for TreeState {
+    fn from(t: CallTree) -> Self {
+        TreeState {
+            stack: t
+                .stack
+                .into_iter()
+                .map(|(n, h)| (n, Digest::from_hash(h)))
+                .collect(),
+            calls: t.calls,
+        }
+    }
+}
+
+impl From<TreeState> for CallTree {
+    fn from(s: TreeState) -> Self {
+        CallTree {
+            stack: s.stack.into_iter().map(|(n, d)| (n, d.hash())).collect(),
+            calls: s.calls,
+        }
+    }
+}
+
+/// The tab's root: RFC 6962's tree hash over its lanes' roots, lane 0 first, every lane of the
+/// tab included (a lane without calls has the empty tree's root), each leaf
+/// SHA-256(0x00 ‖ lane root).
+#[must_use]
+pub fn tab_root(lanes: &[Digest]) -> Digest {
+    let mut t = CallTree::new();
+    for l in lanes {
+        let mut h = Sha256::new();
+        h.update([0u8]);
+        h.update(l.hash());
+        t.push_leaf(h.finalize().into());
+    }
+    t.root()
 }
 
 fn join(left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {

@@ -52,6 +52,16 @@ pub(crate) fn verify_op(proof: &str) -> Result<OpId, Error> {
     .map_err(Error::Payment)
 }
 
+/// The name of `receiver` in its records' namespaces (`stipendex/<who>/…`): its id may hold
+/// any character, so its hash names them.
+pub(crate) fn who(receiver: &str) -> String {
+    hex::encode(
+        Sha256::digest(receiver.as_bytes())
+            .get(..8)
+            .unwrap_or_default(),
+    )
+}
+
 /// What a paid request was answered: replayed as it is for the same Proof and request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Answer {
@@ -135,12 +145,7 @@ impl Answers {
         ttl: Duration,
         lease: Duration,
     ) -> Self {
-        // The receiver's id may hold any character: its hash names the namespaces.
-        let who = hex::encode(
-            Sha256::digest(receiver.as_bytes())
-                .get(..8)
-                .unwrap_or_default(),
-        );
+        let who = who(receiver);
         // A use is remembered as long as a rail answers a recovered verification the same
         // (the facilitator: the offer's life plus 24 hours), so a repeat never runs twice.
         let retain = ttl.saturating_add(USE_MARGIN).saturating_add(ANSWER_MARGIN);

@@ -18,6 +18,7 @@ mod answers;
 mod limit;
 pub mod price_file;
 mod pricing;
+mod tab;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,9 @@ use serde::{Deserialize, Serialize};
 
 pub use answers::{ANSWER_MARGIN, Answer, MAX_KEPT_ANSWER};
 pub use limit::DEFAULT_COSTLY_QUOTES;
+pub(crate) use pricing::matching;
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
+pub use tab::{Opened, Serving, TabCall, TabTerms};
 
 use crate::Error;
 use crate::envelope::{
@@ -194,6 +197,9 @@ struct Inner {
     clock: SharedClock,
     answers: answers::Answers,
     costly: limit::Limiter,
+    claim_lease: Duration,
+    tab_terms: Option<TabTerms>,
+    tabs: tab::Records,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -218,6 +224,7 @@ pub struct Builder {
     store: Option<Arc<dyn KeyStore>>,
     costly: (u32, Duration),
     claim_lease: Duration,
+    tabs: Option<TabTerms>,
 }
 
 impl Builder {
@@ -313,6 +320,15 @@ impl Builder {
         self
     }
 
+    /// Offers tab sessions on these terms beside the Quotes of the capabilities priced at a
+    /// fixed price in the cap's asset (`docs/stipendex-profile.md` §4b). Needs a rail that
+    /// holds and captures part of a hold.
+    #[must_use]
+    pub fn tabs(mut self, terms: TabTerms) -> Self {
+        self.tabs = Some(terms);
+        self
+    }
+
     /// The receiver.
     ///
     /// # Errors
@@ -346,10 +362,39 @@ impl Builder {
                 c.name()
             )));
         }
+        if let Some(t) = &self.tabs {
+            if t.lanes == 0 || t.lanes > crate::envelope::MAX_LANES {
+                return Err(Error::Config(format!(
+                    "receiver {}: a tab has 1 to {} lanes, not {}",
+                    self.id,
+                    crate::envelope::MAX_LANES,
+                    t.lanes
+                )));
+            }
+            if t.cap.amount().is_zero() || t.ttl.is_zero() {
+                return Err(Error::Config(format!(
+                    "receiver {}: a tab needs a cap above zero and a TTL",
+                    self.id
+                )));
+            }
+            if !self.rails.iter().any(|r| {
+                checkout_capable(r) && r.handle.receiver.capabilities().check_asset(&t.cap).is_ok()
+            }) {
+                return Err(Error::Config(format!(
+                    "receiver {} offers tabs in {}, which needs a rail that holds {} and captures part of a hold; none of its rails can (Lightning hold invoices settle in full only, x402 and exact-algo cannot hold)",
+                    self.id,
+                    t.cap.asset(),
+                    t.cap.asset()
+                )));
+            }
+        }
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
         Ok(Receiver(Arc::new(Inner {
+            tabs: tab::Records::new(store.clone(), &self.id),
+            tab_terms: self.tabs,
+            claim_lease: self.claim_lease,
             answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease),
             costly: limit::Limiter::new(self.costly.0, self.costly.1),
             party: Party {
@@ -394,6 +439,7 @@ impl Receiver {
             clock: Arc::new(SystemClock),
             store: None,
             costly: DEFAULT_COSTLY_QUOTES,
+            tabs: None,
         }
     }
 
@@ -527,6 +573,66 @@ impl Receiver {
         };
         charge.description = description.clone().unwrap_or_default();
         charge.reference = Some(id.clone());
+        let rails = self.rail_offers(req, &charge).await?;
+        let now = now_secs(&me.clock);
+        let (amount, estimate, tolerance) = match price {
+            Price::Fixed(m) => (Some(m.amount()), None, None),
+            Price::Estimate {
+                estimate,
+                tolerance,
+            } => (None, Some(estimate.amount()), Some(*tolerance)),
+        };
+        let quote = Quote {
+            stipendex: Tag::current("quote"),
+            id,
+            receiver: me.party.clone(),
+            iat: now,
+            exp: now.saturating_add(me.ttl.as_secs().max(1)),
+            profile,
+            asset: max.asset().clone(),
+            amount,
+            estimate,
+            tolerance,
+            capability: Some(Capability {
+                method: req.method.clone(),
+                name: req.name.clone(),
+            }),
+            request: Some(req.digest()),
+            resource: req.resource(),
+            description,
+            rails,
+        };
+        Signed::sign(quote, &me.key)
+    }
+
+    /// Accepts the Proof `proof` (compact JWS) for `req`: verifies it, checks that it pays this
+    /// receiver's own unexpired Quote for this very request, and verifies the payment on its
+    /// rail (which consumes it). Only after this may the request run.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`], [`Error::BadSignature`], [`Error::UnsupportedVersion`] (the
+    /// Proof or its Quote); [`Error::Untrusted`] (a Quote this receiver did not sign);
+    /// [`Error::Mismatch`] (another request); [`Error::Expired`]; [`Error::NotConfirmed`] (a
+    /// checkout without the human's Confirmation); [`Error::QuoteUsed`] (a replay);
+    /// [`Error::NoRail`]; [`Error::Payment`] (the rail refused the payment).
+    pub async fn accept(&self, req: &Request, proof: &str) -> Result<Accepted, Error> {
+        match self.admit(req, proof).await? {
+            Admitted::Run(paying) => {
+                let accepted = paying.accepted.clone();
+                self.answered(*paying, None).await?;
+                Ok(accepted)
+            }
+            Admitted::Answered { quote, .. } => Err(Error::QuoteUsed(quote)),
+        }
+    }
+
+    /// An offer of `charge` from every rail that can take it (its asset; in hold mode, a rail
+    /// that holds and captures part of a hold), in the receiver's order; a rail whose offer
+    /// fails drops out (logged), and only when every rail fails is the failure returned. Rails
+    /// whose offers cost (`offers_cost`) are counted once per call against the client's limit.
+    async fn rail_offers(&self, req: &Request, charge: &Charge) -> Result<Vec<RailOffer>, Error> {
+        let me = &self.0;
+        let (max, mode) = (&charge.amount, charge.mode);
         let mut rails = Vec::new();
         let mut failed = None;
         // Counted once per Quote, when a costly rail is about to offer.
@@ -590,56 +696,7 @@ impl Receiver {
                 }
             )));
         }
-        let now = now_secs(&me.clock);
-        let (amount, estimate, tolerance) = match price {
-            Price::Fixed(m) => (Some(m.amount()), None, None),
-            Price::Estimate {
-                estimate,
-                tolerance,
-            } => (None, Some(estimate.amount()), Some(*tolerance)),
-        };
-        let quote = Quote {
-            stipendex: Tag::current("quote"),
-            id,
-            receiver: me.party.clone(),
-            iat: now,
-            exp: now.saturating_add(me.ttl.as_secs().max(1)),
-            profile,
-            asset: max.asset().clone(),
-            amount,
-            estimate,
-            tolerance,
-            capability: Some(Capability {
-                method: req.method.clone(),
-                name: req.name.clone(),
-            }),
-            request: Some(req.digest()),
-            resource: req.resource(),
-            description,
-            rails,
-        };
-        Signed::sign(quote, &me.key)
-    }
-
-    /// Accepts the Proof `proof` (compact JWS) for `req`: verifies it, checks that it pays this
-    /// receiver's own unexpired Quote for this very request, and verifies the payment on its
-    /// rail (which consumes it). Only after this may the request run.
-    ///
-    /// # Errors
-    /// [`Error::Malformed`], [`Error::BadSignature`], [`Error::UnsupportedVersion`] (the
-    /// Proof or its Quote); [`Error::Untrusted`] (a Quote this receiver did not sign);
-    /// [`Error::Mismatch`] (another request); [`Error::Expired`]; [`Error::NotConfirmed`] (a
-    /// checkout without the human's Confirmation); [`Error::QuoteUsed`] (a replay);
-    /// [`Error::NoRail`]; [`Error::Payment`] (the rail refused the payment).
-    pub async fn accept(&self, req: &Request, proof: &str) -> Result<Accepted, Error> {
-        match self.admit(req, proof).await? {
-            Admitted::Run(paying) => {
-                let accepted = paying.accepted.clone();
-                self.answered(*paying, None).await?;
-                Ok(accepted)
-            }
-            Admitted::Answered { quote, .. } => Err(Error::QuoteUsed(quote)),
-        }
+        Ok(rails)
     }
 
     /// Admits the Proof `proof` (compact JWS) for `req`, keeping its answer: as

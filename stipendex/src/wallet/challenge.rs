@@ -226,6 +226,8 @@ impl Wallet {
             mandate: me.mandate.digest().clone(),
             quote: None,
             quote_jws: None,
+            tab: None,
+            tab_jws: None,
             challenge: Some(choice.challenge.clone()),
             confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
             confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),

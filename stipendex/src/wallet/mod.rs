@@ -932,6 +932,8 @@ impl Wallet {
             mandate: me.mandate.digest().clone(),
             quote: Some(quote.digest().clone()),
             quote_jws: Some(quote.jws().to_owned()),
+            tab: None,
+            tab_jws: None,
             challenge: None,
             confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
             confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),

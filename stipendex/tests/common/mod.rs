@@ -144,6 +144,8 @@ impl World {
             total: Some("100.00".parse().unwrap()),
             per_receiver: None,
             confirm_above: Some("1.00".parse().unwrap()),
+            tab_cap: None,
+            open_tabs: None,
         });
         m.allow.push(Allow::Receiver {
             id: "search".into(),

@@ -1,0 +1,850 @@
+//! Tab sessions at the receiver (`docs/stipendex-profile.md` §4b): one hold, many paid calls,
+//! one settlement.
+//!
+//! 1. [`Receiver::offer_tab`]: beside a Quote, a signed [`Tab`] for the request's capability —
+//!    its cap, end, lanes, the fixed prices it covers, and a hold offer from every rail that can
+//!    hold *and* capture part of a hold;
+//! 2. [`Receiver::open_tab`]: the wallet's hold Proof, verified on its rail once;
+//! 3. per call, [`Receiver::tab_call`] with the wallet's [`Voucher`] (the lane's next sequence,
+//!    the call's price, the tab's cap never passed; one compare-and-set of the tab's record
+//!    before the work), then [`Receiver::tab_answered`];
+//! 4. [`Receiver::close_tab`] (the wallet's signed request) or [`Receiver::close_due`] (the
+//!    receiver's own, before the hold lapses): capture exactly the lanes' last cumulatives, or
+//!    void the hold, and sign the [`TabReceipt`].
+
+mod record;
+
+use std::time::Duration;
+
+use rail_core::{Charge, Money, OpId, PaymentState, RailError};
+
+use super::{Answer, Delivery, MAX_KEPT_ANSWER, Price, Receiver, Request, checkout_capable};
+use crate::Error;
+use crate::envelope::{
+    Confirmation, Digest, LaneEnd, Proof, Signed, Tab, TabClose, TabPrice, TabReceipt, Tag,
+    Voucher, new_id, tab_root,
+};
+pub(crate) use record::Records;
+use record::{Lane, Slot, TabRecord};
+
+/// How a receiver offers tabs ([`super::Builder::tabs`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TabTerms {
+    /// The cap held when a tab opens; its asset picks the fixed prices the tab covers.
+    pub cap: Money,
+    /// How long a tab lasts at most (default one hour).
+    pub ttl: Duration,
+    /// How many lanes (parallel calls) a tab has (default 8, at most [`crate::envelope::MAX_LANES`]).
+    pub lanes: u16,
+    /// How long before the hold lapses the tab ends, so the receiver captures in time
+    /// (default 5 minutes).
+    pub margin: Duration,
+}
+
+impl TabTerms {
+    /// Tabs of `cap`, one hour, 8 lanes, a 5-minute capture margin.
+    #[must_use]
+    pub fn new(cap: Money) -> Self {
+        TabTerms {
+            cap,
+            ttl: Duration::from_secs(3600),
+            lanes: 8,
+            margin: Duration::from_secs(300),
+        }
+    }
+
+    /// With a TTL.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// With `lanes` lanes.
+    #[must_use]
+    pub fn lanes(mut self, lanes: u16) -> Self {
+        self.lanes = lanes;
+        self
+    }
+
+    /// With a capture margin.
+    #[must_use]
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.margin = margin;
+        self
+    }
+}
+
+/// A tab the receiver opened.
+#[derive(Clone, Debug)]
+pub struct Opened {
+    /// The tab.
+    pub tab: Signed<Tab>,
+    /// No voucher is accepted at or after this (Unix seconds): the earlier of the tab's `exp`
+    /// and the hold's lapse less the capture margin.
+    pub end: u64,
+}
+
+/// What [`Receiver::tab_call`] found for a voucher.
+#[derive(Debug)]
+pub enum TabCall {
+    /// A new call, paid by its voucher: run it, then [`Receiver::tab_answered`].
+    Run(Box<Serving>),
+    /// The same voucher again after its call was answered: the kept answer.
+    Answered {
+        /// The voucher, by digest.
+        voucher: Digest,
+        /// Its answer.
+        answer: Box<Answer>,
+    },
+}
+
+/// A call paid by a voucher, being served.
+#[derive(Debug)]
+#[must_use = "hand it to Receiver::tab_answered"]
+pub struct Serving {
+    /// The voucher.
+    pub voucher: Signed<Voucher>,
+    /// The call's price (the voucher's increment).
+    pub price: Money,
+    /// [`Delivery::Again`] when an instance accepted this voucher and stopped before its
+    /// answer was kept: run it again only if the request is idempotent.
+    pub delivery: Delivery,
+}
+
+fn voucher_err(code: &'static str, why: String) -> Error {
+    Error::Voucher { code, why }
+}
+
+/// The rail operation of a tab's capture or void: the receiver's own id, never the wallet's.
+fn tab_op(what: &str, tab: &str) -> Result<OpId, Error> {
+    OpId::new(format!("{what}-{tab}")).map_err(Error::Payment)
+}
+
+impl Receiver {
+    /// The tab offered beside the Quote of `req`: `None` when the receiver offers no tabs
+    /// ([`super::Builder::tabs`]), when `req` is not priced at a fixed price in the tab's asset,
+    /// or when it has no origin.
+    ///
+    /// # Errors
+    /// [`Error::NoRail`] (no rail can hold the cap) and the other errors of a Quote's offers.
+    pub async fn offer_tab(&self, req: &Request) -> Result<Option<Signed<Tab>>, Error> {
+        let me = &self.0;
+        let Some(terms) = &me.tab_terms else {
+            return Ok(None);
+        };
+        let Some(origin) = &req.origin else {
+            return Ok(None);
+        };
+        let covered = |p: &Price| match p {
+            Price::Fixed(m) => {
+                m.asset() == terms.cap.asset()
+                    && m.amount() <= terms.cap.amount()
+                    && !m.amount().is_zero()
+            }
+            Price::Estimate { .. } => false,
+        };
+        match self.decide(req) {
+            Some(c) if covered(&c.price) => {}
+            _ => return Ok(None),
+        }
+        let prices: Vec<TabPrice> = me
+            .capabilities
+            .iter()
+            .filter(|c| covered(&c.price))
+            .filter_map(|c| match &c.price {
+                Price::Fixed(m) => Some(TabPrice {
+                    method: c.method().to_owned(),
+                    pattern: c.name().to_owned(),
+                    amount: m.amount(),
+                }),
+                Price::Estimate { .. } => None,
+            })
+            .collect();
+        let id = new_id("t_");
+        let mut charge = Charge::hold(terms.cap.clone(), terms.ttl.saturating_add(terms.margin));
+        charge.description = format!("tab of up to {}", terms.cap);
+        charge.reference = Some(id.clone());
+        let rails = self.rail_offers(req, &charge).await?;
+        let now = super::now_secs(&me.clock);
+        let tab = Tab {
+            stipendex: Tag::current("tab"),
+            id,
+            receiver: me.party.clone(),
+            origin: origin.clone(),
+            iat: now,
+            exp: now.saturating_add(terms.ttl.as_secs()),
+            asset: terms.cap.asset().clone(),
+            cap: terms.cap.amount(),
+            prices,
+            lanes: terms.lanes,
+            rails,
+        };
+        Signed::sign(tab, &me.key).map(Some)
+    }
+
+    /// Opens the tab whose hold Proof is `proof` (compact JWS): the tab must be this
+    /// receiver's, not ended, and held in full on a rail it accepts, which verifies the hold
+    /// once. The same Proof again answers the same; another Proof for an opened tab is refused.
+    ///
+    /// # Errors
+    /// [`Error::Untrusted`] (another receiver's tab), [`Error::Expired`], [`Error::NoRail`],
+    /// [`Error::Mismatch`], [`Error::QuoteUsed`] (the tab was opened by another Proof),
+    /// [`Error::Payment`] (the rail refused the hold), [`Error::Storage`].
+    pub async fn open_tab(&self, proof: &str) -> Result<Opened, Error> {
+        let me = &self.0;
+        let proof = Signed::<Proof>::parse(proof)?;
+        let p = proof.object();
+        let Some(tab_jws) = &p.tab_jws else {
+            return Err(Error::Mismatch(
+                "the proof does not hold a tab: present it as a payment, not a tab opening".into(),
+            ));
+        };
+        let tab = Signed::<Tab>::parse(tab_jws)?;
+        let t = tab.object();
+        if t.receiver != me.party {
+            return Err(Error::Untrusted(format!(
+                "the proof holds a tab of {} ({}), not of this receiver",
+                t.receiver.id, t.receiver.key
+            )));
+        }
+        let now = super::now_secs(&me.clock);
+        if now >= t.exp {
+            return Err(Error::Expired {
+                what: "tab",
+                id: t.id.clone(),
+                why: format!("ended at {}, now {now}", t.exp),
+            });
+        }
+        if p.money()? != t.cap()? {
+            return Err(Error::Mismatch(format!(
+                "the proof holds {} {}, tab {} caps at {} {}",
+                p.amount, p.asset, t.id, t.cap, t.asset
+            )));
+        }
+        if let Some(jws) = &p.confirmation_jws {
+            let c = Signed::<Confirmation>::parse(jws)?;
+            let co = c.object();
+            if co.wallet != p.wallet || &co.quote != tab.digest() || co.mandate != p.mandate {
+                return Err(Error::Mismatch(
+                    "the confirmation is not the proof's wallet's, under its mandate, for this tab"
+                        .into(),
+                ));
+            }
+        }
+        let Some(offer) = t.offer(&p.rail) else {
+            return Err(Error::NoRail(format!(
+                "the proof holds over {}, which tab {} does not accept",
+                p.rail, t.id
+            )));
+        };
+        let Some(rail) = me
+            .rails
+            .iter()
+            .find(|r| r.handle.receiver.id().as_str() == p.rail && checkout_capable(r))
+        else {
+            return Err(Error::NoRail(format!(
+                "this receiver has no {} rail that holds and captures part of a hold",
+                p.rail
+            )));
+        };
+        let slot = me.tabs.slot(&t.id);
+        let mut guard = slot.lock().await;
+        if guard.is_none() {
+            *guard = me.tabs.load(&t.id).await?;
+        }
+        if let Some(s) = guard.as_ref() {
+            return opened_again(s, &proof);
+        }
+        let op = super::answers::verify_op(proof.digest().as_str())?;
+        let verified = rail
+            .handle
+            .receiver
+            .verify_as(&op, offer, &p.payment)
+            .await
+            .map_err(|e| match e {
+                RailError::Replayed { .. } => Error::QuoteUsed(t.id.clone()),
+                e => Error::Payment(e),
+            })?;
+        let margin = me.tab_terms.as_ref().map_or(Duration::ZERO, |m| m.margin);
+        let lapse = match &verified.state {
+            PaymentState::Held {
+                expires_at: Some(at),
+                ..
+            } => u64::try_from(at.unix_seconds()).unwrap_or(0),
+            _ => u64::MAX,
+        };
+        let end = t.exp.min(lapse.saturating_sub(margin.as_secs()));
+        let holds = rail
+            .handle
+            .hold_receiver
+            .clone()
+            .ok_or_else(|| Error::NoRail(format!("rail {} cannot hold", rail.name)))?;
+        if end <= now {
+            // Held, but it lapses before a call could be captured: give it back.
+            if let Err(e) = holds.void(&tab_op("void", &t.id)?, &verified).await {
+                tracing::warn!(tab = %t.id, error = %e, "could not void a hold that lapses too soon");
+            }
+            return Err(Error::Expired {
+                what: "tab",
+                id: t.id.clone(),
+                why: format!(
+                    "its hold lapses at {lapse}, within the {} s capture margin",
+                    margin.as_secs()
+                ),
+            });
+        }
+        let rec = TabRecord {
+            tab: tab.jws().to_owned(),
+            proof: proof.jws().to_owned(),
+            rail: rail.name.clone(),
+            verified,
+            end,
+            lanes: vec![Lane::default(); usize::from(t.lanes)],
+            total: rail_core::Amount::ZERO,
+            evidence: Vec::new(),
+            closed: None,
+        };
+        match me.tabs.create(&t.id, &rec).await? {
+            Ok(s) => {
+                tracing::info!(tab = %t.id, rail = %rail.name, cap = %t.cap, end, "tab opened");
+                *guard = Some(s);
+                Ok(Opened { tab, end })
+            }
+            Err(s) => {
+                let out = opened_again(&s, &proof);
+                *guard = Some(s);
+                out
+            }
+        }
+    }
+
+    /// A call of `req` paid by `voucher` (compact JWS) inside an open tab. A new voucher (the
+    /// lane's next sequence, the call's price, the cap not passed, before the tab's end) is
+    /// recorded before the call runs; the same voucher again gets the lane's kept answer.
+    ///
+    /// # Errors
+    /// [`Error::TabClosed`]; [`Error::Voucher`] naming the rule broken (`voucher_replayed`,
+    /// `voucher_out_of_order`, `equivocation` — the tab is then closed —, `above_cap`,
+    /// `wrong_price`, `bad_cumulative`, `not_covered`); [`Error::Mismatch`] (another tab,
+    /// request or wallet); [`Error::Payment`] with [`RailError::InProgress`] while the same
+    /// voucher is being served; [`Error::Storage`].
+    pub async fn tab_call(&self, req: &Request, voucher: &str) -> Result<TabCall, Error> {
+        let me = &self.0;
+        let v = Signed::<Voucher>::parse(voucher)?;
+        let vo = v.object();
+        let slot = me.tabs.slot(&vo.tab);
+        let mut guard = slot.lock().await;
+        for _ in 0..8 {
+            if guard.is_none() {
+                *guard = me.tabs.load(&vo.tab).await?;
+            }
+            let Some(s) = guard.as_mut() else {
+                return Err(Error::TabClosed {
+                    tab: vo.tab.clone(),
+                    why: "this receiver has not opened it".into(),
+                });
+            };
+            let now = super::now_secs(&me.clock);
+            let step = self.check_voucher(s, &v, req, now)?;
+            match step {
+                Step::Answered(answer) => {
+                    return Ok(TabCall::Answered {
+                        voucher: v.digest().clone(),
+                        answer,
+                    });
+                }
+                Step::Again => {
+                    s.serving.insert((vo.lane, vo.seq));
+                    return Ok(TabCall::Run(Box::new(Serving {
+                        price: vo.money()?,
+                        voucher: v.clone(),
+                        delivery: Delivery::Again,
+                    })));
+                }
+                Step::Equivocation => {
+                    let mut rec = s.rec.clone();
+                    rec.evidence.push(v.jws().to_owned());
+                    if !me.tabs.put(&vo.tab, s, rec).await? {
+                        *guard = None;
+                        continue;
+                    }
+                    tracing::warn!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "equivocating voucher: kept as evidence, the tab is closed");
+                    let closed = self.settle_locked(&vo.tab, &mut guard).await;
+                    if let Err(e) = closed {
+                        tracing::error!(tab = %vo.tab, error = %e, "could not close a tab after equivocation");
+                    }
+                    return Err(voucher_err(
+                        "equivocation",
+                        format!(
+                            "lane {} already has another voucher with sequence {}: the tab is closed",
+                            vo.lane, vo.seq
+                        ),
+                    ));
+                }
+                Step::Accept(rec) => {
+                    if me.tabs.put(&vo.tab, s, *rec).await? {
+                        s.serving.insert((vo.lane, vo.seq));
+                        return Ok(TabCall::Run(Box::new(Serving {
+                            price: vo.money()?,
+                            voucher: v.clone(),
+                            delivery: Delivery::First,
+                        })));
+                    }
+                    // Another instance wrote the tab since: read it again, keeping the
+                    // answers this one gave, and check again.
+                    let unwritten = std::mem::take(&mut s.unwritten);
+                    let serving = std::mem::take(&mut s.serving);
+                    *guard = me.tabs.load(&vo.tab).await?;
+                    if let Some(s) = guard.as_mut() {
+                        s.serving = serving;
+                        for (lane, seq, answer, result) in unwritten {
+                            record_answer(s, lane, seq, answer, &result);
+                        }
+                    }
+                }
+            }
+        }
+        Err(Error::Storage(format!(
+            "tab {} kept changing under contention",
+            vo.tab
+        )))
+    }
+
+    /// The call paid by `serving` was answered with `answer`: its (voucher, result) leaf joins
+    /// the lane's tree and the answer is kept for the same voucher again. Written with the
+    /// tab's next write (the next voucher, [`Receiver::flush_tabs`], or the close): an
+    /// instance that stops before loses the kept answer, never the payment.
+    pub async fn tab_answered(&self, serving: Serving, answer: Answer) {
+        let vo = serving.voucher.object();
+        let slot = self.0.tabs.slot(&vo.tab);
+        let mut guard = slot.lock().await;
+        if let Some(s) = guard.as_mut() {
+            s.serving.remove(&(vo.lane, vo.seq));
+            let result = Digest::of(&answer.body);
+            if record_answer(s, vo.lane, vo.seq, answer.clone(), &result) {
+                s.unwritten.push((vo.lane, vo.seq, answer, result));
+            }
+        }
+    }
+
+    /// Writes the answers given since each cached tab's last write (call it now and then: the
+    /// HTTP binding does every second).
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub async fn flush_tabs(&self) -> Result<(), Error> {
+        let me = &self.0;
+        for id in me.tabs.cached() {
+            let slot = me.tabs.slot(&id);
+            let mut guard = slot.lock().await;
+            let Some(s) = guard.as_mut() else { continue };
+            if s.unwritten.is_empty() {
+                continue;
+            }
+            let rec = s.rec.clone();
+            if !me.tabs.put(&id, s, rec).await? {
+                // Another instance wrote it: its answers are dropped here (the calls stay
+                // paid), and the record is read again on the next voucher.
+                *guard = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The wallet asks to close its tab (`close`: a [`TabClose`], compact JWS, signed by the
+    /// key that held it): captures exactly the lanes' last cumulatives (or voids the hold when
+    /// no call came) and signs the closing Receipt. Closing a closed tab answers its Receipt.
+    ///
+    /// # Errors
+    /// [`Error::TabClosed`] (unknown), [`Error::Mismatch`] (another wallet or tab),
+    /// [`Error::Payment`] (the capture failed: nothing is closed; ask again), [`Error::Storage`].
+    pub async fn close_tab(&self, close: &str) -> Result<Signed<TabReceipt>, Error> {
+        let me = &self.0;
+        let c = Signed::<TabClose>::parse(close)?;
+        let co = c.object();
+        let slot = me.tabs.slot(&co.tab);
+        let mut guard = slot.lock().await;
+        if guard.is_none() {
+            *guard = me.tabs.load(&co.tab).await?;
+        }
+        let Some(s) = guard.as_ref() else {
+            return Err(Error::TabClosed {
+                tab: co.tab.clone(),
+                why: "this receiver has not opened it".into(),
+            });
+        };
+        if &co.tab_digest != s.tab.digest() || co.wallet != s.wallet {
+            return Err(Error::Mismatch(format!(
+                "the close request is not signed by the wallet that opened tab {}",
+                co.tab
+            )));
+        }
+        self.settle_locked(&co.tab, &mut guard).await
+    }
+
+    /// Closes every tab this instance serves whose end has come (the receiver closes before
+    /// the hold lapses, or it loses the calls it served); returns their Receipts. Call it
+    /// now and then (the HTTP binding does every second).
+    ///
+    /// # Errors
+    /// The first error met (the other tabs are still closed).
+    pub async fn close_due(&self) -> Result<Vec<Signed<TabReceipt>>, Error> {
+        let me = &self.0;
+        let now = super::now_secs(&me.clock);
+        let mut out = Vec::new();
+        let mut first = None;
+        for id in me.tabs.cached() {
+            let slot = me.tabs.slot(&id);
+            let mut guard = slot.lock().await;
+            let due = guard
+                .as_ref()
+                .is_some_and(|s| s.rec.closed.is_none() && now >= s.rec.end);
+            if !due {
+                if guard.as_ref().is_some_and(|s| s.rec.closed.is_some()) {
+                    me.tabs.forget(&id);
+                }
+                continue;
+            }
+            match self.settle_locked(&id, &mut guard).await {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    tracing::error!(tab = %id, error = %e, "could not close a tab at its end");
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        match first {
+            Some(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    /// Closes tab `id` (its slot locked by the caller): capture or void, sign, write.
+    async fn settle_locked(
+        &self,
+        id: &str,
+        guard: &mut tokio::sync::MutexGuard<'_, Option<Slot>>,
+    ) -> Result<Signed<TabReceipt>, Error> {
+        let me = &self.0;
+        for _ in 0..8 {
+            if guard.is_none() {
+                **guard = me.tabs.load(id).await?;
+            }
+            let Some(s) = guard.as_mut() else {
+                return Err(Error::TabClosed {
+                    tab: id.to_owned(),
+                    why: "this receiver has not opened it".into(),
+                });
+            };
+            if let Some(r) = &s.rec.closed {
+                return Signed::parse(r);
+            }
+            let tab = s.tab.clone();
+            let t = tab.object();
+            let proof = Signed::<Proof>::parse(&s.rec.proof)?;
+            let mut rec = s.rec.clone();
+            // A call accepted and never answered (lost, or still running) joins its lane's
+            // tree with no result.
+            for lane in &mut rec.lanes {
+                if lane.seq > 0 && !lane.answered {
+                    close_lost(lane);
+                }
+            }
+            let captured = Money::new(t.asset.clone(), rec.total)
+                .map_err(|e| Error::Malformed(format!("tab total: {e}")))?;
+            if captured.amount() > t.cap()?.amount() {
+                return Err(Error::CaptureAbove(format!(
+                    "tab {}: the vouchers add up to {captured}, above the cap {}",
+                    t.id, t.cap
+                )));
+            }
+            let holds = me
+                .rails
+                .iter()
+                .find(|r| r.name == rec.rail)
+                .and_then(|r| r.handle.hold_receiver.clone())
+                .ok_or_else(|| Error::NoRail(format!("rail {} cannot hold", rec.rail)))?;
+            let reference = if captured.amount().is_zero() {
+                holds
+                    .void(&tab_op("void", id)?, &rec.verified)
+                    .await
+                    .map_err(Error::Payment)?;
+                format!("void:{}", rec.verified.payment_ref)
+            } else {
+                holds
+                    .capture(&tab_op("capture", id)?, &rec.verified, &captured)
+                    .await
+                    .map_err(Error::Payment)?
+                    .capture_ref
+            };
+            let mut ends = Vec::new();
+            let mut roots = Vec::new();
+            for (n, lane) in rec.lanes.iter().enumerate() {
+                roots.push(lane.tree.root());
+                if lane.seq == 0 {
+                    continue;
+                }
+                let Some(v) = &lane.voucher else { continue };
+                ends.push(LaneEnd {
+                    lane: u16::try_from(n).unwrap_or(u16::MAX),
+                    seq: lane.seq,
+                    cumulative: lane.cumulative,
+                    voucher: Digest::of(v.as_bytes()),
+                });
+            }
+            let receipt = Signed::sign(
+                TabReceipt {
+                    stipendex: Tag::current("tab-receipt"),
+                    id: new_id("tr_"),
+                    receiver: me.party.clone(),
+                    tab: t.id.clone(),
+                    tab_digest: tab.digest().clone(),
+                    proof: proof.digest().clone(),
+                    iat: super::now_secs(&me.clock),
+                    asset: t.asset.clone(),
+                    cap: t.cap,
+                    captured: captured.amount(),
+                    calls: ends.iter().map(|l| l.seq).sum(),
+                    lanes: ends,
+                    root: tab_root(&roots),
+                    rail: proof.object().rail.clone(),
+                    reference,
+                },
+                &me.key,
+            )?;
+            rec.closed = Some(receipt.jws().to_owned());
+            if me.tabs.put(id, s, rec).await? {
+                tracing::info!(tab = %id, captured = %captured, calls = receipt.object().calls, "tab closed");
+                return Ok(receipt);
+            }
+            // Another instance wrote the tab meanwhile (a voucher, or its own close): read it
+            // again; the rail's capture is one operation per tab, so doing it again is the same.
+            **guard = None;
+        }
+        Err(Error::Storage(format!(
+            "tab {id} kept changing under contention"
+        )))
+    }
+}
+
+/// What checking a voucher against a tab's record decided.
+enum Step {
+    /// Accept it: the record to write.
+    Accept(Box<TabRecord>),
+    /// The same voucher again, answered: its answer.
+    Answered(Box<Answer>),
+    /// The same voucher again, accepted by an instance that stopped before answering.
+    Again,
+    /// Another voucher with the lane's last sequence.
+    Equivocation,
+}
+
+impl Receiver {
+    fn check_voucher(
+        &self,
+        s: &Slot,
+        v: &Signed<Voucher>,
+        req: &Request,
+        now: u64,
+    ) -> Result<Step, Error> {
+        let vo = v.object();
+        let (tab, wallet) = (&s.tab, s.wallet);
+        let t = tab.object();
+        if s.rec.closed.is_some() {
+            return Err(Error::TabClosed {
+                tab: t.id.clone(),
+                why: "it was closed".into(),
+            });
+        }
+        if &vo.tab_digest != tab.digest() {
+            return Err(Error::Mismatch(format!(
+                "the voucher names tab {} by another digest",
+                vo.tab
+            )));
+        }
+        if vo.wallet != wallet {
+            return Err(Error::Mismatch(format!(
+                "the voucher is signed by {}, not by the wallet that opened tab {}",
+                vo.wallet, t.id
+            )));
+        }
+        if now >= s.rec.end {
+            return Err(Error::TabClosed {
+                tab: t.id.clone(),
+                why: format!("it ended at {}, now {now}", s.rec.end),
+            });
+        }
+        let Some(lane) = s.rec.lanes.get(usize::from(vo.lane)) else {
+            return Err(voucher_err(
+                "voucher_out_of_order",
+                format!("tab {} has {} lanes, not lane {}", t.id, t.lanes, vo.lane),
+            ));
+        };
+        if vo.request != req.digest() || req.resource().is_some_and(|r| r != vo.resource) {
+            return Err(Error::Mismatch(format!(
+                "the voucher pays for another request than {} {}",
+                req.method, req.name
+            )));
+        }
+        // The call's price: the receiver's one decision, at the tab's price for that pattern.
+        let price = self
+            .decide(req)
+            .and_then(|c| {
+                t.prices
+                    .iter()
+                    .find(|p| p.method == c.method() && p.pattern == c.name())
+            })
+            .ok_or_else(|| {
+                voucher_err(
+                    "not_covered",
+                    format!("tab {} does not cover {} {}", t.id, req.method, req.name),
+                )
+            })?;
+        if vo.asset != t.asset || vo.amount != price.amount {
+            return Err(voucher_err(
+                "wrong_price",
+                format!(
+                    "{} {} costs {} {} in tab {}, the voucher adds {} {}",
+                    req.method, req.name, price.amount, t.asset, t.id, vo.amount, vo.asset
+                ),
+            ));
+        }
+        if vo.seq == lane.seq {
+            if lane
+                .voucher
+                .as_deref()
+                .map(|j| Digest::of(j.as_bytes()))
+                .as_ref()
+                != Some(v.digest())
+            {
+                return Ok(Step::Equivocation);
+            }
+            if lane.answered {
+                return match &lane.answer {
+                    Some(a) => Ok(Step::Answered(Box::new(a.clone()))),
+                    None => Err(voucher_err(
+                        "voucher_replayed",
+                        format!(
+                            "lane {} sequence {} was answered and its answer is not kept",
+                            vo.lane, vo.seq
+                        ),
+                    )),
+                };
+            }
+            let running = s.serving.contains(&(vo.lane, vo.seq))
+                || now
+                    < lane
+                        .accepted_at
+                        .saturating_add(self.0.claim_lease.as_secs());
+            if running {
+                return Err(Error::Payment(RailError::InProgress {
+                    op_id: format!("{}/{}/{}", t.id, vo.lane, vo.seq),
+                }));
+            }
+            return Ok(Step::Again);
+        }
+        if vo.seq < lane.seq {
+            return Err(voucher_err(
+                "voucher_replayed",
+                format!(
+                    "lane {} is at sequence {}; sequence {} was used",
+                    vo.lane, lane.seq, vo.seq
+                ),
+            ));
+        }
+        if vo.seq != lane.seq.saturating_add(1) {
+            return Err(voucher_err(
+                "voucher_out_of_order",
+                format!(
+                    "lane {} is at sequence {}; the next is {}, not {}",
+                    vo.lane,
+                    lane.seq,
+                    lane.seq.saturating_add(1),
+                    vo.seq
+                ),
+            ));
+        }
+        let want = lane
+            .cumulative
+            .checked_add(vo.amount)
+            .map_err(|e| Error::Malformed(format!("voucher cumulative: {e}")))?;
+        if vo.cumulative != want {
+            return Err(voucher_err(
+                "bad_cumulative",
+                format!(
+                    "lane {} was at {}; with {} it is {}, not {}",
+                    vo.lane, lane.cumulative, vo.amount, want, vo.cumulative
+                ),
+            ));
+        }
+        let total = s
+            .rec
+            .total
+            .checked_add(vo.amount)
+            .map_err(|e| Error::Malformed(format!("tab total: {e}")))?;
+        if total > t.cap {
+            return Err(voucher_err(
+                "above_cap",
+                format!(
+                    "tab {} has {} of its cap {} {} used; this call adds {}",
+                    t.id, s.rec.total, t.cap, t.asset, vo.amount
+                ),
+            ));
+        }
+        let mut rec = s.rec.clone();
+        rec.total = total;
+        if let Some(l) = rec.lanes.get_mut(usize::from(vo.lane)) {
+            if l.seq > 0 && !l.answered {
+                close_lost(l);
+            }
+            l.seq = vo.seq;
+            l.cumulative = vo.cumulative;
+            l.voucher = Some(v.jws().to_owned());
+            l.accepted_at = now;
+            l.answered = false;
+            l.answer = None;
+        }
+        Ok(Step::Accept(Box::new(rec)))
+    }
+}
+
+/// The answer of an opened tab to its opening Proof presented again.
+fn opened_again(s: &Slot, proof: &Signed<Proof>) -> Result<Opened, Error> {
+    if Digest::of(s.rec.proof.as_bytes()) != *proof.digest() {
+        return Err(Error::QuoteUsed(s.tab.object().id.clone()));
+    }
+    Ok(Opened {
+        tab: s.tab.clone(),
+        end: s.rec.end,
+    })
+}
+
+/// The lane's last call was accepted and never answered: its leaf, with no result.
+fn close_lost(lane: &mut Lane) {
+    if let Some(v) = &lane.voucher {
+        lane.tree.push(&Digest::of(v.as_bytes()), &Digest::of(b""));
+    }
+    lane.answered = true;
+}
+
+/// Records the answer of lane `lane`'s call `seq` in the slot: its leaf and kept answer, if it
+/// is still the lane's last call and unanswered; `true` if recorded.
+fn record_answer(s: &mut Slot, lane: u16, seq: u64, mut answer: Answer, result: &Digest) -> bool {
+    let Some(l) = s.rec.lanes.get_mut(usize::from(lane)) else {
+        return false;
+    };
+    if l.seq != seq || l.answered {
+        return false;
+    }
+    if let Some(v) = &l.voucher {
+        l.tree.push(&Digest::of(v.as_bytes()), result);
+    }
+    l.answered = true;
+    if answer.body.len() > MAX_KEPT_ANSWER {
+        answer.body.clear();
+        answer.status = 0;
+    }
+    l.answer = (answer.status != 0).then_some(answer);
+    true
+}
