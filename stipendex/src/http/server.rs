@@ -134,31 +134,11 @@ fn request_of(receiver: &Receiver, req: &HttpRequest) -> Request {
                 .authority()
                 .map(axum::http::uri::Authority::as_str)
         });
-    let mut params = Map::new();
-    if let Some(q) = req.uri().query() {
-        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
-            let v = Value::String(v.into_owned());
-            match params.get_mut(k.as_ref()) {
-                None => {
-                    params.insert(k.into_owned(), v);
-                }
-                Some(Value::Array(a)) => a.push(v),
-                Some(prev) => {
-                    let first = prev.take();
-                    *prev = Value::Array(vec![first, v]);
-                }
-            }
-        }
-    }
     Request {
         origin: receiver.origin_for(host).map(str::to_owned),
         method: req.method().as_str().to_owned(),
         name: req.uri().path().to_owned(),
-        params: if params.is_empty() {
-            Value::Null
-        } else {
-            Value::Object(params)
-        },
+        params: crate::receiver::query_params(req.uri().query()),
         query: req.uri().query().map(str::to_owned),
         // The peer's address, when the server runs with `ConnectInfo` (its quotes with costly
         // offers are limited per client).

@@ -33,6 +33,8 @@ use serde::{Deserialize, Serialize};
 pub use answers::{ANSWER_MARGIN, Answer, MAX_KEPT_ANSWER};
 pub use limit::DEFAULT_COSTLY_QUOTES;
 pub(crate) use pricing::matching;
+#[cfg(feature = "http")]
+pub(crate) use pricing::query_params;
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
 pub use tab::{Opened, Serving, TabCall, TabTerms};
 
@@ -639,7 +641,7 @@ impl Receiver {
         let mut costly: Option<Result<(), i64>> = None;
         for r in &me.rails {
             let caps = r.handle.receiver.capabilities();
-            if caps.check_asset(&max).is_err()
+            if caps.check_asset(max).is_err()
                 || (mode == PaymentMode::Hold && !checkout_capable(r))
             {
                 continue;
@@ -657,7 +659,7 @@ impl Receiver {
                 }
             }
             // A rail that cannot make an offer now drops out of this Quote; the others stand.
-            match r.handle.receiver.offer(&charge).await {
+            match r.handle.receiver.offer(charge).await {
                 Ok(offer) => rails.push(RailOffer {
                     rail: offer.rail.as_str().to_owned(),
                     offer,

@@ -69,6 +69,20 @@ impl Request {
         Digest::of(v.to_string().as_bytes())
     }
 
+    /// The request an HTTP call of `r` is to a receiver (what the HTTP binding makes of it):
+    /// for a wallet, the request its voucher or Quote must bind.
+    #[must_use]
+    pub fn from_resource(r: &crate::envelope::Resource) -> Self {
+        Request {
+            origin: Some(r.origin.clone()),
+            method: r.method.clone(),
+            name: r.path.clone(),
+            params: query_params(r.query.as_deref()),
+            query: r.query.clone(),
+            client: None,
+        }
+    }
+
     /// The request in the clear, as a Quote names it (`None` without an origin).
     #[must_use]
     pub fn resource(&self) -> Option<crate::envelope::Resource> {
@@ -78,6 +92,30 @@ impl Request {
             path: self.name.clone(),
             query: self.query.clone(),
         })
+    }
+}
+
+/// An HTTP query as the request's parameters: an object (a repeated key becomes an array), or
+/// `Null` without one.
+pub(crate) fn query_params(query: Option<&str>) -> Value {
+    let mut params = serde_json::Map::new();
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let v = Value::String(v.into_owned());
+        match params.get_mut(k.as_ref()) {
+            None => {
+                params.insert(k.into_owned(), v);
+            }
+            Some(Value::Array(a)) => a.push(v),
+            Some(prev) => {
+                let first = prev.take();
+                *prev = Value::Array(vec![first, v]);
+            }
+        }
+    }
+    if params.is_empty() {
+        Value::Null
+    } else {
+        Value::Object(params)
     }
 }
 

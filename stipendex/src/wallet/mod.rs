@@ -32,6 +32,7 @@ mod confirm;
 mod journal;
 mod revocation;
 mod spend;
+mod tab;
 
 use std::sync::Arc;
 
@@ -48,6 +49,7 @@ pub use challenge::{ChallengePaid, Source};
 pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why, printable};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, chain_name};
 pub use revocation::{Revocations, revoke};
+pub use tab::{TabHold, TabVoucher};
 /// An x402 payment requirement as it came (the x402 client's, read by `read_402`).
 #[cfg(feature = "challenges")]
 pub use x402_transport::client::Required;

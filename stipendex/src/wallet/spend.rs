@@ -51,6 +51,7 @@ fn limit_error(e: RailError) -> Error {
 #[derive(Clone, Debug)]
 pub(crate) struct Budgets {
     store: Arc<dyn KeyStore>,
+    mandate_id: String,
     scope: String,
     limits: Limits,
     mandate: Option<Budget>,
@@ -86,6 +87,7 @@ impl Budgets {
         };
         Ok(Budgets {
             store,
+            mandate_id: mandate_id.to_owned(),
             scope,
             limits: limits.clone(),
             mandate,
@@ -136,6 +138,50 @@ impl Budgets {
             }
         }
         Ok(Counted { spends })
+    }
+
+    /// A tab's cap: counted like [`Budgets::reserve`] against the period, total and
+    /// per-receiver limits, but not against the per-call limit (which applies to each call's
+    /// increment, [`Budgets::check_per_call`]).
+    pub(crate) async fn reserve_cap(
+        &self,
+        op: &OpId,
+        receiver: &str,
+        cap: &Money,
+    ) -> Result<Counted, Error> {
+        let mut limits = self.limits.clone();
+        limits.per_call = None;
+        let no_per_call = Budgets::new(self.store.clone(), &self.mandate_id, &limits)?;
+        no_per_call.reserve(op, receiver, cap).await
+    }
+
+    /// Whether one call of `amount` is within the per-call limit.
+    pub(crate) fn check_per_call(&self, amount: &Money) -> Result<(), Error> {
+        match self.limits.per_call {
+            Some(max) if amount.amount() > max => Err(Error::LimitExceeded(format!(
+                "the mandate's per_call limit is {max} {}; the call costs {}",
+                self.limits.asset,
+                amount.amount()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Gives back `amount` of what operation `op` (paying `receiver`) kept counted: the part
+    /// of a tab's cap it never captured. Once per operation; never more than was counted.
+    pub(crate) async fn give_back(
+        &self,
+        op: &OpId,
+        receiver: &str,
+        amount: &Money,
+    ) -> Result<(), Error> {
+        if let Some(b) = &self.mandate {
+            b.give_back(op, amount).await.map_err(limit_error)?;
+        }
+        if let Some(b) = self.receiver_budget(receiver)? {
+            b.give_back(op, amount).await.map_err(limit_error)?;
+        }
+        Ok(())
     }
 
     /// What the mandate still allows: (in this period, in total).

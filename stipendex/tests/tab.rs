@@ -1,0 +1,366 @@
+//! Tab sessions end to end on the ledger rail (`docs/stipendex-profile.md` §4b): the wallet
+//! opens a tab offered beside a Quote, pays calls by vouchers, the receiver captures exactly the
+//! last vouchers, and the wallet gets the rest of the cap back — with the attacks on each step.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{World, pin, usd, world};
+use stipendex::envelope::{Mandate, Resource, Signed, Tab, Voucher};
+use stipendex::receiver::{Answer, PricedCapability, Receiver, Request, TabCall, TabTerms};
+use stipendex::wallet::{TabHold, Wallet};
+
+const ORIGIN: &str = "https://search.example";
+
+fn resource(path: &str, q: &str) -> Resource {
+    Resource {
+        origin: ORIGIN.into(),
+        method: "GET".into(),
+        path: path.into(),
+        query: Some(format!("q={q}")),
+    }
+}
+
+fn tab_mandate(w: &World, total: &str, open_tabs: u32) -> Signed<Mandate> {
+    w.mandate(|m| {
+        pin(m, ORIGIN);
+        let l = &mut m.limits[0];
+        l.total = Some(total.parse().unwrap());
+        l.tab_cap = Some("2.00".parse().unwrap());
+        l.open_tabs = Some(open_tabs);
+        l.per_call = Some("1.00".parse().unwrap());
+    })
+}
+
+fn tab_receiver(w: &World, cap: &str) -> Receiver {
+    Receiver::builder("search", w.receiver_key.clone())
+        .registry(&w.registry)
+        .origin(ORIGIN)
+        .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+        .price(PricedCapability::fixed("GET", "/report/{id}", usd("0.20")))
+        .price(PricedCapability::fixed("GET", "/big", usd("0.90")))
+        .tabs(TabTerms::new(usd(cap)).lanes(4))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap()
+}
+
+/// Offers, opens (wallet then receiver) a tab for `GET /search`.
+async fn open(w: &World, r: &Receiver, wallet: &Wallet) -> TabHold {
+    open_until(w, r, wallet).await.0
+}
+
+/// As [`open`], with the tab's end as the receiver opened it.
+async fn open_until(w: &World, r: &Receiver, wallet: &Wallet) -> (TabHold, u64) {
+    let sent = resource("/search", "first");
+    let tab = r
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .expect("a tab is offered");
+    let hold = wallet.open_tab(&tab, &sent).await.unwrap();
+    let opened = r.open_tab(hold.proof().jws()).await.unwrap();
+    assert!(opened.end <= tab.object().exp && opened.end > w.now());
+    (hold, opened.end)
+}
+
+/// One call: the voucher, the receiver's check, the answer.
+async fn call(r: &Receiver, wallet: &Wallet, hold: &TabHold, req: &Request) -> Signed<Voucher> {
+    let v = wallet.voucher(hold, req).await.unwrap();
+    match r.tab_call(req, v.voucher.jws()).await.unwrap() {
+        TabCall::Run(serving) => {
+            r.tab_answered(
+                *serving,
+                Answer {
+                    status: 200,
+                    content_type: None,
+                    body: format!("result of {}", req.name).into_bytes(),
+                    receipt: None,
+                },
+            )
+            .await;
+        }
+        TabCall::Answered { .. } => panic!("a new voucher was answered from the store"),
+    }
+    v.voucher.clone()
+}
+
+fn req(path: &str, q: &str) -> Request {
+    Request::from_resource(&resource(path, q))
+}
+
+#[tokio::test]
+async fn a_tab_captures_exactly_its_last_vouchers_and_gives_the_rest_back() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    let wallet = w.wallet(tab_mandate(&w, "1.50", 1), true);
+    let (agent0, _) = w.balance(w.agent).await;
+    let (shop0, _) = w.balance(w.shop).await;
+    let hold = open(&w, &r, &wallet).await;
+    // The cap is held on the ledger.
+    assert_eq!(w.balance(w.agent).await.1, 100);
+
+    for i in 0..5 {
+        call(&r, &wallet, &hold, &req("/search", &i.to_string())).await;
+    }
+    let last = call(&r, &wallet, &hold, &req("/report/7", "x")).await;
+    // The same voucher again: its kept answer, not a second charge.
+    match r
+        .tab_call(&req("/report/7", "x"), last.jws())
+        .await
+        .unwrap()
+    {
+        TabCall::Answered { answer, .. } => assert_eq!(answer.body, b"result of /report/7"),
+        TabCall::Run(_) => panic!("a voucher ran twice"),
+    }
+    assert_eq!(hold.spent().unwrap(), usd("0.45"));
+
+    let close = wallet.close_request(&hold).unwrap();
+    let receipt = r.close_tab(close.jws()).await.unwrap();
+    let ro = receipt.object();
+    assert_eq!(ro.captured, "0.45".parse().unwrap());
+    assert_eq!(ro.calls, 6);
+    // Closing again answers the same Receipt; the rail captured once.
+    let again = r.close_tab(close.jws()).await.unwrap();
+    assert_eq!(again.object().id, ro.id);
+    wallet.tab_closed(&hold, receipt.jws()).await.unwrap();
+
+    let (agent1, held) = w.balance(w.agent).await;
+    let (shop1, _) = w.balance(w.shop).await;
+    assert_eq!((agent0 - agent1, shop1 - shop0, held), (45, 45, 0));
+
+    // The rest of the cap went back to the limits: a second tab of 1.00 fits the total of
+    // 1.50 (0.45 spent), which it would not had the whole cap stayed counted.
+    let hold2 = open(&w, &r, &wallet).await;
+    call(&r, &wallet, &hold2, &req("/search", "again")).await;
+}
+
+#[tokio::test]
+async fn vouchers_that_break_the_rules_are_refused_and_change_nothing() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    let wallet = w.wallet(tab_mandate(&w, "10.00", 2), true);
+    let hold = open(&w, &r, &wallet).await;
+    let first = call(&r, &wallet, &hold, &req("/search", "1")).await;
+
+    let code = |e: stipendex::Error| e.code();
+    // Another request than the voucher's.
+    let v = wallet.voucher(&hold, &req("/search", "2")).await.unwrap();
+    let e = r
+        .tab_call(&req("/search", "3"), v.voucher.jws())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), "mismatch");
+    drop(v);
+    let lane0 = first.object().lane;
+    let mut old = first.object().clone();
+    old.id = "v_other".into();
+    let forged = Signed::sign(old, &w.wallet_key).unwrap();
+    let e = r
+        .tab_call(&req("/search", "1"), forged.jws())
+        .await
+        .unwrap_err();
+    // Lane 0's last sequence with another voucher: equivocation, and the tab is closed.
+    assert_eq!(code(e), "equivocation", "lane {lane0}");
+    let e = r
+        .tab_call(
+            &req("/search", "4"),
+            wallet
+                .voucher(&hold, &req("/search", "4"))
+                .await
+                .unwrap()
+                .voucher
+                .jws(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), "tab_closed");
+    // Closed at once, capturing what the honest vouchers add up to.
+    let receipt = r
+        .close_tab(wallet.close_request(&hold).unwrap().jws())
+        .await
+        .unwrap();
+    assert_eq!(receipt.object().captured, "0.05".parse().unwrap());
+}
+
+#[tokio::test]
+async fn a_voucher_out_of_order_above_the_cap_or_mispriced_is_refused() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    let wallet = w.wallet(tab_mandate(&w, "10.00", 2), true);
+    let (hold, end) = open_until(&w, &r, &wallet).await;
+    let v1 = call(&r, &wallet, &hold, &req("/search", "1")).await;
+    let sign = |edit: &dyn Fn(&mut Voucher)| {
+        let mut v = v1.object().clone();
+        v.id = stipendex::envelope::new_id("v_");
+        edit(&mut v);
+        Signed::sign(v, &w.wallet_key).unwrap()
+    };
+    let at = |q: &str| req("/search", q);
+    let with_req = |v: &mut Voucher, q: &str| {
+        let rq = at(q);
+        v.request = rq.digest();
+        v.resource = rq.resource().unwrap();
+    };
+    // A gap in the lane's sequence.
+    let gap = sign(&|v| {
+        with_req(v, "g");
+        v.seq = 3;
+        v.cumulative = "0.15".parse().unwrap();
+    });
+    assert_eq!(
+        r.tab_call(&at("g"), gap.jws()).await.unwrap_err().code(),
+        "voucher_out_of_order"
+    );
+    // The wrong price for the call.
+    let cheap = sign(&|v| {
+        with_req(v, "c");
+        v.seq = 2;
+        v.amount = "0.01".parse().unwrap();
+        v.cumulative = "0.06".parse().unwrap();
+    });
+    assert_eq!(
+        r.tab_call(&at("c"), cheap.jws()).await.unwrap_err().code(),
+        "wrong_price"
+    );
+    // A cumulative that does not follow.
+    let jump = sign(&|v| {
+        with_req(v, "j");
+        v.seq = 2;
+        v.cumulative = "0.50".parse().unwrap();
+    });
+    assert_eq!(
+        r.tab_call(&at("j"), jump.jws()).await.unwrap_err().code(),
+        "bad_cumulative"
+    );
+    // Above the cap: the wallet refuses to sign it, and the receiver refuses it signed.
+    call(&r, &wallet, &hold, &req("/big", "1")).await; // 0.95 of 1.00
+    call(&r, &wallet, &hold, &req("/search", "fill")).await; // 1.00 of 1.00
+    let e = wallet
+        .voucher(&hold, &req("/search", "over"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "above_cap");
+    let over2 = sign(&|v| {
+        with_req(v, "p");
+        v.lane = 3;
+        v.seq = 1;
+        v.amount = "0.05".parse().unwrap();
+        v.cumulative = "0.05".parse().unwrap();
+    });
+    assert_eq!(
+        r.tab_call(&at("p"), over2.jws()).await.unwrap_err().code(),
+        "above_cap"
+    );
+    // Another wallet's voucher for the tab.
+    let mut stranger = over2.object().clone();
+    let thief = stipendex::envelope::SecretKey::generate();
+    stranger.wallet = thief.public();
+    let stranger = Signed::sign(stranger, &thief).unwrap();
+    assert_eq!(
+        r.tab_call(&at("p"), stranger.jws())
+            .await
+            .unwrap_err()
+            .code(),
+        "mismatch"
+    );
+    // After the tab's end nothing is accepted, and the receiver closes it by itself.
+    assert!(r.close_due().await.unwrap().is_empty(), "not due yet");
+    w.clock.advance(Duration::from_secs(end - w.now()));
+    let late = wallet.voucher(&hold, &req("/search", "late")).await;
+    assert!(late.is_err());
+    let due = r.close_due().await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].object().captured, "1.00".parse().unwrap());
+}
+
+#[tokio::test]
+async fn a_tab_relayed_from_another_origin_or_over_the_policy_is_not_opened() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    let wallet = w.wallet(tab_mandate(&w, "10.00", 1), true);
+    let sent = resource("/search", "x");
+    let tab: Signed<Tab> = r
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .unwrap();
+    // Relayed: offered for a request to search.example, presented for one to evil.example.
+    let relayed = Resource {
+        origin: "https://evil.example".into(),
+        ..sent.clone()
+    };
+    assert_eq!(
+        wallet.open_tab(&tab, &relayed).await.unwrap_err().code(),
+        "denied"
+    );
+    // A cap above the mandate's tab_cap.
+    let big = tab_receiver(&w, "3.00");
+    let tab3 = big
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        wallet.open_tab(&tab3, &sent).await.unwrap_err().code(),
+        "limit_exceeded"
+    );
+    // One open tab at most: a second is refused until the first closes.
+    let hold = wallet.open_tab(&tab, &sent).await.unwrap();
+    let tab_b = r
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        wallet.open_tab(&tab_b, &sent).await.unwrap_err().code(),
+        "limit_exceeded"
+    );
+    // Opening the same tab again holds nothing more.
+    let same = wallet.open_tab(&tab, &sent).await.unwrap();
+    assert_eq!(same.proof().digest(), hold.proof().digest());
+    assert_eq!(w.balance(w.agent).await.1, 100);
+    // The receiver opens it once; another Proof for it is refused.
+    r.open_tab(hold.proof().jws()).await.unwrap();
+    r.open_tab(hold.proof().jws()).await.unwrap();
+    let receipt = r
+        .close_tab(wallet.close_request(&hold).unwrap().jws())
+        .await
+        .unwrap();
+    assert_eq!(
+        receipt.object().captured,
+        "0".parse().unwrap(),
+        "no call: voided"
+    );
+    assert_eq!(w.balance(w.agent).await.1, 0);
+    wallet.tab_closed(&hold, receipt.jws()).await.unwrap();
+    let hold_b = wallet.open_tab(&tab_b, &sent).await.unwrap();
+    r.open_tab(hold_b.proof().jws()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restarted_wallet_goes_on_from_its_persisted_lanes() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    let mandate = tab_mandate(&w, "10.00", 1);
+    let wallet = w.wallet(mandate.clone(), true);
+    let hold = open(&w, &r, &wallet).await;
+    for i in 0..3 {
+        call(&r, &wallet, &hold, &req("/search", &i.to_string())).await;
+    }
+    // A new wallet process on the same store finds the tab and its lanes where they were.
+    let restarted = w.wallet(mandate, true);
+    let again = restarted.tab(hold.tab()).await.unwrap();
+    assert_eq!(again.spent().unwrap(), usd("0.15"));
+    call(&r, &restarted, &again, &req("/search", "after")).await;
+    let receipt = r
+        .close_tab(restarted.close_request(&again).unwrap().jws())
+        .await
+        .unwrap();
+    assert_eq!(receipt.object().captured, "0.20".parse().unwrap());
+    restarted.tab_closed(&again, receipt.jws()).await.unwrap();
+}
