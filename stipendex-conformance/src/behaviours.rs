@@ -561,6 +561,8 @@ async fn x402_paid(
             total: Some(money(h, PRICE * 20)?.amount()),
             per_receiver: None,
             confirm_above: None,
+            tab_cap: None,
+            open_tabs: None,
         });
         if allow {
             m.allow.push(Allow::X402Http {

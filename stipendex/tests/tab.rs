@@ -364,3 +364,82 @@ async fn a_restarted_wallet_goes_on_from_its_persisted_lanes() {
     assert_eq!(receipt.object().captured, "0.20".parse().unwrap());
     restarted.tab_closed(&again, receipt.jws()).await.unwrap();
 }
+
+#[tokio::test]
+async fn over_http_one_402_opens_a_tab_and_the_next_calls_go_straight_through() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::Router;
+    use axum::routing::get;
+    use stipendex::http::{Binding, Client};
+
+    let w = world().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .registry(&w.registry)
+        .origin(&base)
+        .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+        .tabs(TabTerms::new(usd("1.00")).lanes(4))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let (asked, paid_402) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (a, p) = (asked.clone(), paid_402.clone());
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route("/search", get(|| async { "results" })))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let (a, p) = (a.clone(), p.clone());
+                async move {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    let resp = next.run(req).await;
+                    if resp.status() == axum::http::StatusCode::PAYMENT_REQUIRED {
+                        p.fetch_add(1, Ordering::SeqCst);
+                    }
+                    resp
+                }
+            },
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let mandate = w.mandate(|m| {
+        pin(m, &base);
+        m.limits[0].tab_cap = Some("1.00".parse().unwrap());
+    });
+    let client = Client::new(
+        stipendex::http::reqwest_builder(Duration::from_secs(10)),
+        w.wallet(mandate, true),
+    )
+    .unwrap();
+    let (agent0, _) = w.balance(w.agent).await;
+    for i in 0..5 {
+        let resp = client.get(&format!("{base}/search?q={i}")).await.unwrap();
+        assert_eq!(resp.status, 200);
+        assert_eq!(&resp.body[..], b"results");
+        let call = resp.tab_call.expect("paid inside the tab");
+        assert_eq!(call.amount, usd("0.05"));
+        assert_eq!(
+            resp.headers
+                .get("stipendex-tab-call")
+                .unwrap()
+                .to_str()
+                .unwrap(),
+            format!(
+                "voucher={}; result={}",
+                call.voucher.as_str(),
+                call.result.as_str()
+            )
+        );
+    }
+    // One 402 (the first call), then every call straight through with its voucher.
+    assert_eq!(paid_402.load(Ordering::SeqCst), 1);
+    assert_eq!(asked.load(Ordering::SeqCst), 6);
+    let receipts = client.close_tabs().await.unwrap();
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0].object().captured, "0.25".parse().unwrap());
+    assert_eq!(receipts[0].object().calls, 5);
+    let (agent1, held) = w.balance(w.agent).await;
+    assert_eq!((agent0 - agent1, held), (25, 0));
+}

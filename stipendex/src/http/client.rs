@@ -4,10 +4,13 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
-use super::{PAYMENT, RECEIPT};
+use std::sync::{Arc, Mutex};
+
+use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, TAB_CLOSE, VOUCHER};
 use crate::Error;
-use crate::envelope::{Quote, Receipt, Resource, Signed};
-use crate::wallet::{ChallengePaid, Paid, Source, Wallet};
+use crate::envelope::{Digest, Quote, Receipt, Resource, Signed, Tab, TabReceipt};
+use crate::receiver::Request;
+use crate::wallet::{ChallengePaid, Paid, Source, TabHold, Wallet};
 use x402_transport::client::{self as x402, ClientError};
 use x402_transport::wire;
 
@@ -29,6 +32,22 @@ pub struct Response {
     /// The server's `PAYMENT-RESPONSE` (or v1 `X-PAYMENT-RESPONSE`), decoded, after an x402
     /// payment.
     pub settlement: Option<Value>,
+    /// The call inside a tab that paid it, if one did.
+    pub tab_call: Option<TabCallPaid>,
+}
+
+/// A call paid by a voucher inside a tab.
+#[derive(Clone, Debug)]
+pub struct TabCallPaid {
+    /// The tab's id.
+    pub tab: String,
+    /// The voucher, by digest.
+    pub voucher: Digest,
+    /// The digest of the body received: the call's leaf in the tab's Merkle tree (checked
+    /// against the receiver's `Stipendex-Tab-Call`).
+    pub result: Digest,
+    /// What the call cost.
+    pub amount: rail_core::Money,
 }
 
 /// A reqwest client that hands a 402's Quote to the wallet and retries once with the Proof; a
@@ -47,6 +66,8 @@ pub struct Client {
     /// Follows unpaid redirects and delivers the wallet's x402 payments (it has no payer: the
     /// wallet decides and signs); its HTTP client follows no redirect.
     x402: x402::Client,
+    /// The tabs this client holds, and whether each was opened at its receiver.
+    tabs: Arc<Mutex<Vec<(TabHold, bool)>>>,
 }
 
 impl Client {
@@ -57,7 +78,11 @@ impl Client {
     /// [`Error::Config`] if the HTTP client cannot be built.
     pub fn new(http: reqwest::ClientBuilder, wallet: Wallet) -> Result<Self, Error> {
         let x402 = x402::Client::new(http).map_err(|e| Error::Config(e.to_string()))?;
-        Ok(Client { wallet, x402 })
+        Ok(Client {
+            wallet,
+            x402,
+            tabs: Arc::default(),
+        })
     }
 
     /// The wallet.
@@ -104,6 +129,23 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<Response, Error> {
         let url = crate::origin::parsed(url)?;
+        let sent = Resource {
+            origin: url.origin().ascii_serialization(),
+            method: method.as_str().to_owned(),
+            path: url.path().to_owned(),
+            query: url.query().map(str::to_owned),
+        };
+        // A call an open tab covers is paid by a voucher at once: no 402 round trip.
+        if let Some((hold, opened)) = self.tab_for(&sent) {
+            match Box::pin(self.call_in_tab(&hold, opened, &method, &url, &headers, body.clone()))
+                .await?
+            {
+                Ok(resp) => return Ok(resp),
+                // The tab is over (closed, ended, its cap used): closed here, and the 402's
+                // fresh offers are taken below.
+                Err(()) => Box::pin(self.retire(&hold)).await,
+            }
+        }
         let reached = self
             .x402
             .reach(method, url, &headers, body)
@@ -141,12 +183,34 @@ impl Client {
         };
         let quote: Signed<Quote> = serde_json::from_value(quote.clone())
             .map_err(|e| Error::Malformed(format!("the 402's quote: {e}")))?;
+        // The request that got the 402 (after unpaid redirects).
         let sent = Resource {
             origin: url.origin().ascii_serialization(),
             method: method.as_str().to_owned(),
             path: url.path().to_owned(),
             query: url.query().map(str::to_owned),
         };
+        // A tab beside the Quote, where the mandate allows tabs in its asset: opened, and this
+        // call paid by its first voucher.
+        if let Some(tab) = parsed.get("tab")
+            && let Some(hold) = Box::pin(self.open_offered(tab, &sent)).await
+        {
+            self.tabs_lock().push((hold.clone(), false));
+            match Box::pin(self.call_in_tab(&hold, false, &method, &url, &headers, body.clone()))
+                .await?
+            {
+                Ok(resp) => return Ok(resp),
+                Err(()) => {
+                    Box::pin(self.retire(&hold)).await;
+                    return Err(Error::Payment(rail_core::RailError::Declined(
+                        rail_core::RailReason::new(
+                            "tab_refused",
+                            "the receiver refused the tab it offered; ask again",
+                        ),
+                    )));
+                }
+            }
+        }
         let paid = Box::pin(self.wallet.pay_sent(&quote, &sent, self.wallet.confirmer())).await?;
         let proof = HeaderValue::from_str(&paid.proof.to_header())
             .map_err(|e| Error::Malformed(format!("the proof header: {e}")))?;
@@ -190,7 +254,211 @@ impl Client {
             receipt,
             x402: None,
             settlement: None,
+            tab_call: None,
         })
+    }
+
+    fn tabs_lock(&self) -> std::sync::MutexGuard<'_, Vec<(TabHold, bool)>> {
+        self.tabs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An open tab at `sent`'s origin that covers it and has not ended, and whether it was
+    /// opened at its receiver.
+    fn tab_for(&self, sent: &Resource) -> Option<(TabHold, bool)> {
+        let now = self.wallet.now();
+        self.tabs_lock()
+            .iter()
+            .find(|(h, _)| {
+                let t = h.tab().object();
+                t.origin == sent.origin
+                    && now < t.exp
+                    && t.price_of(&sent.method, &sent.path).is_some()
+            })
+            .cloned()
+    }
+
+    /// The tab offered beside a Quote, opened by the wallet; `None` (the Quote is paid
+    /// instead) when it cannot be read or the wallet will not open it (no tab policy in its
+    /// asset, too many open tabs, a cap above the policy…).
+    async fn open_offered(&self, tab: &Value, sent: &Resource) -> Option<TabHold> {
+        let tab: Signed<Tab> = match serde_json::from_value(tab.clone()) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "the 402's tab cannot be read; paying the quote");
+                return None;
+            }
+        };
+        let m = self.wallet.mandate().object();
+        let allowed = m
+            .limits_for(&tab.object().asset)
+            .is_some_and(|l| l.tab_cap.is_some());
+        if !allowed {
+            return None;
+        }
+        match self.wallet.open_tab(&tab, sent).await {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::info!(tab = %tab.object().id, error = %e, "not opening the tab offered; paying the quote");
+                None
+            }
+        }
+    }
+
+    /// Sends the call with a voucher of `hold` (and its hold Proof if the tab is not yet
+    /// `opened` at the receiver). `Ok(Err(()))`: the receiver answered 402 (the tab is over
+    /// or refused); the caller retires it.
+    async fn call_in_tab(
+        &self,
+        hold: &TabHold,
+        opened: bool,
+        method: &Method,
+        url: &reqwest::Url,
+        headers: &HeaderMap,
+        body: Option<Vec<u8>>,
+    ) -> Result<Result<Response, ()>, Error> {
+        let sent = Resource {
+            origin: url.origin().ascii_serialization(),
+            method: method.as_str().to_owned(),
+            path: url.path().to_owned(),
+            query: url.query().map(str::to_owned),
+        };
+        let v = match self
+            .wallet
+            .voucher(hold, &Request::from_resource(&sent))
+            .await
+        {
+            Ok(v) => v,
+            Err(Error::Voucher { .. } | Error::Expired { .. }) => return Ok(Err(())),
+            Err(e) => return Err(e),
+        };
+        let header = |s: String| {
+            HeaderValue::from_str(&s).map_err(|e| Error::Malformed(format!("a tab header: {e}")))
+        };
+        let mut rq = self
+            .x402
+            .http()
+            .request(method.clone(), url.clone())
+            .headers(headers.clone())
+            .header(VOUCHER, header(v.voucher.to_header())?);
+        if !opened {
+            rq = rq.header(TAB, header(hold.proof().to_header())?);
+        }
+        if let Some(b) = body {
+            rq = rq.body(b);
+        }
+        let resp = rq.send().await.map_err(|e| transport(&e))?;
+        if resp.status() == StatusCode::PAYMENT_REQUIRED {
+            let body = x402::read_402_body(resp).await.unwrap_or_default();
+            let refused = refusal(&body, "the receiver refused the voucher");
+            tracing::info!(tab = %hold.tab().object().id, error = %refused, "the tab is over here");
+            return Ok(Err(()));
+        }
+        if !resp.status().is_server_error() {
+            for (h, o) in self.tabs_lock().iter_mut() {
+                if h.tab().digest() == hold.tab().digest() {
+                    *o = true;
+                }
+            }
+        }
+        let (status, headers) = (resp.status(), resp.headers().clone());
+        let body = read_capped(resp).await?;
+        let result = Digest::of(&body);
+        let said = headers.get(TAB_CALL).and_then(|v| v.to_str().ok());
+        let expected = format!(
+            "voucher={}; result={}",
+            v.voucher.digest().as_str(),
+            result.as_str()
+        );
+        if said != Some(expected.as_str()) {
+            tracing::warn!(tab = %hold.tab().object().id, said = ?said, "the receiver's Stipendex-Tab-Call does not name this voucher and the body received");
+        }
+        let o = v.voucher.object();
+        Ok(Ok(Response {
+            status,
+            headers,
+            body: body.into(),
+            paid: None,
+            receipt: None,
+            x402: None,
+            settlement: None,
+            tab_call: Some(TabCallPaid {
+                tab: o.tab.clone(),
+                voucher: v.voucher.digest().clone(),
+                result,
+                amount: o.money()?,
+            }),
+        }))
+    }
+
+    /// Stops using `hold` and closes it (errors logged: the receiver closes it by itself at
+    /// its end).
+    async fn retire(&self, hold: &TabHold) {
+        self.tabs_lock()
+            .retain(|(h, _)| h.tab().digest() != hold.tab().digest());
+        if let Err(e) = self.close(hold).await {
+            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not close a tab");
+        }
+    }
+
+    /// Closes every tab this client holds: each receiver captures exactly the last vouchers
+    /// and signs the closing Receipt, checked by the wallet, which gives the rest of the cap
+    /// back to the mandate's limits.
+    ///
+    /// # Errors
+    /// The first failure (the other tabs are closed still; a tab that could not be closed is
+    /// kept, and the receiver closes it at its end).
+    pub async fn close_tabs(&self) -> Result<Vec<Signed<TabReceipt>>, Error> {
+        let holds: Vec<TabHold> = self.tabs_lock().iter().map(|(h, _)| h.clone()).collect();
+        let mut out = Vec::new();
+        let mut first = None;
+        for h in holds {
+            match self.close(&h).await {
+                Ok(r) => {
+                    self.tabs_lock()
+                        .retain(|(x, _)| x.tab().digest() != h.tab().digest());
+                    out.push(r);
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Closes `hold` at its receiver: `POST {origin}/.well-known/stipendex/tab-close`.
+    ///
+    /// # Errors
+    /// [`Error::Payment`] (transport, or the receiver's refusal), and the wallet's checks of
+    /// the Receipt ([`Wallet::tab_closed`]).
+    pub async fn close(&self, hold: &TabHold) -> Result<Signed<TabReceipt>, Error> {
+        let close = self.wallet.close_request(hold)?;
+        let url = format!("{}{TAB_CLOSE}", hold.tab().object().origin);
+        let resp = self
+            .x402
+            .http()
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/jose")
+            .body(close.jws().to_owned())
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        let status = resp.status();
+        let body = read_capped(resp).await?;
+        if !status.is_success() {
+            return Err(refusal(&body, "the receiver did not close the tab"));
+        }
+        let v: Value = serde_json::from_slice(&body)
+            .map_err(|e| Error::Malformed(format!("the tab-close answer: {e}")))?;
+        let receipt: Signed<TabReceipt> =
+            serde_json::from_value(v.get("receipt").cloned().unwrap_or(Value::Null))
+                .map_err(|e| Error::Malformed(format!("the tab-close answer's receipt: {e}")))?;
+        self.wallet.tab_closed(hold, receipt.jws()).await
     }
 
     async fn pay_x402(
@@ -233,6 +501,7 @@ impl Client {
             receipt: None,
             x402: Some(paid),
             settlement: answer.response,
+            tab_call: None,
         })
     }
 }
@@ -290,5 +559,6 @@ async fn read(r: reqwest::Response) -> Result<Response, Error> {
         receipt: None,
         x402: None,
         settlement: None,
+        tab_call: None,
     })
 }

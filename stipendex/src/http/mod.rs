@@ -22,8 +22,8 @@
 mod client;
 mod server;
 
-pub use client::{Client, Response};
-pub use server::{Binding, FinalAmount, Outcome, WELL_KNOWN};
+pub use client::{Client, Response, TabCallPaid};
+pub use server::{Binding, FinalAmount, Outcome, TAB_CLOSE, WELL_KNOWN};
 
 /// A reqwest client with the workspace's one TLS provider (rustls on ring) installed, as the
 /// binding's [`Client`] expects.
@@ -49,3 +49,10 @@ pub fn reqwest_builder(timeout: std::time::Duration) -> reqwest::ClientBuilder {
 pub const PAYMENT: &str = "stipendex-payment";
 /// The success header: `base64url(Receipt JWS)`.
 pub const RECEIPT: &str = "stipendex-receipt";
+/// A call inside a tab: `base64url(Voucher JWS)`.
+pub const VOUCHER: &str = "stipendex-voucher";
+/// Opens the tab a voucher is for (with the first voucher): `base64url(hold Proof JWS)`.
+pub const TAB: &str = "stipendex-tab";
+/// The answer to a call inside a tab: `voucher=<digest>; result=<digest>` (SHA-256 of the
+/// body), the call's leaf in the tab's Merkle tree.
+pub const TAB_CALL: &str = "stipendex-tab-call";

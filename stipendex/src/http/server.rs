@@ -13,15 +13,23 @@ use serde_json::{Map, Value, json};
 use x402_transport::paywall::{Paywall, PricedRoute, resource_url};
 use x402_transport::wire;
 
-use super::{PAYMENT, RECEIPT};
+use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, VOUCHER};
 use crate::Error;
+use crate::envelope::{Digest, Tab};
 use crate::receiver::{
     Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver,
-    Request, idempotent,
+    Request, TabCall, idempotent,
 };
 
 /// Where the receiver's descriptor is served.
 pub const WELL_KNOWN: &str = "/.well-known/stipendex.json";
+
+/// Where a wallet closes its tab: `POST` with the [`crate::envelope::TabClose`]'s compact JWS as
+/// the body; the answer is `{"receipt": {"stipendex": "tab-receipt/0.1", "jws": …}}`.
+pub const TAB_CLOSE: &str = "/.well-known/stipendex/tab-close";
+
+/// The largest tab close request read.
+const MAX_CLOSE_BODY: usize = 16 * 1024;
 
 /// The largest response body a paid handler may return (its digest goes in the Receipt).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -113,7 +121,13 @@ impl Binding {
 
     /// Puts the binding in front of every route of `router` (the top-level router: prices
     /// match the full path) and serves `/.well-known/stipendex.json`.
+    ///
+    /// A receiver that offers tabs gets a task (on the current Tokio runtime, ending with the
+    /// receiver) that writes the tabs' answers and closes the tabs whose end has come, every
+    /// second ([`Receiver::spawn_tab_keeper`]).
     pub fn apply<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        self.receiver
+            .spawn_tab_keeper(std::time::Duration::from_secs(1));
         router.layer(axum::middleware::from_fn_with_state(
             Arc::new(self.clone()),
             middleware,
@@ -188,6 +202,9 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     if req.uri().path() == WELL_KNOWN && req.method() == Method::GET {
         return axum::Json(b.receiver.descriptor()).into_response();
     }
+    if req.uri().path() == TAB_CLOSE {
+        return close_tab(&b, req).await;
+    }
     if let Some(why) = non_canonical(req.uri().path()) {
         return json_response(
             StatusCode::NOT_FOUND,
@@ -224,6 +241,13 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
         return x402_transport::paywall::serve(p, route, req, next).await;
     }
     let seen = Seen::of(&req, x402);
+    match read_tab_headers(req.headers()) {
+        Ok(None) => {}
+        Ok(Some((voucher, open))) => {
+            return tab_call(&b, cap, req, &sreq, &seen, &voucher, open.as_deref(), next).await;
+        }
+        Err(why) => return challenge(&b, cap, &seen, &sreq, Some(("malformed", why))).await,
+    }
     let proof = match presented {
         Ok(None) => return gate(&b, cap, req, &sreq, &seen, next).await,
         Ok(Some(p)) => p,
@@ -286,6 +310,194 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
         tracing::error!(error = %e, "stipendex: the answer was given but could not be kept for a repeat");
     }
     resp
+}
+
+/// One header's value (at most one, visible ASCII).
+fn one_header(h: &HeaderMap, name: &str) -> Result<Option<String>, String> {
+    let mut values = h.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Ok(None),
+        (Some(v), None) => v
+            .to_str()
+            .map(|s| Some(s.to_owned()))
+            .map_err(|_| format!("the {name} header is not visible ASCII")),
+        (Some(_), Some(_)) => Err(format!("the {name} header is sent twice")),
+    }
+}
+
+/// The voucher (and the hold Proof opening its tab, with the first call) of a call inside a
+/// tab, decoded.
+fn read_tab_headers(h: &HeaderMap) -> Result<Option<(String, Option<String>)>, String> {
+    let decode = |v: String| decode_header(&v).map_err(|e| e.to_string());
+    let voucher = one_header(h, VOUCHER)?;
+    let open = one_header(h, TAB)?;
+    if h.contains_key(PAYMENT) && voucher.is_some() {
+        return Err(
+            "a call is paid by a Stipendex-Payment or a Stipendex-Voucher, not both".into(),
+        );
+    }
+    match (voucher, open) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err("Stipendex-Tab opens a tab with a call's Stipendex-Voucher".into()),
+        (Some(v), open) => Ok(Some((decode(v)?, open.map(decode).transpose()?))),
+    }
+}
+
+/// A call paid by a voucher inside a tab (opened first by `open`, its hold Proof, if given).
+#[allow(clippy::too_many_arguments)]
+async fn tab_call(
+    b: &Binding,
+    cap: &PricedCapability,
+    req: HttpRequest,
+    sreq: &Request,
+    seen: &Seen<'_>,
+    voucher: &str,
+    open: Option<&str>,
+    next: Next,
+) -> Response {
+    let retry = |e: &Error| {
+        x402_transport::paywall::unavailable_response(
+            e.code(),
+            None,
+            &format!("{e}: send the same Stipendex-Voucher again"),
+        )
+    };
+    if let Some(proof) = open {
+        match b.receiver.open_tab(proof).await {
+            Ok(_) => {}
+            Err(e @ (Error::Storage(_) | Error::Payment(_)))
+                if matches!(&e, Error::Storage(_))
+                    || matches!(&e, Error::Payment(r) if r.is_retryable()) =>
+            {
+                return retry(&e);
+            }
+            Err(e) => return challenge(b, cap, seen, sreq, Some((e.code(), e.to_string()))).await,
+        }
+    }
+    let serving = match b.receiver.tab_call(sreq, voucher).await {
+        Ok(TabCall::Run(s)) => s,
+        Ok(TabCall::Answered { voucher, answer }) => {
+            let mut resp = replay(&answer);
+            set_tab_call(&mut resp, &voucher, &Digest::of(&answer.body));
+            let amount = Money::new(cap_asset(cap), rail_core::Amount::ZERO).ok();
+            resp.extensions_mut().remove::<Outcome>();
+            if let Some(amount) = amount {
+                resp.extensions_mut().insert(Outcome::TabCall {
+                    amount,
+                    replayed: true,
+                });
+            }
+            return resp;
+        }
+        Err(e @ (Error::Storage(_) | Error::Payment(_))) => return retry(&e),
+        Err(e) => return challenge(b, cap, seen, sreq, Some((e.code(), e.to_string()))).await,
+    };
+    let voucher_digest = serving.voucher.digest().clone();
+    let price = serving.price.clone();
+    if serving.delivery == Delivery::Again && !idempotent(req.method().as_str()) {
+        let answer = Answer {
+            status: StatusCode::CONFLICT.as_u16(),
+            content_type: Some("application/json".into()),
+            body: json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
+                .to_string()
+                .into_bytes(),
+            receipt: None,
+        };
+        b.receiver.tab_answered(*serving, answer.clone()).await;
+        let mut resp = replay(&answer);
+        set_tab_call(&mut resp, &voucher_digest, &Digest::of(&answer.body));
+        return resp;
+    }
+    let resp = next.run(req).await;
+    let (mut parts, body) = resp.into_parts();
+    parts.extensions.remove::<FinalAmount>();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            // The call was paid by its voucher (the increment is kept, §4b); its answer is an
+            // error the same voucher gets again.
+            tracing::error!(error = %e, "stipendex: cannot read the paid handler's body");
+            let answer = Answer {
+                status: StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
+                content_type: Some("application/json".into()),
+                body: json!({"error": "internal error"}).to_string().into_bytes(),
+                receipt: None,
+            };
+            b.receiver.tab_answered(*serving, answer.clone()).await;
+            let mut resp = replay(&answer);
+            set_tab_call(&mut resp, &voucher_digest, &Digest::of(&answer.body));
+            return resp;
+        }
+    };
+    let answer = kept(&parts, &bytes, None);
+    b.receiver.tab_answered(*serving, answer).await;
+    parts.headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    parts.extensions.insert(Outcome::TabCall {
+        amount: price,
+        replayed: false,
+    });
+    let mut resp = Response::from_parts(parts, Body::from(bytes.clone()));
+    set_tab_call(&mut resp, &voucher_digest, &Digest::of(&bytes));
+    resp
+}
+
+fn cap_asset(cap: &PricedCapability) -> rail_core::Asset {
+    match &cap.price {
+        crate::receiver::Price::Fixed(m) => m.asset().clone(),
+        crate::receiver::Price::Estimate { estimate, .. } => estimate.asset().clone(),
+    }
+}
+
+fn set_tab_call(resp: &mut Response, voucher: &Digest, result: &Digest) {
+    let v = format!("voucher={}; result={}", voucher.as_str(), result.as_str());
+    if let Ok(v) = HeaderValue::from_str(&v) {
+        resp.headers_mut()
+            .insert(HeaderName::from_static(TAB_CALL), v);
+    }
+}
+
+/// `POST` [`TAB_CLOSE`]: the wallet's signed close request; the closing Receipt.
+async fn close_tab(b: &Binding, req: HttpRequest) -> Response {
+    if req.method() != Method::POST {
+        let mut r = json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({"error": "method_not_allowed", "message": "POST the tab-close request (its compact JWS) here"}),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
+    }
+    let Ok(body) = axum::body::to_bytes(req.into_body(), MAX_CLOSE_BODY).await else {
+        return json_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &json!({"error": "too_large", "message": format!("a tab-close request is at most {MAX_CLOSE_BODY} bytes")}),
+        );
+    };
+    let Ok(jws) = std::str::from_utf8(&body) else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": "malformed", "message": "the body is not a compact JWS"}),
+        );
+    };
+    match b.receiver.close_tab(jws.trim()).await {
+        Ok(receipt) => json_response(StatusCode::OK, &json!({"receipt": receipt})),
+        Err(e) => {
+            let status = match &e {
+                Error::TabClosed { .. } => StatusCode::NOT_FOUND,
+                Error::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
+                Error::Payment(r) if r.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
+                Error::Payment(_) => StatusCode::BAD_GATEWAY,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            json_response(
+                status,
+                &json!({"error": e.code(), "message": e.to_string()}),
+            )
+        }
+    }
 }
 
 /// The kept answer of a Proof presented again.
@@ -378,7 +590,7 @@ async fn gate(
     match b.receiver.gate_on(cap, sreq).await {
         Ok(Gate::Free | Gate::Waived) => next.run(req).await,
         Ok(Gate::Rejected(message)) => rejected_response(&message),
-        Ok(Gate::Quote(q)) => quoted(seen, &q, None).await,
+        Ok(Gate::Quote(q)) => quoted(seen, &q, offer_tab(b, sreq).await, None).await,
         Err(e) => quote_failed(&e),
     }
 }
@@ -408,7 +620,7 @@ async fn challenge(
     refusal: Option<(&str, String)>,
 ) -> Response {
     match b.receiver.gate_on(cap, sreq).await {
-        Ok(Gate::Quote(q)) => quoted(req, &q, refusal).await,
+        Ok(Gate::Quote(q)) => quoted(req, &q, offer_tab(b, sreq).await, refusal).await,
         Ok(Gate::Rejected(message)) => rejected_response(&message),
         // Waived or free now: the refused payment is moot; ask again without charging.
         Ok(Gate::Free | Gate::Waived) => json_response(
@@ -419,11 +631,24 @@ async fn challenge(
     }
 }
 
-/// The 402: `{"quote": …}` merged with the x402 body when the route also takes x402, and
-/// x402 v2's `PAYMENT-REQUIRED`.
+/// The tab offered beside a Quote, if the receiver offers tabs for the request (a failure to
+/// offer one leaves the Quote alone).
+async fn offer_tab(b: &Binding, sreq: &Request) -> Option<crate::envelope::Signed<Tab>> {
+    match b.receiver.offer_tab(sreq).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "stipendex: cannot offer a tab now; quoting without it");
+            None
+        }
+    }
+}
+
+/// The 402: `{"quote": …, "tab": …}` merged with the x402 body when the route also takes
+/// x402, and x402 v2's `PAYMENT-REQUIRED`.
 async fn quoted(
     req: &Seen<'_>,
     quote: &crate::envelope::Signed<crate::envelope::Quote>,
+    tab: Option<crate::envelope::Signed<Tab>>,
     refusal: Option<(&str, String)>,
 ) -> Response {
     let mut body = Map::new();
@@ -449,6 +674,9 @@ async fn quoted(
         "quote".into(),
         serde_json::to_value(quote).unwrap_or(Value::Null),
     );
+    if let Some(t) = tab {
+        body.insert("tab".into(), serde_json::to_value(t).unwrap_or(Value::Null));
+    }
     let refusal_given = refusal.is_some();
     if let Some((code, message)) = refusal {
         body.insert("error".into(), Value::String(code.to_owned()));

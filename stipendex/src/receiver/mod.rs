@@ -135,6 +135,13 @@ pub enum Outcome {
     Replayed,
     /// The pricing hook refused the request.
     Rejected,
+    /// A call paid by a voucher inside a tab (its kept answer when `replayed`).
+    TabCall {
+        /// The call's price.
+        amount: Money,
+        /// The same voucher again: its kept answer.
+        replayed: bool,
+    },
 }
 
 /// Whether a paid request reaches its work for the first time ([`Receiver::deliver`]).
@@ -202,6 +209,7 @@ struct Inner {
     claim_lease: Duration,
     tab_terms: Option<TabTerms>,
     tabs: tab::Records,
+    keeper: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -395,6 +403,7 @@ impl Builder {
             .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
         Ok(Receiver(Arc::new(Inner {
             tabs: tab::Records::new(store.clone(), &self.id),
+            keeper: std::sync::atomic::AtomicBool::new(false),
             tab_terms: self.tabs,
             claim_lease: self.claim_lease,
             answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease),
@@ -641,8 +650,7 @@ impl Receiver {
         let mut costly: Option<Result<(), i64>> = None;
         for r in &me.rails {
             let caps = r.handle.receiver.capabilities();
-            if caps.check_asset(max).is_err()
-                || (mode == PaymentMode::Hold && !checkout_capable(r))
+            if caps.check_asset(max).is_err() || (mode == PaymentMode::Hold && !checkout_capable(r))
             {
                 continue;
             }

@@ -388,6 +388,12 @@ fn describe(r: &Resource) -> String {
 }
 
 impl Wallet {
+    /// The wallet's clock, in Unix seconds.
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        now_secs(&self.0.clock)
+    }
+
     /// A builder: the wallet's key and the mandate it spends under.
     #[must_use]
     pub fn builder(key: SecretKey, mandate: Signed<Mandate>) -> Builder {

@@ -483,6 +483,35 @@ impl Receiver {
         self.settle_locked(&co.tab, &mut guard).await
     }
 
+    /// Starts, once per receiver and only if it offers tabs, a task on the current Tokio runtime
+    /// that every `every` writes the tabs' answers ([`Receiver::flush_tabs`]) and closes the
+    /// tabs whose end has come ([`Receiver::close_due`]); it ends when the receiver is dropped.
+    /// `None` if it was started before, the receiver offers no tabs, or no runtime runs.
+    pub fn spawn_tab_keeper(&self, every: Duration) -> Option<tokio::task::JoinHandle<()>> {
+        use std::sync::atomic::Ordering;
+        self.0.tab_terms.as_ref()?;
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        if self.0.keeper.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let weak = std::sync::Arc::downgrade(&self.0);
+        Some(handle.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                let r = Receiver(inner);
+                if let Err(e) = r.flush_tabs().await {
+                    tracing::warn!(error = %e, "could not write the tabs' answers");
+                }
+                if let Err(e) = r.close_due().await {
+                    tracing::error!(error = %e, "could not close the tabs due");
+                }
+            }
+        }))
+    }
+
     /// Closes every tab this instance serves whose end has come (the receiver closes before
     /// the hold lapses, or it loses the calls it served); returns their Receipts. Call it
     /// now and then (the HTTP binding does every second).
