@@ -963,6 +963,11 @@ async fn rail_specific_checks(h: &dyn Harness) -> Verdict {
 /// The verdict of a behaviour whose harness hook is absent: reported as a skip.
 pub const SKIP_NO_HOOK: &str = "skip: the harness does not provide this hook";
 
+/// The prefix of a verdict that skips: a behaviour that does not apply to the rail before it
+/// (the harness lacks a hook, [`SKIP_NO_HOOK`], or the rail is not the kind the behaviour is
+/// about) returns `Err` with a message starting with it, and is reported as skipped.
+pub const SKIP: &str = "skip: ";
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// Every behaviour of the rail suite, in run order.

@@ -152,7 +152,7 @@ pub async fn run_with<H: ?Sized + Harness>(
         let r = if claimed(&caps, b.needs) {
             match tokio::time::timeout(BEHAVIOUR_TIMEOUT, (b.run)(&*harness)).await {
                 Ok(Ok(())) => row(b, Outcome::Pass, elapsed(start), String::new()),
-                Ok(Err(why)) if why == behaviours::SKIP_NO_HOOK => row(b, Outcome::Skip, 0, why),
+                Ok(Err(why)) if why.starts_with(behaviours::SKIP) => row(b, Outcome::Skip, 0, why),
                 Ok(Err(why)) => row(b, Outcome::Fail, elapsed(start), why),
                 Err(_) => row(
                     b,

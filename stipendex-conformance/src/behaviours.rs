@@ -39,6 +39,7 @@ fn s<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
 struct Scene {
     wallet: Wallet,
     wallet_key: SecretKey,
+    receiver_key: SecretKey,
     receiver: Receiver,
     principal: SecretKey,
     journal: Arc<MemoryJournal>,
@@ -59,7 +60,16 @@ struct Options {
     origins: Vec<String>,
     /// The wallet's first payment is made but its answer is lost (`unavailable`).
     lose_first_answer: bool,
+    /// The mandate allows tabs up to this cap (minor units), two open at once.
+    tab_cap: Option<u128>,
+    /// The receiver offers tabs of `tab_cap` with 2 lanes.
+    offer_tabs: bool,
+    /// The mandate's total limit, in minor units.
+    total: u128,
 }
+
+/// Where the tab behaviours' receiver is served (a tab names its origin).
+const TAB_ORIGIN: &str = "https://shop.example";
 
 impl Default for Options {
     fn default() -> Self {
@@ -70,6 +80,9 @@ impl Default for Options {
             confirm: true,
             origins: Vec::new(),
             lose_first_answer: false,
+            tab_cap: None,
+            offer_tabs: false,
+            total: PRICE * 20,
         }
     }
 }
@@ -114,6 +127,10 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
     } else {
         receiver
     };
+    let receiver = match o.tab_cap.filter(|_| o.offer_tabs) {
+        Some(cap) => receiver.tabs(stipendex::receiver::TabTerms::new(money(h, cap)?).lanes(2)),
+        None => receiver,
+    };
     let receiver = receiver.build().map_err(s("receiver"))?;
     let mut m = Mandate::draft(
         Party {
@@ -129,11 +146,11 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
         asset: h.asset(),
         per_call: Some(minor(o.per_call)?),
         per_period: None,
-        total: Some(minor(PRICE * 20)?),
+        total: Some(minor(o.total)?),
         per_receiver: None,
         confirm_above: o.confirm_above.map(minor).transpose()?,
-        tab_cap: None,
-        open_tabs: None,
+        tab_cap: o.tab_cap.map(minor).transpose()?,
+        open_tabs: o.tab_cap.map(|_| 2),
     });
     if o.allowlisted {
         m.allow.push(Allow::Receiver {
@@ -184,6 +201,7 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
     Ok(Scene {
         wallet,
         wallet_key: wallet_key_copy,
+        receiver_key: receiver_key.clone(),
         receiver,
         principal,
         journal,
@@ -1201,6 +1219,322 @@ async fn stipendex_pending_payment_resumed(h: &dyn Harness) -> Verdict {
     Ok(())
 }
 
+// ------------------------------------------------------------------------------------------
+// Tab sessions (`docs/stipendex-profile.md` §4b).
+
+/// A scene whose receiver offers tabs of `cap` (minor units) at [`TAB_ORIGIN`].
+fn tab_scene(h: &dyn Harness, cap: u128, total: u128) -> Result<Scene, String> {
+    scene(
+        h,
+        &Options {
+            origins: vec![TAB_ORIGIN.to_owned()],
+            tab_cap: Some(cap),
+            offer_tabs: true,
+            total,
+            ..Options::default()
+        },
+    )
+}
+
+/// The call `GET /paid?n=<n>` at [`TAB_ORIGIN`].
+fn tab_req(n: u32) -> Request {
+    Request::from_resource(&stipendex::envelope::Resource {
+        origin: TAB_ORIGIN.into(),
+        method: "GET".into(),
+        path: "/paid".into(),
+        query: Some(format!("n={n}")),
+    })
+}
+
+/// A tab offered for `GET /paid`, held by the wallet and opened at the receiver.
+async fn tab_opened(sc: &Scene) -> Result<stipendex::wallet::TabHold, String> {
+    let req = tab_req(0);
+    let tab = sc
+        .receiver
+        .offer_tab(&req)
+        .await
+        .map_err(s("offer a tab"))?
+        .ok_or("the receiver offers no tab")?;
+    let sent = req.resource().ok_or("no resource")?;
+    let hold = sc
+        .wallet
+        .open_tab(&tab, &sent)
+        .await
+        .map_err(s("hold the tab"))?;
+    sc.receiver
+        .open_tab(hold.proof().jws())
+        .await
+        .map_err(s("open the tab"))?;
+    Ok(hold)
+}
+
+/// One call inside the tab, answered; its voucher.
+async fn tab_called(
+    sc: &Scene,
+    hold: &stipendex::wallet::TabHold,
+    n: u32,
+) -> Result<Signed<stipendex::envelope::Voucher>, String> {
+    use stipendex::receiver::TabCall;
+    let req = tab_req(n);
+    let v = sc.wallet.voucher(hold, &req).await.map_err(s("voucher"))?;
+    match sc
+        .receiver
+        .tab_call(&req, v.voucher.jws())
+        .await
+        .map_err(s("tab call"))?
+    {
+        TabCall::Run(serving) => {
+            sc.receiver
+                .tab_answered(
+                    *serving,
+                    stipendex::receiver::Answer {
+                        status: 200,
+                        content_type: None,
+                        body: format!("result {n}").into_bytes(),
+                        receipt: None,
+                    },
+                )
+                .await;
+        }
+        TabCall::Answered { .. } => return Err("a new voucher got a kept answer".into()),
+    }
+    Ok(v.voucher.clone())
+}
+
+/// Closes the tab at the wallet's request; the wallet checks the Receipt.
+async fn tab_closed(
+    sc: &Scene,
+    hold: &stipendex::wallet::TabHold,
+) -> Result<Signed<stipendex::envelope::TabReceipt>, String> {
+    let close = sc.wallet.close_request(hold).map_err(s("close request"))?;
+    let receipt = sc
+        .receiver
+        .close_tab(close.jws())
+        .await
+        .map_err(s("close the tab"))?;
+    sc.wallet
+        .tab_closed(hold, receipt.jws())
+        .await
+        .map_err(s("the wallet's check of the tab's receipt"))
+}
+
+async fn stipendex_tab_capture_is_last_voucher(h: &dyn Harness) -> Verdict {
+    let sc = tab_scene(h, PRICE * 8, PRICE * 20)?;
+    let before = balances(h).await?;
+    let hold = tab_opened(&sc).await?;
+    for n in 1..=3 {
+        tab_called(&sc, &hold, n).await?;
+    }
+    let receipt = tab_closed(&sc, &hold).await?;
+    let r = receipt.object();
+    let three = money(h, PRICE * 3)?;
+    ensure!(
+        r.captured == three.amount() && r.calls == 3,
+        "the tab captured {} for {} calls; its last vouchers add up to {three} for 3",
+        r.captured,
+        r.calls
+    );
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&three)
+            && before.payer_available - after.payer_available == units(&three),
+        "a tab of 3 calls moved {before:?} -> {after:?}, not exactly their price"
+    );
+    Ok(())
+}
+
+async fn stipendex_tab_voucher_replay_refused(h: &dyn Harness) -> Verdict {
+    use stipendex::receiver::TabCall;
+    let sc = tab_scene(h, PRICE * 8, PRICE * 20)?;
+    let before = balances(h).await?;
+    let hold = tab_opened(&sc).await?;
+    let first = tab_called(&sc, &hold, 1).await?;
+    // The same voucher again: its kept answer, not a second call.
+    match sc.receiver.tab_call(&tab_req(1), first.jws()).await {
+        Ok(TabCall::Answered { .. }) => {}
+        Ok(TabCall::Run(_)) => return Err("the same voucher ran twice".into()),
+        Err(e) => return Err(format!("the same voucher again: {e}")),
+    }
+    // Another voucher with that lane's used sequence: equivocation, and the tab closes.
+    let mut other = first.object().clone();
+    other.id = stipendex::envelope::new_id("v_");
+    let other = Signed::sign(other, &sc.wallet_key).map_err(s("voucher"))?;
+    refused(
+        "another voucher with a used sequence",
+        sc.receiver.tab_call(&tab_req(1), other.jws()).await,
+        "equivocation",
+    )?;
+    refused(
+        "a call after the tab was closed for equivocation",
+        sc.receiver.tab_call(&tab_req(1), first.jws()).await,
+        "tab_closed",
+    )?;
+    let receipt = tab_closed(&sc, &hold).await?;
+    ensure!(
+        receipt.object().captured == sc.price.amount(),
+        "captured {} for one honest call of {}",
+        receipt.object().captured,
+        sc.price
+    );
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&sc.price),
+        "replays moved {before:?} -> {after:?}, not one call's price"
+    );
+    Ok(())
+}
+
+async fn stipendex_tab_above_cap_refused(h: &dyn Harness) -> Verdict {
+    let sc = tab_scene(h, PRICE * 2, PRICE * 20)?;
+    let before = balances(h).await?;
+    let hold = tab_opened(&sc).await?;
+    let v1 = tab_called(&sc, &hold, 1).await?;
+    tab_called(&sc, &hold, 2).await?;
+    refused(
+        "the wallet signing above the cap",
+        sc.wallet.voucher(&hold, &tab_req(3)).await,
+        "above_cap",
+    )?;
+    // Signed anyway (on the other lane's next sequence): the receiver refuses it.
+    let mut over = v1.object().clone();
+    let req = tab_req(3);
+    over.id = stipendex::envelope::new_id("v_");
+    over.lane = 1 - over.lane;
+    over.seq = 2;
+    over.cumulative = money(h, PRICE * 2)?.amount();
+    over.request = req.digest();
+    over.resource = req.resource().ok_or("no resource")?;
+    let over = Signed::sign(over, &sc.wallet_key).map_err(s("voucher"))?;
+    let r = sc.receiver.tab_call(&req, over.jws()).await;
+    match &r {
+        Err(e)
+            if matches!(
+                e.code(),
+                "above_cap" | "voucher_out_of_order" | "bad_cumulative"
+            ) => {}
+        _ => refused("a voucher above the cap", r, "above_cap")?,
+    }
+    let receipt = tab_closed(&sc, &hold).await?;
+    let cap = money(h, PRICE * 2)?;
+    ensure!(
+        receipt.object().captured == cap.amount(),
+        "captured {}, not the cap {cap} its two calls used",
+        receipt.object().captured
+    );
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&cap),
+        "a tab at its cap moved {before:?} -> {after:?}"
+    );
+    Ok(())
+}
+
+async fn stipendex_tab_close_releases_rest(h: &dyn Harness) -> Verdict {
+    // A total of 10 prices: a tab of 8 held, one call made; closed, the 7 unused go back to
+    // the limits (and the payer), so a second tab of 8 fits (1 + 8 <= 10).
+    let sc = tab_scene(h, PRICE * 8, PRICE * 10)?;
+    let before = balances(h).await?;
+    let hold = tab_opened(&sc).await?;
+    tab_called(&sc, &hold, 1).await?;
+    let held = balances(h).await?;
+    ensure!(
+        before.payer_available - held.payer_available >= units(&money(h, PRICE * 8)?),
+        "the cap is not held: {before:?} -> {held:?}"
+    );
+    tab_closed(&sc, &hold).await?;
+    let after = balances(h).await?;
+    ensure!(
+        before.payer_available - after.payer_available == units(&sc.price)
+            && after.payee_settled - before.payee_settled == units(&sc.price),
+        "closing after one call moved {before:?} -> {after:?}: the rest of the cap was not released"
+    );
+    let second = tab_opened(&sc)
+        .await
+        .map_err(|e| format!("the rest of the cap did not go back to the limits: {e}"))?;
+    tab_closed(&sc, &second).await?;
+    Ok(())
+}
+
+async fn stipendex_tab_refused_without_partial_capture(h: &dyn Harness) -> Verdict {
+    use stipendex::envelope::{RailOffer, Tab, TabPrice, Tag, new_id};
+    let caps = h.rail().capabilities();
+    if caps.hold && caps.partial_capture {
+        return Err(
+            "skip: this rail holds and captures part of a hold (the tab behaviours run on it)"
+                .into(),
+        );
+    }
+    // The receiver: tabs on this rail are a configuration error naming why.
+    match tab_scene(h, PRICE * 8, PRICE * 20) {
+        Err(e) if e.contains("captures part of a hold") => {}
+        Err(e) => {
+            return Err(format!(
+                "a receiver offering tabs here failed otherwise: {e}"
+            ));
+        }
+        Ok(_) => {
+            return Err(
+                "a receiver offers tabs on a rail that cannot capture part of a hold".into(),
+            );
+        }
+    }
+    // The wallet: a tab whose only rail is this one (a receiver elsewhere signed it) is
+    // refused with a clear error, and nothing moves.
+    // The mandate allows tabs (its policy is not what refuses) and pins the receiver: the rail
+    // is what cannot hold the tab.
+    let sc = scene(
+        h,
+        &Options {
+            origins: vec![TAB_ORIGIN.to_owned()],
+            tab_cap: Some(PRICE * 8),
+            ..Options::default()
+        },
+    )?;
+    let cap = money(h, PRICE * 8)?;
+    let mut charge = rail_core::Charge::capture(cap.clone(), Duration::from_secs(600));
+    charge.reference = Some(new_id("t_"));
+    let mut offer = h
+        .rail()
+        .receiver
+        .offer(&charge)
+        .await
+        .map_err(s("the rail's offer"))?;
+    offer.mode = rail_core::PaymentMode::Hold;
+    let now = u64::try_from(h.clock().now().unix_seconds()).map_err(s("clock"))?;
+    let tab = Signed::sign(
+        Tab {
+            stipendex: Tag::current("tab"),
+            id: new_id("t_"),
+            receiver: sc.receiver.party().clone(),
+            origin: TAB_ORIGIN.into(),
+            iat: now,
+            exp: now + 600,
+            asset: h.asset(),
+            cap: cap.amount(),
+            prices: vec![TabPrice {
+                method: "GET".into(),
+                pattern: "/paid".into(),
+                amount: sc.price.amount(),
+            }],
+            lanes: 2,
+            rails: vec![RailOffer {
+                rail: offer.rail.as_str().to_owned(),
+                offer,
+            }],
+        },
+        &sc.receiver_key,
+    )
+    .map_err(s("tab"))?;
+    let before = balances(h).await?;
+    let sent = tab_req(0).resource().ok_or("no resource")?;
+    refused(
+        "a tab on a rail without partial capture",
+        sc.wallet.open_tab(&tab, &sent).await,
+        "no_rail",
+    )?;
+    unchanged(h, before, "a refused tab").await
+}
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
@@ -1236,4 +1570,9 @@ behaviours! {
     stipendex_proof_after_quote_expiry_honoured: Pay => "Stipendex: a proof paid in time and presented after the quote's expiry is honoured (or its money given back); never refused with the money kept",
     stipendex_pending_payment_resumed: Pay => "Stipendex: a payment whose answer was lost stays pending and counted; resume signs its proof once; one charge, one chain",
     stipendex_lost_answer_replayed: Pay => "Stipendex over HTTP: the same proof again after a lost answer gets the same answer and receipt; one run, one charge",
+    stipendex_tab_capture_is_last_voucher: PartialCapture => "Stipendex tabs: one hold, calls paid by vouchers, the close captures exactly the lanes' last vouchers",
+    stipendex_tab_voucher_replay_refused: PartialCapture => "Stipendex tabs: the same voucher again gets its answer, another with a used sequence is equivocation (the tab closes); one charge per call",
+    stipendex_tab_above_cap_refused: PartialCapture => "Stipendex tabs: a call above the cap is refused by the wallet and by the receiver; the capture is never above the cap",
+    stipendex_tab_close_releases_rest: PartialCapture => "Stipendex tabs: the close releases the unused cap on the rail and gives it back to the mandate's limits",
+    stipendex_tab_refused_without_partial_capture: Pay => "Stipendex tabs: on a rail that cannot hold and capture part of a hold, no tab is offered or held; nothing moves",
 }

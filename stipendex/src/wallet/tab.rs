@@ -410,8 +410,12 @@ impl Wallet {
                 if w.handle.payer.id().as_str() != r.rail || r.offer.mode != PaymentMode::Hold {
                     continue;
                 }
-                if w.handle.hold_payer.is_none() {
-                    why.push(format!("{} ({}): cannot hold", w.name, r.rail));
+                let caps = w.handle.payer.capabilities();
+                if w.handle.hold_payer.is_none() || !caps.hold || !caps.partial_capture {
+                    why.push(format!(
+                        "{} ({}): cannot hold and capture part of a hold (no tab on it)",
+                        w.name, r.rail
+                    ));
                     continue;
                 }
                 match w.handle.payer.accepts(&r.offer) {
