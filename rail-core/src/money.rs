@@ -545,6 +545,31 @@ impl Money {
         self.amount
     }
 
+    /// The amount written with every decimal place of its asset (`1.00` for one US dollar,
+    /// where `Display` writes `1`): for people reading amounts side by side.
+    ///
+    /// ```
+    /// use rail_core::{Asset, Money};
+    /// assert_eq!(Money::parse(Asset::usd(), "1")?.to_fixed(), "1.00");
+    /// assert_eq!(Money::parse(Asset::usd(), "0.05")?.to_fixed(), "0.05");
+    /// # Ok::<(), rail_core::money::MoneyError>(())
+    /// ```
+    #[must_use]
+    pub fn to_fixed(&self) -> String {
+        let scale = u32::from(self.asset.scale());
+        let units = self.minor_units();
+        if scale == 0 {
+            return units.to_string();
+        }
+        let base = 10u128.pow(scale);
+        format!(
+            "{}.{:0width$}",
+            units / base,
+            units % base,
+            width = usize::try_from(scale).unwrap_or(0)
+        )
+    }
+
     /// The amount in the asset's minor units (exact by construction).
     #[must_use]
     pub fn minor_units(&self) -> u128 {

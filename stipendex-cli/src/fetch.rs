@@ -107,6 +107,19 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
             .map_err(|e| msg(format!("cannot write the body: {e}")))?;
     }
     eprintln!("{}", summary(&r));
+    // A tab opened for this request is closed before the process ends: its unused cap is
+    // released now, not when the tab would end.
+    match Box::pin(client.close_tabs()).await {
+        Ok(receipts) => {
+            for t in receipts {
+                eprintln!("{}", tab_line(t.object()));
+            }
+        }
+        Err(e) => eprintln!(
+            "a tab could not be closed ({}): {e}; the receiver closes it at its end",
+            e.code()
+        ),
+    }
     Ok(if r.status.is_success() {
         ExitCode::SUCCESS
     } else {
@@ -119,9 +132,34 @@ fn refused(e: &stipendex::Error) -> CliError {
     msg(format!("not paid ({}): {e}", e.code()))
 }
 
+/// `tab <id>: N calls, captured X of cap Y`.
+pub(crate) fn tab_line(t: &stipendex::envelope::TabReceipt) -> String {
+    let fixed = |a| {
+        stipendex::Money::new(t.asset.clone(), a).map_or_else(|_| a.to_string(), |m| m.to_fixed())
+    };
+    format!(
+        "tab {}: {} call{}, captured {} of cap {} {}",
+        t.tab,
+        t.calls,
+        if t.calls == 1 { "" } else { "s" },
+        fixed(t.captured),
+        fixed(t.cap),
+        t.asset
+    )
+}
+
 /// The stderr line: what was paid, over which rail, the Receipt's id.
 fn summary(r: &Response) -> String {
     let status = r.status.as_u16();
+    if let Some(t) = &r.tab_call {
+        return format!(
+            "paid {} {} in tab {}; HTTP {status}, call {}",
+            t.amount.amount(),
+            t.amount.asset(),
+            t.tab,
+            t.voucher.as_str()
+        );
+    }
     if let Some(p) = &r.paid {
         let proof = p.proof.object();
         let receipt = r.receipt.as_ref().map_or_else(
@@ -163,7 +201,15 @@ fn headers(lines: &[String]) -> Result<HeaderMap, CliError> {
         };
         let (name, value) = line.split_once(':').ok_or_else(bad)?;
         let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| bad())?;
-        if [stipendex::http::PAYMENT, "payment-signature", "x-payment"].contains(&name.as_str()) {
+        if [
+            stipendex::http::PAYMENT,
+            stipendex::http::VOUCHER,
+            stipendex::http::TAB,
+            "payment-signature",
+            "x-payment",
+        ]
+        .contains(&name.as_str())
+        {
             return Err(msg(format!(
                 "-H {line:?}: the wallet sets payment headers itself; remove it"
             )));

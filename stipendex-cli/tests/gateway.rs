@@ -192,8 +192,9 @@ fn mandate(
             total: Some(total.parse().unwrap()),
             per_receiver: None,
             confirm_above: confirm_above.map(|c| c.parse().unwrap()),
-            tab_cap: None,
-            open_tabs: None,
+            // Tabs up to 1.00 (the gateway offers them only where `[receiver.tabs]` is set).
+            tab_cap: Some("1.00".parse().unwrap()),
+            open_tabs: Some(2),
         });
     }
     m.allow.push(Allow::Receiver {
@@ -260,6 +261,16 @@ impl Setup {
 
     /// `upstream` as the `[upstream]` lines, `prices` as the `[[price]]` entries.
     async fn with(upstream: &str, prices: &str, extra: &str) -> Self {
+        Self::with_receiver(upstream, prices, extra, "").await
+    }
+
+    /// As [`Setup::with`], `receiver_extra` after the `[receiver]` section (`[receiver.tabs]`).
+    async fn with_receiver(
+        upstream: &str,
+        prices: &str,
+        extra: &str,
+        receiver_extra: &str,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let (ledger, ledger_url, agent, shop) = common::funded_ledger(&dir, 10_000).await;
@@ -282,6 +293,7 @@ payee_account = "{shop}"
 id = "weather-co"
 key_file = "shop.key"
 origins = ["{origin}"]
+{receiver_extra}
 
 [gateway]
 upstream_timeout_secs = 1
@@ -1830,4 +1842,98 @@ async fn forwarded_headers_of_a_trusted_proxy_are_kept_and_extended() {
     assert_eq!(h["x-forwarded-proto"], "https");
     assert_eq!(h["x-forwarded-host"], "api.example");
     assert_eq!(h["x-gateway-secret"], SECRET);
+}
+
+#[tokio::test]
+async fn tabs_through_the_gateway_pay_many_calls_with_one_hold() {
+    use stipendex::http::Client;
+    use stipendex::wallet::Wallet;
+
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::with_receiver(
+        &format!("url = \"{up}\""),
+        HTTP_PRICES,
+        "",
+        "\n[receiver.tabs]\ncap = \"1.00\"\nasset = \"USD\"\nlanes = 4\n",
+    )
+    .await;
+    let _gw = s.gateway().await;
+    let base = s.origin.clone();
+
+    // The 402 carries a tab beside the Quote.
+    let r = http()
+        .get(format!("{base}/api/forecast/paris"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["quote"]["jws"].is_string() && body["tab"]["jws"].is_string(),
+        "{body}"
+    );
+
+    // `stipendex fetch` opens a tab for its one call and closes it before it exits.
+    let before = s.agent().await;
+    let (ok, out, err) = s.fetch(&[&format!("{base}/api/forecast/rome")]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("rome"), "{out}");
+    assert!(
+        err.contains(": 1 call, captured 0.05 of cap 1.00 USD"),
+        "{err}"
+    );
+    assert_eq!(s.agent().await, (before.0 - 5, 0));
+
+    // A wallet in one process: one 402, then every call straight through the gateway with a
+    // voucher; the upstream sees each call once and never a payment header.
+    let wallet_key = SecretKey::from_hex(
+        std::fs::read_to_string(s.dir.join("wallet.key"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let mandate: Signed<Mandate> = Signed::parse(
+        std::fs::read_to_string(s.dir.join("wallet.jws"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let registry = stipendex::Registry::from_toml(
+        &format!(
+            "[store]\nurl = \"memory\"\n[rails.house]\nkind = \"ledger\"\nurl = \"sqlite://{}\"\npayer_account = \"{}\"\n",
+            s.dir.join("ledger.db").display(),
+            s.agent
+        ),
+        &BTreeMap::<String, String>::new(),
+    )
+    .await
+    .unwrap();
+    let wallet = Wallet::builder(wallet_key, mandate)
+        .registry(&registry)
+        .build()
+        .unwrap();
+    let client = Client::new(
+        stipendex::http::reqwest_builder(Duration::from_secs(10)),
+        wallet,
+    )
+    .unwrap();
+    let before = s.agent().await;
+    for city in ["oslo", "lima", "pune", "kiev", "doha"] {
+        let r = client
+            .get(&format!("{base}/api/forecast/{city}"))
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.tab_call.is_some());
+        let h = seen.last(&format!("/api/forecast/{city}"));
+        for p in ["stipendex-voucher", "stipendex-tab", "stipendex-payment"] {
+            assert!(!h.contains_key(p), "{p} reached the upstream");
+        }
+    }
+    // While the tab is open its cap is held.
+    assert_eq!(s.agent().await.1, 100);
+    let receipts = client.close_tabs().await.unwrap();
+    assert_eq!(receipts[0].object().calls, 5);
+    assert_eq!(receipts[0].object().captured, "0.25".parse().unwrap());
+    assert_eq!(s.agent().await, (before.0 - 25, 0));
 }

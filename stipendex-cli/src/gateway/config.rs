@@ -108,6 +108,8 @@ pub(crate) struct Config {
     pub(crate) receiver_key: stipendex::envelope::SecretKey,
     pub(crate) origins: Vec<String>,
     pub(crate) quote_ttl: Option<Duration>,
+    /// The tab sessions offered, if any.
+    pub(crate) tabs: Option<stipendex::receiver::TabTerms>,
     pub(crate) upstream: Upstream,
     pub(crate) secret: Option<(HeaderName, HeaderValue)>,
     pub(crate) final_amount: HeaderName,
@@ -130,6 +132,20 @@ struct ReceiverSection {
     #[serde(default)]
     origins: Vec<String>,
     quote_ttl_secs: Option<u64>,
+    tabs: Option<TabsSection>,
+}
+
+/// `[receiver.tabs]`: tab sessions offered beside the Quotes (`docs/stipendex-profile.md` §4b).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TabsSection {
+    /// The cap held per tab (a decimal in `asset`).
+    cap: String,
+    /// The asset code of the cap; the fixed prices in it are the ones a tab covers.
+    asset: String,
+    ttl_secs: Option<u64>,
+    lanes: Option<u16>,
+    margin_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -398,6 +414,35 @@ impl Config {
             }
         }
 
+        let tabs = match &r.tabs {
+            None => None,
+            Some(t) => {
+                let asset = stipendex::Asset::by_code(&t.asset).ok_or_else(|| {
+                    msg(format!(
+                        "[receiver.tabs] asset = {:?} is not an asset this build knows (USD, USDC, ALGO, BTC…)",
+                        t.asset
+                    ))
+                })?;
+                let cap = stipendex::Money::parse(asset, &t.cap).map_err(|e| {
+                    msg(format!(
+                        "[receiver.tabs] cap = {:?} is not an amount in {}: {e}",
+                        t.cap, t.asset
+                    ))
+                })?;
+                let mut terms = stipendex::receiver::TabTerms::new(cap);
+                if let Some(s) = t.ttl_secs {
+                    terms = terms.ttl(Duration::from_secs(s));
+                }
+                if let Some(l) = t.lanes {
+                    terms = terms.lanes(l);
+                }
+                if let Some(m) = t.margin_secs {
+                    terms = terms.margin(Duration::from_secs(m));
+                }
+                Some(terms)
+            }
+        };
+
         Ok(Config {
             path: path.to_path_buf(),
             listen,
@@ -405,6 +450,7 @@ impl Config {
             receiver_key,
             origins,
             quote_ttl: r.quote_ttl_secs.map(Duration::from_secs),
+            tabs,
             upstream,
             secret,
             final_amount,
@@ -435,6 +481,7 @@ impl Config {
             receiver_key,
             origins: vec![origin],
             quote_ttl: None,
+            tabs: None,
             upstream: Upstream::Http(upstream),
             secret: None,
             final_amount: HeaderName::from_static(FINAL_AMOUNT),

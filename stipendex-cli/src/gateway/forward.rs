@@ -3,8 +3,9 @@
 //! gateway's business:
 //! - hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and what it names, `Keep-Alive`,
 //!   `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) both ways;
-//! - payments (`Stipendex-Payment`, `PAYMENT-SIGNATURE`, `X-PAYMENT`) never reach the upstream,
-//!   and receipts or challenges the upstream writes (`Stipendex-Receipt`, `PAYMENT-RESPONSE`,
+//! - payments (`Stipendex-Payment`, a tab's `Stipendex-Voucher` and `Stipendex-Tab`,
+//!   `PAYMENT-SIGNATURE`, `X-PAYMENT`) never reach the upstream, and receipts or challenges
+//!   the upstream writes (`Stipendex-Receipt`, `Stipendex-Tab-Call`, `PAYMENT-RESPONSE`,
 //!   `PAYMENT-REQUIRED`) never reach the client: only the gateway speaks for payments;
 //! - `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` from the client are dropped unless the
 //!   peer is a trusted proxy, then set from the connection;
@@ -44,9 +45,16 @@ const HOP: &[&str] = &[
 ];
 
 /// Payment headers: the gateway's, never the upstream's.
-const PAYMENT_IN: &[&str] = &["stipendex-payment", "payment-signature", "x-payment"];
+const PAYMENT_IN: &[&str] = &[
+    "stipendex-payment",
+    "stipendex-voucher",
+    "stipendex-tab",
+    "payment-signature",
+    "x-payment",
+];
 const PAYMENT_OUT: &[&str] = &[
     "stipendex-receipt",
+    "stipendex-tab-call",
     "payment-response",
     "x-payment-response",
     "payment-required",

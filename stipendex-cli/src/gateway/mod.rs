@@ -344,6 +344,9 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
     if let Some(ttl) = config.quote_ttl {
         b = b.quote_ttl(ttl);
     }
+    if let Some(t) = &config.tabs {
+        b = b.tabs(t.clone());
+    }
     for o in &config.origins {
         b = b.origin(o);
     }
