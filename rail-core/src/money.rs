@@ -97,6 +97,13 @@ pub struct Amount {
     scale: u8,
 }
 
+impl Default for Amount {
+    /// Zero.
+    fn default() -> Self {
+        Amount::ZERO
+    }
+}
+
 impl Amount {
     /// Zero.
     pub const ZERO: Amount = Amount { units: 0, scale: 0 };

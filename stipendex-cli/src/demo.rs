@@ -28,7 +28,7 @@ use rail_core::{Asset, Money, PayerHandle, ReceiverHandle, SharedClock, SystemCl
 use stipendex::envelope::{Allow, Limits, Mandate, Party, Period, SecretKey, Signed};
 use stipendex::http::{Binding, Client, FinalAmount};
 use stipendex::ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
-use stipendex::receiver::{PricedCapability, Receiver};
+use stipendex::receiver::{PricedCapability, Receiver, TabTerms};
 use stipendex::wallet::{Answer, Callback, DirJournal, Wallet};
 
 use crate::{CliError, msg};
@@ -112,7 +112,13 @@ impl Prices {
         self.search
             .checked_add(self.report)?
             .checked_add(self.order)?
-            .checked_add(self.tolerance)
+            .checked_add(self.tolerance)?
+            .checked_add(self.tab_cap()?)
+    }
+
+    /// The cap of the demo's tab: ten searches.
+    fn tab_cap(&self) -> Option<u128> {
+        self.search.checked_mul(10)
     }
 }
 
@@ -365,9 +371,18 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         crate::files::write_secret(&keys.join(format!("{name}.key")), k)?;
     }
 
-    // Where the two receivers will be reached: the mandate pins demo-shop's origin.
+    // Where the receivers will be reached: the mandate pins demo-shop's origins (the second
+    // offers tabs).
     let (shop_listener, shop_url) = listen().await?;
     let (stranger_listener, stranger_url) = listen().await?;
+    let (tab_listener, tab_url) = listen().await?;
+    let caps = stage.receiver.receiver.capabilities();
+    let tabs_ok = caps.hold && caps.partial_capture && stage.receiver.hold_receiver.is_some();
+    let tab_cap = money(
+        a,
+        p.tab_cap()
+            .ok_or_else(|| msg("the demo's tab cap does not fit"))?,
+    )?;
 
     // The principal's mandate.
     let now = u64::try_from(stage.clock.now().unix_seconds()).unwrap_or(0);
@@ -391,13 +406,13 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         total: Some(money(a, p.total)?.amount()),
         per_receiver: None,
         confirm_above: Some(money(a, p.confirm_above)?.amount()),
-        tab_cap: None,
-        open_tabs: None,
+        tab_cap: tabs_ok.then(|| tab_cap.amount()),
+        open_tabs: tabs_ok.then_some(1),
     });
     m.allow.push(Allow::Receiver {
         id: "demo-shop".into(),
         key: shop_key.public(),
-        origins: vec![shop_url.clone()],
+        origins: vec![shop_url.clone(), tab_url.clone()],
     });
     let mandate = Signed::sign(m, &principal)?;
     crate::files::write(&dir.join("mandate.jws"), &format!("{}\n", mandate.jws()))?;
@@ -405,7 +420,11 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
     print!("{}", crate::mandate::describe(mandate.object()));
 
     // Two receivers over HTTP: demo-shop (allowlisted) and stranger (not).
-    let receiver = |id: &str, key: &SecretKey, origin: &str| -> Result<Receiver, CliError> {
+    let receiver = |id: &str,
+                    key: &SecretKey,
+                    origin: &str,
+                    tabs: Option<TabTerms>|
+     -> Result<Receiver, CliError> {
         let mut b = Receiver::builder(id, key.clone())
             .origin(origin)
             .rail(stage.payer.payer.id().as_str(), stage.receiver.clone())
@@ -434,14 +453,30 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
                 .describe("an order, final price known after packing"),
             );
         }
+        if let Some(t) = tabs {
+            b = b.tabs(t);
+        }
         Ok(b.build()?)
     };
-    let shop = Binding::new(receiver("demo-shop", &shop_key, &shop_url)?)?;
+    let shop = Binding::new(receiver("demo-shop", &shop_key, &shop_url, None)?)?;
+    if tabs_ok {
+        serve(
+            tab_listener,
+            &Binding::new(receiver(
+                "demo-shop",
+                &shop_key,
+                &tab_url,
+                Some(TabTerms::new(tab_cap.clone()).lanes(4)),
+            )?)?,
+            money(a, p.order_final)?,
+            None,
+        );
+    }
     let can_checkout = shop.receiver().descriptor().profiles.len() > 1;
     serve(shop_listener, &shop, money(a, p.order_final)?, None);
     serve(
         stranger_listener,
-        &Binding::new(receiver("stranger", &stranger_key, &stranger_url)?)?,
+        &Binding::new(receiver("stranger", &stranger_key, &stranger_url, None)?)?,
         money(a, p.order_final)?,
         Some(format!(
             "{shop_url}/api/search?q=the+stranger%27s+own+query"
@@ -594,6 +629,39 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
             }
             Err(e) => println!("     REFUSED ({}): {e}", e.code()),
         }
+    }
+    // A tab: one hold, many calls, one capture.
+    if tabs_ok {
+        println!(
+            "  7. GET /api/search x5 at {tab_url}  (a tab of up to {}: one hold, five calls paid by vouchers, one capture)",
+            show(&tab_cap)
+        );
+        for i in 0..5 {
+            match client.get(&format!("{tab_url}/api/search?q=tab+{i}")).await {
+                Ok(r) if r.tab_call.is_some() => {}
+                Ok(r) => unexpected.push(format!(
+                    "tab call {} was not paid in the tab (HTTP {})",
+                    i + 1,
+                    r.status.as_u16()
+                )),
+                Err(e) => unexpected.push(format!("tab call {} ended {}", i + 1, e.code())),
+            }
+        }
+        match Box::pin(client.close_tabs()).await {
+            Ok(receipts) => {
+                for r in &receipts {
+                    println!("     {}", crate::fetch::tab_line(r.object()));
+                }
+                if receipts.len() != 1 {
+                    unexpected.push(format!("{} tabs closed, expected 1", receipts.len()));
+                }
+            }
+            Err(e) => unexpected.push(format!("the tab did not close: {e}")),
+        }
+    } else {
+        println!(
+            "  7. a tab  (skipped: this rail cannot capture part of a hold, which a tab needs)"
+        );
     }
     let after = stage.balances.read().await.map_err(msg)?;
     let minor = |v: i128| {

@@ -86,6 +86,12 @@ pub(crate) struct NewArgs {
     /// A human confirms payments above this amount.
     #[arg(long)]
     confirm_above: Option<String>,
+    /// Tab sessions: the largest cap one tab may hold (without it the wallet opens no tab).
+    #[arg(long)]
+    tab_cap: Option<String>,
+    /// Tab sessions: how many may be open at once (default 1).
+    #[arg(long, requires = "tab_cap")]
+    open_tabs: Option<u32>,
     /// A Stipendex receiver the wallet may pay: `ID=ed25519:KEY` (repeatable).
     #[arg(long = "allow-receiver")]
     allow_receiver: Vec<String>,
@@ -179,8 +185,8 @@ fn new(a: NewArgs) -> Result<(), CliError> {
         total: amount("total", a.total.as_ref(), &asset)?,
         per_receiver: amount("per-receiver", a.per_receiver.as_ref(), &asset)?,
         confirm_above: amount("confirm-above", a.confirm_above.as_ref(), &asset)?,
-        tab_cap: None,
-        open_tabs: None,
+        tab_cap: amount("tab-cap", a.tab_cap.as_ref(), &asset)?,
+        open_tabs: a.open_tabs,
         asset,
     });
     for v in &a.allow_receiver {
@@ -296,6 +302,12 @@ pub(crate) fn describe(m: &Mandate) -> String {
         }
         if let Some(x) = l.confirm_above {
             parts.push(format!("a human confirms above {x} {a}"));
+        }
+        if let Some(x) = l.tab_cap {
+            parts.push(format!(
+                "tabs of up to {x} {a} ({} open at once)",
+                l.open_tabs.unwrap_or(1)
+            ));
         }
         if parts.is_empty() {
             parts.push(format!("{a} without limits"));

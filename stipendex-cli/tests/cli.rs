@@ -50,15 +50,18 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
         "REFUSED (limit_exceeded)",
         "escalated to the principal",
         "REFUSED (denied)",
-        "money: the agent spent 5.75 USD, demo-shop received 5.75 USD",
+        ": 5 calls, captured 0.25 of cap 0.50 USD",
+        "root verified",
+        "money: the agent spent 6 USD, demo-shop received 6 USD",
     ] {
         assert!(t.contains(expected), "missing {expected:?} in:\n{t}");
     }
-    assert_eq!(t.matches("\nok ").count(), 3, "{t}");
+    assert_eq!(t.matches("\nok ").count(), 4, "{t}");
+    assert!(t.contains("\n     tab t_"), "{t}");
 
-    // verify-chain, as the demo prints it.
+    // verify-chain, as the demo prints it (three payments and a tab).
     let files = chains(&dir);
-    assert_eq!(files.len(), 3);
+    assert_eq!(files.len(), 4);
     // Without a trust anchor it refuses to say `ok` (a forged chain is consistent too).
     let args: Vec<&str> = std::iter::once("verify-chain")
         .chain(files.iter().map(String::as_str))
@@ -74,7 +77,7 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         text(&out).matches("ok (unanchored)").count(),
-        3,
+        4,
         "{}",
         text(&out)
     );

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{World, pin, usd, world};
-use stipendex::envelope::{Mandate, Resource, Signed, Tab, Voucher};
+use stipendex::chain::verify_tab_chain;
+use stipendex::envelope::{Digest, Mandate, Resource, Signed, Tab, Voucher};
 use stipendex::receiver::{Answer, PricedCapability, Receiver, Request, TabCall, TabTerms};
+use stipendex::wallet::chain_name;
 use stipendex::wallet::{TabHold, Wallet};
 
 const ORIGIN: &str = "https://search.example";
@@ -73,12 +75,17 @@ async fn call(r: &Receiver, wallet: &Wallet, hold: &TabHold, req: &Request) -> S
     let v = wallet.voucher(hold, req).await.unwrap();
     match r.tab_call(req, v.voucher.jws()).await.unwrap() {
         TabCall::Run(serving) => {
+            let body = format!("result of {}", req.name).into_bytes();
+            wallet
+                .tab_result(hold, &v.voucher, &Digest::of(&body))
+                .await
+                .unwrap();
             r.tab_answered(
                 *serving,
                 Answer {
                     status: 200,
                     content_type: None,
-                    body: format!("result of {}", req.name).into_bytes(),
+                    body,
                     receipt: None,
                 },
             )
@@ -128,6 +135,55 @@ async fn a_tab_captures_exactly_its_last_vouchers_and_gives_the_rest_back() {
     let again = r.close_tab(close.jws()).await.unwrap();
     assert_eq!(again.object().id, ro.id);
     wallet.tab_closed(&hold, receipt.jws()).await.unwrap();
+
+    // The audit: the tab's chain, streamed, reproduces every call and the Receipt's root.
+    let lines = w
+        .journal
+        .chain(&chain_name("search", &hold.tab().object().id));
+    let anchor = w.principal.public();
+    let chain = verify_tab_chain(lines.iter().map(String::as_str), Some(&anchor)).unwrap();
+    assert!(chain.root_checked);
+    assert_eq!((chain.vouchers, chain.spent), (6, "0.45".parse().unwrap()));
+    let broken = |lines: Vec<String>| {
+        verify_tab_chain(lines.iter().map(String::as_str), Some(&anchor))
+            .unwrap_err()
+            .to_string()
+    };
+    let is_voucher = |l: &String| stipendex::chain::claimed_kind(l).as_deref() == Some("voucher");
+    // A missing voucher: a sequence gap in its lane (or a capture at a voucher not seen).
+    let first_voucher = lines.iter().position(is_voucher).unwrap();
+    let mut gap = lines.clone();
+    gap.remove(first_voucher);
+    let e = broken(gap);
+    assert!(e.contains("voucher") || e.contains("tab-receipt"), "{e}");
+    // A result that is not the one received: the root does not match.
+    let mut other = lines.clone();
+    let result = other.iter().position(|l| l.starts_with('{')).unwrap();
+    other[result] = stipendex::chain::result_line(
+        &Signed::<Voucher>::parse(&lines[result - 1])
+            .unwrap()
+            .digest()
+            .clone(),
+        &Digest::of(b"something else"),
+    );
+    assert!(broken(other).contains("root"));
+    // A capture above the last vouchers, signed by the receiver: a broken link.
+    let mut greedy = receipt.object().clone();
+    greedy.lanes[0].cumulative = greedy.lanes[0]
+        .cumulative
+        .checked_add("0.05".parse().unwrap())
+        .unwrap();
+    greedy.captured = greedy
+        .captured
+        .checked_add("0.05".parse().unwrap())
+        .unwrap();
+    let greedy = Signed::sign(greedy, &w.receiver_key).unwrap();
+    let mut taken = lines.clone();
+    *taken.last_mut().unwrap() = greedy.jws().to_owned();
+    assert!(broken(taken).contains("did not sign"));
+    // Another principal's view: the mandate is not anchored there.
+    let stranger = stipendex::envelope::SecretKey::generate().public();
+    assert!(verify_tab_chain(lines.iter().map(String::as_str), Some(&stranger)).is_err());
 
     let (agent1, held) = w.balance(w.agent).await;
     let (shop1, _) = w.balance(w.shop).await;

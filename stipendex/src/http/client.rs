@@ -374,6 +374,9 @@ impl Client {
         if said != Some(expected.as_str()) {
             tracing::warn!(tab = %hold.tab().object().id, said = ?said, "the receiver's Stipendex-Tab-Call does not name this voucher and the body received");
         }
+        if let Err(e) = self.wallet.tab_result(hold, &v.voucher, &result).await {
+            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not journal a call's result");
+        }
         let o = v.voucher.object();
         Ok(Ok(Response {
             status,

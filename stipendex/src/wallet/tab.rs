@@ -671,6 +671,28 @@ impl Wallet {
         })
     }
 
+    /// Journals the result the call paid by `voucher` was answered with (the digest of the
+    /// body received), so `verify-chain` recomputes the tab's root: one line after the voucher
+    /// in the tab's chain ([`crate::chain::result_line`]).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] (the call was paid and answered; only its audit line is missing).
+    pub async fn tab_result(
+        &self,
+        hold: &TabHold,
+        voucher: &Signed<Voucher>,
+        result: &Digest,
+    ) -> Result<(), Error> {
+        let t = hold.0.tab.object();
+        self.0
+            .journal
+            .append(
+                &chain_name(&t.receiver.id, &t.id),
+                &crate::chain::result_line(voucher.digest(), result),
+            )
+            .await
+    }
+
     /// The signed request that the receiver close `hold`'s tab.
     ///
     /// # Errors

@@ -16,7 +16,11 @@
 //! holding the principal's checks them with [`Chain::check_revocations`]
 //! (`stipendex verify-chain --revocation FILE`).
 
+mod tab;
+
 use rail_core::Amount;
+
+pub use tab::{TabChain, TabVerifier, result_line, verify_tab_chain};
 
 use crate::Error;
 use crate::envelope::{
@@ -76,8 +80,11 @@ fn broken(link: &'static str, why: impl Into<String>) -> Error {
     }
 }
 
-/// The type an object claims, read without trusting it (to name a link whose signature fails).
-fn claimed_kind(compact: &str) -> Option<String> {
+/// The type an object claims (`mandate`, `quote`, `tab`, `voucher`…), read without trusting
+/// it: to name a link whose signature fails, or to tell a tab's chain from a payment's before
+/// verifying it.
+#[must_use]
+pub fn claimed_kind(compact: &str) -> Option<String> {
     use base64::Engine as _;
     let payload = compact.trim().split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -95,6 +102,9 @@ fn link_name(kind: &str) -> &'static str {
         "quote" => "quote",
         "proof" => "proof",
         "receipt" => "receipt",
+        "tab" => "tab",
+        "voucher" => "voucher",
+        "tab-receipt" => "tab-receipt",
         _ => "object",
     }
 }
@@ -235,6 +245,18 @@ fn check_under_mandate(
     proof: &Signed<Proof>,
     must_confirm: bool,
 ) -> Result<rail_core::Money, Error> {
+    check_proof_under(mandate, conf, proof, must_confirm, true)
+}
+
+/// [`check_under_mandate`]; `per_call`: whether the mandate's per-call limit applies to the
+/// Proof's amount (not to a tab's cap: it applies to each of its calls).
+fn check_proof_under(
+    mandate: &Signed<Mandate>,
+    conf: Option<&Signed<Confirmation>>,
+    proof: &Signed<Proof>,
+    must_confirm: bool,
+    per_call: bool,
+) -> Result<rail_core::Money, Error> {
     let link = "proof";
     let (md, p) = (mandate.object(), proof.object());
     if p.wallet != md.wallet {
@@ -262,7 +284,7 @@ fn check_under_mandate(
             format!("the mandate allows no spending in {}", paid.asset()),
         ));
     };
-    if limits.per_call.is_some_and(|l| paid.amount() > l) {
+    if per_call && limits.per_call.is_some_and(|l| paid.amount() > l) {
         return Err(broken(link, "above the mandate's per-call limit"));
     }
     let needs = must_confirm || limits.confirm_above.is_some_and(|t| paid.amount() > t);
