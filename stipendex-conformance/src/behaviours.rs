@@ -1293,6 +1293,7 @@ async fn tab_called(
                         body: format!("result {n}").into_bytes(),
                         receipt: None,
                     },
+                    &stipendex::envelope::Digest::of(format!("result {n}").as_bytes()),
                 )
                 .await;
         }

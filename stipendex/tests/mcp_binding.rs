@@ -576,6 +576,15 @@ async fn confirmation_above_the_threshold_is_asked_and_a_no_pays_nothing() {
 
 /// The shop behind the gate over Streamable HTTP; its receiver's origin is the listener's.
 async fn serve_http(w: &World, shop: Shop) -> String {
+    serve_http_with(w, shop, None).await
+}
+
+/// As [`serve_http`], offering tabs on `tabs`.
+async fn serve_http_with(
+    w: &World,
+    shop: Shop,
+    tabs: Option<stipendex::receiver::TabTerms>,
+) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let receiver = Receiver::builder("search", w.receiver_key.clone())
@@ -589,9 +598,13 @@ async fn serve_http(w: &World, shop: Shop) -> String {
             usd("3.00"),
             "0.50".parse().unwrap(),
         ))
-        .clock(Arc::new(w.clock.clone()))
-        .build()
-        .unwrap();
+        .clock(Arc::new(w.clock.clone()));
+    let receiver = match tabs {
+        Some(t) => receiver.tabs(t),
+        None => receiver,
+    }
+    .build()
+    .unwrap();
     let server = PaidServer::new(shop, receiver).unwrap();
     let app = x402_transport::mcp::streamable_http("/mcp", move || Ok(server.clone()));
     tokio::spawn(async move {
@@ -645,7 +658,24 @@ async fn through_proxy<H: rmcp::ClientHandler>(
     host: H,
     confirm: bool,
 ) -> RunningService<RoleClient, H> {
-    let wallet = w.wallet(w.mandate(|m| pin(m, base)), confirm);
+    through_proxy_with(w, base, host, confirm, None).await
+}
+
+/// As [`through_proxy`], the mandate allowing tabs of up to `tab_cap`.
+async fn through_proxy_with<H: rmcp::ClientHandler>(
+    w: &World,
+    base: &str,
+    host: H,
+    confirm: bool,
+    tab_cap: Option<&str>,
+) -> RunningService<RoleClient, H> {
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            pin(m, base);
+            m.limits[0].tab_cap = tab_cap.map(|c| c.parse().unwrap());
+        }),
+        confirm,
+    );
     let proxy = stipendex::mcp::proxy::Proxy::new(
         wallet,
         stipendex::mcp::proxy::Upstream::Url(format!("{base}/mcp")),
@@ -1028,4 +1058,105 @@ async fn a_quote_relayed_for_another_call_is_not_paid_even_at_the_right_identity
     );
     assert!(e.for_the_model().contains("another call"), "{e}");
     assert_eq!(w.balance(w.agent).await, before, "nothing paid");
+}
+
+#[tokio::test]
+async fn a_tab_pays_many_tool_calls_with_one_hold_and_closes_over_mcp() {
+    use stipendex::receiver::TabTerms;
+    let w = world().await;
+    let shop = Shop::default();
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+        .tabs(TabTerms::new(usd("1.00")).lanes(2))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let client = connect(shop.clone(), receiver).await;
+    // The -32402 carries a tab beside the Quote.
+    let e = raw(client.peer(), tool_call("search", "x"), speaks())
+        .await
+        .unwrap_err();
+    quote_in(&e);
+    assert!(e.data.as_ref().unwrap()["tab"]["jws"].is_string(), "{e:?}");
+
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            pin(m, SHOP);
+            m.limits[0].tab_cap = Some("1.00".parse().unwrap());
+        }),
+        true,
+    );
+    let paying = PayingClient::new(client.peer().clone(), wallet, SHOP).unwrap();
+    let before = w.balance(w.agent).await.0;
+    let mut tab_id = String::new();
+    for i in 0..4 {
+        let (r, payment) = paying
+            .call_tool("search", Some(args(&format!("q{i}"))))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.content[0].as_text().unwrap().text,
+            format!("search: q{i}")
+        );
+        let Some(Payment::Tab { tab, amount, .. }) = payment else {
+            panic!("not paid in a tab: {payment:?}");
+        };
+        assert_eq!(amount, usd("0.05"));
+        assert!(r.meta.unwrap().0.contains_key(mcp::TAB_CALL));
+        tab_id = tab;
+    }
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 4);
+    // The cap is held while the tab is open; the close captures the four calls only.
+    assert_eq!(w.balance(w.agent).await, (before, 100));
+    let receipts = paying.close_tabs().await.unwrap();
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0].object().captured, "0.20".parse().unwrap());
+    assert_eq!(w.balance(w.agent).await, (before - 20, 0));
+    // The tab's chain reproduces the four calls and the root.
+    let lines = w
+        .journal
+        .chain(&stipendex::wallet::chain_name("search", &tab_id));
+    let chain = stipendex::chain::verify_tab_chain(
+        lines.iter().map(String::as_str),
+        Some(&w.principal.public()),
+    )
+    .unwrap();
+    assert!(chain.root_checked);
+    assert_eq!(chain.vouchers, 4);
+}
+
+#[tokio::test]
+async fn a_plain_host_through_the_proxy_pays_a_streamable_http_server_by_tab() {
+    use stipendex::receiver::TabTerms;
+    let w = world().await;
+    let shop = Shop::default();
+    let base = serve_http_with(&w, shop.clone(), Some(TabTerms::new(usd("1.00")).lanes(2))).await;
+    let before = w.balance(w.agent).await.0;
+    let host = through_proxy_with(&w, &base, (), false, Some("1.00")).await;
+    for i in 0..3 {
+        let mut p = CallToolRequestParams::new("search");
+        p.arguments = Some(args(&format!("q{i}")));
+        let r = host.call_tool(p).await.unwrap();
+        assert_eq!(
+            r.content[0].as_text().unwrap().text,
+            format!("search: q{i}")
+        );
+        assert!(r.meta.unwrap().0.contains_key(mcp::TAB_CALL));
+    }
+    // One hold for the three calls.
+    assert_eq!(w.balance(w.agent).await, (before, 100));
+    // The host goes away: the proxy closes the tab, capturing the three calls only.
+    host.cancel().await.unwrap();
+    let mut settled = false;
+    for _ in 0..100 {
+        if w.balance(w.agent).await == (before - 15, 0) {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(settled, "{:?}", w.balance(w.agent).await);
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 3);
 }

@@ -80,6 +80,7 @@ async fn call(r: &Receiver, wallet: &Wallet, hold: &TabHold, req: &Request) -> S
                 .tab_result(hold, &v.voucher, &Digest::of(&body))
                 .await
                 .unwrap();
+            let result = Digest::of(&body);
             r.tab_answered(
                 *serving,
                 Answer {
@@ -88,6 +89,7 @@ async fn call(r: &Receiver, wallet: &Wallet, hold: &TabHold, req: &Request) -> S
                     body,
                     receipt: None,
                 },
+                &result,
             )
             .await;
         }

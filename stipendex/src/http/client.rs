@@ -4,13 +4,11 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
-use std::sync::{Arc, Mutex};
-
 use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, TAB_CLOSE, VOUCHER};
 use crate::Error;
 use crate::envelope::{Digest, Quote, Receipt, Resource, Signed, Tab, TabReceipt};
 use crate::receiver::Request;
-use crate::wallet::{ChallengePaid, Paid, Source, TabHold, Wallet};
+use crate::wallet::{ChallengePaid, OpenTabs, Paid, Source, TabHold, Wallet};
 use x402_transport::client::{self as x402, ClientError};
 use x402_transport::wire;
 
@@ -66,8 +64,8 @@ pub struct Client {
     /// Follows unpaid redirects and delivers the wallet's x402 payments (it has no payer: the
     /// wallet decides and signs); its HTTP client follows no redirect.
     x402: x402::Client,
-    /// The tabs this client holds, and whether each was opened at its receiver.
-    tabs: Arc<Mutex<Vec<(TabHold, bool)>>>,
+    /// The tabs this client holds.
+    tabs: OpenTabs,
 }
 
 impl Client {
@@ -81,7 +79,7 @@ impl Client {
         Ok(Client {
             wallet,
             x402,
-            tabs: Arc::default(),
+            tabs: OpenTabs::default(),
         })
     }
 
@@ -136,7 +134,7 @@ impl Client {
             query: url.query().map(str::to_owned),
         };
         // A call an open tab covers is paid by a voucher at once: no 402 round trip.
-        if let Some((hold, opened)) = self.tab_for(&sent) {
+        if let Some((hold, opened)) = self.tabs.covering(&sent, self.wallet.now()) {
             match Box::pin(self.call_in_tab(&hold, opened, &method, &url, &headers, body.clone()))
                 .await?
             {
@@ -195,7 +193,7 @@ impl Client {
         if let Some(tab) = parsed.get("tab")
             && let Some(hold) = Box::pin(self.open_offered(tab, &sent)).await
         {
-            self.tabs_lock().push((hold.clone(), false));
+            self.tabs.add(hold.clone());
             match Box::pin(self.call_in_tab(&hold, false, &method, &url, &headers, body.clone()))
                 .await?
             {
@@ -256,27 +254,6 @@ impl Client {
             settlement: None,
             tab_call: None,
         })
-    }
-
-    fn tabs_lock(&self) -> std::sync::MutexGuard<'_, Vec<(TabHold, bool)>> {
-        self.tabs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// An open tab at `sent`'s origin that covers it and has not ended, and whether it was
-    /// opened at its receiver.
-    fn tab_for(&self, sent: &Resource) -> Option<(TabHold, bool)> {
-        let now = self.wallet.now();
-        self.tabs_lock()
-            .iter()
-            .find(|(h, _)| {
-                let t = h.tab().object();
-                t.origin == sent.origin
-                    && now < t.exp
-                    && t.price_of(&sent.method, &sent.path).is_some()
-            })
-            .cloned()
     }
 
     /// The tab offered beside a Quote, opened by the wallet; `None` (the Quote is paid
@@ -356,11 +333,7 @@ impl Client {
             return Ok(Err(()));
         }
         if !resp.status().is_server_error() {
-            for (h, o) in self.tabs_lock().iter_mut() {
-                if h.tab().digest() == hold.tab().digest() {
-                    *o = true;
-                }
-            }
+            self.tabs.opened(hold);
         }
         let (status, headers) = (resp.status(), resp.headers().clone());
         let body = read_capped(resp).await?;
@@ -398,8 +371,7 @@ impl Client {
     /// Stops using `hold` and closes it (errors logged: the receiver closes it by itself at
     /// its end).
     async fn retire(&self, hold: &TabHold) {
-        self.tabs_lock()
-            .retain(|(h, _)| h.tab().digest() != hold.tab().digest());
+        self.tabs.remove(hold);
         if let Err(e) = self.close(hold).await {
             tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not close a tab");
         }
@@ -413,14 +385,13 @@ impl Client {
     /// The first failure (the other tabs are closed still; a tab that could not be closed is
     /// kept, and the receiver closes it at its end).
     pub async fn close_tabs(&self) -> Result<Vec<Signed<TabReceipt>>, Error> {
-        let holds: Vec<TabHold> = self.tabs_lock().iter().map(|(h, _)| h.clone()).collect();
+        let holds = self.tabs.all();
         let mut out = Vec::new();
         let mut first = None;
         for h in holds {
             match self.close(&h).await {
                 Ok(r) => {
-                    self.tabs_lock()
-                        .retain(|(x, _)| x.tab().digest() != h.tab().digest());
+                    self.tabs.remove(&h);
                     out.push(r);
                 }
                 Err(e) => {

@@ -403,9 +403,12 @@ async fn tab_call(
                 .into_bytes(),
             receipt: None,
         };
-        b.receiver.tab_answered(*serving, answer.clone()).await;
+        let result = Digest::of(&answer.body);
+        b.receiver
+            .tab_answered(*serving, answer.clone(), &result)
+            .await;
         let mut resp = replay(&answer);
-        set_tab_call(&mut resp, &voucher_digest, &Digest::of(&answer.body));
+        set_tab_call(&mut resp, &voucher_digest, &result);
         return resp;
     }
     let resp = next.run(req).await;
@@ -423,14 +426,19 @@ async fn tab_call(
                 body: json!({"error": "internal error"}).to_string().into_bytes(),
                 receipt: None,
             };
-            b.receiver.tab_answered(*serving, answer.clone()).await;
+            let result = Digest::of(&answer.body);
+            b.receiver
+                .tab_answered(*serving, answer.clone(), &result)
+                .await;
             let mut resp = replay(&answer);
-            set_tab_call(&mut resp, &voucher_digest, &Digest::of(&answer.body));
+            set_tab_call(&mut resp, &voucher_digest, &result);
             return resp;
         }
     };
     let answer = kept(&parts, &bytes, None);
-    b.receiver.tab_answered(*serving, answer).await;
+    b.receiver
+        .tab_answered(*serving, answer, &Digest::of(&bytes))
+        .await;
     parts.headers.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("private, no-store"),

@@ -13,10 +13,11 @@ use rmcp::{ErrorData, Peer};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENTS, RECEIPT};
+use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENTS, RECEIPT, TAB, TAB_CALL, TAB_CLOSE, VOUCHER};
 use crate::Error;
-use crate::envelope::{Quote, Receipt, Resource, Signed};
-use crate::wallet::{ChallengePaid, Confirmer, Paid, Required, Source, Wallet};
+use crate::envelope::{Digest, Quote, Receipt, Resource, Signed, Tab, TabReceipt};
+use crate::receiver::Request;
+use crate::wallet::{ChallengePaid, Confirmer, OpenTabs, Paid, Required, Source, TabHold, Wallet};
 
 /// How many times a paid retry is sent again while the server says the payment's outcome is
 /// not known yet (`retryable`), before the call gives up (the payment stays the wallet's to
@@ -35,6 +36,17 @@ pub enum Payment {
         paid: Box<Paid>,
         /// The Receipt.
         receipt: Option<Box<Signed<Receipt>>>,
+    },
+    /// A call inside a tab, paid by a voucher.
+    Tab {
+        /// The tab's id.
+        tab: String,
+        /// The voucher, by digest.
+        voucher: Digest,
+        /// The digest of the result received (the call's leaf in the tab's tree).
+        result: Digest,
+        /// What the call cost.
+        amount: rail_core::Money,
     },
     /// An x402 challenge (`isError` + `accepts`): the signed payment and the server's
     /// settlement (`_meta["x402/payment-response"]`, unsigned).
@@ -111,6 +123,7 @@ pub struct PayingClient {
     peer: Peer<RoleClient>,
     wallet: Wallet,
     server: String,
+    tabs: OpenTabs,
 }
 
 impl std::fmt::Debug for PayingClient {
@@ -125,6 +138,7 @@ impl std::fmt::Debug for PayingClient {
 struct Target {
     sent: Resource,
     digest: crate::envelope::Digest,
+    request: Request,
 }
 
 fn target(server: &str, request: &ClientRequest) -> Option<Target> {
@@ -144,7 +158,11 @@ fn target(server: &str, request: &ClientRequest) -> Option<Target> {
     };
     let req = super::request(Some(server), method, &name, args.as_ref());
     let digest = req.digest();
-    req.resource().map(|sent| Target { sent, digest })
+    req.resource().map(|sent| Target {
+        sent,
+        digest,
+        request: req,
+    })
 }
 
 impl PayingClient {
@@ -161,6 +179,7 @@ impl PayingClient {
             peer,
             wallet,
             server: crate::origin::of_url(server)?,
+            tabs: OpenTabs::default(),
         })
     }
 
@@ -228,6 +247,15 @@ impl PayingClient {
                 .0
                 .insert(PAYMENTS.into(), Value::Object(super::payments_marker()));
         }
+        // A call an open tab covers is paid by a voucher at once: no -32402 round trip.
+        if let Some(t) = &target
+            && let Some((hold, opened)) = self.tabs.covering(&t.sent, self.wallet.now())
+        {
+            match Box::pin(self.call_in_tab(&call, meta.clone(), t, &hold, opened)).await? {
+                Ok(answered) => return Ok(answered),
+                Err(()) => Box::pin(self.retire(&hold)).await,
+            }
+        }
         let first = self.send(&call, meta.clone()).await;
         let Some(target) = target else {
             return first.map(|result| Answered {
@@ -237,6 +265,24 @@ impl PayingClient {
         };
         match first {
             Err(CallError::Server(e)) if e.code == ErrorCode(PAYMENT_REQUIRED) => {
+                // A tab beside the Quote, where the mandate allows tabs in its asset.
+                if let Some(hold) = Box::pin(self.open_offered(&e, &target)).await {
+                    self.tabs.add(hold.clone());
+                    match Box::pin(self.call_in_tab(&call, meta.clone(), &target, &hold, false))
+                        .await?
+                    {
+                        Ok(answered) => return Ok(answered),
+                        Err(()) => {
+                            Box::pin(self.retire(&hold)).await;
+                            return Err(CallError::NotPaid(Error::Payment(
+                                rail_core::RailError::Declined(rail_core::RailReason::new(
+                                    "tab_refused",
+                                    "the server refused the tab it offered; call again",
+                                )),
+                            )));
+                        }
+                    }
+                }
                 let quote = quote_of(&e).map_err(CallError::NotPaid)?;
                 self.pay_quote(&call, meta, &target, &quote).await
             }
@@ -319,6 +365,174 @@ impl PayingClient {
                 receipt,
             }),
         })
+    }
+
+    /// The tab offered in a -32402's data, opened by the wallet; `None` (the Quote is paid
+    /// instead) when there is none, it cannot be read, or the wallet will not open it.
+    async fn open_offered(&self, e: &ErrorData, target: &Target) -> Option<TabHold> {
+        let v = e.data.as_ref()?.get("tab")?;
+        let tab: Signed<Tab> = match serde_json::from_value(v.clone()) {
+            Ok(t) => t,
+            Err(err) => {
+                tracing::warn!(error = %err, "the -32402's tab cannot be read; paying the quote");
+                return None;
+            }
+        };
+        let allowed = self
+            .wallet
+            .mandate()
+            .object()
+            .limits_for(&tab.object().asset)
+            .is_some_and(|l| l.tab_cap.is_some());
+        if !allowed {
+            return None;
+        }
+        match self.wallet.open_tab(&tab, &target.sent).await {
+            Ok(h) => Some(h),
+            Err(err) => {
+                tracing::info!(tab = %tab.object().id, error = %err, "not opening the tab offered; paying the quote");
+                None
+            }
+        }
+    }
+
+    /// Sends the call with a voucher of `hold` (and its hold Proof if the tab is not yet
+    /// `opened` at the server). `Ok(Err(()))`: the server answered -32402 (the tab is over or
+    /// refused), or the wallet will sign no more in it; the caller retires it.
+    async fn call_in_tab(
+        &self,
+        call: &Call<'_>,
+        mut meta: RequestMetaObject,
+        target: &Target,
+        hold: &TabHold,
+        opened: bool,
+    ) -> Result<Result<Answered, ()>, CallError> {
+        let v = match self.wallet.voucher(hold, &target.request).await {
+            Ok(v) => v,
+            Err(Error::Voucher { .. } | Error::Expired { .. }) => return Ok(Err(())),
+            Err(e) => return Err(CallError::NotPaid(e)),
+        };
+        let bad = |e: serde_json::Error| CallError::Transport(e.to_string());
+        meta.0.0.insert(
+            VOUCHER.into(),
+            serde_json::to_value(&v.voucher).map_err(bad)?,
+        );
+        if !opened {
+            meta.0
+                .0
+                .insert(TAB.into(), serde_json::to_value(hold.proof()).map_err(bad)?);
+        }
+        let mut tries = 0;
+        let result = loop {
+            tries += 1;
+            match self.send(call, meta.clone()).await {
+                Err(CallError::Server(e)) if e.code == ErrorCode(PAYMENT_REQUIRED) => {
+                    tracing::info!(tab = %hold.tab().object().id, error = %refusal(&e), "the tab is over at this server");
+                    return Ok(Err(()));
+                }
+                Err(CallError::Server(e))
+                    if retryable(&e).is_some() && tries < SAME_PROOF_TRIES =>
+                {
+                    let wait = retryable(&e).unwrap_or(MAX_RETRY_WAIT).min(MAX_RETRY_WAIT);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = call.cancel.cancelled() => {
+                            return Err(CallError::Transport("cancelled".into()));
+                        }
+                    }
+                }
+                other => break other?,
+            }
+        };
+        self.tabs.opened(hold);
+        let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+        let digest = super::result_digest(&value);
+        let said = value.get("_meta").and_then(|m| m.get(TAB_CALL));
+        let expected =
+            serde_json::json!({"voucher": v.voucher.digest().as_str(), "result": digest.as_str()});
+        if said != Some(&expected) {
+            tracing::warn!(tab = %hold.tab().object().id, said = ?said, "the server's stipendex/tab-call does not name this voucher and the result received");
+        }
+        if let Err(e) = self.wallet.tab_result(hold, &v.voucher, &digest).await {
+            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not journal a call's result");
+        }
+        let o = v.voucher.object();
+        Ok(Ok(Answered {
+            result,
+            payment: Some(Payment::Tab {
+                tab: o.tab.clone(),
+                voucher: v.voucher.digest().clone(),
+                result: digest,
+                amount: o.money().map_err(CallError::NotPaid)?,
+            }),
+        }))
+    }
+
+    /// Stops using `hold` and closes it (errors logged: the server closes it at its end).
+    async fn retire(&self, hold: &TabHold) {
+        self.tabs.remove(hold);
+        if let Err(e) = self.close(hold).await {
+            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not close a tab");
+        }
+    }
+
+    /// Closes every tab this client holds at its server: each captures exactly the last
+    /// vouchers and signs the closing Receipt, which the wallet checks before giving the rest
+    /// of the cap back to the mandate's limits.
+    ///
+    /// # Errors
+    /// The first failure (the other tabs are closed still; a tab that could not be closed is
+    /// kept, and the server closes it at its end).
+    pub async fn close_tabs(&self) -> Result<Vec<Signed<TabReceipt>>, CallError> {
+        let mut out = Vec::new();
+        let mut first = None;
+        for h in self.tabs.all() {
+            match self.close(&h).await {
+                Ok(r) => {
+                    self.tabs.remove(&h);
+                    out.push(r);
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Closes `hold` at the server (`stipendex/tab-close`).
+    ///
+    /// # Errors
+    /// [`CallError::Server`] (the server's refusal), [`CallError::NotPaid`] (the wallet's
+    /// checks of the Receipt), [`CallError::Transport`].
+    pub async fn close(&self, hold: &TabHold) -> Result<Signed<TabReceipt>, CallError> {
+        let close = self
+            .wallet
+            .close_request(hold)
+            .map_err(CallError::NotPaid)?;
+        let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
+            TAB_CLOSE,
+            Some(serde_json::json!({"close": close})),
+        ));
+        let answer = self.peer.send_request(request).await.map_err(|e| match e {
+            ServiceError::McpError(e) => CallError::Server(e),
+            e => transport(&e),
+        })?;
+        let ServerResult::CustomResult(r) = answer else {
+            return Err(CallError::Transport(format!(
+                "the answer to {TAB_CLOSE} is not its result: {answer:?}"
+            )));
+        };
+        let receipt: Signed<TabReceipt> =
+            serde_json::from_value(r.0.get("receipt").cloned().unwrap_or(Value::Null))
+                .map_err(|e| CallError::Transport(format!("the tab's receipt: {e}")))?;
+        self.wallet
+            .tab_closed(hold, receipt.jws())
+            .await
+            .map_err(CallError::NotPaid)
     }
 
     async fn pay_x402(

@@ -7,6 +7,13 @@
 //!   _meta["stipendex/payments"] = {"version": "0.1"}            (a client that speaks Stipendex)
 //! tools/call search {…}      -> result, _meta["stipendex/receipt"] = {"stipendex": "receipt/0.1", "jws": …}
 //!   _meta["stipendex/payment"] = {"stipendex": "proof/0.1", "jws": …}
+//!
+//! (a tab: -32402's data also holds "tab": {"stipendex": "tab/0.1", "jws": …})
+//! tools/call search {…}      -> result, _meta["stipendex/tab-call"] = {"voucher": …, "result": …}
+//!   _meta["stipendex/voucher"] = {"stipendex": "voucher/0.1", "jws": …}
+//!   _meta["stipendex/tab"] = {"stipendex": "proof/0.1", "jws": …}   (the first call: opens the tab)
+//! stipendex/tab-close {"close": {"stipendex": "tab-close/0.1", "jws": …}}
+//!                            -> {"receipt": {"stipendex": "tab-receipt/0.1", "jws": …}}
 //! ```
 //!
 //! - [`PaidServer`] (server): wraps any rmcp `ServerHandler` and gates `tools/call`,
@@ -48,6 +55,16 @@ pub const PRICING: &str = "stipendex/pricing";
 pub const PAYMENT: &str = "stipendex/payment";
 /// The paid result's `_meta` key: the Receipt.
 pub const RECEIPT: &str = "stipendex/receipt";
+/// A call inside a tab: `params._meta` key of the voucher (`{"stipendex": "voucher/0.1", "jws"}`).
+pub const VOUCHER: &str = "stipendex/voucher";
+/// With a tab's first call: `params._meta` key of the hold Proof that opens the tab.
+pub const TAB: &str = "stipendex/tab";
+/// A result paid inside a tab: `_meta` key of `{"voucher": <digest>, "result": <digest>}`
+/// (the result's digest as a Receipt's: [`result_digest`]).
+pub const TAB_CALL: &str = "stipendex/tab-call";
+/// The request that closes a tab: `params` `{"close": {"stipendex": "tab-close/0.1", "jws"}}`,
+/// answered `{"receipt": {"stipendex": "tab-receipt/0.1", "jws"}}`.
+pub const TAB_CLOSE: &str = "stipendex/tab-close";
 /// The version of the binding this build speaks (`{"version": "0.1"}`).
 pub const VERSION: &str = "0.1";
 /// The JSON-RPC error code of a payment required (the seed's `-32402`).

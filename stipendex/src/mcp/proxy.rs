@@ -117,17 +117,35 @@ impl Proxy {
         T: rmcp::transport::IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let running = ProxyServer(Arc::new(Shared {
+        let shared = Arc::new(Shared {
             proxy: self,
             host: OnceLock::new(),
             upstream: tokio::sync::OnceCell::new(),
             progress: Arc::new(Mutex::new(HashMap::new())),
             inflight: Arc::default(),
-        }))
-        .serve(transport)
-        .await
-        .map_err(|e| Error::Config(format!("the host did not initialize the MCP session: {e}")))?;
+        });
+        let running = ProxyServer(shared.clone())
+            .serve(transport)
+            .await
+            .map_err(|e| {
+                Error::Config(format!("the host did not initialize the MCP session: {e}"))
+            })?;
         let _ = running.waiting().await;
+        // The host is gone: the tabs the session opened are closed while the server is still
+        // connected, so their unused caps are released now.
+        if let Some(c) = shared.upstream.get() {
+            match c.client.close_tabs().await {
+                Ok(receipts) => {
+                    for r in receipts {
+                        let r = r.object();
+                        tracing::info!(tab = %r.tab, calls = r.calls, captured = %r.captured, cap = %r.cap, "tab closed at the end of the session");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a tab could not be closed; the server closes it at its end");
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -29,12 +29,15 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 use x402_transport::mcp::{McpPaywall, payment_required_result};
 
-use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICING, RECEIPT};
+use super::{
+    PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICING, RECEIPT, TAB, TAB_CALL,
+    TAB_CLOSE, VOUCHER,
+};
 use crate::Error;
-use crate::envelope::{Quote, Signed};
+use crate::envelope::{Quote, Signed, Tab};
 use crate::receiver::{
     Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, Outcome as GateOutcome,
-    PricedCapability, Receiver, Request, idempotent,
+    PricedCapability, Receiver, Request, TabCall, idempotent,
 };
 
 tokio::task_local! {
@@ -204,17 +207,22 @@ fn speaks_stipendex(context: &RequestContext<RoleServer>) -> bool {
 /// The Proof in `_meta["stipendex/payment"]`: `None` if absent; the compact JWS of the
 /// `{"stipendex", "jws"}` object (or of a bare string); an error for anything else.
 fn proof_in(meta: &JsonObject) -> Option<Result<String, String>> {
-    match meta.get(PAYMENT) {
+    signed_in(meta, PAYMENT, "proof/0.1")
+}
+
+/// The signed object of kind `kind` in `_meta[key]`, as [`proof_in`] reads the Proof.
+fn signed_in(meta: &JsonObject, key: &str, kind: &str) -> Option<Result<String, String>> {
+    match meta.get(key) {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(Ok(s.clone())),
         Some(Value::Object(o)) => Some(match o.get("jws") {
             Some(Value::String(s)) => Ok(s.clone()),
             _ => Err(format!(
-                "_meta[\"{PAYMENT}\"] has no `jws`: send {{\"stipendex\": \"proof/0.1\", \"jws\": …}}"
+                "_meta[\"{key}\"] has no `jws`: send {{\"stipendex\": \"{kind}\", \"jws\": …}}"
             )),
         }),
         Some(_) => Some(Err(format!(
-            "_meta[\"{PAYMENT}\"] is neither a signed object nor a compact JWS"
+            "_meta[\"{key}\"] is neither a signed object nor a compact JWS"
         ))),
     }
 }
@@ -246,12 +254,22 @@ fn rpc_error(code: i32, message: impl Into<Cow<'static, str>>, data: Value) -> E
     ErrorData::new(ErrorCode(code), message, Some(data))
 }
 
-/// The -32402 error: `data.quote`, and why the last payment was refused.
-fn payment_required(quote: &Signed<Quote>, refusal: Option<(&str, String)>) -> ErrorData {
+/// The -32402 error: `data.quote` (and `data.tab`, a tab offered beside it), and why the last
+/// payment was refused.
+fn payment_required(
+    quote: &Signed<Quote>,
+    tab: Option<&Signed<Tab>>,
+    refusal: Option<(&str, String)>,
+) -> ErrorData {
     let mut data = json!({"quote": quote});
-    if let (Some((code, message)), Some(o)) = (refusal, data.as_object_mut()) {
-        o.insert("error".into(), Value::String(code.to_owned()));
-        o.insert("message".into(), Value::String(message));
+    if let Some(o) = data.as_object_mut() {
+        if let Some(t) = tab {
+            o.insert("tab".into(), json!(t));
+        }
+        if let Some((code, message)) = refusal {
+            o.insert("error".into(), Value::String(code.to_owned()));
+            o.insert("message".into(), Value::String(message));
+        }
     }
     rpc_error(PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, data)
 }
@@ -386,7 +404,7 @@ impl GateState {
                 self.saw(&GateOutcome::Quoted {
                     refusal: refusal.as_ref().map(|(code, _)| (*code).to_owned()),
                 });
-                payment_required(&q, refusal)
+                payment_required(&q, self.offered_tab(sreq).await.as_ref(), refusal)
             }
             Ok(Gate::Rejected(message)) => {
                 self.saw(&GateOutcome::Rejected);
@@ -413,6 +431,28 @@ impl GateState {
         R: Outcome,
         F: Future<Output = Result<R, ErrorData>>,
     {
+        let meta = &context.meta.0.0;
+        match signed_in(meta, VOUCHER, "voucher/0.1") {
+            None => {}
+            Some(Err(why)) => {
+                return Err(self.quote_error(cap, sreq, Some(("malformed", why))).await);
+            }
+            Some(Ok(v)) => {
+                if meta.contains_key(PAYMENT) {
+                    return Err(self
+                        .quote_error(
+                            cap,
+                            sreq,
+                            Some((
+                                "malformed",
+                                "a call is paid by a Proof or a voucher, not both".into(),
+                            )),
+                        )
+                        .await);
+                }
+                return self.tab_call(cap, sreq, meta, &v, run).await;
+            }
+        }
         match proof_in(&context.meta.0.0) {
             None => match self.receiver.gate_on(cap, sreq).await {
                 Ok(Gate::Free | Gate::Waived) => run.await,
@@ -422,12 +462,149 @@ impl GateState {
                 }
                 Ok(Gate::Quote(q)) => {
                     self.saw(&GateOutcome::Quoted { refusal: None });
-                    Err(payment_required(&q, None))
+                    Err(payment_required(
+                        &q,
+                        self.offered_tab(sreq).await.as_ref(),
+                        None,
+                    ))
                 }
                 Err(e) => Err(cannot_quote(&e)),
             },
             Some(Err(why)) => Err(self.quote_error(cap, sreq, Some(("malformed", why))).await),
             Some(Ok(jws)) => self.paid(cap, sreq, &jws, run).await,
+        }
+    }
+
+    /// The tab offered beside a Quote for `sreq`, if the receiver offers tabs (a failure to
+    /// offer one leaves the Quote alone).
+    async fn offered_tab(&self, sreq: &Request) -> Option<Signed<Tab>> {
+        match self.receiver.offer_tab(sreq).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "stipendex/mcp: cannot offer a tab now; quoting without it");
+                None
+            }
+        }
+    }
+
+    /// A call paid by a voucher inside a tab (opened first by the hold Proof in
+    /// `_meta["stipendex/tab"]`, with the tab's first call).
+    async fn tab_call<R, F>(
+        &self,
+        cap: &PricedCapability,
+        sreq: &Request,
+        meta: &JsonObject,
+        voucher: &str,
+        run: F,
+    ) -> Result<R, ErrorData>
+    where
+        R: Outcome,
+        F: Future<Output = Result<R, ErrorData>>,
+    {
+        let retryable = |e: &Error| match e {
+            Error::Storage(s) => Some(retry_same(&rail_core::RailError::Storage(s.clone()))),
+            Error::Payment(r) if r.is_retryable() => Some(retry_same(r)),
+            _ => None,
+        };
+        match signed_in(meta, TAB, "proof/0.1") {
+            None => {}
+            Some(Err(why)) => {
+                return Err(self.quote_error(cap, sreq, Some(("malformed", why))).await);
+            }
+            Some(Ok(proof)) => {
+                if let Err(e) = self.receiver.open_tab(&proof).await {
+                    return Err(match retryable(&e) {
+                        Some(r) => r,
+                        None => {
+                            self.quote_error(cap, sreq, Some((e.code(), e.to_string())))
+                                .await
+                        }
+                    });
+                }
+            }
+        }
+        let serving = match self.receiver.tab_call(sreq, voucher).await {
+            Ok(TabCall::Run(s)) => s,
+            Ok(TabCall::Answered { answer, .. }) => {
+                self.saw(&GateOutcome::Replayed);
+                return replay(&answer);
+            }
+            Err(e) => {
+                return Err(match retryable(&e) {
+                    Some(r) => r,
+                    None => {
+                        self.quote_error(cap, sreq, Some((e.code(), e.to_string())))
+                            .await
+                    }
+                });
+            }
+        };
+        let voucher_digest = serving.voucher.digest().clone();
+        let price = serving.price.clone();
+        let keep = |status: u16, body: &Value| Answer {
+            status,
+            content_type: Some("application/json".into()),
+            body: body.to_string().into_bytes(),
+            receipt: None,
+        };
+        if serving.delivery == Delivery::Again && !idempotent(&sreq.method) {
+            let e = rpc_error(
+                ErrorCode::INTERNAL_ERROR.0,
+                OUTCOME_UNKNOWN,
+                json!({"error": "outcome_unknown"}),
+            );
+            let v = serde_json::to_value(&e).unwrap_or(Value::Null);
+            let result = super::result_digest(&v);
+            self.receiver
+                .tab_answered(*serving, keep(KEPT_ERROR, &v), &result)
+                .await;
+            return Err(e);
+        }
+        // The call was paid by its voucher: whatever it answers keeps the increment (§4b).
+        match run.await {
+            Err(e) => {
+                let v = serde_json::to_value(&e).unwrap_or(Value::Null);
+                let result = super::result_digest(&v);
+                self.receiver
+                    .tab_answered(*serving, keep(KEPT_ERROR, &v), &result)
+                    .await;
+                Err(e)
+            }
+            Ok(r) => match r.completed() {
+                // Input required, a task: not a result to bind; the call stays paid.
+                Err(r) => {
+                    self.receiver
+                        .tab_answered(
+                            *serving,
+                            keep(KEPT_RESULT, &Value::Null),
+                            &super::result_digest(&Value::Null),
+                        )
+                        .await;
+                    Ok(r)
+                }
+                Ok((mut v, _failed)) => {
+                    let result = super::result_digest(&v);
+                    if let Some(o) = v.as_object_mut() {
+                        let meta = o
+                            .entry("_meta")
+                            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+                        if let Some(m) = meta.as_object_mut() {
+                            m.insert(
+                                TAB_CALL.into(),
+                                json!({"voucher": voucher_digest.as_str(), "result": result.as_str()}),
+                            );
+                        }
+                    }
+                    self.receiver
+                        .tab_answered(*serving, keep(KEPT_RESULT, &v), &result)
+                        .await;
+                    self.saw(&GateOutcome::TabCall {
+                        amount: price,
+                        replayed: false,
+                    });
+                    R::from_json(v).map_err(|e| internal(&e))
+                }
+            },
         }
     }
 
@@ -577,6 +754,38 @@ impl GateState {
     }
 }
 
+impl GateState {
+    /// `stipendex/tab-close`: the wallet's signed close request; the closing Receipt.
+    async fn close_tab(&self, params: Option<&Value>) -> Result<CustomResult, ErrorData> {
+        let jws = params
+            .and_then(|p| p.get("close"))
+            .and_then(|c| c.get("jws").or(Some(c)))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    "send {\"close\": {\"stipendex\": \"tab-close/0.1\", \"jws\": …}}",
+                    None,
+                )
+            })?;
+        match self.receiver.close_tab(jws).await {
+            Ok(receipt) => Ok(CustomResult::new(json!({"receipt": receipt}))),
+            Err(e) => {
+                let retry = matches!(&e, Error::Storage(_))
+                    || matches!(&e, Error::Payment(r) if r.is_retryable());
+                Err(rpc_error(
+                    if retry {
+                        ErrorCode::INTERNAL_ERROR.0
+                    } else {
+                        ErrorCode::INVALID_PARAMS.0
+                    },
+                    e.to_string(),
+                    json!({"error": e.code(), "retryable": retry}),
+                ))
+            }
+        }
+    }
+}
+
 fn internal(e: &serde_json::Error) -> ErrorData {
     ErrorData::internal_error(format!("the result cannot be re-read: {e}"), None)
 }
@@ -607,7 +816,7 @@ impl<H: ServerHandler> PaidServer<H> {
         quote: &Signed<Quote>,
     ) -> Result<CallToolResponse, ErrorData> {
         let Some(tool) = paywall.priced(name) else {
-            return Err(payment_required(quote, None));
+            return Err(payment_required(quote, None, None));
         };
         match paywall.payment_required(tool, None).await {
             Ok(mut structured) => {
@@ -623,7 +832,7 @@ impl<H: ServerHandler> PaidServer<H> {
             }
             Err(f) => {
                 tracing::warn!(tool = %name, failure = %f, "stipendex/mcp: the x402 schemes cannot issue a challenge now; quoting Stipendex only");
-                Err(payment_required(quote, None))
+                Err(payment_required(quote, None, None))
             }
         }
     }
@@ -864,7 +1073,15 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CustomResult, ErrorData>> + MaybeSendFuture + '_ {
-        self.inner.on_custom_request(request, context)
+        let gate = self.gate.clone();
+        let inner = (request.method != TAB_CLOSE)
+            .then(|| self.inner.on_custom_request(request.clone(), context));
+        async move {
+            match inner {
+                Some(f) => f.await,
+                None => gate.close_tab(request.params.as_ref()).await,
+            }
+        }
     }
 
     fn on_cancelled(

@@ -49,7 +49,7 @@ pub use challenge::{ChallengePaid, Source};
 pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why, printable};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, chain_name};
 pub use revocation::{Revocations, revoke};
-pub use tab::{TabHold, TabVoucher};
+pub use tab::{OpenTabs, TabHold, TabVoucher};
 /// An x402 payment requirement as it came (the x402 client's, read by `read_402`).
 #[cfg(feature = "challenges")]
 pub use x402_transport::client::Required;

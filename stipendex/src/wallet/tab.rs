@@ -67,6 +67,12 @@ impl TabHold {
         &self.0.rail
     }
 
+    /// Whether `other` holds the same tab.
+    #[must_use]
+    pub fn same(&self, other: &TabHold) -> bool {
+        self.0.tab.digest() == other.0.tab.digest()
+    }
+
     /// What the wallet's vouchers add up to so far (every lane's cumulative).
     ///
     /// # Errors
@@ -82,6 +88,54 @@ impl TabHold {
                 .map_err(|e| Error::Malformed(e.to_string()))?;
         }
         Ok(sum)
+    }
+}
+
+/// The tabs a client (HTTP or MCP) holds, and whether each was opened at its receiver: what
+/// both bindings' clients consult before a call, so a call an open tab covers is paid by a
+/// voucher at once. Cheap to clone; clones share.
+#[derive(Clone, Debug, Default)]
+pub struct OpenTabs(Arc<Mutex<Vec<(TabHold, bool)>>>);
+
+impl OpenTabs {
+    /// The open tab at `sent`'s origin that covers it and has not ended by `now` (Unix
+    /// seconds), and whether it was opened at its receiver.
+    #[must_use]
+    pub fn covering(&self, sent: &Resource, now: u64) -> Option<(TabHold, bool)> {
+        lock(&self.0)
+            .iter()
+            .find(|(h, _)| {
+                let t = h.tab().object();
+                t.origin == sent.origin
+                    && now < t.exp
+                    && t.price_of(&sent.method, &sent.path).is_some()
+            })
+            .cloned()
+    }
+
+    /// Holds `hold` (not yet opened at its receiver).
+    pub fn add(&self, hold: TabHold) {
+        lock(&self.0).push((hold, false));
+    }
+
+    /// `hold` was opened at its receiver (its hold Proof need not be sent again).
+    pub fn opened(&self, hold: &TabHold) {
+        for (h, o) in lock(&self.0).iter_mut() {
+            if h.same(hold) {
+                *o = true;
+            }
+        }
+    }
+
+    /// Stops using `hold`.
+    pub fn remove(&self, hold: &TabHold) {
+        lock(&self.0).retain(|(h, _)| !h.same(hold));
+    }
+
+    /// Every tab held.
+    #[must_use]
+    pub fn all(&self) -> Vec<TabHold> {
+        lock(&self.0).iter().map(|(h, _)| h.clone()).collect()
     }
 }
 

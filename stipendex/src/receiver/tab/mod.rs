@@ -411,19 +411,19 @@ impl Receiver {
         )))
     }
 
-    /// The call paid by `serving` was answered with `answer`: its (voucher, result) leaf joins
+    /// The call paid by `serving` was answered with `answer`, whose result digest is `result`
+    /// (over HTTP the body's, over MCP the canonical result's): its (voucher, result) leaf joins
     /// the lane's tree and the answer is kept for the same voucher again. Written with the
     /// tab's next write (the next voucher, [`Receiver::flush_tabs`], or the close): an
     /// instance that stops before loses the kept answer, never the payment.
-    pub async fn tab_answered(&self, serving: Serving, answer: Answer) {
+    pub async fn tab_answered(&self, serving: Serving, answer: Answer, result: &Digest) {
         let vo = serving.voucher.object();
         let slot = self.0.tabs.slot(&vo.tab);
         let mut guard = slot.lock().await;
         if let Some(s) = guard.as_mut() {
             s.serving.remove(&(vo.lane, vo.seq));
-            let result = Digest::of(&answer.body);
-            if record_answer(s, vo.lane, vo.seq, answer.clone(), &result) {
-                s.unwritten.push((vo.lane, vo.seq, answer, result));
+            if record_answer(s, vo.lane, vo.seq, answer.clone(), result) {
+                s.unwritten.push((vo.lane, vo.seq, answer, result.clone()));
             }
         }
     }
