@@ -40,11 +40,13 @@ pub(crate) enum What {
     /// The gateway beside the upstream it fronts, and the reference x402 express paywall
     /// where installed (`bench_gateway`).
     Gateway,
+    /// Paid calls inside tab sessions beside the per-call path (`bench_tab`).
+    Tabs,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// What to measure: `http` (default), `mcp` or `gateway`.
+    /// What to measure: `http` (default), `mcp`, `gateway` or `tabs`.
     #[arg(value_enum, default_value_t = What::Http)]
     what: What,
     /// Concurrent clients.
@@ -118,6 +120,8 @@ pub(crate) struct Fixture {
     pub(crate) base: String,
     pub(crate) wallet: Wallet,
     pub(crate) shop: stipendex::receiver::Builder,
+    /// `bench-shop`'s key (for a second receiver of the same shop).
+    pub(crate) shop_key: SecretKey,
 }
 
 /// The [`Fixture`], its databases in `dir`.
@@ -145,8 +149,9 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
         total: Some("900000.00".parse().map_err(|_| msg("limit"))?),
         per_receiver: None,
         confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
+        // Tabs are used only where a receiver offers them (`stipendex bench tabs`).
+        tab_cap: Some("1000.00".parse().map_err(|_| msg("limit"))?),
+        open_tabs: Some(256),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -171,7 +176,7 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
         .rail(&kind, stage.payer.clone())
         .store(store)
         .build()?;
-    let shop = Receiver::builder("bench-shop", shop_key)
+    let shop = Receiver::builder("bench-shop", shop_key.clone())
         .origin(&base)
         .rail(&kind, stage.receiver.clone());
     Ok(Fixture {
@@ -180,6 +185,7 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
         base,
         wallet,
         shop,
+        shop_key,
     })
 }
 
@@ -209,12 +215,17 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         Box::pin(crate::bench_gateway::run(&dir, args.seconds)).await?;
         return Ok(ExitCode::SUCCESS);
     }
+    if let What::Tabs = args.what {
+        Box::pin(crate::bench_tab::run(&dir, args.seconds)).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let Fixture {
         stage,
         listener,
         base,
         wallet,
         shop,
+        ..
     } = fixture(&dir).await?;
     let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
     let receiver = shop

@@ -34,6 +34,7 @@
 mod bench;
 mod bench_gateway;
 mod bench_mcp;
+mod bench_tab;
 pub mod demo;
 mod facilitator;
 mod fetch;

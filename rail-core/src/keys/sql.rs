@@ -93,10 +93,119 @@ impl Statements {
     }
 }
 
+/// One write to the key table, owned so it can wait in a group commit's queue. Every write
+/// answers one thing: whether it took effect (the insert won, the compare-and-set matched).
+#[derive(Debug)]
+enum Op {
+    Insert {
+        ns: String,
+        key: String,
+        rec: Write,
+    },
+    /// `REPLACE` (`take_over: false`) or `TAKE_OVER`.
+    Cas {
+        take_over: bool,
+        ns: String,
+        key: String,
+        token: i64,
+        rec: Write,
+    },
+    Renew {
+        ns: String,
+        key: String,
+        token: i64,
+        lease: std::time::Duration,
+    },
+    Remove {
+        ns: String,
+        key: String,
+        token: i64,
+    },
+}
+
+use super::store::Write;
+
 /// The [`KeyStore`](super::KeyStore) implementation, for a store type with `pool` and
-/// `clock: Option<SharedClock>` fields and a `STATEMENTS` static.
+/// `clock: Option<SharedClock>` fields, a `STATEMENTS` static, and a `write(&self, Op)` method
+/// that runs a write with [`run`] (SQLite: in a group commit; PostgreSQL: on its own).
 macro_rules! sql_key_store {
-    ($store:ty, $row:ty) => {
+    ($store:ty, $row:ty, $conn:ty) => {
+        /// Runs `op` on `conn`: whether it took effect.
+        async fn run(
+            conn: &mut $conn,
+            op: &super::Op,
+            now: Option<i64>,
+        ) -> Result<bool, sqlx::Error> {
+            use super::Op;
+            let affected = match op {
+                Op::Insert { ns, key, rec } => {
+                    return sqlx::query(&STATEMENTS.insert_if_absent)
+                        .bind(ns)
+                        .bind(key)
+                        .bind(rec.token)
+                        .bind(&rec.state)
+                        .bind(&rec.fingerprint)
+                        .bind(&rec.value)
+                        .bind(rec.retain.map(millis))
+                        .bind(rec.lease.map(millis))
+                        .bind(now)
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map(|won| won.is_some());
+                }
+                Op::Cas {
+                    take_over,
+                    ns,
+                    key,
+                    token,
+                    rec,
+                } => {
+                    let sql = if *take_over {
+                        &STATEMENTS.take_over
+                    } else {
+                        &STATEMENTS.replace
+                    };
+                    sqlx::query(sql)
+                        .bind(rec.token)
+                        .bind(&rec.state)
+                        .bind(&rec.fingerprint)
+                        .bind(&rec.value)
+                        .bind(rec.retain.map(millis))
+                        .bind(rec.lease.map(millis))
+                        .bind(ns)
+                        .bind(key)
+                        .bind(token)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?
+                }
+                Op::Renew {
+                    ns,
+                    key,
+                    token,
+                    lease,
+                } => {
+                    sqlx::query(&STATEMENTS.renew)
+                        .bind(millis(*lease))
+                        .bind(ns)
+                        .bind(key)
+                        .bind(token)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?
+                }
+                Op::Remove { ns, key, token } => {
+                    sqlx::query(REMOVE)
+                        .bind(ns)
+                        .bind(key)
+                        .bind(token)
+                        .execute(&mut *conn)
+                        .await?
+                }
+            };
+            Ok(affected.rows_affected() == 1)
+        }
+
         fn record(row: &$row) -> Result<Seen, sqlx::Error> {
             Ok(Seen {
                 record: KeyRecord {
@@ -116,33 +225,6 @@ macro_rules! sql_key_store {
             fn now(&self) -> Option<i64> {
                 self.clock.as_ref().map(|c| c.now().0)
             }
-
-            /// Runs a compare-and-set statement (`REPLACE`, `TAKE_OVER`: the same parameters)
-            /// writing `rec` over the record whose token is `token`.
-            async fn compare_and_set(
-                &self,
-                sql: &str,
-                ns: &str,
-                key: &str,
-                token: i64,
-                rec: &Write,
-            ) -> RailResult<bool> {
-                let r = sqlx::query(sql)
-                    .bind(rec.token)
-                    .bind(&rec.state)
-                    .bind(&rec.fingerprint)
-                    .bind(&rec.value)
-                    .bind(rec.retain.map(millis))
-                    .bind(rec.lease.map(millis))
-                    .bind(ns)
-                    .bind(key)
-                    .bind(token)
-                    .bind(self.now())
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| storage(&e))?;
-                Ok(r.rows_affected() == 1)
-            }
         }
 
         #[async_trait]
@@ -154,20 +236,14 @@ macro_rules! sql_key_store {
                 rec: &Write,
             ) -> RailResult<Option<Seen>> {
                 for _ in 0..3 {
-                    let won = sqlx::query(&STATEMENTS.insert_if_absent)
-                        .bind(ns)
-                        .bind(key)
-                        .bind(rec.token)
-                        .bind(&rec.state)
-                        .bind(&rec.fingerprint)
-                        .bind(&rec.value)
-                        .bind(rec.retain.map(millis))
-                        .bind(rec.lease.map(millis))
-                        .bind(self.now())
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(|e| storage(&e))?;
-                    if won.is_some() {
+                    let won = self
+                        .write(super::Op::Insert {
+                            ns: ns.to_owned(),
+                            key: key.to_owned(),
+                            rec: rec.clone(),
+                        })
+                        .await?;
+                    if won {
                         return Ok(None);
                     }
                     if let Some(existing) = self.get(ns, key).await? {
@@ -187,8 +263,14 @@ macro_rules! sql_key_store {
                 token: i64,
                 rec: &Write,
             ) -> RailResult<bool> {
-                self.compare_and_set(&STATEMENTS.replace, ns, key, token, rec)
-                    .await
+                self.write(super::Op::Cas {
+                    take_over: false,
+                    ns: ns.to_owned(),
+                    key: key.to_owned(),
+                    token,
+                    rec: rec.clone(),
+                })
+                .await
             }
 
             async fn take_over(
@@ -198,8 +280,14 @@ macro_rules! sql_key_store {
                 token: i64,
                 rec: &Write,
             ) -> RailResult<bool> {
-                self.compare_and_set(&STATEMENTS.take_over, ns, key, token, rec)
-                    .await
+                self.write(super::Op::Cas {
+                    take_over: true,
+                    ns: ns.to_owned(),
+                    key: key.to_owned(),
+                    token,
+                    rec: rec.clone(),
+                })
+                .await
             }
 
             async fn renew(
@@ -209,27 +297,22 @@ macro_rules! sql_key_store {
                 token: i64,
                 lease: Duration,
             ) -> RailResult<bool> {
-                let r = sqlx::query(&STATEMENTS.renew)
-                    .bind(millis(lease))
-                    .bind(ns)
-                    .bind(key)
-                    .bind(token)
-                    .bind(self.now())
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| storage(&e))?;
-                Ok(r.rows_affected() == 1)
+                self.write(super::Op::Renew {
+                    ns: ns.to_owned(),
+                    key: key.to_owned(),
+                    token,
+                    lease,
+                })
+                .await
             }
 
             async fn remove(&self, ns: &str, key: &str, token: i64) -> RailResult<bool> {
-                let r = sqlx::query(REMOVE)
-                    .bind(ns)
-                    .bind(key)
-                    .bind(token)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| storage(&e))?;
-                Ok(r.rows_affected() == 1)
+                self.write(super::Op::Remove {
+                    ns: ns.to_owned(),
+                    key: key.to_owned(),
+                    token,
+                })
+                .await
             }
 
             async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>> {
@@ -321,6 +404,97 @@ mod sqlite {
     pub struct SqliteKeyStore {
         pool: SqlitePool,
         clock: Option<SharedClock>,
+        writes: tokio::sync::mpsc::Sender<Job>,
+    }
+
+    /// A write waiting for the group commit, and who waits for its answer.
+    #[derive(Debug)]
+    struct Job {
+        op: super::Op,
+        now: Option<i64>,
+        done: tokio::sync::oneshot::Sender<RailResult<bool>>,
+    }
+
+    /// The most writes one commit takes.
+    const MAX_BATCH: usize = 512;
+    /// How many times the writer yields for more writes before committing a small batch: a
+    /// yield costs microseconds and lets callers just answered submit again and share the
+    /// commit (the ledger's group commit does the same).
+    const LINGER_YIELDS: usize = 4;
+
+    /// The group commit: one task takes every write of the store (of all its clones), runs as
+    /// many as are queued in one transaction (`BEGIN IMMEDIATE` … `COMMIT`: one fsync for all
+    /// of them), and answers each only after the commit — so every answer is durable, and a
+    /// single writer never waits on SQLite's write lock against itself. Each write is the same
+    /// statement it would be alone, in the order taken: the batch has the semantics of running
+    /// them one after another.
+    async fn writer(pool: SqlitePool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+        while let Some(first) = jobs.recv().await {
+            let mut batch = vec![first];
+            let mut yields = 0;
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(j) => batch.push(j),
+                    Err(_) if yields < LINGER_YIELDS => {
+                        yields += 1;
+                        tokio::task::yield_now().await;
+                    }
+                    Err(_) => break,
+                }
+            }
+            match commit(&pool, &batch).await {
+                Ok(results) => {
+                    for (job, r) in batch.into_iter().zip(results) {
+                        let _ = job.done.send(r.map_err(|e| storage(&e)));
+                    }
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    for job in batch {
+                        let _ = job.done.send(Err(crate::RailError::Storage(why.clone())));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `batch` in one transaction: each write's own outcome, or the transaction's failure
+    /// (nothing of it was committed).
+    async fn commit(
+        pool: &SqlitePool,
+        batch: &[Job],
+    ) -> Result<Vec<Result<bool, sqlx::Error>>, sqlx::Error> {
+        let mut conn = pool.acquire().await?;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let mut out = Vec::with_capacity(batch.len());
+        for job in batch {
+            out.push(run(&mut conn, &job.op, job.now).await);
+        }
+        if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    impl SqliteKeyStore {
+        /// Runs one write through the group commit.
+        async fn write(&self, op: super::Op) -> RailResult<bool> {
+            let (done, answer) = tokio::sync::oneshot::channel();
+            self.writes
+                .send(Job {
+                    op,
+                    now: self.now(),
+                    done,
+                })
+                .await
+                .map_err(|_| crate::RailError::Storage("the key store's writer stopped".into()))?;
+            answer.await.map_err(|_| {
+                crate::RailError::Storage(
+                    "the key store's writer stopped before the write was answered".into(),
+                )
+            })?
+        }
     }
 
     impl SqliteKeyStore {
@@ -363,9 +537,12 @@ mod sqlite {
                 .execute(&pool)
                 .await
                 .map_err(|e| storage(&e))?;
+            let (writes, jobs) = tokio::sync::mpsc::channel(MAX_BATCH * 4);
+            tokio::spawn(writer(pool.clone(), jobs));
             Ok(SqliteKeyStore {
                 pool,
                 clock: Some(Arc::new(SystemClock)),
+                writes,
             })
         }
 
@@ -377,7 +554,11 @@ mod sqlite {
         }
     }
 
-    sql_key_store!(SqliteKeyStore, sqlx::sqlite::SqliteRow);
+    sql_key_store!(
+        SqliteKeyStore,
+        sqlx::sqlite::SqliteRow,
+        sqlx::SqliteConnection
+    );
 }
 
 #[cfg(feature = "postgres")]
@@ -478,5 +659,16 @@ mod postgres {
         }
     }
 
-    sql_key_store!(PgKeyStore, sqlx::postgres::PgRow);
+    impl PgKeyStore {
+        /// Runs one write on its own (PostgreSQL commits each statement; many connections
+        /// write at once).
+        async fn write(&self, op: super::Op) -> RailResult<bool> {
+            let mut conn = self.pool.acquire().await.map_err(|e| storage(&e))?;
+            run(&mut conn, &op, self.now())
+                .await
+                .map_err(|e| storage(&e))
+        }
+    }
+
+    sql_key_store!(PgKeyStore, sqlx::postgres::PgRow, sqlx::PgConnection);
 }
