@@ -501,3 +501,99 @@ async fn over_http_one_402_opens_a_tab_and_the_next_calls_go_straight_through() 
     let (agent1, held) = w.balance(w.agent).await;
     assert_eq!((agent0 - agent1, held), (25, 0));
 }
+
+#[tokio::test]
+async fn parallel_lanes_and_two_instances_never_lose_or_double_a_call() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let shared: Arc<dyn stipendex::KeyStore> = Arc::new(
+        rail_core::keys::sql::SqliteKeyStore::open(&dir.path().join("shop.db"))
+            .await
+            .unwrap()
+            .with_clock(Arc::new(w.clock.clone())),
+    );
+    let instance = || {
+        Receiver::builder("search", w.receiver_key.clone())
+            .registry(&w.registry)
+            .store(shared.clone())
+            .origin(ORIGIN)
+            .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+            .tabs(TabTerms::new(usd("20.00")).lanes(4))
+            .clock(Arc::new(w.clock.clone()))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (instance(), instance());
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            pin(m, ORIGIN);
+            let l = &mut m.limits[0];
+            l.tab_cap = Some("20.00".parse().unwrap());
+            l.per_period = None;
+        }),
+        true,
+    );
+    let sent = resource("/search", "first");
+    let tab = a
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .unwrap();
+    let hold = wallet.open_tab(&tab, &sent).await.unwrap();
+    a.open_tab(hold.proof().jws()).await.unwrap();
+    // Eight agents over four lanes, alternating between the two instances; a voucher refused
+    // as retryable (the other instance wrote the tab) is sent again as it is.
+    let mut tasks = Vec::new();
+    for agent in 0..8u32 {
+        let (wallet, hold) = (wallet.clone(), hold.clone());
+        let (a, b) = (a.clone(), b.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15u32 {
+                let rq = req("/search", &format!("{agent}-{i}"));
+                let v = wallet.voucher(&hold, &rq).await.unwrap();
+                let mut tries = 0;
+                loop {
+                    let r = if (agent + i + tries) % 2 == 0 { &a } else { &b };
+                    match r.tab_call(&rq, v.voucher.jws()).await {
+                        Ok(TabCall::Run(serving)) => {
+                            r.tab_answered(
+                                *serving,
+                                Answer {
+                                    status: 200,
+                                    content_type: None,
+                                    body: b"ok".to_vec(),
+                                    receipt: None,
+                                },
+                                &Digest::of(b"ok"),
+                            )
+                            .await;
+                            break;
+                        }
+                        Ok(TabCall::Answered { .. }) => panic!("a new voucher was answered"),
+                        Err(e) if e.code() == "in_progress" && tries < 50 => {
+                            tries += 1;
+                            tokio::task::yield_now().await;
+                        }
+                        Err(e) => panic!("agent {agent} call {i}: {e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let receipt = b
+        .close_tab(wallet.close_request(&hold).unwrap().jws())
+        .await
+        .unwrap();
+    assert_eq!(receipt.object().calls, 120);
+    assert_eq!(receipt.object().captured, "6.00".parse().unwrap());
+    wallet.tab_closed(&hold, receipt.jws()).await.unwrap();
+    // The other instance answers the same Receipt, and captures nothing more.
+    let again = a
+        .close_tab(wallet.close_request(&hold).unwrap().jws())
+        .await
+        .unwrap();
+    assert_eq!(again.object().id, receipt.object().id);
+}

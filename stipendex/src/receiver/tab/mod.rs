@@ -248,8 +248,8 @@ impl Receiver {
                 p.rail
             )));
         };
-        let slot = me.tabs.slot(&t.id);
-        let mut guard = slot.lock().await;
+        let entry = me.tabs.entry(&t.id);
+        let mut guard = entry.state.lock().await;
         if guard.is_none() {
             *guard = me.tabs.load(&t.id).await?;
         }
@@ -302,6 +302,7 @@ impl Receiver {
             end,
             lanes: vec![Lane::default(); usize::from(t.lanes)],
             total: rail_core::Amount::ZERO,
+            closing: false,
             evidence: Vec::new(),
             closed: None,
         };
@@ -333,21 +334,48 @@ impl Receiver {
         let me = &self.0;
         let v = Signed::<Voucher>::parse(voucher)?;
         let vo = v.object();
-        let slot = me.tabs.slot(&vo.tab);
-        let mut guard = slot.lock().await;
-        for _ in 0..8 {
+        let entry = me.tabs.entry(&vo.tab);
+        let (version, generation) = {
+            let mut guard = entry.state.lock().await;
+            let mut fresh = false;
             if guard.is_none() {
                 *guard = me.tabs.load(&vo.tab).await?;
+                fresh = true;
             }
-            let Some(s) = guard.as_mut() else {
-                return Err(Error::TabClosed {
+            let now = super::now_secs(&me.clock);
+            let step = match guard.as_mut() {
+                None => Err(Error::TabClosed {
                     tab: vo.tab.clone(),
                     why: "this receiver has not opened it".into(),
-                });
+                }),
+                Some(s) => self.check_voucher(s, &v, req, now),
             };
-            let now = super::now_secs(&me.clock);
-            let step = self.check_voucher(s, &v, req, now)?;
-            match step {
+            // A refusal is final only against the record as the store holds it: this
+            // instance's copy may be behind another instance's writes (a sequence it has not
+            // seen, a tab it has not opened). Read it again and check again.
+            let step = match step {
+                Err(_) if !fresh => {
+                    *guard = me.tabs.load(&vo.tab).await?;
+                    entry
+                        .generation
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    match guard.as_mut() {
+                        None => Err(Error::TabClosed {
+                            tab: vo.tab.clone(),
+                            why: "this receiver has not opened it".into(),
+                        }),
+                        Some(s) => self.check_voucher(s, &v, req, now),
+                    }
+                }
+                other => other,
+            };
+            let Some(s) = guard.as_mut() else {
+                return Err(step.err().unwrap_or_else(|| Error::TabClosed {
+                    tab: vo.tab.clone(),
+                    why: "this receiver has not opened it".into(),
+                }));
+            };
+            match step? {
                 Step::Answered(answer) => {
                     return Ok(TabCall::Answered {
                         voucher: v.digest().clone(),
@@ -363,15 +391,15 @@ impl Receiver {
                     })));
                 }
                 Step::Equivocation => {
-                    let mut rec = s.rec.clone();
-                    rec.evidence.push(v.jws().to_owned());
-                    if !me.tabs.put(&vo.tab, s, rec).await? {
-                        *guard = None;
-                        continue;
+                    s.rec.evidence.push(v.jws().to_owned());
+                    s.version += 1;
+                    let (version, generation) = (s.version, entry.generation());
+                    drop(guard);
+                    if let Err(e) = me.tabs.durable(&vo.tab, &entry, version, generation).await {
+                        tracing::warn!(tab = %vo.tab, error = %e, "could not keep an equivocating voucher as evidence");
                     }
                     tracing::warn!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "equivocating voucher: kept as evidence, the tab is closed");
-                    let closed = self.settle_locked(&vo.tab, &mut guard).await;
-                    if let Err(e) = closed {
+                    if let Err(e) = self.settle_tab(&vo.tab).await {
                         tracing::error!(tab = %vo.tab, error = %e, "could not close a tab after equivocation");
                     }
                     return Err(voucher_err(
@@ -382,33 +410,27 @@ impl Receiver {
                         ),
                     ));
                 }
-                Step::Accept(rec) => {
-                    if me.tabs.put(&vo.tab, s, *rec).await? {
-                        s.serving.insert((vo.lane, vo.seq));
-                        return Ok(TabCall::Run(Box::new(Serving {
-                            price: vo.money()?,
-                            voucher: v.clone(),
-                            delivery: Delivery::First,
-                        })));
+                Step::Accept { lane, total } => {
+                    if let Some(l) = s.rec.lanes.get_mut(usize::from(vo.lane)) {
+                        *l = *lane;
                     }
-                    // Another instance wrote the tab since: read it again, keeping the
-                    // answers this one gave, and check again.
-                    let unwritten = std::mem::take(&mut s.unwritten);
-                    let serving = std::mem::take(&mut s.serving);
-                    *guard = me.tabs.load(&vo.tab).await?;
-                    if let Some(s) = guard.as_mut() {
-                        s.serving = serving;
-                        for (lane, seq, answer, result) in unwritten {
-                            record_answer(s, lane, seq, answer, &result);
-                        }
-                    }
+                    s.rec.total = total;
+                    s.version += 1;
+                    s.serving.insert((vo.lane, vo.seq));
+                    (s.version, entry.generation())
                 }
             }
+        };
+        // Durable before the call runs: one write of the tab's record, shared with every
+        // voucher of the tab applied meanwhile.
+        if let Err(e) = me.tabs.durable(&vo.tab, &entry, version, generation).await {
+            return Err(e);
         }
-        Err(Error::Storage(format!(
-            "tab {} kept changing under contention",
-            vo.tab
-        )))
+        Ok(TabCall::Run(Box::new(Serving {
+            price: vo.money()?,
+            voucher: v.clone(),
+            delivery: Delivery::First,
+        })))
     }
 
     /// The call paid by `serving` was answered with `answer`, whose result digest is `result`
@@ -418,12 +440,12 @@ impl Receiver {
     /// instance that stops before loses the kept answer, never the payment.
     pub async fn tab_answered(&self, serving: Serving, answer: Answer, result: &Digest) {
         let vo = serving.voucher.object();
-        let slot = self.0.tabs.slot(&vo.tab);
-        let mut guard = slot.lock().await;
+        let entry = self.0.tabs.entry(&vo.tab);
+        let mut guard = entry.state.lock().await;
         if let Some(s) = guard.as_mut() {
             s.serving.remove(&(vo.lane, vo.seq));
-            if record_answer(s, vo.lane, vo.seq, answer.clone(), result) {
-                s.unwritten.push((vo.lane, vo.seq, answer, result.clone()));
+            if record_answer(s, vo.lane, vo.seq, answer, result) {
+                s.dirty = true;
             }
         }
     }
@@ -436,17 +458,20 @@ impl Receiver {
     pub async fn flush_tabs(&self) -> Result<(), Error> {
         let me = &self.0;
         for id in me.tabs.cached() {
-            let slot = me.tabs.slot(&id);
-            let mut guard = slot.lock().await;
+            let entry = me.tabs.entry(&id);
+            let _w = entry.writer.lock().await;
+            let mut guard = entry.state.lock().await;
             let Some(s) = guard.as_mut() else { continue };
-            if s.unwritten.is_empty() {
+            if !s.dirty || s.rec.closed.is_some() {
                 continue;
             }
-            let rec = s.rec.clone();
-            if !me.tabs.put(&id, s, rec).await? {
-                // Another instance wrote it: its answers are dropped here (the calls stay
-                // paid), and the record is read again on the next voucher.
+            if !me.tabs.put(&id, s).await? {
+                // Another instance wrote it: these answers are dropped (the calls stay paid),
+                // and the record is read again on the next voucher.
                 *guard = None;
+                entry
+                    .generation
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         }
         Ok(())
@@ -463,24 +488,26 @@ impl Receiver {
         let me = &self.0;
         let c = Signed::<TabClose>::parse(close)?;
         let co = c.object();
-        let slot = me.tabs.slot(&co.tab);
-        let mut guard = slot.lock().await;
-        if guard.is_none() {
-            *guard = me.tabs.load(&co.tab).await?;
+        let entry = me.tabs.entry(&co.tab);
+        {
+            let mut guard = entry.state.lock().await;
+            if guard.is_none() {
+                *guard = me.tabs.load(&co.tab).await?;
+            }
+            let Some(s) = guard.as_ref() else {
+                return Err(Error::TabClosed {
+                    tab: co.tab.clone(),
+                    why: "this receiver has not opened it".into(),
+                });
+            };
+            if &co.tab_digest != s.tab.digest() || co.wallet != s.wallet {
+                return Err(Error::Mismatch(format!(
+                    "the close request is not signed by the wallet that opened tab {}",
+                    co.tab
+                )));
+            }
         }
-        let Some(s) = guard.as_ref() else {
-            return Err(Error::TabClosed {
-                tab: co.tab.clone(),
-                why: "this receiver has not opened it".into(),
-            });
-        };
-        if &co.tab_digest != s.tab.digest() || co.wallet != s.wallet {
-            return Err(Error::Mismatch(format!(
-                "the close request is not signed by the wallet that opened tab {}",
-                co.tab
-            )));
-        }
-        self.settle_locked(&co.tab, &mut guard).await
+        self.settle_tab(&co.tab).await
     }
 
     /// Starts, once per receiver and only if it offers tabs, a task on the current Tokio runtime
@@ -524,18 +551,23 @@ impl Receiver {
         let mut out = Vec::new();
         let mut first = None;
         for id in me.tabs.cached() {
-            let slot = me.tabs.slot(&id);
-            let mut guard = slot.lock().await;
-            let due = guard
-                .as_ref()
-                .is_some_and(|s| s.rec.closed.is_none() && now >= s.rec.end);
+            let entry = me.tabs.entry(&id);
+            let (due, closed) = {
+                let guard = entry.state.lock().await;
+                (
+                    guard
+                        .as_ref()
+                        .is_some_and(|s| s.rec.closed.is_none() && now >= s.rec.end),
+                    guard.as_ref().is_some_and(|s| s.rec.closed.is_some()),
+                )
+            };
             if !due {
-                if guard.as_ref().is_some_and(|s| s.rec.closed.is_some()) {
+                if closed {
                     me.tabs.forget(&id);
                 }
                 continue;
             }
-            match self.settle_locked(&id, &mut guard).await {
+            match self.settle_tab(&id).await {
                 Ok(r) => out.push(r),
                 Err(e) => {
                     tracing::error!(tab = %id, error = %e, "could not close a tab at its end");
@@ -549,16 +581,29 @@ impl Receiver {
         }
     }
 
-    /// Closes tab `id` (its slot locked by the caller): capture or void, sign, write.
-    async fn settle_locked(
-        &self,
-        id: &str,
-        guard: &mut tokio::sync::MutexGuard<'_, Option<Slot>>,
-    ) -> Result<Signed<TabReceipt>, Error> {
+    /// Closes tab `id` (holding the tab's writer lock, then its state): reads the record as
+    /// the store holds it, marks it closing (a compare-and-set: from then on no instance
+    /// accepts a voucher, so its total is final), captures that total or voids the hold, signs
+    /// the Receipt and writes it. A close that races another, or a voucher at another instance,
+    /// reads again; the rail's capture is one operation per tab, of the one final total.
+    async fn settle_tab(&self, id: &str) -> Result<Signed<TabReceipt>, Error> {
         let me = &self.0;
+        let entry = me.tabs.entry(id);
+        let _w = entry.writer.lock().await;
+        let mut guard = entry.state.lock().await;
+        let bump = || {
+            entry
+                .generation
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        };
         for _ in 0..8 {
+            // This instance's copy is used only if the store still holds the version it read
+            // (the compare-and-set marking it closing proves it, and writes the answers it
+            // kept); otherwise the record is read again: another instance may have accepted
+            // vouchers since.
             if guard.is_none() {
-                **guard = me.tabs.load(id).await?;
+                *guard = me.tabs.load(id).await?;
+                bump();
             }
             let Some(s) = guard.as_mut() else {
                 return Err(Error::TabClosed {
@@ -568,6 +613,14 @@ impl Receiver {
             };
             if let Some(r) = &s.rec.closed {
                 return Signed::parse(r);
+            }
+            if !s.rec.closing {
+                s.rec.closing = true;
+                s.version += 1;
+                if !me.tabs.put(id, s).await? {
+                    *guard = None;
+                    continue;
+                }
             }
             let tab = s.tab.clone();
             let t = tab.object();
@@ -619,7 +672,7 @@ impl Receiver {
                     lane: u16::try_from(n).unwrap_or(u16::MAX),
                     seq: lane.seq,
                     cumulative: lane.cumulative,
-                    voucher: Digest::of(v.as_bytes()),
+                    voucher: v.clone(),
                 });
             }
             let receipt = Signed::sign(
@@ -643,13 +696,14 @@ impl Receiver {
                 &me.key,
             )?;
             rec.closed = Some(receipt.jws().to_owned());
-            if me.tabs.put(id, s, rec).await? {
+            let before = std::mem::replace(&mut s.rec, rec);
+            if me.tabs.put(id, s).await? {
                 tracing::info!(tab = %id, captured = %captured, calls = receipt.object().calls, "tab closed");
                 return Ok(receipt);
             }
-            // Another instance wrote the tab meanwhile (a voucher, or its own close): read it
-            // again; the rail's capture is one operation per tab, so doing it again is the same.
-            **guard = None;
+            s.rec = before;
+            // Another instance closed it meanwhile: read it again (its Receipt).
+            *guard = None;
         }
         Err(Error::Storage(format!(
             "tab {id} kept changing under contention"
@@ -659,8 +713,11 @@ impl Receiver {
 
 /// What checking a voucher against a tab's record decided.
 enum Step {
-    /// Accept it: the record to write.
-    Accept(Box<TabRecord>),
+    /// Accept it: the lane's new state and the tab's new total.
+    Accept {
+        lane: Box<Lane>,
+        total: rail_core::Amount,
+    },
     /// The same voucher again, answered: its answer.
     Answered(Box<Answer>),
     /// The same voucher again, accepted by an instance that stopped before answering.
@@ -680,7 +737,7 @@ impl Receiver {
         let vo = v.object();
         let (tab, wallet) = (&s.tab, s.wallet);
         let t = tab.object();
-        if s.rec.closed.is_some() {
+        if s.rec.closed.is_some() || s.rec.closing {
             return Err(Error::TabClosed {
                 tab: t.id.clone(),
                 why: "it was closed".into(),
@@ -740,13 +797,7 @@ impl Receiver {
             ));
         }
         if vo.seq == lane.seq {
-            if lane
-                .voucher
-                .as_deref()
-                .map(|j| Digest::of(j.as_bytes()))
-                .as_ref()
-                != Some(v.digest())
-            {
+            if lane.voucher.as_ref() != Some(v.digest()) {
                 return Ok(Step::Equivocation);
             }
             if lane.answered {
@@ -821,26 +872,26 @@ impl Receiver {
                 ),
             ));
         }
-        let mut rec = s.rec.clone();
-        rec.total = total;
-        if let Some(l) = rec.lanes.get_mut(usize::from(vo.lane)) {
-            if l.seq > 0 && !l.answered {
-                close_lost(l);
-            }
-            l.seq = vo.seq;
-            l.cumulative = vo.cumulative;
-            l.voucher = Some(v.jws().to_owned());
-            l.accepted_at = now;
-            l.answered = false;
-            l.answer = None;
+        let mut next = lane.clone();
+        if next.seq > 0 && !next.answered {
+            close_lost(&mut next);
         }
-        Ok(Step::Accept(Box::new(rec)))
+        next.seq = vo.seq;
+        next.cumulative = vo.cumulative;
+        next.voucher = Some(v.digest().clone());
+        next.accepted_at = now;
+        next.answered = false;
+        next.answer = None;
+        Ok(Step::Accept {
+            lane: Box::new(next),
+            total,
+        })
     }
 }
 
 /// The answer of an opened tab to its opening Proof presented again.
 fn opened_again(s: &Slot, proof: &Signed<Proof>) -> Result<Opened, Error> {
-    if Digest::of(s.rec.proof.as_bytes()) != *proof.digest() {
+    if Digest::of(s.rec.proof.trim().as_bytes()) != *proof.digest() {
         return Err(Error::QuoteUsed(s.tab.object().id.clone()));
     }
     Ok(Opened {
@@ -852,7 +903,7 @@ fn opened_again(s: &Slot, proof: &Signed<Proof>) -> Result<Opened, Error> {
 /// The lane's last call was accepted and never answered: its leaf, with no result.
 fn close_lost(lane: &mut Lane) {
     if let Some(v) = &lane.voucher {
-        lane.tree.push(&Digest::of(v.as_bytes()), &Digest::of(b""));
+        lane.tree.push(v, &Digest::of(b""));
     }
     lane.answered = true;
 }
@@ -867,7 +918,7 @@ fn record_answer(s: &mut Slot, lane: u16, seq: u64, mut answer: Answer, result: 
         return false;
     }
     if let Some(v) = &l.voucher {
-        l.tree.push(&Digest::of(v.as_bytes()), result);
+        l.tree.push(v, result);
     }
     l.answered = true;
     if answer.body.len() > MAX_KEPT_ANSWER {

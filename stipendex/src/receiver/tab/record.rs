@@ -1,13 +1,21 @@
-//! A tab's durable record at the receiver: one record per tab (namespace
-//! `stipendex/<who>/tabs`, as the receiver's other records, keyed by the tab's id) holding the tab, its hold, every lane's
-//! last voucher and Merkle state, and — once closed — its Receipt. Each accepted voucher is one
-//! compare-and-set of the record (its token changes with every write), so instances sharing the
-//! store never both accept a sequence number; answers ride on the next write ([`Slot`]).
+//! A tab's durable record at the receiver: one record per tab (namespace `stipendex/<who>/tabs`,
+//! as the receiver's other records, keyed by the tab's id) holding the tab, its hold, every
+//! lane's last voucher (by digest), its kept answer and its Merkle state, and — once closed —
+//! its Receipt. O(lanes) whatever the number of calls.
 //!
-//! O(lanes) whatever the number of calls: a lane keeps its last voucher, its last answer and its
-//! [`CallTree`]'s O(log n) stack.
+//! **Group commit per tab.** Vouchers are checked and applied to this instance's copy of the
+//! record under a short lock ([`Entry::state`]); making them durable is one compare-and-set of
+//! the whole record (its token changes with every write) by whichever caller holds the tab's
+//! writer lock ([`Entry::writer`]), and that write covers every voucher applied before it — so
+//! the lanes of one tab share writes, as the key store's own group commit makes different tabs
+//! share commits. A write that fails (another instance wrote the tab, or the store failed)
+//! drops this instance's copy and bumps the tab's generation: every voucher not yet durable is
+//! answered retryable, and is checked again against the record as read afresh. Answers ride on
+//! the next write (losing one costs the kept answer, never money: the call was paid by its
+//! voucher).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +24,7 @@ use rail_core::{Amount, KeyStore, RailError, Verified};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use crate::envelope::{CallTree, Proof, PublicKey, Signed, Tab};
+use crate::envelope::{CallTree, Digest, Proof, PublicKey, Signed, Tab};
 use crate::receiver::Answer;
 
 /// The state name of an open tab's record.
@@ -25,15 +33,15 @@ const OPEN: &str = "tab-open";
 const CLOSED: &str = "tab-closed";
 
 /// One lane of a tab.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Lane {
     /// Its last sequence number (0: no call yet).
     pub seq: u64,
     /// Its cumulative after the last voucher.
     pub cumulative: Amount,
-    /// The last voucher (compact JWS).
-    pub voucher: Option<String>,
-    /// When the last voucher was accepted (the store's Unix seconds).
+    /// The last voucher, by digest.
+    pub voucher: Option<Digest>,
+    /// When the last voucher was accepted (Unix seconds).
     pub accepted_at: u64,
     /// Whether the last voucher's call was answered (its leaf is in `tree`).
     pub answered: bool,
@@ -41,20 +49,6 @@ pub(crate) struct Lane {
     pub answer: Option<Answer>,
     /// The lane's calls so far.
     pub tree: CallTree,
-}
-
-impl Default for Lane {
-    fn default() -> Self {
-        Lane {
-            seq: 0,
-            cumulative: Amount::ZERO,
-            voucher: None,
-            accepted_at: 0,
-            answered: false,
-            answer: None,
-            tree: CallTree::new(),
-        }
-    }
 }
 
 /// What the receiver keeps of a tab.
@@ -75,6 +69,10 @@ pub(crate) struct TabRecord {
     pub lanes: Vec<Lane>,
     /// The sum of the lanes' cumulatives.
     pub total: Amount,
+    /// Being closed: no voucher is accepted (set, durably, before the capture, so the total
+    /// captured is final).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closing: bool,
     /// Vouchers refused as equivocation (compact JWS), kept as evidence.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
@@ -83,42 +81,25 @@ pub(crate) struct TabRecord {
     pub closed: Option<String>,
 }
 
-/// A record as this instance last read or wrote it, with the answers given since, which the
-/// next write carries (a lost one only costs the kept answer: the call was paid by its voucher).
+/// This instance's copy of a tab's record.
 #[derive(Debug)]
 pub(crate) struct Slot {
     /// The tab (its signature checked when the record was read).
     pub tab: Signed<Tab>,
     /// The key of the wallet that opened it (its hold Proof's).
     pub wallet: PublicKey,
-    /// The record's token in the store.
+    /// The record's token in the store (the version last written or read).
     pub token: i64,
-    /// The record (answers given since the last write included).
+    /// The record, with every voucher applied (durable or not) and the answers given.
     pub rec: TabRecord,
-    /// Answers given since the last write: (lane, seq, answer, result digest).
-    pub unwritten: Vec<(u16, u64, Answer, crate::envelope::Digest)>,
+    /// Bumped by every change that must be written before it is relied on (a voucher).
+    pub version: u64,
+    /// The version the store holds.
+    pub durable: u64,
+    /// Answers were recorded since the last write.
+    pub dirty: bool,
     /// Calls this instance is serving now: (lane, seq).
     pub serving: HashSet<(u16, u64)>,
-}
-
-/// The receiver's tab records and this instance's cache of them.
-#[derive(Debug)]
-pub(crate) struct Records {
-    store: Arc<dyn KeyStore>,
-    ns: String,
-    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Slot>>>>>,
-}
-
-fn storage(e: RailError) -> Error {
-    match e {
-        RailError::Storage(s) => Error::Storage(s),
-        e => Error::Payment(e),
-    }
-}
-
-fn decode(value: Option<&str>) -> Result<TabRecord, Error> {
-    serde_json::from_str(value.unwrap_or("null"))
-        .map_err(|e| Error::Storage(format!("a tab record cannot be read: {e}")))
 }
 
 impl Slot {
@@ -133,10 +114,48 @@ impl Slot {
             wallet,
             token,
             rec,
-            unwritten: Vec::new(),
+            version: 0,
+            durable: 0,
+            dirty: false,
             serving: HashSet::new(),
         })
     }
+}
+
+/// One tab at this instance: its copy, the lock writers take, and its generation (bumped when
+/// the copy is dropped after a failed write).
+#[derive(Debug, Default)]
+pub(crate) struct Entry {
+    pub state: tokio::sync::Mutex<Option<Slot>>,
+    pub writer: tokio::sync::Mutex<()>,
+    pub generation: AtomicU64,
+}
+
+impl Entry {
+    /// The current generation.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+}
+
+/// The receiver's tab records and this instance's copies of them.
+#[derive(Debug)]
+pub(crate) struct Records {
+    store: Arc<dyn KeyStore>,
+    ns: String,
+    entries: Mutex<HashMap<String, Arc<Entry>>>,
+}
+
+fn storage(e: RailError) -> Error {
+    match e {
+        RailError::Storage(s) => Error::Storage(s),
+        e => Error::Payment(e),
+    }
+}
+
+fn decode(value: Option<&str>) -> Result<TabRecord, Error> {
+    serde_json::from_str(value.unwrap_or("null"))
+        .map_err(|e| Error::Storage(format!("a tab record cannot be read: {e}")))
 }
 
 /// How long a record is kept after its tab closed (the wallet may ask for its Receipt again).
@@ -147,30 +166,30 @@ impl Records {
         Records {
             store,
             ns: format!("stipendex/{}/tabs", crate::receiver::answers::who(receiver)),
-            slots: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The cache slot of tab `id` (locked by its user for the whole read-check-write).
-    pub(crate) fn slot(&self, id: &str) -> Arc<tokio::sync::Mutex<Option<Slot>>> {
+    /// Tab `id`'s entry at this instance.
+    pub(crate) fn entry(&self, id: &str) -> Arc<Entry> {
         let mut m = self
-            .slots
+            .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         m.entry(id.to_owned()).or_default().clone()
     }
 
-    /// Forgets the cache of tab `id` (closed).
+    /// Forgets tab `id` (closed).
     pub(crate) fn forget(&self, id: &str) {
-        self.slots
+        self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(id);
     }
 
-    /// The ids of the tabs this instance has cached (to close the due ones).
+    /// The ids of the tabs this instance has entries for.
     pub(crate) fn cached(&self) -> Vec<String> {
-        self.slots
+        self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .keys()
@@ -194,7 +213,7 @@ impl Records {
         rec: &TabRecord,
     ) -> Result<Result<Slot, Slot>, Error> {
         let token = rand::random::<i64>();
-        let w = write(token, rec, None)?;
+        let w = write(token, rec)?;
         match self
             .store
             .insert_if_absent(&self.ns, id, &w)
@@ -209,17 +228,12 @@ impl Records {
         }
     }
 
-    /// Writes `rec` over the slot's record if the store still holds the version the slot read
-    /// (compare-and-set); `false` if another instance wrote since (reload, check again).
-    pub(crate) async fn put(
-        &self,
-        id: &str,
-        slot: &mut Slot,
-        rec: TabRecord,
-    ) -> Result<bool, Error> {
+    /// Writes the slot's record over the version it read (compare-and-set), holding the state
+    /// lock across the write (the close, equivocation: rare). `false` if another instance wrote
+    /// since.
+    pub(crate) async fn put(&self, id: &str, slot: &mut Slot) -> Result<bool, Error> {
         let token = rand::random::<i64>();
-        let retain = rec.closed.as_ref().map(|_| KEEP_CLOSED);
-        let w = write(token, &rec, retain)?;
+        let w = write(token, &slot.rec)?;
         if self
             .store
             .replace(&self.ns, id, slot.token, &w)
@@ -227,26 +241,91 @@ impl Records {
             .map_err(storage)?
         {
             slot.token = token;
-            slot.rec = rec;
-            slot.unwritten.clear();
+            slot.durable = slot.version;
+            slot.dirty = false;
             Ok(true)
         } else {
             Ok(false)
         }
     }
+
+    /// Makes tab `id`'s copy durable at least up to `version` (a voucher applied in generation
+    /// `generation`): waits for the tab's writer lock; if a write taken meanwhile covered it,
+    /// done; else writes the copy as it is now (with every voucher applied since: they share
+    /// this write).
+    ///
+    /// # Errors
+    /// [`Error::Payment`] with [`RailError::InProgress`] (retryable) when the copy was dropped
+    /// (a failed write, here or by another caller) before it was written: the voucher is not
+    /// accepted; the same voucher again is checked afresh.
+    pub(crate) async fn durable(
+        &self,
+        id: &str,
+        entry: &Entry,
+        version: u64,
+        generation: u64,
+    ) -> Result<(), Error> {
+        let retry = || {
+            Error::Payment(RailError::InProgress {
+                op_id: format!("tab {id}: its record was read again; send the voucher again"),
+            })
+        };
+        let _w = entry.writer.lock().await;
+        let (w, written, old, token) = {
+            let g = entry.state.lock().await;
+            let Some(s) = g.as_ref() else {
+                return Err(retry());
+            };
+            if entry.generation() != generation {
+                return Err(retry());
+            }
+            if s.durable >= version {
+                return Ok(());
+            }
+            let token = rand::random::<i64>();
+            (write(token, &s.rec)?, s.version, s.token, token)
+        };
+        let ok = self.store.replace(&self.ns, id, old, &w).await;
+        let mut g = entry.state.lock().await;
+        match ok {
+            Ok(true) => {
+                if let Some(s) = g.as_mut() {
+                    s.token = token;
+                    s.durable = written;
+                    s.dirty = false;
+                }
+                Ok(())
+            }
+            Ok(false) => {
+                tracing::info!(tab = %id, "another instance wrote the tab: reading it again");
+                *g = None;
+                entry.generation.fetch_add(1, Ordering::SeqCst);
+                Err(retry())
+            }
+            Err(e) => {
+                *g = None;
+                entry.generation.fetch_add(1, Ordering::SeqCst);
+                Err(storage(e))
+            }
+        }
+    }
 }
 
-fn write(token: i64, rec: &TabRecord, retain: Option<Duration>) -> Result<Write, Error> {
+fn write(token: i64, rec: &TabRecord) -> Result<Write, Error> {
     let value = serde_json::to_string(rec)
         .map_err(|e| Error::Storage(format!("a tab record cannot be written: {e}")))?;
-    let state = if rec.closed.is_some() { CLOSED } else { OPEN };
+    let (state, retain) = if rec.closed.is_some() {
+        (CLOSED, Some(KEEP_CLOSED))
+    } else {
+        // An open tab's record has no retention: time alone never frees it (its hold does not
+        // vanish either); a closed one is kept a week for its Receipt.
+        (OPEN, None)
+    };
     Ok(Write {
         token,
         state: state.to_owned(),
         fingerprint: Vec::new(),
         value: Some(value),
-        // An open tab's record has no retention: time alone never frees it (its hold does not
-        // vanish either); a closed one is kept a week for its Receipt.
         retain,
         lease: None,
     })
