@@ -79,8 +79,22 @@ impl Tab {
     /// with the pattern; `None` if the tab does not cover the call.
     #[must_use]
     pub fn price_of(&self, method: &str, name: &str) -> Option<(&TabPrice, Money)> {
-        let caps: Vec<crate::receiver::PricedCapability> = self
+        let caps = self.pricing();
+        let hit = crate::receiver::matching(&caps, &crate::receiver::Request::new(method, name))?;
+        let p = self
             .prices
+            .iter()
+            .find(|p| p.method == hit.method() && p.pattern == hit.name())?;
+        let m = Money::new(self.asset.clone(), p.amount).ok()?;
+        Some((p, m))
+    }
+
+    /// The tab's prices as priced capabilities (for [`crate::receiver::Receiver::decide`]'s
+    /// one matching rule); a price that does not fit the asset is left out (a checked tab has
+    /// none).
+    #[must_use]
+    pub fn pricing(&self) -> Vec<crate::receiver::PricedCapability> {
+        self.prices
             .iter()
             .filter_map(|p| {
                 let m = Money::new(self.asset.clone(), p.amount).ok()?;
@@ -90,14 +104,7 @@ impl Tab {
                     m,
                 ))
             })
-            .collect();
-        let hit = crate::receiver::matching(&caps, &crate::receiver::Request::new(method, name))?;
-        let p = self
-            .prices
-            .iter()
-            .find(|p| p.method == hit.method() && p.pattern == hit.name())?;
-        let m = Money::new(self.asset.clone(), p.amount).ok()?;
-        Some((p, m))
+            .collect()
     }
 
     /// The offer of rail kind `rail`, if the tab accepts it.

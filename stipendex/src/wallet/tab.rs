@@ -29,6 +29,8 @@ pub struct TabHold(Arc<HoldInner>);
 
 struct HoldInner {
     tab: Signed<Tab>,
+    /// The tab's prices, parsed once (a call's price is looked up on every call).
+    pricing: Vec<crate::receiver::PricedCapability>,
     proof: Signed<Proof>,
     confirmation: Option<Signed<Confirmation>>,
     rail: String,
@@ -65,6 +67,20 @@ impl TabHold {
     #[must_use]
     pub fn rail(&self) -> &str {
         &self.0.rail
+    }
+
+    /// The tab's price of one call of `method` on `name` (the most specific of its patterns,
+    /// as the receiver decides); `None` if the tab does not cover it.
+    #[must_use]
+    pub fn price_of(&self, method: &str, name: &str) -> Option<Money> {
+        let hit = crate::receiver::matching(
+            &self.0.pricing,
+            &crate::receiver::Request::new(method, name),
+        )?;
+        match &hit.price {
+            crate::receiver::Price::Fixed(m) => Some(m.clone()),
+            crate::receiver::Price::Estimate { .. } => None,
+        }
     }
 
     /// Whether `other` holds the same tab.
@@ -108,7 +124,7 @@ impl OpenTabs {
                 let t = h.tab().object();
                 t.origin == sent.origin
                     && now < t.exp
-                    && t.price_of(&sent.method, &sent.path).is_some()
+                    && h.price_of(&sent.method, &sent.path).is_some()
             })
             .cloned()
     }
@@ -606,7 +622,7 @@ impl Wallet {
                 t.id, t.origin, resource.origin
             )));
         }
-        let Some((_, price)) = t.price_of(&req.method, &req.name) else {
+        let Some(price) = hold.price_of(&req.method, &req.name) else {
             return Err(Error::Voucher {
                 code: "not_covered",
                 why: format!("tab {} does not cover {} {}", t.id, req.method, req.name),
@@ -873,7 +889,9 @@ fn new_hold(
     op: OpId,
 ) -> TabHold {
     let n = tab.object().lanes;
+    let pricing = tab.object().pricing();
     TabHold(Arc::new(HoldInner {
+        pricing,
         lanes: Mutex::new(vec![(LaneState::default(), None); usize::from(n)]),
         free: Mutex::new((0..n).collect()),
         permits: Arc::new(Semaphore::new(usize::from(n))),

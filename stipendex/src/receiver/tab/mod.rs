@@ -423,9 +423,9 @@ impl Receiver {
         };
         // Durable before the call runs: one write of the tab's record, shared with every
         // voucher of the tab applied meanwhile.
-        if let Err(e) = me.tabs.durable(&vo.tab, &entry, version, generation).await {
-            return Err(e);
-        }
+        me.tabs
+            .durable(&vo.tab, &entry, version, generation)
+            .await?;
         Ok(TabCall::Run(Box::new(Serving {
             price: vo.money()?,
             voucher: v.clone(),
