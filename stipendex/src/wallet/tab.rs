@@ -160,9 +160,9 @@ impl OpenTabs {
 struct LaneState {
     seq: u64,
     cumulative: Amount,
-    /// The last voucher (compact JWS).
+    /// The last voucher, by digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    voucher: Option<String>,
+    voucher: Option<Digest>,
 }
 
 impl Default for LaneState {
@@ -693,7 +693,7 @@ impl Wallet {
         let next = LaneState {
             seq: voucher.object().seq,
             cumulative,
-            voucher: Some(voucher.jws().to_owned()),
+            voucher: Some(voucher.digest().clone()),
         };
         let new_token: i64 = rand::random();
         let w = Write {
@@ -822,10 +822,7 @@ impl Wallet {
                         r.id, end.lane
                     )));
                 };
-                let same_last = mine
-                    .voucher
-                    .as_deref()
-                    .is_some_and(|v| Digest::of(v.as_bytes()) == end.voucher);
+                let same_last = mine.voucher.as_ref() == Some(&end.voucher);
                 if end.seq > mine.seq
                     || end.cumulative > mine.cumulative
                     || (end.seq == mine.seq && !same_last)

@@ -25,7 +25,7 @@ use crate::envelope::{
     Voucher, new_id, tab_root,
 };
 pub(crate) use record::Records;
-use record::{Lane, Slot, TabRecord};
+use record::{Lane, Slot, TabHead, TabRecord};
 
 /// How a receiver offers tabs ([`super::Builder::tabs`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -294,19 +294,17 @@ impl Receiver {
                 ),
             });
         }
-        let rec = TabRecord {
-            tab: tab.jws().to_owned(),
+        let head = TabHead {
             proof: proof.jws().to_owned(),
             rail: rail.name.clone(),
             verified,
             end,
-            lanes: vec![Lane::default(); usize::from(t.lanes)],
-            total: rail_core::Amount::ZERO,
-            closing: false,
-            evidence: Vec::new(),
-            closed: None,
         };
-        match me.tabs.create(&t.id, &rec).await? {
+        let rec = TabRecord {
+            lanes: vec![Lane::default(); usize::from(t.lanes)],
+            ..TabRecord::default()
+        };
+        match me.tabs.create(&t.id, &head, &rec).await? {
             Ok(s) => {
                 tracing::info!(tab = %t.id, rail = %rail.name, cap = %t.cap, end, "tab opened");
                 *guard = Some(s);
@@ -557,7 +555,7 @@ impl Receiver {
                 (
                     guard
                         .as_ref()
-                        .is_some_and(|s| s.rec.closed.is_none() && now >= s.rec.end),
+                        .is_some_and(|s| s.rec.closed.is_none() && now >= s.head.end),
                     guard.as_ref().is_some_and(|s| s.rec.closed.is_some()),
                 )
             };
@@ -624,7 +622,7 @@ impl Receiver {
             }
             let tab = s.tab.clone();
             let t = tab.object();
-            let proof = Signed::<Proof>::parse(&s.rec.proof)?;
+            let proof = Signed::<Proof>::parse(&s.head.proof)?;
             let mut rec = s.rec.clone();
             // A call accepted and never answered (lost, or still running) joins its lane's
             // tree with no result.
@@ -644,18 +642,18 @@ impl Receiver {
             let holds = me
                 .rails
                 .iter()
-                .find(|r| r.name == rec.rail)
+                .find(|r| r.name == s.head.rail)
                 .and_then(|r| r.handle.hold_receiver.clone())
-                .ok_or_else(|| Error::NoRail(format!("rail {} cannot hold", rec.rail)))?;
+                .ok_or_else(|| Error::NoRail(format!("rail {} cannot hold", s.head.rail)))?;
             let reference = if captured.amount().is_zero() {
                 holds
-                    .void(&tab_op("void", id)?, &rec.verified)
+                    .void(&tab_op("void", id)?, &s.head.verified)
                     .await
                     .map_err(Error::Payment)?;
-                format!("void:{}", rec.verified.payment_ref)
+                format!("void:{}", s.head.verified.payment_ref)
             } else {
                 holds
-                    .capture(&tab_op("capture", id)?, &rec.verified, &captured)
+                    .capture(&tab_op("capture", id)?, &s.head.verified, &captured)
                     .await
                     .map_err(Error::Payment)?
                     .capture_ref
@@ -755,10 +753,10 @@ impl Receiver {
                 vo.wallet, t.id
             )));
         }
-        if now >= s.rec.end {
+        if now >= s.head.end {
             return Err(Error::TabClosed {
                 tab: t.id.clone(),
-                why: format!("it ended at {}, now {now}", s.rec.end),
+                why: format!("it ended at {}, now {now}", s.head.end),
             });
         }
         let Some(lane) = s.rec.lanes.get(usize::from(vo.lane)) else {
@@ -891,12 +889,12 @@ impl Receiver {
 
 /// The answer of an opened tab to its opening Proof presented again.
 fn opened_again(s: &Slot, proof: &Signed<Proof>) -> Result<Opened, Error> {
-    if Digest::of(s.rec.proof.trim().as_bytes()) != *proof.digest() {
+    if Digest::of(s.head.proof.trim().as_bytes()) != *proof.digest() {
         return Err(Error::QuoteUsed(s.tab.object().id.clone()));
     }
     Ok(Opened {
         tab: s.tab.clone(),
-        end: s.rec.end,
+        end: s.head.end,
     })
 }
 

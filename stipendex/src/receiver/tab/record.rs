@@ -1,7 +1,8 @@
-//! A tab's durable record at the receiver: one record per tab (namespace `stipendex/<who>/tabs`,
-//! as the receiver's other records, keyed by the tab's id) holding the tab, its hold, every
-//! lane's last voucher (by digest), its kept answer and its Merkle state, and — once closed —
-//! its Receipt. O(lanes) whatever the number of calls.
+//! A tab's durable records at the receiver (namespace `stipendex/<who>/tabs`, as the receiver's
+//! other records): its head (`<id>/head`: the hold's Proof, which carries the tab, the rail's
+//! verdict, the end), written once, and its record (`<id>`: every lane's last voucher by
+//! digest, its kept answer and its Merkle state, the total, and — once closed — the Receipt),
+//! written per voucher and small. O(lanes) whatever the number of calls.
 //!
 //! **Group commit per tab.** Vouchers are checked and applied to this instance's copy of the
 //! record under a short lock ([`Entry::state`]); making them durable is one compare-and-set of
@@ -51,12 +52,11 @@ pub(crate) struct Lane {
     pub tree: CallTree,
 }
 
-/// What the receiver keeps of a tab.
+/// What never changes once a tab is open (key `<id>/head`, written once: the record written
+/// per voucher stays small).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct TabRecord {
-    /// The tab (compact JWS).
-    pub tab: String,
-    /// The hold's Proof (compact JWS).
+pub(crate) struct TabHead {
+    /// The hold's Proof (compact JWS; it carries the tab).
     pub proof: String,
     /// The receiver's rail (its name) holding the cap.
     pub rail: String,
@@ -65,6 +65,11 @@ pub(crate) struct TabRecord {
     /// No voucher is accepted at or after this (Unix seconds): the earlier of the tab's end
     /// and the hold's lapse less the capture margin.
     pub end: u64,
+}
+
+/// What changes with the calls (key `<id>`, one compare-and-set per write).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct TabRecord {
     /// The lanes, by number.
     pub lanes: Vec<Lane>,
     /// The sum of the lanes' cumulatives.
@@ -84,6 +89,8 @@ pub(crate) struct TabRecord {
 /// This instance's copy of a tab's record.
 #[derive(Debug)]
 pub(crate) struct Slot {
+    /// What never changes.
+    pub head: TabHead,
     /// The tab (its signature checked when the record was read).
     pub tab: Signed<Tab>,
     /// The key of the wallet that opened it (its hold Proof's).
@@ -106,10 +113,17 @@ impl Slot {
     /// A slot for `rec` at `token`. The record was written by this receiver after checking its
     /// objects; their signatures are checked again here (a store is not trusted blindly), once
     /// per read, not per call.
-    fn new(token: i64, rec: TabRecord) -> Result<Self, Error> {
-        let tab = Signed::<Tab>::parse(&rec.tab)?;
-        let wallet = Signed::<Proof>::parse(&rec.proof)?.object().wallet;
+    fn new(head: TabHead, token: i64, rec: TabRecord) -> Result<Self, Error> {
+        let proof = Signed::<Proof>::parse(&head.proof)?;
+        let wallet = proof.object().wallet;
+        let Some(tab_jws) = &proof.object().tab_jws else {
+            return Err(Error::Storage(
+                "a tab's record holds a proof of no tab".into(),
+            ));
+        };
+        let tab = Signed::<Tab>::parse(tab_jws)?;
         Ok(Slot {
+            head,
             tab,
             wallet,
             token,
@@ -153,9 +167,13 @@ fn storage(e: RailError) -> Error {
     }
 }
 
-fn decode(value: Option<&str>) -> Result<TabRecord, Error> {
+fn decode<T: serde::de::DeserializeOwned>(value: Option<&str>) -> Result<T, Error> {
     serde_json::from_str(value.unwrap_or("null"))
         .map_err(|e| Error::Storage(format!("a tab record cannot be read: {e}")))
+}
+
+fn head_key(id: &str) -> String {
+    format!("{id}/head")
 }
 
 /// How long a record is kept after its tab closed (the wallet may ask for its Receipt again).
@@ -202,7 +220,18 @@ impl Records {
         let Some(seen) = self.store.get(&self.ns, id).await.map_err(storage)? else {
             return Ok(None);
         };
-        Slot::new(seen.record.token, decode(seen.record.value.as_deref())?).map(Some)
+        let head = self
+            .store
+            .get(&self.ns, &head_key(id))
+            .await
+            .map_err(storage)?
+            .ok_or_else(|| Error::Storage(format!("tab {id}'s record has lost its head")))?;
+        Slot::new(
+            decode(head.record.value.as_deref())?,
+            seen.record.token,
+            decode(seen.record.value.as_deref())?,
+        )
+        .map(Some)
     }
 
     /// Creates tab `id`'s record: `Ok(slot)` when created, `Err(slot)` with the record already
@@ -210,18 +239,39 @@ impl Records {
     pub(crate) async fn create(
         &self,
         id: &str,
+        head: &TabHead,
         rec: &TabRecord,
     ) -> Result<Result<Slot, Slot>, Error> {
-        let token = rand::random::<i64>();
-        let w = write(token, rec)?;
-        match self
+        // The head first (kept a week past the tab's end), then the record: a record never
+        // exists without its head.
+        let value = serde_json::to_string(head)
+            .map_err(|e| Error::Storage(format!("a tab record cannot be written: {e}")))?;
+        let mut w = Write::finished(rand::random::<i64>(), OPEN, None);
+        w.value = Some(value);
+        let now = self.store.now().await.map_err(storage)?;
+        let until_end = head
+            .end
+            .saturating_sub(u64::try_from(now.unix_seconds()).unwrap_or(0));
+        w.retain = Some(Duration::from_secs(until_end).saturating_add(KEEP_CLOSED));
+        let head = match self
             .store
-            .insert_if_absent(&self.ns, id, &w)
+            .insert_if_absent(&self.ns, &head_key(id), &w)
             .await
             .map_err(storage)?
         {
-            None => Ok(Ok(Slot::new(token, rec.clone())?)),
+            None => head.clone(),
+            Some(seen) => decode(seen.record.value.as_deref())?,
+        };
+        let token = rand::random::<i64>();
+        match self
+            .store
+            .insert_if_absent(&self.ns, id, &write(token, rec)?)
+            .await
+            .map_err(storage)?
+        {
+            None => Ok(Ok(Slot::new(head, token, rec.clone())?)),
             Some(seen) => Ok(Err(Slot::new(
+                head,
                 seen.record.token,
                 decode(seen.record.value.as_deref())?,
             )?)),
