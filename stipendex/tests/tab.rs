@@ -494,6 +494,19 @@ async fn over_http_one_402_opens_a_tab_and_the_next_calls_go_straight_through() 
     // One 402 (the first call), then every call straight through with its voucher.
     assert_eq!(paid_402.load(Ordering::SeqCst), 1);
     assert_eq!(asked.load(Ordering::SeqCst), 6);
+    // The close endpoint: POST only, a bounded body, a signed request of the tab's wallet.
+    let raw = stipendex::http::reqwest_client(Duration::from_secs(10)).unwrap();
+    let close_url = format!("{base}{}", stipendex::http::TAB_CLOSE);
+    assert_eq!(raw.get(&close_url).send().await.unwrap().status(), 405);
+    let big = raw
+        .post(&close_url)
+        .body(vec![b'a'; 20_000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.status(), 413);
+    let junk = raw.post(&close_url).body("not a jws").send().await.unwrap();
+    assert_eq!(junk.status(), 400);
     let receipts = client.close_tabs().await.unwrap();
     assert_eq!(receipts.len(), 1);
     assert_eq!(receipts[0].object().captured, "0.25".parse().unwrap());
@@ -596,4 +609,151 @@ async fn parallel_lanes_and_two_instances_never_lose_or_double_a_call() {
         .await
         .unwrap();
     assert_eq!(again.object().id, receipt.object().id);
+}
+
+#[tokio::test]
+async fn a_receiver_that_stops_after_recording_a_voucher_answers_its_retry_without_a_second_charge()
+{
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let shared: Arc<dyn stipendex::KeyStore> = Arc::new(
+        rail_core::keys::sql::SqliteKeyStore::open(&dir.path().join("shop.db"))
+            .await
+            .unwrap()
+            .with_clock(Arc::new(w.clock.clone())),
+    );
+    let instance = || {
+        Receiver::builder("search", w.receiver_key.clone())
+            .registry(&w.registry)
+            .store(shared.clone())
+            .origin(ORIGIN)
+            .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+            .price(PricedCapability::fixed("POST", "/order", usd("0.20")))
+            .tabs(TabTerms::new(usd("1.00")).lanes(2))
+            .claim_lease(Duration::from_secs(5))
+            .clock(Arc::new(w.clock.clone()))
+            .build()
+            .unwrap()
+    };
+    let wallet = w.wallet(tab_mandate(&w, "10.00", 1), true);
+    let first = instance();
+    let hold = open(&w, &first, &wallet).await;
+    // The voucher is recorded, then the instance stops before its answer.
+    let rq = req("/search", "lost");
+    let v = wallet.voucher(&hold, &rq).await.unwrap();
+    let TabCall::Run(serving) = first.tab_call(&rq, v.voucher.jws()).await.unwrap() else {
+        panic!("a new voucher was answered");
+    };
+    drop(serving);
+    drop(first);
+    // Another instance: while the first might still run it, the retry is in progress; after
+    // its lease, an idempotent call runs again (Delivery::Again) — the same voucher, no second
+    // increment.
+    let second = instance();
+    assert_eq!(
+        second
+            .tab_call(&rq, v.voucher.jws())
+            .await
+            .unwrap_err()
+            .code(),
+        "in_progress"
+    );
+    w.clock.advance(Duration::from_secs(6));
+    match second.tab_call(&rq, v.voucher.jws()).await.unwrap() {
+        TabCall::Run(s) => {
+            assert_eq!(s.delivery, stipendex::receiver::Delivery::Again);
+            second
+                .tab_answered(
+                    *s,
+                    Answer {
+                        status: 200,
+                        content_type: None,
+                        body: b"again".to_vec(),
+                        receipt: None,
+                    },
+                    &Digest::of(b"again"),
+                )
+                .await;
+        }
+        TabCall::Answered { .. } => panic!("the lost call had no answer to replay"),
+    }
+    drop(v);
+    let receipt = second
+        .close_tab(wallet.close_request(&hold).unwrap().jws())
+        .await
+        .unwrap();
+    assert_eq!(
+        (receipt.object().calls, receipt.object().captured),
+        (1, "0.05".parse().unwrap())
+    );
+    // A receipt capturing above the wallet's vouchers is refused by the wallet, which gives
+    // nothing back for it.
+    let mut greedy = receipt.object().clone();
+    greedy.lanes[0].cumulative = "0.10".parse().unwrap();
+    greedy.captured = "0.10".parse().unwrap();
+    let greedy = Signed::sign(greedy, &w.receiver_key).unwrap();
+    assert_eq!(
+        wallet
+            .tab_closed(&hold, greedy.jws())
+            .await
+            .unwrap_err()
+            .code(),
+        "capture_above"
+    );
+    wallet.tab_closed(&hold, receipt.jws()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_voucher_for_another_tab_is_refused_and_two_wallet_instances_never_pass_the_total() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    // A total that fits one tab of 1.00, not two: two wallet instances on one mandate and one
+    // store open tabs at once.
+    let mandate = tab_mandate(&w, "1.50", 2);
+    let (one, two) = (w.wallet(mandate.clone(), true), w.wallet(mandate, true));
+    let sent = resource("/search", "x");
+    let t1 = r
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .unwrap();
+    let t2 = r
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .unwrap();
+    let (a, b) = tokio::join!(one.open_tab(&t1, &sent), two.open_tab(&t2, &sent));
+    let opened: Vec<_> = [a, b].into_iter().filter_map(Result::ok).collect();
+    assert_eq!(opened.len(), 1, "both instances held a tab above the total");
+    assert_eq!(w.balance(w.agent).await.1, 100);
+    // The open tab's voucher presented as another tab's (its digest names the first).
+    let hold = &opened[0];
+    r.open_tab(hold.proof().jws()).await.unwrap();
+    let v = one.voucher(hold, &req("/search", "1")).await.unwrap();
+    let mut other = v.voucher.object().clone();
+    let other_tab = if hold.tab().object().id == t1.object().id {
+        &t2
+    } else {
+        &t1
+    };
+    other.tab = other_tab.object().id.clone();
+    let other = Signed::sign(other, &w.wallet_key).unwrap();
+    assert_eq!(
+        r.tab_call(&req("/search", "1"), other.jws())
+            .await
+            .unwrap_err()
+            .code(),
+        "tab_closed",
+        "a tab that was never opened here"
+    );
+    let mut wrong_digest = v.voucher.object().clone();
+    wrong_digest.tab_digest = other_tab.digest().clone();
+    let wrong_digest = Signed::sign(wrong_digest, &w.wallet_key).unwrap();
+    assert_eq!(
+        r.tab_call(&req("/search", "1"), wrong_digest.jws())
+            .await
+            .unwrap_err()
+            .code(),
+        "mismatch"
+    );
 }
