@@ -73,24 +73,26 @@ pub(crate) fn percentiles(v: &mut [Duration]) -> (f64, f64) {
     (at(50), at(99))
 }
 
+/// `concurrency` agents, agent `i` calling `one(i)` in a loop for `seconds`: (successes,
+/// failures, the successes' latencies).
 pub(crate) async fn load<F, Fut>(
     concurrency: usize,
     seconds: u64,
     one: F,
 ) -> (usize, usize, Vec<Duration>)
 where
-    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    F: Fn(usize) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = bool> + Send,
 {
     let until = Instant::now() + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
-    for _ in 0..concurrency {
+    for agent in 0..concurrency {
         let one = one.clone();
         tasks.push(tokio::spawn(async move {
             let (mut ok, mut bad, mut lat) = (0usize, 0usize, Vec::new());
             while Instant::now() < until {
                 let t = Instant::now();
-                if one().await {
+                if one(agent).await {
                     ok += 1;
                     lat.push(t.elapsed());
                 } else {
@@ -246,7 +248,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     // 1. Unpaid 402s.
     let h = http.clone();
     let u = url.clone();
-    let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move || {
+    let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move |_| {
         let (h, u) = (h.clone(), u.clone());
         async move { matches!(h.get(&u).send().await, Ok(r) if r.status().as_u16() == 402) }
     })
@@ -263,7 +265,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         wallet.clone(),
     )?;
     let u = url.clone();
-    let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move || {
+    let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move |_| {
         let (c, u) = (client.clone(), u.clone());
         async move {
             matches!(c.get(&u).await, Ok(r) if r.status.as_u16() == 200 && r.receipt.is_some())

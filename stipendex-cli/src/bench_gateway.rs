@@ -66,7 +66,7 @@ async fn get_phase(
     seconds: u64,
 ) -> Row {
     let (h, u) = (http.clone(), url.to_owned());
-    let (ok, bad, mut lat) = load(clients, seconds, move || {
+    let (ok, bad, mut lat) = load(clients, seconds, move |_| {
         let (h, u) = (h.clone(), u.clone());
         async move {
             match h.get(&u).send().await {
@@ -222,7 +222,7 @@ pub(crate) async fn run(dir: &Path, seconds: u64) -> Result<(), CliError> {
     // machine).
     for u in [format!("{up}/free"), format!("{base}/free")] {
         let h = http.clone();
-        let _ = load(8, 1, move || {
+        let _ = load(8, 1, move |_| {
             let (h, u) = (h.clone(), u.clone());
             async move { h.get(&u).send().await.is_ok() }
         })
@@ -290,7 +290,7 @@ pub(crate) async fn run(dir: &Path, seconds: u64) -> Result<(), CliError> {
         let why: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, usize>>> =
             std::sync::Arc::default();
         let w = why.clone();
-        let (ok, bad, mut lat) = load(clients, seconds, move || {
+        let (ok, bad, mut lat) = load(clients, seconds, move |_| {
             let (c, u, w) = (c.clone(), u.clone(), w.clone());
             async move {
                 let failed = match c.get(&u).await {

@@ -127,7 +127,7 @@ pub(crate) async fn run(
     // 1. Unpriced.
     let d = direct.clone();
     let n = next.clone();
-    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+    let (ok, bad, mut lat) = load(concurrency, seconds, move |_| {
         let c = d.get(n(d.len())).cloned();
         async move {
             match c {
@@ -142,7 +142,7 @@ pub(crate) async fn run(
     // 2. Unpaid calls of the priced tool: -32402 with a signed Quote.
     let d = direct.clone();
     let n = next.clone();
-    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+    let (ok, bad, mut lat) = load(concurrency, seconds, move |_| {
         let c = d.get(n(d.len())).cloned();
         async move {
             let Some(c) = c else { return false };
@@ -166,7 +166,7 @@ pub(crate) async fn run(
     }
     let p = paying.clone();
     let n = next.clone();
-    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+    let (ok, bad, mut lat) = load(concurrency, seconds, move |_| {
         let c = p.get(n(p.len())).cloned();
         async move {
             let Some(c) = c else { return false };
@@ -195,7 +195,7 @@ pub(crate) async fn run(
     }
     let h = hosts.clone();
     let n = next.clone();
-    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+    let (ok, bad, mut lat) = load(concurrency, seconds, move |_| {
         let c = h.get(n(h.len())).cloned();
         async move {
             match c {
@@ -214,7 +214,7 @@ pub(crate) async fn run(
     );
     let h = hosts.clone();
     let n = next.clone();
-    let (ok, bad, mut lat) = load(concurrency, seconds, move || {
+    let (ok, bad, mut lat) = load(concurrency, seconds, move |_| {
         let c = h.get(n(h.len())).cloned();
         async move {
             let Some(c) = c else { return false };

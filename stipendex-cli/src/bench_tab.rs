@@ -27,7 +27,7 @@ use stipendex::envelope::SecretKey;
 use stipendex::http::{Binding, Client};
 use stipendex::receiver::{PricedCapability, Receiver, TabTerms};
 
-use crate::bench::{Fixture, fixture, percentiles};
+use crate::bench::{Fixture, fixture, load, percentiles};
 use crate::{CliError, msg};
 
 /// The process's CPU time (user + system), from `/proc/self/stat` (Linux; `None` elsewhere).
@@ -73,35 +73,18 @@ async fn phase(
     tabbed: bool,
 ) -> f64 {
     // Agent `i` keeps client `i` (its tab) for the whole phase.
+    let agents: Arc<Vec<Client>> = Arc::new((0..clients).map(client_of).collect());
+    let u = url.to_owned();
     let cpu0 = cpu();
-    let until = Instant::now() + Duration::from_secs(seconds);
-    let mut tasks = Vec::new();
-    for i in 0..clients {
-        let (c, u) = (client_of(i), url.to_owned());
-        tasks.push(tokio::spawn(async move {
-            let (mut ok, mut bad, mut lat) = (0usize, 0usize, Vec::new());
-            while Instant::now() < until {
-                let t = Instant::now();
-                let good = matches!(c.get(&u).await, Ok(r) if r.status.as_u16() == 200
-                    && (if tabbed { r.tab_call.is_some() } else { r.receipt.is_some() }));
-                if good {
-                    ok += 1;
-                    lat.push(t.elapsed());
-                } else {
-                    bad += 1;
-                }
-            }
-            (ok, bad, lat)
-        }));
-    }
-    let (mut ok, mut bad, mut lat) = (0, 0, Vec::new());
-    for t in tasks {
-        if let Ok((o, b, l)) = t.await {
-            ok += o;
-            bad += b;
-            lat.extend(l);
+    let (ok, bad, mut lat) = load(clients, seconds, move |i| {
+        let (agents, u) = (agents.clone(), u.clone());
+        async move {
+            let Some(c) = agents.get(i) else { return false };
+            matches!(c.get(&u).await, Ok(r) if r.status.as_u16() == 200
+                && (if tabbed { r.tab_call.is_some() } else { r.receipt.is_some() }))
         }
-    }
+    })
+    .await;
     let cpu_us = match (cpu0, cpu()) {
         (Some(a), Some(b)) if ok > 0 => {
             format!(

@@ -51,6 +51,26 @@ fn tab_receiver(w: &World, cap: &str) -> Receiver {
         .unwrap()
 }
 
+/// A store several receiver instances share (SQLite, on the world's clock).
+async fn shop_store(w: &World, dir: &std::path::Path) -> Arc<dyn stipendex::KeyStore> {
+    Arc::new(
+        rail_core::keys::sql::SqliteKeyStore::open(&dir.join("shop.db"))
+            .await
+            .unwrap()
+            .with_clock(Arc::new(w.clock.clone())),
+    )
+}
+
+/// One instance of the shop on `store`, pricing `GET /search` (tabs to be set).
+fn shop_instance(w: &World, store: &Arc<dyn stipendex::KeyStore>) -> stipendex::receiver::Builder {
+    Receiver::builder("search", w.receiver_key.clone())
+        .registry(&w.registry)
+        .store(store.clone())
+        .origin(ORIGIN)
+        .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+}
+
 /// Offers, opens (wallet then receiver) a tab for `GET /search`.
 async fn open(w: &World, r: &Receiver, wallet: &Wallet) -> TabHold {
     open_until(w, r, wallet).await.0
@@ -519,20 +539,10 @@ async fn over_http_one_402_opens_a_tab_and_the_next_calls_go_straight_through() 
 async fn parallel_lanes_and_two_instances_never_lose_or_double_a_call() {
     let w = world().await;
     let dir = tempfile::tempdir().unwrap();
-    let shared: Arc<dyn stipendex::KeyStore> = Arc::new(
-        rail_core::keys::sql::SqliteKeyStore::open(&dir.path().join("shop.db"))
-            .await
-            .unwrap()
-            .with_clock(Arc::new(w.clock.clone())),
-    );
+    let store = shop_store(&w, dir.path()).await;
     let instance = || {
-        Receiver::builder("search", w.receiver_key.clone())
-            .registry(&w.registry)
-            .store(shared.clone())
-            .origin(ORIGIN)
-            .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+        shop_instance(&w, &store)
             .tabs(TabTerms::new(usd("20.00")).lanes(4))
-            .clock(Arc::new(w.clock.clone()))
             .build()
             .unwrap()
     };
@@ -616,22 +626,11 @@ async fn a_receiver_that_stops_after_recording_a_voucher_answers_its_retry_witho
 {
     let w = world().await;
     let dir = tempfile::tempdir().unwrap();
-    let shared: Arc<dyn stipendex::KeyStore> = Arc::new(
-        rail_core::keys::sql::SqliteKeyStore::open(&dir.path().join("shop.db"))
-            .await
-            .unwrap()
-            .with_clock(Arc::new(w.clock.clone())),
-    );
+    let store = shop_store(&w, dir.path()).await;
     let instance = || {
-        Receiver::builder("search", w.receiver_key.clone())
-            .registry(&w.registry)
-            .store(shared.clone())
-            .origin(ORIGIN)
-            .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
-            .price(PricedCapability::fixed("POST", "/order", usd("0.20")))
+        shop_instance(&w, &store)
             .tabs(TabTerms::new(usd("1.00")).lanes(2))
             .claim_lease(Duration::from_secs(5))
-            .clock(Arc::new(w.clock.clone()))
             .build()
             .unwrap()
     };

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use super::{broken, check_proof_under, claimed_kind};
 use crate::Error;
 use crate::envelope::{
-    Allow, CallTree, Confirmation, Digest, Mandate, Proof, PublicKey, Signed, Tab, TabReceipt,
-    Voucher, jws, tab_root,
+    CallTree, Confirmation, Digest, Mandate, Proof, PublicKey, Signed, Tab, TabReceipt, Voucher,
+    jws, tab_root,
 };
 
 /// A tab's chain that verified.
@@ -226,19 +226,7 @@ impl TabVerifier {
             .ok_or_else(|| broken("mandate", "missing before the tab"))?
             .object();
         let t = tab.object();
-        let entries: Vec<&Vec<String>> = md
-            .allow
-            .iter()
-            .filter_map(|a| match a {
-                Allow::Receiver { id, key, origins }
-                    if id == &t.receiver.id && key == &t.receiver.key =>
-                {
-                    Some(origins)
-                }
-                _ => None,
-            })
-            .collect();
-        if entries.is_empty() {
+        let Some(origins) = md.pinned(&t.receiver) else {
             return Err(broken(
                 "tab",
                 format!(
@@ -246,8 +234,7 @@ impl TabVerifier {
                     t.receiver.id, t.receiver.key
                 ),
             ));
-        }
-        let origins: Vec<&String> = entries.into_iter().flatten().collect();
+        };
         if !origins.is_empty() && !origins.iter().any(|o| **o == t.origin) {
             return Err(broken(
                 "tab",

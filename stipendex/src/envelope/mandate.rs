@@ -213,6 +213,28 @@ impl Mandate {
         }
     }
 
+    /// The origins the allowlist pins `receiver` at (its id *and* key; an entry may pin none),
+    /// or `None` if the receiver is not allowlisted.
+    #[must_use]
+    pub fn pinned(&self, receiver: &Party) -> Option<Vec<&String>> {
+        let mut found = false;
+        let mut origins = Vec::new();
+        for a in &self.allow {
+            if let Allow::Receiver {
+                id,
+                key,
+                origins: o,
+            } = a
+                && id == &receiver.id
+                && key == &receiver.key
+            {
+                found = true;
+                origins.extend(o);
+            }
+        }
+        found.then_some(origins)
+    }
+
     /// The limits for `asset`, if the mandate allows spending it at all.
     #[must_use]
     pub fn limits_for(&self, asset: &Asset) -> Option<&Limits> {

@@ -385,24 +385,9 @@ impl Client {
     /// The first failure (the other tabs are closed still; a tab that could not be closed is
     /// kept, and the receiver closes it at its end).
     pub async fn close_tabs(&self) -> Result<Vec<Signed<TabReceipt>>, Error> {
-        let holds = self.tabs.all();
-        let mut out = Vec::new();
-        let mut first = None;
-        for h in holds {
-            match self.close(&h).await {
-                Ok(r) => {
-                    self.tabs.remove(&h);
-                    out.push(r);
-                }
-                Err(e) => {
-                    first.get_or_insert(e);
-                }
-            }
-        }
-        match first {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        self.tabs
+            .close_all(|h| async move { self.close(&h).await })
+            .await
     }
 
     /// Closes `hold` at its receiver: `POST {origin}/.well-known/stipendex/tab-close`.

@@ -394,22 +394,19 @@ async fn tab_call(
     };
     let voucher_digest = serving.voucher.digest().clone();
     let price = serving.price.clone();
+    // The call's answer when it is not the handler's: kept for the voucher, and sent.
+    let answer_with = |status: StatusCode, body: Value| Answer {
+        status: status.as_u16(),
+        content_type: Some("application/json".into()),
+        body: body.to_string().into_bytes(),
+        receipt: None,
+    };
     if serving.delivery == Delivery::Again && !idempotent(req.method().as_str()) {
-        let answer = Answer {
-            status: StatusCode::CONFLICT.as_u16(),
-            content_type: Some("application/json".into()),
-            body: json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
-                .to_string()
-                .into_bytes(),
-            receipt: None,
-        };
-        let result = Digest::of(&answer.body);
-        b.receiver
-            .tab_answered(*serving, answer.clone(), &result)
-            .await;
-        let mut resp = replay(&answer);
-        set_tab_call(&mut resp, &voucher_digest, &result);
-        return resp;
+        let answer = answer_with(
+            StatusCode::CONFLICT,
+            json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN}),
+        );
+        return answered_in_tab(b, *serving, &answer).await;
     }
     let resp = next.run(req).await;
     let (mut parts, body) = resp.into_parts();
@@ -420,19 +417,11 @@ async fn tab_call(
             // The call was paid by its voucher (the increment is kept, §4b); its answer is an
             // error the same voucher gets again.
             tracing::error!(error = %e, "stipendex: cannot read the paid handler's body");
-            let answer = Answer {
-                status: StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
-                content_type: Some("application/json".into()),
-                body: json!({"error": "internal error"}).to_string().into_bytes(),
-                receipt: None,
-            };
-            let result = Digest::of(&answer.body);
-            b.receiver
-                .tab_answered(*serving, answer.clone(), &result)
-                .await;
-            let mut resp = replay(&answer);
-            set_tab_call(&mut resp, &voucher_digest, &result);
-            return resp;
+            let answer = answer_with(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": "internal error"}),
+            );
+            return answered_in_tab(b, *serving, &answer).await;
         }
     };
     let answer = kept(&parts, &bytes, None);
@@ -449,6 +438,23 @@ async fn tab_call(
     });
     let mut resp = Response::from_parts(parts, Body::from(bytes.clone()));
     set_tab_call(&mut resp, &voucher_digest, &Digest::of(&bytes));
+    resp
+}
+
+/// A call inside a tab answered by the binding itself (not the handler): the answer kept for
+/// the voucher, and sent with its `Stipendex-Tab-Call`.
+async fn answered_in_tab(
+    b: &Binding,
+    serving: crate::receiver::Serving,
+    answer: &Answer,
+) -> Response {
+    let voucher = serving.voucher.digest().clone();
+    let result = Digest::of(&answer.body);
+    b.receiver
+        .tab_answered(serving, answer.clone(), &result)
+        .await;
+    let mut resp = replay(answer);
+    set_tab_call(&mut resp, &voucher, &result);
     resp
 }
 

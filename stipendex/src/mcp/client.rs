@@ -328,26 +328,9 @@ impl PayingClient {
             PAYMENT.into(),
             serde_json::to_value(&paid.proof).map_err(|e| CallError::Transport(e.to_string()))?,
         );
-        let mut tries = 0;
-        let result = loop {
-            tries += 1;
-            match self.send(call, meta.clone()).await {
-                Err(CallError::Server(e)) if e.code == ErrorCode(PAYMENT_REQUIRED) => {
-                    return Err(CallError::NotPaid(refusal(&e)));
-                }
-                Err(CallError::Server(e))
-                    if retryable(&e).is_some() && tries < SAME_PROOF_TRIES =>
-                {
-                    let wait = retryable(&e).unwrap_or(MAX_RETRY_WAIT).min(MAX_RETRY_WAIT);
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = call.cancel.cancelled() => {
-                            return Err(CallError::Transport("cancelled".into()));
-                        }
-                    }
-                }
-                other => break other?,
-            }
+        let result = match self.send_paid(call, meta).await? {
+            Ok(r) => r,
+            Err(e) => return Err(CallError::NotPaid(refusal(&e))),
         };
         let receipt = match receipt_in(&result) {
             None => None,
@@ -422,26 +405,11 @@ impl PayingClient {
                 .0
                 .insert(TAB.into(), serde_json::to_value(hold.proof()).map_err(bad)?);
         }
-        let mut tries = 0;
-        let result = loop {
-            tries += 1;
-            match self.send(call, meta.clone()).await {
-                Err(CallError::Server(e)) if e.code == ErrorCode(PAYMENT_REQUIRED) => {
-                    tracing::info!(tab = %hold.tab().object().id, error = %refusal(&e), "the tab is over at this server");
-                    return Ok(Err(()));
-                }
-                Err(CallError::Server(e))
-                    if retryable(&e).is_some() && tries < SAME_PROOF_TRIES =>
-                {
-                    let wait = retryable(&e).unwrap_or(MAX_RETRY_WAIT).min(MAX_RETRY_WAIT);
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = call.cancel.cancelled() => {
-                            return Err(CallError::Transport("cancelled".into()));
-                        }
-                    }
-                }
-                other => break other?,
+        let result = match self.send_paid(call, meta).await? {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!(tab = %hold.tab().object().id, error = %refusal(&e), "the tab is over at this server");
+                return Ok(Err(()));
             }
         };
         self.tabs.opened(hold);
@@ -484,23 +452,9 @@ impl PayingClient {
     /// The first failure (the other tabs are closed still; a tab that could not be closed is
     /// kept, and the server closes it at its end).
     pub async fn close_tabs(&self) -> Result<Vec<Signed<TabReceipt>>, CallError> {
-        let mut out = Vec::new();
-        let mut first = None;
-        for h in self.tabs.all() {
-            match self.close(&h).await {
-                Ok(r) => {
-                    self.tabs.remove(&h);
-                    out.push(r);
-                }
-                Err(e) => {
-                    first.get_or_insert(e);
-                }
-            }
-        }
-        match first {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        self.tabs
+            .close_all(|h| async move { self.close(&h).await })
+            .await
     }
 
     /// Closes `hold` at the server (`stipendex/tab-close`).
@@ -578,6 +532,37 @@ impl PayingClient {
                 settlement,
             }),
         })
+    }
+
+    /// A paid message (`meta` holds the payment): sent again, the same, while the server says
+    /// the payment's outcome is not known yet (`retryable`), up to [`SAME_PROOF_TRIES`];
+    /// `Ok(Err(e))` when the server refuses the payment (-32402 again).
+    async fn send_paid(
+        &self,
+        call: &Call<'_>,
+        meta: RequestMetaObject,
+    ) -> Result<Result<ServerResult, ErrorData>, CallError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.send(call, meta.clone()).await {
+                Err(CallError::Server(e)) if e.code == ErrorCode(PAYMENT_REQUIRED) => {
+                    return Ok(Err(e));
+                }
+                Err(CallError::Server(e))
+                    if retryable(&e).is_some() && tries < SAME_PROOF_TRIES =>
+                {
+                    let wait = retryable(&e).unwrap_or(MAX_RETRY_WAIT).min(MAX_RETRY_WAIT);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = call.cancel.cancelled() => {
+                            return Err(CallError::Transport("cancelled".into()));
+                        }
+                    }
+                }
+                other => return other.map(Ok),
+            }
+        }
     }
 
     /// One message: `call.request` with `meta`, cancelled with the call.

@@ -153,6 +153,36 @@ impl OpenTabs {
     pub fn all(&self) -> Vec<TabHold> {
         lock(&self.0).iter().map(|(h, _)| h.clone()).collect()
     }
+
+    /// Closes every tab held with `close` (a client's way of asking its receiver), forgetting
+    /// each one that closed: their Receipts, or the first failure (the others are closed still;
+    /// a tab that did not close stays held, and its receiver closes it at its end).
+    ///
+    /// # Errors
+    /// The first of `close`'s errors.
+    pub async fn close_all<E, F, Fut>(&self, close: F) -> Result<Vec<Signed<TabReceipt>>, E>
+    where
+        F: Fn(TabHold) -> Fut,
+        Fut: std::future::Future<Output = Result<Signed<TabReceipt>, E>>,
+    {
+        let mut out = Vec::new();
+        let mut first = None;
+        for h in self.all() {
+            match close(h.clone()).await {
+                Ok(r) => {
+                    self.remove(&h);
+                    out.push(r);
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
 }
 
 /// A lane's state, as persisted before each voucher leaves.
