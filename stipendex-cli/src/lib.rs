@@ -25,9 +25,10 @@
 //!
 //! ```
 //! use stipendex_cli::demo::Prices;
-//! // The demo's prices over a rail whose smallest practical charge is 125 minor units.
+//! // The demo's prices over a rail whose smallest practical charge is 125 minor units: what
+//! // the payer must hold is a search, a report, a checkout's hold and a tab's cap (ten searches).
 //! let prices = Prices::from_base(125).expect("small enough");
-//! assert_eq!(prices.needed(), Some(125 + 3 * 125 + 3 * 125 + 62));
+//! assert_eq!(prices.needed(), Some(125 + 3 * 125 + 3 * 125 + 62 + 10 * 125));
 //! assert!(Prices::from_base(u128::MAX / 2).is_none());
 //! ```
 

@@ -1588,6 +1588,8 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
                     .to_owned();
                 log.lock().unwrap().push(q);
                 match city.as_str() {
+                    // A waiver drowned in padding: 1 MiB, far above what the gateway reads.
+                    "huge" => axum::Json(json!({"decision": "waive", "padding": "x".repeat(1 << 20)})),
                     "free" => axum::Json(json!({"decision": "waive"})),
                     "blocked" => axum::Json(json!({"decision": "reject", "message": "not sold in your region"})),
                     "dear" => axum::Json(json!({"decision": "quote", "amount": "0.20", "description": "a dear forecast"})),
@@ -1649,6 +1651,18 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
         "an endpoint that does not answer in time refuses"
     );
     assert_eq!(seen.count("/api/forecast/slow"), 0);
+
+    let r = http()
+        .get(format!("{base}/api/forecast/huge"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        403,
+        "an oversized answer refuses (read no further than its limit)"
+    );
+    assert_eq!(seen.count("/api/forecast/huge"), 0);
 
     let before = s.agent().await.0;
     let (ok, _, err) = s.fetch(&[&format!("{base}/api/forecast/dear")]).await;

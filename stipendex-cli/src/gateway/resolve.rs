@@ -147,11 +147,18 @@ impl ResolvePrice for Remote {
         if !resp.status().is_success() {
             return self.failed(cap, &format!("answered {}", resp.status()));
         }
-        let bytes = match resp.bytes().await {
-            Ok(b) if b.len() <= MAX_ANSWER => b,
-            Ok(_) => return self.failed(cap, "the answer is too large"),
-            Err(e) => return self.failed(cap, &e.without_url().to_string()),
-        };
+        // Read at most MAX_ANSWER bytes: a larger answer is refused as it streams, never
+        // held whole.
+        let mut resp = resp;
+        let mut bytes = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(c)) if bytes.len() + c.len() <= MAX_ANSWER => bytes.extend_from_slice(&c),
+                Ok(Some(_)) => return self.failed(cap, "the answer is too large"),
+                Ok(None) => break,
+                Err(e) => return self.failed(cap, &e.without_url().to_string()),
+            }
+        }
         match serde_json::from_slice::<Answer>(&bytes)
             .map_err(|e| e.to_string())
             .and_then(|a| decision(cap, a))
