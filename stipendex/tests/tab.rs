@@ -745,6 +745,24 @@ async fn a_voucher_for_another_tab_is_refused_and_two_wallet_instances_never_pas
         "tab_closed",
         "a tab that was never opened here"
     );
+    // Vouchers naming tabs that were never opened here, each signed by a key of its own: refused,
+    // and nothing of them kept.
+    let cached = r.tabs_cached();
+    for _ in 0..50 {
+        let mut made_up = v.voucher.object().clone();
+        made_up.tab = stipendex::envelope::new_id("t_");
+        let k = stipendex::envelope::SecretKey::generate();
+        made_up.wallet = k.public();
+        let made_up = Signed::sign(made_up, &k).unwrap();
+        assert_eq!(
+            r.tab_call(&req("/search", "1"), made_up.jws())
+                .await
+                .unwrap_err()
+                .code(),
+            "tab_closed"
+        );
+    }
+    assert_eq!(r.tabs_cached(), cached);
     let mut wrong_digest = v.voucher.object().clone();
     wrong_digest.tab_digest = other_tab.digest().clone();
     let wrong_digest = Signed::sign(wrong_digest, &w.wallet_key).unwrap();

@@ -367,11 +367,21 @@ impl Receiver {
                 }
                 other => other,
             };
-            let Some(s) = guard.as_mut() else {
+            if guard.is_none() {
+                // No such tab here: nothing of it is kept (a flood of vouchers naming made-up
+                // tabs, each signed by a key of its own, must not grow this instance's memory).
+                drop(guard);
+                me.tabs.forget(&vo.tab);
                 return Err(step.err().unwrap_or_else(|| Error::TabClosed {
                     tab: vo.tab.clone(),
                     why: "this receiver has not opened it".into(),
                 }));
+            }
+            let Some(s) = guard.as_mut() else {
+                return Err(Error::TabClosed {
+                    tab: vo.tab.clone(),
+                    why: "this receiver has not opened it".into(),
+                });
             };
             match step? {
                 Step::Answered(answer) => {
@@ -493,6 +503,8 @@ impl Receiver {
                 *guard = me.tabs.load(&co.tab).await?;
             }
             let Some(s) = guard.as_ref() else {
+                drop(guard);
+                me.tabs.forget(&co.tab);
                 return Err(Error::TabClosed {
                     tab: co.tab.clone(),
                     why: "this receiver has not opened it".into(),
@@ -506,6 +518,13 @@ impl Receiver {
             }
         }
         self.settle_tab(&co.tab).await
+    }
+
+    /// How many tabs this instance keeps a copy of (for metrics; closed and unknown tabs are
+    /// forgotten).
+    #[must_use]
+    pub fn tabs_cached(&self) -> usize {
+        self.0.tabs.cached().len()
     }
 
     /// Starts, once per receiver and only if it offers tabs, a task on the current Tokio runtime
