@@ -1001,6 +1001,22 @@ async fn an_oversized_proof_is_refused_before_anything_is_parsed_or_run() {
     quote_in(&e);
     assert_eq!(e.data.as_ref().unwrap()["error"], "malformed", "{e:?}");
     assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+    // The same for a tab's voucher, and for a voucher and a Proof together.
+    let mut meta = speaks();
+    meta[mcp::VOUCHER] = json!({"stipendex": "voucher/0.1", "jws": "a".repeat(2 << 20)});
+    let e = raw(client.peer(), tool_call("search", "x"), meta)
+        .await
+        .unwrap_err();
+    quote_in(&e);
+    assert_eq!(e.data.as_ref().unwrap()["error"], "malformed", "{e:?}");
+    let mut meta = speaks();
+    meta[mcp::VOUCHER] = json!({"stipendex": "voucher/0.1", "jws": "a.b.c"});
+    meta[mcp::PAYMENT] = json!({"stipendex": "proof/0.1", "jws": "a.b.c"});
+    let e = raw(client.peer(), tool_call("search", "x"), meta)
+        .await
+        .unwrap_err();
+    assert_eq!(e.data.as_ref().unwrap()["error"], "malformed", "{e:?}");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
 }
 
 /// A hostile server: answers every call with -32402 and a genuine Quote of the shop's — for
