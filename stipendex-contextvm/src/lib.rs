@@ -3,7 +3,8 @@
 //! What the ContextVM TypeScript SDK 0.11.14 puts on the wire is in
 //! `docs/research/contextvm-sdk-0.11.14.md`, read from its code; this crate follows the code
 //! where the later specification differs. So far: [`transport::wire`], the events — MCP
-//! messages as kind 25910 events and the SDK's single-layer gift wrap (kinds 1059 and 21059).
+//! messages as kind 25910 events and the SDK's single-layer gift wrap (kinds 1059 and 21059) —
+//! and [`payments::notify`], CEP-8's three notifications.
 //!
 //! ```
 //! use nostr::Keys;
@@ -19,6 +20,7 @@
 //! # Ok::<(), stipendex_contextvm::Error>(())
 //! ```
 
+pub mod payments;
 pub mod transport;
 
 /// This crate's one error type.
