@@ -1513,3 +1513,84 @@ async fn throughput_and_latency() {
     );
     devnet.shutdown().await;
 }
+
+/// A connection that speaks NIP-44 and NIP-04 gets every notification on both kinds, as wallet
+/// services in the field publish them: a NIP-04 listener on kind 23196 (the ContextVM SDK
+/// 0.11.14's `NwcClient`, which decrypts both kinds with NIP-04 —
+/// `docs/research/contextvm-sdk-0.11.14.md` §3.6) and a NIP-44 listener on kind 23197 each
+/// receive the same `payment_received`; this crate's `NwcClient` still delivers it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nip44_connection_gets_both_notification_kinds() {
+    let devnet = devnet().await;
+    let (alice, bob, app) = two_wallets(&devnet).await;
+    let client = rail_ln_nwc::client::NwcClient::connect(
+        &bob.uri,
+        rail_ln_nwc::client::ClientOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut delivered = client.notifications();
+
+    let inv = invoice(&app, &bob.uri, 5_000).await;
+    let bolt11 = inv.invoice.clone().unwrap();
+    ok(&app
+        .call(&alice.uri, "pay_invoice", json!({ "invoice": bolt11 }))
+        .await);
+
+    let h = inv.payment_hash.clone();
+    let of_kind = |kind: u16, hash: String| {
+        let keys = keys_of(&bob.uri);
+        let wallet = wallet_pk(&bob.uri);
+        move |e: &Event| {
+            let enc = if kind == KIND_NOTIFICATION {
+                Encryption::Nip44V2
+            } else {
+                Encryption::Nip04
+            };
+            e.kind.as_u16() == kind
+                && e.pubkey == wallet
+                && wire::open::<Notification>(&keys, e, enc).is_ok_and(|n| {
+                    n.notification_type == "payment_received"
+                        && n.notification["payment_hash"] == hash.as_str()
+                })
+        }
+    };
+    let nip44 = app
+        .take(of_kind(KIND_NOTIFICATION, h.clone()), T)
+        .await
+        .expect("a NIP-44 listener gets payment_received on kind 23197");
+    let nip04 = app
+        .take(of_kind(KIND_NOTIFICATION_NIP04, h.clone()), T)
+        .await
+        .expect("a NIP-04 listener gets payment_received on kind 23196");
+    let (a, b): (Notification, Notification) = (
+        wire::open(&keys_of(&bob.uri), &nip44, Encryption::Nip44V2).unwrap(),
+        wire::open(&keys_of(&bob.uri), &nip04, Encryption::Nip04).unwrap(),
+    );
+    assert_eq!(a, b, "the same notification on both kinds");
+
+    // The crate's client, subscribed to both kinds, delivers it once.
+    let first = tokio::time::timeout(T, async {
+        loop {
+            let n = delivered.recv().await.unwrap();
+            if n.notification_type == "payment_received" {
+                return n;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(first.notification["payment_hash"], h.as_str());
+    let again = tokio::time::timeout(Duration::from_millis(500), async {
+        loop {
+            let n = delivered.recv().await.unwrap();
+            if n.notification_type == "payment_received" {
+                return n;
+            }
+        }
+    })
+    .await;
+    assert!(again.is_err(), "delivered twice: {again:?}");
+    client.shutdown().await;
+    devnet.shutdown().await;
+}

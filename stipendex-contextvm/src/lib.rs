@@ -30,6 +30,12 @@ pub enum Error {
     /// An event could not be built, signed, encrypted or decrypted.
     #[error("nostr: {0}")]
     Nostr(String),
+    /// A payment request could not be made, or a payment was not made or does not hold.
+    #[error("payment: {0}")]
+    Payment(String),
+    /// No relay reachable, or none accepted an event.
+    #[error("relay: {0}")]
+    Relay(String),
     /// An event that is not what the protocol allows here (its kind, its tags, its signer,
     /// its content).
     #[error("refused: {0}")]
@@ -43,6 +49,8 @@ impl Error {
         match self {
             Error::Nostr(_) => "nostr",
             Error::Refused(_) => "refused",
+            Error::Relay(_) => "relay",
+            Error::Payment(_) => "payment",
         }
     }
 }

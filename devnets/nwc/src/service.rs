@@ -122,12 +122,19 @@ impl Connection {
             .unwrap_or(Encryption::Nip04)
     }
 
-    fn notification_encryption(&self) -> Encryption {
+    /// The encryptions notifications go out in, NIP-44 first: a connection that speaks both
+    /// gets each notification twice, kind 23197 (NIP-44) then kind 23196 (NIP-04), as wallet
+    /// services in the field publish them — NIP-04-only clients (the ContextVM SDK 0.11.14's
+    /// `NwcClient`, which decrypts both kinds with NIP-04) listen on 23196 only.
+    fn notification_encryptions(&self) -> Vec<Encryption> {
+        let mut out = Vec::with_capacity(2);
         if self.encryptions.contains(&Encryption::Nip44V2) {
-            Encryption::Nip44V2
-        } else {
-            Encryption::Nip04
+            out.push(Encryption::Nip44V2);
         }
+        if self.encryptions.contains(&Encryption::Nip04) || out.is_empty() {
+            out.push(Encryption::Nip04);
+        }
+        out
     }
 
     fn reserve(&self, amount: u64) -> Result<(), NetError> {
@@ -813,17 +820,14 @@ impl Inner {
         let content = ev.to_notification();
         let copies = if faults.duplicate_notifications { 2 } else { 1 };
         for conn in conns {
-            for _ in 0..copies {
-                match wire::notification_event(
-                    &conn.keys,
-                    &conn.client,
-                    conn.notification_encryption(),
-                    &content,
-                ) {
-                    Ok(n) => {
-                        self.publish(&n).await;
+            for enc in conn.notification_encryptions() {
+                for _ in 0..copies {
+                    match wire::notification_event(&conn.keys, &conn.client, enc, &content) {
+                        Ok(n) => {
+                            self.publish(&n).await;
+                        }
+                        Err(e) => tracing::warn!("cannot build notification: {e}"),
                     }
-                    Err(e) => tracing::warn!("cannot build notification: {e}"),
                 }
             }
         }

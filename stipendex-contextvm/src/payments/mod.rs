@@ -1,4 +1,12 @@
-//! CEP-8 payments (being built): the lifecycle's notifications ([`notify`]) and the pricing
-//! tags, as the ContextVM SDK 0.11.14 writes them.
+//! CEP-8 payments: the lifecycle's notifications ([`notify`]), the server's middleware and
+//! processors ([`server`]: [`ServerPayments`], [`Processor`]), and Lightning through the
+//! `ln-nwc` rail ([`nwc`]: [`NwcProcessor`]).
 
+pub mod client;
 pub mod notify;
+pub mod nwc;
+pub mod server;
+
+pub use client::LightningHandler;
+pub use nwc::NwcProcessor;
+pub use server::{Processor, ServerPayments};

@@ -136,6 +136,70 @@ pub fn unwrap(keys: &Keys, wrapped: &Event) -> Result<Event, Error> {
     Ok(inner)
 }
 
+/// Opens what a relay delivered to `keys`: a plain kind 25910 message (its signature checked,
+/// addressed to `keys`) or a gift wrap ([`unwrap`]). Returns the message and the wrap it came
+/// in (`None` for a plain one).
+///
+/// # Errors
+/// As [`unwrap`]; [`Error::Refused`] for a plain event of another kind, another recipient or a
+/// bad signature.
+pub fn open(keys: &Keys, event: &Event) -> Result<(Event, Option<Wrap>), Error> {
+    match event.kind.as_u16() {
+        GIFT_WRAP => Ok((unwrap(keys, event)?, Some(Wrap::Persistent))),
+        EPHEMERAL_GIFT_WRAP => Ok((unwrap(keys, event)?, Some(Wrap::Ephemeral))),
+        MESSAGE => {
+            event
+                .verify()
+                .map_err(|e| Error::Refused(format!("the message's signature: {e}")))?;
+            if recipient(event) != Some(keys.public_key()) {
+                return Err(Error::Refused(
+                    "the message is addressed to another key".into(),
+                ));
+            }
+            Ok((event.clone(), None))
+        }
+        k => Err(Error::Refused(format!(
+            "kind {k} is not a ContextVM message"
+        ))),
+    }
+}
+
+/// `message` as it goes to `to`: wrapped with `wrap`, or as it is (`None`).
+///
+/// # Errors
+/// As [`wrap`].
+pub fn seal(message: Event, to: &PublicKey, how: Option<Wrap>) -> Result<Event, Error> {
+    match how {
+        Some(w) => wrap(&message, to, w),
+        None => Ok(message),
+    }
+}
+
+/// The values of the `pmi` tags, in order.
+#[must_use]
+pub fn pmis(event: &Event) -> Vec<String> {
+    event
+        .tags
+        .iter()
+        .filter(|t| t.kind() == TagKind::custom(PMI))
+        .filter_map(|t| t.content().map(str::to_owned))
+        .collect()
+}
+
+/// Sets `message`'s top-level `key` (a JSON-RPC message is an object; anything else is left
+/// as it is).
+pub(crate) fn set(message: &mut Value, key: &str, v: Value) {
+    if let Some(m) = message.as_object_mut() {
+        m.insert(key.to_owned(), v);
+    }
+}
+
+/// A `["pmi", pmi]` tag.
+#[must_use]
+pub fn pmi_tag(pmi: &str) -> Tag {
+    Tag::custom(TagKind::custom(PMI), [pmi])
+}
+
 /// The recipient a message names (its first `p` tag).
 #[must_use]
 pub fn recipient(event: &Event) -> Option<PublicKey> {

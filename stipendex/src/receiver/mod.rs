@@ -541,6 +541,13 @@ impl Receiver {
         }
     }
 
+    /// The price hook's decision for `req`, which falls under `cap` ([`Receiver::decide`]),
+    /// with no Quote made: for a binding whose payment request is not a Quote (ContextVM's
+    /// CEP-8 processors make a Lightning invoice of the price).
+    pub async fn resolve(&self, cap: &PricedCapability, req: &Request) -> Decision {
+        self.0.resolve.resolve(cap, req).await
+    }
+
     /// [`Receiver::gate`] for a request already decided to fall under `cap` (a binding that
     /// decided once, with [`Receiver::decide`]): the hook's waiver or refusal, or a Quote.
     ///

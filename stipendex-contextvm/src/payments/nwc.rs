@@ -1,0 +1,199 @@
+//! `bitcoin-lightning-bolt11` through this project's `ln-nwc` rail: [`NwcProcessor`] makes each
+//! payment request an invoice of the server's own wallet ([`NwcReceiver`]'s offer) and sees it
+//! paid by that wallet — its `payment_received` notification, else `lookup_invoice` — never by
+//! the payer's word (CEP-8 clients do not send the preimage). The preimage the wallet reports is
+//! then checked by the rail's own `verify`: SHA-256 of the preimage is the invoice's payment
+//! hash (constant time), the wallet's record is settled for the amount, the offer was live, and
+//! the payment hash is marked used once in the rail's single-use store — so the same payment
+//! never admits two requests, even across server instances sharing that store.
+//!
+//! A payment that arrives after the request's TTL is refused: the invoice's own expiry is the
+//! TTL, so a wallet will not pay it late, and the rail's `verify` refuses a settlement after the
+//! offer's end. Lightning cannot give a late payment back without an invoice from the payer,
+//! which CEP-8 does not carry; the invoice's expiry is what prevents it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rail_core::{Asset, Charge, Money, Offer, Payment, PaymentMode, Receiver as _};
+use rail_ln_nwc::client::NwcClient;
+use rail_ln_nwc::nip47::TxState;
+use rail_ln_nwc::rail::{NwcReceiver, OfferDetails};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use super::notify::{PMI_BOLT11, PaymentRequired};
+use super::server::{Pending, Processor};
+use crate::Error;
+use crate::transport::server::Held;
+
+/// How often the wallet is asked when no notification came.
+const POLL: Duration = Duration::from_millis(1500);
+
+/// The processor of `bitcoin-lightning-bolt11` (see the module's documentation).
+#[derive(Clone, Debug)]
+pub struct NwcProcessor {
+    receiver: NwcReceiver,
+    client: Arc<NwcClient>,
+    poll: Duration,
+}
+
+#[derive(Serialize, Deserialize)]
+struct State {
+    offer: Offer,
+    client: String,
+}
+
+fn payment_err(e: impl std::fmt::Display) -> Error {
+    Error::Payment(e.to_string())
+}
+
+impl NwcProcessor {
+    /// Paid into the wallet `receiver` makes invoices of, watched through `client` (the same
+    /// NWC connection).
+    #[must_use]
+    pub fn new(receiver: NwcReceiver, client: Arc<NwcClient>) -> Self {
+        NwcProcessor {
+            receiver,
+            client,
+            poll: POLL,
+        }
+    }
+
+    /// How often the wallet is asked when no notification came (default 1.5 s, the SDK's).
+    #[must_use]
+    pub fn poll(mut self, every: Duration) -> Self {
+        self.poll = every;
+        self
+    }
+
+    /// The preimage the wallet reports for `hash`, once it says the invoice is settled.
+    async fn settled(&self, hash: &str, deadline: Instant) -> Result<String, Error> {
+        let mut notes = self.client.notifications();
+        loop {
+            let tx = self
+                .client
+                .lookup_invoice(hash)
+                .await
+                .map_err(payment_err)?;
+            match tx.state {
+                Some(TxState::Settled) => {
+                    if let Some(p) = tx.preimage {
+                        return Ok(p);
+                    }
+                }
+                Some(TxState::Expired | TxState::Failed) => {
+                    return Err(Error::Payment(format!("the invoice is {:?}", tx.state)));
+                }
+                _ => {}
+            }
+            let next = (Instant::now() + self.poll).min(deadline);
+            if Instant::now() >= deadline {
+                return Err(Error::Payment("not paid in time".into()));
+            }
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => break,
+                    n = notes.recv() => match n {
+                        Ok(n) if n.notification_type == "payment_received"
+                            && n.notification.get("payment_hash").and_then(Value::as_str) == Some(hash) =>
+                        {
+                            if let Some(p) = n.notification.get("preimage").and_then(Value::as_str) {
+                                return Ok(p.to_owned());
+                            }
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(_)) => break,
+                        Err(RecvError::Closed) => {
+                            tokio::time::sleep_until(next).await;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Processor for NwcProcessor {
+    fn pmi(&self) -> &str {
+        PMI_BOLT11
+    }
+
+    fn unit(&self) -> &str {
+        "sats"
+    }
+
+    fn amount(&self, price: &Money) -> Result<u64, Error> {
+        if *price.asset() != Asset::btc() {
+            return Err(Error::Refused(format!(
+                "{PMI_BOLT11} is paid in BTC, not {}",
+                price.asset()
+            )));
+        }
+        let sats = price
+            .to_scale(8)
+            .map_err(|e| Error::Refused(format!("{price:?} in whole satoshis: {e}")))?;
+        u64::try_from(sats).map_err(|e| Error::Refused(e.to_string()))
+    }
+
+    async fn require(
+        &self,
+        price: &Money,
+        description: Option<&str>,
+        ttl: Duration,
+        held: &Held,
+    ) -> Result<Pending, Error> {
+        let amount = self.amount(price)?;
+        let mut charge = Charge::capture(price.clone(), ttl);
+        charge.description = description.unwrap_or_default().to_owned();
+        charge.reference = Some(held.event_id.to_hex());
+        let offer = self.receiver.offer(&charge).await.map_err(payment_err)?;
+        let details: OfferDetails = offer.details_as().map_err(payment_err)?;
+        Ok(Pending {
+            required: PaymentRequired {
+                amount,
+                pay_req: details.invoice,
+                pmi: PMI_BOLT11.to_owned(),
+                description: description.map(str::to_owned),
+                ttl: Some(ttl.as_secs().max(1)),
+                meta: None,
+            },
+            state: serde_json::to_value(State {
+                offer,
+                client: held.client.to_hex(),
+            })
+            .map_err(payment_err)?,
+        })
+    }
+
+    async fn verify(
+        &self,
+        pending: &Pending,
+        deadline: Instant,
+    ) -> Result<Option<Map<String, Value>>, Error> {
+        let state: State = serde_json::from_value(pending.state.clone()).map_err(payment_err)?;
+        let details: OfferDetails = state.offer.details_as().map_err(payment_err)?;
+        let preimage = self.settled(&details.payment_hash, deadline).await?;
+        let payment = Payment {
+            rail: state.offer.rail.clone(),
+            offer_id: state.offer.id.clone(),
+            mode: PaymentMode::Capture,
+            payer: state.client,
+            amount: state.offer.amount.clone(),
+            proof: json!({"payment_hash": details.payment_hash, "preimage": preimage}),
+        };
+        self.receiver
+            .verify(&state.offer, &payment)
+            .await
+            .map_err(payment_err)?;
+        let mut meta = Map::new();
+        meta.insert("payment_hash".into(), Value::String(details.payment_hash));
+        Ok(Some(meta))
+    }
+}

@@ -1,0 +1,411 @@
+//! The client transport: an rmcp client's messages to one ContextVM server over Nostr, as the
+//! ContextVM SDK 0.11.14's `NostrClientTransport` writes and reads them
+//! (`docs/research/contextvm-sdk-0.11.14.md` §1.3–1.5, §3.5):
+//!
+//! - each request is a kind 25910 event to the server (gift-wrapped by default: kind 21059 once
+//!   the server said it reads ephemeral wraps, else 1059), the first one with the client's
+//!   capability tags, every one with a `pmi` tag per payment method the client handles;
+//! - an answer is matched by its `e` tag to the request's event id and given back to rmcp with
+//!   the request's own id; an answer or a notification about a request this client did not
+//!   send is dropped, and so is anything not signed by the server's key;
+//! - CEP-8's `payment_required` about a pending request goes to the [`PaymentHook`]; a declined
+//!   payment or the server's `payment_rejected` ends the request with a JSON-RPC error
+//!   (`-32000`, as the SDK's client synthesises it).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use nostr::{Event, EventId, Keys, Kind, PublicKey, Tag, Timestamp};
+use nostr_sdk::Filter;
+use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use super::Encryption;
+use super::relay::{RelaySettings, Relays};
+use super::wire::{self, Wrap};
+use crate::Error;
+use crate::payments::notify::{self, Notification, PaymentRequired};
+
+/// How many messages wait for the rmcp client.
+const QUEUE: usize = 256;
+
+/// How the client reaches its server.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// The relays (`ws://` or `wss://`).
+    pub relays: Vec<String>,
+    /// The server's key.
+    pub server: PublicKey,
+    /// Default [`Encryption::Optional`]: every message gift-wrapped, plain answers read.
+    pub encryption: Encryption,
+    /// Relay timeouts.
+    pub relay: RelaySettings,
+}
+
+impl ClientOptions {
+    /// Options to reach `server` on `relays`.
+    #[must_use]
+    pub fn new(relays: Vec<String>, server: PublicKey) -> Self {
+        ClientOptions {
+            relays,
+            server,
+            encryption: Encryption::Optional,
+            relay: RelaySettings::default(),
+        }
+    }
+}
+
+/// The request a payment is asked for, as the client sent it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PaidRequest {
+    /// The server's key.
+    pub server: PublicKey,
+    /// The request's event id (what the server's notifications name in their `e` tag).
+    pub event_id: EventId,
+    /// The JSON-RPC request, with its own id.
+    pub message: Value,
+}
+
+/// Pays what a server asks for (CEP-8's client side).
+#[async_trait]
+pub trait PaymentHook: Send + Sync + 'static {
+    /// The payment methods handled, in order of preference (sent as `pmi` tags).
+    fn pmis(&self) -> Vec<String>;
+
+    /// Pays `required` for `request`: `Ok` once paid (the answer then comes from the server),
+    /// `Err(why)` to decline (the request ends with an error).
+    async fn pay(&self, request: &PaidRequest, required: &PaymentRequired) -> Result<(), String>;
+
+    /// The server accepted the payment for `request` (`_meta` as it sent it).
+    async fn accepted(&self, request: &PaidRequest, meta: Option<&serde_json::Map<String, Value>>) {
+        let _ = (request, meta);
+    }
+}
+
+struct Pending {
+    original_id: Value,
+    message: Value,
+    pay_reqs: HashSet<String>,
+}
+
+struct Shared {
+    keys: Keys,
+    server: PublicKey,
+    encryption: Encryption,
+    pending: Mutex<HashMap<EventId, Pending>>,
+    server_reads_ephemeral: AtomicBool,
+    sent_discovery: AtomicBool,
+    to_mcp: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
+    hook: Option<Arc<dyn PaymentHook>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An rmcp client transport to one ContextVM server.
+pub struct ClientTransport {
+    shared: Arc<Shared>,
+    relays: Arc<Relays>,
+    rx: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
+    task: AbortHandle,
+}
+
+impl std::fmt::Debug for ClientTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTransport")
+            .field("pubkey", &self.shared.keys.public_key().to_hex())
+            .field("server", &self.shared.server.to_hex())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTransport {
+    /// Connects as `keys` to `opts.relays`, listening for `opts.server`'s messages to it;
+    /// `hook` pays CEP-8 payment requests (none: a priced request waits until it times out).
+    ///
+    /// # Errors
+    /// [`Error::Relay`] when no relay is reachable or confirms the subscription.
+    pub async fn connect(
+        keys: Keys,
+        opts: ClientOptions,
+        hook: Option<Arc<dyn PaymentHook>>,
+    ) -> Result<ClientTransport, Error> {
+        let filter = Filter::new()
+            .kinds([
+                Kind::from(wire::MESSAGE),
+                Kind::from(wire::GIFT_WRAP),
+                Kind::from(wire::EPHEMERAL_GIFT_WRAP),
+            ])
+            .pubkey(keys.public_key())
+            .since(Timestamp::now() - 60);
+        let (relays, inbox) =
+            Relays::connect(&keys, &opts.relays, filter, opts.relay.clone()).await?;
+        let (to_mcp, rx) = mpsc::channel(QUEUE);
+        let shared = Arc::new(Shared {
+            keys,
+            server: opts.server,
+            encryption: opts.encryption,
+            pending: Mutex::new(HashMap::new()),
+            server_reads_ephemeral: AtomicBool::new(false),
+            sent_discovery: AtomicBool::new(false),
+            to_mcp,
+            hook,
+        });
+        let task = tokio::spawn(receive(shared.clone(), inbox)).abort_handle();
+        Ok(ClientTransport {
+            shared,
+            relays: Arc::new(relays),
+            rx,
+            task,
+        })
+    }
+
+    /// This client's key.
+    #[must_use]
+    pub fn public_key(&self) -> PublicKey {
+        self.shared.keys.public_key()
+    }
+
+    /// How many requests wait for an answer.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        lock(&self.shared.pending).len()
+    }
+}
+
+impl Drop for ClientTransport {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Shared {
+    fn wrap(&self) -> Option<Wrap> {
+        match self.encryption {
+            Encryption::Disabled => None,
+            Encryption::Optional | Encryption::Required => {
+                Some(if self.server_reads_ephemeral.load(Ordering::Relaxed) {
+                    Wrap::Ephemeral
+                } else {
+                    Wrap::Persistent
+                })
+            }
+        }
+    }
+
+    /// Builds, registers (a request) and seals a message for the server; returns the message's
+    /// own event id and what to publish.
+    fn outgoing(&self, message: &Value) -> Result<(EventId, Event), Error> {
+        let is_request = message.get("method").is_some() && message.get("id").is_some();
+        let mut tags: Vec<Tag> = Vec::new();
+        if is_request {
+            if !self.sent_discovery.swap(true, Ordering::Relaxed)
+                && self.encryption != Encryption::Disabled
+            {
+                tags.push(wire::capability(wire::SUPPORT_ENCRYPTION));
+                tags.push(wire::capability(wire::SUPPORT_ENCRYPTION_EPHEMERAL));
+            }
+            if let Some(h) = &self.hook {
+                tags.extend(h.pmis().iter().map(|p| wire::pmi_tag(p)));
+            }
+        }
+        let inner = wire::message(&self.keys, &self.server, message, tags)?;
+        if is_request {
+            lock(&self.pending).insert(
+                inner.id,
+                Pending {
+                    original_id: message.get("id").cloned().unwrap_or(Value::Null),
+                    message: message.clone(),
+                    pay_reqs: HashSet::new(),
+                },
+            );
+        } else if message.get("method").and_then(Value::as_str) == Some("notifications/cancelled")
+            && let Some(id) = message.pointer("/params/requestId")
+        {
+            lock(&self.pending).retain(|_, p| p.original_id != *id);
+        }
+        let id = inner.id;
+        Ok((id, wire::seal(inner, &self.server, self.wrap())?))
+    }
+
+    async fn deliver(&self, message: Value) {
+        match serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(message) {
+            Ok(m) => {
+                let _ = self.to_mcp.send(m).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "contextvm client: not an MCP server message"),
+        }
+    }
+
+    /// Ends the pending request `e` with a JSON-RPC error.
+    async fn fail(&self, e: EventId, error: Value) {
+        let Some(p) = lock(&self.pending).remove(&e) else {
+            return;
+        };
+        self.deliver(json!({"jsonrpc": "2.0", "id": p.original_id, "error": error}))
+            .await;
+    }
+
+    async fn inbound(self: &Arc<Self>, ev: &Event) -> Result<(), Error> {
+        let (inner, _) = wire::open(&self.keys, ev)?;
+        if inner.pubkey != self.server {
+            return Err(Error::Refused(format!(
+                "a message from {}, not the server",
+                inner.pubkey
+            )));
+        }
+        if wire::has_capability(&inner, wire::SUPPORT_ENCRYPTION_EPHEMERAL) {
+            self.server_reads_ephemeral.store(true, Ordering::Relaxed);
+        }
+        let mut message = wire::json_rpc(&inner)?;
+        let e = wire::answers(&inner);
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match (method, message.get("id").is_some()) {
+            (None, _) => {
+                // An answer: to one of this client's requests, or dropped.
+                let Some(p) = e.and_then(|e| lock(&self.pending).remove(&e)) else {
+                    return Err(Error::Refused(
+                        "an answer to no request of this client".into(),
+                    ));
+                };
+                wire::set(&mut message, "id", p.original_id);
+                self.deliver(message).await;
+            }
+            (Some(_), true) => self.deliver(message).await,
+            (Some(method), false) => {
+                let known = e.filter(|e| lock(&self.pending).contains_key(e));
+                if e.is_some() && known.is_none() {
+                    return Err(Error::Refused(format!(
+                        "{method} about no request of this client"
+                    )));
+                }
+                match (notify::Notification::from_json_rpc(&message), known) {
+                    (Ok(Some(n)), Some(e)) => self.payment(e, n).await,
+                    (Ok(Some(_)), None) => {
+                        return Err(Error::Refused(format!("{method} without its request")));
+                    }
+                    (Err(err), _) => return Err(err),
+                    (Ok(None), _) => self.deliver(message).await,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn payment(self: &Arc<Self>, e: EventId, n: Notification) {
+        match n {
+            Notification::Required(required) => {
+                let Some(hook) = self.hook.clone() else {
+                    tracing::info!(pmi = %required.pmi, "contextvm client: a payment is required and no handler pays");
+                    return;
+                };
+                if !hook.pmis().contains(&required.pmi) {
+                    tracing::info!(pmi = %required.pmi, "contextvm client: no handler for this payment method");
+                    return;
+                }
+                let request = {
+                    let mut pending = lock(&self.pending);
+                    let Some(p) = pending.get_mut(&e) else {
+                        return;
+                    };
+                    if !p.pay_reqs.insert(required.pay_req.clone()) {
+                        return;
+                    }
+                    PaidRequest {
+                        server: self.server,
+                        event_id: e,
+                        message: p.message.clone(),
+                    }
+                };
+                let this = self.clone();
+                tokio::spawn(async move {
+                    if let Err(why) = hook.pay(&request, &required).await {
+                        tracing::info!(%why, "contextvm client: payment declined");
+                        let data = json!({
+                            "pmi": required.pmi,
+                            "amount": required.amount,
+                            "method": request.message.get("method"),
+                            "capability": request.message.pointer("/params/name")
+                                .or_else(|| request.message.pointer("/params/uri")),
+                            "reason": why,
+                        });
+                        this.fail(
+                            e,
+                            json!({"code": -32000, "message": "Payment declined by client handler", "data": data}),
+                        )
+                        .await;
+                    }
+                });
+            }
+            Notification::Accepted(accepted) => {
+                if let Some(hook) = &self.hook {
+                    let request = lock(&self.pending).get(&e).map(|p| PaidRequest {
+                        server: self.server,
+                        event_id: e,
+                        message: p.message.clone(),
+                    });
+                    if let Some(r) = request {
+                        hook.accepted(&r, accepted.meta.as_ref()).await;
+                    }
+                }
+            }
+            Notification::Rejected(rejected) => {
+                let message = match &rejected.message {
+                    Some(m) => format!("Payment rejected: {m}"),
+                    None => "Payment rejected".to_owned(),
+                };
+                self.fail(e, json!({"code": -32000, "message": message}))
+                    .await;
+            }
+        }
+    }
+}
+
+async fn receive(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Event>) {
+    while let Some(ev) = inbox.recv().await {
+        if let Err(e) = shared.inbound(&ev).await {
+            tracing::debug!(id = %ev.id, error = %e, "contextvm client: event dropped");
+        }
+    }
+}
+
+impl Transport<RoleClient> for ClientTransport {
+    type Error = Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let (shared, relays) = (self.shared.clone(), self.relays.clone());
+        async move {
+            let message = serde_json::to_value(&item)
+                .map_err(|e| Error::Refused(format!("an MCP message that is not JSON: {e}")))?;
+            let (id, ev) = shared.outgoing(&message)?;
+            let sent = relays.publish(&ev).await;
+            if sent.is_err() {
+                // Never sent: nothing will answer it.
+                lock(&shared.pending).remove(&id);
+            }
+            sent
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.rx.recv()
+    }
+
+    async fn close(&mut self) -> Result<(), Error> {
+        self.task.abort();
+        self.relays.shutdown().await;
+        Ok(())
+    }
+}
