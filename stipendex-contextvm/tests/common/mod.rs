@@ -205,3 +205,50 @@ pub fn text(r: &CallToolResult) -> String {
         .map(|t| t.text.clone())
         .unwrap_or_default()
 }
+
+/// Wraps a handler: counts the payment requests it saw, keeps the last one, and runs `before`
+/// (a relay restart) before paying; `pay: false` declines to pay without saying so (the
+/// request then waits for the server's TTL).
+pub struct Watch {
+    pub inner: Arc<dyn PaymentHook>,
+    pub seen: AtomicUsize,
+    pub last: std::sync::Mutex<Option<stipendex_contextvm::payments::notify::PaymentRequired>>,
+    pub pay: bool,
+    pub before: Option<Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>>,
+}
+
+impl Watch {
+    pub fn new(inner: Arc<dyn PaymentHook>) -> Self {
+        Watch {
+            inner,
+            seen: AtomicUsize::new(0),
+            last: std::sync::Mutex::new(None),
+            pay: true,
+            before: None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl PaymentHook for Watch {
+    fn pmis(&self) -> Vec<String> {
+        self.inner.pmis()
+    }
+
+    async fn pay(
+        &self,
+        request: &stipendex_contextvm::transport::client::PaidRequest,
+        required: &stipendex_contextvm::payments::notify::PaymentRequired,
+    ) -> Result<(), String> {
+        self.seen.fetch_add(1, Ordering::SeqCst);
+        *self.last.lock().unwrap() = Some(required.clone());
+        if let Some(b) = &self.before {
+            b().await;
+        }
+        if self.pay {
+            self.inner.pay(request, required).await
+        } else {
+            Ok(())
+        }
+    }
+}

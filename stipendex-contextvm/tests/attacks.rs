@@ -1,0 +1,167 @@
+//! What the network can do to a ContextVM server and its payments, with raw events on
+//! nwc-devnet's relay: a replayed or re-wrapped request runs once, an old request is not run, a
+//! plain message to a server that requires encryption is dropped, and a payment admits one
+//! request only.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{Tools, world};
+use nostr::{Event, EventBuilder, Keys, Kind, Tag, Timestamp};
+use nostr_sdk::Filter;
+use serde_json::{Value, json};
+use stipendex_contextvm::transport::Encryption;
+use stipendex_contextvm::transport::relay::{RelaySettings, Relays};
+use stipendex_contextvm::transport::server::{Server, ServerOptions};
+use stipendex_contextvm::transport::wire::{self, Wrap};
+use tokio::sync::mpsc;
+
+/// A raw peer: its relays and the inbox of what is addressed to it.
+async fn raw(url: &str, keys: &Keys) -> (Relays, mpsc::Receiver<Event>) {
+    let filter = Filter::new()
+        .kinds([
+            Kind::from(wire::MESSAGE),
+            Kind::from(wire::GIFT_WRAP),
+            Kind::from(wire::EPHEMERAL_GIFT_WRAP),
+        ])
+        .pubkey(keys.public_key())
+        .since(Timestamp::now() - 60);
+    Relays::connect(keys, &[url.to_owned()], filter, RelaySettings::default())
+        .await
+        .unwrap()
+}
+
+fn echo(q: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+           "params": {"name": "echo", "arguments": {"q": q}}})
+}
+
+/// The next message in `inbox` (opened), or `None` within `wait`.
+async fn next(keys: &Keys, inbox: &mut mpsc::Receiver<Event>, wait: Duration) -> Option<Event> {
+    let ev = tokio::time::timeout(wait, inbox.recv()).await.ok()??;
+    Some(wire::open(keys, &ev).unwrap().0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_or_rewrapped_request_runs_once() {
+    let w = world().await;
+    let tools = Tools::default();
+    let server = w.server(tools.clone(), None).await;
+    let k = Keys::generate();
+    let (relays, mut inbox) = raw(&w.url(), &k).await;
+
+    // A stateless request (no initialize): the server initialises the session itself.
+    let inner = wire::message(&k, &server.public_key(), &echo("once"), Vec::new()).unwrap();
+    let wrapped = wire::wrap(&inner, &server.public_key(), Wrap::Ephemeral).unwrap();
+    relays.publish(&wrapped).await.unwrap();
+    let answer = next(&k, &mut inbox, Duration::from_secs(10))
+        .await
+        .expect("an answer");
+    assert_eq!(wire::answers(&answer), Some(inner.id));
+    let body = wire::json_rpc(&answer).unwrap();
+    assert_eq!(body["id"], 1, "the client's own id comes back");
+    assert_eq!(body["result"]["content"][0]["text"], "echo: once");
+
+    // The same wrap again, then the same inner event in a fresh wrap, then in plain.
+    relays.publish(&wrapped).await.unwrap();
+    let rewrapped = wire::wrap(&inner, &server.public_key(), Wrap::Persistent).unwrap();
+    relays.publish(&rewrapped).await.unwrap();
+    relays.publish(&inner).await.unwrap();
+    assert!(
+        next(&k, &mut inbox, Duration::from_secs(1)).await.is_none(),
+        "a replay was answered"
+    );
+    assert_eq!(tools.runs.load(Ordering::SeqCst), 1);
+    relays.shutdown().await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_request_and_a_plain_one_to_an_encrypted_server_are_dropped() {
+    let w = world().await;
+    let tools = Tools::default();
+    let mut opts = ServerOptions::new(vec![w.url()]);
+    opts.encryption = Encryption::Required;
+    let t = tools.clone();
+    let server = Server::start(Keys::generate(), opts, move || t.clone(), None)
+        .await
+        .unwrap();
+    let k = Keys::generate();
+    let (relays, mut inbox) = raw(&w.url(), &k).await;
+
+    // Signed twenty minutes ago (a replay of an old request): dropped.
+    let old = EventBuilder::new(Kind::from(wire::MESSAGE), echo("old").to_string())
+        .tag(Tag::public_key(server.public_key()))
+        .custom_created_at(Timestamp::now() - 1200)
+        .sign_with_keys(&k)
+        .unwrap();
+    relays
+        .publish(&wire::wrap(&old, &server.public_key(), Wrap::Ephemeral).unwrap())
+        .await
+        .unwrap();
+    // Plain, to a server that requires encryption: dropped.
+    let plain = wire::message(&k, &server.public_key(), &echo("plain"), Vec::new()).unwrap();
+    relays.publish(&plain).await.unwrap();
+    assert!(next(&k, &mut inbox, Duration::from_secs(1)).await.is_none());
+    assert_eq!(tools.runs.load(Ordering::SeqCst), 0);
+
+    // Wrapped and fresh: answered, wrapped (the server requires it).
+    let fresh = wire::message(&k, &server.public_key(), &echo("fresh"), Vec::new()).unwrap();
+    relays
+        .publish(&wire::wrap(&fresh, &server.public_key(), Wrap::Persistent).unwrap())
+        .await
+        .unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(10), inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ev.kind.as_u16(),
+        wire::GIFT_WRAP,
+        "answered in the client's wrap"
+    );
+    assert_eq!(tools.runs.load(Ordering::SeqCst), 1);
+    relays.shutdown().await;
+    server.shutdown().await;
+}
+
+/// A payment admits one request: the processor refuses to accept the same settled invoice a
+/// second time (the rail's single-use mark), so a client cannot pay once and be served twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_is_accepted_once() {
+    use stipendex_contextvm::payments::NwcProcessor;
+    use stipendex_contextvm::payments::server::Processor as _;
+    use stipendex_contextvm::transport::client::PaidRequest;
+    use stipendex_contextvm::transport::server::Held;
+
+    let w = world().await;
+    let processor = NwcProcessor::new(w.shop_receiver.clone(), w.shop.clone());
+    let client = Keys::generate();
+    let held = Held {
+        client: client.public_key(),
+        pmis: vec!["bitcoin-lightning-bolt11".into()],
+        event_id: nostr::EventId::all_zeros(),
+        message: json!({}),
+    };
+    let pending = processor
+        .require(&common::sats(10), Some("x"), Duration::from_secs(60), &held)
+        .await
+        .unwrap();
+    let agent = w.agent("agent").await;
+    let req = PaidRequest {
+        server: Keys::generate().public_key(),
+        event_id: nostr::EventId::all_zeros(),
+        message: json!({}),
+    };
+    agent.pay(&req, &pending.required).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let meta = processor.verify(&pending, deadline).await.unwrap().unwrap();
+    assert!(meta.contains_key("payment_hash"));
+    let again = processor.verify(&pending, deadline).await;
+    assert!(again.is_err(), "the same payment was accepted twice");
+    let _ = Arc::clone(&w.shop);
+}
