@@ -145,6 +145,7 @@ async fn a_payment_is_accepted_once() {
         client: client.public_key(),
         pmis: vec!["bitcoin-lightning-bolt11".into()],
         event_id: nostr::EventId::all_zeros(),
+        interaction: None,
         message: json!({}),
     };
     let pending = processor

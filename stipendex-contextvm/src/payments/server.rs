@@ -21,8 +21,9 @@
 //! The same request event is admitted once: its id is the transport's de-duplication key, and a
 //! payment is used once by the processor's single-use guard.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,6 +40,74 @@ use crate::transport::server::{Admission, Held, Middleware, Notifier};
 /// The JSON-RPC error code of a request the server cannot take a payment for (no processor for
 /// the price, too many payments pending): `-32000`, as the SDK uses for payment errors.
 pub const PAYMENT_ERROR: i64 = -32000;
+/// Explicit gating: the invocation needs a payment (`error.data.payment_options`).
+pub const PAYMENT_REQUIRED: i64 = -32042;
+/// Explicit gating: a payment for the same invocation is being verified
+/// (`error.data.retry_after`, seconds).
+pub const PAYMENT_PENDING: i64 = -32043;
+/// Explicit gating asked of a server that does not accept it (`-32602 Invalid params`, with
+/// `data {requested, supported}`).
+pub const UNSUPPORTED_INTERACTION: i64 = -32602;
+/// CEP-8's default lifecycle: the request waits while the payment is made.
+pub const TRANSPARENT: &str = "transparent";
+/// CEP-8's opt-in lifecycle: a priced invocation is answered `-32042 Payment Required`, and a
+/// repeat of the same invocation after payment runs.
+pub const EXPLICIT_GATING: &str = "explicit_gating";
+/// How long a client is told to wait before repeating a pending invocation (seconds).
+const RETRY_AFTER: u64 = 2;
+
+/// Which payment lifecycles a server accepts for a session (CEP-8 `payment_interaction`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Interaction {
+    /// Transparent by default, explicit gating for a client that asks for it.
+    #[default]
+    Optional,
+    /// Transparent only: a client asking for explicit gating gets `-32602` on its priced
+    /// invocations (never a silent fallback).
+    Transparent,
+}
+
+/// A paid or pending authorization of one invocation (explicit gating).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    /// A payment is being verified.
+    Pending { until: Instant },
+    /// Paid: the next matching invocation runs.
+    Paid { until: Instant },
+}
+
+/// The explicit-gating authorizations, by client and canonical invocation (in memory: a
+/// restart forgets them, and a paid but unclaimed invocation is asked for again — documented).
+#[derive(Debug, Default)]
+struct Grants(Mutex<HashMap<[u8; 32], Grant>>);
+
+impl Grants {
+    fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 32], Grant>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The canonical invocation identity of explicit gating: SHA-256 over the client's key and the
+/// invocation's `{method, params}` as JSON with sorted keys, without `params._meta` (a retry's
+/// progress token differs) and without the JSON-RPC id (CEP-8 "Explicit gating authorization
+/// identity"). Server-side only: it never goes on the wire.
+#[must_use]
+pub fn invocation_identity(client: &nostr::PublicKey, message: &Value) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut params = message.get("params").cloned().unwrap_or(Value::Null);
+    if let Some(p) = params.as_object_mut() {
+        p.remove("_meta");
+    }
+    let method = message.get("method").cloned().unwrap_or(Value::Null);
+    // serde_json's map is a BTreeMap here (no `preserve_order`): keys come out sorted.
+    let canonical = json!({"method": method, "params": params}).to_string();
+    let mut h = sha2::Sha256::new();
+    h.update(client.to_bytes());
+    h.update(canonical.as_bytes());
+    h.finalize().into()
+}
 
 /// A payment request made for one request, and what the processor needs to check it.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,6 +166,8 @@ pub struct ServerPayments {
     ttl: Duration,
     max_pending: usize,
     pending: AtomicUsize,
+    interaction: Interaction,
+    grants: Arc<Grants>,
 }
 
 impl std::fmt::Debug for ServerPayments {
@@ -140,7 +211,16 @@ impl ServerPayments {
             ttl: Duration::from_secs(300),
             max_pending: 1000,
             pending: AtomicUsize::new(0),
+            interaction: Interaction::Optional,
+            grants: Arc::new(Grants::default()),
         })
+    }
+
+    /// Which lifecycles a session may have (default [`Interaction::Optional`]).
+    #[must_use]
+    pub fn interaction(mut self, interaction: Interaction) -> Self {
+        self.interaction = interaction;
+        self
     }
 
     /// How long a payment request stays payable (default 300 s, the SDK's).
@@ -168,6 +248,57 @@ impl ServerPayments {
         pmis.iter()
             .find_map(|p| self.processors.iter().find(|x| x.pmi() == p))
             .or_else(|| self.processors.first())
+    }
+}
+
+impl ServerPayments {
+    /// Explicit gating's answer to an unpaid invocation: `-32042` with the payment option,
+    /// while a task verifies the payment and, once it holds, records one paid authorization
+    /// for this client and invocation (until the TTL).
+    fn gate(
+        &self,
+        identity: [u8; 32],
+        processor: Arc<dyn Processor>,
+        pending: Pending,
+        deadline: Instant,
+    ) -> Admission {
+        {
+            let mut grants = self.grants.lock();
+            if grants.len() >= self.max_pending {
+                return error("too many payments pending; retry later");
+            }
+            grants.insert(identity, Grant::Pending { until: deadline });
+        }
+        let grants = self.grants.clone();
+        let option = pending.required.clone();
+        // An unclaimed paid authorization is kept as long as a payment request lives.
+        let keep = self.ttl;
+        tokio::spawn(async move {
+            let verified = processor.verify(&pending, deadline).await;
+            let mut g = grants.lock();
+            match verified {
+                Ok(_) => {
+                    g.insert(
+                        identity,
+                        Grant::Paid {
+                            until: Instant::now() + keep,
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "contextvm payments: explicit gating, not paid");
+                    g.remove(&identity);
+                }
+            }
+        });
+        Admission::Answer(json!({
+            "code": PAYMENT_REQUIRED,
+            "message": "Payment Required",
+            "data": {
+                "instructions": "Pay one of the offered payment options, then repeat the same request with exactly the same method and params.",
+                "payment_options": [option],
+            },
+        }))
     }
 }
 
@@ -241,6 +372,21 @@ impl Middleware for ServerPayments {
     }
 
     async fn admit(&self, held: Held, notifier: Notifier) -> Admission {
+        let explicit = match held.interaction.as_deref() {
+            None | Some(TRANSPARENT) => false,
+            Some(EXPLICIT_GATING) if self.interaction == Interaction::Optional => true,
+            Some(other) => {
+                let supported = match self.interaction {
+                    Interaction::Optional => vec![TRANSPARENT, EXPLICIT_GATING],
+                    Interaction::Transparent => vec![TRANSPARENT],
+                };
+                return Admission::Answer(json!({
+                    "code": UNSUPPORTED_INTERACTION,
+                    "message": "Unsupported payment_interaction",
+                    "data": {"requested": other, "supported": supported},
+                }));
+            }
+        };
         let Some(mut req) = request_of(&held.message) else {
             return Admission::Forward;
         };
@@ -251,9 +397,38 @@ impl Middleware for ServerPayments {
         let Some(processor) = self.processor_for(&held.pmis).cloned() else {
             return error("no payment processor");
         };
+        let identity = invocation_identity(&held.client, &held.message);
+        if explicit {
+            let now = Instant::now();
+            let mut grants = self.grants.lock();
+            grants.retain(|_, g| match g {
+                Grant::Pending { until } | Grant::Paid { until } => *until > now,
+            });
+            match grants.get(&identity).copied() {
+                // Claimed atomically under the lock: one payment, one run.
+                Some(Grant::Paid { .. }) => {
+                    grants.remove(&identity);
+                    return Admission::Forward;
+                }
+                Some(Grant::Pending { .. }) => {
+                    return Admission::Answer(json!({
+                        "code": PAYMENT_PENDING,
+                        "message": "Payment Pending",
+                        "data": {
+                            "instructions": "Payment is still being processed. Retry the same request later with exactly the same method and params.",
+                            "retry_after": RETRY_AFTER,
+                        },
+                    }));
+                }
+                None => {}
+            }
+        }
         let (price, description) = match self.receiver.resolve(cap, &req).await {
             Decision::Waive => return Admission::Forward,
             Decision::Reject { message } => {
+                if explicit {
+                    return error(format!("Payment rejected: {message}"));
+                }
                 let amount = cap.price.max().ok().and_then(|m| processor.amount(&m).ok());
                 notify(
                     &notifier,
@@ -281,7 +456,7 @@ impl Middleware for ServerPayments {
             self.pending.fetch_sub(1, Ordering::SeqCst);
             return error("too many payments pending; retry later");
         }
-        let _slot = Slot(&self.pending);
+        let slot = Slot(&self.pending);
         let pending = match processor
             .require(&price, description.as_deref(), self.ttl, &held)
             .await
@@ -298,6 +473,10 @@ impl Middleware for ServerPayments {
             .map_or(self.ttl, Duration::from_secs)
             .min(self.ttl);
         let deadline = Instant::now() + ttl;
+        if explicit {
+            drop(slot);
+            return self.gate(identity, processor, pending, deadline);
+        }
         notify(&notifier, Notification::Required(pending.required.clone())).await;
         match processor.verify(&pending, deadline).await {
             Ok(meta) => {
@@ -328,11 +507,27 @@ impl Middleware for ServerPayments {
         }
     }
 
-    fn common_tags(&self) -> Vec<Tag> {
-        self.processors
+    fn common_tags(&self, interaction: Option<&str>) -> Vec<Tag> {
+        let mut tags: Vec<Tag> = self
+            .processors
             .iter()
             .map(|p| crate::transport::wire::pmi_tag(p.pmi()))
-            .collect()
+            .collect();
+        // The effective lifecycle, disclosed on the first answer when the client asked.
+        let effective = match interaction {
+            None => None,
+            Some(EXPLICIT_GATING) if self.interaction == Interaction::Optional => {
+                Some(EXPLICIT_GATING)
+            }
+            Some(_) => Some(TRANSPARENT),
+        };
+        if let Some(mode) = effective {
+            tags.push(Tag::custom(
+                TagKind::custom(crate::transport::wire::PAYMENT_INTERACTION),
+                [mode],
+            ));
+        }
+        tags
     }
 
     fn list_tags(&self) -> Vec<Tag> {

@@ -45,6 +45,11 @@ pub struct ClientOptions {
     pub encryption: Encryption,
     /// Relay timeouts.
     pub relay: RelaySettings,
+    /// The payment lifecycle to ask for (CEP-8 `payment_interaction` on the first message):
+    /// `None` is transparent; `Some("explicit_gating")` makes a priced call answer
+    /// `-32042 Payment Required` (the caller pays and repeats the call), and then no
+    /// transparent payment request is ever paid automatically in this session.
+    pub interaction: Option<String>,
 }
 
 impl ClientOptions {
@@ -56,6 +61,7 @@ impl ClientOptions {
             server,
             encryption: Encryption::Optional,
             relay: RelaySettings::default(),
+            interaction: None,
         }
     }
 }
@@ -100,6 +106,7 @@ struct Shared {
     pending: Mutex<HashMap<EventId, Pending>>,
     server_reads_ephemeral: AtomicBool,
     sent_discovery: AtomicBool,
+    interaction: Option<String>,
     to_mcp: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
     hook: Option<Arc<dyn PaymentHook>>,
 }
@@ -154,6 +161,7 @@ impl ClientTransport {
             pending: Mutex::new(HashMap::new()),
             server_reads_ephemeral: AtomicBool::new(false),
             sent_discovery: AtomicBool::new(false),
+            interaction: opts.interaction,
             to_mcp,
             hook,
         });
@@ -205,11 +213,17 @@ impl Shared {
         let is_request = message.get("method").is_some() && message.get("id").is_some();
         let mut tags: Vec<Tag> = Vec::new();
         if is_request {
-            if !self.sent_discovery.swap(true, Ordering::Relaxed)
-                && self.encryption != Encryption::Disabled
-            {
-                tags.push(wire::capability(wire::SUPPORT_ENCRYPTION));
-                tags.push(wire::capability(wire::SUPPORT_ENCRYPTION_EPHEMERAL));
+            if !self.sent_discovery.swap(true, Ordering::Relaxed) {
+                if self.encryption != Encryption::Disabled {
+                    tags.push(wire::capability(wire::SUPPORT_ENCRYPTION));
+                    tags.push(wire::capability(wire::SUPPORT_ENCRYPTION_EPHEMERAL));
+                }
+                if let Some(mode) = &self.interaction {
+                    tags.push(nostr::Tag::custom(
+                        nostr::TagKind::custom(wire::PAYMENT_INTERACTION),
+                        [mode.as_str()],
+                    ));
+                }
             }
             if let Some(h) = &self.hook {
                 tags.extend(h.pmis().iter().map(|p| wire::pmi_tag(p)));
@@ -304,6 +318,21 @@ impl Shared {
     async fn payment(self: &Arc<Self>, e: EventId, n: Notification) {
         match n {
             Notification::Required(required) => {
+                if self
+                    .interaction
+                    .as_deref()
+                    .is_some_and(|m| m != "transparent")
+                {
+                    // CEP-8: a client that asked for explicit gating never pays a transparent
+                    // request automatically (the server did not accept the mode).
+                    self.fail(
+                        e,
+                        json!({"code": -32000, "message": "Payment declined by client policy",
+                               "data": {"reason": "explicit_gating was asked; the server sent a transparent payment request"}}),
+                    )
+                    .await;
+                    return;
+                }
                 let Some(hook) = self.hook.clone() else {
                     tracing::info!(pmi = %required.pmi, "contextvm client: a payment is required and no handler pays");
                     return;

@@ -88,6 +88,9 @@ pub struct Held {
     pub pmis: Vec<String>,
     /// The request's event id (also its JSON-RPC id as the MCP server sees it).
     pub event_id: EventId,
+    /// The payment lifecycle the client asked for on the session's first message (CEP-8's
+    /// `payment_interaction` tag), if it asked.
+    pub interaction: Option<String>,
     /// The JSON-RPC request, with the client's own id.
     pub message: Value,
 }
@@ -154,8 +157,11 @@ pub trait Middleware: Send + Sync + 'static {
     /// Decides a held request; runs in a task of its own, so it may wait (for a payment).
     async fn admit(&self, held: Held, notifier: Notifier) -> Admission;
 
-    /// Tags on the first message to each client (CEP-8: a `pmi` tag per processor).
-    fn common_tags(&self) -> Vec<Tag> {
+    /// Tags on the first message to each client (CEP-8: a `pmi` tag per processor), given
+    /// the payment lifecycle the client asked for on its first message (CEP-8's effective-mode
+    /// disclosure).
+    fn common_tags(&self, interaction: Option<&str>) -> Vec<Tag> {
+        let _ = interaction;
         Vec::new()
     }
 
@@ -183,6 +189,8 @@ struct Session {
     reads_ephemeral: bool,
     sent_common_tags: bool,
     pmis: Vec<String>,
+    /// What the session's first message asked of payments (`payment_interaction`).
+    interaction: Option<String>,
     routes: HashMap<String, Route>,
 }
 
@@ -368,11 +376,12 @@ impl Core {
         let client = inner.pubkey;
         let method = message.get("method").and_then(Value::as_str);
         let is_request = method.is_some() && message.get("id").is_some();
+        let interaction = wire::tag_value(&inner, wire::PAYMENT_INTERACTION);
         if is_request && method == Some("initialize") {
-            self.new_session(client);
+            self.new_session(client, interaction);
         } else if !self.has_session(client) {
             // The SDK's stateless clients never send `initialize`.
-            self.new_session(client);
+            self.new_session(client, interaction);
             self.initialize_for(client).await?;
         }
         let (to_mcp, mut forwarded) = {
@@ -416,10 +425,12 @@ impl Core {
         let Some(mw) = self.middleware.clone() else {
             return Ok(());
         };
+        let (pmis, interaction) = self.negotiated(client);
         let held = Held {
             client,
-            pmis: self.pmis_of(client),
+            pmis,
             event_id: inner.id,
+            interaction,
             message,
         };
         let notifier = Notifier {
@@ -466,11 +477,11 @@ impl Core {
         lock(&self.state).sessions.contains_key(&client)
     }
 
-    fn pmis_of(&self, client: PublicKey) -> Vec<String> {
+    fn negotiated(&self, client: PublicKey) -> (Vec<String>, Option<String>) {
         lock(&self.state)
             .sessions
             .get(&client)
-            .map(|s| s.pmis.clone())
+            .map(|s| (s.pmis.clone(), s.interaction.clone()))
             .unwrap_or_default()
     }
 
@@ -481,7 +492,7 @@ impl Core {
     }
 
     /// A new MCP session for `client`, replacing its old one.
-    fn new_session(self: &Arc<Self>, client: PublicKey) {
+    fn new_session(self: &Arc<Self>, client: PublicKey, interaction: Option<String>) {
         let (tx, rx) = mpsc::channel(SESSION_QUEUE);
         let mut st = lock(&self.state);
         st.generation += 1;
@@ -503,6 +514,7 @@ impl Core {
                 reads_ephemeral: false,
                 sent_common_tags: false,
                 pmis: Vec::new(),
+                interaction,
                 routes: HashMap::new(),
             },
         );
@@ -546,10 +558,16 @@ impl Core {
 
     /// The common tags, if `client` has not had them yet (then marks them sent).
     fn common_tags_once(&self, client: PublicKey) -> Vec<Tag> {
-        let first = lock(&self.state)
-            .sessions
-            .get_mut(&client)
-            .is_some_and(|s| !std::mem::replace(&mut s.sent_common_tags, true));
+        let (first, interaction) =
+            lock(&self.state)
+                .sessions
+                .get_mut(&client)
+                .map_or((false, None), |s| {
+                    (
+                        !std::mem::replace(&mut s.sent_common_tags, true),
+                        s.interaction.clone(),
+                    )
+                });
         if !first {
             return Vec::new();
         }
@@ -570,7 +588,7 @@ impl Core {
             tags.push(wire::capability(wire::SUPPORT_ENCRYPTION_EPHEMERAL));
         }
         if let Some(m) = &self.middleware {
-            tags.extend(m.common_tags());
+            tags.extend(m.common_tags(interaction.as_deref()));
         }
         tags
     }

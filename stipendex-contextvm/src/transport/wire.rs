@@ -33,6 +33,10 @@ pub const SUPPORT_ENCRYPTION: &str = "support_encryption";
 pub const SUPPORT_ENCRYPTION_EPHEMERAL: &str = "support_encryption_ephemeral";
 /// A payment method identifier the sender handles (CEP-8), one tag per PMI.
 pub const PMI: &str = "pmi";
+/// CEP-8's session negotiation tag: the payment lifecycle a client asks for on its first
+/// message (`transparent`, `explicit_gating`), and the one a server discloses on its first
+/// answer.
+pub const PAYMENT_INTERACTION: &str = "payment_interaction";
 
 /// Which gift wrap to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,6 +196,16 @@ pub(crate) fn set(message: &mut Value, key: &str, v: Value) {
     if let Some(m) = message.as_object_mut() {
         m.insert(key.to_owned(), v);
     }
+}
+
+/// The value of the first `name` tag with a value (`["payment_interaction", "explicit_gating"]`).
+#[must_use]
+pub fn tag_value(event: &Event, name: &str) -> Option<String> {
+    event
+        .tags
+        .iter()
+        .find(|t| t.kind() == TagKind::custom(name))
+        .and_then(|t| t.content().map(str::to_owned))
 }
 
 /// A `["pmi", pmi]` tag.
