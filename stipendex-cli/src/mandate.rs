@@ -106,6 +106,10 @@ pub(crate) struct NewArgs {
     /// A plain x402 MCP server: `SERVER=PAYTO` (repeatable).
     #[arg(long = "allow-x402-mcp")]
     allow_mcp: Vec<String>,
+    /// A ContextVM server (MCP over Nostr, CEP-8 payments), by its Nostr public key (64 hex
+    /// characters; repeatable).
+    #[arg(long = "allow-contextvm")]
+    allow_contextvm: Vec<String>,
     /// Rail kinds the wallet may pay over (comma-separated; default: any).
     #[arg(long, value_delimiter = ',')]
     rails: Option<Vec<String>>,
@@ -219,6 +223,16 @@ fn new(a: NewArgs) -> Result<(), CliError> {
             pay_to: pay_to.to_owned(),
         });
     }
+    for v in &a.allow_contextvm {
+        if v.len() != 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(msg(format!(
+                "--allow-contextvm {v:?} is not a Nostr public key: write its 64 hex characters"
+            )));
+        }
+        m.allow.push(Allow::Contextvm {
+            server: v.to_ascii_lowercase(),
+        });
+    }
     m.rails = a.rails;
     m.description = a.description;
     let json = serde_json::to_string_pretty(&m)
@@ -329,6 +343,7 @@ pub(crate) fn describe(m: &Mandate) -> String {
                 format!("x402 over HTTP from {origin} to {pay_to}")
             }
             Allow::X402Mcp { server, pay_to } => format!("x402 over MCP from {server} to {pay_to}"),
+            Allow::Contextvm { server } => format!("ContextVM server {server} (CEP-8)"),
         };
         s.push_str(&format!("  allows: {line}\n"));
     }

@@ -4,7 +4,7 @@
 //! network, its amount equal to the `amount` the server named (in satoshis), not expired — and
 //! the preimage the wallet returns is checked against its payment hash. The payer's own limit
 //! (`max_amount`) bounds every payment. Paying under a Stipendex mandate (limits,
-//! confirmations, the audit chain) is the wallet's handler.
+//! confirmations, the audit chain) is [`WalletHandler`]'s.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use lightning_invoice::Bolt11Invoice;
 use rail_core::{Asset, Money, Offer, OpId, Payer, PaymentMode, RailId, Timestamp};
 use rail_ln_nwc::rail::{OfferDetails, RAIL};
+use stipendex::wallet::Wallet;
 
 use super::notify::{PMI_BOLT11, PaymentRequired};
 use crate::transport::client::{PaidRequest, PaymentHook};
@@ -85,6 +86,45 @@ impl PaymentHook for LightningHandler {
             OpId::new(format!("cvm-{}", request.event_id.to_hex())).map_err(|e| e.to_string())?;
         self.payer
             .pay(&op, &offer)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Pays BOLT11 payment requests through a Stipendex [`Wallet`] under its mandate: the server
+/// must be allowlisted by its Nostr key (`Allow::Contextvm`), the mandate's limits and
+/// confirmation threshold apply, the wallet's `ln-nwc` rail pays (checking the invoice and the
+/// preimage), and the audit chain records a Proof holding the payment request as the wallet saw
+/// it. The same payment request asked again (a lost answer, a retried request) is the same
+/// payment, never a second one ([`Wallet::pay_offer`]).
+#[derive(Clone, Debug)]
+pub struct WalletHandler {
+    wallet: Wallet,
+}
+
+impl WalletHandler {
+    /// Pays with `wallet`.
+    #[must_use]
+    pub fn new(wallet: Wallet) -> Self {
+        WalletHandler { wallet }
+    }
+}
+
+#[async_trait]
+impl PaymentHook for WalletHandler {
+    fn pmis(&self) -> Vec<String> {
+        vec![PMI_BOLT11.to_owned()]
+    }
+
+    async fn pay(&self, request: &PaidRequest, required: &PaymentRequired) -> Result<(), String> {
+        if required.pmi != PMI_BOLT11 {
+            return Err(format!("{} is not {PMI_BOLT11}", required.pmi));
+        }
+        let offer = offer_of(required, request)?;
+        let entry = serde_json::to_value(required).map_err(|e| e.to_string())?;
+        self.wallet
+            .pay_offer(&request.server.to_hex(), &offer, entry)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())

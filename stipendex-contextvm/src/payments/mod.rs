@@ -7,6 +7,6 @@ pub mod notify;
 pub mod nwc;
 pub mod server;
 
-pub use client::LightningHandler;
+pub use client::{LightningHandler, WalletHandler};
 pub use nwc::NwcProcessor;
 pub use server::{Processor, ServerPayments};

@@ -252,3 +252,72 @@ impl PaymentHook for Watch {
         }
     }
 }
+
+/// A Stipendex wallet paying from a funded devnet wallet over its `ln-nwc` rail, under a
+/// mandate allowing `servers` (Nostr keys, hex), at most `per_call` sats a payment and
+/// `total` sats in all, confirming nothing.
+pub async fn stipendex_wallet(
+    w: &World,
+    name: &str,
+    servers: &[String],
+    per_call: u128,
+    total: u128,
+) -> (
+    stipendex::wallet::Wallet,
+    Arc<stipendex::wallet::MemoryJournal>,
+) {
+    use stipendex::envelope::{Allow, Limits, Mandate, Party, Signed};
+    let dw = w
+        .devnet
+        .create_wallet(WalletSpec::new(name, 1_000_000))
+        .await
+        .unwrap();
+    let c = Arc::new(
+        NwcClient::connect(&dw.uri, NwcOptions::default())
+            .await
+            .unwrap(),
+    );
+    let payer = NwcPayer::new(c, Currency::Regtest, sats(10_000), Arc::new(SystemClock));
+    let principal = SecretKey::generate();
+    let key = SecretKey::generate();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut m = Mandate::draft(
+        Party {
+            id: "principal".into(),
+            key: principal.public(),
+        },
+        key.public(),
+        now,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: Asset::btc(),
+        per_call: Some(sats(per_call).amount()),
+        per_period: None,
+        total: Some(sats(total).amount()),
+        per_receiver: None,
+        confirm_above: None,
+        tab_cap: None,
+        open_tabs: None,
+    });
+    for s in servers {
+        m.allow.push(Allow::Contextvm { server: s.clone() });
+    }
+    let mandate = Signed::sign(m, &principal).unwrap();
+    let journal = Arc::new(stipendex::wallet::MemoryJournal::default());
+    let wallet = stipendex::wallet::Wallet::builder(key, mandate)
+        .rail(
+            "lightning",
+            rail_core::PayerHandle::with_holds(rail_core::payer::Idempotent::new(
+                payer,
+                Arc::new(rail_core::MemoryKeyStore::default()),
+            )),
+        )
+        .journal(journal.clone())
+        .build()
+        .unwrap();
+    (wallet, journal)
+}

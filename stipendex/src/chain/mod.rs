@@ -231,6 +231,9 @@ pub fn challenge_allowed(allow: &[Allow], challenge: &crate::envelope::Challenge
         (Allow::X402Mcp { server, pay_to }, ChallengeSource::Mcp) => {
             server == &challenge.origin && same_pay_to(pay_to)
         }
+        (Allow::Contextvm { server }, ChallengeSource::Contextvm) => {
+            server.len() == 64 && server.eq_ignore_ascii_case(&challenge.origin)
+        }
         _ => false,
     })
 }
@@ -297,6 +300,56 @@ fn check_proof_under(
     Ok(paid)
 }
 
+/// What a wallet paid for a ContextVM server's CEP-8 payment request is what it asked: for
+/// `bitcoin-lightning-bolt11`, its `amount` in satoshis is the BTC paid (exactly, in msat), and
+/// the payee recorded is the invoice's node (checked where the `ln-nwc` feature decodes it).
+fn check_cep8_entry(
+    challenge: &crate::envelope::Challenge,
+    paid: &rail_core::Money,
+) -> Result<(), Error> {
+    let entry = &challenge.entry;
+    let pmi = entry.get("pmi").and_then(serde_json::Value::as_str);
+    if pmi != Some("bitcoin-lightning-bolt11") {
+        return Err(broken(
+            "proof",
+            format!(
+                "pays a ContextVM payment request of payment method {pmi:?}, which this verifier does not know"
+            ),
+        ));
+    }
+    let sats = entry.get("amount").and_then(serde_json::Value::as_u64);
+    let asked = sats.map(|s| u128::from(s) * 1000);
+    if *paid.asset() != rail_core::Asset::btc() || asked != Some(paid.minor_units()) {
+        return Err(broken(
+            "proof",
+            format!(
+                "pays {} {}; its payment request asks {} sats",
+                paid.amount(),
+                paid.asset(),
+                sats.map_or_else(|| "no amount".to_owned(), |s| s.to_string())
+            ),
+        ));
+    }
+    #[cfg(feature = "ln-nwc")]
+    {
+        let invoice = entry
+            .get("pay_req")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|i| i.trim().parse::<lightning_invoice::Bolt11Invoice>().ok())
+            .ok_or_else(|| broken("proof", "its payment request holds no BOLT11 invoice"))?;
+        if invoice.recover_payee_pub_key().to_string() != challenge.pay_to {
+            return Err(broken(
+                "proof",
+                format!(
+                    "records payee {}, which is not its invoice's",
+                    challenge.pay_to
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_challenge(
     mandate: &Signed<Mandate>,
     conf: Option<&Signed<Confirmation>>,
@@ -314,33 +367,38 @@ fn check_challenge(
         ));
     }
     let paid = check_under_mandate(mandate, conf, proof, false)?;
-    // What was paid is what the challenge's entry asked, to whom it named.
-    let entry = &challenge.entry;
-    if entry.get("payTo").and_then(serde_json::Value::as_str) != Some(challenge.pay_to.as_str()) {
-        return Err(broken(
-            "proof",
-            format!(
-                "records payTo {}, which is not its challenge entry's",
-                challenge.pay_to
-            ),
-        ));
-    }
-    let asked = entry
-        .get("amount")
-        .or_else(|| entry.get("maxAmountRequired"))
-        .and_then(serde_json::Value::as_str)
-        .and_then(|a| a.parse::<u128>().ok());
-    if asked != Some(paid.minor_units()) {
-        return Err(broken(
-            "proof",
-            format!(
-                "pays {} {} ({} minor units); its challenge entry asks {}",
-                paid.amount(),
-                paid.asset(),
-                paid.minor_units(),
-                asked.map_or_else(|| "no amount".to_owned(), |a| format!("{a} minor units"))
-            ),
-        ));
+    if challenge.source == crate::envelope::ChallengeSource::Contextvm {
+        check_cep8_entry(challenge, &paid)?;
+    } else {
+        // What was paid is what the challenge's entry asked, to whom it named.
+        let entry = &challenge.entry;
+        if entry.get("payTo").and_then(serde_json::Value::as_str) != Some(challenge.pay_to.as_str())
+        {
+            return Err(broken(
+                "proof",
+                format!(
+                    "records payTo {}, which is not its challenge entry's",
+                    challenge.pay_to
+                ),
+            ));
+        }
+        let asked = entry
+            .get("amount")
+            .or_else(|| entry.get("maxAmountRequired"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|a| a.parse::<u128>().ok());
+        if asked != Some(paid.minor_units()) {
+            return Err(broken(
+                "proof",
+                format!(
+                    "pays {} {} ({} minor units); its challenge entry asks {}",
+                    paid.amount(),
+                    paid.asset(),
+                    paid.minor_units(),
+                    asked.map_or_else(|| "no amount".to_owned(), |a| format!("{a} minor units"))
+                ),
+            ));
+        }
     }
     match conf {
         None => Ok(()),

@@ -131,6 +131,13 @@ pub enum Allow {
         /// The `payTo` its challenges must name.
         pay_to: String,
     },
+    /// A ContextVM server (MCP over Nostr): its CEP-8 payment requests (a BOLT11 invoice for
+    /// `bitcoin-lightning-bolt11`), paid over the wallet's rail for them. Pinned by the
+    /// server's Nostr key: a request from another key is denied.
+    Contextvm {
+        /// The server's Nostr public key (64 hex characters).
+        server: String,
+    },
 }
 
 impl Object for Mandate {

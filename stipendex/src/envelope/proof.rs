@@ -15,15 +15,20 @@ pub enum ChallengeSource {
     Http,
     /// An MCP tool result with `isError` (the x402 MCP convention, the exact-algo seed's).
     Mcp,
+    /// A ContextVM server's CEP-8 payment request (`origin`: the server's Nostr key, hex;
+    /// `entry`: the `payment_required` params; `pay_to`: the rail payee, for Lightning the
+    /// invoice's node key).
+    Contextvm,
 }
 
 /// An unsigned challenge a wallet paid (it has no signature to bind: the audit records what the
 /// wallet saw and the mandate entry that allowed it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Challenge {
-    /// HTTP or MCP.
+    /// HTTP, MCP or ContextVM.
     pub source: ChallengeSource,
-    /// The HTTP origin (`https://host[:port]`) or the MCP server's identity.
+    /// The HTTP origin (`https://host[:port]`), the MCP server's identity, or the ContextVM
+    /// server's Nostr key (hex).
     pub origin: String,
     /// The `payTo` paid.
     pub pay_to: String,

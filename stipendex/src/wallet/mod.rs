@@ -30,6 +30,7 @@
 mod challenge;
 mod confirm;
 mod journal;
+mod offer;
 mod revocation;
 mod spend;
 mod tab;
@@ -48,6 +49,7 @@ use sha2::{Digest as _, Sha256};
 pub use challenge::{ChallengePaid, Source};
 pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why, printable};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, chain_name};
+pub use offer::OfferPaid;
 pub use revocation::{Revocations, revoke};
 pub use tab::{OpenTabs, TabHold, TabVoucher};
 /// An x402 payment requirement as it came (the x402 client's, read by `read_402`).
