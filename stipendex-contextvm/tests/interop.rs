@@ -180,7 +180,8 @@ async fn this_crates_wallet_pays_the_sdk_server() {
     let pk = ready["pubkey"].as_str().unwrap().to_owned();
     let server_pk = nostr::PublicKey::from_hex(&pk).unwrap();
 
-    let (wallet, journal) = stipendex_wallet(&w, "agent", std::slice::from_ref(&pk), 100, 1000).await;
+    let (wallet, journal) =
+        stipendex_wallet(&w, "agent", std::slice::from_ref(&pk), 100, 1000).await;
     let t = stipendex_contextvm::transport::client::ClientTransport::connect(
         nostr::Keys::generate(),
         stipendex_contextvm::transport::client::ClientOptions::new(vec![w.url()], server_pk),
