@@ -1,10 +1,25 @@
-//! ContextVM for Stipendex: MCP over Nostr with CEP-8 payments (issue 28; being built).
+//! ContextVM for Stipendex: MCP over Nostr with CEP-8 payments, interoperable with the
+//! ContextVM TypeScript SDK 0.11.14 both ways.
 //!
-//! What the ContextVM TypeScript SDK 0.11.14 puts on the wire is in
-//! `docs/research/contextvm-sdk-0.11.14.md`, read from its code; this crate follows the code
-//! where the later specification differs. So far: [`transport::wire`], the events — MCP
-//! messages as kind 25910 events and the SDK's single-layer gift wrap (kinds 1059 and 21059) —
-//! and [`payments::notify`], CEP-8's three notifications.
+//! What the SDK puts on the wire is in `docs/research/contextvm-sdk-0.11.14.md`, read from its
+//! code; this crate follows the code where the later specification differs, and builds CEP-8's
+//! explicit gating (which 0.11.14 lacks) from the ContextVM documentation.
+//!
+//! - [`transport::wire`]: the events — kind 25910 messages, the SDK's single-layer gift wrap
+//!   (kinds 1059 and 21059), capability and `pmi` tags; opening checks both signatures, the kind
+//!   and the recipient.
+//! - [`transport::relay`]: the relays, on `rail_ln_nwc::relays` (a subscription kept across
+//!   reconnects; a send no relay accepted is an error; NIP-42 answered with the peer's key).
+//! - [`transport::server`]: an rmcp service per client key; request ids rewritten to event ids
+//!   and answers tagged `e`; each answer wrapped as the client wrote; a replayed or re-wrapped
+//!   request runs once; a [`transport::server::Middleware`] sees every request first.
+//! - [`transport::client`]: an rmcp client transport to one server, with a
+//!   [`transport::client::PaymentHook`] for CEP-8 payment requests.
+//! - [`payments::server`]: [`payments::ServerPayments`] — the Stipendex receiver's prices and
+//!   `resolve_price` (quote, reject, waive), processors by PMI, the transparent lifecycle and
+//!   explicit gating; [`payments::nwc`]: Lightning through the server's own NWC wallet;
+//!   [`payments::client`]: paying through an `ln-nwc` payer or a Stipendex wallet under its
+//!   mandate.
 //!
 //! ```
 //! use nostr::Keys;
