@@ -46,8 +46,11 @@ async fn next(keys: &Keys, inbox: &mut mpsc::Receiver<Event>, wait: Duration) ->
     Some(wire::open(keys, &ev).unwrap().0)
 }
 
+/// The same request event again — its answer lost, or a replay by anyone who saw it — never
+/// runs twice: the server sends the same answer again (the same signed answer, sealed afresh, to
+/// the request's signer only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_or_rewrapped_request_runs_once() {
+async fn a_replayed_or_rewrapped_request_runs_once_and_gets_its_answer_again() {
     let w = world().await;
     let tools = Tools::default();
     let server = w.server(tools.clone(), None).await;
@@ -66,16 +69,26 @@ async fn a_replayed_or_rewrapped_request_runs_once() {
     assert_eq!(body["id"], 1, "the client's own id comes back");
     assert_eq!(body["result"]["content"][0]["text"], "echo: once");
 
-    // The same wrap again, then the same inner event in a fresh wrap, then in plain.
-    relays.publish(&wrapped).await.unwrap();
+    // The same inner event in a fresh wrap, then in plain: the same answer each time.
     let rewrapped = wire::wrap(&inner, &server.public_key(), Wrap::Persistent).unwrap();
     relays.publish(&rewrapped).await.unwrap();
+    let again = next(&k, &mut inbox, Duration::from_secs(10))
+        .await
+        .expect("the answer again");
+    assert_eq!(again.id, answer.id, "the same signed answer");
     relays.publish(&inner).await.unwrap();
+    let again = next(&k, &mut inbox, Duration::from_secs(10))
+        .await
+        .expect("the answer again");
+    assert_eq!(again.id, answer.id);
+    // The very same wrap again is the same event to the relays and to the server: dropped.
+    relays.publish(&wrapped).await.unwrap();
     assert!(
-        next(&k, &mut inbox, Duration::from_secs(1)).await.is_none(),
-        "a replay was answered"
+        next(&k, &mut inbox, Duration::from_millis(500))
+            .await
+            .is_none()
     );
-    assert_eq!(tools.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(tools.runs.load(Ordering::SeqCst), 1, "it ran once");
     relays.shutdown().await;
     server.shutdown().await;
 }
@@ -125,6 +138,74 @@ async fn an_old_request_and_a_plain_one_to_an_encrypted_server_are_dropped() {
         "answered in the client's wrap"
     );
     assert_eq!(tools.runs.load(Ordering::SeqCst), 1);
+    relays.shutdown().await;
+    server.shutdown().await;
+}
+
+/// A paid request whose answer was lost: sent again, it gets the same answer for the same
+/// payment — no second payment request, no second charge, no second run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_paid_answer_is_sent_again_for_the_same_payment() {
+    use stipendex_contextvm::payments::notify::Notification;
+    use stipendex_contextvm::transport::client::PaidRequest;
+
+    let w = world().await;
+    let tools = Tools::default();
+    let server = w.server(tools.clone(), Some(w.payments(None))).await;
+    let k = Keys::generate();
+    let (relays, mut inbox) = raw(&w.url(), &k).await;
+    let search = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                        "params": {"name": "search", "arguments": {"q": "once"}}});
+    let inner = wire::message(
+        &k,
+        &server.public_key(),
+        &search,
+        vec![wire::pmi_tag("bitcoin-lightning-bolt11")],
+    )
+    .unwrap();
+    relays
+        .publish(&wire::wrap(&inner, &server.public_key(), Wrap::Ephemeral).unwrap())
+        .await
+        .unwrap();
+    let required = next(&k, &mut inbox, Duration::from_secs(10)).await.unwrap();
+    let Ok(Some(Notification::Required(required))) =
+        Notification::from_json_rpc(&wire::json_rpc(&required).unwrap())
+    else {
+        panic!("not a payment_required");
+    };
+    let agent = w.agent("agent").await;
+    let req = PaidRequest {
+        server: server.public_key(),
+        event_id: inner.id,
+        message: search.clone(),
+    };
+    agent.pay(&req, &required).await.unwrap();
+    // payment_accepted, then the answer.
+    let mut answer = None;
+    for _ in 0..2 {
+        let ev = next(&k, &mut inbox, Duration::from_secs(10)).await.unwrap();
+        if wire::json_rpc(&ev).unwrap().get("result").is_some() {
+            answer = Some(ev);
+        }
+    }
+    let answer = answer.expect("the paid answer");
+    // "Lost": the client sends the same request again.
+    relays
+        .publish(&wire::wrap(&inner, &server.public_key(), Wrap::Ephemeral).unwrap())
+        .await
+        .unwrap();
+    let again = next(&k, &mut inbox, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        again.id, answer.id,
+        "the same answer, not a payment request"
+    );
+    assert!(
+        next(&k, &mut inbox, Duration::from_millis(500))
+            .await
+            .is_none()
+    );
+    assert_eq!(tools.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(w.devnet.balance_msat("shop").unwrap(), 10_000);
     relays.shutdown().await;
     server.shutdown().await;
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rail_core::{Asset, Charge, Money, Offer, Payment, PaymentMode, Receiver as _};
 use rail_ln_nwc::client::NwcClient;
-use rail_ln_nwc::nip47::TxState;
+use rail_ln_nwc::nip47::{Notification, TxState};
 use rail_ln_nwc::rail::{NwcReceiver, OfferDetails};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -32,6 +32,8 @@ use crate::transport::server::Held;
 
 /// How often the wallet is asked when no notification came.
 const POLL: Duration = Duration::from_millis(1500);
+/// How long one look-up may take before it is asked again.
+const LOOKUP_BOUND: Duration = Duration::from_secs(3);
 
 /// The processor of `bitcoin-lightning-bolt11` (see the module's documentation).
 #[derive(Clone, Debug)]
@@ -70,51 +72,71 @@ impl NwcProcessor {
         self
     }
 
-    /// The preimage the wallet reports for `hash`, once it says the invoice is settled.
+    /// The preimage the wallet reports for `hash`, once it says the invoice is settled. A
+    /// look-up that fails for a passing reason (no answer in time, a relay down, the invoice
+    /// not found yet) is asked again until `deadline`: a relay restart mid-payment never turns
+    /// a paid invoice into a refusal.
     async fn settled(&self, hash: &str, deadline: Instant) -> Result<String, Error> {
         let mut notes = self.client.notifications();
         loop {
-            let tx = self
-                .client
-                .lookup_invoice(hash)
-                .await
-                .map_err(payment_err)?;
-            match tx.state {
-                Some(TxState::Settled) => {
-                    if let Some(p) = tx.preimage {
-                        return Ok(p);
-                    }
-                }
-                Some(TxState::Expired | TxState::Failed) => {
-                    return Err(Error::Payment(format!("the invoice is {:?}", tx.state)));
-                }
-                _ => {}
-            }
-            let next = (Instant::now() + self.poll).min(deadline);
             if Instant::now() >= deadline {
                 return Err(Error::Payment("not paid in time".into()));
             }
-            loop {
-                tokio::select! {
-                    () = tokio::time::sleep_until(next) => break,
-                    n = notes.recv() => match n {
-                        Ok(n) if n.notification_type == "payment_received"
-                            && n.notification.get("payment_hash").and_then(Value::as_str) == Some(hash) =>
-                        {
-                            if let Some(p) = n.notification.get("preimage").and_then(Value::as_str) {
-                                return Ok(p.to_owned());
-                            }
-                            break;
-                        }
-                        Ok(_) => {}
-                        Err(RecvError::Lagged(_)) => break,
-                        Err(RecvError::Closed) => {
-                            tokio::time::sleep_until(next).await;
-                            break;
+            // One look-up at a time, bounded (a request lost in a relay restart is asked again
+            // soon), raced with the wallet's notification.
+            let bound = (Instant::now() + LOOKUP_BOUND).min(deadline);
+            let lookup = tokio::time::timeout_at(bound, self.client.lookup_invoice(hash));
+            let found = tokio::select! {
+                r = lookup => r,
+                p = received(&mut notes, hash) => return Ok(p),
+            };
+            match found {
+                Err(_) => {
+                    tracing::debug!("contextvm nwc: look-up unanswered; asking again");
+                }
+                Ok(Ok(tx)) => match tx.state {
+                    Some(TxState::Settled) => {
+                        if let Some(p) = tx.preimage {
+                            return Ok(p);
                         }
                     }
+                    Some(TxState::Expired | TxState::Failed) => {
+                        return Err(Error::Payment(format!("the invoice is {:?}", tx.state)));
+                    }
+                    _ => {}
+                },
+                Ok(Err(e)) if e.is_retryable() || e.code() == "NOT_FOUND" => {
+                    tracing::debug!(error = %e, "contextvm nwc: look-up failed; asking again");
+                }
+                Ok(Err(e)) => return Err(payment_err(e)),
+            }
+            let next = (Instant::now() + self.poll).min(deadline);
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                p = received(&mut notes, hash) => return Ok(p),
+            }
+        }
+    }
+}
+
+/// The preimage of the first `payment_received` notification for `hash` (pending forever when
+/// the notifications end: the look-ups go on).
+async fn received(
+    notes: &mut tokio::sync::broadcast::Receiver<Notification>,
+    hash: &str,
+) -> String {
+    loop {
+        match notes.recv().await {
+            Ok(n)
+                if n.notification_type == "payment_received"
+                    && n.notification.get("payment_hash").and_then(Value::as_str) == Some(hash) =>
+            {
+                if let Some(p) = n.notification.get("preimage").and_then(Value::as_str) {
+                    return p.to_owned();
                 }
             }
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
         }
     }
 }

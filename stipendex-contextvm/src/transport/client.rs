@@ -50,6 +50,10 @@ pub struct ClientOptions {
     /// `-32042 Payment Required` (the caller pays and repeats the call), and then no
     /// transparent payment request is ever paid automatically in this session.
     pub interaction: Option<String>,
+    /// A request unanswered this long is sent again — the same signed request in a fresh
+    /// wrap, so the server knows it for a retry: it sends its answer again if it has one (the
+    /// answer was lost) and never runs or charges it twice. Default 10 s; `None`: never.
+    pub resend_after: Option<std::time::Duration>,
 }
 
 impl ClientOptions {
@@ -62,6 +66,7 @@ impl ClientOptions {
             encryption: Encryption::Optional,
             relay: RelaySettings::default(),
             interaction: None,
+            resend_after: Some(std::time::Duration::from_secs(10)),
         }
     }
 }
@@ -97,6 +102,10 @@ struct Pending {
     original_id: Value,
     message: Value,
     pay_reqs: HashSet<String>,
+    /// The signed request, to send again in a fresh wrap.
+    event: Event,
+    /// When it was last sent.
+    sent: tokio::time::Instant,
 }
 
 struct Shared {
@@ -121,6 +130,7 @@ pub struct ClientTransport {
     relays: Arc<Relays>,
     rx: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
     task: AbortHandle,
+    resender: Option<AbortHandle>,
 }
 
 impl std::fmt::Debug for ClientTransport {
@@ -166,11 +176,16 @@ impl ClientTransport {
             hook,
         });
         let task = tokio::spawn(receive(shared.clone(), inbox)).abort_handle();
+        let relays = Arc::new(relays);
+        let resender = opts.resend_after.map(|every| {
+            tokio::spawn(resend(shared.clone(), relays.clone(), every)).abort_handle()
+        });
         Ok(ClientTransport {
             shared,
-            relays: Arc::new(relays),
+            relays,
             rx,
             task,
+            resender,
         })
     }
 
@@ -190,6 +205,37 @@ impl ClientTransport {
 impl Drop for ClientTransport {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(r) = &self.resender {
+            r.abort();
+        }
+    }
+}
+
+/// Sends each request unanswered for `every` again, in a fresh wrap.
+async fn resend(shared: Arc<Shared>, relays: Arc<Relays>, every: std::time::Duration) {
+    let tick = (every / 4).max(std::time::Duration::from_millis(50));
+    loop {
+        tokio::time::sleep(tick).await;
+        let now = tokio::time::Instant::now();
+        let due: Vec<Event> = lock(&shared.pending)
+            .values_mut()
+            .filter(|p| now.duration_since(p.sent) >= every)
+            .map(|p| {
+                p.sent = now;
+                p.event.clone()
+            })
+            .collect();
+        for inner in due {
+            tracing::debug!(request = %inner.id, "contextvm client: no answer yet; sending the request again");
+            match wire::seal(inner, &shared.server, shared.wrap()) {
+                Ok(ev) => {
+                    if let Err(e) = relays.publish(&ev).await {
+                        tracing::debug!(error = %e, "contextvm client: could not send a request again");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "contextvm client: could not seal a request"),
+            }
+        }
     }
 }
 
@@ -237,6 +283,8 @@ impl Shared {
                     original_id: message.get("id").cloned().unwrap_or(Value::Null),
                     message: message.clone(),
                     pay_reqs: HashSet::new(),
+                    event: inner.clone(),
+                    sent: tokio::time::Instant::now(),
                 },
             );
         } else if message.get("method").and_then(Value::as_str) == Some("notifications/cancelled")
@@ -434,6 +482,9 @@ impl Transport<RoleClient> for ClientTransport {
 
     async fn close(&mut self) -> Result<(), Error> {
         self.task.abort();
+        if let Some(r) = &self.resender {
+            r.abort();
+        }
         self.relays.shutdown().await;
         Ok(())
     }

@@ -44,6 +44,9 @@ const SEEN_INNER: usize = 8192;
 const MAX_AGE: Duration = Duration::from_secs(600);
 /// The largest message content the server reads (a relay's limit is usually lower).
 pub const MAX_MESSAGE: usize = 512 * 1024;
+/// How many answers the server keeps to send again when a request event comes again (its
+/// answer was lost: CEP-8's "same request event id = a retry, never charged twice").
+const KEPT_ANSWERS: usize = 4096;
 /// How many messages wait for one session's MCP service.
 const SESSION_QUEUE: usize = 256;
 /// The id of the `initialize` the server sends itself for a stateless client.
@@ -202,6 +205,9 @@ struct State {
     order: VecDeque<PublicKey>,
     seen: HashSet<EventId>,
     seen_order: VecDeque<EventId>,
+    /// Answers by the request event they answer: (client, the signed answer, its wrap).
+    answers: HashMap<EventId, (PublicKey, Event, Option<Wrap>)>,
+    answers_order: VecDeque<EventId>,
     generation: u64,
 }
 
@@ -283,6 +289,8 @@ impl Server {
                 order: VecDeque::new(),
                 seen: HashSet::new(),
                 seen_order: VecDeque::new(),
+                answers: HashMap::new(),
+                answers_order: VecDeque::new(),
                 generation: 0,
             }),
         });
@@ -371,7 +379,22 @@ impl Core {
             return Err(Error::Refused("not a JSON-RPC 2.0 message".into()));
         }
         if !self.first_time(inner.id) {
-            return Err(Error::Refused(format!("event {} seen already", inner.id)));
+            // A request event again: its answer was lost, or it is a replay. The answer, if
+            // there is one, goes again (to the request's signer, sealed afresh); the request
+            // never runs, and is never charged, twice.
+            let kept = lock(&self.state).answers.get(&inner.id).cloned();
+            return match kept {
+                Some((client, answer, how)) if client == inner.pubkey => {
+                    tracing::debug!(request = %inner.id, "contextvm server: an answer sent again");
+                    self.relays
+                        .publish(&wire::seal(answer, &client, how)?)
+                        .await
+                }
+                _ => Err(Error::Refused(format!(
+                    "event {} seen already (its answer is not ready)",
+                    inner.id
+                ))),
+            };
         }
         let client = inner.pubkey;
         let method = message.get("method").and_then(Value::as_str);
@@ -634,6 +657,18 @@ impl Core {
         }
         let ev = wire::message(&self.keys, &client, message, tags)?;
         let how = self.wrap_for(client, wrap_hint);
+        if let Some(e) = e
+            && message.get("method").is_none()
+        {
+            let mut st = lock(&self.state);
+            st.answers.insert(e, (client, ev.clone(), how));
+            st.answers_order.push_back(e);
+            if st.answers_order.len() > KEPT_ANSWERS
+                && let Some(old) = st.answers_order.pop_front()
+            {
+                st.answers.remove(&old);
+            }
+        }
         let out = wire::seal(ev, &client, how)?;
         self.relays.publish(&out).await
     }
