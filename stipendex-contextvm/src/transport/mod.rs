@@ -1,7 +1,9 @@
 //! ContextVM's transport: MCP JSON-RPC messages between a server key and client keys over Nostr
 //! relays — [`wire`] (the events), [`relay`] (the relays), [`server`] (an rmcp server per
-//! client key) and [`client`] (an rmcp client transport to one server).
+//! client key), [`client`] (an rmcp client transport to one server) and [`announce`] (public
+//! announcements).
 
+pub mod announce;
 pub mod client;
 pub mod relay;
 pub mod server;

@@ -212,6 +212,7 @@ struct State {
 }
 
 struct Core {
+    announcer: Box<super::announce::Announcer>,
     keys: Keys,
     relays: Relays,
     opts: ServerOptions,
@@ -266,6 +267,12 @@ impl Server {
             .since(Timestamp::now());
         let (relays, inbox) =
             Relays::connect(&keys, &opts.relays, filter, opts.relay.clone()).await?;
+        let factory = Arc::new(factory);
+        let for_announcements = factory.clone();
+        let announcer: Box<super::announce::Announcer> = Box::new(move || {
+            let handler = for_announcements();
+            Box::pin(super::announce::read(handler))
+        });
         let factory: Box<Factory> = Box::new(move |transport: SessionTransport| {
             let handler = factory();
             tokio::spawn(async move {
@@ -279,6 +286,7 @@ impl Server {
             .abort_handle()
         });
         let core = Arc::new(Core {
+            announcer,
             keys,
             relays,
             opts,
@@ -302,6 +310,28 @@ impl Server {
     #[must_use]
     pub fn public_key(&self) -> PublicKey {
         self.core.keys.public_key()
+    }
+
+    /// Publishes the server's public announcements (CEP-6: kinds 11316–11320, in the clear,
+    /// with its common and pricing tags) and returns them.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] if the MCP service does not answer its own `initialize` and lists;
+    /// [`Error::Relay`] if no relay accepts an announcement.
+    pub async fn announce(&self) -> Result<Vec<Event>, Error> {
+        let announced = (self.core.announcer)().await?;
+        let common = self.core.server_tags(None);
+        let cap = self
+            .core
+            .middleware
+            .as_ref()
+            .map(|m| m.list_tags())
+            .unwrap_or_default();
+        let events = super::announce::events(&self.core.keys, &announced, &common, &cap)?;
+        for ev in &events {
+            self.core.relays.publish(ev).await?;
+        }
+        Ok(events)
     }
 
     /// How many client sessions are open.
@@ -594,6 +624,12 @@ impl Core {
         if !first {
             return Vec::new();
         }
+        self.server_tags(interaction.as_deref())
+    }
+
+    /// The server's common tags: its name and description, encryption support, and the
+    /// middleware's (`pmi`; the effective payment lifecycle for a client that asked).
+    fn server_tags(&self, interaction: Option<&str>) -> Vec<Tag> {
         let mut tags = Vec::new();
         let info = &self.opts.info;
         for (name, v) in [
@@ -611,7 +647,7 @@ impl Core {
             tags.push(wire::capability(wire::SUPPORT_ENCRYPTION_EPHEMERAL));
         }
         if let Some(m) = &self.middleware {
-            tags.extend(m.common_tags(interaction.as_deref()));
+            tags.extend(m.common_tags(interaction));
         }
         tags
     }
@@ -788,5 +824,49 @@ impl Transport<RoleServer> for SessionTransport {
     async fn close(&mut self) -> Result<(), Error> {
         self.rx.close();
         Ok(())
+    }
+}
+
+/// The server's Nostr key from the environment variable `var` (64 hex characters or an
+/// `nsec`), never from a file in a repository; the key itself is never logged or echoed.
+///
+/// # Errors
+/// [`Error::Refused`] naming the variable: unset, or not a secret key.
+pub fn keys_from_env(var: &str) -> Result<Keys, Error> {
+    let value = std::env::var(var).map_err(|_| {
+        Error::Refused(format!(
+            "{var} is not set: set it to the server's Nostr secret key (64 hex characters or nsec1…)"
+        ))
+    })?;
+    Keys::parse(value.trim()).map_err(|_| {
+        Error::Refused(format!(
+            "{var} is not a Nostr secret key (64 hex characters or nsec1…)"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_key_comes_from_the_environment_and_a_bad_one_is_named_not_echoed() {
+        // Variables no other test sets (tests run in one process).
+        let missing = keys_from_env("STIPENDEX_CVM_TEST_KEY_UNSET").unwrap_err();
+        assert!(
+            missing
+                .to_string()
+                .contains("STIPENDEX_CVM_TEST_KEY_UNSET is not set")
+        );
+        // A variable that is set but holds no key (`set_var` is unsafe in edition 2024): its
+        // name is in the error, its value is not.
+        let path_err = keys_from_env("PATH").unwrap_err().to_string();
+        assert!(
+            path_err.contains("PATH is not a Nostr secret key"),
+            "{path_err}"
+        );
+        assert!(!path_err.contains(&std::env::var("PATH").unwrap()));
     }
 }
