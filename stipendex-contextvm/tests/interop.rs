@@ -146,12 +146,9 @@ async fn the_sdk_client_pays_this_crates_server() {
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn this_crates_wallet_pays_the_sdk_server() {
-    if !sdk_installed() {
-        return;
-    }
-    let w = world().await;
+/// The SDK's server on the devnet's relay, paid into a new `sdk-shop` wallet: its key, and the
+/// process (killed when dropped).
+async fn sdk_server(w: &common::World) -> (String, Kill) {
     let shop = w
         .devnet
         .create_wallet(WalletSpec::new("sdk-shop", 0))
@@ -166,7 +163,7 @@ async fn this_crates_wallet_pays_the_sdk_server() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let _child = Kill(child);
+    let kill = Kill(child);
     let pubkey = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
@@ -177,7 +174,16 @@ async fn this_crates_wallet_pays_the_sdk_server() {
         .expect("the SDK server started in time")
         .unwrap();
     let ready: Value = serde_json::from_str(&line).expect("a {\"pubkey\"} line");
-    let pk = ready["pubkey"].as_str().unwrap().to_owned();
+    (ready["pubkey"].as_str().unwrap().to_owned(), kill)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn this_crates_wallet_pays_the_sdk_server() {
+    if !sdk_installed() {
+        return;
+    }
+    let w = world().await;
+    let (pk, _server) = sdk_server(&w).await;
     let server_pk = nostr::PublicKey::from_hex(&pk).unwrap();
 
     let (wallet, journal) =
@@ -213,5 +219,46 @@ async fn this_crates_wallet_pays_the_sdk_server() {
     assert_eq!(w.devnet.balance_msat("sdk-shop").unwrap(), 10_000);
     assert_eq!(w.devnet.balance_msat("agent").unwrap(), 990_000);
     assert_eq!(journal.names().len(), 1, "one payment audited");
+    client.cancel().await.unwrap();
+}
+
+/// A client that asks for explicit gating, facing 0.11.14 (which ignores `payment_interaction`
+/// and sends a transparent `payment_required`): CEP-8's negotiation failed, so it pays nothing
+/// automatically and the call ends with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asking_the_sdk_server_for_explicit_gating_pays_nothing() {
+    if !sdk_installed() {
+        return;
+    }
+    let w = world().await;
+    let (pk, _server) = sdk_server(&w).await;
+    let server_pk = nostr::PublicKey::from_hex(&pk).unwrap();
+    let (wallet, journal) =
+        stipendex_wallet(&w, "agent", std::slice::from_ref(&pk), 100, 1000).await;
+    let mut opts =
+        stipendex_contextvm::transport::client::ClientOptions::new(vec![w.url()], server_pk);
+    opts.interaction = Some("explicit_gating".into());
+    let t = stipendex_contextvm::transport::client::ClientTransport::connect(
+        nostr::Keys::generate(),
+        opts,
+        Some(Arc::new(WalletHandler::new(wallet))),
+    )
+    .await
+    .unwrap();
+    let client = rmcp::ServiceExt::serve((), t).await.unwrap();
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.call_tool(call("search", "q")),
+    )
+    .await
+    .expect("ended in time")
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Payment declined by client policy"),
+        "{err}"
+    );
+    assert_eq!(w.devnet.balance_msat("agent").unwrap(), 1_000_000);
+    assert!(journal.names().is_empty());
     client.cancel().await.unwrap();
 }
