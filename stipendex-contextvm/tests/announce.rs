@@ -1,7 +1,13 @@
 //! Public announcements: the server's `initialize` result (kind 11316, with its `pmi` and `cap`
 //! tags) and its tools list (kind 11317, with the `cap` tags), in the clear, signed by the
 //! server's key, read back from the relay by anyone.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
 
 mod common;
 

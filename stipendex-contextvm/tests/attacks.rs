@@ -2,7 +2,13 @@
 //! nwc-devnet's relay: a replayed or re-wrapped request runs once, an old request is not run, a
 //! plain message to a server that requires encryption is dropped, and a payment admits one
 //! request only.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
 
 mod common;
 

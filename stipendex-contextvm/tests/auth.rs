@@ -1,6 +1,12 @@
 //! A relay that asks for NIP-42 authentication (for reading and for writing) is answered: the
 //! server and the client each authenticate with their own Nostr key, and a call goes through.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
 
 mod common;
 

@@ -3,7 +3,13 @@
 //! option, `-32043 Payment Pending` while the payment is verified, and the result on a repeat
 //! of the same invocation once paid — one run per payment; a server that accepts transparent
 //! payments only answers `-32602` with what it supports.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
 
 mod common;
 

@@ -8,7 +8,13 @@
 //!
 //! The scripts are `scripts/contextvm/client.mjs` and `server.mjs`. Without node or the SDK
 //! installed (`scripts/setup-localnets`), the tests fail in CI and are skipped elsewhere.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
 
 mod common;
 

@@ -1,7 +1,13 @@
 //! CEP-8 end to end on nwc-devnet: an rmcp server behind this crate's server transport and
 //! `ServerPayments` (Lightning through the shop's own wallet), called by an rmcp client over
 //! this crate's client transport, paying with a `LightningHandler`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
 
 mod common;
 

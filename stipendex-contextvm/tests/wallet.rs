@@ -2,7 +2,13 @@
 //! Nostr key, the limits applied, the audit chain holding a Proof of what was paid; a server
 //! the mandate does not name, or a price above the per-call limit, is declined and nothing is
 //! paid.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    missing_docs
+)]
 
 mod common;
 
