@@ -62,7 +62,8 @@ async fn a_free_tool_answers_and_a_priced_tool_is_paid_once() {
 }
 
 /// The hook rejects `secret` (no payment request is made, the client's handler is never
-/// called, nothing runs) and waives `prepaid` (runs free).
+/// called, nothing runs), waives `prepaid` (runs free), and quotes `search` with `meta`, which
+/// reaches the client in `payment_required`'s `_meta`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_makes_no_payment_request_and_waive_runs_free() {
     use stipendex::receiver::{Decision, PricedCapability, Request, ResolvePrice};

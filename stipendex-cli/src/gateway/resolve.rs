@@ -55,6 +55,7 @@ impl Remote {
             OnFailure::ListPrice => Decision::Quote {
                 price: cap.price.clone(),
                 description: cap.description.clone(),
+                meta: None,
             },
         }
     }
@@ -107,6 +108,7 @@ fn decision(cap: &PricedCapability, a: Answer) -> Result<Decision, String> {
         } => Decision::Quote {
             price: Price::Fixed(money(&a)?),
             description,
+            meta: None,
         },
         Answer::Quote {
             amount: None,
@@ -119,7 +121,11 @@ fn decision(cap: &PricedCapability, a: Answer) -> Result<Decision, String> {
                 tolerance: money(&t)?.amount(),
             };
             price.max().map_err(|e| e.to_string())?;
-            Decision::Quote { price, description }
+            Decision::Quote {
+                price,
+                description,
+                meta: None,
+            }
         }
         Answer::Quote { .. } => {
             return Err("a quote names either amount or estimate and tolerance".into());

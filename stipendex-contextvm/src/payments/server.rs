@@ -423,7 +423,7 @@ impl Middleware for ServerPayments {
                 None => {}
             }
         }
-        let (price, description) = match self.receiver.resolve(cap, &req).await {
+        let (price, description, meta) = match self.receiver.resolve(cap, &req).await {
             Decision::Waive => return Admission::Forward,
             Decision::Reject { message } => {
                 if explicit {
@@ -441,9 +441,11 @@ impl Middleware for ServerPayments {
                 .await;
                 return Admission::Drop;
             }
-            Decision::Quote { price, description } => {
-                (price, description.or_else(|| cap.description.clone()))
-            }
+            Decision::Quote {
+                price,
+                description,
+                meta,
+            } => (price, description.or_else(|| cap.description.clone()), meta),
         };
         let Price::Fixed(price) = price else {
             return error(format!(
@@ -461,7 +463,14 @@ impl Middleware for ServerPayments {
             .require(&price, description.as_deref(), self.ttl, &held)
             .await
         {
-            Ok(p) => p,
+            // The hook's `meta` over the processor's own keys (the SDK: `{...processor._meta,
+            // ...quote.meta}`, under `_meta`).
+            Ok(mut p) => {
+                if let Some(meta) = meta {
+                    p.required.meta.get_or_insert_with(Map::new).extend(meta);
+                }
+                p
+            }
             Err(e) => {
                 tracing::warn!(error = %e, pmi = processor.pmi(), "contextvm payments: no payment request");
                 return error(format!("no payment request could be made: {e}"));

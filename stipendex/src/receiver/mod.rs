@@ -557,7 +557,9 @@ impl Receiver {
         match self.0.resolve.resolve(cap, req).await {
             Decision::Waive => Ok(Gate::Waived),
             Decision::Reject { message } => Ok(Gate::Rejected(message)),
-            Decision::Quote { price, description } => {
+            Decision::Quote {
+                price, description, ..
+            } => {
                 let description = description.or_else(|| cap.description.clone());
                 self.quote(req, &price, description)
                     .await

@@ -269,6 +269,10 @@ pub enum Decision {
         price: Price,
         /// Why this price (goes into the Quote's description).
         description: Option<String>,
+        /// Extra data for the client, passed on by bindings that carry it (ContextVM's CEP-8:
+        /// merged into the `_meta` of `payment_required`, over the processor's own keys, as the
+        /// SDK's `resolvePrice` `meta`); `None` for none.
+        meta: Option<serde_json::Map<String, Value>>,
     },
     /// Refuse without charging: no Quote, nothing forwarded.
     Reject {
@@ -286,6 +290,22 @@ impl Decision {
         Decision::Quote {
             price,
             description: None,
+            meta: None,
+        }
+    }
+
+    /// This decision with `meta` for the client (a quote only; anything else is unchanged).
+    #[must_use]
+    pub fn with_meta(self, meta: serde_json::Map<String, Value>) -> Self {
+        match self {
+            Decision::Quote {
+                price, description, ..
+            } => Decision::Quote {
+                price,
+                description,
+                meta: Some(meta),
+            },
+            other => other,
         }
     }
 
@@ -317,6 +337,7 @@ impl ResolvePrice for ListPrice {
         Decision::Quote {
             price: capability.price.clone(),
             description: capability.description.clone(),
+            meta: None,
         }
     }
 }
