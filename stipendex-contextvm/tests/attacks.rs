@@ -253,3 +253,84 @@ async fn a_payment_is_accepted_once() {
     assert!(again.is_err(), "the same payment was accepted twice");
     let _ = Arc::clone(&w.shop);
 }
+
+/// What a third party can make the wallet pay: nothing. A request in the clear shows its event
+/// id to everyone on the relay; a `payment_required` about it signed by anyone but the server
+/// never reaches the client's handler — the same notification from the server does (control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_request_forged_by_a_third_party_is_never_paid() {
+    use rmcp::service::{RoleClient, TxJsonRpcMessage};
+    use rmcp::transport::Transport as _;
+    use stipendex_contextvm::payments::notify::{Notification, PaymentRequired};
+    use stipendex_contextvm::transport::client::{ClientOptions, ClientTransport};
+
+    let w = world().await;
+    let server = Keys::generate(); // a server that never answers: the request stays pending
+    let mallory = Keys::generate();
+    let mut watch = common::Watch::new(w.agent("agent").await);
+    watch.pay = false;
+    let watch = std::sync::Arc::new(watch);
+    let mut opts = ClientOptions::new(vec![w.url()], server.public_key());
+    opts.encryption = Encryption::Disabled;
+    opts.resend_after = None;
+    let client_keys = Keys::generate();
+    let mut t = ClientTransport::connect(client_keys.clone(), opts, Some(watch.clone()))
+        .await
+        .unwrap();
+
+    // Mallory (and the server) watch the relay for what is addressed to the server.
+    let (m_relays, mut m_inbox) = raw(&w.url(), &server).await;
+    let request: TxJsonRpcMessage<RoleClient> = serde_json::from_value(json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "search", "arguments": {"q": "x"}}
+    }))
+    .unwrap();
+    t.send(request).await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), m_inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.kind.as_u16(), wire::MESSAGE, "sent in the clear");
+    let required = Notification::Required(PaymentRequired {
+        amount: 10,
+        pay_req: "lnbcrt100n1forged".into(),
+        pmi: "bitcoin-lightning-bolt11".into(),
+        description: None,
+        ttl: Some(60),
+        meta: None,
+    })
+    .to_json_rpc()
+    .unwrap();
+    let forged = wire::message(
+        &mallory,
+        &client_keys.public_key(),
+        &required,
+        vec![Tag::event(seen.id)],
+    )
+    .unwrap();
+    m_relays.publish(&forged).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        watch.seen.load(Ordering::SeqCst),
+        0,
+        "a forged request reached the handler"
+    );
+
+    // The control: the same notification signed by the server reaches it.
+    let genuine = wire::message(
+        &server,
+        &client_keys.public_key(),
+        &required,
+        vec![Tag::event(seen.id)],
+    )
+    .unwrap();
+    m_relays.publish(&genuine).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while watch.seen.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the server's own payment request reaches the handler");
+    m_relays.shutdown().await;
+}
