@@ -79,7 +79,6 @@ pub mod envelope;
 mod error;
 #[cfg(feature = "http")]
 pub mod http;
-#[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod origin;
 pub mod receiver;

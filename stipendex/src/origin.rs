@@ -11,6 +11,10 @@
 //! assert_eq!(origin::of_url("http://evil.example\\@api.allowed.com/x")?, "http://evil.example");
 //! assert_eq!(origin::parse("https://shop.example:8443")?, "https://shop.example:8443");
 //! assert!(origin::parse("https://shop.example/api").is_err());
+//! // A ContextVM server (MCP over Nostr) is reached by its key, not a host.
+//! let key = "c7ce5327646330ffe0a519c774054cbf3b4637e17e0aa5c53cbd04f92bf06a5c";
+//! assert_eq!(origin::parse(&format!("nostr:{}", key.to_uppercase()))?, format!("nostr:{key}"));
+//! assert!(origin::parse("nostr:c7ce").is_err());
 //! # Ok::<(), stipendex::Error>(())
 //! ```
 
@@ -39,11 +43,23 @@ pub fn parsed(url: &str) -> Result<url::Url, Error> {
 }
 
 /// An origin as configured (a receiver's public origin, a mandate's pinned one), normalised:
-/// `scheme://host[:port]` with nothing after it (a trailing `/` is allowed).
+/// `scheme://host[:port]` with nothing after it (a trailing `/` is allowed), or a ContextVM
+/// server's identity `nostr:<public key>` (64 hex characters, lower-cased).
 ///
 /// # Errors
 /// [`Error::Malformed`] for a URL with a path, query, fragment or user, or not http(s).
 pub fn parse(origin: &str) -> Result<String, Error> {
+    if let Some(key) = origin
+        .get(..NOSTR.len())
+        .filter(|p| p.eq_ignore_ascii_case(NOSTR))
+        .and_then(|_| origin.get(NOSTR.len()..))
+    {
+        return nostr(key).ok_or_else(|| {
+            Error::Malformed(format!(
+                "{origin:?} is not a Nostr identity: write nostr:<the server's public key, 64 hex characters>"
+            ))
+        });
+    }
     let u = parsed(origin)?;
     if u.path() != "/" || u.query().is_some() || u.fragment().is_some() || !u.username().is_empty()
     {
@@ -54,7 +70,18 @@ pub fn parse(origin: &str) -> Result<String, Error> {
     Ok(u.origin().ascii_serialization())
 }
 
-/// Whether `host` (a `Host` header: `host[:port]`) names `origin` (as [`parse`] gives it).
+/// The scheme of a ContextVM server's identity: `nostr:<public key, 64 hex>`.
+pub const NOSTR: &str = "nostr:";
+
+/// `nostr:<key>` for a 64-hex-character key, lower case; `None` for anything else.
+#[must_use]
+pub fn nostr(key: &str) -> Option<String> {
+    (key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| format!("{NOSTR}{}", key.to_ascii_lowercase()))
+}
+
+/// Whether `host` (a `Host` header: `host[:port]`) names `origin` (as [`parse`] gives it); a
+/// `nostr:` identity is named by no host.
 #[must_use]
 pub fn host_matches(origin: &str, host: &str) -> bool {
     let Ok(u) = url::Url::parse(origin) else {

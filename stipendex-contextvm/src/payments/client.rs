@@ -76,7 +76,11 @@ impl PaymentHook for LightningHandler {
         vec![PMI_BOLT11.to_owned()]
     }
 
-    async fn pay(&self, request: &PaidRequest, required: &PaymentRequired) -> Result<(), String> {
+    async fn pay(
+        &self,
+        request: &PaidRequest,
+        required: &PaymentRequired,
+    ) -> Result<Option<serde_json::Value>, String> {
         if required.pmi != PMI_BOLT11 {
             return Err(format!("{} is not {PMI_BOLT11}", required.pmi));
         }
@@ -87,7 +91,7 @@ impl PaymentHook for LightningHandler {
         self.payer
             .pay(&op, &offer)
             .await
-            .map(|_| ())
+            .map(|_| None)
             .map_err(|e| e.to_string())
     }
 }
@@ -117,7 +121,11 @@ impl PaymentHook for WalletHandler {
         vec![PMI_BOLT11.to_owned()]
     }
 
-    async fn pay(&self, request: &PaidRequest, required: &PaymentRequired) -> Result<(), String> {
+    async fn pay(
+        &self,
+        request: &PaidRequest,
+        required: &PaymentRequired,
+    ) -> Result<Option<serde_json::Value>, String> {
         if required.pmi != PMI_BOLT11 {
             return Err(format!("{} is not {PMI_BOLT11}", required.pmi));
         }
@@ -126,7 +134,7 @@ impl PaymentHook for WalletHandler {
         self.wallet
             .pay_offer(&request.server.to_hex(), &offer, entry)
             .await
-            .map(|_| ())
+            .map(|_| None)
             .map_err(|e| e.to_string())
     }
 }

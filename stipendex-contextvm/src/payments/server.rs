@@ -157,6 +157,24 @@ pub trait Processor: Send + Sync + 'static {
         pending: &Pending,
         deadline: Instant,
     ) -> Result<Option<Map<String, Value>>, Error>;
+
+    /// A notification from `client` about its request `request`: `true` if it is this
+    /// method's settlement message (the Stipendex method's Proof) and was taken.
+    fn delivered(
+        &self,
+        client: &nostr::PublicKey,
+        request: nostr::EventId,
+        message: &Value,
+    ) -> bool {
+        let _ = (client, request, message);
+        false
+    }
+
+    /// The answer to a request this processor admitted, before it is sent: settle, and add
+    /// what the client should keep (a Receipt).
+    async fn answered(&self, request: nostr::EventId, message: &mut Value) {
+        let _ = (request, message);
+    }
 }
 
 /// CEP-8 payments for a ContextVM server (see the module's documentation).
@@ -513,6 +531,28 @@ impl Middleware for ServerPayments {
                 .await;
                 Admission::Drop
             }
+        }
+    }
+
+    fn notified(
+        &self,
+        client: &nostr::PublicKey,
+        request: nostr::EventId,
+        message: &Value,
+    ) -> bool {
+        self.processors
+            .iter()
+            .any(|p| p.delivered(client, request, message))
+    }
+
+    async fn answering(
+        &self,
+        _client: nostr::PublicKey,
+        request: nostr::EventId,
+        message: &mut Value,
+    ) {
+        for p in &self.processors {
+            p.answered(request, message).await;
         }
     }
 

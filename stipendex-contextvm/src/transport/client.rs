@@ -89,12 +89,25 @@ pub trait PaymentHook: Send + Sync + 'static {
     fn pmis(&self) -> Vec<String>;
 
     /// Pays `required` for `request`: `Ok` once paid (the answer then comes from the server),
-    /// `Err(why)` to decline (the request ends with an error).
-    async fn pay(&self, request: &PaidRequest, required: &PaymentRequired) -> Result<(), String>;
+    /// with a JSON-RPC notification to send the server about the request when the payment
+    /// method settles that way (the Stipendex method's Proof); `Err(why)` to decline (the
+    /// request ends with an error).
+    async fn pay(
+        &self,
+        request: &PaidRequest,
+        required: &PaymentRequired,
+    ) -> Result<Option<Value>, String>;
 
     /// The server accepted the payment for `request` (`_meta` as it sent it).
     async fn accepted(&self, request: &PaidRequest, meta: Option<&serde_json::Map<String, Value>>) {
         let _ = (request, meta);
+    }
+
+    /// The answer to a request this hook paid for, before rmcp sees it (a Receipt to check and
+    /// keep). `Err(why)` turns it into an error.
+    async fn answered(&self, request: &PaidRequest, answer: &Value) -> Result<(), String> {
+        let _ = (request, answer);
+        Ok(())
     }
 }
 
@@ -102,6 +115,8 @@ struct Pending {
     original_id: Value,
     message: Value,
     pay_reqs: HashSet<String>,
+    /// The hook paid for it.
+    paid: bool,
     /// The signed request, to send again in a fresh wrap.
     event: Event,
     /// When it was last sent.
@@ -118,6 +133,8 @@ struct Shared {
     interaction: Option<String>,
     to_mcp: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
     hook: Option<Arc<dyn PaymentHook>>,
+    /// Set once connected: the relays, for settlement messages.
+    relays: Mutex<Option<Arc<Relays>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -174,9 +191,11 @@ impl ClientTransport {
             interaction: opts.interaction,
             to_mcp,
             hook,
+            relays: Mutex::new(None),
         });
         let task = tokio::spawn(receive(shared.clone(), inbox)).abort_handle();
         let relays = Arc::new(relays);
+        *lock(&shared.relays) = Some(relays.clone());
         let resender = opts.resend_after.map(|every| {
             tokio::spawn(resend(shared.clone(), relays.clone(), every)).abort_handle()
         });
@@ -283,6 +302,7 @@ impl Shared {
                     original_id: message.get("id").cloned().unwrap_or(Value::Null),
                     message: message.clone(),
                     pay_reqs: HashSet::new(),
+                    paid: false,
                     event: inner.clone(),
                     sent: tokio::time::Instant::now(),
                 },
@@ -302,6 +322,18 @@ impl Shared {
                 let _ = self.to_mcp.send(m).await;
             }
             Err(e) => tracing::debug!(error = %e, "contextvm client: not an MCP server message"),
+        }
+    }
+
+    /// Sends the server the JSON-RPC notification `note` about request `e` (tagged `e`, sealed
+    /// as requests are).
+    async fn notify_server(&self, e: EventId, note: &Value) -> Result<(), Error> {
+        let inner = wire::message(&self.keys, &self.server, note, vec![Tag::event(e)])?;
+        let ev = wire::seal(inner, &self.server, self.wrap())?;
+        let relays = lock(&self.relays).clone();
+        match relays {
+            Some(r) => r.publish(&ev).await,
+            None => Err(Error::Relay("not connected".into())),
         }
     }
 
@@ -334,11 +366,26 @@ impl Shared {
         match (method, message.get("id").is_some()) {
             (None, _) => {
                 // An answer: to one of this client's requests, or dropped.
-                let Some(p) = e.and_then(|e| lock(&self.pending).remove(&e)) else {
+                let Some((e, p)) = e.and_then(|e| lock(&self.pending).remove(&e).map(|p| (e, p)))
+                else {
                     return Err(Error::Refused(
                         "an answer to no request of this client".into(),
                     ));
                 };
+                if p.paid
+                    && let Some(hook) = &self.hook
+                {
+                    let request = PaidRequest {
+                        server: self.server,
+                        event_id: e,
+                        message: p.message.clone(),
+                    };
+                    if let Err(why) = hook.answered(&request, &message).await {
+                        tracing::warn!(%why, "contextvm client: a paid answer refused");
+                        message = json!({"jsonrpc": "2.0", "error": {"code": -32000,
+                            "message": format!("the paid answer does not hold: {why}")}});
+                    }
+                }
                 wire::set(&mut message, "id", p.original_id);
                 self.deliver(message).await;
             }
@@ -405,7 +452,18 @@ impl Shared {
                 };
                 let this = self.clone();
                 tokio::spawn(async move {
-                    if let Err(why) = hook.pay(&request, &required).await {
+                    let paid = hook.pay(&request, &required).await;
+                    if paid.is_ok()
+                        && let Some(p) = lock(&this.pending).get_mut(&e)
+                    {
+                        p.paid = true;
+                    }
+                    if let Ok(Some(note)) = &paid
+                        && let Err(err) = this.notify_server(e, note).await
+                    {
+                        tracing::warn!(error = %err, "contextvm client: a settlement message was not sent");
+                    }
+                    if let Err(why) = paid {
                         tracing::info!(%why, "contextvm client: payment declined");
                         let data = json!({
                             "pmi": required.pmi,

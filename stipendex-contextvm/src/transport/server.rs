@@ -172,6 +172,20 @@ pub trait Middleware: Send + Sync + 'static {
     fn list_tags(&self) -> Vec<Tag> {
         Vec::new()
     }
+
+    /// A notification from `client` about its request `request` (tagged `e`): `true` if the
+    /// middleware takes it — a payment method's settlement message — so it never reaches the
+    /// MCP server. Called in the receive loop: keep it fast.
+    fn notified(&self, client: &PublicKey, request: EventId, message: &Value) -> bool {
+        let _ = (client, request, message);
+        false
+    }
+
+    /// The answer to `client`'s request `request`, before it is sent (and kept for a retry):
+    /// the middleware may finish what it admitted (settle a payment) and add to it (a Receipt).
+    async fn answering(&self, client: PublicKey, request: EventId, message: &mut Value) {
+        let _ = (client, request, message);
+    }
 }
 
 /// A request on its way through the MCP server: what its answer needs.
@@ -429,6 +443,13 @@ impl Core {
         let client = inner.pubkey;
         let method = message.get("method").and_then(Value::as_str);
         let is_request = method.is_some() && message.get("id").is_some();
+        if !is_request
+            && method.is_some()
+            && let (Some(m), Some(e)) = (&self.middleware, wire::answers(&inner))
+            && m.notified(&client, e, &message)
+        {
+            return Ok(());
+        }
         let interaction = wire::tag_value(&inner, wire::PAYMENT_INTERACTION);
         if is_request && method == Some("initialize") {
             self.new_session(client, interaction);
@@ -732,6 +753,9 @@ impl Core {
                 return Ok(());
             };
             let e = EventId::from_hex(&id).map_err(|e| Error::Refused(e.to_string()))?;
+            if let Some(m) = &self.middleware {
+                m.answering(client, e, &mut message).await;
+            }
             wire::set(&mut message, "id", route.original_id);
             return self.publish_to(client, &message, Some(e), route.wrap).await;
         }

@@ -239,7 +239,7 @@ impl PaymentHook for Watch {
         &self,
         request: &stipendex_contextvm::transport::client::PaidRequest,
         required: &stipendex_contextvm::payments::notify::PaymentRequired,
-    ) -> Result<(), String> {
+    ) -> Result<Option<Value>, String> {
         self.seen.fetch_add(1, Ordering::SeqCst);
         *self.last.lock().unwrap() = Some(required.clone());
         if let Some(b) = &self.before {
@@ -248,7 +248,7 @@ impl PaymentHook for Watch {
         if self.pay {
             self.inner.pay(request, required).await
         } else {
-            Ok(())
+            Ok(None)
         }
     }
 }

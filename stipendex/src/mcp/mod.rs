@@ -1,4 +1,6 @@
-//! The MCP binding (feature `mcp`): Stipendex over the Model Context Protocol, on rmcp.
+//! The MCP binding: Stipendex over the Model Context Protocol, on rmcp (the gate with feature
+//! `mcp`, the paying client and the proxy with `mcp-client`; the wire's keys and the request
+//! and result digests are always built — ContextVM's Stipendex payment method shares them).
 //!
 //! ```text
 //! initialize                 -> capabilities.experimental["stipendex/payments"] = {"version": "0.1"}
@@ -34,12 +36,16 @@ use crate::receiver::Request;
 
 #[cfg(feature = "mcp-client")]
 pub mod client;
+#[cfg(feature = "mcp")]
 mod elicit;
 #[cfg(feature = "mcp-client")]
 pub mod proxy;
+#[cfg(feature = "mcp")]
 mod server;
 
+#[cfg(feature = "mcp")]
 pub use elicit::{ANSWER_WITHIN, Elicit};
+#[cfg(feature = "mcp")]
 pub use server::{PaidServer, final_amount};
 /// An MCP endpoint over Streamable HTTP for a [`PaidServer`] (stateless, JSON answers; a
 /// cross-origin browser request is refused), the one x402's MCP adapter serves.

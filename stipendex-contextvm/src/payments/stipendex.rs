@@ -1,0 +1,369 @@
+//! The `stipendex` payment method: CEP-8 carrying Stipendex objects, so every rail of the
+//! registry (the ledger, hosted accounts, x402 on EVM, exact-algo, Stripe, Lightning) is
+//! reachable from a ContextVM server. CEP-8 lets a PMI define its settlement surface
+//! ("PMI boundaries": `pay_req` is PMI-defined); this one is:
+//!
+//! - `payment_required`: `pmi` `"stipendex"`, `pay_req` the server's signed **Quote** (compact
+//!   JWS) for this very request — its resource is `nostr:<server key>` + the method and the
+//!   tool/prompt name (resource URI), its request digest covers the arguments; `amount` is the
+//!   price in minor units of the Quote's asset (the Quote is authoritative);
+//! - the client's wallet pays it on a rail of the Quote under its mandate and sends the
+//!   **Proof** back as the JSON-RPC notification `notifications/stipendex/proof`
+//!   `{"proof": <Proof JWS>}`, tagged `["e", <request event id>]`, sealed like the request;
+//! - the server admits the Proof ([`Receiver::admit`]: the Quote is its own and unexpired, for
+//!   this request, the payment verified on its rail and used once), forwards the request, then
+//!   settles and puts the **Receipt** on the answer's `_meta["stipendex/receipt"]` — the MCP
+//!   binding's key and result digest ([`stipendex::mcp::canonical_result`]); a failed call's
+//!   hold is voided.
+//!
+//! The wallet side ([`StipendexHandler`]) pays only a Quote naming the server it talks to
+//! (`nostr:<its key>`, pinned in the mandate's receiver entry) for the request it sent (the
+//! request digest): a Quote relayed from another server or another call is not paid.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use nostr::{EventId, PublicKey};
+use rail_core::Money;
+use serde_json::{Map, Value, json};
+use stipendex::envelope::{Quote, Receipt, Signed};
+use stipendex::receiver::{Admitted, Answer, Paying, Price, Receiver, Request};
+use stipendex::wallet::{Paid, Wallet};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::notify::PaymentRequired;
+use super::server::{Pending, Processor, request_of};
+use crate::Error;
+use crate::transport::client::{PaidRequest, PaymentHook};
+use crate::transport::server::Held;
+
+/// The payment method identifier.
+pub const PMI_STIPENDEX: &str = "stipendex";
+/// The client's notification carrying the Proof (`params: {"proof": <JWS>}`, tagged `e`).
+pub const PROOF: &str = "notifications/stipendex/proof";
+/// The largest Proof read (a Proof embeds its Quote and perhaps a Confirmation).
+const MAX_PROOF: usize = 64 * 1024;
+/// The most requests waiting for a Proof at once.
+const MAX_WAITING: usize = 10_000;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn payment_err(e: impl std::fmt::Display) -> Error {
+    Error::Payment(e.to_string())
+}
+
+/// The Stipendex request of `message` sent to the ContextVM server `server`: its origin is
+/// `nostr:<server key>`.
+fn request_to(server: &PublicKey, message: &Value) -> Option<Request> {
+    let mut req = request_of(message)?;
+    req.origin = stipendex::origin::nostr(&server.to_hex());
+    Some(req)
+}
+
+struct Waiting {
+    client: PublicKey,
+    request: Request,
+    proof: Option<oneshot::Sender<String>>,
+    received: Option<oneshot::Receiver<String>>,
+}
+
+/// The server's side of the `stipendex` method (see the module's documentation).
+pub struct StipendexProcessor {
+    receiver: Receiver,
+    server: PublicKey,
+    waiting: Mutex<HashMap<EventId, Waiting>>,
+    paying: Mutex<HashMap<EventId, Paying>>,
+}
+
+impl std::fmt::Debug for StipendexProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StipendexProcessor")
+            .field("receiver", &self.receiver)
+            .field("server", &self.server.to_hex())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StipendexProcessor {
+    /// Quotes and admits for `receiver`, the ContextVM server whose Nostr key is `server`
+    /// (the Quotes' origin).
+    #[must_use]
+    pub fn new(receiver: Receiver, server: PublicKey) -> Self {
+        StipendexProcessor {
+            receiver,
+            server,
+            waiting: Mutex::new(HashMap::new()),
+            paying: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl Processor for StipendexProcessor {
+    fn pmi(&self) -> &str {
+        PMI_STIPENDEX
+    }
+
+    fn unit(&self) -> &str {
+        "minor-units"
+    }
+
+    fn amount(&self, price: &Money) -> Result<u64, Error> {
+        u64::try_from(price.minor_units()).map_err(|e| Error::Refused(e.to_string()))
+    }
+
+    async fn require(
+        &self,
+        price: &Money,
+        description: Option<&str>,
+        _ttl: std::time::Duration,
+        held: &Held,
+    ) -> Result<Pending, Error> {
+        let mut request = request_to(&self.server, &held.message)
+            .ok_or_else(|| Error::Refused("not a priced MCP request".into()))?;
+        request.client = Some(held.client.to_hex());
+        if lock(&self.waiting).len() >= MAX_WAITING {
+            return Err(Error::Payment("too many payments waiting".into()));
+        }
+        let quote = self
+            .receiver
+            .quote(
+                &request,
+                &Price::Fixed(price.clone()),
+                description.map(str::to_owned),
+            )
+            .await
+            .map_err(payment_err)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (tx, rx) = oneshot::channel();
+        lock(&self.waiting).insert(
+            held.event_id,
+            Waiting {
+                client: held.client,
+                request,
+                proof: Some(tx),
+                received: Some(rx),
+            },
+        );
+        Ok(Pending {
+            required: PaymentRequired {
+                amount: self.amount(price)?,
+                pay_req: quote.jws().to_owned(),
+                pmi: PMI_STIPENDEX.to_owned(),
+                description: description.map(str::to_owned),
+                ttl: Some(quote.object().exp.saturating_sub(now).max(1)),
+                meta: None,
+            },
+            state: json!({"request": held.event_id.to_hex()}),
+        })
+    }
+
+    async fn verify(
+        &self,
+        pending: &Pending,
+        deadline: Instant,
+    ) -> Result<Option<Map<String, Value>>, Error> {
+        let e = pending
+            .state
+            .get("request")
+            .and_then(Value::as_str)
+            .and_then(|h| EventId::from_hex(h).ok())
+            .ok_or_else(|| Error::Payment("a payment request of no request".into()))?;
+        let received = lock(&self.waiting)
+            .get_mut(&e)
+            .and_then(|w| w.received.take())
+            .ok_or_else(|| Error::Payment("no payment is awaited for this request".into()))?;
+        let proof = tokio::time::timeout_at(deadline, received).await;
+        let waiting = lock(&self.waiting).remove(&e);
+        let (Ok(Ok(proof)), Some(waiting)) = (proof, waiting) else {
+            return Err(Error::Payment("no Proof in time".into()));
+        };
+        match self.receiver.admit(&waiting.request, &proof).await {
+            Ok(Admitted::Run(paying)) => {
+                let quote = paying.accepted.quote.object().id.clone();
+                lock(&self.paying).insert(e, *paying);
+                let mut meta = Map::new();
+                meta.insert("stipendex/quote".into(), Value::String(quote));
+                Ok(Some(meta))
+            }
+            Ok(Admitted::Answered { quote, .. }) => Err(Error::Payment(format!(
+                "the Proof of quote {quote} was used for another request"
+            ))),
+            Err(e) => Err(payment_err(e)),
+        }
+    }
+
+    fn delivered(&self, client: &PublicKey, request: EventId, message: &Value) -> bool {
+        if message.get("method").and_then(Value::as_str) != Some(PROOF) {
+            return false;
+        }
+        let Some(proof) = message
+            .pointer("/params/proof")
+            .and_then(Value::as_str)
+            .filter(|p| p.len() <= MAX_PROOF)
+        else {
+            return true;
+        };
+        let mut waiting = lock(&self.waiting);
+        if let Some(w) = waiting.get_mut(&request).filter(|w| w.client == *client)
+            && let Some(tx) = w.proof.take()
+        {
+            let _ = tx.send(proof.to_owned());
+        }
+        true
+    }
+
+    async fn answered(&self, request: EventId, message: &mut Value) {
+        let Some(paying) = lock(&self.paying).remove(&request) else {
+            return;
+        };
+        let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {
+            status,
+            content_type: Some("application/json".into()),
+            body: body.to_string().into_bytes(),
+            receipt,
+        };
+        let failed = message.get("error").is_some()
+            || message
+                .pointer("/result/isError")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+        if failed {
+            // Nothing to receipt; a checkout's hold is given back.
+            if let Err(e) = self.receiver.release(&paying.accepted).await {
+                tracing::error!(error = %e, "contextvm stipendex: cannot void a hold after a failed call");
+            }
+            let kept = keep(500, message, None);
+            if let Err(e) = self.receiver.answered(paying, Some(&kept)).await {
+                tracing::warn!(error = %e, "contextvm stipendex: the answer was not kept");
+            }
+            return;
+        }
+        let result = message.get("result").cloned().unwrap_or(Value::Null);
+        let bytes = stipendex::mcp::canonical_result(&result);
+        match self.receiver.settle(&paying.accepted, None, &bytes).await {
+            Ok(receipt) => {
+                if let Some(r) = message.get_mut("result").and_then(Value::as_object_mut) {
+                    let meta = r
+                        .entry("_meta")
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    if let Some(m) = meta.as_object_mut() {
+                        m.insert(stipendex::mcp::RECEIPT.into(), json!(receipt));
+                    }
+                }
+                let kept = keep(200, message, Some(receipt.jws().to_owned()));
+                if let Err(e) = self.receiver.answered(paying, Some(&kept)).await {
+                    tracing::warn!(error = %e, "contextvm stipendex: the answer was not kept");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "contextvm stipendex: cannot settle after the call");
+                if let Err(e) = self.receiver.release(&paying.accepted).await {
+                    tracing::error!(error = %e, "contextvm stipendex: cannot void a hold");
+                }
+                *message = json!({"jsonrpc": "2.0", "id": message.get("id"), "error": {
+                    "code": -32603,
+                    "message": format!("the call ran but its payment could not be settled: {e}"),
+                }});
+                let _ = self.receiver.answered(paying, None).await;
+            }
+        }
+    }
+}
+
+/// The client's side of the `stipendex` method: a Stipendex [`Wallet`] pays the server's Quote
+/// under its mandate and the Proof goes back; the Receipt on the answer is checked against the
+/// result and kept in the audit chain.
+pub struct StipendexHandler {
+    wallet: Wallet,
+    paid: Mutex<HashMap<EventId, Paid>>,
+}
+
+impl std::fmt::Debug for StipendexHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StipendexHandler").finish_non_exhaustive()
+    }
+}
+
+impl StipendexHandler {
+    /// Pays with `wallet`.
+    #[must_use]
+    pub fn new(wallet: Wallet) -> Self {
+        StipendexHandler {
+            wallet,
+            paid: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl PaymentHook for StipendexHandler {
+    fn pmis(&self) -> Vec<String> {
+        vec![PMI_STIPENDEX.to_owned()]
+    }
+
+    async fn pay(
+        &self,
+        request: &PaidRequest,
+        required: &PaymentRequired,
+    ) -> Result<Option<Value>, String> {
+        if required.pmi != PMI_STIPENDEX {
+            return Err(format!("{} is not {PMI_STIPENDEX}", required.pmi));
+        }
+        let quote = Signed::<Quote>::parse(&required.pay_req).map_err(|e| e.to_string())?;
+        let sent = request_to(&request.server, &request.message)
+            .ok_or_else(|| "the request is not a priced MCP call".to_owned())?;
+        // The resource (the server's key, the method, the name) is the wallet's to pin; the
+        // arguments are in the request digest, which only the call can check.
+        if quote.object().request != Some(sent.digest()) {
+            return Err(format!(
+                "quote {} prices another call than the one sent: a quote relayed from another call is not paid",
+                quote.object().id
+            ));
+        }
+        let resource = sent
+            .resource()
+            .ok_or_else(|| "the request has no origin".to_owned())?;
+        let paid = self
+            .wallet
+            .pay_sent(&quote, &resource, self.wallet.confirmer())
+            .await
+            .map_err(|e| e.to_string())?;
+        let note = json!({"jsonrpc": "2.0", "method": PROOF,
+                          "params": {"proof": paid.proof.jws()}});
+        lock(&self.paid).insert(request.event_id, paid);
+        Ok(Some(note))
+    }
+
+    async fn answered(&self, request: &PaidRequest, answer: &Value) -> Result<(), String> {
+        let Some(paid) = lock(&self.paid).remove(&request.event_id) else {
+            return Ok(());
+        };
+        let Some(result) = answer.get("result") else {
+            // An error: nothing was delivered, so nothing to receipt.
+            return Ok(());
+        };
+        let receipt: Signed<Receipt> = result
+            .pointer(&format!(
+                "/_meta/{}",
+                stipendex::mcp::RECEIPT.replace('/', "~1")
+            ))
+            .cloned()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| format!("the answer's Receipt: {e}"))?
+            .ok_or_else(|| "the paid answer carries no Receipt".to_owned())?;
+        let delivered = stipendex::mcp::canonical_result(result);
+        self.wallet
+            .receipt_for(&paid, receipt.jws(), &delivered)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
