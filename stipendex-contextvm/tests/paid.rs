@@ -215,3 +215,62 @@ async fn a_relay_restart_mid_payment_loses_nothing() {
     assert_eq!(text(&r), "echo: after");
     server.shutdown().await;
 }
+
+/// What is priced is the receiver's one route table: an explicit wildcard (`private://*`) prices
+/// every resource under it, the most specific pattern wins, and what no pattern names is free —
+/// the same decision as the HTTP binding's and the MCP gate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcards_price_what_they_name_and_nothing_else() {
+    use rail_core::ReceiverHandle;
+    use stipendex::envelope::SecretKey;
+    use stipendex::receiver::{PricedCapability, Receiver};
+    use stipendex_contextvm::payments::{NwcProcessor, ServerPayments};
+    use stipendex_contextvm::transport::server::Middleware as _;
+
+    let w = world().await;
+    let receiver = Receiver::builder("shop", SecretKey::generate())
+        .rail(
+            "ln-nwc",
+            ReceiverHandle::with_holds(w.shop_receiver.clone()),
+        )
+        .price(PricedCapability::fixed(
+            "resources/read",
+            "private://*",
+            common::sats(5),
+        ))
+        .price(PricedCapability::fixed(
+            "tools/call",
+            "search_*",
+            common::sats(10),
+        ))
+        .build()
+        .unwrap();
+    let payments = ServerPayments::new(
+        receiver,
+        vec![Arc::new(NwcProcessor::new(
+            w.shop_receiver.clone(),
+            w.shop.clone(),
+        ))],
+    )
+    .unwrap();
+    let read = |uri: &str| serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": uri}});
+    let tool = |name: &str| serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name}});
+    assert!(payments.holds(&read("private://reports/2026")));
+    assert!(!payments.holds(&read("public://readme")));
+    assert!(payments.holds(&tool("search_web")));
+    assert!(!payments.holds(&tool("echo")));
+    assert!(
+        !payments.holds(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+    );
+    let cap: Vec<Vec<String>> = payments
+        .list_tags()
+        .iter()
+        .map(|t| t.as_slice().to_vec())
+        .collect();
+    assert!(cap.contains(&vec![
+        "cap".into(),
+        "resource:private://*".into(),
+        "5".into(),
+        "sats".into()
+    ]));
+}
