@@ -6,7 +6,8 @@
 //! cargo run --release -p stipendex-contextvm --example bench -- [SECONDS] [CONCURRENCY]
 //! ```
 //! Prints one markdown table: calls/s, p50 and p99 latency, errors, for each client → server
-//! pair and each call (a free `echo`, a `search` paid 10 sats by Lightning, CEP-8 transparent).
+//! pair and each call (a free `echo`, a `search` paid 10 sats by Lightning, CEP-8 transparent;
+//! and a `search` paid 0.01 USD by the `stipendex` method over the embedded ledger).
 // Latencies and rates are timings, not money: floats are fine here.
 #![allow(
     clippy::print_stdout,
@@ -195,6 +196,125 @@ fn sdk_row(client: &'static str, server: &'static str, call: &'static str, v: &V
     }
 }
 
+/// The `stipendex` payment method over the embedded ledger (SQLite, durable commits): a Quote, a
+/// Proof, a Receipt per paid call, this crate's client and server.
+async fn stipendex_method(relay: &str, seconds: u64, concurrency: usize) -> Res<Row> {
+    use stipendex::envelope::{Allow, Limits, Mandate, Party, Signed};
+    use stipendex::ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
+    use stipendex_contextvm::payments::{StipendexHandler, StipendexProcessor};
+
+    let dir = tempfile::tempdir()?;
+    let url = format!("sqlite://{}/ledger.db", dir.path().display());
+    let ledger = Ledger::sqlite(&url).await?;
+    let (bank, agent, shop) = (
+        AccountId::random(),
+        AccountId::random(),
+        AccountId::random(),
+    );
+    for (id, no_overdraft) in [(bank, false), (agent, true), (shop, true)] {
+        ledger
+            .create_account(NewAccount {
+                id,
+                asset: Asset::usd(),
+                no_overdraft,
+            })
+            .await?;
+    }
+    ledger
+        .transfer(TransferRequest::Single {
+            id: TransferId::random(),
+            debit: bank,
+            credit: agent,
+            amount: 1_000_000_000,
+            user_data: 0,
+        })
+        .await?;
+    let config = format!(
+        "[store]\nurl = \"memory\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{url}\"\nasset = \"USD\"\npayer_account = \"{agent}\"\npayee_account = \"{shop}\"\n"
+    );
+    let registry = stipendex::Registry::from_toml(
+        &config,
+        &std::collections::BTreeMap::<String, String>::new(),
+    )
+    .await?;
+    let receiver_key = SecretKey::generate();
+    let receiver = Receiver::builder("shop", receiver_key.clone())
+        .registry(&registry)
+        .price(PricedCapability::fixed(
+            "tools/call",
+            "search",
+            Money::parse(Asset::usd(), "0.01")?,
+        ))
+        .build()?;
+    let keys = Keys::generate();
+    let payments = ServerPayments::new(
+        receiver.clone(),
+        vec![Arc::new(StipendexProcessor::new(
+            receiver,
+            keys.public_key(),
+        ))],
+    )?
+    .max_pending(100_000);
+    let server = Server::start(
+        keys.clone(),
+        ServerOptions::new(vec![relay.to_owned()]),
+        || Shop,
+        Some(Arc::new(payments)),
+    )
+    .await?;
+    let principal = SecretKey::generate();
+    let wallet_key = SecretKey::generate();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let mut m = Mandate::draft(
+        Party {
+            id: "principal".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        now,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: Asset::usd(),
+        per_call: Some("1.00".parse()?),
+        per_period: None,
+        total: None,
+        per_receiver: None,
+        confirm_above: None,
+        tab_cap: None,
+        open_tabs: None,
+    });
+    m.allow.push(Allow::Receiver {
+        id: "shop".into(),
+        key: receiver_key.public(),
+        origins: vec![format!("nostr:{}", keys.public_key().to_hex())],
+    });
+    let wallet = stipendex::wallet::Wallet::builder(wallet_key, Signed::sign(m, &principal)?)
+        .registry(&registry)
+        .build()?;
+    let t = ClientTransport::connect(
+        Keys::generate(),
+        ClientOptions::new(vec![relay.to_owned()], keys.public_key()),
+        Some(Arc::new(StipendexHandler::new(wallet))),
+    )
+    .await?;
+    let client = Arc::new(().serve(t).await?);
+    let (calls, errors, secs, lat) = drive(client, "search", seconds, concurrency).await;
+    server.shutdown().await;
+    Ok(Row {
+        client: "stipendex-contextvm",
+        server: "stipendex-contextvm",
+        call: "paid (stipendex, ledger)",
+        calls,
+        errors,
+        per_sec: calls as f64 / secs,
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    })
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Res<()> {
     let mut args = std::env::args().skip(1);
@@ -264,6 +384,8 @@ async fn main() -> Res<()> {
             p99: percentile(&lat, 0.99),
         });
     }
+
+    rows.push(stipendex_method(&relay, seconds, concurrency).await?);
 
     if sdk_installed() {
         let (sdk_pk, _sdk) = {
