@@ -518,20 +518,11 @@ impl Devnet {
 /// The group id of `group`: SHA-512/256 of `"TG"` and the canonical `{txlist: [txid…]}`.
 #[must_use]
 pub fn group_id(group: &[SignedPay]) -> [u8; 32] {
-    use rail_exact_algo::msgpack::{Value, encode};
-    let ids = group
+    let txns: Vec<rail_exact_algo::txn::Transaction> = group
         .iter()
-        .map(|s| {
-            let mut t = s.txn.clone();
-            t.group = None;
-            Value::Bin(Sha512_256::digest(t.signing_bytes()).to_vec())
-        })
+        .map(|s| rail_exact_algo::txn::Transaction::Pay(s.txn.clone()))
         .collect();
-    let mut m = BTreeMap::new();
-    m.insert("txlist".to_owned(), Value::Array(ids));
-    let mut b = b"TG".to_vec();
-    b.extend_from_slice(&encode(&Value::Map(m)));
-    Sha512_256::digest(&b).into()
+    rail_exact_algo::txn::group_id(&txns)
 }
 
 /// A signed payment as algod renders it in JSON (addresses in base32, bytes in base64).

@@ -16,6 +16,12 @@ use sha2::{Digest, Sha512_256};
 use crate::address::Address;
 use crate::msgpack::{self, MsgpackError, Value};
 
+mod axfer;
+mod group;
+
+pub use axfer::AxferTxn;
+pub use group::{MAX_GROUP, SignedTxn, Transaction, group_id};
+
 /// The fields of a native `pay` transaction (`type = "pay"`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PayTxn {
@@ -77,8 +83,9 @@ pub enum TxnError {
     /// A field of the wrong type or size.
     #[error("field {0} has the wrong type or size")]
     FieldType(&'static str),
-    /// Not a `pay` transaction.
-    #[error("transaction type {0:?} is not pay")]
+    /// Not a transaction of the type expected (`pay`, or `axfer` where asset transfers are
+    /// read).
+    #[error("transaction type {0:?} is not accepted here")]
     WrongType(String),
     /// A multisig signature (not accepted).
     #[error("multisig transactions are not accepted")]
@@ -133,7 +140,7 @@ fn addr(m: &BTreeMap<String, Value>, k: &'static str) -> Result<Option<Address>,
 }
 
 impl PayTxn {
-    fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
+    pub(super) fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
         match m.get("type") {
             Some(Value::Str(t)) if t == "pay" => {}
             Some(Value::Str(t)) => return Err(TxnError::WrongType(t.clone())),
@@ -174,7 +181,7 @@ impl PayTxn {
         })
     }
 
-    fn to_value(&self) -> Value {
+    pub(super) fn to_value(&self) -> Value {
         let mut m = BTreeMap::new();
         let mut put = |k: &str, v: Value| {
             m.insert(k.to_owned(), v);

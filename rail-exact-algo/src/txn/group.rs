@@ -1,0 +1,287 @@
+//! Transactions of either kind this crate reads (`pay`, `axfer`), signed or not, and atomic
+//! groups: the group id is SHA-512/256 of `"TG" || canonical({"txlist": [txid bytes…]})`, each
+//! txid over the transaction without its `grp` (go-algorand `crypto.Digest(TxGroup)`; checked
+//! against py-algorand-sdk's `calculate_group_id`).
+
+use std::collections::BTreeMap;
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use sha2::{Digest, Sha512_256};
+
+use super::axfer::AxferTxn;
+use super::{PayTxn, TxnError, addr};
+use crate::address::Address;
+use crate::msgpack::{self, Value};
+
+/// The most transactions an atomic group may hold.
+pub const MAX_GROUP: usize = 16;
+
+/// A transaction this crate reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transaction {
+    /// A native payment.
+    Pay(PayTxn),
+    /// An asset transfer.
+    Axfer(AxferTxn),
+}
+
+impl Transaction {
+    fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
+        match m.get("type") {
+            Some(Value::Str(t)) if t == "pay" => PayTxn::from_map(m).map(Transaction::Pay),
+            Some(Value::Str(t)) if t == "axfer" => AxferTxn::from_map(m).map(Transaction::Axfer),
+            Some(Value::Str(t)) => Err(TxnError::WrongType(t.clone())),
+            Some(_) => Err(TxnError::FieldType("type")),
+            None => Err(TxnError::MissingField("type")),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        match self {
+            Transaction::Pay(t) => t.to_value(),
+            Transaction::Axfer(t) => t.to_value(),
+        }
+    }
+
+    /// The canonical encoding.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        msgpack::encode(&self.to_value())
+    }
+
+    /// `"TX" || canonical(txn)`.
+    #[must_use]
+    pub fn signing_bytes(&self) -> Vec<u8> {
+        let mut b = b"TX".to_vec();
+        b.extend_from_slice(&self.encode());
+        b
+    }
+
+    /// The transaction id.
+    #[must_use]
+    pub fn id(&self) -> String {
+        data_encoding::BASE32_NOPAD.encode(&Sha512_256::digest(self.signing_bytes()))
+    }
+
+    /// The sender.
+    #[must_use]
+    pub fn sender(&self) -> Address {
+        match self {
+            Transaction::Pay(t) => t.sender,
+            Transaction::Axfer(t) => t.sender,
+        }
+    }
+
+    /// The group id it carries.
+    #[must_use]
+    pub fn group(&self) -> Option<[u8; 32]> {
+        match self {
+            Transaction::Pay(t) => t.group,
+            Transaction::Axfer(t) => t.group,
+        }
+    }
+
+    /// The same transaction with group id `group`.
+    #[must_use]
+    pub fn with_group(mut self, group: Option<[u8; 32]>) -> Self {
+        match &mut self {
+            Transaction::Pay(t) => t.group = group,
+            Transaction::Axfer(t) => t.group = group,
+        }
+        self
+    }
+
+    /// Decodes an unsigned transaction (the bare transaction map, as SDKs encode one) strictly.
+    ///
+    /// # Errors
+    /// [`TxnError`] naming the first problem.
+    pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
+        let Value::Map(m) = msgpack::decode(bytes)? else {
+            return Err(TxnError::NotAMap("transaction"));
+        };
+        let t = Transaction::from_map(&m)?;
+        if t.encode() != bytes {
+            return Err(TxnError::NonCanonical);
+        }
+        Ok(t)
+    }
+}
+
+/// The id of the atomic group `txns` (each taken without its `grp`).
+#[must_use]
+pub fn group_id(txns: &[Transaction]) -> [u8; 32] {
+    let ids = txns
+        .iter()
+        .map(|t| {
+            let bare = t.clone().with_group(None);
+            Value::Bin(Sha512_256::digest(bare.signing_bytes()).to_vec())
+        })
+        .collect();
+    let mut m = BTreeMap::new();
+    m.insert("txlist".to_owned(), Value::Array(ids));
+    let mut b = b"TG".to_vec();
+    b.extend_from_slice(&msgpack::encode(&Value::Map(m)));
+    Sha512_256::digest(&b).into()
+}
+
+/// A signed transaction of either kind: `{sig, txn, sgnr?}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedTxn {
+    /// The transaction.
+    pub txn: Transaction,
+    /// `sig`.
+    pub sig: [u8; 64],
+    /// `sgnr`: the authorizing address when it differs from the sender.
+    pub auth: Option<Address>,
+}
+
+impl SignedTxn {
+    /// Signs `txn` with `key` (`auth`: the key's address when the sender is rekeyed to it).
+    #[must_use]
+    pub fn sign(txn: Transaction, key: &ed25519_dalek::SigningKey, auth: Option<Address>) -> Self {
+        use ed25519_dalek::Signer;
+        let sig = key.sign(&txn.signing_bytes()).to_bytes();
+        SignedTxn { txn, sig, auth }
+    }
+
+    /// Decodes a signed transaction strictly (single signature only).
+    ///
+    /// # Errors
+    /// [`TxnError`] naming the first problem.
+    pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
+        let Value::Map(m) = msgpack::decode(bytes)? else {
+            return Err(TxnError::NotAMap("signed transaction"));
+        };
+        if m.contains_key("msig") {
+            return Err(TxnError::Multisig);
+        }
+        if m.contains_key("lsig") {
+            return Err(TxnError::LogicSig);
+        }
+        if let Some(k) = m
+            .keys()
+            .find(|k| !["sig", "sgnr", "txn"].contains(&k.as_str()))
+        {
+            return Err(TxnError::UnknownField(k.clone()));
+        }
+        let sig: [u8; 64] = match m.get("sig") {
+            Some(Value::Bin(b)) => b
+                .as_slice()
+                .try_into()
+                .map_err(|_| TxnError::FieldType("sig"))?,
+            Some(_) => return Err(TxnError::FieldType("sig")),
+            None => return Err(TxnError::MissingField("sig")),
+        };
+        let Some(Value::Map(t)) = m.get("txn") else {
+            return Err(TxnError::NotAMap("txn"));
+        };
+        let signed = SignedTxn {
+            txn: Transaction::from_map(t)?,
+            sig,
+            auth: addr(&m, "sgnr")?,
+        };
+        if signed.encode() != bytes {
+            return Err(TxnError::NonCanonical);
+        }
+        Ok(signed)
+    }
+
+    /// The canonical encoding.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut m = BTreeMap::new();
+        if let Some(a) = self.auth {
+            m.insert("sgnr".to_owned(), Value::Bin(a.0.to_vec()));
+        }
+        m.insert("sig".to_owned(), Value::Bin(self.sig.to_vec()));
+        m.insert("txn".to_owned(), self.txn.to_value());
+        msgpack::encode(&Value::Map(m))
+    }
+
+    /// Checks the signature (Ed25519 `verify_strict`) by `sgnr`, or else the sender.
+    ///
+    /// # Errors
+    /// [`TxnError::BadSignature`].
+    pub fn verify_signature(&self) -> Result<(), TxnError> {
+        let signer = self.auth.unwrap_or(self.txn.sender());
+        let key = VerifyingKey::from_bytes(&signer.0).map_err(|_| TxnError::BadSignature)?;
+        key.verify_strict(&self.txn.signing_bytes(), &Signature::from_bytes(&self.sig))
+            .map_err(|_| TxnError::BadSignature)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use data_encoding::BASE64;
+
+    // Made with py-algorand-sdk 2.12.0 (scripts: the issue 29 notes): a fee payer's unsigned
+    // zero-ALGO self-payment carrying the group's fees, and a client's asset transfer of 10 000
+    // base units of ASA 10458941 (testnet USDC) with fee 0, grouped, the transfer signed with
+    // the Ed25519 key of seed [7; 32].
+    const AXFER_SIGNED: &str = "gqNzaWfEQMKqM3e4pa8nOc4Vv+exrRyIC1c8wuVg9PAP4xHOxmuqa4bCvq5gEmAgxshhMRs8iY4/+ZyeFukUOGB1Gz/JOgajdHhui6RhYW10zScQpGFyY3bEIHts4k/rW6zAsWTinCIsV/X2PcOH1DkEglhBHF/hD3wComZ2zQPoo2dlbqx0ZXN0bmV0LXYxLjCiZ2jEIEhjtRiks8hOyBDyLU8QgcsPcfBZp6wg3sYvf3DlCToio2dycMQg/TMztjEbHObi+T2hfdfAajEQcuMake1xObFrdwvHExGibHbNB9Ckbm90ZcQEeDQwMqNzbmTEIOpKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIspHR5cGWlYXhmZXKkeGFpZM4An5c9";
+    const AXFER_TXID: &str = "OXMLAULNRHDGEG7SX2AAIZCQ3ZF2KVUTPFDBMPI2TZSLD6Q2A5ZQ";
+    const FEE_UNSIGNED: &str = "iaNmZWXNB9CiZnbNA+ijZ2VurHRlc3RuZXQtdjEuMKJnaMQgSGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiKjZ3JwxCD9MzO2MRsc5uL5PaF918BqMRBy4xqR7XE5sWt3C8cTEaJsds0H0KNyY3bEIEDpNJKIJWTLzpxZpptnVCaJ6aHDoqnqW2Wm6KRCH/xXo3NuZMQgQOk0koglZMvOnFmmm2dUJonpocOiqepbZabopEIf/FekdHlwZaNwYXk=";
+    const FEE_TXID: &str = "HOKV7SX52A7BVQJXCC43RXSD2GP7QY5KVWLG6BDMJ2XUQ7GMO2EA";
+    const GROUP: &str = "/TMztjEbHObi+T2hfdfAajEQcuMake1xObFrdwvHExE=";
+
+    fn b64(s: &str) -> Vec<u8> {
+        BASE64.decode(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn the_sdks_asset_transfer_group_decodes_and_reencodes_byte_for_byte() {
+        let axfer = SignedTxn::decode(&b64(AXFER_SIGNED)).unwrap();
+        assert_eq!(axfer.encode(), b64(AXFER_SIGNED));
+        axfer.verify_signature().unwrap();
+        let Transaction::Axfer(a) = &axfer.txn else {
+            panic!("not an axfer")
+        };
+        assert_eq!((a.asset, a.amount, a.fee), (10_458_941, 10_000, 0));
+        assert_eq!(
+            a.receiver.to_string(),
+            "PNWOET7LLOWMBMLE4KOCELCX6X3D3Q4H2Q4QJASYIEOF7YIPPQBG3YQ5YI"
+        );
+        assert_eq!(
+            a.sender.to_string(),
+            "5JFGYY7CTRJAVPXVKB5RGLWF7GKUO5VOX27HXESCD3VGSFCG2IWAKDM5YU"
+        );
+        assert_eq!(a.note, b"x402");
+        assert_eq!(axfer.txn.id(), AXFER_TXID);
+
+        let fee = Transaction::decode(&b64(FEE_UNSIGNED)).unwrap();
+        assert_eq!(fee.encode(), b64(FEE_UNSIGNED));
+        assert_eq!(fee.id(), FEE_TXID);
+        let Transaction::Pay(p) = &fee else {
+            panic!("not a pay")
+        };
+        assert_eq!((p.amount, p.fee), (0, 2000));
+        assert_eq!(p.sender, p.receiver, "a zero-ALGO self-payment");
+
+        let gid = group_id(&[fee.clone(), axfer.txn.clone()]);
+        assert_eq!(BASE64.encode(&gid), GROUP);
+        assert_eq!(fee.group(), Some(gid));
+        assert_eq!(axfer.txn.group(), Some(gid));
+    }
+
+    #[test]
+    fn a_changed_asset_transfer_fails_its_signature_and_strays_are_refused() {
+        let mut axfer = SignedTxn::decode(&b64(AXFER_SIGNED)).unwrap();
+        if let Transaction::Axfer(a) = &mut axfer.txn {
+            a.amount += 1;
+        }
+        assert_eq!(axfer.verify_signature(), Err(TxnError::BadSignature));
+        // An unsigned transaction is not a signed one, and the reverse.
+        assert!(SignedTxn::decode(&b64(FEE_UNSIGNED)).is_err());
+        assert!(Transaction::decode(&b64(AXFER_SIGNED)).is_err());
+        // A field an asset transfer does not have (`rcv`; the zero `amt` is omitted).
+        let Value::Map(mut t) = msgpack::decode(&b64(FEE_UNSIGNED)).unwrap() else {
+            panic!()
+        };
+        t.insert("type".into(), Value::Str("axfer".into()));
+        assert_eq!(
+            Transaction::decode(&msgpack::encode(&Value::Map(t))),
+            Err(TxnError::UnknownField("rcv".into()))
+        );
+    }
+}
