@@ -215,7 +215,7 @@ mod tests {
     use super::*;
     use data_encoding::BASE64;
 
-    // Made with py-algorand-sdk 2.12.0 (scripts: the issue 29 notes): a fee payer's unsigned
+    // Made with py-algorand-sdk 2.12.0 (`scripts/avm_golden.py`): a fee payer's unsigned
     // zero-ALGO self-payment carrying the group's fees, and a client's asset transfer of 10 000
     // base units of ASA 10458941 (testnet USDC) with fee 0, grouped, the transfer signed with
     // the Ed25519 key of seed [7; 32].
