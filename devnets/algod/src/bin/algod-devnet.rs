@@ -3,10 +3,13 @@
 //! ```text
 //! algod-devnet --listen 127.0.0.1:4001 --token devtoken \
 //!     --account ADDRESS=10000000 --faucet-seed <base64 32 bytes>
+//! # posing as Algorand testnet (the x402-avm SDK knows only testnet and mainnet):
+//! algod-devnet --genesis-id testnet-v1.0 --genesis-hash SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=
 //! ```
 //! Prints the network, the genesis hash and every funded account on start.
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use algod_devnet::{Devnet, DevnetConfig};
@@ -33,6 +36,10 @@ struct Args {
     /// Genesis id.
     #[arg(long, default_value = "stipendex-devnet-v1")]
     genesis_id: String,
+    /// Genesis hash (base64, 32 bytes); default: SHA-512/256 of the genesis id. Testnet's is
+    /// `SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=`.
+    #[arg(long)]
+    genesis_hash: Option<String>,
     /// Produce an empty block this often, in milliseconds (default: only on transactions).
     #[arg(long)]
     block_ms: Option<u64>,
@@ -47,7 +54,30 @@ fn parse_account(s: &str) -> Result<(Address, u64), String> {
     Ok((a, n))
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// `--genesis-hash`: 32 bytes of standard base64.
+fn parse_genesis_hash(s: &str) -> Result<[u8; 32], String> {
+    BASE64
+        .decode(s.trim().as_bytes())
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| {
+            format!(
+                "--genesis-hash {s:?} is not 32 bytes of base64 (testnet's is SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=)"
+            )
+        })
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("algod-devnet: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -55,9 +85,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let genesis_hash = match &args.genesis_hash {
+        Some(h) => parse_genesis_hash(h)?,
+        None => sha2_of(&args.genesis_id),
+    };
     let mut cfg = DevnetConfig {
         genesis_id: args.genesis_id.clone(),
-        genesis_hash: sha2_of(&args.genesis_id),
+        genesis_hash,
         token: args.token.clone(),
         accounts: args.accounts.clone(),
         block_time: args.block_ms.map(Duration::from_millis),
@@ -101,4 +135,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn sha2_of(s: &str) -> [u8; 32] {
     use sha2::{Digest, Sha512_256};
     Sha512_256::digest(s.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_genesis_hash_is_32_bytes_of_base64_and_a_bad_one_is_named() {
+        let testnet = parse_genesis_hash("SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=");
+        assert_eq!(
+            testnet.map(|h| BASE64.encode(&h)).as_deref(),
+            Ok("SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=")
+        );
+        let short = parse_genesis_hash("SGO1GKSz").unwrap_err();
+        assert!(short.starts_with("--genesis-hash \"SGO1GKSz\" is not 32 bytes of base64"));
+        assert!(parse_genesis_hash("not base64!").is_err());
+    }
 }
