@@ -15,9 +15,9 @@ use rail_core::{Money, OpId, Payment, PaymentMode, RailId};
 use serde_json::Value;
 use x402_transport::client::{self, PayPolicy, Required, SchemePayer, Sent};
 
-use super::{Ask, Denial, Wallet, Why, chain_name, now_secs};
+use super::{Denial, Wallet, now_secs};
 use crate::Error;
-use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed, Tag, new_id};
+use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed};
 
 /// Where a challenge came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,37 +219,16 @@ impl Wallet {
             amount: choice.amount.clone(),
             proof: envelope.clone(),
         };
-        let proof = Proof {
-            stipendex: Tag::current("proof"),
-            id: new_id("p_"),
-            wallet: me.key.public(),
-            mandate: me.mandate.digest().clone(),
-            quote: None,
-            quote_jws: None,
-            tab: None,
-            tab_jws: None,
-            challenge: Some(choice.challenge.clone()),
-            confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
-            confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
-            iat: now,
-            mode: PaymentMode::Capture,
-            rail: label.clone(),
-            asset: choice.amount.asset().clone(),
-            amount: choice.amount.amount(),
-            payment,
-        };
-        let proof = Signed::sign(proof, &me.key)?;
-        let chain = chain_name(&source.origin, &proof.object().id);
-        let mut objects = vec![me.mandate.jws()];
-        if let Some(c) = &confirmation {
-            objects.push(c.jws());
-        }
-        objects.push(proof.jws());
-        for jws in objects {
-            if let Err(e) = me.journal.record(&chain, jws).await {
-                tracing::error!(chain = %chain, error = %e, "could not journal a payment's object");
-            }
-        }
+        let proof = self
+            .record_unsigned(
+                choice.challenge.clone(),
+                confirmation.as_ref(),
+                payment,
+                label.clone(),
+                now,
+                None,
+            )
+            .await?;
         tracing::info!(origin = %source.origin, amount = %choice.amount.amount(), asset = %choice.amount.asset(), payer = %label, "signed an x402 payment");
         Ok(ChallengePaid {
             header,
@@ -300,28 +279,8 @@ impl Wallet {
         budgets: &super::spend::Budgets,
         now: u64,
     ) -> Result<Signed<Confirmation>, Error> {
-        let (left_in_period, left_in_total) = budgets.left().await;
-        let ask = Ask {
-            why: Why::AboveThreshold,
-            receiver: choice.challenge.origin.clone(),
-            description: choice
-                .entry
-                .get("description")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            total: choice.amount.clone(),
-            tolerance: rail_core::Amount::ZERO,
-            left_in_period,
-            left_in_total,
-        };
-        self.ask_human(
-            &ask,
-            choice.challenge.digest(),
-            "x402",
-            now,
-            self.0.confirmer.as_ref(),
-        )
-        .await
+        self.confirm_unsigned(&choice.challenge, &choice.amount, budgets, now, "x402")
+            .await
     }
 }
 

@@ -118,28 +118,8 @@ impl Wallet {
             .confirm_above
             .is_some_and(|t| offer.amount.amount() > t)
         {
-            let (left_in_period, left_in_total) = budgets.left().await;
-            let ask = Ask {
-                why: Why::AboveThreshold,
-                receiver: server.to_owned(),
-                description: challenge
-                    .entry
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                total: offer.amount.clone(),
-                tolerance: rail_core::Amount::ZERO,
-                left_in_period,
-                left_in_total,
-            };
             match self
-                .ask_human(
-                    &ask,
-                    challenge.digest(),
-                    "contextvm",
-                    now,
-                    me.confirmer.as_ref(),
-                )
+                .confirm_unsigned(&challenge, &offer.amount, &budgets, now, "contextvm")
                 .await
             {
                 Ok(c) => Some(c),
@@ -165,6 +145,74 @@ impl Wallet {
                 return Err(Error::Payment(e));
             }
         };
+        let proof = self
+            .record_unsigned(
+                challenge,
+                confirmation.as_ref(),
+                payment.clone(),
+                payment.rail.as_str().to_owned(),
+                now,
+                Some(op.as_str()),
+            )
+            .await?;
+        tracing::info!(server = %server, amount = %payment.amount.amount(), asset = %payment.amount.asset(), rail = %rail.name, "paid a ContextVM payment request");
+        Ok(OfferPaid {
+            payment,
+            proof,
+            confirmation,
+        })
+    }
+}
+
+impl Wallet {
+    /// Asks the human to confirm paying `amount` for the unsigned `challenge` (an x402
+    /// challenge, a ContextVM payment request); the Confirmation binds the challenge's digest.
+    pub(super) async fn confirm_unsigned(
+        &self,
+        challenge: &Challenge,
+        amount: &rail_core::Money,
+        budgets: &super::spend::Budgets,
+        now: u64,
+        what: &str,
+    ) -> Result<Signed<Confirmation>, Error> {
+        let (left_in_period, left_in_total) = budgets.left().await;
+        let ask = Ask {
+            why: Why::AboveThreshold,
+            receiver: challenge.origin.clone(),
+            description: challenge
+                .entry
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            total: amount.clone(),
+            tolerance: rail_core::Amount::ZERO,
+            left_in_period,
+            left_in_total,
+        };
+        self.ask_human(
+            &ask,
+            challenge.digest(),
+            what,
+            now,
+            self.0.confirmer.as_ref(),
+        )
+        .await
+    }
+
+    /// The signed Proof of `payment` for the unsigned `challenge`, journaled with the mandate
+    /// and the Confirmation in the chain of the challenge's origin and `key` (the Proof's id
+    /// when `None`).
+    pub(super) async fn record_unsigned(
+        &self,
+        challenge: Challenge,
+        confirmation: Option<&Signed<Confirmation>>,
+        payment: Payment,
+        rail: String,
+        now: u64,
+        key: Option<&str>,
+    ) -> Result<Signed<Proof>, Error> {
+        let me = &self.0;
+        let origin = challenge.origin.clone();
         let proof = Proof {
             stipendex: Tag::current("proof"),
             id: new_id("p_"),
@@ -175,19 +223,19 @@ impl Wallet {
             tab: None,
             tab_jws: None,
             challenge: Some(challenge),
-            confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
-            confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
+            confirmation: confirmation.map(|c| c.digest().clone()),
+            confirmation_jws: confirmation.map(|c| c.jws().to_owned()),
             iat: now,
             mode: payment.mode,
-            rail: payment.rail.as_str().to_owned(),
+            rail,
             asset: payment.amount.asset().clone(),
             amount: payment.amount.amount(),
-            payment: payment.clone(),
+            payment,
         };
         let proof = Signed::sign(proof, &me.key)?;
-        let chain = chain_name(server, op.as_str());
+        let chain = chain_name(&origin, key.unwrap_or(&proof.object().id));
         let mut objects = vec![me.mandate.jws()];
-        if let Some(c) = &confirmation {
+        if let Some(c) = confirmation {
             objects.push(c.jws());
         }
         objects.push(proof.jws());
@@ -196,11 +244,6 @@ impl Wallet {
                 tracing::error!(chain = %chain, error = %e, "could not journal a payment's object");
             }
         }
-        tracing::info!(server = %server, amount = %payment.amount.amount(), asset = %payment.amount.asset(), rail = %rail.name, "paid a ContextVM payment request");
-        Ok(OfferPaid {
-            payment,
-            proof,
-            confirmation,
-        })
+        Ok(proof)
     }
 }
