@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use data_encoding::BASE32_NOPAD;
 use sha2::{Digest, Sha512_256};
 
-use super::{TxnError, addr, bytes32, uint};
+use super::{TxnError, addr, bytes32, genesis_id, note, typed, uint};
 use crate::address::Address;
 use crate::msgpack::{self, Value};
 
@@ -55,28 +55,9 @@ pub struct AxferTxn {
 
 impl AxferTxn {
     pub(super) fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
-        match m.get("type") {
-            Some(Value::Str(t)) if t == "axfer" => {}
-            Some(Value::Str(t)) => return Err(TxnError::WrongType(t.clone())),
-            Some(_) => return Err(TxnError::FieldType("type")),
-            None => return Err(TxnError::MissingField("type")),
-        }
-        if let Some(k) = m.keys().find(|k| !AXFER_FIELDS.contains(&k.as_str())) {
-            return Err(TxnError::UnknownField(k.clone()));
-        }
-        let note = match m.get("note") {
-            None => Vec::new(),
-            Some(Value::Bin(b)) => b.clone(),
-            Some(_) => return Err(TxnError::FieldType("note")),
-        };
-        if note.len() > 1024 {
-            return Err(TxnError::NoteTooLong);
-        }
-        let genesis_id = match m.get("gen") {
-            None => String::new(),
-            Some(Value::Str(s)) => s.clone(),
-            Some(_) => return Err(TxnError::FieldType("gen")),
-        };
+        typed(m, "axfer", AXFER_FIELDS)?;
+        let note = note(m)?;
+        let genesis_id = genesis_id(m)?;
         Ok(AxferTxn {
             sender: addr(m, "snd")?.ok_or(TxnError::MissingField("snd"))?,
             asset: uint(m, "xaid")?,

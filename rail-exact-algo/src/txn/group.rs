@@ -5,11 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use ed25519_dalek::{Signature, VerifyingKey};
 use sha2::{Digest, Sha512_256};
 
 use super::axfer::AxferTxn;
-use super::{PayTxn, TxnError, addr};
+use super::{PayTxn, TxnError, signed_encoding, signed_parts, verify_by};
 use crate::address::Address;
 use crate::msgpack::{self, Value};
 
@@ -149,36 +148,11 @@ impl SignedTxn {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
-        let Value::Map(m) = msgpack::decode(bytes)? else {
-            return Err(TxnError::NotAMap("signed transaction"));
-        };
-        if m.contains_key("msig") {
-            return Err(TxnError::Multisig);
-        }
-        if m.contains_key("lsig") {
-            return Err(TxnError::LogicSig);
-        }
-        if let Some(k) = m
-            .keys()
-            .find(|k| !["sig", "sgnr", "txn"].contains(&k.as_str()))
-        {
-            return Err(TxnError::UnknownField(k.clone()));
-        }
-        let sig: [u8; 64] = match m.get("sig") {
-            Some(Value::Bin(b)) => b
-                .as_slice()
-                .try_into()
-                .map_err(|_| TxnError::FieldType("sig"))?,
-            Some(_) => return Err(TxnError::FieldType("sig")),
-            None => return Err(TxnError::MissingField("sig")),
-        };
-        let Some(Value::Map(t)) = m.get("txn") else {
-            return Err(TxnError::NotAMap("txn"));
-        };
+        let (t, sig, auth) = signed_parts(bytes)?;
         let signed = SignedTxn {
-            txn: Transaction::from_map(t)?,
+            txn: Transaction::from_map(&t)?,
             sig,
-            auth: addr(&m, "sgnr")?,
+            auth,
         };
         if signed.encode() != bytes {
             return Err(TxnError::NonCanonical);
@@ -189,13 +163,7 @@ impl SignedTxn {
     /// The canonical encoding.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut m = BTreeMap::new();
-        if let Some(a) = self.auth {
-            m.insert("sgnr".to_owned(), Value::Bin(a.0.to_vec()));
-        }
-        m.insert("sig".to_owned(), Value::Bin(self.sig.to_vec()));
-        m.insert("txn".to_owned(), self.txn.to_value());
-        msgpack::encode(&Value::Map(m))
+        signed_encoding(self.txn.to_value(), &self.sig, self.auth)
     }
 
     /// Checks the signature (Ed25519 `verify_strict`) by `sgnr`, or else the sender.
@@ -203,10 +171,11 @@ impl SignedTxn {
     /// # Errors
     /// [`TxnError::BadSignature`].
     pub fn verify_signature(&self) -> Result<(), TxnError> {
-        let signer = self.auth.unwrap_or(self.txn.sender());
-        let key = VerifyingKey::from_bytes(&signer.0).map_err(|_| TxnError::BadSignature)?;
-        key.verify_strict(&self.txn.signing_bytes(), &Signature::from_bytes(&self.sig))
-            .map_err(|_| TxnError::BadSignature)
+        verify_by(
+            self.auth.unwrap_or(self.txn.sender()),
+            &self.txn.signing_bytes(),
+            &self.sig,
+        )
     }
 }
 

@@ -139,30 +139,101 @@ fn addr(m: &BTreeMap<String, Value>, k: &'static str) -> Result<Option<Address>,
     Ok(bytes32(m, k)?.map(Address))
 }
 
+/// `note` (at most 1 KiB; absent is empty).
+fn note(m: &BTreeMap<String, Value>) -> Result<Vec<u8>, TxnError> {
+    let note = match m.get("note") {
+        None => Vec::new(),
+        Some(Value::Bin(b)) => b.clone(),
+        Some(_) => return Err(TxnError::FieldType("note")),
+    };
+    if note.len() > 1024 {
+        return Err(TxnError::NoteTooLong);
+    }
+    Ok(note)
+}
+
+/// `gen` (absent is empty).
+fn genesis_id(m: &BTreeMap<String, Value>) -> Result<String, TxnError> {
+    match m.get("gen") {
+        None => Ok(String::new()),
+        Some(Value::Str(s)) => Ok(s.clone()),
+        Some(_) => Err(TxnError::FieldType("gen")),
+    }
+}
+
+/// Checks `type` is `want` and every key is one of `fields`.
+fn typed(m: &BTreeMap<String, Value>, want: &str, fields: &[&str]) -> Result<(), TxnError> {
+    match m.get("type") {
+        Some(Value::Str(t)) if t == want => {}
+        Some(Value::Str(t)) => return Err(TxnError::WrongType(t.clone())),
+        Some(_) => return Err(TxnError::FieldType("type")),
+        None => return Err(TxnError::MissingField("type")),
+    }
+    match m.keys().find(|k| !fields.contains(&k.as_str())) {
+        Some(k) => Err(TxnError::UnknownField(k.clone())),
+        None => Ok(()),
+    }
+}
+
+/// The signed envelope `{sig, txn, sgnr?}` read strictly (single signature only): the
+/// transaction's map, the signature and `sgnr`.
+#[allow(clippy::type_complexity)]
+fn signed_parts(
+    bytes: &[u8],
+) -> Result<(BTreeMap<String, Value>, [u8; 64], Option<Address>), TxnError> {
+    let Value::Map(mut m) = msgpack::decode(bytes)? else {
+        return Err(TxnError::NotAMap("signed transaction"));
+    };
+    if m.contains_key("msig") {
+        return Err(TxnError::Multisig);
+    }
+    if m.contains_key("lsig") {
+        return Err(TxnError::LogicSig);
+    }
+    if let Some(k) = m
+        .keys()
+        .find(|k| !["sig", "sgnr", "txn"].contains(&k.as_str()))
+    {
+        return Err(TxnError::UnknownField(k.clone()));
+    }
+    let sig: [u8; 64] = match m.get("sig") {
+        Some(Value::Bin(b)) => b
+            .as_slice()
+            .try_into()
+            .map_err(|_| TxnError::FieldType("sig"))?,
+        Some(_) => return Err(TxnError::FieldType("sig")),
+        None => return Err(TxnError::MissingField("sig")),
+    };
+    let auth = addr(&m, "sgnr")?;
+    let Some(Value::Map(t)) = m.remove("txn") else {
+        return Err(TxnError::NotAMap("txn"));
+    };
+    Ok((t, sig, auth))
+}
+
+/// The canonical signed envelope of `txn`.
+fn signed_encoding(txn: Value, sig: &[u8; 64], auth: Option<Address>) -> Vec<u8> {
+    let mut m = BTreeMap::new();
+    if let Some(a) = auth {
+        m.insert("sgnr".to_owned(), Value::Bin(a.0.to_vec()));
+    }
+    m.insert("sig".to_owned(), Value::Bin(sig.to_vec()));
+    m.insert("txn".to_owned(), txn);
+    msgpack::encode(&Value::Map(m))
+}
+
+/// Ed25519 `verify_strict` of `sig` by `signer` over `signing_bytes`.
+fn verify_by(signer: Address, signing_bytes: &[u8], sig: &[u8; 64]) -> Result<(), TxnError> {
+    let key = VerifyingKey::from_bytes(&signer.0).map_err(|_| TxnError::BadSignature)?;
+    key.verify_strict(signing_bytes, &Signature::from_bytes(sig))
+        .map_err(|_| TxnError::BadSignature)
+}
+
 impl PayTxn {
     pub(super) fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
-        match m.get("type") {
-            Some(Value::Str(t)) if t == "pay" => {}
-            Some(Value::Str(t)) => return Err(TxnError::WrongType(t.clone())),
-            Some(_) => return Err(TxnError::FieldType("type")),
-            None => return Err(TxnError::MissingField("type")),
-        }
-        if let Some(k) = m.keys().find(|k| !PAY_FIELDS.contains(&k.as_str())) {
-            return Err(TxnError::UnknownField(k.clone()));
-        }
-        let note = match m.get("note") {
-            None => Vec::new(),
-            Some(Value::Bin(b)) => b.clone(),
-            Some(_) => return Err(TxnError::FieldType("note")),
-        };
-        if note.len() > 1024 {
-            return Err(TxnError::NoteTooLong);
-        }
-        let genesis_id = match m.get("gen") {
-            None => String::new(),
-            Some(Value::Str(s)) => s.clone(),
-            Some(_) => return Err(TxnError::FieldType("gen")),
-        };
+        typed(m, "pay", PAY_FIELDS)?;
+        let note = note(m)?;
+        let genesis_id = genesis_id(m)?;
         Ok(PayTxn {
             sender: addr(m, "snd")?.ok_or(TxnError::MissingField("snd"))?,
             // A zero receiver is omitted on the wire; it is still a (useless) receiver.
@@ -253,36 +324,11 @@ impl SignedPay {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
-        let Value::Map(m) = msgpack::decode(bytes)? else {
-            return Err(TxnError::NotAMap("signed transaction"));
-        };
-        if m.contains_key("msig") {
-            return Err(TxnError::Multisig);
-        }
-        if m.contains_key("lsig") {
-            return Err(TxnError::LogicSig);
-        }
-        if let Some(k) = m
-            .keys()
-            .find(|k| !["sig", "sgnr", "txn"].contains(&k.as_str()))
-        {
-            return Err(TxnError::UnknownField(k.clone()));
-        }
-        let sig: [u8; 64] = match m.get("sig") {
-            Some(Value::Bin(b)) => b
-                .as_slice()
-                .try_into()
-                .map_err(|_| TxnError::FieldType("sig"))?,
-            Some(_) => return Err(TxnError::FieldType("sig")),
-            None => return Err(TxnError::MissingField("sig")),
-        };
-        let Some(Value::Map(t)) = m.get("txn") else {
-            return Err(TxnError::NotAMap("txn"));
-        };
+        let (t, sig, auth) = signed_parts(bytes)?;
         let signed = SignedPay {
-            txn: PayTxn::from_map(t)?,
+            txn: PayTxn::from_map(&t)?,
             sig,
-            auth: addr(&m, "sgnr")?,
+            auth,
         };
         if signed.encode() != bytes {
             return Err(TxnError::NonCanonical);
@@ -309,13 +355,7 @@ impl SignedPay {
     /// The canonical encoding of the signed transaction (what `POST /v2/transactions` takes).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut m = BTreeMap::new();
-        if let Some(a) = self.auth {
-            m.insert("sgnr".to_owned(), Value::Bin(a.0.to_vec()));
-        }
-        m.insert("sig".to_owned(), Value::Bin(self.sig.to_vec()));
-        m.insert("txn".to_owned(), self.txn.to_value());
-        msgpack::encode(&Value::Map(m))
+        signed_encoding(self.txn.to_value(), &self.sig, self.auth)
     }
 
     /// The address whose key must have signed: `sgnr` if present, else the sender. (Whether
@@ -330,9 +370,7 @@ impl SignedPay {
     /// # Errors
     /// [`TxnError::BadSignature`].
     pub fn verify_signature(&self) -> Result<(), TxnError> {
-        let key = VerifyingKey::from_bytes(&self.signer().0).map_err(|_| TxnError::BadSignature)?;
-        key.verify_strict(&self.txn.signing_bytes(), &Signature::from_bytes(&self.sig))
-            .map_err(|_| TxnError::BadSignature)
+        verify_by(self.signer(), &self.txn.signing_bytes(), &self.sig)
     }
 }
 
