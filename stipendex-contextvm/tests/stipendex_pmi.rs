@@ -399,3 +399,43 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         "two payments (A and B), C not paid"
     );
 }
+
+/// An oversized Proof message is taken off the MCP server's path but never admits anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_proof_admits_nothing() {
+    use stipendex_contextvm::payments::server::Processor as _;
+    use stipendex_contextvm::transport::server::Held;
+
+    let s = shop().await;
+    let server = Keys::generate().public_key();
+    let processor = StipendexProcessor::new(s.receiver(), server);
+    let client = Keys::generate().public_key();
+    let held = Held {
+        client,
+        pmis: vec!["stipendex".into()],
+        event_id: nostr::EventId::from_byte_array([9; 32]),
+        interaction: None,
+        message: json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                        "params": {"name": "search", "arguments": {"q": "a"}}}),
+    };
+    let pending = processor
+        .require(
+            &Money::parse(Asset::usd(), "0.05").unwrap(),
+            None,
+            Duration::from_secs(60),
+            &held,
+        )
+        .await
+        .unwrap();
+    let huge = json!({"jsonrpc": "2.0", "method": "notifications/stipendex/proof",
+                      "params": {"proof": "a".repeat(70 * 1024)}});
+    assert!(processor.delivered(&client, held.event_id, &huge));
+    let verdict = processor
+        .verify(
+            &pending,
+            tokio::time::Instant::now() + Duration::from_millis(300),
+        )
+        .await;
+    assert!(verdict.is_err(), "an oversized Proof admitted the request");
+    assert_eq!(s.balance(s.shop).await, 0);
+}

@@ -47,14 +47,15 @@ pub fn offer_of(required: &PaymentRequired, request: &PaidRequest) -> Result<Off
         .trim()
         .parse()
         .map_err(|e| format!("pay_req is not a BOLT11 invoice: {e}"))?;
-    let amount = Money::from_minor(
-        Asset::btc(),
-        u128::from(required.amount).saturating_mul(1000),
-    )
-    .map_err(|e| format!("amount {} sats: {e}", required.amount))?;
+    let msat = u128::from(required.amount)
+        .checked_mul(1000)
+        .ok_or_else(|| format!("amount {} sats does not fit", required.amount))?;
+    let amount = Money::from_minor(Asset::btc(), msat)
+        .map_err(|e| format!("amount {} sats: {e}", required.amount))?;
     let expires = invoice
         .expires_at()
-        .map(|d| Timestamp(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .map(Timestamp)
         .ok_or_else(|| "the invoice's expiry is out of range".to_owned())?;
     Ok(Offer {
         rail: RailId::new(RAIL),

@@ -196,14 +196,45 @@ impl Relays {
     }
 }
 
+/// The last `cap` event ids seen, to take each event once.
+#[derive(Debug)]
+pub(crate) struct SeenIds {
+    ids: HashSet<EventId>,
+    order: VecDeque<EventId>,
+    cap: usize,
+}
+
+impl SeenIds {
+    pub(crate) fn new(cap: usize) -> Self {
+        SeenIds {
+            ids: HashSet::new(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+
+    /// Records `id`; `false` if it was seen already.
+    pub(crate) fn first_time(&mut self, id: EventId) -> bool {
+        if !self.ids.insert(id) {
+            return false;
+        }
+        self.order.push_back(id);
+        if self.order.len() > self.cap
+            && let Some(old) = self.order.pop_front()
+        {
+            self.ids.remove(&old);
+        }
+        true
+    }
+}
+
 /// Passes each event of subscription `sub` once to `tx`.
 async fn read(
     mut rx: tokio::sync::broadcast::Receiver<RelayPoolNotification>,
     sub: SubscriptionId,
     tx: mpsc::Sender<Event>,
 ) {
-    let mut seen: HashSet<EventId> = HashSet::new();
-    let mut order: VecDeque<EventId> = VecDeque::new();
+    let mut seen = SeenIds::new(SEEN_IDS);
     loop {
         match rx.recv().await {
             Ok(RelayPoolNotification::Event {
@@ -211,14 +242,8 @@ async fn read(
                 event,
                 ..
             }) if subscription_id == sub => {
-                if !seen.insert(event.id) {
+                if !seen.first_time(event.id) {
                     continue;
-                }
-                order.push_back(event.id);
-                if order.len() > SEEN_IDS
-                    && let Some(old) = order.pop_front()
-                {
-                    seen.remove(&old);
                 }
                 match tx.try_send(*event) {
                     Ok(()) => {}

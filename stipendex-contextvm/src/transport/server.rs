@@ -18,7 +18,7 @@
 //! [`Middleware`] sees every request before the MCP server does: a request it holds (CEP-8's
 //! priced ones) is forwarded only once it says so, and at most once.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::relay::{RelaySettings, Relays};
+use super::relay::{RelaySettings, Relays, SeenIds};
 use super::wire::{self, Wrap};
 use super::{Encryption, ServerInfo};
 use crate::Error;
@@ -42,8 +42,8 @@ use crate::Error;
 const SEEN_INNER: usize = 8192;
 /// A message signed longer ago than this is dropped (a replay of an old request).
 const MAX_AGE: Duration = Duration::from_secs(600);
-/// The largest message content the server reads (a relay's limit is usually lower).
-pub const MAX_MESSAGE: usize = 512 * 1024;
+/// The largest message content a peer reads ([`wire::MAX_MESSAGE`]).
+pub use super::wire::MAX_MESSAGE;
 /// How many answers the server keeps to send again when a request event comes again (its
 /// answer was lost: CEP-8's "same request event id = a retry, never charged twice").
 const KEPT_ANSWERS: usize = 4096;
@@ -217,8 +217,7 @@ type Factory = dyn Fn(SessionTransport) -> AbortHandle + Send + Sync;
 struct State {
     sessions: HashMap<PublicKey, Session>,
     order: VecDeque<PublicKey>,
-    seen: HashSet<EventId>,
-    seen_order: VecDeque<EventId>,
+    seen: SeenIds,
     /// Answers by the request event they answer: (client, the signed answer, its wrap).
     answers: HashMap<EventId, (PublicKey, Event, Option<Wrap>)>,
     answers_order: VecDeque<EventId>,
@@ -309,8 +308,7 @@ impl Server {
             state: Mutex::new(State {
                 sessions: HashMap::new(),
                 order: VecDeque::new(),
-                seen: HashSet::new(),
-                seen_order: VecDeque::new(),
+                seen: SeenIds::new(SEEN_INNER),
                 answers: HashMap::new(),
                 answers_order: VecDeque::new(),
                 generation: 0,
@@ -410,12 +408,6 @@ impl Core {
         {
             return Err(Error::Refused(format!(
                 "a message signed at {at}, now is {now}"
-            )));
-        }
-        if inner.content.len() > MAX_MESSAGE {
-            return Err(Error::Refused(format!(
-                "a message of {} bytes (at most {MAX_MESSAGE})",
-                inner.content.len()
             )));
         }
         let message = wire::json_rpc(&inner)?;
@@ -534,17 +526,7 @@ impl Core {
     }
 
     fn first_time(&self, id: EventId) -> bool {
-        let mut st = lock(&self.state);
-        if !st.seen.insert(id) {
-            return false;
-        }
-        st.seen_order.push_back(id);
-        if st.seen_order.len() > SEEN_INNER
-            && let Some(old) = st.seen_order.pop_front()
-        {
-            st.seen.remove(&old);
-        }
-        true
+        lock(&self.state).seen.first_time(id)
     }
 
     fn has_session(&self, client: PublicKey) -> bool {

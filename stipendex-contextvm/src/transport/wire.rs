@@ -241,11 +241,21 @@ pub fn capability(name: &str) -> Tag {
     Tag::custom(TagKind::custom(name), Vec::<String>::new())
 }
 
+/// The largest message content a peer reads (a relay's limit is usually lower): anything
+/// longer is refused before it is parsed.
+pub const MAX_MESSAGE: usize = 512 * 1024;
+
 /// The JSON-RPC message a kind 25910 event carries.
 ///
 /// # Errors
-/// [`Error::Refused`] if its content is not JSON.
+/// [`Error::Refused`] if its content is longer than [`MAX_MESSAGE`] or not JSON.
 pub fn json_rpc(event: &Event) -> Result<Value, Error> {
+    if event.content.len() > MAX_MESSAGE {
+        return Err(Error::Refused(format!(
+            "a message of {} bytes (at most {MAX_MESSAGE})",
+            event.content.len()
+        )));
+    }
     serde_json::from_str(&event.content)
         .map_err(|e| Error::Refused(format!("a message whose content is not JSON: {e}")))
 }
@@ -300,6 +310,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(answers(&answer), Some(inner.id));
+    }
+
+    #[test]
+    fn an_oversized_message_is_refused_before_it_is_parsed() {
+        let (client, server) = (Keys::generate(), Keys::generate());
+        let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                         "params": {"name": "x", "arguments": {"q": "a".repeat(MAX_MESSAGE)}}});
+        let ev = message(&client, &server.public_key(), &big, Vec::new()).unwrap();
+        let err = json_rpc(&ev).unwrap_err();
+        assert_eq!(err.code(), "refused");
+        assert!(err.to_string().contains("at most"), "{err}");
+        let small = message(&client, &server.public_key(), &request(), Vec::new()).unwrap();
+        assert_eq!(json_rpc(&small).unwrap(), request());
     }
 
     #[test]
