@@ -24,6 +24,8 @@ pub enum Value {
     Array(Vec<Value>),
     /// `true` (canonical form omits `false`).
     True,
+    /// `false`: only in a request document ([`decode_document`]), never in a transaction.
+    False,
 }
 
 /// Why bytes are not canonical MessagePack of the accepted subset.
@@ -69,6 +71,8 @@ const MAX_DEPTH: usize = 8;
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Zero values and `false` allowed ([`decode_document`]).
+    lenient: bool,
 }
 
 impl<'a> Reader<'a> {
@@ -146,6 +150,7 @@ impl<'a> Reader<'a> {
                 }
             }
             0xc3 => Ok(Value::True),
+            0xc2 if self.lenient => Ok(Value::False),
             0xa0..=0xbf => self.str(usize::from(b & 0x1f), at),
             0xd9 => {
                 let n = self.len(1, 32, at)?;
@@ -220,7 +225,7 @@ impl<'a> Reader<'a> {
                 return Err(MsgpackError::KeyOrder(at));
             }
             let v = self.value(depth + 1)?;
-            if is_zero(&v) {
+            if is_zero(&v) && !self.lenient {
                 return Err(MsgpackError::ZeroValue(k));
             }
             last = Some(k.clone());
@@ -232,14 +237,14 @@ impl<'a> Reader<'a> {
 
 fn is_zero(v: &Value) -> bool {
     match v {
-        Value::UInt(0) => true,
+        Value::UInt(0) | Value::False => true,
         // Fixed-size fields (addresses, hashes) that are all zero are omitted too; that rule
         // needs the field's type and lives in the transaction decoder.
         Value::Bin(b) => b.is_empty(),
         Value::Str(s) => s.is_empty(),
         Value::Map(m) => m.is_empty(),
         Value::Array(a) => a.is_empty(),
-        _ => false,
+        Value::UInt(_) | Value::True => false,
     }
 }
 
@@ -248,7 +253,31 @@ fn is_zero(v: &Value) -> bool {
 /// # Errors
 /// [`MsgpackError`] for anything outside the canonical subset, or trailing bytes.
 pub fn decode(bytes: &[u8]) -> Result<Value, MsgpackError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+    let mut r = Reader {
+        buf: bytes,
+        pos: 0,
+        lenient: false,
+    };
+    let v = r.value(0)?;
+    if r.pos != bytes.len() {
+        return Err(MsgpackError::Trailing(bytes.len() - r.pos));
+    }
+    Ok(v)
+}
+
+/// Decodes one value of a request document that is not itself signed (a simulate request):
+/// as [`decode`], but zero values, empty maps and `false` are allowed, as SDKs write them
+/// (py-algorand-sdk keeps `"exec-trace-config": {}`). Never use it for a transaction: what is
+/// signed must be canonical.
+///
+/// # Errors
+/// [`MsgpackError`] for anything outside the subset, or trailing bytes.
+pub fn decode_document(bytes: &[u8]) -> Result<Value, MsgpackError> {
+    let mut r = Reader {
+        buf: bytes,
+        pos: 0,
+        lenient: true,
+    };
     let v = r.value(0)?;
     if r.pos != bytes.len() {
         return Err(MsgpackError::Trailing(bytes.len() - r.pos));
@@ -262,7 +291,11 @@ pub fn decode(bytes: &[u8]) -> Result<Value, MsgpackError> {
 /// # Errors
 /// [`MsgpackError`] for anything outside the canonical subset.
 pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize), MsgpackError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+    let mut r = Reader {
+        buf: bytes,
+        pos: 0,
+        lenient: false,
+    };
     let v = r.value(0)?;
     Ok((v, r.pos))
 }
@@ -320,6 +353,7 @@ fn write(out: &mut Vec<u8>, v: &Value) {
             }
         }
         Value::True => out.push(0xc3),
+        Value::False => out.push(0xc2),
         Value::Str(s) => {
             write_len(out, s.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb);
             out.extend_from_slice(s.as_bytes());

@@ -15,8 +15,14 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 
 use rail_exact_algo::address::Address;
+use rail_exact_algo::msgpack::{self, Value};
+use rail_exact_algo::txn::Member;
 
-use crate::chain::{CONSENSUS_VERSION, Devnet, DevnetConfig, MIN_FEE, NOT_FOUND};
+use crate::chain::{CONSENSUS_VERSION, Devnet, DevnetConfig, MIN_FEE, NOT_FOUND, Simulated};
+
+/// The largest simulate request read (algod's limit on a request body is 10 MB; a group of 16
+/// transactions is far below this).
+const MAX_SIMULATE_BODY: usize = 1 << 20;
 
 impl Devnet {
     /// The REST API as an axum router.
@@ -24,6 +30,12 @@ impl Devnet {
         let authed = Router::new()
             .route("/v2/transactions", post(submit_route))
             .route("/v2/transactions/params", get(params_route))
+            .route("/v2/transactions/simulate", post(simulate_route))
+            .route("/v2/assets/{id}", get(asset_route))
+            .route(
+                "/v2/accounts/{address}/assets/{id}",
+                get(account_asset_route),
+            )
             .route("/v2/transactions/pending/{txid}", get(pending_route))
             .route("/v2/status", get(status_route))
             .route("/v2/status/wait-for-block-after/{round}", get(wait_route))
@@ -175,4 +187,98 @@ async fn versions_route(State(d): State<Devnet>) -> Response {
         "versions": ["v2"],
     }))
     .into_response()
+}
+
+/// `POST /v2/transactions/simulate`: a msgpack `SimulateRequest` (`txn-groups[0].txns` as
+/// `{sig?, txn}` elements, `allow-empty-signatures`), answered in JSON with
+/// `txn-groups[0].failure-message` and `failed-at` when the group would fail (go-algorand
+/// `daemon/algod/api/server/v2/handlers.go` `SimulateTransaction`). One group only.
+async fn simulate_route(State(d): State<Devnet>, body: Bytes) -> Response {
+    if body.len() > MAX_SIMULATE_BODY {
+        return error(StatusCode::BAD_REQUEST, "simulate request too large");
+    }
+    let (members, allow_empty) = match read_simulate_request(&body) {
+        Ok(r) => r,
+        Err(m) => return error(StatusCode::BAD_REQUEST, &m),
+    };
+    match d.simulate(&members, allow_empty) {
+        Ok(sim) => axum::Json(simulate_json(&members, &sim, allow_empty)).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.message),
+    }
+}
+
+fn read_simulate_request(body: &[u8]) -> Result<(Vec<Member>, bool), String> {
+    let Value::Map(req) = msgpack::decode_document(body).map_err(|e| e.to_string())? else {
+        return Err("a simulate request is a map".into());
+    };
+    let allow_empty = matches!(req.get("allow-empty-signatures"), Some(Value::True));
+    let Some(Value::Array(groups)) = req.get("txn-groups") else {
+        return Err("txn-groups missing".into());
+    };
+    let [Value::Map(group)] = groups.as_slice() else {
+        return Err("expected exactly one transaction group".into());
+    };
+    let Some(Value::Array(txns)) = group.get("txns") else {
+        return Err("txns missing".into());
+    };
+    txns.iter()
+        .map(|t| Member::decode(&msgpack::encode(t)).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()
+        .map(|m| (m, allow_empty))
+}
+
+fn simulate_json(members: &[Member], sim: &Simulated, allow_empty: bool) -> serde_json::Value {
+    let results: Vec<_> = members
+        .iter()
+        .map(|m| {
+            let txn = match m {
+                Member::Signed(s) => crate::chain::signed_json(s),
+                Member::Unsigned(t) => json!({"txn": crate::chain::txn_json(t)}),
+            };
+            json!({"txn-result": {"pool-error": "", "txn": txn}})
+        })
+        .collect();
+    let mut group = json!({"txn-results": results});
+    if let (Some((at, message)), Some(obj)) = (&sim.failure, group.as_object_mut()) {
+        obj.insert("failure-message".into(), json!(message));
+        obj.insert("failed-at".into(), json!([at]));
+    }
+    let mut out = json!({
+        "version": 2,
+        "last-round": sim.last_round,
+        "txn-groups": [group],
+    });
+    if let (true, Some(obj)) = (allow_empty, out.as_object_mut()) {
+        obj.insert(
+            "eval-overrides".into(),
+            json!({"allow-empty-signatures": true}),
+        );
+    }
+    out
+}
+
+async fn asset_route(State(d): State<Devnet>, Path(id): Path<String>) -> Response {
+    let Ok(id) = id.parse::<u64>() else {
+        return error(StatusCode::BAD_REQUEST, "failed to parse the asset id");
+    };
+    match d.asset_info_json(id) {
+        Some(body) => axum::Json(body).into_response(),
+        None => error(StatusCode::NOT_FOUND, "asset does not exist"),
+    }
+}
+
+async fn account_asset_route(
+    State(d): State<Devnet>,
+    Path((address, id)): Path<(String, String)>,
+) -> Response {
+    let (Ok(a), Ok(id)) = (address.parse::<Address>(), id.parse::<u64>()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "failed to parse the address or asset id",
+        );
+    };
+    match d.account_asset_json(&a, id) {
+        Some(body) => axum::Json(body).into_response(),
+        None => error(StatusCode::NOT_FOUND, "account asset info not found"),
+    }
 }

@@ -1,7 +1,8 @@
 //! # algod-devnet
 //!
-//! An algod-REST-compatible devnet: the subset of algod's v2 API that payers and receivers of
-//! exact-algo use, over a real in-memory ledger with go-algorand's checks and error strings.
+//! An algod-REST-compatible devnet: the subset of algod's v2 API that payers, receivers and
+//! facilitators of exact-algo and of x402's `exact` on Algorand use, over a real in-memory
+//! ledger (ALGO, assets, atomic groups) with go-algorand's checks and error strings.
 //!
 //! AlgoKit LocalNet needs Docker, which CI machines here do not have; this devnet stands in for
 //! it. It is a library (tests start it in-process with [`Devnet::spawn`]) and a binary
@@ -15,17 +16,32 @@
 //! | `GET /v2/transactions/pending/{txid}` | `{confirmed-round, pool-error, txn}` |
 //! | `GET /v2/status` | `NodeStatusResponse` |
 //! | `GET /v2/status/wait-for-block-after/{round}` | status once a later round exists (≤ 1 min) |
-//! | `GET /v2/accounts/{address}` | `Account` (`amount`, `min-balance`, `auth-addr`, …) |
+//! | `POST /v2/transactions/simulate` | `SimulateResponse`: `txn-groups[0].failure-message`, `failed-at`; body msgpack, one group, `allow-empty-signatures` honoured |
+//! | `GET /v2/accounts/{address}` | `Account` (`amount`, `min-balance`, `auth-addr`, `assets`, …) |
+//! | `GET /v2/accounts/{address}/assets/{id}` | `{round, asset-holding: {amount, asset-id, is-frozen}}` (404 when not opted in) |
+//! | `GET /v2/assets/{id}` | `Asset` (`index`, `params`: `creator`, `decimals`, `unit-name`, …) |
 //! | `GET /health`, `GET /versions` | unauthenticated, as in algod |
 //!
 //! Every other route needs `X-Algo-API-Token` when a token is configured (401
 //! `{"message":"Invalid API Token"}` otherwise). Errors are `{"message": …}` with 400/404.
 //!
 //! # Semantics (and where each error string comes from in go-algorand)
-//! - Decoding: strict canonical msgpack of native payments only (`rail_exact_algo::txn`).
-//!   go-algorand decodes leniently and accepts other transaction types, multisig and logic
-//!   signatures; the devnet refuses those with a 400 naming the problem. This is the one
-//!   deliberate difference: nothing exact-algo accepts depends on it.
+//! - Decoding: strict canonical msgpack of native payments and asset transfers only
+//!   (`rail_exact_algo::txn`). go-algorand decodes leniently and accepts other transaction
+//!   types, multisig and logic signatures; the devnet refuses those with a 400 naming the
+//!   problem. This is the one deliberate difference: nothing either Algorand scheme accepts
+//!   depends on it. Assets are created at genesis ([`DevnetConfig::assets`];
+//!   [`DevnetConfig::testnet`] poses as testnet with its USDC, ASA 10458941) — there is no
+//!   `acfg` — and frozen with [`Devnet::set_frozen`] rather than `afrz`.
+//! - Asset transfers (`ledger/apply/asset.go`): opt-in by a zero self-transfer, transfers,
+//!   clawback (`asnd`, only by the clawback address) and close-to, with `asset N missing from
+//!   A`, `asset N frozen in A`, `asset frozen in recipient`, `underflow on subtracting …`,
+//!   `asset N does not exist or has been deleted`, `cannot close asset ID in allocating
+//!   account`; an account with holdings cannot close its ALGO (`cannot close: N outstanding
+//!   assets`); each holding adds 0.1 ALGO to the minimum balance.
+//! - Simulate evaluates the group exactly as a submission against the next round and applies
+//!   nothing; an unsigned member is refused (`signedtxn has no sig`) unless
+//!   `allow-empty-signatures` is set, and a present signature is always checked.
 //! - Well-formedness (`data/transactions/transaction.go` `WellFormed`): `transaction invalid
 //!   range (fv--lv)`, `transaction window size excessive (fv--lv)`; fees per group
 //!   (`data/transactions/verify/txn.go`): `txgroup had N in fees, which is less than the minimum
@@ -58,5 +74,8 @@ pub mod chain;
 pub mod example;
 pub mod http;
 
-pub use chain::{Devnet, DevnetConfig, MIN_BALANCE, MIN_FEE, Refused, group_id};
+pub use chain::{
+    AssetConfig, Devnet, DevnetConfig, MIN_BALANCE, MIN_FEE, Refused, Simulated,
+    TESTNET_GENESIS_HASH, TESTNET_GENESIS_ID, TESTNET_USDC, group_id,
+};
 pub use http::RunningDevnet;

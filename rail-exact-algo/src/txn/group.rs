@@ -71,6 +71,46 @@ impl Transaction {
         }
     }
 
+    /// The fields every transaction has, whatever its type.
+    #[must_use]
+    pub fn header(&self) -> Header<'_> {
+        match self {
+            Transaction::Pay(t) => Header {
+                sender: t.sender,
+                fee: t.fee,
+                first_valid: t.first_valid,
+                last_valid: t.last_valid,
+                genesis_id: &t.genesis_id,
+                genesis_hash: t.genesis_hash,
+                note: &t.note,
+                rekey_to: t.rekey_to,
+                group: t.group,
+                lease: t.lease,
+            },
+            Transaction::Axfer(t) => Header {
+                sender: t.sender,
+                fee: t.fee,
+                first_valid: t.first_valid,
+                last_valid: t.last_valid,
+                genesis_id: &t.genesis_id,
+                genesis_hash: t.genesis_hash,
+                note: &t.note,
+                rekey_to: t.rekey_to,
+                group: t.group,
+                lease: t.lease,
+            },
+        }
+    }
+
+    /// The wire name of its type (`pay`, `axfer`).
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Transaction::Pay(_) => "pay",
+            Transaction::Axfer(_) => "axfer",
+        }
+    }
+
     /// The group id it carries.
     #[must_use]
     pub fn group(&self) -> Option<[u8; 32]> {
@@ -103,6 +143,93 @@ impl Transaction {
             return Err(TxnError::NonCanonical);
         }
         Ok(t)
+    }
+}
+
+/// The fields every transaction has (go-algorand's `transactions.Header`), borrowed from a
+/// [`Transaction`] of either type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header<'a> {
+    /// `snd`.
+    pub sender: Address,
+    /// `fee`, microALGO.
+    pub fee: u64,
+    /// `fv`.
+    pub first_valid: u64,
+    /// `lv`.
+    pub last_valid: u64,
+    /// `gen` (may be empty).
+    pub genesis_id: &'a str,
+    /// `gh`.
+    pub genesis_hash: [u8; 32],
+    /// `note`.
+    pub note: &'a [u8],
+    /// `rekey`.
+    pub rekey_to: Option<Address>,
+    /// `grp`.
+    pub group: Option<[u8; 32]>,
+    /// `lx`.
+    pub lease: Option<[u8; 32]>,
+}
+
+/// One element of a group as a payer hands it over: signed (`{sig, txn}`), or left for someone
+/// else to sign — the bare transaction map, as SDKs encode an unsigned transaction, or
+/// `{txn}` without a signature (what a simulate request carries; x402-avm's decoder accepts
+/// both, `mechanisms/avm/utils.py:209-248`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Member {
+    /// Signed by its sender (or `sgnr`).
+    Signed(SignedTxn),
+    /// Not signed yet.
+    Unsigned(Transaction),
+}
+
+impl Member {
+    /// Decodes one element strictly: each of the three forms must be canonical.
+    ///
+    /// # Errors
+    /// [`TxnError`] naming the first problem.
+    pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
+        let Value::Map(m) = msgpack::decode(bytes)? else {
+            return Err(TxnError::NotAMap("transaction"));
+        };
+        if m.contains_key("sig") || m.contains_key("msig") || m.contains_key("lsig") {
+            return SignedTxn::decode(bytes).map(Member::Signed);
+        }
+        if let Some(inner) = m.get("txn") {
+            if m.len() != 1 {
+                let stray = m.keys().find(|k| *k != "txn").cloned().unwrap_or_default();
+                return Err(TxnError::UnknownField(stray));
+            }
+            let Value::Map(t) = inner else {
+                return Err(TxnError::NotAMap("txn"));
+            };
+            let txn = Transaction::from_map(t)?;
+            // The whole was decoded strictly; the transaction must also be its canonical self.
+            if txn.encode() != msgpack::encode(inner) {
+                return Err(TxnError::NonCanonical);
+            }
+            return Ok(Member::Unsigned(txn));
+        }
+        Transaction::decode(bytes).map(Member::Unsigned)
+    }
+
+    /// The transaction.
+    #[must_use]
+    pub fn txn(&self) -> &Transaction {
+        match self {
+            Member::Signed(s) => &s.txn,
+            Member::Unsigned(t) => t,
+        }
+    }
+
+    /// The canonical encoding in the element's own form (an unsigned one as the bare map).
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Member::Signed(s) => s.encode(),
+            Member::Unsigned(t) => t.encode(),
+        }
     }
 }
 
@@ -158,6 +285,28 @@ impl SignedTxn {
             return Err(TxnError::NonCanonical);
         }
         Ok(signed)
+    }
+
+    /// Decodes a stream of concatenated signed transactions (the body of
+    /// `POST /v2/transactions`), each as strictly as [`SignedTxn::decode`].
+    ///
+    /// # Errors
+    /// [`TxnError`] naming the first problem.
+    pub fn decode_stream(mut bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let (_, used) = msgpack::decode_prefix(bytes)?;
+            let (one, rest) = bytes.split_at(used.min(bytes.len()));
+            out.push(SignedTxn::decode(one)?);
+            bytes = rest;
+        }
+        Ok(out)
+    }
+
+    /// The address whose key must have signed: `sgnr` if present, else the sender.
+    #[must_use]
+    pub fn signer(&self) -> Address {
+        self.auth.unwrap_or(self.txn.sender())
     }
 
     /// The canonical encoding.

@@ -20,7 +20,7 @@ mod axfer;
 mod group;
 
 pub use axfer::AxferTxn;
-pub use group::{MAX_GROUP, SignedTxn, Transaction, group_id};
+pub use group::{Header, MAX_GROUP, Member, SignedTxn, Transaction, group_id};
 
 /// The fields of a native `pay` transaction (`type = "pay"`).
 #[derive(Clone, Debug, PartialEq, Eq)]

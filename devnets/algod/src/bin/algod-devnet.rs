@@ -4,7 +4,8 @@
 //! algod-devnet --listen 127.0.0.1:4001 --token devtoken \
 //!     --account ADDRESS=10000000 --faucet-seed <base64 32 bytes>
 //! # posing as Algorand testnet (the x402-avm SDK knows only testnet and mainnet):
-//! algod-devnet --genesis-id testnet-v1.0 --genesis-hash SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=
+//! algod-devnet --genesis-id testnet-v1.0 --genesis-hash SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI= \
+//!     --usdc-creator ISSUER --usdc PAYER=5000000
 //! ```
 //! Prints the network, the genesis hash and every funded account on start.
 
@@ -12,7 +13,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use algod_devnet::{Devnet, DevnetConfig};
+use algod_devnet::{AssetConfig, Devnet, DevnetConfig, TESTNET_USDC};
 use clap::Parser;
 use data_encoding::BASE64;
 use rail_exact_algo::address::Address;
@@ -40,6 +41,14 @@ struct Args {
     /// `SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=`.
     #[arg(long)]
     genesis_hash: Option<String>,
+    /// Create testnet's USDC (ASA 10458941, 6 decimals), its whole supply held by this address
+    /// (fund it with `--account` for its minimum balance).
+    #[arg(long)]
+    usdc_creator: Option<Address>,
+    /// Opt ADDRESS in to USDC and give it AMOUNT base units from the creator (repeatable;
+    /// needs `--usdc-creator`).
+    #[arg(long = "usdc", value_parser = parse_account)]
+    usdc: Vec<(Address, u64)>,
     /// Produce an empty block this often, in milliseconds (default: only on transactions).
     #[arg(long)]
     block_ms: Option<u64>,
@@ -109,6 +118,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             1_000_000_000_000_000,
         ));
     }
+    if let Some(creator) = args.usdc_creator {
+        cfg.assets.push(AssetConfig::usdc(creator));
+    } else if !args.usdc.is_empty() {
+        return Err("--usdc needs --usdc-creator (who holds USDC's supply)".into());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -124,6 +138,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         writeln!(out, "genesis-hash {}", BASE64.encode(&d.genesis_hash()))?;
         for (a, n) in &cfg.accounts {
             writeln!(out, "account      {a} {n} µALGO")?;
+        }
+        for (a, n) in &args.usdc {
+            d.opt_in(*a, TESTNET_USDC)?;
+            d.fund_asset(*a, TESTNET_USDC, *n)?;
+            writeln!(out, "usdc         {a} {n} (ASA {TESTNET_USDC})")?;
         }
         out.flush()?;
         drop(out);
