@@ -174,6 +174,36 @@ struct TxIdBody {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct HoldingBody {
+    asset_holding: Holding,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Holding {
+    #[serde(default)]
+    amount: u64,
+    #[serde(default)]
+    is_frozen: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct SimulateBody {
+    txn_groups: Vec<SimulateGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct SimulateGroup {
+    #[serde(default)]
+    failure_message: Option<String>,
+    #[serde(default)]
+    failed_at: Option<Vec<u64>>,
+}
+
+#[derive(Deserialize)]
 struct ErrorBody {
     message: String,
 }
@@ -329,6 +359,29 @@ impl AlgodClient {
         })
     }
 
+    /// `GET /v2/accounts/{address}/assets/{asset}`: the holding's amount and whether it is
+    /// frozen; `None` when the account has not opted in (algod's 404).
+    ///
+    /// # Errors
+    /// [`AlgodError`].
+    pub async fn asset_holding(
+        &self,
+        a: &Address,
+        asset: u64,
+    ) -> Result<Option<(u64, bool)>, AlgodError> {
+        let r: Result<HoldingBody, _> = self
+            .send(self.req(
+                reqwest::Method::GET,
+                &format!("/v2/accounts/{a}/assets/{asset}"),
+            ))
+            .await;
+        match r {
+            Ok(b) => Ok(Some((b.asset_holding.amount, b.asset_holding.is_frozen))),
+            Err(AlgodError::Http { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `POST /v2/transactions` with `application/x-binary` signed transaction bytes; returns
     /// the first transaction's id as algod computed it.
     ///
@@ -343,6 +396,60 @@ impl AlgodClient {
             )
             .await?;
         Ok(b.tx_id)
+    }
+
+    /// `POST /v2/transactions/simulate` of one group (`members`: each element's canonical
+    /// encoding, signed or bare), with `allow-empty-signatures` as given. `Ok(None)`: the group
+    /// would succeed; `Ok(Some((index, message)))`: it would fail there, with the evaluator's
+    /// message. Which algod offers simulate: 3.16 and later (a 404 means it does not).
+    ///
+    /// # Errors
+    /// [`AlgodError`]; a 404 when the node has no simulate endpoint.
+    pub async fn simulate(
+        &self,
+        members: &[crate::txn::Member],
+        allow_empty_signatures: bool,
+    ) -> Result<Option<(usize, String)>, AlgodError> {
+        use crate::msgpack::{self, Value};
+        use std::collections::BTreeMap;
+        let txns = members
+            .iter()
+            .map(|m| match m {
+                crate::txn::Member::Signed(s) => msgpack::decode(&s.encode()),
+                crate::txn::Member::Unsigned(t) => msgpack::decode(&t.encode())
+                    .map(|t| Value::Map(BTreeMap::from([("txn".to_owned(), t)]))),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| AlgodError::Decode(format!("a group member: {e}")))?;
+        let mut req = BTreeMap::new();
+        if allow_empty_signatures {
+            req.insert("allow-empty-signatures".to_owned(), Value::True);
+        }
+        req.insert(
+            "txn-groups".to_owned(),
+            Value::Array(vec![Value::Map(BTreeMap::from([(
+                "txns".to_owned(),
+                Value::Array(txns),
+            )]))]),
+        );
+        let b: SimulateBody = self
+            .send(
+                self.req(reqwest::Method::POST, "/v2/transactions/simulate")
+                    .header("Content-Type", "application/msgpack")
+                    .body(msgpack::encode(&Value::Map(req))),
+            )
+            .await?;
+        let Some(group) = b.txn_groups.into_iter().next() else {
+            return Err(AlgodError::Decode("simulate answered no group".into()));
+        };
+        Ok(group.failure_message.filter(|m| !m.is_empty()).map(|m| {
+            let at = group
+                .failed_at
+                .and_then(|f| f.first().copied())
+                .and_then(|i| usize::try_from(i).ok())
+                .unwrap_or(0);
+            (at, m)
+        }))
     }
 
     /// `GET /v2/transactions/pending/{txid}`.

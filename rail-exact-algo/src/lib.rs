@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`payer`] | [`ExactAlgoPayer`]: chooses an option by [`Policy`], checks the network and the balance, signs |
 //! | [`receiver`] | [`ExactAlgoReceiver`]: challenges, strict verification, settlement, receipts exactly once |
+//! | [`avm`] | x402's own `exact` on Algorand: USDC and other ASAs, the fee-payer group, its facilitator and payer |
 //! | [`scheme`] | [`ExactAlgo`]: the scheme for the shared x402 transport (its paywall serves the seed's HTTP flow) |
 //! | [`http`] | the discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`) |
 //! | [`mcp`] | the seed's MCP surface on rmcp: `payment_instructions`, price annotations (the endpoint and the paid tools are the shared transport's) |
@@ -77,6 +78,7 @@
 
 pub mod address;
 pub mod algod;
+pub mod avm;
 #[cfg(feature = "paywall")]
 pub mod http;
 #[cfg(feature = "paywall")]

@@ -1,0 +1,28 @@
+//! x402's own `exact` scheme on Algorand (AVM): payment in an ASA such as USDC, as one signed
+//! asset transfer or as an atomic group whose first member is the facilitator's fee payment
+//! (`payload.paymentGroup` + `paymentIndex`; `extra.feePayer`). The spec is
+//! `specs/schemes/exact/scheme_exact_algo.md` of the x402 repository; the peer implementation
+//! is the x402-avm SDK (PyPI 2.0.2; research `docs/research/x402-avm-2.0.2.md`).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`wire`] | the entry, the envelope, the facilitator's answers, network ids, error codes |
+//! | [`verify`] | strict decoding of a group and every rule that needs no chain |
+//! | [`facilitator`] | [`AvmFacilitator`]: fee payer signing, simulate, submit once per group |
+//! | [`scheme`] | [`ExactAvm`]: the scheme for the shared x402 transport (paywall, MCP, client) |
+//! | [`payer`] | [`AvmPayer`]: builds and signs the group within an [`AvmPolicy`] |
+//!
+//! It is the same `scheme` and `network` as the seed's exact-algo; a route may offer both (and
+//! `exact` on EVM), and a payment goes to the one whose shape it has.
+
+pub mod facilitator;
+pub mod payer;
+pub mod scheme;
+pub mod verify;
+pub mod wire;
+
+pub use facilitator::{AvmError, AvmFacilitator, FEE_PAYER_KEY_ENV, FeePayer};
+pub use payer::{AvmPayer, AvmPolicy};
+pub use scheme::{ExactAvm, LABEL};
+pub use verify::{AvmPayment, Expect, Violation};
+pub use wire::{Envelope, Payload, Requirements, Spelling};
