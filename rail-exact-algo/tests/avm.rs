@@ -557,3 +557,110 @@ async fn concurrent_and_repeated_settlements_of_one_group_settle_it_once_across_
     // Its simulation now says it is on chain (a lost answer is recognised, not paid again).
     assert!(!f2.verify(&p).await.unwrap());
 }
+
+/// The facilitator's HTTP routes, attacked: an oversized body, bad JSON, a payment for someone
+/// else's requirements, a settle replayed (answered with the first settlement, charged once).
+#[tokio::test]
+async fn the_facilitator_server_refuses_what_it_must_and_settles_a_replay_once() {
+    let w = world().await;
+    let f = w.facilitator(true).await;
+    let app = rail_exact_algo::avm::server::router(f.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = rail_exact_algo::algod::http_client(std::time::Duration::from_secs(10)).unwrap();
+
+    let supported: serde_json::Value = http
+        .get(format!("{base}/supported"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let networks: Vec<&str> = supported["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["network"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        networks,
+        [
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=",
+            "algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDe"
+        ]
+    );
+    assert_eq!(
+        supported["kinds"][0]["extra"]["feePayer"],
+        addr(&w.fee_payer).to_string()
+    );
+
+    let too_big = http
+        .post(format!("{base}/settle"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 70 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_big.status(), 413);
+    let garbage = http
+        .post(format!("{base}/verify"))
+        .header("content-type", "application/json")
+        .body("{\"paymentPayload\": 1}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(garbage.status(), 400);
+
+    let req = ExactAvm::usdc(f.clone(), w.merchant).requirements_for(PRICE);
+    let env = envelope(&req, craft(&w, true).payload());
+    // Someone else's requirements (another payee): refused, 200, with the code.
+    let mut other = req.clone();
+    other.pay_to = addr(&key(9)).to_string();
+    let body =
+        serde_json::json!({"x402Version": 2, "paymentPayload": env, "paymentRequirements": other});
+    let r: serde_json::Value = http
+        .post(format!("{base}/verify"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["isValid"], false);
+    assert_eq!(r["invalidReason"], code::RECIPIENT_MISMATCH);
+
+    let body =
+        serde_json::json!({"x402Version": 2, "paymentPayload": env, "paymentRequirements": req});
+    let v: serde_json::Value = http
+        .post(format!("{base}/verify"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["isValid"], true, "{v}");
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let s: serde_json::Value = http
+            .post(format!("{base}/settle"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(s["success"], true, "{s}");
+        answers.push(s);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "a replayed settle answers the first settlement"
+    );
+    assert_eq!(w.usdc(&w.merchant), Some(PRICE), "charged once");
+}

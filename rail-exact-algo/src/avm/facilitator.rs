@@ -149,6 +149,9 @@ pub struct AvmFacilitator {
     genesis_hash: [u8; 32],
     genesis_id: String,
     fee_payer: Option<FeePayer>,
+    /// The fee payer groups are checked against: the key's address, or (for checks in front of
+    /// a remote facilitator) the address it advertises.
+    fee_payer_address: Option<Address>,
     book: SettlementBook<SentGroup>,
     max_fee: u64,
     spelling: Spelling,
@@ -180,6 +183,7 @@ impl AvmFacilitator {
             algod,
             genesis_hash: params.genesis_hash,
             genesis_id: params.genesis_id,
+            fee_payer_address: fee_payer.as_ref().map(FeePayer::address),
             fee_payer,
             // Longer than any group's validity window (1000 rounds, under an hour).
             book: SettlementBook::new(store, "exact-avm:settled", Duration::from_secs(2 * 3600)),
@@ -223,7 +227,17 @@ impl AvmFacilitator {
     /// The fee payer's address, when it pays fees.
     #[must_use]
     pub fn fee_payer(&self) -> Option<Address> {
-        self.fee_payer.as_ref().map(FeePayer::address)
+        self.fee_payer_address
+    }
+
+    /// Checks groups for a fee payer whose key another facilitator holds (`address`, as its
+    /// `/supported` advertises it): this one keeps no key, so it can check, not settle, groups
+    /// with fee-payer members.
+    #[must_use]
+    pub fn checking_for(mut self, address: Option<Address>) -> Self {
+        self.fee_payer = None;
+        self.fee_payer_address = address;
+        self
     }
 
     /// The algod client.

@@ -11,18 +11,24 @@
 //! | [`facilitator`] | [`AvmFacilitator`]: fee payer signing, simulate, submit once per group |
 //! | [`scheme`] | [`ExactAvm`]: the scheme for the shared x402 transport (paywall, MCP, client) |
 //! | [`payer`] | [`AvmPayer`]: builds and signs the group within an [`AvmPolicy`] |
+//! | [`remote`] | [`RemoteFacilitator`]: a facilitator over HTTP (this crate's, or the SDK's) |
+//! | `server` (feature `paywall`) | the facilitator's HTTP routes: `/supported`, `/verify`, `/settle` |
 //!
 //! It is the same `scheme` and `network` as the seed's exact-algo; a route may offer both (and
 //! `exact` on EVM), and a payment goes to the one whose shape it has.
 
 pub mod facilitator;
 pub mod payer;
+pub mod remote;
 pub mod scheme;
+#[cfg(feature = "paywall")]
+pub mod server;
 pub mod verify;
 pub mod wire;
 
 pub use facilitator::{AvmError, AvmFacilitator, FEE_PAYER_KEY_ENV, FeePayer};
 pub use payer::{AvmPayer, AvmPolicy};
+pub use remote::RemoteFacilitator;
 pub use scheme::{ExactAvm, LABEL};
 pub use verify::{AvmPayment, Expect, Violation};
 pub use wire::{Envelope, Payload, Requirements, Spelling};

@@ -25,6 +25,7 @@ use x402_transport::{
 };
 
 use super::facilitator::{AvmError, AvmFacilitator};
+use super::remote::RemoteFacilitator;
 use super::verify::AvmPayment;
 use super::wire::{
     Envelope, Extra, Requirements, SCHEME, SettleResponse, Spelling, USDC_DECIMALS, USDC_MAINNET,
@@ -48,6 +49,7 @@ pub struct ExactAvm {
     decimals: u32,
     name: Option<String>,
     spelling: Spelling,
+    remote: Option<RemoteFacilitator>,
 }
 
 /// A payment this scheme checked.
@@ -57,6 +59,10 @@ pub struct AvmChecked {
     pub envelope: Envelope,
     /// The checked group.
     pub payment: AvmPayment,
+    /// The envelope's JSON as presented (what a remote facilitator is sent).
+    pub raw: Value,
+    /// The entry it was checked against.
+    pub requirements: Requirements,
 }
 
 fn refused(code: &str, detail: impl Into<String>) -> Failure {
@@ -92,7 +98,21 @@ impl ExactAvm {
             decimals,
             name: None,
             spelling: Spelling::GenesisHash,
+            remote: None,
         }
+    }
+
+    /// Verifies and settles through `remote` (this crate's facilitator server elsewhere, or one
+    /// built with the x402-avm SDK) instead of `facilitator`, which then only checks groups —
+    /// against the fee payer `remote` advertises for this network.
+    ///
+    /// # Errors
+    /// [`AvmError::Unknown`] if `remote`'s `/supported` cannot be read or lacks this network.
+    pub async fn settled_by(mut self, remote: RemoteFacilitator) -> Result<Self, AvmError> {
+        let fee_payer = remote.fee_payer(&self.info.network).await?;
+        self.facilitator = self.facilitator.checking_for(fee_payer);
+        self.remote = Some(remote);
+        Ok(self)
     }
 
     /// USDC to `pay_to`: testnet's or mainnet's ASA by the chain's genesis id (any other chain
@@ -164,16 +184,17 @@ impl ExactAvm {
         })
     }
 
-    fn envelope(presented: &Presented) -> Result<Envelope, Failure> {
+    fn envelope(presented: &Presented) -> Result<(Envelope, Value), Failure> {
         let bad = |e: String| refused(code::INVALID_PAYLOAD, e);
-        match presented {
+        let raw: Value = match presented {
             Presented::Header(h) => x402_transport::wire::decode_base64_json(h)
-                .map_err(|e| bad(format!("the payment header: {e}"))),
-            Presented::Object(v) => {
-                serde_json::from_value(v.clone()).map_err(|e| bad(format!("the payment: {e}")))
-            }
-            Presented::V1Header(_) => Err(bad("this scheme has no x402 v1 form".into())),
-        }
+                .map_err(|e| bad(format!("the payment header: {e}")))?,
+            Presented::Object(v) => v.clone(),
+            Presented::V1Header(_) => return Err(bad("this scheme has no x402 v1 form".into())),
+        };
+        let envelope =
+            serde_json::from_value(raw.clone()).map_err(|e| bad(format!("the payment: {e}")))?;
+        Ok((envelope, raw))
     }
 }
 
@@ -222,7 +243,7 @@ impl Scheme for ExactAvm {
         _now: Timestamp,
     ) -> Result<Verified, Failure> {
         let required = self.requirements_for(Self::amount(price)?);
-        let envelope = Self::envelope(presented)?;
+        let (envelope, raw) = Self::envelope(presented)?;
         // The entry the payer chose must be this one (as x402's resource server compares
         // them: scheme, network, asset, amount, payTo).
         let a = &envelope.accepted;
@@ -248,12 +269,35 @@ impl Scheme for ExactAvm {
         Ok(Verified {
             key: payment.key(&self.info.network),
             payer: Some(payment.payer.to_string()),
-            payment: Arc::new(AvmChecked { envelope, payment }),
+            payment: Arc::new(AvmChecked {
+                envelope,
+                payment,
+                raw,
+                requirements: required,
+            }),
         })
     }
 
     async fn verify(&self, payment: &Verified, _price: &Price) -> Result<Verdict, Failure> {
         let p = payment.payment::<AvmChecked>()?;
+        if let Some(remote) = &self.remote {
+            let v = remote
+                .verify(&p.raw, &p.requirements)
+                .await
+                .map_err(failure)?;
+            return match (v.is_valid, v.invalid_reason, v.invalid_message) {
+                (true, ..) => Ok(Verdict::Valid),
+                // On chain already: perhaps this payer's earlier request, whose answer was lost.
+                (false, Some(r), _) if r == code::ALREADY_SETTLED => Ok(Verdict::MaybeSettled),
+                (false, _, Some(m)) if m.contains("transaction already in ledger") => {
+                    Ok(Verdict::MaybeSettled)
+                }
+                (false, r, m) => Err(refused(
+                    r.as_deref().unwrap_or(code::INVALID_PAYLOAD),
+                    m.unwrap_or_default(),
+                )),
+            };
+        }
         match self.facilitator.verify(&p.payment).await.map_err(failure)? {
             true => Ok(Verdict::Valid),
             false => Ok(Verdict::MaybeSettled),
@@ -262,6 +306,29 @@ impl Scheme for ExactAvm {
 
     async fn settle(&self, payment: &Verified, _price: &Price) -> Result<Settled, Failure> {
         let p = payment.payment::<AvmChecked>()?;
+        if let Some(remote) = &self.remote {
+            let r = remote
+                .settle(&p.raw, &p.requirements)
+                .await
+                .map_err(failure)?;
+            if !r.success {
+                return Err(refused(
+                    r.error_reason
+                        .as_deref()
+                        .unwrap_or(code::TRANSACTION_FAILED),
+                    r.error_message.clone().unwrap_or_default(),
+                ));
+            }
+            return Ok(Settled {
+                transaction: r.transaction.clone(),
+                response: serde_json::to_value(&r).map_err(|e| Failure::Unknown {
+                    error: "internal error".into(),
+                    reason: None,
+                    detail: e.to_string(),
+                })?,
+                receipt: None,
+            });
+        }
         let s = self
             .facilitator
             .settle(&p.payment, &self.info.network)
