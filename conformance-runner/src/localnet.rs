@@ -5,7 +5,7 @@
 //!
 //! | localnet | started as | variables |
 //! | --- | --- | --- |
-//! | [`Kind::Algod`] | `algod_devnet`, in process | `ALGOD_URL`, `ALGOD_TOKEN`, `ALGOD_FAUCET_SEED` |
+//! | [`Kind::Algod`] | `algod_devnet`, in process | `ALGOD_URL`, `ALGOD_TOKEN`, `ALGOD_FAUCET_SEED`, `ALGOD_USDC_ASSET` (the faucet holds its supply) |
 //! | [`Kind::Stripe`] | `stripe_emulator`, in process | `STRIPE_EMULATOR_URL` |
 //! | [`Kind::Nwc`] | `nwc_devnet`, in process | `NWC_PAYER_URI`, `NWC_PAYEE_URI`, `NWC_OTHER_URI` |
 //! | [`Kind::X402`] | `node scripts/x402/localnet.mjs` (anvil + FiatTokenV2_2), a child process | `X402_RPC_URL`, `X402_NETWORK`, `X402_TOKEN`, … |
@@ -105,7 +105,7 @@ impl Kind {
     #[must_use]
     pub fn for_rail(rail: &str) -> Option<Kind> {
         match rail {
-            "exact-algo" => Some(Kind::Algod),
+            "exact-algo" | "exact-avm" => Some(Kind::Algod),
             "stripe" => Some(Kind::Stripe),
             "ln-nwc" => Some(Kind::Nwc),
             "x402" => Some(Kind::X402),
@@ -482,8 +482,9 @@ fn parse_env_file(text: &str) -> Vec<(String, String)> {
 
 async fn start_algod() -> Result<(algod_devnet::RunningDevnet, Vec<(String, String)>), LocalnetError>
 {
-    use algod_devnet::{Devnet, DevnetConfig};
-    // A token and a faucet of this run's own: the faucet key goes only to the variables.
+    use algod_devnet::{AssetConfig, Devnet, DevnetConfig, TESTNET_USDC};
+    // A token and a faucet of this run's own: the faucet key goes only to the variables. The
+    // faucet also holds the supply of USDC (testnet's ASA id), for exact-avm.
     let token = format!("devnet-{}", hex::encode(rand::random::<[u8; 8]>()));
     let seed: [u8; 32] = rand::random();
     let faucet = ed25519_dalek::SigningKey::from_bytes(&seed);
@@ -493,6 +494,9 @@ async fn start_algod() -> Result<(algod_devnet::RunningDevnet, Vec<(String, Stri
             rail_exact_algo::address::Address(faucet.verifying_key().to_bytes()),
             ALGOD_FAUCET_MICROALGOS,
         )],
+        assets: vec![AssetConfig::usdc(rail_exact_algo::address::Address(
+            faucet.verifying_key().to_bytes(),
+        ))],
         ..DevnetConfig::default()
     };
     let running = Devnet::spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0)))
@@ -505,6 +509,7 @@ async fn start_algod() -> Result<(algod_devnet::RunningDevnet, Vec<(String, Stri
         ("ALGOD_URL".to_owned(), running.url.clone()),
         ("ALGOD_TOKEN".to_owned(), token),
         ("ALGOD_FAUCET_SEED".to_owned(), BASE64.encode(&seed)),
+        ("ALGOD_USDC_ASSET".to_owned(), TESTNET_USDC.to_string()),
     ];
     Ok((running, vars))
 }

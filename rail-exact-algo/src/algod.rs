@@ -174,6 +174,16 @@ struct TxIdBody {
 }
 
 #[derive(Deserialize)]
+struct AssetBody {
+    params: AssetParams,
+}
+
+#[derive(Deserialize)]
+struct AssetParams {
+    total: u64,
+}
+
+#[derive(Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct HoldingBody {
     asset_holding: Holding,
@@ -357,6 +367,17 @@ impl AlgodClient {
             auth_addr,
             round: b.round,
         })
+    }
+
+    /// `GET /v2/assets/{asset}`: the asset's total supply, in base units.
+    ///
+    /// # Errors
+    /// [`AlgodError`] (a 404 when there is no such asset).
+    pub async fn asset_total(&self, asset: u64) -> Result<u64, AlgodError> {
+        let b: AssetBody = self
+            .send(self.req(reqwest::Method::GET, &format!("/v2/assets/{asset}")))
+            .await?;
+        Ok(b.params.total)
     }
 
     /// `GET /v2/accounts/{address}/assets/{asset}`: the holding's amount and whether it is

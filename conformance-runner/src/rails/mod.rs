@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod exact_algo;
+pub mod exact_avm;
 pub mod ledger;
 pub mod ln_nwc;
 pub mod pg;
@@ -18,6 +19,7 @@ pub fn all() -> Vec<StipendexEntry> {
         ledger::ENTRY,
         account::ENTRY,
         exact_algo::ENTRY,
+        exact_avm::ENTRY,
         stripe::ENTRY,
         ln_nwc::ENTRY,
         x402::ENTRY,

@@ -41,6 +41,10 @@ impl Devnet {
             .route("/v2/status/wait-for-block-after/{round}", get(wait_route))
             .route("/v2/accounts/{address}", get(account_route))
             .route("/devnet/advance/{n}", post(advance_route))
+            .route(
+                "/devnet/freeze/{address}/{asset}/{frozen}",
+                post(freeze_route),
+            )
             .route_layer(axum::middleware::from_fn_with_state(
                 self.clone(),
                 require_token,
@@ -280,5 +284,27 @@ async fn account_asset_route(
     match d.account_asset_json(&a, id) {
         Some(body) => axum::Json(body).into_response(),
         None => error(StatusCode::NOT_FOUND, "account asset info not found"),
+    }
+}
+
+/// `POST /devnet/freeze/{address}/{asset}/{true|false}`: what the asset's freeze address does
+/// with an `afrz` transaction, as a devnet control (like `/devnet/advance`).
+async fn freeze_route(
+    State(d): State<Devnet>,
+    Path((address, asset, frozen)): Path<(String, String, String)>,
+) -> Response {
+    let (Ok(a), Ok(asset), Ok(frozen)) = (
+        address.parse::<Address>(),
+        asset.parse::<u64>(),
+        frozen.parse::<bool>(),
+    ) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "expected /devnet/freeze/ADDRESS/ASSET/true|false",
+        );
+    };
+    match d.set_frozen(&a, asset, frozen) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(m) => error(StatusCode::NOT_FOUND, &m),
     }
 }

@@ -21,6 +21,8 @@
 //! | `GET /v2/accounts/{address}/assets/{id}` | `{round, asset-holding: {amount, asset-id, is-frozen}}` (404 when not opted in) |
 //! | `GET /v2/assets/{id}` | `Asset` (`index`, `params`: `creator`, `decimals`, `unit-name`, …) |
 //! | `GET /health`, `GET /versions` | unauthenticated, as in algod |
+//! | `POST /devnet/advance/{n}` | the devnet's own: commits `n` empty blocks |
+//! | `POST /devnet/freeze/{address}/{asset}/{true\|false}` | the devnet's own: freezes or unfreezes a holding (an `afrz` stand-in) |
 //!
 //! Every other route needs `X-Algo-API-Token` when a token is configured (401
 //! `{"message":"Invalid API Token"}` otherwise). Errors are `{"message": …}` with 400/404.

@@ -11,6 +11,7 @@
 //! | [`facilitator`] | [`AvmFacilitator`]: fee payer signing, simulate, submit once per group |
 //! | [`scheme`] | [`ExactAvm`]: the scheme for the shared x402 transport (paywall, MCP, client) |
 //! | [`payer`] | [`AvmPayer`]: builds and signs the group within an [`AvmPolicy`] |
+//! | [`rail`] | the rail-core traits: [`AvmPayer`] is a `Payer`, [`AvmReceiver`] a `Receiver` (rail `exact-avm`) |
 //! | [`remote`] | [`RemoteFacilitator`]: a facilitator over HTTP (this crate's, or the SDK's) |
 //! | `server` (feature `paywall`) | the facilitator's HTTP routes: `/supported`, `/verify`, `/settle` |
 //!
@@ -19,6 +20,7 @@
 
 pub mod facilitator;
 pub mod payer;
+pub mod rail;
 pub mod remote;
 pub mod scheme;
 #[cfg(feature = "paywall")]
@@ -27,7 +29,8 @@ pub mod verify;
 pub mod wire;
 
 pub use facilitator::{AvmError, AvmFacilitator, FEE_PAYER_KEY_ENV, FeePayer};
-pub use payer::{AvmPayer, AvmPolicy};
+pub use payer::{AvmPayError, AvmPayer, AvmPolicy};
+pub use rail::AvmReceiver;
 pub use remote::RemoteFacilitator;
 pub use scheme::{ExactAvm, LABEL};
 pub use verify::{AvmPayment, Expect, Violation};

@@ -25,6 +25,63 @@ use crate::address::Address;
 use crate::algod::{AlgodClient, SuggestedParams};
 use crate::txn::{AxferTxn, PayTxn, SignedTxn, Transaction, group_id};
 
+/// Why an [`AvmPayer`] did not pay.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AvmPayError {
+    /// Not an entry its policy lets it pay (the sentence says why).
+    #[error("{0}")]
+    Refused(String),
+    /// The account holds none of the asset (never opted in).
+    #[error("{account} has not opted in to ASA {asset}")]
+    NotOptedIn {
+        /// The paying account.
+        account: String,
+        /// The asset.
+        asset: u64,
+    },
+    /// The account holds too little of the asset.
+    #[error("{account} holds {have} base units of ASA {asset}; the payment needs {need}")]
+    Insufficient {
+        /// The paying account.
+        account: String,
+        /// The asset.
+        asset: u64,
+        /// What it holds.
+        have: u64,
+        /// What the payment needs.
+        need: u64,
+    },
+    /// The account's holding is frozen.
+    #[error("{account}'s holding of ASA {asset} is frozen")]
+    Frozen {
+        /// The paying account.
+        account: String,
+        /// The asset.
+        asset: u64,
+    },
+    /// algod did not answer as it should.
+    #[error("algod: {0}")]
+    Algod(String),
+}
+
+impl AvmPayError {
+    /// As a rail error.
+    #[must_use]
+    pub fn to_rail_error(&self) -> rail_core::RailError {
+        use rail_core::{RailError, RailReason};
+        match self {
+            AvmPayError::Refused(m) => RailError::InvalidInput(m.clone()),
+            AvmPayError::NotOptedIn { .. } | AvmPayError::Insufficient { .. } => {
+                RailError::InsufficientFunds(self.to_string())
+            }
+            AvmPayError::Frozen { .. } => {
+                RailError::Declined(RailReason::new("asset_frozen", self.to_string()))
+            }
+            AvmPayError::Algod(m) => RailError::Unavailable(RailReason::new("algod", m.clone())),
+        }
+    }
+}
+
 /// What an [`AvmPayer`] may pay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AvmPolicy {
@@ -55,6 +112,7 @@ pub struct AvmPayer {
     policy: AvmPolicy,
     network: String,
     genesis_hash: [u8; 32],
+    clock: rail_core::SharedClock,
 }
 
 impl fmt::Debug for AvmPayer {
@@ -88,7 +146,21 @@ impl AvmPayer {
             genesis_hash: params.genesis_hash,
             algod,
             policy,
+            clock: std::sync::Arc::new(rail_core::SystemClock),
         })
+    }
+
+    /// The clock offers are judged live by (the rail-core payer; default: the system's).
+    #[must_use]
+    pub fn with_clock(mut self, clock: rail_core::SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Its clock.
+    #[must_use]
+    pub fn clock(&self) -> &rail_core::SharedClock {
+        &self.clock
     }
 
     /// The paying account.
@@ -144,59 +216,70 @@ impl AvmPayer {
         None
     }
 
-    /// Builds and signs the group for `r` (checked by [`AvmPayer::refusal_of`] first).
+    /// Builds and signs the group for `r` (checked by [`AvmPayer::refusal_of`] first), its
+    /// transfer's note `x402-payment-<nanoseconds>` as the SDK writes it.
     ///
     /// # Errors
-    /// A sentence: the policy's refusal, algod unreachable, the account not opted in to the
-    /// asset or holding too little of it, a fee over the policy.
-    pub async fn payload(&self, r: &Requirements) -> Result<Payload, String> {
+    /// [`AvmPayError`]: the policy's refusal, algod unreachable, the account not opted in to
+    /// the asset, holding too little of it or frozen, a fee over the policy.
+    pub async fn payload(&self, r: &Requirements) -> Result<Payload, AvmPayError> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        self.payload_with_note(r, &nanos.to_string()).await
+    }
+
+    /// As [`AvmPayer::payload`], the transfer's note `x402-payment-<tag>` (the fee payer's
+    /// `x402-fee-payer-<tag>`): the rail-core payer binds a payment to its offer this way.
+    ///
+    /// # Errors
+    /// [`AvmPayError`].
+    pub async fn payload_with_note(
+        &self,
+        r: &Requirements,
+        tag: &str,
+    ) -> Result<Payload, AvmPayError> {
         if let Some(why) = self.refusal_of(r) {
-            return Err(why);
+            return Err(AvmPayError::Refused(why));
         }
-        let asset: u64 = r.asset.parse().map_err(|_| "bad asset".to_owned())?;
-        let amount: u64 = r.amount.parse().map_err(|_| "bad amount".to_owned())?;
-        let pay_to: Address = r.pay_to.parse().map_err(|_| "bad payTo".to_owned())?;
+        let bad = |m: &str| AvmPayError::Refused(m.to_owned());
+        let asset: u64 = r.asset.parse().map_err(|_| bad("bad asset"))?;
+        let amount: u64 = r.amount.parse().map_err(|_| bad("bad amount"))?;
+        let pay_to: Address = r.pay_to.parse().map_err(|_| bad("bad payTo"))?;
         let fee_payer: Option<Address> = match &r.extra.fee_payer {
-            Some(fp) => Some(fp.parse().map_err(|_| "bad feePayer".to_owned())?),
+            Some(fp) => Some(fp.parse().map_err(|_| bad("bad feePayer"))?),
             None => None,
         };
+        let account = self.address.to_string();
         let held = self
             .algod
             .asset_holding(&self.address, asset)
             .await
-            .map_err(|e| {
-                format!(
-                    "could not read {}'s holding of ASA {asset}: {e}",
-                    self.address
-                )
-            })?;
+            .map_err(|e| AvmPayError::Algod(e.to_string()))?;
         match held {
-            None => return Err(format!("{} has not opted in to ASA {asset}", self.address)),
+            None => return Err(AvmPayError::NotOptedIn { account, asset }),
             Some((have, _)) if have < amount => {
-                return Err(format!(
-                    "{} holds {have} base units of ASA {asset}; the payment needs {amount}",
-                    self.address
-                ));
+                return Err(AvmPayError::Insufficient {
+                    account,
+                    asset,
+                    have,
+                    need: amount,
+                });
             }
-            Some((_, true)) => {
-                return Err(format!(
-                    "{}'s holding of ASA {asset} is frozen",
-                    self.address
-                ));
-            }
+            Some((_, true)) => return Err(AvmPayError::Frozen { account, asset }),
             Some(_) => {}
         }
         let sp = self
             .algod
             .params()
             .await
-            .map_err(|e| format!("algod did not answer: {e}"))?;
+            .map_err(|e| AvmPayError::Algod(e.to_string()))?;
         if sp.genesis_hash != self.genesis_hash {
-            return Err("algod's chain changed under this payer".into());
+            return Err(AvmPayError::Algod(
+                "algod's chain changed under this payer".into(),
+            ));
         }
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos = tag;
         let mut transfer = AxferTxn {
             sender: self.address,
             asset,
@@ -217,10 +300,10 @@ impl AvmPayer {
         let Some(fp) = fee_payer else {
             transfer.fee = lone_fee(&sp, &transfer);
             if transfer.fee > self.policy.max_fee {
-                return Err(format!(
+                return Err(AvmPayError::Refused(format!(
                     "the fee would be {} µALGO; this payer pays at most {}",
                     transfer.fee, self.policy.max_fee
-                ));
+                )));
             }
             let signed = SignedTxn::sign(Transaction::Axfer(transfer), &self.key, None);
             return Ok(Payload {
@@ -247,7 +330,9 @@ impl AvmPayer {
         let gid = group_id(&txns);
         let mut txns = txns.into_iter().map(|t| t.with_group(Some(gid)));
         let (Some(fee_txn), Some(transfer)) = (txns.next(), txns.next()) else {
-            return Err("internal error: a group of two".into());
+            return Err(AvmPayError::Refused(
+                "internal error: a group of two".into(),
+            ));
         };
         let signed = SignedTxn::sign(transfer, &self.key, None);
         Ok(Payload {
@@ -301,7 +386,7 @@ impl x402_transport::client::SchemePayer for AvmPayer {
 
     async fn pay(&self, required: &PaymentRequired, entry: &Value) -> Result<Value, String> {
         let r = Self::entry(entry)?;
-        let payload = self.payload(&r).await?;
+        let payload = self.payload(&r).await.map_err(|e| e.to_string())?;
         let envelope = Envelope {
             x402_version: 2,
             payload,
