@@ -564,3 +564,90 @@ async fn a_registry_wallet_pays_an_exact_algo_402_with_the_rails_scheme_payer() 
     assert_eq!(paid.payer, "exact-algo");
     assert_eq!(algod.devnet.balance(&treasury), 102_000);
 }
+
+/// `kind = "exact-avm"`: USDC on the devnet posing as testnet, this process the facilitator
+/// paying the fees; an offer in USDC is paid and settled through the configured rail.
+#[tokio::test]
+async fn exact_avm_from_the_file_pays_usdc_with_sponsored_fees() {
+    use algod_devnet::TESTNET_USDC;
+    let (payer_seed, fee_seed) = ([0x21u8; 32], [0x22u8; 32]);
+    let addr = |seed: [u8; 32]| Address(SigningKey::from_bytes(&seed).verifying_key().to_bytes());
+    let (issuer, treasury) = (addr([0x23; 32]), addr([0x24; 32]));
+    let algod = Devnet::spawn(
+        DevnetConfig {
+            accounts: vec![
+                (issuer, 1_000_000),
+                (addr(payer_seed), 1_000_000),
+                (addr(fee_seed), 1_000_000),
+                (treasury, 1_000_000),
+            ],
+            ..DevnetConfig::testnet(issuer)
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let d = &algod.devnet;
+    d.opt_in(addr(payer_seed), TESTNET_USDC).unwrap();
+    d.fund_asset(addr(payer_seed), TESTNET_USDC, 5_000_000)
+        .unwrap();
+    d.opt_in(treasury, TESTNET_USDC).unwrap();
+    let config = format!(
+        r#"
+        [store]
+        url = "memory"
+
+        [rails.usdc]
+        kind = "exact-avm"
+        algod_url = "{algod}"
+        payer_key_env = "AVM_PAYER_KEY"
+        max_amount = "1.00"
+        pay_to = "{treasury}"
+        fee_payer_key_env = "AVM_FEE_PAYER_KEY"
+        "#,
+        algod = algod.url,
+    );
+    let env = env(&[
+        ("AVM_PAYER_KEY", &hex::encode(payer_seed)),
+        ("AVM_FEE_PAYER_KEY", &hex::encode(fee_seed)),
+    ]);
+    let registry = Registry::from_toml(&config, &env).await.unwrap();
+    let usdc = registry.handle("usdc").unwrap();
+    let offer = usdc
+        .receiver
+        .offer(&Charge::capture(
+            Money::parse(Asset::usdc(), "0.01").unwrap(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(registry.can_pay(&offer), ["usdc"]);
+    let payment = usdc.payer.pay(&OpId::random(), &offer).await.unwrap();
+    let verified = usdc.receiver.verify(&offer, &payment).await.unwrap();
+    assert_eq!(verified.amount, offer.amount);
+    assert_eq!(d.asset_balance(&treasury, TESTNET_USDC), Some(10_000));
+    assert_eq!(
+        d.balance(&addr(payer_seed)),
+        1_000_000,
+        "the fees were sponsored"
+    );
+    // Above the payer's limit: no rail pays it.
+    let dear = usdc
+        .receiver
+        .offer(&Charge::capture(
+            Money::parse(Asset::usdc(), "1.01").unwrap(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert!(registry.can_pay(&dear).is_empty());
+    // Two facilitators named at once are refused, in one sentence.
+    let both = config.replace(
+        "fee_payer_key_env = \"AVM_FEE_PAYER_KEY\"",
+        "fee_payer_key_env = \"AVM_FEE_PAYER_KEY\"\n        facilitator_url = \"http://127.0.0.1:9\"",
+    );
+    let Err(e) = Registry::from_toml(&both, &env).await else {
+        panic!("two facilitators were accepted")
+    };
+    assert!(e.to_string().contains("two facilitators"), "{e}");
+}

@@ -6,7 +6,7 @@
 //! url = "sqlite://stipendex.db"   # or "postgres://…" (or url_env = "VAR"), or "memory" (tests)
 //!
 //! [rails.house]                   # a rail instance named "house"
-//! kind = "ledger"                 # ledger | account | x402 | exact-algo | stripe | ln-nwc
+//! kind = "ledger"                 # ledger | account | x402 | exact-algo | exact-avm | stripe | ln-nwc
 //! # … the kind's own fields (see below)
 //! ```
 //!
@@ -21,6 +21,7 @@
 //! | `account` | `payer_account`, `payer_key_env` | `payee_account`, `payee_key_env` | `url` (or `urls`: the facilitator's instances), `network`, `asset` (`USD`) |
 //! | `x402` | `payer_key_env`, `max_amount`, `rpc_url` | `pay_to`, `facilitator_url` | `network`, `token`, `token_name`, `token_version` |
 //! | `exact-algo` | `payer_key_env`, `max_amount`, `networks` | `pay_to` | `algod_url`, `algod_token_env` |
+//! | `exact-avm` | `payer_key_env`, `max_amount` (USDC) | `pay_to`, `fee_payer_key_env` or `facilitator_url`, `spelling` | `algod_url`, `algod_token_env`, `asset` (USDC's id by default) |
 //! | `stripe` | `payment_method`, `max_amount` | `secret_key_env`, `publishable_key`, `payee` | `api_base`, `currency` (`usd`) |
 //! | `ln-nwc` | `payer_uri_env`, `max_amount`, `network` | `payee_uri_env`, `seed_env` | |
 //!
@@ -61,6 +62,14 @@
 //! max_amount = "0.5"                   # ALGO per payment
 //! pay_to = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAY5HFKQ"
 //!
+//! [rails.usdc-algorand]
+//! kind = "exact-avm"                   # x402's own exact on Algorand: USDC (ASA 10458941 on testnet)
+//! algod_url = "https://testnet-api.algonode.cloud"
+//! payer_key_env = "AVM_PAYER_KEY"      # 32-byte hex Ed25519 seed
+//! max_amount = "1.00"                  # USDC per payment
+//! pay_to = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAY5HFKQ"
+//! fee_payer_key_env = "AVM_FEE_PAYER_KEY"  # this process pays the group's fees (or facilitator_url)
+//!
 //! [rails.card]
 //! kind = "stripe"
 //! api_base = "https://api.stripe.com"
@@ -88,6 +97,8 @@ mod account;
 pub(crate) mod config;
 #[cfg(feature = "exact-algo")]
 mod exact_algo;
+#[cfg(feature = "exact-avm")]
+mod exact_avm;
 #[cfg(feature = "ledger")]
 mod ledger;
 #[cfg(feature = "ln-nwc")]
@@ -116,6 +127,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("account", "account"),
     ("x402", "x402"),
     ("exact-algo", "exact-algo"),
+    ("exact-avm", "exact-avm"),
     ("stripe", "stripe"),
     ("ln-nwc", "ln-nwc"),
 ];
@@ -405,6 +417,7 @@ pub fn compiled(kind: &str) -> bool {
         "account" => cfg!(feature = "account"),
         "x402" => cfg!(feature = "x402"),
         "exact-algo" => cfg!(feature = "exact-algo"),
+        "exact-avm" => cfg!(feature = "exact-avm"),
         "stripe" => cfg!(feature = "stripe"),
         "ln-nwc" => cfg!(feature = "ln-nwc"),
         _ => false,
@@ -450,6 +463,8 @@ async fn build(kind: &str, ctx: &Ctx<'_>) -> Result<Sides, Error> {
         "x402" => x402::build(ctx).await,
         #[cfg(feature = "exact-algo")]
         "exact-algo" => exact_algo::build(ctx).await,
+        #[cfg(feature = "exact-avm")]
+        "exact-avm" => exact_avm::build(ctx).await,
         #[cfg(feature = "stripe")]
         "stripe" => stripe::build(ctx).await,
         #[cfg(feature = "ln-nwc")]
