@@ -308,6 +308,67 @@ pub fn encode(v: &Value) -> Vec<u8> {
     out
 }
 
+/// A map value borrowed for writing ([`write_map`]): what a transaction's encoder lists
+/// without building a [`Value`] tree.
+#[derive(Clone, Copy, Debug)]
+pub enum Field<'a> {
+    /// An unsigned integer (omitted when zero).
+    UInt(u64),
+    /// A byte string (omitted when empty).
+    Bin(&'a [u8]),
+    /// A text string (omitted when empty).
+    Str(&'a str),
+    /// A value already encoded canonically (a nested transaction), written as is.
+    Raw(&'a [u8]),
+}
+
+impl Field<'_> {
+    fn is_zero(&self) -> bool {
+        match self {
+            Field::UInt(n) => *n == 0,
+            Field::Bin(b) => b.is_empty(),
+            Field::Str(s) => s.is_empty(),
+            Field::Raw(_) => false,
+        }
+    }
+}
+
+/// Writes the canonical map of `fields` to `out`: `None` and zero values are skipped; the keys
+/// must be given in ascending byte order (checked in debug builds), as canonical form wants.
+pub fn write_map(out: &mut Vec<u8>, fields: &[(&str, Option<Field<'_>>)]) {
+    debug_assert!(
+        fields.windows(2).all(|w| match w {
+            [a, b] => a.0.as_bytes() < b.0.as_bytes(),
+            _ => true,
+        }),
+        "write_map: keys out of order"
+    );
+    let kept = fields
+        .iter()
+        .filter(|(_, v)| v.is_some_and(|v| !v.is_zero()))
+        .count();
+    write_len(out, kept, Some((0x80, 15)), None, 0xde, 0xdf);
+    for (k, v) in fields {
+        let Some(v) = v.filter(|v| !v.is_zero()) else {
+            continue;
+        };
+        write_len(out, k.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb);
+        out.extend_from_slice(k.as_bytes());
+        match v {
+            Field::UInt(n) => write(out, &Value::UInt(n)),
+            Field::Bin(b) => {
+                write_len(out, b.len(), None, Some(0xc4), 0xc5, 0xc6);
+                out.extend_from_slice(b);
+            }
+            Field::Str(s) => {
+                write_len(out, s.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb);
+                out.extend_from_slice(s.as_bytes());
+            }
+            Field::Raw(r) => out.extend_from_slice(r),
+        }
+    }
+}
+
 fn write_len(
     out: &mut Vec<u8>,
     n: usize,

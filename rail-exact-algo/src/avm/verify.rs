@@ -12,7 +12,7 @@
 
 use super::wire::{MAX_FEE_PAYER_FEE, MAX_GROUP, Payload, code};
 use crate::address::Address;
-use crate::txn::{Member, SignedTxn, Transaction, TxnError, group_id};
+use crate::txn::{Member, SignedTxn, Transaction, TxnError, group_id_of};
 
 /// What a payment must be, from the receiver's requirements.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -189,12 +189,12 @@ pub fn check(payload: &Payload, expect: &Expect) -> Result<AvmPayment, Violation
     }
 
     // One group, and this chain.
-    let txns: Vec<Transaction> = members.iter().map(|m| m.txn().clone()).collect();
+    let txns: Vec<&Transaction> = members.iter().map(Member::txn).collect();
     let gid = if txns.len() > 1 {
-        let Some(first) = txns.first().and_then(Transaction::group) else {
+        let Some(first) = txns.first().and_then(|t| t.group()) else {
             return Err(refuse(code::MISSING_GROUP_ID, "the group has no group id"));
         };
-        let expected = group_id(&txns);
+        let expected = group_id_of(txns.iter().copied());
         if first != expected || txns.iter().any(|t| t.group() != Some(expected)) {
             return Err(refuse(
                 code::GROUP_ID_MISMATCH,
@@ -303,7 +303,7 @@ pub fn check(payload: &Payload, expect: &Expect) -> Result<AvmPayment, Violation
     }
 
     // The payment itself.
-    let Some(Transaction::Axfer(pay)) = txns.get(index) else {
+    let Some(Transaction::Axfer(pay)) = txns.get(index).copied() else {
         return Err(refuse(
             code::ASSET_ID_MISMATCH,
             "Payment transaction must be asset transfer (axfer)",
@@ -333,7 +333,7 @@ pub fn check(payload: &Payload, expect: &Expect) -> Result<AvmPayment, Violation
             "the payment is sent by the fee payer",
         ));
     }
-    let txid = txns.get(index).map(Transaction::id).unwrap_or_default();
+    let txid = txns.get(index).map(|t| t.id()).unwrap_or_default();
     let last_valid = txns
         .iter()
         .map(|t| t.header().last_valid)

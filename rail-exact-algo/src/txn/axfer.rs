@@ -78,47 +78,42 @@ impl AxferTxn {
         })
     }
 
-    pub(super) fn to_value(&self) -> Value {
-        let mut m = BTreeMap::new();
-        let mut put = |k: &str, v: Value| {
-            m.insert(k.to_owned(), v);
-        };
-        let bin = |a: &[u8]| Value::Bin(a.to_vec());
-        put("aamt", Value::UInt(self.amount));
-        if let Some(a) = self.close_to {
-            put("aclose", bin(&a.0));
-        }
-        if !self.receiver.is_zero() {
-            put("arcv", bin(&self.receiver.0));
-        }
-        if let Some(a) = self.asset_sender {
-            put("asnd", bin(&a.0));
-        }
-        put("fee", Value::UInt(self.fee));
-        put("fv", Value::UInt(self.first_valid));
-        put("gen", Value::Str(self.genesis_id.clone()));
-        put("gh", bin(&self.genesis_hash));
-        if let Some(g) = self.group {
-            put("grp", bin(&g));
-        }
-        put("lv", Value::UInt(self.last_valid));
-        if let Some(l) = self.lease {
-            put("lx", bin(&l));
-        }
-        put("note", Value::Bin(self.note.clone()));
-        if let Some(r) = self.rekey_to {
-            put("rekey", bin(&r.0));
-        }
-        put("snd", bin(&self.sender.0));
-        put("type", Value::Str("axfer".into()));
-        put("xaid", Value::UInt(self.asset));
-        Value::Map(m)
-    }
-
     /// The canonical encoding of the transaction.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        msgpack::encode(&self.to_value())
+        let mut out = Vec::with_capacity(256);
+        self.write(&mut out, true);
+        out
+    }
+
+    /// Writes the canonical encoding to `out`, field by field (no intermediate tree); without
+    /// `grp` when `with_group` is false (what a group id is computed over).
+    pub(super) fn write(&self, out: &mut Vec<u8>, with_group: bool) {
+        use msgpack::Field;
+        msgpack::write_map(
+            out,
+            &[
+                ("aamt", Some(Field::UInt(self.amount))),
+                ("aclose", super::opt_addr(&self.close_to)),
+                (
+                    "arcv",
+                    (!self.receiver.is_zero()).then_some(Field::Bin(&self.receiver.0)),
+                ),
+                ("asnd", super::opt_addr(&self.asset_sender)),
+                ("fee", Some(Field::UInt(self.fee))),
+                ("fv", Some(Field::UInt(self.first_valid))),
+                ("gen", Some(Field::Str(&self.genesis_id))),
+                ("gh", Some(Field::Bin(&self.genesis_hash))),
+                ("grp", super::opt_b32(&self.group).filter(|_| with_group)),
+                ("lv", Some(Field::UInt(self.last_valid))),
+                ("lx", super::opt_b32(&self.lease)),
+                ("note", Some(Field::Bin(&self.note))),
+                ("rekey", super::opt_addr(&self.rekey_to)),
+                ("snd", Some(Field::Bin(&self.sender.0))),
+                ("type", Some(Field::Str("axfer"))),
+                ("xaid", Some(Field::UInt(self.asset))),
+            ],
+        );
     }
 
     /// The bytes the signature covers: `"TX" || canonical(txn)`.

@@ -35,24 +35,31 @@ impl Transaction {
         }
     }
 
-    fn to_value(&self) -> Value {
-        match self {
-            Transaction::Pay(t) => t.to_value(),
-            Transaction::Axfer(t) => t.to_value(),
-        }
-    }
-
     /// The canonical encoding.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        msgpack::encode(&self.to_value())
+        let mut out = Vec::with_capacity(256);
+        self.write(&mut out);
+        out
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        self.write_as(out, true);
+    }
+
+    fn write_as(&self, out: &mut Vec<u8>, with_group: bool) {
+        match self {
+            Transaction::Pay(t) => t.write(out, with_group),
+            Transaction::Axfer(t) => t.write(out, with_group),
+        }
     }
 
     /// `"TX" || canonical(txn)`.
     #[must_use]
     pub fn signing_bytes(&self) -> Vec<u8> {
-        let mut b = b"TX".to_vec();
-        b.extend_from_slice(&self.encode());
+        let mut b = Vec::with_capacity(258);
+        b.extend_from_slice(b"TX");
+        self.write(&mut b);
         b
     }
 
@@ -190,28 +197,45 @@ impl Member {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
-        let Value::Map(m) = msgpack::decode(bytes)? else {
+        // One strict decode; each form is then checked canonical by re-encoding.
+        let Value::Map(mut m) = msgpack::decode(bytes)? else {
             return Err(TxnError::NotAMap("transaction"));
         };
         if m.contains_key("sig") || m.contains_key("msig") || m.contains_key("lsig") {
-            return SignedTxn::decode(bytes).map(Member::Signed);
+            let (t, sig, auth) = super::signed_parts_of(m)?;
+            let signed = SignedTxn {
+                txn: Transaction::from_map(&t)?,
+                sig,
+                auth,
+            };
+            if signed.encode() != bytes {
+                return Err(TxnError::NonCanonical);
+            }
+            return Ok(Member::Signed(signed));
         }
-        if let Some(inner) = m.get("txn") {
+        let wrapped = m.contains_key("txn");
+        if wrapped {
             if m.len() != 1 {
                 let stray = m.keys().find(|k| *k != "txn").cloned().unwrap_or_default();
                 return Err(TxnError::UnknownField(stray));
             }
-            let Value::Map(t) = inner else {
+            let Some(Value::Map(t)) = m.remove("txn") else {
                 return Err(TxnError::NotAMap("txn"));
             };
-            let txn = Transaction::from_map(t)?;
-            // The whole was decoded strictly; the transaction must also be its canonical self.
-            if txn.encode() != msgpack::encode(inner) {
-                return Err(TxnError::NonCanonical);
-            }
-            return Ok(Member::Unsigned(txn));
+            m = t;
         }
-        Transaction::decode(bytes).map(Member::Unsigned)
+        let txn = Transaction::from_map(&m)?;
+        let encoded = txn.encode();
+        // The whole was read strictly; the transaction must be its canonical self.
+        let canonical = if wrapped {
+            bytes.ends_with(&encoded)
+        } else {
+            encoded == bytes
+        };
+        if !canonical {
+            return Err(TxnError::NonCanonical);
+        }
+        Ok(Member::Unsigned(txn))
     }
 
     /// The transaction.
@@ -236,16 +260,24 @@ impl Member {
 /// The id of the atomic group `txns` (each taken without its `grp`).
 #[must_use]
 pub fn group_id(txns: &[Transaction]) -> [u8; 32] {
-    let ids = txns
-        .iter()
-        .map(|t| {
-            let bare = t.clone().with_group(None);
-            Value::Bin(Sha512_256::digest(bare.signing_bytes()).to_vec())
-        })
-        .collect();
+    group_id_of(txns.iter())
+}
+
+/// [`group_id`] of borrowed transactions (no copies).
+pub fn group_id_of<'a>(txns: impl Iterator<Item = &'a Transaction>) -> [u8; 32] {
+    // {"txlist": [bin32, …]}: a fixmap of one, the key, an array of 32-byte bins.
+    let mut b = Vec::with_capacity(2 + 8 + 3 + 34 * MAX_GROUP);
+    b.extend_from_slice(b"TG");
+    let mut ids = Vec::new();
+    let mut bare = Vec::with_capacity(258);
+    for t in txns {
+        bare.clear();
+        bare.extend_from_slice(b"TX");
+        t.write_as(&mut bare, false);
+        ids.push(Value::Bin(Sha512_256::digest(&bare).to_vec()));
+    }
     let mut m = BTreeMap::new();
     m.insert("txlist".to_owned(), Value::Array(ids));
-    let mut b = b"TG".to_vec();
     b.extend_from_slice(&msgpack::encode(&Value::Map(m)));
     Sha512_256::digest(&b).into()
 }
@@ -312,7 +344,7 @@ impl SignedTxn {
     /// The canonical encoding.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        signed_encoding(self.txn.to_value(), &self.sig, self.auth)
+        signed_encoding(&self.txn.encode(), &self.sig, self.auth)
     }
 
     /// Checks the signature (Ed25519 `verify_strict`) by `sgnr`, or else the sender.

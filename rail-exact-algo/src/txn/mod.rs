@@ -20,7 +20,7 @@ mod axfer;
 mod group;
 
 pub use axfer::AxferTxn;
-pub use group::{Header, MAX_GROUP, Member, SignedTxn, Transaction, group_id};
+pub use group::{Header, MAX_GROUP, Member, SignedTxn, Transaction, group_id, group_id_of};
 
 /// The fields of a native `pay` transaction (`type = "pay"`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,9 +181,17 @@ fn typed(m: &BTreeMap<String, Value>, want: &str, fields: &[&str]) -> Result<(),
 fn signed_parts(
     bytes: &[u8],
 ) -> Result<(BTreeMap<String, Value>, [u8; 64], Option<Address>), TxnError> {
-    let Value::Map(mut m) = msgpack::decode(bytes)? else {
+    let Value::Map(m) = msgpack::decode(bytes)? else {
         return Err(TxnError::NotAMap("signed transaction"));
     };
+    signed_parts_of(m)
+}
+
+/// As [`signed_parts`], of a map already decoded.
+#[allow(clippy::type_complexity)]
+fn signed_parts_of(
+    mut m: BTreeMap<String, Value>,
+) -> Result<(BTreeMap<String, Value>, [u8; 64], Option<Address>), TxnError> {
     if m.contains_key("msig") {
         return Err(TxnError::Multisig);
     }
@@ -211,15 +219,30 @@ fn signed_parts(
     Ok((t, sig, auth))
 }
 
-/// The canonical signed envelope of `txn`.
-fn signed_encoding(txn: Value, sig: &[u8; 64], auth: Option<Address>) -> Vec<u8> {
-    let mut m = BTreeMap::new();
-    if let Some(a) = auth {
-        m.insert("sgnr".to_owned(), Value::Bin(a.0.to_vec()));
-    }
-    m.insert("sig".to_owned(), Value::Bin(sig.to_vec()));
-    m.insert("txn".to_owned(), txn);
-    msgpack::encode(&Value::Map(m))
+/// The canonical signed envelope `{sgnr?, sig, txn}` around `txn`, the transaction's own
+/// canonical encoding.
+fn signed_encoding(txn: &[u8], sig: &[u8; 64], auth: Option<Address>) -> Vec<u8> {
+    use msgpack::Field;
+    let mut out = Vec::with_capacity(txn.len() + 80);
+    msgpack::write_map(
+        &mut out,
+        &[
+            ("sgnr", auth.as_ref().map(|a| Field::Bin(&a.0))),
+            ("sig", Some(Field::Bin(sig))),
+            ("txn", Some(Field::Raw(txn))),
+        ],
+    );
+    out
+}
+
+/// An optional address as a field to write.
+fn opt_addr(a: &Option<Address>) -> Option<msgpack::Field<'_>> {
+    a.as_ref().map(|a| msgpack::Field::Bin(&a.0))
+}
+
+/// An optional 32-byte value as a field to write.
+fn opt_b32(a: &Option<[u8; 32]>) -> Option<msgpack::Field<'_>> {
+    a.as_ref().map(|a| msgpack::Field::Bin(a))
 }
 
 /// Ed25519 `verify_strict` of `sig` by `signer` over `signing_bytes`.
@@ -252,42 +275,40 @@ impl PayTxn {
         })
     }
 
-    pub(super) fn to_value(&self) -> Value {
-        let mut m = BTreeMap::new();
-        let mut put = |k: &str, v: Value| {
-            m.insert(k.to_owned(), v);
-        };
-        put("amt", Value::UInt(self.amount));
-        if let Some(a) = self.close_to {
-            put("close", Value::Bin(a.0.to_vec()));
-        }
-        put("fee", Value::UInt(self.fee));
-        put("fv", Value::UInt(self.first_valid));
-        put("gen", Value::Str(self.genesis_id.clone()));
-        put("gh", Value::Bin(self.genesis_hash.to_vec()));
-        if let Some(g) = self.group {
-            put("grp", Value::Bin(g.to_vec()));
-        }
-        put("lv", Value::UInt(self.last_valid));
-        if let Some(l) = self.lease {
-            put("lx", Value::Bin(l.to_vec()));
-        }
-        put("note", Value::Bin(self.note.clone()));
-        if !self.receiver.is_zero() {
-            put("rcv", Value::Bin(self.receiver.0.to_vec()));
-        }
-        if let Some(r) = self.rekey_to {
-            put("rekey", Value::Bin(r.0.to_vec()));
-        }
-        put("snd", Value::Bin(self.sender.0.to_vec()));
-        put("type", Value::Str("pay".into()));
-        Value::Map(m)
-    }
-
     /// The canonical encoding of the transaction (what is signed, after the `"TX"` tag).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        msgpack::encode(&self.to_value())
+        let mut out = Vec::with_capacity(256);
+        self.write(&mut out, true);
+        out
+    }
+
+    /// Writes the canonical encoding to `out`, field by field (no intermediate tree); without
+    /// `grp` when `with_group` is false (what a group id is computed over).
+    pub(super) fn write(&self, out: &mut Vec<u8>, with_group: bool) {
+        use msgpack::Field;
+        msgpack::write_map(
+            out,
+            &[
+                ("amt", Some(Field::UInt(self.amount))),
+                ("close", opt_addr(&self.close_to)),
+                ("fee", Some(Field::UInt(self.fee))),
+                ("fv", Some(Field::UInt(self.first_valid))),
+                ("gen", Some(Field::Str(&self.genesis_id))),
+                ("gh", Some(Field::Bin(&self.genesis_hash))),
+                ("grp", opt_b32(&self.group).filter(|_| with_group)),
+                ("lv", Some(Field::UInt(self.last_valid))),
+                ("lx", opt_b32(&self.lease)),
+                ("note", Some(Field::Bin(&self.note))),
+                (
+                    "rcv",
+                    (!self.receiver.is_zero()).then_some(Field::Bin(&self.receiver.0)),
+                ),
+                ("rekey", opt_addr(&self.rekey_to)),
+                ("snd", Some(Field::Bin(&self.sender.0))),
+                ("type", Some(Field::Str("pay"))),
+            ],
+        );
     }
 
     /// The bytes the signature covers: `"TX" || canonical(txn)`.
@@ -355,7 +376,7 @@ impl SignedPay {
     /// The canonical encoding of the signed transaction (what `POST /v2/transactions` takes).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        signed_encoding(self.txn.to_value(), &self.sig, self.auth)
+        signed_encoding(&self.txn.encode(), &self.sig, self.auth)
     }
 
     /// The address whose key must have signed: `sgnr` if present, else the sender. (Whether
@@ -465,7 +486,7 @@ mod tests {
             assert_eq!(SignedPay::decode(&msgpack::encode(&Value::Map(o))), Err(e));
         }
         // Another transaction type.
-        let mut other = s.txn.to_value();
+        let mut other = msgpack::decode(&s.txn.encode()).unwrap();
         if let Value::Map(m) = &mut other {
             m.insert("type".into(), Value::Str("axfer".into()));
         }
