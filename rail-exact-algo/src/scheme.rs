@@ -204,6 +204,37 @@ impl Scheme for ExactAlgo {
         })
     }
 
+    /// Settle-after: a simulation of the signed payment where algod offers one (a 404 leaves
+    /// the verdict to settlement, as before); the seed's rules and paymentId are still checked
+    /// when settling.
+    async fn verify(
+        &self,
+        payment: &Verified,
+        _price: &TransportPrice,
+    ) -> Result<x402_transport::Verdict, Failure> {
+        use crate::txn::{Member, SignedTxn, Transaction};
+        let p = payment.payment::<AlgoPayment>()?;
+        let member = Member::Signed(SignedTxn {
+            txn: Transaction::Pay(p.signed.txn.clone()),
+            sig: p.signed.sig,
+            auth: p.signed.auth,
+        });
+        match self.receiver.algod().simulate(&[member], false).await {
+            Ok(None) | Err(crate::algod::AlgodError::Http { status: 404, .. }) => {
+                Ok(x402_transport::Verdict::Valid)
+            }
+            Ok(Some((_, m))) if m.contains("transaction already in ledger") => {
+                Ok(x402_transport::Verdict::MaybeSettled)
+            }
+            Ok(Some((_, m))) => Err(Failure::Refused(settlement_failed("simulation failed", m))),
+            Err(e) if e.is_retryable() => Err(unknown("algod unavailable", e.to_string())),
+            Err(e) => Err(Failure::Refused(settlement_failed(
+                "simulation failed",
+                e.message(),
+            ))),
+        }
+    }
+
     async fn settle(&self, payment: &Verified, price: &TransportPrice) -> Result<Settled, Failure> {
         let p = payment.payment::<AlgoPayment>()?;
         match self

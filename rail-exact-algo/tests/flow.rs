@@ -341,3 +341,95 @@ async fn a_payer_reads_either_spelling_in_a_challenge_and_in_its_policy() {
     let refused = mainnet_only.pay_required(&required).await.unwrap_err();
     assert!(refused.to_string().contains("not allowed"), "{refused}");
 }
+
+/// Settle-after on an exact-algo route: the payment is simulated before the paid work runs, so
+/// one that can no longer be afforded (the payer spent its ALGO after signing) is refused with
+/// the chain's reason and the work never runs; an affordable one is served and settled.
+#[tokio::test]
+async fn settle_after_simulates_before_the_paid_work_runs() {
+    use axum::Router;
+    use axum::routing::get;
+    use rail_exact_algo::ExactAlgo;
+    use rail_exact_algo::txn::PayTxn;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use x402_transport::Accepts;
+    use x402_transport::paywall::Paywall;
+    use x402_transport::settle::SettleWhen;
+    use x402_transport::wire::PaymentRequired;
+
+    let (net, payer, receiver, treasury) = setup().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let seen = runs.clone();
+    let paywall = Paywall::new()
+        .settle(SettleWhen::After)
+        .with_served(receiver.served().clone())
+        .route(
+            "/api/posts/{id}",
+            "read post body",
+            Accepts::one(Arc::new(ExactAlgo::new(receiver.clone())), 1000).unwrap(),
+        );
+    let app = paywall.apply(Router::new().route(
+        "/api/posts/{id}",
+        get(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async { "the body" }
+        }),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api/posts/1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = rail_exact_algo::algod::http_client(std::time::Duration::from_secs(10)).unwrap();
+
+    // An affordable payment: simulated, served, settled.
+    let required: wire::PaymentRequired =
+        http.get(&url).send().await.unwrap().json().await.unwrap();
+    let signed = payer.pay_required(&required).await.unwrap();
+    let ok = http
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", &signed.header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(net.devnet.balance(&treasury), 101_000);
+
+    // Signed, then the payer spends everything but its minimum balance elsewhere.
+    let required: wire::PaymentRequired =
+        http.get(&url).send().await.unwrap().json().await.unwrap();
+    let signed = payer.pay_required(&required).await.unwrap();
+    let p = AlgodClient::new(&net.url, Some("t0ken".into()))
+        .unwrap()
+        .params()
+        .await
+        .unwrap();
+    let left = net.devnet.balance(&payer.address());
+    let drain = PayTxn {
+        sender: payer.address(),
+        receiver: addr(&key(9)),
+        amount: left - 100_000 - 1000,
+        fee: 1000,
+        first_valid: p.last_round,
+        last_valid: p.last_round + 1000,
+        genesis_id: p.genesis_id,
+        genesis_hash: p.genesis_hash,
+        note: b"elsewhere".to_vec(),
+        close_to: None,
+        rekey_to: None,
+        group: None,
+        lease: None,
+    }
+    .sign(&key(1), None);
+    net.devnet.submit(&drain.encode()).unwrap();
+    let refused = http
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", &signed.header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 402);
+    let body: PaymentRequired = refused.json().await.unwrap();
+    assert_eq!(body.reason.as_deref(), Some("simulation failed"));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the paid work did not run");
+    assert_eq!(net.devnet.balance(&treasury), 101_000);
+}
