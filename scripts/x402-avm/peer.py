@@ -1,12 +1,13 @@
 """The x402-avm SDK (PyPI 2.0.2) as the independent peer of rail-exact-algo's AVM interop tests.
 
-    /var/tmp/x402-avm-venv/bin/python scripts/x402-avm/peer.py client URL
+    /var/tmp/x402-avm-venv/bin/python scripts/x402-avm/peer.py client URL [N]
     /var/tmp/x402-avm-venv/bin/python scripts/x402-avm/peer.py facilitator
     /var/tmp/x402-avm-venv/bin/python scripts/x402-avm/peer.py server
 
 - client: the SDK's client (x402Client + register_exact_avm_client + x402HttpxClient) pays URL
   once with the Ed25519 seed AVM_PAYER_SEED (hex); prints one JSON line
-  {"status", "body", "paymentResponse"} (the decoded PAYMENT-RESPONSE, or null).
+  {"status", "body", "paymentResponse"} (the decoded PAYMENT-RESPONSE, or null); with N, pays
+  N times one after another and prints {"calls", "errors", "seconds", "p50", "p99"} (ms).
 - facilitator: the SDK's facilitator (x402Facilitator + register_exact_avm_facilitator) behind
   /supported, /verify and /settle, written as algorandfoundation/x402's
   examples/python/facilitator/main.py writes them (the wheel ships no facilitator server and no
@@ -143,7 +144,9 @@ def serve(app):
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
-async def client(url):
+async def client(url, count=None):
+    import time
+
     from x402 import x402Client
     from x402.http import decode_payment_response_header
     from x402.http.clients import x402HttpxClient
@@ -152,10 +155,24 @@ async def client(url):
     sk, addr = key_from_env("AVM_PAYER_SEED")
     x402 = register_exact_avm_client(x402Client(), ClientSigner(sk, addr), algod_url=ALGOD)
     async with x402HttpxClient(x402, timeout=30) as http:
-        r = await http.get(url)
-    header = r.headers.get("payment-response")
-    response = decode_payment_response_header(header).model_dump(by_alias=True) if header else None
-    print(json.dumps({"status": r.status_code, "body": r.text, "paymentResponse": response}), flush=True)
+        if count is None:
+            r = await http.get(url)
+            header = r.headers.get("payment-response")
+            response = decode_payment_response_header(header).model_dump(by_alias=True) if header else None
+            print(json.dumps({"status": r.status_code, "body": r.text, "paymentResponse": response}), flush=True)
+            return
+        # --bench: `count` paid calls one after another; latencies in ms.
+        lat, errors, start = [], 0, time.perf_counter()
+        for _ in range(count):
+            t = time.perf_counter()
+            r = await http.get(url)
+            lat.append((time.perf_counter() - t) * 1000)
+            errors += r.status_code != 200
+        total = time.perf_counter() - start
+        lat.sort()
+        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
+        print(json.dumps({"calls": count, "errors": errors, "seconds": total,
+                          "p50": pick(0.5), "p99": pick(0.99)}), flush=True)
 
 
 def facilitator():
@@ -251,6 +268,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "client" and len(sys.argv) == 3:
         asyncio.run(client(sys.argv[2]))
+    elif cmd == "client" and len(sys.argv) == 4:
+        asyncio.run(client(sys.argv[2], int(sys.argv[3])))
     elif cmd == "facilitator":
         facilitator()
     elif cmd == "server":
