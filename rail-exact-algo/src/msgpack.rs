@@ -28,6 +28,105 @@ pub enum Value {
     False,
 }
 
+/// A decoded value borrowing its strings and byte strings from the input (no copies): what
+/// the transaction decoders read, strictly, before they build their own types.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueRef<'a> {
+    /// An unsigned integer.
+    UInt(u64),
+    /// A byte string (`bin`).
+    Bin(&'a [u8]),
+    /// A text string (`str`).
+    Str(&'a str),
+    /// A map with string keys, in ascending order.
+    Map(MapRef<'a>),
+    /// An array.
+    Array(Vec<ValueRef<'a>>),
+    /// `true`.
+    True,
+    /// `false` (only in a request document).
+    False,
+}
+
+/// A decoded map: its entries in strictly ascending key order (as the decoder checked).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapRef<'a>(Vec<(&'a str, ValueRef<'a>)>);
+
+impl<'a> MapRef<'a> {
+    /// The value of `k`.
+    #[must_use]
+    pub fn get(&self, k: &str) -> Option<&ValueRef<'a>> {
+        self.0
+            .binary_search_by(|(key, _)| key.as_bytes().cmp(k.as_bytes()))
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .map(|(_, v)| v)
+    }
+
+    /// Whether `k` is present.
+    #[must_use]
+    pub fn contains_key(&self, k: &str) -> bool {
+        self.get(k).is_some()
+    }
+
+    /// The keys, ascending.
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.0.iter().map(|(k, _)| *k)
+    }
+
+    /// How many entries.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Takes the value of `k` out.
+    pub fn remove(&mut self, k: &str) -> Option<ValueRef<'a>> {
+        let i = self
+            .0
+            .binary_search_by(|(key, _)| key.as_bytes().cmp(k.as_bytes()))
+            .ok()?;
+        Some(self.0.remove(i).1)
+    }
+}
+
+impl ValueRef<'_> {
+    fn is_zero(&self) -> bool {
+        match self {
+            ValueRef::UInt(0) | ValueRef::False => true,
+            ValueRef::Bin(b) => b.is_empty(),
+            ValueRef::Str(s) => s.is_empty(),
+            ValueRef::Map(m) => m.is_empty(),
+            ValueRef::Array(a) => a.is_empty(),
+            ValueRef::UInt(_) | ValueRef::True => false,
+        }
+    }
+
+    /// An owned copy.
+    #[must_use]
+    pub fn to_owned_value(&self) -> Value {
+        match self {
+            ValueRef::UInt(n) => Value::UInt(*n),
+            ValueRef::Bin(b) => Value::Bin(b.to_vec()),
+            ValueRef::Str(s) => Value::Str((*s).to_owned()),
+            ValueRef::Map(m) => Value::Map(
+                m.0.iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.to_owned_value()))
+                    .collect(),
+            ),
+            ValueRef::Array(a) => Value::Array(a.iter().map(ValueRef::to_owned_value).collect()),
+            ValueRef::True => Value::True,
+            ValueRef::False => Value::False,
+        }
+    }
+}
+
 /// Why bytes are not canonical MessagePack of the accepted subset.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -109,20 +208,20 @@ impl<'a> Reader<'a> {
         usize::try_from(v).map_err(|_| MsgpackError::Truncated(at))
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, MsgpackError> {
+    fn value(&mut self, depth: usize) -> Result<ValueRef<'a>, MsgpackError> {
         if depth > MAX_DEPTH {
             return Err(MsgpackError::TooDeep);
         }
         let at = self.pos;
         let b = self.byte()?;
         match b {
-            0x00..=0x7f => Ok(Value::UInt(u64::from(b))),
+            0x00..=0x7f => Ok(ValueRef::UInt(u64::from(b))),
             0xcc => {
                 let v = self.be(1)?;
                 if v < 0x80 {
                     Err(MsgpackError::NonMinimal(at))
                 } else {
-                    Ok(Value::UInt(v))
+                    Ok(ValueRef::UInt(v))
                 }
             }
             0xcd => {
@@ -130,7 +229,7 @@ impl<'a> Reader<'a> {
                 if v <= 0xff {
                     Err(MsgpackError::NonMinimal(at))
                 } else {
-                    Ok(Value::UInt(v))
+                    Ok(ValueRef::UInt(v))
                 }
             }
             0xce => {
@@ -138,7 +237,7 @@ impl<'a> Reader<'a> {
                 if v <= 0xffff {
                     Err(MsgpackError::NonMinimal(at))
                 } else {
-                    Ok(Value::UInt(v))
+                    Ok(ValueRef::UInt(v))
                 }
             }
             0xcf => {
@@ -146,11 +245,11 @@ impl<'a> Reader<'a> {
                 if v <= 0xffff_ffff {
                     Err(MsgpackError::NonMinimal(at))
                 } else {
-                    Ok(Value::UInt(v))
+                    Ok(ValueRef::UInt(v))
                 }
             }
-            0xc3 => Ok(Value::True),
-            0xc2 if self.lenient => Ok(Value::False),
+            0xc3 => Ok(ValueRef::True),
+            0xc2 if self.lenient => Ok(ValueRef::False),
             0xa0..=0xbf => self.str(usize::from(b & 0x1f), at),
             0xd9 => {
                 let n = self.len(1, 32, at)?;
@@ -166,15 +265,15 @@ impl<'a> Reader<'a> {
             }
             0xc4 => {
                 let n = self.len(1, 0, at)?;
-                Ok(Value::Bin(self.take(n)?.to_vec()))
+                Ok(ValueRef::Bin(self.take(n)?))
             }
             0xc5 => {
                 let n = self.len(2, 0x100, at)?;
-                Ok(Value::Bin(self.take(n)?.to_vec()))
+                Ok(ValueRef::Bin(self.take(n)?))
             }
             0xc6 => {
                 let n = self.len(4, 0x1_0000, at)?;
-                Ok(Value::Bin(self.take(n)?.to_vec()))
+                Ok(ValueRef::Bin(self.take(n)?))
             }
             0x90..=0x9f => self.array(usize::from(b & 0x0f), depth),
             0xdc => {
@@ -198,40 +297,40 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn str(&mut self, n: usize, at: usize) -> Result<Value, MsgpackError> {
+    fn str(&mut self, n: usize, at: usize) -> Result<ValueRef<'a>, MsgpackError> {
         let s = self.take(n)?;
         std::str::from_utf8(s)
-            .map(|s| Value::Str(s.to_owned()))
+            .map(ValueRef::Str)
             .map_err(|_| MsgpackError::Utf8(at))
     }
 
-    fn array(&mut self, n: usize, depth: usize) -> Result<Value, MsgpackError> {
+    fn array(&mut self, n: usize, depth: usize) -> Result<ValueRef<'a>, MsgpackError> {
         let mut v = Vec::new();
         for _ in 0..n {
             v.push(self.value(depth + 1)?);
         }
-        Ok(Value::Array(v))
+        Ok(ValueRef::Array(v))
     }
 
-    fn map(&mut self, n: usize, depth: usize) -> Result<Value, MsgpackError> {
-        let mut m = BTreeMap::new();
-        let mut last: Option<String> = None;
+    fn map(&mut self, n: usize, depth: usize) -> Result<ValueRef<'a>, MsgpackError> {
+        // No more entries than bytes left: a hostile length cannot reserve memory.
+        let mut m: Vec<(&'a str, ValueRef<'a>)> =
+            Vec::with_capacity(n.min(self.buf.len().saturating_sub(self.pos)));
         for _ in 0..n {
             let at = self.pos;
-            let Value::Str(k) = self.value(depth + 1)? else {
+            let ValueRef::Str(k) = self.value(depth + 1)? else {
                 return Err(MsgpackError::KeyType(at));
             };
-            if last.as_ref().is_some_and(|l| l.as_bytes() >= k.as_bytes()) {
+            if m.last().is_some_and(|(l, _)| l.as_bytes() >= k.as_bytes()) {
                 return Err(MsgpackError::KeyOrder(at));
             }
             let v = self.value(depth + 1)?;
-            if is_zero(&v) && !self.lenient {
-                return Err(MsgpackError::ZeroValue(k));
+            if v.is_zero() && !self.lenient {
+                return Err(MsgpackError::ZeroValue(k.to_owned()));
             }
-            last = Some(k.clone());
-            m.insert(k, v);
+            m.push((k, v));
         }
-        Ok(Value::Map(m))
+        Ok(ValueRef::Map(MapRef(m)))
     }
 }
 
@@ -253,6 +352,14 @@ fn is_zero(v: &Value) -> bool {
 /// # Errors
 /// [`MsgpackError`] for anything outside the canonical subset, or trailing bytes.
 pub fn decode(bytes: &[u8]) -> Result<Value, MsgpackError> {
+    decode_ref(bytes).map(|v| v.to_owned_value())
+}
+
+/// As [`decode`], borrowing from `bytes` ([`ValueRef`]): no copies of keys, strings or bins.
+///
+/// # Errors
+/// [`MsgpackError`] for anything outside the canonical subset, or trailing bytes.
+pub fn decode_ref(bytes: &[u8]) -> Result<ValueRef<'_>, MsgpackError> {
     let mut r = Reader {
         buf: bytes,
         pos: 0,
@@ -282,7 +389,7 @@ pub fn decode_document(bytes: &[u8]) -> Result<Value, MsgpackError> {
     if r.pos != bytes.len() {
         return Err(MsgpackError::Trailing(bytes.len() - r.pos));
     }
-    Ok(v)
+    Ok(v.to_owned_value())
 }
 
 /// Decodes one canonical value at the start of `bytes` and says how many bytes it took
@@ -297,7 +404,7 @@ pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize), MsgpackError> {
         lenient: false,
     };
     let v = r.value(0)?;
-    Ok((v, r.pos))
+    Ok((v.to_owned_value(), r.pos))
 }
 
 /// Encodes `v` canonically (zero values in maps are skipped).

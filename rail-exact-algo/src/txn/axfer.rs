@@ -2,14 +2,12 @@
 //! with (an ASA such as USDC): strict decoding and canonical encoding, as for [`super::PayTxn`].
 //! Checked byte for byte against py-algorand-sdk (`AssetTransferTxn`, golden vectors below).
 
-use std::collections::BTreeMap;
-
 use data_encoding::BASE32_NOPAD;
 use sha2::{Digest, Sha512_256};
 
 use super::{TxnError, addr, bytes32, genesis_id, note, typed, uint};
 use crate::address::Address;
-use crate::msgpack::{self, Value};
+use crate::msgpack::{self, MapRef};
 
 /// The fields an asset transfer may carry.
 const AXFER_FIELDS: &[&str] = &[
@@ -54,7 +52,7 @@ pub struct AxferTxn {
 }
 
 impl AxferTxn {
-    pub(super) fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
+    pub(super) fn from_map(m: &MapRef<'_>) -> Result<Self, TxnError> {
         typed(m, "axfer", AXFER_FIELDS)?;
         let note = note(m)?;
         let genesis_id = genesis_id(m)?;

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha512_256};
 use super::axfer::AxferTxn;
 use super::{PayTxn, TxnError, signed_encoding, signed_parts, verify_by};
 use crate::address::Address;
-use crate::msgpack::{self, Value};
+use crate::msgpack::{self, MapRef, Value, ValueRef};
 
 /// The most transactions an atomic group may hold.
 pub const MAX_GROUP: usize = 16;
@@ -25,11 +25,11 @@ pub enum Transaction {
 }
 
 impl Transaction {
-    fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
+    fn from_map(m: &MapRef<'_>) -> Result<Self, TxnError> {
         match m.get("type") {
-            Some(Value::Str(t)) if t == "pay" => PayTxn::from_map(m).map(Transaction::Pay),
-            Some(Value::Str(t)) if t == "axfer" => AxferTxn::from_map(m).map(Transaction::Axfer),
-            Some(Value::Str(t)) => Err(TxnError::WrongType(t.clone())),
+            Some(ValueRef::Str("pay")) => PayTxn::from_map(m).map(Transaction::Pay),
+            Some(ValueRef::Str("axfer")) => AxferTxn::from_map(m).map(Transaction::Axfer),
+            Some(ValueRef::Str(t)) => Err(TxnError::WrongType((*t).to_owned())),
             Some(_) => Err(TxnError::FieldType("type")),
             None => Err(TxnError::MissingField("type")),
         }
@@ -142,7 +142,7 @@ impl Transaction {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
-        let Value::Map(m) = msgpack::decode(bytes)? else {
+        let ValueRef::Map(m) = msgpack::decode_ref(bytes)? else {
             return Err(TxnError::NotAMap("transaction"));
         };
         let t = Transaction::from_map(&m)?;
@@ -198,7 +198,7 @@ impl Member {
     /// [`TxnError`] naming the first problem.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
         // One strict decode; each form is then checked canonical by re-encoding.
-        let Value::Map(mut m) = msgpack::decode(bytes)? else {
+        let ValueRef::Map(mut m) = msgpack::decode_ref(bytes)? else {
             return Err(TxnError::NotAMap("transaction"));
         };
         if m.contains_key("sig") || m.contains_key("msig") || m.contains_key("lsig") {
@@ -216,10 +216,10 @@ impl Member {
         let wrapped = m.contains_key("txn");
         if wrapped {
             if m.len() != 1 {
-                let stray = m.keys().find(|k| *k != "txn").cloned().unwrap_or_default();
-                return Err(TxnError::UnknownField(stray));
+                let stray = m.keys().find(|k| *k != "txn").unwrap_or_default();
+                return Err(TxnError::UnknownField(stray.to_owned()));
             }
-            let Some(Value::Map(t)) = m.remove("txn") else {
+            let Some(ValueRef::Map(t)) = m.remove("txn") else {
                 return Err(TxnError::NotAMap("txn"));
             };
             m = t;

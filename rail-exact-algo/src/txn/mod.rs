@@ -7,6 +7,7 @@
 //! silently drop can change what was signed), multisig and logic signatures, zero values that
 //! canonical form omits, and any byte sequence that does not re-encode to itself.
 
+#[cfg(test)]
 use std::collections::BTreeMap;
 
 use data_encoding::BASE32_NOPAD;
@@ -14,7 +15,9 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use sha2::{Digest, Sha512_256};
 
 use crate::address::Address;
-use crate::msgpack::{self, MsgpackError, Value};
+#[cfg(test)]
+use crate::msgpack::Value;
+use crate::msgpack::{self, MapRef, MsgpackError, ValueRef};
 
 mod axfer;
 mod group;
@@ -109,22 +112,19 @@ const PAY_FIELDS: &[&str] = &[
     "type",
 ];
 
-fn uint(m: &BTreeMap<String, Value>, k: &'static str) -> Result<u64, TxnError> {
+fn uint(m: &MapRef<'_>, k: &'static str) -> Result<u64, TxnError> {
     match m.get(k) {
         None => Ok(0),
-        Some(Value::UInt(n)) => Ok(*n),
+        Some(ValueRef::UInt(n)) => Ok(*n),
         Some(_) => Err(TxnError::FieldType(k)),
     }
 }
 
-fn bytes32(m: &BTreeMap<String, Value>, k: &'static str) -> Result<Option<[u8; 32]>, TxnError> {
+fn bytes32(m: &MapRef<'_>, k: &'static str) -> Result<Option<[u8; 32]>, TxnError> {
     match m.get(k) {
         None => Ok(None),
-        Some(Value::Bin(b)) => {
-            let a: [u8; 32] = b
-                .as_slice()
-                .try_into()
-                .map_err(|_| TxnError::FieldType(k))?;
+        Some(ValueRef::Bin(b)) => {
+            let a: [u8; 32] = (*b).try_into().map_err(|_| TxnError::FieldType(k))?;
             if a == [0; 32] {
                 // Canonical form omits a zero fixed-size field.
                 return Err(TxnError::Msgpack(MsgpackError::ZeroValue(k.to_owned())));
@@ -135,15 +135,15 @@ fn bytes32(m: &BTreeMap<String, Value>, k: &'static str) -> Result<Option<[u8; 3
     }
 }
 
-fn addr(m: &BTreeMap<String, Value>, k: &'static str) -> Result<Option<Address>, TxnError> {
+fn addr(m: &MapRef<'_>, k: &'static str) -> Result<Option<Address>, TxnError> {
     Ok(bytes32(m, k)?.map(Address))
 }
 
 /// `note` (at most 1 KiB; absent is empty).
-fn note(m: &BTreeMap<String, Value>) -> Result<Vec<u8>, TxnError> {
+fn note(m: &MapRef<'_>) -> Result<Vec<u8>, TxnError> {
     let note = match m.get("note") {
         None => Vec::new(),
-        Some(Value::Bin(b)) => b.clone(),
+        Some(ValueRef::Bin(b)) => b.to_vec(),
         Some(_) => return Err(TxnError::FieldType("note")),
     };
     if note.len() > 1024 {
@@ -153,35 +153,43 @@ fn note(m: &BTreeMap<String, Value>) -> Result<Vec<u8>, TxnError> {
 }
 
 /// `gen` (absent is empty).
-fn genesis_id(m: &BTreeMap<String, Value>) -> Result<String, TxnError> {
+fn genesis_id(m: &MapRef<'_>) -> Result<String, TxnError> {
     match m.get("gen") {
         None => Ok(String::new()),
-        Some(Value::Str(s)) => Ok(s.clone()),
+        Some(ValueRef::Str(s)) => Ok((*s).to_owned()),
         Some(_) => Err(TxnError::FieldType("gen")),
     }
 }
 
 /// Checks `type` is `want` and every key is one of `fields`.
-fn typed(m: &BTreeMap<String, Value>, want: &str, fields: &[&str]) -> Result<(), TxnError> {
+fn typed(m: &MapRef<'_>, want: &str, fields: &[&str]) -> Result<(), TxnError> {
     match m.get("type") {
-        Some(Value::Str(t)) if t == want => {}
-        Some(Value::Str(t)) => return Err(TxnError::WrongType(t.clone())),
+        Some(ValueRef::Str(t)) if *t == want => {}
+        Some(ValueRef::Str(t)) => return Err(TxnError::WrongType((*t).to_owned())),
         Some(_) => return Err(TxnError::FieldType("type")),
         None => return Err(TxnError::MissingField("type")),
     }
-    match m.keys().find(|k| !fields.contains(&k.as_str())) {
-        Some(k) => Err(TxnError::UnknownField(k.clone())),
-        None => Ok(()),
+    // Both ascending (the decoder checked the keys' order; `fields` is written sorted): one
+    // merge walk instead of a search per key.
+    debug_assert!(
+        fields.is_sorted(),
+        "a transaction type's fields are listed sorted"
+    );
+    let mut allowed = fields.iter().peekable();
+    for k in m.keys() {
+        while allowed.next_if(|f| f.as_bytes() < k.as_bytes()).is_some() {}
+        if allowed.next_if(|f| **f == k).is_none() {
+            return Err(TxnError::UnknownField(k.to_owned()));
+        }
     }
+    Ok(())
 }
 
 /// The signed envelope `{sig, txn, sgnr?}` read strictly (single signature only): the
 /// transaction's map, the signature and `sgnr`.
 #[allow(clippy::type_complexity)]
-fn signed_parts(
-    bytes: &[u8],
-) -> Result<(BTreeMap<String, Value>, [u8; 64], Option<Address>), TxnError> {
-    let Value::Map(m) = msgpack::decode(bytes)? else {
+fn signed_parts(bytes: &[u8]) -> Result<(MapRef<'_>, [u8; 64], Option<Address>), TxnError> {
+    let ValueRef::Map(m) = msgpack::decode_ref(bytes)? else {
         return Err(TxnError::NotAMap("signed transaction"));
     };
     signed_parts_of(m)
@@ -189,31 +197,23 @@ fn signed_parts(
 
 /// As [`signed_parts`], of a map already decoded.
 #[allow(clippy::type_complexity)]
-fn signed_parts_of(
-    mut m: BTreeMap<String, Value>,
-) -> Result<(BTreeMap<String, Value>, [u8; 64], Option<Address>), TxnError> {
+fn signed_parts_of(mut m: MapRef<'_>) -> Result<(MapRef<'_>, [u8; 64], Option<Address>), TxnError> {
     if m.contains_key("msig") {
         return Err(TxnError::Multisig);
     }
     if m.contains_key("lsig") {
         return Err(TxnError::LogicSig);
     }
-    if let Some(k) = m
-        .keys()
-        .find(|k| !["sig", "sgnr", "txn"].contains(&k.as_str()))
-    {
-        return Err(TxnError::UnknownField(k.clone()));
+    if let Some(k) = m.keys().find(|k| !["sig", "sgnr", "txn"].contains(k)) {
+        return Err(TxnError::UnknownField(k.to_owned()));
     }
     let sig: [u8; 64] = match m.get("sig") {
-        Some(Value::Bin(b)) => b
-            .as_slice()
-            .try_into()
-            .map_err(|_| TxnError::FieldType("sig"))?,
+        Some(ValueRef::Bin(b)) => (*b).try_into().map_err(|_| TxnError::FieldType("sig"))?,
         Some(_) => return Err(TxnError::FieldType("sig")),
         None => return Err(TxnError::MissingField("sig")),
     };
     let auth = addr(&m, "sgnr")?;
-    let Some(Value::Map(t)) = m.remove("txn") else {
+    let Some(ValueRef::Map(t)) = m.remove("txn") else {
         return Err(TxnError::NotAMap("txn"));
     };
     Ok((t, sig, auth))
@@ -253,7 +253,7 @@ fn verify_by(signer: Address, signing_bytes: &[u8], sig: &[u8; 64]) -> Result<()
 }
 
 impl PayTxn {
-    pub(super) fn from_map(m: &BTreeMap<String, Value>) -> Result<Self, TxnError> {
+    pub(super) fn from_map(m: &MapRef<'_>) -> Result<Self, TxnError> {
         typed(m, "pay", PAY_FIELDS)?;
         let note = note(m)?;
         let genesis_id = genesis_id(m)?;
