@@ -139,6 +139,9 @@ def serve(app):
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    # Listening before the line is printed: a client that connects at once waits in the backlog
+    # until uvicorn accepts, instead of being refused.
+    sock.listen(128)
     port = sock.getsockname()[1]
     print(f"listening on http://127.0.0.1:{port}", flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
