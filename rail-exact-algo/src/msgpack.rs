@@ -407,6 +407,21 @@ pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize), MsgpackError> {
     Ok((v.to_owned_value(), r.pos))
 }
 
+/// How many bytes the one canonical value at the start of `bytes` takes (a stream's framing;
+/// nothing is copied).
+///
+/// # Errors
+/// [`MsgpackError`] for anything outside the canonical subset.
+pub fn prefix_len(bytes: &[u8]) -> Result<usize, MsgpackError> {
+    let mut r = Reader {
+        buf: bytes,
+        pos: 0,
+        lenient: false,
+    };
+    r.value(0)?;
+    Ok(r.pos)
+}
+
 /// Encodes `v` canonically (zero values in maps are skipped).
 #[must_use]
 pub fn encode(v: &Value) -> Vec<u8> {

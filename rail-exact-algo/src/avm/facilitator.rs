@@ -338,26 +338,11 @@ impl AvmFacilitator {
     }
 
     fn sign_all(&self, p: &AvmPayment) -> Result<Vec<SignedTxn>, AvmError> {
-        let unsigned = p.unsigned();
-        let fee_payer = match (&self.fee_payer, unsigned.is_empty()) {
-            (_, true) => None,
-            (Some(fp), false) => Some(fp),
-            (None, false) => {
-                return Err(AvmError::Refused {
-                    code: code::MISSING_SIGNATURE,
-                    detail: "a member is unsigned and this facilitator pays no fees".into(),
-                });
-            }
-        };
-        Ok(p.signed_with(|t| match fee_payer {
-            Some(fp) => SignedTxn::sign(t.clone(), &fp.key, None),
-            // Unreachable: no unsigned member without a fee payer.
-            None => SignedTxn {
-                txn: t.clone(),
-                sig: [0; 64],
-                auth: None,
-            },
-        }))
+        p.signed_by(self.fee_payer.as_ref().map(|fp| &fp.key))
+            .ok_or_else(|| AvmError::Refused {
+                code: code::MISSING_SIGNATURE,
+                detail: "a member is unsigned and this facilitator pays no fees".into(),
+            })
     }
 
     /// The online checks that move nothing: the window, then a simulation of the group with

@@ -299,7 +299,7 @@ impl Receiver for AvmReceiver {
         if payment.payer != p.payer.to_string() {
             return Err(RailError::mismatch(Binding::Payer, p.payer, &payment.payer));
         }
-        let network = self.scheme.requirements_for(amount).network;
+        let network = ours.network.clone();
         let serving = self
             .served
             .reserve(&p.key(&network))

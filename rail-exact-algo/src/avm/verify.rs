@@ -75,14 +75,19 @@ impl AvmPayment {
             .collect()
     }
 
-    /// The group with the fee payer's members signed by `sign` (which sees each unsigned
-    /// transaction): what is submitted.
-    pub fn signed_with(&self, sign: impl Fn(&Transaction) -> SignedTxn) -> Vec<SignedTxn> {
+    /// The group as submitted: signed members as they came, unsigned ones (the fee payer's,
+    /// [`check`] made sure) signed with `fee_payer`. `None` when a member is unsigned and there
+    /// is no key to sign it.
+    #[must_use]
+    pub fn signed_by(
+        &self,
+        fee_payer: Option<&ed25519_dalek::SigningKey>,
+    ) -> Option<Vec<SignedTxn>> {
         self.members
             .iter()
             .map(|m| match m {
-                Member::Signed(s) => s.clone(),
-                Member::Unsigned(t) => sign(t),
+                Member::Signed(s) => Some(s.clone()),
+                Member::Unsigned(t) => fee_payer.map(|k| SignedTxn::sign(t.clone(), k, None)),
             })
             .collect()
     }

@@ -327,7 +327,7 @@ impl SignedTxn {
     pub fn decode_stream(mut bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
         let mut out = Vec::new();
         while !bytes.is_empty() {
-            let (_, used) = msgpack::decode_prefix(bytes)?;
+            let used = msgpack::prefix_len(bytes)?;
             let (one, rest) = bytes.split_at(used.min(bytes.len()));
             out.push(SignedTxn::decode(one)?);
             bytes = rest;

@@ -365,7 +365,7 @@ impl SignedPay {
     pub fn decode_stream(mut bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
         let mut out = Vec::new();
         while !bytes.is_empty() {
-            let (_, used) = msgpack::decode_prefix(bytes)?;
+            let used = msgpack::prefix_len(bytes)?;
             let (one, rest) = bytes.split_at(used.min(bytes.len()));
             out.push(SignedPay::decode(one)?);
             bytes = rest;
