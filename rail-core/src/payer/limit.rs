@@ -81,9 +81,34 @@ pub struct Budget {
     ops: ReplayGuard,
     asset: Asset,
     limits: BudgetLimits,
-    /// Updates of this budget from this process (its clones) take turns: under many
-    /// concurrent payments, compare-and-set alone retries until it gives up.
-    turn: Arc<tokio::sync::Mutex<()>>,
+    /// Updates of this budget from this process (its clones) are combined: whoever holds the
+    /// turn applies every update queued meanwhile and writes the counters once for all of them
+    /// (one commit for a batch of payments instead of one each). Across processes sharing the
+    /// store, compare-and-set still decides.
+    pub(super) combiner: Arc<Combiner>,
+}
+
+/// A change of the counters, applied to a copy of them (at the store's time).
+type Apply = Box<dyn Fn(&mut State, Timestamp) -> RailResult<()> + Send + Sync>;
+
+/// One queued change of a budget's counters: applied to a copy of the state (a refusal leaves
+/// the state as it was), answered once the write that carries it is committed.
+pub(super) struct Job {
+    apply: Apply,
+    done: tokio::sync::oneshot::Sender<RailResult<()>>,
+}
+
+/// The updates of one budget record in this process: a queue and a turn.
+#[derive(Default)]
+pub(super) struct Combiner {
+    pub(super) queue: std::sync::Mutex<Vec<Job>>,
+    pub(super) turn: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combiner").finish_non_exhaustive()
+    }
 }
 
 /// Money counted against a [`Budget`] for one operation. While the payment runs its marker is
@@ -150,8 +175,10 @@ impl Spend {
         };
         // The counters first, the marker last: a crash between leaves a lapsing marker, and the
         // next attempt counts the operation afresh.
+        let undo = counted.clone();
         self.budget
-            .update(|st, _| {
+            .update(move |st, _| {
+                let counted = &undo;
                 if st.period == counted.period {
                     st.period_spent = st.period_spent.checked_sub(&counted.amount)?;
                 }
@@ -166,6 +193,16 @@ impl Spend {
 /// Namespace of the operation markers of budget `scope`.
 fn ops_ns(scope: &str) -> String {
     format!("{NS}-ops/{scope}")
+}
+
+/// `e` again, for each update of a batch that failed with it (the error types are not
+/// `Clone`: a store's failure is kept as it was, anything else as a storage error naming it).
+fn shared(e: &RailError) -> RailError {
+    match e {
+        RailError::Unavailable(r) => RailError::Unavailable(r.clone()),
+        RailError::Storage(m) => RailError::Storage(m.clone()),
+        other => RailError::Storage(other.to_string()),
+    }
 }
 
 fn decode<T: serde::de::DeserializeOwned>(v: Option<&str>, what: &str) -> RailResult<T> {
@@ -191,10 +228,10 @@ fn exceeded(limit: &str, left: &Money, asked: &Money) -> RailError {
     }
 }
 
-/// The turn of the budget `scope` in `store` in this process: every `Budget` value for the
-/// same record (a wallet makes one per payment) queues on the same lock.
-fn turn_of(store: &Arc<dyn KeyStore>, scope: &str) -> Arc<tokio::sync::Mutex<()>> {
-    type Turns = HashMap<(usize, String), Weak<tokio::sync::Mutex<()>>>;
+/// The combiner of the budget `scope` in `store` in this process: every `Budget` value for the
+/// same record (a wallet makes one per payment) queues on the same one.
+fn combiner_of(store: &Arc<dyn KeyStore>, scope: &str) -> Arc<Combiner> {
+    type Turns = HashMap<(usize, String), Weak<Combiner>>;
     static TURNS: LazyLock<std::sync::Mutex<Turns>> = LazyLock::new(Default::default);
     // The store's address names it: two handles on one store share its turns.
     let key = (Arc::as_ptr(store).cast::<()>() as usize, scope.to_owned());
@@ -207,7 +244,7 @@ fn turn_of(store: &Arc<dyn KeyStore>, scope: &str) -> Arc<tokio::sync::Mutex<()>
     if turns.len() >= 1024 {
         turns.retain(|_, t| t.strong_count() > 0);
     }
-    let t: Arc<tokio::sync::Mutex<()>> = Arc::default();
+    let t: Arc<Combiner> = Arc::default();
     turns.insert(key, Arc::downgrade(&t));
     t
 }
@@ -256,7 +293,7 @@ impl Budget {
         let scope = scope.into();
         Ok(Budget {
             ops: ReplayGuard::new(store.clone(), ops_ns(&scope)),
-            turn: turn_of(&store, &scope),
+            combiner: combiner_of(&store, &scope),
             store,
             scope,
             asset: limits.asset()?.ok_or_else(|| {
@@ -289,63 +326,157 @@ impl Budget {
             .map_or(day, |(p, _)| (*p * 2).max(day))
     }
 
-    /// Applies `f` to the counters by compare-and-set, retrying under contention.
-    async fn update<R>(&self, f: impl Fn(&mut State, Timestamp) -> RailResult<R>) -> RailResult<R> {
-        // This process's updaters queue here; other processes sharing the store still race
-        // by compare-and-set, with a short random pause between attempts.
-        let _turn = self.turn.lock().await;
-        for attempt in 0..64u32 {
+    /// Applies `f` to the counters, in one write with every other update of this budget queued
+    /// in this process meanwhile; answers once that write is committed. `f` sees a copy of the
+    /// state: when it refuses, nothing of it is kept and the others' changes still are.
+    async fn update<R: Send + 'static>(
+        &self,
+        f: impl Fn(&mut State, Timestamp) -> RailResult<R> + Send + Sync + 'static,
+    ) -> RailResult<R> {
+        let out = Arc::new(std::sync::Mutex::new(None));
+        let slot = out.clone();
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let job = Job {
+            apply: Box::new(move |st, now| {
+                let r = f(st, now)?;
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(r);
+                }
+                Ok(())
+            }),
+            done,
+        };
+        self.combiner
+            .queue
+            .lock()
+            .map_err(|_| RailError::Storage("budget queue poisoned".into()))?
+            .push(job);
+        let mut answer = answer;
+        let dropped = || RailError::Storage("a budget update was dropped unanswered".into());
+        let verdict = {
+            let _turn = self.combiner.turn.lock().await;
+            // Answered by the holder of the turn before us, or ours to write, with whatever was
+            // queued behind us (the holder answers everything it took before letting go).
+            match answer.try_recv() {
+                Ok(v) => v,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => Err(dropped()),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                    let jobs = std::mem::take(
+                        &mut *self
+                            .combiner
+                            .queue
+                            .lock()
+                            .map_err(|_| RailError::Storage("budget queue poisoned".into()))?,
+                    );
+                    // A task of its own: a caller that gives up waiting never leaves the others
+                    // it carries unanswered, nor a write half-known.
+                    let me = self.clone();
+                    let _ = tokio::spawn(async move { me.write_batch(jobs).await }).await;
+                    (&mut answer).await.unwrap_or_else(|_| Err(dropped()))
+                }
+            }
+        };
+        verdict?;
+        out.lock()
+            .ok()
+            .and_then(|mut s| s.take())
+            .ok_or_else(|| RailError::Storage("a budget update left no result".into()))
+    }
+
+    /// Writes `jobs` in one compare-and-set of the counters (retried when another process
+    /// wrote between), then answers each: its own refusal, the write's failure (nothing was
+    /// kept), or success.
+    async fn write_batch(&self, jobs: Vec<Job>) {
+        let mut attempt = 0u32;
+        let verdicts = loop {
             if attempt > 0 {
                 let pause = rand::random::<u64>() % (1 + u64::from(attempt.min(10)) * 2);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
-            let (mut st, token, now) = match self.store.get(NS, &self.scope).await? {
-                Some(s) => (
-                    decode::<State>(s.record.value.as_deref(), &self.scope)?,
-                    Some(s.record.token),
-                    s.now,
-                ),
-                None => {
-                    let now = self.store.now().await?;
-                    let st = State {
-                        period: self.period_of(now),
-                        period_spent: Money::zero(self.asset.clone()),
-                        total_spent: Money::zero(self.asset.clone()),
-                    };
-                    (st, None, now)
+            attempt += 1;
+            match self.try_batch(&jobs).await {
+                Ok(Some(v)) => break Ok(v),
+                Ok(None) if attempt < 64 => continue,
+                Ok(None) => {
+                    break Err(RailError::Storage(format!(
+                        "budget {} kept changing under contention",
+                        self.scope
+                    )));
                 }
-            };
-            // Periods only move forward: a clock stepping back never grants a period again.
-            let period = self.period_of(now);
-            if period > st.period {
-                st.period = period;
-                st.period_spent = Money::zero(self.asset.clone());
+                Err(e) => break Err(e),
             }
-            let out = f(&mut st, now)?;
-            let w = Write {
-                token: new_token(),
-                state: "budget".into(),
-                fingerprint: Vec::new(),
-                value: Some(encode(&st)?),
-                retain: None,
-                lease: None,
-            };
-            let written = match token {
-                Some(t) => self.store.replace(NS, &self.scope, t, &w).await?,
-                None => self
-                    .store
-                    .insert_if_absent(NS, &self.scope, &w)
-                    .await?
-                    .is_none(),
-            };
-            if written {
-                return Ok(out);
+        };
+        match verdicts {
+            Ok(v) => {
+                for (job, verdict) in jobs.into_iter().zip(v) {
+                    let _ = job.done.send(verdict);
+                }
+            }
+            Err(e) => {
+                // The write failed or its outcome is unknown: every update it carried is told,
+                // none of them acknowledged.
+                for job in jobs {
+                    let _ = job.done.send(Err(shared(&e)));
+                }
             }
         }
-        Err(RailError::Storage(format!(
-            "budget {} kept changing under contention",
-            self.scope
-        )))
+    }
+
+    /// One attempt of [`Self::write_batch`]: `None` when the counters changed under it.
+    async fn try_batch(&self, jobs: &[Job]) -> RailResult<Option<Vec<RailResult<()>>>> {
+        let (mut st, token, now) = match self.store.get(NS, &self.scope).await? {
+            Some(s) => (
+                decode::<State>(s.record.value.as_deref(), &self.scope)?,
+                Some(s.record.token),
+                s.now,
+            ),
+            None => {
+                let now = self.store.now().await?;
+                let st = State {
+                    period: self.period_of(now),
+                    period_spent: Money::zero(self.asset.clone()),
+                    total_spent: Money::zero(self.asset.clone()),
+                };
+                (st, None, now)
+            }
+        };
+        // Periods only move forward: a clock stepping back never grants a period again.
+        let period = self.period_of(now);
+        if period > st.period {
+            st.period = period;
+            st.period_spent = Money::zero(self.asset.clone());
+        }
+        let verdicts: Vec<RailResult<()>> = jobs
+            .iter()
+            .map(|job| {
+                let mut next = st.clone();
+                let v = (job.apply)(&mut next, now);
+                if v.is_ok() {
+                    st = next;
+                }
+                v
+            })
+            .collect();
+        if verdicts.iter().all(Result::is_err) {
+            return Ok(Some(verdicts)); // nothing to write
+        }
+        let w = Write {
+            token: new_token(),
+            state: "budget".into(),
+            fingerprint: Vec::new(),
+            value: Some(encode(&st)?),
+            retain: None,
+            lease: None,
+        };
+        let written = match token {
+            Some(t) => self.store.replace(NS, &self.scope, t, &w).await?,
+            None => self
+                .store
+                .insert_if_absent(NS, &self.scope, &w)
+                .await?
+                .is_none(),
+        };
+        Ok(written.then_some(verdicts))
     }
 
     /// Counts `amount` for operation `op` if every limit allows it; a refusal changes nothing.
@@ -387,9 +518,10 @@ impl Budget {
             }
             Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => r,
         };
-        let limits = &self.limits;
+        let (limits, asked) = (self.limits.clone(), amount.clone());
         let counted = self
-            .update(|st, _| {
+            .update(move |st, _| {
+                let amount = &asked;
                 let period_spent = st.period_spent.checked_add(amount)?;
                 if let Some((_, max)) = &limits.per_period
                     && period_spent.amount() > max.amount()
@@ -463,11 +595,12 @@ impl Budget {
         {
             return Ok(()); // given back before
         }
-        self.update(|st, _| {
-            if st.period == counted.period {
-                st.period_spent = st.period_spent.checked_sub(amount)?;
+        let (period, back) = (counted.period, amount.clone());
+        self.update(move |st, _| {
+            if st.period == period {
+                st.period_spent = st.period_spent.checked_sub(&back)?;
             }
-            st.total_spent = st.total_spent.checked_sub(amount)?;
+            st.total_spent = st.total_spent.checked_sub(&back)?;
             Ok(())
         })
         .await

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::clock::{ManualClock, Timestamp};
 use crate::error::{RailError, RailReason, RailResult};
-use crate::keys::{KeyStore, MemoryKeyStore};
+use crate::keys::{KeyStore, MemoryKeyStore, Seen, Write};
 use crate::money::{Asset, Money};
 use crate::rail::{Capabilities, Finality, Payer, Rail};
 use crate::types::{Offer, OpId, Payment, PaymentMode, RailId};
@@ -269,4 +269,159 @@ fn budgets_need_one_asset_and_a_limit() {
         total: Some(Money::parse(Asset::btc(), "1").unwrap()),
     };
     assert!(Budget::new(store, "x", mixed).is_err());
+}
+
+/// A store whose writes of budget counters take a while (as a durable commit does) and can be
+/// told to fail; it counts them.
+#[derive(Debug)]
+struct SlowCounters {
+    inner: MemoryKeyStore,
+    writes: AtomicU32,
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+impl SlowCounters {
+    async fn slow_write<T>(
+        &self,
+        ns: &str,
+        w: impl Future<Output = RailResult<T>>,
+    ) -> RailResult<T> {
+        if ns == "budget" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            if self.fail_next.swap(false, Ordering::SeqCst) {
+                return Err(RailError::Storage("disk I/O error (injected)".into()));
+            }
+        }
+        w.await
+    }
+}
+
+#[async_trait]
+impl KeyStore for SlowCounters {
+    async fn insert_if_absent(&self, ns: &str, key: &str, rec: &Write) -> RailResult<Option<Seen>> {
+        self.slow_write(ns, self.inner.insert_if_absent(ns, key, rec))
+            .await
+    }
+    async fn replace(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
+        self.slow_write(ns, self.inner.replace(ns, key, token, rec))
+            .await
+    }
+    async fn take_over(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
+        self.inner.take_over(ns, key, token, rec).await
+    }
+    async fn renew(&self, ns: &str, key: &str, token: i64, lease: Duration) -> RailResult<bool> {
+        self.inner.renew(ns, key, token, lease).await
+    }
+    async fn remove(&self, ns: &str, key: &str, token: i64) -> RailResult<bool> {
+        self.inner.remove(ns, key, token).await
+    }
+    async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>> {
+        self.inner.get(ns, key).await
+    }
+    async fn purge_expired(&self) -> RailResult<u64> {
+        self.inner.purge_expired().await
+    }
+    async fn now(&self) -> RailResult<Timestamp> {
+        self.inner.now().await
+    }
+}
+
+fn slow_counters() -> Arc<SlowCounters> {
+    Arc::new(SlowCounters {
+        inner: MemoryKeyStore::default(),
+        writes: AtomicU32::new(0),
+        fail_next: std::sync::atomic::AtomicBool::new(false),
+    })
+}
+
+/// Reserves `n` spends of `amount` at once; their outcomes.
+async fn reserve_at_once(budget: &Budget, n: usize, amount: &str) -> Vec<RailResult<Spend>> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (b, m) = (budget.clone(), usd(amount));
+        tasks.push(tokio::spawn(
+            async move { b.reserve(&OpId::random(), &m).await },
+        ));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// Concurrent spends of one budget share counter writes (one per batch, not one per payment),
+/// and each is still checked against the limits in order: exactly what the limit allows is
+/// counted, the rest refused, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_spends_share_counter_writes_and_still_respect_the_limit() {
+    let store = slow_counters();
+    let budget = Budget::new(store.clone(), "agent", limits("1.00", "40.00", "40.00")).unwrap();
+    let out = reserve_at_once(&budget, 64, "1.00").await;
+    let ok = out.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, 40);
+    for r in &out {
+        if let Err(e) = r {
+            assert_eq!(e.code(), "limit_exceeded", "{e}");
+        }
+    }
+    assert_eq!(budget.spent().await.unwrap(), (usd("40.00"), usd("40.00")));
+    let writes = store.writes.load(Ordering::SeqCst);
+    assert!(
+        writes < 20,
+        "64 concurrent spends took {writes} counter writes: they were not combined"
+    );
+    for s in out.into_iter().flatten() {
+        s.keep().await.unwrap();
+    }
+}
+
+/// A batch whose write fails acknowledges none of the spends it carried, and counts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_counter_write_fails_acknowledges_nothing() {
+    let store = slow_counters();
+    let budget = Budget::new(store.clone(), "agent", limits("1.00", "100.00", "100.00")).unwrap();
+    // The record exists first (the batch's write is then a replace).
+    budget
+        .reserve(&OpId::random(), &usd("1.00"))
+        .await
+        .unwrap()
+        .keep()
+        .await
+        .unwrap();
+    let before = store.writes.load(Ordering::SeqCst);
+    // Hold the turn so that the spends queue up behind it, then fail the write that carries
+    // them.
+    let turn = budget.combiner.turn.lock().await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (b, m) = (budget.clone(), usd("1.00"));
+        tasks.push(tokio::spawn(
+            async move { b.reserve(&OpId::random(), &m).await },
+        ));
+    }
+    while budget.combiner.queue.lock().unwrap().len() < 8 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    store.fail_next.store(true, Ordering::SeqCst);
+    drop(turn);
+    for t in tasks {
+        let e = t.await.unwrap().unwrap_err();
+        assert_eq!(e.code(), "storage_error", "{e}");
+    }
+    assert_eq!(
+        store.writes.load(Ordering::SeqCst) - before,
+        1,
+        "eight spends, one failed write"
+    );
+    assert_eq!(
+        budget.spent().await.unwrap().1,
+        usd("1.00"),
+        "nothing counted"
+    );
+    // Their operations can be tried again (their markers were freed) and are counted then.
+    let again = reserve_at_once(&budget, 8, "1.00").await;
+    assert!(again.iter().all(Result::is_ok));
+    assert_eq!(budget.spent().await.unwrap().1, usd("9.00"));
 }
