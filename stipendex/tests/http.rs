@@ -1426,3 +1426,48 @@ async fn identical_requests_at_once_each_pay_their_own_quote() {
     );
     assert!(client.wallet().pending().await.unwrap().is_empty());
 }
+
+/// Load (issue 30): sixty-four agents of one wallet pay the same route at once, over SQLite
+/// stores, five calls each. Every call is answered — 200 with a Receipt, none lost, none refused
+/// for contention — and the money adds up to the cent: each call moved its price once, the
+/// combined budget counter counted each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_agents_paying_at_once_are_each_answered_and_charged_once() {
+    const AGENTS: usize = 64;
+    const CALLS: usize = 5;
+    let w = world().await;
+    let search = search_receiver(&w).await;
+    let before = w.balance(w.agent).await.0;
+    let shop_before = w.balance(w.shop).await.0;
+    let wallet = w.wallet(w.mandate(|m| pin(m, &search)), true);
+    let client = client(wallet);
+    let mut tasks = Vec::new();
+    for agent in 0..AGENTS {
+        let (c, base) = (client.clone(), search.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut failures = Vec::new();
+            for call in 0..CALLS {
+                match c.get(&format!("{base}/api/search?q={agent}-{call}")).await {
+                    Ok(r) if r.status.as_u16() == 200 && r.receipt.is_some() => {}
+                    Ok(r) => failures.push(format!("{agent}-{call}: status {}", r.status)),
+                    Err(e) => failures.push(format!("{agent}-{call}: {e}")),
+                }
+            }
+            failures
+        }));
+    }
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} calls failed: {:?}",
+        failures.len(),
+        AGENTS * CALLS,
+        &failures[..failures.len().min(5)]
+    );
+    let cents = i128::try_from(AGENTS * CALLS * 5).unwrap();
+    assert_eq!(w.balance(w.agent).await.0, before - cents, "each call paid once");
+    assert_eq!(w.balance(w.shop).await.0, shop_before + cents);
+}
