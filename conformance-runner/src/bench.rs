@@ -29,6 +29,9 @@ pub struct BenchConfig {
     pub seconds: u64,
     /// Transfers per client request.
     pub batch: usize,
+    /// A pgledger checkout whose SQL runs the same transfer load right after ours
+    /// ([`crate::pgledger`]; PostgreSQL only).
+    pub versus_pgledger: Option<std::path::PathBuf>,
 }
 
 /// Measured figures of one phase.
@@ -178,6 +181,15 @@ async fn phase(
             (ops, refused, lat)
         }));
     }
+    gather(tasks, start).await
+}
+
+/// The figures of a phase whose clients (each returning its operations, refusals and request
+/// latencies in microseconds) started at `start`.
+pub(crate) async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<(u64, u64, Vec<u64>)>>,
+    start: Instant,
+) -> Phase {
     let mut all = Vec::new();
     let mut p = Phase::default();
     for t in tasks {
@@ -204,6 +216,9 @@ async fn phase(
 pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
     if cfg.accounts < 2 || cfg.clients == 0 {
         return Err("need at least 2 accounts and 1 client".into());
+    }
+    if cfg.versus_pgledger.is_some() && cfg.backend != "postgres" {
+        return Err("--versus-pgledger compares on PostgreSQL: add --backend postgres".into());
     }
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let ledger = open(&cfg.backend, dir.path()).await?;
@@ -242,6 +257,10 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
         .map_err(|e: LedgerError| e.to_string())?;
     let accounts = Arc::new(accounts);
     let t = phase(&ledger, &accounts, cfg, Kind::Transfers).await;
+    let versus = match &cfg.versus_pgledger {
+        Some(dir) => Some(crate::pgledger::transfers(dir, cfg).await?),
+        None => None,
+    };
     let h = phase(&ledger, &accounts, cfg, Kind::HoldCapture).await;
     let report = ledger.verify_journal().await.map_err(|e| e.to_string())?;
     let mut out = String::new();
@@ -259,6 +278,19 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
         Ms(t.p50_us),
         Ms(t.p99_us)
     );
+    if let Some(v) = &versus {
+        let _ = writeln!(
+            out,
+            "pgledger transfers:{:>8}/s  ({} ok, {} refused)  p50 {} ms  p99 {} ms  (ledger = {}.{}x pgledger)",
+            v.per_sec,
+            v.ops,
+            v.refused,
+            Ms(v.p50_us),
+            Ms(v.p99_us),
+            t.per_sec * 10 / v.per_sec.max(1) / 10,
+            t.per_sec * 10 / v.per_sec.max(1) % 10,
+        );
+    }
     let _ = writeln!(
         out,
         "hold+capture pairs:{:>8}/s  ({} ok, {} refused)  p50 {} ms  p99 {} ms",

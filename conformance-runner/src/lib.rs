@@ -20,4 +20,5 @@
 pub mod bench;
 pub mod demo;
 pub mod localnet;
+pub mod pgledger;
 pub mod rails;

@@ -89,6 +89,10 @@ enum Cmd {
         /// Transfers per client request.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// Also run pgledger's SQL from this checkout (github.com/pgr0ss/pgledger at c18c7d2)
+        /// under the same transfer load, right after ours (PostgreSQL only).
+        #[arg(long, value_name = "DIR")]
+        versus_pgledger: Option<PathBuf>,
     },
     /// The `stipendex demo` scenario over a rail's localnet (start them first with
     /// `conformance localnet up`).
@@ -220,6 +224,7 @@ fn main() -> ExitCode {
             clients,
             seconds,
             batch,
+            versus_pgledger,
         } => {
             if rail != "ledger" {
                 eprintln!("no benchmark for rail {rail:?} (only ledger)");
@@ -231,6 +236,7 @@ fn main() -> ExitCode {
                 clients,
                 seconds,
                 batch,
+                versus_pgledger,
             };
             match rt.block_on(conformance_runner::bench::run(&cfg)) {
                 Ok(out) => {

@@ -1468,6 +1468,10 @@ async fn sixty_four_agents_paying_at_once_are_each_answered_and_charged_once() {
         &failures[..failures.len().min(5)]
     );
     let cents = i128::try_from(AGENTS * CALLS * 5).unwrap();
-    assert_eq!(w.balance(w.agent).await.0, before - cents, "each call paid once");
+    assert_eq!(
+        w.balance(w.agent).await.0,
+        before - cents,
+        "each call paid once"
+    );
     assert_eq!(w.balance(w.shop).await.0, shop_before + cents);
 }
