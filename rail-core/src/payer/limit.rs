@@ -88,14 +88,15 @@ pub struct Budget {
     pub(super) combiner: Arc<Combiner>,
 }
 
-/// A change of the counters, applied to a copy of them (at the store's time).
-type Apply = Box<dyn Fn(&mut State, Timestamp) -> RailResult<()> + Send + Sync>;
+/// A change of the counters, applied to a copy of them.
+type Apply = Box<dyn Fn(&mut State) -> RailResult<()> + Send + Sync>;
 
 /// One queued change of a budget's counters: applied to a copy of the state (a refusal leaves
-/// the state as it was), answered once the write that carries it is committed.
+/// the state as it was), answered once the write that carries it is committed, with the period
+/// it was counted in.
 pub(super) struct Job {
     apply: Apply,
-    done: tokio::sync::oneshot::Sender<RailResult<()>>,
+    done: tokio::sync::oneshot::Sender<RailResult<i64>>,
 }
 
 /// The updates of one budget record in this process: a queue and a turn.
@@ -177,7 +178,7 @@ impl Spend {
         // next attempt counts the operation afresh.
         let undo = counted.clone();
         self.budget
-            .update(move |st, _| {
+            .update(move |st| {
                 let counted = &undo;
                 if st.period == counted.period {
                     st.period_spent = st.period_spent.checked_sub(&counted.amount)?;
@@ -231,22 +232,22 @@ fn exceeded(limit: &str, left: &Money, asked: &Money) -> RailError {
 /// The combiner of the budget `scope` in `store` in this process: every `Budget` value for the
 /// same record (a wallet makes one per payment) queues on the same one.
 fn combiner_of(store: &Arc<dyn KeyStore>, scope: &str) -> Arc<Combiner> {
-    type Turns = HashMap<(usize, String), Weak<Combiner>>;
-    static TURNS: LazyLock<std::sync::Mutex<Turns>> = LazyLock::new(Default::default);
-    // The store's address names it: two handles on one store share its turns.
+    type Combiners = HashMap<(usize, String), Weak<Combiner>>;
+    static COMBINERS: LazyLock<std::sync::Mutex<Combiners>> = LazyLock::new(Default::default);
+    // The store's address names it: two handles on one store share its combiners.
     let key = (Arc::as_ptr(store).cast::<()>() as usize, scope.to_owned());
-    let Ok(mut turns) = TURNS.lock() else {
+    let Ok(mut all) = COMBINERS.lock() else {
         return Arc::default();
     };
-    if let Some(t) = turns.get(&key).and_then(Weak::upgrade) {
-        return t;
+    if let Some(c) = all.get(&key).and_then(Weak::upgrade) {
+        return c;
     }
-    if turns.len() >= 1024 {
-        turns.retain(|_, t| t.strong_count() > 0);
+    if all.len() >= 1024 {
+        all.retain(|_, c| c.strong_count() > 0);
     }
-    let t: Arc<Combiner> = Arc::default();
-    turns.insert(key, Arc::downgrade(&t));
-    t
+    let c: Arc<Combiner> = Arc::default();
+    all.insert(key, Arc::downgrade(&c));
+    c
 }
 
 impl Budget {
@@ -327,60 +328,42 @@ impl Budget {
     }
 
     /// Applies `f` to the counters, in one write with every other update of this budget queued
-    /// in this process meanwhile; answers once that write is committed. `f` sees a copy of the
-    /// state: when it refuses, nothing of it is kept and the others' changes still are.
-    async fn update<R: Send + 'static>(
+    /// in this process meanwhile; answers, with the period it was counted in, once that write is
+    /// committed. `f` sees a copy of the state: when it refuses, nothing of it is kept and the
+    /// others' changes still are.
+    async fn update(
         &self,
-        f: impl Fn(&mut State, Timestamp) -> RailResult<R> + Send + Sync + 'static,
-    ) -> RailResult<R> {
-        let out = Arc::new(std::sync::Mutex::new(None));
-        let slot = out.clone();
-        let (done, answer) = tokio::sync::oneshot::channel();
-        let job = Job {
-            apply: Box::new(move |st, now| {
-                let r = f(st, now)?;
-                if let Ok(mut s) = slot.lock() {
-                    *s = Some(r);
-                }
-                Ok(())
-            }),
+        f: impl Fn(&mut State) -> RailResult<()> + Send + Sync + 'static,
+    ) -> RailResult<i64> {
+        let (done, mut answer) = tokio::sync::oneshot::channel();
+        // The queue holds no invariant a panic could break (a push, a take): a poisoned lock is
+        // used as it is.
+        let queue = || {
+            self.combiner
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        queue().push(Job {
+            apply: Box::new(f),
             done,
-        };
-        self.combiner
-            .queue
-            .lock()
-            .map_err(|_| RailError::Storage("budget queue poisoned".into()))?
-            .push(job);
-        let mut answer = answer;
+        });
         let dropped = || RailError::Storage("a budget update was dropped unanswered".into());
-        let verdict = {
-            let _turn = self.combiner.turn.lock().await;
-            // Answered by the holder of the turn before us, or ours to write, with whatever was
-            // queued behind us (the holder answers everything it took before letting go).
-            match answer.try_recv() {
-                Ok(v) => v,
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => Err(dropped()),
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                    let jobs = std::mem::take(
-                        &mut *self
-                            .combiner
-                            .queue
-                            .lock()
-                            .map_err(|_| RailError::Storage("budget queue poisoned".into()))?,
-                    );
-                    // A task of its own: a caller that gives up waiting never leaves the others
-                    // it carries unanswered, nor a write half-known.
-                    let me = self.clone();
-                    let _ = tokio::spawn(async move { me.write_batch(jobs).await }).await;
-                    (&mut answer).await.unwrap_or_else(|_| Err(dropped()))
-                }
+        let _turn = self.combiner.turn.lock().await;
+        // Answered by the holder of the turn before us, or ours to write, with whatever was
+        // queued behind us (the holder answers everything it took before letting go).
+        match answer.try_recv() {
+            Ok(v) => v,
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => Err(dropped()),
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                let jobs = std::mem::take(&mut *queue());
+                // A task of its own: a caller that gives up waiting never leaves the others it
+                // carries unanswered, nor a write half-known.
+                let me = self.clone();
+                let _ = tokio::spawn(async move { me.write_batch(jobs).await }).await;
+                answer.await.unwrap_or_else(|_| Err(dropped()))
             }
-        };
-        verdict?;
-        out.lock()
-            .ok()
-            .and_then(|mut s| s.take())
-            .ok_or_else(|| RailError::Storage("a budget update left no result".into()))
+        }
     }
 
     /// Writes `jobs` in one compare-and-set of the counters (retried when another process
@@ -423,7 +406,7 @@ impl Budget {
     }
 
     /// One attempt of [`Self::write_batch`]: `None` when the counters changed under it.
-    async fn try_batch(&self, jobs: &[Job]) -> RailResult<Option<Vec<RailResult<()>>>> {
+    async fn try_batch(&self, jobs: &[Job]) -> RailResult<Option<Vec<RailResult<i64>>>> {
         let (mut st, token, now) = match self.store.get(NS, &self.scope).await? {
             Some(s) => (
                 decode::<State>(s.record.value.as_deref(), &self.scope)?,
@@ -446,15 +429,13 @@ impl Budget {
             st.period = period;
             st.period_spent = Money::zero(self.asset.clone());
         }
-        let verdicts: Vec<RailResult<()>> = jobs
+        let verdicts: Vec<RailResult<i64>> = jobs
             .iter()
             .map(|job| {
                 let mut next = st.clone();
-                let v = (job.apply)(&mut next, now);
-                if v.is_ok() {
-                    st = next;
-                }
-                v
+                (job.apply)(&mut next)?;
+                st = next;
+                Ok(st.period)
             })
             .collect();
         if verdicts.iter().all(Result::is_err) {
@@ -520,7 +501,7 @@ impl Budget {
         };
         let (limits, asked) = (self.limits.clone(), amount.clone());
         let counted = self
-            .update(move |st, _| {
+            .update(move |st| {
                 let amount = &asked;
                 let period_spent = st.period_spent.checked_add(amount)?;
                 if let Some((_, max)) = &limits.per_period
@@ -536,12 +517,13 @@ impl Budget {
                 }
                 st.period_spent = period_spent;
                 st.total_spent = total_spent;
-                Ok(Counted {
-                    amount: amount.clone(),
-                    period: st.period,
-                })
+                Ok(())
             })
-            .await;
+            .await
+            .map(|period| Counted {
+                amount: amount.clone(),
+                period,
+            });
         match counted {
             // Held in flight until the payment's outcome is known.
             Ok(c) => Ok(spend(Some((marker, c)))),
@@ -596,7 +578,7 @@ impl Budget {
             return Ok(()); // given back before
         }
         let (period, back) = (counted.period, amount.clone());
-        self.update(move |st, _| {
+        self.update(move |st| {
             if st.period == period {
                 st.period_spent = st.period_spent.checked_sub(&back)?;
             }
@@ -604,6 +586,7 @@ impl Budget {
             Ok(())
         })
         .await
+        .map(|_| ())
     }
 
     /// What was spent in the current period and in total (read only).
