@@ -392,34 +392,25 @@ pub fn decode_document(bytes: &[u8]) -> Result<Value, MsgpackError> {
     Ok(v.to_owned_value())
 }
 
-/// Decodes one canonical value at the start of `bytes` and says how many bytes it took
-/// (for streams of concatenated values, such as a transaction group on `POST /v2/transactions`).
+/// The canonical values concatenated in `bytes` (a stream, such as a transaction group on
+/// `POST /v2/transactions`), each as the slice it takes: framing only, nothing is copied.
 ///
 /// # Errors
 /// [`MsgpackError`] for anything outside the canonical subset.
-pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize), MsgpackError> {
-    let mut r = Reader {
-        buf: bytes,
-        pos: 0,
-        lenient: false,
-    };
-    let v = r.value(0)?;
-    Ok((v.to_owned_value(), r.pos))
-}
-
-/// How many bytes the one canonical value at the start of `bytes` takes (a stream's framing;
-/// nothing is copied).
-///
-/// # Errors
-/// [`MsgpackError`] for anything outside the canonical subset.
-pub fn prefix_len(bytes: &[u8]) -> Result<usize, MsgpackError> {
-    let mut r = Reader {
-        buf: bytes,
-        pos: 0,
-        lenient: false,
-    };
-    r.value(0)?;
-    Ok(r.pos)
+pub fn frames(mut bytes: &[u8]) -> Result<Vec<&[u8]>, MsgpackError> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let mut r = Reader {
+            buf: bytes,
+            pos: 0,
+            lenient: false,
+        };
+        r.value(0)?;
+        let (one, rest) = bytes.split_at(r.pos.min(bytes.len()));
+        out.push(one);
+        bytes = rest;
+    }
+    Ok(out)
 }
 
 /// Encodes `v` canonically (zero values in maps are skipped).

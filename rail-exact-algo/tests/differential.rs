@@ -23,7 +23,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use algod_devnet::{AssetConfig, Devnet, DevnetConfig, group_id};
+use algod_devnet::{AssetConfig, Devnet, DevnetConfig};
 use data_encoding::BASE64;
 use ed25519_dalek::SigningKey;
 use rail_exact_algo::Address;
@@ -289,23 +289,22 @@ fn cases() -> Vec<Case> {
         vec![leased(1000), leased(2000)],
     ));
     // A two-transaction group, then half of one.
-    let mut g1 = pay(&a, addr(&b), 1000);
-    let mut g2 = pay(&b, addr(&a), 2000);
-    let provisional = [g1.clone().sign(&a, None), g2.clone().sign(&b, None)];
-    let gid = group_id(&provisional);
-    g1.group = Some(gid);
-    g2.group = Some(gid);
-    let mut both = signed(g1.clone(), &a);
-    both.extend(signed(g2, &b));
+    let both = group(vec![
+        (Transaction::Pay(pay(&a, addr(&b), 1000)), &a),
+        (Transaction::Pay(pay(&b, addr(&a), 2000)), &b),
+    ]);
+    let first = SignedTxn::decode_stream(&both).unwrap()[0].encode();
     out.push(with("a two-transaction group", vec![both]));
-    out.push(with("half of a group", vec![signed(g1, &a)]));
+    out.push(with("half of a group", vec![first]));
 
     // Asset transfers (`axfer`).
-    let xfer = |f: &dyn Fn(&mut AxferTxn)| {
-        let mut t = axfer(&holder, addr(&b), 1000);
+    // 1000 units to key 2, sent and signed by `from`, edited by `f`.
+    let xfer_by = |from: &SigningKey, f: &dyn Fn(&mut AxferTxn)| {
+        let mut t = axfer(from, addr(&b), 1000);
         f(&mut t);
-        signed_axfer(t, &holder)
+        signed_axfer(t, from)
     };
+    let xfer = |f: &dyn Fn(&mut AxferTxn)| xfer_by(&holder, f);
     out.push(with("asset transfer", vec![xfer(&|_| {})]));
     out.push(with(
         "asset transfer of more than the holding",
@@ -325,7 +324,7 @@ fn cases() -> Vec<Case> {
     ));
     out.push(with(
         "asset transfer from a frozen holding",
-        vec![signed_axfer(axfer(&frozen, addr(&b), 1000), &frozen)],
+        vec![xfer_by(&frozen, &|_| {})],
     ));
     out.push(with(
         "asset transfer to a frozen holding",
@@ -347,13 +346,7 @@ fn cases() -> Vec<Case> {
     ));
     out.push(with(
         "asset close-to by the creator",
-        vec![signed_axfer(
-            AxferTxn {
-                close_to: Some(addr(&b)),
-                ..axfer(&creator, addr(&b), 1000)
-            },
-            &creator,
-        )],
+        vec![xfer_by(&creator, &|t| t.close_to = Some(addr(&b)))],
     ));
     out.push(with(
         "clawback by an account that is not the clawback",
@@ -361,13 +354,7 @@ fn cases() -> Vec<Case> {
     ));
     out.push(with(
         "clawback from a frozen holding",
-        vec![signed_axfer(
-            AxferTxn {
-                asset_sender: Some(addr(&frozen)),
-                ..axfer(&creator, addr(&b), 1000)
-            },
-            &creator,
-        )],
+        vec![xfer_by(&creator, &|t| t.asset_sender = Some(addr(&frozen)))],
     ));
 
     // The x402 AVM scheme's groups.

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha512_256};
 use tokio::sync::watch;
 
 use rail_exact_algo::address::Address;
-use rail_exact_algo::txn::{AxferTxn, Member, PayTxn, SignedPay, SignedTxn, Transaction, TxnError};
+use rail_exact_algo::txn::{AxferTxn, Member, PayTxn, SignedTxn, Transaction, TxnError};
 use rail_exact_algo::wire::network_id;
 
 pub use rail_exact_algo::rules::MIN_BALANCE;
@@ -693,9 +693,10 @@ impl Devnet {
         let fail = |m: String| format!("transaction {id}: {m}");
         // go-algorand looks the asset up only for a clawback, an opt-in and a close-to; a plain
         // transfer of an asset that does not exist fails in `takeOut` ("missing from").
-        let params = view.c.assets.get(&t.asset).cloned();
+        let chain = view.c;
+        let params = chain.assets.get(&t.asset);
         let exists = || {
-            params.clone().ok_or_else(|| {
+            params.ok_or_else(|| {
                 fail(format!(
                     "asset {} does not exist or has been deleted",
                     t.asset
@@ -969,8 +970,7 @@ fn well_formed(group: &[&Transaction]) -> Result<(), String> {
     // Group ids: a single transaction must not claim one; several must all carry the hash of
     // the group.
     if group.len() > 1 {
-        let owned: Vec<Transaction> = group.iter().map(|t| (*t).clone()).collect();
-        let expected = rail_exact_algo::txn::group_id(&owned);
+        let expected = rail_exact_algo::txn::group_id_of(group.iter().copied());
         if group.iter().any(|t| t.group() != Some(expected)) {
             return Err("transactionGroup: incomplete group".into());
         }
@@ -989,16 +989,6 @@ pub struct Simulated {
     pub ids: Vec<String>,
     /// Where and why it would fail, if it would.
     pub failure: Option<(usize, String)>,
-}
-
-/// The group id of `group`: SHA-512/256 of `"TG"` and the canonical `{txlist: [txid…]}`.
-#[must_use]
-pub fn group_id(group: &[SignedPay]) -> [u8; 32] {
-    let txns: Vec<rail_exact_algo::txn::Transaction> = group
-        .iter()
-        .map(|s| rail_exact_algo::txn::Transaction::Pay(s.txn.clone()))
-        .collect();
-    rail_exact_algo::txn::group_id(&txns)
 }
 
 /// An asset as algod renders it (`Asset`: `index`, `params`).

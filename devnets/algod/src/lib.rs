@@ -37,9 +37,10 @@
 //!   `acfg` — and frozen with [`Devnet::set_frozen`] rather than `afrz`.
 //! - Asset transfers (`ledger/apply/asset.go`): opt-in by a zero self-transfer, transfers,
 //!   clawback (`asnd`, only by the clawback address) and close-to, with `asset N missing from
-//!   A` (the sender's), `receiver error: must optin, asset N missing from A`, `asset N frozen in A`, `asset frozen in recipient`, `underflow on subtracting …`,
-//!   `asset N does not exist or has been deleted`, `cannot close asset ID in allocating
-//!   account`; an account with holdings cannot close its ALGO (`cannot close: N outstanding
+//!   A` (the sender), `receiver error: must optin, asset N missing from A`, `asset N frozen in
+//!   A`, `asset frozen in recipient`, `underflow on subtracting …`, `asset N does not exist or
+//!   has been deleted` (an opt-in, a clawback or a close-to only), `cannot close asset ID in
+//!   allocating account`; an account with holdings cannot close its ALGO (`cannot close: N outstanding
 //!   assets`); each holding adds 0.1 ALGO to the minimum balance.
 //! - Simulate evaluates the group exactly as a submission against the next round and applies
 //!   nothing; an unsigned member is refused (`signedtxn has no sig`) unless
@@ -78,6 +79,6 @@ pub mod http;
 
 pub use chain::{
     AssetConfig, Devnet, DevnetConfig, MIN_BALANCE, MIN_FEE, Refused, Simulated,
-    TESTNET_GENESIS_HASH, TESTNET_GENESIS_ID, TESTNET_USDC, group_id,
+    TESTNET_GENESIS_HASH, TESTNET_GENESIS_ID, TESTNET_USDC,
 };
 pub use http::RunningDevnet;

@@ -324,15 +324,11 @@ impl SignedTxn {
     ///
     /// # Errors
     /// [`TxnError`] naming the first problem.
-    pub fn decode_stream(mut bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
-        let mut out = Vec::new();
-        while !bytes.is_empty() {
-            let used = msgpack::prefix_len(bytes)?;
-            let (one, rest) = bytes.split_at(used.min(bytes.len()));
-            out.push(SignedTxn::decode(one)?);
-            bytes = rest;
-        }
-        Ok(out)
+    pub fn decode_stream(bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
+        msgpack::frames(bytes)?
+            .into_iter()
+            .map(SignedTxn::decode)
+            .collect()
     }
 
     /// The address whose key must have signed: `sgnr` if present, else the sender.

@@ -362,15 +362,11 @@ impl SignedPay {
     ///
     /// # Errors
     /// [`TxnError`] naming the first problem.
-    pub fn decode_stream(mut bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
-        let mut out = Vec::new();
-        while !bytes.is_empty() {
-            let used = msgpack::prefix_len(bytes)?;
-            let (one, rest) = bytes.split_at(used.min(bytes.len()));
-            out.push(SignedPay::decode(one)?);
-            bytes = rest;
-        }
-        Ok(out)
+    pub fn decode_stream(bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
+        msgpack::frames(bytes)?
+            .into_iter()
+            .map(SignedPay::decode)
+            .collect()
     }
 
     /// The canonical encoding of the signed transaction (what `POST /v2/transactions` takes).
