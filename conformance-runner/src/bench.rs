@@ -94,17 +94,8 @@ async fn phase(
             // Indices are reduced modulo the length: always in range.
             #[allow(clippy::indexing_slicing)]
             let pick = |n: &mut usize| {
-                *n = n
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let len = accounts.len();
-                let d = (*n >> 33) % len;
-                let k = 1 + (*n >> 17) % (len - 1);
-                (
-                    accounts[d],
-                    accounts[(d + k) % len],
-                    1 + (*n >> 7) as u64 % 100,
-                )
+                let (d, c, amount) = pick(n, accounts.len());
+                (accounts[d], accounts[c], amount)
             };
             while Instant::now() < deadline {
                 let t0 = Instant::now();
@@ -184,6 +175,17 @@ async fn phase(
     gather(tasks, start).await
 }
 
+/// The next of a client's pseudo-random transfers among `len` (≥ 2) accounts, from its state
+/// `n`: (debit index, a different credit index, an amount of 1 to 100).
+pub(crate) fn pick(n: &mut usize, len: usize) -> (usize, usize, u64) {
+    *n = n
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    let d = (*n >> 33) % len;
+    let k = 1 + (*n >> 17) % (len - 1);
+    (d, (d + k) % len, 1 + (*n >> 7) as u64 % 100)
+}
+
 /// The figures of a phase whose clients (each returning its operations, refusals and request
 /// latencies in microseconds) started at `start`.
 pub(crate) async fn gather(
@@ -220,6 +222,12 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
     if cfg.versus_pgledger.is_some() && cfg.backend != "postgres" {
         return Err("--versus-pgledger compares on PostgreSQL: add --backend postgres".into());
     }
+    // Read before anything runs: a wrong path is said at once.
+    let pgledger = cfg
+        .versus_pgledger
+        .as_deref()
+        .map(crate::pgledger::read_sql)
+        .transpose()?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let ledger = open(&cfg.backend, dir.path()).await?;
     let bank = AccountId::random();
@@ -257,8 +265,8 @@ pub async fn run(cfg: &BenchConfig) -> Result<String, String> {
         .map_err(|e: LedgerError| e.to_string())?;
     let accounts = Arc::new(accounts);
     let t = phase(&ledger, &accounts, cfg, Kind::Transfers).await;
-    let versus = match &cfg.versus_pgledger {
-        Some(dir) => Some(crate::pgledger::transfers(dir, cfg).await?),
+    let versus = match &pgledger {
+        Some(sql) => Some(crate::pgledger::transfers(sql, cfg).await?),
         None => None,
     };
     let h = phase(&ledger, &accounts, cfg, Kind::HoldCapture).await;

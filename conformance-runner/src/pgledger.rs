@@ -25,22 +25,31 @@ const FILES: [&str; 3] = [
     "pgledger.sql",
 ];
 
-/// Loads pgledger from the checkout `dir` into a fresh schema and runs the transfer phase of
+/// pgledger's SQL from the checkout `dir`, in the order `dbload` loads it.
+///
+/// # Errors
+/// A missing file (`dir` is not a pgledger checkout).
+pub fn read_sql(dir: &Path) -> Result<Vec<String>, String> {
+    FILES
+        .iter()
+        .map(|f| {
+            let p = dir.join(f);
+            std::fs::read_to_string(&p).map_err(|e| {
+                format!(
+                    "cannot read {} ({e}): give --versus-pgledger a pgledger checkout",
+                    p.display()
+                )
+            })
+        })
+        .collect()
+}
+
+/// Loads pgledger's `sql` ([`read_sql`]) into a fresh schema and runs the transfer phase of
 /// `cfg` against it.
 ///
 /// # Errors
-/// A missing file, an unreachable PostgreSQL, SQL that does not load.
-pub async fn transfers(dir: &Path, cfg: &BenchConfig) -> Result<Phase, String> {
-    let mut sql = Vec::new();
-    for f in FILES {
-        let p = dir.join(f);
-        sql.push(std::fs::read_to_string(&p).map_err(|e| {
-            format!(
-                "cannot read {} ({e}): give --versus-pgledger a pgledger checkout",
-                p.display()
-            )
-        })?);
-    }
+/// An unreachable PostgreSQL, SQL that does not load.
+pub async fn transfers(sql: &[String], cfg: &BenchConfig) -> Result<Phase, String> {
     let schema = format!("pgledger_{:016x}", rand::random::<u64>());
     let url = test_kit::localnet::postgres_url();
     let admin = PgPoolOptions::new()
@@ -52,6 +61,21 @@ pub async fn transfers(dir: &Path, cfg: &BenchConfig) -> Result<Phase, String> {
         .execute(format!("CREATE SCHEMA {schema}").as_str())
         .await
         .map_err(|e| e.to_string())?;
+    // The schema goes whatever happens in it.
+    let out = load_and_run(&url, &schema, sql, cfg).await;
+    let _ = admin
+        .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
+        .await;
+    out
+}
+
+/// Loads `sql` into `schema` and runs the transfer load there.
+async fn load_and_run(
+    url: &str,
+    schema: &str,
+    sql: &[String],
+    cfg: &BenchConfig,
+) -> Result<Phase, String> {
     let path = format!("SET search_path TO {schema}, public");
     let pool = PgPoolOptions::new()
         // One connection per client, as pgxpool gives the Go check (its default is larger).
@@ -63,12 +87,12 @@ pub async fn transfers(dir: &Path, cfg: &BenchConfig) -> Result<Phase, String> {
                 Ok(())
             })
         })
-        .connect(&url)
+        .connect(url)
         .await
         .map_err(|e| e.to_string())?;
     {
         let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-        for s in &sql {
+        for s in sql {
             sqlx::raw_sql(s)
                 .execute(&mut *conn)
                 .await
@@ -92,18 +116,14 @@ pub async fn transfers(dir: &Path, cfg: &BenchConfig) -> Result<Phase, String> {
         let (pool, accounts) = (pool.clone(), accounts.clone());
         tasks.push(tokio::spawn(async move {
             let (mut ops, mut refused, mut lat) = (0u64, 0u64, Vec::new());
-            let mut n = c.wrapping_mul(7919).wrapping_add(1);
+            // The same sequence of pairs and amounts as the ledger's clients.
+            let mut n = c.wrapping_mul(7919);
             while Instant::now() < deadline {
-                n = n
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let len = accounts.len();
-                let d = (n >> 33) % len;
-                let k = 1 + (n >> 17) % (len - 1);
-                let (Some(from), Some(to)) = (accounts.get(d), accounts.get((d + k) % len)) else {
+                let (d, k, amount) = crate::bench::pick(&mut n, accounts.len());
+                let (Some(from), Some(to)) = (accounts.get(d), accounts.get(k)) else {
                     break;
                 };
-                let amount = i64::try_from(1 + (n >> 7) % 100).unwrap_or(1);
+                let amount = i64::try_from(amount).unwrap_or(i64::MAX);
                 let t0 = Instant::now();
                 let r: Result<String, _> = sqlx::query_scalar(
                     "select id from pgledger_create_transfer($1, $2, $3::numeric)",
@@ -124,8 +144,5 @@ pub async fn transfers(dir: &Path, cfg: &BenchConfig) -> Result<Phase, String> {
     }
     let p = crate::bench::gather(tasks, start).await;
     pool.close().await;
-    let _ = admin
-        .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
-        .await;
     Ok(p)
 }
