@@ -425,3 +425,31 @@ async fn a_batch_whose_counter_write_fails_acknowledges_nothing() {
     assert!(again.iter().all(Result::is_ok));
     assert_eq!(budget.spent().await.unwrap().1, usd("9.00"));
 }
+
+/// A lost answer: a spend whose caller gives up while its batch is being written (here, the
+/// first of eight, which may be the one writing) leaves every other spend answered, and the
+/// write carries all eight — counted, never under-counted (the abandoned one's marker lapses
+/// and a retry of its operation is counted again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_abandoned_mid_batch_leaves_the_others_answered() {
+    let store = slow_counters();
+    let budget = Budget::new(store.clone(), "agent", limits("1.00", "100.00", "100.00")).unwrap();
+    let turn = budget.combiner.turn.lock().await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (b, m) = (budget.clone(), usd("1.00"));
+        tasks.push(tokio::spawn(
+            async move { b.reserve(&OpId::random(), &m).await },
+        ));
+    }
+    while budget.combiner.queue.lock().unwrap().len() < 8 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    drop(turn);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    tasks.remove(0).abort();
+    for t in tasks {
+        t.await.unwrap().unwrap().keep().await.unwrap();
+    }
+    assert_eq!(budget.spent().await.unwrap().1, usd("8.00"));
+}
