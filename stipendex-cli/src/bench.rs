@@ -1,5 +1,6 @@
 //! `stipendex bench [http]`: the HTTP binding's throughput and latency over the ledger rail on
-//! embedded SQLite, and the wallet's overhead above the bare rail call.
+//! embedded SQLite (or, `--backend postgres`, with the ledger and every store in one PostgreSQL
+//! schema), and the wallet's overhead above the bare rail call.
 //!
 //! 1. unpaid: concurrent `GET`s of a priced route, each answered 402 with a fresh signed Quote;
 //! 2. paid: concurrent agents, each request quote → wallet pay (mandate checks, durable limits,
@@ -61,6 +62,18 @@ pub(crate) struct Args {
     /// Where the databases go (default: a temporary directory, removed).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Where `http` keeps the ledger and every store: `sqlite` (files in `--dir`) or
+    /// `postgres` (a fresh schema on `--pg-url`, dropped at the end).
+    #[arg(long, default_value = "sqlite")]
+    backend: String,
+    /// The PostgreSQL server of `--backend postgres`.
+    #[arg(
+        long,
+        env = "STIPENDEX_PG_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test",
+        hide_env_values = true
+    )]
+    pg_url: String,
 }
 
 /// p50 and p99 of `v` (sorted in place), in milliseconds.
@@ -128,7 +141,15 @@ pub(crate) struct Fixture {
 
 /// The [`Fixture`], its databases in `dir`.
 pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> {
-    let stage = crate::demo::embedded_ledger(dir, 100_000_000).await?;
+    fixture_on(dir, None).await
+}
+
+/// The [`Fixture`], its databases in `dir` or in PostgreSQL schema `pg`.
+pub(crate) async fn fixture_on(
+    dir: &std::path::Path,
+    pg: Option<&crate::demo::PgSchema<'_>>,
+) -> Result<Fixture, CliError> {
+    let stage = crate::demo::ledger_stage(dir, 100_000_000, pg).await?;
     let (principal, wallet_key, shop_key) = (
         SecretKey::generate(),
         SecretKey::generate(),
@@ -169,11 +190,23 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
     });
     let mandate = Signed::sign(m, &principal)?;
     let kind = stage.payer.payer.id().as_str().to_owned();
-    let store = Arc::new(
-        SqliteKeyStore::open(&dir.join("wallet.db"))
-            .await
-            .map_err(|e| msg(format!("wallet store: {e}")))?,
-    );
+    let store: Arc<dyn rail_core::KeyStore> = match pg {
+        None => Arc::new(
+            SqliteKeyStore::open(&dir.join("wallet.db"))
+                .await
+                .map_err(|e| msg(format!("wallet store: {e}")))?,
+        ),
+        Some(p) => {
+            let pool = rail_core::keys::sql::postgres_pool(p.url, Some(p.schema))
+                .await
+                .map_err(|e| msg(format!("wallet store: {e}")))?;
+            Arc::new(
+                rail_core::keys::sql::PgKeyStore::new(pool)
+                    .await
+                    .map_err(|e| msg(format!("wallet store: {e}")))?,
+            )
+        }
+    };
     let wallet = Wallet::builder(wallet_key, mandate)
         .rail(&kind, stage.payer.clone())
         .store(store)
@@ -199,7 +232,7 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
 pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tmp;
-    let dir = match args.dir {
+    let dir = match args.dir.clone() {
         Some(d) => d,
         None => {
             tmp = tempfile::tempdir()
@@ -221,6 +254,60 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         Box::pin(crate::bench_tab::run(&dir, args.seconds)).await?;
         return Ok(ExitCode::SUCCESS);
     }
+    let schema = match args.backend.as_str() {
+        "sqlite" => None,
+        "postgres" => Some(format!("bench_http_{:08x}", rand::random::<u32>())),
+        other => return Err(msg(format!("--backend {other:?}: use sqlite or postgres"))),
+    };
+    let pg = schema.as_deref().map(|schema| crate::demo::PgSchema {
+        url: &args.pg_url,
+        schema,
+    });
+    if let Some(p) = &pg {
+        pg_schema(p, true).await?;
+    }
+    let out = Box::pin(http(&args, &dir, pg.as_ref())).await;
+    if let Some(p) = &pg {
+        pg_schema(p, false).await?;
+    }
+    out
+}
+
+/// Creates (`create`) or drops PostgreSQL schema `p`.
+async fn pg_schema(p: &crate::demo::PgSchema<'_>, create: bool) -> Result<(), CliError> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(p.url)
+        .await
+        .map_err(|e| {
+            msg(format!(
+                "cannot reach PostgreSQL at --pg-url (STIPENDEX_PG_URL): {e}"
+            ))
+        })?;
+    let sql = if create {
+        format!("CREATE SCHEMA {}", p.schema)
+    } else {
+        format!("DROP SCHEMA IF EXISTS {} CASCADE", p.schema)
+    };
+    sqlx::query(&sql)
+        .execute(&pool)
+        .await
+        .map_err(|e| msg(format!("cannot {sql}: {e}")))?;
+    pool.close().await;
+    Ok(())
+}
+
+/// The `http` measurements, on SQLite files in `dir` or in PostgreSQL schema `pg`.
+#[allow(
+    clippy::print_stdout,
+    clippy::cast_precision_loss,
+    clippy::float_arithmetic
+)]
+async fn http(
+    args: &Args,
+    dir: &std::path::Path,
+    pg: Option<&crate::demo::PgSchema<'_>>,
+) -> Result<ExitCode, CliError> {
     let Fixture {
         stage,
         listener,
@@ -228,7 +315,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         wallet,
         shop,
         ..
-    } = fixture(&dir).await?;
+    } = fixture_on(dir, pg).await?;
     let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
     let receiver = shop
         .price(PricedCapability::fixed("GET", "/api/search", usd("0.01")?))
@@ -241,8 +328,8 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     let http = stipendex::http::reqwest_client(Duration::from_secs(30))?;
     let url = format!("{base}/api/search?q=bench");
     println!(
-        "stipendex bench: ledger rail on SQLite, HTTP on 127.0.0.1, {} clients, {} s per phase",
-        args.concurrency, args.seconds
+        "stipendex bench: {}, HTTP on 127.0.0.1, {} clients, {} s per phase",
+        stage.label, args.concurrency, args.seconds
     );
 
     // 1. Unpaid 402s.

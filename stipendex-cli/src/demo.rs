@@ -176,11 +176,51 @@ impl ReadBalances for LedgerBalances {
 
 /// The ledger rail on an embedded SQLite file in `dir`, the agent funded with `funding` cents.
 pub(crate) async fn embedded_ledger(dir: &Path, funding: u64) -> Result<Stage, CliError> {
+    ledger_stage(dir, funding, None).await
+}
+
+/// A PostgreSQL server and a schema of it (which must exist) to hold a bench's records.
+pub(crate) struct PgSchema<'a> {
+    /// The server's URL.
+    pub(crate) url: &'a str,
+    /// The schema.
+    pub(crate) schema: &'a str,
+}
+
+impl PgSchema<'_> {
+    /// The URL of this schema: the server's, its connections' `search_path` set to it.
+    pub(crate) fn schema_url(&self) -> String {
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        format!(
+            "{}{sep}options=-c%20search_path%3D{}",
+            self.url, self.schema
+        )
+    }
+}
+
+/// The ledger rail with its ledger and records on embedded SQLite files in `dir`, or in a
+/// PostgreSQL schema; the agent funded with `funding` cents.
+pub(crate) async fn ledger_stage(
+    dir: &Path,
+    funding: u64,
+    pg: Option<&PgSchema<'_>>,
+) -> Result<Stage, CliError> {
     let db = dir.join("ledger.db");
-    let url = format!("sqlite://{}", db.display());
-    let ledger = Ledger::sqlite(&url)
-        .await
-        .map_err(|e| msg(format!("cannot create the ledger {}: {e}", db.display())))?;
+    let (url, where_) = match pg {
+        None => (
+            format!("sqlite://{}", db.display()),
+            format!("embedded SQLite ({})", db.display()),
+        ),
+        Some(p) => (
+            p.url.to_owned(),
+            format!("PostgreSQL (schema {})", p.schema),
+        ),
+    };
+    let ledger = match pg {
+        None => Ledger::sqlite(&url).await,
+        Some(p) => Ledger::postgres(&url, Some(p.schema)).await,
+    }
+    .map_err(|e| msg(format!("cannot create the ledger on {where_}: {e}")))?;
     let (bank, agent, shop) = (
         AccountId::random(),
         AccountId::random(),
@@ -207,14 +247,20 @@ pub(crate) async fn embedded_ledger(dir: &Path, funding: u64) -> Result<Stage, C
         .await
         .map_err(|e| msg(format!("cannot fund the agent: {e}")))?;
     // The rails come from a registry configuration, as a wallet's and a receiver's would.
+    let (store_url, schema) = match pg {
+        None => (
+            format!("sqlite://{}", dir.join("records.db").display()),
+            String::new(),
+        ),
+        Some(p) => (p.schema_url(), format!("schema = \"{}\"\n", p.schema)),
+    };
     let config = format!(
-        "[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{url}\"\nasset = \"USD\"\npayer_account = \"{agent}\"   # the agent pays from it\npayee_account = \"{shop}\"    # demo-shop is paid into it\n",
-        dir.join("records.db").display()
+        "[store]\nurl = \"{store_url}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{url}\"\n{schema}asset = \"USD\"\npayer_account = \"{agent}\"   # the agent pays from it\npayee_account = \"{shop}\"    # demo-shop is paid into it\n"
     );
     crate::files::write(&dir.join("rails.toml"), &config)?;
     let registry = stipendex::Registry::from_file(dir.join("rails.toml")).await?;
     Ok(Stage {
-        label: format!("the ledger rail on embedded SQLite ({})", db.display()),
+        label: format!("the ledger rail on {where_}"),
         payer: registry.payer("house")?.clone(),
         receiver: registry.receiver("house")?.clone(),
         asset: Asset::usd(),

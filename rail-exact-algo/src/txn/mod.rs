@@ -20,6 +20,7 @@ use crate::msgpack::Value;
 use crate::msgpack::{self, MapRef, MsgpackError, ValueRef};
 
 mod axfer;
+pub mod batch;
 mod group;
 
 pub use axfer::AxferTxn;

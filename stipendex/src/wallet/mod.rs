@@ -281,6 +281,47 @@ enum Started {
     Lease(rail_core::keys::Lease),
 }
 
+/// What a fresh payment needs, found before anything is counted ([`Wallet::prepare`]).
+struct Fresh<'a> {
+    /// The most the Quote can cost.
+    max: rail_core::Money,
+    /// The mandate's limits in its asset.
+    limits: &'a crate::envelope::Limits,
+    /// The rail chosen, and its offer in the Quote.
+    rail: &'a WalletRail,
+    offer: &'a rail_core::Offer,
+    /// The limits' durable counters.
+    budgets: spend::Budgets,
+}
+
+/// Gives back a count made beside a claim that found the Quote paid or pending already (or
+/// failed): that payment was counted by its first attempt.
+async fn give_back(counted: Option<Result<spend::Counted, Error>>) {
+    if let Some(Ok(c)) = counted {
+        c.release().await;
+    }
+}
+
+/// Counts `max` for `op`, waiting out (briefly) another call of the same Quote that counted it
+/// beside a claim it lost and is giving it back.
+async fn reserve_settled(
+    budgets: &spend::Budgets,
+    op: &OpId,
+    receiver: &str,
+    max: &rail_core::Money,
+) -> Result<spend::Counted, Error> {
+    let mut tries = 0;
+    loop {
+        match budgets.reserve(op, receiver, max).await {
+            Err(Error::Payment(RailError::InProgress { .. })) if tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            out => return out,
+        }
+    }
+}
+
 /// Pays (service) or holds (checkout) `offer` over `rail` under `op`.
 async fn ask_rail(
     rail: &WalletRail,
@@ -548,22 +589,53 @@ impl Wallet {
         // is pending (its outcome unknown, or held for review): the rail is asked again.
         let op = op_for(&q.receiver.id, &q.id)?;
         let chain = chain_name(&q.receiver.id, &q.id);
-        let lease = match self.begin(quote, &op).await? {
-            Started::Done(paid) => return Ok(*paid),
-            Started::Lease(l) => l,
+        // The limits are counted beside the operation's claim, so the two records share a
+        // commit of the store: a Quote that turns out to be paid or pending already gives its
+        // count back (its payment was counted by its first attempt).
+        let fresh = self.prepare(q, now);
+        let (started, counted) = match &fresh {
+            Ok(f) => {
+                let (s, c) = tokio::join!(
+                    self.begin(quote, &op),
+                    f.budgets.reserve(&op, &q.receiver.id, &f.max)
+                );
+                (s, Some(c))
+            }
+            Err(_) => (self.begin(quote, &op).await, None),
+        };
+        let lease = match started {
+            Ok(Started::Lease(l)) => l,
+            Ok(Started::Done(paid)) => {
+                give_back(counted).await;
+                return Ok(*paid);
+            }
+            Err(e) => {
+                give_back(counted).await;
+                return Err(e);
+            }
         };
         let pending = match me.journal.pending_of(&chain).await {
             Ok(p) => p,
             Err(e) => {
+                give_back(counted).await;
                 me.ops.hand_over(lease).await.ok();
                 return Err(e);
             }
         };
+        let counted = if pending.is_some() {
+            give_back(counted).await;
+            None
+        } else {
+            counted
+        };
         let out = lease
             .keep_alive(Box::pin(async {
                 match &pending {
-                    Some(p) => self.settle(quote, p).await,
-                    None => self.pay_fresh(quote, &op, now, sent, confirmer).await,
+                    Some(p) => self.settle(quote, p).await.map(|paid| (paid, None)),
+                    None => {
+                        self.pay_fresh(quote, &op, now, sent, confirmer, fresh, counted)
+                            .await
+                    }
                 }
             }))
             .await;
@@ -633,7 +705,10 @@ impl Wallet {
             Started::Done(paid) => return Ok(*paid),
             Started::Lease(l) => l,
         };
-        let out = lease.keep_alive(Box::pin(self.settle(&quote, &p))).await;
+        let out = lease
+            .keep_alive(Box::pin(self.settle(&quote, &p)))
+            .await
+            .map(|paid| (paid, None));
         self.conclude(&quote, lease, out).await
     }
 
@@ -661,27 +736,36 @@ impl Wallet {
         }
     }
 
-    /// Ends a payment's lease: a Proof is stored, then its chain journaled and the payment no
-    /// longer pending; a certain refusal ends the pending payment; an unknown outcome leaves it
-    /// pending (and counted) for [`Wallet::resume`].
+    /// Ends a payment's lease: a Proof is stored (beside its count kept, in one commit of the
+    /// store), then its chain journaled and the payment no longer pending; a certain refusal
+    /// ends the pending payment; an unknown outcome leaves it pending (and counted) for
+    /// [`Wallet::resume`].
     async fn conclude(
         &self,
         quote: &Signed<Quote>,
         lease: rail_core::keys::Lease,
-        out: Result<Paid, Error>,
+        out: Result<(Paid, Option<spend::Counted>), Error>,
     ) -> Result<Paid, Error> {
         let me = &self.0;
         let q = quote.object();
         match out {
-            Ok(paid) => {
+            Ok((paid, counted)) => {
                 let rec = PaidRecord {
                     proof: paid.proof.jws().to_owned(),
                     confirmation: paid.confirmation.as_ref().map(|c| c.jws().to_owned()),
                     rail: paid.rail.clone(),
                 };
-                // Stored first, journaled after: a crash between the two finds the Proof
-                // stored and journals the same chain once.
-                match me.ops.finish(lease, &rec).await {
+                // The count kept and the Proof stored are independent records (a count whose
+                // keeping is lost lapses into being counted again: over, never under), so
+                // they share a commit. Stored first, journaled after: a crash between the two
+                // finds the Proof stored and journals the same chain once.
+                let keep = async {
+                    if let Some(c) = counted {
+                        c.keep().await;
+                    }
+                };
+                let ((), stored) = tokio::join!(keep, me.ops.finish(lease, &rec));
+                match stored {
                     Ok(()) => self.close_chain(quote, &paid).await,
                     Err(e) => {
                         tracing::error!(quote = %q.id, error = %e, "paid, but the Proof could not be stored; the payment stays pending");
@@ -775,16 +859,10 @@ impl Wallet {
     }
 
     /// Steps 3–5 for a Quote not paid before.
-    async fn pay_fresh(
-        &self,
-        quote: &Signed<Quote>,
-        op: &OpId,
-        now: u64,
-        sent: Option<&Resource>,
-        confirmer: &dyn Confirmer,
-    ) -> Result<Paid, Error> {
+    /// What a fresh payment of `q` needs before anything is counted: the Quote still payable
+    /// for long enough, the mandate's limits in its asset, the rail and its offer. Pure checks.
+    fn prepare<'a>(&'a self, q: &'a Quote, now: u64) -> Result<Fresh<'a>, Error> {
         let me = &self.0;
-        let q = quote.object();
         let mandate = me.mandate.object();
         if now >= q.exp {
             return Err(Error::Expired {
@@ -811,13 +889,51 @@ impl Wallet {
                 max.asset()
             ))
         })?;
-
         // Choose the rail before counting: a Quote no rail can pay counts nothing.
         let (rail, offer) = self.choose(q)?;
+        let budgets = spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
+        Ok(Fresh {
+            max,
+            limits,
+            rail,
+            offer,
+            budgets,
+        })
+    }
+
+    /// Pays `quote` afresh: `fresh` is what [`Wallet::prepare`] found, `counted` the limits
+    /// counted beside the operation's claim (`None`: not counted yet).
+    #[allow(clippy::too_many_arguments)]
+    async fn pay_fresh(
+        &self,
+        quote: &Signed<Quote>,
+        op: &OpId,
+        now: u64,
+        sent: Option<&Resource>,
+        confirmer: &dyn Confirmer,
+        fresh: Result<Fresh<'_>, Error>,
+        counted: Option<Result<spend::Counted, Error>>,
+    ) -> Result<(Paid, Option<spend::Counted>), Error> {
+        let me = &self.0;
+        let q = quote.object();
+        let Fresh {
+            max,
+            limits,
+            rail,
+            offer,
+            budgets,
+        } = fresh?;
 
         // 3. Limits, counted durably (a retry of this Quote is counted once).
-        let budgets = spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
-        let counted = budgets.reserve(op, &q.receiver.id, &max).await?;
+        let counted = match counted {
+            Some(Ok(c)) => c,
+            // Another call counting this Quote at the same moment (it lost the claim, and
+            // gives its count back at once) or not counted yet: counted now.
+            Some(Err(Error::Payment(RailError::InProgress { .. }))) | None => {
+                reserve_settled(&budgets, op, &q.receiver.id, &max).await?
+            }
+            Some(Err(e)) => return Err(e),
+        };
 
         // 4. Human in the loop.
         let why = match q.profile {
@@ -855,12 +971,9 @@ impl Wallet {
             return Err(e);
         }
 
-        // 5. Pay or hold.
+        // 5. Pay or hold. The count is kept beside the Proof's record ([`Wallet::conclude`]).
         let payment = match ask_rail(rail, op, offer, q.profile).await {
-            Ok(p) => {
-                counted.keep().await;
-                p
-            }
+            Ok(p) => p,
             Err(e) => {
                 if e.is_retryable() {
                     counted.keep().await;
@@ -870,7 +983,13 @@ impl Wallet {
                 return Err(Error::Payment(e));
             }
         };
-        self.sign_proof(quote, confirmation, payment, rail, now)
+        match self.sign_proof(quote, confirmation, payment, rail, now) {
+            Ok(paid) => Ok((paid, Some(counted))),
+            Err(e) => {
+                counted.keep().await;
+                Err(e)
+            }
+        }
     }
 
     /// Finishes pending payment `p` of `quote`: the rail asked again under its operation id.
