@@ -274,6 +274,47 @@ async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
     );
 }
 
+/// The wallet counts the limits beside the operation's claim, in one commit: many calls paying
+/// one Quote at once make one payment, counted once (the calls that lose the claim give their
+/// count back), and a replay of the paid Quote counts nothing.
+#[tokio::test]
+async fn one_quote_paid_by_many_calls_at_once_is_paid_and_counted_once() {
+    let w = world().await;
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            m.limits[0].per_period = Some(Period {
+                seconds: 86_400,
+                amount: "0.50".parse().unwrap(),
+            });
+        }),
+        true,
+    );
+    let receiver = w.receiver();
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    let outcomes = futures::future::join_all((0..16).map(|_| wallet.pay(&q))).await;
+    let proofs: std::collections::BTreeSet<String> = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok())
+        .map(|p| p.proof.jws().to_owned())
+        .collect();
+    assert_eq!(proofs.len(), 1, "one payment, one Proof: {outcomes:?}");
+    for o in &outcomes {
+        if let Err(e) = o {
+            assert_eq!(e.code(), "in_progress", "{e}");
+        }
+    }
+    // Paid again: its Proof, nothing counted.
+    let again = wallet.pay(&q).await.unwrap();
+    assert!(proofs.contains(again.proof.jws()));
+    // Counted once: the limit (ten calls) admits nine more, and not a tenth.
+    for _ in 0..9 {
+        let q = quote(&receiver, &Request::new("GET", "/search")).await;
+        wallet.pay(&q).await.unwrap();
+    }
+    let q = quote(&receiver, &Request::new("GET", "/search")).await;
+    assert_eq!(wallet.pay(&q).await.unwrap_err().code(), "limit_exceeded");
+}
+
 /// A fleet of wallets sharing one mandate through PostgreSQL: two wallet instances (as two
 /// hosts would run), 50 concurrent payments between them against a limit that admits 10.
 #[tokio::test]
