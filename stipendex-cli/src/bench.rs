@@ -62,10 +62,17 @@ pub(crate) struct Args {
     /// Where the databases go (default: a temporary directory, removed).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Where `http` keeps the ledger and every store: `sqlite` (files in `--dir`) or
-    /// `postgres` (a fresh schema on `--pg-url`, dropped at the end).
+    /// Where `http` keeps the ledger and every store.
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// Where a bench keeps its databases (`stipendex bench`, `stipendex facilitator bench`).
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct StoreArgs {
+    /// `sqlite` (files) or `postgres` (fresh schemas on `--pg-url`, dropped at the end).
     #[arg(long, default_value = "sqlite")]
-    backend: String,
+    pub(crate) backend: String,
     /// The PostgreSQL server of `--backend postgres`.
     #[arg(
         long,
@@ -73,7 +80,7 @@ pub(crate) struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/test",
         hide_env_values = true
     )]
-    pg_url: String,
+    pub(crate) pg_url: String,
 }
 
 /// p50 and p99 of `v` (sorted in place), in milliseconds.
@@ -254,13 +261,13 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         Box::pin(crate::bench_tab::run(&dir, args.seconds)).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    let schema = match args.backend.as_str() {
+    let schema = match args.store.backend.as_str() {
         "sqlite" => None,
         "postgres" => Some(format!("bench_http_{:08x}", rand::random::<u32>())),
         other => return Err(msg(format!("--backend {other:?}: use sqlite or postgres"))),
     };
     let pg = schema.as_deref().map(|schema| crate::demo::PgSchema {
-        url: &args.pg_url,
+        url: &args.store.pg_url,
         schema,
     });
     if let Some(p) = &pg {

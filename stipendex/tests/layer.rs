@@ -232,10 +232,9 @@ async fn the_hook_rejects_without_charging_or_waives() {
     assert_eq!(q.object().amount, Some("0.07".parse().unwrap()));
 }
 
-#[tokio::test]
-async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
-    let w = world().await;
-    let wallet = w.wallet(
+/// A wallet whose mandate allows 0.50 a day: ten calls of `/search`.
+fn ten_calls_a_day(w: &common::World) -> stipendex::wallet::Wallet {
+    w.wallet(
         w.mandate(|m| {
             m.limits[0].per_period = Some(Period {
                 seconds: 86_400,
@@ -243,7 +242,13 @@ async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
             });
         }),
         true,
-    );
+    )
+}
+
+#[tokio::test]
+async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
+    let w = world().await;
+    let wallet = ten_calls_a_day(&w);
     let receiver = w.receiver();
     let mut quotes = Vec::new();
     for _ in 0..50 {
@@ -280,15 +285,7 @@ async fn fifty_concurrent_payments_against_a_limit_of_ten_pay_exactly_ten() {
 #[tokio::test]
 async fn one_quote_paid_by_many_calls_at_once_is_paid_and_counted_once() {
     let w = world().await;
-    let wallet = w.wallet(
-        w.mandate(|m| {
-            m.limits[0].per_period = Some(Period {
-                seconds: 86_400,
-                amount: "0.50".parse().unwrap(),
-            });
-        }),
-        true,
-    );
+    let wallet = ten_calls_a_day(&w);
     let receiver = w.receiver();
     let q = quote(&receiver, &Request::new("GET", "/search")).await;
     let outcomes = futures::future::join_all((0..16).map(|_| wallet.pay(&q))).await;

@@ -31,18 +31,10 @@ use crate::{CliError, msg};
 /// What to measure.
 #[derive(Args, Clone)]
 pub(crate) struct BenchArgs {
-    /// `sqlite` (one instance) or `postgres` (one and two instances, on STIPENDEX_PG_URL or
-    /// the local server).
-    #[arg(long, default_value = "sqlite")]
-    backend: String,
-    /// The PostgreSQL server of `--backend postgres` (each measurement gets a fresh schema).
-    #[arg(
-        long,
-        env = "STIPENDEX_PG_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/test",
-        hide_env_values = true
-    )]
-    pg_url: String,
+    /// Where the measurements keep their databases: SQLite (one instance) or PostgreSQL (one
+    /// and two instances, each measurement in a fresh schema).
+    #[command(flatten)]
+    store: crate::bench::StoreArgs,
     /// Concurrent clients.
     #[arg(long, default_value_t = 20)]
     clients: usize,
@@ -110,13 +102,13 @@ struct Db {
 
 impl Db {
     fn new(args: &BenchArgs, dir: &std::path::Path, name: &str) -> Result<Db, CliError> {
-        match args.backend.as_str() {
+        match args.store.backend.as_str() {
             "sqlite" => Ok(Db {
                 url: format!("sqlite://{}/{name}.db", dir.display()),
                 schema: None,
             }),
             "postgres" => Ok(Db {
-                url: args.pg_url.clone(),
+                url: args.store.pg_url.clone(),
                 schema: Some(format!("bench_{name}_{:08x}", rand::random::<u32>())),
             }),
             other => Err(msg(format!("--backend {other:?}: use sqlite or postgres"))),
@@ -347,7 +339,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliEr
     let dir = tempfile::tempdir().map_err(err)?;
     println!(
         "paid payments (offer, pay, verify once), {} concurrent clients, {} s each, {} backend, durable commits",
-        args.clients, args.seconds, args.backend
+        args.clients, args.seconds, args.store.backend
     );
     let db = Db::new(&args, dir.path(), "ledger")?;
     let pay = embedded_ledger(&db, dir.path()).await?;
@@ -356,7 +348,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliEr
         &closed_loop(args.clients, args.seconds, pay).await,
     );
     db.drop_schema().await;
-    let counts: &[usize] = if args.backend == "postgres" {
+    let counts: &[usize] = if args.store.backend == "postgres" {
         &[1, 2]
     } else {
         &[1]
