@@ -294,10 +294,14 @@ struct Fresh<'a> {
     budgets: spend::Budgets,
 }
 
+/// A fresh payment's needs ([`Wallet::prepare`]) and its count made beside the operation's
+/// claim; or why the Quote cannot be paid afresh.
+type Counting<'a> = Result<(Fresh<'a>, Result<spend::Counted, Error>), Error>;
+
 /// Gives back a count made beside a claim that found the Quote paid or pending already (or
 /// failed): that payment was counted by its first attempt.
-async fn give_back(counted: Option<Result<spend::Counted, Error>>) {
-    if let Some(Ok(c)) = counted {
+async fn give_back(counting: Counting<'_>) {
+    if let Ok((_, Ok(c))) = counting {
         c.release().await;
     }
 }
@@ -592,48 +596,44 @@ impl Wallet {
         // The limits are counted beside the operation's claim, so the two records share a
         // commit of the store: a Quote that turns out to be paid or pending already gives its
         // count back (its payment was counted by its first attempt).
-        let fresh = self.prepare(q, now);
-        let (started, counted) = match &fresh {
+        let (started, counting): (_, Counting<'_>) = match self.prepare(q, now) {
             Ok(f) => {
                 let (s, c) = tokio::join!(
                     self.begin(quote, &op),
                     f.budgets.reserve(&op, &q.receiver.id, &f.max)
                 );
-                (s, Some(c))
+                (s, Ok((f, c)))
             }
-            Err(_) => (self.begin(quote, &op).await, None),
+            Err(e) => (self.begin(quote, &op).await, Err(e)),
         };
         let lease = match started {
             Ok(Started::Lease(l)) => l,
             Ok(Started::Done(paid)) => {
-                give_back(counted).await;
+                give_back(counting).await;
                 return Ok(*paid);
             }
             Err(e) => {
-                give_back(counted).await;
+                give_back(counting).await;
                 return Err(e);
             }
         };
         let pending = match me.journal.pending_of(&chain).await {
             Ok(p) => p,
             Err(e) => {
-                give_back(counted).await;
+                give_back(counting).await;
                 me.ops.hand_over(lease).await.ok();
                 return Err(e);
             }
         };
-        let counted = if pending.is_some() {
-            give_back(counted).await;
-            None
-        } else {
-            counted
-        };
         let out = lease
             .keep_alive(Box::pin(async {
                 match &pending {
-                    Some(p) => self.settle(quote, p).await.map(|paid| (paid, None)),
+                    Some(p) => {
+                        give_back(counting).await;
+                        self.settle(quote, p).await.map(|paid| (paid, None))
+                    }
                     None => {
-                        self.pay_fresh(quote, &op, now, sent, confirmer, fresh, counted)
+                        self.pay_fresh(quote, &op, now, sent, confirmer, counting)
                             .await
                     }
                 }
@@ -858,7 +858,6 @@ impl Wallet {
         Ok(())
     }
 
-    /// Steps 3–5 for a Quote not paid before.
     /// What a fresh payment of `q` needs before anything is counted: the Quote still payable
     /// for long enough, the mandate's limits in its asset, the rail and its offer. Pure checks.
     fn prepare<'a>(&'a self, q: &'a Quote, now: u64) -> Result<Fresh<'a>, Error> {
@@ -901,9 +900,8 @@ impl Wallet {
         })
     }
 
-    /// Pays `quote` afresh: `fresh` is what [`Wallet::prepare`] found, `counted` the limits
-    /// counted beside the operation's claim (`None`: not counted yet).
-    #[allow(clippy::too_many_arguments)]
+    /// Steps 3–5 for a Quote not paid before: `counting` is what [`Wallet::prepare`] found and
+    /// the limits counted beside the operation's claim.
     async fn pay_fresh(
         &self,
         quote: &Signed<Quote>,
@@ -911,28 +909,30 @@ impl Wallet {
         now: u64,
         sent: Option<&Resource>,
         confirmer: &dyn Confirmer,
-        fresh: Result<Fresh<'_>, Error>,
-        counted: Option<Result<spend::Counted, Error>>,
+        counting: Counting<'_>,
     ) -> Result<(Paid, Option<spend::Counted>), Error> {
         let me = &self.0;
         let q = quote.object();
-        let Fresh {
-            max,
-            limits,
-            rail,
-            offer,
-            budgets,
-        } = fresh?;
+        let (
+            Fresh {
+                max,
+                limits,
+                rail,
+                offer,
+                budgets,
+            },
+            counted,
+        ) = counting?;
 
         // 3. Limits, counted durably (a retry of this Quote is counted once).
         let counted = match counted {
-            Some(Ok(c)) => c,
+            Ok(c) => c,
             // Another call counting this Quote at the same moment (it lost the claim, and
-            // gives its count back at once) or not counted yet: counted now.
-            Some(Err(Error::Payment(RailError::InProgress { .. }))) | None => {
+            // gives its count back at once): counted once it has.
+            Err(Error::Payment(RailError::InProgress { .. })) => {
                 reserve_settled(&budgets, op, &q.receiver.id, &max).await?
             }
-            Some(Err(e)) => return Err(e),
+            Err(e) => return Err(e),
         };
 
         // 4. Human in the loop.
