@@ -83,6 +83,39 @@ pub(crate) struct StoreArgs {
     pub(crate) pg_url: String,
 }
 
+impl StoreArgs {
+    /// A fresh PostgreSQL schema name for measurement `name` (`None`: SQLite).
+    ///
+    /// # Errors
+    /// A `--backend` other than `sqlite` or `postgres`.
+    pub(crate) fn fresh_schema(&self, name: &str) -> Result<Option<String>, CliError> {
+        match self.backend.as_str() {
+            "sqlite" => Ok(None),
+            "postgres" => Ok(Some(format!("bench_{name}_{:08x}", rand::random::<u32>()))),
+            other => Err(msg(format!("--backend {other:?}: use sqlite or postgres"))),
+        }
+    }
+}
+
+/// Runs `sql` (a bench schema's creation or removal) on the PostgreSQL server at `url`.
+pub(crate) async fn pg_admin(url: &str, sql: &str) -> Result<(), CliError> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .map_err(|e| {
+            msg(format!(
+                "cannot reach PostgreSQL at --pg-url (STIPENDEX_PG_URL): {e}"
+            ))
+        })?;
+    let done = sqlx::query(sql)
+        .execute(&pool)
+        .await
+        .map_err(|e| msg(format!("cannot {sql}: {e}")));
+    pool.close().await;
+    done.map(|_| ())
+}
+
 /// p50 and p99 of `v` (sorted in place), in milliseconds.
 pub(crate) fn percentiles(v: &mut [Duration]) -> (f64, f64) {
     v.sort_unstable();
@@ -261,47 +294,23 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         Box::pin(crate::bench_tab::run(&dir, args.seconds)).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    let schema = match args.store.backend.as_str() {
-        "sqlite" => None,
-        "postgres" => Some(format!("bench_http_{:08x}", rand::random::<u32>())),
-        other => return Err(msg(format!("--backend {other:?}: use sqlite or postgres"))),
-    };
+    let schema = args.store.fresh_schema("http")?;
     let pg = schema.as_deref().map(|schema| crate::demo::PgSchema {
         url: &args.store.pg_url,
         schema,
     });
     if let Some(p) = &pg {
-        pg_schema(p, true).await?;
+        pg_admin(p.url, &format!("CREATE SCHEMA {}", p.schema)).await?;
     }
     let out = Box::pin(http(&args, &dir, pg.as_ref())).await;
     if let Some(p) = &pg {
-        pg_schema(p, false).await?;
+        pg_admin(
+            p.url,
+            &format!("DROP SCHEMA IF EXISTS {} CASCADE", p.schema),
+        )
+        .await?;
     }
     out
-}
-
-/// Creates (`create`) or drops PostgreSQL schema `p`.
-async fn pg_schema(p: &crate::demo::PgSchema<'_>, create: bool) -> Result<(), CliError> {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(p.url)
-        .await
-        .map_err(|e| {
-            msg(format!(
-                "cannot reach PostgreSQL at --pg-url (STIPENDEX_PG_URL): {e}"
-            ))
-        })?;
-    let sql = if create {
-        format!("CREATE SCHEMA {}", p.schema)
-    } else {
-        format!("DROP SCHEMA IF EXISTS {} CASCADE", p.schema)
-    };
-    sqlx::query(&sql)
-        .execute(&pool)
-        .await
-        .map_err(|e| msg(format!("cannot {sql}: {e}")))?;
-    pool.close().await;
-    Ok(())
 }
 
 /// The `http` measurements, on SQLite files in `dir` or in PostgreSQL schema `pg`.

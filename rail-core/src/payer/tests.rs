@@ -335,15 +335,40 @@ fn slow_counters() -> Arc<SlowCounters> {
     })
 }
 
+/// `n` spends of `amount`, each of a fresh operation, started at once.
+fn spawn_reserves(
+    budget: &Budget,
+    n: usize,
+    amount: &str,
+) -> Vec<tokio::task::JoinHandle<RailResult<Spend>>> {
+    (0..n)
+        .map(|_| {
+            let (b, m) = (budget.clone(), usd(amount));
+            tokio::spawn(async move { b.reserve(&OpId::random(), &m).await })
+        })
+        .collect()
+}
+
+/// `n` spends of one dollar queued behind the turn, which the caller holds until it drops the
+/// guard.
+async fn queued_behind_the_turn(
+    budget: &Budget,
+    n: usize,
+) -> (
+    tokio::sync::MutexGuard<'_, ()>,
+    Vec<tokio::task::JoinHandle<RailResult<Spend>>>,
+) {
+    let turn = budget.combiner.turn.lock().await;
+    let tasks = spawn_reserves(budget, n, "1.00");
+    while budget.combiner.queue.lock().unwrap().len() < n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    (turn, tasks)
+}
+
 /// Reserves `n` spends of `amount` at once; their outcomes.
 async fn reserve_at_once(budget: &Budget, n: usize, amount: &str) -> Vec<RailResult<Spend>> {
-    let mut tasks = Vec::new();
-    for _ in 0..n {
-        let (b, m) = (budget.clone(), usd(amount));
-        tasks.push(tokio::spawn(
-            async move { b.reserve(&OpId::random(), &m).await },
-        ));
-    }
+    let tasks = spawn_reserves(budget, n, amount);
     let mut out = Vec::new();
     for t in tasks {
         out.push(t.await.unwrap());
@@ -393,17 +418,7 @@ async fn a_batch_whose_counter_write_fails_acknowledges_nothing() {
     let before = store.writes.load(Ordering::SeqCst);
     // Hold the turn so that the spends queue up behind it, then fail the write that carries
     // them.
-    let turn = budget.combiner.turn.lock().await;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (b, m) = (budget.clone(), usd("1.00"));
-        tasks.push(tokio::spawn(
-            async move { b.reserve(&OpId::random(), &m).await },
-        ));
-    }
-    while budget.combiner.queue.lock().unwrap().len() < 8 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let (turn, tasks) = queued_behind_the_turn(&budget, 8).await;
     store.fail_next.store(true, Ordering::SeqCst);
     drop(turn);
     for t in tasks {
@@ -434,17 +449,7 @@ async fn a_batch_whose_counter_write_fails_acknowledges_nothing() {
 async fn a_spend_abandoned_mid_batch_leaves_the_others_answered() {
     let store = slow_counters();
     let budget = Budget::new(store.clone(), "agent", limits("1.00", "100.00", "100.00")).unwrap();
-    let turn = budget.combiner.turn.lock().await;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (b, m) = (budget.clone(), usd("1.00"));
-        tasks.push(tokio::spawn(
-            async move { b.reserve(&OpId::random(), &m).await },
-        ));
-    }
-    while budget.combiner.queue.lock().unwrap().len() < 8 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let (turn, mut tasks) = queued_behind_the_turn(&budget, 8).await;
     drop(turn);
     tokio::time::sleep(Duration::from_millis(1)).await;
     tasks.remove(0).abort();

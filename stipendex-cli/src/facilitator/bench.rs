@@ -102,30 +102,23 @@ struct Db {
 
 impl Db {
     fn new(args: &BenchArgs, dir: &std::path::Path, name: &str) -> Result<Db, CliError> {
-        match args.store.backend.as_str() {
-            "sqlite" => Ok(Db {
+        Ok(match args.store.fresh_schema(name)? {
+            None => Db {
                 url: format!("sqlite://{}/{name}.db", dir.display()),
                 schema: None,
-            }),
-            "postgres" => Ok(Db {
+            },
+            schema => Db {
                 url: args.store.pg_url.clone(),
-                schema: Some(format!("bench_{name}_{:08x}", rand::random::<u32>())),
-            }),
-            other => Err(msg(format!("--backend {other:?}: use sqlite or postgres"))),
-        }
+                schema,
+            },
+        })
     }
 
     async fn drop_schema(&self) {
-        if let Some(s) = &self.schema
-            && let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect(&self.url)
-                .await
-        {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
-                .execute(&pool)
-                .await;
-            pool.close().await;
+        if let Some(s) = &self.schema {
+            let _ =
+                crate::bench::pg_admin(&self.url, &format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+                    .await;
         }
     }
 }
