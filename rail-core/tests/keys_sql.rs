@@ -277,3 +277,104 @@ async fn one_opener_for_every_store_url() {
         Some(StoreUrl::Postgres("postgresql://u@h/db"))
     );
 }
+
+/// Writes 400 fresh keys at once, one in sixteen of them poisoned: the database refuses a
+/// poisoned record when the transaction holding it commits. The writes share group commits,
+/// so a poisoned record fails its whole batch: every write is answered by what became of its
+/// batch — acknowledged only if written, refused only if not — and the clean writes that
+/// shared a failed batch are refused, never acknowledged.
+async fn a_batch_whose_commit_fails_acknowledges_nothing(store: Arc<dyn KeyStore>) {
+    use rail_core::keys::Write;
+    let ns = format!("poison-{:016x}", rand::random::<u64>());
+    let mut tasks = Vec::new();
+    for i in 0..400 {
+        let key = if i % 16 == 7 {
+            format!("poison-{i}")
+        } else {
+            format!("clean-{i}")
+        };
+        let (store, ns) = (store.clone(), ns.clone());
+        tasks.push(tokio::spawn(async move {
+            let w = Write::leased(1, "held", Duration::from_secs(60));
+            let r = store.insert_if_absent(&ns, &key, &w).await;
+            (key, r)
+        }));
+    }
+    let (mut refused_clean, mut written) = (0, 0);
+    for t in tasks {
+        let (key, r) = t.await.unwrap();
+        let kept = store.get(&ns, &key).await.unwrap().is_some();
+        match r {
+            Ok(None) => {
+                assert!(kept, "{key} was acknowledged but is not in the store");
+                written += 1;
+            }
+            Ok(Some(_)) => panic!("{key} is fresh but was found taken"),
+            Err(e) => {
+                assert!(!kept, "{key} was refused ({e}) but is in the store");
+                if key.starts_with("clean") {
+                    refused_clean += 1;
+                }
+            }
+        }
+        assert!(
+            !key.starts_with("poison") || !kept,
+            "{key}: a poisoned record was committed"
+        );
+    }
+    println!("{written} written; {refused_clean} clean writes refused with a poisoned batch");
+    assert!(
+        refused_clean > 0,
+        "no clean write shared a batch with a poisoned one: the batched path was not exercised"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_batch_whose_commit_fails_acknowledges_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = rail_core::keys::sql::sqlite_pool(&dir.path().join("keys.db"))
+        .await
+        .unwrap();
+    let store = SqliteKeyStore::new(pool.clone()).await.unwrap();
+    // A deferred foreign key fails at COMMIT (sqlx turns foreign keys on for every connection).
+    for sql in [
+        "CREATE TABLE poison_parent (k TEXT PRIMARY KEY)",
+        "CREATE TABLE poison_child (k TEXT REFERENCES poison_parent (k) DEFERRABLE INITIALLY DEFERRED)",
+        "CREATE TRIGGER poison AFTER INSERT ON rail_keys WHEN NEW.key LIKE 'poison%'
+         BEGIN INSERT INTO poison_child VALUES ('missing'); END",
+    ] {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    }
+    a_batch_whose_commit_fails_acknowledges_nothing(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_batch_whose_commit_fails_acknowledges_nothing() {
+    let Some(admin) = pg().await else { return };
+    let schema = format!("poison_{:016x}", rand::random::<u64>());
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let pool =
+        rail_core::keys::sql::postgres_pool(&test_kit::localnet::postgres_url(), Some(&schema))
+            .await
+            .unwrap();
+    let store = PgKeyStore::new(pool.clone()).await.unwrap();
+    // A deferred constraint trigger fails at COMMIT.
+    for sql in [
+        "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+            IF NEW.key LIKE 'poison%' THEN RAISE EXCEPTION 'poisoned record'; END IF;
+            RETURN NULL; END $$",
+        "CREATE CONSTRAINT TRIGGER poison AFTER INSERT OR UPDATE ON rail_keys
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION poison()",
+    ] {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    }
+    a_batch_whose_commit_fails_acknowledges_nothing(Arc::new(store)).await;
+    pool.close().await;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}

@@ -125,9 +125,23 @@ enum Op {
 
 use super::store::Write;
 
+impl Op {
+    /// The namespace and key the write is to.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    fn key(&self) -> (&str, &str) {
+        match self {
+            Op::Insert { ns, key, .. }
+            | Op::Cas { ns, key, .. }
+            | Op::Renew { ns, key, .. }
+            | Op::Remove { ns, key, .. } => (ns, key),
+        }
+    }
+}
+
 /// The [`KeyStore`](super::KeyStore) implementation, for a store type with `pool` and
 /// `clock: Option<SharedClock>` fields, a `STATEMENTS` static, and a `write(&self, Op)` method
-/// that runs a write with [`run`] (SQLite: in a group commit; PostgreSQL: on its own).
+/// that runs a write with [`run`] (in a group commit: SQLite one transaction per batch,
+/// PostgreSQL one statement per batch; a lone write is its own statement on both).
 macro_rules! sql_key_store {
     ($store:ty, $row:ty, $conn:ty) => {
         /// Runs `op` on `conn`: whether it took effect.

@@ -34,21 +34,26 @@ pub async fn postgres_pool(url: &str, schema: Option<&str>) -> RailResult<PgPool
 
 /// PostgreSQL's `now`: an injected clock's time when bound, else the database's clock
 /// (`statement_timestamp()`, one value for the whole statement).
-static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
-    Statements::new(|i| {
-        format!(
-            "COALESCE(${i}::bigint, floor(extract(epoch from statement_timestamp()) * 1000)::bigint)"
-        )
-    })
-});
+static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(pg_now));
+
+/// The time expression given the index of the injected-clock parameter.
+fn pg_now(i: u8) -> String {
+    format!(
+        "COALESCE(${i}::bigint, floor(extract(epoch from statement_timestamp()) * 1000)::bigint)"
+    )
+}
 
 /// A key store in PostgreSQL, shared by every process and host that uses the database.
 /// Times are the **database's** clock, so hosts whose clocks disagree still agree on every
 /// lease and retention; an injected clock overrides it ([`PgKeyStore::with_clock`]).
+///
+/// Writes go through a group commit ([`writer`]): what is in flight is written by one
+/// statement per batch, and each write is answered only after that statement has committed.
 #[derive(Debug, Clone)]
 pub struct PgKeyStore {
     pool: PgPool,
     clock: Option<SharedClock>,
+    writes: tokio::sync::mpsc::Sender<Job>,
 }
 
 impl PgKeyStore {
@@ -84,7 +89,13 @@ impl PgKeyStore {
                 .map_err(|e| storage(&e))?;
         }
         tx.commit().await.map_err(|e| storage(&e))?;
-        Ok(PgKeyStore { pool, clock: None })
+        let (writes, jobs) = tokio::sync::mpsc::channel(MAX_BATCH * 4);
+        tokio::spawn(writer(pool.clone(), jobs));
+        Ok(PgKeyStore {
+            pool,
+            clock: None,
+            writes,
+        })
     }
 
     /// Judges time by `clock` instead of the database's (tests that travel in time).
@@ -96,14 +107,357 @@ impl PgKeyStore {
 }
 
 impl PgKeyStore {
-    /// Runs one write on its own (PostgreSQL commits each statement; many connections
-    /// write at once).
+    /// Runs one write through the group commit.
     async fn write(&self, op: super::Op) -> RailResult<bool> {
-        let mut conn = self.pool.acquire().await.map_err(|e| storage(&e))?;
-        run(&mut conn, &op, self.now())
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.writes
+            .send(Job {
+                op,
+                now: self.now(),
+                done,
+            })
             .await
-            .map_err(|e| storage(&e))
+            .map_err(|_| RailError::Storage("the key store's writer stopped".into()))?;
+        answer.await.map_err(|_| {
+            RailError::Storage(
+                "the key store's writer stopped before the write was answered".into(),
+            )
+        })?
     }
+}
+
+/// A write waiting for the group commit, and who waits for its answer.
+#[derive(Debug)]
+struct Job {
+    op: super::Op,
+    /// The injected clock's time when the write was made, or `None` for the database's.
+    now: Option<i64>,
+    done: tokio::sync::oneshot::Sender<RailResult<bool>>,
+}
+
+impl Job {
+    fn key(&self) -> (String, String) {
+        let (ns, key) = self.op.key();
+        (ns.to_owned(), key.to_owned())
+    }
+}
+
+/// The most writes one statement takes.
+const MAX_BATCH: usize = 512;
+/// How many batches may be in flight at once, each on its own connection. Their keys are
+/// disjoint, so they never wait on each other's row locks (nor deadlock).
+const DEPTH: usize = 4;
+/// How many times the writer yields for more writes before sending a small batch (as the
+/// SQLite store and the ledger do).
+const LINGER_YIELDS: usize = 4;
+/// How many times a batch the server refused as a deadlock or serialization victim is tried
+/// (another process's writes took the same rows in another order).
+const ATTEMPTS: usize = 3;
+
+/// The group commit. One task takes every write of the store (of all its clones) and sends
+/// what is queued as one batch — one statement ([`BATCH`]), committed on its own — with up to
+/// [`DEPTH`] batches in flight on separate connections. Each write is answered only after its
+/// batch committed, so every answer is durable; a batch that fails answers every write in it
+/// with the error, and none of it was written (one statement is atomic).
+///
+/// Order: a batch holds at most one write per key, and no key is in two batches in flight. A
+/// write that cannot join (its key is taken, the batch is full, or it was made with another
+/// kind of clock) waits, and so does every later write of its key: writes of one key run in
+/// the order they were made, one after another, as they would alone.
+async fn writer(pool: PgPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+    use std::collections::{HashSet, VecDeque};
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut busy: HashSet<(String, String)> = HashSet::new();
+    let mut inflight: tokio::task::JoinSet<Vec<(String, String)>> = tokio::task::JoinSet::new();
+    let mut closed = false;
+    loop {
+        if inflight.len() < DEPTH {
+            let batch = gather(&mut jobs, &mut waiting, &busy, &mut closed).await;
+            if !batch.is_empty() {
+                busy.extend(batch.iter().map(Job::key));
+                inflight.spawn(commit(pool.clone(), batch));
+                continue;
+            }
+        }
+        tokio::select! {
+            done = inflight.join_next(), if !inflight.is_empty() => {
+                match done {
+                    Some(Ok(keys)) => {
+                        for k in &keys {
+                            busy.remove(k);
+                        }
+                    }
+                    // A batch task that panicked answered nobody (its senders dropped, so its
+                    // callers see the writer's error); its keys are unknown here, so free all
+                    // that no other batch holds. Nothing can panic there today.
+                    Some(Err(e)) => {
+                        tracing::error!(error = %e, "a key-store batch task failed");
+                        if inflight.is_empty() {
+                            busy.clear();
+                        }
+                    }
+                    None => {}
+                }
+            }
+            job = jobs.recv(), if !closed && inflight.len() < DEPTH => match job {
+                Some(j) => waiting.push_back(j),
+                None => closed = true,
+            },
+            else => {
+                if waiting.is_empty() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Takes the next batch: the writes held back before, in order, then what is queued, each only
+/// if it may join (see [`writer`]).
+async fn gather(
+    jobs: &mut tokio::sync::mpsc::Receiver<Job>,
+    waiting: &mut std::collections::VecDeque<Job>,
+    busy: &std::collections::HashSet<(String, String)>,
+    closed: &mut bool,
+) -> Vec<Job> {
+    use std::collections::HashSet;
+    let mut batch: Vec<Job> = Vec::new();
+    let mut taken: HashSet<(String, String)> = HashSet::new();
+    let mut held: HashSet<(String, String)> = HashSet::new();
+    let mut still = std::collections::VecDeque::new();
+    let mut offer = |j: Job, batch: &mut Vec<Job>, still: &mut std::collections::VecDeque<Job>| {
+        let k = j.key();
+        let clock_fits = batch
+            .first()
+            .is_none_or(|b| b.now.is_some() == j.now.is_some());
+        if batch.len() < MAX_BATCH
+            && clock_fits
+            && !busy.contains(&k)
+            && !held.contains(&k)
+            && taken.insert(k.clone())
+        {
+            batch.push(j);
+        } else {
+            held.insert(k);
+            still.push_back(j);
+        }
+    };
+    while let Some(j) = waiting.pop_front() {
+        offer(j, &mut batch, &mut still);
+    }
+    let mut yields = 0;
+    while !*closed && batch.len() < MAX_BATCH {
+        match jobs.try_recv() {
+            Ok(j) => offer(j, &mut batch, &mut still),
+            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => *closed = true,
+            Err(_) if yields < LINGER_YIELDS && !batch.is_empty() => {
+                yields += 1;
+                tokio::task::yield_now().await;
+            }
+            Err(_) => break,
+        }
+    }
+    *waiting = still;
+    batch
+}
+
+/// Runs `batch` and answers each write in it; returns the batch's keys, now free.
+async fn commit(pool: PgPool, batch: Vec<Job>) -> Vec<(String, String)> {
+    let keys: Vec<(String, String)> = batch.iter().map(Job::key).collect();
+    let mut attempt = 0;
+    let result = loop {
+        attempt += 1;
+        let r = match pool.acquire().await {
+            Ok(mut conn) => {
+                if let [job] = batch.as_slice() {
+                    run(&mut conn, &job.op, job.now).await.map(|won| vec![won])
+                } else {
+                    run_batch(&mut conn, &batch).await
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match r {
+            Err(e) if attempt < ATTEMPTS && retryable(&e) => {
+                tracing::debug!(error = %e, writes = batch.len(), "key-store batch lost a lock race; trying it again");
+            }
+            r => break r,
+        }
+    };
+    match result {
+        Ok(took) => {
+            for (job, took) in batch.into_iter().zip(took) {
+                let _ = job.done.send(Ok(took));
+            }
+        }
+        Err(e) => {
+            let why = e.to_string();
+            for job in batch {
+                let _ = job.done.send(Err(RailError::Storage(why.clone())));
+            }
+        }
+    }
+    keys
+}
+
+/// A deadlock or serialization failure: the server rolled the statement back, so it can be
+/// sent again.
+fn retryable(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(sqlx::error::DatabaseError::code)
+        .is_some_and(|c| c == "40P01" || c == "40001")
+}
+
+/// Every kind of write of a batch in one statement: each kind's rows as parallel arrays
+/// (`unnest`), each kind a data-modifying `WITH` clause, and the keys of the writes that took
+/// effect returned. The clauses touch distinct keys (a batch holds one write per key), so
+/// running them together on one snapshot is running them one after another. `{now}` is one
+/// time for the whole batch. Each clause is the statement the write would run alone.
+const BATCH: super::Template = super::Template(
+    "WITH ins AS (
+        INSERT INTO rail_keys (ns, key, token, state, fingerprint, value, expires_at, lease_until)
+        SELECT t.ns, t.key, t.token, t.state, t.fp, t.value, {now} + t.retain, {now} + t.lease
+        FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bytea[], $6::text[],
+                    $7::int8[], $8::int8[])
+          AS t(ns, key, token, state, fp, value, retain, lease)
+        ON CONFLICT (ns, key) DO UPDATE SET token = EXCLUDED.token, state = EXCLUDED.state,
+           fingerprint = EXCLUDED.fingerprint, value = EXCLUDED.value,
+           expires_at = EXCLUDED.expires_at, lease_until = EXCLUDED.lease_until
+        WHERE rail_keys.expires_at IS NOT NULL AND rail_keys.expires_at <= {now}
+        RETURNING ns, key
+     ), cas AS (
+        UPDATE rail_keys k SET token = t.token, state = t.state, fingerprint = t.fp,
+           value = t.value, expires_at = {now} + t.retain, lease_until = {now} + t.lease
+        FROM unnest($9::text[], $10::text[], $11::int8[], $12::bool[], $13::int8[], $14::text[],
+                    $15::bytea[], $16::text[], $17::int8[], $18::int8[])
+          AS t(ns, key, expect, take_over, token, state, fp, value, retain, lease)
+        WHERE k.ns = t.ns AND k.key = t.key AND k.token = t.expect
+          AND (NOT t.take_over OR (k.lease_until IS NOT NULL AND k.lease_until <= {now}))
+        RETURNING k.ns, k.key
+     ), renew AS (
+        UPDATE rail_keys k SET lease_until = {now} + t.lease
+        FROM unnest($19::text[], $20::text[], $21::int8[], $22::int8[]) AS t(ns, key, expect, lease)
+        WHERE k.ns = t.ns AND k.key = t.key AND k.token = t.expect AND k.lease_until IS NOT NULL
+        RETURNING k.ns, k.key
+     ), del AS (
+        DELETE FROM rail_keys k
+        USING unnest($23::text[], $24::text[], $25::int8[]) AS t(ns, key, expect)
+        WHERE k.ns = t.ns AND k.key = t.key AND k.token = t.expect
+        RETURNING k.ns, k.key
+     )
+     SELECT ns, key FROM ins UNION ALL SELECT ns, key FROM cas
+     UNION ALL SELECT ns, key FROM renew UNION ALL SELECT ns, key FROM del",
+    26,
+);
+
+static BATCH_SQL: LazyLock<String> = LazyLock::new(|| BATCH.0.replace("{now}", &pg_now(BATCH.1)));
+
+/// The rows of one kind of write in a batch, as parallel arrays (one per column).
+#[derive(Default)]
+struct Rows {
+    ns: Vec<String>,
+    key: Vec<String>,
+    /// The token the write expects to find (compare-and-set, renew, remove).
+    expect: Vec<i64>,
+    take_over: Vec<bool>,
+    token: Vec<i64>,
+    state: Vec<String>,
+    fingerprint: Vec<Vec<u8>>,
+    value: Vec<Option<String>>,
+    retain: Vec<Option<i64>>,
+    lease: Vec<Option<i64>>,
+}
+
+impl Rows {
+    fn at(&mut self, ns: &str, key: &str) -> &mut Self {
+        self.ns.push(ns.to_owned());
+        self.key.push(key.to_owned());
+        self
+    }
+
+    fn record(&mut self, rec: &Write) {
+        self.token.push(rec.token);
+        self.state.push(rec.state.clone());
+        self.fingerprint.push(rec.fingerprint.clone());
+        self.value.push(rec.value.clone());
+        self.retain.push(rec.retain.map(millis));
+        self.lease.push(rec.lease.map(millis));
+    }
+}
+
+/// Runs a batch of writes (distinct keys) as one statement: whether each took effect, in the
+/// batch's order.
+async fn run_batch(conn: &mut sqlx::PgConnection, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
+    use super::Op;
+    let (mut ins, mut cas, mut renew, mut del) = (
+        Rows::default(),
+        Rows::default(),
+        Rows::default(),
+        Rows::default(),
+    );
+    for job in batch {
+        match &job.op {
+            Op::Insert { ns, key, rec } => ins.at(ns, key).record(rec),
+            Op::Cas {
+                take_over,
+                ns,
+                key,
+                token,
+                rec,
+            } => {
+                let r = cas.at(ns, key);
+                r.expect.push(*token);
+                r.take_over.push(*take_over);
+                r.record(rec);
+            }
+            Op::Renew {
+                ns,
+                key,
+                token,
+                lease,
+            } => {
+                let r = renew.at(ns, key);
+                r.expect.push(*token);
+                r.lease.push(Some(millis(*lease)));
+            }
+            Op::Remove { ns, key, token } => del.at(ns, key).expect.push(*token),
+        }
+    }
+    // One time for the batch: the latest an injected clock gave (the batch commits after every
+    // write in it was made), or the database's.
+    let now = batch.iter().filter_map(|j| j.now).max();
+    let took: std::collections::HashSet<(String, String)> = sqlx::query_as(&BATCH_SQL)
+        .bind(ins.ns)
+        .bind(ins.key)
+        .bind(ins.token)
+        .bind(ins.state)
+        .bind(ins.fingerprint)
+        .bind(ins.value)
+        .bind(ins.retain)
+        .bind(ins.lease)
+        .bind(cas.ns)
+        .bind(cas.key)
+        .bind(cas.expect)
+        .bind(cas.take_over)
+        .bind(cas.token)
+        .bind(cas.state)
+        .bind(cas.fingerprint)
+        .bind(cas.value)
+        .bind(cas.retain)
+        .bind(cas.lease)
+        .bind(renew.ns)
+        .bind(renew.key)
+        .bind(renew.expect)
+        .bind(renew.lease)
+        .bind(del.ns)
+        .bind(del.key)
+        .bind(del.expect)
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect();
+    Ok(batch.iter().map(|j| took.contains(&j.key())).collect())
 }
 
 sql_key_store!(PgKeyStore, sqlx::postgres::PgRow, sqlx::PgConnection);
