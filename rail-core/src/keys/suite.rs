@@ -124,6 +124,7 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
     settlement_book_writes_ahead(&store, &clock, &ns).await;
     lost_acknowledgements_are_read_back(&store, &ns).await;
     late_renewals_and_takeovers(&store, &clock, &ns).await;
+    every_kind_of_write_at_once(&store, &clock, &ns).await;
 }
 
 /// claim → busy → release → claim → commit → finished (also long after).
@@ -447,4 +448,90 @@ pub async fn late_renewals_and_takeovers(store: &Arc<dyn KeyStore>, clock: &Manu
         guard.claim("k", 10 * S).await.unwrap(),
         Claim::Finished(_)
     ));
+}
+
+/// 64 holders, each on its own key, run every kind of write at the same time — an insert that
+/// wins and one that loses, a compare-and-set with the wrong token and with the right one, a
+/// renewal and a takeover each both ways, a removal both ways — so a store that groups writes
+/// into batches mixes every kind in one batch. Each write answers what it would alone, and the
+/// records end as a serial run would leave them.
+pub async fn every_kind_of_write_at_once(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    let ns = format!("{ns}-mix");
+    // Half the keys hold a lapsed lease before the race, for the takeovers to find.
+    for i in (0..64).step_by(2) {
+        let rec = Write::leased(1_000 + i, RESERVED, S);
+        assert!(
+            store
+                .insert_if_absent(&ns, &format!("k{i}"), &rec)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    clock.advance(2 * S);
+    let mut tasks = Vec::new();
+    for i in 0..64_i64 {
+        let (store, ns) = (store.clone(), ns.clone());
+        tasks.push(tokio::spawn(async move {
+            let key = format!("k{i}");
+            let mine = 10_000 + i;
+            let leased = Write::leased(mine, RESERVED, 60 * S);
+            if i % 2 == 0 {
+                // A lapsed lease: taken over with its token, not with another.
+                assert!(!store.take_over(&ns, &key, 7, &leased).await.unwrap());
+                assert!(
+                    store
+                        .take_over(&ns, &key, 1_000 + i, &leased)
+                        .await
+                        .unwrap()
+                );
+                // Live now: not taken over again.
+                assert!(!store.take_over(&ns, &key, mine, &leased).await.unwrap());
+            } else {
+                assert!(
+                    store
+                        .insert_if_absent(&ns, &key, &leased)
+                        .await
+                        .unwrap()
+                        .is_none()
+                );
+            }
+            let seen = store.insert_if_absent(&ns, &key, &leased).await.unwrap();
+            assert_eq!(
+                seen.map(|s| s.record.token),
+                Some(mine),
+                "{key}: the second insert loses"
+            );
+            assert!(!store.renew(&ns, &key, mine + 1, 60 * S).await.unwrap());
+            assert!(store.renew(&ns, &key, mine, 60 * S).await.unwrap());
+            let mut done = Write::finished(mine + 1, "done", Some(3_600 * S));
+            done.value = Some(format!("\"answer {i}\""));
+            done.fingerprint = vec![u8::try_from(i).unwrap(), 0, 255];
+            assert!(!store.replace(&ns, &key, mine + 1, &done).await.unwrap());
+            assert!(store.replace(&ns, &key, mine, &done).await.unwrap());
+            if i % 4 == 1 {
+                assert!(!store.remove(&ns, &key, mine).await.unwrap());
+                assert!(store.remove(&ns, &key, mine + 1).await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for i in 0..64_i64 {
+        let seen = store.get(&ns, &format!("k{i}")).await.unwrap();
+        if i % 4 == 1 {
+            assert!(seen.is_none(), "k{i} was removed");
+            continue;
+        }
+        let r = seen.expect("kept").record;
+        assert_eq!(r.token, 10_001 + i);
+        assert_eq!(r.state, "done");
+        assert_eq!(r.value.as_deref(), Some(format!("\"answer {i}\"").as_str()));
+        assert_eq!(r.fingerprint, vec![u8::try_from(i).unwrap(), 0, 255]);
+        assert!(
+            r.lease_until.is_none() && r.expires_at.is_some(),
+            "k{i}: finished, retained"
+        );
+    }
 }

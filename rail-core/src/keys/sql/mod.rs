@@ -127,7 +127,6 @@ use super::store::Write;
 
 impl Op {
     /// The namespace and key the write is to.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn key(&self) -> (&str, &str) {
         match self {
             Op::Insert { ns, key, .. }
@@ -374,6 +373,8 @@ pub use self::sqlite::{SqliteKeyStore, sqlite_pool};
 
 #[cfg(feature = "postgres")]
 pub use self::postgres::{PgKeyStore, postgres_pool};
+
+mod group;
 
 #[cfg(feature = "sqlite")]
 mod sqlite;

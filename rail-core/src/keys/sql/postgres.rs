@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
+use super::group::{Job, Writes, batch_now};
 use super::{REMOVE, Statements, storage};
 use crate::clock::{SharedClock, Timestamp};
 use crate::error::{RailError, RailResult};
@@ -53,7 +54,7 @@ fn pg_now(i: u8) -> String {
 pub struct PgKeyStore {
     pool: PgPool,
     clock: Option<SharedClock>,
-    writes: tokio::sync::mpsc::Sender<Job>,
+    writes: Writes,
 }
 
 impl PgKeyStore {
@@ -89,8 +90,14 @@ impl PgKeyStore {
                 .map_err(|e| storage(&e))?;
         }
         tx.commit().await.map_err(|e| storage(&e))?;
-        let (writes, jobs) = tokio::sync::mpsc::channel(MAX_BATCH * 4);
-        tokio::spawn(writer(pool.clone(), jobs));
+        let batches = pool.clone();
+        let writes = Writes::start(DEPTH, move |batch| {
+            let pool = batches.clone();
+            async move {
+                let result = commit(&pool, &batch).await;
+                (batch, result)
+            }
+        });
         Ok(PgKeyStore {
             pool,
             clock: None,
@@ -109,170 +116,30 @@ impl PgKeyStore {
 impl PgKeyStore {
     /// Runs one write through the group commit.
     async fn write(&self, op: super::Op) -> RailResult<bool> {
-        let (done, answer) = tokio::sync::oneshot::channel();
-        self.writes
-            .send(Job {
-                op,
-                now: self.now(),
-                done,
-            })
-            .await
-            .map_err(|_| RailError::Storage("the key store's writer stopped".into()))?;
-        answer.await.map_err(|_| {
-            RailError::Storage(
-                "the key store's writer stopped before the write was answered".into(),
-            )
-        })?
+        self.writes.write(op, self.now()).await
     }
 }
 
-/// A write waiting for the group commit, and who waits for its answer.
-#[derive(Debug)]
-struct Job {
-    op: super::Op,
-    /// The injected clock's time when the write was made, or `None` for the database's.
-    now: Option<i64>,
-    done: tokio::sync::oneshot::Sender<RailResult<bool>>,
-}
-
-impl Job {
-    fn key(&self) -> (String, String) {
-        let (ns, key) = self.op.key();
-        (ns.to_owned(), key.to_owned())
-    }
-}
-
-/// The most writes one statement takes.
-const MAX_BATCH: usize = 512;
 /// How many batches may be in flight at once, each on its own connection. Their keys are
 /// disjoint, so they never wait on each other's row locks (nor deadlock).
 const DEPTH: usize = 4;
-/// How many times the writer yields for more writes before sending a small batch (as the
-/// SQLite store and the ledger do).
-const LINGER_YIELDS: usize = 4;
 /// How many times a batch the server refused as a deadlock or serialization victim is tried
 /// (another process's writes took the same rows in another order).
 const ATTEMPTS: usize = 3;
 
-/// The group commit. One task takes every write of the store (of all its clones) and sends
-/// what is queued as one batch — one statement ([`BATCH`]), committed on its own — with up to
-/// [`DEPTH`] batches in flight on separate connections. Each write is answered only after its
-/// batch committed, so every answer is durable; a batch that fails answers every write in it
-/// with the error, and none of it was written (one statement is atomic).
-///
-/// Order: a batch holds at most one write per key, and no key is in two batches in flight. A
-/// write that cannot join (its key is taken, the batch is full, or it was made with another
-/// kind of clock) waits, and so does every later write of its key: writes of one key run in
-/// the order they were made, one after another, as they would alone.
-async fn writer(pool: PgPool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
-    use std::collections::{HashSet, VecDeque};
-    let mut waiting: VecDeque<Job> = VecDeque::new();
-    let mut busy: HashSet<(String, String)> = HashSet::new();
-    let mut inflight: tokio::task::JoinSet<Vec<(String, String)>> = tokio::task::JoinSet::new();
-    let mut closed = false;
-    loop {
-        if inflight.len() < DEPTH {
-            let batch = gather(&mut jobs, &mut waiting, &busy, &mut closed).await;
-            if !batch.is_empty() {
-                busy.extend(batch.iter().map(Job::key));
-                inflight.spawn(commit(pool.clone(), batch));
-                continue;
-            }
-        }
-        tokio::select! {
-            done = inflight.join_next(), if !inflight.is_empty() => {
-                match done {
-                    Some(Ok(keys)) => {
-                        for k in &keys {
-                            busy.remove(k);
-                        }
-                    }
-                    // A batch task that panicked answered nobody (its senders dropped, so its
-                    // callers see the writer's error); its keys are unknown here, so free all
-                    // that no other batch holds. Nothing can panic there today.
-                    Some(Err(e)) => {
-                        tracing::error!(error = %e, "a key-store batch task failed");
-                        if inflight.is_empty() {
-                            busy.clear();
-                        }
-                    }
-                    None => {}
-                }
-            }
-            job = jobs.recv(), if !closed && inflight.len() < DEPTH => match job {
-                Some(j) => waiting.push_back(j),
-                None => closed = true,
-            },
-            else => {
-                if waiting.is_empty() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Takes the next batch: the writes held back before, in order, then what is queued, each only
-/// if it may join (see [`writer`]).
-async fn gather(
-    jobs: &mut tokio::sync::mpsc::Receiver<Job>,
-    waiting: &mut std::collections::VecDeque<Job>,
-    busy: &std::collections::HashSet<(String, String)>,
-    closed: &mut bool,
-) -> Vec<Job> {
-    use std::collections::HashSet;
-    let mut batch: Vec<Job> = Vec::new();
-    let mut taken: HashSet<(String, String)> = HashSet::new();
-    let mut held: HashSet<(String, String)> = HashSet::new();
-    let mut still = std::collections::VecDeque::new();
-    let mut offer = |j: Job, batch: &mut Vec<Job>, still: &mut std::collections::VecDeque<Job>| {
-        let k = j.key();
-        let clock_fits = batch
-            .first()
-            .is_none_or(|b| b.now.is_some() == j.now.is_some());
-        if batch.len() < MAX_BATCH
-            && clock_fits
-            && !busy.contains(&k)
-            && !held.contains(&k)
-            && taken.insert(k.clone())
-        {
-            batch.push(j);
-        } else {
-            held.insert(k);
-            still.push_back(j);
-        }
-    };
-    while let Some(j) = waiting.pop_front() {
-        offer(j, &mut batch, &mut still);
-    }
-    let mut yields = 0;
-    while !*closed && batch.len() < MAX_BATCH {
-        match jobs.try_recv() {
-            Ok(j) => offer(j, &mut batch, &mut still),
-            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => *closed = true,
-            Err(_) if yields < LINGER_YIELDS && !batch.is_empty() => {
-                yields += 1;
-                tokio::task::yield_now().await;
-            }
-            Err(_) => break,
-        }
-    }
-    *waiting = still;
-    batch
-}
-
-/// Runs `batch` and answers each write in it; returns the batch's keys, now free.
-async fn commit(pool: PgPool, batch: Vec<Job>) -> Vec<(String, String)> {
-    let keys: Vec<(String, String)> = batch.iter().map(Job::key).collect();
+/// Runs a batch (distinct keys): a lone write as its own statement, more as one statement
+/// ([`BATCH`]), committed on its own — one statement is atomic, so a failed batch wrote
+/// nothing and can be sent again when the server chose it as a deadlock victim.
+async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
     let mut attempt = 0;
-    let result = loop {
+    loop {
         attempt += 1;
         let r = match pool.acquire().await {
             Ok(mut conn) => {
-                if let [job] = batch.as_slice() {
+                if let [job] = batch {
                     run(&mut conn, &job.op, job.now).await.map(|won| vec![won])
                 } else {
-                    run_batch(&mut conn, &batch).await
+                    run_batch(&mut conn, batch).await
                 }
             }
             Err(e) => Err(e),
@@ -281,23 +148,9 @@ async fn commit(pool: PgPool, batch: Vec<Job>) -> Vec<(String, String)> {
             Err(e) if attempt < ATTEMPTS && retryable(&e) => {
                 tracing::debug!(error = %e, writes = batch.len(), "key-store batch lost a lock race; trying it again");
             }
-            r => break r,
-        }
-    };
-    match result {
-        Ok(took) => {
-            for (job, took) in batch.into_iter().zip(took) {
-                let _ = job.done.send(Ok(took));
-            }
-        }
-        Err(e) => {
-            let why = e.to_string();
-            for job in batch {
-                let _ = job.done.send(Err(RailError::Storage(why.clone())));
-            }
+            r => return r,
         }
     }
-    keys
 }
 
 /// A deadlock or serialization failure: the server rolled the statement back, so it can be
@@ -423,9 +276,7 @@ async fn run_batch(conn: &mut sqlx::PgConnection, batch: &[Job]) -> Result<Vec<b
             Op::Remove { ns, key, token } => del.at(ns, key).expect.push(*token),
         }
     }
-    // One time for the batch: the latest an injected clock gave (the batch commits after every
-    // write in it was made), or the database's.
-    let now = batch.iter().filter_map(|j| j.now).max();
+    let now = batch_now(batch);
     let took: std::collections::HashSet<(String, String)> = sqlx::query_as(&BATCH_SQL)
         .bind(ins.ns)
         .bind(ins.key)

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
+use super::group::{Job, Writes, batch_now};
 use super::{REMOVE, Statements, storage};
 use crate::clock::{SharedClock, SystemClock, Timestamp};
 use crate::error::RailResult;
@@ -43,102 +44,145 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(|i| f
 pub struct SqliteKeyStore {
     pool: SqlitePool,
     clock: Option<SharedClock>,
-    writes: tokio::sync::mpsc::Sender<Job>,
-}
-
-/// A write waiting for the group commit, and who waits for its answer.
-#[derive(Debug)]
-struct Job {
-    op: super::Op,
-    now: Option<i64>,
-    done: tokio::sync::oneshot::Sender<RailResult<bool>>,
-}
-
-/// The most writes one commit takes.
-const MAX_BATCH: usize = 512;
-/// How many times the writer yields for more writes before committing a small batch: a
-/// yield costs microseconds and lets callers just answered submit again and share the
-/// commit (the ledger's group commit does the same).
-const LINGER_YIELDS: usize = 4;
-
-/// The group commit: one task takes every write of the store (of all its clones), runs as
-/// many as are queued in one transaction (`BEGIN IMMEDIATE` … `COMMIT`: one fsync for all
-/// of them), and answers each only after the commit — so every answer is durable, and a
-/// single writer never waits on SQLite's write lock against itself. Each write is the same
-/// statement it would be alone, in the order taken: the batch has the semantics of running
-/// them one after another.
-async fn writer(pool: SqlitePool, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
-        let mut yields = 0;
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) if yields < LINGER_YIELDS => {
-                    yields += 1;
-                    tokio::task::yield_now().await;
-                }
-                Err(_) => break,
-            }
-        }
-        match commit(&pool, &batch).await {
-            Ok(results) => {
-                for (job, r) in batch.into_iter().zip(results) {
-                    let _ = job.done.send(r.map_err(|e| storage(&e)));
-                }
-            }
-            Err(e) => {
-                let why = e.to_string();
-                for job in batch {
-                    let _ = job.done.send(Err(crate::RailError::Storage(why.clone())));
-                }
-            }
-        }
-    }
-}
-
-/// Runs `batch` in one transaction: each write's own outcome, or the transaction's failure
-/// (nothing of it was committed). A lone write is one statement, which SQLite commits on
-/// its own, as durably: one round trip to the connection's thread instead of three
-/// (`BEGIN`, the write, `COMMIT`), which is what a payment's dependent writes mostly are.
-async fn commit(
-    pool: &SqlitePool,
-    batch: &[Job],
-) -> Result<Vec<Result<bool, sqlx::Error>>, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    if let [job] = batch {
-        return Ok(vec![run(&mut conn, &job.op, job.now).await]);
-    }
-    sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    let mut out = Vec::with_capacity(batch.len());
-    for job in batch {
-        out.push(run(&mut conn, &job.op, job.now).await);
-    }
-    if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-        return Err(e);
-    }
-    Ok(out)
+    writes: Writes,
 }
 
 impl SqliteKeyStore {
     /// Runs one write through the group commit.
     async fn write(&self, op: super::Op) -> RailResult<bool> {
-        let (done, answer) = tokio::sync::oneshot::channel();
-        self.writes
-            .send(Job {
-                op,
-                now: self.now(),
-                done,
-            })
-            .await
-            .map_err(|_| crate::RailError::Storage("the key store's writer stopped".into()))?;
-        answer.await.map_err(|_| {
-            crate::RailError::Storage(
-                "the key store's writer stopped before the write was answered".into(),
-            )
-        })?
+        self.writes.write(op, self.now()).await
     }
+}
+
+/// Runs a batch (distinct keys). sqlx runs each SQLite connection on a thread of its own, and
+/// every query is a round trip to it. A lone write is one statement, which SQLite commits on
+/// its own, as durably. More are one query of its own: `BEGIN IMMEDIATE`, a statement per kind
+/// of write over the batch's rows (JSON arrays, `json_each`), `COMMIT` ([`BATCH`]) — one round
+/// trip and one fsync for the whole batch. A failure anywhere rolls all of it back.
+async fn commit(pool: &SqlitePool, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    if let [job] = batch {
+        return run(&mut conn, &job.op, job.now).await.map(|won| vec![won]);
+    }
+    let [ins, cas, renew, del] = rows(batch);
+    let took = sqlx::query(BATCH)
+        .bind(ins)
+        .bind(cas)
+        .bind(renew)
+        .bind(del)
+        .bind(batch_now(batch))
+        .fetch_all(&mut *conn)
+        .await;
+    match took {
+        Ok(rows) => {
+            let took = rows
+                .iter()
+                .map(|r| Ok((r.try_get("ns")?, r.try_get("key")?)))
+                .collect::<Result<std::collections::HashSet<(String, String)>, sqlx::Error>>()?;
+            Ok(batch.iter().map(|j| took.contains(&j.key())).collect())
+        }
+        Err(e) => {
+            // The query stopped at the failing statement, inside the transaction (or at its
+            // COMMIT): nothing of it may stay.
+            if let Err(r) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+                tracing::debug!(error = %r, "rollback after a failed key-store batch");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A batch as one query. Each statement is the one its writes would run alone (see the
+/// shared statements), set-wise over its rows; they touch distinct keys, so their order does
+/// not matter. `RETURNING` names the keys whose write took effect. `$5` is the batch's time.
+const BATCH: &str = "BEGIN IMMEDIATE;
+INSERT INTO rail_keys (ns, key, token, state, fingerprint, value, expires_at, lease_until)
+  SELECT j.value ->> 'ns', j.value ->> 'key', j.value ->> 'token', j.value ->> 'state',
+         unhex(j.value ->> 'fp'), j.value ->> 'value', $5 + (j.value ->> 'retain'),
+         $5 + (j.value ->> 'lease')
+  FROM json_each($1) AS j WHERE true
+  ON CONFLICT (ns, key) DO UPDATE SET token = excluded.token, state = excluded.state,
+     fingerprint = excluded.fingerprint, value = excluded.value,
+     expires_at = excluded.expires_at, lease_until = excluded.lease_until
+  WHERE rail_keys.expires_at IS NOT NULL AND rail_keys.expires_at <= $5
+  RETURNING ns, key;
+UPDATE rail_keys SET token = t.token, state = t.state, fingerprint = t.fp, value = t.value,
+     expires_at = $5 + t.retain, lease_until = $5 + t.lease
+  FROM (SELECT j.value ->> 'ns' AS ns, j.value ->> 'key' AS key, j.value ->> 'expect' AS expect,
+               j.value ->> 'take_over' AS take_over, j.value ->> 'token' AS token,
+               j.value ->> 'state' AS state, unhex(j.value ->> 'fp') AS fp,
+               j.value ->> 'value' AS value, j.value ->> 'retain' AS retain,
+               j.value ->> 'lease' AS lease
+        FROM json_each($2) AS j) AS t
+  WHERE rail_keys.ns = t.ns AND rail_keys.key = t.key AND rail_keys.token = t.expect
+    AND (NOT t.take_over OR (rail_keys.lease_until IS NOT NULL AND rail_keys.lease_until <= $5))
+  RETURNING ns, key;
+UPDATE rail_keys SET lease_until = $5 + t.lease
+  FROM (SELECT j.value ->> 'ns' AS ns, j.value ->> 'key' AS key, j.value ->> 'expect' AS expect,
+               j.value ->> 'lease' AS lease
+        FROM json_each($3) AS j) AS t
+  WHERE rail_keys.ns = t.ns AND rail_keys.key = t.key AND rail_keys.token = t.expect
+    AND rail_keys.lease_until IS NOT NULL
+  RETURNING ns, key;
+DELETE FROM rail_keys WHERE (ns, key, token) IN
+  (SELECT j.value ->> 'ns', j.value ->> 'key', j.value ->> 'expect' FROM json_each($4) AS j)
+  RETURNING ns, key;
+COMMIT;";
+
+/// The batch's rows as four JSON arrays: inserts, compare-and-sets, renewals, removals.
+fn rows(batch: &[Job]) -> [String; 4] {
+    use super::Op;
+    use serde_json::{Value, json};
+    let rec = |r: &Write, mut row: serde_json::Map<String, Value>| {
+        row.insert("token".into(), json!(r.token));
+        row.insert("state".into(), json!(r.state));
+        row.insert("fp".into(), json!(hex::encode(&r.fingerprint)));
+        row.insert("value".into(), json!(r.value));
+        row.insert("retain".into(), json!(r.retain.map(millis)));
+        row.insert("lease".into(), json!(r.lease.map(millis)));
+        Value::Object(row)
+    };
+    let at = |ns: &str, key: &str| {
+        let mut m = serde_json::Map::new();
+        m.insert("ns".into(), json!(ns));
+        m.insert("key".into(), json!(key));
+        m
+    };
+    let mut kinds: [Vec<Value>; 4] = Default::default();
+    for job in batch {
+        match &job.op {
+            Op::Insert { ns, key, rec: r } => kinds[0].push(rec(r, at(ns, key))),
+            Op::Cas {
+                take_over,
+                ns,
+                key,
+                token,
+                rec: r,
+            } => {
+                let mut m = at(ns, key);
+                m.insert("expect".into(), json!(token));
+                m.insert("take_over".into(), json!(i64::from(*take_over)));
+                kinds[1].push(rec(r, m));
+            }
+            Op::Renew {
+                ns,
+                key,
+                token,
+                lease,
+            } => {
+                let mut m = at(ns, key);
+                m.insert("expect".into(), json!(token));
+                m.insert("lease".into(), json!(millis(*lease)));
+                kinds[2].push(Value::Object(m));
+            }
+            Op::Remove { ns, key, token } => {
+                let mut m = at(ns, key);
+                m.insert("expect".into(), json!(token));
+                kinds[3].push(Value::Object(m));
+            }
+        }
+    }
+    kinds.map(|k| Value::Array(k).to_string())
 }
 
 impl SqliteKeyStore {
@@ -181,8 +225,15 @@ impl SqliteKeyStore {
             .execute(&pool)
             .await
             .map_err(|e| storage(&e))?;
-        let (writes, jobs) = tokio::sync::mpsc::channel(MAX_BATCH * 4);
-        tokio::spawn(writer(pool.clone(), jobs));
+        let batches = pool.clone();
+        // One batch at a time: SQLite has one writer per file.
+        let writes = Writes::start(1, move |batch| {
+            let pool = batches.clone();
+            async move {
+                let result = commit(&pool, &batch).await;
+                (batch, result)
+            }
+        });
         Ok(SqliteKeyStore {
             pool,
             clock: Some(Arc::new(SystemClock)),
