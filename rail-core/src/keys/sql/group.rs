@@ -43,10 +43,6 @@ pub(super) fn batch_now(batch: &[Job]) -> Option<i64> {
 
 /// The most writes one batch takes.
 pub(super) const MAX_BATCH: usize = 512;
-/// How many times the writer yields for more writes before sending a small batch: a yield
-/// costs microseconds and lets callers just answered submit again and share the commit (the
-/// ledger's group commit does the same).
-const LINGER_YIELDS: usize = 4;
 
 /// The handle a store's clones share to send writes to its group commit.
 #[derive(Debug, Clone)]
@@ -55,14 +51,18 @@ pub(super) struct Writes(mpsc::Sender<Job>);
 impl Writes {
     /// Starts the group commit: batches go to `commit`, with up to `depth` in flight at once.
     /// `commit` runs a batch (distinct keys) and gives back whether each write took effect, in
-    /// the batch's order, or the error that left all of it unwritten.
-    pub(super) fn start<C, F>(depth: usize, commit: C) -> Self
+    /// the batch's order, or the error that left all of it unwritten. Before sending a batch
+    /// the writer yields up to `linger` times for more writes: a yield costs microseconds and
+    /// lets callers just answered submit again and share the commit (the ledger's group commit
+    /// does the same) — worth it where one batch is in flight at a time, not where a free
+    /// connection can take the write at once.
+    pub(super) fn start<C, F>(depth: usize, linger: usize, commit: C) -> Self
     where
         C: Fn(Vec<Job>) -> F + Send + 'static,
         F: Future<Output = (Vec<Job>, Result<Vec<bool>, sqlx::Error>)> + Send + 'static,
     {
         let (writes, jobs) = mpsc::channel(MAX_BATCH * 4);
-        tokio::spawn(writer(jobs, depth.max(1), commit));
+        tokio::spawn(writer(jobs, depth.max(1), linger, commit));
         Writes(writes)
     }
 
@@ -81,7 +81,7 @@ impl Writes {
     }
 }
 
-async fn writer<C, F>(mut jobs: mpsc::Receiver<Job>, depth: usize, commit: C)
+async fn writer<C, F>(mut jobs: mpsc::Receiver<Job>, depth: usize, linger: usize, commit: C)
 where
     C: Fn(Vec<Job>) -> F + Send + 'static,
     F: Future<Output = (Vec<Job>, Result<Vec<bool>, sqlx::Error>)> + Send + 'static,
@@ -92,7 +92,7 @@ where
     let mut closed = false;
     loop {
         if inflight.len() < depth {
-            let batch = gather(&mut jobs, &mut waiting, &busy, &mut closed).await;
+            let batch = gather(&mut jobs, &mut waiting, &busy, linger, &mut closed).await;
             if !batch.is_empty() {
                 let keys: Vec<(String, String)> = batch.iter().map(Job::key).collect();
                 busy.extend(keys.iter().cloned());
@@ -169,6 +169,7 @@ async fn gather(
     jobs: &mut mpsc::Receiver<Job>,
     waiting: &mut VecDeque<Job>,
     busy: &HashSet<(String, String)>,
+    linger: usize,
     closed: &mut bool,
 ) -> Vec<Job> {
     let mut batch: Vec<Job> = Vec::new();
@@ -200,7 +201,7 @@ async fn gather(
         match jobs.try_recv() {
             Ok(j) => offer(j, &mut batch, &mut still),
             Err(mpsc::error::TryRecvError::Disconnected) => *closed = true,
-            Err(_) if yields < LINGER_YIELDS && !batch.is_empty() => {
+            Err(_) if yields < linger && !batch.is_empty() => {
                 yields += 1;
                 tokio::task::yield_now().await;
             }

@@ -91,7 +91,12 @@ impl PgKeyStore {
         }
         tx.commit().await.map_err(|e| storage(&e))?;
         let batches = pool.clone();
-        let writes = Writes::start(DEPTH, move |batch| {
+        // As many batches in flight as the pool has connections, their keys disjoint (so they
+        // never wait on each other's row locks, nor deadlock), and none lingers for company:
+        // under light load a write goes out at once, alone, as it would without the group
+        // commit; batches form when every connection is busy.
+        let depth = usize::try_from(pool.options().get_max_connections()).unwrap_or(1);
+        let writes = Writes::start(depth, 0, move |batch| {
             let pool = batches.clone();
             async move {
                 let result = commit(&pool, &batch).await;
@@ -120,9 +125,6 @@ impl PgKeyStore {
     }
 }
 
-/// How many batches may be in flight at once, each on its own connection. Their keys are
-/// disjoint, so they never wait on each other's row locks (nor deadlock).
-const DEPTH: usize = 4;
 /// How many times a batch the server refused as a deadlock or serialization victim is tried
 /// (another process's writes took the same rows in another order).
 const ATTEMPTS: usize = 3;

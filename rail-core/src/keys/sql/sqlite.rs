@@ -227,7 +227,7 @@ impl SqliteKeyStore {
             .map_err(|e| storage(&e))?;
         let batches = pool.clone();
         // One batch at a time: SQLite has one writer per file.
-        let writes = Writes::start(1, move |batch| {
+        let writes = Writes::start(1, 4, move |batch| {
             let pool = batches.clone();
             async move {
                 let result = commit(&pool, &batch).await;
