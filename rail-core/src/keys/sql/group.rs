@@ -28,6 +28,17 @@ pub(super) struct Job {
 }
 
 impl Job {
+    /// A write run outside the group commit (its answer goes nowhere; the caller takes the
+    /// batch's result itself).
+    #[cfg(feature = "postgres")]
+    pub(super) fn alone(op: Op, now: Option<i64>) -> Self {
+        Job {
+            op,
+            now,
+            done: oneshot::channel().0,
+        }
+    }
+
     /// The namespace and key the write is to, owned.
     pub(super) fn key(&self) -> (String, String) {
         let (ns, key) = self.op.key();
