@@ -55,25 +55,30 @@ pub(super) fn batch_now(batch: &[Job]) -> Option<i64> {
 /// The most writes one batch takes.
 pub(super) const MAX_BATCH: usize = 512;
 
+/// Where a store's batches are written: its database's pool.
+pub(super) trait Batches: Clone + Send + Sync + 'static {
+    /// Runs `batch` (distinct keys): whether each write took effect, in the batch's order, or
+    /// the error that left all of it unwritten.
+    fn commit<'a>(
+        &'a self,
+        batch: &'a [Job],
+    ) -> impl Future<Output = Result<Vec<bool>, sqlx::Error>> + Send + 'a;
+}
+
 /// The handle a store's clones share to send writes to its group commit.
 #[derive(Debug, Clone)]
 pub(super) struct Writes(mpsc::Sender<Job>);
 
 impl Writes {
-    /// Starts the group commit: batches go to `commit`, with up to `depth` in flight at once.
-    /// `commit` runs a batch (distinct keys) and gives back whether each write took effect, in
-    /// the batch's order, or the error that left all of it unwritten. Before sending a batch
+    /// Starts the group commit: batches are written to `to`, with up to `depth` in flight at
+    /// once. Before sending a batch
     /// the writer yields up to `linger` times for more writes: a yield costs microseconds and
     /// lets callers just answered submit again and share the commit (the ledger's group commit
     /// does the same) — worth it where one batch is in flight at a time, not where a free
     /// connection can take the write at once.
-    pub(super) fn start<C, F>(depth: usize, linger: usize, commit: C) -> Self
-    where
-        C: Fn(Vec<Job>) -> F + Send + 'static,
-        F: Future<Output = (Vec<Job>, Result<Vec<bool>, sqlx::Error>)> + Send + 'static,
-    {
+    pub(super) fn start(to: impl Batches, depth: usize, linger: usize) -> Self {
         let (writes, jobs) = mpsc::channel(MAX_BATCH * 4);
-        tokio::spawn(writer(jobs, depth.max(1), linger, commit));
+        tokio::spawn(writer(jobs, depth.max(1), linger, to));
         Writes(writes)
     }
 
@@ -92,11 +97,7 @@ impl Writes {
     }
 }
 
-async fn writer<C, F>(mut jobs: mpsc::Receiver<Job>, depth: usize, linger: usize, commit: C)
-where
-    C: Fn(Vec<Job>) -> F + Send + 'static,
-    F: Future<Output = (Vec<Job>, Result<Vec<bool>, sqlx::Error>)> + Send + 'static,
-{
+async fn writer(mut jobs: mpsc::Receiver<Job>, depth: usize, linger: usize, to: impl Batches) {
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut busy: HashSet<(String, String)> = HashSet::new();
     let mut inflight: tokio::task::JoinSet<Vec<(String, String)>> = tokio::task::JoinSet::new();
@@ -107,9 +108,9 @@ where
             if !batch.is_empty() {
                 let keys: Vec<(String, String)> = batch.iter().map(Job::key).collect();
                 busy.extend(keys.iter().cloned());
-                let run = commit(batch);
+                let to = to.clone();
                 inflight.spawn(async move {
-                    let (batch, result) = run.await;
+                    let result = to.commit(&batch).await;
                     answer(batch, result);
                     keys
                 });

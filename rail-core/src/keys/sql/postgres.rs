@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
-use super::group::{Job, Writes, batch_now};
+use super::group::{Batches, Job, Writes, batch_now};
 use super::{REMOVE, Statements, storage};
 use crate::clock::{SharedClock, Timestamp};
 use crate::error::{RailError, RailResult};
@@ -93,17 +93,10 @@ impl PgKeyStore {
                 .map_err(|e| storage(&e))?;
         }
         tx.commit().await.map_err(|e| storage(&e))?;
-        let batches = pool.clone();
         // Four batches in flight, their keys disjoint (so they never wait on each other's row
         // locks, nor deadlock), each lingering a few yields for company: on the paid path at 64
         // clients this beat 1, 2, 8 and 16 in flight and beat no lingering (NOTES, issue 30).
-        let writes = Writes::start(DEPTH, LINGER, move |batch| {
-            let pool = batches.clone();
-            async move {
-                let result = commit(&pool, &batch).await;
-                (batch, result)
-            }
-        });
+        let writes = Writes::start(pool.clone(), DEPTH, LINGER);
         Ok(PgKeyStore {
             pool,
             clock: None,
@@ -161,6 +154,15 @@ const ATTEMPTS: usize = 3;
 /// Runs a batch (distinct keys): a lone write as its own statement, more as one statement
 /// ([`BATCH`]), committed on its own — one statement is atomic, so a failed batch wrote
 /// nothing and can be sent again when the server chose it as a deadlock victim.
+impl Batches for PgPool {
+    fn commit<'a>(
+        &'a self,
+        batch: &'a [Job],
+    ) -> impl std::future::Future<Output = Result<Vec<bool>, sqlx::Error>> + Send + 'a {
+        commit(self, batch)
+    }
+}
+
 async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
     let mut attempt = 0;
     loop {

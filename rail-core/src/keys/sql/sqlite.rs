@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
-use super::group::{Job, Writes, batch_now};
+use super::group::{Batches, Job, Writes, batch_now};
 use super::{REMOVE, Statements, storage};
 use crate::clock::{SharedClock, SystemClock, Timestamp};
 use crate::error::RailResult;
@@ -59,6 +59,18 @@ impl SqliteKeyStore {
 /// its own, as durably. More are one query of its own: `BEGIN IMMEDIATE`, a statement per kind
 /// of write over the batch's rows (JSON arrays, `json_each`), `COMMIT` ([`BATCH`]) — one round
 /// trip and one fsync for the whole batch. A failure anywhere rolls all of it back.
+/// How many times the writer yields for more writes before sending a batch.
+const LINGER: usize = 4;
+
+impl Batches for SqlitePool {
+    fn commit<'a>(
+        &'a self,
+        batch: &'a [Job],
+    ) -> impl std::future::Future<Output = Result<Vec<bool>, sqlx::Error>> + Send + 'a {
+        commit(self, batch)
+    }
+}
+
 async fn commit(pool: &SqlitePool, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
     if let [job] = batch {
@@ -225,15 +237,8 @@ impl SqliteKeyStore {
             .execute(&pool)
             .await
             .map_err(|e| storage(&e))?;
-        let batches = pool.clone();
         // One batch at a time: SQLite has one writer per file.
-        let writes = Writes::start(1, 4, move |batch| {
-            let pool = batches.clone();
-            async move {
-                let result = commit(&pool, &batch).await;
-                (batch, result)
-            }
-        });
+        let writes = Writes::start(pool.clone(), 1, LINGER);
         Ok(SqliteKeyStore {
             pool,
             clock: Some(Arc::new(SystemClock)),
