@@ -16,6 +16,12 @@
 //! host's clock for SQLite (one host), or an injected [`Clock`](crate::Clock) for either.
 //! The statements are the same text for both databases apart from that `now`, so one
 //! implementation, stamped out per database by `sql_key_store!`, serves both.
+//!
+//! **Writes** go through a group commit (`group`): what is in flight is written as one batch,
+//! each write answered only after its batch committed. A batch is one query — on PostgreSQL one
+//! statement with a `WITH` clause per kind of write over arrays, on SQLite `BEGIN IMMEDIATE`, a
+//! statement per kind over JSON rows, `COMMIT` — and holds one write per key, so its writes
+//! commute and a key's writes keep their order. A lone write is its own statement.
 
 use crate::error::RailError;
 
