@@ -121,7 +121,7 @@ pub fn millis(d: Duration) -> i64 {
 
 /// Storage for single-use and idempotency records.
 ///
-/// Contract (checked by [`super::suite`]):
+/// Contract (checked by `keys::suite`, behind the `test-util` feature):
 /// - [`KeyStore::insert_if_absent`] is atomic across every client of the same store: of
 ///   concurrent inserters of one key, exactly one wins.
 /// - A record is *present* until its retention ends (`expires_at`); a record without retention

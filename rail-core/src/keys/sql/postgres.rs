@@ -49,7 +49,7 @@ fn pg_now(i: u8) -> String {
 /// Times are the **database's** clock, so hosts whose clocks disagree still agree on every
 /// lease and retention; an injected clock overrides it ([`PgKeyStore::with_clock`]).
 ///
-/// Writes go through a group commit ([`writer`]): what is in flight is written by one
+/// Writes go through a group commit (`keys::sql::group`): what is in flight is written by one
 /// statement per batch, and each write is answered only after that statement has committed.
 #[derive(Debug, Clone)]
 pub struct PgKeyStore {
