@@ -125,6 +125,7 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
     lost_acknowledgements_are_read_back(&store, &ns).await;
     late_renewals_and_takeovers(&store, &clock, &ns).await;
     every_kind_of_write_at_once(&store, &clock, &ns).await;
+    odd_keys_are_kept_exactly(&store, &ns).await;
 }
 
 /// claim → busy → release → claim → commit → finished (also long after).
@@ -534,4 +535,65 @@ pub async fn every_kind_of_write_at_once(store: &Arc<dyn KeyStore>, clock: &Manu
             "k{i}: finished, retained"
         );
     }
+}
+
+/// Keys are kept exactly, whatever bytes they carry (they can come from the network: a nonce,
+/// an offer id): quotes, backslashes, SQL and JSON syntax, non-ASCII, a long key, and a key that
+/// is another's prefix. Written at once, so a store that batches writes encodes them in its
+/// batch; each is read back as itself and never as another.
+pub async fn odd_keys_are_kept_exactly(store: &Arc<dyn KeyStore>, ns: &str) {
+    let ns = format!("{ns}-odd");
+    let mut keys: Vec<String> = [
+        "plain",
+        "plain2",
+        "quote'd",
+        "dq\"uote",
+        "back\\slash",
+        "json\":{}[]",
+        "'); DROP TABLE rail_keys; --",
+        "naïve ключ 鍵 🔑",
+        "tab\tnew\nline",
+        "%_wild*",
+        "",
+    ]
+    .iter()
+    .map(|k| (*k).to_owned())
+    .collect();
+    keys.push("x".repeat(4_096));
+    let mut tasks = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let (store, ns, key) = (store.clone(), ns.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let token = 500 + i64::try_from(i).unwrap();
+            let w = Write::leased(token, RESERVED, 60 * S);
+            assert!(
+                store
+                    .insert_if_absent(&ns, &key, &w)
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "{key:?}"
+            );
+            let done = Write::finished(token + 1, "done", Some(60 * S));
+            assert!(
+                store.replace(&ns, &key, token, &done).await.unwrap(),
+                "{key:?}"
+            );
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let r = store.get(&ns, key).await.unwrap().expect("kept").record;
+        assert_eq!(
+            r.token,
+            501 + i64::try_from(i).unwrap(),
+            "{key:?} read back as another key"
+        );
+    }
+    assert!(
+        store.get(&ns, "plai").await.unwrap().is_none(),
+        "a prefix is not a key"
+    );
 }
