@@ -22,6 +22,8 @@ use crate::error::{RailError, RailResult};
 #[derive(Debug)]
 pub(super) struct Job {
     pub(super) op: Op,
+    /// The namespace and key `op` is to, owned once for the batch's bookkeeping.
+    pub(super) key: (String, String),
     /// The injected clock's time when the write was made, or `None` for the database's.
     pub(super) now: Option<i64>,
     done: oneshot::Sender<RailResult<bool>>,
@@ -32,17 +34,13 @@ impl Job {
     /// batch's result itself).
     #[cfg(feature = "postgres")]
     pub(super) fn alone(op: Op, now: Option<i64>) -> Self {
-        Job {
-            op,
-            now,
-            done: oneshot::channel().0,
-        }
+        Job::new(op, now, oneshot::channel().0)
     }
 
-    /// The namespace and key the write is to, owned.
-    pub(super) fn key(&self) -> (String, String) {
-        let (ns, key) = self.op.key();
-        (ns.to_owned(), key.to_owned())
+    fn new(op: Op, now: Option<i64>, done: oneshot::Sender<RailResult<bool>>) -> Self {
+        let (ns, key) = op.key();
+        let key = (ns.to_owned(), key.to_owned());
+        Job { op, key, now, done }
     }
 }
 
@@ -86,7 +84,7 @@ impl Writes {
     pub(super) async fn write(&self, op: Op, now: Option<i64>) -> RailResult<bool> {
         let (done, answer) = oneshot::channel();
         self.0
-            .send(Job { op, now, done })
+            .send(Job::new(op, now, done))
             .await
             .map_err(|_| RailError::Storage("the key store's writer stopped".into()))?;
         answer.await.map_err(|_| {
@@ -106,7 +104,7 @@ async fn writer(mut jobs: mpsc::Receiver<Job>, depth: usize, linger: usize, to: 
         if inflight.len() < depth {
             let batch = gather(&mut jobs, &mut waiting, &busy, linger, &mut closed).await;
             if !batch.is_empty() {
-                let keys: Vec<(String, String)> = batch.iter().map(Job::key).collect();
+                let keys: Vec<(String, String)> = batch.iter().map(|j| j.key.clone()).collect();
                 busy.extend(keys.iter().cloned());
                 let to = to.clone();
                 inflight.spawn(async move {
@@ -189,7 +187,7 @@ async fn gather(
     let mut held: HashSet<(String, String)> = HashSet::new();
     let mut still = VecDeque::new();
     let mut offer = |j: Job, batch: &mut Vec<Job>, still: &mut VecDeque<Job>| {
-        let k = j.key();
+        let k = j.key.clone();
         let clock_fits = batch
             .first()
             .is_none_or(|b| b.now.is_some() == j.now.is_some());

@@ -132,7 +132,8 @@ impl PgKeyStore {
             return self.writes.write(op, self.now()).await;
         }
         let job = [super::group::Job::alone(op, self.now())];
-        commit(&self.pool, &job)
+        self.pool
+            .commit(&job)
             .await
             .map_err(|e| storage(&e))?
             .first()
@@ -155,33 +156,27 @@ const ATTEMPTS: usize = 3;
 /// ([`BATCH`]), committed on its own — one statement is atomic, so a failed batch wrote
 /// nothing and can be sent again when the server chose it as a deadlock victim.
 impl Batches for PgPool {
-    fn commit<'a>(
-        &'a self,
-        batch: &'a [Job],
-    ) -> impl std::future::Future<Output = Result<Vec<bool>, sqlx::Error>> + Send + 'a {
-        commit(self, batch)
-    }
-}
-
-async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let r = match pool.acquire().await {
-            Ok(mut conn) => {
-                if let [job] = batch {
-                    run(&mut conn, &job.op, job.now).await.map(|won| vec![won])
-                } else {
-                    run_batch(&mut conn, batch).await
+    async fn commit(&self, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
+        let pool = self;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = match pool.acquire().await {
+                Ok(mut conn) => {
+                    if let [job] = batch {
+                        run(&mut conn, &job.op, job.now).await.map(|won| vec![won])
+                    } else {
+                        run_batch(&mut conn, batch).await
+                    }
                 }
+                Err(e) => Err(e),
+            };
+            match r {
+                Err(e) if attempt < ATTEMPTS && retryable(&e) => {
+                    tracing::debug!(error = %e, writes = batch.len(), "key-store batch lost a lock race; trying it again");
+                }
+                r => return r,
             }
-            Err(e) => Err(e),
-        };
-        match r {
-            Err(e) if attempt < ATTEMPTS && retryable(&e) => {
-                tracing::debug!(error = %e, writes = batch.len(), "key-store batch lost a lock race; trying it again");
-            }
-            r => return r,
         }
     }
 }
@@ -341,7 +336,7 @@ async fn run_batch(conn: &mut sqlx::PgConnection, batch: &[Job]) -> Result<Vec<b
         .await?
         .into_iter()
         .collect();
-    Ok(batch.iter().map(|j| took.contains(&j.key())).collect())
+    Ok(batch.iter().map(|j| took.contains(&j.key)).collect())
 }
 
 sql_key_store!(PgKeyStore, sqlx::postgres::PgRow, sqlx::PgConnection);

@@ -47,6 +47,9 @@ pub struct SqliteKeyStore {
     writes: Writes,
 }
 
+/// How many times the writer yields for more writes before sending a batch.
+const LINGER: usize = 4;
+
 impl SqliteKeyStore {
     /// Runs one write through the group commit.
     async fn write(&self, op: super::Op) -> RailResult<bool> {
@@ -59,47 +62,39 @@ impl SqliteKeyStore {
 /// its own, as durably. More are one query of its own: `BEGIN IMMEDIATE`, a statement per kind
 /// of write over the batch's rows (JSON arrays, `json_each`), `COMMIT` ([`BATCH`]) — one round
 /// trip and one fsync for the whole batch. A failure anywhere rolls all of it back.
-/// How many times the writer yields for more writes before sending a batch.
-const LINGER: usize = 4;
-
 impl Batches for SqlitePool {
-    fn commit<'a>(
-        &'a self,
-        batch: &'a [Job],
-    ) -> impl std::future::Future<Output = Result<Vec<bool>, sqlx::Error>> + Send + 'a {
-        commit(self, batch)
-    }
-}
-
-async fn commit(pool: &SqlitePool, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    if let [job] = batch {
-        return run(&mut conn, &job.op, job.now).await.map(|won| vec![won]);
-    }
-    let [ins, cas, renew, del] = rows(batch);
-    let took = sqlx::query(BATCH)
-        .bind(ins)
-        .bind(cas)
-        .bind(renew)
-        .bind(del)
-        .bind(batch_now(batch))
-        .fetch_all(&mut *conn)
-        .await;
-    match took {
-        Ok(rows) => {
-            let took = rows
-                .iter()
-                .map(|r| Ok((r.try_get("ns")?, r.try_get("key")?)))
-                .collect::<Result<std::collections::HashSet<(String, String)>, sqlx::Error>>()?;
-            Ok(batch.iter().map(|j| took.contains(&j.key())).collect())
+    async fn commit(&self, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
+        let pool = self;
+        let mut conn = pool.acquire().await?;
+        if let [job] = batch {
+            return run(&mut conn, &job.op, job.now).await.map(|won| vec![won]);
         }
-        Err(e) => {
-            // The query stopped at the failing statement, inside the transaction (or at its
-            // COMMIT): nothing of it may stay.
-            if let Err(r) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-                tracing::debug!(error = %r, "rollback after a failed key-store batch");
+        let [ins, cas, renew, del] = rows(batch);
+        let took = sqlx::query(BATCH)
+            .bind(ins)
+            .bind(cas)
+            .bind(renew)
+            .bind(del)
+            .bind(batch_now(batch))
+            .fetch_all(&mut *conn)
+            .await;
+        match took {
+            Ok(rows) => {
+                let took = rows
+                    .iter()
+                    .map(|r| Ok((r.try_get("ns")?, r.try_get("key")?)))
+                    .collect::<Result<std::collections::HashSet<(String, String)>, sqlx::Error>>(
+                    )?;
+                Ok(batch.iter().map(|j| took.contains(&j.key)).collect())
             }
-            Err(e)
+            Err(e) => {
+                // The query stopped at the failing statement, inside the transaction (or at its
+                // COMMIT): nothing of it may stay.
+                if let Err(r) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+                    tracing::debug!(error = %r, "rollback after a failed key-store batch");
+                }
+                Err(e)
+            }
         }
     }
 }
