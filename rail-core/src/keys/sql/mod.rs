@@ -132,6 +132,17 @@ enum Op {
 use super::store::Write;
 
 impl Op {
+    /// `REPLACE` (`take_over: false`) or `TAKE_OVER` of `ns`/`key` from `token` to `rec`.
+    fn cas(take_over: bool, ns: &str, key: &str, token: i64, rec: &Write) -> Self {
+        Op::Cas {
+            take_over,
+            ns: ns.to_owned(),
+            key: key.to_owned(),
+            token,
+            rec: rec.clone(),
+        }
+    }
+
     /// The namespace and key the write is to.
     fn key(&self) -> (&str, &str) {
         match self {
@@ -284,14 +295,7 @@ macro_rules! sql_key_store {
                 token: i64,
                 rec: &Write,
             ) -> RailResult<bool> {
-                self.write(super::Op::Cas {
-                    take_over: false,
-                    ns: ns.to_owned(),
-                    key: key.to_owned(),
-                    token,
-                    rec: rec.clone(),
-                })
-                .await
+                self.write(super::Op::cas(false, ns, key, token, rec)).await
             }
 
             async fn take_over(
@@ -301,14 +305,7 @@ macro_rules! sql_key_store {
                 token: i64,
                 rec: &Write,
             ) -> RailResult<bool> {
-                self.write(super::Op::Cas {
-                    take_over: true,
-                    ns: ns.to_owned(),
-                    key: key.to_owned(),
-                    token,
-                    rec: rec.clone(),
-                })
-                .await
+                self.write(super::Op::cas(true, ns, key, token, rec)).await
             }
 
             async fn renew(
