@@ -199,6 +199,7 @@ pub(crate) async fn run(dir: &Path, seconds: u64) -> Result<(), CliError> {
             store: None,
             schemes: Vec::new(),
             exact_algo: None,
+            ready: None,
         },
     )
     .await?;

@@ -95,17 +95,13 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
         None => None,
     };
     let client = client(&a.config).await?;
+    // The body goes to stdout as it arrives, whatever its size; a paid one is hashed on the
+    // way and checked against its Receipt when it ends.
+    let mut stdout = std::io::stdout();
     let r = client
-        .execute(method, &a.url, headers, body)
+        .execute_to(method, &a.url, headers, body, &mut stdout)
         .await
         .map_err(|e| refused(&e))?;
-    {
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        out.write_all(&r.body)
-            .and_then(|()| out.flush())
-            .map_err(|e| msg(format!("cannot write the body: {e}")))?;
-    }
     eprintln!("{}", summary(&r));
     // A tab opened for this request is closed before the process ends: its unused cap is
     // released now, not when the tab would end.

@@ -627,6 +627,124 @@ async fn pay(s: &Setup, quote: &Value) -> String {
     wallet.pay_for(&q, &sent).await.unwrap().proof.to_header()
 }
 
+/// The Python upstream `tests/upstreams/wsgi_upstream.py` (stdlib `wsgiref`: it routes on the
+/// percent-decoded PATH_INFO, as every WSGI framework does; `--lenient` also as Express, ASP.NET
+/// and Tomcat do by default), on a free port: its base URL, and the process (killed on drop).
+async fn wsgi_upstream(lenient: bool) -> (String, Child) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams/wsgi_upstream.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script);
+    if lenient {
+        cmd.arg("--lenient");
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs the WSGI upstream");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the WSGI upstream starts")
+        .unwrap()
+        .unwrap();
+    let port = line.strip_prefix("listening ").expect("listening PORT");
+    (format!("http://127.0.0.1:{port}"), child)
+}
+
+/// Every way of spelling `/api/forecast/paris` that some server routes as that path (or that
+/// could name another path to one): the gateway answers each 400 (refused before any decision)
+/// or 402 (priced as the route), never the priced content unpaid.
+const SPELLINGS: &[(&str, &str)] = &[
+    ("GET", "/api/forecast/paris"),
+    ("GET", "/api/forecast%2Fparis"),
+    ("GET", "/api%2Fforecast%2Fparis"),
+    ("GET", "/api%2fforecast/paris"),
+    ("GET", "/API/forecast/paris"),
+    ("GET", "/api/Forecast/paris"),
+    ("GET", "/api/FORECAST/PARIS"),
+    ("GET", "/api/forecast/paris/"),
+    ("GET", "/API/Forecast/paris/"),
+    ("GET", "/api/forecast/paris;x=1"),
+    ("GET", "/api;v=2/forecast/paris"),
+    ("GET", "/api/forecast;/paris"),
+    ("GET", "/api/forecast/paris%3B"),
+    ("GET", "/api%5Cforecast%5Cparis"),
+    ("GET", "/api/forecast/paris%00"),
+    ("GET", "/api/forecast/paris%0d%0a"),
+    ("GET", "/api/forecast/%zz/../paris"),
+    ("GET", "/api/forecast/paris%"),
+    ("GET", "/api//forecast/paris"),
+    ("GET", "/api/./forecast/paris"),
+    ("GET", "/api/x/%2e%2e/forecast/paris"),
+    ("GET", "/api/forecast/%252Fparis"),
+    ("GET", "/api/forecast/%70aris"),
+    ("get", "/api/forecast/paris"),
+    ("Get", "/api/forecast/paris"),
+    ("HEAD", "/API/forecast/paris/"),
+];
+
+#[tokio::test]
+async fn no_spelling_of_a_priced_path_is_served_unpaid_by_a_wsgi_or_a_lenient_upstream() {
+    const FORECAST: &str = "[[price]]\nkind = \"route\"\nmethod = \"GET\"\npattern = \"/api/forecast/{city}\"\namount = \"0.05\"\nasset = \"USD\"\n";
+    for lenient in [false, true] {
+        let (up, _upstream) = wsgi_upstream(lenient).await;
+        // The attack is real: the upstream itself serves these spellings as the priced route.
+        for path in ["/api/forecast%2Fparis", "/api%2Fforecast%2Fparis"] {
+            let (status, text) = raw(&up, "GET", path).await;
+            assert_eq!(status, 200, "the upstream serves {path}: {text}");
+            assert!(text.contains("PRICED CONTENT"));
+        }
+        if lenient {
+            let (status, _) = raw(&up, "GET", "/API/forecast/paris/").await;
+            assert_eq!(status, 200);
+        }
+        let s = Setup::with(&format!("url = \"{up}\""), FORECAST, "").await;
+        let _gw = s.gateway().await;
+        for (method, path) in SPELLINGS {
+            let (status, text) = raw(&s.origin, method, path).await;
+            assert!(
+                status == 400 || status == 402,
+                "{method} {path} (lenient upstream: {lenient}) answered {status}: {text}"
+            );
+            assert!(!text.contains("PRICED CONTENT"), "{method} {path}: {text}");
+        }
+        // What is free stays free, and the canonical path is sold.
+        let (status, _) = raw(&s.origin, "GET", "/free").await;
+        assert_eq!(status, 200);
+        let (ok, out, err) = s
+            .fetch(&[&format!("{}/api/forecast/paris", s.origin)])
+            .await;
+        assert!(ok, "{err}");
+        assert!(out.contains("PRICED CONTENT"), "{out}");
+        if lenient {
+            // A lenient spelling is priced as its route: paid, and served.
+            let (ok, out, err) = s
+                .fetch(&[&format!("{}/Api/Forecast/paris/", s.origin)])
+                .await;
+            assert!(ok, "{err}");
+            assert!(out.contains("PRICED CONTENT"), "{out}");
+        }
+    }
+
+    // `path_matching = "strict"`, for an upstream known to route exactly: another case is
+    // another path (here the strict WSGI upstream's 404), forwarded free.
+    let (up, _upstream) = wsgi_upstream(false).await;
+    let s = Setup::with(
+        &format!("url = \"{up}\""),
+        FORECAST,
+        "path_matching = \"strict\"",
+    )
+    .await;
+    let _gw = s.gateway().await;
+    let (status, text) = raw(&s.origin, "GET", "/API/forecast/paris").await;
+    assert_eq!(status, 404, "{text}");
+    let (status, _) = raw(&s.origin, "GET", "/api/forecast/paris").await;
+    assert_eq!(status, 402);
+    let (status, _) = raw(&s.origin, "GET", "/api/forecast%2Fparis").await;
+    assert_eq!(status, 400);
+}
+
 #[tokio::test]
 async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
     let (up, seen, _task) = upstream().await;
@@ -657,7 +775,7 @@ async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
         "/api/forecast/./paris",
     ] {
         let (status, text) = raw(&base, "GET", path).await;
-        assert_eq!(status, 404, "{path}: {text}");
+        assert_eq!(status, 400, "{path}: {text}");
     }
     assert_eq!(
         seen.0.lock().unwrap().len(),

@@ -1298,6 +1298,7 @@ async fn tab_called(
                 .await;
         }
         TabCall::Answered { .. } => return Err("a new voucher got a kept answer".into()),
+        TabCall::Waived { .. } => return Err("a list-priced call was waived".into()),
     }
     Ok(v.voucher.clone())
 }
@@ -1353,7 +1354,9 @@ async fn stipendex_tab_voucher_replay_refused(h: &dyn Harness) -> Verdict {
     // The same voucher again: its kept answer, not a second call.
     match sc.receiver.tab_call(&tab_req(1), first.jws()).await {
         Ok(TabCall::Answered { .. }) => {}
-        Ok(TabCall::Run(_)) => return Err("the same voucher ran twice".into()),
+        Ok(TabCall::Run(_) | TabCall::Waived { .. }) => {
+            return Err("the same voucher ran twice".into());
+        }
         Err(e) => return Err(format!("the same voucher again: {e}")),
     }
     // Another voucher with that lane's used sequence: equivocation, and the tab closes.

@@ -175,6 +175,10 @@ pub enum Error {
         /// Why.
         why: String,
     },
+    /// The work behind the receiver cannot be done now (its upstream is unreachable): no
+    /// payment was taken; send the same one again later.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// The rail is configured, but not that side of it.
     #[error("rail `{name}` has no {side} side configured")]
     NoSide {
@@ -221,6 +225,7 @@ impl Error {
             Error::Storage(_) => "storage",
             Error::TabClosed { .. } => "tab_closed",
             Error::Voucher { code, .. } => code,
+            Error::Unavailable(_) => "upstream_unavailable",
         }
     }
 }

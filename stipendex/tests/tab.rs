@@ -113,7 +113,9 @@ async fn call(r: &Receiver, wallet: &Wallet, hold: &TabHold, req: &Request) -> S
             )
             .await;
         }
-        TabCall::Answered { .. } => panic!("a new voucher was answered from the store"),
+        TabCall::Answered { .. } | TabCall::Waived { .. } => {
+            panic!("a new voucher was answered from the store")
+        }
     }
     v.voucher.clone()
 }
@@ -144,7 +146,7 @@ async fn a_tab_captures_exactly_its_last_vouchers_and_gives_the_rest_back() {
         .unwrap()
     {
         TabCall::Answered { answer, .. } => assert_eq!(answer.body, b"result of /report/7"),
-        TabCall::Run(_) => panic!("a voucher ran twice"),
+        TabCall::Run(_) | TabCall::Waived { .. } => panic!("a voucher ran twice"),
     }
     assert_eq!(hold.spent().unwrap(), usd("0.45"));
 
@@ -592,7 +594,9 @@ async fn parallel_lanes_and_two_instances_never_lose_or_double_a_call() {
                             .await;
                             break;
                         }
-                        Ok(TabCall::Answered { .. }) => panic!("a new voucher was answered"),
+                        Ok(TabCall::Answered { .. } | TabCall::Waived { .. }) => {
+                            panic!("a new voucher was answered or waived")
+                        }
                         Err(e) if e.code() == "in_progress" && tries < 50 => {
                             tries += 1;
                             tokio::task::yield_now().await;
@@ -674,7 +678,9 @@ async fn a_receiver_that_stops_after_recording_a_voucher_answers_its_retry_witho
                 )
                 .await;
         }
-        TabCall::Answered { .. } => panic!("the lost call had no answer to replay"),
+        TabCall::Answered { .. } | TabCall::Waived { .. } => {
+            panic!("the lost call had no answer to replay")
+        }
     }
     drop(v);
     let receipt = second

@@ -11,8 +11,9 @@
 //!   most once ([`ServedOnce`], shared with the HTTP paywall and the rails' receivers).
 //! - [`SettleWhen::After`] (default): verified, the tool runs, and a tool error (`isError`) is
 //!   not charged; otherwise the payment settles and only then is the output returned.
-//!   [`SettleWhen::Before`]: settled first, then the tool runs (a failed tool releases the
-//!   payment, which can be presented again without a second charge).
+//!   [`SettleWhen::Before`] (and [`SettleWhen::AfterIfSafe`]: a tool call is not safe):
+//!   settled first, then the tool runs (a failed tool releases the payment, which can be
+//!   presented again without a second charge).
 //! - A paid result carries the settlement in `result._meta["x402/payment-response"]`, and the
 //!   scheme's receipt (exact-algo's) in `structuredContent.receipt`.
 //! - A refusal is a payment-required result with a fresh challenge whose `error` is the
@@ -210,9 +211,9 @@ impl McpPaywall {
             Err(f) => return self.failure(priced, f).await,
         };
         let ok = |r: &CallToolResult| r.is_error != Some(true);
-        let outcome = match self.settle_when {
+        let outcome = match self.settle_when.for_method(None) {
             SettleWhen::After => taken.verify_run_settle(run, ok).await,
-            SettleWhen::Before => match taken.settle().await {
+            _ => match taken.settle().await {
                 Ok(paid) => paid.run(run, ok).await,
                 Err(f) => Err(f),
             },

@@ -11,8 +11,10 @@
 //! - A route may accept several schemes; the 402 lists one `accepts[]` entry per scheme, in
 //!   the route's order, and a payment is checked by the scheme it names.
 //! - [`SettleWhen::Before`] (default) settles before the handler runs; [`SettleWhen::After`]
-//!   verifies, runs the handler and settles only if it succeeded (a non-2xx is not charged, and
-//!   a failed settlement withholds the handler's output).
+//!   verifies, runs the handler and settles only if it delivered (a 2xx or a 3xx; anything else
+//!   is not charged, and a failed settlement withholds the handler's output);
+//!   [`SettleWhen::AfterIfSafe`] settles after for `GET`, `HEAD`, `OPTIONS` and `TRACE` and
+//!   before for every other method (work with effects is never done unpaid).
 //! - Each payment is served at most once ([`ServedOnce`]), also across instances sharing a
 //!   store: a replay gets a 402 with the scheme's "already used" code. A handler failure after
 //!   settling releases the record: the same payment may be presented again (no second charge).
@@ -527,13 +529,15 @@ pub async fn serve(paywall: &Paywall, route: &PricedRoute, req: Request, next: N
         Ok(t) => t,
         Err(f) => return ctx.failure(f, Some(&presented), Some(scheme)).await,
     };
-    let success = |r: &Response| r.status().is_success();
-    let outcome = match paywall.settle_when {
-        SettleWhen::Before => match taken.settle().await {
+    // A delivered answer: 2xx, or a 3xx (a redirect the work chose — a presigned download —
+    // is what was paid for).
+    let success = |r: &Response| r.status().is_success() || r.status().is_redirection();
+    let outcome = match paywall.settle_when.for_method(Some(req.method().as_str())) {
+        SettleWhen::After => taken.verify_run_settle(|| next.run(req), success).await,
+        _ => match taken.settle().await {
             Ok(paid) => paid.run(|| next.run(req), success).await,
             Err(f) => Err(f),
         },
-        SettleWhen::After => taken.verify_run_settle(|| next.run(req), success).await,
     };
     match outcome {
         Ok((resp, Some(settled))) => paid(resp, &settled, &presented, scheme),

@@ -21,6 +21,26 @@ pub enum SettleWhen {
     /// Verify, run the paid work, settle only if it succeeded (no charge for failed work;
     /// a failed settlement withholds the work's output).
     After,
+    /// [`SettleWhen::After`] for a safe request (HTTP `GET`, `HEAD`, `OPTIONS`, `TRACE`: work
+    /// that changes nothing, so withholding its output when settlement fails costs the seller
+    /// nothing), [`SettleWhen::Before`] for every other (a `POST`, a tool call): work with
+    /// effects is never done for a payment that then fails to settle.
+    AfterIfSafe,
+}
+
+impl SettleWhen {
+    /// When to settle a request of `method` (an HTTP method; `None` for an MCP tool call,
+    /// which is not safe).
+    #[must_use]
+    pub fn for_method(self, method: Option<&str>) -> SettleWhen {
+        match self {
+            SettleWhen::AfterIfSafe => match method {
+                Some("GET" | "HEAD" | "OPTIONS" | "TRACE") => SettleWhen::After,
+                _ => SettleWhen::Before,
+            },
+            w => w,
+        }
+    }
 }
 
 /// The [`Accept`] a presented payment is for: the only one, or the first whose scheme

@@ -121,6 +121,8 @@ pub(crate) struct Config {
     pub(crate) prices: Vec<PricedCapability>,
     pub(crate) mcp_path: String,
     pub(crate) shutdown_grace: Duration,
+    /// How request paths are matched against the priced patterns.
+    pub(crate) path_matching: stipendex::receiver::PathMatching,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,6 +164,15 @@ struct GatewaySection {
     resolve_failure: Option<OnFailure>,
     mcp_path: Option<String>,
     shutdown_grace_secs: Option<u64>,
+    path_matching: Option<PathMatchingKey>,
+}
+
+/// `[gateway] path_matching`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PathMatchingKey {
+    Lenient,
+    Strict,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -462,6 +473,10 @@ impl Config {
             prices,
             mcp_path,
             shutdown_grace: Duration::from_secs(g.shutdown_grace_secs.unwrap_or(30)),
+            path_matching: match g.path_matching {
+                None | Some(PathMatchingKey::Lenient) => stipendex::receiver::PathMatching::Lenient,
+                Some(PathMatchingKey::Strict) => stipendex::receiver::PathMatching::Strict,
+            },
         })
     }
 
@@ -493,6 +508,7 @@ impl Config {
             prices,
             mcp_path: "/mcp".into(),
             shutdown_grace: Duration::from_secs(30),
+            path_matching: stipendex::receiver::PathMatching::default(),
         }
     }
 

@@ -1,12 +1,14 @@
-//! The HTTP upstream: a reverse proxy. Method, path, query, headers and body go to the upstream
-//! as they came (bodies streamed both ways, server-sent events included), minus what is the
-//! gateway's business:
+//! The HTTP upstream: a reverse proxy. Method, query, headers and body go to the upstream as
+//! they came (bodies streamed both ways, server-sent events included), the path in its one
+//! canonical encoding (the segments the binding decided on), minus what is the gateway's
+//! business:
 //! - hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and what it names, `Keep-Alive`,
 //!   `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) both ways;
-//! - payments (`Stipendex-Payment`, a tab's `Stipendex-Voucher` and `Stipendex-Tab`,
-//!   `PAYMENT-SIGNATURE`, `X-PAYMENT`) never reach the upstream, and receipts or challenges
-//!   the upstream writes (`Stipendex-Receipt`, `Stipendex-Tab-Call`, `PAYMENT-RESPONSE`,
-//!   `PAYMENT-REQUIRED`) never reach the client: only the gateway speaks for payments;
+//! - payments ([`stipendex::http::PAYMENT_HEADERS`]: `Stipendex-Payment`, a tab's
+//!   `Stipendex-Voucher` and `Stipendex-Tab`, `PAYMENT-SIGNATURE`, `X-PAYMENT`) never reach the
+//!   upstream, and receipts or challenges the upstream writes
+//!   ([`stipendex::http::PAYMENT_RESPONSE_HEADERS`]) never reach the client: only the gateway
+//!   speaks for payments;
 //! - `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` from the client are dropped unless the
 //!   peer is a trusted proxy, then set from the connection;
 //! - the shared-secret header is set (a client's own is dropped), so the origin can refuse
@@ -44,21 +46,9 @@ const HOP: &[&str] = &[
     "upgrade",
 ];
 
-/// Payment headers: the gateway's, never the upstream's.
-const PAYMENT_IN: &[&str] = &[
-    "stipendex-payment",
-    "stipendex-voucher",
-    "stipendex-tab",
-    "payment-signature",
-    "x-payment",
-];
-const PAYMENT_OUT: &[&str] = &[
-    "stipendex-receipt",
-    "stipendex-tab-call",
-    "payment-response",
-    "x-payment-response",
-    "payment-required",
-];
+/// Payment headers: the gateway's, never the upstream's (the binding's one list of each).
+const PAYMENT_IN: &[&str] = stipendex::http::PAYMENT_HEADERS;
+const PAYMENT_OUT: &[&str] = stipendex::http::PAYMENT_RESPONSE_HEADERS;
 const FORWARDED: &[&str] = &[
     "forwarded",
     "x-forwarded-for",
@@ -90,7 +80,9 @@ enum Client {
 enum Failed {
     /// The request body was larger than allowed.
     TooLarge,
-    /// No connection, or it broke.
+    /// No connection could be made: not a byte of the request reached the upstream.
+    NotConnected(String),
+    /// The connection broke after the request was (perhaps) sent.
     Unreachable(String),
 }
 
@@ -149,7 +141,13 @@ impl Forward {
                     .parse()
                     .map_err(|e: axum::http::uri::InvalidUri| Failed::Unreachable(e.to_string()))?;
                 *req.headers_mut() = headers;
-                let resp = c.request(req).await.map_err(|e| failed(e.to_string()))?;
+                let resp = c.request(req).await.map_err(|e| {
+                    if e.is_connect() {
+                        Failed::NotConnected(e.to_string())
+                    } else {
+                        failed(e.to_string())
+                    }
+                })?;
                 let (parts, incoming) = resp.into_parts();
                 Ok((parts.status, parts.headers, Body::new(incoming)))
             }
@@ -158,10 +156,13 @@ impl Forward {
                 if let Some(b) = body {
                     r = r.body(reqwest::Body::wrap_stream(b.into_data_stream()));
                 }
-                let resp = r
-                    .send()
-                    .await
-                    .map_err(|e| failed(e.without_url().to_string()))?;
+                let resp = r.send().await.map_err(|e| {
+                    if e.is_connect() {
+                        Failed::NotConnected(e.without_url().to_string())
+                    } else {
+                        failed(e.without_url().to_string())
+                    }
+                })?;
                 let status = resp.status();
                 let headers = resp.headers().clone();
                 Ok((status, headers, Body::from_stream(resp.bytes_stream())))
@@ -273,13 +274,23 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
     }
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let url = format!(
-        "{}{}",
-        fwd.base,
-        req.uri()
-            .path_and_query()
-            .map_or("/", axum::http::uri::PathAndQuery::as_str)
-    );
+    // The path the binding decided on, in its one canonical encoding: an upstream that decodes
+    // differently still sees the segments that were priced (the binding refused every path
+    // that has no canonical form; this refuses them again for a router without it).
+    let canonical = match rail_core::route::canonical_path(&path) {
+        Ok(c) => c,
+        Err(why) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("{why}: request the resource by its canonical path"),
+            );
+        }
+    };
+    let url = match req.uri().query() {
+        Some(q) => format!("{}{}?{q}", fwd.base, canonical.encoded()),
+        None => format!("{}{}", fwd.base, canonical.encoded()),
+    };
     let headers = outbound(&s, req.headers(), peer);
     let empty = axum::body::HttpBody::size_hint(req.body()).exact() == Some(0);
     let max = s.config.max_body;
@@ -329,9 +340,22 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
                     &format!("the request body is larger than this gateway accepts ({max} bytes)"),
                 );
             }
+            Ok(Err(Failed::NotConnected(e))) => {
+                s.metrics.upstream(started.elapsed(), "error");
+                s.ready.health.failed();
+                tracing::warn!(error = %e, "the upstream refuses connections");
+                // Nothing reached the upstream: the binding keeps nothing and charges nothing.
+                let mut r = error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unavailable",
+                    "the service behind this gateway cannot be reached",
+                );
+                r.extensions_mut().insert(stipendex::http::Undelivered);
+                return r;
+            }
             Ok(Err(Failed::Unreachable(e))) => {
                 s.metrics.upstream(started.elapsed(), "error");
-                s.health.failed();
+                s.ready.health.failed();
                 tracing::warn!(error = %e, "the upstream cannot be reached");
                 return error(
                     StatusCode::BAD_GATEWAY,
@@ -341,7 +365,7 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
             }
             Ok(Ok(r)) => r,
         };
-    s.health.ok();
+    s.ready.health.ok();
     s.metrics.upstream(started.elapsed(), "answered");
     let listed = connection_listed(&upstream_headers);
     let mut out = Response::new(Body::empty());

@@ -144,12 +144,15 @@ impl Forward {
                 && !k.starts_with("x402/")
                 && !k.starts_with("io.modelcontextprotocol/")
         });
+        // A request that cannot be sent never reached the upstream: the gate charges nothing.
         let handle = self
             .0
             .peer
             .send_request_with_option(req, PeerRequestOptions::no_options().with_meta(meta))
             .await
-            .map_err(|e| upstream_error(&e))?;
+            .map_err(|e| {
+                stipendex::mcp::undelivered(format!("the MCP server behind this gateway: {e}"))
+            })?;
         let id = handle.id.clone();
         let answer = tokio::select! {
             r = handle.await_response() => r.map_err(|e| upstream_error(&e))?,

@@ -21,6 +21,7 @@
 //! trusted_proxies = ["10.0.0.0/8"]    # peers whose X-Forwarded-* are kept
 //! upstream_timeout_secs = 30
 //! max_body_bytes = 10485760
+//! path_matching = "lenient"           # or "strict" for an upstream that routes exactly
 //! # resolve_url = "http://127.0.0.1:9000/price"   # dynamic prices: quote / reject / waive
 //!
 //! [upstream]
@@ -44,8 +45,11 @@
 //! Delivery is at most once per Proof: if an instance stops after forwarding and before the
 //! answer is kept, the same Proof again is forwarded again only for an idempotent method
 //! (`GET`, `HEAD`, `PUT`, `DELETE`); any other gets `409 outcome_unknown` (a checkout's hold
-//! stays until its expiry voids it). A paid request is not forwarded — nor its payment taken —
-//! while the upstream cannot be reached (503: send the same payment again later).
+//! stays until its expiry voids it). A paid request is not forwarded — nor its payment taken,
+//! whatever the way to pay — while the upstream cannot be reached (the receiver's one guard,
+//! [`UpstreamReady`]: 503, send the same payment again later); a forward that reaches no
+//! upstream (the connection refused) is kept as nobody's answer and charges nothing
+//! ([`stipendex::http::Undelivered`]).
 
 pub(crate) mod config;
 mod forward;
@@ -60,7 +64,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -87,6 +91,37 @@ pub(crate) struct Args {
     listen: Option<SocketAddr>,
 }
 
+/// The gateway's answer to the receiver's one guard ([`Receiver::guard`], asked before any
+/// payment of any kind is taken): its upstream takes connections (an HTTP API, an MCP URL) and
+/// its MCP session is open (a command).
+pub(crate) struct UpstreamReady {
+    health: forward::Health,
+    session: std::sync::OnceLock<Arc<mcp::Session>>,
+}
+
+impl UpstreamReady {
+    pub(crate) fn new(upstream: &Upstream) -> Self {
+        UpstreamReady {
+            health: forward::Health::new(upstream),
+            session: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl stipendex::receiver::Ready for UpstreamReady {
+    async fn ready(&self) -> Result<(), String> {
+        if self.session.get().is_some_and(|m| m.closed()) {
+            return Err("the MCP server behind this gateway is gone".into());
+        }
+        if self.health.up().await {
+            Ok(())
+        } else {
+            Err("the service behind this gateway cannot be reached".into())
+        }
+    }
+}
+
 /// What every request's handlers share.
 pub(crate) struct Shared {
     config: Config,
@@ -94,7 +129,7 @@ pub(crate) struct Shared {
     store: Option<Arc<dyn KeyStore>>,
     forward: Option<forward::Forward>,
     session: Option<Arc<mcp::Session>>,
-    health: forward::Health,
+    ready: Arc<UpstreamReady>,
     metrics: ops::Metrics,
     schemes: Vec<Arc<dyn Scheme>>,
 }
@@ -151,8 +186,8 @@ fn x402_offers(
     Ok(out)
 }
 
-/// The HTTP paywall beside the Quotes (settling after the upstream answered 2xx), if any
-/// route has an x402 offer.
+/// The HTTP paywall beside the Quotes (settling after the upstream answered for a safe method,
+/// before forwarding any other), if any route has an x402 offer.
 fn paywall(
     config: &Config,
     schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
@@ -162,7 +197,9 @@ fn paywall(
     if offers.is_empty() {
         return Ok(None);
     }
-    let mut p = Paywall::new().settle(SettleWhen::After);
+    // Settled after the upstream answered for a safe method (nothing changed if settlement
+    // then fails), before it is forwarded for any other: a POST's work is never done unpaid.
+    let mut p = Paywall::new().settle(SettleWhen::AfterIfSafe);
     if let Some(s) = store {
         p = p.with_store(s.clone());
     }
@@ -227,7 +264,8 @@ fn mcp_paywall(
     if offers.is_empty() {
         return Ok(None);
     }
-    let mut p = x402_transport::mcp::McpPaywall::new();
+    // A tool call has effects: settled before it is forwarded.
+    let mut p = x402_transport::mcp::McpPaywall::new().settle(SettleWhen::Before);
     if let Some(s) = store {
         p = p.with_store(s.clone());
     }
@@ -243,43 +281,13 @@ async fn mcp_guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Re
     // A stdio upstream is gone when its session is; a URL one when it stops taking
     // connections (checked at most every 2 s while it answers).
     let gone = s.session.as_ref().is_some_and(|m| m.closed())
-        || (matches!(s.config.upstream, Upstream::McpUrl(_)) && !s.health.up().await);
+        || (matches!(s.config.upstream, Upstream::McpUrl(_)) && !s.ready.health.up().await);
     if gone {
         let mut r = (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({
                 "error": "upstream_unavailable",
                 "message": "the MCP server behind this gateway is gone: nothing was charged; try again later",
-            })),
-        )
-            .into_response();
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-        return r;
-    }
-    next.run(req).await
-}
-
-/// Refuses a paid request while the upstream cannot be reached: its payment is not taken.
-async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let paying = ["stipendex-payment", "payment-signature", "x-payment"]
-        .iter()
-        .any(|h| req.headers().contains_key(*h));
-    if paying
-        && req.method() != Method::HEAD
-        && s.receiver
-            .decide(&stipendex::receiver::Request::new(
-                req.method().as_str(),
-                req.uri().path(),
-            ))
-            .is_some()
-        && !s.health.up().await
-    {
-        let mut r = (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({
-                "error": "upstream_unavailable",
-                "message": "the service behind this gateway cannot be reached: nothing was charged; send the same payment again later",
             })),
         )
             .into_response();
@@ -297,6 +305,8 @@ pub(crate) struct Parts {
     pub(crate) store: Option<Arc<dyn KeyStore>>,
     pub(crate) schemes: Vec<(Arc<dyn Scheme>, rail_core::Asset)>,
     pub(crate) exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
+    /// The receiver's guard, if it was built with this gateway's ([`UpstreamReady`]).
+    pub(crate) ready: Option<Arc<UpstreamReady>>,
 }
 
 /// Builds the receiver, the registry's rails and the router of the configuration.
@@ -335,9 +345,12 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
             )));
         }
     }
+    let ready = Arc::new(UpstreamReady::new(&config.upstream));
     let mut b = Receiver::builder(&config.receiver_id, config.receiver_key.clone())
         .registry(&registry)
-        .claim_lease(config.claim_lease);
+        .claim_lease(config.claim_lease)
+        .path_matching(config.path_matching)
+        .ready(ready.clone());
     if let Some(s) = &store {
         b = b.store(s.clone());
     }
@@ -361,6 +374,7 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
         store,
         schemes: schemes_of(&registry),
         exact_algo: registry.rails().find_map(|e| e.exact_algo.clone()),
+        ready: Some(ready),
     };
     assemble(config, parts).await
 }
@@ -375,7 +389,9 @@ pub(crate) async fn assemble(
         store,
         schemes,
         exact_algo,
+        ready,
     } = parts;
+    let ready = ready.unwrap_or_else(|| Arc::new(UpstreamReady::new(&config.upstream)));
     let (forward, session) = match &config.upstream {
         Upstream::Http(u) => (Some(forward::Forward::new(u)?), None),
         Upstream::McpUrl(_) | Upstream::McpCommand(_) => (
@@ -389,8 +405,11 @@ pub(crate) async fn assemble(
         None
     };
     let discovery = exact_algo.map(|r| exact_algo_discovery(&config, &r, http_paywall.as_ref()));
+    if let Some(m) = &session {
+        let _ = ready.session.set(m.clone());
+    }
     let shared = Arc::new(Shared {
-        health: forward::Health::new(&config.upstream),
+        ready,
         config,
         receiver,
         store,
@@ -417,9 +436,7 @@ pub(crate) async fn assemble(
             if let Some(p) = http_paywall {
                 binding = binding.with_x402(p)?;
             }
-            binding
-                .apply(ops_routes.fallback(forward::forward))
-                .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+            binding.apply(ops_routes.fallback(forward::forward))
         }
         Some(session) => {
             let observed = shared.clone();

@@ -178,7 +178,7 @@ pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
         // A stdio upstream lives as long as its session; a URL one is checked as an HTTP
         // upstream is.
         Some(_) if matches!(s.config.upstream, super::config::Upstream::McpCommand(_)) => true,
-        _ => s.health.up().await,
+        _ => s.ready.health.up().await,
     };
     if !up {
         failing.push("upstream");

@@ -20,7 +20,7 @@ mod tab;
 
 use rail_core::Amount;
 
-pub use tab::{TabChain, TabVerifier, result_line, verify_tab_chain};
+pub use tab::{TabChain, TabVerifier, result_line, uncounted_line, verify_tab_chain};
 
 use crate::Error;
 use crate::envelope::{

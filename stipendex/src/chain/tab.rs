@@ -48,11 +48,19 @@ pub struct TabChain {
     pub root_checked: bool,
 }
 
-/// A result line the wallet journals after a call's answer:
-/// `{"tab_call": {"voucher": "sha256:…", "result": "sha256:…"}}`.
+/// A line the wallet journals after a call's answer: its result,
+/// `{"tab_call": {"voucher": "sha256:…", "result": "sha256:…"}}`, or that the receiver did not
+/// count the voucher, `{"tab_uncounted": {"voucher": "sha256:…"}}`.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ResultLine {
-    tab_call: CallResult,
+    tab_call: Option<CallResult>,
+    tab_uncounted: Option<Uncounted>,
+}
+
+#[derive(Deserialize)]
+struct Uncounted {
+    voucher: Digest,
 }
 
 #[derive(Deserialize)]
@@ -66,6 +74,14 @@ struct CallResult {
 pub fn result_line(voucher: &Digest, result: &Digest) -> String {
     serde_json::json!({"tab_call": {"voucher": voucher.as_str(), "result": result.as_str()}})
         .to_string()
+}
+
+/// The journal line of a voucher the receiver said it did not count (the price hook refused
+/// or waived its call, or the call never reached the service): the lane went back to its state
+/// before it, and its next voucher carries the same sequence.
+#[must_use]
+pub fn uncounted_line(voucher: &Digest) -> String {
+    serde_json::json!({"tab_uncounted": {"voucher": voucher.as_str()}}).to_string()
 }
 
 /// The most recent vouchers of a lane kept to check a Receipt that ends a little before the
@@ -83,6 +99,8 @@ struct Lane {
     tree: CallTree,
     /// (seq, cumulative, voucher digest) of the latest vouchers.
     recent: VecDeque<(u64, Amount, Digest)>,
+    /// The last voucher's amount (to give it back if it was not counted).
+    last_amount: Amount,
 }
 
 impl Lane {
@@ -365,6 +383,15 @@ impl TabVerifier {
                 format!("{at}: signed outside the tab's life"),
             ));
         }
+        if vo.iat < md.nbf || vo.iat >= md.exp {
+            return Err(broken(
+                "voucher",
+                format!(
+                    "{at}: signed at {}, outside its mandate's validity ({} until {})",
+                    vo.iat, md.nbf, md.exp
+                ),
+            ));
+        }
         let iat = vo.iat;
         let lanes = t.lanes;
         self.check_revoked("voucher", iat)?;
@@ -410,6 +437,7 @@ impl TabVerifier {
         lane.close_pending(&Digest::of(b""));
         lane.seq = vo.seq;
         lane.cumulative = vo.cumulative;
+        lane.last_amount = vo.amount;
         lane.pending = Some(v.digest().clone());
         lane.recent
             .push_back((vo.seq, vo.cumulative, v.digest().clone()));
@@ -422,27 +450,52 @@ impl TabVerifier {
     }
 
     fn result(&mut self, line: &str) -> Result<(), Error> {
-        let r: ResultLine = serde_json::from_str(line).map_err(|e| {
-            broken(
-                "voucher",
-                format!("line {} is not a call's result: {e}", self.n),
-            )
-        })?;
+        let n = self.n;
+        let r: ResultLine = serde_json::from_str(line)
+            .map_err(|e| broken("voucher", format!("line {n} is not a call's result: {e}")))?;
+        let (voucher, result) = match (&r.tab_call, &r.tab_uncounted) {
+            (Some(c), None) => (&c.voucher, Some(&c.result)),
+            (None, Some(u)) => (&u.voucher, None),
+            _ => {
+                return Err(broken(
+                    "voucher",
+                    format!("line {n} is neither one call's result nor one uncounted voucher"),
+                ));
+            }
+        };
         let lane = self
             .lanes
             .iter_mut()
-            .find(|l| l.pending.as_ref() == Some(&r.tab_call.voucher))
+            .find(|l| l.pending.as_ref() == Some(voucher))
             .ok_or_else(|| {
                 broken(
                     "voucher",
                     format!(
-                        "line {}: a result for {}, which is not a lane's last voucher",
-                        self.n,
-                        r.tab_call.voucher.as_str()
+                        "line {n}: a result for {}, which is not a lane's last voucher awaiting one",
+                        voucher.as_str()
                     ),
                 )
             })?;
-        lane.close_pending(&r.tab_call.result);
+        let Some(result) = result else {
+            // Not counted by the receiver: the lane goes back to before the voucher (its
+            // previous call's leaf, if it had no result, stays: the receiver's does too).
+            let amount = lane.last_amount;
+            lane.pending = None;
+            lane.seq = lane.seq.saturating_sub(1);
+            lane.cumulative = lane
+                .cumulative
+                .checked_sub(amount)
+                .map_err(|e| broken("voucher", e.to_string()))?;
+            lane.last_amount = Amount::ZERO;
+            lane.recent.pop_back();
+            self.spent = self
+                .spent
+                .checked_sub(amount)
+                .map_err(|e| broken("voucher", e.to_string()))?;
+            self.vouchers = self.vouchers.saturating_sub(1);
+            return Ok(());
+        };
+        lane.close_pending(result);
         Ok(())
     }
 

@@ -147,10 +147,13 @@ impl Digest {
     /// The digest of `bytes` (a compact JWS, or a result's bytes for a Receipt).
     #[must_use]
     pub fn of(bytes: &[u8]) -> Self {
-        Digest(format!(
-            "sha256:{}",
-            URL_SAFE_NO_PAD.encode(Sha256::digest(bytes))
-        ))
+        Self::from_sha256(Sha256::digest(bytes).into())
+    }
+
+    /// The digest whose SHA-256 is `hash` (of bytes hashed as they streamed by).
+    #[must_use]
+    pub fn from_sha256(hash: [u8; 32]) -> Self {
+        Digest(format!("sha256:{}", URL_SAFE_NO_PAD.encode(hash)))
     }
 
     /// The text form.

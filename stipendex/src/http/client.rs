@@ -126,6 +126,36 @@ impl Client {
         headers: HeaderMap,
         body: Option<Vec<u8>>,
     ) -> Result<Response, Error> {
+        Box::pin(self.execute_with(method, url, headers, body, &mut Sink::Memory)).await
+    }
+
+    /// As [`Client::execute`], the final answer's body written to `out` as it arrives, with no
+    /// cap on its size (the [`Response`]'s `body` is then empty). A paid body is hashed as it
+    /// streams and checked against the Receipt when it ends: a Receipt that does not bind it is
+    /// an error after the body was written (`stipendex fetch` exits non-zero). The bodies of
+    /// x402 answers are read as by [`Client::execute`] (at most 16 MiB), then written.
+    ///
+    /// # Errors
+    /// As [`Client::execute`]; [`Error::Storage`] if `out` cannot be written.
+    pub async fn execute_to(
+        &self,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Option<Vec<u8>>,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<Response, Error> {
+        Box::pin(self.execute_with(method, url, headers, body, &mut Sink::Out(out))).await
+    }
+
+    async fn execute_with(
+        &self,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Option<Vec<u8>>,
+        sink: &mut Sink<'_>,
+    ) -> Result<Response, Error> {
         let url = crate::origin::parsed(url)?;
         let sent = Resource {
             origin: url.origin().ascii_serialization(),
@@ -135,8 +165,16 @@ impl Client {
         };
         // A call an open tab covers is paid by a voucher at once: no 402 round trip.
         if let Some((hold, opened)) = self.tabs.covering(&sent, self.wallet.now()) {
-            match Box::pin(self.call_in_tab(&hold, opened, &method, &url, &headers, body.clone()))
-                .await?
+            match Box::pin(self.call_in_tab(
+                &hold,
+                opened,
+                &method,
+                &url,
+                &headers,
+                body.clone(),
+                sink,
+            ))
+            .await?
             {
                 Ok(resp) => return Ok(resp),
                 // The tab is over (closed, ended, its cap used): closed here, and the 402's
@@ -156,7 +194,7 @@ impl Client {
             body,
         } = reached;
         if first.status() != StatusCode::PAYMENT_REQUIRED {
-            return read(first).await;
+            return read(first, sink).await;
         }
         let header = first
             .headers()
@@ -177,7 +215,7 @@ impl Client {
                         "the 402 carries neither a Quote nor an x402 payment requirement".into(),
                     )
                 })?;
-            return Box::pin(self.pay_x402(method, &url, &headers, body, &required)).await;
+            return Box::pin(self.pay_x402(method, &url, &headers, body, &required, sink)).await;
         };
         let quote: Signed<Quote> = serde_json::from_value(quote.clone())
             .map_err(|e| Error::Malformed(format!("the 402's quote: {e}")))?;
@@ -194,8 +232,16 @@ impl Client {
             && let Some(hold) = Box::pin(self.open_offered(tab, &sent)).await
         {
             self.tabs.add(hold.clone());
-            match Box::pin(self.call_in_tab(&hold, false, &method, &url, &headers, body.clone()))
-                .await?
+            match Box::pin(self.call_in_tab(
+                &hold,
+                false,
+                &method,
+                &url,
+                &headers,
+                body.clone(),
+                sink,
+            ))
+            .await?
             {
                 Ok(resp) => return Ok(resp),
                 Err(()) => {
@@ -227,7 +273,7 @@ impl Client {
             return Err(refusal(&body, "the receiver refused the proof"));
         }
         let (status, headers) = (second.status(), second.headers().clone());
-        let body = read_capped(second).await?;
+        let (body, digest, len) = take_body(second, sink).await?;
         let receipt = match headers.get(RECEIPT).map(|v| v.to_str()) {
             Some(Ok(v)) => {
                 let jws = String::from_utf8(
@@ -239,7 +285,11 @@ impl Client {
                 )
                 .map_err(|_| Error::Malformed("Stipendex-Receipt is not a JWS".into()))?;
                 // The Receipt must bind the bytes delivered, before it is journaled as theirs.
-                Some(self.wallet.receipt_for(&paid, &jws, &body).await?)
+                Some(
+                    self.wallet
+                        .receipt_for_digest(&paid, &jws, &digest, len)
+                        .await?,
+                )
             }
             Some(Err(_)) => return Err(Error::Malformed("Stipendex-Receipt is not ASCII".into())),
             None => None,
@@ -286,6 +336,7 @@ impl Client {
     /// Sends the call with a voucher of `hold` (and its hold Proof if the tab is not yet
     /// `opened` at the receiver). `Ok(Err(()))`: the receiver answered 402 (the tab is over
     /// or refused); the caller retires it.
+    #[allow(clippy::too_many_arguments)]
     async fn call_in_tab(
         &self,
         hold: &TabHold,
@@ -294,6 +345,7 @@ impl Client {
         url: &reqwest::Url,
         headers: &HeaderMap,
         body: Option<Vec<u8>>,
+        sink: &mut Sink<'_>,
     ) -> Result<Result<Response, ()>, Error> {
         let sent = Resource {
             origin: url.origin().ascii_serialization(),
@@ -308,6 +360,11 @@ impl Client {
         {
             Ok(v) => v,
             Err(Error::Voucher { .. } | Error::Expired { .. }) => return Ok(Err(())),
+            // The mandate was revoked: the tab is closed, and the call refused.
+            Err(e @ Error::Revoked(_)) => {
+                Box::pin(self.retire(hold)).await;
+                return Err(e);
+            }
             Err(e) => return Err(e),
         };
         let header = |s: String| {
@@ -336,9 +393,35 @@ impl Client {
             self.tabs.opened(hold);
         }
         let (status, headers) = (resp.status(), resp.headers().clone());
-        let body = read_capped(resp).await?;
-        let result = Digest::of(&body);
-        let said = headers.get(TAB_CALL).and_then(|v| v.to_str().ok());
+        let said = headers
+            .get(TAB_CALL)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let said = said.as_deref();
+        let uncounted = format!(
+            "voucher={}; {}",
+            v.voucher.digest().as_str(),
+            super::UNCOUNTED
+        );
+        if said == Some(uncounted.as_str()) {
+            // Not counted (refused or waived by the price hook, or the call never reached the
+            // service): the lane is given back, and nothing was paid for this answer.
+            if let Err(e) = self.wallet.voucher_uncounted(&v).await {
+                tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not give an uncounted voucher's lane back");
+            }
+            let (body, _, _) = take_body(resp, sink).await?;
+            return Ok(Ok(Response {
+                status,
+                headers,
+                body: body.into(),
+                paid: None,
+                receipt: None,
+                x402: None,
+                settlement: None,
+                tab_call: None,
+            }));
+        }
+        let (body, result, _) = take_body(resp, sink).await?;
         let expected = format!(
             "voucher={}; result={}",
             v.voucher.digest().as_str(),
@@ -427,6 +510,7 @@ impl Client {
         headers: &HeaderMap,
         body: Option<Vec<u8>>,
         required: &x402::Required,
+        sink: &mut Sink<'_>,
     ) -> Result<Response, Error> {
         let paid = self
             .wallet
@@ -452,10 +536,17 @@ impl Client {
         if answer.status == StatusCode::PAYMENT_REQUIRED {
             return Err(refusal(&answer.body, "the server refused the x402 payment"));
         }
+        let body = match sink {
+            Sink::Memory => answer.body,
+            Sink::Out(out) => {
+                write_out(*out, &answer.body)?;
+                Vec::new()
+            }
+        };
         Ok(Response {
             status: answer.status,
             headers: answer.headers,
-            body: answer.body.into(),
+            body: body.into(),
             paid: None,
             receipt: None,
             x402: Some(paid),
@@ -505,11 +596,54 @@ async fn read_capped(r: reqwest::Response) -> Result<Vec<u8>, Error> {
         })
 }
 
+/// Where the body of the final answer goes.
+enum Sink<'a> {
+    /// Into the [`Response`] (at most [`x402::MAX_BODY`] bytes).
+    Memory,
+    /// Written out as it arrives, with no cap; the [`Response`]'s body is empty.
+    Out(&'a mut (dyn std::io::Write + Send)),
+}
+
+fn write_out(out: &mut (dyn std::io::Write + Send), bytes: &[u8]) -> Result<(), Error> {
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::Storage(format!("cannot write the body: {e}")))
+}
+
+/// The final answer's body, into `sink`: what is held in memory (nothing when written out),
+/// the digest of every byte received, and their count.
+async fn take_body(
+    mut r: reqwest::Response,
+    sink: &mut Sink<'_>,
+) -> Result<(Vec<u8>, Digest, u64), Error> {
+    use sha2::Digest as _;
+    match sink {
+        Sink::Memory => {
+            let body = read_capped(r).await?;
+            let digest = Digest::of(&body);
+            let len = body.len() as u64;
+            Ok((body, digest, len))
+        }
+        Sink::Out(out) => {
+            let mut hash = sha2::Sha256::new();
+            let mut len: u64 = 0;
+            while let Some(chunk) = r.chunk().await.map_err(|e| transport(&e))? {
+                hash.update(&chunk);
+                len = len.saturating_add(chunk.len() as u64);
+                out.write_all(&chunk)
+                    .map_err(|e| Error::Storage(format!("cannot write the body: {e}")))?;
+            }
+            write_out(*out, &[])?;
+            Ok((Vec::new(), Digest::from_sha256(hash.finalize().into()), len))
+        }
+    }
+}
+
 /// An unpaid answer.
-async fn read(r: reqwest::Response) -> Result<Response, Error> {
+async fn read(r: reqwest::Response, sink: &mut Sink<'_>) -> Result<Response, Error> {
     let status = r.status();
     let headers = r.headers().clone();
-    let body = read_capped(r).await?;
+    let (body, _, _) = take_body(r, sink).await?;
     Ok(Response {
         status,
         headers,

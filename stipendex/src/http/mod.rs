@@ -21,9 +21,11 @@
 
 mod client;
 mod server;
+mod spool;
 
 pub use client::{Client, Response, TabCallPaid};
-pub use server::{Binding, FinalAmount, Outcome, TAB_CLOSE, WELL_KNOWN};
+pub use server::{Binding, FinalAmount, Outcome, TAB_CLOSE, Undelivered, WELL_KNOWN};
+pub use spool::DEFAULT_MAX_ANSWER;
 
 /// A reqwest client with the workspace's one TLS provider (rustls on ring) installed, as the
 /// binding's [`Client`] expects.
@@ -56,3 +58,36 @@ pub const TAB: &str = "stipendex-tab";
 /// The answer to a call inside a tab: `voucher=<digest>; result=<digest>` (SHA-256 of the
 /// body), the call's leaf in the tab's Merkle tree.
 pub const TAB_CALL: &str = "stipendex-tab-call";
+
+/// The `Stipendex-Tab-Call` parameter that says a voucher was not counted (a call refused or
+/// waived by the price hook, or one that never reached the service): `voucher=<digest>;
+/// uncounted`. The wallet gives the lane back and signs its next voucher with the same
+/// sequence and cumulative.
+pub const UNCOUNTED: &str = "uncounted";
+
+/// Every request header that presents a payment, of every way to pay: a Proof, a voucher, a
+/// tab's opening, an x402 v2 or v1 payload. The binding's guard ([`crate::receiver::Receiver::guard`])
+/// runs for a priced request that carries any of them, and a gateway never forwards them.
+pub const PAYMENT_HEADERS: &[&str] = &[
+    PAYMENT,
+    VOUCHER,
+    TAB,
+    x402_transport::wire::PAYMENT_SIGNATURE,
+    x402_transport::wire::X_PAYMENT,
+];
+
+/// Every response header that speaks for a payment (a Receipt, a tab call's leaf, an x402
+/// settlement or challenge): only the binding writes them; a gateway drops an upstream's.
+pub const PAYMENT_RESPONSE_HEADERS: &[&str] = &[
+    RECEIPT,
+    TAB_CALL,
+    x402_transport::wire::PAYMENT_RESPONSE,
+    x402_transport::wire::X_PAYMENT_RESPONSE,
+    x402_transport::wire::PAYMENT_REQUIRED,
+];
+
+/// Whether `headers` present a payment of any kind ([`PAYMENT_HEADERS`]).
+#[must_use]
+pub fn presents_payment(headers: &axum::http::HeaderMap) -> bool {
+    PAYMENT_HEADERS.iter().any(|h| headers.contains_key(*h))
+}

@@ -31,9 +31,6 @@ pub const TAB_CLOSE: &str = "/.well-known/stipendex/tab-close";
 /// The largest tab close request read.
 const MAX_CLOSE_BODY: usize = 16 * 1024;
 
-/// The largest response body a paid handler may return (its digest goes in the Receipt).
-const MAX_BODY: usize = 16 * 1024 * 1024;
-
 /// A checkout handler's final amount: put it in the response's extensions and the binding
 /// captures that much of the hold (never above the Quote or the Confirmation). Without it a
 /// checkout is captured for its estimate.
@@ -42,11 +39,20 @@ pub struct FinalAmount(pub Money);
 
 pub use crate::receiver::Outcome;
 
+/// Put in a response's extensions by paid work that never reached the service behind it (a
+/// gateway whose upstream refused the connection: not a byte of the request was sent). The
+/// binding keeps nothing of such an answer and charges nothing for it: a Proof's claim is
+/// released (the same Proof again runs the request), a voucher is taken back (and the answer
+/// says `uncounted`); the client gets `503 upstream_unavailable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Undelivered;
+
 /// The HTTP binding of a receiver: an axum middleware (see the module docs).
 #[derive(Clone)]
 pub struct Binding {
     receiver: Receiver,
     x402: Option<Paywall>,
+    max_answer: u64,
 }
 
 impl std::fmt::Debug for Binding {
@@ -75,7 +81,19 @@ impl Binding {
         Ok(Binding {
             receiver,
             x402: None,
+            max_answer: super::spool::DEFAULT_MAX_ANSWER,
         })
+    }
+
+    /// The largest paid answer delivered (default [`super::DEFAULT_MAX_ANSWER`], 1 GiB). A paid
+    /// answer is read whole before its Receipt is signed (past 1 MiB into a temporary file, so
+    /// memory stays bounded); a larger one is not delivered and its payment is given back (a
+    /// hold voided, a service payment refunded where its rail refunds, else the Proof left
+    /// usable; a voucher not counted).
+    #[must_use]
+    pub fn max_answer(mut self, bytes: u64) -> Self {
+        self.max_answer = bytes;
+        self
     }
 
     /// Also offers the x402 schemes `paywall` prices: a 402 carries both the Quote and the x402
@@ -178,24 +196,22 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     (status, h, axum::Json(body.clone())).into_response()
 }
 
-/// Why `path` is refused before any decision: a path that names a resource in more than one
-/// way (an empty segment, a `.` or `..` segment, raw or percent-encoded, or a backslash) could be
-/// priced under one spelling and served under another.
-fn non_canonical(path: &str) -> Option<&'static str> {
-    let segments: Vec<String> = rail_core::route::decoded_segments(path);
-    let last = segments.len().saturating_sub(1);
-    for (i, s) in segments.iter().enumerate() {
-        if s.is_empty() && i != 0 && i != last {
-            return Some("an empty segment (`//`)");
-        }
-        if s == "." || s == ".." {
-            return Some("a `.` or `..` segment");
-        }
-        if s.contains('\\') {
-            return Some("a backslash");
-        }
+/// Why a request is refused before any decision (`400 bad_request`): a method in lower case
+/// (`get` is `GET` to many servers, and no priced route's method), or a path that could mean
+/// another path to the service behind ([`rail_core::route::canonical_path`]: an encoded `/` or
+/// `\`, a `;`, a control character, an invalid escape, a `.`, `..` or empty segment, an escape
+/// of an escape). Each could be priced under one spelling and served under another.
+fn refused_spelling(req: &HttpRequest) -> Option<String> {
+    let method = req.method().as_str();
+    if method.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Some(format!(
+            "the method {method} is not in upper case: send {}",
+            method.to_ascii_uppercase()
+        ));
     }
-    None
+    rail_core::route::canonical_path(req.uri().path())
+        .err()
+        .map(|why| format!("{why}: request the resource by its canonical path"))
 }
 
 async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next) -> Response {
@@ -205,10 +221,10 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     if req.uri().path() == TAB_CLOSE {
         return close_tab(&b, req).await;
     }
-    if let Some(why) = non_canonical(req.uri().path()) {
+    if let Some(message) = refused_spelling(&req) {
         return json_response(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "not_found", "message": format!("the path has {why}: request its canonical form")}),
+            StatusCode::BAD_REQUEST,
+            &json!({"error": "bad_request", "message": message}),
         );
     }
     if req.method() == Method::OPTIONS {
@@ -234,6 +250,24 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     let Some(cap) = b.receiver.decide(&probe) else {
         return next.run(req).await;
     };
+    // The one guard: every way to pay (Proof, voucher, tab opening, x402 payload) passes it
+    // before anything is claimed, verified, counted or settled.
+    if super::presents_payment(req.headers())
+        && let Err(e) = b.receiver.guard().await
+    {
+        let mut r = x402_transport::paywall::unavailable_response(
+            e.code(),
+            None,
+            &format!("{e}: nothing was charged; send the same payment again later"),
+        );
+        if let Ok(Some(v)) = one_header(req.headers(), VOUCHER)
+            && let Ok(jws) = decode_header(&v)
+            && let Ok(voucher) = crate::envelope::Signed::<crate::envelope::Voucher>::parse(&jws)
+        {
+            set_uncounted(&mut r, voucher.digest());
+        }
+        return r;
+    }
     let sreq = request_of(&b.receiver, &req);
     let x402 = b.x402_route(cap, req.uri().path());
     let (x402_payment, presented) = read_headers(req.headers());
@@ -300,12 +334,31 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
             );
         }
     }
-    let (resp, answer) = paying
+    let done = paying
         .keep_alive(async {
             let resp = next.run(req).await;
-            finish(&b, &paying.accepted, resp).await
+            if resp.extensions().get::<Undelivered>().is_some() {
+                return None;
+            }
+            Some(finish(&b, &paying.accepted, resp).await)
         })
         .await;
+    let (resp, answer) = match done {
+        Some(Finished::Answered(resp, answer)) => (resp, answer),
+        Some(Finished::Undeliverable(resp, true)) => (resp, None),
+        Some(Finished::Undeliverable(resp, false)) => {
+            b.receiver.undelivered(*paying).await;
+            return resp;
+        }
+        None => {
+            b.receiver.undelivered(*paying).await;
+            return x402_transport::paywall::unavailable_response(
+                "upstream_unavailable",
+                None,
+                "the service behind this receiver could not be reached: nothing was kept; send the same Stipendex-Payment again",
+            );
+        }
+    };
     if let Err(e) = b.receiver.answered(*paying, answer.as_ref()).await {
         tracing::error!(error = %e, "stipendex: the answer was given but could not be kept for a repeat");
     }
@@ -389,6 +442,19 @@ async fn tab_call(
             }
             return resp;
         }
+        // The price hook waived the call: served free, the voucher not counted.
+        Ok(TabCall::Waived { voucher }) => {
+            let mut resp = next.run(req).await;
+            resp.extensions_mut().remove::<FinalAmount>();
+            set_uncounted(&mut resp, &voucher);
+            return resp;
+        }
+        // The price hook refused the call: nothing taken, the voucher not counted.
+        Err(Error::Rejected(message)) => {
+            let mut resp = rejected_response(&message);
+            set_uncounted(&mut resp, &Digest::of(voucher.trim().as_bytes()));
+            return resp;
+        }
         Err(e @ (Error::Storage(_) | Error::Payment(_))) => return retry(&e),
         Err(e) => return challenge(b, cap, seen, sreq, Some((e.code(), e.to_string()))).await,
     };
@@ -409,24 +475,56 @@ async fn tab_call(
         return answered_in_tab(b, *serving, &answer).await;
     }
     let resp = next.run(req).await;
+    if resp.extensions().get::<Undelivered>().is_some() {
+        // Nothing reached the service: the voucher is taken back, and the wallet told so.
+        let taken_back = b.receiver.tab_undelivered(*serving).await;
+        let mut r = x402_transport::paywall::unavailable_response(
+            "upstream_unavailable",
+            None,
+            "the service behind this receiver could not be reached: send the same Stipendex-Voucher again",
+        );
+        match taken_back {
+            Ok(()) => set_uncounted(&mut r, &voucher_digest),
+            Err(e) => {
+                tracing::error!(error = %e, "stipendex: an undelivered call's voucher could not be taken back");
+            }
+        }
+        return r;
+    }
     let (mut parts, body) = resp.into_parts();
     parts.extensions.remove::<FinalAmount>();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(bytes) => bytes,
+    let spooled = match super::spool::read(body, b.max_answer).await {
+        Ok(s) => s,
         Err(e) => {
-            // The call was paid by its voucher (the increment is kept, §4b); its answer is an
-            // error the same voucher gets again.
-            tracing::error!(error = %e, "stipendex: cannot read the paid handler's body");
-            let answer = answer_with(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                json!({"error": "internal error"}),
+            // The answer cannot be delivered whole: the voucher is taken back (never charged
+            // without service).
+            tracing::error!(error = %e, "stipendex: a paid call's answer cannot be delivered");
+            let taken_back = b.receiver.tab_undelivered(*serving).await;
+            let mut r = json_response(
+                StatusCode::BAD_GATEWAY,
+                &json!({"error": "answer_undeliverable", "message": format!("{e}: the voucher was not counted")}),
             );
-            return answered_in_tab(b, *serving, &answer).await;
+            match taken_back {
+                Ok(()) => set_uncounted(&mut r, &voucher_digest),
+                Err(err) => {
+                    tracing::error!(error = %err, "stipendex: an undeliverable call's voucher could not be taken back");
+                }
+            }
+            return r;
         }
     };
-    let answer = kept(&parts, &bytes, None);
+    // A body too large to keep is answered once; the same voucher again is `voucher_replayed`.
+    let answer = spooled.in_memory().map_or_else(
+        || Answer {
+            status: 0,
+            content_type: None,
+            body: Vec::new(),
+            receipt: None,
+        },
+        |bytes| kept(&parts, bytes, None),
+    );
     b.receiver
-        .tab_answered(*serving, answer, &Digest::of(&bytes))
+        .tab_answered(*serving, answer, &spooled.digest)
         .await;
     parts.headers.insert(
         header::CACHE_CONTROL,
@@ -436,8 +534,9 @@ async fn tab_call(
         amount: price,
         replayed: false,
     });
-    let mut resp = Response::from_parts(parts, Body::from(bytes.clone()));
-    set_tab_call(&mut resp, &voucher_digest, &Digest::of(&bytes));
+    let result = spooled.digest.clone();
+    let mut resp = Response::from_parts(parts, spooled.into_body());
+    set_tab_call(&mut resp, &voucher_digest, &result);
     resp
 }
 
@@ -462,6 +561,16 @@ fn cap_asset(cap: &PricedCapability) -> rail_core::Asset {
     match &cap.price {
         crate::receiver::Price::Fixed(m) => m.asset().clone(),
         crate::receiver::Price::Estimate { estimate, .. } => estimate.asset().clone(),
+    }
+}
+
+/// `Stipendex-Tab-Call: voucher=<digest>; uncounted`: the voucher was not counted (the wallet
+/// gives its lane back).
+fn set_uncounted(resp: &mut Response, voucher: &Digest) {
+    let v = format!("voucher={}; {}", voucher.as_str(), super::UNCOUNTED);
+    if let Ok(v) = HeaderValue::from_str(&v) {
+        resp.headers_mut()
+            .insert(HeaderName::from_static(TAB_CALL), v);
     }
 }
 
@@ -724,25 +833,48 @@ fn decode_header(value: &str) -> Result<String, Error> {
         .map_err(|_| Error::Malformed("Stipendex-Payment does not hold a compact JWS".into()))
 }
 
-/// After the paid handler: the Receipt on success (a checkout captures its final amount
-/// first); a failed checkout's hold is voided.
-async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> (Response, Option<Answer>) {
+/// What became of a paid request's answer.
+enum Finished {
+    /// Delivered (or failed and kept, as a service payment's failure is): the response, and
+    /// what to keep of it for a repeat of the Proof.
+    Answered(Response, Option<Answer>),
+    /// The work answered, but its answer could not be delivered whole (larger than the
+    /// binding delivers, or unreadable): the response that says so, and whether the payment was
+    /// given back (a hold voided, a service payment refunded). If it was not, the Proof's claim
+    /// is released instead, so that the same Proof can ask again: never charged without service.
+    Undeliverable(Response, bool),
+}
+
+/// After the paid handler: the Receipt on success — a 2xx, or a 3xx the work chose (a
+/// redirect to what was paid for, such as a presigned download) — a checkout capturing its
+/// final amount first; a failed checkout's hold is voided. The body is read whole (spooled to a
+/// temporary file past what is kept in memory) and the Receipt binds its digest.
+async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Finished {
     let (mut parts, body) = resp.into_parts();
     let final_amount = parts.extensions.remove::<FinalAmount>();
-    let ok = parts.status.is_success();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(b) => b,
+    let ok = parts.status.is_success() || parts.status.is_redirection();
+    let spooled = match super::spool::read(body, b.max_answer).await {
+        Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %e, "stipendex: cannot read the paid handler's body");
-            if let Err(e) = b.receiver.release(accepted).await {
-                tracing::error!(error = %e, "stipendex: cannot void a hold");
-            }
-            return (
+            tracing::error!(error = %e, "stipendex: the paid handler's answer cannot be delivered");
+            let given_back = match b.receiver.give_back(accepted).await {
+                Ok(given) => given,
+                Err(err) => {
+                    tracing::error!(error = %err, "stipendex: cannot give back the payment of an answer that cannot be delivered");
+                    false
+                }
+            };
+            let message = if given_back {
+                format!("{e}: the payment was given back")
+            } else {
+                format!("{e}: nothing was kept; send the same Stipendex-Payment again")
+            };
+            return Finished::Undeliverable(
                 json_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &json!({"error": "internal error"}),
+                    StatusCode::BAD_GATEWAY,
+                    &json!({"error": "answer_undeliverable", "message": message}),
                 ),
-                None,
+                given_back,
             );
         }
     };
@@ -752,12 +884,16 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> (Response, 
         }
         // The profile's rule: a service payment is not refunded; the same Proof again gets
         // this same answer, not a second run.
-        let answer = kept(&parts, &bytes, None);
-        return (Response::from_parts(parts, Body::from(bytes)), Some(answer));
+        let answer = spooled.in_memory().map(|bytes| kept(&parts, bytes, None));
+        return Finished::Answered(Response::from_parts(parts, spooled.into_body()), answer);
     }
     let receipt = b
         .receiver
-        .settle(accepted, final_amount.map(|FinalAmount(m)| m), &bytes)
+        .settle_digest(
+            accepted,
+            final_amount.map(|FinalAmount(m)| m),
+            spooled.digest.clone(),
+        )
         .await;
     match receipt {
         Ok(r) => {
@@ -772,15 +908,17 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> (Response, 
                 rail: accepted.rail.clone(),
                 amount: accepted.verified.amount.clone(),
             });
-            let answer = kept(&parts, &bytes, Some(r.jws().to_owned()));
-            (Response::from_parts(parts, Body::from(bytes)), Some(answer))
+            let answer = spooled
+                .in_memory()
+                .map(|bytes| kept(&parts, bytes, Some(r.jws().to_owned())));
+            Finished::Answered(Response::from_parts(parts, spooled.into_body()), answer)
         }
         Err(e) => {
             tracing::error!(error = %e, "stipendex: cannot settle after the handler");
             if let Err(v) = b.receiver.release(accepted).await {
                 tracing::error!(error = %v, "stipendex: cannot void a hold");
             }
-            (
+            Finished::Answered(
                 json_response(
                     StatusCode::BAD_GATEWAY,
                     &json!({"error": e.code(), "message": e.to_string()}),

@@ -393,6 +393,11 @@ impl PayingClient {
         let v = match self.wallet.voucher(hold, &target.request).await {
             Ok(v) => v,
             Err(Error::Voucher { .. } | Error::Expired { .. }) => return Ok(Err(())),
+            // The mandate was revoked: the tab is closed, and the call refused.
+            Err(e @ Error::Revoked(_)) => {
+                Box::pin(self.retire(hold)).await;
+                return Err(CallError::NotPaid(e));
+            }
             Err(e) => return Err(CallError::NotPaid(e)),
         };
         let bad = |e: serde_json::Error| CallError::Transport(e.to_string());
@@ -405,15 +410,31 @@ impl PayingClient {
                 .0
                 .insert(TAB.into(), serde_json::to_value(hold.proof()).map_err(bad)?);
         }
-        let result = match self.send_paid(call, meta).await? {
-            Ok(r) => r,
-            Err(e) => {
+        let not_counted = |said: Option<Digest>| said.as_ref() == Some(v.voucher.digest());
+        let result = match self.send_paid(call, meta).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
                 tracing::info!(tab = %hold.tab().object().id, error = %refusal(&e), "the tab is over at this server");
                 return Ok(Err(()));
             }
+            // Not counted (refused by the price hook, or the call never reached the service):
+            // the lane is given back; the error is the call's answer.
+            Err(CallError::Server(e)) if not_counted(super::uncounted_in(e.data.as_ref())) => {
+                self.give_back(hold, &v).await;
+                return Err(CallError::Server(e));
+            }
+            Err(e) => return Err(e),
         };
         self.tabs.opened(hold);
         let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+        if not_counted(super::uncounted_in(value.get("_meta"))) {
+            // Waived by the price hook: served free, the lane given back.
+            self.give_back(hold, &v).await;
+            return Ok(Ok(Answered {
+                result,
+                payment: None,
+            }));
+        }
         let digest = super::result_digest(&value);
         let said = value.get("_meta").and_then(|m| m.get(TAB_CALL));
         let expected =
@@ -434,6 +455,14 @@ impl PayingClient {
                 amount: o.money().map_err(CallError::NotPaid)?,
             }),
         }))
+    }
+
+    /// The server did not count voucher `v`: its lane is given back (errors logged: the lane
+    /// then stays at `v`, and the tab is retired at its next refusal).
+    async fn give_back(&self, hold: &TabHold, v: &crate::wallet::TabVoucher) {
+        if let Err(e) = self.wallet.voucher_uncounted(v).await {
+            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not give an uncounted voucher's lane back");
+        }
     }
 
     /// Stops using `hold` and closes it (errors logged: the server closes it at its end).

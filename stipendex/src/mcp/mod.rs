@@ -71,6 +71,59 @@ pub const TAB_CALL: &str = "stipendex/tab-call";
 /// The request that closes a tab: `params` `{"close": {"stipendex": "tab-close/0.1", "jws"}}`,
 /// answered `{"receipt": {"stipendex": "tab-receipt/0.1", "jws"}}`.
 pub const TAB_CLOSE: &str = "stipendex/tab-close";
+/// Every `params._meta` key that presents a payment, of every way to pay over MCP: a Proof, a
+/// voucher, a tab's opening, an x402 payload. The gate's guard
+/// ([`crate::receiver::Receiver::guard`]) runs for a priced call that carries any of them, and
+/// a gateway never forwards them.
+#[cfg(feature = "mcp")]
+pub const PAYMENT_KEYS: &[&str] = &[PAYMENT, VOUCHER, TAB, x402_transport::wire::PAYMENT_META];
+
+/// The `error.data` member (and `_meta` key of a waived result) by which a gate says paid work
+/// never reached the service behind it: `{"stipendex/undelivered": true}`. A gateway's
+/// forwarder sets it when nothing was sent upstream; the gate then keeps nothing and charges
+/// nothing.
+pub const UNDELIVERED: &str = "stipendex/undelivered";
+
+/// A JSON-RPC error for paid work that never reached the service behind the gate (nothing was
+/// sent): what a forwarding handler returns so that the gate charges nothing ([`UNDELIVERED`]).
+#[cfg(feature = "mcp")]
+#[must_use]
+pub fn undelivered(message: impl Into<std::borrow::Cow<'static, str>>) -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error(
+        message,
+        Some(serde_json::json!({"error": "upstream_unavailable", UNDELIVERED: true})),
+    )
+}
+
+/// Whether `e` says its work never reached the service ([`undelivered`]).
+#[cfg(feature = "mcp")]
+#[must_use]
+pub fn is_undelivered(e: &rmcp::ErrorData) -> bool {
+    e.data
+        .as_ref()
+        .and_then(|d| d.get(UNDELIVERED))
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+/// `{"voucher": <digest>, "uncounted": true}` under [`TAB_CALL`]: the voucher was not counted
+/// (the price hook refused or waived the call, or it never reached the service); the wallet
+/// gives its lane back. In an error's `data`, or a waived result's `_meta`.
+#[must_use]
+pub fn uncounted(voucher: &Digest) -> Value {
+    serde_json::json!({"voucher": voucher.as_str(), "uncounted": true})
+}
+
+/// The voucher a server said it did not count, from an error's `data` or a result's `_meta`.
+#[must_use]
+pub fn uncounted_in(v: Option<&Value>) -> Option<Digest> {
+    let t = v?.get(TAB_CALL)?;
+    if t.get("uncounted").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    serde_json::from_value(t.get("voucher")?.clone()).ok()
+}
+
 /// The version of the binding this build speaks (`{"version": "0.1"}`).
 pub const VERSION: &str = "0.1";
 /// The JSON-RPC error code of a payment required (the seed's `-32402`).

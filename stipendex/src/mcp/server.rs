@@ -419,6 +419,40 @@ impl GateState {
         }
     }
 
+    /// The one guard ([`Receiver::guard`]) for a priced call that presents a payment of any
+    /// kind ([`super::PAYMENT_KEYS`]): while the work cannot be done, nothing is taken and the
+    /// caller is told to send the same payment again (a voucher is not counted).
+    async fn guard(&self, meta: &JsonObject) -> Result<(), ErrorData> {
+        let paying = super::PAYMENT_KEYS
+            .iter()
+            .any(|k| meta.get(*k).is_some_and(|v| !v.is_null()));
+        if !paying {
+            return Ok(());
+        }
+        let Err(e) = self.receiver.guard().await else {
+            return Ok(());
+        };
+        let mut data = json!({
+            "error": e.code(),
+            "message": e.to_string(),
+            "retryable": true,
+            "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS,
+        });
+        if let Some(Ok(v)) = signed_in(meta, VOUCHER, "voucher/0.1")
+            && let Some(o) = data.as_object_mut()
+        {
+            o.insert(
+                TAB_CALL.into(),
+                super::uncounted(&crate::envelope::Digest::of(v.trim().as_bytes())),
+            );
+        }
+        Err(rpc_error(
+            ErrorCode::INTERNAL_ERROR.0,
+            format!("{e}: nothing was charged; send the same payment again later"),
+            data,
+        ))
+    }
+
     /// A gated call: unpaid (quote, waive or reject) or paid (admit, run, receipt).
     async fn call<R, F>(
         &self,
@@ -432,6 +466,7 @@ impl GateState {
         F: Future<Output = Result<R, ErrorData>>,
     {
         let meta = &context.meta.0.0;
+        self.guard(meta).await?;
         match signed_in(meta, VOUCHER, "voucher/0.1") {
             None => {}
             Some(Err(why)) => {
@@ -529,6 +564,36 @@ impl GateState {
                 self.saw(&GateOutcome::Replayed);
                 return replay(&answer);
             }
+            // The price hook waived the call: run for free, the voucher not counted.
+            Ok(TabCall::Waived { voucher }) => {
+                let out = run.await?;
+                return match out.completed() {
+                    Ok((mut v, _)) => {
+                        if let Some(o) = v.as_object_mut() {
+                            let meta = o
+                                .entry("_meta")
+                                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+                            if let Some(m) = meta.as_object_mut() {
+                                m.insert(TAB_CALL.into(), super::uncounted(&voucher));
+                            }
+                        }
+                        R::from_json(v).map_err(|e| internal(&e))
+                    }
+                    Err(r) => Ok(r),
+                };
+            }
+            // The price hook refused the call: nothing taken, the voucher not counted.
+            Err(Error::Rejected(message)) => {
+                self.saw(&GateOutcome::Rejected);
+                let mut e = rejected(&message);
+                if let Some(Value::Object(o)) = e.data.as_mut() {
+                    o.insert(
+                        TAB_CALL.into(),
+                        super::uncounted(&crate::envelope::Digest::of(voucher.trim().as_bytes())),
+                    );
+                }
+                return Err(e);
+            }
             Err(e) => {
                 return Err(match retryable(&e) {
                     Some(r) => r,
@@ -560,8 +625,27 @@ impl GateState {
                 .await;
             return Err(e);
         }
-        // The call was paid by its voucher: whatever it answers keeps the increment (§4b).
+        // The call was paid by its voucher: whatever it answers keeps the increment (§4b) —
+        // unless it never reached the service, and then the voucher is taken back.
         match run.await {
+            Err(e) if super::is_undelivered(&e) => {
+                let mut out = rpc_error(
+                    ErrorCode::INTERNAL_ERROR.0,
+                    format!("{}: send the same {VOUCHER} again", e.message),
+                    json!({"error": "upstream_unavailable", "retryable": true, "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS}),
+                );
+                match self.receiver.tab_undelivered(*serving).await {
+                    Ok(()) => {
+                        if let Some(Value::Object(o)) = out.data.as_mut() {
+                            o.insert(TAB_CALL.into(), super::uncounted(&voucher_digest));
+                        }
+                    }
+                    Err(err) => {
+                        tracing::error!(error = %err, "stipendex/mcp: an undelivered call's voucher could not be taken back");
+                    }
+                }
+                Err(out)
+            }
             Err(e) => {
                 let v = serde_json::to_value(&e).unwrap_or(Value::Null);
                 let result = super::result_digest(&v);
@@ -657,7 +741,7 @@ impl GateState {
             }
             Err(e) => return Err(retry_same(&rail_core::RailError::Storage(e.to_string()))),
         }
-        let (out, answer) = paying
+        let done = paying
             .keep_alive(async {
                 let (out, final_amount) = FINAL
                     .scope(RefCell::new(None), async {
@@ -665,9 +749,26 @@ impl GateState {
                         (out, FINAL.with(RefCell::take))
                     })
                     .await;
-                self.finish(&paying.accepted, out, final_amount).await
+                if let Err(e) = &out
+                    && super::is_undelivered(e)
+                {
+                    return Err(e.message.clone());
+                }
+                Ok(self.finish(&paying.accepted, out, final_amount).await)
             })
             .await;
+        let (out, answer) = match done {
+            Ok(d) => d,
+            Err(message) => {
+                // Nothing reached the service: nothing is kept, the Proof stays usable.
+                self.receiver.undelivered(*paying).await;
+                return Err(rpc_error(
+                    ErrorCode::INTERNAL_ERROR.0,
+                    format!("{message}: nothing was kept; send the same {PAYMENT} again"),
+                    json!({"error": "upstream_unavailable", "retryable": true, "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS}),
+                ));
+            }
+        };
         if let Err(e) = self.receiver.answered(*paying, answer.as_ref()).await {
             tracing::error!(error = %e, "stipendex/mcp: the answer was given but could not be kept for a repeat");
         }
@@ -918,7 +1019,7 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
             .gate
             .request(&context, "tools/call", &name, request.arguments.as_ref());
         let x402 = self.x402_for(&name);
-        // An x402 payment goes to the x402 paywall alone, as over HTTP.
+        // An x402 payment goes to the x402 paywall alone, as over HTTP — after the one guard.
         if let Some(paywall) = x402
             && context
                 .meta
@@ -926,6 +1027,7 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
                 .0
                 .contains_key(x402_transport::wire::PAYMENT_META)
         {
+            self.gate.guard(&context.meta.0.0).await?;
             let meta = context.meta.0.0.clone();
             let inner = &self.inner;
             let result = paywall

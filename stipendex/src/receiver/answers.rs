@@ -134,6 +134,7 @@ pub(crate) struct Answers {
     answers_ns: String,
     verified_ns: String,
     started: ReplayGuard,
+    started_ns: String,
     retain: Duration,
 }
 
@@ -155,6 +156,7 @@ impl Answers {
             answers_ns: format!("stipendex/{who}/answers"),
             verified_ns: format!("stipendex/{who}/verified"),
             started: ReplayGuard::new(store.clone(), format!("stipendex/{who}/started")),
+            started_ns: format!("stipendex/{who}/started"),
             retain,
             store,
         }
@@ -267,6 +269,21 @@ impl Answers {
             .insert_if_absent(key.as_str(), Some(self.retain))
             .await
             .map_err(|e| Error::Storage(e.to_string()))
+    }
+
+    /// The work of quote `quote_id`'s Proof never reached the service: its delivery mark is
+    /// removed, so the same Proof again runs it as the first time (even when not idempotent).
+    pub(crate) async fn unstart(&self, quote_id: &str) -> Result<(), Error> {
+        let key = Self::key(quote_id)?;
+        let storage = |e: RailError| Error::Storage(e.to_string());
+        let ns = self.started_ns.as_str();
+        if let Some(seen) = self.store.get(ns, key.as_str()).await.map_err(storage)? {
+            self.store
+                .remove(ns, key.as_str(), seen.record.token)
+                .await
+                .map_err(storage)?;
+        }
+        Ok(())
     }
 
     /// The claim's work failed: a permanent refusal gives the Quote back (nothing was used), an

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rail_core::keys::Lease;
+pub use rail_core::route::PathMatching;
 use rail_core::{
     Captured, Charge, KeyStore, MemoryKeyStore, Money, OpId, PaymentMode, RailError,
     ReceiverHandle, SharedClock, SystemClock, Verified,
@@ -144,6 +145,20 @@ pub enum Outcome {
     },
 }
 
+/// Whether the work behind a receiver can be done now: asked by [`Receiver::guard`] before any
+/// payment is taken, whatever the way to pay (a Proof, a voucher, a tab opening, an x402
+/// payload). A gateway's is "its upstream takes connections".
+///
+/// Contract: answer fast (it runs on every paid request) and without side effects; `Err(why)`
+/// only when the work certainly cannot be done now (`why` is shown to the payer). A `true`
+/// answer is no promise: work that then never reaches the service says so
+/// ([`Receiver::undelivered`], [`Receiver::tab_undelivered`]).
+#[async_trait::async_trait]
+pub trait Ready: Send + Sync {
+    /// `Ok` if the work can be done now, else why not.
+    async fn ready(&self) -> Result<(), String>;
+}
+
 /// Whether a paid request reaches its work for the first time ([`Receiver::deliver`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivery {
@@ -210,6 +225,8 @@ struct Inner {
     tab_terms: Option<TabTerms>,
     tabs: tab::Records,
     keeper: std::sync::atomic::AtomicBool,
+    path_matching: PathMatching,
+    ready: Option<Arc<dyn Ready>>,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -235,9 +252,30 @@ pub struct Builder {
     costly: (u32, Duration),
     claim_lease: Duration,
     tabs: Option<TabTerms>,
+    path_matching: PathMatching,
+    ready: Option<Arc<dyn Ready>>,
 }
 
 impl Builder {
+    /// The check [`Receiver::guard`] makes before any payment is taken (default: none, the
+    /// work is always there).
+    #[must_use]
+    pub fn ready(mut self, ready: Arc<dyn Ready>) -> Self {
+        self.ready = Some(ready);
+        self
+    }
+
+    /// How an HTTP path is matched against the priced patterns (default
+    /// [`PathMatching::Lenient`]: without regard to case, and modulo one trailing slash, so a
+    /// spelling a lenient service serves as a priced route is priced as that route;
+    /// [`PathMatching::Strict`] for a service known to route exactly). Tool names and
+    /// resource URIs are always matched exactly.
+    #[must_use]
+    pub fn path_matching(mut self, mode: PathMatching) -> Self {
+        self.path_matching = mode;
+        self
+    }
+
     /// Accepts payment over a rail (`name` as in the registry), in order of preference.
     #[must_use]
     pub fn rail(mut self, name: impl Into<String>, handle: ReceiverHandle) -> Self {
@@ -405,6 +443,8 @@ impl Builder {
             tabs: tab::Records::new(store.clone(), &self.id),
             keeper: std::sync::atomic::AtomicBool::new(false),
             tab_terms: self.tabs,
+            path_matching: self.path_matching,
+            ready: self.ready,
             claim_lease: self.claim_lease,
             answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease),
             costly: limit::Limiter::new(self.costly.0, self.costly.1),
@@ -451,6 +491,8 @@ impl Receiver {
             store: None,
             costly: DEFAULT_COSTLY_QUOTES,
             tabs: None,
+            path_matching: PathMatching::default(),
+            ready: None,
         }
     }
 
@@ -469,7 +511,7 @@ impl Receiver {
     /// The methods priced for `name` (whatever the method asked), for an `OPTIONS` answer.
     #[must_use]
     pub fn methods_priced(&self, name: &str) -> Vec<&str> {
-        pricing::methods_matching(&self.0.capabilities, name)
+        pricing::methods_matching(&self.0.capabilities, name, self.0.path_matching)
     }
 
     /// The public origins it is reached at (normalised), the default first.
@@ -521,12 +563,26 @@ impl Receiver {
     }
 
     /// The one pricing decision for `req`: the priced capability it falls under (the most
-    /// specific match of its method on its percent-decoded name; `HEAD` as `GET`), or `None`
-    /// if it is free. The Quote, the x402 challenge of the HTTP binding and every other gate
+    /// specific match of its method on its percent-decoded name, an HTTP path under the
+    /// receiver's [`PathMatching`]; `HEAD` as `GET`), or `None` if it is free. The Quote, the x402 challenge of the HTTP binding and every other gate
     /// ask this, and nothing else.
     #[must_use]
     pub fn decide(&self, req: &Request) -> Option<&PricedCapability> {
-        pricing::matching(&self.0.capabilities, req)
+        pricing::matching_as(&self.0.capabilities, req, self.0.path_matching)
+    }
+
+    /// The one guard every way to pay passes before anything is taken — a Proof, a voucher, a
+    /// tab's opening, an x402 payload, a CEP-8 payment — called once by each binding as soon
+    /// as a priced request presents a payment: `Err` while the work cannot be done
+    /// ([`Builder::ready`]), and then nothing is claimed, verified, counted or settled.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] (the binding answers it retryable: 503 over HTTP).
+    pub async fn guard(&self) -> Result<(), Error> {
+        match &self.0.ready {
+            None => Ok(()),
+            Some(r) => r.ready().await.map_err(Error::Unavailable),
+        }
     }
 
     /// Decides what `req` needs: nothing, or a signed Quote (or the hook's waiver or refusal).
@@ -941,12 +997,40 @@ impl Receiver {
             .await
     }
 
+    /// The request admitted as `paying` never reached its work (nothing was sent: a gateway's
+    /// upstream refused the connection): nothing of it is kept, and its claim is released so
+    /// that the same Proof again runs it as the first time — its rail's verdict is kept, so
+    /// the payment is not asked for twice and not lost. A checkout's hold stays (the same Proof
+    /// captures it, or it lapses).
+    pub async fn undelivered(&self, paying: Paying) {
+        let me = &self.0;
+        let q = paying.accepted.quote.object();
+        if let Err(e) = me.answers.unstart(&q.id).await {
+            tracing::error!(quote = %q.id, error = %e, "could not clear an undelivered request's delivery mark; a repeat of its proof may be answered outcome_unknown");
+        }
+        tracing::info!(quote = %q.id, "a paid request never reached the service: its proof stays usable");
+        me.answers.fail(paying.lease, true).await;
+    }
+
     /// The Receipt of a service payment, after the work: the quoted amount, and the digest of
     /// `result` (the bytes delivered).
     ///
     /// # Errors
     /// [`Error::Mismatch`] for a checkout (use [`Receiver::capture`]).
     pub fn receipt(&self, accepted: &Accepted, result: &[u8]) -> Result<Signed<Receipt>, Error> {
+        self.receipt_digest(accepted, Digest::of(result))
+    }
+
+    /// [`Receiver::receipt`] for a result whose digest is `result` (bytes hashed as they
+    /// streamed by).
+    ///
+    /// # Errors
+    /// As [`Receiver::receipt`].
+    pub fn receipt_digest(
+        &self,
+        accepted: &Accepted,
+        result: Digest,
+    ) -> Result<Signed<Receipt>, Error> {
         if accepted.quote.object().profile != Profile::Service {
             return Err(Error::Mismatch(
                 "a checkout is settled by capture, not by receipt".into(),
@@ -957,7 +1041,7 @@ impl Receiver {
             accepted,
             &amount,
             &accepted.verified.payment_ref,
-            Some(Digest::of(result)),
+            Some(result),
         )
     }
 
@@ -973,6 +1057,20 @@ impl Receiver {
         accepted: &Accepted,
         final_amount: &Money,
         result: &[u8],
+    ) -> Result<(Captured, Signed<Receipt>), Error> {
+        self.capture_digest(accepted, final_amount, Digest::of(result))
+            .await
+    }
+
+    /// [`Receiver::capture`] for a result whose digest is `result`.
+    ///
+    /// # Errors
+    /// As [`Receiver::capture`].
+    pub async fn capture_digest(
+        &self,
+        accepted: &Accepted,
+        final_amount: &Money,
+        result: Digest,
     ) -> Result<(Captured, Signed<Receipt>), Error> {
         let q = accepted.quote.object();
         let mut ceilings = vec![("the quote", q.max()?)];
@@ -998,12 +1096,8 @@ impl Receiver {
             .capture(&op, &accepted.verified, final_amount)
             .await
             .map_err(Error::Payment)?;
-        let receipt = self.sign_receipt(
-            accepted,
-            final_amount,
-            &captured.capture_ref,
-            Some(Digest::of(result)),
-        )?;
+        let receipt =
+            self.sign_receipt(accepted, final_amount, &captured.capture_ref, Some(result))?;
         Ok((captured, receipt))
     }
 
@@ -1019,18 +1113,72 @@ impl Receiver {
         final_amount: Option<Money>,
         result: &[u8],
     ) -> Result<Signed<Receipt>, Error> {
+        self.settle_digest(accepted, final_amount, Digest::of(result))
+            .await
+    }
+
+    /// [`Receiver::settle`] for a result whose digest is `result` (a body hashed as it was
+    /// read, too large to hold in memory).
+    ///
+    /// # Errors
+    /// As [`Receiver::settle`].
+    pub async fn settle_digest(
+        &self,
+        accepted: &Accepted,
+        final_amount: Option<Money>,
+        result: Digest,
+    ) -> Result<Signed<Receipt>, Error> {
         match accepted.quote.object().profile {
-            Profile::Service => self.receipt(accepted, result),
+            Profile::Service => self.receipt_digest(accepted, result),
             Profile::Checkout => {
                 let amount = match final_amount {
                     Some(m) => m,
                     None => accepted.quote.object().price()?,
                 };
-                self.capture(accepted, &amount, result)
+                self.capture_digest(accepted, &amount, result)
                     .await
                     .map(|(_, r)| r)
             }
         }
+    }
+
+    /// Gives the payment of `accepted` back, for work whose answer cannot be delivered: a
+    /// hold is voided; a settled service payment is refunded in full where its rail refunds
+    /// (under the receiver's own operation, `refund-<quote id>`, so a retry refunds once).
+    /// `Ok(false)` when the rail cannot refund: the caller then leaves the Proof usable
+    /// ([`Receiver::undelivered`]).
+    ///
+    /// # Errors
+    /// [`Error::Payment`] (the rail refused or failed: nothing was given back).
+    pub async fn give_back(&self, accepted: &Accepted) -> Result<bool, Error> {
+        if matches!(
+            accepted.verified.state,
+            rail_core::PaymentState::Held { .. }
+        ) {
+            self.release(accepted).await?;
+            return Ok(true);
+        }
+        let Some(refunds) = self
+            .0
+            .rails
+            .iter()
+            .find(|r| r.name == accepted.rail)
+            .and_then(|r| r.handle.refunds.as_ref())
+        else {
+            return Ok(false);
+        };
+        let op =
+            OpId::new(format!("refund-{}", accepted.quote.object().id)).map_err(Error::Payment)?;
+        refunds
+            .refund(
+                &op,
+                &accepted.verified.payment_ref,
+                &accepted.verified.amount,
+            )
+            .await
+            .map_err(Error::Payment)?;
+        tracing::info!(quote = %accepted.quote.object().id, amount = %accepted.verified.amount, "an answer that could not be delivered: its payment was refunded");
+        Ok(true)
     }
 
     /// The work failed after a checkout's hold: void it (a service payment is already settled;

@@ -2,7 +2,7 @@
 //! `resolve_price` hook that quotes, rejects or waives each priced request.
 
 use async_trait::async_trait;
-use rail_core::route::{RoutePattern, decoded_segments, most_specific};
+use rail_core::route::{PathMatching, RoutePattern, decoded_segments, most_specific_as};
 use rail_core::{Amount, Money};
 use serde_json::{Value, json};
 
@@ -229,31 +229,61 @@ impl PricedCapability {
     }
 }
 
-/// The one pricing decision: the most specific capability priced for `req`'s method whose
-/// pattern matches its percent-decoded name; a `HEAD` is priced as the `GET` of the same name
-/// (it shows what a GET would, so it is never free where the GET is priced).
+/// The one pricing decision, exactly ([`PathMatching::Strict`]): what a wallet and a verifier
+/// use to price a call inside a tab (a voucher the receiver accepted was priced the same both
+/// ways: a spelling the two would price apart is refused as `wrong_price`).
 pub(crate) fn matching<'a>(
     caps: &'a [PricedCapability],
     req: &Request,
 ) -> Option<&'a PricedCapability> {
+    matching_as(caps, req, PathMatching::Strict)
+}
+
+/// How a name is compared under the receiver's `mode`: an HTTP path (a name starting with `/`)
+/// as the mode says; a tool name or a resource URI exactly, as MCP names are.
+fn mode_for(name: &str, mode: PathMatching) -> PathMatching {
+    if name.starts_with('/') {
+        mode
+    } else {
+        PathMatching::Strict
+    }
+}
+
+/// The one pricing decision: the most specific capability priced for `req`'s method whose
+/// pattern matches its percent-decoded name under `mode` (HTTP paths; other names exactly); a
+/// `HEAD` is priced as the `GET` of the same name (it shows what a GET would, so it is never
+/// free where the GET is priced).
+pub(crate) fn matching_as<'a>(
+    caps: &'a [PricedCapability],
+    req: &Request,
+    mode: PathMatching,
+) -> Option<&'a PricedCapability> {
     let decoded = decoded_segments(&req.name);
+    let mode = mode_for(&req.name, mode);
     let by = |method: &str| {
-        most_specific(
+        most_specific_as(
             caps.iter()
                 .filter(|c| c.method == method)
                 .map(|c| (&c.pattern, c)),
             &decoded,
+            mode,
         )
     };
     by(&req.method).or_else(|| (req.method == "HEAD").then(|| by("GET")).flatten())
 }
 
-/// The methods of the capabilities whose pattern matches `name` (each once, declared order).
-pub(crate) fn methods_matching<'a>(caps: &'a [PricedCapability], name: &str) -> Vec<&'a str> {
+/// The methods of the capabilities whose pattern matches `name` under `mode` (each once,
+/// declared order).
+pub(crate) fn methods_matching<'a>(
+    caps: &'a [PricedCapability],
+    name: &str,
+    mode: PathMatching,
+) -> Vec<&'a str> {
     let decoded = decoded_segments(name);
+    let mode = mode_for(name, mode);
     let mut out: Vec<&str> = Vec::new();
     for c in caps {
-        if c.pattern.matches(&decoded) && !out.contains(&c.method.as_str()) {
+        if c.pattern.matches_as(&decoded, mode) && !out.contains(&c.method.as_str()) {
             out.push(&c.method);
         }
     }

@@ -1191,14 +1191,32 @@ impl Wallet {
         receipt: &str,
         delivered: &[u8],
     ) -> Result<Signed<Receipt>, Error> {
-        self.check_receipt(paid, receipt, Some(delivered)).await
+        let digest = crate::envelope::Digest::of(delivered);
+        self.check_receipt(paid, receipt, Some((&digest, delivered.len() as u64)))
+            .await
+    }
+
+    /// [`Wallet::receipt_for`] for a body of `len` bytes whose digest is `delivered` (hashed as
+    /// it streamed by, too large to hold).
+    ///
+    /// # Errors
+    /// As [`Wallet::receipt_for`].
+    pub async fn receipt_for_digest(
+        &self,
+        paid: &Paid,
+        receipt: &str,
+        delivered: &crate::envelope::Digest,
+        len: u64,
+    ) -> Result<Signed<Receipt>, Error> {
+        self.check_receipt(paid, receipt, Some((delivered, len)))
+            .await
     }
 
     async fn check_receipt(
         &self,
         paid: &Paid,
         receipt: &str,
-        delivered: Option<&[u8]>,
+        delivered: Option<(&crate::envelope::Digest, u64)>,
     ) -> Result<Signed<Receipt>, Error> {
         let receipt = Signed::<Receipt>::parse(receipt)?;
         let Some(quote_jws) = &paid.proof.object().quote_jws else {
@@ -1213,13 +1231,12 @@ impl Wallet {
             paid.confirmation.as_ref().map(Signed::object),
             &receipt,
         )?;
-        if let Some(body) = delivered {
+        if let Some((digest, len)) = delivered {
             let r = receipt.object();
-            if r.result.as_ref() != Some(&crate::envelope::Digest::of(body)) {
+            if r.result.as_ref() != Some(digest) {
                 return Err(Error::Mismatch(format!(
-                    "receipt {} does not bind the {} bytes received (its result digest is {})",
+                    "receipt {} does not bind the {len} bytes received (its result digest is {})",
                     r.id,
-                    body.len(),
                     r.result.as_ref().map_or("absent", |d| d.as_str())
                 )));
             }

@@ -222,6 +222,10 @@ pub struct TabVoucher {
     /// The voucher (send its compact JWS with the call).
     pub voucher: Signed<Voucher>,
     hold: TabHold,
+    /// The lane before this voucher, and the token its record was written with: to give the
+    /// lane back when the receiver says it did not count the voucher.
+    before: LaneState,
+    token: i64,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -629,13 +633,17 @@ impl Wallet {
     ///
     /// # Errors
     /// [`Error::Voucher`] `not_covered` (the tab does not price the call) or `above_cap`;
-    /// [`Error::Expired`] (past the tab's end); [`Error::LimitExceeded`] (per-call limit);
+    /// [`Error::Expired`] (past the tab's end, or the mandate's); [`Error::Revoked`] (the
+    /// mandate); [`Error::LimitExceeded`] (per-call limit);
     /// [`Error::Mismatch`] (the call goes to another origin than the tab's); [`Error::Storage`]
     /// (nothing was signed).
     pub async fn voucher(&self, hold: &TabHold, req: &Request) -> Result<TabVoucher, Error> {
         let me = &self.0;
         let t = hold.0.tab.object();
         let now = now_secs(&me.clock);
+        // No voucher under a mandate that has ended (expired, revoked): the principal's
+        // authority ends there, whatever is left of the tab (the client then closes it).
+        self.check_mandate(now).await?;
         if now >= t.exp {
             return Err(Error::Expired {
                 what: "tab",
@@ -767,8 +775,59 @@ impl Wallet {
         Ok(TabVoucher {
             voucher,
             hold: hold.clone(),
+            before: state,
+            token: new_token,
             _permit: permit,
         })
+    }
+
+    /// The receiver said it did not count `v` (`Stipendex-Tab-Call: voucher=…; uncounted`: the
+    /// price hook refused or waived the call, or it never reached the service): the lane goes
+    /// back to its state before `v` — written over `v`'s record, compare-and-set — and the
+    /// journal records it, so the lane's next voucher carries `v`'s sequence and cumulative and
+    /// `verify-chain` accepts that. Nothing is counted against the limits for it (the tab's cap
+    /// was counted when it opened).
+    ///
+    /// # Errors
+    /// [`Error::Storage`]: the lane stays at `v` (its next voucher is then out of order at the
+    /// receiver, and the tab is retired: nothing is lost).
+    pub async fn voucher_uncounted(&self, v: &TabVoucher) -> Result<(), Error> {
+        let me = &self.0;
+        let t = v.hold.0.tab.object();
+        let lane = v.voucher.object().lane;
+        let token: i64 = rand::random();
+        let w = Write {
+            token,
+            state: "lane".into(),
+            fingerprint: Vec::new(),
+            value: serde_json::to_string(&v.before).ok(),
+            retain: None,
+            lease: None,
+        };
+        let written = me
+            .store
+            .replace(&self.lanes_ns(), &format!("{}/{lane}", t.id), v.token, &w)
+            .await
+            .map_err(storage)?;
+        if !written {
+            return Err(Error::Storage(format!(
+                "lane {lane} of tab {} was written meanwhile: it stays at its last voucher",
+                t.id
+            )));
+        }
+        if let Some(slot) = lock(&v.hold.0.lanes).get_mut(usize::from(lane)) {
+            *slot = (v.before.clone(), Some(token));
+        }
+        let chain = chain_name(&t.receiver.id, &t.id);
+        if let Err(e) = me
+            .journal
+            .append(&chain, &crate::chain::uncounted_line(v.voucher.digest()))
+            .await
+        {
+            tracing::error!(chain = %chain, error = %e, "could not journal an uncounted voucher");
+        }
+        tracing::info!(tab = %t.id, lane, seq = v.voucher.object().seq, "the receiver did not count the voucher: its lane is given back");
+        Ok(())
     }
 
     /// Journals the result the call paid by `voucher` was answered with (the digest of the

@@ -97,6 +97,12 @@ pub enum TabCall {
         /// Its answer.
         answer: Box<Answer>,
     },
+    /// The price hook waived the call: run it for free; the voucher is not counted (say so to
+    /// the wallet, which signs the lane's next voucher with the same sequence).
+    Waived {
+        /// The voucher, by digest.
+        voucher: Digest,
+    },
 }
 
 /// A call paid by a voucher, being served.
@@ -110,6 +116,9 @@ pub struct Serving {
     /// [`Delivery::Again`] when an instance accepted this voucher and stopped before its
     /// answer was kept: run it again only if the request is idempotent.
     pub delivery: Delivery,
+    /// The lane as it was before this voucher (a first delivery), to take the voucher back if
+    /// the call never reaches the service ([`Receiver::tab_undelivered`]).
+    before: Option<Box<Lane>>,
 }
 
 fn voucher_err(code: &'static str, why: String) -> Error {
@@ -248,13 +257,17 @@ impl Receiver {
                 p.rail
             )));
         };
-        let entry = me.tabs.entry(&t.id);
-        let mut guard = entry.state.lock().await;
-        if guard.is_none() {
-            *guard = me.tabs.load(&t.id).await?;
+        // Nothing is kept for a tab until its hold is verified: a refused opening (a bogus
+        // payment, another wallet's tab, a made-up one) leaves no entry behind, whoever sends it
+        // and however often. An opened tab answers from this instance's copy or the store.
+        if let Some(entry) = me.tabs.existing(&t.id) {
+            let guard = entry.state.lock().await;
+            if let Some(s) = guard.as_ref() {
+                return opened_again(s, &proof);
+            }
         }
-        if let Some(s) = guard.as_ref() {
-            return opened_again(s, &proof);
+        if let Some(s) = me.tabs.load(&t.id).await? {
+            return opened_again(&s, &proof);
         }
         let op = super::answers::verify_op(proof.digest().as_str())?;
         let verified = rail
@@ -304,16 +317,42 @@ impl Receiver {
             lanes: vec![Lane::default(); usize::from(t.lanes)],
             ..TabRecord::default()
         };
-        match me.tabs.create(&t.id, &head, &rec).await? {
-            Ok(s) => {
-                tracing::info!(tab = %t.id, rail = %rail.name, cap = %t.cap, end, "tab opened");
-                *guard = Some(s);
-                Ok(Opened { tab, end })
-            }
-            Err(s) => {
-                let out = opened_again(&s, &proof);
-                *guard = Some(s);
-                out
+        let entry = me.tabs.entry(&t.id);
+        let mut guard = entry.state.lock().await;
+        let created = match guard.as_ref() {
+            Some(s) => Err(opened_again(s, &proof)),
+            None => match me.tabs.create(&t.id, &head, &rec).await {
+                Ok(Ok(s)) => {
+                    tracing::info!(tab = %t.id, rail = %rail.name, cap = %t.cap, end, "tab opened");
+                    *guard = Some(s);
+                    Ok(Opened {
+                        tab: tab.clone(),
+                        end,
+                    })
+                }
+                Ok(Err(s)) => {
+                    let out = opened_again(&s, &proof);
+                    *guard = Some(s);
+                    Err(out)
+                }
+                Err(e) => {
+                    drop(guard);
+                    me.tabs.forget_idle(&t.id);
+                    return Err(e);
+                }
+            },
+        };
+        match created {
+            Ok(opened) | Err(Ok(opened)) => Ok(opened),
+            Err(Err(e)) => {
+                // Another Proof opened the tab meanwhile: this one's hold is not the tab's, so
+                // it is given back (under an operation of its own, not the tab's void).
+                drop(guard);
+                let op = OpId::new(format!("void-{}", op.as_str())).map_err(Error::Payment)?;
+                if let Err(v) = holds.void(&op, &head.verified).await {
+                    tracing::warn!(tab = %t.id, error = %v, "could not void the hold of a second opening");
+                }
+                Err(e)
             }
         }
     }
@@ -332,8 +371,24 @@ impl Receiver {
         let me = &self.0;
         let v = Signed::<Voucher>::parse(voucher)?;
         let vo = v.object();
+        // The price hook runs for every call inside a tab, as for every priced request: it is
+        // authorisation as much as pricing. A refusal or a waiver takes nothing (the voucher is
+        // not counted); a price other than the tab's is `wrong_price` (the wallet pays the
+        // Quote instead).
+        let hook = match self.decide(req) {
+            Some(cap) => match me.resolve.resolve(cap, req).await {
+                super::Decision::Reject { message } => return Err(Error::Rejected(message)),
+                super::Decision::Waive => {
+                    return Ok(TabCall::Waived {
+                        voucher: v.digest().clone(),
+                    });
+                }
+                super::Decision::Quote { price, .. } => Some(price),
+            },
+            None => None,
+        };
         let entry = me.tabs.entry(&vo.tab);
-        let (version, generation) = {
+        let accepted = {
             let mut guard = entry.state.lock().await;
             let mut fresh = false;
             if guard.is_none() {
@@ -346,7 +401,7 @@ impl Receiver {
                     tab: vo.tab.clone(),
                     why: "this receiver has not opened it".into(),
                 }),
-                Some(s) => self.check_voucher(s, &v, req, now),
+                Some(s) => self.check_voucher(s, &v, req, now, hook.as_ref()),
             };
             // A refusal is final only against the record as the store holds it: this
             // instance's copy may be behind another instance's writes (a sequence it has not
@@ -362,7 +417,7 @@ impl Receiver {
                             tab: vo.tab.clone(),
                             why: "this receiver has not opened it".into(),
                         }),
-                        Some(s) => self.check_voucher(s, &v, req, now),
+                        Some(s) => self.check_voucher(s, &v, req, now, hook.as_ref()),
                     }
                 }
                 other => other,
@@ -396,6 +451,7 @@ impl Receiver {
                         price: vo.money()?,
                         voucher: v.clone(),
                         delivery: Delivery::Again,
+                        before: None,
                     })));
                 }
                 Step::Equivocation => {
@@ -419,16 +475,18 @@ impl Receiver {
                     ));
                 }
                 Step::Accept { lane, total } => {
+                    let mut before = None;
                     if let Some(l) = s.rec.lanes.get_mut(usize::from(vo.lane)) {
-                        *l = *lane;
+                        before = Some(Box::new(std::mem::replace(l, *lane)));
                     }
                     s.rec.total = total;
                     s.version += 1;
                     s.serving.insert((vo.lane, vo.seq));
-                    (s.version, entry.generation())
+                    (s.version, entry.generation(), before)
                 }
             }
         };
+        let (version, generation, before) = accepted;
         // Durable before the call runs: one write of the tab's record, shared with every
         // voucher of the tab applied meanwhile.
         me.tabs
@@ -438,7 +496,64 @@ impl Receiver {
             price: vo.money()?,
             voucher: v.clone(),
             delivery: Delivery::First,
+            before,
         })))
+    }
+
+    /// The call paid by `serving` never reached the service (nothing was sent: the connection
+    /// was refused): its voucher is taken back. The lane returns to its state before it — made
+    /// durable before this returns — so the wallet's next voucher on the lane carries the same
+    /// sequence and cumulative, and nothing is charged for it.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the lane cannot be given back (it moved on, the tab is closing,
+    /// or the write failed): the voucher then stays counted, its call unanswered (the same
+    /// voucher again runs it, as after a stop).
+    pub async fn tab_undelivered(&self, serving: Serving) -> Result<(), Error> {
+        let me = &self.0;
+        let vo = serving.voucher.object();
+        let entry = me.tabs.entry(&vo.tab);
+        let (version, generation) = {
+            let mut guard = entry.state.lock().await;
+            let Some(s) = guard.as_mut() else {
+                return Err(Error::Storage(format!(
+                    "tab {} was read again meanwhile: its voucher stays counted",
+                    vo.tab
+                )));
+            };
+            s.serving.remove(&(vo.lane, vo.seq));
+            let Some(before) = serving.before else {
+                return Err(Error::Storage(
+                    "a call delivered again is not taken back".into(),
+                ));
+            };
+            if s.rec.closing || s.rec.closed.is_some() {
+                return Err(Error::Storage(format!(
+                    "tab {} is closing with this voucher counted",
+                    vo.tab
+                )));
+            }
+            let total = s.rec.total.checked_sub(vo.amount).ok();
+            let Some(l) = s.rec.lanes.get_mut(usize::from(vo.lane)) else {
+                return Err(Error::Storage("no such lane".into()));
+            };
+            let last = l.voucher.as_ref() == Some(serving.voucher.digest());
+            let (true, false, Some(total)) = (last && l.seq == vo.seq, l.answered, total) else {
+                return Err(Error::Storage(format!(
+                    "lane {} of tab {} moved on: its voucher stays counted",
+                    vo.lane, vo.tab
+                )));
+            };
+            *l = *before;
+            s.rec.total = total;
+            s.version += 1;
+            (s.version, entry.generation())
+        };
+        me.tabs
+            .durable(&vo.tab, &entry, version, generation)
+            .await?;
+        tracing::info!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "a call that never reached the service: its voucher is taken back");
+        Ok(())
     }
 
     /// The call paid by `serving` was answered with `answer`, whose result digest is `result`
@@ -581,6 +696,11 @@ impl Receiver {
             if !due {
                 if closed {
                     me.tabs.forget(&id);
+                } else {
+                    // An entry with no tab read into it (what a refused request left while it
+                    // was being checked) is dropped; a tab being served is not.
+                    drop(entry);
+                    me.tabs.forget_idle(&id);
                 }
                 continue;
             }
@@ -750,6 +870,7 @@ impl Receiver {
         v: &Signed<Voucher>,
         req: &Request,
         now: u64,
+        hook: Option<&Price>,
     ) -> Result<Step, Error> {
         let vo = v.object();
         let (tab, wallet) = (&s.tab, s.wallet);
@@ -804,6 +925,19 @@ impl Receiver {
                     format!("tab {} does not cover {} {}", t.id, req.method, req.name),
                 )
             })?;
+        if let Some(p) = hook {
+            let same =
+                matches!(p, Price::Fixed(m) if m.asset() == &t.asset && m.amount() == price.amount);
+            if !same {
+                return Err(voucher_err(
+                    "wrong_price",
+                    format!(
+                        "{} {} is priced otherwise now than tab {}'s {} {}: pay its Quote",
+                        req.method, req.name, t.id, price.amount, t.asset
+                    ),
+                ));
+            }
+        }
         if vo.asset != t.asset || vo.amount != price.amount {
             return Err(voucher_err(
                 "wrong_price",

@@ -197,6 +197,34 @@ impl Records {
         m.entry(id.to_owned()).or_default().clone()
     }
 
+    /// Tab `id`'s entry at this instance, if it has one (creates none).
+    pub(crate) fn existing(&self, id: &str) -> Option<Arc<Entry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(id)
+            .cloned()
+    }
+
+    /// Forgets tab `id` if nobody else holds its entry and it holds no copy of an open tab
+    /// (nothing read, or closed): what a refused request or the keeper leaves is dropped, never
+    /// a tab being served.
+    pub(crate) fn forget_idle(&self, id: &str) {
+        let mut m = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let idle = m.get(id).is_some_and(|e| {
+            Arc::strong_count(e) == 1
+                && e.state
+                    .try_lock()
+                    .is_ok_and(|s| s.as_ref().is_none_or(|s| s.rec.closed.is_some()))
+        });
+        if idle {
+            m.remove(id);
+        }
+    }
+
     /// Forgets tab `id` (closed).
     pub(crate) fn forget(&self, id: &str) {
         self.entries
