@@ -66,6 +66,31 @@ struct Options {
     offer_tabs: bool,
     /// The mandate's total limit, in minor units.
     total: u128,
+    /// The receiver's guard ([`stipendex::receiver::Ready`]), if any.
+    ready: Option<Arc<dyn stipendex::receiver::Ready>>,
+    /// The receiver's price hook, if not the list price.
+    hook: Option<Arc<dyn stipendex::receiver::ResolvePrice>>,
+}
+
+/// The work behind a receiver, away or not (the receiver's guard asks it).
+#[derive(Default)]
+struct Away(AtomicBool);
+
+impl Away {
+    fn set(&self, away: bool) {
+        self.0.store(away, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl stipendex::receiver::Ready for Away {
+    async fn ready(&self) -> Result<(), String> {
+        if self.0.load(Ordering::SeqCst) {
+            Err("the conformance service is away".into())
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// Where the tab behaviours' receiver is served (a tab names its origin).
@@ -83,6 +108,8 @@ impl Default for Options {
             tab_cap: None,
             offer_tabs: false,
             total: PRICE * 20,
+            ready: None,
+            hook: None,
         }
     }
 }
@@ -129,6 +156,14 @@ fn scene(h: &dyn Harness, o: &Options) -> Result<Scene, String> {
     };
     let receiver = match o.tab_cap.filter(|_| o.offer_tabs) {
         Some(cap) => receiver.tabs(stipendex::receiver::TabTerms::new(money(h, cap)?).lanes(2)),
+        None => receiver,
+    };
+    let receiver = match &o.ready {
+        Some(r) => receiver.ready(r.clone()),
+        None => receiver,
+    };
+    let receiver = match &o.hook {
+        Some(hook) => receiver.resolve_price(hook.clone()),
         None => receiver,
     };
     let receiver = receiver.build().map_err(s("receiver"))?;
@@ -656,6 +691,9 @@ struct Served {
     sc: Scene,
     base: String,
     runs: Arc<std::sync::atomic::AtomicUsize>,
+    /// While set, `GET /paid` answers as work that never reached the service behind
+    /// ([`stipendex::http::Undelivered`]), and does not run.
+    undelivered: Arc<AtomicBool>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -684,6 +722,17 @@ async fn served(
     moved_to: Option<String>,
     bounce_to: Option<String>,
 ) -> Result<Served, String> {
+    served_with(h, moved_to, bounce_to, Options::default()).await
+}
+
+/// As [`served`], the scene made with `o` (its origins the served one). `GET /paid?q=redirect`
+/// answers with a redirect (a paid 3xx).
+async fn served_with(
+    h: &dyn Harness,
+    moved_to: Option<String>,
+    bounce_to: Option<String>,
+    o: Options,
+) -> Result<Served, String> {
     use axum::response::{IntoResponse, Redirect};
     use axum::routing::{get, post};
     let (listener, base) = listen().await?;
@@ -691,11 +740,12 @@ async fn served(
         h,
         &Options {
             origins: vec![base.clone()],
-            ..Options::default()
+            ..o
         },
     )?;
     let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (r1, r2) = (runs.clone(), runs.clone());
+    let undelivered = Arc::new(AtomicBool::new(false));
+    let (r1, r2, away) = (runs.clone(), runs.clone(), undelivered.clone());
     let moved = moved_to.unwrap_or_else(|| "/".into());
     let app = stipendex::http::Binding::new(sc.receiver.clone())
         .map_err(s("binding"))?
@@ -703,9 +753,21 @@ async fn served(
             axum::Router::new()
                 .route(
                     "/paid",
-                    axum::routing::any(move || {
-                        r1.fetch_add(1, Ordering::SeqCst);
-                        async { "PAID WORK" }
+                    axum::routing::any(move |uri: axum::http::Uri| {
+                        let (runs, away) = (r1.clone(), away.clone());
+                        async move {
+                            if away.load(Ordering::SeqCst) {
+                                let mut r = (axum::http::StatusCode::BAD_GATEWAY, "unreachable")
+                                    .into_response();
+                                r.extensions_mut().insert(stipendex::http::Undelivered);
+                                return r;
+                            }
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            if uri.query() == Some("q=redirect") {
+                                return Redirect::temporary("/elsewhere").into_response();
+                            }
+                            "PAID WORK".into_response()
+                        }
                     }),
                 )
                 .route(
@@ -744,6 +806,7 @@ async fn served(
         sc,
         base,
         runs,
+        undelivered,
         server,
     })
 }
@@ -902,26 +965,40 @@ async fn stipendex_head_is_priced(h: &dyn Harness) -> Verdict {
     unchanged(h, before, "HEAD and OPTIONS").await
 }
 
-/// Every other spelling of a priced path — percent-encoded, `//`, `.` and `..` (raw and
-/// encoded), another case — is a 402 unpaid or a 404, never the priced handler's work.
+/// Every other spelling of a priced path is priced as it (percent-encoded, another case, a
+/// trailing slash: 402 unpaid) or refused before any decision (`//`, `.` and `..` raw and
+/// encoded, an encoded `/` or `\`, a `;`, `%00`, an invalid escape, an escape of an escape, a
+/// method in lower case: 400) — never the priced handler's work.
 async fn stipendex_encoded_path_is_priced(h: &dyn Harness) -> Verdict {
     let sv = served(h, None, None).await?;
     let before = balances(h).await?;
-    for (path, want) in [
-        ("/p%61id", 402),
-        ("/%70%61%69%64", 402),
-        ("//paid", 404),
-        ("/x/../paid", 404),
-        ("/%2e%2e/paid", 404),
-        ("/./paid", 404),
-        ("/PAID", 404),
+    for (method, path, want) in [
+        ("GET", "/p%61id", 402),
+        ("GET", "/%70%61%69%64", 402),
+        ("GET", "/PAID", 402),
+        ("GET", "/Paid/", 402),
+        ("GET", "//paid", 400),
+        ("GET", "/x/../paid", 400),
+        ("GET", "/%2e%2e/paid", 400),
+        ("GET", "/./paid", 400),
+        ("GET", "/x%2Fpaid", 400),
+        ("GET", "/x%5Cpaid", 400),
+        ("GET", "/paid;v=1", 400),
+        ("GET", "/paid%3B", 400),
+        ("GET", "/paid%00", 400),
+        ("GET", "/paid%zz", 400),
+        ("GET", "/paid%252F", 400),
+        ("get", "/paid", 400),
     ] {
-        let (status, text) = raw(&sv.base, "GET", path).await?;
+        let (status, text) = raw(&sv.base, method, path).await?;
         ensure!(
             status == want,
-            "GET {path} answered {status}, not {want}: {text}"
+            "{method} {path} answered {status}, not {want}: {text}"
         );
-        ensure!(!text.contains("PAID WORK"), "GET {path} was served unpaid");
+        ensure!(
+            !text.contains("PAID WORK"),
+            "{method} {path} was served unpaid"
+        );
     }
     ensure!(sv.ran() == 0, "the priced handler ran");
     unchanged(h, before, "another spelling of a priced path").await
@@ -1284,6 +1361,15 @@ async fn tab_called(
         .map_err(s("tab call"))?
     {
         TabCall::Run(serving) => {
+            // The wallet journals the result it received, as its clients do.
+            sc.wallet
+                .tab_result(
+                    hold,
+                    &v.voucher,
+                    &stipendex::envelope::Digest::of(format!("result {n}").as_bytes()),
+                )
+                .await
+                .map_err(s("journal the call's result"))?;
             sc.receiver
                 .tab_answered(
                     *serving,
@@ -1539,6 +1625,354 @@ async fn stipendex_tab_refused_without_partial_capture(h: &dyn Harness) -> Verdi
     unchanged(h, before, "a refused tab").await
 }
 
+// ---- No free work, no charge without service (issue 44): on every rail. --------------------
+
+/// The unpaid 402's Quote for `url`, paid by the scene's wallet: the Proof's header.
+async fn paid_proof(sv: &Served, url: &str) -> Result<String, String> {
+    let (status, _, body) = presented(url, None).await?;
+    ensure!(
+        status == 402,
+        "the unpaid request answered {status}: {body}"
+    );
+    let body: serde_json::Value = serde_json::from_str(&body).map_err(s("402 body"))?;
+    let quote: Signed<stipendex::envelope::Quote> =
+        serde_json::from_value(body.get("quote").cloned().unwrap_or_default())
+            .map_err(s("402 quote"))?;
+    let sent = quote
+        .object()
+        .resource
+        .clone()
+        .ok_or("the quote names no resource")?;
+    let paid = sv
+        .sc
+        .wallet
+        .pay_for(&quote, &sent)
+        .await
+        .map_err(s("pay"))?;
+    Ok(paid.proof.to_header())
+}
+
+/// Whether the rail holds and captures part of a hold (tabs run on it).
+fn tabs_run_on(h: &dyn Harness) -> bool {
+    let caps = h.rail().capabilities();
+    caps.hold && caps.partial_capture
+}
+
+/// The options of a receiver served over HTTP that offers tabs where the rail can.
+fn with_tabs(h: &dyn Harness, o: Options) -> Options {
+    if tabs_run_on(h) {
+        Options {
+            tab_cap: Some(PRICE * 8),
+            offer_tabs: true,
+            ..o
+        }
+    } else {
+        o
+    }
+}
+
+/// While the work behind the receiver is away, every way to pay passes its one guard and
+/// nothing is taken: a Proof is refused (503) before it is claimed and served once the work is
+/// back; where the rail holds, a tab's opening and a voucher are refused uncounted, and the
+/// tab's close captures the calls served, and only those.
+async fn stipendex_unready_work_takes_nothing(h: &dyn Harness) -> Verdict {
+    let away = Arc::new(Away::default());
+    let sv = served_with(
+        h,
+        None,
+        None,
+        with_tabs(
+            h,
+            Options {
+                ready: Some(away.clone()),
+                ..Options::default()
+            },
+        ),
+    )
+    .await?;
+    let before = balances(h).await?;
+    let url = format!("{}/paid?q=proof", sv.base);
+    let proof = paid_proof(&sv, &url).await?;
+    away.set(true);
+    let (status, _, body) = presented(&url, Some(&proof)).await?;
+    ensure!(
+        status == 503 && body.contains("upstream_unavailable"),
+        "a Proof while the work is away answered {status}: {body}"
+    );
+    ensure!(sv.ran() == 0, "the priced handler ran");
+    away.set(false);
+    let (status, receipt, _) = presented(&url, Some(&proof)).await?;
+    ensure!(
+        status == 200 && receipt.is_some(),
+        "the same Proof once the work is back answered {status}"
+    );
+    ensure!(sv.ran() == 1, "the handler ran {} times", sv.ran());
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&sv.sc.price),
+        "one Proof, held back once, moved {} instead of {}",
+        after.payee_settled - before.payee_settled,
+        units(&sv.sc.price)
+    );
+    if !tabs_run_on(h) {
+        return Ok(());
+    }
+    let client = sv.client()?;
+    let get = |n: &str| {
+        let (client, url) = (&client, format!("{}/paid?n={n}", sv.base));
+        async move { client.get(&url).await.map_err(s("a call in a tab")) }
+    };
+    // The tab's opening (its hold Proof, with the first voucher) while away: not opened.
+    away.set(true);
+    let r = get("1").await?;
+    ensure!(
+        r.status == 503 && r.tab_call.is_none(),
+        "a tab's opening while away answered {} (paid: {})",
+        r.status,
+        r.tab_call.is_some()
+    );
+    ensure!(
+        sv.sc.receiver.tabs_cached() == 0,
+        "an unopened tab was kept"
+    );
+    away.set(false);
+    let r = get("2").await?;
+    ensure!(
+        r.tab_call.is_some(),
+        "the tab did not pay once the work was back"
+    );
+    // A voucher while away: not counted.
+    away.set(true);
+    let r = get("3").await?;
+    ensure!(
+        r.status == 503 && r.tab_call.is_none(),
+        "a voucher while away answered {} (paid: {})",
+        r.status,
+        r.tab_call.is_some()
+    );
+    away.set(false);
+    let r = get("4").await?;
+    ensure!(
+        r.tab_call.is_some(),
+        "the tab did not go on after the work was back"
+    );
+    let receipts = client.close_tabs().await.map_err(s("close"))?;
+    let receipt = receipts.last().ok_or("no tab closed")?.object();
+    ensure!(
+        receipt.calls == 2 && receipt.captured == money(h, PRICE * 2)?.amount(),
+        "the tab captured {} for {} calls; 2 were served",
+        receipt.captured,
+        receipt.calls
+    );
+    ensure!(sv.ran() == 3, "the handler ran {} times", sv.ran());
+    Ok(())
+}
+
+/// Paid work that never reached the service behind the receiver (its answer marked
+/// `Undelivered`) is kept as no answer and charges nothing: the same Proof later runs the
+/// request once, with its Receipt; where the rail holds, the voucher is taken back and the
+/// next one carries its sequence.
+async fn stipendex_undelivered_work_charges_nothing(h: &dyn Harness) -> Verdict {
+    let sv = served_with(h, None, None, with_tabs(h, Options::default())).await?;
+    let before = balances(h).await?;
+    let url = format!("{}/paid?q=undelivered", sv.base);
+    let proof = paid_proof(&sv, &url).await?;
+    sv.undelivered.store(true, Ordering::SeqCst);
+    let (status, receipt, body) = presented(&url, Some(&proof)).await?;
+    ensure!(
+        status == 503 && receipt.is_none(),
+        "undelivered work answered {status}: {body}"
+    );
+    sv.undelivered.store(false, Ordering::SeqCst);
+    let (status, receipt, body) = presented(&url, Some(&proof)).await?;
+    ensure!(
+        status == 200 && receipt.is_some() && body == "PAID WORK",
+        "the same Proof after undelivered work answered {status}: {body}"
+    );
+    ensure!(sv.ran() == 1, "the handler ran {} times", sv.ran());
+    let after = balances(h).await?;
+    ensure!(
+        after.payee_settled - before.payee_settled == units(&sv.sc.price),
+        "moved {} instead of {}",
+        after.payee_settled - before.payee_settled,
+        units(&sv.sc.price)
+    );
+    if !tabs_run_on(h) {
+        return Ok(());
+    }
+    let client = sv.client()?;
+    let get = |n: &str| {
+        let (client, url) = (&client, format!("{}/paid?n={n}", sv.base));
+        async move { client.get(&url).await.map_err(s("a call in a tab")) }
+    };
+    ensure!(get("1").await?.tab_call.is_some(), "the tab did not pay");
+    sv.undelivered.store(true, Ordering::SeqCst);
+    let r = get("2").await?;
+    ensure!(
+        r.status == 503 && r.tab_call.is_none(),
+        "an undelivered call in a tab answered {} (paid: {})",
+        r.status,
+        r.tab_call.is_some()
+    );
+    sv.undelivered.store(false, Ordering::SeqCst);
+    ensure!(get("3").await?.tab_call.is_some(), "the tab did not go on");
+    let receipts = client.close_tabs().await.map_err(s("close"))?;
+    let receipt = receipts.last().ok_or("no tab closed")?.object();
+    ensure!(
+        receipt.calls == 2 && receipt.captured == money(h, PRICE * 2)?.amount(),
+        "the tab captured {} for {} calls; 2 were served",
+        receipt.captured,
+        receipt.calls
+    );
+    Ok(())
+}
+
+/// A 3xx the paid work answers (a presigned download's redirect) is a delivered answer: it
+/// carries its Receipt, and the payment stands once.
+async fn stipendex_paid_redirect_receipted(h: &dyn Harness) -> Verdict {
+    let sv = served(h, None, None).await?;
+    let client = sv.client()?;
+    let r = client
+        .get(&format!("{}/paid?q=redirect", sv.base))
+        .await
+        .map_err(s("a paid redirect"))?;
+    ensure!(
+        r.status.is_redirection() && r.receipt.is_some(),
+        "a paid redirect answered {} (receipt: {})",
+        r.status,
+        r.receipt.is_some()
+    );
+    ensure!(sv.ran() == 1, "the handler ran {} times", sv.ran());
+    Ok(())
+}
+
+/// The price hook runs for every call inside a tab: a refusal (`rejected`) and a waiver take
+/// nothing — the wallet gives the voucher's lane back —, a price other than the tab's is
+/// `wrong_price`; the close captures the calls the tab paid, and only those.
+async fn stipendex_tab_hook_runs_for_every_call(h: &dyn Harness) -> Verdict {
+    use stipendex::receiver::{Decision, Price, TabCall};
+    let dear = money(h, PRICE * 2)?;
+    let hook = move |cap: &PricedCapability, req: &Request| match req
+        .params
+        .get("n")
+        .and_then(serde_json::Value::as_str)
+    {
+        Some("blocked") => Decision::reject("not served"),
+        Some("free") => Decision::Waive,
+        Some("dear") => Decision::quote(Price::Fixed(dear.clone())),
+        _ => Decision::quote(cap.price.clone()),
+    };
+    let sc = scene(
+        h,
+        &Options {
+            origins: vec![TAB_ORIGIN.to_owned()],
+            tab_cap: Some(PRICE * 8),
+            offer_tabs: true,
+            total: PRICE * 20,
+            hook: Some(Arc::new(hook)),
+            ..Options::default()
+        },
+    )?;
+    let hold = tab_opened(&sc).await?;
+    tab_called(&sc, &hold, 1).await?;
+    let at = |n: &str| {
+        Request::from_resource(&stipendex::envelope::Resource {
+            origin: TAB_ORIGIN.into(),
+            method: "GET".into(),
+            path: "/paid".into(),
+            query: Some(format!("n={n}")),
+        })
+    };
+    for (n, want) in [
+        ("blocked", "rejected"),
+        ("free", "waived"),
+        ("dear", "wrong_price"),
+    ] {
+        let v = sc
+            .wallet
+            .voucher(&hold, &at(n))
+            .await
+            .map_err(s("voucher"))?;
+        let got = match sc.receiver.tab_call(&at(n), v.voucher.jws()).await {
+            Ok(TabCall::Waived { .. }) => "waived".to_owned(),
+            Ok(_) => "run".to_owned(),
+            Err(e) => e.code().to_owned(),
+        };
+        ensure!(got == want, "the call n={n} was {got}, not {want}");
+        sc.wallet
+            .voucher_uncounted(&v)
+            .await
+            .map_err(s("give the lane back"))?;
+    }
+    let last = tab_called(&sc, &hold, 2).await?;
+    ensure!(
+        last.object().seq == 2,
+        "the lane was not given back: the next voucher has sequence {}",
+        last.object().seq
+    );
+    let receipt = tab_closed(&sc, &hold).await?;
+    ensure!(
+        receipt.object().calls == 2 && receipt.object().captured == money(h, PRICE * 2)?.amount(),
+        "the tab captured {} for {} calls; it paid 2",
+        receipt.object().captured,
+        receipt.object().calls
+    );
+    let lines = sc
+        .journal
+        .chain(&chain_name("conformance-shop", &hold.tab().object().id));
+    stipendex::chain::verify_tab_chain(
+        lines.iter().map(String::as_str),
+        Some(&sc.principal.public()),
+    )
+    .map_err(s("the tab's chain"))?;
+    Ok(())
+}
+
+/// A refused tab opening — a fresh tab sent back with a throwaway key and another tab's hold
+/// — leaves nothing at the receiver, however many come; nothing moves.
+async fn stipendex_tab_refused_opening_keeps_nothing(h: &dyn Harness) -> Verdict {
+    let sc = tab_scene(h, PRICE * 8, PRICE * 20)?;
+    let req = tab_req(0);
+    let sent = req.resource().ok_or("no resource")?;
+    let tab = sc
+        .receiver
+        .offer_tab(&req)
+        .await
+        .map_err(s("offer a tab"))?
+        .ok_or("the receiver offers no tab")?;
+    let hold = sc
+        .wallet
+        .open_tab(&tab, &sent)
+        .await
+        .map_err(s("hold the tab"))?;
+    let before = balances(h).await?;
+    for _ in 0..50 {
+        let fresh = sc
+            .receiver
+            .offer_tab(&req)
+            .await
+            .map_err(s("offer a tab"))?
+            .ok_or("the receiver offers no tab")?;
+        let key = SecretKey::generate();
+        let mut p = hold.proof().object().clone();
+        p.id = stipendex::envelope::new_id("p_");
+        p.wallet = key.public();
+        p.tab = Some(fresh.digest().clone());
+        p.tab_jws = Some(fresh.jws().to_owned());
+        let forged = Signed::sign(p, &key).map_err(s("proof"))?;
+        ensure!(
+            sc.receiver.open_tab(forged.jws()).await.is_err(),
+            "a forged tab opening was accepted"
+        );
+    }
+    ensure!(
+        sc.receiver.tabs_cached() == 0,
+        "{} refused openings were kept",
+        sc.receiver.tabs_cached()
+    );
+    unchanged(h, before, "refused tab openings").await
+}
+
 macro_rules! behaviours {
     ($( $f:ident : $needs:ident => $about:literal ),* $(,)?) => {
         /// The Stipendex behaviours, in run order.
@@ -1569,7 +2003,10 @@ behaviours! {
     stipendex_relayed_quote_refused: Pay => "Stipendex over HTTP: a quote relayed from another origin or request is denied; nothing moves",
     stipendex_redirect_carries_no_payment: Pay => "Stipendex over HTTP: no payment header follows a redirect to another origin",
     stipendex_head_is_priced: Pay => "Stipendex over HTTP: HEAD of a priced GET is 402 unpaid; OPTIONS never reaches the handler",
-    stipendex_encoded_path_is_priced: Pay => "Stipendex over HTTP: no spelling of a priced path (encoded, //, .., case) is served unpaid",
+    stipendex_encoded_path_is_priced: Pay => "Stipendex over HTTP: every spelling of a priced path is priced (402) or refused before any decision (400); none is served unpaid",
+    stipendex_unready_work_takes_nothing: Pay => "Stipendex over HTTP: while the work is away every way to pay (proof, tab opening, voucher) passes the one guard and nothing is taken",
+    stipendex_undelivered_work_charges_nothing: Pay => "Stipendex over HTTP: work that never reached the service is kept as no answer; the proof runs once later, a voucher is taken back",
+    stipendex_paid_redirect_receipted: Pay => "Stipendex over HTTP: a paid 3xx is a delivered answer with its receipt",
     stipendex_checkout_confirmation_below_quote_refused: PartialCapture => "Stipendex checkout: a confirmation below the quote's maximum is refused before the work",
     stipendex_proof_after_quote_expiry_honoured: Pay => "Stipendex: a proof paid in time and presented after the quote's expiry is honoured (or its money given back); never refused with the money kept",
     stipendex_pending_payment_resumed: Pay => "Stipendex: a payment whose answer was lost stays pending and counted; resume signs its proof once; one charge, one chain",
@@ -1578,5 +2015,7 @@ behaviours! {
     stipendex_tab_voucher_replay_refused: PartialCapture => "Stipendex tabs: the same voucher again gets its answer, another with a used sequence is equivocation (the tab closes); one charge per call",
     stipendex_tab_above_cap_refused: PartialCapture => "Stipendex tabs: a call above the cap is refused by the wallet and by the receiver; the capture is never above the cap",
     stipendex_tab_close_releases_rest: PartialCapture => "Stipendex tabs: the close releases the unused cap on the rail and gives it back to the mandate's limits",
+    stipendex_tab_hook_runs_for_every_call: PartialCapture => "Stipendex tabs: the price hook runs for every call; a refusal or a waiver is not counted, another price is wrong_price",
+    stipendex_tab_refused_opening_keeps_nothing: PartialCapture => "Stipendex tabs: a refused tab opening leaves nothing at the receiver; nothing moves",
     stipendex_tab_refused_without_partial_capture: Pay => "Stipendex tabs: on a rail that cannot hold and capture part of a hold, no tab is offered or held; nothing moves",
 }

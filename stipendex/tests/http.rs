@@ -1483,3 +1483,492 @@ async fn sixty_four_agents_paying_at_once_are_each_answered_and_charged_once() {
     );
     assert_eq!(w.balance(w.shop).await.0, shop_before + cents);
 }
+
+/// The work behind a receiver (a gateway's upstream), away or not: [`Receiver::guard`] asks it
+/// before any payment is taken.
+#[derive(Default)]
+struct Away(std::sync::atomic::AtomicBool);
+
+impl Away {
+    fn set(&self, away: bool) {
+        self.0.store(away, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl stipendex::receiver::Ready for Away {
+    async fn ready(&self) -> Result<(), String> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Err("the service is away".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A mandate allowing tabs of up to 1.00 USD, two at a time, at `base`.
+fn tab_mandate(
+    w: &common::World,
+    base: &str,
+) -> stipendex::envelope::Signed<stipendex::envelope::Mandate> {
+    w.mandate(|m| {
+        pin(m, base);
+        let l = &mut m.limits[0];
+        l.tab_cap = Some("1.00".parse().unwrap());
+        l.open_tabs = Some(2);
+    })
+}
+
+/// Issue 44: every way to pay — a Proof, a voucher, a tab's opening, an x402 payload — passes
+/// the receiver's one guard before anything is taken: while the work is away each is answered
+/// 503 and nothing is consumed, counted or settled; once it is back, the same payment works.
+#[tokio::test]
+async fn every_way_to_pay_passes_the_one_guard_and_nothing_is_taken_while_the_work_is_away() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let w = world().await;
+    let away = Arc::new(Away::default());
+    let mock = Arc::new(DevnetFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let evm_pay_to = Address::repeat_byte(0x23);
+    let evm_key = LocalSigner::random();
+    mock.mint(token.address, evm_key.address(), U256::from(1_000_000))
+        .unwrap();
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), evm_pay_to));
+    let paywall = Paywall::new().route(
+        "/api/search",
+        "one search",
+        Accepts::one(evm, 50_000).unwrap(),
+    );
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .tabs(stipendex::receiver::TabTerms::new(usd("0.50")).lanes(2))
+        .ready(away.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    let app = Binding::new(receiver.clone())
+        .unwrap()
+        .with_x402(paywall)
+        .unwrap()
+        .apply(Router::new().route(
+            "/api/search",
+            get(move || {
+                count.fetch_add(1, Ordering::SeqCst);
+                async { "results" }
+            }),
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = raw_client();
+    let url = format!("{base}/api/search?q=rust");
+
+    // A Proof: refused before it is claimed; the same Proof works once the service is back.
+    away.set(true);
+    let quote: stipendex::envelope::Signed<stipendex::envelope::Quote> = {
+        let r = http.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 402, "quoting needs no payment, so it goes on");
+        let body: serde_json::Value = r.json().await.unwrap();
+        serde_json::from_value(body["quote"].clone()).unwrap()
+    };
+    let wallet = w.wallet(tab_mandate(&w, &base), true);
+    let sent = quote.object().resource.clone().unwrap();
+    let proof = wallet
+        .pay_for(&quote, &sent)
+        .await
+        .unwrap()
+        .proof
+        .to_header();
+    let r = http
+        .get(&url)
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_unavailable", "{body}");
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+    away.set(false);
+    let r = http
+        .get(&url)
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the same Proof, now served");
+    assert!(r.headers().contains_key("stipendex-receipt"));
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+
+    // An x402 payload: not settled while away (the payer's token balance stays).
+    away.set(true);
+    let x402 = rail_x402::client::client(X402Payer::new(
+        evm_key,
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    ))
+    .unwrap();
+    assert!(
+        x402.get(&url).await.is_err(),
+        "503 until the retries run out"
+    );
+    assert_eq!(
+        mock.balance(token.address, evm_pay_to).unwrap(),
+        U256::ZERO,
+        "nothing settled while away"
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+    away.set(false);
+    let paid = Paid::from(x402.get(&url).await.unwrap());
+    assert_eq!(paid.status, 200);
+    assert_eq!(
+        mock.balance(token.address, evm_pay_to).unwrap(),
+        U256::from(50_000)
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 2);
+
+    // A tab's opening (its hold Proof with the first voucher): not opened while away.
+    let c = client(w.wallet(tab_mandate(&w, &base), true));
+    away.set(true);
+    let r = c.get(&format!("{base}/api/search?q=a")).await.unwrap();
+    assert_eq!(r.status, 503);
+    assert!(r.tab_call.is_none(), "nothing was paid");
+    assert_eq!(receiver.tabs_cached(), 0, "nothing kept of an unopened tab");
+    assert_eq!(served.load(Ordering::SeqCst), 2);
+
+    // A voucher: not counted while away; the wallet's lane is given back, and the next voucher
+    // carries the same sequence.
+    away.set(false);
+    let r = c.get(&format!("{base}/api/search?q=b")).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.tab_call.is_some(), "paid inside the tab");
+    away.set(true);
+    let r = c.get(&format!("{base}/api/search?q=c")).await.unwrap();
+    assert_eq!(r.status, 503);
+    assert!(r.tab_call.is_none(), "the voucher was not counted");
+    assert!(
+        r.headers["stipendex-tab-call"]
+            .to_str()
+            .unwrap()
+            .ends_with("; uncounted")
+    );
+    away.set(false);
+    let r = c.get(&format!("{base}/api/search?q=d")).await.unwrap();
+    assert_eq!(r.status, 200);
+    let paid = r.tab_call.expect("paid inside the tab");
+    let receipts = c.close_tabs().await.unwrap();
+    let receipt = receipts.last().unwrap().object();
+    assert_eq!(
+        (receipt.calls, receipt.captured),
+        (2, "0.10".parse().unwrap()),
+        "two calls served, two captured"
+    );
+    // The wallet's audit chain holds the uncounted voucher and verifies.
+    let lines = w
+        .journal
+        .chain(&stipendex::wallet::chain_name("search", &paid.tab));
+    assert!(lines.iter().any(|l| l.contains("tab_uncounted")));
+    let chain = stipendex::chain::verify_tab_chain(
+        lines.iter().map(String::as_str),
+        Some(&w.principal.public()),
+    )
+    .unwrap();
+    assert_eq!(chain.vouchers, 2);
+    assert_eq!(served.load(Ordering::SeqCst), 4);
+}
+
+/// Issue 44: an answer the work made itself because nothing reached the service behind it
+/// (`Undelivered`) is never kept as a paid answer: a Proof stays usable (served later, charged
+/// once), a voucher is taken back (the next call reuses its sequence and cumulative).
+#[tokio::test]
+async fn work_that_never_reached_the_service_is_kept_as_no_answer_and_charges_nothing() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .price(PricedCapability::fixed("POST", "/api/order", usd("0.05")))
+        .tabs(stipendex::receiver::TabTerms::new(usd("0.50")).lanes(2))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let down = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let work = {
+        let (down, served) = (down.clone(), served.clone());
+        move || {
+            let (down, served) = (down.clone(), served.clone());
+            async move {
+                if down.load(Ordering::SeqCst) {
+                    // What a gateway answers when its upstream refused the connection.
+                    let mut r =
+                        (axum::http::StatusCode::BAD_GATEWAY, "unreachable").into_response();
+                    r.extensions_mut().insert(stipendex::http::Undelivered);
+                    r
+                } else {
+                    served.fetch_add(1, Ordering::SeqCst);
+                    "results".into_response()
+                }
+            }
+        }
+    };
+    let app = Binding::new(receiver).unwrap().apply(
+        Router::new()
+            .route("/api/search", get(work.clone()))
+            .route("/api/order", post(work)),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = raw_client();
+
+    // A Proof, for a request that is not idempotent: its first presentation never reached the
+    // service; the same Proof again runs it (not `outcome_unknown`), once, with its Receipt.
+    let url = format!("{base}/api/order");
+    let r = http.post(&url).send().await.unwrap();
+    let body: serde_json::Value = r.json().await.unwrap();
+    let quote: stipendex::envelope::Signed<stipendex::envelope::Quote> =
+        serde_json::from_value(body["quote"].clone()).unwrap();
+    let wallet = w.wallet(tab_mandate(&w, &base), true);
+    let shop_before = w.balance(w.shop).await.0;
+    let proof = wallet
+        .pay_for(&quote, &quote.object().resource.clone().unwrap())
+        .await
+        .unwrap()
+        .proof
+        .to_header();
+    down.store(true, Ordering::SeqCst);
+    let r = http
+        .post(&url)
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(!r.headers().contains_key("stipendex-receipt"));
+    down.store(false, Ordering::SeqCst);
+    let r = http
+        .post(&url)
+        .header("stipendex-payment", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().contains_key("stipendex-receipt"));
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+    assert_eq!(w.balance(w.shop).await.0 - shop_before, 5, "paid once");
+
+    // A voucher: taken back, and the wallet's next voucher carries the same sequence.
+    let c = client(w.wallet(tab_mandate(&w, &base), true));
+    let r = c.get(&format!("{base}/api/search?q=1")).await.unwrap();
+    assert!(r.tab_call.is_some());
+    down.store(true, Ordering::SeqCst);
+    let r = c.get(&format!("{base}/api/search?q=2")).await.unwrap();
+    assert_eq!(r.status, 503);
+    assert!(r.tab_call.is_none(), "the voucher was taken back");
+    down.store(false, Ordering::SeqCst);
+    let r = c.get(&format!("{base}/api/search?q=3")).await.unwrap();
+    assert!(r.tab_call.is_some());
+    let receipts = c.close_tabs().await.unwrap();
+    let receipt = receipts.last().unwrap().object();
+    assert_eq!(
+        (receipt.calls, receipt.captured),
+        (2, "0.10".parse().unwrap()),
+        "the undelivered call is not captured"
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 3);
+}
+
+/// Issue 44: a paid answer larger than the wallet or the receiver held in memory is delivered
+/// whole with its Receipt (spooled at the receiver, streamed to the wallet's writer); one
+/// larger than the binding delivers is not delivered, and its payment is given back.
+#[tokio::test]
+async fn a_large_paid_answer_is_delivered_whole_or_its_payment_given_back() {
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/big", usd("0.05")))
+        .price(PricedCapability::fixed("GET", "/api/huge", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    const BIG: usize = 17 * 1024 * 1024;
+    let app = Binding::new(receiver)
+        .unwrap()
+        .max_answer(20 * 1024 * 1024)
+        .apply(
+            Router::new()
+                .route("/api/big", get(|| async { vec![b'x'; BIG] }))
+                .route("/api/huge", get(|| async { vec![b'y'; 21 * 1024 * 1024] })),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let c = client(w.wallet(w.mandate(|m| pin(m, &base)), true));
+    let agent_before = w.balance(w.agent).await.0;
+    let mut out: Vec<u8> = Vec::new();
+    let r = c
+        .execute_to(
+            reqwest::Method::GET,
+            &format!("{base}/api/big"),
+            reqwest::header::HeaderMap::new(),
+            None,
+            &mut out,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(out.len(), BIG, "the whole body");
+    assert!(out.iter().all(|b| *b == b'x'));
+    let receipt = r
+        .receipt
+        .expect("its Receipt, checked against the bytes received");
+    assert_eq!(
+        receipt.object().result.as_ref().unwrap(),
+        &stipendex::envelope::Digest::of(&out)
+    );
+    assert_eq!(agent_before - w.balance(w.agent).await.0, 5);
+
+    // Over the binding's limit: not delivered, and the service payment refunded (the ledger
+    // refunds), so nothing is charged.
+    let before = w.balance(w.agent).await.0;
+    let err = c.get(&format!("{base}/api/huge")).await;
+    let r = err.unwrap();
+    assert_eq!(r.status, 502);
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(body["error"], "answer_undeliverable", "{body}");
+    assert_eq!(w.balance(w.agent).await.0, before, "given back");
+}
+
+/// Issue 44: a 3xx the paid work answers (a presigned download's redirect) is a delivered
+/// answer: receipted, like any answer; the wallet does not follow it with its payment.
+#[tokio::test]
+async fn a_paid_redirect_is_a_delivered_answer_with_its_receipt() {
+    let w = world().await;
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/download", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let app = Binding::new(receiver).unwrap().apply(Router::new().route(
+        "/api/download",
+        get(|| async {
+            axum::response::Redirect::temporary("https://cdn.example/presigned?sig=abc")
+        }),
+    ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let c = client(w.wallet(w.mandate(|m| pin(m, &base)), true));
+    let r = c.get(&format!("{base}/api/download")).await.unwrap();
+    assert_eq!(r.status, 307);
+    assert_eq!(
+        r.headers["location"].to_str().unwrap(),
+        "https://cdn.example/presigned?sig=abc"
+    );
+    assert!(r.receipt.is_some(), "a delivered answer, receipted");
+}
+
+/// Issue 44: x402 settles before non-safe work (`SettleWhen::AfterIfSafe`: a `POST`'s effects
+/// are never produced for a payment that then fails to settle) and after safe work; a paid 3xx
+/// (a presigned download's redirect) is a delivered answer, settled.
+#[tokio::test]
+async fn x402_settles_before_work_with_effects_and_a_paid_redirect_is_settled() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mock = Arc::new(DevnetFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let pay_to = Address::repeat_byte(0x24);
+    let payer = LocalSigner::random();
+    mock.mint(token.address, payer.address(), U256::from(1_000_000))
+        .unwrap();
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
+    let paywall = Paywall::new()
+        .settle(x402_transport::SettleWhen::AfterIfSafe)
+        .route(
+            "/order",
+            "an order",
+            Accepts::one(evm.clone(), 10_000).unwrap(),
+        )
+        .route(
+            "/report",
+            "a report",
+            Accepts::one(evm.clone(), 10_000).unwrap(),
+        )
+        .route(
+            "/download",
+            "a download",
+            Accepts::one(evm, 10_000).unwrap(),
+        );
+    // What each handler saw of the settlement when it ran.
+    let order_saw_settled = Arc::new(AtomicBool::new(false));
+    let report_saw_settled = Arc::new(AtomicBool::new(true));
+    let settled = {
+        let (mock, token) = (mock.clone(), token.clone());
+        move || mock.balance(token.address, pay_to).unwrap() > U256::ZERO
+    };
+    let app = paywall.apply(
+        Router::new()
+            .route(
+                "/order",
+                post({
+                    let (saw, settled) = (order_saw_settled.clone(), settled.clone());
+                    move || {
+                        saw.store(settled(), Ordering::SeqCst);
+                        async { "ordered" }
+                    }
+                }),
+            )
+            .route(
+                "/report",
+                get({
+                    let (saw, settled) = (report_saw_settled.clone(), settled.clone());
+                    move || {
+                        saw.store(settled(), Ordering::SeqCst);
+                        async { "report" }
+                    }
+                }),
+            )
+            .route(
+                "/download",
+                get(|| async {
+                    axum::response::Redirect::to("https://cdn.example/presigned?sig=abc")
+                }),
+            ),
+    );
+    let (listener, base) = listen().await;
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let x402 = rail_x402::client::client(X402Payer::new(
+        payer,
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    ))
+    .unwrap();
+    // A safe GET: the handler runs before settlement (nothing settled yet when it ran).
+    let paid = Paid::from(x402.get(&format!("{base}/report")).await.unwrap());
+    assert_eq!(paid.status, 200);
+    assert!(
+        !report_saw_settled.load(Ordering::SeqCst),
+        "settled after the safe work"
+    );
+    // A POST: settled before the handler runs.
+    let paid = Paid::from(
+        x402.send(reqwest::Method::POST, &format!("{base}/order"), None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(paid.status, 200);
+    assert!(
+        order_saw_settled.load(Ordering::SeqCst),
+        "settled before the work with effects"
+    );
+    // A paid redirect: delivered and settled (PAYMENT-RESPONSE), not free.
+    let paid = Paid::from(x402.get(&format!("{base}/download")).await.unwrap());
+    assert_eq!(paid.status, 303);
+    assert!(paid.settlement.expect("settled").success);
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(30_000)
+    );
+}

@@ -1176,3 +1176,140 @@ async fn a_plain_host_through_the_proxy_pays_a_streamable_http_server_by_tab() {
     assert!(settled, "{:?}", w.balance(w.agent).await);
     assert_eq!(shop.runs.load(Ordering::SeqCst), 3);
 }
+
+/// The work behind the gate, away or not ([`stipendex::receiver::Ready`]).
+#[derive(Default)]
+struct Away(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl stipendex::receiver::Ready for Away {
+    async fn ready(&self) -> Result<(), String> {
+        if self.0.load(Ordering::SeqCst) {
+            Err("the service is away".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Issue 44, over MCP: every way to pay passes the receiver's one guard (a Proof is not
+/// consumed, a voucher not counted while the work is away), and the price hook runs for every
+/// call inside a tab (a refusal and a waiver take nothing: the lane is given back).
+#[tokio::test]
+async fn over_mcp_the_guard_holds_every_way_to_pay_and_the_hook_runs_inside_tabs() {
+    use stipendex::receiver::TabTerms;
+    let w = world().await;
+    let shop = Shop::default();
+    let away = Arc::new(Away::default());
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+        .resolve_price(Arc::new(|cap: &PricedCapability, req: &Request| match req
+            .params
+            .get("q")
+            .and_then(Value::as_str)
+        {
+            Some("forbidden") => Decision::reject("this query is not served"),
+            Some("on the house") => Decision::Waive,
+            Some("dear") => Decision::quote(stipendex::receiver::Price::Fixed(usd("0.40"))),
+            _ => Decision::quote(cap.price.clone()),
+        }))
+        .tabs(TabTerms::new(usd("1.00")).lanes(1))
+        .ready(away.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let client = connect(shop.clone(), receiver).await;
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            pin(m, SHOP);
+            m.limits[0].tab_cap = Some("1.00".parse().unwrap());
+        }),
+        true,
+    );
+
+    // A Proof while away: refused retryable before it is claimed; the same Proof later runs.
+    let e = raw(client.peer(), tool_call("search", "p"), speaks())
+        .await
+        .unwrap_err();
+    let q = quote_in(&e);
+    let paid = wallet
+        .pay_for(&q, &q.object().resource.clone().unwrap())
+        .await
+        .unwrap();
+    let mut meta = speaks();
+    meta[mcp::PAYMENT] = serde_json::to_value(&paid.proof).unwrap();
+    away.0.store(true, Ordering::SeqCst);
+    let e = raw(client.peer(), tool_call("search", "p"), meta.clone())
+        .await
+        .unwrap_err();
+    let data = e.data.clone().unwrap();
+    assert_eq!(data["error"], "upstream_unavailable", "{e:?}");
+    assert_eq!(data["retryable"], true);
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+    away.0.store(false, Ordering::SeqCst);
+    let r = raw(client.peer(), tool_call("search", "p"), meta)
+        .await
+        .unwrap();
+    assert!(serde_json::to_value(&r).unwrap()["_meta"][mcp::RECEIPT].is_object());
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+
+    // Inside a tab.
+    let paying = PayingClient::new(client.peer().clone(), wallet, SHOP).unwrap();
+    let (_, p) = paying.call_tool("search", Some(args("q0"))).await.unwrap();
+    let Some(Payment::Tab { tab, .. }) = p else {
+        panic!("not paid in a tab: {p:?}");
+    };
+    // A voucher while away: not counted, sent again by the client once the work is back.
+    away.0.store(true, Ordering::SeqCst);
+    let back = away.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        back.0.store(false, Ordering::SeqCst);
+    });
+    let (_, p) = paying.call_tool("search", Some(args("q1"))).await.unwrap();
+    assert!(matches!(p, Some(Payment::Tab { .. })), "{p:?}");
+    // Refused by the hook: nothing run, the voucher not counted.
+    let e = paying
+        .call_tool("search", Some(args("forbidden")))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not served"), "{e}");
+    // Waived by the hook: run for free.
+    let (r, p) = paying
+        .call_tool("search", Some(args("on the house")))
+        .await
+        .unwrap();
+    assert_eq!(r.content[0].as_text().unwrap().text, "search: on the house");
+    assert!(p.is_none(), "nothing paid: {p:?}");
+    // Priced otherwise by the hook: not at the tab's price (the tab is retired, the Quote paid).
+    let (_, p) = paying
+        .call_tool("search", Some(args("dear")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&p, Some(Payment::Stipendex { .. })),
+        "paid by its Quote: {p:?}"
+    );
+    // The tab captured the two calls it paid, nothing else.
+    let lines = w
+        .journal
+        .chain(&stipendex::wallet::chain_name("search", &tab));
+    let receipt = lines
+        .iter()
+        .rev()
+        .find_map(|l| Signed::<stipendex::envelope::TabReceipt>::parse(l).ok())
+        .expect("the tab was closed");
+    assert_eq!(
+        (receipt.object().calls, receipt.object().captured),
+        (2, "0.10".parse().unwrap())
+    );
+    stipendex::chain::verify_tab_chain(
+        lines.iter().map(String::as_str),
+        Some(&w.principal.public()),
+    )
+    .unwrap();
+    // p, q0, q1, on the house, dear.
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 5);
+}

@@ -780,3 +780,240 @@ async fn a_voucher_for_another_tab_is_refused_and_two_wallet_instances_never_pas
         "mismatch"
     );
 }
+
+/// Issue 44: the price hook runs for every call inside a tab, as for every priced request: a
+/// refusal takes nothing (`rejected`), a waiver runs the call free, a price other than the
+/// tab's is `wrong_price`; the wallet gives back the lane of a voucher the receiver did not
+/// count, and the chain verifies.
+#[tokio::test]
+async fn the_price_hook_runs_for_every_call_inside_a_tab() {
+    use stipendex::receiver::{Decision, Price};
+    let w = world().await;
+    let r = Receiver::builder("search", w.receiver_key.clone())
+        .registry(&w.registry)
+        .origin(ORIGIN)
+        .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+        .resolve_price(Arc::new(|cap: &PricedCapability, req: &Request| match req
+            .params
+            .get("q")
+            .and_then(|q| q.as_str())
+        {
+            Some("blocked") => Decision::reject("not for you"),
+            Some("free") => Decision::Waive,
+            Some("dear") => Decision::quote(Price::Fixed(usd("0.40"))),
+            _ => Decision::quote(cap.price.clone()),
+        }))
+        .tabs(TabTerms::new(usd("1.00")).lanes(1))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let wallet = w.wallet(tab_mandate(&w, "1.50", 1), true);
+    let hold = open(&w, &r, &wallet).await;
+    call(&r, &wallet, &hold, &req("/search", "a")).await;
+    // Refused by the hook: not counted; the wallet gives the lane back.
+    let v = wallet
+        .voucher(&hold, &req("/search", "blocked"))
+        .await
+        .unwrap();
+    let e = r
+        .tab_call(&req("/search", "blocked"), v.voucher.jws())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "rejected", "{e}");
+    wallet.voucher_uncounted(&v).await.unwrap();
+    drop(v);
+    // Waived by the hook: run free, not counted.
+    let v = wallet
+        .voucher(&hold, &req("/search", "free"))
+        .await
+        .unwrap();
+    match r
+        .tab_call(&req("/search", "free"), v.voucher.jws())
+        .await
+        .unwrap()
+    {
+        TabCall::Waived { voucher } => assert_eq!(&voucher, v.voucher.digest()),
+        other => panic!("not waived: {other:?}"),
+    }
+    wallet.voucher_uncounted(&v).await.unwrap();
+    drop(v);
+    // Priced otherwise by the hook: refused; no tab is offered beside its Quote either.
+    let v = wallet
+        .voucher(&hold, &req("/search", "dear"))
+        .await
+        .unwrap();
+    let e = r
+        .tab_call(&req("/search", "dear"), v.voucher.jws())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "wrong_price", "{e}");
+    wallet.voucher_uncounted(&v).await.unwrap();
+    drop(v);
+    let dear = req("/search", "dear");
+    let q = common::quote(&r, &dear).await;
+    assert!(r.offer_tab_beside(&dear, &q).await.unwrap().is_none());
+    let listed = req("/search", "z");
+    let q = common::quote(&r, &listed).await;
+    assert!(r.offer_tab_beside(&listed, &q).await.unwrap().is_some());
+    // The lane went back each time: the next voucher carries sequence 2.
+    let last = call(&r, &wallet, &hold, &req("/search", "b")).await;
+    assert_eq!(last.object().seq, 2);
+    let receipt = r
+        .close_tab(wallet.close_request(&hold).unwrap().jws())
+        .await
+        .unwrap();
+    assert_eq!(
+        (receipt.object().calls, receipt.object().captured),
+        (2, "0.10".parse().unwrap())
+    );
+    wallet.tab_closed(&hold, receipt.jws()).await.unwrap();
+    let lines = w
+        .journal
+        .chain(&chain_name("search", &hold.tab().object().id));
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("tab_uncounted")).count(),
+        3
+    );
+    let chain = verify_tab_chain(
+        lines.iter().map(String::as_str),
+        Some(&w.principal.public()),
+    )
+    .unwrap();
+    assert!(chain.root_checked);
+    assert_eq!((chain.vouchers, chain.spent), (2, "0.10".parse().unwrap()));
+}
+
+/// Issue 44: a refused tab opening (a bogus hold, another wallet's key, a made-up tab) leaves
+/// nothing behind at the receiver, however many come.
+#[tokio::test]
+async fn refused_tab_openings_leave_nothing_behind() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    let wallet = w.wallet(tab_mandate(&w, "5.00", 1), true);
+    // One real hold, of a tab the receiver never opens: its Proof is the template.
+    let sent = resource("/search", "first");
+    let tab = r
+        .offer_tab(&Request::from_resource(&sent))
+        .await
+        .unwrap()
+        .unwrap();
+    let hold = wallet.open_tab(&tab, &sent).await.unwrap();
+    let mut forged_vouchers = Vec::new();
+    for _ in 0..300 {
+        // A fresh tab from a 402, sent back with a throwaway key and another tab's hold.
+        let fresh = r
+            .offer_tab(&Request::from_resource(&sent))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut p = hold.proof().object().clone();
+        let key = stipendex::envelope::SecretKey::generate();
+        p.id = stipendex::envelope::new_id("p_");
+        p.wallet = key.public();
+        p.tab = Some(fresh.digest().clone());
+        p.tab_jws = Some(fresh.jws().to_owned());
+        let forged = Signed::sign(p, &key).unwrap();
+        assert!(r.open_tab(forged.jws()).await.is_err());
+        // A voucher for it, too.
+        let v = stipendex::envelope::Voucher {
+            stipendex: stipendex::envelope::Tag::current("voucher"),
+            id: stipendex::envelope::new_id("v_"),
+            wallet: key.public(),
+            tab: fresh.object().id.clone(),
+            tab_digest: fresh.digest().clone(),
+            lane: 0,
+            seq: 1,
+            asset: stipendex::Asset::usd(),
+            amount: "0.05".parse().unwrap(),
+            cumulative: "0.05".parse().unwrap(),
+            resource: sent.clone(),
+            request: Request::from_resource(&sent).digest(),
+            iat: w.now(),
+        };
+        forged_vouchers.push(Signed::sign(v, &key).unwrap());
+    }
+    assert_eq!(r.tabs_cached(), 0, "nothing kept of a refused opening");
+    for v in &forged_vouchers {
+        assert!(
+            r.tab_call(&Request::from_resource(&sent), v.jws())
+                .await
+                .is_err()
+        );
+    }
+    assert_eq!(
+        r.tabs_cached(),
+        0,
+        "nothing kept of a voucher for an unopened tab"
+    );
+    // And the keeper drops what a request in flight had left.
+    r.close_due().await.unwrap();
+    assert_eq!(r.tabs_cached(), 0);
+}
+
+/// Issue 44: no voucher is signed once the mandate has ended (revoked or expired), whatever is
+/// left of the tab; and `verify-chain` refuses a voucher dated outside its mandate.
+#[tokio::test]
+async fn no_voucher_after_the_mandate_ends() {
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    // Revoked.
+    let mandate = tab_mandate(&w, "1.50", 1);
+    let wallet = w.wallet(mandate.clone(), true);
+    let hold = open(&w, &r, &wallet).await;
+    call(&r, &wallet, &hold, &req("/search", "a")).await;
+    let revocation = stipendex::wallet::revoke(&mandate, &w.principal, w.now()).unwrap();
+    stipendex::wallet::Revocations::new(w.store.clone())
+        .record(&revocation)
+        .await
+        .unwrap();
+    let e = wallet
+        .voucher(&hold, &req("/search", "b"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "revoked", "{e}");
+    // Closing is still allowed: it gives money back.
+    let receipt = r
+        .close_tab(wallet.close_request(&hold).unwrap().jws())
+        .await
+        .unwrap();
+    wallet.tab_closed(&hold, receipt.jws()).await.unwrap();
+
+    // Expired: a mandate of ten minutes, a tab of an hour.
+    let w = world().await;
+    let r = tab_receiver(&w, "1.00");
+    let mandate = w.mandate(|m| {
+        pin(m, ORIGIN);
+        m.exp = m.nbf + 600;
+        let l = &mut m.limits[0];
+        l.tab_cap = Some("2.00".parse().unwrap());
+        l.open_tabs = Some(1);
+    });
+    let wallet = w.wallet(mandate, true);
+    let hold = open(&w, &r, &wallet).await;
+    let first = call(&r, &wallet, &hold, &req("/search", "a")).await;
+    w.clock.advance(Duration::from_secs(700));
+    let e = wallet
+        .voucher(&hold, &req("/search", "b"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "expired", "{e}");
+    assert!(e.to_string().contains("mandate"), "{e}");
+    // A voucher signed after the mandate's end (by a wallet that did not check) breaks the
+    // chain.
+    let mut late = first.object().clone();
+    late.id = stipendex::envelope::new_id("v_");
+    late.seq = 2;
+    late.cumulative = "0.10".parse().unwrap();
+    late.iat = w.now();
+    let late = Signed::sign(late, &w.wallet_key).unwrap();
+    let mut lines = w
+        .journal
+        .chain(&chain_name("search", &hold.tab().object().id));
+    lines.push(late.jws().to_owned());
+    let e = verify_tab_chain(
+        lines.iter().map(String::as_str),
+        Some(&w.principal.public()),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("mandate's validity"), "{e}");
+}

@@ -411,15 +411,24 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
     out
 }
 
-/// Whether the upstream answers: known from the last forward for a moment, else a TCP connect.
-/// A paid request is refused (nothing charged) while it does not.
+/// Whether the upstream answers: known from the last good forward or probe for a moment, else
+/// a TCP connect — one at a time. A paid request is refused (nothing charged) while it does not.
+///
+/// However many paid requests come — an outsider's flood of bogus payments included — the
+/// upstream sees at most one probe in flight, and none while a good forward or probe vouches
+/// for it ([`FRESH`]): the requests that arrive while a probe is in flight take its answer. A
+/// refused connection is not cached: the first request after the upstream is back finds it.
 pub(crate) struct Health {
     addr: Option<(String, u16)>,
+    /// Until when the upstream counts as up.
     up_until: std::sync::Mutex<Option<Instant>>,
-    down: AtomicBool,
+    /// The last probe: when it ended, and what it found.
+    probed: std::sync::Mutex<Option<(Instant, bool)>>,
+    /// Held by the one probe in flight.
+    probe: tokio::sync::Mutex<()>,
 }
 
-/// How long a forward that reached the upstream vouches for it.
+/// How long a forward or a probe that reached the upstream vouches for it.
 const FRESH: Duration = Duration::from_secs(2);
 
 impl Health {
@@ -436,38 +445,56 @@ impl Health {
         Health {
             addr,
             up_until: std::sync::Mutex::new(None),
-            down: AtomicBool::new(false),
+            probed: std::sync::Mutex::new(None),
+            probe: tokio::sync::Mutex::new(()),
         }
     }
 
+    /// A forward reached the upstream.
     pub(crate) fn ok(&self) {
-        self.down.store(false, Ordering::Relaxed);
         if let Ok(mut u) = self.up_until.lock() {
             *u = Some(Instant::now() + FRESH);
         }
     }
 
+    /// A forward found no upstream.
     pub(crate) fn failed(&self) {
-        self.down.store(true, Ordering::Relaxed);
         if let Ok(mut u) = self.up_until.lock() {
             *u = None;
         }
     }
 
-    /// Whether the upstream is reachable now.
-    pub(crate) async fn up(&self) -> bool {
-        let fresh = self
-            .up_until
+    fn fresh(&self) -> bool {
+        self.up_until
             .lock()
             .ok()
             .and_then(|u| *u)
-            .is_some_and(|t| Instant::now() < t);
-        if fresh {
+            .is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Whether the upstream is reachable now.
+    pub(crate) async fn up(&self) -> bool {
+        if self.fresh() {
             return true;
         }
         let Some((host, port)) = &self.addr else {
             return true;
         };
+        let arrived = Instant::now();
+        let _one = self.probe.lock().await;
+        // A probe that ended while this request waited for it: its answer.
+        let waited = self
+            .probed
+            .lock()
+            .ok()
+            .and_then(|p| *p)
+            .filter(|(ended, _)| *ended > arrived);
+        if let Some((_, up)) = waited {
+            return up;
+        }
+        if self.fresh() {
+            return true;
+        }
         let connected = tokio::time::timeout(
             Duration::from_secs(1),
             tokio::net::TcpStream::connect((host.as_str(), *port)),
@@ -476,8 +503,9 @@ impl Health {
         let up = matches!(connected, Ok(Ok(_)));
         if up {
             self.ok();
-        } else {
-            self.failed();
+        }
+        if let Ok(mut p) = self.probed.lock() {
+            *p = Some((Instant::now(), up));
         }
         up
     }

@@ -7,7 +7,10 @@ it also routes as Express and ASP.NET do by default and as Tomcat treats path pa
 without regard to case, with an optional trailing slash, `;params` dropped from each segment
 and a backslash taken for a slash.
 
-Usage: python3 wsgi_upstream.py [--lenient]; prints `listening PORT` once it accepts.
+It also serves `/api/big/<n>`: n MiB of `x` (a paid answer larger than what is kept in
+memory).
+
+Usage: python3 wsgi_upstream.py [--lenient] [--port N]; prints `listening PORT` once it accepts.
 """
 
 import json
@@ -29,12 +32,14 @@ def route(path):
         return 200, {"free": True}
     if len(parts) == 4 and parts[:3] == ["", "api", "forecast"] and parts[3]:
         return 200, {"city": parts[3], "forecast": "PRICED CONTENT"}
+    if len(parts) == 4 and parts[:3] == ["", "api", "big"] and parts[3].isdigit():
+        return 200, b"x" * (int(parts[3]) * 1024 * 1024)
     return 404, {"error": "not found", "path": path}
 
 
 def app(environ, start_response):
     status, body = route(environ.get("PATH_INFO", ""))
-    data = json.dumps(body).encode()
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
     reason = {200: "OK", 404: "Not Found"}[status]
     start_response(
         f"{status} {reason}",
@@ -49,7 +54,8 @@ class Quiet(WSGIRequestHandler):
 
 
 def main():
-    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else 0
+    server = make_server("127.0.0.1", port, app, handler_class=Quiet)
     print(f"listening {server.server_port}", flush=True)
     server.serve_forever()
 

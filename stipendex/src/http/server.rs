@@ -713,7 +713,7 @@ async fn gate(
     match b.receiver.gate_on(cap, sreq).await {
         Ok(Gate::Free | Gate::Waived) => next.run(req).await,
         Ok(Gate::Rejected(message)) => rejected_response(&message),
-        Ok(Gate::Quote(q)) => quoted(seen, &q, offer_tab(b, sreq).await, None).await,
+        Ok(Gate::Quote(q)) => quoted(seen, &q, offer_tab(b, sreq, &q).await, None).await,
         Err(e) => quote_failed(&e),
     }
 }
@@ -743,7 +743,7 @@ async fn challenge(
     refusal: Option<(&str, String)>,
 ) -> Response {
     match b.receiver.gate_on(cap, sreq).await {
-        Ok(Gate::Quote(q)) => quoted(req, &q, offer_tab(b, sreq).await, refusal).await,
+        Ok(Gate::Quote(q)) => quoted(req, &q, offer_tab(b, sreq, &q).await, refusal).await,
         Ok(Gate::Rejected(message)) => rejected_response(&message),
         // Waived or free now: the refused payment is moot; ask again without charging.
         Ok(Gate::Free | Gate::Waived) => json_response(
@@ -756,8 +756,12 @@ async fn challenge(
 
 /// The tab offered beside a Quote, if the receiver offers tabs for the request (a failure to
 /// offer one leaves the Quote alone).
-async fn offer_tab(b: &Binding, sreq: &Request) -> Option<crate::envelope::Signed<Tab>> {
-    match b.receiver.offer_tab(sreq).await {
+async fn offer_tab(
+    b: &Binding,
+    sreq: &Request,
+    quote: &crate::envelope::Signed<crate::envelope::Quote>,
+) -> Option<crate::envelope::Signed<Tab>> {
+    match b.receiver.offer_tab_beside(sreq, quote).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "stipendex: cannot offer a tab now; quoting without it");

@@ -404,7 +404,7 @@ impl GateState {
                 self.saw(&GateOutcome::Quoted {
                     refusal: refusal.as_ref().map(|(code, _)| (*code).to_owned()),
                 });
-                payment_required(&q, self.offered_tab(sreq).await.as_ref(), refusal)
+                payment_required(&q, self.offered_tab(sreq, &q).await.as_ref(), refusal)
             }
             Ok(Gate::Rejected(message)) => {
                 self.saw(&GateOutcome::Rejected);
@@ -499,7 +499,7 @@ impl GateState {
                     self.saw(&GateOutcome::Quoted { refusal: None });
                     Err(payment_required(
                         &q,
-                        self.offered_tab(sreq).await.as_ref(),
+                        self.offered_tab(sreq, &q).await.as_ref(),
                         None,
                     ))
                 }
@@ -512,8 +512,8 @@ impl GateState {
 
     /// The tab offered beside a Quote for `sreq`, if the receiver offers tabs (a failure to
     /// offer one leaves the Quote alone).
-    async fn offered_tab(&self, sreq: &Request) -> Option<Signed<Tab>> {
-        match self.receiver.offer_tab(sreq).await {
+    async fn offered_tab(&self, sreq: &Request, quote: &Signed<Quote>) -> Option<Signed<Tab>> {
+        match self.receiver.offer_tab_beside(sreq, quote).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(error = %e, "stipendex/mcp: cannot offer a tab now; quoting without it");

@@ -192,6 +192,27 @@ impl Receiver {
         Signed::sign(tab, &me.key).map(Some)
     }
 
+    /// [`Receiver::offer_tab`] beside `quote`, the Quote made for `req`: none when the price
+    /// hook priced the request otherwise than its list price, which the tab lists (a voucher at
+    /// the tab's price would be refused as `wrong_price`: the wallet pays the Quote instead).
+    ///
+    /// # Errors
+    /// As [`Receiver::offer_tab`].
+    pub async fn offer_tab_beside(
+        &self,
+        req: &Request,
+        quote: &Signed<crate::envelope::Quote>,
+    ) -> Result<Option<Signed<Tab>>, Error> {
+        let Some(Price::Fixed(listed)) = self.decide(req).map(|c| &c.price) else {
+            return Ok(None);
+        };
+        let q = quote.object();
+        if &q.asset != listed.asset() || q.amount != Some(listed.amount()) {
+            return Ok(None);
+        }
+        self.offer_tab(req).await
+    }
+
     /// Opens the tab whose hold Proof is `proof` (compact JWS): the tab must be this
     /// receiver's, not ended, and held in full on a rail it accepts, which verifies the hold
     /// once. The same Proof again answers the same; another Proof for an opened tab is refused.
@@ -406,8 +427,14 @@ impl Receiver {
             // A refusal is final only against the record as the store holds it: this
             // instance's copy may be behind another instance's writes (a sequence it has not
             // seen, a tab it has not opened). Read it again and check again.
+            // A copy the store still holds as it is (no other instance wrote since) is current:
+            // its refusal stands, and its answers not yet written are kept.
+            let current = match guard.as_ref() {
+                Some(s) if step.is_err() && !fresh => me.tabs.unchanged(&vo.tab, s.token).await?,
+                _ => false,
+            };
             let step = match step {
-                Err(_) if !fresh => {
+                Err(_) if !fresh && !current => {
                     *guard = me.tabs.load(&vo.tab).await?;
                     entry
                         .generation

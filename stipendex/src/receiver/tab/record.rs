@@ -243,6 +243,17 @@ impl Records {
             .collect()
     }
 
+    /// Whether the store still holds tab `id`'s record at `token` (no other instance wrote it
+    /// since this instance's copy was read or written).
+    pub(crate) async fn unchanged(&self, id: &str, token: i64) -> Result<bool, Error> {
+        Ok(self
+            .store
+            .get(&self.ns, id)
+            .await
+            .map_err(storage)?
+            .is_some_and(|seen| seen.record.token == token))
+    }
+
     /// Reads tab `id` from the store into a fresh slot; `None` if there is no such record.
     pub(crate) async fn load(&self, id: &str) -> Result<Option<Slot>, Error> {
         let Some(seen) = self.store.get(&self.ns, id).await.map_err(storage)? else {
