@@ -485,6 +485,16 @@ pub async fn paywall_middleware(
     if req.method() == Method::OPTIONS {
         return next.run(req).await;
     }
+    // A path that could mean another path to the server behind (an encoded `/`, a `;`, `..`,
+    // an invalid escape…) is refused before any decision: it could be priced under one
+    // spelling and served under another.
+    if let Err(why) = rail_core::route::canonical_path(req.uri().path()) {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": "bad_request", "message": format!("{why}: request the resource by its canonical path")})),
+        )
+            .into_response();
+    }
     let Some(route) = paywall.route_for(req.uri().path()) else {
         return next.run(req).await;
     };

@@ -412,6 +412,11 @@ impl Middleware for ServerPayments {
         let Some(cap) = self.receiver.decide(&req) else {
             return Admission::Forward;
         };
+        // The receiver's one guard: no payment is asked for, nor taken, while the work cannot
+        // be done.
+        if let Err(e) = self.receiver.guard().await {
+            return error(e.to_string());
+        }
         let Some(processor) = self.processor_for(&held.pmis).cloned() else {
             return error("no payment processor");
         };
