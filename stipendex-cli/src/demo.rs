@@ -735,6 +735,7 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
     let mut files: Vec<PathBuf> = std::fs::read_dir(&chains)
         .map_err(|e| msg(format!("cannot read {}: {e}", chains.display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jws"))
         .collect();
     files.sort();
     let verified = crate::verify::run(Some(&principal.public().to_string()), &[], &files);

@@ -5,34 +5,18 @@
 //! again once. The body goes to stdout; one line goes to stderr: what was paid, over which
 //! rail, the Receipt's id — or the refusal, one sentence naming the rule, with a non-zero exit.
 //!
-//! The configuration is the registry's TOML (`[store]`, `[rails.*]`) plus a `[wallet]`:
-//!
-//! ```toml
-//! [wallet]
-//! key_file = "keys/wallet.key"   # or key_env = "STIPENDEX_WALLET_KEY" (64 hex digits)
-//! mandate = "mandate.jws"        # signed by the principal (`stipendex mandate sign`)
-//! principal = "ed25519:…"        # optional: refuse a mandate signed by another key
-//! journal = "chains"             # optional: one audit chain per payment (`verify-chain`)
-//! confirm = "refuse"             # or "terminal": ask on the terminal above the threshold
-//! ```
-//!
-//! Relative paths are read from the configuration's directory. The wallet's spend counters
-//! live in the `[store]` (a `sqlite://` file keeps them across runs).
+//! The configuration is the registry's TOML (`[store]`, `[rails.*]`) plus a `[wallet]`
+//! (`crate::wallet_config`: its keys, and how relative paths are read beside the file).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde::Deserialize;
-use stipendex::Registry;
-use stipendex::envelope::{Mandate, PublicKey, Signed};
 use stipendex::http::{Client, Response};
-use stipendex::wallet::{Confirmer, DirJournal, Refuse, Terminal, Wallet};
 
-use crate::{CliError, files, msg};
+use crate::{CliError, msg};
 
 /// `stipendex fetch`.
 #[derive(clap::Args)]
@@ -53,31 +37,6 @@ pub(crate) struct Args {
     url: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Confirm {
-    #[default]
-    Refuse,
-    Terminal,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WalletSection {
-    key_file: Option<PathBuf>,
-    key_env: Option<String>,
-    mandate: PathBuf,
-    principal: Option<String>,
-    journal: Option<PathBuf>,
-    #[serde(default)]
-    confirm: Confirm,
-}
-
-#[derive(Debug, Deserialize)]
-struct File {
-    wallet: Option<WalletSection>,
-}
-
 /// Runs `stipendex fetch`.
 ///
 /// # Errors
@@ -94,7 +53,7 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
         }),
         None => None,
     };
-    let client = client(&a.config).await?;
+    let (client, journal_note) = client(&a.config).await?;
     // The body goes to stdout as it arrives, whatever its size; a paid one is hashed on the
     // way and checked against its Receipt when it ends.
     let mut stdout = std::io::stdout();
@@ -102,7 +61,7 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
         .execute_to(method, &a.url, headers, body, &mut stdout)
         .await
         .map_err(|e| refused(&e))?;
-    eprintln!("{}", summary(&r));
+    eprintln!("{}{journal_note}", summary(&r));
     // A tab opened for this request is closed before the process ends: its unused cap is
     // released now, not when the tab would end.
     match Box::pin(client.close_tabs()).await {
@@ -216,75 +175,16 @@ fn headers(lines: &[String]) -> Result<HeaderMap, CliError> {
     Ok(h)
 }
 
-/// The wallet's HTTP client from the configuration at `path`.
-async fn client(path: &Path) -> Result<Client, CliError> {
-    let wallet = wallet(path, false).await?;
-    Ok(Client::new(
-        stipendex::http::reqwest_builder(Duration::from_secs(60)),
-        wallet,
-    )?)
-}
-
-/// The wallet the configuration at `path` describes; with `journaled`, one that must keep its
-/// payments (and pending payments) in a `[wallet] journal`.
-pub(crate) async fn wallet(path: &Path, journaled: bool) -> Result<Wallet, CliError> {
-    let text = files::read(path)?;
-    let file: File =
-        toml::from_str(&text).map_err(|e| msg(format!("{}: {}", path.display(), e.message())))?;
-    let w = file.wallet.ok_or_else(|| {
-        msg(format!(
-            "{} has no [wallet] section: add one with the wallet's key_file and mandate",
-            path.display()
-        ))
-    })?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let at = |p: &Path| {
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            dir.join(p)
-        }
-    };
-    let key = files::key_of("wallet", dir, w.key_file.as_deref(), w.key_env.as_deref())?;
-    let mandate_path = at(&w.mandate);
-    let mandate = Signed::<Mandate>::parse(files::read(&mandate_path)?.trim()).map_err(|e| {
-        msg(format!(
-            "{} is not a signed mandate ({e}): sign one with `stipendex mandate sign`",
-            mandate_path.display()
-        ))
-    })?;
-    let registry = Registry::from_file(path).await?;
-    // The registry's `[store]` (`url` or `url_env`), opened once: the spend counters and paid
-    // Quotes live there with the rails' records. Without one, memory (nothing survives).
-    let store: Arc<dyn rail_core::KeyStore> = registry
-        .store()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rail_core::MemoryKeyStore::default()));
-    let confirmer: Arc<dyn Confirmer> = match w.confirm {
-        Confirm::Refuse => Arc::new(Refuse),
-        Confirm::Terminal => Arc::new(Terminal),
-    };
-    let mut b = Wallet::builder(key, mandate)
-        .registry(&registry)
-        .store(store)
-        .confirmer(confirmer);
-    if let Some(p) = &w.principal {
-        let p = PublicKey::parse(p).map_err(|_| {
-            msg(format!(
-                "[wallet] principal {p:?} is not a public key (ed25519:<base64url>)"
-            ))
-        })?;
-        b = b.principal(p);
-    }
-    match &w.journal {
-        Some(j) => b = b.journal(Arc::new(DirJournal::new(at(j))?)),
-        None if journaled => {
-            return Err(msg(format!(
-                "{}: the [wallet] has no journal, so no payment is kept pending across runs: add journal = \"chains\"",
-                path.display()
-            )));
-        }
-        None => {}
-    }
-    Ok(b.build()?)
+/// The wallet's HTTP client from the configuration at `path`, and what the summary says of
+/// the journal.
+async fn client(path: &Path) -> Result<(Client, &'static str), CliError> {
+    let loaded = crate::wallet_config::load(path).await?;
+    let note = loaded.journal_note();
+    Ok((
+        Client::new(
+            stipendex::http::reqwest_builder(Duration::from_secs(60)),
+            loaded.wallet,
+        )?,
+        note,
+    ))
 }

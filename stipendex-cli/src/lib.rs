@@ -47,6 +47,7 @@ mod proxy;
 mod serve_mcp;
 mod verify;
 mod wallet;
+mod wallet_config;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

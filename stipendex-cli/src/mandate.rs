@@ -40,8 +40,12 @@ pub(crate) enum Command {
         /// The signed mandate.
         mandate: PathBuf,
         /// The wallet's store (`sqlite://wallet.db` or a `postgres://` URL).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "config")]
         store: Option<String>,
+        /// The wallet's configuration: the revocation is recorded in the store it names (its
+        /// relative paths read beside it), wherever this command runs.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Where to write the revocation (default: next to the mandate, `.revocation.jws`).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -110,6 +114,14 @@ pub(crate) struct NewArgs {
     /// characters; repeatable).
     #[arg(long = "allow-contextvm")]
     allow_contextvm: Vec<String>,
+    /// Sign away any amount: a mandate without --per-call, --per-period, --total or
+    /// --per-receiver is refused without this.
+    #[arg(long)]
+    unlimited: bool,
+    /// The allowed receivers are paid in process only (not over HTTP): a receiver without
+    /// --origin is refused without this.
+    #[arg(long)]
+    in_process: bool,
     /// Rail kinds the wallet may pay over (comma-separated; default: any).
     #[arg(long, value_delimiter = ',')]
     rails: Option<Vec<String>>,
@@ -232,6 +244,27 @@ fn new(a: NewArgs) -> Result<(), CliError> {
         m.allow.push(Allow::Contextvm {
             server: v.to_ascii_lowercase(),
         });
+    }
+    let limited = m.limits.iter().any(|l| {
+        l.per_call.is_some()
+            || l.per_period.is_some()
+            || l.total.is_some()
+            || l.per_receiver.is_some()
+    });
+    if !limited && !a.unlimited {
+        return Err(msg(
+            "the mandate sets no limit, so the wallet could pay any amount: give --per-call, --per-period, --total or --per-receiver (or --unlimited to mean it)",
+        ));
+    }
+    if !a.in_process
+        && let Some(id) = m.allow.iter().find_map(|x| match x {
+            Allow::Receiver { id, origins, .. } if origins.is_empty() => Some(id.clone()),
+            _ => None,
+        })
+    {
+        return Err(msg(format!(
+            "--allow-receiver {id} has no --origin, and over HTTP the wallet pays a receiver only at an origin its mandate pins: add --origin {id}=https://host[:port] (or --in-process for a wallet that pays it in process only)"
+        )));
     }
     m.rails = a.rails;
     m.description = a.description;
@@ -408,6 +441,7 @@ pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
             key,
             mandate,
             store,
+            config,
             out,
         } => {
             let key = files::read_secret(&key)?;
@@ -429,6 +463,22 @@ pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
                     .await?;
                 println!(
                     "recorded in {url}: the wallet refuses every payment under it from now on"
+                );
+            }
+            if let Some(config) = config {
+                let registry = stipendex::Registry::from_file(&config).await?;
+                let store = registry.store().cloned().ok_or_else(|| {
+                    msg(format!(
+                        "{} has no [store]: the wallet keeps no revocation there; keep the revocation file beside the mandate",
+                        config.display()
+                    ))
+                })?;
+                stipendex::wallet::Revocations::new(store)
+                    .record(&revocation)
+                    .await?;
+                println!(
+                    "recorded in the store of {}: the wallet refuses every payment under it from now on",
+                    config.display()
                 );
             }
         }

@@ -95,7 +95,11 @@ fn upstream_of(a: &Args, path: &Path) -> Result<(Upstream, Option<String>), CliE
 /// Runs `stipendex proxy` over stdio until the host goes away.
 pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     let (upstream, server) = upstream_of(&a, &a.config)?;
-    let wallet = crate::fetch::wallet(&a.config, false).await?;
+    let loaded = crate::wallet_config::load(&a.config).await?;
+    if loaded.journal.is_none() {
+        tracing::warn!("[wallet] journal = false: the proxy's payments keep no audit trail");
+    }
+    let wallet = loaded.wallet;
     let proxy = Proxy::new(wallet, upstream, server.as_deref())?;
     proxy.serve(rmcp::transport::stdio()).await?;
     Ok(ExitCode::SUCCESS)

@@ -20,14 +20,14 @@ pub(crate) enum Command {
     /// Lists the payments started and not finished (outcome unknown, or held for review):
     /// counted against the limits, without a Proof yet.
     Pending {
-        /// The wallet's configuration (as for `stipendex fetch`; it needs a `journal`).
+        /// The wallet's configuration (as for `stipendex fetch`; its journal on).
         #[arg(long, default_value = "wallet.toml")]
         config: PathBuf,
     },
     /// Finishes a pending payment: asks its rail again under the same operation, signs its
     /// Proof once and journals the chain. Still pending, it says so and stays pending.
     Resume {
-        /// The wallet's configuration (as for `stipendex fetch`; it needs a `journal`).
+        /// The wallet's configuration (as for `stipendex fetch`; its journal on).
         #[arg(long, default_value = "wallet.toml")]
         config: PathBuf,
         /// The payment's chain, as `stipendex wallet pending` lists it.
@@ -43,7 +43,7 @@ pub(crate) enum Command {
 pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
     match c {
         Command::Pending { config } => {
-            let wallet = crate::fetch::wallet(&config, true).await?;
+            let wallet = journaled(&config).await?;
             let pending = wallet.pending().await?;
             if pending.is_empty() {
                 println!("no pending payments");
@@ -54,7 +54,7 @@ pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Resume { config, chain } => {
-            let wallet = crate::fetch::wallet(&config, true).await?;
+            let wallet = journaled(&config).await?;
             let paid = wallet.resume(&chain).await.map_err(|e| match e.code() {
                 "pending_review" | "unavailable" | "in_progress" => msg(format!(
                     "payment {chain} is still pending ({}): {e}; resume it again later",
@@ -70,6 +70,19 @@ pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The wallet of `config`, which must keep a journal (pending payments live there).
+async fn journaled(config: &std::path::Path) -> Result<stipendex::wallet::Wallet, CliError> {
+    let loaded = crate::wallet_config::load(config).await?;
+    if loaded.journal.is_none() {
+        return Err(msg(format!(
+            "{}: [wallet] journal = false, so no payment is kept pending across runs: remove it (the journal defaults to \"{}\")",
+            config.display(),
+            crate::wallet_config::DEFAULT_JOURNAL
+        )));
+    }
+    Ok(loaded.wallet)
 }
 
 /// `CHAIN  RECEIVER  AMOUNT ASSET  rail NAME  since UNIX  [METHOD URL]`.

@@ -148,6 +148,8 @@ fn mandate_life_cycle_and_one_sentence_errors() {
         "0.50",
         "--allow-receiver",
         &format!("demo-shop={shop}"),
+        "--origin",
+        "demo-shop=https://shop.example",
         "--allow-x402-http",
         "https://api.example.com=0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
         "--out",
@@ -229,6 +231,63 @@ fn mandate_life_cycle_and_one_sentence_errors() {
         "{t}"
     );
     assert!(Path::new(&p("mandate.revocation.jws")).exists());
+
+    // A mandate without any limit, or allowing a receiver with no origin to pay it at: refused,
+    // each naming the flag that means it (issue 45).
+    let base_args = [
+        "mandate",
+        "new",
+        "--principal-key",
+        &p("principal.key"),
+        "--wallet",
+        &wallet,
+    ];
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = base_args.to_vec();
+        args.extend_from_slice(extra);
+        stipendex(&args)
+    };
+    let shop_arg = format!("demo-shop={shop}");
+    let out = run(&[
+        "--allow-receiver",
+        &shop_arg,
+        "--origin",
+        "https://shop.example",
+        "--out",
+        &p("m1.json"),
+    ]);
+    let t = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        t.contains("sets no limit") && t.contains("--unlimited"),
+        "{t}"
+    );
+    assert_eq!(t.trim().lines().count(), 1, "{t}");
+    let out = run(&[
+        "--per-call",
+        "1.00",
+        "--allow-receiver",
+        &shop_arg,
+        "--out",
+        &p("m2.json"),
+    ]);
+    let t = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        t.contains("has no --origin") && t.contains("--in-process"),
+        "{t}"
+    );
+    let out = run(&[
+        "--unlimited",
+        "--per-call",
+        "1.00",
+        "--allow-receiver",
+        &shop_arg,
+        "--in-process",
+        "--out",
+        &p("m3.json"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
 
     // A tampered mandate is not shown.
     let jws = std::fs::read_to_string(p("mandate.jws")).unwrap();

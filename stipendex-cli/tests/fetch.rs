@@ -185,7 +185,13 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
         );
     }
     assert!(seen.lock().unwrap().is_empty(), "evil was sent a payment");
-    let chains: Vec<_> = std::fs::read_dir(dir.join("chains")).unwrap().collect();
+    let chains: Vec<_> = std::fs::read_dir(dir.join("chains"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jws"))
+        })
+        .collect();
     assert_eq!(chains.len(), 1, "one payment, one chain");
 
     // A bad header is one sentence too.
@@ -329,7 +335,8 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
         std::fs::write(
             dir.join("wallet.toml"),
             format!(
-                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\n\n[store]\nurl = \"memory\"\n\n[rails.algo]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"FETCH_TEST_ALGO_KEY\"\nmax_amount = \"0.5\"\n",
+                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"memory\"\n\n[rails.algo]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"FETCH_TEST_ALGO_KEY\"\nmax_amount = \"0.5\"\n",
+                principal.public(),
                 algod.url
             ),
         )
@@ -353,4 +360,292 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
     assert!(!ok);
     assert!(err.starts_with("stipendex: not paid (denied): "), "{err}");
     assert_eq!(algod.devnet.balance(&treasury), 102_000);
+}
+
+/// A shop at its own origin selling `GET /api/search` at 0.05 USD over the ledger in `dir`
+/// (its records beside it), and a wallet's files in `dir`: its key, a principal's key, and the
+/// mandate `limits` allow it (the shop pinned at its origin): (the origin, the principal).
+async fn shop_and_wallet(dir: &Path, limits: Limits) -> (String, SecretKey) {
+    let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
+    let (listener, base) = listen().await;
+    let rails = Registry::from_toml(
+        &format!(
+            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
+            dir.join("receiver.db").display()
+        ),
+        &stipendex::ProcessEnv,
+    )
+    .await
+    .unwrap();
+    let shop_key = SecretKey::generate();
+    let receiver = Receiver::builder("shop", shop_key.clone())
+        .origin(&base)
+        .registry(&rails)
+        .price(PricedCapability::fixed(
+            "GET",
+            "/api/search",
+            Money::parse(Asset::usd(), "0.05").unwrap(),
+        ))
+        .build()
+        .unwrap();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route("/api/search", get(|| async { "results" })));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+    std::fs::write(dir.join("principal.key"), principal.to_hex().as_str()).unwrap();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - 60,
+        86_400,
+    );
+    m.limits.push(limits);
+    m.allow.push(Allow::Receiver {
+        id: "shop".into(),
+        key: shop_key.public(),
+        origins: vec![base.clone()],
+    });
+    std::fs::write(
+        dir.join("mandate.jws"),
+        Signed::sign(m, &principal).unwrap().jws(),
+    )
+    .unwrap();
+    // The wallet's file, every path relative to it. The ledger file is the one the shop uses.
+    std::fs::write(
+        dir.join("wallet.toml"),
+        format!(
+            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet-records.db\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"sqlite://ledger.db\"\npayer_account = \"{agent}\"\n",
+            principal.public(),
+        ),
+    )
+    .unwrap();
+    (base, principal)
+}
+
+/// `stipendex ARGS…` run in `cwd`: success, stdout, stderr.
+async fn run_in(cwd: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn limits(per_call: &str, total: &str) -> Limits {
+    Limits {
+        asset: Asset::usd(),
+        per_call: Some(per_call.parse().unwrap()),
+        per_period: None,
+        total: Some(total.parse().unwrap()),
+        per_receiver: None,
+        confirm_above: None,
+        tab_cap: None,
+        open_tabs: None,
+    }
+}
+
+/// Issue 45: a mandate's limits and its revocation follow the wallet's configuration wherever
+/// the command runs — every relative path (the store's, the ledger's) is read beside the file
+/// that names it — and a revocation kept beside the mandate is honoured whatever store is open.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wallets_limits_and_revocation_follow_its_config_wherever_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (base, _) = shop_and_wallet(dir, limits("0.05", "0.10")).await;
+    let sub = dir.join("elsewhere");
+    std::fs::create_dir(&sub).unwrap();
+    let url = format!("{base}/api/search?q=rust");
+    for _ in 0..2 {
+        let (ok, _, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+        assert!(ok, "{err}");
+    }
+    let (ok, _, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+    assert!(!ok && err.contains("limit_exceeded"), "{err}");
+    // The same configuration from another directory: the same store, the same limit.
+    let (ok, out, err) = run_in(&sub, &["fetch", "--config", "../wallet.toml", &url]).await;
+    assert!(!ok, "the limit held in {}: {out}", dir.display());
+    assert!(err.contains("limit_exceeded"), "{err}");
+    assert!(
+        !sub.join("wallet-records.db").exists(),
+        "no fresh store in the working directory"
+    );
+    assert!(
+        !sub.join("ledger.db").exists(),
+        "no fresh ledger in the working directory"
+    );
+
+    // Revocation, recorded through the wallet's configuration from yet another directory.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let dir2 = tmp2.path();
+    let (base2, _) = shop_and_wallet(dir2, limits("0.05", "1.00")).await;
+    let url2 = format!("{base2}/api/search?q=rust");
+    let (ok, _, err) = run_in(dir2, &["fetch", "--config", "wallet.toml", &url2]).await;
+    assert!(ok, "{err}");
+    let config = dir2.join("wallet.toml").display().to_string();
+    let (ok, _, err) = run_in(
+        dir,
+        &[
+            "mandate",
+            "revoke",
+            "--key",
+            &dir2.join("principal.key").display().to_string(),
+            &dir2.join("mandate.jws").display().to_string(),
+            "--config",
+            &config,
+            "--out",
+            &dir.join("elsewhere.revocation.jws").display().to_string(),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run_in(&sub, &["fetch", "--config", &config, &url2]).await;
+    assert!(!ok && err.contains("(revoked)"), "{err}");
+
+    // A revocation written beside the mandate only (recorded in no store the wallet opens) is
+    // honoured too.
+    let tmp3 = tempfile::tempdir().unwrap();
+    let dir3 = tmp3.path();
+    let (base3, _) = shop_and_wallet(dir3, limits("0.05", "1.00")).await;
+    let (ok, _, err) = run_in(
+        dir3,
+        &[
+            "mandate",
+            "revoke",
+            "--key",
+            "principal.key",
+            "mandate.jws",
+            "--store",
+            &format!("sqlite://{}", dir3.join("somewhere-else.db").display()),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run_in(
+        &sub,
+        &[
+            "fetch",
+            "--config",
+            &dir3.join("wallet.toml").display().to_string(),
+            &format!("{base3}/api/search"),
+        ],
+    )
+    .await;
+    assert!(!ok && err.contains("(revoked)"), "{err}");
+}
+
+/// Issue 45: a wallet that does not know its principal does not start (one sentence saying how
+/// to set it); one that does refuses a mandate signed by anyone else, however generous.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wallet_without_its_principal_does_not_start_and_a_stranger_s_mandate_pays_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (base, principal) = shop_and_wallet(dir, limits("0.05", "1.00")).await;
+    let url = format!("{base}/api/search");
+    let config = std::fs::read_to_string(dir.join("wallet.toml")).unwrap();
+    let principal_line = format!("principal = \"{}\"\n", principal.public());
+    std::fs::write(dir.join("wallet.toml"), config.replace(&principal_line, "")).unwrap();
+    let (ok, out, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+    assert!(!ok && out.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("[wallet] principal is not set") && err.contains("add principal = "),
+        "{err}"
+    );
+    // A mandate signed by a fresh key, allowing 100 USD a call: refused, nothing paid.
+    let stranger = SecretKey::generate();
+    let m: Signed<Mandate> = Signed::parse(
+        std::fs::read_to_string(dir.join("mandate.jws"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let mut forged = m.object().clone();
+    forged.principal.key = stranger.public();
+    forged.limits = vec![limits("100.00", "1000.00")];
+    std::fs::write(
+        dir.join("mandate.jws"),
+        Signed::sign(forged, &stranger).unwrap().jws(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("wallet.toml"), config).unwrap();
+    let (ok, out, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+    assert!(!ok && out.is_empty(), "a stranger's mandate paid: {out}");
+    assert!(err.contains("not the trusted principal"), "{err}");
+}
+
+/// Issue 45: the journal is on by default, beside the configuration; turned off, every payment
+/// says so. The store and the journal must belong together: a store that has never seen the
+/// mandate whose payments the journal holds (its limits would start from zero) is refused, and
+/// so is a journal emptied under a store that counted them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_is_on_by_default_and_must_belong_with_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (base, _) = shop_and_wallet(dir, limits("0.05", "1.00")).await;
+    let url = format!("{base}/api/search");
+    let (ok, _, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+    assert!(ok, "{err}");
+    assert!(!err.contains("no audit journal"), "{err}");
+    let jws = |d: &Path| {
+        std::fs::read_dir(d)
+            .map(|r| {
+                r.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jws"))
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        jws(&dir.join("chains")),
+        1,
+        "the payment's chain, by default"
+    );
+
+    // Another store under the same journal: refused, nothing paid.
+    let config = std::fs::read_to_string(dir.join("wallet.toml")).unwrap();
+    std::fs::write(
+        dir.join("wallet.toml"),
+        config.replace("wallet-records.db", "fresh-records.db"),
+    )
+    .unwrap();
+    let (ok, out, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(err.contains("has no record of mandate"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // The journal gone, the store kept: refused too.
+    std::fs::write(dir.join("wallet.toml"), &config).unwrap();
+    std::fs::remove_dir_all(dir.join("chains")).unwrap();
+    let (ok, _, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+    assert!(!ok);
+    assert!(err.contains("journal has no chain of mandate"), "{err}");
+    // Turned off explicitly: it pays, and says it keeps no trail.
+    std::fs::write(
+        dir.join("wallet.toml"),
+        config.replace("[wallet]\n", "[wallet]\njournal = false\n"),
+    )
+    .unwrap();
+    let (ok, _, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("(no audit journal: [wallet] journal = false)"),
+        "{err}"
+    );
 }

@@ -325,10 +325,11 @@ secret_env = "GATEWAY_TEST_SECRET"
             ],
         );
         std::fs::write(dir.join("wallet.jws"), m.jws()).unwrap();
+        let principal = m.object().principal.key;
         std::fs::write(
             dir.join("wallet.toml"),
             format!(
-                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\njournal = \"chains\"\nconfirm = \"terminal\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
+                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\nprincipal = \"{principal}\"\njournal = \"chains\"\nconfirm = \"terminal\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
                 dir.join("wallet.db").display()
             ),
         )

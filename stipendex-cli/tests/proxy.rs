@@ -126,7 +126,8 @@ asset = "USD"
             std::fs::write(
                 dir.join(format!("{name}.toml")),
                 format!(
-                    "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"{name}.jws\"\njournal = \"chains-{name}\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n\n[upstream]\nserver = \"{SHOP}\"\n",
+                    "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"{name}.jws\"\nprincipal = \"{}\"\njournal = \"chains-{name}\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n\n[upstream]\nserver = \"{SHOP}\"\n",
+                    principal.public(),
                     dir.join(format!("{name}.db")).display()
                 ),
             )
@@ -573,7 +574,8 @@ asset = "ALGO"
         std::fs::write(
             dir.join("wallet.toml"),
             format!(
-                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\njournal = \"chains-wallet\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"ALGO_PAYER_KEY\"\nmax_amount = \"0.01\"\n",
+                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\nprincipal = \"{}\"\njournal = \"chains-wallet\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"ALGO_PAYER_KEY\"\nmax_amount = \"0.01\"\n",
+                principal.public(),
                 dir.join("wallet.db").display(),
                 net.url,
             ),

@@ -175,6 +175,11 @@ pub enum Error {
         /// Why.
         why: String,
     },
+    /// The wallet's spend records (its store) and its audit journal do not belong together:
+    /// one has seen the mandate pay and the other has not. Paying on would count its limits
+    /// from zero, or leave payments without their chains; nothing is paid.
+    #[error("records apart: {0}")]
+    RecordsApart(String),
     /// The work behind the receiver cannot be done now (its upstream is unreachable): no
     /// payment was taken; send the same one again later.
     #[error("unavailable: {0}")]
@@ -226,6 +231,7 @@ impl Error {
             Error::TabClosed { .. } => "tab_closed",
             Error::Voucher { code, .. } => code,
             Error::Unavailable(_) => "upstream_unavailable",
+            Error::RecordsApart(_) => "records_apart",
         }
     }
 }

@@ -137,6 +137,19 @@ pub(crate) fn url(
     }
 }
 
+/// `url` with a relative `sqlite://` path read beside `base` (the configuration file's
+/// directory); any other URL as it is.
+pub(crate) fn located(url: String, base: Option<&std::path::Path>) -> String {
+    match (url.strip_prefix("sqlite://"), base) {
+        (Some(path), Some(base))
+            if !path.is_empty() && std::path::Path::new(path).is_relative() =>
+        {
+            format!("sqlite://{}", base.join(path).display())
+        }
+        _ => url,
+    }
+}
+
 /// The storage a URL names.
 /// What `url` names (rail-core's one store URL syntax), or a message saying what is accepted.
 pub(crate) fn storage<'a>(what: &str, url: &'a str) -> Result<StoreUrl<'a>, Error> {

@@ -37,7 +37,10 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let s: Section = section(ctx.name, ctx.table)?;
     let asset = asset(ctx.name, &s.asset)?;
     let what = format!("rails.{}", ctx.name);
-    let url = url(ctx.env, &what, s.url.as_ref(), s.url_env.as_ref())?;
+    let url = super::config::located(
+        url(ctx.env, &what, s.url.as_ref(), s.url_env.as_ref())?,
+        ctx.base,
+    );
     let ledger = open(ctx, &what, &url, s.schema.as_deref()).await?;
     let payer = match &s.payer_account {
         Some(id) => {

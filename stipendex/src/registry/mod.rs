@@ -10,6 +10,10 @@
 //! # … the kind's own fields (see below)
 //! ```
 //!
+//! A relative `sqlite://` path (the `[store]`'s, a ledger's) is read beside the file that
+//! names it ([`Registry::from_file`]), never from the directory the command runs in: a wallet's
+//! limits and revocations follow its configuration wherever it is started.
+//!
 //! Secrets never sit in the file: a field that would hold one is named `…_env` and names the
 //! environment variable that holds it (`payer_key_env = "X402_PAYER_KEY"`); writing the secret
 //! itself (`payer_key = …`) is refused. Each rail has a payer side (a wallet pays from it) and
@@ -189,6 +193,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) env: &'a dyn Env,
     store: Option<Arc<dyn KeyStore>>,
     pub(crate) clock: SharedClock,
+    /// The directory of the configuration file: relative paths are read beside it.
+    pub(crate) base: Option<&'a Path>,
 }
 
 #[allow(dead_code)]
@@ -227,13 +233,20 @@ impl Registry {
     ///
     /// # Errors
     /// [`Error`]: the file, a field, a missing feature or secret, a rail that cannot start.
+    ///
+    /// A relative `sqlite://` path in it is read beside the file (not from the working
+    /// directory).
     pub async fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml(&text, &ProcessEnv).await
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        Self::build(&text, &ProcessEnv, Arc::new(SystemClock), Some(base)).await
     }
 
     /// Builds the registry from TOML text, reading secrets from `env`.
@@ -253,6 +266,17 @@ impl Registry {
         env: &dyn Env,
         clock: SharedClock,
     ) -> Result<Self, Error> {
+        Self::build(text, env, clock, None).await
+    }
+
+    /// The registry of `text`, its relative paths read beside `base` (else the working
+    /// directory).
+    async fn build(
+        text: &str,
+        env: &dyn Env,
+        clock: SharedClock,
+        base: Option<&Path>,
+    ) -> Result<Self, Error> {
         let file: config::File =
             toml::from_str(text).map_err(|e| Error::Config(e.message().to_owned()))?;
         // Every kind is checked before anything is opened: a build without a rail's feature
@@ -261,7 +285,7 @@ impl Registry {
         for (name, table) in &file.rails {
             kinds.push(kind_of(name, table)?);
         }
-        let store = open_store(file.store.as_ref(), env).await?;
+        let store = open_store(file.store.as_ref(), env, base).await?;
         let mut rails = BTreeMap::new();
         for ((name, table), kind) in file.rails.iter().zip(kinds) {
             let ctx = Ctx {
@@ -270,6 +294,7 @@ impl Registry {
                 env,
                 store: store.clone(),
                 clock: clock.clone(),
+                base,
             };
             let sides = build(kind, &ctx).await?;
             let (payer, receiver) = (sides.payer, sides.receiver);
@@ -481,11 +506,15 @@ async fn build(kind: &str, ctx: &Ctx<'_>) -> Result<Sides, Error> {
 async fn open_store(
     section: Option<&config::StoreSection>,
     env: &dyn Env,
+    base: Option<&Path>,
 ) -> Result<Option<Arc<dyn KeyStore>>, Error> {
     let Some(section) = section else {
         return Ok(None);
     };
-    let url = config::url(env, "store", section.url.as_ref(), section.url_env.as_ref())?;
+    let url = config::located(
+        config::url(env, "store", section.url.as_ref(), section.url_env.as_ref())?,
+        base,
+    );
     let store = config::storage("store", &url)?;
     if let Some(driver) = store.feature().filter(|_| !store.compiled()) {
         return Err(config::driver_missing("store", driver));

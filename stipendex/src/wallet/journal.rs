@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::Error;
-use crate::envelope::Resource;
+use crate::envelope::{Mandate, Resource, Signed};
 
 /// A payment the wallet started and has not finished: written before the rail is asked, ended
 /// once its Proof is journaled (or the rail refused it for certain). A payment whose outcome
@@ -87,6 +87,27 @@ pub trait Journal: Send + Sync {
     /// [`Error::Storage`].
     async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
         Ok(self.pending().await?.into_iter().find(|p| p.chain == chain))
+    }
+
+    /// Whether this journal holds chains of `mandate`: `Some(true)` or `Some(false)` for a
+    /// journal that outlives the process (a [`DirJournal`]), `None` for one that cannot say
+    /// (it keeps nothing across processes). The wallet compares it with its store's records
+    /// ([`super::Wallet::check_records`]).
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn has_mandate(&self, mandate: &Signed<Mandate>) -> Result<Option<bool>, Error> {
+        let _ = mandate;
+        Ok(None)
+    }
+
+    /// Marks `mandate` as one whose chains this journal keeps.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn mark_mandate(&self, mandate: &Signed<Mandate>) -> Result<(), Error> {
+        let _ = mandate;
+        Ok(())
     }
 }
 
@@ -228,6 +249,13 @@ impl DirJournal {
     pub fn path(&self, chain: &str) -> PathBuf {
         self.dir.join(format!("{chain}.jws"))
     }
+
+    /// The mark of the mandate of id `id` (`<dir>/.mandates/<id>`).
+    fn mark_path(&self, id: &str) -> Result<PathBuf, Error> {
+        crate::envelope::check_id(id, "m_")
+            .map_err(|e| Error::Malformed(format!("mandate id: {e}")))?;
+        Ok(self.dir.join(".mandates").join(id))
+    }
 }
 
 fn io(path: &std::path::Path, e: impl std::fmt::Display) -> Error {
@@ -320,6 +348,46 @@ impl Journal for DirJournal {
             }
             out.sort_by_key(|p| p.since);
             Ok(out)
+        })
+        .await
+    }
+
+    async fn has_mandate(&self, mandate: &Signed<Mandate>) -> Result<Option<bool>, Error> {
+        let mark = self.mark_path(&mandate.object().id)?;
+        let dir = self.dir.clone();
+        let jws = mandate.jws().to_owned();
+        let this = self.clone();
+        let found = blocking(move || {
+            if mark.exists() {
+                return Ok(true);
+            }
+            // No mark (a journal written before marks were kept): its chains say.
+            for entry in std::fs::read_dir(&dir).map_err(|e| io(&dir, e))? {
+                let path = entry.map_err(|e| io(&dir, e))?.path();
+                if path.extension().is_some_and(|x| x == "jws")
+                    && let Ok(text) = std::fs::read_to_string(&path)
+                    && text.lines().any(|l| l.trim() == jws)
+                {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })
+        .await?;
+        if found {
+            this.mark_mandate(mandate).await?;
+        }
+        Ok(Some(found))
+    }
+
+    async fn mark_mandate(&self, mandate: &Signed<Mandate>) -> Result<(), Error> {
+        let mark = self.mark_path(&mandate.object().id)?;
+        let digest = mandate.digest().as_str().to_owned();
+        blocking(move || {
+            if let Some(parent) = mark.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            }
+            std::fs::write(&mark, format!("{digest}\n")).map_err(|e| io(&mark, e))
         })
         .await
     }

@@ -37,7 +37,7 @@ mod tab;
 
 use std::sync::Arc;
 
-use rail_core::keys::{Begin, Idempotency, fingerprint};
+use rail_core::keys::{Begin, Idempotency, Write, fingerprint};
 use rail_core::{
     Amount, KeyStore, MemoryKeyStore, OpId, PayerHandle, PaymentMode, RailError, SharedClock,
     SystemClock,
@@ -481,6 +481,51 @@ impl Wallet {
     #[must_use]
     pub fn store(&self) -> &Arc<dyn KeyStore> {
         &self.0.store
+    }
+
+    /// Checks that the wallet's spend records (its store) and its audit journal belong
+    /// together before it pays anything: a store that has never seen the mandate while the
+    /// journal holds its chains (the limits would start from zero — a store opened elsewhere,
+    /// or emptied), or a journal without its chains while the store counted its payments (the
+    /// journal moved or emptied), is refused. Otherwise both are marked with the mandate. A
+    /// journal that keeps nothing across processes is not compared. What `stipendex` runs at
+    /// start.
+    ///
+    /// # Errors
+    /// [`Error::RecordsApart`] naming which is missing; [`Error::Storage`].
+    pub async fn check_records(&self) -> Result<(), Error> {
+        let me = &self.0;
+        let id = &me.mandate.object().id;
+        let ns = format!("stipendex/{id}/records");
+        let stored = me
+            .store
+            .get(&ns, "mandate")
+            .await
+            .map_err(|e| Error::Storage(e.to_string()))?
+            .is_some();
+        let journaled = me.journal.has_mandate(&me.mandate).await?;
+        match (stored, journaled) {
+            (false, Some(true)) => Err(Error::RecordsApart(format!(
+                "the wallet's store has no record of mandate {id}, whose payments are in its journal: its limits would be counted again from zero; point [store] at the store those payments were counted in"
+            ))),
+            (true, Some(false)) => Err(Error::RecordsApart(format!(
+                "the wallet's journal has no chain of mandate {id}, whose payments its store counted: the journal was moved or emptied; point [wallet] journal at it"
+            ))),
+            _ => {
+                if !stored {
+                    let mut w = Write::finished(rand::random(), "mandate", None);
+                    w.value = Some(me.mandate.digest().as_str().to_owned());
+                    me.store
+                        .insert_if_absent(&ns, "mandate", &w)
+                        .await
+                        .map_err(|e| Error::Storage(e.to_string()))?;
+                }
+                if journaled == Some(false) {
+                    me.journal.mark_mandate(&me.mandate).await?;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Pays `quote` under the mandate, or refuses with a typed error that changed nothing.
