@@ -33,6 +33,11 @@ pub(crate) struct Args {
     /// The request body (`@FILE` reads it from FILE).
     #[arg(short = 'd', long = "data")]
     data: Option<String>,
+    /// Give up after this many seconds (a payment it started stays pending, and the same
+    /// request asked again finishes it — never a second payment). Default: no limit; every
+    /// 10 s of waiting is reported on stderr.
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<u64>,
     /// The URL (absolute, http or https).
     url: String,
 }
@@ -57,10 +62,35 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     // The body goes to stdout as it arrives, whatever its size; a paid one is hashed on the
     // way and checked against its Receipt when it ends.
     let mut stdout = std::io::stdout();
-    let r = client
-        .execute_to(method, &a.url, headers, body, &mut stdout)
-        .await
-        .map_err(|e| refused(&e))?;
+    let started = std::time::Instant::now();
+    let request = client.execute_to(method, &a.url, headers, body, &mut stdout);
+    tokio::pin!(request);
+    let mut notice = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(10),
+        Duration::from_secs(10),
+    );
+    let deadline = async {
+        match a.timeout {
+            Some(t) => tokio::time::sleep(Duration::from_secs(t)).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let r = loop {
+        tokio::select! {
+            r = &mut request => break r.map_err(|e| refused(&e))?,
+            _ = notice.tick() => eprintln!(
+                "still waiting after {} s: the server or a payment's rail is slow",
+                started.elapsed().as_secs()
+            ),
+            () = &mut deadline => {
+                return Err(msg(format!(
+                    "no answer within {} s (--timeout): a payment it started stays pending (`stipendex wallet pending`), and asking the same request again finishes it without paying twice",
+                    a.timeout.unwrap_or_default()
+                )));
+            }
+        }
+    };
     eprintln!("{}{journal_note}", summary(&r));
     // A tab opened for this request is closed before the process ends: its unused cap is
     // released now, not when the tab would end.

@@ -45,27 +45,46 @@ pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
         Command::Pending { config } => {
             let wallet = journaled(&config).await?;
             let pending = wallet.pending().await?;
-            if pending.is_empty() {
+            let unanswered = wallet.unanswered().await?;
+            if pending.is_empty() && unanswered.is_empty() {
                 println!("no pending payments");
             }
             for p in &pending {
                 println!("{}", line(p));
+            }
+            for p in &unanswered {
+                println!(
+                    "{}  paid, its answer not received: asking the same request again presents its Proof",
+                    line(p)
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Resume { config, chain } => {
             let wallet = journaled(&config).await?;
             let paid = wallet.resume(&chain).await.map_err(|e| match e.code() {
-                "pending_review" | "unavailable" | "in_progress" => msg(format!(
+                "in_progress" => msg(format!(
+                    "payment {chain} is being made now by another call that is still running: it finishes it; resume it once that call has ended (a payment whose process has ended is taken over at once)"
+                )),
+                "pending_review" | "unavailable" => msg(format!(
                     "payment {chain} is still pending ({}): {e}; resume it again later",
                     e.code()
                 )),
                 _ => msg(format!("payment {chain} not finished ({}): {e}", e.code())),
             })?;
             let p = paid.proof.object();
+            let unanswered = wallet.unanswered().await?.iter().any(|u| u.chain == chain);
             println!(
-                "paid: {chain}, {} {} over {}, proof {}",
-                p.amount, p.asset, paid.rail, p.id
+                "paid: {chain}, {} {} over {}, proof {}{}",
+                p.amount,
+                p.asset,
+                paid.rail,
+                p.id,
+                if unanswered {
+                    "; its answer not received yet: asking the same request again presents this Proof"
+                } else {
+                    ""
+                }
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -30,7 +30,9 @@ fn text(o: &Output) -> String {
 fn chains(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir.join("chains"))
         .unwrap()
-        .map(|e| e.unwrap().path().display().to_string())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jws"))
+        .map(|p| p.display().to_string())
         .collect();
     v.sort();
     v

@@ -649,3 +649,134 @@ async fn the_journal_is_on_by_default_and_must_belong_with_the_store() {
         "{err}"
     );
 }
+
+/// Issue 45: an answer lost after the wallet paid is never paid twice. `fetch` pays and sends
+/// its Proof; the server never answers (a hung upstream, a dropped connection) and `fetch`
+/// gives up (`--timeout`). The payment is kept with its Proof, listed by `wallet pending`;
+/// `wallet resume` reports that Proof; and `fetch` of the same request presents it again —
+/// served once, charged once — instead of paying the fresh Quote it is offered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_answer_is_presented_again_and_never_paid_twice() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
+    let (listener, base) = listen().await;
+    let rails = Registry::from_toml(
+        &format!(
+            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
+            dir.join("receiver.db").display()
+        ),
+        &stipendex::ProcessEnv,
+    )
+    .await
+    .unwrap();
+    let shop_key = SecretKey::generate();
+    let receiver = Receiver::builder("shop", shop_key.clone())
+        .origin(&base)
+        .registry(&rails)
+        .price(PricedCapability::fixed(
+            "GET",
+            "/api/search",
+            Money::parse(Asset::usd(), "0.05").unwrap(),
+        ))
+        .build()
+        .unwrap();
+    // The first paid request is swallowed before it reaches the receiver: its answer is lost.
+    let swallow = Arc::new(AtomicBool::new(true));
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route(
+            "/api/search",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "results" }
+            }),
+        ))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let swallow = swallow.clone();
+                async move {
+                    if req.headers().contains_key("stipendex-payment")
+                        && swallow.swap(false, Ordering::SeqCst)
+                    {
+                        std::future::pending::<()>().await;
+                    }
+                    next.run(req).await
+                }
+            },
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - 60,
+        86_400,
+    );
+    m.limits.push(limits("1.00", "5.00"));
+    m.allow.push(Allow::Receiver {
+        id: "shop".into(),
+        key: shop_key.public(),
+        origins: vec![base.clone()],
+    });
+    std::fs::write(
+        dir.join("mandate.jws"),
+        Signed::sign(m, &principal).unwrap().jws(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("wallet.toml"),
+        format!(
+            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
+            principal.public()
+        ),
+    )
+    .unwrap();
+    let url = format!("{base}/api/search?q=rust");
+    let balance = || {
+        let url = ledger_url.clone();
+        async move {
+            let l = rail_ledger::Ledger::sqlite(&url).await.unwrap();
+            l.account(agent).await.unwrap().unwrap().posted_balance()
+        }
+    };
+    let before = balance().await;
+
+    let (ok, out, err) = fetch(dir, &["--timeout", "3", &url]).await;
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(err.contains("no answer within 3 s"), "{err}");
+    assert_eq!(before - balance().await, 5, "paid once");
+    let (ok, out, err) = stipendex(&["wallet", "pending"], dir, &[], &[]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("paid, its answer not received"), "{out}");
+    let chain = out.split_whitespace().next().unwrap().to_owned();
+    let (ok, out, err) = stipendex(&["wallet", "resume"], dir, &[&chain], &[]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("its answer not received yet"), "{out}");
+
+    // The same request again: the same Proof, served once; nothing more paid.
+    let (ok, out, err) = fetch(dir, &[&url]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "results");
+    assert!(err.contains("receipt r_"), "{err}");
+    assert_eq!(before - balance().await, 5, "still paid once");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Answered now: nothing is kept, and the next call pays its own Quote.
+    let (ok, out, _) = stipendex(&["wallet", "pending"], dir, &[], &[]).await;
+    assert!(ok);
+    assert_eq!(out.trim(), "no pending payments");
+    let (ok, _, err) = fetch(dir, &[&url]).await;
+    assert!(ok, "{err}");
+    assert_eq!(before - balance().await, 10);
+}

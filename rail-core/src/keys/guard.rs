@@ -154,6 +154,22 @@ impl ReplayGuard {
         lease: Duration,
         fingerprint: Vec<u8>,
     ) -> RailResult<Claim> {
+        self.claim_over(key, lease, fingerprint, false).await
+    }
+
+    /// As [`ReplayGuard::claim_as`]; with `holder_gone`, a record in flight is taken over even
+    /// before its lease lapses ([`Claim::Recover`]): the caller knows its holder has ended (a
+    /// process whose lock is free), so waiting for the lease would only delay the recovery.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn claim_over(
+        &self,
+        key: &str,
+        lease: Duration,
+        fingerprint: Vec<u8>,
+        holder_gone: bool,
+    ) -> RailResult<Claim> {
         let mut w = Write::leased(new_token(), RESERVED, lease);
         w.fingerprint = fingerprint;
         for _ in 0..4 {
@@ -169,7 +185,7 @@ impl ReplayGuard {
             if seen.record.lease_until.is_none() || seen.record.expires_at.is_some() {
                 return Ok(Claim::Finished(seen.record));
             }
-            if !seen.lease_lapsed() {
+            if !seen.lease_lapsed() && !holder_gone {
                 return Ok(Claim::Busy {
                     retry_after: seen.lease_left(),
                     state: seen.record.state,

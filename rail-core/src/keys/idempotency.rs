@@ -102,13 +102,28 @@ impl Idempotency {
     /// # Errors
     /// [`RailError::IdempotencyConflict`], [`RailError::InProgress`], [`RailError::Storage`].
     pub async fn begin<T: DeserializeOwned>(&self, op: &OpId, fp: &[u8]) -> RailResult<Begin<T>> {
+        self.begin_over(op, fp, false).await
+    }
+
+    /// As [`Idempotency::begin`]; with `holder_gone`, an attempt in flight whose holder has
+    /// ended (the caller knows: a process whose lock is free) is recovered at once
+    /// ([`Begin::Recover`]) rather than after its lease lapses.
+    ///
+    /// # Errors
+    /// As [`Idempotency::begin`].
+    pub async fn begin_over<T: DeserializeOwned>(
+        &self,
+        op: &OpId,
+        fp: &[u8],
+        holder_gone: bool,
+    ) -> RailResult<Begin<T>> {
         let lease = |reservation| Lease {
             op: op.as_str().to_owned(),
             reservation,
         };
         match self
             .guard
-            .claim_as(op.as_str(), self.lease, fp.to_vec())
+            .claim_over(op.as_str(), self.lease, fp.to_vec(), holder_gone)
             .await?
         {
             Claim::Fresh(r) => Ok(Begin::Fresh(lease(r))),

@@ -267,9 +267,20 @@ impl Client {
         if let Some(b) = body {
             retry = retry.body(b);
         }
-        let second = retry.send().await.map_err(|e| transport(&e))?;
+        // Once paid, the Proof is kept until this request's answer comes back: a transport
+        // failure or a retryable answer leaves it for the same request asked again.
+        let second = match retry.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.wallet.unanswered_now(&paid);
+                return Err(transport(&e));
+            }
+        };
         if second.status() == StatusCode::PAYMENT_REQUIRED {
             let body = x402::read_402_body(second).await.unwrap_or_default();
+            if let Err(e) = self.wallet.answered(&paid).await {
+                tracing::warn!(error = %e, "could not mark a refused proof answered");
+            }
             return Err(refusal(&body, "the receiver refused the proof"));
         }
         let (status, headers) = (second.status(), second.headers().clone());
@@ -292,7 +303,17 @@ impl Client {
                 )
             }
             Some(Err(_)) => return Err(Error::Malformed("Stipendex-Receipt is not ASCII".into())),
-            None => None,
+            None => {
+                // An answer without a Receipt: a failure the receiver keeps as this Proof's
+                // answer — unless it is a server error (it may not have been the receiver's),
+                // after which the same request presents the same Proof again.
+                if status.is_server_error() {
+                    self.wallet.unanswered_now(&paid);
+                } else if let Err(e) = self.wallet.answered(&paid).await {
+                    tracing::warn!(error = %e, "could not mark a paid request answered");
+                }
+                None
+            }
         };
         Ok(Response {
             status,

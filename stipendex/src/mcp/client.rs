@@ -321,19 +321,45 @@ impl PayingClient {
             ))));
         }
         let wallet = &self.wallet;
-        let paid = Box::pin(wallet.pay_sent(quote, &target.sent, call.confirmer))
+        // A call cancelled before its payment pays nothing: checked before the wallet is asked,
+        // and after the human answered (a host that cancels while its dialog is open).
+        if call.cancel.is_cancelled() {
+            return Err(CallError::Transport("cancelled".into()));
+        }
+        let confirmer = UnlessCancelled {
+            inner: call.confirmer,
+            cancel: &call.cancel,
+        };
+        let paid = Box::pin(wallet.pay_sent(quote, &target.sent, &confirmer))
             .await
             .map_err(CallError::NotPaid)?;
         meta.0.0.insert(
             PAYMENT.into(),
             serde_json::to_value(&paid.proof).map_err(|e| CallError::Transport(e.to_string()))?,
         );
-        let result = match self.send_paid(call, meta).await? {
+        // Once paid, the Proof is kept until the call's answer comes back: a retryable failure
+        // or a lost answer leaves it for the same call asked again (`Wallet::pay_sent`).
+        let sent = self.send_paid(call, meta).await;
+        if sent.is_err() {
+            // No answer (a transport failure, retries run out): kept for the same call again.
+            wallet.unanswered_now(&paid);
+        }
+        let result = match sent? {
             Ok(r) => r,
-            Err(e) => return Err(CallError::NotPaid(refusal(&e))),
+            Err(e) => {
+                if let Err(err) = wallet.answered(&paid).await {
+                    tracing::warn!(error = %err, "could not mark a refused proof answered");
+                }
+                return Err(CallError::NotPaid(refusal(&e)));
+            }
         };
         let receipt = match receipt_in(&result) {
-            None => None,
+            None => {
+                if let Err(err) = wallet.answered(&paid).await {
+                    tracing::warn!(error = %err, "could not mark a paid call answered");
+                }
+                None
+            }
             Some((jws, delivered)) => Some(Box::new(
                 wallet
                     .receipt_for(&paid, &jws, &delivered)
@@ -625,6 +651,35 @@ impl PayingClient {
                 Err(CallError::Transport("cancelled".into()))
             }
         }
+    }
+}
+
+/// The call's confirmer, whose yes is a no once the call was cancelled (a host that cancels
+/// while its confirmation dialog is open gets no payment made).
+struct UnlessCancelled<'a> {
+    inner: &'a dyn Confirmer,
+    cancel: &'a CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl Confirmer for UnlessCancelled<'_> {
+    async fn confirm(&self, ask: &crate::wallet::Ask) -> crate::wallet::Answer {
+        let answer = tokio::select! {
+            a = self.inner.confirm(ask) => a,
+            () = self.cancel.cancelled() => crate::wallet::Answer::No {
+                why: "the call was cancelled while its payment waited for confirmation".into(),
+            },
+        };
+        if self.cancel.is_cancelled() {
+            return crate::wallet::Answer::No {
+                why: "the call was cancelled while its payment waited for confirmation".into(),
+            };
+        }
+        answer
+    }
+
+    async fn escalate(&self, denial: &crate::wallet::Denial) {
+        self.inner.escalate(denial).await;
     }
 }
 

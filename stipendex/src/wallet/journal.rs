@@ -15,6 +15,11 @@ use crate::envelope::{Mandate, Resource, Signed};
 /// A payment the wallet started and has not finished: written before the rail is asked, ended
 /// once its Proof is journaled (or the rail refused it for certain). A payment whose outcome
 /// is unknown, or held for review, stays pending until [`super::Wallet::resume`] finishes it.
+///
+/// A payment made for a request sent over a transport stays after its Proof is signed, with
+/// the Proof (`proof`), until the request's answer comes back ([`super::Wallet::answered`], or
+/// its Receipt): the same request asked again presents that Proof, and is never paid twice for
+/// an answer that was lost.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     /// The chain it belongs to ([`chain_name`]).
@@ -37,6 +42,13 @@ pub struct Pending {
     /// call is paying it now. `false` while the first attempt runs.
     #[serde(default)]
     pub unknown: bool,
+    /// Paid: the Proof (compact JWS), its answer not received yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
+    /// Who is making the payment now ([`Journal::holder`]): gone, the payment is taken over at
+    /// once instead of after its lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// Keeps the signed objects of each payment, and its payments pending. A chain is named by
@@ -108,6 +120,20 @@ pub trait Journal: Send + Sync {
     async fn mark_mandate(&self, mandate: &Signed<Mandate>) -> Result<(), Error> {
         let _ = mandate;
         Ok(())
+    }
+
+    /// This process's name in the pending payments it makes, if the journal can tell later
+    /// whether the process is still there ([`Journal::holder_alive`]); `None` (the default):
+    /// a payment left by a process that ended is taken over once it is abandoned.
+    fn holder(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether the process named `holder` ([`Journal::holder`]) is still running. Contract:
+    /// `false` only when it certainly is not (its lock is free); when unsure, `true`.
+    fn holder_alive(&self, holder: &str) -> bool {
+        let _ = holder;
+        true
     }
 }
 
@@ -225,9 +251,14 @@ impl Journal for MemoryJournal {
 /// Keeps each chain in a file `<dir>/<chain>.jws`, one compact JWS per line (the input of
 /// `stipendex verify-chain`), and each pending payment in `<dir>/<chain>.pending` (JSON,
 /// written to a temporary file and renamed into place, so it is whole or absent).
+///
+/// A process that makes payments holds an exclusive lock on a file of its own under
+/// `<dir>/.holders/` for as long as it runs (the operating system releases it when the process
+/// ends, however it ends): another process finds a payment it left and takes it over at once.
 #[derive(Clone, Debug)]
 pub struct DirJournal {
     dir: PathBuf,
+    holder: std::sync::Arc<std::sync::OnceLock<Option<(String, std::fs::File)>>>,
 }
 
 impl DirJournal {
@@ -241,7 +272,10 @@ impl DirJournal {
             path: dir.display().to_string(),
             source,
         })?;
-        Ok(DirJournal { dir })
+        Ok(DirJournal {
+            dir,
+            holder: std::sync::Arc::default(),
+        })
     }
 
     /// The file of chain `chain`.
@@ -270,8 +304,57 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::Storage(format!("journal task: {e}")))?
 }
 
+/// This process's lock file under `dir`, locked (`None` if it cannot be made: payments are then
+/// taken over after their lease, as without a holder).
+fn lock_holder(dir: &std::path::Path) -> Option<(String, std::fs::File)> {
+    let holders = dir.join(".holders");
+    std::fs::create_dir_all(&holders).ok()?;
+    // Locks of processes that ended are removed on the way.
+    if let Ok(entries) = std::fs::read_dir(&holders) {
+        for e in entries.flatten() {
+            let path = e.path();
+            if let Ok(f) = std::fs::File::open(&path)
+                && f.try_lock().is_ok()
+            {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    let name = format!(
+        "{}-{}.lock",
+        std::process::id(),
+        hex::encode(rand::random::<[u8; 4]>())
+    );
+    let path = holders.join(name);
+    let file = std::fs::File::create(&path).ok()?;
+    file.lock().ok()?;
+    Some((path.display().to_string(), file))
+}
+
 #[async_trait]
 impl Journal for DirJournal {
+    fn holder(&self) -> Option<String> {
+        self.holder
+            .get_or_init(|| lock_holder(&self.dir))
+            .as_ref()
+            .map(|(path, _)| path.clone())
+    }
+
+    fn holder_alive(&self, holder: &str) -> bool {
+        if self.holder().as_deref() == Some(holder) {
+            return true;
+        }
+        let path = std::path::Path::new(holder);
+        // Only this journal's own lock files are looked at.
+        if path.parent() != Some(self.dir.join(".holders").as_path()) {
+            return true;
+        }
+        match std::fs::File::open(path) {
+            Ok(f) => f.try_lock().is_err(),
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        }
+    }
+
     async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
         use std::io::Write as _;
         let path = self.path(chain);

@@ -108,11 +108,39 @@ struct Inner {
     min_quote_life: u64,
     #[cfg(feature = "challenges")]
     scheme_payers: Vec<Arc<dyn x402_transport::client::SchemePayer>>,
+    /// The paid payments a call of this process is presenting now (chain → since when): an
+    /// identical request waits for them rather than presenting the same Proof beside.
+    presenting: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 /// How old a pending payment never marked unknown must be for the HTTP client to treat it as
 /// abandoned (its process died mid-payment) and resume it rather than pay afresh.
 pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How long a call waits for another call paying the same request before it gives up (it
+/// never pays beside it): a payment's attempt lasts at most this long before its outcome is
+/// unknown.
+pub const WAIT_FOR_SAME_REQUEST: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// The chain of the Quote `paid` paid (`None` for a challenge's payment).
+fn paid_chain(paid: &Paid) -> Option<String> {
+    let q = Signed::<Quote>::parse(paid.proof.object().quote_jws.as_ref()?).ok()?;
+    Some(chain_name(&q.object().receiver.id, &q.object().id))
+}
+
+/// How long a call of this process is taken to be presenting a paid payment's Proof, at most:
+/// past it (the call gave up without saying so), an identical request uses that Proof.
+const PRESENT_FOR: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// What [`Wallet::pay_sent`] found for the same request.
+enum SameRequest {
+    /// No payment journaled for it.
+    None,
+    /// One no call is making now: resume it (or present its Proof).
+    Idle(Pending),
+    /// One another live call is making now: wait for it.
+    Busy(Pending),
+}
 
 /// The least time a Quote must have left for the wallet to pay it, by default: enough to pay
 /// and present the Proof before the receiver sees the Quote expire.
@@ -269,6 +297,7 @@ impl Builder {
             min_quote_life: self.min_quote_life.as_secs(),
             #[cfg(feature = "challenges")]
             scheme_payers: self.scheme_payers,
+            presenting: std::sync::Mutex::default(),
         })))
     }
 }
@@ -590,20 +619,95 @@ impl Wallet {
     ///
     /// # Errors
     /// As [`Wallet::pay`] and [`Wallet::resume`].
+    ///
+    /// Paid before for this request and not answered yet (its answer lost: `stipendex wallet
+    /// resume`, or a call that stopped), that payment's Proof is returned, to be presented
+    /// again. A payment for this request that another call is making now is waited for (at
+    /// most [`WAIT_FOR_SAME_REQUEST`]) and then used — never paid beside; one left by a process
+    /// that has ended is taken over at once.
     pub async fn pay_sent(
         &self,
         quote: &Signed<Quote>,
         sent: &Resource,
         confirmer: &dyn Confirmer,
     ) -> Result<Paid, Error> {
-        if let Some(p) = self.pending_for(quote, sent).await? {
-            match Box::pin(self.resume(&p.chain)).await {
-                Ok(paid) => return Ok(paid),
-                Err(e) if matches!(e.code(), "in_progress" | "not_pending") => {}
-                Err(e) => return Err(e),
+        let deadline = tokio::time::Instant::now() + WAIT_FOR_SAME_REQUEST;
+        loop {
+            match self.same_request(quote, sent).await? {
+                SameRequest::None => break,
+                SameRequest::Idle(p) => {
+                    match Box::pin(self.resume(&p.chain)).await {
+                        Ok(paid) => {
+                            self.set_presenting(&p.chain, true);
+                            return Ok(paid);
+                        }
+                        Err(e) if matches!(e.code(), "in_progress" | "not_pending") => {}
+                        Err(e) => return Err(e),
+                    }
+                    break;
+                }
+                SameRequest::Busy(p) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(Error::Payment(RailError::InProgress {
+                            op_id: format!(
+                                "{}: another call is paying this same request; ask again when it has finished",
+                                p.chain
+                            ),
+                        }));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
             }
         }
         Box::pin(self.pay_at(quote, Some(sent), confirmer)).await
+    }
+
+    /// The payment for the same request as `quote` (same receiver, resource `sent`, request
+    /// digest), if one is journaled: idle (its outcome unknown, paid and not answered, or left
+    /// by a process that has ended) or being made now by a live call.
+    async fn same_request(
+        &self,
+        quote: &Signed<Quote>,
+        sent: &Resource,
+    ) -> Result<SameRequest, Error> {
+        let q = quote.object();
+        let now = now_secs(&self.0.clock);
+        for p in self.0.journal.pending().await? {
+            if p.resource.as_ref() != Some(sent) {
+                continue;
+            }
+            let Ok(old) = Signed::<Quote>::parse(&p.quote) else {
+                continue;
+            };
+            let o = old.object();
+            if o.receiver != q.receiver || o.request != q.request || o.resource != q.resource {
+                continue;
+            }
+            // A Proof past the grace a receiver honours it for is no use: forgotten.
+            if p.proof.is_some()
+                && now >= o.exp.saturating_add(rail_core::LATE_PROOF_GRACE.as_secs())
+            {
+                self.0.journal.end(&p.chain).await?;
+                continue;
+            }
+            let gone = p
+                .holder
+                .as_deref()
+                .is_some_and(|h| !self.0.journal.holder_alive(h));
+            let idle = match &p.proof {
+                // Paid: idle unless a call of this process is presenting it now.
+                Some(_) => !self.is_presenting(&p.chain),
+                None => {
+                    p.unknown || gone || now.saturating_sub(p.since) > ABANDONED_AFTER.as_secs()
+                }
+            };
+            return Ok(if idle {
+                SameRequest::Idle(p)
+            } else {
+                SameRequest::Busy(p)
+            });
+        }
+        Ok(SameRequest::None)
     }
 
     async fn pay_at(
@@ -694,7 +798,30 @@ impl Wallet {
     /// # Errors
     /// [`Error::Storage`] (the journal).
     pub async fn pending(&self) -> Result<Vec<Pending>, Error> {
-        self.0.journal.pending().await
+        Ok(self
+            .0
+            .journal
+            .pending()
+            .await?
+            .into_iter()
+            .filter(|p| p.proof.is_none())
+            .collect())
+    }
+
+    /// The payments made for a request whose answer has not come back (their Proof signed,
+    /// kept with it): the same request asked again presents that Proof rather than paying.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] (the journal).
+    pub async fn unanswered(&self) -> Result<Vec<Pending>, Error> {
+        Ok(self
+            .0
+            .journal
+            .pending()
+            .await?
+            .into_iter()
+            .filter(|p| p.proof.is_some())
+            .collect())
     }
 
     /// The pending payment of a Quote for the same request as `quote` (same receiver, same
@@ -709,24 +836,10 @@ impl Wallet {
         quote: &Signed<Quote>,
         sent: &Resource,
     ) -> Result<Option<Pending>, Error> {
-        let q = quote.object();
-        let now = now_secs(&self.0.clock);
-        for p in self.0.journal.pending().await? {
-            // A payment another call is making now is that call's; one left by a crash (never
-            // marked) counts once it is older than any attempt runs.
-            let idle = p.unknown || now.saturating_sub(p.since) > ABANDONED_AFTER.as_secs();
-            if !idle || p.resource.as_ref() != Some(sent) {
-                continue;
-            }
-            let Ok(old) = Signed::<Quote>::parse(&p.quote) else {
-                continue;
-            };
-            let o = old.object();
-            if o.receiver == q.receiver && o.request == q.request && o.resource == q.resource {
-                return Ok(Some(p));
-            }
-        }
-        Ok(None)
+        Ok(match self.same_request(quote, sent).await? {
+            SameRequest::Idle(p) => Some(p),
+            SameRequest::Busy(_) | SameRequest::None => None,
+        })
     }
 
     /// Finishes the pending payment of chain `chain` (from [`Wallet::pending`]): asks its rail
@@ -746,7 +859,12 @@ impl Wallet {
         };
         let quote = Signed::<Quote>::parse(&p.quote)?;
         let op = OpId::new(p.op.clone()).map_err(Error::Payment)?;
-        let lease = match self.begin(&quote, &op).await? {
+        // A payment whose process has ended is taken over at once, not after its lease.
+        let gone = p
+            .holder
+            .as_deref()
+            .is_some_and(|h| !me.journal.holder_alive(h));
+        let lease = match self.begin_over(&quote, &op, gone).await? {
             Started::Done(paid) => return Ok(*paid),
             Started::Lease(l) => l,
         };
@@ -760,9 +878,20 @@ impl Wallet {
     /// Claims `op` for `quote`: its first Proof if it was paid (the chain finished if a crash
     /// left it pending), or the lease to pay it.
     async fn begin(&self, quote: &Signed<Quote>, op: &OpId) -> Result<Started, Error> {
+        self.begin_over(quote, op, false).await
+    }
+
+    /// As [`Wallet::begin`]; with `holder_gone`, an attempt whose process has ended is taken
+    /// over before its lease lapses.
+    async fn begin_over(
+        &self,
+        quote: &Signed<Quote>,
+        op: &OpId,
+        holder_gone: bool,
+    ) -> Result<Started, Error> {
         let me = &self.0;
         let fp = fingerprint(quote.digest().as_str()).map_err(Error::Payment)?;
-        match me.ops.begin::<PaidRecord>(op, &fp).await {
+        match me.ops.begin_over::<PaidRecord>(op, &fp, holder_gone).await {
             Ok(Begin::Replay(rec)) => {
                 let paid = self.replayed(rec)?;
                 let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
@@ -873,10 +1002,72 @@ impl Wallet {
                 return;
             }
         }
-        if let Err(e) = me.journal.end(&chain).await {
-            tracing::warn!(chain = %chain, error = %e, "could not end a paid payment in the journal");
+        // Paid for a request sent over a transport: kept with its Proof until the request's
+        // answer comes back, so that the same request asked again presents this Proof.
+        let ended = match me.journal.pending_of(&chain).await {
+            Ok(Some(mut p)) if p.resource.is_some() => {
+                p.proof = Some(paid.proof.jws().to_owned());
+                p.unknown = true;
+                p.holder = None;
+                self.set_presenting(&chain, true);
+                me.journal.begin(&p).await
+            }
+            _ => me.journal.end(&chain).await,
+        };
+        if let Err(e) = ended {
+            tracing::warn!(chain = %chain, error = %e, "could not record a paid payment in the journal");
         }
         tracing::info!(quote = %q.id, receiver = %q.receiver.id, rail = %paid.rail, "paid");
+    }
+
+    /// Marks chain `chain` as being presented by a call of this process (or not).
+    fn set_presenting(&self, chain: &str, on: bool) {
+        if let Ok(mut m) = self.0.presenting.lock() {
+            if on {
+                m.insert(chain.to_owned(), std::time::Instant::now());
+            } else {
+                m.remove(chain);
+            }
+        }
+    }
+
+    /// Whether a call of this process is presenting chain `chain` now.
+    fn is_presenting(&self, chain: &str) -> bool {
+        self.0
+            .presenting
+            .lock()
+            .ok()
+            .and_then(|m| m.get(chain).copied())
+            .is_some_and(|since| since.elapsed() < PRESENT_FOR)
+    }
+
+    /// The call presenting `paid` got no answer it could keep (a transport failure, a server
+    /// error, a retry): the payment stays kept with its Proof, and the same request asked
+    /// again — by this call or another — presents it at once.
+    pub fn unanswered_now(&self, paid: &Paid) {
+        if let Some(chain) = paid_chain(paid) {
+            self.set_presenting(&chain, false);
+        }
+    }
+
+    /// The request `paid` paid for got its answer (one that is not a retry: a Receipt, or a
+    /// refusal of the Proof, or an answer without a Receipt): the payment is no longer kept for
+    /// a repeat of the request. Checking a Receipt does this by itself.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] (the journal): the next request for the same resource presents the
+    /// same Proof again, which the receiver answers with its kept answer or refuses.
+    pub async fn answered(&self, paid: &Paid) -> Result<(), Error> {
+        let Some(chain) = paid_chain(paid) else {
+            return Ok(());
+        };
+        self.set_presenting(&chain, false);
+        match self.0.journal.pending_of(&chain).await? {
+            Some(p) if p.proof.as_deref() == Some(paid.proof.jws()) => {
+                self.0.journal.end(&chain).await
+            }
+            _ => Ok(()),
+        }
     }
 
     fn replayed(&self, rec: PaidRecord) -> Result<Paid, Error> {
@@ -1010,6 +1201,8 @@ impl Wallet {
             since: now,
             resource: sent.cloned(),
             unknown: false,
+            proof: None,
+            holder: me.journal.holder(),
         };
         if let Err(e) = me.journal.begin(&pending).await {
             counted.release().await;
@@ -1288,6 +1481,9 @@ impl Wallet {
         }
         let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
         self.0.journal.record(&chain, receipt.jws()).await?;
+        if let Err(e) = self.answered(paid).await {
+            tracing::warn!(chain = %chain, error = %e, "could not mark a receipted payment answered");
+        }
         Ok(receipt)
     }
 }
