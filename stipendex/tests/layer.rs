@@ -660,3 +660,115 @@ async fn a_per_call_confirmer_decides_for_its_call_only() {
     assert_eq!(denied_here.load(Ordering::SeqCst), 1);
     assert_eq!(w.denied.load(Ordering::SeqCst), 0);
 }
+
+/// A payer that hangs on its first payment (a rail that does not answer), then pays.
+struct HangsFirst {
+    inner: Arc<dyn stipendex::rail_core::Payer>,
+    hung: std::sync::atomic::AtomicBool,
+}
+
+impl stipendex::rail_core::Rail for HangsFirst {
+    fn id(&self) -> stipendex::rail_core::RailId {
+        self.inner.id()
+    }
+    fn capabilities(&self) -> stipendex::rail_core::Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait::async_trait]
+impl stipendex::rail_core::Payer for HangsFirst {
+    async fn pay(
+        &self,
+        op: &stipendex::rail_core::OpId,
+        offer: &stipendex::rail_core::Offer,
+    ) -> stipendex::rail_core::RailResult<stipendex::rail_core::Payment> {
+        if !self.hung.swap(true, Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.pay(op, offer).await
+    }
+    fn accepts(&self, offer: &stipendex::rail_core::Offer) -> stipendex::rail_core::RailResult<()> {
+        self.inner.accepts(offer)
+    }
+}
+
+/// Issue 45: a payment left by a process that ended mid-payment (its rail never answered) is
+/// taken over at once — its journal's holder lock is free — not after its lease: the same
+/// request asked by another process resumes it under its operation and pays once, never the
+/// fresh Quote it is offered beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_left_by_a_process_that_ended_is_taken_over_at_once() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = w.receiver_with("search", &w.receiver_key);
+    let house = w.registry.payer("house").unwrap().clone();
+    let mandate = w.mandate(|m| common::pin(m, "https://search.example"));
+    let hanging = Arc::new(HangsFirst {
+        inner: house.payer.clone(),
+        hung: std::sync::atomic::AtomicBool::new(false),
+    });
+    let wallet_in = |payer: Arc<dyn stipendex::rail_core::Payer>| {
+        stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate.clone())
+            .rail(
+                "house",
+                stipendex::PayerHandle {
+                    payer,
+                    hold_payer: None,
+                },
+            )
+            .store(w.store.clone())
+            .journal(Arc::new(
+                stipendex::wallet::DirJournal::new(dir.path()).unwrap(),
+            ))
+            .clock(Arc::new(w.clock.clone()))
+            .build()
+            .unwrap()
+    };
+    let sent = stipendex::envelope::Resource {
+        origin: "https://search.example".into(),
+        method: "GET".into(),
+        path: "/search".into(),
+        query: None,
+    };
+    let req = Request::from_resource(&sent);
+    let before = w.balance(w.agent).await.0;
+    // "Process" A: its rail hangs; it is stopped mid-payment (its journal and lock dropped).
+    let first = quote(&receiver, &req).await;
+    let a = wallet_in(hanging.clone());
+    let (q, s) = (first.clone(), sent.clone());
+    let task = tokio::spawn(async move {
+        let _ = a.pay_sent(&q, &s, &stipendex::wallet::Refuse).await;
+    });
+    for _ in 0..100 {
+        if std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "pending"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+    let _ = task.await;
+    // "Process" B, at once: the same request, a fresh Quote. A's payment is taken over (its
+    // lease of 60 s notwithstanding) and paid once; the fresh Quote is not paid.
+    let b = wallet_in(hanging);
+    let fresh = quote(&receiver, &req).await;
+    let started = std::time::Instant::now();
+    let paid = b
+        .pay_sent(&fresh, &sent, &stipendex::wallet::Refuse)
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "taken over at once, not after the lease"
+    );
+    assert_eq!(
+        paid.proof.object().quote.as_ref(),
+        Some(first.digest()),
+        "A's payment, resumed: not the fresh Quote"
+    );
+    assert_eq!(before - w.balance(w.agent).await.0, 5, "paid once");
+}

@@ -1313,3 +1313,93 @@ async fn over_mcp_the_guard_holds_every_way_to_pay_and_the_hook_runs_inside_tabs
     // p, q0, q1, on the house, dear.
     assert_eq!(shop.runs.load(Ordering::SeqCst), 5);
 }
+
+/// Issue 45, over MCP (the proxy's client): a paid call whose server answers "retry the same
+/// payment" until the client gives up is not paid again when the host repeats it — the wallet
+/// presents the Proof it kept — and a call cancelled while its payment waits for the human's
+/// confirmation pays nothing.
+#[tokio::test]
+async fn over_mcp_a_call_repeated_after_its_answer_was_lost_is_not_paid_again() {
+    use rmcp::model::CallToolRequest;
+    use tokio_util::sync::CancellationToken;
+    let w = world().await;
+    let shop = Shop::default();
+    let away = Arc::new(Away::default());
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+        .price(PricedCapability::fixed("tools/call", "render", usd("2.00")))
+        .ready(away.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let client = connect(shop.clone(), receiver).await;
+    let paying = PayingClient::new(client.peer().clone(), shop_wallet(&w, true), SHOP).unwrap();
+    let before = w.balance(w.agent).await.0;
+
+    // The server's work is away right after the wallet paid: every retry of the same Proof is
+    // answered "retry" until the client gives up.
+    away.0.store(true, Ordering::SeqCst);
+    let e = paying
+        .call_tool("search", Some(args("lost")))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("upstream_unavailable") || e.to_string().contains("unavailable"),
+        "{e}"
+    );
+    assert_eq!(before - w.balance(w.agent).await.0, 5, "paid once");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+    // The host repeats the call: the same Proof is presented; nothing more is paid.
+    away.0.store(false, Ordering::SeqCst);
+    let (r, p) = paying
+        .call_tool("search", Some(args("lost")))
+        .await
+        .unwrap();
+    assert_eq!(r.content[0].as_text().unwrap().text, "search: lost");
+    let Some(Payment::Stipendex { paid, receipt }) = p else {
+        panic!("not paid by its Quote: {p:?}");
+    };
+    assert!(!paid.fresh, "the Proof kept, not a new payment");
+    assert!(receipt.is_some());
+    assert_eq!(before - w.balance(w.agent).await.0, 5, "still paid once");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+
+    // Cancelled while the human is asked (above the threshold): the answer is a no, nothing paid.
+    struct Slow;
+    #[async_trait::async_trait]
+    impl stipendex::wallet::Confirmer for Slow {
+        async fn confirm(&self, _: &stipendex::wallet::Ask) -> stipendex::wallet::Answer {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            stipendex::wallet::Answer::Yes {
+                by: "a slow human".into(),
+            }
+        }
+    }
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        canceller.cancel();
+    });
+    let mut params = CallToolRequestParams::new("render".to_owned());
+    params.arguments = Some(args("doc"));
+    let before = w.balance(w.agent).await.0;
+    let out = paying
+        .call(stipendex::mcp::client::Call {
+            request: ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            meta: RequestMetaObject::default(),
+            confirmer: &Slow,
+            cancel,
+            on_sent: None,
+        })
+        .await;
+    assert!(out.is_err(), "a cancelled call was answered");
+    assert_eq!(
+        w.balance(w.agent).await.0,
+        before,
+        "nothing paid for a cancelled call"
+    );
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}

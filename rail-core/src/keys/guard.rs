@@ -192,6 +192,7 @@ impl ReplayGuard {
                 });
             }
             // Take the stale record over, keeping what the previous holder wrote ahead.
+            let lapsed = seen.lease_lapsed();
             let previous = seen.record;
             let take = Write {
                 token: new_token(),
@@ -201,7 +202,15 @@ impl ReplayGuard {
                 retain: None,
                 lease: Some(lease),
             };
-            if self.take_over(key, previous.token, &take).await? {
+            // A live lease whose holder the caller knows has ended is taken by compare-and-set
+            // on its token alone; a lapsed one by token and lapse (a holder that renewed in time
+            // keeps its key).
+            let taken = if holder_gone && !lapsed {
+                self.replace(key, previous.token, &take).await?
+            } else {
+                self.take_over(key, previous.token, &take).await?
+            };
+            if taken {
                 tracing::info!(ns = %self.ns, key, state = %previous.state, "took over a lapsed lease; recovering");
                 return Ok(Claim::Recover {
                     reservation: self.reservation(key, &take),
