@@ -357,7 +357,9 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         "a Proof from another client admitted the request"
     );
 
-    // The same call again (request B), paid properly, then its Proof presented again for C.
+    // The client gives up on A (its answer lost); the same call again (request B) presents
+    // A's Proof instead of paying B's Quote, then that Proof presented again for C is refused.
+    handler.unanswered(&paid_req);
     let b = held([2; 32]);
     let pending_b = processor
         .require(&price, None, Duration::from_secs(60), &b)
@@ -375,6 +377,7 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         .await
         .unwrap()
         .unwrap();
+    assert_eq!(note_b, note, "B presents A's unused Proof");
     assert!(processor.delivered(&client, b.event_id, &note_b));
     processor.verify(&pending_b, deadline()).await.unwrap();
     let mut answer = json!({"jsonrpc": "2.0", "id": b.event_id.to_hex(),
@@ -395,8 +398,8 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
     );
     assert_eq!(
         s.balance(s.shop).await,
-        10,
-        "two payments (A and B), C not paid"
+        5,
+        "one payment (A's, presented for B), C not paid"
     );
 }
 

@@ -341,13 +341,21 @@ impl PaymentHook for StipendexHandler {
         Ok(Some(note))
     }
 
+    fn unanswered(&self, request: &PaidRequest) {
+        // The answer is lost: the payment stays kept with its Proof (until its Quote's grace
+        // ends), and the same call asked again presents it instead of paying a fresh Quote.
+        if let Some(paid) = lock(&self.paid).remove(&request.event_id) {
+            self.wallet.unanswered_now(&paid);
+        }
+    }
+
     async fn answered(&self, request: &PaidRequest, answer: &Value) -> Result<(), String> {
         let Some(paid) = lock(&self.paid).remove(&request.event_id) else {
             return Ok(());
         };
         let Some(result) = answer.get("result") else {
-            // An error: nothing was delivered, so nothing to receipt.
-            return Ok(());
+            // An error: nothing was delivered, so nothing to receipt; the request is answered.
+            return self.wallet.answered(&paid).await.map_err(|e| e.to_string());
         };
         let receipt: Signed<Receipt> = result
             .pointer(&format!(

@@ -109,6 +109,13 @@ pub trait PaymentHook: Send + Sync + 'static {
         let _ = (request, answer);
         Ok(())
     }
+
+    /// The client gave up on `request`, paid for and not answered (the MCP client cancelled
+    /// it: a timeout, or its caller's choice): its answer is lost, and the same call asked
+    /// again may present this payment instead of paying again.
+    fn unanswered(&self, request: &PaidRequest) {
+        let _ = request;
+    }
 }
 
 struct Pending {
@@ -310,7 +317,23 @@ impl Shared {
         } else if message.get("method").and_then(Value::as_str) == Some("notifications/cancelled")
             && let Some(id) = message.pointer("/params/requestId")
         {
-            lock(&self.pending).retain(|_, p| p.original_id != *id);
+            let mut gone = Vec::new();
+            lock(&self.pending).retain(|e, p| {
+                let keep = p.original_id != *id;
+                if !keep && p.paid {
+                    gone.push(PaidRequest {
+                        server: self.server,
+                        event_id: *e,
+                        message: p.message.clone(),
+                    });
+                }
+                keep
+            });
+            if let Some(hook) = &self.hook {
+                for request in &gone {
+                    hook.unanswered(request);
+                }
+            }
         }
         let id = inner.id;
         Ok((id, wire::seal(inner, &self.server, self.wrap())?))
