@@ -374,3 +374,52 @@ async fn the_same_verification_again_is_answered_another_is_a_replay() {
         assert_eq!(e.code(), "replayed", "{e}");
     }
 }
+
+/// A verification stopped mid-way (its instance killed between reserving the offer and
+/// committing) leaves the offer reserved: the same operation asked again meanwhile is told to
+/// come back (`in_progress`, retryable), not that it is a replay, and once the lease lapses the
+/// verification is taken over and answered. The payer paid once and is verified once.
+#[tokio::test]
+async fn a_verification_stopped_mid_way_is_in_progress_then_verified_not_a_replay() {
+    use rail_core::{Payer as _, Receiver as _};
+    let w = world().await;
+    let store: Arc<dyn rail_core::KeyStore> =
+        Arc::new(MemoryKeyStore::with_clock(Arc::new(w.clock.clone())));
+    let receiver = LedgerReceiver::new(
+        w.ledger.clone(),
+        w.shop,
+        Asset::usd(),
+        ReplayGuard::new(store.clone(), "offers"),
+    );
+    let offer = receiver
+        .offer(&Charge::capture(usd(300), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let payment = w.payer().pay(&OpId::random(), &offer).await.unwrap();
+    // The killed instance's reservation, never finished.
+    let stopped = ReplayGuard::new(store, "offers")
+        .reserve(&offer.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    std::mem::forget(stopped);
+    let op = OpId::random();
+    let e = receiver.verify_as(&op, &offer, &payment).await.unwrap_err();
+    assert_eq!(e.code(), "in_progress", "{e}");
+    assert!(e.is_retryable(), "{e}");
+    // Another verification without an operation is still refused as a replay.
+    assert_eq!(
+        receiver.verify(&offer, &payment).await.unwrap_err().code(),
+        "replayed"
+    );
+    w.clock.advance(Duration::from_secs(31));
+    let verified = receiver.verify_as(&op, &offer, &payment).await.unwrap();
+    assert_eq!(verified.amount, usd(300));
+    assert_eq!(
+        receiver
+            .verify_as(&OpId::random(), &offer, &payment)
+            .await
+            .unwrap_err()
+            .code(),
+        "replayed"
+    );
+}

@@ -205,6 +205,9 @@ pub(crate) async fn ledger_stage(
     funding: u64,
     pg: Option<&PgSchema<'_>>,
 ) -> Result<Stage, CliError> {
+    // The rails.toml written below names files in `dir`, read beside that file: absolute names.
+    let dir = &std::path::absolute(dir)
+        .map_err(|e| msg(format!("cannot resolve {}: {e}", dir.display())))?;
     let db = dir.join("ledger.db");
     let (url, where_) = match pg {
         None => (
@@ -358,8 +361,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
     run_stage(stage, &dir, args.confirm == Confirm::Yes).await
 }
 
-/// The demo's directory: `dir` (created), or a new temporary one (kept); refused if it already
-/// holds a demo.
+/// The demo's directory, absolute: `dir` (created), or a new temporary one (kept); refused if
+/// it already holds a demo. Absolute because the demo writes config files that name files in
+/// it, and a config's relative paths are read beside the config.
 ///
 /// # Errors
 /// When it cannot be created, or already holds a demo's chains.
@@ -368,7 +372,8 @@ pub fn demo_dir(dir: Option<PathBuf>) -> Result<PathBuf, CliError> {
         Some(d) => {
             std::fs::create_dir_all(&d)
                 .map_err(|e| msg(format!("cannot create {}: {e}", d.display())))?;
-            d
+            std::path::absolute(&d)
+                .map_err(|e| msg(format!("cannot resolve {}: {e}", d.display())))?
         }
         None => tempfile::Builder::new()
             .prefix("stipendex-demo-")

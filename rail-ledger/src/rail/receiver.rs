@@ -263,6 +263,11 @@ impl Receiver for LedgerReceiver {
     }
 }
 
+/// How long a verification holds its offer's single-use mark before another instance may take
+/// it over: a verification is one ledger read and one write, so an instance that died holding it
+/// delays its payer this long at most.
+const VERIFY_LEASE: Duration = Duration::from_secs(10);
+
 /// What the offer's single-use mark keeps of a verification under an operation id.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Consumed {
@@ -281,21 +286,32 @@ impl LedgerReceiver {
         // Cheap, side-effect-free checks first; then reserve the offer, check the ledger, commit.
         payment.check_envelope(offer)?;
         let _: LedgerProof = payment.proof_as()?;
-        let reservation = match self.guard.reserve(&offer.id, Duration::from_secs(30)).await {
+        let reservation = match self.guard.reserve(&offer.id, VERIFY_LEASE).await {
             Ok(r) => r,
             Err(RailError::Replayed { key }) => {
                 // Consumed: by this very operation (its answer again), or by another (a replay).
+                // Reserved and not finished: a verification under way, or stopped mid-way by an
+                // instance that died; a caller with an operation id (its answer may have been
+                // lost with that instance) is told to come back, and gets the verification
+                // once the lease lapses. Without an id it cannot be the same caller: a replay.
                 if let Some(op) = op
                     && let Some(seen) = self.guard.seen(&offer.id).await?
-                    && seen.record.state == rail_core::keys::COMMITTED
-                    && let Some(c) = seen
-                        .record
-                        .value
-                        .as_deref()
-                        .and_then(|v| serde_json::from_str::<Consumed>(v).ok())
-                    && c.op == op.as_str()
                 {
-                    return Ok(c.verified);
+                    if seen.record.state == rail_core::keys::RESERVED {
+                        return Err(RailError::InProgress {
+                            op_id: op.as_str().to_owned(),
+                        });
+                    }
+                    if seen.record.state == rail_core::keys::COMMITTED
+                        && let Some(c) = seen
+                            .record
+                            .value
+                            .as_deref()
+                            .and_then(|v| serde_json::from_str::<Consumed>(v).ok())
+                        && c.op == op.as_str()
+                    {
+                        return Ok(c.verified);
+                    }
                 }
                 return Err(RailError::Replayed { key });
             }
