@@ -373,6 +373,19 @@ impl Ledger {
         self.backend.account(id).await
     }
 
+    /// The last `limit` journal entries that debit or credit `account`, newest first: what
+    /// `stipendex ledger account history` prints.
+    ///
+    /// # Errors
+    /// [`LedgerError::Storage`].
+    pub async fn history(
+        &self,
+        account: AccountId,
+        limit: u32,
+    ) -> Result<Vec<Transfer>, LedgerError> {
+        self.backend.history(account, limit).await
+    }
+
     /// A transfer and, for holds and postings, its status.
     ///
     /// # Errors

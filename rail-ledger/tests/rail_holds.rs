@@ -423,3 +423,33 @@ async fn a_verification_stopped_mid_way_is_in_progress_then_verified_not_a_repla
         "replayed"
     );
 }
+
+/// `Ledger::history`: the entries that move an account, newest first, at most `limit`.
+#[tokio::test]
+async fn history_lists_an_accounts_entries_newest_first() {
+    use rail_core::{Payer as _, Receiver as _};
+    let w = world().await;
+    let receiver = w.receiver();
+    let offer = receiver
+        .offer(&Charge::capture(usd(300), Duration::from_secs(60)))
+        .await
+        .unwrap();
+    w.payer().pay(&OpId::random(), &offer).await.unwrap();
+    let payer = w.ledger.history(w.payer, 10).await.unwrap();
+    assert_eq!(payer.len(), 2, "{payer:?}");
+    assert!(payer[0].seq > payer[1].seq);
+    assert_eq!(
+        (payer[0].debit, payer[0].credit, payer[0].amount),
+        (w.payer, w.shop, 300)
+    );
+    assert_eq!((payer[1].credit, payer[1].amount), (w.payer, FUNDED));
+    assert_eq!(w.ledger.history(w.payer, 1).await.unwrap().len(), 1);
+    assert_eq!(w.ledger.history(w.shop, 10).await.unwrap().len(), 1);
+    assert!(
+        w.ledger
+            .history(AccountId::random(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

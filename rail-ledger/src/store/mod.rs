@@ -101,6 +101,8 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
         &self,
         id: TransferId,
     ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError>;
+    /// The last `limit` entries that move `account`, newest first.
+    async fn history(&self, account: AccountId, limit: u32) -> Result<Vec<Transfer>, LedgerError>;
     /// Replays the journal; with an `anchor` (seq, hash), entry `seq` must hash to it.
     async fn verify(&self, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError>;
     /// The journal head: the last entry's seq and hash.
@@ -399,6 +401,27 @@ macro_rules! reads {
                 .map(|s| status_row(&s))
                 .transpose()?;
             Ok(Some((t, st)))
+        }
+
+        /// The last `limit` journal entries that debit or credit `account`, newest first.
+        async fn read_history(
+            pool: &$pool,
+            account: AccountId,
+            limit: u32,
+        ) -> Result<Vec<Transfer>, LedgerError> {
+            let sql = format!(
+                "SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE debit = $1 OR credit = $1 \
+                 ORDER BY seq DESC LIMIT $2"
+            );
+            sqlx::query(sql.as_str())
+                .bind(account.to_bytes().to_vec())
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await
+                .map_err(|e| db(&e))?
+                .iter()
+                .map(transfer_row)
+                .collect()
         }
 
         /// Replays the journal inside one read transaction: a consistent view of entries,

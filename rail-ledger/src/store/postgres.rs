@@ -353,4 +353,8 @@ impl Backend for PgBackend {
     async fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
         read_head(&self.pool).await
     }
+
+    async fn history(&self, account: AccountId, limit: u32) -> Result<Vec<Transfer>, LedgerError> {
+        read_history(&self.pool, account, limit).await
+    }
 }
