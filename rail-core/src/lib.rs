@@ -12,7 +12,7 @@
 //! | errors | [`error`] ([`RailError`], codes, retry classes) |
 //! | single-use keys, leases, idempotency, write-ahead settlements | [`keys`] (+ SQLite/PostgreSQL stores behind the `sqlite` / `postgres` features) |
 //! | wrappers around any payer: idempotency, spending limits | [`payer`] ([`payer::Idempotent`], [`payer::SpendLimit`], [`payer::Budget`]) |
-//! | time | [`clock`] ([`Clock`], [`ManualClock`]) |
+//! | time | [`clock`] ([`Clock`], [`ManualClock`]; [`rfc3339`] for the times people read) |
 //!
 //! A receiver and a payer, end to end, with any rail that implements the traits:
 //!
@@ -39,7 +39,7 @@ pub mod rail;
 pub mod route;
 pub mod types;
 
-pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp, rfc3339};
 pub use error::{Binding, RailError, RailReason, RailResult};
 pub use keys::{Idempotency, KeyStore, MemoryKeyStore, ReplayGuard, SettlementBook};
 pub use money::{Amount, Asset, Money, MoneyError};

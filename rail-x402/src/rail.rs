@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::facilitator::{SettleOutcome, X402Facilitator, settle_for_serving};
 use crate::payer::X402Payer;
-use crate::scheme::served_key;
+use crate::scheme::{DEFAULT_MAX_TIMEOUT_SECONDS, served_key};
 use crate::token::Token;
 use crate::verify::{find_matching_requirements, precheck, reasons, unix_secs};
 use crate::wire::{
@@ -242,14 +242,18 @@ pub struct X402Receiver {
     facilitator: Arc<dyn X402Facilitator>,
     token: Token,
     pay_to: Address,
+    /// The longest an offer lives (its charge's ttl, at most this).
     max_timeout: Duration,
+    /// The offers' `maxTimeoutSeconds`: the payer's authorization window.
+    max_timeout_seconds: u64,
     served: ServedOnce,
     clock: SharedClock,
 }
 
 impl X402Receiver {
     /// A receiver paid to `pay_to` in `token`, settling through `facilitator`, remembering
-    /// served payments in `store`.
+    /// served payments in `store`. Its offers' requirements say `maxTimeoutSeconds`
+    /// [`DEFAULT_MAX_TIMEOUT_SECONDS`], as [`crate::ExactEvm`]'s challenges do.
     pub fn new(
         facilitator: Arc<dyn X402Facilitator>,
         token: Token,
@@ -262,9 +266,24 @@ impl X402Receiver {
             token,
             pay_to,
             max_timeout: Duration::from_secs(300),
+            max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
             served: ServedOnce::new(store),
             clock,
         }
+    }
+
+    /// The `maxTimeoutSeconds` of its offers' requirements (default
+    /// [`DEFAULT_MAX_TIMEOUT_SECONDS`]; give the same to an [`crate::ExactEvm`] beside it).
+    #[must_use]
+    pub const fn with_max_timeout_seconds(mut self, secs: u64) -> Self {
+        self.max_timeout_seconds = secs;
+        self
+    }
+
+    /// The `maxTimeoutSeconds` of its offers' requirements.
+    #[must_use]
+    pub const fn max_timeout_seconds(&self) -> u64 {
+        self.max_timeout_seconds
     }
 
     /// The recipient.
@@ -298,7 +317,7 @@ impl Receiver for X402Receiver {
             amount: amount.into(),
             asset: self.token.address.to_checksum(None),
             pay_to: self.pay_to.to_checksum(None),
-            max_timeout_seconds: ttl.as_secs(),
+            max_timeout_seconds: self.max_timeout_seconds,
             extra: Some(Extra::eip712(&self.token.name, &self.token.version)),
         };
         Ok(Offer {

@@ -41,6 +41,12 @@ use crate::wire::{
 /// The label of this scheme among the transport's schemes.
 pub const LABEL: &str = "exact-evm";
 
+/// The `maxTimeoutSeconds` a receiver publishes unless told otherwise: in the x402 challenge
+/// ([`ExactEvm`]) and in the requirements of a Quote's x402 offer
+/// ([`crate::rail::X402Receiver`]) alike, so one gateway never publishes two windows for one
+/// payment (the reference SDK's default, too).
+pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 60;
+
 /// `exact` on one EVM network, in one EIP-3009 token, paid to one address.
 #[derive(Clone, Debug)]
 pub struct ExactEvm {
@@ -88,7 +94,8 @@ fn unknown(detail: impl Into<String>) -> Failure {
 }
 
 impl ExactEvm {
-    /// Payments to `pay_to` in `token`, settled by `facilitator`; `maxTimeoutSeconds` 60.
+    /// Payments to `pay_to` in `token`, settled by `facilitator`; `maxTimeoutSeconds`
+    /// [`DEFAULT_MAX_TIMEOUT_SECONDS`].
     #[must_use]
     pub fn new(facilitator: Arc<dyn X402Facilitator>, token: Token, pay_to: Address) -> Self {
         ExactEvm {
@@ -101,11 +108,11 @@ impl ExactEvm {
             facilitator,
             token,
             pay_to,
-            max_timeout_seconds: 60,
+            max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
         }
     }
 
-    /// `maxTimeoutSeconds` of every challenge (default 60).
+    /// `maxTimeoutSeconds` of every challenge (default [`DEFAULT_MAX_TIMEOUT_SECONDS`]).
     #[must_use]
     pub const fn max_timeout_seconds(mut self, secs: u64) -> Self {
         self.max_timeout_seconds = secs;

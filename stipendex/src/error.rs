@@ -31,9 +31,11 @@ pub enum Error {
         /// The cargo feature that carries it.
         feature: &'static str,
     },
-    /// A kind no build knows.
+    /// A kind no build knows; the message lists the kinds this build carries
+    /// ([`crate::registry::compiled_kinds`]).
     #[error(
-        "rail `{name}` has an unknown kind `{kind}`: use one of ledger, x402, exact-algo, stripe, ln-nwc"
+        "rail `{name}` has an unknown kind `{kind}`: use one of {}",
+        kinds_here()
     )]
     UnknownKind {
         /// The rail's name.
@@ -98,14 +100,28 @@ pub enum Error {
     /// Two objects that should bind each other do not (a digest, an id, an amount).
     #[error("mismatch: {0}")]
     Mismatch(String),
-    /// An object outside its validity window.
+    /// An object past the end of its validity window (times in RFC 3339, UTC).
     #[error("{what} {id} is not valid now: {why}")]
     Expired {
         /// `quote`, `mandate`, …
         what: &'static str,
         /// Its id.
         id: String,
-        /// Why (`expired at 1700000000, now 1700000100`).
+        /// Why, its times in RFC 3339 (`it expired at 2026-12-06T13:33:18Z, and it is
+        /// 2026-12-06T13:35:00Z: ask the principal for a new mandate`).
+        why: String,
+    },
+    /// An object whose validity window has not begun (a mandate whose `nbf` is still ahead of
+    /// this machine's clock). Like [`Error::Expired`], nothing was paid; unlike it, the same
+    /// object is good later.
+    #[error("{what} {id} is not valid yet: {why}")]
+    NotYetValid {
+        /// `mandate`, …
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// Why, its times in RFC 3339 (`it is valid from 2026-12-06T13:33:18Z, and it is
+        /// 2026-12-06T13:30:00Z on this machine: …`).
         why: String,
     },
     /// I4: the receiver is not in the mandate's allowlist. The human was told; this is never
@@ -184,6 +200,12 @@ pub enum Error {
     /// payment was taken; send the same one again later.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// An HTTP request got no answer (the network): one sentence saying where it went and why
+    /// (`could not connect to 127.0.0.1:8080 (connection refused)`), and, when a payment was
+    /// made before it, that the payment is kept for the same request asked again. Retryable,
+    /// with the code of the rail's own `unavailable`.
+    #[error("{0}")]
+    Network(String),
     /// The rail is configured, but not that side of it.
     #[error("rail `{name}` has no {side} side configured")]
     NoSide {
@@ -215,6 +237,7 @@ impl Error {
             Error::Untrusted(_) => "untrusted",
             Error::Mismatch(_) => "mismatch",
             Error::Expired { .. } => "expired",
+            Error::NotYetValid { .. } => "not_yet_valid",
             Error::Denied(_) => "denied",
             Error::Revoked(_) => "revoked",
             Error::LimitExceeded(_) => "limit_exceeded",
@@ -231,7 +254,18 @@ impl Error {
             Error::TabClosed { .. } => "tab_closed",
             Error::Voucher { code, .. } => code,
             Error::Unavailable(_) => "upstream_unavailable",
+            Error::Network(_) => "unavailable",
             Error::RecordsApart(_) => "records_apart",
         }
+    }
+}
+
+/// The kinds this build carries, for a message: `ledger, x402` (or a sentence if none).
+fn kinds_here() -> String {
+    let kinds = crate::registry::compiled_kinds();
+    if kinds.is_empty() {
+        "none (this build carries no rail: enable a rail's cargo feature of stipendex)".into()
+    } else {
+        kinds.join(", ")
     }
 }

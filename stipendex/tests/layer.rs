@@ -772,3 +772,93 @@ async fn a_payment_left_by_a_process_that_ended_is_taken_over_at_once() {
     );
     assert_eq!(before - w.balance(w.agent).await.0, 5, "paid once");
 }
+
+/// Issue 46: a mandate whose validity has not begun is refused with its own code
+/// (`not_yet_valid`, not `expired`), and every refusal for time names its times in RFC 3339
+/// (UTC), not in raw seconds; the expired mandate's says what to do.
+#[tokio::test]
+async fn a_mandate_not_yet_valid_has_its_own_code_and_times_people_read() {
+    use stipendex::rail_core::clock::rfc3339;
+    let w = world().await;
+    let receiver = w.receiver();
+    let req = Request::new("GET", "/search");
+    let now = w.now();
+    let raw = |secs: u64| secs.to_string();
+
+    // Valid from an hour from now, for an hour.
+    let (nbf, exp) = (now + 3600, now + 7200);
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            m.nbf = nbf;
+            m.exp = exp;
+        }),
+        true,
+    );
+    let err = wallet.pay(&quote(&receiver, &req).await).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotYetValid {
+                what: "mandate",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), "not_yet_valid", "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(" is not valid yet: "), "{msg}");
+    assert!(
+        msg.contains(&rfc3339(nbf)) && msg.contains(&rfc3339(now)),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains(&raw(nbf)) && !msg.contains(&raw(now)),
+        "{msg}"
+    );
+    assert!(msg.ends_with("check this machine's clock"), "{msg}");
+    assert!(w.journal.names().is_empty(), "nothing was paid");
+
+    // Its window begun, it pays.
+    w.clock.advance(Duration::from_secs(3600));
+    wallet.pay(&quote(&receiver, &req).await).await.unwrap();
+
+    // Past its end: expired, and the message says what to do.
+    w.clock.advance(Duration::from_secs(3600));
+    let later = w.now();
+    let err = wallet.pay(&quote(&receiver, &req).await).await.unwrap_err();
+    assert_eq!(err.code(), "expired", "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&rfc3339(exp)) && msg.contains(&rfc3339(later)),
+        "{msg}"
+    );
+    assert!(!msg.contains(&raw(exp)), "{msg}");
+    assert!(
+        msg.ends_with("ask the principal for a new mandate"),
+        "{msg}"
+    );
+
+    // A quote past its end, under a valid mandate: the wallet's refusal names its times too.
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let q = quote(&receiver, &req).await;
+    let q_exp = q.object().exp;
+    w.clock.advance(Duration::from_secs(121));
+    let err = wallet.pay(&q).await.unwrap_err();
+    assert_eq!(err.code(), "expired", "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(&rfc3339(q_exp)), "{msg}");
+    assert!(!msg.contains(&raw(q_exp)), "{msg}");
+    assert!(msg.contains("fresh quote"), "{msg}");
+
+    // And the receiver's, for a Proof presented past the grace a late payment has.
+    let q = quote(&receiver, &req).await;
+    let paid = wallet.pay(&q).await.unwrap();
+    w.clock
+        .advance(stipendex::rail_core::LATE_PROOF_GRACE + Duration::from_secs(3600));
+    let err = receiver.accept(&req, paid.proof.jws()).await.unwrap_err();
+    assert_eq!(err.code(), "expired", "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(&rfc3339(q.object().exp)), "{msg}");
+    assert!(!msg.contains(&raw(q.object().exp)), "{msg}");
+}

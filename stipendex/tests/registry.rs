@@ -328,7 +328,7 @@ async fn configuration_mistakes_are_named() {
             &none
         )
         .await,
-        "rail `a` has an unknown kind `paypal`: use one of ledger, x402, exact-algo, stripe, ln-nwc"
+        "rail `a` has an unknown kind `paypal`: use one of ledger, account, x402, exact-algo, exact-avm, stripe, ln-nwc"
     );
     let msg = refusal(
         "[store]\nurl = \"memory\"\n[rails.a]\nkind = \"ledger\"\nurl = \"sqlite://x.db\"\npayer_acount = \"1\"\n",
@@ -650,4 +650,127 @@ async fn exact_avm_from_the_file_pays_usdc_with_sponsored_fees() {
         panic!("two facilitators were accepted")
     };
     assert!(e.to_string().contains("two facilitators"), "{e}");
+}
+
+/// Issue 46: the unknown-kind refusal lists the kinds this build really carries (these tests
+/// build every rail), from `compiled_kinds`.
+#[tokio::test]
+async fn an_unknown_kind_lists_the_kinds_this_build_carries() {
+    let kinds = stipendex::registry::compiled_kinds();
+    assert_eq!(
+        kinds,
+        [
+            "ledger",
+            "account",
+            "x402",
+            "exact-algo",
+            "exact-avm",
+            "stripe",
+            "ln-nwc"
+        ]
+    );
+    for kind in &kinds {
+        assert!(stipendex::registry::compiled(kind), "{kind}");
+    }
+    let msg = refusal(
+        "[store]\nurl = \"memory\"\n[rails.a]\nkind = \"exact-evm\"\n",
+        &BTreeMap::new(),
+    )
+    .await;
+    assert!(
+        msg.ends_with(&format!("use one of {}", kinds.join(", "))),
+        "{msg}"
+    );
+}
+
+/// Issue 46: a configuration that is not TOML, or whose field has the wrong type, is refused
+/// in one line naming the file, the line and the column (no snippet over several lines, no
+/// escaped new line).
+#[tokio::test]
+async fn a_toml_mistake_is_one_line_with_the_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rails.toml");
+    let refused = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let path = path.clone();
+        async move { Registry::from_file(&path).await.unwrap_err().to_string() }
+    };
+    let file = path.display().to_string();
+
+    let msg =
+        refused("[store]\nurl = \"memory\"\n\n[rails.a]\nkind = \"ledger\"\n[store]\nurl = 5\n")
+            .await;
+    assert_eq!(
+        msg,
+        format!("configuration: {file} line 6, column 2: duplicate key")
+    );
+    let msg = refused("# the store\n[store]\nurl = 5\n").await;
+    assert_eq!(
+        msg,
+        format!(
+            "configuration: {file} line 3, column 7: invalid type: integer `5`, expected a string"
+        )
+    );
+    let msg = refused("[store]\nurl = memory\n").await;
+    assert!(
+        msg.starts_with(&format!("configuration: {file} line 2, column 7: ")),
+        "{msg}"
+    );
+    assert!(msg.contains("string values must be quoted"), "{msg}");
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    assert!(!msg.contains("\\u{a}"), "{msg}");
+    let msg = refused("[stor]\nurl = \"memory\"\n").await;
+    assert!(
+        msg.starts_with(&format!(
+            "configuration: {file} line 1, column 2: unknown field `stor`"
+        )),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    // From text (no file): the line and column alone.
+    let msg = refusal("[store]\nurl = 5\n", &BTreeMap::new()).await;
+    assert_eq!(
+        msg,
+        "configuration: line 2, column 7: invalid type: integer `5`, expected a string"
+    );
+}
+
+/// Issue 46: a pricing file's mistake names the entry by its position and the line of its
+/// `[[price]]`; a document that is not TOML, the file, line and column.
+#[test]
+fn a_price_file_mistake_names_the_entry_and_its_line() {
+    use stipendex::receiver::price_file;
+    let text = "[store]\nurl = \"memory\"\n\n[[price]]\nkind = \"tool\"\npattern = \"a\"\namount = \"0.01\"\nasset = \"USD\"\n\n[[price]]\nkind = \"tool\"\npattern = \"b\"\namount = \"1\"\nasset = \"EUR\"\n";
+    let msg = price_file::from_toml(text).unwrap_err().to_string();
+    assert!(
+        msg.starts_with("configuration: [[price]] entry 2 (line 10): unknown asset \"EUR\""),
+        "{msg}"
+    );
+    let unknown = text.replace("asset = \"EUR\"", "asset = \"USD\"\nprice = 3");
+    let msg = price_file::from_toml(&unknown).unwrap_err().to_string();
+    assert!(
+        msg.starts_with("configuration: [[price]] entry 2 (line 10): unknown field `price`"),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    let path = std::path::Path::new("shop.toml");
+    let msg = price_file::from_toml_at(path, &unknown)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with("configuration: shop.toml: [[price]] entry 2 (line 10): "),
+        "{msg}"
+    );
+    let broken = text.replace("amount = \"1\"", "amount = one");
+    let msg = price_file::from_toml_at(path, &broken)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with(
+            "configuration: shop.toml line 13, column 10: string values must be quoted"
+        ),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    assert!(!msg.contains("\\u{a}"), "{msg}");
 }

@@ -790,10 +790,13 @@ fn mandate_file(w: &World) -> VectorFile {
         "not_yet_valid",
         "valid",
         Some("principal"),
-        "Valid from now+1d. The parser accepts it; the wallet refuses to pay under it at `now` with `expired` (consumer).",
+        "Valid from now+1d. The parser accepts it; the wallet refuses to pay under it at `now` with `not_yet_valid` (consumer).",
         Signed::sign(future, &k.principal).unwrap().jws().into(),
     );
-    c.consumer = Some(wallet_pay);
+    c.consumer = Some(Consumer {
+        expect: "not_yet_valid".into(),
+        ..wallet_pay
+    });
     cases.push(c);
     let text = serde_json::to_string(m).unwrap();
     let broken = replace_once(

@@ -98,7 +98,7 @@ pub async fn read_body(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| ClientError::Http(e.without_url().to_string()))?
+        .map_err(|e| ClientError::Http(describe_http_error(&e)))?
     {
         if body.len() + chunk.len() > max {
             return Err(too_long());
@@ -290,12 +290,145 @@ impl Sent {
     }
 }
 
+/// What went wrong with an HTTP request, as one sentence a person can act on — where it
+/// went and why it got no answer — in place of reqwest's own `error sending request`:
+///
+/// - `could not connect to 127.0.0.1:8080 (connection refused)`
+/// - `could not resolve shop.invalid (…)`
+/// - `timed out waiting for 127.0.0.1:8080` ([`describe_http_error_after`] says how long)
+/// - `too many redirects (the last to http://…)`
+/// - `127.0.0.1:8080 did not answer (connection closed before message completed)`
+///
+/// The URL's path and query are not repeated (they may carry a secret), except for a redirect,
+/// whose target is the point.
+#[must_use]
+pub fn describe_http_error(e: &reqwest::Error) -> String {
+    describe(e, None)
+}
+
+/// As [`describe_http_error`], for a request that had waited `waited` when it failed: a
+/// timeout says how long (`timed out after 30 s waiting for 127.0.0.1:8080`).
+#[must_use]
+pub fn describe_http_error_after(e: &reqwest::Error, waited: Duration) -> String {
+    describe(e, Some(waited))
+}
+
+fn describe(e: &reqwest::Error, waited: Option<Duration>) -> String {
+    let at = e.url().map_or_else(|| "the server".to_owned(), authority);
+    let cause = cause(e);
+    let because = |what: String| match &cause {
+        Some(c) => format!("{what} ({c})"),
+        None => what,
+    };
+    if e.is_timeout() {
+        let doing = if e.is_connect() {
+            "connecting to"
+        } else {
+            "waiting for"
+        };
+        return match waited {
+            Some(d) => format!("timed out after {} {doing} {at}", seconds(d)),
+            None => format!("timed out {doing} {at}"),
+        };
+    }
+    if e.is_dns() {
+        let host = e
+            .url()
+            .and_then(reqwest::Url::host_str)
+            .unwrap_or("the server's name");
+        return because(format!("could not resolve {host}"));
+    }
+    if e.is_connect() {
+        return because(format!("could not connect to {at}"));
+    }
+    if e.is_redirect() {
+        return match e.url() {
+            Some(u) => format!("too many redirects (the last to {u})"),
+            None => "too many redirects".to_owned(),
+        };
+    }
+    if e.is_body() || e.is_decode() {
+        return because(format!("the answer from {at} could not be read"));
+    }
+    if e.is_builder() {
+        return because(format!("a request to {at} could not be made"));
+    }
+    because(format!("{at} did not answer"))
+}
+
+/// `host:port` of `url` (the scheme's port when it names none).
+fn authority(url: &reqwest::Url) -> String {
+    match (url.host_str(), url.port_or_known_default()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_owned(),
+        (None, _) => url.origin().ascii_serialization(),
+    }
+}
+
+/// Why, in a few words: the I/O error under `e` by its kind (`connection refused`), else the
+/// innermost cause's own words; `None` when reqwest says nothing more.
+fn cause(e: &reqwest::Error) -> Option<String> {
+    let mut innermost: Option<&(dyn std::error::Error + 'static)> = None;
+    let mut io: Option<&std::io::Error> = None;
+    let mut next = std::error::Error::source(e);
+    while let Some(s) = next {
+        if io.is_none() {
+            io = s.downcast_ref::<std::io::Error>();
+        }
+        innermost = Some(s);
+        next = s.source();
+    }
+    let kind = io.and_then(|io| {
+        use std::io::ErrorKind as K;
+        Some(match io.kind() {
+            K::ConnectionRefused => "connection refused",
+            K::ConnectionReset => "connection reset",
+            K::ConnectionAborted => "connection aborted",
+            K::NotConnected => "not connected",
+            K::AddrNotAvailable => "address not available",
+            K::HostUnreachable => "host unreachable",
+            K::NetworkUnreachable => "network unreachable",
+            K::TimedOut => "timed out",
+            K::UnexpectedEof => "the connection closed early",
+            _ => return None,
+        })
+    });
+    if let Some(k) = kind {
+        return Some(k.to_owned());
+    }
+    innermost.map(|s| {
+        let text = s.to_string();
+        // `Connection refused (os error 111)`: the number says nothing to a person.
+        let text = match text.find(" (os error ") {
+            Some(i) => text.get(..i).unwrap_or(&text).to_owned(),
+            None => text,
+        };
+        let mut chars = text.chars();
+        match chars.next() {
+            Some(c) => c.to_lowercase().chain(chars).collect(),
+            None => text,
+        }
+    })
+}
+
+/// `30 s`, `1.5 s`, `250 ms`.
+fn seconds(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d.subsec_millis() >= 100 && d < Duration::from_secs(10) {
+        format!("{}.{} s", d.as_secs(), d.subsec_millis() / 100)
+    } else {
+        format!("{} s", d.as_secs())
+    }
+}
+
 /// Why a paid request failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// No answer (and, before any payment was made).
-    #[error("http: {0}")]
+    /// No answer (and, before any payment was made): one sentence saying where the request
+    /// went and why it got none ([`describe_http_error`]).
+    #[error("{0}")]
     Http(String),
     /// The 402's `PAYMENT-REQUIRED` header did not decode.
     #[error("402 header: {0}")]
@@ -413,11 +546,12 @@ impl Client {
     ) -> Result<Reached, ClientError> {
         let (mut method, mut url, mut body) = (method, url, body);
         for _ in 0..=MAX_REDIRECTS {
+            let started = std::time::Instant::now();
             let response = self
                 .request(&method, url.as_str(), headers, body.as_ref())
                 .send()
                 .await
-                .map_err(|e| ClientError::Http(e.without_url().to_string()))?;
+                .map_err(|e| ClientError::Http(describe_http_error_after(&e, started.elapsed())))?;
             let status = response.status();
             if !status.is_redirection() || status == StatusCode::NOT_MODIFIED {
                 return Ok(Reached {
@@ -450,7 +584,7 @@ impl Client {
             url = next;
         }
         Err(ClientError::Http(format!(
-            "more than {MAX_REDIRECTS} redirects"
+            "more than {MAX_REDIRECTS} redirects (the last to {url})"
         )))
     }
 
@@ -641,6 +775,7 @@ impl Client {
         let value = payment.header_value()?;
         let mut attempt = 0;
         loop {
+            let started = std::time::Instant::now();
             let sent = self
                 .request(method, url, headers, body)
                 .header(payment.header_name(), &value)
@@ -671,13 +806,14 @@ impl Client {
                 }
                 Ok(resp) => return finish(resp, Some(payment), required).await,
                 Err(e) if attempt < self.retries => {
-                    tracing::warn!(attempt, error = %e.without_url(), "x402: no answer; resending the same payment");
+                    let error = describe_http_error_after(&e, started.elapsed());
+                    tracing::warn!(attempt, %error, "x402: no answer; resending the same payment");
                     tokio::time::sleep(Duration::from_millis(200 << attempt.min(5))).await;
                 }
                 Err(e) => {
                     return Err(ClientError::OutcomeUnknown {
                         payment: Box::new(payment),
-                        detail: e.without_url().to_string(),
+                        detail: describe_http_error_after(&e, started.elapsed()),
                     });
                 }
             }

@@ -6,7 +6,8 @@
 //!   `transferWithAuthorization` from its own key, with one nonce sequence shared by concurrent
 //!   settles and a write-ahead settlement record per authorization ([`X402SettlementBook`]).
 //! - [`RemoteFacilitator`] calls a facilitator server over HTTP (ours,
-//!   [`crate::server`], or the reference one).
+//!   [`crate::server`], or the reference one), with credentials ([`auth`]: a [`Bearer`] token,
+//!   or a Coinbase Developer Platform API key, [`CdpAuth`]) where the facilitator requires them.
 //!
 //! Outcomes are three-valued: a [`SettleResponse`] with `success: true` (money moved, the
 //! transaction is known), one with `success: false` (nothing moved: the payer may try again),
@@ -23,6 +24,7 @@ use crate::rpc::RpcError;
 use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
 // One concern per file; everything public is re-exported below at its old path.
+pub mod auth; // credentials for a facilitator that requires them (Bearer, CDP API keys)
 mod book; // the write-ahead settlement record
 mod follow; // LocalFacilitator: receipts, recovery, expired authorizations
 mod local; // LocalFacilitator, SettleConfig: checks and the settle flow
@@ -30,6 +32,7 @@ mod nonce; // LocalFacilitator: the nonce sequence and the broadcast
 mod outcome; // building and reading answers, settle_for_serving
 mod remote; // RemoteFacilitator (HTTP)
 
+pub use auth::{AuthError, Bearer, CdpAuth, FacilitatorAuth};
 pub use book::{SETTLE_LEASE, SETTLED_RETENTION, X402SettlementBook};
 pub use local::{LocalFacilitator, SettleConfig};
 pub use outcome::{
@@ -91,6 +94,20 @@ pub enum FacilitatorError {
     /// The settlement store failed.
     #[error("settlement store: {0}")]
     Store(String),
+    /// The facilitator refused our credentials (401, 403), wants some we do not have, or none
+    /// could be made: nothing was verified or settled, and no retry helps until the operator
+    /// fixes the configuration. The message is one sentence saying which credentials to check.
+    #[error("{0}")]
+    Unauthorized(String),
+}
+
+impl FacilitatorError {
+    /// Whether the same call may succeed later as it is: every error but
+    /// [`FacilitatorError::Unauthorized`] (which needs the operator first).
+    #[must_use]
+    pub const fn is_retryable(&self) -> bool {
+        !matches!(self, FacilitatorError::Unauthorized(_))
+    }
 }
 
 /// The x402 facilitator API.

@@ -1,10 +1,14 @@
 //! [`RemoteFacilitator`]: a facilitator server reached over HTTP.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use reqwest::Method;
+use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::Deserialize;
 
+use super::auth::FacilitatorAuth;
 use super::{FacilitatorError, FacilitatorRequest, SupportedResponse, X402Facilitator};
 use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
@@ -13,17 +17,56 @@ use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyRes
 /// Every answer that is not a well-formed 200 JSON body of the right shape is
 /// [`FacilitatorError::Unavailable`]: a timeout, an HTML 502, a 503 (even with a
 /// `success:true` body), a truncated body. A 200 with `success:false` is a failed settlement.
+/// A 401 or 403 is [`FacilitatorError::Unauthorized`]: the facilitator refused our credentials
+/// (or wants some), nothing was verified or settled, and no retry helps until they are fixed.
+///
+/// With [`RemoteFacilitator::with_auth`], every call (`verify`, `settle`, `supported`) carries
+/// an `Authorization` header made for that one request; the header is marked sensitive and is
+/// never logged.
 #[derive(Clone)]
 pub struct RemoteFacilitator {
     http: reqwest::Client,
     base: String,
+    auth: Option<Arc<dyn FacilitatorAuth>>,
 }
 
 impl std::fmt::Debug for RemoteFacilitator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteFacilitator")
             .field("base", &crate::rpc::redact_url(&self.base))
+            .field("auth", &self.auth)
             .finish_non_exhaustive()
+    }
+}
+
+/// No answer to the call `what`: reqwest's error without its URL, and its innermost cause
+/// (`supported: error sending request (Connection refused (os error 111))`).
+fn unanswered(what: &str, e: reqwest::Error) -> FacilitatorError {
+    let e = e.without_url();
+    let mut cause = None;
+    let mut next = std::error::Error::source(&e);
+    while let Some(c) = next {
+        cause = Some(c.to_string());
+        next = c.source();
+    }
+    FacilitatorError::Unavailable(match cause {
+        Some(c) => format!("{what}: {e} ({c})"),
+        None => format!("{what}: {e}"),
+    })
+}
+
+/// `url` as messages show it: without credentials, query or fragment (the path stays: a
+/// facilitator's URL is written in configuration files, not kept as a secret).
+fn shown(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.as_str().trim_end_matches('/').to_owned()
+        }
+        Err(_) => crate::rpc::redact_url(url),
     }
 }
 
@@ -37,7 +80,22 @@ impl RemoteFacilitator {
             http: crate::rpc::http_client(timeout)
                 .map_err(|e| FacilitatorError::Unavailable(e.to_string()))?,
             base: base.trim_end_matches('/').to_owned(),
+            auth: None,
         })
+    }
+
+    /// Sends `auth`'s `Authorization` header with every call (`verify`, `settle`,
+    /// `supported`), made afresh for each request's method and URL.
+    #[must_use]
+    pub fn with_auth(mut self, auth: Arc<dyn FacilitatorAuth>) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+
+    /// The facilitator's base URL as messages show it (no credentials, no query).
+    #[must_use]
+    pub fn url(&self) -> String {
+        shown(&self.base)
     }
 
     /// From `X402_FACILITATOR_URL`.
@@ -50,20 +108,47 @@ impl RemoteFacilitator {
         Self::new(&url, timeout)
     }
 
+    /// `method` on `{base}/{path}` (with `body` as JSON, if any), with this facilitator's
+    /// credentials, its answer decoded as `T`.
+    async fn call<T: for<'de> Deserialize<'de>>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&FacilitatorRequest>,
+    ) -> Result<T, FacilitatorError> {
+        let url = format!("{}/{path}", self.base);
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        if let Some(auth) = &self.auth {
+            let value = auth
+                .authorization(method.as_str(), &url)
+                .map_err(|e| FacilitatorError::Unauthorized(e.to_string()))?;
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                FacilitatorError::Unauthorized(format!(
+                    "the credentials for the facilitator at {} cannot be sent in a header: {}",
+                    self.url(),
+                    auth.hint()
+                ))
+            })?;
+            value.set_sensitive(true);
+            req = req.header(AUTHORIZATION, value);
+        }
+        self.send(req, path).await
+    }
+
     async fn send<T: for<'de> Deserialize<'de>>(
         &self,
         req: reqwest::RequestBuilder,
         what: &str,
     ) -> Result<T, FacilitatorError> {
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| FacilitatorError::Unavailable(format!("{what}: {}", e.without_url())))?;
+        let resp = req.send().await.map_err(|e| unanswered(what, e))?;
         let status = resp.status();
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| FacilitatorError::Unavailable(format!("{what}: {}", e.without_url())))?;
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(FacilitatorError::Unauthorized(self.refusal(status)));
+        }
+        let body = resp.bytes().await.map_err(|e| unanswered(what, e))?;
         // The reference facilitator answers a refused verify/settle with 200 (or 400 with the
         // same body, for an invalid request); anything else is not an answer.
         if !(status.is_success() || status == reqwest::StatusCode::BAD_REQUEST) {
@@ -76,6 +161,26 @@ impl RemoteFacilitator {
                 "{what}: http {status}, body not understood: {e}"
             ))
         })
+    }
+
+    /// The one sentence for a 401 or 403.
+    fn refusal(&self, status: reqwest::StatusCode) -> String {
+        let url = self.url();
+        match &self.auth {
+            Some(auth) => {
+                tracing::warn!(facilitator = %url, %status, "the facilitator refused our credentials");
+                format!(
+                    "the facilitator at {url} refused our credentials ({status}): {}",
+                    auth.hint()
+                )
+            }
+            None => {
+                tracing::warn!(facilitator = %url, %status, "the facilitator requires credentials");
+                format!(
+                    "the facilitator at {url} refused a request without credentials ({status}): configure its credentials (facilitator_auth = \"cdp\" or \"bearer\")"
+                )
+            }
+        }
     }
 
     fn body(payload: &PaymentPayload, requirements: &PaymentRequirements) -> FacilitatorRequest {
@@ -94,11 +199,12 @@ impl X402Facilitator for RemoteFacilitator {
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
     ) -> Result<VerifyResponse, FacilitatorError> {
-        let req = self
-            .http
-            .post(format!("{}/verify", self.base))
-            .json(&Self::body(payload, requirements));
-        self.send(req, "verify").await
+        self.call(
+            Method::POST,
+            "verify",
+            Some(&Self::body(payload, requirements)),
+        )
+        .await
     }
 
     async fn settle(
@@ -106,11 +212,13 @@ impl X402Facilitator for RemoteFacilitator {
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
     ) -> Result<SettleResponse, FacilitatorError> {
-        let req = self
-            .http
-            .post(format!("{}/settle", self.base))
-            .json(&Self::body(payload, requirements));
-        let answer: SettleResponse = self.send(req, "settle").await?;
+        let answer: SettleResponse = self
+            .call(
+                Method::POST,
+                "settle",
+                Some(&Self::body(payload, requirements)),
+            )
+            .await?;
         if answer.success && answer.transaction.is_empty() {
             return Err(FacilitatorError::Unavailable(
                 "settle: success without a transaction".into(),
@@ -120,7 +228,6 @@ impl X402Facilitator for RemoteFacilitator {
     }
 
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        let req = self.http.get(format!("{}/supported", self.base));
-        self.send(req, "supported").await
+        self.call(Method::GET, "supported", None).await
     }
 }

@@ -19,6 +19,7 @@
 mod tab;
 
 use rail_core::Amount;
+use rail_core::clock::rfc3339;
 
 pub use tab::{TabChain, TabVerifier, result_line, uncounted_line, verify_tab_chain};
 
@@ -64,7 +65,10 @@ impl Chain {
                     "proof",
                     format!(
                         "made at {} under mandate {}, which its principal revoked at {} ({})",
-                        p.iat, m.id, rv.iat, rv.id
+                        rfc3339(p.iat),
+                        m.id,
+                        rfc3339(rv.iat),
+                        rv.id
                     ),
                 ));
             }
@@ -278,7 +282,15 @@ fn check_proof_under(
         return Err(broken(link, "does not bind this chain's confirmation"));
     }
     if p.iat < md.nbf || p.iat >= md.exp {
-        return Err(broken(link, "paid outside the mandate's validity"));
+        return Err(broken(
+            link,
+            format!(
+                "paid at {}, outside the mandate's validity ({} until {})",
+                rfc3339(p.iat),
+                rfc3339(md.nbf),
+                rfc3339(md.exp)
+            ),
+        ));
     }
     let paid = p.money().map_err(|e| broken(link, e.to_string()))?;
     let Some(limits) = md.limits_for(paid.asset()) else {
@@ -498,7 +510,15 @@ fn check_quote(md: &Mandate, q: &Quote) -> Result<(), Error> {
         ));
     }
     if q.iat < md.nbf || q.iat >= md.exp {
-        return Err(broken("quote", "issued outside the mandate's validity"));
+        return Err(broken(
+            "quote",
+            format!(
+                "issued at {}, outside the mandate's validity ({} until {})",
+                rfc3339(q.iat),
+                rfc3339(md.nbf),
+                rfc3339(md.exp)
+            ),
+        ));
     }
     Ok(())
 }
@@ -517,7 +537,11 @@ fn check_proof(
     if p.iat >= q.exp {
         return Err(broken(
             link,
-            format!("paid at {}, after the quote expired at {}", p.iat, q.exp),
+            format!(
+                "paid at {}, after the quote expired at {}",
+                rfc3339(p.iat),
+                rfc3339(q.exp)
+            ),
         ));
     }
     if p.iat < q.iat {
@@ -525,7 +549,8 @@ fn check_proof(
             link,
             format!(
                 "paid at {}, before the quote was issued at {}",
-                p.iat, q.iat
+                rfc3339(p.iat),
+                rfc3339(q.iat)
             ),
         ));
     }

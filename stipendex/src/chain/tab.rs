@@ -17,6 +17,7 @@
 use std::collections::VecDeque;
 
 use rail_core::Amount;
+use rail_core::clock::rfc3339;
 use serde::Deserialize;
 
 use super::{broken, check_proof_under, claimed_kind};
@@ -163,7 +164,11 @@ impl TabVerifier {
         match self.revoked_at {
             Some(at) if iat >= at => Err(broken(
                 link,
-                format!("signed at {iat}, after its mandate was revoked at {at}"),
+                format!(
+                    "signed at {}, after its mandate was revoked at {}",
+                    rfc3339(iat),
+                    rfc3339(at)
+                ),
             )),
             _ => Ok(()),
         }
@@ -260,7 +265,15 @@ impl TabVerifier {
             ));
         }
         if t.iat < md.nbf || t.iat >= md.exp {
-            return Err(broken("tab", "issued outside the mandate's validity"));
+            return Err(broken(
+                "tab",
+                format!(
+                    "issued at {}, outside the mandate's validity ({} until {})",
+                    rfc3339(t.iat),
+                    rfc3339(md.nbf),
+                    rfc3339(md.exp)
+                ),
+            ));
         }
         self.lanes = vec![Lane::default(); usize::from(t.lanes)];
         if self.tab.replace(tab).is_some() {
@@ -330,7 +343,15 @@ impl TabVerifier {
             ));
         }
         if p.iat < t.iat || p.iat >= t.exp {
-            return Err(broken("proof", "made outside the tab's life"));
+            return Err(broken(
+                "proof",
+                format!(
+                    "made at {}, outside the tab's life ({} until {})",
+                    rfc3339(p.iat),
+                    rfc3339(t.iat),
+                    rfc3339(t.exp)
+                ),
+            ));
         }
         self.check_revoked("proof", p.iat)?;
         if self.proof.replace(proof).is_some() {
@@ -380,7 +401,12 @@ impl TabVerifier {
         if vo.iat < t.iat || vo.iat >= t.exp {
             return Err(broken(
                 "voucher",
-                format!("{at}: signed outside the tab's life"),
+                format!(
+                    "{at}: signed at {}, outside the tab's life ({} until {})",
+                    rfc3339(vo.iat),
+                    rfc3339(t.iat),
+                    rfc3339(t.exp)
+                ),
             ));
         }
         if vo.iat < md.nbf || vo.iat >= md.exp {
@@ -388,7 +414,9 @@ impl TabVerifier {
                 "voucher",
                 format!(
                     "{at}: signed at {}, outside its mandate's validity ({} until {})",
-                    vo.iat, md.nbf, md.exp
+                    rfc3339(vo.iat),
+                    rfc3339(md.nbf),
+                    rfc3339(md.exp)
                 ),
             ));
         }

@@ -135,7 +135,8 @@ impl Object for Tab {
         if self.exp <= self.iat {
             return bad(format!(
                 "it ends ({}) before it is issued ({})",
-                self.exp, self.iat
+                rail_core::clock::rfc3339(self.exp),
+                rail_core::clock::rfc3339(self.iat)
             ));
         }
         if self.lanes == 0 || self.lanes > MAX_LANES {

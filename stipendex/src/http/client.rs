@@ -93,8 +93,10 @@ impl Client {
     ///
     /// # Errors
     /// The wallet's refusals ([`Error::Denied`], [`Error::LimitExceeded`], …), a 402 without a
-    /// Quote ([`Error::Malformed`]), [`Error::Payment`] for transport failures, and a Receipt
-    /// that does not check ([`Error::Broken`]).
+    /// Quote ([`Error::Malformed`]), [`Error::Network`] when a request gets no answer (saying
+    /// so when a payment was made before: it is kept for the same request asked again), the
+    /// rail's failures ([`Error::Payment`]), and a Receipt that does not check
+    /// ([`Error::Broken`]).
     pub async fn get(&self, url: &str) -> Result<Response, Error> {
         Box::pin(self.send(Method::GET, url)).await
     }
@@ -269,11 +271,15 @@ impl Client {
         }
         // Once paid, the Proof is kept until this request's answer comes back: a transport
         // failure or a retryable answer leaves it for the same request asked again.
+        let started = std::time::Instant::now();
         let second = match retry.send().await {
             Ok(r) => r,
             Err(e) => {
                 self.wallet.unanswered_now(&paid);
-                return Err(transport(&e));
+                return Err(kept(
+                    &x402::describe_http_error_after(&e, started.elapsed()),
+                    &quote,
+                ));
             }
         };
         if second.status() == StatusCode::PAYMENT_REQUIRED {
@@ -284,7 +290,15 @@ impl Client {
             return Err(refusal(&body, "the receiver refused the proof"));
         }
         let (status, headers) = (second.status(), second.headers().clone());
-        let (body, digest, len) = take_body(second, sink).await?;
+        let (body, digest, len) = match take_body(second, sink).await {
+            Ok(taken) => taken,
+            // The answer broke off: not received, so the payment stays kept for a retry.
+            Err(Error::Network(why)) => {
+                self.wallet.unanswered_now(&paid);
+                return Err(kept(&why, &quote));
+            }
+            Err(e) => return Err(e),
+        };
         let receipt = match headers.get(RECEIPT).map(|v| v.to_str()) {
             Some(Ok(v)) => {
                 let jws = String::from_utf8(
@@ -380,7 +394,9 @@ impl Client {
             .await
         {
             Ok(v) => v,
-            Err(Error::Voucher { .. } | Error::Expired { .. }) => return Ok(Err(())),
+            Err(Error::Voucher { .. } | Error::Expired { .. } | Error::NotYetValid { .. }) => {
+                return Ok(Err(()));
+            }
             // The mandate was revoked: the tab is closed, and the call refused.
             Err(e @ Error::Revoked(_)) => {
                 Box::pin(self.retire(hold)).await;
@@ -497,8 +513,8 @@ impl Client {
     /// Closes `hold` at its receiver: `POST {origin}/.well-known/stipendex/tab-close`.
     ///
     /// # Errors
-    /// [`Error::Payment`] (transport, or the receiver's refusal), and the wallet's checks of
-    /// the Receipt ([`Wallet::tab_closed`]).
+    /// [`Error::Network`] (no answer), [`Error::Payment`] (the receiver's refusal), and the
+    /// wallet's checks of the Receipt ([`Wallet::tab_closed`]).
     pub async fn close(&self, hold: &TabHold) -> Result<Signed<TabReceipt>, Error> {
         let close = self.wallet.close_request(hold)?;
         let url = format!("{}{TAB_CLOSE}", hold.tab().object().origin);
@@ -550,9 +566,7 @@ impl Client {
                         ),
                     )))
                 }
-                e => Error::Payment(rail_core::RailError::Unavailable(
-                    rail_core::RailReason::new("http", e.to_string()),
-                )),
+                e => unavailable(&e),
             })?;
         if answer.status == StatusCode::PAYMENT_REQUIRED {
             return Err(refusal(&answer.body, "the server refused the x402 payment"));
@@ -595,15 +609,30 @@ fn refusal(body: &[u8], what: &str) -> Error {
     )))
 }
 
+/// A failure of the x402 client's HTTP: the network's sentence as [`Error::Network`]; its
+/// other failures as the rail's `unavailable`.
 fn unavailable(e: &ClientError) -> Error {
-    Error::Payment(rail_core::RailError::Unavailable(
-        rail_core::RailReason::new("http", e.to_string()),
-    ))
+    match e {
+        ClientError::Http(why) => Error::Network(why.clone()),
+        e => Error::Payment(rail_core::RailError::Unavailable(
+            rail_core::RailReason::new("http", e.to_string()),
+        )),
+    }
 }
 
+/// A request that got no answer, in one sentence ([`x402::describe_http_error`]).
 fn transport(e: &reqwest::Error) -> Error {
-    Error::Payment(rail_core::RailError::Unavailable(
-        rail_core::RailReason::new("http", e.to_string()),
+    Error::Network(x402::describe_http_error(e))
+}
+
+/// A request paid by `quote` that got no answer: the network's sentence, and what became of
+/// the payment (kept with its Proof: the same request asked again presents it, and pays
+/// nothing new).
+fn kept(why: &str, quote: &Signed<Quote>) -> Error {
+    let q = quote.object();
+    Error::Network(format!(
+        "{why}, after quote {} of {} was paid: the payment is kept and will be presented again when the same request is retried (nothing is paid twice)",
+        q.id, q.receiver.id
     ))
 }
 

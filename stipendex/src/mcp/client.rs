@@ -418,7 +418,9 @@ impl PayingClient {
     ) -> Result<Result<Answered, ()>, CallError> {
         let v = match self.wallet.voucher(hold, &target.request).await {
             Ok(v) => v,
-            Err(Error::Voucher { .. } | Error::Expired { .. }) => return Ok(Err(())),
+            Err(Error::Voucher { .. } | Error::Expired { .. } | Error::NotYetValid { .. }) => {
+                return Ok(Err(()));
+            }
             // The mandate was revoked: the tab is closed, and the call refused.
             Err(e @ Error::Revoked(_)) => {
                 Box::pin(self.retire(hold)).await;

@@ -23,6 +23,7 @@ mod tab;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rail_core::clock::rfc3339;
 use rail_core::keys::Lease;
 pub use rail_core::route::PathMatching;
 use rail_core::{
@@ -196,7 +197,8 @@ pub struct Descriptor {
     pub key: PublicKey,
     /// The rail kinds it accepts.
     pub rails: Vec<String>,
-    /// The profiles it quotes (`service`, and `checkout` where a rail can hold).
+    /// The profiles it quotes: `service` where a capability has a fixed price, `checkout`
+    /// where one is priced by estimate (on a rail that can hold).
     pub profiles: Vec<Profile>,
     /// The public origins it is reached at (for a mandate to pin).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -547,8 +549,20 @@ impl Receiver {
                 rails.push(kind);
             }
         }
-        let mut profiles = vec![Profile::Service];
-        if self.0.rails.iter().any(checkout_capable) {
+        // A profile is listed where a priced capability quotes it: a receiver whose rails
+        // could hold, and that prices nothing by estimate, offers no checkout (and a checkout
+        // price needs a rail that holds: `Builder::build` refuses one without).
+        let quotes = |fixed: bool| {
+            self.0
+                .capabilities
+                .iter()
+                .any(|c| matches!(c.price, Price::Fixed(_)) == fixed)
+        };
+        let mut profiles = Vec::new();
+        if quotes(true) {
+            profiles.push(Profile::Service);
+        }
+        if quotes(false) && self.0.rails.iter().any(checkout_capable) {
             profiles.push(Profile::Checkout);
         }
         Descriptor {
@@ -818,8 +832,9 @@ impl Receiver {
                 what: "quote",
                 id: q.id.clone(),
                 why: format!(
-                    "expired at {}, now {now}: past the {} s a payment made in time is honoured",
-                    q.exp,
+                    "it expired at {}, and it is {}: past the {} s a payment made in time is honoured; ask for a fresh quote",
+                    rfc3339(q.exp),
+                    rfc3339(now),
                     rail_core::LATE_PROOF_GRACE.as_secs()
                 ),
             });
@@ -932,12 +947,17 @@ impl Receiver {
                         me.answers.fail(lease, e.is_retryable()).await;
                         return Err(match e {
                             RailError::Replayed { .. } => Error::QuoteUsed(q.id.clone()),
-                            RailError::OfferExpired { .. } => Error::Expired {
+                            RailError::OfferExpired {
+                                offer_id,
+                                expired_at,
+                            } => Error::Expired {
                                 what: "quote",
                                 id: q.id.clone(),
                                 why: format!(
-                                    "expired at {}, now {now}, and its payment was not made in time ({e})",
-                                    q.exp
+                                    "it expired at {}, and it is {}; its payment was not made in time (offer {offer_id} expired at {}): ask for a fresh quote",
+                                    rfc3339(q.exp),
+                                    rfc3339(now),
+                                    expired_at.rfc3339()
                                 ),
                             },
                             e => Error::Payment(e),

@@ -52,6 +52,8 @@
 //! # Ok::<(), stipendex::Error>(())
 //! ```
 
+use std::path::Path;
+
 use rail_core::{Amount, Asset, Money};
 use serde::Deserialize;
 
@@ -122,25 +124,43 @@ pub struct Entry {
 #[derive(Deserialize)]
 struct File {
     #[serde(default)]
-    price: Vec<toml::Value>,
+    price: Vec<toml::Spanned<toml::Value>>,
 }
 
 /// The `[[price]]` entries of the TOML document `text` (other tables are ignored), in order.
 ///
 /// # Errors
-/// [`Error::Config`] naming the entry (by its position and pattern) and what is wrong with it.
+/// [`Error::Config`] naming the entry by its position and line (`[[price]] entry 2 (line 7):
+/// unknown asset "EUR": …`), or the line and column of a document that is not TOML.
 pub fn from_toml(text: &str) -> Result<Vec<PricedCapability>, Error> {
-    let file: File =
-        toml::from_str(text).map_err(|e| Error::Config(format!("the pricing file: {e}")))?;
-    file.price
+    entries(None, text)
+}
+
+/// As [`from_toml`], for the text of the file at `path`, which every message names
+/// (`shop.toml line 3, column 10: …`, `shop.toml: [[price]] entry 2 (line 7): …`).
+///
+/// # Errors
+/// As [`from_toml`].
+pub fn from_toml_at(path: &Path, text: &str) -> Result<Vec<PricedCapability>, Error> {
+    entries(Some(&path.display().to_string()), text)
+}
+
+fn entries(file: Option<&str>, text: &str) -> Result<Vec<PricedCapability>, Error> {
+    let doc: File = toml::from_str(text)
+        .map_err(|e| Error::Config(crate::registry::toml_error_in(file, text, &e)))?;
+    doc.price
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
-            let at = format!("[[price]] entry {}", i + 1);
-            let e: Entry = v
-                .try_into()
-                .map_err(|e| Error::Config(format!("{at}: {e}")))?;
-            capability(&e).map_err(|why| Error::Config(format!("{at} ({}): {why}", e.pattern)))
+            let (line, _) = crate::registry::line_column(text, v.span().start);
+            let at = match file {
+                Some(f) => format!("{f}: [[price]] entry {} (line {line})", i + 1),
+                None => format!("[[price]] entry {} (line {line})", i + 1),
+            };
+            let e: Entry = v.into_inner().try_into().map_err(|e: toml::de::Error| {
+                Error::Config(format!("{at}: {}", crate::registry::one_line(e.message())))
+            })?;
+            capability(&e).map_err(|why| Error::Config(format!("{at}: {why}")))
         })
         .collect()
 }
@@ -296,7 +316,10 @@ mod tests {
                 .to_string()
         };
         let e = bad("kind = \"tool\"\npattern = \"x\"\namount = \"0.001\"\nasset = \"USD\"");
-        assert!(e.contains("entry 1 (x)") && e.contains("amount"), "{e}");
+        assert!(
+            e.starts_with("configuration: [[price]] entry 1 (line 1): ") && e.contains("amount"),
+            "{e}"
+        );
         let e = bad("kind = \"tool\"\npattern = \"x\"\namount = \"1\"\nasset = \"EUR\"");
         assert!(e.contains("unknown asset"), "{e}");
         let e = bad("kind = \"route\"\npattern = \"/x\"\namount = \"1\"\nasset = \"USD\"");
@@ -314,7 +337,8 @@ mod tests {
         let e = bad("kind = \"tool\"\npattern = \"x\"\namount = \"1\"\nasset = \"USD\"\nprice = 3");
         assert!(e.contains("unknown field"), "{e}");
         let e = bad("kind = \"file\"\npattern = \"x\"\namount = \"1\"\nasset = \"USD\"");
-        assert!(e.contains("entry 1"), "{e}");
+        assert!(e.contains("entry 1 (line 1): "), "{e}");
+        assert!(!e.contains('\n'), "{e}");
         let e = bad(
             "kind = \"route\"\nmethod = \"get\"\npattern = \"/x\"\namount = \"1\"\nasset = \"USD\"",
         );

@@ -99,6 +99,8 @@
 #[cfg(feature = "account")]
 mod account;
 pub(crate) mod config;
+mod dependency;
+pub use dependency::*;
 #[cfg(feature = "exact-algo")]
 mod exact_algo;
 #[cfg(feature = "exact-avm")]
@@ -246,7 +248,13 @@ impl Registry {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        Self::build(&text, &ProcessEnv, Arc::new(SystemClock), Some(base)).await
+        Self::build(
+            &text,
+            &ProcessEnv,
+            Arc::new(SystemClock),
+            Some((path, base)),
+        )
+        .await
     }
 
     /// Builds the registry from TOML text, reading secrets from `env`.
@@ -269,16 +277,22 @@ impl Registry {
         Self::build(text, env, clock, None).await
     }
 
-    /// The registry of `text`, its relative paths read beside `base` (else the working
-    /// directory).
+    /// The registry of `text` (read from the file `file.0`, if it was), its relative paths
+    /// read beside the directory `file.1` (else the working directory).
     async fn build(
         text: &str,
         env: &dyn Env,
         clock: SharedClock,
-        base: Option<&Path>,
+        file: Option<(&Path, &Path)>,
     ) -> Result<Self, Error> {
-        let file: config::File =
-            toml::from_str(text).map_err(|e| Error::Config(e.message().to_owned()))?;
+        let base = file.map(|(_, base)| base);
+        let file: config::File = toml::from_str(text).map_err(|e| {
+            Error::Config(toml_error_in(
+                file.map(|(path, _)| path.display().to_string()).as_deref(),
+                text,
+                &e,
+            ))
+        })?;
         // Every kind is checked before anything is opened: a build without a rail's feature
         // fails at once, naming the feature.
         let mut kinds = Vec::new();
@@ -433,6 +447,68 @@ fn kind_in(
     }
 }
 
+/// The rail kinds this build carries (by its cargo features), in the order of [`KINDS`]:
+/// what a configuration's `kind` may name here.
+///
+/// ```
+/// // The default build carries the ledger rail.
+/// assert!(stipendex::registry::compiled_kinds().contains(&"ledger"));
+/// ```
+#[must_use]
+pub fn compiled_kinds() -> Vec<&'static str> {
+    KINDS
+        .iter()
+        .map(|&(kind, _)| kind)
+        .filter(|kind| compiled(kind))
+        .collect()
+}
+
+/// A TOML error of the file at `path`, whose text is `text`, as one line a person can act on:
+/// the file, the line and column the error starts at, and what is wrong —
+/// `rails.toml line 4, column 7: invalid type: string "x", expected u64`. (The error's own
+/// `Display` spans several lines with a snippet of the file, which a one-line message or a
+/// log record cannot carry.) An error without a position names the file and what is wrong.
+#[must_use]
+pub fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    toml_error_in(Some(&path.display().to_string()), text, e)
+}
+
+/// [`toml_error`] for a text that came from `file` (or from no file: the position alone).
+pub(crate) fn toml_error_in(file: Option<&str>, text: &str, e: &toml::de::Error) -> String {
+    let what = one_line(e.message());
+    match (e.span().map(|s| line_column(text, s.start)), file) {
+        (Some((line, column)), Some(f)) => format!("{f} line {line}, column {column}: {what}"),
+        (Some((line, column)), None) => format!("line {line}, column {column}: {what}"),
+        (None, Some(f)) => format!("{f}: {what}"),
+        (None, None) => what,
+    }
+}
+
+/// The 1-based line and column (in characters) of byte `at` of `text`.
+pub(crate) fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map_or(0, |l| l.trim_end_matches('\r').chars().count())
+        + 1;
+    (line, column)
+}
+
+/// `s` on one line: its lines, trimmed, joined by a space.
+pub(crate) fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Whether this build carries `kind`.
 #[must_use]
 #[allow(clippy::match_like_matches_macro)] // one line per feature reads better
@@ -532,6 +608,46 @@ async fn open_store(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_toml_error_is_one_line_with_its_line_and_column() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct T {
+            a: u64,
+            b: u64,
+        }
+        let text = "# prices\na = 1\n\nb   = \"x\"\n";
+        let e = toml::from_str::<T>(text).unwrap_err();
+        assert!(
+            e.to_string().contains('\n'),
+            "toml's own Display spans lines"
+        );
+        let got = toml_error(Path::new("rails.toml"), text, &e);
+        assert_eq!(
+            got,
+            "rails.toml line 4, column 7: invalid type: string \"x\", expected u64"
+        );
+        assert_eq!(
+            toml_error_in(None, text, &e),
+            "line 4, column 7: invalid type: string \"x\", expected u64"
+        );
+        // A syntax error, after characters of several bytes.
+        let text = "a = 1\n# café ☕\nb = é\n";
+        let e = toml::from_str::<T>(text).unwrap_err();
+        let got = toml_error(Path::new("shop.toml"), text, &e);
+        assert!(got.starts_with("shop.toml line 3, column 5: "), "{got}");
+        assert!(!got.contains('\n') && !got.contains("\\u{a}"), "{got}");
+    }
+
+    #[test]
+    fn lines_and_columns_count_characters_from_one() {
+        assert_eq!(line_column("", 0), (1, 1));
+        assert_eq!(line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_column("ab\r\ncd", 4), (2, 1));
+        assert_eq!(line_column("é=1", 2), (1, 2));
+        assert_eq!(line_column("ab", 99), (1, 3));
+    }
 
     #[test]
     fn a_rail_not_compiled_in_names_its_feature() {

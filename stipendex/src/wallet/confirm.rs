@@ -69,6 +69,8 @@ impl Ask {
         if let Some(d) = &self.description {
             s.push_str(&format!(" for \"{}\"", printable(d)));
         }
+        // What is left is counted with this payment already taken out (the wallet counts it
+        // before it asks): said so, or a person reads it as what they have before paying.
         let mut left = Vec::new();
         if let Some(m) = &self.left_in_period {
             left.push(format!("{} {} left this period", m.amount(), m.asset()));
@@ -76,7 +78,8 @@ impl Ask {
         if let Some(m) = &self.left_in_total {
             left.push(format!("{} {} left in total", m.amount(), m.asset()));
         }
-        if !left.is_empty() {
+        if let Some(first) = left.first_mut() {
+            first.push_str(" after this payment");
             s.push_str(&format!("; {}", left.join(", ")));
         }
         s
@@ -256,5 +259,31 @@ mod tests {
             "{t}"
         );
         assert_eq!(printable("plain text, café"), "plain text, café");
+    }
+
+    /// What is left is said to be after this payment (the wallet counts it before asking).
+    #[test]
+    fn the_prompt_says_what_is_left_after_this_payment() {
+        let usd = |s: &str| Money::parse(Asset::usd(), s).unwrap();
+        let mut ask = Ask {
+            why: Why::AboveThreshold,
+            receiver: "search".into(),
+            description: None,
+            total: usd("2.50"),
+            tolerance: Amount::ZERO,
+            left_in_period: Some(usd("17.50")),
+            left_in_total: Some(usd("97.50")),
+        };
+        assert_eq!(
+            ask.text(),
+            "pay 2.5 USD to search; 17.5 USD left this period after this payment, 97.5 USD left in total"
+        );
+        ask.left_in_period = None;
+        assert_eq!(
+            ask.text(),
+            "pay 2.5 USD to search; 97.5 USD left in total after this payment"
+        );
+        ask.left_in_total = None;
+        assert_eq!(ask.text(), "pay 2.5 USD to search");
     }
 }

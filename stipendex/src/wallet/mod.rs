@@ -37,6 +37,7 @@ mod tab;
 
 use std::sync::Arc;
 
+use rail_core::clock::rfc3339;
 use rail_core::keys::{Begin, Idempotency, Write, fingerprint};
 use rail_core::{
     Amount, KeyStore, MemoryKeyStore, OpId, PayerHandle, PaymentMode, RailError, SharedClock,
@@ -444,6 +445,12 @@ fn admit(mandate: &Mandate, q: &Quote, sent: Option<&Resource>) -> Result<(), St
         None => Err(format!(
             "quote {} of {} names no resource: over HTTP this wallet pays only a quote issued for the request it sent",
             q.id, q.receiver.id
+        )),
+        // The same receiver reached at an origin it does not know it is reached at (behind a
+        // proxy, on a local port): it names its configured origin. Said as the fix it needs.
+        Some(r) if r.origin != sent.origin => Err(format!(
+            "quote {} of {} names origin {}, but the request went to {}: if {} is this receiver, add \"{}\" to [receiver] origins",
+            q.id, q.receiver.id, r.origin, sent.origin, sent.origin, sent.origin
         )),
         Some(r) if r != sent => Err(format!(
             "quote {} was issued for {}, not for {}, the request sent: a quote relayed from another request is not paid",
@@ -1081,11 +1088,26 @@ impl Wallet {
 
     async fn check_mandate(&self, now: u64) -> Result<(), Error> {
         let m = self.0.mandate.object();
-        if now < m.nbf || now >= m.exp {
+        if now < m.nbf {
+            return Err(Error::NotYetValid {
+                what: "mandate",
+                id: m.id.clone(),
+                why: format!(
+                    "it is valid from {}, and it is {} on this machine: wait until then, or check this machine's clock",
+                    rfc3339(m.nbf),
+                    rfc3339(now)
+                ),
+            });
+        }
+        if now >= m.exp {
             return Err(Error::Expired {
                 what: "mandate",
                 id: m.id.clone(),
-                why: format!("valid from {} until {}, now {now}", m.nbf, m.exp),
+                why: format!(
+                    "it expired at {}, and it is {}: ask the principal for a new mandate",
+                    rfc3339(m.exp),
+                    rfc3339(now)
+                ),
             });
         }
         if self.0.revocations.is_revoked(&m.id).await? {
@@ -1103,7 +1125,11 @@ impl Wallet {
             return Err(Error::Expired {
                 what: "quote",
                 id: q.id.clone(),
-                why: format!("expired at {}, now {now}", q.exp),
+                why: format!(
+                    "it expired at {}, and it is {}: ask for a fresh quote (send the request again)",
+                    rfc3339(q.exp),
+                    rfc3339(now)
+                ),
             });
         }
         if now.saturating_add(me.min_quote_life) >= q.exp {
@@ -1111,8 +1137,10 @@ impl Wallet {
                 what: "quote",
                 id: q.id.clone(),
                 why: format!(
-                    "expires at {}, now {now}: less than the {} s the wallet keeps to pay and present it; ask for a fresh quote",
-                    q.exp, me.min_quote_life
+                    "it expires at {}, and it is {}: less than the {} s the wallet keeps to pay and present it; ask for a fresh quote",
+                    rfc3339(q.exp),
+                    rfc3339(now),
+                    me.min_quote_life
                 ),
             });
         }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rail_core::clock::rfc3339;
 use rail_core::keys::{Begin, Write, fingerprint};
 use rail_core::{Amount, Money, OpId, PaymentMode, RailError};
 use serde::{Deserialize, Serialize};
@@ -303,7 +304,12 @@ impl Wallet {
             return Err(Error::Expired {
                 what: "tab",
                 id: t.id.clone(),
-                why: format!("ends at {}, now {now}", t.exp),
+                why: format!(
+                    "it ends at {}, and it is {}: less than the {} s the wallet keeps to open and use it; send the request again for a fresh offer",
+                    rfc3339(t.exp),
+                    rfc3339(now),
+                    me.min_quote_life
+                ),
             });
         }
         let op = op_for(&t.receiver.id, &t.id)?;
@@ -648,7 +654,7 @@ impl Wallet {
             return Err(Error::Expired {
                 what: "tab",
                 id: t.id.clone(),
-                why: format!("ended at {}, now {now}", t.exp),
+                why: format!("it ended at {}, and it is {}", rfc3339(t.exp), rfc3339(now)),
             });
         }
         let Some(resource) = req.resource() else {
@@ -1017,8 +1023,8 @@ fn admit_tab(mandate: &crate::envelope::Mandate, t: &Tab, sent: &Resource) -> Re
     }
     if t.origin != sent.origin {
         return Err(format!(
-            "tab {} is for {}, but the request that was offered it went to {}: a tab relayed from another origin is not opened",
-            t.id, t.origin, sent.origin
+            "tab {} of {} names origin {}, but the request that was offered it went to {}: if {} is this receiver, add \"{}\" to [receiver] origins",
+            t.id, t.receiver.id, t.origin, sent.origin, sent.origin, sent.origin
         ));
     }
     if !origins.iter().any(|o| **o == sent.origin) {

@@ -16,6 +16,7 @@ mod record;
 
 use std::time::Duration;
 
+use rail_core::clock::rfc3339;
 use rail_core::{Charge, Money, OpId, PaymentState, RailError};
 
 use super::{Answer, Delivery, MAX_KEPT_ANSWER, Price, Receiver, Request, checkout_capable};
@@ -243,7 +244,7 @@ impl Receiver {
             return Err(Error::Expired {
                 what: "tab",
                 id: t.id.clone(),
-                why: format!("ended at {}, now {now}", t.exp),
+                why: format!("it ended at {}, and it is {}", rfc3339(t.exp), rfc3339(now)),
             });
         }
         if p.money()? != t.cap()? {
@@ -323,7 +324,8 @@ impl Receiver {
                 what: "tab",
                 id: t.id.clone(),
                 why: format!(
-                    "its hold lapses at {lapse}, within the {} s capture margin",
+                    "its hold lapses at {}, within the {} s capture margin",
+                    rfc3339(lapse),
                     margin.as_secs()
                 ),
             });
@@ -923,7 +925,11 @@ impl Receiver {
         if now >= s.head.end {
             return Err(Error::TabClosed {
                 tab: t.id.clone(),
-                why: format!("it ended at {}, now {now}", s.head.end),
+                why: format!(
+                    "it ended at {}, and it is {}",
+                    rfc3339(s.head.end),
+                    rfc3339(now)
+                ),
             });
         }
         let Some(lane) = s.rec.lanes.get(usize::from(vo.lane)) else {
