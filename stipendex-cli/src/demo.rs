@@ -281,6 +281,11 @@ fn money(asset: &Asset, minor: u128) -> Result<Money, CliError> {
     Money::from_minor(asset.clone(), minor).map_err(|e| msg(format!("a demo price: {e}")))
 }
 
+/// `amount` of `asset` with all its decimals (`3.50`).
+fn fixed(asset: &Asset, amount: rail_core::Amount) -> String {
+    Money::new(asset.clone(), amount).map_or_else(|_| amount.to_string(), |m| m.to_fixed())
+}
+
 fn show(m: &Money) -> String {
     format!("{} {}", m.amount(), m.asset())
 }
@@ -664,6 +669,22 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
             Ok(r) => {
                 let body = String::from_utf8_lossy(&r.body);
                 match (&r.paid, &r.receipt) {
+                    // A checkout: what was held, and what of it was captured.
+                    (Some(paid), Some(receipt))
+                        if paid.proof.object().mode == rail_core::PaymentMode::Hold =>
+                    {
+                        let (proof, receipt) = (paid.proof.object(), receipt.object());
+                        println!(
+                            "     held {}, captured {} {} over {} -> {} {:?}; receipt {}",
+                            fixed(&proof.asset, proof.amount),
+                            fixed(&receipt.asset, receipt.amount),
+                            receipt.asset,
+                            paid.rail,
+                            r.status.as_u16(),
+                            body,
+                            receipt.id
+                        );
+                    }
                     (Some(paid), Some(receipt)) => println!(
                         "     paid {} {} over {} -> {} {:?}; receipt {} for {} {}",
                         paid.proof.object().amount,
@@ -733,7 +754,7 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
     // The audit: every chain, verified offline against the principal's key.
     println!();
     println!(
-        "audit chains (stipendex verify-chain --principal {} {}/*.jws):",
+        "audit chains (stipendex verify-chain --principal-pubkey {} {}/*.jws):",
         principal.public(),
         chains.display()
     );

@@ -112,9 +112,13 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     })
 }
 
-/// The refusal as one sentence naming the rule.
+/// The failure as one sentence: the network's own (where the request went and why it got no
+/// answer, and what became of a payment made before it), or the refusal naming the rule.
 fn refused(e: &stipendex::Error) -> CliError {
-    msg(format!("not paid ({}): {e}", e.code()))
+    match e {
+        stipendex::Error::Network(why) => msg(why.clone()),
+        e => msg(format!("not paid ({}): {e}", e.code())),
+    }
 }
 
 /// `tab <id>: N calls, captured X of cap Y`.

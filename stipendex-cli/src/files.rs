@@ -42,9 +42,40 @@ pub(crate) fn write_secret(path: &Path, key: &SecretKey) -> Result<(), CliError>
         .map_err(|e| msg(format!("cannot write {}: {e}", path.display())))
 }
 
-/// Writes a text file.
+/// Writes a text file the command itself creates (in a directory it made or checked).
 pub(crate) fn write(path: &Path, text: &str) -> Result<(), CliError> {
     std::fs::write(path, text).map_err(|e| msg(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Writes a text file a user named (`--out`): the one rule of every command that writes a
+/// file — an existing file is never overwritten unless `force` (`--force`); the refusal names
+/// the file and both ways on.
+pub(crate) fn write_new(path: &Path, text: &str, force: bool) -> Result<(), CliError> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    let mut f = opts.open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            msg(format!(
+                "{} already exists: write to another file, or give --force to overwrite it",
+                path.display()
+            ))
+        } else {
+            msg(format!("cannot write {}: {e}", path.display()))
+        }
+    })?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| msg(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Whether colour (ANSI escapes) may go to `stream`: it is a terminal and `NO_COLOR` is not
+/// set (<https://no-color.org>: any non-empty value turns colour off).
+pub(crate) fn colour(stream: &impl std::io::IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Reads a signed object from a file holding its compact JWS (or the JSON wire form

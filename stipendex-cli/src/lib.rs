@@ -2,18 +2,20 @@
 //!
 //! ```text
 //! stipendex demo [--rail NAME] [--dir DIR] [--confirm yes|no]
-//! stipendex verify-chain --principal KEY | --unanchored [--revocation FILE]… FILE…
+//! stipendex verify-chain --principal-pubkey KEY | --unanchored [--revocation FILE]… FILE…
 //! stipendex fetch [--config wallet.toml] [-X METHOD] [-H 'Name: value'] [-d DATA] URL
 //! stipendex serve-mcp --config shop.toml [--listen ADDR]
 //! stipendex gateway --config gateway.toml [--listen ADDR]
 //! stipendex proxy [--config wallet.toml] [--server ORIGIN] (--url URL | -- COMMAND…)
 //! stipendex wallet pending [--config wallet.toml]
 //! stipendex wallet resume [--config wallet.toml] CHAIN
+//! stipendex init DIR --upstream URL [--listen ADDR] [--principal-key FILE]
+//! stipendex ledger account new|fund|balance|history (--config FILE | --ledger URL) [--account ID]
 //! stipendex key new --out FILE
-//! stipendex mandate new --principal-key FILE --wallet KEY [limits, allowlist…] --out FILE
-//! stipendex mandate sign --key FILE MANDATE.json --out MANDATE.jws
+//! stipendex mandate new --principal-key FILE --wallet-pubkey KEY [limits, allowlist…] --out FILE [--force]
+//! stipendex mandate sign --key FILE MANDATE.json --out MANDATE.jws [--force]
 //! stipendex mandate show MANDATE.jws
-//! stipendex mandate revoke --key FILE MANDATE.jws [--store sqlite://wallet.db] [--out FILE]
+//! stipendex mandate revoke --key FILE MANDATE.jws [--store sqlite://wallet.db] [--out FILE] [--force]
 //! stipendex facilitator serve|account|review …   (see `facilitator`)
 //! ```
 //!
@@ -36,11 +38,16 @@ mod bench;
 mod bench_gateway;
 mod bench_mcp;
 mod bench_tab;
+mod checks;
+#[cfg(test)]
+mod config_reference;
 pub mod demo;
 mod facilitator;
 mod fetch;
 mod files;
 mod gateway;
+mod init;
+mod ledger;
 mod mandate;
 pub mod measure;
 mod proxy;
@@ -95,8 +102,13 @@ enum Command {
     /// Verifies audit chains offline (each FILE holds one payment's objects, one compact JWS
     /// per line) and names the first broken link.
     VerifyChain {
-        /// The principal key the mandates must be signed by (`ed25519:…`): the trust anchor.
-        #[arg(long)]
+        /// The principal's public key the mandates must be signed by (`ed25519:…`): the
+        /// trust anchor.
+        #[arg(
+            long = "principal-pubkey",
+            alias = "principal",
+            value_name = "ed25519:KEY"
+        )]
         principal: Option<String>,
         /// Check the chains without a trust anchor: they are then consistent with themselves
         /// only (anyone can forge such a chain), and each is reported `ok (unanchored)`.
@@ -135,6 +147,12 @@ enum Command {
     /// Mandates: the principal's signed authority for a wallet.
     #[command(subcommand)]
     Mandate(Box<mandate::Command>),
+    /// Writes a working local setup in a folder: keys, a signed mandate, wallet.toml,
+    /// gateway.toml in front of your API, and a funded local ledger (a first paid call).
+    Init(init::Args),
+    /// The embedded ledger rail's accounts: new, fund, balance, history.
+    #[command(subcommand)]
+    Ledger(ledger::Command),
     /// The hosted facilitator (the `account` rail's server): serve it, open and fund
     /// accounts, decide the review queue.
     #[command(subcommand)]
@@ -160,6 +178,8 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Proxy(args) => Box::pin(proxy::run(args)).await,
         Command::Gateway(args) => Box::pin(gateway::run(args)).await,
         Command::Wallet(c) => wallet::run(c).await,
+        Command::Init(args) => init::run(args).await,
+        Command::Ledger(c) => ledger::run(c).await,
         Command::VerifyChain {
             principal,
             unanchored,
@@ -168,7 +188,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         } => {
             if principal.is_none() && !unanchored {
                 return Err(msg(
-                    "verify-chain needs the trust anchor: give the principal's key with --principal ed25519:… (or --unanchored to check the chains against themselves only, which anyone can forge)",
+                    "verify-chain needs the trust anchor: give the principal's public key with --principal-pubkey ed25519:… (or --unanchored to check the chains against themselves only, which anyone can forge)",
                 ));
             }
             verify::run(principal.as_deref(), &revocations, &files)
@@ -207,8 +227,10 @@ pub fn main() -> ExitCode {
             "error"
         })
     });
+    // Colour only on a terminal, and never with NO_COLOR set.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(files::colour(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if serving == Some(true) {
         logs.json().flatten_event(true).init();

@@ -22,9 +22,12 @@ pub(crate) enum Command {
         key: PathBuf,
         /// The mandate (JSON, from `mandate new`).
         mandate: PathBuf,
-        /// Where to write the signed mandate.
+        /// Where to write the signed mandate (an existing file only with --force).
         #[arg(long)]
         out: PathBuf,
+        /// Overwrite --out if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Verifies a signed mandate and prints what it allows.
     Show {
@@ -46,9 +49,13 @@ pub(crate) enum Command {
         /// relative paths read beside it), wherever this command runs.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Where to write the revocation (default: next to the mandate, `.revocation.jws`).
+        /// Where to write the revocation (default: next to the mandate, `.revocation.jws`;
+        /// an existing file only with --force).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Overwrite the revocation file if it exists.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -60,10 +67,10 @@ pub(crate) struct NewArgs {
     /// The principal's secret key file (only its public key goes into the mandate).
     #[arg(long)]
     principal_key: PathBuf,
-    /// The wallet's public key (`ed25519:…`).
-    #[arg(long)]
+    /// The wallet's public key (`ed25519:…`, as `stipendex key new` prints it).
+    #[arg(long = "wallet-pubkey", alias = "wallet", value_name = "ed25519:KEY")]
     wallet: String,
-    /// Days of validity from now.
+    /// Days of validity from now (1 or more).
     #[arg(long, default_value_t = 30)]
     days: u64,
     /// The asset of the limits (`USD`, `USDC`, `ALGO`, `BTC`, or any code with `--scale`).
@@ -128,9 +135,12 @@ pub(crate) struct NewArgs {
     /// What the mandate is for.
     #[arg(long)]
     description: Option<String>,
-    /// Where to write the mandate (JSON).
+    /// Where to write the mandate (JSON; an existing file only with --force).
     #[arg(long)]
     out: PathBuf,
+    /// Overwrite --out if it exists.
+    #[arg(long)]
+    force: bool,
 }
 
 fn asset(code: &str, scale: Option<u8>) -> Result<Asset, CliError> {
@@ -175,10 +185,15 @@ fn now() -> u64 {
 }
 
 fn new(a: NewArgs) -> Result<(), CliError> {
+    if a.days == 0 {
+        return Err(msg(
+            "--days 0 makes a mandate that has expired when it is signed: give --days 1 or more",
+        ));
+    }
     let principal = files::read_secret(&a.principal_key)?;
     let wallet = PublicKey::parse(&a.wallet).map_err(|_| {
         msg(format!(
-            "--wallet {:?} is not a public key: write it as ed25519:<base64url> (`stipendex key new` prints one)",
+            "--wallet-pubkey {:?} is not a public key: write it as ed25519:<base64url> (`stipendex key new` prints one)",
             a.wallet
         ))
     })?;
@@ -270,7 +285,7 @@ fn new(a: NewArgs) -> Result<(), CliError> {
     m.description = a.description;
     let json = serde_json::to_string_pretty(&m)
         .map_err(|e| msg(format!("cannot write the mandate: {e}")))?;
-    files::write(&a.out, &format!("{json}\n"))?;
+    files::write_new(&a.out, &format!("{json}\n"), a.force)?;
     #[allow(clippy::print_stdout)]
     {
         println!(
@@ -329,8 +344,13 @@ fn pin_origin(m: &mut Mandate, v: &str) -> Result<(), CliError> {
 /// What a mandate allows, in a few lines.
 pub(crate) fn describe(m: &Mandate) -> String {
     let mut s = format!(
-        "mandate {} of {} ({}) for wallet {}\n  valid {} .. {} (Unix seconds)\n",
-        m.id, m.principal.id, m.principal.key, m.wallet, m.nbf, m.exp
+        "mandate {} of {} ({}) for wallet {}\n  valid from {} until {} (UTC)\n",
+        m.id,
+        m.principal.id,
+        m.principal.key,
+        m.wallet,
+        rail_core::clock::rfc3339(m.nbf),
+        rail_core::clock::rfc3339(m.exp)
     );
     for l in &m.limits {
         let a = &l.asset;
@@ -386,6 +406,24 @@ pub(crate) fn describe(m: &Mandate) -> String {
     s
 }
 
+/// Whether the mandate is outside its validity at `now` (Unix seconds), as the wallet judges
+/// it (valid from `nbf`, up to but not including `exp`): the line that says so, if it is.
+fn validity(m: &Mandate, now: u64) -> Option<String> {
+    if now >= m.exp {
+        Some(format!(
+            "EXPIRED at {}: the wallet pays nothing under it; sign a new mandate",
+            rail_core::clock::rfc3339(m.exp)
+        ))
+    } else if now < m.nbf {
+        Some(format!(
+            "NOT YET VALID: the wallet pays nothing under it before {}",
+            rail_core::clock::rfc3339(m.nbf)
+        ))
+    } else {
+        None
+    }
+}
+
 async fn open_store(url: &str) -> Result<Arc<dyn KeyStore>, CliError> {
     let store = match rail_core::keys::StoreUrl::parse(url) {
         Some(rail_core::keys::StoreUrl::Memory) => {
@@ -413,20 +451,28 @@ async fn open_store(url: &str) -> Result<Arc<dyn KeyStore>, CliError> {
 pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
     match c {
         Command::New(a) => new(*a)?,
-        Command::Sign { key, mandate, out } => {
-            let key = files::read_secret(&key)?;
+        Command::Sign {
+            key: key_file,
+            mandate,
+            out,
+            force,
+        } => {
+            let key = files::read_secret(&key_file)?;
             let text = files::read(&mandate)?;
             let m: Mandate = serde_json::from_str(&text)
                 .map_err(|e| msg(format!("{} is not a mandate: {e}", mandate.display())))?;
+            let named = m.principal.key;
             let signed = Signed::sign(m, &key).map_err(|e| match e {
                 stipendex::Error::Untrusted(_) => msg(format!(
-                    "{} names principal key {}, not the key given: sign with the principal's own key",
+                    "--key {} is the key {}, but {} names the principal key {}: sign with the principal's own key",
+                    key_file.display(),
+                    key.public(),
                     mandate.display(),
-                    key.public()
+                    named
                 )),
                 e => CliError::from(e),
             })?;
-            files::write(&out, &format!("{}\n", signed.jws()))?;
+            files::write_new(&out, &format!("{}\n", signed.jws()), force)?;
             println!("signed mandate {} -> {}", signed.object().id, out.display());
         }
         Command::Show { mandate } => {
@@ -436,6 +482,9 @@ pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
                 "  signature: valid (principal {})",
                 m.object().principal.key
             );
+            if let Some(line) = validity(m.object(), now()) {
+                println!("  {line}");
+            }
         }
         Command::Revoke {
             key,
@@ -443,18 +492,21 @@ pub(crate) async fn run(c: Command) -> Result<ExitCode, CliError> {
             store,
             config,
             out,
+            force,
         } => {
-            let key = files::read_secret(&key)?;
+            let secret = files::read_secret(&key)?;
             let m = files::read_signed::<Mandate>(&mandate)?;
-            let revocation = stipendex::wallet::revoke(&m, &key, now()).map_err(|_| {
+            let revocation = stipendex::wallet::revoke(&m, &secret, now()).map_err(|_| {
                 msg(format!(
-                    "mandate {} is signed by {}, not by the key given: only its principal revokes it",
+                    "--key {} is the key {}, but mandate {} is signed by the principal key {}: only that principal's secret key revokes it",
+                    key.display(),
+                    secret.public(),
                     m.object().id,
                     m.object().principal.key
                 ))
             })?;
             let out = out.unwrap_or_else(|| mandate.with_extension("revocation.jws"));
-            files::write(&out, &format!("{}\n", revocation.jws()))?;
+            files::write_new(&out, &format!("{}\n", revocation.jws()), force)?;
             println!("revoked mandate {} -> {}", m.object().id, out.display());
             if let Some(url) = store {
                 let store = open_store(&url).await?;

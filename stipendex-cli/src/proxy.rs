@@ -63,7 +63,7 @@ struct File {
 fn upstream_of(a: &Args, path: &Path) -> Result<(Upstream, Option<String>), CliError> {
     let text = files::read(path)?;
     let file: File =
-        toml::from_str(&text).map_err(|e| msg(format!("{}: {}", path.display(), e.message())))?;
+        toml::from_str(&text).map_err(|e| msg(stipendex::registry::toml_error(path, &text, &e)))?;
     let section = file.upstream.unwrap_or_default();
     let server = a.server.clone().or(section.server);
     let command = if a.command.is_empty() {

@@ -87,7 +87,7 @@ pub(crate) async fn receiver(
 ) -> Result<Receiver, CliError> {
     let text = files::read(path)?;
     let file: File =
-        toml::from_str(&text).map_err(|e| msg(format!("{}: {}", path.display(), e.message())))?;
+        toml::from_str(&text).map_err(|e| msg(stipendex::registry::toml_error(path, &text, &e)))?;
     let r = file.receiver.ok_or_else(|| {
         msg(format!(
             "{} has no [receiver] section: add one with the receiver's id, key_env and origins",
@@ -104,6 +104,12 @@ pub(crate) async fn receiver(
         )));
     }
     let registry = Registry::from_file(path).await?;
+    // The gateway's start-up checks: a price no rail receives is refused, a priced tool the
+    // server does not list is warned.
+    crate::checks::prices_payable(path, &crate::checks::receiving_assets(&registry), &prices)?;
+    if let Some(w) = crate::checks::unlisted_warning(&prices, &Example::tool_names()) {
+        warn(&w);
+    }
     let mut b = Receiver::builder(&r.id, key).registry(&registry);
     if let Some(store) = registry.store() {
         b = b.store(store.clone());
@@ -128,9 +134,17 @@ pub(crate) async fn receiver(
     Ok(b.build()?)
 }
 
+/// A start-up warning, one line on standard error (over stdio, standard output is the MCP
+/// channel).
+#[allow(clippy::print_stderr)]
+fn warn(what: &str) {
+    eprintln!("stipendex serve-mcp: warning: {what}");
+}
+
 /// Runs `stipendex serve-mcp`.
 pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     let receiver = receiver(&a.config, a.listen).await?;
+    let origins = receiver.descriptor().origins.clone();
     let server = PaidServer::new(Example, receiver)?;
     match a.listen {
         None => {
@@ -147,6 +161,9 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
             let bound = listener
                 .local_addr()
                 .map_err(|e| msg(format!("cannot listen on {addr}: {e}")))?;
+            if let Some(w) = crate::checks::listen_warning(bound, &origins) {
+                warn(&w);
+            }
             eprintln!("stipendex serve-mcp: Streamable HTTP at http://{bound}/mcp");
             axum::serve(
                 listener,
@@ -174,6 +191,38 @@ fn arg<'a>(request: &'a CallToolRequestParams, name: &str) -> Option<&'a Value> 
     request.arguments.as_ref().and_then(|a| a.get(name))
 }
 
+impl Example {
+    /// Its tools, as `tools/list` answers them.
+    fn tools() -> Vec<Tool> {
+        let text = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        vec![
+            Tool::new("echo", "Says the text back.", schema(&text)),
+            Tool::new(
+                "search",
+                "Searches the (example) web for a query.",
+                schema(
+                    &json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
+                ),
+            ),
+            Tool::new(
+                "render",
+                "Renders the text as a document (checkout: held, then captured). {\"fail\": true} fails.",
+                schema(
+                    &json!({"type": "object", "properties": {"text": {"type": "string"}, "fail": {"type": "boolean"}}}),
+                ),
+            ),
+        ]
+    }
+
+    /// The names of its tools (what `[[price]]` tool patterns are checked against).
+    fn tool_names() -> Vec<String> {
+        Example::tools()
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .collect()
+    }
+}
+
 impl ServerHandler for Example {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -199,24 +248,7 @@ impl ServerHandler for Example {
         _r: Option<PaginatedRequestParams>,
         _c: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let text = json!({"type": "object", "properties": {"text": {"type": "string"}}});
-        Ok(ListToolsResult::with_all_items(vec![
-            Tool::new("echo", "Says the text back.", schema(&text)),
-            Tool::new(
-                "search",
-                "Searches the (example) web for a query.",
-                schema(
-                    &json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
-                ),
-            ),
-            Tool::new(
-                "render",
-                "Renders the text as a document (checkout: held, then captured). {\"fail\": true} fails.",
-                schema(
-                    &json!({"type": "object", "properties": {"text": {"type": "string"}, "fail": {"type": "boolean"}}}),
-                ),
-            ),
-        ]))
+        Ok(ListToolsResult::with_all_items(Example::tools()))
     }
 
     async fn call_tool(

@@ -152,7 +152,7 @@ pub(crate) fn run(
         .map(|p| {
             PublicKey::parse(p).map_err(|_| {
                 msg(format!(
-                    "--principal {p:?} is not a key: write it as ed25519:<base64url>"
+                    "--principal-pubkey {p:?} is not a key: write it as ed25519:<base64url>"
                 ))
             })
         })

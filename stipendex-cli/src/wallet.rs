@@ -104,7 +104,7 @@ async fn journaled(config: &std::path::Path) -> Result<stipendex::wallet::Wallet
     Ok(loaded.wallet)
 }
 
-/// `CHAIN  RECEIVER  AMOUNT ASSET  rail NAME  since UNIX  [METHOD URL]`.
+/// `CHAIN  RECEIVER  AMOUNT ASSET  rail NAME  since RFC3339  [METHOD URL]` (the time in UTC).
 fn line(p: &Pending) -> String {
     let (receiver, amount) = match Signed::<Quote>::parse(&p.quote) {
         Ok(q) => {
@@ -127,6 +127,6 @@ fn line(p: &Pending) -> String {
         stipendex::wallet::printable(&receiver),
         amount,
         p.rail,
-        p.since
+        rail_core::clock::rfc3339(p.since)
     )
 }

@@ -96,7 +96,7 @@ impl Loaded {
 pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
     let text = files::read(path)?;
     let file: File =
-        toml::from_str(&text).map_err(|e| msg(format!("{}: {}", path.display(), e.message())))?;
+        toml::from_str(&text).map_err(|e| msg(stipendex::registry::toml_error(path, &text, &e)))?;
     let w = file.wallet.ok_or_else(|| {
         msg(format!(
             "{} has no [wallet] section: add one with the wallet's key_file, mandate and principal",
@@ -135,11 +135,42 @@ pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
             path.display()
         ))
     })?;
+    // The spend counters must outlive the process: without a lasting store every run would
+    // count the mandate's limits from zero (and the journal's first payment would make the
+    // next run refuse the store as a stranger).
+    let store_url = toml::from_str::<toml::Table>(&text)
+        .ok()
+        .and_then(|t| t.get("store").and_then(toml::Value::as_table).cloned())
+        .map(|s| {
+            (
+                s.get("url")
+                    .and_then(toml::Value::as_str)
+                    .map(str::to_owned),
+                s.contains_key("url_env"),
+            )
+        });
+    match store_url {
+        None => {
+            return Err(msg(format!(
+                "{} has no [store], so the wallet's spend counters would start from zero on every run: add [store] with url = \"sqlite://wallet.db\" (or a postgres:// URL)",
+                path.display()
+            )));
+        }
+        Some((Some(u), false)) if u == "memory" => {
+            return Err(msg(format!(
+                "{}: [store] url = \"memory\" forgets the wallet's spend counters when the process ends, so its limits would restart on every run: use url = \"sqlite://wallet.db\" (or a postgres:// URL)",
+                path.display()
+            )));
+        }
+        Some(_) => {}
+    }
     let registry = Registry::from_file(path).await?;
-    let store: Arc<dyn rail_core::KeyStore> = registry
-        .store()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rail_core::MemoryKeyStore::default()));
+    let store: Arc<dyn rail_core::KeyStore> = registry.store().cloned().ok_or_else(|| {
+        msg(format!(
+            "{} has no [store]: add [store] with url = \"sqlite://wallet.db\"",
+            path.display()
+        ))
+    })?;
     let confirmer: Arc<dyn Confirmer> = match w.confirm {
         Confirm::Refuse => Arc::new(Refuse),
         Confirm::Terminal => Arc::new(Terminal),

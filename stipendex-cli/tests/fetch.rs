@@ -335,7 +335,7 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
         std::fs::write(
             dir.join("wallet.toml"),
             format!(
-                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"memory\"\n\n[rails.algo]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"FETCH_TEST_ALGO_KEY\"\nmax_amount = \"0.5\"\n",
+                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n[rails.algo]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"FETCH_TEST_ALGO_KEY\"\nmax_amount = \"0.5\"\n",
                 principal.public(),
                 algod.url
             ),

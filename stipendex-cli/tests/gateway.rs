@@ -2354,3 +2354,78 @@ async fn a_17_mib_paid_answer_reaches_fetch_whole_with_its_receipt() {
         assert_eq!(s.agent().await, (before - 5, 0));
     }
 }
+
+/// Issue 46: `/readyz` names an x402 facilitator the gateway cannot reach (`GET
+/// {facilitator_url}/supported`), and asks a facilitator at most once per 5 s however often
+/// `/readyz` is asked (it cannot be used to flood the facilitator).
+#[tokio::test]
+async fn readyz_reports_an_unreachable_facilitator() {
+    let (up, _seen, _task) = upstream().await;
+    let x402_rail = |facilitator: &str| {
+        format!(
+            "[rails.usdc]\nkind = \"x402\"\nnetwork = \"eip155:84532\"\ntoken = \"0x036CbD53842c5426634e7929541eC2318f3dCF7e\"\ntoken_name = \"USDC\"\ntoken_version = \"2\"\npay_to = \"0x209693Bc6afc0C5328bA36FaF03C514EF312287C\"\nfacilitator_url = \"{facilitator}\"\n\n[receiver]"
+        )
+    };
+    // A facilitator on a closed port.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let s = Setup::new(&up, "").await;
+    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    std::fs::write(
+        s.dir.join("gateway.toml"),
+        config.replace("[receiver]", &x402_rail(&closed)),
+    )
+    .unwrap();
+    let _gw = s.gateway().await;
+    let r = http()
+        .get(format!("{}/readyz", s.origin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "not_ready", "{body}");
+    let failing = body["failing"].as_array().unwrap();
+    assert_eq!(failing.len(), 1, "{body}");
+    let named = failing[0].as_str().unwrap();
+    assert!(
+        named.starts_with(&format!("facilitator {closed} unreachable: ")),
+        "{body}"
+    );
+
+    // A facilitator that answers: ready, and asked once for many /readyz.
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = asked.clone();
+    let app = Router::new().route(
+        "/supported",
+        get(move || {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                axum::Json(json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:84532"}], "extensions": [], "signers": {}}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let live = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let s = Setup::new(&up, "").await;
+    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    std::fs::write(
+        s.dir.join("gateway.toml"),
+        config.replace("[receiver]", &x402_rail(&live)),
+    )
+    .unwrap();
+    let _gw = s.gateway().await;
+    for _ in 0..20 {
+        let r = http()
+            .get(format!("{}/readyz", s.origin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+    assert_eq!(
+        asked.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "twenty /readyz within 5 s ask the facilitator once"
+    );
+}

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! stipendex facilitator serve --db URL --network NAME [--listen ADDR] [--instance NAME]
-//! stipendex facilitator account new --db URL --key ed25519:… [--asset USD] [--review-above 10.00] [--label L] [--id HEX]
+//! stipendex facilitator account new --db URL --account-pubkey ed25519:… [--asset USD] [--review-above 10.00] [--label L] [--id HEX]
 //! stipendex facilitator account fund --db URL ID AMOUNT --reference REF
 //! stipendex facilitator account show --db URL ID
 //! stipendex facilitator account list --db URL
@@ -76,13 +76,14 @@ pub(crate) enum Command {
 
 #[derive(Subcommand)]
 pub(crate) enum AccountCommand {
-    /// Opens an account for the holder of `--key` (the public key printed by `stipendex key
-    /// new`); prints its id.
+    /// Opens an account for the holder of `--account-pubkey` (the public key printed by
+    /// `stipendex key new`); prints its id.
     New {
         #[command(flatten)]
         db: Db,
-        /// The public key that signs the account's requests (`ed25519:…`).
-        #[arg(long)]
+        /// The public key that signs the account's requests (`ed25519:…`, as `stipendex key
+        /// new` prints it).
+        #[arg(long = "account-pubkey", alias = "key", value_name = "ed25519:KEY")]
         key: String,
         /// The asset it holds: USD, USDC, ALGO or BTC.
         #[arg(long, default_value = "USD")]
@@ -281,7 +282,7 @@ async fn account(cmd: AccountCommand) -> Result<ExitCode, CliError> {
             id,
         } => {
             let key = AccountPublicKey::parse(&key).map_err(|e| {
-                msg(format!("--key is not a public key ({e}): give the ed25519:… line `stipendex key new` printed"))
+                msg(format!("--account-pubkey is not a public key ({e}): give the ed25519:… line `stipendex key new` printed"))
             })?;
             let asset = asset(&code)?;
             let review_above = review_above

@@ -205,8 +205,52 @@ fn no_secret(name: &str, table: &toml::Table, fields: &[&str]) -> Result<(), Cli
     Ok(())
 }
 
-fn section<T: serde::de::DeserializeOwned>(name: &str, t: toml::Table) -> Result<T, CliError> {
-    T::deserialize(toml::Value::Table(t)).map_err(|e| msg(format!("[{name}]: {}", e.message())))
+/// The file's `[receiver]` alone, read from its text (where an error has a line and column).
+#[derive(Deserialize)]
+#[allow(dead_code)] // read for its error only
+struct AtReceiver<T> {
+    receiver: T,
+}
+
+/// The file's `[gateway]` alone, read from its text.
+#[derive(Deserialize)]
+#[allow(dead_code)] // read for its error only
+struct AtGateway<T> {
+    gateway: T,
+}
+
+/// The file's `[upstream]` alone, read from its text.
+#[derive(Deserialize)]
+#[allow(dead_code)] // read for its error only
+struct AtUpstream<T> {
+    upstream: T,
+}
+
+/// Section `name` (the table `t`, read from `text` of the file at `path`) as a `T`; an error
+/// names the file, line and column of what is wrong, on one line.
+fn section<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    text: &str,
+    name: &str,
+    t: toml::Table,
+) -> Result<T, CliError> {
+    T::deserialize(toml::Value::Table(t)).map_err(|e| {
+        // Read again from the text, the error carries its place in the file.
+        let located = match name {
+            "receiver" => toml::from_str::<AtReceiver<T>>(text).err(),
+            "gateway" => toml::from_str::<AtGateway<T>>(text).err(),
+            "upstream" => toml::from_str::<AtUpstream<T>>(text).err(),
+            _ => None,
+        };
+        match located {
+            Some(l) => msg(stipendex::registry::toml_error(path, text, &l)),
+            None => msg(format!(
+                "{}: [{name}]: {}",
+                path.display(),
+                e.message().split_whitespace().collect::<Vec<_>>().join(" ")
+            )),
+        }
+    })
 }
 
 /// Why a path pattern can never match a request the gateway forwards (a request path with an
@@ -238,8 +282,8 @@ impl Config {
     /// Reads and checks the configuration at `path`; `listen` overrides `[gateway] listen`.
     pub(crate) fn read(path: &Path, listen: Option<SocketAddr>) -> Result<Config, CliError> {
         let text = files::read(path)?;
-        let at = |e: toml::de::Error| msg(format!("{}: {}", path.display(), e.message()));
-        let file: File = toml::from_str(&text).map_err(at)?;
+        let file: File = toml::from_str(&text)
+            .map_err(|e| msg(stipendex::registry::toml_error(path, &text, &e)))?;
         let r = file.receiver.ok_or_else(|| {
             msg(format!(
                 "{} has no [receiver] section: add one with the receiver's id, key_env and origins",
@@ -247,9 +291,11 @@ impl Config {
             ))
         })?;
         no_secret("receiver", &r, &["key", "secret_key"])?;
-        let r: ReceiverSection = section("receiver", r)?;
-        let g = file.gateway.unwrap_or_default();
-        let g: GatewaySection = section("gateway", g)?;
+        let r: ReceiverSection = section(path, &text, "receiver", r)?;
+        let g: GatewaySection = match file.gateway {
+            Some(g) => section(path, &text, "gateway", g)?,
+            None => GatewaySection::default(),
+        };
         let u = file.upstream.ok_or_else(|| {
             msg(format!(
                 "{} has no [upstream] section: name the API (url = \"http://127.0.0.1:8080\") or the MCP server (mcp_url, or command = [...])",
@@ -257,7 +303,7 @@ impl Config {
             ))
         })?;
         no_secret("upstream", &u, &["secret", "token", "password"])?;
-        let u: UpstreamSection = section("upstream", u)?;
+        let u: UpstreamSection = section(path, &text, "upstream", u)?;
 
         let dir = path.parent().unwrap_or(Path::new("."));
         let receiver_key =

@@ -109,6 +109,19 @@ impl Session {
         })
     }
 
+    /// The names of the tools the upstream lists (every page), or `None` when it offers no
+    /// tools or does not answer the listing (the listing is then not checked).
+    pub(crate) async fn tool_names(&self) -> Option<Vec<String>> {
+        self.info.capabilities.tools.as_ref()?;
+        match self.peer.list_all_tools().await {
+            Ok(tools) => Some(tools.into_iter().map(|t| t.name.into_owned()).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the MCP upstream did not list its tools: the priced tools are not checked against them");
+                None
+            }
+        }
+    }
+
     /// Whether the session is gone (the child exited, the URL stopped answering).
     pub(crate) fn closed(&self) -> bool {
         self.peer.is_transport_closed()

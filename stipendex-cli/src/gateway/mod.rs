@@ -97,6 +97,8 @@ pub(crate) struct Args {
 pub(crate) struct UpstreamReady {
     health: forward::Health,
     session: std::sync::OnceLock<Arc<mcp::Session>>,
+    /// What the rails depend on (an x402 facilitator), for `/readyz` only.
+    dependencies: stipendex::registry::Probes,
 }
 
 impl UpstreamReady {
@@ -104,6 +106,7 @@ impl UpstreamReady {
         UpstreamReady {
             health: forward::Health::new(upstream),
             session: std::sync::OnceLock::new(),
+            dependencies: stipendex::registry::Probes::default(),
         }
     }
 }
@@ -314,38 +317,15 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
     let registry = Registry::from_file(&config.path).await?;
     let store = registry.store().cloned();
     // A price in an asset no receiving rail carries could never be paid.
-    let assets: Vec<rail_core::Asset> = registry
-        .rails()
-        .filter(|e| e.receiver.is_some())
-        .filter_map(stipendex::Entry::capabilities)
-        .flat_map(|c| c.assets)
-        .collect();
-    if assets.is_empty() {
-        return Err(msg(format!(
-            "{} has no rail that receives: configure the receiving side of a [rails.NAME] (pay_to, payee_account, …)",
-            config.path.display()
-        )));
-    }
-    for (i, cap) in config.prices.iter().enumerate() {
-        let asset = match &cap.price {
-            Price::Fixed(m) => m.asset(),
-            Price::Estimate { estimate, .. } => estimate.asset(),
-        };
-        if !assets.contains(asset) {
-            return Err(msg(format!(
-                "[[price]] entry {} ({}): no configured rail receives {}: price it in {} or configure a rail that carries it",
-                i + 1,
-                cap.name(),
-                asset.code(),
-                assets
-                    .iter()
-                    .map(rail_core::Asset::code)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-    }
-    let ready = Arc::new(UpstreamReady::new(&config.upstream));
+    crate::checks::prices_payable(
+        &config.path,
+        &crate::checks::receiving_assets(&registry),
+        &config.prices,
+    )?;
+    let ready = Arc::new(
+        UpstreamReady::new(&config.upstream)
+            .with_dependencies(stipendex::registry::dependencies_of_file(&config.path)?),
+    );
     let mut b = Receiver::builder(&config.receiver_id, config.receiver_key.clone())
         .registry(&registry)
         .claim_lease(config.claim_lease)
@@ -407,6 +387,12 @@ pub(crate) async fn assemble(
     let discovery = exact_algo.map(|r| exact_algo_discovery(&config, &r, http_paywall.as_ref()));
     if let Some(m) = &session {
         let _ = ready.session.set(m.clone());
+        // A priced tool the upstream does not list is never asked for (or is misspelt).
+        if let Some(tools) = m.tool_names().await
+            && let Some(w) = crate::checks::unlisted_warning(&config.prices, &tools)
+        {
+            warn(&w);
+        }
     }
     let shared = Arc::new(Shared {
         ready,
@@ -444,7 +430,10 @@ pub(crate) async fn assemble(
                 mcp::Forward(session.clone()),
                 shared.receiver.clone(),
             )?
-            .on_outcome(move |o| observed.metrics.observe(o));
+            .on_outcome(move |o| {
+                observed.metrics.observe(o);
+                log_mcp_outcome(o);
+            });
             if let Some(p) = mcp_paywall(&shared.config, &schemes, store_of(&shared))? {
                 server = server.with_x402(p)?;
             }
@@ -482,6 +471,47 @@ pub(crate) async fn assemble(
     Ok((router, shared))
 }
 
+/// A start-up warning, one line on standard error (the logs may be JSON, or filtered out).
+#[allow(clippy::print_stderr)]
+fn warn(what: &str) {
+    eprintln!("stipendex gateway: warning: {what}");
+}
+
+/// One log line per priced MCP call, with what the gate did and the amount paid (the HTTP
+/// access line of an MCP request says `POST /mcp` only).
+fn log_mcp_outcome(o: &stipendex::http::Outcome) {
+    use stipendex::http::Outcome;
+    let (outcome, rail, amount) = match o {
+        Outcome::Quoted { refusal: None } => ("quoted", None, None),
+        Outcome::Quoted { refusal: Some(_) } => ("refused", None, None),
+        Outcome::Paid { rail, amount } => ("paid", Some(rail.as_str()), Some(amount)),
+        Outcome::Replayed => ("replayed", None, None),
+        Outcome::Rejected => ("rejected", None, None),
+        Outcome::TabCall {
+            amount,
+            replayed: false,
+        } => ("tab_call", None, Some(amount)),
+        Outcome::TabCall {
+            amount,
+            replayed: true,
+        } => ("tab_replayed", None, Some(amount)),
+        _ => ("other", None, None),
+    };
+    let refusal = match o {
+        Outcome::Quoted { refusal: Some(r) } => r.as_str(),
+        _ => "",
+    };
+    tracing::info!(
+        target: "stipendex::gateway",
+        binding = "mcp",
+        outcome,
+        rail = rail.unwrap_or(""),
+        amount = amount.map_or_else(String::new, |m| format!("{} {}", m.amount(), m.asset().code())),
+        refusal,
+        "mcp call"
+    );
+}
+
 /// Resolves when the process is asked to stop (Ctrl-C, SIGTERM).
 async fn stop_signal() {
     let ctrl_c = async {
@@ -510,6 +540,9 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     let config = Config::read(&a.config, a.listen)?;
     let listen = config.listen;
     let grace = config.shutdown_grace;
+    // Behind a trusted proxy, clients reach the gateway at the proxy's origin, not here.
+    let behind_proxy = !config.trusted.is_empty();
+    let origins = config.origins.clone();
     let (router, _shared) = build(config).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -517,6 +550,9 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     let addr = listener
         .local_addr()
         .map_err(|e| msg(format!("cannot listen on {listen}: {e}")))?;
+    if !behind_proxy && let Some(w) = crate::checks::listen_warning(addr, &origins) {
+        warn(&w);
+    }
     #[allow(clippy::print_stdout)]
     {
         println!("Listening on http://{addr}");

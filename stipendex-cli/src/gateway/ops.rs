@@ -13,6 +13,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use stipendex::http::Outcome;
+use stipendex::registry::{Dependency, Probes};
 
 use super::Shared;
 
@@ -164,14 +165,25 @@ pub(crate) async fn healthz() -> Response {
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
-/// `GET /readyz`: the store answers and the upstream is reachable (503 naming what is not).
+impl super::UpstreamReady {
+    /// Also reports `dependencies` (what the rails need: an x402 facilitator) on `/readyz`,
+    /// each probed at most once per [`Probes::PERIOD`] however often `/readyz` is asked.
+    pub(crate) fn with_dependencies(mut self, dependencies: Vec<Arc<dyn Dependency>>) -> Self {
+        self.dependencies = Probes::new(dependencies);
+        self
+    }
+}
+
+/// `GET /readyz`: the store answers, the upstream is reachable and so is every service the
+/// rails depend on (an x402 facilitator, probed with `GET {facilitator_url}/supported` at most
+/// every 5 s); otherwise 503, naming each that is not (`facilitator <url> unreachable: …`).
 pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
-    let mut failing = Vec::new();
+    let mut failing: Vec<String> = Vec::new();
     if let Some(store) = &s.store
         && let Err(e) = store.get("stipendex/gateway/ready", "probe").await
     {
         tracing::warn!(error = %e, "readyz: the store does not answer");
-        failing.push("store");
+        failing.push("store".into());
     }
     let up = match &s.session {
         Some(m) if m.closed() => false,
@@ -181,8 +193,9 @@ pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
         _ => s.ready.health.up().await,
     };
     if !up {
-        failing.push("upstream");
+        failing.push("upstream".into());
     }
+    failing.extend(s.ready.dependencies.failing().await);
     if failing.is_empty() {
         axum::Json(json!({"status": "ready"})).into_response()
     } else {
