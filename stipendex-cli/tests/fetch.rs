@@ -780,3 +780,541 @@ async fn a_lost_answer_is_presented_again_and_never_paid_twice() {
     assert!(ok, "{err}");
     assert_eq!(before - balance().await, 10);
 }
+
+/// Issue 45's shops: `GET /api/search` at 0.05 USD over the receiving side of `rails` (a
+/// registry's TOML, `env` its variables), at its own origin: the listener, the origin, the
+/// receiver and its key.
+async fn search_shop(
+    rails: &str,
+    env: &std::collections::BTreeMap<String, String>,
+) -> (tokio::net::TcpListener, String, Receiver, SecretKey) {
+    let (listener, base) = listen().await;
+    let rails = Registry::from_toml(rails, env).await.unwrap();
+    let shop_key = SecretKey::generate();
+    let receiver = Receiver::builder("shop", shop_key.clone())
+        .origin(&base)
+        .registry(&rails)
+        .price(PricedCapability::fixed(
+            "GET",
+            "/api/search",
+            Money::parse(Asset::usd(), "0.05").unwrap(),
+        ))
+        .build()
+        .unwrap();
+    (listener, base, receiver, shop_key)
+}
+
+/// The wallet's files in `dir`: its key, a principal's mandate (1.00 a call, 5.00 in all) that
+/// pins the shop of `shop_key` at `base`, and `wallet.toml` paying over `rail` (a `[rails.*]`
+/// section), its store and journal (the default, `chains`) beside it.
+fn search_wallet(dir: &Path, base: &str, shop_key: &SecretKey, rail: &str) {
+    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - 60,
+        86_400,
+    );
+    m.limits.push(limits("1.00", "5.00"));
+    m.allow.push(Allow::Receiver {
+        id: "shop".into(),
+        key: shop_key.public(),
+        origins: vec![base.to_owned()],
+    });
+    std::fs::write(
+        dir.join("mandate.jws"),
+        Signed::sign(m, &principal).unwrap().jws(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("wallet.toml"),
+        format!(
+            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n{rail}",
+            principal.public()
+        ),
+    )
+    .unwrap();
+}
+
+/// The files of `dir/chains` ending in `.ext`, by name without it.
+fn journal_files(dir: &Path, ext: &str) -> Vec<String> {
+    std::fs::read_dir(dir.join("chains"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+                .filter_map(|e| {
+                    e.path()
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Issue 45: two `stipendex fetch` processes of one wallet asking the same request at the same
+/// moment pay once: one pays, the other waits for that payment and presents its Proof — served
+/// by the kept answer, or told to ask again — never paying its own Quote beside it. The shop
+/// answers both unpaid requests together (both hold a fresh Quote for the request at once), and
+/// the wallet's store is busy for 1.5 s just then (a slow disk): this makes the moment a
+/// wallet decides that no payment for the request is under way, and the moment it records its
+/// own, as far apart as a loaded machine can make them — without it the test pays twice about
+/// one run in eight on an unfixed wallet, with it every time.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_fetches_of_the_same_request_at_once_pay_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
+    let (listener, base, receiver, shop_key) = search_shop(
+        &format!(
+            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
+            dir.join("receiver.db").display()
+        ),
+        &std::collections::BTreeMap::new(),
+    )
+    .await;
+    // The unpaid requests are held until both have come and the store is busy (at most 15 s),
+    // then answered 402 together; the paid work takes 2 s.
+    let unpaid = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (arrived, release) = (unpaid.clone(), go.clone());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route(
+            "/api/search",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async {
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                    "results"
+                }
+            }),
+        ))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let (unpaid, go) = (unpaid.clone(), go.clone());
+                async move {
+                    if !req.headers().contains_key("stipendex-payment") {
+                        unpaid.fetch_add(1, Ordering::SeqCst);
+                        for _ in 0..750 {
+                            if go.load(Ordering::SeqCst) {
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                    }
+                    next.run(req).await
+                }
+            },
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    search_wallet(
+        dir,
+        &base,
+        &shop_key,
+        &format!(
+            "[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n"
+        ),
+    );
+    let paid = || {
+        let url = ledger_url.clone();
+        async move {
+            let l = rail_ledger::Ledger::sqlite(&url).await.unwrap();
+            let a = l.account(agent).await.unwrap().unwrap();
+            (a.debits_posted, a.debits_pending)
+        }
+    };
+    let url = format!("{base}/api/search?q=rust");
+
+    let args = [url.as_str()];
+    let busy_store = async {
+        use sqlx::Connection as _;
+        for _ in 0..300 {
+            if arrived.load(Ordering::SeqCst) >= 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let mut db = sqlx::sqlite::SqliteConnection::connect(&format!(
+            "sqlite://{}",
+            dir.join("wallet.db").display()
+        ))
+        .await
+        .unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut db)
+            .await
+            .unwrap();
+        release.store(true, Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        sqlx::query("ROLLBACK").execute(&mut db).await.unwrap();
+    };
+    let (a, b, ()) = tokio::join!(fetch(dir, &args), fetch(dir, &args), busy_store);
+    assert_eq!(paid().await, (5, 0), "one payment for both: {a:?} {b:?}");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the work ran once: {a:?} {b:?}"
+    );
+    assert_eq!(journal_files(dir, "jws").len(), 1, "one chain: {a:?} {b:?}");
+    let served = [&a, &b]
+        .iter()
+        .filter(|(ok, out, _)| *ok && out == "results")
+        .count();
+    assert!(served >= 1, "neither was served: {a:?} {b:?}");
+    for (ok, out, err) in [&a, &b] {
+        if !(*ok && out == "results") {
+            // Not served: told in one sentence that the payment made is its, to ask again.
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+            assert!(
+                !err.contains("not paid ("),
+                "refused instead of waiting: {err}"
+            );
+        }
+    }
+
+    // Asked again once both have ended: nothing is left to pay for the first answer, and the
+    // new request pays its own Quote — one more payment, never two.
+    let (ok, out, _) = stipendex(&["wallet", "pending"], dir, &[], &[]).await;
+    assert!(ok);
+    assert_eq!(out.trim(), "no pending payments");
+    let (ok, out, err) = fetch(dir, &[&url]).await;
+    assert!(ok && out == "results", "{err}");
+    assert_eq!(paid().await, (10, 0));
+}
+
+/// `stipendex facilitator serve` on SQLite (network [`HUNG_NET`]) with an agent funded with
+/// 10.00 and a shop, reached by the wallet through a relay that can hang (a facilitator that
+/// stopped answering); a shop selling `GET /api/search` at 0.05 USD over the `account` rail at
+/// its own origin; the wallet's files in `dir`, paying over the relay.
+struct HungRail {
+    _tmp: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    facilitator: std::process::Child,
+    db: String,
+    agent: rail_ledger::AccountId,
+    agent_key: String,
+    base: String,
+    hung: Arc<std::sync::atomic::AtomicBool>,
+    runs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+const HUNG_NET: &str = "hang.test";
+
+impl Drop for HungRail {
+    fn drop(&mut self) {
+        let _ = self.facilitator.kill();
+        let _ = self.facilitator.wait();
+    }
+}
+
+impl HungRail {
+    async fn new() -> Self {
+        use std::io::BufRead as _;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let db = format!("sqlite://{}", dir.join("facilitator.db").display());
+        let (agent, agent_key) = (
+            rail_ledger::AccountId::random(),
+            rail_account::AccountKey::generate(),
+        );
+        let (shop, shop_key) = (
+            rail_ledger::AccountId::random(),
+            rail_account::AccountKey::generate(),
+        );
+        {
+            let fac = stipendex_facilitator::open(
+                &db,
+                None,
+                stipendex_facilitator::Config::new(HUNG_NET),
+                None,
+            )
+            .await
+            .unwrap();
+            for (id, key) in [(agent, &agent_key), (shop, &shop_key)] {
+                fac.create_account(stipendex_facilitator::NewAccount {
+                    id: Some(id),
+                    key: key.public(),
+                    asset: Asset::usd(),
+                    review_above: None,
+                    label: "test".into(),
+                })
+                .await
+                .unwrap();
+            }
+            fac.fund(agent, &Money::parse(Asset::usd(), "10.00").unwrap(), "t")
+                .await
+                .unwrap();
+        }
+        let mut facilitator = std::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
+            .args([
+                "facilitator",
+                "serve",
+                "--db",
+                &db,
+                "--network",
+                HUNG_NET,
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(facilitator.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let fac_url = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .filter(|u| u.starts_with("http://"))
+            .unwrap_or_else(|| panic!("the facilitator did not say where it serves: {line:?}"))
+            .to_owned();
+
+        // The wallet's link to the facilitator: a relay that, hung, takes a connection and never
+        // answers it.
+        let hung = Arc::new(AtomicBool::new(false));
+        let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay_url = format!("http://{}", relay.local_addr().unwrap());
+        let upstream = fac_url.trim_start_matches("http://").to_owned();
+        let hanging = hung.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = relay.accept().await {
+                let (hung, upstream) = (hanging.load(Ordering::SeqCst), upstream.clone());
+                tokio::spawn(async move {
+                    if hung {
+                        let _ = tokio::io::copy(&mut inbound, &mut tokio::io::sink()).await;
+                    } else if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+            }
+        });
+
+        // The shop reaches the facilitator directly.
+        let env = std::collections::BTreeMap::from([(
+            "SHOP_ACCOUNT_KEY".to_owned(),
+            shop_key.to_hex().to_string(),
+        )]);
+        let (listener, base, receiver, receiver_key) = search_shop(
+            &format!(
+                "[store]\nurl = \"sqlite://{}\"\n[rails.fac]\nkind = \"account\"\nurl = \"{fac_url}\"\nnetwork = \"{HUNG_NET}\"\npayee_account = \"{shop}\"\npayee_key_env = \"SHOP_ACCOUNT_KEY\"\n",
+                dir.join("receiver.db").display()
+            ),
+            &env,
+        )
+        .await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let app = Binding::new(receiver).unwrap().apply(Router::new().route(
+            "/api/search",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "results" }
+            }),
+        ));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        search_wallet(
+            &dir,
+            &base,
+            &receiver_key,
+            &format!(
+                "[rails.fac]\nkind = \"account\"\nurl = \"{relay_url}\"\nnetwork = \"{HUNG_NET}\"\npayer_account = \"{agent}\"\npayer_key_env = \"FETCH_TEST_ACCOUNT_KEY\"\n"
+            ),
+        );
+        HungRail {
+            _tmp: tmp,
+            dir,
+            facilitator,
+            db,
+            agent,
+            agent_key: agent_key.to_hex().to_string(),
+            base,
+            hung,
+            runs,
+        }
+    }
+
+    fn hang(&self, hung: bool) {
+        self.hung.store(hung, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `stipendex COMMAND… --config DIR/wallet.toml ARGS…` with the payer's key.
+    async fn run(&self, command: &[&str], args: &[&str]) -> (bool, String, String) {
+        stipendex(
+            command,
+            &self.dir,
+            args,
+            &[("FETCH_TEST_ACCOUNT_KEY", self.agent_key.as_str())],
+        )
+        .await
+    }
+
+    /// What the agent has paid at the facilitator, in cents (posted, and held).
+    async fn paid(&self) -> (u64, u64) {
+        let l = rail_ledger::Ledger::sqlite(&self.db).await.unwrap();
+        let a = l.account(self.agent).await.unwrap().unwrap();
+        (a.debits_posted, a.debits_pending)
+    }
+
+    /// `stipendex wallet pending`'s chains.
+    async fn pending(&self) -> Vec<String> {
+        let (ok, out, err) = self.run(&["wallet", "pending"], &[]).await;
+        assert!(ok, "{err}");
+        if out.trim() == "no pending payments" {
+            return Vec::new();
+        }
+        out.lines()
+            .map(|l| l.split_whitespace().next().unwrap().to_owned())
+            .collect()
+    }
+}
+
+/// Issue 45: a rail that hangs after the 402 (the wallet's facilitator stops answering) is
+/// reported while `fetch` waits — "still waiting" after 10 s, not a minute of silence — and
+/// `--timeout` ends it in one sentence. The payment it started stays pending; once the rail is
+/// back, the same request finishes that payment and is served: paid once, never beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_rail_is_reported_while_fetch_waits() {
+    let h = HungRail::new().await;
+    let url = format!("{}/api/search?q=rust", h.base);
+    h.hang(true);
+    let started = std::time::Instant::now();
+    let (ok, out, err) = h.run(&["fetch"], &["--timeout", "14", &url]).await;
+    let took = started.elapsed();
+    assert!(!ok && out.is_empty(), "{out}");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 2, "a notice, then one sentence: {err}");
+    assert!(
+        lines[0].starts_with("still waiting after 10 s: "),
+        "no notice at 10 s: {err}"
+    );
+    assert!(
+        lines[1].starts_with("stipendex: no answer within 14 s (--timeout): ")
+            && lines[1].contains("stipendex wallet pending"),
+        "{err}"
+    );
+    assert!(
+        took >= std::time::Duration::from_secs(14) && took < std::time::Duration::from_secs(25),
+        "{took:?}"
+    );
+    assert_eq!(h.paid().await, (0, 0), "nothing paid while the rail hung");
+    assert_eq!(h.runs(), 0);
+    let pending = h.pending().await;
+    assert_eq!(pending.len(), 1, "{pending:?}");
+
+    // The rail back: the same request finishes that payment, served, paid once.
+    h.hang(false);
+    let (ok, out, err) = h.run(&["fetch"], &[&url]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "results");
+    assert!(err.starts_with("paid 0.05 USD over fac"), "{err}");
+    assert_eq!(h.paid().await, (5, 0), "paid once");
+    assert_eq!(h.runs(), 1);
+    assert_eq!(
+        journal_files(&h.dir, "jws"),
+        pending,
+        "the payment left pending must be the one finished, not a fresh Quote paid beside it"
+    );
+    let left = h.pending().await;
+    assert!(
+        left.is_empty(),
+        "{left:?} is left pending: `wallet resume` would pay it, a second payment for one answer"
+    );
+}
+
+/// Issue 45: a payment left in progress by a `fetch` that was killed (its rail hung) is not
+/// "in progress; resume it again later" for the length of a lease. While that `fetch` runs,
+/// `wallet resume` says the payment is being made and that it is taken over at once when its
+/// process ends; once it is killed, `wallet resume` takes it over at once and finishes it with
+/// one Proof; the same request then presents that Proof — served, paid once.
+#[tokio::test(flavor = "multi_thread")]
+async fn wallet_resume_says_when_an_interrupted_payment_can_be_taken_over() {
+    let h = HungRail::new().await;
+    let url = format!("{}/api/search?q=rust", h.base);
+    h.hang(true);
+    let mut first = tokio::process::Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .args(["fetch", "--config"])
+        .arg(h.dir.join("wallet.toml"))
+        .arg(&url)
+        .env("FETCH_TEST_ACCOUNT_KEY", &h.agent_key)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The payment is pending (journaled before the rail was asked), its rail hung.
+    let mut chain = None;
+    for _ in 0..200 {
+        if let Some(c) = journal_files(&h.dir, "pending").pop() {
+            chain = Some(c);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let chain = chain.expect("the payment was never pending");
+    assert_eq!(h.pending().await, std::slice::from_ref(&chain));
+
+    // Its process still running: resume says so, and when it can be taken over.
+    let (ok, out, err) = h.run(&["wallet", "resume"], &[&chain]).await;
+    assert!(!ok && out.is_empty(), "{out}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "payment {chain} is being made now by another call that is still running"
+        )) && err.contains("a payment whose process has ended is taken over at once"),
+        "{err}"
+    );
+    assert_eq!(h.paid().await, (0, 0));
+
+    // Killed mid-payment; the rail back. Taken over at once (not after a lease), paid once.
+    first.kill().await.unwrap();
+    h.hang(false);
+    let started = std::time::Instant::now();
+    let (ok, out, err) = h.run(&["wallet", "resume"], &[&chain]).await;
+    assert!(ok, "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "taken over after {:?}",
+        started.elapsed()
+    );
+    let prefix = format!("paid: {chain}, 0.05 USD over fac, proof p_");
+    assert!(out.starts_with(&prefix), "{out}");
+    assert!(out.contains("its answer not received yet"), "{out}");
+    assert_eq!(h.paid().await, (5, 0), "paid once");
+    // Resumed again: the same Proof, nothing more.
+    let (ok, again, err) = h.run(&["wallet", "resume"], &[&chain]).await;
+    assert!(ok, "{err}");
+    assert_eq!(again, out);
+    assert_eq!(h.paid().await, (5, 0));
+
+    // The same request presents that Proof: served, still paid once, nothing left pending.
+    let (ok, body, err) = h.run(&["fetch"], &[&url]).await;
+    assert!(ok, "{err}");
+    assert_eq!(body, "results");
+    assert!(err.contains("receipt r_"), "{err}");
+    assert_eq!(h.paid().await, (5, 0), "still paid once");
+    assert_eq!(h.runs(), 1);
+    assert!(h.pending().await.is_empty());
+    assert_eq!(journal_files(&h.dir, "jws"), [chain]);
+}

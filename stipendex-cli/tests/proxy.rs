@@ -683,3 +683,237 @@ async fn the_typescript_sdk_host_pays_over_exact_algo_through_the_proxy() {
 async fn the_python_sdk_host_pays_over_exact_algo_through_the_proxy() {
     independent_client_pays_on_chain("python").await;
 }
+
+/// Issue 45, through the proxy: an honest shop over Streamable HTTP whose work is away right
+/// after the wallet paid (its guard answers the paid retry "retryable", as a shop whose link to
+/// its facilitator dropped) until the proxy gives up; the host — which knows nothing of
+/// payments and cannot send "the same payment again" — repeats the call. The proxy presents the
+/// Proof it kept: served once, paid once. A call after that pays its own Quote.
+#[tokio::test(flavor = "multi_thread")]
+async fn over_the_proxy_a_call_repeated_after_its_answer_was_lost_is_not_paid_again() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use rmcp::model::{
+        CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
+        ServerCapabilities, ServerConfig, Tool,
+    };
+    use rmcp::service::RoleServer;
+    use stipendex::receiver::{PricedCapability, Receiver};
+
+    /// The work behind the gate, away or not (`stipendex::receiver::Ready`).
+    #[derive(Default)]
+    struct Away(AtomicBool);
+
+    #[async_trait::async_trait]
+    impl stipendex::receiver::Ready for Away {
+        async fn ready(&self) -> Result<(), String> {
+            if self.0.load(Ordering::SeqCst) {
+                Err("the search index is unreachable".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    /// One paid tool; each run counted.
+    #[derive(Clone, Default)]
+    struct Shop {
+        runs: Arc<AtomicUsize>,
+    }
+
+    impl rmcp::ServerHandler for Shop {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+
+        async fn list_tools(
+            &self,
+            _r: Option<PaginatedRequestParams>,
+            _c: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            let schema = json!({"type": "object", "properties": {"query": {"type": "string"}}});
+            Ok(ListToolsResult::with_all_items(vec![Tool::new(
+                "search",
+                "one web search",
+                Arc::new(schema.as_object().cloned().unwrap()),
+            )]))
+        }
+
+        async fn call_tool(
+            &self,
+            request: CallToolRequestParams,
+            _c: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            let query = request
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("query"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            Ok(CallToolResult::success(vec![ContentBlock::text(format!("found: {query}"))]).into())
+        }
+    }
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (ledger, ledger_url, agent, shop_account) = common::funded_ledger(dir, 10_000).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+
+    // The shop, in this process, served over Streamable HTTP at BASE/mcp.
+    let rails = stipendex::Registry::from_toml(
+        &format!(
+            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop_account}\"\n",
+            dir.join("shop.db").display()
+        ),
+        &stipendex::ProcessEnv,
+    )
+    .await
+    .unwrap();
+    let shop_key = SecretKey::generate();
+    let away = Arc::new(Away::default());
+    let receiver = Receiver::builder("shop", shop_key.clone())
+        .origin(&base)
+        .registry(&rails)
+        .price(PricedCapability::fixed(
+            "tools/call",
+            "search",
+            stipendex::Money::parse(Asset::usd(), "2.00").unwrap(),
+        ))
+        .ready(away.clone())
+        .build()
+        .unwrap();
+    let shop = Shop::default();
+    let server = stipendex::mcp::PaidServer::new(shop.clone(), receiver).unwrap();
+    let app = stipendex::mcp::streamable_http("/mcp", move || Ok(server.clone()));
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+
+    // The wallet: the principal's mandate pins the shop at its origin.
+    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
+    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+    let mut m = Mandate::draft(
+        Party {
+            id: "alice".into(),
+            key: principal.public(),
+        },
+        wallet_key.public(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - 60,
+        86_400,
+    );
+    m.limits.push(Limits {
+        asset: Asset::usd(),
+        per_call: Some("5.00".parse().unwrap()),
+        per_period: None,
+        total: Some("20.00".parse().unwrap()),
+        per_receiver: None,
+        confirm_above: None,
+        tab_cap: None,
+        open_tabs: None,
+    });
+    m.allow.push(Allow::Receiver {
+        id: "shop".into(),
+        key: shop_key.public(),
+        origins: vec![base.clone()],
+    });
+    std::fs::write(
+        dir.join("mandate.jws"),
+        Signed::sign(m, &principal).unwrap().jws(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("wallet.toml"),
+        format!(
+            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
+            principal.public()
+        ),
+    )
+    .unwrap();
+    let paid = || async {
+        let a = ledger.account(agent).await.unwrap().unwrap();
+        (a.debits_posted, a.debits_pending)
+    };
+    let chains = || {
+        std::fs::read_dir(dir.join("chains"))
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jws"))
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    let before = paid().await.0;
+
+    // A plain host starts the proxy, which talks to the shop at its URL.
+    let bin = env!("CARGO_BIN_EXE_stipendex").to_owned();
+    let command = vec![
+        bin,
+        "proxy".into(),
+        "--config".into(),
+        dir.join("wallet.toml").display().to_string(),
+        "--url".into(),
+        format!("{base}/mcp"),
+    ];
+    let client = ().serve(child(&command)).await.unwrap();
+
+    // The shop's work is away right after the wallet paid: every retry of the same Proof is
+    // answered "retry" until the proxy gives up. The host gets no result; one payment was made.
+    away.0.store(true, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    match client
+        .call_tool(call("search", json!({"query": "lost"})))
+        .await
+    {
+        Ok(r) => assert_eq!(r.is_error, Some(true), "answered while away: {r:?}"),
+        Err(e) => assert!(e.to_string().contains("unavailable"), "{e}"),
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "the proxy gave up in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(paid().await, (before + 200, 0), "paid once");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0, "the work never ran");
+    assert_eq!(chains(), 1);
+
+    // The host repeats the call: the kept Proof is presented, the fresh Quote is not paid.
+    away.0.store(false, Ordering::SeqCst);
+    let r = client
+        .call_tool(call("search", json!({"query": "lost"})))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(r.content[0].as_text().unwrap().text, "found: lost");
+    assert_eq!(
+        r.meta.as_ref().unwrap().0["stipendex/receipt"]["stipendex"],
+        "receipt/0.1"
+    );
+    assert_eq!(paid().await, (before + 200, 0), "still paid once");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1, "served once");
+    assert_eq!(chains(), 1, "no second payment's chain");
+
+    // Answered now, the Proof is spent: the same call asked again is a new call, paid anew.
+    let r = client
+        .call_tool(call("search", json!({"query": "lost"})))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(paid().await, (before + 400, 0));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(chains(), 2);
+    client.cancel().await.unwrap();
+}

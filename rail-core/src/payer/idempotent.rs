@@ -49,13 +49,21 @@ pub struct Idempotent<P> {
 
 const STRIPES: usize = 64;
 
+/// The lease of a payment in flight, renewed every third of it while the rail is asked: short,
+/// so that a payment left by a process that ended is taken over within seconds (the wallet
+/// waits for it rather than paying beside it), never while its holder lives.
+pub(crate) const PAYER_LEASE: std::time::Duration = std::time::Duration::from_secs(6);
+
+/// How long a finished payment's result is remembered for the same operation (Stripe's window).
+const PAYER_RETAIN: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 impl<P: Rail> Idempotent<P> {
     /// Wraps `inner`, keeping its operations in `store` under `<rail>/payer`.
     pub fn new(inner: P, store: Arc<dyn KeyStore>) -> Self {
         let ns = format!("{}/payer", inner.id());
         Idempotent {
             inner,
-            idem: Idempotency::new(store, ns),
+            idem: Idempotency::new(store, ns).with_windows(PAYER_LEASE, PAYER_RETAIN),
             ops: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         }
     }

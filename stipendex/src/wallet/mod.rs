@@ -38,7 +38,7 @@ mod tab;
 use std::sync::Arc;
 
 use rail_core::clock::rfc3339;
-use rail_core::keys::{Begin, Idempotency, Write, fingerprint};
+use rail_core::keys::{Begin, Claim, Idempotency, ReplayGuard, Write, fingerprint};
 use rail_core::{
     Amount, KeyStore, MemoryKeyStore, OpId, PayerHandle, PaymentMode, RailError, SharedClock,
     SystemClock,
@@ -127,6 +127,38 @@ pub const WAIT_FOR_SAME_REQUEST: std::time::Duration = std::time::Duration::from
 fn paid_chain(paid: &Paid) -> Option<String> {
     let q = Signed::<Quote>::parse(paid.proof.object().quote_jws.as_ref()?).ok()?;
     Some(chain_name(&q.object().receiver.id, &q.object().id))
+}
+
+/// How long a payment taken over from a process that ended waits for its rail operation to be
+/// let go: the rail layer's lease (`rail_core::payer::Idempotent`, 6 s) and a margin.
+const TAKEOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// The lease of a request's claim ([`Wallet::pay_sent`]), renewed while its payment is made:
+/// a process that ended holding it delays an identical request this long at most.
+const REQUEST_CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The claim key of a request: its receiver, its request digest and the resource it was sent
+/// to.
+fn request_key(quote: &Signed<Quote>, sent: &Resource) -> String {
+    let q = quote.object();
+    let mut h = Sha256::new();
+    for part in [
+        q.receiver.id.as_str(),
+        &q.receiver.key.to_string(),
+        &serde_json::to_string(&q.request).unwrap_or_default(),
+        &serde_json::to_string(sent).unwrap_or_default(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    format!("r_{}", hex::encode(h.finalize()))
+}
+
+/// Lets a request's claim go (a failure only delays an identical request until it lapses).
+async fn release(claim: rail_core::keys::Reservation) {
+    if let Err(e) = claim.release().await {
+        tracing::warn!(error = %e, "could not release a request's claim; it lapses by itself");
+    }
 }
 
 /// How long a call of this process is taken to be presenting a paid payment's Proof, at most:
@@ -639,34 +671,98 @@ impl Wallet {
         confirmer: &dyn Confirmer,
     ) -> Result<Paid, Error> {
         let deadline = tokio::time::Instant::now() + WAIT_FOR_SAME_REQUEST;
+        let busy = |what: &str| {
+            Error::Payment(RailError::InProgress {
+                op_id: format!(
+                    "{what}: another call is paying this same request; ask again when it has finished"
+                ),
+            })
+        };
+        // The request's claim, held from the look for an earlier payment until this call's own
+        // payment is journaled: two identical calls (in this process or another sharing the
+        // store) never both find nothing and both pay.
+        let key = request_key(quote, sent);
+        let claims = ReplayGuard::new(
+            self.0.store.clone(),
+            format!("stipendex/{}/requests", self.0.mandate.object().id),
+        );
         loop {
-            match self.same_request(quote, sent).await? {
-                SameRequest::None => break,
-                SameRequest::Idle(p) => {
+            let waited = || async {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(busy(&key));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                Ok(())
+            };
+            // Held by a call whose process has ended (its journal's holder lock is free): taken
+            // over at once, as its payment is.
+            let holder_gone = match claims.seen(&key).await.map_err(Error::Payment)? {
+                Some(seen) => seen
+                    .record
+                    .value
+                    .as_deref()
+                    .is_some_and(|h| !self.0.journal.holder_alive(h)),
+                None => false,
+            };
+            let claim = match claims
+                .claim_over(&key, REQUEST_CLAIM_LEASE, Vec::new(), holder_gone)
+                .await
+                .map_err(Error::Payment)?
+            {
+                Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => r,
+                Claim::Busy { .. } => {
+                    waited().await?;
+                    continue;
+                }
+                Claim::Finished(_) | Claim::Conflict(_) => {
+                    return Err(Error::Storage(format!(
+                        "request claim {key} is in an unexpected state"
+                    )));
+                }
+            };
+            if let Some(holder) = self.0.journal.holder()
+                && let Err(e) = claim.advance(rail_core::keys::RESERVED, Some(holder)).await
+            {
+                tracing::warn!(error = %e, "could not name this process on a request's claim");
+            }
+            let found = self.same_request(quote, sent).await;
+            match found {
+                Ok(SameRequest::None) => {
+                    let paid = claim
+                        .keep_alive(Box::pin(self.pay_at(quote, Some(sent), confirmer)))
+                        .await;
+                    release(claim).await;
+                    return paid;
+                }
+                Ok(SameRequest::Idle(p)) => {
+                    release(claim).await;
                     match Box::pin(self.resume(&p.chain)).await {
                         Ok(paid) => {
                             self.set_presenting(&p.chain, true);
                             return Ok(paid);
                         }
-                        Err(e) if matches!(e.code(), "in_progress" | "not_pending") => {}
+                        // The payment's rail operation is still held (by a call of a process
+                        // that ended, until its short lease lapses, or by a live one): waited
+                        // for, never paid beside.
+                        Err(e) if e.code() == "in_progress" => waited().await?,
+                        // Finished meanwhile by the call that made it: this request is new.
+                        Err(e) if e.code() == "not_pending" => {}
                         Err(e) => return Err(e),
                     }
-                    break;
                 }
-                SameRequest::Busy(p) => {
+                Ok(SameRequest::Busy(p)) => {
+                    release(claim).await;
                     if tokio::time::Instant::now() >= deadline {
-                        return Err(Error::Payment(RailError::InProgress {
-                            op_id: format!(
-                                "{}: another call is paying this same request; ask again when it has finished",
-                                p.chain
-                            ),
-                        }));
+                        return Err(busy(&p.chain));
                     }
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
+                Err(e) => {
+                    release(claim).await;
+                    return Err(e);
+                }
             }
         }
-        Box::pin(self.pay_at(quote, Some(sent), confirmer)).await
     }
 
     /// The payment for the same request as `quote` (same receiver, resource `sent`, request
@@ -875,8 +971,24 @@ impl Wallet {
             Started::Done(paid) => return Ok(*paid),
             Started::Lease(l) => l,
         };
+        // Taken over from a process that ended: its rail operation may still be held for the
+        // rail layer's short lease (renewed only while a process lives), so "in progress" is
+        // waited out for that long, not reported as another call's.
+        let settle = async {
+            let until = tokio::time::Instant::now() + TAKEOVER_WAIT;
+            loop {
+                match Box::pin(self.settle(&quote, &p)).await {
+                    Err(Error::Payment(RailError::InProgress { .. }))
+                        if gone && tokio::time::Instant::now() < until =>
+                    {
+                        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
         let out = lease
-            .keep_alive(Box::pin(self.settle(&quote, &p)))
+            .keep_alive(Box::pin(settle))
             .await
             .map(|paid| (paid, None));
         self.conclude(&quote, lease, out).await
