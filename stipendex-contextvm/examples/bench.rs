@@ -254,7 +254,10 @@ async fn stipendex_method(relay: &str, seconds: u64, concurrency: usize) -> Res<
             keys.public_key(),
         ))],
     )?
-    .max_pending(100_000);
+    .max_pending(100_000)
+    .max_pending_per_client(100_000)
+    .payment_requests_per_client(u32::MAX, Duration::from_secs(1))
+    .payment_requests(u32::MAX, Duration::from_secs(1));
     let server = Server::start(
         keys.clone(),
         ServerOptions::new(vec![relay.to_owned()]),
@@ -345,7 +348,10 @@ async fn main() -> Res<()> {
         .price(PricedCapability::fixed("tools/call", "search", sats(10)?))
         .build()?;
     let payments = ServerPayments::new(receiver, vec![Arc::new(NwcProcessor::new(ln, shop_nwc))])?
-        .max_pending(100_000);
+        .max_pending(100_000)
+        .max_pending_per_client(100_000)
+        .payment_requests_per_client(u32::MAX, Duration::from_secs(1))
+        .payment_requests(u32::MAX, Duration::from_secs(1));
     let server = Server::start(
         Keys::generate(),
         ServerOptions::new(vec![relay.clone()]),

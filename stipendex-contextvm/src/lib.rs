@@ -17,7 +17,8 @@
 //!   [`transport::client::PaymentHook`] for CEP-8 payment requests.
 //! - [`payments::server`]: [`payments::ServerPayments`] — the Stipendex receiver's prices and
 //!   `resolve_price` (quote, reject, waive), processors by PMI, the transparent lifecycle and
-//!   explicit gating; [`payments::nwc`]: Lightning through the server's own NWC wallet;
+//!   explicit gating, pending payments bounded per client key and for the server, payment
+//!   requests rate-limited per client key and for the server; [`payments::nwc`]: Lightning through the server's own NWC wallet;
 //!   [`payments::client`]: paying through an `ln-nwc` payer or a Stipendex wallet under its
 //!   mandate.
 //!

@@ -221,7 +221,7 @@ async fn a_lost_paid_answer_is_sent_again_for_the_same_payment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_is_accepted_once() {
     use stipendex_contextvm::payments::NwcProcessor;
-    use stipendex_contextvm::payments::server::Processor as _;
+    use stipendex_contextvm::payments::server::{Deadline, Processor as _};
     use stipendex_contextvm::transport::client::PaidRequest;
     use stipendex_contextvm::transport::server::Held;
 
@@ -246,10 +246,14 @@ async fn a_payment_is_accepted_once() {
         message: json!({}),
     };
     agent.pay(&req, &pending.required).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let meta = processor.verify(&pending, deadline).await.unwrap().unwrap();
+    let deadline = Deadline::at(tokio::time::Instant::now() + Duration::from_secs(10));
+    let meta = processor
+        .verify(&pending, &deadline)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(meta.contains_key("payment_hash"));
-    let again = processor.verify(&pending, deadline).await;
+    let again = processor.verify(&pending, &deadline).await;
     assert!(again.is_err(), "the same payment was accepted twice");
     let _ = Arc::clone(&w.shop);
 }

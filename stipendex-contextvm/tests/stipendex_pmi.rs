@@ -27,6 +27,7 @@ use stipendex::receiver::{PricedCapability, Receiver};
 use stipendex::wallet::{MemoryJournal, Wallet};
 use stipendex::{Asset, Money, Registry};
 use stipendex_contextvm::payments::notify::PaymentRequired;
+use stipendex_contextvm::payments::server::Deadline;
 use stipendex_contextvm::payments::{ServerPayments, StipendexHandler, StipendexProcessor};
 use stipendex_contextvm::transport::client::{
     ClientOptions, ClientTransport, PaidRequest, PaymentHook,
@@ -326,7 +327,7 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         message: message.clone(),
     };
     let price = Money::parse(Asset::usd(), "0.05").unwrap();
-    let deadline = || tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = || Deadline::at(tokio::time::Instant::now() + Duration::from_secs(5));
 
     let a = held([1; 32]);
     let pending = processor
@@ -350,7 +351,7 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         processor
             .verify(
                 &pending,
-                tokio::time::Instant::now() + Duration::from_millis(300)
+                &Deadline::at(tokio::time::Instant::now() + Duration::from_millis(300))
             )
             .await
             .is_err(),
@@ -379,7 +380,7 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         .unwrap();
     assert_eq!(note_b, note, "B presents A's unused Proof");
     assert!(processor.delivered(&client, b.event_id, &note_b));
-    processor.verify(&pending_b, deadline()).await.unwrap();
+    processor.verify(&pending_b, &deadline()).await.unwrap();
     let mut answer = json!({"jsonrpc": "2.0", "id": b.event_id.to_hex(),
                             "result": {"content": [{"type": "text", "text": "search: a"}]}});
     processor.answered(b.event_id, &mut answer).await;
@@ -391,7 +392,7 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         .await
         .unwrap();
     assert!(processor.delivered(&client, c.event_id, &note_b));
-    let replay = processor.verify(&pending_c, deadline()).await;
+    let replay = processor.verify(&pending_c, &deadline()).await;
     assert!(
         replay.is_err(),
         "a Proof admitted a second request: {replay:?}"
@@ -436,7 +437,7 @@ async fn an_oversized_proof_admits_nothing() {
     let verdict = processor
         .verify(
             &pending,
-            tokio::time::Instant::now() + Duration::from_millis(300),
+            &Deadline::at(tokio::time::Instant::now() + Duration::from_millis(300)),
         )
         .await;
     assert!(verdict.is_err(), "an oversized Proof admitted the request");

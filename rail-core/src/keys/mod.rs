@@ -2,7 +2,7 @@
 //!
 //! | piece | what it is |
 //! |---|---|
-//! | [`KeyStore`] | the storage primitive: insert-if-absent, compare-and-set on an owner token, leases; memory, SQLite, PostgreSQL |
+//! | [`KeyStore`] | the storage primitive: insert-if-absent, compare-and-set on an owner token, leases, windowed counters; memory, SQLite, PostgreSQL |
 //! | [`ReplayGuard`] | single-use keys (offer ids, paymentIds, nonces, payment hashes): claim → (advance) → finish, or release |
 //! | [`Idempotency`] | operation ids: same id + content → the first result |
 //! | [`SettlementBook`] | the typed write-ahead record of a settlement: what was sent, its id on the rail, its state |
@@ -60,12 +60,14 @@ pub use guard::{Claim, ReplayGuard, Reservation};
 pub use idempotency::{Attempt, Begin, Idempotency, Lease, fingerprint};
 pub use open::{STORE_URLS, StoreUrl, open, open_at};
 pub use settlement::{Opened, Settlement, SettlementBook, SettlementState, Settling};
-pub use store::{KeyRecord, KeyStore, MemoryKeyStore, Seen, Write, anchored, millis};
+pub use store::{KeyRecord, KeyStore, MemoryKeyStore, Seen, Tally, Write, anchored, millis};
 
 /// State name of a claimed key (in flight, nothing written ahead yet).
 pub const RESERVED: &str = "reserved";
 /// State name of a committed key (used for good, or an operation's stored result).
 pub const COMMITTED: &str = "committed";
+/// State name of a counter ([`KeyStore::count`]): its value is the count in its window.
+pub const COUNTED: &str = "counted";
 
 #[cfg(test)]
 mod tests;

@@ -119,6 +119,31 @@ pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// One event counted by [`KeyStore::count`]: the count in its key's current window and how
+/// long that window still runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tally {
+    /// The events counted in the window, this one included.
+    pub count: u64,
+    /// How long the window still runs, by the store's clock.
+    pub left: Duration,
+}
+
+/// The value a counter record holds: its count, or an error for a record of another kind.
+fn count_of(record: &KeyRecord, ns: &str, key: &str) -> RailResult<u64> {
+    if record.state != super::COUNTED {
+        return Err(RailError::Storage(format!(
+            "key {ns}/{key} holds a {} record, not a counter",
+            record.state
+        )));
+    }
+    record
+        .value
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| RailError::Storage(format!("the counter {ns}/{key} holds no count")))
+}
+
 /// Storage for single-use and idempotency records.
 ///
 /// Contract (checked by `keys::suite`, behind the `test-util` feature):
@@ -162,6 +187,69 @@ pub trait KeyStore: Send + Sync + fmt::Debug {
 
     /// The store's clock (for PostgreSQL the database's, unless a clock is injected).
     async fn now(&self) -> RailResult<Timestamp>;
+
+    /// Counts one event under `(ns, key)`, atomically across every client of the store (of
+    /// concurrent counters of one key, each gets a count of its own): the count in the key's
+    /// current window, this event included, and how long the window still runs.
+    ///
+    /// A key's window opens at its first event (count 1) and lasts `window` by the store's
+    /// clock; the first event after it ends opens the next. The counter is a record of state
+    /// [`super::COUNTED`] whose value is the count and whose retention ends with the window,
+    /// so [`KeyStore::purge_expired`] forgets it and the next window overwrites it. `ns` holds
+    /// counters only.
+    ///
+    /// The SQL and memory stores count in one statement (`INSERT … ON CONFLICT DO UPDATE SET
+    /// value = value + 1 … RETURNING`). This default, for stores written elsewhere, reads and
+    /// then compare-and-sets, trying again when another counter got there first.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] if the store fails, if `(ns, key)` holds a record that is not a
+    /// counter, or if the counter kept changing under contention.
+    async fn count(&self, ns: &str, key: &str, window: Duration) -> RailResult<Tally> {
+        for _ in 0..COUNT_ATTEMPTS {
+            match self.get(ns, key).await? {
+                None => {
+                    let first = counter(1, window);
+                    if self.insert_if_absent(ns, key, &first).await?.is_none() {
+                        return Ok(Tally {
+                            count: 1,
+                            left: window,
+                        });
+                    }
+                }
+                Some(seen) => {
+                    let count = count_of(&seen.record, ns, key)?.saturating_add(1);
+                    let left = seen.record.expires_at.map_or(Duration::ZERO, |t| {
+                        Duration::from_millis(
+                            u64::try_from(t.0.saturating_sub(seen.now.0)).unwrap_or(0),
+                        )
+                    });
+                    let next = counter(count, left);
+                    if self.replace(ns, key, seen.record.token, &next).await? {
+                        return Ok(Tally { count, left });
+                    }
+                }
+            }
+        }
+        Err(RailError::Storage(format!(
+            "the counter {ns}/{key} kept changing under contention"
+        )))
+    }
+}
+
+/// How many times [`KeyStore::count`]'s default reads and compare-and-sets before giving up.
+const COUNT_ATTEMPTS: usize = 16;
+
+/// A counter record holding `count`, kept `left`.
+fn counter(count: u64, left: Duration) -> Write {
+    Write {
+        token: super::new_token(),
+        state: super::COUNTED.to_owned(),
+        fingerprint: Vec::new(),
+        value: Some(count.to_string()),
+        retain: Some(left),
+        lease: None,
+    }
 }
 
 /// A [`KeyStore`] in process memory (one process; lost on restart). Its clock is the system's
@@ -301,5 +389,33 @@ impl KeyStore for MemoryKeyStore {
         let before = map.len();
         map.retain(|_, r| present(r, now));
         Ok(u64::try_from(before - map.len()).unwrap_or(u64::MAX))
+    }
+
+    async fn count(&self, ns: &str, key: &str, window: Duration) -> RailResult<Tally> {
+        let now = self.clock.now();
+        let mut map = self.lock()?;
+        let k = (ns.to_owned(), key.to_owned());
+        if let Some(existing) = map.get_mut(&k)
+            && present(existing, now)
+        {
+            let count = count_of(existing, ns, key)?.saturating_add(1);
+            let Some(end) = existing.expires_at else {
+                return Err(RailError::Storage(format!(
+                    "the counter {ns}/{key} has no window"
+                )));
+            };
+            existing.value = Some(count.to_string());
+            return Ok(Tally {
+                count,
+                left: Duration::from_millis(
+                    u64::try_from(end.0.saturating_sub(now.0)).unwrap_or(0),
+                ),
+            });
+        }
+        map.insert(k, anchored(&counter(1, window), now));
+        Ok(Tally {
+            count: 1,
+            left: window,
+        })
     }
 }

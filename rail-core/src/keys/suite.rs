@@ -100,6 +100,9 @@ impl KeyStore for FaultyStore {
     async fn now(&self) -> RailResult<crate::clock::Timestamp> {
         self.inner.now().await
     }
+    async fn count(&self, ns: &str, key: &str, window: Duration) -> RailResult<Tally> {
+        self.write(self.inner.count(ns, key, window)).await
+    }
 }
 
 const S: Duration = Duration::from_secs(1);
@@ -126,6 +129,8 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
     late_renewals_and_takeovers(&store, &clock, &ns).await;
     every_kind_of_write_at_once(&store, &clock, &ns).await;
     odd_keys_are_kept_exactly(&store, &ns).await;
+    counters_count_in_windows(&store, &clock, &ns).await;
+    counters_under_contention(&store, &ns).await;
 }
 
 /// claim → busy → release → claim → commit → finished (also long after).
@@ -596,4 +601,89 @@ pub async fn odd_keys_are_kept_exactly(store: &Arc<dyn KeyStore>, ns: &str) {
         store.get(&ns, "plai").await.unwrap().is_none(),
         "a prefix is not a key"
     );
+}
+
+/// A counter counts in its window (1, 2, 3…), says how long the window still runs, starts again
+/// at 1 once the window ended, is a record of its own kind (forgotten by the purge once its
+/// window ended), and refuses to count over a record of another kind (which stays as it was).
+pub async fn counters_count_in_windows(store: &Arc<dyn KeyStore>, clock: &ManualClock, ns: &str) {
+    let ns = format!("{ns}-count");
+    let minute = 60 * S;
+    let tally = |count, left| Tally { count, left };
+    assert_eq!(
+        store.count(&ns, "a", minute).await.unwrap(),
+        tally(1, minute)
+    );
+    assert_eq!(
+        store.count(&ns, "a", minute).await.unwrap(),
+        tally(2, minute)
+    );
+    assert_eq!(
+        store.count(&ns, "b", minute).await.unwrap(),
+        tally(1, minute),
+        "another key counts apart"
+    );
+    clock.advance(20 * S);
+    assert_eq!(
+        store.count(&ns, "a", minute).await.unwrap(),
+        tally(3, 40 * S),
+        "the window opened at the first event"
+    );
+    let seen = store
+        .get(&ns, "a")
+        .await
+        .unwrap()
+        .expect("a counter is a record");
+    assert_eq!(seen.record.state, COUNTED);
+    assert_eq!(seen.record.value.as_deref(), Some("3"));
+    clock.advance(40 * S);
+    assert_eq!(
+        store.count(&ns, "a", minute).await.unwrap(),
+        tally(1, minute),
+        "the next window starts again"
+    );
+    clock.advance(minute);
+    assert!(store.purge_expired().await.unwrap() >= 2);
+    assert!(store.get(&ns, "a").await.unwrap().is_none(), "purged");
+    assert!(store.get(&ns, "b").await.unwrap().is_none(), "purged");
+    assert_eq!(
+        store.count(&ns, "a", minute).await.unwrap(),
+        tally(1, minute)
+    );
+
+    let w = Write::leased(77, RESERVED, 10 * S);
+    assert!(
+        store
+            .insert_if_absent(&ns, "held", &w)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let refused = store.count(&ns, "held", minute).await;
+    assert!(
+        matches!(refused, Err(RailError::Storage(_))),
+        "{refused:?}: a record of another kind is no counter"
+    );
+    let seen = store.get(&ns, "held").await.unwrap().expect("untouched");
+    assert_eq!(
+        (seen.record.token, seen.record.state.as_str()),
+        (77, RESERVED)
+    );
+}
+
+/// Concurrent counters of one key each get a count of their own: 1 to n, none twice, none lost.
+pub async fn counters_under_contention(store: &Arc<dyn KeyStore>, ns: &str) {
+    let ns = format!("{ns}-count-hot");
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (store, ns) = (store.clone(), ns.clone());
+            tokio::spawn(async move { store.count(&ns, "hot", 60 * S).await.unwrap().count })
+        })
+        .collect();
+    let mut counts = Vec::new();
+    for t in tasks {
+        counts.push(t.await.unwrap());
+    }
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=32).collect::<Vec<u64>>());
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::{Clock, ManualClock, Timestamp};
-use crate::error::RailError;
+use crate::error::{RailError, RailResult};
 use crate::types::OpId;
 
 fn setup() -> (Arc<dyn KeyStore>, ManualClock) {
@@ -168,4 +168,46 @@ async fn unknown_outcomes_are_recovered_and_refusals_retried_afresh() {
         .await
         .unwrap();
     assert!(first, "after a refusal the retry starts afresh");
+}
+
+/// A store that keeps [`KeyStore::count`]'s default (read, then compare-and-set), as a store
+/// written elsewhere would.
+#[derive(Debug)]
+struct DefaultCount(Arc<dyn KeyStore>);
+
+#[async_trait::async_trait]
+impl KeyStore for DefaultCount {
+    async fn insert_if_absent(&self, ns: &str, key: &str, rec: &Write) -> RailResult<Option<Seen>> {
+        self.0.insert_if_absent(ns, key, rec).await
+    }
+    async fn replace(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
+        self.0.replace(ns, key, token, rec).await
+    }
+    async fn take_over(&self, ns: &str, key: &str, token: i64, rec: &Write) -> RailResult<bool> {
+        self.0.take_over(ns, key, token, rec).await
+    }
+    async fn renew(&self, ns: &str, key: &str, token: i64, lease: Duration) -> RailResult<bool> {
+        self.0.renew(ns, key, token, lease).await
+    }
+    async fn remove(&self, ns: &str, key: &str, token: i64) -> RailResult<bool> {
+        self.0.remove(ns, key, token).await
+    }
+    async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>> {
+        self.0.get(ns, key).await
+    }
+    async fn purge_expired(&self) -> RailResult<u64> {
+        self.0.purge_expired().await
+    }
+    async fn now(&self) -> RailResult<Timestamp> {
+        self.0.now().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_counter_counts_like_the_stores_own() {
+    let (inner, clock) = setup();
+    let store: Arc<dyn KeyStore> = Arc::new(DefaultCount(inner));
+    let ns = "default-count";
+    suite::counters_count_in_windows(&store, &clock, ns).await;
+    suite::counters_under_contention(&store, ns).await;
 }

@@ -418,7 +418,14 @@ pub(crate) async fn assemble(
         );
     let router = match &shared.session {
         None => {
-            let mut binding = Binding::new(shared.receiver.clone())?;
+            // Behind `[gateway] trusted_proxies`, a client is the address they vouch for (the
+            // per-client limits count it), as the forward's `X-Forwarded-For` says.
+            let trusted = shared.config.trusted.clone();
+            let mut binding = Binding::new(shared.receiver.clone())?.trusted_proxies(
+                stipendex::http::TrustedProxies::matching(move |ip| {
+                    trusted.iter().any(|n| n.contains(ip))
+                }),
+            );
             if let Some(p) = http_paywall {
                 binding = binding.with_x402(p)?;
             }
@@ -433,6 +440,14 @@ pub(crate) async fn assemble(
             .on_outcome(move |o| {
                 observed.metrics.observe(o);
                 log_mcp_outcome(o);
+            })
+            .trusted_proxies({
+                // As for HTTP: a client behind `[gateway] trusted_proxies` is the address they
+                // vouch for, for the per-client limits.
+                let trusted = shared.config.trusted.clone();
+                stipendex::http::TrustedProxies::matching(move |ip| {
+                    trusted.iter().any(|n| n.contains(ip))
+                })
             });
             if let Some(p) = mcp_paywall(&shared.config, &schemes, store_of(&shared))? {
                 server = server.with_x402(p)?;

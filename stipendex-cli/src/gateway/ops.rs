@@ -83,6 +83,9 @@ impl Metrics {
             Outcome::Replayed => {
                 self.count("stipendex_gateway_payments_total{rail=\"-\",outcome=\"replayed\"}");
             }
+            Outcome::AnswerGone => {
+                self.count("stipendex_gateway_payments_total{rail=\"-\",outcome=\"answer_gone\"}");
+            }
             Outcome::Rejected => self.count("stipendex_gateway_rejected_total"),
             _ => {}
         }
@@ -301,6 +304,7 @@ pub(crate) async fn access(State(s): State<Arc<Shared>>, req: Request, next: Nex
             Some(format!("{} {}", amount.amount(), amount.asset().code())),
         ),
         Some(Outcome::Replayed) => ("replayed", None, None),
+        Some(Outcome::AnswerGone) => ("answer_gone", None, None),
         Some(Outcome::Rejected) => ("rejected", None, None),
         Some(_) => ("other", None, None),
         // The x402 paywall's own answers (a plain x402 payment, settled or refused).

@@ -26,7 +26,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use super::notify::{PMI_BOLT11, PaymentRequired};
-use super::server::{Pending, Processor};
+use super::server::{Deadline, Pending, Processor};
 use crate::Error;
 use crate::transport::server::Held;
 
@@ -74,17 +74,20 @@ impl NwcProcessor {
 
     /// The preimage the wallet reports for `hash`, once it says the invoice is settled. A
     /// look-up that fails for a passing reason (no answer in time, a relay down, the invoice
-    /// not found yet) is asked again until `deadline`: a relay restart mid-payment never turns
-    /// a paid invoice into a refusal.
-    async fn settled(&self, hash: &str, deadline: Instant) -> Result<String, Error> {
+    /// not found yet) is asked again until the deadline: a relay restart mid-payment never turns
+    /// a paid invoice into a refusal. When the server withdraws the payment request, one last
+    /// look-up is made (a payment made just before is still accepted), then the wait ends.
+    async fn settled(&self, hash: &str, deadline: &Deadline) -> Result<String, Error> {
         let mut notes = self.client.notifications();
+        let end = deadline.instant();
         loop {
-            if Instant::now() >= deadline {
+            if Instant::now() >= end {
                 return Err(Error::Payment("not paid in time".into()));
             }
+            let last = deadline.released();
             // One look-up at a time, bounded (a request lost in a relay restart is asked again
             // soon), raced with the wallet's notification.
-            let bound = (Instant::now() + LOOKUP_BOUND).min(deadline);
+            let bound = (Instant::now() + LOOKUP_BOUND).min(end);
             let lookup = tokio::time::timeout_at(bound, self.client.lookup_invoice(hash));
             let found = tokio::select! {
                 r = lookup => r,
@@ -110,9 +113,15 @@ impl NwcProcessor {
                 }
                 Ok(Err(e)) => return Err(payment_err(e)),
             }
-            let next = (Instant::now() + self.poll).min(deadline);
+            if last {
+                return Err(Error::Payment(
+                    "the payment request was withdrawn before it was paid".into(),
+                ));
+            }
+            let next = (Instant::now() + self.poll).min(end);
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
+                () = deadline.withdrawn() => {}
                 p = received(&mut notes, hash) => return Ok(p),
             }
         }
@@ -197,7 +206,7 @@ impl Processor for NwcProcessor {
     async fn verify(
         &self,
         pending: &Pending,
-        deadline: Instant,
+        deadline: &Deadline,
     ) -> Result<Option<Map<String, Value>>, Error> {
         let state: State = serde_json::from_value(pending.state.clone()).map_err(payment_err)?;
         let details: OfferDetails = state.offer.details_as().map_err(payment_err)?;
@@ -217,5 +226,103 @@ impl Processor for NwcProcessor {
         let mut meta = Map::new();
         meta.insert("payment_hash".into(), Value::String(details.payment_hash));
         Ok(Some(meta))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use lightning_invoice::Currency;
+    use nwc_devnet::{Devnet, DevnetConfig, WalletSpec};
+    use rail_core::{OpId, Payer as _, SystemClock};
+    use rail_ln_nwc::client::ClientOptions;
+    use rail_ln_nwc::rail::NwcPayer;
+
+    use super::*;
+    use crate::payments::client::offer_of;
+    use crate::transport::client::PaidRequest;
+
+    async fn wallet(devnet: &Devnet, name: &str, msat: u64) -> Arc<NwcClient> {
+        let w = devnet
+            .create_wallet(WalletSpec::new(name, msat))
+            .await
+            .unwrap();
+        Arc::new(
+            NwcClient::connect(&w.uri, ClientOptions::default())
+                .await
+                .unwrap(),
+        )
+    }
+
+    /// A payment request withdrawn by the server (replaced, or the server full) stops being
+    /// waited for at once — but a payment already made for it is still seen and accepted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_withdrawn_payment_request_is_not_waited_for_but_a_payment_made_is_accepted() {
+        let devnet = Devnet::start(DevnetConfig::default()).await.unwrap();
+        let shop = wallet(&devnet, "shop", 0).await;
+        let agent = wallet(&devnet, "agent", 1_000_000).await;
+        let receiver = NwcReceiver::new(
+            shop.clone(),
+            [7; 32],
+            Arc::new(rail_core::MemoryKeyStore::default()),
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        let processor = NwcProcessor::new(receiver, shop);
+        let held = Held {
+            client: nostr::Keys::generate().public_key(),
+            pmis: Vec::new(),
+            event_id: nostr::EventId::all_zeros(),
+            interaction: None,
+            message: json!({}),
+        };
+        let price = Money::from_minor(Asset::btc(), 10_000).unwrap();
+        let far = Instant::now() + Duration::from_secs(60);
+        let withdrawn = || {
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            tx.send(true).unwrap();
+            Deadline::new(far, rx)
+        };
+
+        // Unpaid: the wait ends at once, not at the deadline a minute away.
+        let unpaid = processor
+            .require(&price, None, Duration::from_secs(60), &held)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        assert!(processor.verify(&unpaid, &withdrawn()).await.is_err());
+        assert!(started.elapsed() < Duration::from_secs(10));
+
+        // Paid just before it was withdrawn: accepted.
+        let paid = processor
+            .require(&price, None, Duration::from_secs(60), &held)
+            .await
+            .unwrap();
+        let request = PaidRequest {
+            server: nostr::Keys::generate().public_key(),
+            event_id: nostr::EventId::all_zeros(),
+            message: json!({}),
+        };
+        let payer = NwcPayer::new(
+            agent,
+            Currency::Regtest,
+            Money::from_minor(Asset::btc(), 1_000_000).unwrap(),
+            Arc::new(SystemClock),
+        );
+        let offer = offer_of(&paid.required, &request).unwrap();
+        payer
+            .pay(&OpId::new("withdrawn-paid").unwrap(), &offer)
+            .await
+            .unwrap();
+        let meta = processor
+            .verify(&paid, &withdrawn())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(meta.contains_key("payment_hash"));
     }
 }

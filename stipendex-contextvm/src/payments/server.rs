@@ -20,9 +20,26 @@
 //!
 //! The same request event is admitted once: its id is the transport's de-duplication key, and a
 //! payment is used once by the processor's single-use guard.
+//!
+//! What unpaid requests can make the server hold and make is bounded (issue 47; the reasoning
+//! is in `payments/limits.rs`): at most [`ServerPayments::max_pending`] pending payments, at
+//! most [`ServerPayments::max_pending_per_client`] unpaid ones per client key; payment requests
+//! whose offers cost something (an invoice at the shop's wallet) at most
+//! [`ServerPayments::payment_requests_per_client`] per client key — the receiver's costly-offer
+//! limit, as HTTP Quotes are — and every payment request within
+//! [`ServerPayments::payment_requests`] for the whole server. A client asking for the same
+//! invocation again replaces its own unpaid payment; a full server withdraws the oldest unpaid
+//! payment of the client with the most (never a paid one), telling that client
+//! `payment_rejected`. A limit that refuses is answered `-32000` before any payment request is
+//! made, with `data.retry_after` (seconds) for a rate.
+//!
+//! A withdrawn payment request is no longer *waited* for, but a payment already seen is still
+//! accepted and served. Lightning cannot take back an ordinary invoice: a payer that pays one
+//! after it was withdrawn (after `payment_rejected`) has paid for nothing. That is why the
+//! server-wide rate keeps an unpaid payment for at least `(max_pending - burst) / rate` under
+//! any flood (about 90 s by default), and the client with the most unpaid payments loses one
+//! first.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -31,9 +48,11 @@ use nostr::{Tag, TagKind};
 use rail_core::Money;
 use serde_json::{Map, Value, json};
 use stipendex::receiver::{Decision, Price, PricedCapability, Receiver, Request};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::payments::limits::{RateLimited, Rates, Refused, Stage, Table};
 use crate::payments::notify::{Notification, PaymentAccepted, PaymentRejected, PaymentRequired};
 use crate::transport::server::{Admission, Held, Middleware, Notifier};
 
@@ -67,25 +86,82 @@ pub enum Interaction {
     Transparent,
 }
 
-/// A paid or pending authorization of one invocation (explicit gating).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Grant {
-    /// A payment is being verified.
-    Pending { until: Instant },
-    /// Paid: the next matching invocation runs.
-    Paid { until: Instant },
+/// The default most unpaid payments one client key holds at once.
+pub const DEFAULT_PENDING_PER_CLIENT: usize = 8;
+/// The default rate of payment requests for the whole server: 100 at once, refilled over
+/// 10 s (10 a second).
+pub const DEFAULT_PAYMENT_REQUESTS: (u32, Duration) = (100, Duration::from_secs(10));
+
+/// When a payment stops being waited for: its deadline, or earlier when the server withdraws
+/// its payment request (the client asked for the same invocation again, or the server was full
+/// and this was the oldest unpaid payment of the client with the most).
+///
+/// A [`Processor`] stops *waiting* at it, never *accepting*: a payment already seen when it is
+/// withdrawn is still checked and accepted, and its request served.
+#[derive(Clone, Debug)]
+pub struct Deadline {
+    at: Instant,
+    released: Option<watch::Receiver<bool>>,
 }
 
-/// The explicit-gating authorizations, by client and canonical invocation (in memory: a
-/// restart forgets them, and a paid but unclaimed invocation is asked for again — documented).
-#[derive(Debug, Default)]
-struct Grants(Mutex<HashMap<[u8; 32], Grant>>);
+impl Deadline {
+    /// A deadline at `at` that is never withdrawn.
+    #[must_use]
+    pub fn at(at: Instant) -> Self {
+        Deadline { at, released: None }
+    }
 
-impl Grants {
-    fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 32], Grant>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(crate) fn new(at: Instant, released: watch::Receiver<bool>) -> Self {
+        Deadline {
+            at,
+            released: Some(released),
+        }
+    }
+
+    /// The same withdrawal, at another time.
+    #[must_use]
+    pub(crate) fn until(&self, at: Instant) -> Self {
+        Deadline {
+            at,
+            released: self.released.clone(),
+        }
+    }
+
+    /// The time it ends at.
+    #[must_use]
+    pub fn instant(&self) -> Instant {
+        self.at
+    }
+
+    /// Whether the payment request was withdrawn.
+    #[must_use]
+    pub fn released(&self) -> bool {
+        self.released.as_ref().is_some_and(|r| *r.borrow())
+    }
+
+    /// Whether it ended: its time passed, or it was withdrawn.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        Instant::now() >= self.at || self.released()
+    }
+
+    /// Resolves when the payment request is withdrawn (never, if it is not).
+    pub async fn withdrawn(&self) {
+        if let Some(r) = &self.released {
+            let mut r = r.clone();
+            if r.wait_for(|v| *v).await.is_ok() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
+    /// Resolves when it ends: its time, or its withdrawal.
+    pub async fn reached(&self) {
+        tokio::select! {
+            () = tokio::time::sleep_until(self.at) => {}
+            () = self.withdrawn() => {}
+        }
     }
 }
 
@@ -146,8 +222,18 @@ pub trait Processor: Send + Sync + 'static {
         held: &Held,
     ) -> Result<Pending, Error>;
 
+    /// Whether each payment request is an object elsewhere that costs to make (an invoice at
+    /// the shop's wallet): then it is counted against the client's costly-offer limit before it
+    /// is made. `false` for a method whose requests are counted by the receiver itself (the
+    /// `stipendex` method's Quotes). Default `true`.
+    fn offers_cost(&self) -> bool {
+        true
+    }
+
     /// Waits until `pending` is paid (then returns the `_meta` of `payment_accepted`) or
-    /// `deadline` passes. A payment is accepted once: a second check of the same payment is
+    /// `deadline` is reached ([`Deadline::reached`]: its time, or the server withdrew the
+    /// payment request). Only the *waiting* stops at a withdrawal: a payment already seen is
+    /// checked and accepted. A payment is accepted once: a second check of the same payment is
     /// refused.
     ///
     /// # Errors
@@ -155,7 +241,7 @@ pub trait Processor: Send + Sync + 'static {
     async fn verify(
         &self,
         pending: &Pending,
-        deadline: Instant,
+        deadline: &Deadline,
     ) -> Result<Option<Map<String, Value>>, Error>;
 
     /// A notification from `client` about its request `request`: `true` if it is this
@@ -183,9 +269,14 @@ pub struct ServerPayments {
     processors: Vec<Arc<dyn Processor>>,
     ttl: Duration,
     max_pending: usize,
-    pending: AtomicUsize,
+    per_client: usize,
+    client_rate: (u32, Duration),
+    server_rate: (u32, Duration),
     interaction: Interaction,
-    grants: Arc<Grants>,
+    /// The pending payments (unpaid, paid and being forwarded, explicit gating's
+    /// authorizations): at most `max_pending`.
+    table: Arc<Mutex<Table>>,
+    rates: Rates,
 }
 
 impl std::fmt::Debug for ServerPayments {
@@ -201,16 +292,42 @@ impl std::fmt::Debug for ServerPayments {
                     .collect::<Vec<_>>(),
             )
             .field("ttl", &self.ttl)
+            .field("max_pending", &self.max_pending)
+            .field("max_pending_per_client", &self.per_client)
+            .field("payment_requests_per_client", &self.client_rate)
+            .field("payment_requests", &self.server_rate)
             .finish_non_exhaustive()
     }
 }
 
-/// Decrements the pending count however an admission ends.
-struct Slot<'a>(&'a AtomicUsize);
+fn lock(table: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    table
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
-impl Drop for Slot<'_> {
+/// One entry of the pending payments, held by its admission: it goes however the admission
+/// ends, unless it became an explicit gating authorization.
+struct Slot {
+    table: Arc<Mutex<Table>>,
+    seq: u64,
+}
+
+impl Slot {
+    fn paid(&self) {
+        lock(&self.table).paid(self.seq);
+    }
+
+    /// Paid: one run of `identity` by `client` until `until` — kept even if the slot was
+    /// withdrawn meanwhile (a payment seen is never lost).
+    fn grant(&self, client: nostr::PublicKey, identity: [u8; 32], until: Instant) {
+        lock(&self.table).grant(self.seq, client, identity, until);
+    }
+}
+
+impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        lock(&self.table).finish(self.seq);
     }
 }
 
@@ -223,15 +340,26 @@ impl ServerPayments {
         if processors.is_empty() {
             return Err(Error::Refused("CEP-8 payments need a processor".into()));
         }
-        Ok(ServerPayments {
+        let mut p = ServerPayments {
             receiver,
             processors,
             ttl: Duration::from_secs(300),
             max_pending: 1000,
-            pending: AtomicUsize::new(0),
+            per_client: DEFAULT_PENDING_PER_CLIENT,
+            client_rate: stipendex::receiver::DEFAULT_COSTLY_QUOTES,
+            server_rate: DEFAULT_PAYMENT_REQUESTS,
             interaction: Interaction::Optional,
-            grants: Arc::new(Grants::default()),
-        })
+            table: Arc::new(Mutex::new(Table::new(0, 0))),
+            rates: Rates::new((1, Duration::ZERO), (1, Duration::ZERO)),
+        };
+        p.rebuild();
+        Ok(p)
+    }
+
+    /// The table and the rates for the limits set (the builder's methods call it).
+    fn rebuild(&mut self) {
+        self.table = Arc::new(Mutex::new(Table::new(self.max_pending, self.per_client)));
+        self.rates = Rates::new(self.client_rate, self.server_rate);
     }
 
     /// Which lifecycles a session may have (default [`Interaction::Optional`]).
@@ -248,12 +376,65 @@ impl ServerPayments {
         self
     }
 
-    /// The most payments waiting at once (default 1 000); beyond, a priced request is answered
-    /// with an error before any payment request is made.
+    /// The most pending payments at once, all clients together (default 1 000; at least 1).
+    /// When full, a new payment request takes the slot of the oldest unpaid payment of the
+    /// client with the most unpaid payments (that client is told `payment_rejected`); only when
+    /// every slot holds a paid payment is a priced request answered with an error, before any
+    /// payment request is made. With [`ServerPayments::payment_requests`] it sets how long an
+    /// unpaid payment is kept under a flood: at least `(max_pending - burst) / rate`.
     #[must_use]
     pub fn max_pending(mut self, n: usize) -> Self {
         self.max_pending = n;
+        self.rebuild();
         self
+    }
+
+    /// The most unpaid payments one client key holds at once (default
+    /// [`DEFAULT_PENDING_PER_CLIENT`]; at least 1); beyond, its priced requests are answered
+    /// with an error before any payment request is made. The same invocation asked again
+    /// replaces the client's own unpaid payment for it instead.
+    #[must_use]
+    pub fn max_pending_per_client(mut self, n: usize) -> Self {
+        self.per_client = n;
+        self.rebuild();
+        self
+    }
+
+    /// How many payment requests whose offers cost something (an invoice at the shop's wallet;
+    /// [`Processor::offers_cost`]) one client key gets per window (default
+    /// [`stipendex::receiver::DEFAULT_COSTLY_QUOTES`], the receiver's: 60 a minute). Set it to
+    /// the receiver's own `costly_quotes_per_client`: this is that limit, for payment requests
+    /// made without a Quote.
+    #[must_use]
+    pub fn payment_requests_per_client(mut self, max: u32, per: Duration) -> Self {
+        self.client_rate = (max, per);
+        self.rebuild();
+        self
+    }
+
+    /// How many payment requests the whole server makes: up to `max` at once, refilled at
+    /// `max` per `per` (default [`DEFAULT_PAYMENT_REQUESTS`]: 100 at once, 10 a second). New
+    /// Nostr keys are free, so this — not the per-client limits — is what bounds the invoices
+    /// a crowd of throwaway keys makes the shop's wallet create, and how fast it can turn the
+    /// pending payments over.
+    #[must_use]
+    pub fn payment_requests(mut self, max: u32, per: Duration) -> Self {
+        self.server_rate = (max, per);
+        self.rebuild();
+        self
+    }
+
+    /// How many pending payments the server holds (unpaid, paid and being forwarded, and
+    /// explicit gating's authorizations not yet claimed).
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        lock(&self.table).len()
+    }
+
+    /// How many of them are `client`'s.
+    #[must_use]
+    pub fn pending_for(&self, client: &nostr::PublicKey) -> usize {
+        lock(&self.table).len_of(client)
     }
 
     /// The receiver whose prices this applies.
@@ -271,43 +452,30 @@ impl ServerPayments {
 
 impl ServerPayments {
     /// Explicit gating's answer to an unpaid invocation: `-32042` with the payment option,
-    /// while a task verifies the payment and, once it holds, records one paid authorization
-    /// for this client and invocation (until the TTL).
+    /// while a task verifies the payment and, once it holds, turns the slot into one paid
+    /// authorization for this client and invocation (until the TTL).
     fn gate(
         &self,
+        client: nostr::PublicKey,
         identity: [u8; 32],
+        slot: Slot,
         processor: Arc<dyn Processor>,
         pending: Pending,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Admission {
-        {
-            let mut grants = self.grants.lock();
-            if grants.len() >= self.max_pending {
-                return error("too many payments pending; retry later");
-            }
-            grants.insert(identity, Grant::Pending { until: deadline });
-        }
-        let grants = self.grants.clone();
         let option = pending.required.clone();
         // An unclaimed paid authorization is kept as long as a payment request lives.
         let keep = self.ttl;
         tokio::spawn(async move {
-            let verified = processor.verify(&pending, deadline).await;
-            let mut g = grants.lock();
-            match verified {
+            match processor.verify(&pending, &deadline).await {
                 Ok(_) => {
-                    g.insert(
-                        identity,
-                        Grant::Paid {
-                            until: Instant::now() + keep,
-                        },
-                    );
+                    slot.grant(client, identity, Instant::now() + keep);
                 }
                 Err(e) => {
-                    tracing::info!(error = %e, "contextvm payments: explicit gating, not paid");
-                    g.remove(&identity);
+                    tracing::info!(error = %e, withdrawn = deadline.released(), "contextvm payments: explicit gating, not paid");
                 }
             }
+            drop(slot);
         });
         Admission::Answer(json!({
             "code": PAYMENT_REQUIRED,
@@ -318,6 +486,32 @@ impl ServerPayments {
             },
         }))
     }
+}
+
+/// The answer to a request a limit refused, before any payment request was made.
+fn refused(why: Refused) -> Admission {
+    match why {
+        Refused::ClientFull => error(
+            "too many payments pending for this client: pay one or let one expire before asking for another",
+        ),
+        Refused::Full => error("too many payments pending; retry later"),
+    }
+}
+
+/// The answer to a request a rate refused, with when to retry (`data.retry_after`, seconds).
+fn rate_limited(why: RateLimited) -> Admission {
+    let (whose, wait) = match why {
+        RateLimited::Client(w) => (" from this client", w),
+        RateLimited::Server(w) => ("", w),
+    };
+    let secs = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
+    Admission::Answer(json!({
+        "code": PAYMENT_ERROR,
+        "message": format!("too many payment requests{whose} now; retry in {secs} s"),
+        "data": {"retry_after": secs},
+    }))
 }
 
 /// The Stipendex request an MCP request is (method, tool or prompt name or resource URI,
@@ -423,27 +617,21 @@ impl Middleware for ServerPayments {
         let identity = invocation_identity(&held.client, &held.message);
         if explicit {
             let now = Instant::now();
-            let mut grants = self.grants.lock();
-            grants.retain(|_, g| match g {
-                Grant::Pending { until } | Grant::Paid { until } => *until > now,
-            });
-            match grants.get(&identity).copied() {
-                // Claimed atomically under the lock: one payment, one run.
-                Some(Grant::Paid { .. }) => {
-                    grants.remove(&identity);
-                    return Admission::Forward;
-                }
-                Some(Grant::Pending { .. }) => {
-                    return Admission::Answer(json!({
-                        "code": PAYMENT_PENDING,
-                        "message": "Payment Pending",
-                        "data": {
-                            "instructions": "Payment is still being processed. Retry the same request later with exactly the same method and params.",
-                            "retry_after": RETRY_AFTER,
-                        },
-                    }));
-                }
-                None => {}
+            let mut table = lock(&self.table);
+            table.sweep(now);
+            // Claimed atomically under the lock: one payment, one run.
+            if table.claim(&identity, now) {
+                return Admission::Forward;
+            }
+            if table.stage_of(&identity) == Some(Stage::Unpaid) {
+                return Admission::Answer(json!({
+                    "code": PAYMENT_PENDING,
+                    "message": "Payment Pending",
+                    "data": {
+                        "instructions": "Payment is still being processed. Retry the same request later with exactly the same method and params.",
+                        "retry_after": RETRY_AFTER,
+                    },
+                }));
             }
         }
         let (price, description, meta) = match self.receiver.resolve(cap, &req).await {
@@ -477,11 +665,39 @@ impl Middleware for ServerPayments {
                 cap.name()
             ));
         };
-        if self.pending.fetch_add(1, Ordering::SeqCst) >= self.max_pending {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-            return error("too many payments pending; retry later");
+        // The client's share first: refusing it spends nothing.
+        if let Err(why) = lock(&self.table).admits(&held.client, &identity) {
+            tracing::info!(client = %held.client, "contextvm payments: the client holds its share of pending payments");
+            return refused(why);
         }
-        let slot = Slot(&self.pending);
+        if let Err(why) = self
+            .rates
+            .admit(&held.client, processor.offers_cost(), Instant::now())
+        {
+            tracing::info!(client = %held.client, ?why, "contextvm payments: payment requests rate-limited");
+            return rate_limited(why);
+        }
+        // The receiver's own costly-offer limit, the one its HTTP Quotes count against (shared
+        // by the fleet through its store): an invoice is a costly offer like any other.
+        if processor.offers_cost()
+            && let Err(stipendex::Error::RateLimited { retry_after, .. }) =
+                self.receiver.admit_costly(&held.client.to_hex()).await
+        {
+            tracing::info!(client = %held.client, "contextvm payments: costly offers rate-limited by the receiver");
+            return rate_limited(RateLimited::Client(Duration::from_secs(retry_after)));
+        }
+        let now = Instant::now();
+        let reserved = match lock(&self.table).reserve(held.client, identity, now + self.ttl, now) {
+            Ok(r) => r,
+            Err(why) => return refused(why),
+        };
+        if reserved.withdrawn > 0 {
+            tracing::debug!(client = %held.client, withdrawn = reserved.withdrawn, "contextvm payments: unpaid payments withdrawn for a new one");
+        }
+        let slot = Slot {
+            table: self.table.clone(),
+            seq: reserved.seq,
+        };
         let pending = match processor
             .require(&price, description.as_deref(), self.ttl, &held)
             .await
@@ -504,14 +720,14 @@ impl Middleware for ServerPayments {
             .ttl
             .map_or(self.ttl, Duration::from_secs)
             .min(self.ttl);
-        let deadline = Instant::now() + ttl;
+        let deadline = reserved.deadline.until(Instant::now() + ttl);
         if explicit {
-            drop(slot);
-            return self.gate(identity, processor, pending, deadline);
+            return self.gate(held.client, identity, slot, processor, pending, deadline);
         }
         notify(&notifier, Notification::Required(pending.required.clone())).await;
-        match processor.verify(&pending, deadline).await {
+        match processor.verify(&pending, &deadline).await {
             Ok(meta) => {
+                slot.paid();
                 notify(
                     &notifier,
                     Notification::Accepted(PaymentAccepted {
@@ -524,13 +740,20 @@ impl Middleware for ServerPayments {
                 Admission::Forward
             }
             Err(e) => {
-                tracing::info!(error = %e, "contextvm payments: not paid");
+                let message = if deadline.released() {
+                    tracing::info!(client = %held.client, "contextvm payments: a payment request withdrawn unpaid");
+                    "not paid: the payment request was withdrawn (the same call was asked again, or the server had too many payments pending)".to_owned()
+                } else {
+                    tracing::info!(error = %e, "contextvm payments: not paid");
+                    format!("not paid: {e}")
+                };
+                drop(slot);
                 notify(
                     &notifier,
                     Notification::Rejected(PaymentRejected {
                         pmi: pending.required.pmi.clone(),
                         amount: Some(pending.required.amount),
-                        message: Some(format!("not paid: {e}")),
+                        message: Some(message),
                     }),
                 )
                 .await;

@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::notify::PaymentRequired;
-use super::server::{Pending, Processor, request_of};
+use super::server::{Deadline, Pending, Processor, request_of};
 use crate::Error;
 use crate::transport::client::{PaidRequest, PaymentHook};
 use crate::transport::server::Held;
@@ -47,6 +47,12 @@ pub const PROOF: &str = "notifications/stipendex/proof";
 const MAX_PROOF: usize = 64 * 1024;
 /// The most requests waiting for a Proof at once.
 const MAX_WAITING: usize = 10_000;
+/// The most admitted requests waiting for their answer (to settle and receipt it).
+const MAX_PAYING: usize = 10_000;
+/// How long an admitted request's payment waits for its answer before it may be let go (its
+/// session went away, or the MCP server never answered). Let go, the Proof's claim lapses and
+/// the same Proof presented again is recovered by the receiver.
+const PAYING_KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -76,7 +82,8 @@ pub struct StipendexProcessor {
     receiver: Receiver,
     server: PublicKey,
     waiting: Mutex<HashMap<EventId, Waiting>>,
-    paying: Mutex<HashMap<EventId, Paying>>,
+    /// Admitted requests by their event, since when: at most [`MAX_PAYING`].
+    paying: Mutex<HashMap<EventId, (Instant, Paying)>>,
 }
 
 impl std::fmt::Debug for StipendexProcessor {
@@ -102,6 +109,28 @@ impl StipendexProcessor {
     }
 }
 
+impl StipendexProcessor {
+    /// Keeps `paying` until request `e` is answered. Past [`MAX_PAYING`], those waiting longer
+    /// than [`PAYING_KEEP`] are let go, then the oldest.
+    fn keep_paying(&self, e: EventId, paying: Paying) {
+        let mut all = lock(&self.paying);
+        if all.len() >= MAX_PAYING {
+            let now = Instant::now();
+            all.retain(|_, (since, _)| now.saturating_duration_since(*since) < PAYING_KEEP);
+            if all.len() >= MAX_PAYING
+                && let Some(oldest) = all
+                    .iter()
+                    .min_by_key(|(_, (since, _))| *since)
+                    .map(|(k, _)| *k)
+            {
+                tracing::warn!(request = %oldest, "contextvm stipendex: too many admitted requests unanswered; the oldest is let go");
+                all.remove(&oldest);
+            }
+        }
+        all.insert(e, (Instant::now(), paying));
+    }
+}
+
 #[async_trait]
 impl Processor for StipendexProcessor {
     fn pmi(&self) -> &str {
@@ -110,6 +139,12 @@ impl Processor for StipendexProcessor {
 
     fn unit(&self) -> &str {
         "minor-units"
+    }
+
+    /// Counted by the receiver itself: [`Receiver::quote`] counts a Quote with costly offers
+    /// against the client's limit (the request names the client's key).
+    fn offers_cost(&self) -> bool {
+        false
     }
 
     fn amount(&self, price: &Money) -> Result<u64, Error> {
@@ -142,15 +177,21 @@ impl Processor for StipendexProcessor {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let (tx, rx) = oneshot::channel();
-        lock(&self.waiting).insert(
-            held.event_id,
-            Waiting {
-                client: held.client,
-                request,
-                proof: Some(tx),
-                received: Some(rx),
-            },
-        );
+        {
+            let mut waiting = lock(&self.waiting);
+            if waiting.len() >= MAX_WAITING {
+                return Err(Error::Payment("too many payments waiting".into()));
+            }
+            waiting.insert(
+                held.event_id,
+                Waiting {
+                    client: held.client,
+                    request,
+                    proof: Some(tx),
+                    received: Some(rx),
+                },
+            );
+        }
         Ok(Pending {
             required: PaymentRequired {
                 amount: self.amount(price)?,
@@ -167,7 +208,7 @@ impl Processor for StipendexProcessor {
     async fn verify(
         &self,
         pending: &Pending,
-        deadline: Instant,
+        deadline: &Deadline,
     ) -> Result<Option<Map<String, Value>>, Error> {
         let e = pending
             .state
@@ -175,19 +216,23 @@ impl Processor for StipendexProcessor {
             .and_then(Value::as_str)
             .and_then(|h| EventId::from_hex(h).ok())
             .ok_or_else(|| Error::Payment("a payment request of no request".into()))?;
-        let received = lock(&self.waiting)
+        let mut received = lock(&self.waiting)
             .get_mut(&e)
             .and_then(|w| w.received.take())
             .ok_or_else(|| Error::Payment("no payment is awaited for this request".into()))?;
-        let proof = tokio::time::timeout_at(deadline, received).await;
+        // Until the deadline; a withdrawn payment request takes a Proof already delivered.
+        let proof = tokio::select! {
+            p = &mut received => p.ok(),
+            () = deadline.reached() => received.try_recv().ok(),
+        };
         let waiting = lock(&self.waiting).remove(&e);
-        let (Ok(Ok(proof)), Some(waiting)) = (proof, waiting) else {
+        let (Some(proof), Some(waiting)) = (proof, waiting) else {
             return Err(Error::Payment("no Proof in time".into()));
         };
         match self.receiver.admit(&waiting.request, &proof).await {
             Ok(Admitted::Run(paying)) => {
                 let quote = paying.accepted.quote.object().id.clone();
-                lock(&self.paying).insert(e, *paying);
+                self.keep_paying(e, *paying);
                 let mut meta = Map::new();
                 meta.insert("stipendex/quote".into(), Value::String(quote));
                 Ok(Some(meta))
@@ -220,7 +265,7 @@ impl Processor for StipendexProcessor {
     }
 
     async fn answered(&self, request: EventId, message: &mut Value) {
-        let Some(paying) = lock(&self.paying).remove(&request) else {
+        let Some((_, paying)) = lock(&self.paying).remove(&request) else {
             return;
         };
         let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {

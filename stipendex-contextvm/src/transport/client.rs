@@ -33,6 +33,9 @@ use crate::payments::notify::{self, Notification, PaymentRequired};
 
 /// How many messages wait for the rmcp client.
 const QUEUE: usize = 256;
+/// How many distinct payment requests one request may be asked to pay; more are ignored
+/// (logged): a server cannot make the handler pay without end for one call.
+const MAX_PAY_REQS: usize = 4;
 
 /// How the client reaches its server.
 #[derive(Clone, Debug)]
@@ -121,6 +124,7 @@ pub trait PaymentHook: Send + Sync + 'static {
 struct Pending {
     original_id: Value,
     message: Value,
+    /// The payment requests seen for it: at most [`MAX_PAY_REQS`].
     pay_reqs: HashSet<String>,
     /// The hook paid for it.
     paid: bool,
@@ -464,9 +468,14 @@ impl Shared {
                     let Some(p) = pending.get_mut(&e) else {
                         return;
                     };
-                    if !p.pay_reqs.insert(required.pay_req.clone()) {
+                    if p.pay_reqs.contains(&required.pay_req) {
                         return;
                     }
+                    if p.pay_reqs.len() >= MAX_PAY_REQS {
+                        tracing::warn!(request = %e, "contextvm client: too many payment requests for one request; ignored");
+                        return;
+                    }
+                    p.pay_reqs.insert(required.pay_req.clone());
                     PaidRequest {
                         server: self.server,
                         event_id: e,

@@ -17,6 +17,15 @@
 //! own rmcp service from the factory (a second `initialize` starts a new one). A
 //! [`Middleware`] sees every request before the MCP server does: a request it holds (CEP-8's
 //! priced ones) is forwarded only once it says so, and at most once.
+//!
+//! Everything a client key can make the server keep is bounded, since keys are free: sessions
+//! ([`ServerOptions::max_sessions`]; the least recently used with no request in flight is
+//! evicted first, then the least recently used), requests in flight per
+//! session (128; beyond, answered with an error), a session's queue (256; never waited on by
+//! the receive loop: a request finding it full is refused), the inner event ids seen (8 192)
+//! and the answers kept for a retry (4 096). A request admitted late (paid) whose session was
+//! evicted meanwhile is served by a new session: new keys taking the sessions never make a
+//! payment lost.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,8 +56,15 @@ pub use super::wire::MAX_MESSAGE;
 /// How many answers the server keeps to send again when a request event comes again (its
 /// answer was lost: CEP-8's "same request event id = a retry, never charged twice").
 const KEPT_ANSWERS: usize = 4096;
-/// How many messages wait for one session's MCP service.
+/// How many messages wait for one session's MCP service. A message that finds the queue full
+/// is refused (a request) or dropped (a notification): one client never stalls the server's
+/// receive loop.
 const SESSION_QUEUE: usize = 256;
+/// How many requests of one session may be in flight (queued, running, or held by the
+/// [`Middleware`]); beyond, a request is answered with an error without running.
+const MAX_IN_FLIGHT: usize = 128;
+/// The JSON-RPC error code of a request refused because its session is busy.
+const BUSY: i64 = -32000;
 /// The id of the `initialize` the server sends itself for a stateless client.
 const INTERNAL_INIT: &str = "stipendex-contextvm/initialize";
 
@@ -62,7 +78,9 @@ pub struct ServerOptions {
     pub encryption: Encryption,
     /// Its name and description on the first message to each client.
     pub info: ServerInfo,
-    /// The most client sessions kept; the least recently used goes first. Default 1 000.
+    /// The most client sessions kept; the least recently used with no request in flight goes
+    /// first, else the least recently used (a request it had admitted — paid — is still
+    /// served, by a new session). Default 1 000.
     pub max_sessions: usize,
     /// Relay timeouts.
     pub relay: RelaySettings,
@@ -450,7 +468,7 @@ impl Core {
             self.new_session(client, interaction);
             self.initialize_for(client).await?;
         }
-        let (to_mcp, mut forwarded) = {
+        let (to_mcp, mut forwarded, generation, route, over) = {
             let mut st = lock(&self.state);
             touch(&mut st.order, client);
             let s = st
@@ -463,18 +481,20 @@ impl Core {
                 s.pmis = wire::pmis(&inner);
             }
             let mut forwarded = message.clone();
+            let (mut route, mut over) = (None, None);
             if is_request {
-                let original_id = message.get("id").cloned().unwrap_or(Value::Null);
-                let progress_token = message.pointer("/params/_meta/progressToken").cloned();
-                s.routes.insert(
-                    inner.id.to_hex(),
-                    Route {
-                        original_id,
-                        wrap,
-                        progress_token,
-                    },
-                );
-                wire::set(&mut forwarded, "id", Value::String(inner.id.to_hex()));
+                let r = Route {
+                    original_id: message.get("id").cloned().unwrap_or(Value::Null),
+                    wrap,
+                    progress_token: message.pointer("/params/_meta/progressToken").cloned(),
+                };
+                if s.routes.len() >= MAX_IN_FLIGHT {
+                    over = Some(r);
+                } else {
+                    s.routes.insert(inner.id.to_hex(), r.clone());
+                    route = Some(r);
+                    wire::set(&mut forwarded, "id", Value::String(inner.id.to_hex()));
+                }
             } else if method == Some("notifications/cancelled")
                 && let Some(orig) = message.pointer("/params/requestId")
                 && let Some((eid, _)) = s.routes.iter().find(|(_, r)| r.original_id == *orig)
@@ -482,12 +502,34 @@ impl Core {
             {
                 *r = Value::String(eid.clone());
             }
-            (s.to_mcp.clone(), forwarded)
+            (s.to_mcp.clone(), forwarded, s.generation, route, over)
         };
+        if let Some(r) = over {
+            tracing::info!(%client, "contextvm server: too many requests in flight for one session; refused");
+            return self
+                .refuse(
+                    client,
+                    inner.id,
+                    &r,
+                    "too many requests in flight; retry later",
+                )
+                .await;
+        }
         let holds = is_request && self.middleware.as_ref().is_some_and(|m| m.holds(&message));
         if !holds {
-            return send_to(&to_mcp, forwarded).await;
+            return match (offer(&to_mcp, forwarded)?, route) {
+                (true, _) | (false, None) => Ok(()),
+                (false, Some(r)) => {
+                    self.forget(client, inner.id);
+                    tracing::info!(%client, "contextvm server: a session's queue is full; a request refused");
+                    self.refuse(client, inner.id, &r, "the session is busy; retry later")
+                        .await
+                }
+            };
         }
+        let Some(route) = route else {
+            return Ok(());
+        };
         let Some(mw) = self.middleware.clone() else {
             return Ok(());
         };
@@ -505,24 +547,96 @@ impl Core {
             event_id: inner.id,
         };
         let core = self.clone();
+        let asked = held.interaction.clone();
         tokio::spawn(async move {
             let event_id = held.event_id;
             match mw.admit(held, notifier).await {
                 Admission::Forward => {
-                    if let Err(e) = send_to(&to_mcp, forwarded.take()).await {
-                        tracing::debug!(error = %e, "contextvm server: session gone before a paid request");
+                    let sent = match core
+                        .reroute(client, generation, event_id, &route, asked)
+                        .await
+                    {
+                        Ok(Some(to)) => send_to(&to, forwarded.take()).await,
+                        Ok(None) => send_to(&to_mcp, forwarded.take()).await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = sent {
+                        tracing::warn!(error = %e, "contextvm server: an admitted request could not reach its session");
                     }
                 }
                 Admission::Drop => core.forget(client, event_id),
                 Admission::Answer(error) => {
-                    let answer = json!({"jsonrpc": "2.0", "id": event_id.to_hex(), "error": error});
-                    if let Err(e) = core.outbound(client, answer).await {
+                    let current = lock(&core.state)
+                        .sessions
+                        .get(&client)
+                        .is_some_and(|s| s.generation == generation);
+                    let answered = if current {
+                        let answer =
+                            json!({"jsonrpc": "2.0", "id": event_id.to_hex(), "error": error});
+                        core.outbound(client, answer).await
+                    } else {
+                        // Its session went: answered from the route it came with.
+                        let answer =
+                            json!({"jsonrpc": "2.0", "id": route.original_id, "error": error});
+                        core.publish_to(client, &answer, Some(event_id), route.wrap)
+                            .await
+                    };
+                    if let Err(e) = answered {
                         tracing::warn!(error = %e, "contextvm server: could not answer a refused request");
                     }
                 }
             }
         });
         Ok(())
+    }
+
+    /// Answers request `e` of `client` with an error (`BUSY`) without running it.
+    async fn refuse(
+        &self,
+        client: PublicKey,
+        e: EventId,
+        route: &Route,
+        message: &str,
+    ) -> Result<(), Error> {
+        let answer = json!({"jsonrpc": "2.0", "id": route.original_id,
+                            "error": {"code": BUSY, "message": message}});
+        self.publish_to(client, &answer, Some(e), route.wrap).await
+    }
+
+    /// Where a request admitted late (paid) goes when the session it came in is gone —
+    /// evicted by newer clients, or replaced by the client's own `initialize` — meanwhile:
+    /// its route is put in the client's current session (a new one, initialised as for a
+    /// stateless client, if it has none), whose queue is returned; `None` while the session
+    /// is the same. A payment made is never lost to a crowd of new keys taking the sessions.
+    async fn reroute(
+        self: &Arc<Self>,
+        client: PublicKey,
+        generation: u64,
+        e: EventId,
+        route: &Route,
+        interaction: Option<String>,
+    ) -> Result<Option<mpsc::Sender<RxJsonRpcMessage<RoleServer>>>, Error> {
+        {
+            let mut st = lock(&self.state);
+            if let Some(s) = st.sessions.get_mut(&client) {
+                if s.generation == generation {
+                    return Ok(None);
+                }
+                s.routes.insert(e.to_hex(), route.clone());
+                return Ok(Some(s.to_mcp.clone()));
+            }
+        }
+        tracing::info!(%client, "contextvm server: the session of an admitted request was evicted; a new one serves it");
+        self.new_session(client, interaction);
+        self.initialize_for(client).await?;
+        let mut st = lock(&self.state);
+        let s = st
+            .sessions
+            .get_mut(&client)
+            .ok_or_else(|| Error::Refused("session evicted".into()))?;
+        s.last_wrap = route.wrap;
+        s.routes.insert(e.to_hex(), route.clone());
+        Ok(Some(s.to_mcp.clone()))
     }
 
     fn first_time(&self, id: EventId) -> bool {
@@ -578,8 +692,21 @@ impl Core {
             old.task.abort();
         }
         touch(&mut st.order, client);
+        // The least recently used session with no request in flight goes first (a crowd of
+        // new keys does not cut an honest client's call short), else the least recently used;
+        // never the one just made.
         while st.sessions.len() > self.opts.max_sessions.max(1) {
-            let Some(victim) = st.order.pop_front() else {
+            let victim = {
+                let State {
+                    order, sessions, ..
+                } = &*st;
+                let others = || order.iter().enumerate().filter(|(_, c)| **c != client);
+                others()
+                    .find(|(_, c)| sessions.get(*c).is_some_and(|s| s.routes.is_empty()))
+                    .or_else(|| others().next())
+                    .map(|(i, _)| i)
+            };
+            let Some(victim) = victim.and_then(|i| st.order.remove(i)) else {
                 break;
             };
             if let Some(s) = st.sessions.remove(&victim) {
@@ -770,6 +897,23 @@ fn is_list_result(message: &Value) -> bool {
             .iter()
             .any(|k| r.get(*k).is_some_and(Value::is_array))
     })
+}
+
+/// Puts `message` in a session's queue without waiting: `false` when the queue is full (the
+/// receive loop never waits for one session).
+fn offer(
+    to_mcp: &mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
+    message: Value,
+) -> Result<bool, Error> {
+    let typed: RxJsonRpcMessage<RoleServer> = serde_json::from_value(message)
+        .map_err(|e| Error::Refused(format!("not an MCP client message: {e}")))?;
+    match to_mcp.try_send(typed) {
+        Ok(()) => Ok(true),
+        Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            Err(Error::Refused("the session is closed".into()))
+        }
+    }
 }
 
 async fn send_to(

@@ -33,7 +33,7 @@ use stipendex_contextvm::transport::client::{ClientOptions, ClientTransport, Pay
 use stipendex_contextvm::transport::server::{Server, ServerOptions};
 
 /// The tools: `echo` (free), `search` (10 sats), `secret` and `prepaid` (priced; the hook
-/// rejects or waives them in some tests).
+/// rejects or waives them in some tests), `slow` (free, answers after 3 s).
 #[derive(Clone, Default)]
 pub struct Tools {
     pub runs: Arc<AtomicUsize>,
@@ -70,6 +70,9 @@ impl ServerHandler for Tools {
         _c: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.runs.fetch_add(1, Ordering::SeqCst);
+        if request.name == "slow" {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
         let q = request
             .arguments
             .as_ref()

@@ -24,7 +24,10 @@ mod server;
 mod spool;
 
 pub use client::{Client, Response, TabCallPaid};
-pub use server::{Binding, FinalAmount, Outcome, TAB_CLOSE, Undelivered, WELL_KNOWN};
+pub use server::{
+    Binding, FinalAmount, IpNet, Outcome, TAB_CLOSE, TrustedProxies, Undelivered, WELL_KNOWN,
+    client_key,
+};
 pub use spool::DEFAULT_MAX_ANSWER;
 
 /// A reqwest client with the workspace's one TLS provider (rustls on ring) installed, as the

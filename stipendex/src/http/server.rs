@@ -1,5 +1,6 @@
 //! The receiver's side of the HTTP binding.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
@@ -17,8 +18,8 @@ use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, VOUCHER};
 use crate::Error;
 use crate::envelope::{Digest, Tab};
 use crate::receiver::{
-    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, PricedCapability, Receiver,
-    Request, TabCall, idempotent,
+    ANSWER_GONE, Accepted, Admitted, Answer, Delivery, Gate, Gone, OUTCOME_UNKNOWN, Presented,
+    PricedCapability, Receiver, Request, TabCall, idempotent,
 };
 
 /// Where the receiver's descriptor is served.
@@ -47,12 +48,125 @@ pub use crate::receiver::Outcome;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Undelivered;
 
+/// An IP network (`10.0.0.0/8`, `fd00::/8`) or one address (`192.0.2.1`): a trusted proxy.
+/// An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`) is matched as the IPv4 address it maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// The network of `addr`'s first `prefix` bits.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if `prefix` is longer than the address (32 bits, or 128).
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, Error> {
+        let addr = canonical_ip(addr);
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(Error::Config(format!(
+                "{addr}/{prefix} is not a network: an {} prefix is at most {max} bits",
+                if addr.is_ipv4() { "IPv4" } else { "IPv6" }
+            )));
+        }
+        Ok(IpNet { addr, prefix })
+    }
+
+    /// Whether `ip` is in this network.
+    #[must_use]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, canonical_ip(ip)) {
+            (IpAddr::V4(n), IpAddr::V4(i)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(i) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(i)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(i) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for IpNet {
+    type Err = Error;
+
+    /// `10.0.0.0/8`, `fd00::/8`, or one address (`192.0.2.1`: a `/32`, or `/128`).
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || {
+            Error::Config(format!(
+                "{s:?} is not an IP address or a network such as \"10.0.0.0/8\""
+            ))
+        };
+        let (addr, prefix) = match s.trim().split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s.trim(), None),
+        };
+        let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let prefix = match prefix {
+            Some(p) => p.trim().parse::<u8>().map_err(|_| bad())?,
+            None if canonical_ip(addr).is_ipv4() => 32,
+            None => 128,
+        };
+        IpNet::new(addr, prefix)
+    }
+}
+
+/// The TCP peers whose `X-Forwarded-For` the binding believes (default: none). Behind such a
+/// proxy a client is told apart by the address the proxy vouches for ([`client_key`]), not by
+/// the proxy's own.
+#[derive(Clone, Default)]
+pub struct TrustedProxies(Option<Arc<dyn Fn(IpAddr) -> bool + Send + Sync>>);
+
+impl TrustedProxies {
+    /// The peers in `nets`.
+    #[must_use]
+    pub fn nets(nets: Vec<IpNet>) -> Self {
+        if nets.is_empty() {
+            return TrustedProxies(None);
+        }
+        TrustedProxies(Some(Arc::new(move |ip| {
+            nets.iter().any(|n| n.contains(ip))
+        })))
+    }
+
+    /// The peers `trusts` says are proxies (for a caller that keeps its own list, such as the
+    /// gateway's `[gateway] trusted_proxies`).
+    #[must_use]
+    pub fn matching(trusts: impl Fn(IpAddr) -> bool + Send + Sync + 'static) -> Self {
+        TrustedProxies(Some(Arc::new(trusts)))
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    #[must_use]
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.0.as_ref().is_some_and(|t| t(canonical_ip(ip)))
+    }
+}
+
+impl std::fmt::Debug for TrustedProxies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "TrustedProxies(some)"
+        } else {
+            "TrustedProxies(none)"
+        })
+    }
+}
+
 /// The HTTP binding of a receiver: an axum middleware (see the module docs).
 #[derive(Clone)]
 pub struct Binding {
     receiver: Receiver,
     x402: Option<Paywall>,
     max_answer: u64,
+    trusted: TrustedProxies,
 }
 
 impl std::fmt::Debug for Binding {
@@ -60,6 +174,7 @@ impl std::fmt::Debug for Binding {
         f.debug_struct("Binding")
             .field("receiver", &self.receiver)
             .field("x402", &self.x402.is_some())
+            .field("trusted_proxies", &self.trusted)
             .finish()
     }
 }
@@ -82,7 +197,19 @@ impl Binding {
             receiver,
             x402: None,
             max_answer: super::spool::DEFAULT_MAX_ANSWER,
+            trusted: TrustedProxies::default(),
         })
+    }
+
+    /// The proxies in front of the server (default: none). A request whose TCP peer is one of
+    /// them comes from the right-most `X-Forwarded-For` address that is not itself a trusted
+    /// proxy; from any other peer, `X-Forwarded-For` is ignored ([`client_key`]). The client
+    /// is what the receiver's per-client limits count (Quotes with costly offers). The peer is
+    /// known when the server runs with `into_make_service_with_connect_info::<SocketAddr>()`.
+    #[must_use]
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted = trusted;
+        self
     }
 
     /// The largest paid answer delivered (default [`super::DEFAULT_MAX_ANSWER`], 1 GiB). A paid
@@ -153,10 +280,89 @@ impl Binding {
     }
 }
 
+/// The most `X-Forwarded-For` entries read, right to left: past them the last trusted proxy
+/// reached stands for the client.
+const MAX_FORWARDED_HOPS: usize = 16;
+
+/// An IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) as the IPv4 address it maps; any other as is.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 @ IpAddr::V4(_) => v4,
+    }
+}
+
+/// The client `ip` counts as: an IPv4 address itself (`192.0.2.1`), an IPv6 address its /64
+/// (`2001:db8:1:2::/64`: one end site holds a whole /64, so its 2^64 addresses are one client).
+fn key_of(ip: IpAddr) -> String {
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let net = std::net::Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX));
+            format!("{net}/64")
+        }
+    }
+}
+
+/// One `X-Forwarded-For` entry's address: `192.0.2.1`, `2001:db8::1`, or with a port
+/// (`192.0.2.1:4711`, `[2001:db8::1]:4711`) or brackets as some proxies write it.
+fn forwarded_ip(entry: &str) -> Option<IpAddr> {
+    entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        .or_else(|| {
+            entry
+                .strip_prefix('[')
+                .and_then(|e| e.strip_suffix(']'))
+                .and_then(|e| e.parse::<IpAddr>().ok())
+        })
+}
+
+/// Who a request comes from, as the receiver's per-client limits count it: the TCP `peer`,
+/// unless it is a trusted proxy; then the right-most `X-Forwarded-For` address that is not
+/// itself a trusted proxy (what the nearest proxy vouches for: entries further left are the
+/// client's own words). IPv4-mapped IPv6 counts as IPv4, IPv6 by its /64 ([`key_of`]).
+///
+/// From an untrusted peer `X-Forwarded-For` is ignored (anyone can write it). An entry that is
+/// no address (garbage, `unknown`) ends the walk, and the last trusted address reached stands
+/// for the client, as it does when every entry is a trusted proxy or after
+/// [`MAX_FORWARDED_HOPS`] of them: never a string the client chose. `None` without a peer.
+#[must_use]
+pub fn client_key(
+    peer: Option<IpAddr>,
+    headers: &HeaderMap,
+    trusted: &TrustedProxies,
+) -> Option<String> {
+    let mut client = canonical_ip(peer?);
+    if !trusted.trusts(client) {
+        return Some(key_of(client));
+    }
+    let mut values = headers.get_all("x-forwarded-for").iter().rev();
+    let mut hops = 0;
+    'walk: for value in values.by_ref() {
+        let Ok(value) = value.to_str() else {
+            break;
+        };
+        for entry in value.rsplit(',').map(str::trim).filter(|e| !e.is_empty()) {
+            hops += 1;
+            let Some(ip) = forwarded_ip(entry).map(canonical_ip) else {
+                break 'walk;
+            };
+            client = ip;
+            if !trusted.trusts(ip) || hops >= MAX_FORWARDED_HOPS {
+                break 'walk;
+            }
+        }
+    }
+    Some(key_of(client))
+}
+
 /// The Stipendex view of an HTTP request: the configured origin its `Host` designates, the
-/// method, the path, and the query as an object (a repeated key becomes an array), which the
-/// Quote's request digest covers.
-fn request_of(receiver: &Receiver, req: &HttpRequest) -> Request {
+/// method, the path, the query as an object (a repeated key becomes an array), which the
+/// Quote's request digest covers, and the client ([`client_key`]).
+fn request_of(b: &Binding, req: &HttpRequest) -> Request {
+    let receiver = &b.receiver;
     let host = req
         .headers()
         .get(header::HOST)
@@ -172,12 +378,15 @@ fn request_of(receiver: &Receiver, req: &HttpRequest) -> Request {
         name: req.uri().path().to_owned(),
         params: crate::receiver::query_params(req.uri().query()),
         query: req.uri().query().map(str::to_owned),
-        // The peer's address, when the server runs with `ConnectInfo` (its quotes with costly
-        // offers are limited per client).
-        client: req
-            .extensions()
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip().to_string()),
+        // Known when the server runs with `ConnectInfo`: its quotes with costly offers are
+        // limited per client.
+        client: client_key(
+            req.extensions()
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+            req.headers(),
+            &b.trusted,
+        ),
     }
 }
 
@@ -268,7 +477,7 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
         }
         return r;
     }
-    let sreq = request_of(&b.receiver, &req);
+    let sreq = request_of(&b, &req);
     let x402 = b.x402_route(cap, req.uri().path());
     let (x402_payment, presented) = read_headers(req.headers());
     if x402_payment && let Some((p, route)) = x402 {
@@ -293,10 +502,12 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
             return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await;
         }
     };
-    let paying = match b.receiver.admit(&sreq, &proof_jws).await {
-        Ok(Admitted::Run(p)) => p,
+    let paying = match b.receiver.present(&sreq, &proof_jws).await {
+        Ok(Presented::Admitted(Admitted::Run(p))) => p,
         // The same Proof again for the same request: its answer was lost on the way.
-        Ok(Admitted::Answered { answer, .. }) => return replay(&answer),
+        Ok(Presented::Admitted(Admitted::Answered { answer, .. })) => return replay(&answer),
+        // ... and its kept answer is gone: answered once, not run again, not charged again.
+        Ok(Presented::Gone(g)) => return gone(&g),
         Err(Error::Payment(e)) if e.is_retryable() => {
             return x402_transport::paywall::unavailable_response(
                 e.code(),
@@ -513,7 +724,7 @@ async fn tab_call(
             return r;
         }
     };
-    // A body too large to keep is answered once; the same voucher again is `voucher_replayed`.
+    // A body too large to keep is answered once; the same voucher again is `answer_gone`.
     let answer = spooled.in_memory().map_or_else(
         || Answer {
             status: 0,
@@ -648,6 +859,32 @@ fn replay(answer: &Answer) -> Response {
         HeaderValue::from_static("private, no-store"),
     );
     resp.extensions_mut().insert(Outcome::Replayed);
+    resp
+}
+
+/// A Proof presented again whose kept answer is gone: `410 Gone`, `{"error": "answer_gone",
+/// "message", "quote", "receipt"}` — the Receipt (`{"stipendex": "receipt/0.1", "jws"}`) when
+/// its record still holds it. Not a `402`: nothing is to be paid again. The Receipt rides in
+/// the body, not in `Stipendex-Receipt` (it binds the answer's body, not this one).
+fn gone(g: &Gone) -> Response {
+    let mut body = Map::new();
+    body.insert("error".into(), Value::from(ANSWER_GONE));
+    body.insert("message".into(), Value::from(g.message.as_str()));
+    body.insert("quote".into(), Value::from(g.quote.as_str()));
+    if let Some(r) = g
+        .receipt
+        .as_deref()
+        .and_then(|jws| crate::envelope::Signed::<crate::envelope::Receipt>::parse(jws).ok())
+        .and_then(|r| serde_json::to_value(r).ok())
+    {
+        body.insert("receipt".into(), r);
+    }
+    let mut resp = json_response(StatusCode::GONE, &Value::Object(body));
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    resp.extensions_mut().insert(Outcome::AnswerGone);
     resp
 }
 
@@ -930,5 +1167,146 @@ async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Finished {
                 None,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod client_key_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn xff(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn proxies() -> TrustedProxies {
+        TrustedProxies::nets(vec![
+            "10.0.0.0/8".parse().unwrap(),
+            "fd00::/8".parse().unwrap(),
+        ])
+    }
+
+    fn key(peer: &str, headers: &HeaderMap) -> Option<String> {
+        client_key(Some(peer.parse().unwrap()), headers, &proxies())
+    }
+
+    #[test]
+    fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
+        let h = xff(&["198.51.100.9"]);
+        assert_eq!(key("203.0.113.7", &h).as_deref(), Some("203.0.113.7"));
+        let nobody = TrustedProxies::default();
+        assert_eq!(
+            client_key(Some("10.0.0.1".parse().unwrap()), &h, &nobody).as_deref(),
+            Some("10.0.0.1"),
+            "no proxy is trusted by default"
+        );
+    }
+
+    #[test]
+    fn behind_a_trusted_proxy_the_client_is_the_address_it_vouches_for() {
+        let h = xff(&["198.51.100.9"]);
+        assert_eq!(key("10.0.0.1", &h).as_deref(), Some("198.51.100.9"));
+        assert_eq!(
+            key("10.0.0.1", &HeaderMap::new()).as_deref(),
+            Some("10.0.0.1"),
+            "a trusted peer without the header is its own client"
+        );
+        assert_eq!(client_key(None, &h, &proxies()), None, "no peer, no client");
+    }
+
+    #[test]
+    fn the_right_most_untrusted_entry_counts_not_what_the_client_wrote() {
+        // The client wrote `1.1.1.1, 2.2.2.2`; the outer proxy appended the client's address,
+        // the inner proxy the outer's.
+        let h = xff(&["1.1.1.1, 2.2.2.2, 198.51.100.9, 10.1.2.3"]);
+        assert_eq!(key("10.0.0.1", &h).as_deref(), Some("198.51.100.9"));
+        // The same chain over several header lines, in order.
+        let h = xff(&["1.1.1.1", "2.2.2.2, 198.51.100.9", "10.1.2.3"]);
+        assert_eq!(key("10.0.0.1", &h).as_deref(), Some("198.51.100.9"));
+        // Every entry a proxy: the left-most of them.
+        let h = xff(&["10.9.9.9, 10.1.2.3"]);
+        assert_eq!(key("10.0.0.1", &h).as_deref(), Some("10.9.9.9"));
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_and_mapped_ipv4_as_ipv4() {
+        let a = key("2001:db8:1:2::1", &HeaderMap::new());
+        let b = key("2001:db8:1:2:ffff:ffff:ffff:ffff", &HeaderMap::new());
+        assert_eq!(a.as_deref(), Some("2001:db8:1:2::/64"));
+        assert_eq!(a, b, "one /64, one client");
+        assert_ne!(a, key("2001:db8:1:3::1", &HeaderMap::new()));
+        assert_eq!(
+            key("::ffff:203.0.113.7", &HeaderMap::new()).as_deref(),
+            Some("203.0.113.7")
+        );
+        // A mapped proxy address is trusted as its IPv4; forwarded entries are keyed the same.
+        let h = xff(&["[2001:db8:5:6::9]:4711, ::ffff:10.2.2.2"]);
+        assert_eq!(
+            key("::ffff:10.0.0.1", &h).as_deref(),
+            Some("2001:db8:5:6::/64")
+        );
+        let h = xff(&["198.51.100.9:4711, fd00::1"]);
+        assert_eq!(key("fd12::1", &h).as_deref(), Some("198.51.100.9"));
+    }
+
+    #[test]
+    fn garbage_forwarded_for_never_becomes_a_client_key() {
+        for garbage in ["unknown", "not an ip", "999.1.1.1", "1.2.3.4/8", "<script>"] {
+            let h = xff(&[&format!("198.51.100.9, {garbage}")]);
+            assert_eq!(
+                key("10.0.0.1", &h).as_deref(),
+                Some("10.0.0.1"),
+                "{garbage}: the proxy that passed it stands for the client"
+            );
+            let h = xff(&[&format!("{garbage}, 10.3.3.3")]);
+            assert_eq!(
+                key("10.0.0.1", &h).as_deref(),
+                Some("10.3.3.3"),
+                "{garbage}"
+            );
+        }
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"198.51.100.9\xff").unwrap(),
+        );
+        assert_eq!(
+            key("10.0.0.1", &h).as_deref(),
+            Some("10.0.0.1"),
+            "not UTF-8"
+        );
+        // Empty entries are skipped, not garbage.
+        let h = xff(&["198.51.100.9, , "]);
+        assert_eq!(key("10.0.0.1", &h).as_deref(), Some("198.51.100.9"));
+    }
+
+    #[test]
+    fn a_long_chain_of_proxies_is_read_so_far_only() {
+        let chain = vec!["10.0.0.2"; 100].join(", ");
+        let h = xff(&[&format!("198.51.100.9, {chain}")]);
+        assert_eq!(key("10.0.0.1", &h).as_deref(), Some("10.0.0.2"));
+    }
+
+    #[test]
+    fn networks_parse_and_match() {
+        let n: IpNet = "192.0.2.0/24".parse().unwrap();
+        assert!(n.contains("192.0.2.200".parse().unwrap()));
+        assert!(n.contains("::ffff:192.0.2.1".parse().unwrap()));
+        assert!(!n.contains("192.0.3.1".parse().unwrap()));
+        let one: IpNet = "2001:db8::1".parse().unwrap();
+        assert!(one.contains("2001:db8::1".parse().unwrap()));
+        assert!(!one.contains("2001:db8::2".parse().unwrap()));
+        let all: IpNet = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("203.0.113.7".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "fd00::/129", "10.0.0", "x/8", "10.0.0.0/-1"] {
+            assert!(bad.parse::<IpNet>().is_err(), "{bad}");
+        }
+        let t = TrustedProxies::matching(|ip| ip == IpAddr::from([127, 0, 0, 1]));
+        assert!(t.trusts("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!TrustedProxies::nets(Vec::new()).trusts("127.0.0.1".parse().unwrap()));
     }
 }

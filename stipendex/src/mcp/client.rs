@@ -441,6 +441,12 @@ impl PayingClient {
         let not_counted = |said: Option<Digest>| said.as_ref() == Some(v.voucher.digest());
         let result = match self.send_paid(call, meta).await {
             Ok(Ok(r)) => r,
+            // This very voucher was counted before (its first answer was lost on the way) and
+            // the server no longer keeps that answer: paying the call again would pay it
+            // twice, so the refusal is the call's answer and the tab stays open.
+            Ok(Err(e)) if refusal_code(&e) == Some(ANSWER_GONE) => {
+                return Err(CallError::NotPaid(refusal(&e)));
+            }
             Ok(Err(e)) => {
                 tracing::info!(tab = %hold.tab().object().id, error = %refusal(&e), "the tab is over at this server");
                 return Ok(Err(()));
@@ -701,6 +707,17 @@ fn quote_of(e: &ErrorData) -> Result<Signed<Quote>, Error> {
 }
 
 /// A paid retry answered -32402 again: the refusal's code and message, as a decline.
+/// The receiver's code for a repeat whose paid answer it no longer keeps.
+const ANSWER_GONE: &str = "answer_gone";
+
+/// The stable code of a refusal's `data.error`, if any.
+fn refusal_code(e: &ErrorData) -> Option<&str> {
+    e.data
+        .as_ref()
+        .and_then(|d| d.get("error"))
+        .and_then(Value::as_str)
+}
+
 fn refusal(e: &ErrorData) -> Error {
     let data = e.data.as_ref();
     let code = data

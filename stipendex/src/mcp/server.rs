@@ -95,6 +95,9 @@ struct GateState {
     receiver: Receiver,
     x402: Option<McpPaywall>,
     observe: Option<Observer>,
+    /// The peers whose `X-Forwarded-For` tells the client (Streamable HTTP).
+    #[cfg(feature = "mcp-http")]
+    trusted: crate::http::TrustedProxies,
 }
 
 /// Told what the gate did with each priced call.
@@ -128,6 +131,8 @@ impl<H: ServerHandler> PaidServer<H> {
                 receiver,
                 x402: None,
                 observe: None,
+                #[cfg(feature = "mcp-http")]
+                trusted: crate::http::TrustedProxies::default(),
             }),
         })
     }
@@ -158,6 +163,8 @@ impl<H: ServerHandler> PaidServer<H> {
             receiver: self.gate.receiver.clone(),
             x402: Some(paywall),
             observe: self.gate.observe.clone(),
+            #[cfg(feature = "mcp-http")]
+            trusted: self.gate.trusted.clone(),
         });
         Ok(self)
     }
@@ -170,6 +177,23 @@ impl<H: ServerHandler> PaidServer<H> {
             receiver: self.gate.receiver.clone(),
             x402: self.gate.x402.clone(),
             observe: Some(Arc::new(f)),
+            #[cfg(feature = "mcp-http")]
+            trusted: self.gate.trusted.clone(),
+        });
+        self
+    }
+
+    /// Over Streamable HTTP, believes `X-Forwarded-For` from these peers only: behind such a
+    /// proxy a caller is told apart (for the per-client limits) by the address the proxy
+    /// vouches for, as the HTTP binding does ([`crate::http::client_key`]: IPv6 by its /64).
+    #[cfg(feature = "mcp-http")]
+    #[must_use]
+    pub fn trusted_proxies(mut self, trusted: crate::http::TrustedProxies) -> Self {
+        self.gate = Arc::new(GateState {
+            receiver: self.gate.receiver.clone(),
+            x402: self.gate.x402.clone(),
+            observe: self.gate.observe.clone(),
+            trusted,
         });
         self
     }
@@ -229,7 +253,10 @@ fn signed_in(meta: &JsonObject, key: &str, kind: &str) -> Option<Result<String, 
 
 /// The host the call came in at (Streamable HTTP) and the caller's address, where the
 /// transport knows them.
-fn connection(context: &RequestContext<RoleServer>) -> (Option<String>, Option<String>) {
+fn connection(
+    context: &RequestContext<RoleServer>,
+    #[cfg(feature = "mcp-http")] trusted: &crate::http::TrustedProxies,
+) -> (Option<String>, Option<String>) {
     #[cfg(feature = "mcp-http")]
     {
         if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
@@ -238,10 +265,11 @@ fn connection(context: &RequestContext<RoleServer>) -> (Option<String>, Option<S
                 .get(axum::http::header::HOST)
                 .and_then(|h| h.to_str().ok())
                 .map(str::to_owned);
-            let client = parts
+            let peer = parts
                 .extensions
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|c| c.0.ip().to_string());
+                .map(|c| c.0.ip());
+            let client = crate::http::client_key(peer, &parts.headers, trusted);
             return (host, client);
         }
     }
@@ -384,7 +412,11 @@ impl GateState {
         name: &str,
         arguments: Option<&JsonObject>,
     ) -> Request {
-        let (host, client) = connection(context);
+        let (host, client) = connection(
+            context,
+            #[cfg(feature = "mcp-http")]
+            &self.trusted,
+        );
         let origin = self.receiver.origin_for(host.as_deref());
         let mut r = super::request(origin, method, name, arguments);
         r.client = client;
@@ -703,12 +735,32 @@ impl GateState {
         R: Outcome,
         F: Future<Output = Result<R, ErrorData>>,
     {
-        let paying = match self.receiver.admit(sreq, jws).await {
-            Ok(Admitted::Run(p)) => p,
+        let paying = match self.receiver.present(sreq, jws).await {
+            Ok(crate::receiver::Presented::Admitted(Admitted::Run(p))) => p,
             // The same Proof again for the same call: its answer was lost on the way.
-            Ok(Admitted::Answered { answer, .. }) => {
+            Ok(crate::receiver::Presented::Admitted(Admitted::Answered { answer, .. })) => {
                 self.saw(&GateOutcome::Replayed);
                 return replay(&answer);
+            }
+            // Answered and receipted once, its kept answer since let go: not run again, nothing
+            // more charged, and said so (never a fresh Quote for a call already paid).
+            Ok(crate::receiver::Presented::Gone(g)) => {
+                let mut data = json!({
+                    "error": crate::receiver::ANSWER_GONE,
+                    "message": g.message,
+                    "quote": g.quote,
+                });
+                if let (Some(obj), Some(r)) = (data.as_object_mut(), &g.receipt) {
+                    obj.insert("receipt".into(), Value::from(r.as_str()));
+                }
+                return Err(rpc_error(
+                    ErrorCode::INVALID_REQUEST.0,
+                    format!(
+                        "{}: the call was answered once and is not run again",
+                        g.message
+                    ),
+                    data,
+                ));
             }
             Err(Error::Payment(e)) if e.is_retryable() => return Err(retry_same(&e)),
             Err(e) => {

@@ -10,7 +10,11 @@
 //!   presentation still runs is `in_progress` (retryable).
 //! - **its answer** (namespace `stipendex/<receiver>/answers`): status, content type, body (at
 //!   most [`MAX_KEPT_ANSWER`] bytes) and Receipt, kept for the Quote's remaining life plus
-//!   [`ANSWER_MARGIN`]. After that a repeat is `quote_used`: the answer is gone.
+//!   [`ANSWER_MARGIN`], within the instance's bound on kept answers ([`super::keep`]: oldest
+//!   first, a record losing its body before it is removed). A repeat whose answer is not there
+//!   any more (too large, dropped for the bound, past its retention) is [`Gone`]: answered
+//!   once, receipted, not run again (`answer_gone` over HTTP, with the Receipt when its record
+//!   still holds it).
 //! - **its verification** (namespace `stipendex/<receiver>/verified`): the rail's verdict,
 //!   written as soon as the rail gave it. A presentation that recovers a lapsed claim takes the
 //!   verdict from here instead of asking the rail again (most rails answer a second
@@ -28,11 +32,18 @@ use rail_core::{KeyStore, OpId, RailError, Verified};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use super::keep::{Keep, Space};
 use crate::Error;
 
 /// The largest answer body the receiver keeps for a repeat: a larger answer is served once,
-/// and a repeat of its Proof is `quote_used`.
+/// and a repeat of its Proof is [`Gone`] (its record keeps the status and Receipt).
 pub const MAX_KEPT_ANSWER: usize = 1024 * 1024;
+
+/// The code of a repeat whose kept answer is gone ([`Gone`]; a voucher's, over a tab).
+pub const ANSWER_GONE: &str = "answer_gone";
+
+/// The state name of an answer record.
+pub(crate) const ANSWER_STATE: &str = "answer";
 
 /// How long an answer is kept after its Quote's expiry: the wallet's time to notice the lost
 /// answer and present the same Proof again.
@@ -111,6 +122,79 @@ struct Recorded {
 struct Kept {
     request: String,
     answer: Answer,
+    /// The body is not kept: why, and how long it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dropped: Option<Dropped>,
+}
+
+/// Why an answer record holds no body.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Dropped {
+    /// The body's length.
+    bytes: u64,
+    /// `true`: dropped to keep within the bound; `false`: over [`MAX_KEPT_ANSWER`].
+    bound: bool,
+}
+
+/// The answer record `value` without its body (dropped for the bound), if it has one.
+pub(crate) fn without_body(value: &str) -> Option<String> {
+    let mut k = serde_json::from_str::<Kept>(value).ok()?;
+    if k.dropped.is_some() {
+        return None;
+    }
+    k.dropped = Some(Dropped {
+        bytes: k.answer.body.len() as u64,
+        bound: true,
+    });
+    k.answer.body = Vec::new();
+    serde_json::to_string(&k).ok()
+}
+
+/// A Proof presented again, for the same request, after it was answered and receipted, whose
+/// answer is not kept any more: too large to keep, dropped to keep the instance's kept answers
+/// within their bound, or past its retention. It is not run again and nothing more is charged
+/// ([`super::Receiver::present`]; over HTTP `410` with `"error": "answer_gone"` and the
+/// Receipt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gone {
+    /// The Quote's id.
+    pub quote: String,
+    /// The answer's status, if its record is still kept.
+    pub status: Option<u16>,
+    /// The Receipt the answer carried (compact JWS), if its record is still kept and the work
+    /// succeeded.
+    pub receipt: Option<String>,
+    /// Why, in one sentence.
+    pub message: String,
+}
+
+impl Gone {
+    fn of(quote: &str, k: Option<(&Answer, Dropped)>) -> Self {
+        let why = match k {
+            Some((_, d)) if !d.bound => format!(
+                "its answer ({} bytes) is larger than the {MAX_KEPT_ANSWER} bytes a receiver keeps",
+                d.bytes
+            ),
+            Some((_, d)) => format!(
+                "its answer ({} bytes) was dropped, oldest first, to keep this receiver's kept answers within their bound",
+                d.bytes
+            ),
+            None => "its answer is no longer kept (past its retention, or dropped to keep this receiver's kept answers within their bound)".to_owned(),
+        };
+        Gone {
+            quote: quote.to_owned(),
+            status: k.map(|(a, _)| a.status),
+            receipt: k.and_then(|(a, _)| a.receipt.clone()),
+            message: format!(
+                "the proof of quote {quote} was answered and {why}: it is not run again and nothing more is charged{}",
+                if k.is_some_and(|(a, _)| a.receipt.is_some()) {
+                    "; its Receipt is attached"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
 }
 
 /// What the use record said of a Proof.
@@ -122,8 +206,12 @@ pub(crate) enum Use {
         /// An earlier presentation held the claim and stopped.
         recovered: bool,
     },
-    /// Presented before and answered: the kept answer, if it is still kept.
-    Answered { kept: Option<Answer> },
+    /// Presented before and answered: the kept answer.
+    Answered(Box<Answer>),
+    /// Presented before and answered, and its answer is not kept any more.
+    Gone(Box<Gone>),
+    /// Presented before, and no answer was kept for it (through [`super::Receiver::accept`]).
+    Used,
 }
 
 /// The receiver's records of used Proofs and their answers.
@@ -136,15 +224,17 @@ pub(crate) struct Answers {
     started: ReplayGuard,
     started_ns: String,
     retain: Duration,
+    keep: Arc<Keep>,
 }
 
 impl Answers {
-    /// The records of `receiver`, whose Quotes live `ttl`.
+    /// The records of `receiver`, whose Quotes live `ttl`, its answers kept within `keep`.
     pub(crate) fn new(
         store: Arc<dyn KeyStore>,
         receiver: &str,
         ttl: Duration,
         lease: Duration,
+        keep: Arc<Keep>,
     ) -> Self {
         let who = who(receiver);
         // A use is remembered as long as a rail answers a recovered verification the same
@@ -159,7 +249,13 @@ impl Answers {
             started_ns: format!("stipendex/{who}/started"),
             retain,
             store,
+            keep,
         }
+    }
+
+    /// The bound its answers are kept within (shared with the tabs').
+    pub(crate) fn bound(&self) -> &Arc<Keep> {
+        &self.keep
     }
 
     fn key(quote_id: &str) -> Result<OpId, Error> {
@@ -192,7 +288,7 @@ impl Answers {
             }),
             Ok(rail_core::keys::Begin::Replay(used)) => {
                 if !used.kept {
-                    return Ok(Use::Answered { kept: None });
+                    return Ok(Use::Used);
                 }
                 let kept = match self.store.get(&self.answers_ns, op.as_str()).await {
                     Ok(Some(seen)) => seen
@@ -206,9 +302,17 @@ impl Answers {
                     Some(k) if k.request != request => Err(Error::Mismatch(format!(
                         "this proof of quote {quote_id} was answered for another request"
                     ))),
-                    k => Ok(Use::Answered {
-                        kept: k.map(|k| k.answer),
-                    }),
+                    Some(Kept {
+                        answer,
+                        dropped: None,
+                        ..
+                    }) => Ok(Use::Answered(Box::new(answer))),
+                    Some(Kept {
+                        answer,
+                        dropped: Some(d),
+                        ..
+                    }) => Ok(Use::Gone(Box::new(Gone::of(quote_id, Some((&answer, d)))))),
+                    None => Ok(Use::Gone(Box::new(Gone::of(quote_id, None)))),
                 }
             }
             Err(RailError::IdempotencyConflict { .. }) => {
@@ -299,7 +403,8 @@ impl Answers {
         }
     }
 
-    /// The request ran: keeps `answer` (if small enough) for `keep`, then marks the Proof used.
+    /// The request ran: keeps `answer` for `keep` (within the instance's bound: its record
+    /// without the body when the body is too large or cannot fit), then marks the Proof used.
     pub(crate) async fn keep(
         &self,
         lease: Lease,
@@ -309,33 +414,100 @@ impl Answers {
         keep: Duration,
     ) -> Result<(), Error> {
         let op = Self::key(quote_id)?;
-        let mut kept = false;
-        if let Some(a) = answer {
-            if a.body.len() > MAX_KEPT_ANSWER {
-                tracing::warn!(quote = %quote_id, bytes = a.body.len(), "the answer is too large to keep; a repeat of its proof is quote_used");
-            } else {
-                let value = serde_json::to_string(&Kept {
-                    request: request.to_owned(),
-                    answer: a.clone(),
-                })
-                .map_err(|e| Error::Storage(e.to_string()))?;
-                let mut w = Write::finished(rand::random(), "answer", Some(keep));
-                w.value = Some(value);
-                match self
-                    .store
-                    .insert_if_absent(&self.answers_ns, op.as_str(), &w)
-                    .await
-                {
-                    Ok(_) => kept = true,
-                    Err(e) => {
-                        tracing::error!(quote = %quote_id, error = %e, "could not keep a paid answer; a repeat of its proof is quote_used");
-                    }
-                }
-            }
-        }
+        let kept = match answer {
+            Some(a) => self.keep_answer(&op, quote_id, request, a, keep).await,
+            None => false,
+        };
         self.uses
             .finish(lease, &Used { kept })
             .await
             .map_err(|e| Error::Storage(e.to_string()))
+    }
+
+    /// Writes `a`'s record under `op` for `keep`: with its body if it fits, else without;
+    /// `true` if a record is kept.
+    async fn keep_answer(
+        &self,
+        op: &OpId,
+        quote_id: &str,
+        request: &str,
+        a: &Answer,
+        keep: Duration,
+    ) -> bool {
+        let bytes = a.body.len() as u64;
+        let record = |body: bool| {
+            let dropped = (!body).then_some(Dropped {
+                bytes,
+                bound: a.body.len() <= MAX_KEPT_ANSWER,
+            });
+            let answer = if body {
+                a.clone()
+            } else {
+                Answer {
+                    body: Vec::new(),
+                    ..a.clone()
+                }
+            };
+            serde_json::to_string(&Kept {
+                request: request.to_owned(),
+                answer,
+                dropped,
+            })
+        };
+        let tries: &[bool] = if a.body.len() > MAX_KEPT_ANSWER {
+            tracing::warn!(quote = %quote_id, bytes, "the answer is too large to keep; a repeat of its proof is answer_gone");
+            &[false]
+        } else {
+            &[true, false]
+        };
+        let bare = match record(false) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(quote = %quote_id, error = %e, "could not encode a paid answer; a repeat of its proof is quote_used");
+                return false;
+            }
+        };
+        for &body in tries {
+            let value = if body {
+                match record(true) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::error!(quote = %quote_id, error = %e, "could not encode a paid answer; a repeat of its proof is quote_used");
+                        return false;
+                    }
+                }
+            } else {
+                bare.clone()
+            };
+            let Some(room) = self.keep.reserve(value.len() as u64).await else {
+                if body {
+                    tracing::warn!(quote = %quote_id, bytes, "the answer cannot fit in this receiver's bound on kept answers; its record is kept without it");
+                }
+                continue;
+            };
+            let token = rand::random::<i64>();
+            let mut w = Write::finished(token, ANSWER_STATE, Some(keep));
+            w.value = Some(value);
+            return match self
+                .store
+                .insert_if_absent(&self.answers_ns, op.as_str(), &w)
+                .await
+            {
+                Ok(None) => {
+                    let until = self.keep.now().saturating_add(keep.as_secs());
+                    let strip_to = body.then_some(bare.len() as u64);
+                    room.kept(Space::Proof, op.as_str(), token, until, body, strip_to);
+                    true
+                }
+                // An earlier presentation of the same Proof kept its answer.
+                Ok(Some(_)) => true,
+                Err(e) => {
+                    tracing::error!(quote = %quote_id, error = %e, "could not keep a paid answer; a repeat of its proof is quote_used");
+                    false
+                }
+            };
+        }
+        tracing::warn!(quote = %quote_id, "no room for a paid answer's record; a repeat of its proof is quote_used");
+        false
     }
 }

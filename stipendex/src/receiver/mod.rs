@@ -15,6 +15,7 @@
 //!    Receipt — or [`Receiver::release`] if the work failed (a hold is voided).
 
 mod answers;
+mod keep;
 mod limit;
 pub mod price_file;
 mod pricing;
@@ -32,7 +33,8 @@ use rail_core::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use answers::{ANSWER_MARGIN, Answer, MAX_KEPT_ANSWER};
+pub use answers::{ANSWER_GONE, ANSWER_MARGIN, Answer, Gone, MAX_KEPT_ANSWER};
+pub use keep::{DEFAULT_KEEP_BYTES, DEFAULT_KEEP_ENTRIES, KeepBounds};
 pub use limit::DEFAULT_COSTLY_QUOTES;
 pub(crate) use pricing::matching;
 #[cfg(feature = "http")]
@@ -95,6 +97,17 @@ pub enum Admitted {
     },
 }
 
+/// What [`Receiver::present`] found for a Proof: as [`Receiver::admit`], or a repeat whose
+/// kept answer is gone.
+#[derive(Debug)]
+pub enum Presented {
+    /// A new Proof to run, or a repeat with its kept answer.
+    Admitted(Admitted),
+    /// A repeat of a Proof that was answered and receipted, whose answer is not kept any more:
+    /// not run again, nothing more charged.
+    Gone(Box<Gone>),
+}
+
 /// A Proof being served: its accepted payment, and its claim on the Quote (no other
 /// presentation runs meanwhile). Hand it to [`Receiver::answered`] once the request is
 /// answered; dropped, the claim lapses and the next presentation of the Proof recovers.
@@ -135,6 +148,8 @@ pub enum Outcome {
     },
     /// The kept answer of a Proof presented again.
     Replayed,
+    /// A Proof presented again whose kept answer is gone ([`Gone`]).
+    AnswerGone,
     /// The pricing hook refused the request.
     Rejected,
     /// A call paid by a voucher inside a tab (its kept answer when `replayed`).
@@ -256,6 +271,7 @@ pub struct Builder {
     tabs: Option<TabTerms>,
     path_matching: PathMatching,
     ready: Option<Arc<dyn Ready>>,
+    keep: KeepBounds,
 }
 
 impl Builder {
@@ -306,7 +322,10 @@ impl Builder {
     /// How many Quotes with costly offers (rails whose offers are objects elsewhere: Stripe,
     /// Lightning; `offers_cost`) one client gets per window (default
     /// [`DEFAULT_COSTLY_QUOTES`]: 60 a minute). Past it, those rails drop out of the client's
-    /// Quotes; with no other rail the request is `rate_limited` (429 over HTTP).
+    /// Quotes; with no other rail the request is `rate_limited` (429 over HTTP). With a
+    /// [`Builder::store`] (or a registry's), the count is kept in that store, so every instance
+    /// sharing it counts against one limit; without one, each instance counts alone, in a
+    /// table of at most 10,000 clients.
     #[must_use]
     pub fn costly_quotes_per_client(mut self, max: u32, per: Duration) -> Self {
         self.costly = (max, per);
@@ -438,18 +457,26 @@ impl Builder {
                 )));
             }
         }
+        // A store given to the receiver is the one its instances share: the costly-quote limit
+        // is counted there, once for the fleet; without one, in this instance's memory.
+        let costly = match &self.store {
+            Some(shared) => limit::Limiter::new(self.costly.0, self.costly.1)
+                .shared(shared.clone(), &answers::who(&self.id)),
+            None => limit::Limiter::new(self.costly.0, self.costly.1),
+        };
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
+        let keep = keep::Keep::new(store.clone(), &self.id, self.keep, self.clock.clone());
         Ok(Receiver(Arc::new(Inner {
-            tabs: tab::Records::new(store.clone(), &self.id),
+            tabs: tab::Records::new(store.clone(), &self.id, keep.clone()),
             keeper: std::sync::atomic::AtomicBool::new(false),
             tab_terms: self.tabs,
             path_matching: self.path_matching,
             ready: self.ready,
             claim_lease: self.claim_lease,
-            answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease),
-            costly: limit::Limiter::new(self.costly.0, self.costly.1),
+            answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease, keep),
+            costly,
             party: Party {
                 id: self.id,
                 key: self.key.public(),
@@ -495,6 +522,7 @@ impl Receiver {
             tabs: None,
             path_matching: PathMatching::default(),
             ready: None,
+            keep: KeepBounds::default(),
         }
     }
 
@@ -716,6 +744,28 @@ impl Receiver {
         }
     }
 
+    /// Counts one costly offer (an invoice, a PaymentIntent) made outside a Quote for `client`
+    /// (a ContextVM payment request, keyed by the client's Nostr key) against the same
+    /// per-client limit as Quotes with costly offers, shared by the fleet through the store.
+    ///
+    /// # Errors
+    /// [`Error::RateLimited`] past the limit, with when to retry.
+    pub async fn admit_costly(&self, client: &str) -> Result<(), Error> {
+        let me = &self.0;
+        me.costly
+            .admit(Some(client), me.clock.now().millis())
+            .await
+            .map_err(|wait_ms| {
+                let retry_after = u64::try_from(wait_ms.saturating_add(999) / 1000).unwrap_or(60);
+                Error::RateLimited {
+                    why: format!(
+                        "too many costly offers for this client now; retry in {retry_after} s"
+                    ),
+                    retry_after,
+                }
+            })
+    }
+
     /// An offer of `charge` from every rail that can take it (its asset; in hold mode, a rail
     /// that holds and captures part of a hold), in the receiver's order; a rail whose offer
     /// fails drops out (logged), and only when every rail fails is the failure returned. Rails
@@ -734,13 +784,14 @@ impl Receiver {
                 continue;
             }
             if r.handle.receiver.offers_cost() {
-                let admitted = *costly.get_or_insert_with(|| {
-                    me.costly.admit(
-                        req.client.as_deref().unwrap_or("?"),
-                        me.clock.now().millis(),
-                    )
-                });
-                if admitted.is_err() {
+                if costly.is_none() {
+                    costly = Some(
+                        me.costly
+                            .admit(req.client.as_deref(), me.clock.now().millis())
+                            .await,
+                    );
+                }
+                if matches!(costly, Some(Err(_))) {
                     tracing::debug!(rail = %r.name, client = ?req.client, "costly offers rate-limited for this client; quoting without the rail");
                     continue;
                 }
@@ -796,10 +847,23 @@ impl Receiver {
     ///
     /// # Errors
     /// As [`Receiver::accept`]; [`Error::QuoteUsed`] also for a repeat whose answer is no
-    /// longer kept (too large, or past the Quote's life and [`ANSWER_MARGIN`]);
+    /// longer kept ([`Receiver::present`] says so: [`Presented::Gone`]);
     /// [`Error::Payment`] with [`RailError::InProgress`] (retryable) while the first
     /// presentation still runs.
     pub async fn admit(&self, req: &Request, proof: &str) -> Result<Admitted, Error> {
+        match self.present(req, proof).await? {
+            Presented::Admitted(a) => Ok(a),
+            Presented::Gone(g) => Err(Error::QuoteUsed(g.quote)),
+        }
+    }
+
+    /// [`Receiver::admit`], telling a repeat whose kept answer is gone ([`Presented::Gone`]:
+    /// too large to keep, dropped for the instance's bound on kept answers, or past the
+    /// Quote's life and [`ANSWER_MARGIN`]) from a Quote used by another Proof.
+    ///
+    /// # Errors
+    /// As [`Receiver::admit`].
+    pub async fn present(&self, req: &Request, proof: &str) -> Result<Presented, Error> {
         let me = &self.0;
         let proof = Signed::<Proof>::parse(proof)?;
         let p = proof.object();
@@ -901,14 +965,18 @@ impl Receiver {
             .await?
         {
             answers::Use::Run { lease, recovered } => (lease, recovered),
-            answers::Use::Answered { kept: Some(answer) } => {
+            answers::Use::Answered(answer) => {
                 tracing::info!(quote = %q.id, "the same proof again: its kept answer");
-                return Ok(Admitted::Answered {
+                return Ok(Presented::Admitted(Admitted::Answered {
                     quote: q.id.clone(),
-                    answer: Box::new(answer),
-                });
+                    answer,
+                }));
             }
-            answers::Use::Answered { kept: None } => return Err(Error::QuoteUsed(q.id.clone())),
+            answers::Use::Gone(gone) => {
+                tracing::info!(quote = %q.id, "the same proof again: its answer is no longer kept (answer_gone)");
+                return Ok(Presented::Gone(gone));
+            }
+            answers::Use::Used => return Err(Error::QuoteUsed(q.id.clone())),
         };
         // A claim recovered from a stopped presentation whose rail had answered: that verdict,
         // not the rail again (which would call its own consumed payment a replay).
@@ -968,7 +1036,7 @@ impl Receiver {
         };
         tracing::info!(quote = %q.id, rail = %rail.name, amount = %verified.amount.amount(), "payment accepted");
         let rail = rail.name.clone();
-        Ok(Admitted::Run(Box::new(Paying {
+        Ok(Presented::Admitted(Admitted::Run(Box::new(Paying {
             accepted: Accepted {
                 rail,
                 proof,
@@ -978,7 +1046,7 @@ impl Receiver {
             },
             lease,
             request: request.as_str().to_owned(),
-        })))
+        }))))
     }
 
     /// Hands the request admitted as `paying` to its work: [`Delivery::First`] the first time,

@@ -11,6 +11,11 @@
 //! of one key serialize on the row, and only one of them sees its own token returned. A record
 //! without retention (`expires_at IS NULL`: in flight) is never overwritten, whatever its lease.
 //!
+//! `count` (a windowed counter) is one statement too, `INSERT … ON CONFLICT (ns, key) DO UPDATE
+//! SET value = value + 1 (or 1 once the window ended) … RETURNING value`, run on the pool
+//! outside the group commit (it answers a value): concurrent counters of one key serialize on
+//! the row, and its record expires with its window like any other.
+//!
 //! **Clocks.** Every statement computes times from one `now`: PostgreSQL's
 //! `statement_timestamp()` by default (one clock for every host sharing the database), the
 //! host's clock for SQLite (one host), or an injected [`Clock`](crate::Clock) for either.
@@ -66,6 +71,27 @@ const GET: Template = Template(
      FROM rail_keys WHERE ns = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > {now})",
     3,
 );
+/// One event counted (`KeyStore::count`): a fresh counter at 1, or the present one plus 1, or
+/// an expired record (of any kind) overwritten by a fresh counter, in one statement: the row
+/// lock makes concurrent counters of one key serialize, each seeing its own count. Every `SET`
+/// reads the row as it was. A present record that is not a counter is left alone (no row).
+/// `$3` is the state [`COUNTED`](crate::keys::COUNTED), `$4` an empty fingerprint, `$5` the
+/// window (ms).
+const COUNT: Template = Template(
+    "INSERT INTO rail_keys (ns, key, token, state, fingerprint, value, expires_at, lease_until)
+     VALUES ($1, $2, 0, $3, $4, '1', {now} + $5, NULL)
+     ON CONFLICT (ns, key) DO UPDATE SET
+        value = CASE WHEN rail_keys.expires_at <= {now} THEN '1'
+                ELSE CAST(CAST(rail_keys.value AS BIGINT) + 1 AS TEXT) END,
+        expires_at = CASE WHEN rail_keys.expires_at <= {now} THEN EXCLUDED.expires_at
+                     ELSE rail_keys.expires_at END,
+        token = 0, state = EXCLUDED.state, fingerprint = EXCLUDED.fingerprint,
+        lease_until = NULL
+     WHERE rail_keys.expires_at IS NOT NULL
+       AND (rail_keys.expires_at <= {now} OR rail_keys.state = EXCLUDED.state)
+     RETURNING value, expires_at, {now} AS now",
+    6,
+);
 const NOW: Template = Template("SELECT {now}", 1);
 const PURGE: Template = Template(
     "DELETE FROM rail_keys WHERE expires_at IS NOT NULL AND expires_at <= {now}",
@@ -80,6 +106,7 @@ struct Statements {
     renew: String,
     get: String,
     purge: String,
+    count: String,
     now: String,
 }
 
@@ -94,6 +121,7 @@ impl Statements {
             renew: fill(&RENEW),
             get: fill(&GET),
             purge: fill(&PURGE),
+            count: fill(&COUNT),
             now: fill(&NOW),
         }
     }
@@ -366,6 +394,49 @@ macro_rules! sql_key_store {
                     .await
                     .map_err(|e| storage(&e))?;
                 Ok(r.rows_affected())
+            }
+
+            async fn count(
+                &self,
+                ns: &str,
+                key: &str,
+                window: Duration,
+            ) -> RailResult<crate::keys::Tally> {
+                // One statement on a connection of its own, outside the group commit: its
+                // answer is a value, and a limiter asks once per request.
+                let rows = sqlx::query(&STATEMENTS.count)
+                    .bind(ns)
+                    .bind(key)
+                    .bind(crate::keys::COUNTED)
+                    .bind(Vec::<u8>::new())
+                    .bind(millis(window))
+                    .bind(self.now())
+                    // Every row, so the statement runs to its end (on SQLite, its commit).
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| storage(&e))?;
+                let Some(row) = rows.first() else {
+                    return Err(crate::RailError::Storage(format!(
+                        "key {ns}/{key} holds a record that is not a counter"
+                    )));
+                };
+                let read = || -> Result<(String, i64, i64), sqlx::Error> {
+                    Ok((
+                        row.try_get("value")?,
+                        row.try_get("expires_at")?,
+                        row.try_get("now")?,
+                    ))
+                };
+                let (value, end, now) = read().map_err(|e| storage(&e))?;
+                let count = value.parse::<u64>().map_err(|_| {
+                    crate::RailError::Storage(format!("the counter {ns}/{key} holds no count"))
+                })?;
+                Ok(crate::keys::Tally {
+                    count,
+                    left: Duration::from_millis(
+                        u64::try_from(end.saturating_sub(now)).unwrap_or(0),
+                    ),
+                })
             }
         }
     };

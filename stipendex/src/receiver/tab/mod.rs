@@ -19,14 +19,16 @@ use std::time::Duration;
 use rail_core::clock::rfc3339;
 use rail_core::{Charge, Money, OpId, PaymentState, RailError};
 
-use super::{Answer, Delivery, MAX_KEPT_ANSWER, Price, Receiver, Request, checkout_capable};
+use super::{
+    ANSWER_GONE, Answer, Delivery, MAX_KEPT_ANSWER, Price, Receiver, Request, checkout_capable,
+};
 use crate::Error;
 use crate::envelope::{
     Confirmation, Digest, LaneEnd, Proof, Signed, Tab, TabClose, TabPrice, TabReceipt, Tag,
     Voucher, new_id, tab_root,
 };
 pub(crate) use record::Records;
-use record::{Lane, Slot, TabHead, TabRecord};
+use record::{Lane, LaneAnswer, Pending, Slot, TabHead, TabRecord};
 
 /// How a receiver offers tabs ([`super::Builder::tabs`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -382,10 +384,12 @@ impl Receiver {
 
     /// A call of `req` paid by `voucher` (compact JWS) inside an open tab. A new voucher (the
     /// lane's next sequence, the call's price, the cap not passed, before the tab's end) is
-    /// recorded before the call runs; the same voucher again gets the lane's kept answer.
+    /// recorded before the call runs; the same voucher again gets the lane's kept answer, or
+    /// `answer_gone` when it is not kept any more (not run again, nothing more charged).
     ///
     /// # Errors
-    /// [`Error::TabClosed`]; [`Error::Voucher`] naming the rule broken (`voucher_replayed`,
+    /// [`Error::TabClosed`]; [`Error::Voucher`] naming the rule broken (`answer_gone`,
+    /// `voucher_replayed`,
     /// `voucher_out_of_order`, `equivocation` — the tab is then closed —, `above_cap`,
     /// `wrong_price`, `bad_cumulative`, `not_covered`); [`Error::Mismatch`] (another tab,
     /// request or wallet); [`Error::Payment`] with [`RailError::InProgress`] while the same
@@ -468,10 +472,35 @@ impl Receiver {
                 });
             };
             match step? {
-                Step::Answered(answer) => {
+                Step::Answered => {
+                    // Its answer: waiting here for its write, else as the lane's key holds it
+                    // (written here or at another instance), if it answers this very call.
+                    let waiting = s
+                        .pending
+                        .get(&vo.lane)
+                        .filter(|p| p.seq == vo.seq)
+                        .and_then(Pending::answer);
+                    let answer = match waiting {
+                        Some(a) => Some(a),
+                        None => {
+                            me.tabs
+                                .read_answer(&vo.tab, vo.lane, vo.seq, v.digest())
+                                .await?
+                        }
+                    };
+                    let Some(answer) = answer else {
+                        tracing::info!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "the same voucher again: its answer is no longer kept (answer_gone)");
+                        return Err(voucher_err(
+                            ANSWER_GONE,
+                            format!(
+                                "lane {} sequence {} of tab {} was answered and its answer is no longer kept (too large, dropped to keep this receiver's kept answers within their bound, or lost with an instance that stopped): it is not run again and nothing more is charged",
+                                vo.lane, vo.seq, vo.tab
+                            ),
+                        ));
+                    };
                     return Ok(TabCall::Answered {
                         voucher: v.digest().clone(),
-                        answer,
+                        answer: Box::new(answer),
                     });
                 }
                 Step::Again => {
@@ -587,17 +616,44 @@ impl Receiver {
 
     /// The call paid by `serving` was answered with `answer`, whose result digest is `result`
     /// (over HTTP the body's, over MCP the canonical result's): its (voucher, result) leaf joins
-    /// the lane's tree and the answer is kept for the same voucher again. Written with the
-    /// tab's next write (the next voucher, [`Receiver::flush_tabs`], or the close): an
-    /// instance that stops before loses the kept answer, never the payment.
+    /// the lane's tree and the answer is kept for the same voucher again — at most
+    /// [`MAX_KEPT_ANSWER`] bytes of body, within the instance's bound on kept answers (room is
+    /// made now: older kept answers may be dropped, oldest first). The answer is written under
+    /// its lane's own key with the tab's next write (the next voucher, [`Receiver::flush_tabs`],
+    /// or the close), before the record: an instance that stops before loses the kept answer,
+    /// never the payment.
     pub async fn tab_answered(&self, serving: Serving, answer: Answer, result: &Digest) {
+        let me = &self.0;
         let vo = serving.voucher.object();
-        let entry = self.0.tabs.entry(&vo.tab);
+        let kept = if answer.status != 0 && answer.body.len() <= MAX_KEPT_ANSWER {
+            let value = serde_json::to_string(&LaneAnswer {
+                seq: vo.seq,
+                voucher: serving.voucher.digest().clone(),
+                answer,
+            });
+            match value {
+                Ok(v) => match me.tabs.keep().reserve(v.len() as u64).await {
+                    Some(room) => Some((v, room)),
+                    None => {
+                        tracing::warn!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "no room to keep a call's answer; the same voucher again is answer_gone");
+                        None
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(tab = %vo.tab, error = %e, "could not encode a call's answer; the same voucher again is answer_gone");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let entry = me.tabs.entry(&vo.tab);
         let mut guard = entry.state.lock().await;
         if let Some(s) = guard.as_mut() {
             s.serving.remove(&(vo.lane, vo.seq));
-            if record_answer(s, vo.lane, vo.seq, answer, result) {
+            if record_answer(s, vo.lane, vo.seq, result, kept) {
                 s.dirty = true;
+                s.answers_seen = s.answers_seen.wrapping_add(1);
             }
         }
     }
@@ -781,6 +837,8 @@ impl Receiver {
                 return Signed::parse(r);
             }
             if !s.rec.closing {
+                // Answers of a tab being closed are not written: no voucher is served any more.
+                s.pending.clear();
                 s.rec.closing = true;
                 s.version += 1;
                 if !me.tabs.put(id, s).await? {
@@ -865,6 +923,8 @@ impl Receiver {
             let before = std::mem::replace(&mut s.rec, rec);
             if me.tabs.put(id, s).await? {
                 tracing::info!(tab = %id, captured = %captured, calls = receipt.object().calls, "tab closed");
+                me.tabs.remove_answers(id, &s.answer_tokens).await;
+                s.answer_tokens.clear();
                 return Ok(receipt);
             }
             s.rec = before;
@@ -884,8 +944,8 @@ enum Step {
         lane: Box<Lane>,
         total: rail_core::Amount,
     },
-    /// The same voucher again, answered: its answer.
-    Answered(Box<Answer>),
+    /// The same voucher again, answered: its answer, if it is kept.
+    Answered,
     /// The same voucher again, accepted by an instance that stopped before answering.
     Again,
     /// Another voucher with the lane's last sequence.
@@ -985,16 +1045,7 @@ impl Receiver {
                 return Ok(Step::Equivocation);
             }
             if lane.answered {
-                return match &lane.answer {
-                    Some(a) => Ok(Step::Answered(Box::new(a.clone()))),
-                    None => Err(voucher_err(
-                        "voucher_replayed",
-                        format!(
-                            "lane {} sequence {} was answered and its answer is not kept",
-                            vo.lane, vo.seq
-                        ),
-                    )),
-                };
+                return Ok(Step::Answered);
             }
             let running = s.serving.contains(&(vo.lane, vo.seq))
                 || now
@@ -1065,7 +1116,7 @@ impl Receiver {
         next.voucher = Some(v.digest().clone());
         next.accepted_at = now;
         next.answered = false;
-        next.answer = None;
+        next.kept = false;
         Ok(Step::Accept {
             lane: Box::new(next),
             total,
@@ -1092,9 +1143,16 @@ fn close_lost(lane: &mut Lane) {
     lane.answered = true;
 }
 
-/// Records the answer of lane `lane`'s call `seq` in the slot: its leaf and kept answer, if it
-/// is still the lane's last call and unanswered; `true` if recorded.
-fn record_answer(s: &mut Slot, lane: u16, seq: u64, mut answer: Answer, result: &Digest) -> bool {
+/// Records the answer of lane `lane`'s call `seq` in the slot, if it is still the lane's last
+/// call and unanswered: its leaf, and its record to keep (`kept`: a [`LaneAnswer`] and its room),
+/// waiting for the tab's next write; `true` if recorded.
+fn record_answer(
+    s: &mut Slot,
+    lane: u16,
+    seq: u64,
+    result: &Digest,
+    kept: Option<(String, crate::receiver::keep::Reserved)>,
+) -> bool {
     let Some(l) = s.rec.lanes.get_mut(usize::from(lane)) else {
         return false;
     };
@@ -1105,10 +1163,16 @@ fn record_answer(s: &mut Slot, lane: u16, seq: u64, mut answer: Answer, result: 
         l.tree.push(v, result);
     }
     l.answered = true;
-    if answer.body.len() > MAX_KEPT_ANSWER {
-        answer.body.clear();
-        answer.status = 0;
+    l.kept = false;
+    if let Some((value, room)) = kept {
+        s.pending.insert(
+            lane,
+            Pending {
+                seq,
+                value: value.into(),
+                room: Some(room),
+            },
+        );
     }
-    l.answer = (answer.status != 0).then_some(answer);
     true
 }

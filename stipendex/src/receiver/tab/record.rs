@@ -1,8 +1,12 @@
 //! A tab's durable records at the receiver (namespace `stipendex/<who>/tabs`, as the receiver's
 //! other records): its head (`<id>/head`: the hold's Proof, which carries the tab, the rail's
-//! verdict, the end), written once, and its record (`<id>`: every lane's last voucher by
-//! digest, its kept answer and its Merkle state, the total, and — once closed — the Receipt),
-//! written per voucher and small. O(lanes) whatever the number of calls.
+//! verdict, the end), written once; its record (`<id>`: every lane's last voucher by digest,
+//! whether its answer is kept, its Merkle state, the total, and — once closed — the Receipt),
+//! written per voucher and small; and each lane's last answer under a key of its own
+//! (`<id>/answer/<lane>`, overwritten by the lane's next answer, naming the call it answers).
+//! O(lanes) whatever the number of calls, and a write carries only the answers given since the
+//! last one: a voucher's write is the small record plus, at most, the answers that ride on it —
+//! never every lane's kept answer again.
 //!
 //! **Group commit per tab.** Vouchers are checked and applied to this instance's copy of the
 //! record under a short lock ([`Entry::state`]); making them durable is one compare-and-set of
@@ -13,7 +17,12 @@
 //! drops this instance's copy and bumps the tab's generation: every voucher not yet durable is
 //! answered retryable, and is checked again against the record as read afresh. Answers ride on
 //! the next write (losing one costs the kept answer, never money: the call was paid by its
-//! voucher).
+//! voucher): each is written under its lane's key **before** the record that says it is kept,
+//! so a record never names an answer that was not written; a replay checks that the lane's
+//! answer names the very call (sequence and voucher) before it is served. Answers count
+//! against the instance's bound on kept answers ([`crate::receiver::keep`]) from the moment
+//! they are given; past it the oldest are dropped, and the same voucher again is refused
+//! `answer_gone`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,11 +36,16 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::envelope::{CallTree, Digest, Proof, PublicKey, Signed, Tab};
 use crate::receiver::Answer;
+use crate::receiver::keep::{Keep, Reserved, Space};
 
 /// The state name of an open tab's record.
 const OPEN: &str = "tab-open";
 /// The state name of a closed tab's record.
 const CLOSED: &str = "tab-closed";
+/// The state name of a lane's kept answer.
+const LANE_ANSWER: &str = "tab-answer";
+/// How long past the tab's end a lane's answer is kept (no voucher is served after it).
+const ANSWER_PAST_END: u64 = 60;
 
 /// One lane of a tab.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -46,8 +60,10 @@ pub(crate) struct Lane {
     pub accepted_at: u64,
     /// Whether the last voucher's call was answered (its leaf is in `tree`).
     pub answered: bool,
-    /// The last call's answer, kept for the same voucher again.
-    pub answer: Option<Answer>,
+    /// The last call's answer was written under the lane's answer key, for the same voucher
+    /// again (it may have been dropped since, to keep within the bound on kept answers).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
     /// The lane's calls so far.
     pub tree: CallTree,
 }
@@ -86,6 +102,40 @@ pub(crate) struct TabRecord {
     pub closed: Option<String>,
 }
 
+/// A lane's last answer, under `<id>/answer/<lane>`: the call it answers, and the answer.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct LaneAnswer {
+    /// The call's sequence.
+    pub seq: u64,
+    /// The call's voucher.
+    pub voucher: Digest,
+    /// The answer.
+    pub answer: Answer,
+}
+
+/// A lane's answer given at this instance, waiting for the tab's next write.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// The call's sequence.
+    pub seq: u64,
+    /// The [`LaneAnswer`] to write (JSON).
+    pub value: Arc<str>,
+    /// Its room in the instance's bound (taken by the write that carries it).
+    pub room: Option<Reserved>,
+}
+
+impl Pending {
+    /// The answer, for the same voucher again before it is written.
+    pub(crate) fn answer(&self) -> Option<Answer> {
+        serde_json::from_str::<LaneAnswer>(&self.value)
+            .ok()
+            .map(|a| a.answer)
+    }
+}
+
+/// One lane's answer to write: (lane, sequence, value, room).
+type ToWrite = (u16, u64, Arc<str>, Reserved);
+
 /// This instance's copy of a tab's record.
 #[derive(Debug)]
 pub(crate) struct Slot {
@@ -105,8 +155,14 @@ pub(crate) struct Slot {
     pub durable: u64,
     /// Answers were recorded since the last write.
     pub dirty: bool,
+    /// Bumped by every answer recorded (a write clears `dirty` only if none came meanwhile).
+    pub answers_seen: u64,
     /// Calls this instance is serving now: (lane, seq).
     pub serving: HashSet<(u16, u64)>,
+    /// Answers given here and not yet written, by lane.
+    pub pending: HashMap<u16, Pending>,
+    /// The token of each lane's answer key as this instance last wrote it.
+    pub answer_tokens: HashMap<u16, i64>,
 }
 
 impl Slot {
@@ -131,8 +187,47 @@ impl Slot {
             version: 0,
             durable: 0,
             dirty: false,
+            answers_seen: 0,
             serving: HashSet::new(),
+            pending: HashMap::new(),
+            answer_tokens: HashMap::new(),
         })
+    }
+
+    /// The answers waiting to be written that are still their lane's last call's (the others
+    /// are dropped), their rooms taken: what the next write carries.
+    fn answers_to_write(&mut self) -> Vec<ToWrite> {
+        let lanes = &self.rec.lanes;
+        self.pending.retain(|lane, p| {
+            lanes
+                .get(usize::from(*lane))
+                .is_some_and(|l| l.seq == p.seq && l.answered && !l.kept)
+        });
+        self.pending
+            .iter_mut()
+            .filter_map(|(lane, p)| {
+                let room = p.room.take()?;
+                Some((*lane, p.seq, p.value.clone(), room))
+            })
+            .collect()
+    }
+
+    /// The answers of `done` were written (`Some(token)`) or not: written ones are kept (the
+    /// record says so from now on), and none waits any more.
+    fn answers_written(&mut self, done: &[(u16, u64, Option<i64>)]) {
+        for &(lane, seq, token) in done {
+            if self.pending.get(&lane).is_some_and(|p| p.seq == seq) {
+                self.pending.remove(&lane);
+            }
+            let Some(token) = token else { continue };
+            self.answer_tokens.insert(lane, token);
+            if let Some(l) = self.rec.lanes.get_mut(usize::from(lane))
+                && l.seq == seq
+                && l.answered
+            {
+                l.kept = true;
+            }
+        }
     }
 }
 
@@ -158,6 +253,7 @@ pub(crate) struct Records {
     store: Arc<dyn KeyStore>,
     ns: String,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
+    keep: Arc<Keep>,
 }
 
 fn storage(e: RailError) -> Error {
@@ -176,15 +272,159 @@ fn head_key(id: &str) -> String {
     format!("{id}/head")
 }
 
+/// The key of lane `lane`'s last answer in tab `id`.
+pub(crate) fn answer_key(id: &str, lane: u16) -> String {
+    format!("{id}/answer/{lane}")
+}
+
+/// The call a lane's answer record answers (read without decoding the answer's body).
+#[derive(Deserialize)]
+struct LaneSeq {
+    seq: u64,
+}
+
 /// How long a record is kept after its tab closed (the wallet may ask for its Receipt again).
 pub(crate) const KEEP_CLOSED: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Records {
-    pub(crate) fn new(store: Arc<dyn KeyStore>, receiver: &str) -> Self {
+    pub(crate) fn new(store: Arc<dyn KeyStore>, receiver: &str, keep: Arc<Keep>) -> Self {
         Records {
             store,
             ns: format!("stipendex/{}/tabs", crate::receiver::answers::who(receiver)),
             entries: Mutex::new(HashMap::new()),
+            keep,
+        }
+    }
+
+    /// The bound the lanes' answers are kept within (shared with the Proofs' answers).
+    pub(crate) fn keep(&self) -> &Arc<Keep> {
+        &self.keep
+    }
+
+    /// Writes the answers of `batch` under their lanes' keys (tab `id`, ending at `end`), each
+    /// over the version this instance knows (`known`), else over an older call's answer only:
+    /// never over a later call's, written by another instance. Which were written, and their
+    /// tokens; a failure is logged (that answer is not kept).
+    async fn write_answers(
+        &self,
+        id: &str,
+        end: u64,
+        known: &HashMap<u16, i64>,
+        batch: Vec<ToWrite>,
+    ) -> Vec<(u16, u64, Option<i64>)> {
+        let mut done = Vec::with_capacity(batch.len());
+        for (lane, seq, value, room) in batch {
+            let key = answer_key(id, lane);
+            let until = end.saturating_add(ANSWER_PAST_END);
+            let retain = Duration::from_secs(until.saturating_sub(self.keep.now()).max(1));
+            let token = rand::random::<i64>();
+            let mut w = Write::finished(token, LANE_ANSWER, Some(retain));
+            w.value = Some(value.to_string());
+            match self
+                .put_answer(&key, seq, known.get(&lane).copied(), &w)
+                .await
+            {
+                Ok(true) => {
+                    room.kept(Space::Lane, &key, token, until, true, None);
+                    done.push((lane, seq, Some(token)));
+                }
+                Ok(false) => done.push((lane, seq, None)),
+                Err(e) => {
+                    tracing::warn!(tab = %id, lane, seq, error = %e, "could not keep a call's answer; the same voucher again is answer_gone");
+                    done.push((lane, seq, None));
+                }
+            }
+        }
+        done
+    }
+
+    /// Writes `w` (the answer of call `seq`) under `key`: over `known`, else over nothing or an
+    /// older call's answer; `false` when a later (or the same) call's answer is there.
+    async fn put_answer(
+        &self,
+        key: &str,
+        seq: u64,
+        known: Option<i64>,
+        w: &Write,
+    ) -> Result<bool, Error> {
+        if let Some(t) = known
+            && self
+                .store
+                .replace(&self.ns, key, t, w)
+                .await
+                .map_err(storage)?
+        {
+            return Ok(true);
+        }
+        for _ in 0..4 {
+            match self.store.get(&self.ns, key).await.map_err(storage)? {
+                None => {
+                    if self
+                        .store
+                        .insert_if_absent(&self.ns, key, w)
+                        .await
+                        .map_err(storage)?
+                        .is_none()
+                    {
+                        return Ok(true);
+                    }
+                }
+                Some(seen) => {
+                    let theirs = seen
+                        .record
+                        .value
+                        .as_deref()
+                        .and_then(|v| serde_json::from_str::<LaneSeq>(v).ok())
+                        .map_or(0, |a| a.seq);
+                    if theirs >= seq {
+                        return Ok(false);
+                    }
+                    if self
+                        .store
+                        .replace(&self.ns, key, seen.record.token, w)
+                        .await
+                        .map_err(storage)?
+                    {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Lane `lane`'s kept answer in tab `id`, if it answers call `seq` paid by `voucher`.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub(crate) async fn read_answer(
+        &self,
+        id: &str,
+        lane: u16,
+        seq: u64,
+        voucher: &Digest,
+    ) -> Result<Option<Answer>, Error> {
+        let seen = self
+            .store
+            .get(&self.ns, &answer_key(id, lane))
+            .await
+            .map_err(storage)?;
+        Ok(seen
+            .and_then(|s| s.record.value)
+            .and_then(|v| serde_json::from_str::<LaneAnswer>(&v).ok())
+            .filter(|a| a.seq == seq && &a.voucher == voucher)
+            .map(|a| a.answer))
+    }
+
+    /// Removes the lanes' answers this instance wrote for tab `id` (closed: no voucher is
+    /// served any more). Failures are logged: the answers go with their retention.
+    pub(crate) async fn remove_answers(&self, id: &str, tokens: &HashMap<u16, i64>) {
+        for (&lane, &token) in tokens {
+            let key = answer_key(id, lane);
+            if let Err(e) = self.store.remove(&self.ns, &key, token).await {
+                tracing::debug!(tab = %id, lane, error = %e, "could not remove a closed tab's answer; it goes with its retention");
+            }
+            self.keep.forget(Space::Lane, &key);
         }
     }
 
@@ -317,10 +557,17 @@ impl Records {
         }
     }
 
-    /// Writes the slot's record over the version it read (compare-and-set), holding the state
-    /// lock across the write (the close, equivocation: rare). `false` if another instance wrote
-    /// since.
+    /// Writes the answers waiting in the slot, then its record over the version it read
+    /// (compare-and-set), holding the state lock across the writes (the close, a flush). `false`
+    /// if another instance wrote since.
     pub(crate) async fn put(&self, id: &str, slot: &mut Slot) -> Result<bool, Error> {
+        let batch = slot.answers_to_write();
+        if !batch.is_empty() {
+            let done = self
+                .write_answers(id, slot.head.end, &slot.answer_tokens, batch)
+                .await;
+            slot.answers_written(&done);
+        }
         let token = rand::random::<i64>();
         let w = write(token, &slot.rec)?;
         if self
@@ -360,9 +607,11 @@ impl Records {
             })
         };
         let _w = entry.writer.lock().await;
-        let (w, written, old, token) = {
-            let g = entry.state.lock().await;
-            let Some(s) = g.as_ref() else {
+        // The answers given since the last write go first, each under its lane's key, so the
+        // record written next never names an answer that is not there.
+        let (batch, end, known) = {
+            let mut g = entry.state.lock().await;
+            let Some(s) = g.as_mut() else {
                 return Err(retry());
             };
             if entry.generation() != generation {
@@ -371,8 +620,30 @@ impl Records {
             if s.durable >= version {
                 return Ok(());
             }
+            (s.answers_to_write(), s.head.end, s.answer_tokens.clone())
+        };
+        let done = if batch.is_empty() {
+            Vec::new()
+        } else {
+            self.write_answers(id, end, &known, batch).await
+        };
+        let (w, written, old, token, seen) = {
+            let mut g = entry.state.lock().await;
+            let Some(s) = g.as_mut() else {
+                return Err(retry());
+            };
+            if entry.generation() != generation {
+                return Err(retry());
+            }
+            s.answers_written(&done);
             let token = rand::random::<i64>();
-            (write(token, &s.rec)?, s.version, s.token, token)
+            (
+                write(token, &s.rec)?,
+                s.version,
+                s.token,
+                token,
+                s.answers_seen,
+            )
         };
         let ok = self.store.replace(&self.ns, id, old, &w).await;
         let mut g = entry.state.lock().await;
@@ -381,7 +652,8 @@ impl Records {
                 if let Some(s) = g.as_mut() {
                     s.token = token;
                     s.durable = written;
-                    s.dirty = false;
+                    // An answer recorded during the write rides on the next one.
+                    s.dirty = s.answers_seen != seen || !s.pending.is_empty();
                 }
                 Ok(())
             }
