@@ -2,10 +2,14 @@
 //! flight, its transaction id written ahead) → settled, on the rail-core replay guard, so
 //! several receiver instances sharing one store (PostgreSQL) agree.
 //!
-//! Three single-use keys per paymentId:
-//! - `issued` (`{paymentId}:{binding}`) is written with the challenge and lapses after
-//!   `maxTimeoutSeconds`. The binding digests what the challenge was for (resource, amount,
-//!   payee), so a paymentId issued for a cheap resource is unknown to a dear one.
+//! A paymentId and two single-use keys per paymentId:
+//! - **issued**: nothing is stored when a challenge is made (anyone can ask for one, unpaid,
+//!   as often as they like: a record per challenge would be a table any client grows). The
+//!   paymentId carries its own proof of issue: when it lapses (`maxTimeoutSeconds` after it was
+//!   issued, by the store's clock) and a MAC, under a key the store keeps once for every
+//!   instance sharing it, over that time, a random part and the binding. The binding digests
+//!   what the challenge was for (resource, amount, payee), so a paymentId issued for a cheap
+//!   resource is unknown to a dear one, and a lapsed or made-up one is unknown everywhere.
 //! - `intent` is reserved when a settlement starts and immediately records the transaction id
 //!   it is about to submit (write-ahead). Only one transaction can ever be settled for a
 //!   paymentId: another transaction with the same note is refused as `paymentId already used`
@@ -19,10 +23,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rail_core::RailError;
 use rail_core::SettlementBook;
-use rail_core::keys::{KeyStore, Opened};
-use rail_core::{RailError, ReplayGuard};
+use rail_core::keys::{KeyStore, Opened, Write};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq as _;
+use tokio::sync::OnceCell;
 
 use crate::wire::{
     ErrorCode, PAYMENT_ID_ALREADY_USED, SETTLEMENT_FAILED, UNKNOWN_OR_EXPIRED_PAYMENT_ID,
@@ -89,13 +95,35 @@ fn store(e: RailError) -> LifecycleError {
     LifecycleError::Store(e)
 }
 
+/// The namespace of the key paymentIds are issued under (one record, kept for good).
+const ISSUER_NS: &str = "exact-algo/issuer";
+/// Its key in [`ISSUER_NS`].
+const ISSUER_KEY: &str = "mac-key";
+
+/// A paymentId's bytes: when it lapses (ms, 48 bits), a random part, then the MAC.
+const PID_LEN: usize = 16;
+const EXP_LEN: usize = 6;
+const RANDOM_LEN: usize = 5;
+const MAC_AT: usize = EXP_LEN + RANDOM_LEN;
+
 /// Issues and consumes paymentIds.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PaymentIds {
-    issued: ReplayGuard,
+    store: Arc<dyn KeyStore>,
+    /// The issuing key, read from (or first written to) the store once.
+    key: Arc<OnceCell<[u8; 32]>>,
     /// The write-ahead settlement record per paymentId: the transaction (its id on the rail)
     /// and what it pays for.
     intent: SettlementBook<Intent>,
+}
+
+impl std::fmt::Debug for PaymentIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the issuing key.
+        f.debug_struct("PaymentIds")
+            .field("intent", &self.intent)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a settlement of a paymentId is for (written ahead with its transaction id).
@@ -143,47 +171,126 @@ pub fn binding(resource: &str, amount: u64, pay_to: &str) -> String {
     hex::encode(h.finalize().get(..16).unwrap_or_default())
 }
 
+/// HMAC-SHA256 (RFC 2104) of `parts` under `key`, a 32-byte key (shorter than the block).
+fn hmac(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
+    let (mut inner, mut outer) = ([0x36u8; 64], [0x5cu8; 64]);
+    for (i, k) in key.iter().enumerate() {
+        if let (Some(a), Some(b)) = (inner.get_mut(i), outer.get_mut(i)) {
+            *a ^= k;
+            *b ^= k;
+        }
+    }
+    let mut h = Sha256::new();
+    h.update(inner);
+    for p in parts {
+        h.update(u64::try_from(p.len()).unwrap_or(u64::MAX).to_be_bytes());
+        h.update(p);
+    }
+    Sha256::new()
+        .chain_update(outer)
+        .chain_update(h.finalize())
+        .finalize()
+        .into()
+}
+
+/// The MAC of a paymentId's first [`MAC_AT`] bytes for `binding`.
+fn mac_of(key: &[u8; 32], head: &[u8], binding: &str) -> [u8; PID_LEN - MAC_AT] {
+    let full = hmac(key, &[b"exact-algo/paymentId", head, binding.as_bytes()]);
+    let mut out = [0u8; PID_LEN - MAC_AT];
+    out.copy_from_slice(
+        full.get(..PID_LEN - MAC_AT)
+            .unwrap_or(&[0; PID_LEN - MAC_AT]),
+    );
+    out
+}
+
 impl PaymentIds {
-    /// PaymentIds kept in `store` (share it between receiver instances).
+    /// PaymentIds kept in `store` (share it between receiver instances: they then share the
+    /// issuing key, and any of them settles a paymentId another issued).
     pub fn new(store: Arc<dyn KeyStore>) -> Self {
         PaymentIds {
-            issued: ReplayGuard::new(store.clone(), "exact-algo/issued"),
-            intent: SettlementBook::new(store, "exact-algo/intent", INTENT_RETENTION),
+            intent: SettlementBook::new(store.clone(), "exact-algo/intent", INTENT_RETENTION),
+            key: Arc::new(OnceCell::new()),
+            store,
         }
+    }
+
+    /// The issuing key: the one in the store, or a fresh one written there first (of
+    /// instances starting at once, the first write wins and every instance reads it).
+    async fn key(&self) -> Result<&[u8; 32], LifecycleError> {
+        self.key
+            .get_or_try_init(|| async {
+                let fresh: [u8; 32] = rand::random();
+                let mut w = Write::finished(rand::random(), "key", None);
+                w.value = Some(hex::encode(fresh));
+                let value = match self
+                    .store
+                    .insert_if_absent(ISSUER_NS, ISSUER_KEY, &w)
+                    .await
+                    .map_err(store)?
+                {
+                    None => return Ok(fresh),
+                    Some(seen) => seen.record.value.unwrap_or_default(),
+                };
+                let mut key = [0u8; 32];
+                hex::decode_to_slice(value.as_bytes(), &mut key).map_err(|_| {
+                    LifecycleError::Store(RailError::Storage(format!(
+                        "{ISSUER_NS}/{ISSUER_KEY} holds no 32-byte key"
+                    )))
+                })?;
+                Ok(key)
+            })
+            .await
     }
 
     /// A fresh paymentId (32 lowercase hex digits) valid for `ttl` (`maxTimeoutSeconds`) for
-    /// what `binding` names (see [`binding`]).
+    /// what `binding` names (see [`binding`]). Nothing is stored per paymentId: it carries its
+    /// end and a MAC over it and `binding` ([`PaymentIds::check_issued`] checks both).
     ///
     /// # Errors
-    /// [`LifecycleError::Store`].
+    /// [`LifecycleError::Store`] (the issuing key cannot be read, or the store's clock).
     pub async fn issue(&self, ttl: Duration, binding: &str) -> Result<String, LifecycleError> {
-        loop {
-            let pid = hex::encode(rand::random::<[u8; 16]>());
-            if self
-                .issued
-                .insert_if_absent(&format!("{pid}:{binding}"), Some(ttl))
-                .await
-                .map_err(store)?
-            {
-                return Ok(pid);
-            }
-        }
+        let key = self.key().await?;
+        let now = self.store.now().await.map_err(store)?;
+        let end = u64::try_from(now.plus(ttl).millis())
+            .unwrap_or(0)
+            .min((1 << (8 * EXP_LEN)) - 1);
+        let mut pid = [0u8; PID_LEN];
+        let (head, mac) = pid.split_at_mut(MAC_AT);
+        let (exp, random) = head.split_at_mut(EXP_LEN);
+        exp.copy_from_slice(end.to_be_bytes().get(8 - EXP_LEN..).unwrap_or_default());
+        random.copy_from_slice(&rand::random::<[u8; RANDOM_LEN]>());
+        mac.copy_from_slice(&mac_of(key, head, binding));
+        Ok(hex::encode(pid))
     }
 
-    /// Whether `pid` was issued for `binding` and is still live.
+    /// Whether `pid` was issued for `binding` (its MAC, under the issuing key) and is still
+    /// live (its end, by the store's clock).
     ///
     /// # Errors
     /// [`LifecycleError::UnknownOrExpired`], [`LifecycleError::Store`].
     pub async fn check_issued(&self, pid: &str, binding: &str) -> Result<(), LifecycleError> {
-        match self
-            .issued
-            .state(&format!("{pid}:{binding}"))
-            .await
-            .map_err(store)?
+        let mut bytes = [0u8; PID_LEN];
+        if pid.bytes().any(|b| b.is_ascii_uppercase())
+            || hex::decode_to_slice(pid.as_bytes(), &mut bytes).is_err()
         {
-            Some(_) => Ok(()),
-            None => Err(LifecycleError::UnknownOrExpired),
+            return Err(LifecycleError::UnknownOrExpired);
+        }
+        let key = self.key().await?;
+        let (head, mac) = bytes.split_at(MAC_AT);
+        if !bool::from(mac.ct_eq(&mac_of(key, head, binding))) {
+            return Err(LifecycleError::UnknownOrExpired);
+        }
+        let mut end = [0u8; 8];
+        if let (Some(to), Some(from)) = (end.get_mut(8 - EXP_LEN..), head.get(..EXP_LEN)) {
+            to.copy_from_slice(from);
+        }
+        let end = i64::try_from(u64::from_be_bytes(end)).unwrap_or(i64::MAX);
+        let now = self.store.now().await.map_err(store)?;
+        if now.millis() < end {
+            Ok(())
+        } else {
+            Err(LifecycleError::UnknownOrExpired)
         }
     }
 
@@ -416,6 +523,135 @@ mod tests {
         // resumer records the settlement, and nobody serves again.
         assert!(crashed.settled().await.is_err());
         resumer.settled().await.unwrap();
+    }
+
+    /// A store that counts the records inserted into it (the rest as the memory store).
+    #[derive(Debug, Default)]
+    struct Counted {
+        inner: MemoryKeyStore,
+        inserted: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counted {
+        fn inserted(&self) -> usize {
+            self.inserted.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl KeyStore for Counted {
+        async fn insert_if_absent(
+            &self,
+            ns: &str,
+            key: &str,
+            rec: &Write,
+        ) -> rail_core::RailResult<Option<rail_core::keys::Seen>> {
+            let r = self.inner.insert_if_absent(ns, key, rec).await;
+            if matches!(r, Ok(None)) {
+                self.inserted
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            r
+        }
+        async fn replace(
+            &self,
+            ns: &str,
+            key: &str,
+            token: i64,
+            rec: &Write,
+        ) -> rail_core::RailResult<bool> {
+            self.inner.replace(ns, key, token, rec).await
+        }
+        async fn take_over(
+            &self,
+            ns: &str,
+            key: &str,
+            token: i64,
+            rec: &Write,
+        ) -> rail_core::RailResult<bool> {
+            self.inner.take_over(ns, key, token, rec).await
+        }
+        async fn renew(
+            &self,
+            ns: &str,
+            key: &str,
+            token: i64,
+            lease: Duration,
+        ) -> rail_core::RailResult<bool> {
+            self.inner.renew(ns, key, token, lease).await
+        }
+        async fn remove(&self, ns: &str, key: &str, token: i64) -> rail_core::RailResult<bool> {
+            self.inner.remove(ns, key, token).await
+        }
+        async fn get(
+            &self,
+            ns: &str,
+            key: &str,
+        ) -> rail_core::RailResult<Option<rail_core::keys::Seen>> {
+            self.inner.get(ns, key).await
+        }
+        async fn purge_expired(&self) -> rail_core::RailResult<u64> {
+            self.inner.purge_expired().await
+        }
+        async fn now(&self) -> rail_core::RailResult<Timestamp> {
+            self.inner.now().await
+        }
+    }
+
+    /// Issue #47: a challenge is free to ask for, so issuing one stores nothing. 20,000
+    /// unpaid challenges for one resource and for many (every resource, amount and payee is a
+    /// binding of its own) leave one record in the store (the issuing key), every paymentId
+    /// is distinct, and an honest payer's paymentId issued in the middle of the flood still
+    /// settles — at another instance sharing the store too.
+    #[tokio::test]
+    async fn a_flood_of_unpaid_challenges_stores_nothing_and_an_honest_payer_settles() {
+        let store = Arc::new(Counted::default());
+        let ids = PaymentIds::new(store.clone());
+        let mut seen = std::collections::HashSet::new();
+        let mut honest = None;
+        for i in 0..20_000u32 {
+            let b = if i % 2 == 0 {
+                B.to_owned()
+            } else {
+                binding(&format!("/api/posts/{i}"), u64::from(i), "PAYEE")
+            };
+            let pid = ids.issue(Duration::from_secs(120), &b).await.unwrap();
+            assert!(seen.insert(pid.clone()), "paymentId {pid} issued twice");
+            if i == 10_000 {
+                honest = Some(pid);
+            }
+        }
+        assert_eq!(store.inserted(), 1, "only the issuing key is stored");
+        let honest = honest.unwrap();
+        let other_instance = PaymentIds::new(store.clone());
+        let s = fresh(other_instance.begin(&honest, B, "TX1", T).await.unwrap());
+        s.settled().await.unwrap();
+        // Made-up, malformed and upper-case paymentIds are unknown; nothing was kept for them.
+        let before = store.inserted();
+        for made_up in [
+            "0123456789abcdef0123456789abcdef",
+            "not hex",
+            &honest.to_ascii_uppercase(),
+        ] {
+            assert_eq!(
+                ids.check_issued(made_up, B).await.unwrap_err().code(),
+                "unknown or expired paymentId"
+            );
+        }
+        assert_eq!(store.inserted(), before);
+        // Another receiver (its own store, its own key) does not know this one's paymentIds.
+        let (foreign, _) = self::ids();
+        assert!(foreign.check_issued(&honest, B).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_paymentid_lapses_at_its_end_by_the_stores_clock() {
+        let (ids, clock) = ids();
+        let pid = ids.issue(Duration::from_secs(120), B).await.unwrap();
+        clock.advance(Duration::from_millis(119_999));
+        ids.check_issued(&pid, B).await.unwrap();
+        clock.advance(Duration::from_millis(1));
+        assert!(ids.check_issued(&pid, B).await.is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,7 @@ mod mandate;
 pub mod measure;
 mod proxy;
 mod serve_mcp;
+mod upkeep;
 mod verify;
 mod wallet;
 mod wallet_config;

@@ -84,7 +84,7 @@ struct File {
 pub(crate) async fn receiver(
     path: &Path,
     listening: Option<SocketAddr>,
-) -> Result<Receiver, CliError> {
+) -> Result<(Receiver, Option<Arc<dyn rail_core::KeyStore>>), CliError> {
     let text = files::read(path)?;
     let file: File =
         toml::from_str(&text).map_err(|e| msg(stipendex::registry::toml_error(path, &text, &e)))?;
@@ -131,7 +131,7 @@ pub(crate) async fn receiver(
     for p in prices {
         b = b.price(p);
     }
-    Ok(b.build()?)
+    Ok((b.build()?, registry.store().cloned()))
 }
 
 /// A start-up warning, one line on standard error (over stdio, standard output is the MCP
@@ -143,7 +143,10 @@ fn warn(what: &str) {
 
 /// Runs `stipendex serve-mcp`.
 pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
-    let receiver = receiver(&a.config, a.listen).await?;
+    let (receiver, store) = receiver(&a.config, a.listen).await?;
+    // Records kept after payment (claims, kept answers, settled marks) expire; the store is
+    // swept of them while the server runs.
+    let _purge = store.map(crate::upkeep::purge_expired_every_minute);
     let origins = receiver.descriptor().origins.clone();
     let server = PaidServer::new(Example, receiver)?;
     match a.listen {

@@ -60,6 +60,35 @@ impl Default for SettleConfig {
     }
 }
 
+/// The most tokens a [`LocalFacilitator`] remembers as deployed.
+const KNOWN_TOKENS: usize = 64;
+
+/// Tokens found deployed, at most [`KNOWN_TOKENS`]: the first ones found are kept, later ones
+/// asked about each time. Behind the facilitator API ([`crate::server`]) the requirements,
+/// and so the token, are the caller's: without a bound anyone could make the set hold every
+/// contract on the chain. A receiver's own facilitator asks about its one token first.
+#[derive(Debug, Default)]
+struct KnownTokens(std::sync::Mutex<std::collections::HashSet<Address>>);
+
+impl KnownTokens {
+    fn contains(&self, token: &Address) -> bool {
+        self.0.lock().is_ok_and(|d| d.contains(token))
+    }
+
+    fn remember(&self, token: Address) {
+        if let Ok(mut d) = self.0.lock()
+            && d.len() < KNOWN_TOKENS
+        {
+            d.insert(token);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().map_or(0, |d| d.len())
+    }
+}
+
 /// A facilitator that verifies and settles itself, through one JSON-RPC endpoint.
 #[derive(Debug)]
 pub struct LocalFacilitator {
@@ -69,7 +98,7 @@ pub struct LocalFacilitator {
     network: String,
     pub(super) book: X402SettlementBook,
     pub(super) nonce: Mutex<NonceState>,
-    deployed: std::sync::Mutex<std::collections::HashSet<Address>>,
+    deployed: KnownTokens,
     pub(super) config: SettleConfig,
     /// What validity windows are judged by (the host's clock unless one is injected).
     clock: rail_core::SharedClock,
@@ -94,7 +123,7 @@ impl LocalFacilitator {
             network: format!("eip155:{chain_id}"),
             book,
             nonce: Mutex::new(NonceState::default()),
-            deployed: std::sync::Mutex::new(std::collections::HashSet::new()),
+            deployed: KnownTokens::default(),
             config: SettleConfig::default(),
             clock: Arc::new(rail_core::SystemClock),
         })
@@ -219,13 +248,8 @@ impl LocalFacilitator {
         }
         let token = ok.domain.verifying_contract;
         let auth = &ok.authorization;
-        // A deployed token stays deployed: asked once per token.
-        let known = self
-            .deployed
-            .lock()
-            .map(|d| d.contains(&token))
-            .unwrap_or(false);
-        if !known {
+        // A deployed token stays deployed: asked once per token (of the first few).
+        if !self.deployed.contains(&token) {
             let code = self.rpc.code(token).await.map_err(|e| rpc_down(&e))?;
             if code.is_empty() {
                 return Ok(Err(invalid(
@@ -234,9 +258,7 @@ impl LocalFacilitator {
                     format!("no contract at {token}"),
                 )));
             }
-            if let Ok(mut d) = self.deployed.lock() {
-                d.insert(token);
-            }
+            self.deployed.remember(token);
         }
         let balance = match self.rpc.balance_of(token, auth.from).await {
             Ok(b) => b,
@@ -508,5 +530,127 @@ impl X402Facilitator for LocalFacilitator {
                 vec![self.address().to_checksum(None)],
             )]),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use alloy_primitives::{B256, U256};
+
+    use super::*;
+    use crate::eip3009::{TokenDomain, TransferWithAuthorization};
+    use crate::fields::{Bytes32Hex, HexBytes, Uint256Decimal};
+    use crate::wire::{Eip3009Authorization, ExactEvmPayload, Extra, V2};
+
+    const NOW: u64 = 1_900_000_000;
+
+    /// A node for the offline-valid payments below: chain 31337, code at every address, a
+    /// large balance, every nonce unused, every transfer simulated fine.
+    async fn node() -> mockito::ServerGuard {
+        let mut s = mockito::Server::new_async().await;
+        let answer = |s: &mut mockito::ServerGuard, matches: &str, result: &str| {
+            s.mock("POST", "/")
+                .match_body(mockito::Matcher::Regex(matches.to_owned()))
+                .with_body(format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{result}"}}"#))
+                .expect_at_least(0)
+                .create();
+        };
+        let word = |v: u64| format!("0x{:064x}", v);
+        answer(&mut s, r#""method":"eth_chainId""#, "0x7a69");
+        answer(&mut s, r#""method":"eth_getCode""#, "0x6080");
+        answer(&mut s, r#""input":"0x70a08231"#, &word(1_000_000_000));
+        answer(&mut s, r#""input":"0xe94a0102"#, &word(0));
+        answer(&mut s, r#""input":"0x(e3ee160e|cf092995)"#, "0x");
+        s
+    }
+
+    /// A payment of 1000 to `pay_to` in token `asset`, signed by `payer`.
+    fn payment(
+        payer: &LocalSigner,
+        asset: Address,
+        pay_to: Address,
+    ) -> (PaymentPayload, PaymentRequirements) {
+        let requirements = PaymentRequirements {
+            scheme: "exact".into(),
+            network: "eip155:31337".into(),
+            amount: 1000u64.into(),
+            asset: asset.to_checksum(None),
+            pay_to: pay_to.to_checksum(None),
+            max_timeout_seconds: 60,
+            extra: Some(Extra::eip712("USD Coin", "2")),
+        };
+        let message = TransferWithAuthorization {
+            from: payer.address(),
+            to: pay_to,
+            value: U256::from(1000),
+            validAfter: U256::ZERO,
+            validBefore: U256::from(NOW + 60),
+            nonce: B256::from(rand::random::<[u8; 32]>()),
+        };
+        let domain = TokenDomain {
+            name: "USD Coin".into(),
+            version: "2".into(),
+            chain_id: 31_337,
+            verifying_contract: asset,
+        };
+        let signature = payer
+            .sign_hash(&message.signing_hash(&domain))
+            .unwrap()
+            .to_bytes();
+        let payload = PaymentPayload {
+            x402_version: V2::default(),
+            resource: None,
+            accepted: requirements.clone(),
+            payload: ExactEvmPayload {
+                signature: HexBytes::from(signature.to_vec()),
+                authorization: Eip3009Authorization {
+                    from: message.from.into(),
+                    to: message.to.into(),
+                    value: Uint256Decimal::from(message.value),
+                    valid_after: Uint256Decimal::from(message.validAfter),
+                    valid_before: Uint256Decimal::from(message.validBefore),
+                    nonce: Bytes32Hex::from(message.nonce),
+                },
+            },
+            extensions: None,
+        };
+        (payload, requirements)
+    }
+
+    /// Issue #47: behind the facilitator API the token is the caller's. 500 payments, each
+    /// in a token of its own (a contract at every address), from throwaway keys: the tokens
+    /// remembered as deployed stay at most [`KNOWN_TOKENS`], the first one (the honest payer's)
+    /// among them, and the honest payer's payment still verifies.
+    #[tokio::test]
+    async fn tokens_of_unknown_callers_are_remembered_within_the_bound() {
+        let node = node().await;
+        let clock = Arc::new(rail_core::ManualClock::at(rail_core::Timestamp(
+            i64::try_from(NOW).unwrap() * 1000,
+        )));
+        let f = LocalFacilitator::connect(
+            RpcClient::new(&node.url()).unwrap(),
+            LocalSigner::random(),
+            X402SettlementBook::new(Arc::new(rail_core::MemoryKeyStore::default())),
+        )
+        .await
+        .unwrap()
+        .with_clock(clock);
+        let (usdc, shop) = (Address::repeat_byte(0x11), Address::repeat_byte(0x22));
+        let honest = LocalSigner::random();
+        let (p, r) = payment(&honest, usdc, shop);
+        assert!(f.verify(&p, &r).await.unwrap().is_valid);
+        for i in 0..500u32 {
+            let mut token = [0x33u8; 20];
+            token[..4].copy_from_slice(&i.to_be_bytes());
+            let (p, r) = payment(&LocalSigner::random(), Address::from(token), shop);
+            assert!(f.verify(&p, &r).await.unwrap().is_valid);
+            assert!(f.deployed.len() <= KNOWN_TOKENS);
+        }
+        assert_eq!(f.deployed.len(), KNOWN_TOKENS);
+        assert!(f.deployed.contains(&usdc));
+        let (p, r) = payment(&honest, usdc, shop);
+        assert!(f.verify(&p, &r).await.unwrap().is_valid);
     }
 }

@@ -558,7 +558,12 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     // Behind a trusted proxy, clients reach the gateway at the proxy's origin, not here.
     let behind_proxy = !config.trusted.is_empty();
     let origins = config.origins.clone();
-    let (router, _shared) = build(config).await?;
+    let (router, shared) = build(config).await?;
+    // Records kept after payment (claims, kept answers, settled marks) expire; the store is
+    // swept of them while the gateway runs.
+    let _purge = store_of(&shared)
+        .cloned()
+        .map(crate::upkeep::purge_expired_every_minute);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| msg(format!("cannot listen on {listen}: {e}")))?;

@@ -234,3 +234,106 @@ impl Facilitator {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rail_account::AccountKey;
+    use rail_account::auth::{self, Canonical, RequestParts, SignedRequest};
+    use rail_core::{Asset, Clock as _, ManualClock, SharedClock};
+
+    use super::*;
+    use crate::config::Config;
+
+    const NETWORK: &str = "facilitator.test";
+
+    /// The signing headers of a `GET /v1/account` by `account`, signed by `key` at `ts`.
+    fn signed(account: &str, key: &AccountKey, ts: i64) -> SignedRequest {
+        let nonce = auth::nonce();
+        let sig = key
+            .sign(&Canonical {
+                network: NETWORK,
+                method: "GET",
+                path_and_query: "/v1/account",
+                account,
+                timestamp_ms: ts,
+                nonce: &nonce,
+                idempotency_key: None,
+                body: b"",
+            })
+            .to_string();
+        let ts = ts.to_string();
+        SignedRequest::read(|name| match name {
+            auth::ACCOUNT => Some(account),
+            auth::TIMESTAMP => Some(ts.as_str()),
+            auth::NONCE => Some(nonce.as_str()),
+            auth::SIGNATURE => Some(sig.as_str()),
+            _ => None,
+        })
+        .unwrap()
+    }
+
+    fn parts() -> RequestParts<'static> {
+        RequestParts {
+            network: NETWORK,
+            method: "GET",
+            path_and_query: "/v1/account",
+            idempotency_key: None,
+            body: b"",
+        }
+    }
+
+    /// Issue #47: an account is looked up before its request's signature is checked. 5,000
+    /// requests naming accounts that do not exist and 500 naming a real one with a forged
+    /// signature: the accounts kept in memory are at most the real ones, no nonce of theirs
+    /// is recorded, and the real account's own signed request is still served.
+    #[tokio::test]
+    async fn unauthenticated_requests_keep_no_account_and_no_nonce() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::starting_now();
+        let shared: SharedClock = Arc::new(clock.clone());
+        let fac = crate::open(
+            &format!("sqlite://{}/fac.db", dir.path().display()),
+            None,
+            Config::new(NETWORK),
+            Some(shared),
+        )
+        .await
+        .unwrap();
+        let key = AccountKey::generate();
+        let real = fac
+            .create_account(NewAccount {
+                id: None,
+                key: key.public(),
+                asset: Asset::usd(),
+                review_above: None,
+                label: "honest".into(),
+            })
+            .await
+            .unwrap();
+        let ts = clock.now().0;
+        for _ in 0..5_000 {
+            let unknown = AccountId::random().to_string();
+            let r = signed(&unknown, &AccountKey::generate(), ts);
+            let e = fac.authenticate(&r, &parts()).await.unwrap_err();
+            assert_eq!(e.code(), "unknown_account", "{e}");
+        }
+        let mut forged = Vec::new();
+        for _ in 0..500 {
+            let r = signed(&real.id, &AccountKey::generate(), ts);
+            assert!(fac.authenticate(&r, &parts()).await.is_err());
+            forged.push(r.nonce);
+        }
+        assert!(fac.cache.lock().unwrap().len() <= 1);
+        for nonce in forged {
+            let key = format!("{}/{nonce}", real.id);
+            assert!(fac.keys.get(NS_NONCES, &key).await.unwrap().is_none());
+        }
+        let ok = signed(&real.id, &key, ts);
+        assert_eq!(
+            fac.authenticate(&ok, &parts()).await.unwrap().to_string(),
+            real.id
+        );
+    }
+}

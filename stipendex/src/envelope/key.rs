@@ -68,17 +68,13 @@ impl PublicKey {
     /// # Errors
     /// As [`PublicKey::parse`].
     pub fn parse_cached(text: &str) -> Result<Self, Error> {
-        use std::collections::HashMap;
-        use std::sync::{Mutex, OnceLock};
-        const MAX: usize = 4096;
-        static CACHE: OnceLock<Mutex<HashMap<String, PublicKey>>> = OnceLock::new();
-        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        let cache = key_cache();
         if let Some(k) = cache.lock().ok().and_then(|c| c.get(text).copied()) {
             return Ok(k);
         }
         let key = Self::parse(text)?;
         if let Ok(mut c) = cache.lock() {
-            if c.len() >= MAX {
+            if c.len() >= KEY_CACHE {
                 c.clear();
             }
             c.insert(text.to_owned(), key);
@@ -185,6 +181,19 @@ impl fmt::Debug for SecretKey {
     }
 }
 
+/// The most keys [`PublicKey::parse_cached`] remembers (then it forgets them all at once): a
+/// JWS's `kid` is read before its signature is checked, so anyone can show it new keys.
+const KEY_CACHE: usize = 4096;
+
+/// The keys [`PublicKey::parse_cached`] decoded, by their text form (only valid keys, whose
+/// text is bounded).
+fn key_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, PublicKey>> {
+    static CACHE: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, PublicKey>>,
+    > = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
 pub(crate) fn clip(s: &str) -> String {
     s.chars().take(40).collect()
 }
@@ -205,6 +214,39 @@ mod tests {
         let mut ident = [0u8; 32];
         ident[0] = 1;
         assert!(PublicKey::from_bytes(&ident).is_err());
+    }
+
+    /// Issue #47: a `kid` is read before the signature is checked. 10,000 keys never seen
+    /// before (as many unauthenticated requests with a key each) and 10,000 texts that are
+    /// not keys: the cache stays within its bound, holds no text that is not a key, and a
+    /// known key is still read right.
+    #[test]
+    fn the_key_cache_stays_bounded_under_new_keys() {
+        let honest = SecretKey::from_seed(&[3; 32]).public();
+        assert_eq!(
+            PublicKey::parse_cached(&honest.to_string()).unwrap(),
+            honest
+        );
+        for i in 0..10_000u32 {
+            let mut seed = [0u8; 32];
+            seed[..4].copy_from_slice(&i.to_be_bytes());
+            seed[4] = 0xa7;
+            let k = SecretKey::from_seed(&seed).public();
+            assert_eq!(PublicKey::parse_cached(&k.to_string()).unwrap(), k);
+            assert!(PublicKey::parse_cached(&format!("ed25519:{i}{}", "A".repeat(200))).is_err());
+            assert!(key_cache().lock().unwrap().len() <= KEY_CACHE);
+        }
+        assert!(
+            key_cache()
+                .lock()
+                .unwrap()
+                .keys()
+                .all(|t| t.len() < 60 && t.starts_with("ed25519:"))
+        );
+        assert_eq!(
+            PublicKey::parse_cached(&honest.to_string()).unwrap(),
+            honest
+        );
     }
 
     #[test]
