@@ -16,18 +16,15 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::get;
-use rail_core::keys::sql::SqliteKeyStore;
-use rail_core::{Charge, Money, OpId, SystemClock};
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use rail_core::{Charge, Money, OpId};
 use stipendex::http::{Binding, Client};
-use stipendex::receiver::{Gate, PricedCapability, Receiver, Request};
-use stipendex::wallet::Wallet;
+use stipendex::receiver::{Gate, PricedCapability, Request};
 
+use crate::bench_common::{Fixture, fixture_on, load, percentiles};
 use crate::{CliError, msg};
 
 /// What to measure.
@@ -114,154 +111,6 @@ pub(crate) async fn pg_admin(url: &str, sql: &str) -> Result<(), CliError> {
         .map_err(|e| msg(format!("cannot {sql}: {e}")));
     pool.close().await;
     done.map(|_| ())
-}
-
-/// p50 and p99 of `v` (sorted in place), in milliseconds.
-pub(crate) fn percentiles(v: &mut [Duration]) -> (f64, f64) {
-    v.sort_unstable();
-    let at = |q: usize| {
-        let i = (v.len().saturating_sub(1) * q) / 100;
-        v.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
-    };
-    (at(50), at(99))
-}
-
-/// `concurrency` agents, agent `i` calling `one(i)` in a loop for `seconds`: (successes,
-/// failures, the successes' latencies).
-pub(crate) async fn load<F, Fut>(
-    concurrency: usize,
-    seconds: u64,
-    one: F,
-) -> (usize, usize, Vec<Duration>)
-where
-    F: Fn(usize) -> Fut + Send + Sync + Clone + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
-{
-    let until = Instant::now() + Duration::from_secs(seconds);
-    let mut tasks = Vec::new();
-    for agent in 0..concurrency {
-        let one = one.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut ok, mut bad, mut lat) = (0usize, 0usize, Vec::new());
-            while Instant::now() < until {
-                let t = Instant::now();
-                if one(agent).await {
-                    ok += 1;
-                    lat.push(t.elapsed());
-                } else {
-                    bad += 1;
-                }
-            }
-            (ok, bad, lat)
-        }));
-    }
-    let (mut ok, mut bad, mut lat) = (0, 0, Vec::new());
-    for t in tasks {
-        if let Ok((o, b, l)) = t.await {
-            ok += o;
-            bad += b;
-            lat.extend(l);
-        }
-    }
-    (ok, bad, lat)
-}
-
-/// What every bench runs on: the embedded ledger, a listener on 127.0.0.1 and its origin, a
-/// wallet whose mandate lets it pay `bench-shop` at that origin (0.01 a call, no confirmation),
-/// and `bench-shop`'s receiver, its origin and rail set, to be priced.
-pub(crate) struct Fixture {
-    pub(crate) stage: crate::demo::Stage,
-    pub(crate) listener: tokio::net::TcpListener,
-    pub(crate) base: String,
-    pub(crate) wallet: Wallet,
-    pub(crate) shop: stipendex::receiver::Builder,
-    /// `bench-shop`'s key (for a second receiver of the same shop).
-    pub(crate) shop_key: SecretKey,
-}
-
-/// The [`Fixture`], its databases in `dir`.
-pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> {
-    fixture_on(dir, None).await
-}
-
-/// The [`Fixture`], its databases in `dir` or in PostgreSQL schema `pg`.
-pub(crate) async fn fixture_on(
-    dir: &std::path::Path,
-    pg: Option<&crate::demo::PgSchema<'_>>,
-) -> Result<Fixture, CliError> {
-    let stage = crate::demo::ledger_stage(dir, 100_000_000, pg).await?;
-    let (principal, wallet_key, shop_key) = (
-        SecretKey::generate(),
-        SecretKey::generate(),
-        SecretKey::generate(),
-    );
-    let now = u64::try_from(rail_core::Clock::now(&SystemClock).unix_seconds()).unwrap_or(0);
-    let mut m = Mandate::draft(
-        Party {
-            id: "bench".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        now - 60,
-        86_400,
-    );
-    m.limits.push(Limits {
-        asset: stipendex::Asset::usd(),
-        per_call: Some("1.00".parse().map_err(|_| msg("limit"))?),
-        per_period: None,
-        total: Some("900000.00".parse().map_err(|_| msg("limit"))?),
-        per_receiver: None,
-        confirm_above: None,
-        // Tabs are used only where a receiver offers them (`stipendex bench tabs`).
-        tab_cap: Some("1000.00".parse().map_err(|_| msg("limit"))?),
-        open_tabs: Some(256),
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| msg(e.to_string()))?;
-    let base = format!(
-        "http://{}",
-        listener.local_addr().map_err(|e| msg(e.to_string()))?
-    );
-    m.allow.push(Allow::Receiver {
-        id: "bench-shop".into(),
-        key: shop_key.public(),
-        origins: vec![base.clone()],
-    });
-    let mandate = Signed::sign(m, &principal)?;
-    let kind = stage.payer.payer.id().as_str().to_owned();
-    let store: Arc<dyn rail_core::KeyStore> = match pg {
-        None => Arc::new(
-            SqliteKeyStore::open(&dir.join("wallet.db"))
-                .await
-                .map_err(|e| msg(format!("wallet store: {e}")))?,
-        ),
-        Some(p) => {
-            let pool = rail_core::keys::sql::postgres_pool(p.url, Some(p.schema))
-                .await
-                .map_err(|e| msg(format!("wallet store: {e}")))?;
-            Arc::new(
-                rail_core::keys::sql::PgKeyStore::new(pool)
-                    .await
-                    .map_err(|e| msg(format!("wallet store: {e}")))?,
-            )
-        }
-    };
-    let wallet = Wallet::builder(wallet_key, mandate)
-        .rail(&kind, stage.payer.clone())
-        .store(store)
-        .build()?;
-    let shop = Receiver::builder("bench-shop", shop_key.clone())
-        .origin(&base)
-        .rail(&kind, stage.receiver.clone());
-    Ok(Fixture {
-        stage,
-        listener,
-        base,
-        wallet,
-        shop,
-        shop_key,
-    })
 }
 
 #[allow(

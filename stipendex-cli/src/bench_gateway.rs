@@ -25,7 +25,7 @@ use stipendex::http::Client;
 use stipendex::receiver::PricedCapability;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::bench::{Fixture, fixture, load, percentiles};
+use crate::bench_common::{Fixture, fixture, load, percentiles};
 use crate::gateway::{Parts, assemble, config::Config};
 use crate::{CliError, msg};
 

@@ -26,7 +26,7 @@ use stipendex::mcp::client::PayingClient;
 use stipendex::mcp::proxy::{Proxy, Upstream};
 use stipendex::receiver::PricedCapability;
 
-use crate::bench::{load, percentiles};
+use crate::bench_common::{load, percentiles};
 use crate::{CliError, msg};
 
 /// One tool, `search` (priced) and `search_free` (not), doing the same work.
@@ -75,13 +75,13 @@ pub(crate) async fn run(
     seconds: u64,
 ) -> Result<(), CliError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let crate::bench::Fixture {
+    let crate::bench_common::Fixture {
         listener,
         base,
         wallet,
         shop,
         ..
-    } = crate::bench::fixture(dir).await?;
+    } = crate::bench_common::fixture(dir).await?;
     let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
     let receiver = shop
         .price(PricedCapability::fixed(

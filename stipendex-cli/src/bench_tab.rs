@@ -27,7 +27,7 @@ use stipendex::envelope::SecretKey;
 use stipendex::http::{Binding, Client};
 use stipendex::receiver::{PricedCapability, Receiver, TabTerms};
 
-use crate::bench::{Fixture, fixture, load, percentiles};
+use crate::bench_common::{Fixture, fixture, load, percentiles};
 use crate::{CliError, msg};
 
 /// The process's CPU time (user + system), from `/proc/self/stat` (Linux; `None` elsewhere).

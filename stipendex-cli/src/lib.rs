@@ -35,6 +35,7 @@
 //! ```
 
 mod bench;
+mod bench_common;
 mod bench_gateway;
 mod bench_mcp;
 mod bench_tab;

@@ -28,7 +28,7 @@ use nostr::PublicKey;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::server::Deadline;
+use super::deadline::Deadline;
 
 /// How long past its deadline an entry whose admission never finished (a task that stalled)
 /// is swept anyway.

@@ -4,6 +4,7 @@
 //! Proof, so every rail of the registry is reachable ([`stipendex`]).
 
 pub mod client;
+mod deadline;
 mod limits;
 pub mod notify;
 pub mod nwc;

@@ -32,6 +32,9 @@ use rail_core::{KeyStore, OpId, RailError, Verified};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+pub use super::answer_record::Answer;
+pub(crate) use super::answer_record::who;
+use super::answer_record::{ANSWER_STATE, Dropped, Kept};
 use super::keep::{Keep, Space};
 use crate::Error;
 
@@ -41,9 +44,6 @@ pub const MAX_KEPT_ANSWER: usize = 1024 * 1024;
 
 /// The code of a repeat whose kept answer is gone ([`Gone`]; a voucher's, over a tab).
 pub const ANSWER_GONE: &str = "answer_gone";
-
-/// The state name of an answer record.
-pub(crate) const ANSWER_STATE: &str = "answer";
 
 /// How long an answer is kept after its Quote's expiry: the wallet's time to notice the lost
 /// answer and present the same Proof again.
@@ -63,47 +63,6 @@ pub(crate) fn verify_op(proof: &str) -> Result<OpId, Error> {
     .map_err(Error::Payment)
 }
 
-/// The name of `receiver` in its records' namespaces (`stipendex/<who>/…`): its id may hold
-/// any character, so its hash names them.
-pub(crate) fn who(receiver: &str) -> String {
-    hex::encode(
-        Sha256::digest(receiver.as_bytes())
-            .get(..8)
-            .unwrap_or_default(),
-    )
-}
-
-/// What a paid request was answered: replayed as it is for the same Proof and request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Answer {
-    /// The status code (HTTP), or 200 for a transport without one.
-    pub status: u16,
-    /// The body's media type, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_type: Option<String>,
-    /// The body.
-    #[serde(with = "b64")]
-    pub body: Vec<u8>,
-    /// The Receipt (compact JWS), if the work succeeded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub receipt: Option<String>,
-}
-
-mod b64 {
-    use base64::Engine as _;
-    use base64::engine::general_purpose::STANDARD;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&STANDARD.encode(b))
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        let s = String::deserialize(d)?;
-        STANDARD.decode(s).map_err(serde::de::Error::custom)
-    }
-}
-
 /// The use record's result: which Proof used the Quote, and whether its answer was kept.
 #[derive(Serialize, Deserialize)]
 struct Used {
@@ -115,39 +74,6 @@ struct Used {
 struct Recorded {
     proof: String,
     verified: Verified,
-}
-
-/// The answer record: for which request it was given.
-#[derive(Serialize, Deserialize)]
-struct Kept {
-    request: String,
-    answer: Answer,
-    /// The body is not kept: why, and how long it was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    dropped: Option<Dropped>,
-}
-
-/// Why an answer record holds no body.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-struct Dropped {
-    /// The body's length.
-    bytes: u64,
-    /// `true`: dropped to keep within the bound; `false`: over [`MAX_KEPT_ANSWER`].
-    bound: bool,
-}
-
-/// The answer record `value` without its body (dropped for the bound), if it has one.
-pub(crate) fn without_body(value: &str) -> Option<String> {
-    let mut k = serde_json::from_str::<Kept>(value).ok()?;
-    if k.dropped.is_some() {
-        return None;
-    }
-    k.dropped = Some(Dropped {
-        bytes: k.answer.body.len() as u64,
-        bound: true,
-    });
-    k.answer.body = Vec::new();
-    serde_json::to_string(&k).ok()
 }
 
 /// A Proof presented again, for the same request, after it was answered and receipted, whose

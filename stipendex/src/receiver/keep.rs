@@ -279,7 +279,7 @@ impl Keep {
         bounds: KeepBounds,
         clock: SharedClock,
     ) -> Arc<Self> {
-        let who = super::answers::who(receiver);
+        let who = super::answer_record::who(receiver);
         Arc::new(Keep {
             store,
             answers_ns: format!("stipendex/{who}/answers"),
@@ -400,7 +400,7 @@ impl Keep {
             .record
             .value
             .as_deref()
-            .and_then(super::answers::without_body)
+            .and_then(super::answer_record::without_body)
         else {
             // Unreadable, or already without its body: removed.
             self.store
@@ -412,7 +412,7 @@ impl Keep {
         let token = rand::random::<i64>();
         let retain = Duration::from_secs(e.until.saturating_sub(self.now()).max(1));
         let cost = bare.len() as u64;
-        let mut w = Write::finished(token, super::answers::ANSWER_STATE, Some(retain));
+        let mut w = Write::finished(token, super::answer_record::ANSWER_STATE, Some(retain));
         w.value = Some(bare);
         if self
             .store

@@ -14,6 +14,7 @@
 //!    capture the final amount, never above the Quote or the Confirmation) for the signed
 //!    Receipt — or [`Receiver::release`] if the work failed (a hold is voided).
 
+mod answer_record;
 mod answers;
 mod keep;
 mod limit;

@@ -48,23 +48,9 @@ pub fn dependencies_of_toml(text: &str, env: &dyn Env) -> Result<Vec<Arc<dyn Dep
         toml::from_str(text).map_err(|e| Error::Config(e.message().to_owned()))?;
     let mut out: Vec<Arc<dyn Dependency>> = Vec::new();
     for (name, table) in &file.rails {
-        out.extend(of_rail(name, table, env)?);
+        out.extend(super::dependencies_of_rail(name, table, env)?);
     }
     Ok(out)
-}
-
-/// What `[rails.<name>]` depends on (nothing for a kind this build does not carry).
-fn of_rail(
-    name: &str,
-    table: &toml::Table,
-    env: &dyn Env,
-) -> Result<Vec<Arc<dyn Dependency>>, Error> {
-    #[cfg(feature = "x402")]
-    if table.get("kind").and_then(toml::Value::as_str) == Some("x402") {
-        return super::x402::dependencies(name, table, env);
-    }
-    let _ = (name, table, env);
-    Ok(Vec::new())
 }
 
 /// [`dependencies_of_toml`] of the file at `path`, secrets from the process environment.

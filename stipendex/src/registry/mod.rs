@@ -123,7 +123,7 @@ use rail_core::{
     SystemClock,
 };
 
-pub use config::{Env, ProcessEnv};
+pub use config::{Env, ProcessEnv, located};
 
 use crate::Error;
 
@@ -575,6 +575,21 @@ async fn build(kind: &str, ctx: &Ctx<'_>) -> Result<Sides, Error> {
             kind: other.to_owned(),
         }),
     }
+}
+
+/// What `[rails.<name>]` depends on (nothing for a kind this build does not carry): the
+/// per-kind dispatch of [`dependencies_of_toml`], here so that [`dependency`] names no rail kind.
+fn dependencies_of_rail(
+    name: &str,
+    table: &toml::Table,
+    env: &dyn Env,
+) -> Result<Vec<Arc<dyn Dependency>>, Error> {
+    #[cfg(feature = "x402")]
+    if table.get("kind").and_then(toml::Value::as_str) == Some("x402") {
+        return x402::dependencies(name, table, env);
+    }
+    let _ = (name, table, env);
+    Ok(Vec::new())
 }
 
 /// The `[store]`, if the file has one (a receiver whose rail verifies at a facilitator needs
