@@ -694,21 +694,27 @@ impl Wallet {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 Ok(())
             };
+            let mut claimed = claims
+                .claim(&key, REQUEST_CLAIM_LEASE)
+                .await
+                .map_err(Error::Payment)?;
             // Held by a call whose process has ended (its journal's holder lock is free): taken
-            // over at once, as its payment is.
-            let holder_gone = match claims.seen(&key).await.map_err(Error::Payment)? {
-                Some(seen) => seen
+            // over at once, as its payment is. Looked at only when busy: the common path pays
+            // no extra read.
+            if matches!(claimed, Claim::Busy { .. })
+                && let Some(seen) = claims.seen(&key).await.map_err(Error::Payment)?
+                && seen
                     .record
                     .value
                     .as_deref()
-                    .is_some_and(|h| !self.0.journal.holder_alive(h)),
-                None => false,
-            };
-            let claim = match claims
-                .claim_over(&key, REQUEST_CLAIM_LEASE, Vec::new(), holder_gone)
-                .await
-                .map_err(Error::Payment)?
+                    .is_some_and(|h| !self.0.journal.holder_alive(h))
             {
+                claimed = claims
+                    .claim_over(&key, REQUEST_CLAIM_LEASE, Vec::new(), true)
+                    .await
+                    .map_err(Error::Payment)?;
+            }
+            let claim = match claimed {
                 Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => r,
                 Claim::Busy { .. } => {
                     waited().await?;
