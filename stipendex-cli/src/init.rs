@@ -82,12 +82,6 @@ fn within(inner: &Path, outer: &Path) -> bool {
     clean(inner).starts_with(clean(outer))
 }
 
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Runs `stipendex init`.
 pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     let upstream = url::Url::parse(&a.upstream)
@@ -150,7 +144,7 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
             key: principal.public(),
         },
         wallet_key.public(),
-        now(),
+        crate::mandate::now(),
         DAYS * 86_400,
     );
     m.limits.push(Limits {

@@ -213,13 +213,8 @@ async fn from_config(path: &Path, rail: Option<&str>) -> Result<Opened, CliError
         })?,
         (None, None) => return Err(msg(format!("{what} has no url"))),
     };
-    let url = match url.strip_prefix("sqlite://") {
-        Some(p) if !p.is_empty() && Path::new(p).is_relative() => {
-            let dir = path.parent().unwrap_or_else(|| Path::new(""));
-            format!("sqlite://{}", dir.join(p).display())
-        }
-        _ => url,
-    };
+    // Read beside the file, as the registry reads it.
+    let url = stipendex::registry::located(url, path.parent());
     let asset = asset_of(str_of("asset").unwrap_or("USD"), &what)?;
     let account = match (str_of("payer_account"), str_of("payee_account")) {
         (Some(a), None) => Some(account_id(a, &format!("{what} payer_account"))?),

@@ -178,7 +178,8 @@ fn pair<'a>(flag: &str, v: &'a str, shape: &str) -> Result<(&'a str, &'a str), C
         .ok_or_else(|| msg(format!("--{flag} {v:?} must be written {shape}")))
 }
 
-fn now() -> u64 {
+/// Seconds since the Unix epoch, by this machine's clock (a mandate's `iat`/`nbf`).
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

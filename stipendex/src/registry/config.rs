@@ -139,7 +139,7 @@ pub(crate) fn url(
 
 /// `url` with a relative `sqlite://` path read beside `base` (the configuration file's
 /// directory); any other URL as it is.
-pub(crate) fn located(url: String, base: Option<&std::path::Path>) -> String {
+pub fn located(url: String, base: Option<&std::path::Path>) -> String {
     match (url.strip_prefix("sqlite://"), base) {
         (Some(path), Some(base))
             if !path.is_empty() && std::path::Path::new(path).is_relative() =>
