@@ -18,7 +18,8 @@ use axum::Router;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use common::limits;
+use stipendex::envelope::{Allow, Limits, Mandate, SecretKey, Signed};
 use stipendex::http::Binding;
 use stipendex::receiver::{PricedCapability, Receiver};
 use stipendex::{Asset, Money, Registry};
@@ -70,31 +71,12 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
     let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
 
     // The receiver, at its own origin.
-    let (listener, base) = listen().await;
-    let receiver_rails = Registry::from_toml(
-        &format!(
-            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
-            dir.join("receiver.db").display()
-        ),
+    let (listener, base, receiver, shop_key) = search_shop(
+        &common::payee_rails(&dir.join("receiver.db"), &ledger_url, shop),
         &stipendex::ProcessEnv,
     )
-    .await
-    .unwrap();
-    let shop_key = SecretKey::generate();
-    let receiver = Receiver::builder("shop", shop_key.clone())
-        .origin(&base)
-        .registry(&receiver_rails)
-        .price(PricedCapability::fixed(
-            "GET",
-            "/api/search",
-            Money::parse(Asset::usd(), "0.05").unwrap(),
-        ))
-        .build()
-        .unwrap();
-    let app = Binding::new(receiver)
-        .unwrap()
-        .apply(Router::new().route("/api/search", get(|| async { "results" })));
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    .await;
+    serve_search(listener, receiver);
 
     // A hostile server relaying the shop's 402 for its own query.
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -118,47 +100,14 @@ async fn stipendex_fetch_pays_its_own_request_and_refuses_a_relayed_quote() {
     tokio::spawn(async move { axum::serve(evil_listener, evil_app).await.unwrap() });
 
     // The wallet: its key, the principal's mandate (the shop pinned at its origin), its rails.
-    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 60,
-        86_400,
+    let (principal, mandate) = common::write_wallet(
+        dir,
+        limits("1.00", "5.00"),
+        vec![common::allow_shop(&shop_key, &base)],
+        "journal = \"chains\"\n",
+        &format!("sqlite://{}", dir.join("wallet.db").display()),
+        &common::payer_rail(&ledger_url, agent),
     );
-    m.limits.push(Limits {
-        asset: Asset::usd(),
-        per_call: Some("1.00".parse().unwrap()),
-        per_period: None,
-        total: Some("5.00".parse().unwrap()),
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    });
-    m.allow.push(Allow::Receiver {
-        id: "shop".into(),
-        key: shop_key.public(),
-        origins: vec![base.clone()],
-    });
-    let mandate = Signed::sign(m, &principal).unwrap();
-    std::fs::write(dir.join("mandate.jws"), mandate.jws()).unwrap();
-    std::fs::write(
-        dir.join("wallet.toml"),
-        format!(
-            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\njournal = \"chains\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
-            principal.public(),
-            dir.join("wallet.db").display()
-        ),
-    )
-    .unwrap();
 
     // Its own request: paid, the body on stdout, one line on stderr.
     let (ok, out, err) = fetch(dir, &[&format!("{base}/api/search?q=rust")]).await;
@@ -298,49 +247,26 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let write = |allow: bool| {
-        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
         let _ = std::fs::remove_file(dir.join("wallet.key"));
-        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let mut m = Mandate::draft(
-            Party {
-                id: "alice".into(),
-                key: principal.public(),
-            },
-            wallet_key.public(),
-            now - 60,
-            86_400,
-        );
-        m.limits.push(Limits {
-            asset: Asset::algo(),
-            per_call: Some("0.01".parse().unwrap()),
-            per_period: None,
-            total: Some("1".parse().unwrap()),
-            per_receiver: None,
-            confirm_above: None,
-            tab_cap: None,
-            open_tabs: None,
-        });
-        if allow {
-            m.allow.push(Allow::X402Http {
+        let allow = if allow {
+            vec![Allow::X402Http {
                 origin: base.clone(),
                 pay_to: treasury.to_string(),
-            });
-        }
-        let mandate = Signed::sign(m, &principal).unwrap();
-        std::fs::write(dir.join("mandate.jws"), mandate.jws()).unwrap();
-        std::fs::write(
-            dir.join("wallet.toml"),
-            format!(
-                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n[rails.algo]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"FETCH_TEST_ALGO_KEY\"\nmax_amount = \"0.5\"\n",
-                principal.public(),
+            }]
+        } else {
+            Vec::new()
+        };
+        common::write_wallet(
+            dir,
+            common::limits_in(Asset::algo(), "0.01", Some("1")),
+            allow,
+            "",
+            "sqlite://wallet.db",
+            &format!(
+                "[rails.algo]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"FETCH_TEST_ALGO_KEY\"\nmax_amount = \"0.5\"\n",
                 algod.url
             ),
-        )
-        .unwrap();
+        );
     };
     let key = hex::encode(seed);
     let env = [("FETCH_TEST_ALGO_KEY", key.as_str())];
@@ -367,67 +293,22 @@ async fn stipendex_fetch_pays_an_x402_challenge_under_the_mandate() {
 /// mandate `limits` allow it (the shop pinned at its origin): (the origin, the principal).
 async fn shop_and_wallet(dir: &Path, limits: Limits) -> (String, SecretKey) {
     let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
-    let (listener, base) = listen().await;
-    let rails = Registry::from_toml(
-        &format!(
-            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
-            dir.join("receiver.db").display()
-        ),
+    let (listener, base, receiver, shop_key) = search_shop(
+        &common::payee_rails(&dir.join("receiver.db"), &ledger_url, shop),
         &stipendex::ProcessEnv,
     )
-    .await
-    .unwrap();
-    let shop_key = SecretKey::generate();
-    let receiver = Receiver::builder("shop", shop_key.clone())
-        .origin(&base)
-        .registry(&rails)
-        .price(PricedCapability::fixed(
-            "GET",
-            "/api/search",
-            Money::parse(Asset::usd(), "0.05").unwrap(),
-        ))
-        .build()
-        .unwrap();
-    let app = Binding::new(receiver)
-        .unwrap()
-        .apply(Router::new().route("/api/search", get(|| async { "results" })));
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-    std::fs::write(dir.join("principal.key"), principal.to_hex().as_str()).unwrap();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 60,
-        86_400,
-    );
-    m.limits.push(limits);
-    m.allow.push(Allow::Receiver {
-        id: "shop".into(),
-        key: shop_key.public(),
-        origins: vec![base.clone()],
-    });
-    std::fs::write(
-        dir.join("mandate.jws"),
-        Signed::sign(m, &principal).unwrap().jws(),
-    )
-    .unwrap();
+    .await;
+    serve_search(listener, receiver);
     // The wallet's file, every path relative to it. The ledger file is the one the shop uses.
-    std::fs::write(
-        dir.join("wallet.toml"),
-        format!(
-            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet-records.db\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"sqlite://ledger.db\"\npayer_account = \"{agent}\"\n",
-            principal.public(),
-        ),
-    )
-    .unwrap();
+    let (principal, _) = common::write_wallet(
+        dir,
+        limits,
+        vec![common::allow_shop(&shop_key, &base)],
+        "",
+        "sqlite://wallet-records.db",
+        &common::payer_rail("sqlite://ledger.db", agent),
+    );
+    std::fs::write(dir.join("principal.key"), principal.to_hex().as_str()).unwrap();
     (base, principal)
 }
 
@@ -445,19 +326,6 @@ async fn run_in(cwd: &Path, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn limits(per_call: &str, total: &str) -> Limits {
-    Limits {
-        asset: Asset::usd(),
-        per_call: Some(per_call.parse().unwrap()),
-        per_period: None,
-        total: Some(total.parse().unwrap()),
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    }
 }
 
 /// Issue 45: a mandate's limits and its revocation follow the wallet's configuration wherever
@@ -602,19 +470,8 @@ async fn the_journal_is_on_by_default_and_must_belong_with_the_store() {
     let (ok, _, err) = run_in(dir, &["fetch", "--config", "wallet.toml", &url]).await;
     assert!(ok, "{err}");
     assert!(!err.contains("no audit journal"), "{err}");
-    let jws = |d: &Path| {
-        std::fs::read_dir(d)
-            .map(|r| {
-                r.filter(|e| {
-                    e.as_ref()
-                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jws"))
-                })
-                .count()
-            })
-            .unwrap_or(0)
-    };
     assert_eq!(
-        jws(&dir.join("chains")),
+        common::count_jws(&dir.join("chains")),
         1,
         "the payment's chain, by default"
     );
@@ -661,27 +518,11 @@ async fn a_lost_answer_is_presented_again_and_never_paid_twice() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
-    let (listener, base) = listen().await;
-    let rails = Registry::from_toml(
-        &format!(
-            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
-            dir.join("receiver.db").display()
-        ),
+    let (listener, base, receiver, shop_key) = search_shop(
+        &common::payee_rails(&dir.join("receiver.db"), &ledger_url, shop),
         &stipendex::ProcessEnv,
     )
-    .await
-    .unwrap();
-    let shop_key = SecretKey::generate();
-    let receiver = Receiver::builder("shop", shop_key.clone())
-        .origin(&base)
-        .registry(&rails)
-        .price(PricedCapability::fixed(
-            "GET",
-            "/api/search",
-            Money::parse(Asset::usd(), "0.05").unwrap(),
-        ))
-        .build()
-        .unwrap();
+    .await;
     // The first paid request is swallowed before it reaches the receiver: its answer is lost.
     let swallow = Arc::new(AtomicBool::new(true));
     let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -709,40 +550,14 @@ async fn a_lost_answer_is_presented_again_and_never_paid_twice() {
             },
         ));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 60,
-        86_400,
+    common::write_wallet(
+        dir,
+        limits("1.00", "5.00"),
+        vec![common::allow_shop(&shop_key, &base)],
+        "",
+        "sqlite://wallet.db",
+        &common::payer_rail(&ledger_url, agent),
     );
-    m.limits.push(limits("1.00", "5.00"));
-    m.allow.push(Allow::Receiver {
-        id: "shop".into(),
-        key: shop_key.public(),
-        origins: vec![base.clone()],
-    });
-    std::fs::write(
-        dir.join("mandate.jws"),
-        Signed::sign(m, &principal).unwrap().jws(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("wallet.toml"),
-        format!(
-            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
-            principal.public()
-        ),
-    )
-    .unwrap();
     let url = format!("{base}/api/search?q=rust");
     let balance = || {
         let url = ledger_url.clone();
@@ -786,7 +601,7 @@ async fn a_lost_answer_is_presented_again_and_never_paid_twice() {
 /// receiver and its key.
 async fn search_shop(
     rails: &str,
-    env: &std::collections::BTreeMap<String, String>,
+    env: &dyn stipendex::Env,
 ) -> (tokio::net::TcpListener, String, Receiver, SecretKey) {
     let (listener, base) = listen().await;
     let rails = Registry::from_toml(rails, env).await.unwrap();
@@ -804,44 +619,26 @@ async fn search_shop(
     (listener, base, receiver, shop_key)
 }
 
+/// `receiver` in front of `GET /api/search` answering "results", served on `listener`.
+fn serve_search(listener: tokio::net::TcpListener, receiver: Receiver) {
+    let app = Binding::new(receiver)
+        .unwrap()
+        .apply(Router::new().route("/api/search", get(|| async { "results" })));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+}
+
 /// The wallet's files in `dir`: its key, a principal's mandate (1.00 a call, 5.00 in all) that
 /// pins the shop of `shop_key` at `base`, and `wallet.toml` paying over `rail` (a `[rails.*]`
 /// section), its store and journal (the default, `chains`) beside it.
 fn search_wallet(dir: &Path, base: &str, shop_key: &SecretKey, rail: &str) {
-    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 60,
-        86_400,
+    common::write_wallet(
+        dir,
+        limits("1.00", "5.00"),
+        vec![common::allow_shop(shop_key, base)],
+        "",
+        "sqlite://wallet.db",
+        rail,
     );
-    m.limits.push(limits("1.00", "5.00"));
-    m.allow.push(Allow::Receiver {
-        id: "shop".into(),
-        key: shop_key.public(),
-        origins: vec![base.to_owned()],
-    });
-    std::fs::write(
-        dir.join("mandate.jws"),
-        Signed::sign(m, &principal).unwrap().jws(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("wallet.toml"),
-        format!(
-            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n{rail}",
-            principal.public()
-        ),
-    )
-    .unwrap();
 }
 
 /// The files of `dir/chains` ending in `.ext`, by name without it.
@@ -875,11 +672,8 @@ async fn two_fetches_of_the_same_request_at_once_pay_once() {
     let dir = tmp.path();
     let (_ledger, ledger_url, agent, shop) = common::funded_ledger(dir, 1000).await;
     let (listener, base, receiver, shop_key) = search_shop(
-        &format!(
-            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop}\"\n",
-            dir.join("receiver.db").display()
-        ),
-        &std::collections::BTreeMap::new(),
+        &common::payee_rails(&dir.join("receiver.db"), &ledger_url, shop),
+        &std::collections::BTreeMap::<String, String>::new(),
     )
     .await;
     // The unpaid requests are held until both have come and the store is busy (at most 15 s),
@@ -923,9 +717,7 @@ async fn two_fetches_of_the_same_request_at_once_pay_once() {
         dir,
         &base,
         &shop_key,
-        &format!(
-            "[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n"
-        ),
+        &common::payer_rail(&ledger_url, agent),
     );
     let paid = || {
         let url = ledger_url.clone();

@@ -19,11 +19,12 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::now;
 use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use stipendex::Asset;
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::envelope::{Allow, SecretKey};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_stipendex");
@@ -57,13 +58,6 @@ fn refusal(o: &Output) -> String {
         "no Debug dump: {err}"
     );
     err
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
 }
 
 /// `stipendex key new --out DIR/NAME`: the public key it prints.
@@ -290,42 +284,15 @@ fn public_keys_are_pubkey_flags_and_the_old_spellings_still_work() {
 /// A wallet configuration in `dir` (no rail; its store `wallet.db`): its mandate signed by a fresh
 /// principal, `extra` lines appended to `[wallet]`.
 fn bare_wallet(dir: &Path, extra: &str) -> PathBuf {
-    let (principal, wallet) = (SecretKey::generate(), SecretKey::generate());
-    std::fs::write(dir.join("wallet.key"), wallet.to_hex().as_str()).unwrap();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet.public(),
-        now() - 60,
-        86_400,
+    common::write_wallet(
+        dir,
+        common::limits_in(Asset::usd(), "1.00", None),
+        Vec::new(),
+        extra,
+        "sqlite://wallet.db",
+        "",
     );
-    m.limits.push(Limits {
-        asset: Asset::usd(),
-        per_call: Some("1.00".parse().unwrap()),
-        per_period: None,
-        total: None,
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    });
-    std::fs::write(
-        dir.join("mandate.jws"),
-        Signed::sign(m, &principal).unwrap().jws(),
-    )
-    .unwrap();
-    let path = dir.join("wallet.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n{extra}\n[store]\nurl = \"sqlite://wallet.db\"\n",
-            principal.public()
-        ),
-    )
-    .unwrap();
-    path
+    dir.join("wallet.toml")
 }
 
 #[test]
@@ -650,43 +617,23 @@ async fn a_paid_mcp_call_through_the_gateway_is_logged_with_its_amount() {
     let (mut child, err) = gateway(&config, port).await;
 
     // The payer: `stipendex proxy` in front of the gateway's MCP endpoint, for an rmcp host.
-    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        now() - 60,
-        86_400,
-    );
-    m.limits.push(Limits {
-        asset: Asset::usd(),
-        per_call: Some("1.00".parse().unwrap()),
-        per_period: None,
-        total: Some("5.00".parse().unwrap()),
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    });
+    let (principal, wallet_key) = common::wallet_keys(dir);
+    let mut m = common::draft(&principal, &wallet_key);
+    m.limits.push(common::limits("1.00", "5.00"));
     m.allow.push(Allow::Receiver {
         id: "weather-co".into(),
         key: gateway_key.public(),
         origins: vec![origin.clone()],
     });
-    std::fs::write(
-        dir.join("wallet.jws"),
-        Signed::sign(m, &principal).unwrap().jws(),
-    )
-    .unwrap();
+    common::sign_to(dir, "wallet.jws", m, &principal);
     std::fs::write(
         dir.join("wallet.toml"),
-        format!(
-            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
-            principal.public(),
-            dir.join("wallet.db").display()
+        common::wallet_toml(
+            "wallet.jws",
+            &principal,
+            "",
+            &format!("sqlite://{}", dir.join("wallet.db").display()),
+            &common::payer_rail(&ledger_url, agent),
         ),
     )
     .unwrap();

@@ -23,7 +23,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ErrorData, ServiceExt};
 use serde_json::{Value, json};
 use stipendex::Asset;
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::envelope::{Allow, SecretKey, Signed};
 
 /// The shop's identity over stdio (its `[receiver] origins`, the proxy's `--server`).
 const SHOP: &str = "https://shop.example";
@@ -86,38 +86,14 @@ asset = "USD"
         )
         .unwrap();
 
-        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
+        let (principal, wallet_key) = common::wallet_keys(&dir);
         let mandate = |allow: bool| {
-            let mut m = Mandate::draft(
-                Party {
-                    id: "alice".into(),
-                    key: principal.public(),
-                },
-                wallet_key.public(),
-                now - 60,
-                86_400,
-            );
-            m.limits.push(Limits {
-                asset: Asset::usd(),
-                per_call: Some("5.00".parse().unwrap()),
-                per_period: None,
-                total: Some("20.00".parse().unwrap()),
-                per_receiver: None,
-                confirm_above: Some("1.00".parse().unwrap()),
-                tab_cap: None,
-                open_tabs: None,
-            });
+            let mut m = common::draft(&principal, &wallet_key);
+            let mut limits = common::limits("5.00", "20.00");
+            limits.confirm_above = Some("1.00".parse().unwrap());
+            m.limits.push(limits);
             if allow {
-                m.allow.push(Allow::Receiver {
-                    id: "shop".into(),
-                    key: shop_key.public(),
-                    origins: vec![SHOP.into()],
-                });
+                m.allow.push(common::allow_shop(&shop_key, SHOP));
             }
             Signed::sign(m, &principal).unwrap()
         };
@@ -125,10 +101,15 @@ asset = "USD"
             std::fs::write(dir.join(format!("{name}.jws")), mandate(allow).jws()).unwrap();
             std::fs::write(
                 dir.join(format!("{name}.toml")),
-                format!(
-                    "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"{name}.jws\"\nprincipal = \"{}\"\njournal = \"chains-{name}\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n\n[upstream]\nserver = \"{SHOP}\"\n",
-                    principal.public(),
-                    dir.join(format!("{name}.db")).display()
+                common::wallet_toml(
+                    &format!("{name}.jws"),
+                    &principal,
+                    &format!("journal = \"chains-{name}\"\n"),
+                    &format!("sqlite://{}", dir.join(format!("{name}.db")).display()),
+                    &format!(
+                        "{}\n[upstream]\nserver = \"{SHOP}\"\n",
+                        common::payer_rail(&ledger_url, agent)
+                    ),
                 ),
             )
             .unwrap();
@@ -168,15 +149,7 @@ asset = "USD"
     }
 
     fn chains(&self, wallet: &str) -> usize {
-        std::fs::read_dir(self.dir.join(format!("chains-{wallet}")))
-            .map(|d| {
-                d.filter(|e| {
-                    e.as_ref()
-                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jws"))
-                })
-                .count()
-            })
-            .unwrap_or(0)
+        common::count_jws(&self.dir.join(format!("chains-{wallet}")))
     }
 }
 
@@ -532,52 +505,27 @@ asset = "ALGO"
             ),
         )
         .unwrap();
-        let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let mut m = Mandate::draft(
-            Party {
-                id: "alice".into(),
-                key: principal.public(),
-            },
-            wallet_key.public(),
-            now - 60,
-            86_400,
-        );
-        m.limits.push(Limits {
-            asset: Asset::algo(),
-            per_call: Some("0.01".parse().unwrap()),
-            per_period: None,
-            total: Some("1".parse().unwrap()),
-            per_receiver: None,
-            confirm_above: None,
-            tab_cap: None,
-            open_tabs: None,
-        });
-        m.allow.push(Allow::Receiver {
-            id: "shop".into(),
-            key: shop_key.public(),
-            origins: vec![SHOP.into()],
-        });
+        let (principal, wallet_key) = common::wallet_keys(&dir);
+        let mut m = common::draft(&principal, &wallet_key);
+        m.limits
+            .push(common::limits_in(Asset::algo(), "0.01", Some("1")));
+        m.allow.push(common::allow_shop(&shop_key, SHOP));
         m.allow.push(Allow::X402Mcp {
             server: board.clone(),
             pay_to: treasury.to_string(),
         });
-        std::fs::write(
-            dir.join("wallet.jws"),
-            Signed::sign(m, &principal).unwrap().jws(),
-        )
-        .unwrap();
+        common::sign_to(&dir, "wallet.jws", m, &principal);
         std::fs::write(
             dir.join("wallet.toml"),
-            format!(
-                "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"wallet.jws\"\nprincipal = \"{}\"\njournal = \"chains-wallet\"\n\n[store]\nurl = \"sqlite://{}\"\n\n[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"ALGO_PAYER_KEY\"\nmax_amount = \"0.01\"\n",
-                principal.public(),
-                dir.join("wallet.db").display(),
-                net.url,
+            common::wallet_toml(
+                "wallet.jws",
+                &principal,
+                "journal = \"chains-wallet\"\n",
+                &format!("sqlite://{}", dir.join("wallet.db").display()),
+                &format!(
+                    "[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"ALGO_PAYER_KEY\"\nmax_amount = \"0.01\"\n",
+                    net.url,
+                ),
             ),
         )
         .unwrap();
@@ -764,10 +712,7 @@ async fn over_the_proxy_a_call_repeated_after_its_answer_was_lost_is_not_paid_ag
 
     // The shop, in this process, served over Streamable HTTP at BASE/mcp.
     let rails = stipendex::Registry::from_toml(
-        &format!(
-            "[store]\nurl = \"sqlite://{}\"\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayee_account = \"{shop_account}\"\n",
-            dir.join("shop.db").display()
-        ),
+        &common::payee_rails(&dir.join("shop.db"), &ledger_url, shop_account),
         &stipendex::ProcessEnv,
     )
     .await
@@ -798,64 +743,19 @@ async fn over_the_proxy_a_call_repeated_after_its_answer_was_lost_is_not_paid_ag
     });
 
     // The wallet: the principal's mandate pins the shop at its origin.
-    let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - 60,
-        86_400,
+    common::write_wallet(
+        dir,
+        common::limits("5.00", "20.00"),
+        vec![common::allow_shop(&shop_key, &base)],
+        "",
+        "sqlite://wallet.db",
+        &common::payer_rail(&ledger_url, agent),
     );
-    m.limits.push(Limits {
-        asset: Asset::usd(),
-        per_call: Some("5.00".parse().unwrap()),
-        per_period: None,
-        total: Some("20.00".parse().unwrap()),
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    });
-    m.allow.push(Allow::Receiver {
-        id: "shop".into(),
-        key: shop_key.public(),
-        origins: vec![base.clone()],
-    });
-    std::fs::write(
-        dir.join("mandate.jws"),
-        Signed::sign(m, &principal).unwrap().jws(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("wallet.toml"),
-        format!(
-            "[wallet]\nkey_file = \"wallet.key\"\nmandate = \"mandate.jws\"\nprincipal = \"{}\"\n\n[store]\nurl = \"sqlite://wallet.db\"\n\n[rails.house]\nkind = \"ledger\"\nurl = \"{ledger_url}\"\npayer_account = \"{agent}\"\n",
-            principal.public()
-        ),
-    )
-    .unwrap();
     let paid = || async {
         let a = ledger.account(agent).await.unwrap().unwrap();
         (a.debits_posted, a.debits_pending)
     };
-    let chains = || {
-        std::fs::read_dir(dir.join("chains"))
-            .map(|d| {
-                d.filter(|e| {
-                    e.as_ref()
-                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jws"))
-                })
-                .count()
-            })
-            .unwrap_or(0)
-    };
+    let chains = || common::count_jws(&dir.join("chains"));
     let before = paid().await.0;
 
     // A plain host starts the proxy, which talks to the shop at its URL.
