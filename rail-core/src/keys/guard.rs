@@ -2,7 +2,9 @@
 //!
 //! A key is claimed with a *lease*. While the holder works it keeps the lease alive
 //! ([`Reservation::keep_alive`]); a record in flight has no retention, so time alone never frees
-//! it. When a holder dies (crash, lost connection, a dropped future) its lease lapses and the
+//! it — unless its claimer gave it an *end* ([`ReplayGuard::claim_until`]): a time past which
+//! the work cannot be asked for again (a receiver refuses a Proof past its Quote's grace), so
+//! that what an unknown outcome leaves in flight is forgotten then. When a holder dies (crash, lost connection, a dropped future) its lease lapses and the
 //! next claimer gets [`Claim::Recover`]: it now holds the key, and must find out what the
 //! previous holder did (the record carries whatever was written ahead, [`Reservation::advance`])
 //! before acting. Finishing ([`Reservation::finish`]) drops the lease and starts the record's
@@ -10,7 +12,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use subtle::ConstantTimeEq;
 
@@ -170,8 +172,45 @@ impl ReplayGuard {
         fingerprint: Vec<u8>,
         holder_gone: bool,
     ) -> RailResult<Claim> {
+        self.claim_ending(key, lease, fingerprint, holder_gone, None)
+            .await
+    }
+
+    /// As [`ReplayGuard::claim_as`], for work that cannot be asked for again after `end` from
+    /// now: the record this claim writes is forgotten then, whatever state it is left in —
+    /// in flight, handed over or stale — and a claim of the key after `end` is
+    /// [`Claim::Fresh`]. A recoverer's takeover keeps the same end; finishing replaces it with
+    /// the finished record's retention.
+    ///
+    /// Only for work whose caller refuses, by itself, every request for it after `end` (a
+    /// receiver refuses a Proof presented past its Quote's grace before claiming it): the end
+    /// bounds how long a claim whose outcome stays unknown is kept, which for work that could
+    /// still be asked for would let it run twice.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn claim_until(
+        &self,
+        key: &str,
+        lease: Duration,
+        fingerprint: Vec<u8>,
+        end: Duration,
+    ) -> RailResult<Claim> {
+        self.claim_ending(key, lease, fingerprint, false, Some(end))
+            .await
+    }
+
+    pub(crate) async fn claim_ending(
+        &self,
+        key: &str,
+        lease: Duration,
+        fingerprint: Vec<u8>,
+        holder_gone: bool,
+        end: Option<Duration>,
+    ) -> RailResult<Claim> {
         let mut w = Write::leased(new_token(), RESERVED, lease);
         w.fingerprint = fingerprint;
+        w.retain = end;
         for _ in 0..4 {
             let Some(seen) = self.insert(key, &w).await? else {
                 return Ok(Claim::Fresh(self.reservation(key, &w)));
@@ -180,9 +219,10 @@ impl ReplayGuard {
             if !same {
                 return Ok(Claim::Conflict(seen.record));
             }
-            // Finished: no lease, or a retention already started (a renewal that arrived after
-            // the finish cannot make a finished record look in flight).
-            if seen.record.lease_until.is_none() || seen.record.expires_at.is_some() {
+            // Finished: no lease. (A renewal never lands on a finished record: every store
+            // renews only a record that still has a lease. A record in flight may have a
+            // retention: its end, `claim_until`.)
+            if seen.record.lease_until.is_none() {
                 return Ok(Claim::Finished(seen.record));
             }
             if !seen.lease_lapsed() && !holder_gone {
@@ -191,15 +231,19 @@ impl ReplayGuard {
                     state: seen.record.state,
                 });
             }
-            // Take the stale record over, keeping what the previous holder wrote ahead.
+            // Take the stale record over, keeping what the previous holder wrote ahead, and
+            // its end if it has one (the same instant, by the store's clock).
             let lapsed = seen.lease_lapsed();
+            let ends_in = seen.record.expires_at.map(|t| {
+                Duration::from_millis(u64::try_from(t.0.saturating_sub(seen.now.0)).unwrap_or(0))
+            });
             let previous = seen.record;
             let take = Write {
                 token: new_token(),
                 state: previous.state.clone(),
                 fingerprint: previous.fingerprint.clone(),
                 value: previous.value.clone(),
-                retain: None,
+                retain: ends_in,
                 lease: Some(lease),
             };
             // A live lease whose holder the caller knows has ended is taken by compare-and-set
@@ -265,6 +309,7 @@ impl ReplayGuard {
             token: w.token,
             lease: w.lease.unwrap_or_default(),
             fingerprint: w.fingerprint.clone(),
+            end: w.retain.map(|d| (Instant::now(), d)),
         }
     }
 }
@@ -279,6 +324,10 @@ pub struct Reservation {
     token: i64,
     lease: Duration,
     fingerprint: Vec<u8>,
+    /// The record's end, if its claim gave one ([`ReplayGuard::claim_until`]): when it was
+    /// written (this process's clock) and how long it then had to run. A rewrite in flight
+    /// ([`Reservation::advance`]) keeps what is left of it.
+    end: Option<(Instant, Duration)>,
 }
 
 impl Reservation {
@@ -350,7 +399,8 @@ impl Reservation {
 
     /// Moves the key to an in-flight `state`, writing `value` ahead (what is about to be sent
     /// and its id on the rail), and renews the lease. The record stays in flight: it has no
-    /// retention and a recoverer will see `state` and `value`.
+    /// retention (or keeps what is left of its end, [`ReplayGuard::claim_until`]) and a
+    /// recoverer will see `state` and `value`.
     ///
     /// # Errors
     /// [`RailError::Replayed`] if the key is no longer this holder's; [`RailError::Storage`].
@@ -360,7 +410,9 @@ impl Reservation {
             state: state.to_owned(),
             fingerprint: self.fingerprint.clone(),
             value,
-            retain: None,
+            retain: self
+                .end
+                .map(|(at, d)| d.saturating_sub(at.elapsed()).max(Duration::from_millis(1))),
             lease: Some(self.lease),
         })
         .await

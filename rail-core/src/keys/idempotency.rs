@@ -117,13 +117,39 @@ impl Idempotency {
         fp: &[u8],
         holder_gone: bool,
     ) -> RailResult<Begin<T>> {
+        self.begin_ending(op, fp, holder_gone, None).await
+    }
+
+    /// As [`Idempotency::begin`], for an operation that cannot be asked for again after `end`
+    /// from now: what it leaves in flight (its outcome unknown, [`Idempotency::hand_over`]) is
+    /// forgotten then ([`ReplayGuard::claim_until`], whose contract the caller keeps: it
+    /// refuses the operation by itself after `end`).
+    ///
+    /// # Errors
+    /// As [`Idempotency::begin`].
+    pub async fn begin_until<T: DeserializeOwned>(
+        &self,
+        op: &OpId,
+        fp: &[u8],
+        end: Duration,
+    ) -> RailResult<Begin<T>> {
+        self.begin_ending(op, fp, false, Some(end)).await
+    }
+
+    async fn begin_ending<T: DeserializeOwned>(
+        &self,
+        op: &OpId,
+        fp: &[u8],
+        holder_gone: bool,
+        end: Option<Duration>,
+    ) -> RailResult<Begin<T>> {
         let lease = |reservation| Lease {
             op: op.as_str().to_owned(),
             reservation,
         };
         match self
             .guard
-            .claim_over(op.as_str(), self.lease, fp.to_vec(), holder_gone)
+            .claim_ending(op.as_str(), self.lease, fp.to_vec(), holder_gone, end)
             .await?
         {
             Claim::Fresh(r) => Ok(Begin::Fresh(lease(r))),

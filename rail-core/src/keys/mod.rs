@@ -12,7 +12,10 @@
 //!
 //! **Leases.** Work that holds a key holds a *lease* (60 s by default) and keeps it alive while
 //! it runs ([`Reservation::keep_alive`], [`Idempotency::run`]): slow work never loses its key.
-//! A record in flight has no retention, so time alone never frees it. A lease lapses only when
+//! A record in flight has no retention, so time alone never frees it — unless its claimer
+//! gave it an end ([`ReplayGuard::claim_until`], [`Idempotency::begin_until`]) because past
+//! that the work cannot be asked for again (a receiver's claim on a Proof, after its Quote's
+//! grace): then it is forgotten at its end, whatever state it was left in. A lease lapses only when
 //! its holder stops renewing (crash, lost connection, dropped future); the next claimer then
 //! *recovers* ([`Claim::Recover`], [`Attempt::Recovering`]): it takes the key over with a
 //! compare-and-set (one recoverer wins), reads what the previous holder wrote ahead, asks the

@@ -27,7 +27,8 @@ pub struct KeyRecord {
     /// A stored value (JSON): a result, or what an in-flight holder wrote ahead.
     pub value: Option<String>,
     /// When the record may be forgotten (its retention ends); `None` = kept until removed.
-    /// Records that stand for work in flight have no retention: time alone never frees them.
+    /// Records that stand for work in flight have no retention — time alone never frees them —
+    /// unless their claimer gave them an end ([`super::ReplayGuard::claim_until`]).
     pub expires_at: Option<Timestamp>,
     /// Until when the holder's lease runs (in-flight records only; renewable). A record whose
     /// lease has lapsed is *stale*: it is recovered, never silently overwritten.
@@ -149,9 +150,11 @@ fn count_of(record: &KeyRecord, ns: &str, key: &str) -> RailResult<u64> {
 /// Contract (checked by `keys::suite`, behind the `test-util` feature):
 /// - [`KeyStore::insert_if_absent`] is atomic across every client of the same store: of
 ///   concurrent inserters of one key, exactly one wins.
-/// - A record is *present* until its retention ends (`expires_at`); a record without retention
-///   stays until removed, whatever its lease says. Only a record whose retention ended may be
-///   overwritten by an insert.
+/// - A record is *present* until its retention ends (`expires_at`), leased or not; a record
+///   without retention stays until removed, whatever its lease says. Only a record whose
+///   retention ended may be overwritten by an insert.
+/// - A record is finished when it has no lease, in flight while it has one: a renewal never
+///   gives a finished record a lease again.
 /// - [`KeyStore::replace`], [`KeyStore::renew`] and [`KeyStore::remove`] act only when the
 ///   record's token is the caller's (a compare-and-set).
 /// - Times are the store's own clock (for PostgreSQL the database's, unless a clock is
@@ -181,8 +184,8 @@ pub trait KeyStore: Send + Sync + fmt::Debug {
     /// The record, if present.
     async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>>;
 
-    /// Deletes records whose retention ended; returns how many. Never touches a record without
-    /// retention (in flight), however old its lease.
+    /// Deletes records whose retention ended (a record in flight with an end, too); returns how
+    /// many. Never touches a record without retention, however old its lease.
     async fn purge_expired(&self) -> RailResult<u64>;
 
     /// The store's clock (for PostgreSQL the database's, unless a clock is injected).

@@ -121,6 +121,7 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
     lapsed_lease_is_recovered_not_taken_over(&store, &clock, &ns).await;
     renewal_keeps_a_slow_holder(&store, &clock, &ns).await;
     in_flight_records_never_expire_by_time(&store, &clock, &ns).await;
+    in_flight_records_with_an_end(&store, &clock, &ns).await;
     retention_window(&store, &clock, &ns).await;
     one_winner_under_contention(&store, &ns).await;
     idempotency_lifecycle(&store, &clock, &ns).await;
@@ -251,6 +252,114 @@ pub async fn in_flight_records_never_expire_by_time(
         panic!("a handed-over record is recovered at once")
     };
     reservation.release().await.unwrap();
+}
+
+/// A claim with an end (`claim_until`): in flight, handed over, taken over by a recoverer or
+/// written ahead, it is the same record until its end; then it is gone — purged, and the key
+/// free — whatever state it was left in. Finishing replaces the end with the retention. The
+/// idempotency records on top behave the same (`begin_until`).
+pub async fn in_flight_records_with_an_end(
+    store: &Arc<dyn KeyStore>,
+    clock: &ManualClock,
+    ns: &str,
+) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-end"));
+    let r = fresh(
+        guard
+            .claim_until("q", 5 * S, vec![1], 100 * S)
+            .await
+            .unwrap(),
+    );
+    r.advance("verifying", Some("\"v\"".into())).await.unwrap();
+    r.hand_over().await.unwrap();
+    clock.advance(60 * S);
+    // Before its end: recovered (with what was written ahead), not free.
+    let Claim::Recover {
+        reservation,
+        previous,
+    } = guard
+        .claim_until("q", 5 * S, vec![1], 100 * S)
+        .await
+        .unwrap()
+    else {
+        panic!("a handed-over claim is recovered before its end")
+    };
+    assert_eq!(previous.value.as_deref(), Some("\"v\""));
+    // The recoverer's takeover keeps the first end (60 s of the 100 s are gone), not a new one.
+    let seen = guard.seen("q").await.unwrap().unwrap();
+    let left = seen.record.expires_at.unwrap().0 - seen.now.0;
+    assert!(
+        (39_000..=40_000).contains(&left),
+        "the end moved: {left} ms left"
+    );
+    reservation.hand_over().await.unwrap();
+    clock.advance(39 * S);
+    assert!(matches!(
+        guard
+            .claim_until("q", 5 * S, vec![2], 100 * S)
+            .await
+            .unwrap(),
+        Claim::Conflict(_)
+    ));
+    clock.advance(2 * S);
+    // Past its end: gone, purged, and the key free.
+    assert!(guard.seen("q").await.unwrap().is_none());
+    assert!(store.purge_expired().await.unwrap() >= 1);
+    assert!(guard.seen("q").await.unwrap().is_none());
+    let r = fresh(
+        guard
+            .claim_until("q", 5 * S, vec![2], 100 * S)
+            .await
+            .unwrap(),
+    );
+    // Finished: the retention replaces the end.
+    r.commit(Some(1000 * S)).await.unwrap();
+    clock.advance(500 * S);
+    store.purge_expired().await.unwrap();
+    assert!(matches!(
+        guard
+            .claim_until("q", 5 * S, vec![2], 100 * S)
+            .await
+            .unwrap(),
+        Claim::Finished(_)
+    ));
+    // A stale holder (its lease lapsed, never handed over) is forgotten at the end too.
+    let stale = fresh(
+        guard
+            .claim_until("dead", 5 * S, vec![], 30 * S)
+            .await
+            .unwrap(),
+    );
+    drop(stale);
+    clock.advance(10 * S);
+    assert!(matches!(
+        guard
+            .claim_until("dead", 5 * S, vec![], 30 * S)
+            .await
+            .unwrap(),
+        Claim::Recover { .. }
+    ));
+    clock.advance(21 * S);
+    assert!(store.purge_expired().await.unwrap() >= 1);
+    assert!(guard.seen("dead").await.unwrap().is_none());
+    // Idempotency: an operation handed over with an end is recovered before it and forgotten
+    // after it.
+    let idem = Idempotency::new(store.clone(), format!("{ns}-end-ops"));
+    let op = OpId::new("verify-1").unwrap();
+    let Begin::<u32>::Fresh(lease) = idem.begin_until(&op, b"p", 50 * S).await.unwrap() else {
+        panic!("fresh")
+    };
+    idem.hand_over(lease).await.unwrap();
+    let Begin::<u32>::Recover(lease) = idem.begin_until(&op, b"p", 50 * S).await.unwrap() else {
+        panic!("a handed-over operation is recovered before its end")
+    };
+    idem.hand_over(lease).await.unwrap();
+    clock.advance(51 * S);
+    store.purge_expired().await.unwrap();
+    let Begin::<u32>::Fresh(lease) = idem.begin_until(&op, b"p", 50 * S).await.unwrap() else {
+        panic!("an operation past its end is forgotten")
+    };
+    idem.finish(lease, &7u32).await.unwrap();
 }
 
 /// Finished records are remembered for their window, then the key is free.

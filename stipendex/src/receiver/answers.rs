@@ -6,7 +6,10 @@
 //! answers the repeat):
 //! - **its use** ([`rail_core::keys::Idempotency`], namespace `stipendex/<receiver>/proofs`,
 //!   keyed by the Quote, fingerprinted by the Proof): held while the request runs, then kept for
-//!   24 hours. A second Proof for the same Quote is `quote_used`; the same Proof while the first
+//!   24 hours. A use whose outcome stays unknown (the rail's answer was "try again", or the
+//!   instance stopped) is recovered by the same Proof until its Quote's grace ends, and
+//!   forgotten [`CLAIM_MARGIN`] after (`claim_until`): past the grace the Proof is refused
+//!   before it is claimed. A second Proof for the same Quote is `quote_used`; the same Proof while the first
 //!   presentation still runs is `in_progress` (retryable).
 //! - **its answer** (namespace `stipendex/<receiver>/answers`): status, content type, body (at
 //!   most [`MAX_KEPT_ANSWER`] bytes) and Receipt, kept for the Quote's remaining life plus
@@ -48,6 +51,13 @@ pub const ANSWER_GONE: &str = "answer_gone";
 /// How long an answer is kept after its Quote's expiry: the wallet's time to notice the lost
 /// answer and present the same Proof again.
 pub const ANSWER_MARGIN: Duration = Duration::from_secs(10 * 60);
+
+/// How long after the receiver starts refusing a Proof by itself (its Quote's expiry plus
+/// [`rail_core::LATE_PROOF_GRACE`]) a claim of it left in flight is kept: an unknown outcome
+/// (the rail did not answer, the instance stopped) is recovered by the same Proof until then,
+/// and forgotten after — so Proofs refused as "try again" leave nothing for ever. The margin
+/// covers a store whose clock runs ahead of the receiver's.
+pub const CLAIM_MARGIN: Duration = Duration::from_secs(10 * 60);
 
 /// How long past its Quote's expiry a Proof's use is remembered (and a rail's answer to a
 /// recovered verification may be the same).
@@ -194,16 +204,20 @@ impl Answers {
     }
 
     /// Claims quote `quote_id` for the Proof of digest `proof`, presented for the request of
-    /// digest `request`.
+    /// digest `request`. `refused_in` is how long until the receiver refuses this Proof by
+    /// itself (its Quote's grace ends): a claim left in flight — its rail's answer unknown, or
+    /// its instance stopped — is forgotten [`CLAIM_MARGIN`] after that, never kept for ever.
     pub(crate) async fn claim(
         &self,
         quote_id: &str,
         proof: &str,
         request: &str,
+        refused_in: Duration,
     ) -> Result<Use, Error> {
         let op = Self::key(quote_id)?;
         let fp = rail_core::keys::fingerprint(proof).map_err(Error::Payment)?;
-        match self.uses.begin::<Used>(&op, &fp).await {
+        let end = refused_in.saturating_add(CLAIM_MARGIN);
+        match self.uses.begin_until::<Used>(&op, &fp, end).await {
             Ok(rail_core::keys::Begin::Fresh(lease)) => Ok(Use::Run {
                 lease,
                 recovered: false,

@@ -34,7 +34,7 @@ use rail_core::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use answers::{ANSWER_GONE, ANSWER_MARGIN, Answer, Gone, MAX_KEPT_ANSWER};
+pub use answers::{ANSWER_GONE, ANSWER_MARGIN, Answer, CLAIM_MARGIN, Gone, MAX_KEPT_ANSWER};
 pub use keep::{DEFAULT_KEEP_BYTES, DEFAULT_KEEP_ENTRIES, KeepBounds};
 pub use limit::DEFAULT_COSTLY_QUOTES;
 pub(crate) use pricing::matching;
@@ -960,9 +960,16 @@ impl Receiver {
             )));
         }
         let request = req.digest();
+        // Refused by itself from the Quote's expiry plus the grace (above): a claim left in
+        // flight is forgotten after that.
+        let refused_in = Duration::from_secs(
+            q.exp
+                .saturating_add(rail_core::LATE_PROOF_GRACE.as_secs())
+                .saturating_sub(now),
+        );
         let (lease, recovered) = match me
             .answers
-            .claim(&q.id, proof.digest().as_str(), request.as_str())
+            .claim(&q.id, proof.digest().as_str(), request.as_str(), refused_in)
             .await?
         {
             answers::Use::Run { lease, recovered } => (lease, recovered),
