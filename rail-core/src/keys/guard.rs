@@ -172,7 +172,33 @@ impl ReplayGuard {
         fingerprint: Vec<u8>,
         holder_gone: bool,
     ) -> RailResult<Claim> {
-        self.claim_ending(key, lease, fingerprint, holder_gone, None)
+        let holders = if holder_gone {
+            Holders::Gone
+        } else {
+            Holders::Leases
+        };
+        self.claim_ending(key, lease, fingerprint, holders, None)
+            .await
+    }
+
+    /// Claims `key` for the holder named `me` (a process), writing the name as the record's
+    /// value — in the first write, and in the very write that takes a record over. A record in
+    /// flight whose named holder `gone` says has ended is taken over at once (before its lease
+    /// lapses), by compare-and-set on the token of the record judged: a holder that took the
+    /// key over meanwhile names itself in that same write, so it is never mistaken for the one
+    /// that ended. For keys that hold nothing but their holder (what a holder wrote ahead is
+    /// not kept).
+    ///
+    /// # Errors
+    /// [`RailError::Storage`].
+    pub async fn claim_named(
+        &self,
+        key: &str,
+        lease: Duration,
+        me: &str,
+        gone: &(dyn Fn(&str) -> bool + Send + Sync),
+    ) -> RailResult<Claim> {
+        self.claim_ending(key, lease, Vec::new(), Holders::Named { me, gone }, None)
             .await
     }
 
@@ -196,7 +222,7 @@ impl ReplayGuard {
         fingerprint: Vec<u8>,
         end: Duration,
     ) -> RailResult<Claim> {
-        self.claim_ending(key, lease, fingerprint, false, Some(end))
+        self.claim_ending(key, lease, fingerprint, Holders::Leases, Some(end))
             .await
     }
 
@@ -205,12 +231,15 @@ impl ReplayGuard {
         key: &str,
         lease: Duration,
         fingerprint: Vec<u8>,
-        holder_gone: bool,
+        holders: Holders<'_>,
         end: Option<Duration>,
     ) -> RailResult<Claim> {
         let mut w = Write::leased(new_token(), RESERVED, lease);
         w.fingerprint = fingerprint;
         w.retain = end;
+        if let Holders::Named { me, .. } = holders {
+            w.value = Some(me.to_owned());
+        }
         for _ in 0..4 {
             let Some(seen) = self.insert(key, &w).await? else {
                 return Ok(Claim::Fresh(self.reservation(key, &w)));
@@ -225,6 +254,11 @@ impl ReplayGuard {
             if seen.record.lease_until.is_none() {
                 return Ok(Claim::Finished(seen.record));
             }
+            let holder_gone = match holders {
+                Holders::Leases => false,
+                Holders::Gone => true,
+                Holders::Named { gone, .. } => seen.record.value.as_deref().is_some_and(gone),
+            };
             if !seen.lease_lapsed() && !holder_gone {
                 return Ok(Claim::Busy {
                     retry_after: seen.lease_left(),
@@ -242,7 +276,10 @@ impl ReplayGuard {
                 token: new_token(),
                 state: previous.state.clone(),
                 fingerprint: previous.fingerprint.clone(),
-                value: previous.value.clone(),
+                value: match holders {
+                    Holders::Named { me, .. } => Some(me.to_owned()),
+                    Holders::Leases | Holders::Gone => previous.value.clone(),
+                },
                 retain: ends_in,
                 lease: Some(lease),
             };
@@ -312,6 +349,21 @@ impl ReplayGuard {
             end: w.retain.map(|d| (Instant::now(), d)),
         }
     }
+}
+
+/// How a claim judges the holder of a record in flight.
+#[derive(Clone, Copy)]
+pub(crate) enum Holders<'a> {
+    /// By its lease alone: a live lease is busy.
+    Leases,
+    /// The caller knows the current holder has ended.
+    Gone,
+    /// The record's value names its holder; `gone` says whether that holder has ended, and
+    /// this claim names `me`.
+    Named {
+        me: &'a str,
+        gone: &'a (dyn Fn(&str) -> bool + Send + Sync),
+    },
 }
 
 /// A held key; [`Reservation::finish`] or [`Reservation::release`] it. Keep it alive with

@@ -15,7 +15,7 @@ use crate::error::{RailError, RailResult};
 use crate::types::OpId;
 
 use super::COMMITTED;
-use super::guard::{Claim, ReplayGuard, Reservation};
+use super::guard::{Claim, Holders, ReplayGuard, Reservation};
 use super::store::KeyStore;
 
 /// SHA-256 of the canonical JSON of `content` (object keys sorted): the fingerprint that
@@ -149,7 +149,17 @@ impl Idempotency {
         };
         match self
             .guard
-            .claim_ending(op.as_str(), self.lease, fp.to_vec(), holder_gone, end)
+            .claim_ending(
+                op.as_str(),
+                self.lease,
+                fp.to_vec(),
+                if holder_gone {
+                    Holders::Gone
+                } else {
+                    Holders::Leases
+                },
+                end,
+            )
             .await?
         {
             Claim::Fresh(r) => Ok(Begin::Fresh(lease(r))),

@@ -122,6 +122,7 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
     renewal_keeps_a_slow_holder(&store, &clock, &ns).await;
     in_flight_records_never_expire_by_time(&store, &clock, &ns).await;
     in_flight_records_with_an_end(&store, &clock, &ns).await;
+    named_holders(&store, &ns).await;
     retention_window(&store, &clock, &ns).await;
     one_winner_under_contention(&store, &ns).await;
     idempotency_lifecycle(&store, &clock, &ns).await;
@@ -360,6 +361,61 @@ pub async fn in_flight_records_with_an_end(
         panic!("an operation past its end is forgotten")
     };
     idem.finish(lease, &7u32).await.unwrap();
+}
+
+/// Claims that name their holder (`claim_named`): a record whose holder has ended is taken
+/// over at once, and the takeover names its new holder in the same write — so a third claimer
+/// that judges by the name finds a live holder (busy), never the ended one's name on a record
+/// someone else now holds.
+pub async fn named_holders(store: &Arc<dyn KeyStore>, ns: &str) {
+    let guard = ReplayGuard::new(store.clone(), format!("{ns}-named"));
+    let alive = |h: &str| h != "a";
+    let gone = |h: &str| !alive(h);
+    let a = fresh(guard.claim_named("req", 60 * S, "a", &gone).await.unwrap());
+    assert_eq!(
+        guard
+            .seen("req")
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .value
+            .as_deref(),
+        Some("a"),
+        "the first write names its holder"
+    );
+    // "b" finds "a" ended: taken over at once (the lease still runs), named "b".
+    let Claim::Recover { reservation: b, .. } =
+        guard.claim_named("req", 60 * S, "b", &gone).await.unwrap()
+    else {
+        panic!("a claim whose holder ended is taken over at once")
+    };
+    assert_eq!(
+        guard
+            .seen("req")
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .value
+            .as_deref(),
+        Some("b")
+    );
+    // "c" judges by the name: "b" lives, so it waits; the ended "a" can no longer write.
+    assert!(matches!(
+        guard.claim_named("req", 60 * S, "c", &gone).await.unwrap(),
+        Claim::Busy { .. }
+    ));
+    assert!(matches!(a.release().await, Ok(())));
+    assert!(
+        guard.seen("req").await.unwrap().is_some(),
+        "a's release removed nothing"
+    );
+    b.release().await.unwrap();
+    assert!(matches!(
+        guard.claim_named("req", 60 * S, "c", &gone).await.unwrap(),
+        Claim::Fresh(_)
+    ));
 }
 
 /// Finished records are remembered for their window, then the key is free.

@@ -48,7 +48,11 @@ use sha2::{Digest as _, Sha256};
 
 #[cfg(feature = "challenges")]
 pub use challenge::{ChallengePaid, Source};
-pub use confirm::{Answer, Ask, Callback, Confirmer, Denial, Refuse, Terminal, Why, printable};
+pub(crate) use confirm::bounded;
+pub use confirm::{
+    Answer, Ask, Callback, Confirmer, DESCRIPTION_MAX, Denial, RECEIVER_MAX, Refuse, Terminal, Why,
+    printable,
+};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, chain_name};
 pub use offer::OfferPaid;
 pub use revocation::{Revocations, revoke};
@@ -686,6 +690,7 @@ impl Wallet {
             self.0.store.clone(),
             format!("stipendex/{}/requests", self.0.mandate.object().id),
         );
+        let holder = self.0.journal.holder();
         loop {
             let waited = || async {
                 if tokio::time::Instant::now() >= deadline {
@@ -694,26 +699,20 @@ impl Wallet {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 Ok(())
             };
-            let mut claimed = claims
-                .claim(&key, REQUEST_CLAIM_LEASE)
-                .await
-                .map_err(Error::Payment)?;
-            // Held by a call whose process has ended (its journal's holder lock is free): taken
-            // over at once, as its payment is. Looked at only when busy: the common path pays
-            // no extra read.
-            if matches!(claimed, Claim::Busy { .. })
-                && let Some(seen) = claims.seen(&key).await.map_err(Error::Payment)?
-                && seen
-                    .record
-                    .value
-                    .as_deref()
-                    .is_some_and(|h| !self.0.journal.holder_alive(h))
-            {
-                claimed = claims
-                    .claim_over(&key, REQUEST_CLAIM_LEASE, Vec::new(), true)
-                    .await
-                    .map_err(Error::Payment)?;
+            // The claim names this process (its journal's holder): one held by a call whose
+            // process has ended (its holder lock is free) is taken over at once, as its
+            // payment is — judged on the record the takeover replaces, in one claim.
+            let claimed = match &holder {
+                Some(me) => {
+                    let journal = &self.0.journal;
+                    let gone = |h: &str| !journal.holder_alive(h);
+                    claims
+                        .claim_named(&key, REQUEST_CLAIM_LEASE, me, &gone)
+                        .await
+                }
+                None => claims.claim(&key, REQUEST_CLAIM_LEASE).await,
             }
+            .map_err(Error::Payment)?;
             let claim = match claimed {
                 Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => r,
                 Claim::Busy { .. } => {
@@ -726,11 +725,6 @@ impl Wallet {
                     )));
                 }
             };
-            if let Some(holder) = self.0.journal.holder()
-                && let Err(e) = claim.advance(rail_core::keys::RESERVED, Some(holder)).await
-            {
-                tracing::warn!(error = %e, "could not name this process on a request's claim");
-            }
             let found = self.same_request(quote, sent).await;
             match found {
                 Ok(SameRequest::None) => {
@@ -1533,7 +1527,7 @@ impl Wallet {
     ) -> Result<Signed<Confirmation>, Error> {
         let me = &self.0;
         match confirmer.confirm(ask).await {
-            Answer::No { why } => Err(Error::NotConfirmed(format!("{}: {why}", ask.text()))),
+            Answer::No { why } => Err(Error::NotConfirmed(format!("{}: {why}", ask.summary()))),
             Answer::Yes { by } => Signed::sign(
                 Confirmation {
                     stipendex: Tag::current("confirmation"),
