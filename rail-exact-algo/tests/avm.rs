@@ -373,6 +373,13 @@ async fn every_rule_refuses_a_crafted_group_with_its_code_and_nothing_moves() {
     c.fee.as_mut().unwrap().fee = 16_001;
     assert_eq!(refuse(c), code::FEE_PAYER_INVALID_TXN, "a fee over the cap");
     let mut c = craft(&w, true);
+    c.fee.as_mut().unwrap().fee = 10_001;
+    assert_eq!(
+        refuse(c),
+        code::FEE_PAYER_INVALID_TXN,
+        "a fee over 5 000 per member (two members)"
+    );
+    let mut c = craft(&w, true);
     c.transfer.genesis_hash = [7; 32];
     assert_eq!(refuse(c), code::GENESIS_HASH_MISMATCH, "another chain");
     // A group over 16 (the extra members are the payer's own opt-in-shaped transfers).
@@ -663,4 +670,151 @@ async fn the_facilitator_server_refuses_what_it_must_and_settles_a_replay_once()
         "a replayed settle answers the first settlement"
     );
     assert_eq!(w.usdc(&w.merchant), Some(PRICE), "charged once");
+}
+
+/// The payer's own payment of 1 000 µALGO to `to`, beside the transfer that pays the offer:
+/// what an attacker adds to a group for the fee payer's pooled fee to cover.
+fn extra_payment(c: &Craft, to: Address, n: u8) -> Transaction {
+    Transaction::Pay(PayTxn {
+        sender: c.transfer.sender,
+        receiver: to,
+        amount: 1_000,
+        fee: 0,
+        first_valid: c.transfer.first_valid,
+        last_valid: c.transfer.last_valid,
+        genesis_id: c.transfer.genesis_id.clone(),
+        genesis_hash: c.transfer.genesis_hash,
+        note: format!("extra-{n}").into_bytes(),
+        close_to: None,
+        rekey_to: None,
+        group: None,
+        lease: None,
+    })
+}
+
+/// Runs an attacker's group through the facilitator as a paywall would (check, then settle)
+/// and answers the refusal's code. If the group is accepted, it is settled and the test fails
+/// saying what that cost the fee payer.
+async fn refusal_of(w: &World, f: &AvmFacilitator, req: &Requirements, c: Craft) -> &'static str {
+    match f.check(&envelope(req, c.payload()), req) {
+        Err(v) => v.code,
+        Ok(p) => {
+            let before = w.net.devnet.balance(&addr(&w.fee_payer));
+            let settled = f.settle(&p, &req.network).await;
+            let after = w.net.devnet.balance(&addr(&w.fee_payer));
+            panic!(
+                "accepted a group of {} members (fee payer's fee {} µALGO); settled: {settled:?}; \
+                 the fee payer paid {} µALGO",
+                p.members.len(),
+                p.fee_payer_fee,
+                before.saturating_sub(after)
+            );
+        }
+    }
+}
+
+/// A group with one of the payer's own payments beside the transfer: the fee payer's pooled
+/// fee would pay for it. Refused before anything is signed or sent.
+#[tokio::test]
+async fn a_group_with_one_extra_payer_transaction_is_refused() {
+    let w = world().await;
+    let f = w.facilitator(true).await;
+    let req = ExactAvm::usdc(f.clone(), w.merchant).requirements_for(PRICE);
+    let mut c = craft(&w, true);
+    c.extra.push(extra_payment(&c, w.merchant, 1));
+    c.fee.as_mut().unwrap().fee = 3_000;
+    assert_eq!(
+        refusal_of(&w, &f, &req, c).await,
+        code::UNEXPECTED_TRANSACTION
+    );
+    // Without a fee payer too: a payment group is the transfer, nothing else.
+    let f = w.facilitator(false).await;
+    let req = ExactAvm::usdc(f.clone(), w.merchant).requirements_for(PRICE);
+    let mut c = craft(&w, false);
+    c.extra.push(extra_payment(&c, w.merchant, 1));
+    assert_eq!(
+        refusal_of(&w, &f, &req, c).await,
+        code::UNEXPECTED_TRANSACTION
+    );
+    assert_eq!(w.usdc(&w.merchant), Some(0));
+    assert_eq!(w.net.devnet.balance(&addr(&w.fee_payer)), 10_000_000);
+}
+
+/// The most an attacker can put in one group (16 members): the fee payer's transaction and
+/// fifteen of the payer's (the transfer and fourteen more payments), the fee payer's pooled
+/// fee (16 000 µALGO, the SDK's cap) paying for all of them. Refused.
+#[tokio::test]
+async fn a_group_with_fifteen_extra_payer_transactions_is_refused() {
+    let w = world().await;
+    let f = w.facilitator(true).await;
+    let req = ExactAvm::usdc(f.clone(), w.merchant).requirements_for(PRICE);
+    let mut c = craft(&w, true);
+    for n in 0..14u8 {
+        let t = extra_payment(&c, w.merchant, n);
+        c.extra.push(t);
+    }
+    c.fee.as_mut().unwrap().fee = 16_000;
+    assert_eq!(
+        refusal_of(&w, &f, &req, c).await,
+        code::UNEXPECTED_TRANSACTION
+    );
+    assert_eq!(w.usdc(&w.merchant), Some(0));
+    assert_eq!(w.net.devnet.balance(&addr(&w.fee_payer)), 10_000_000);
+}
+
+/// A lease on the fee payer's transaction would lock that lease on the fee payer's account
+/// for the whole validity window. Refused.
+#[tokio::test]
+async fn a_fee_transaction_with_a_lease_is_refused() {
+    let w = world().await;
+    let f = w.facilitator(true).await;
+    let req = ExactAvm::usdc(f.clone(), w.merchant).requirements_for(PRICE);
+    let mut c = craft(&w, true);
+    c.fee.as_mut().unwrap().lease = Some([7; 32]);
+    assert_eq!(
+        refusal_of(&w, &f, &req, c).await,
+        code::FEE_PAYER_INVALID_TXN
+    );
+    assert_eq!(w.usdc(&w.merchant), Some(0));
+    assert_eq!(w.net.devnet.balance(&addr(&w.fee_payer)), 10_000_000);
+}
+
+/// The fee payer signs its transaction's note: a payer-chosen kilobyte is refused; the notes
+/// the SDKs write (`x402-fee-payer-<ns>`, `x402-fee-payer-<ms>`), none, and one at the bound
+/// pass.
+#[tokio::test]
+async fn a_fee_transaction_with_a_long_note_is_refused() {
+    let w = world().await;
+    let f = w.facilitator(true).await;
+    let req = ExactAvm::usdc(f.clone(), w.merchant).requirements_for(PRICE);
+    let mut c = craft(&w, true);
+    c.fee.as_mut().unwrap().note = vec![b'x'; 1024];
+    assert_eq!(
+        refusal_of(&w, &f, &req, c).await,
+        code::FEE_PAYER_INVALID_TXN
+    );
+    let mut c = craft(&w, true);
+    c.fee.as_mut().unwrap().note = vec![b'x'; 65];
+    assert_eq!(
+        refusal_of(&w, &f, &req, c).await,
+        code::FEE_PAYER_INVALID_TXN,
+        "one byte over the bound"
+    );
+    for note in [
+        b"x402-fee-payer-1786944043683123456".to_vec(),
+        b"x402-fee-payer-1786944043683".to_vec(),
+        Vec::new(),
+        vec![b'x'; 64],
+    ] {
+        let mut c = craft(&w, true);
+        c.fee.as_mut().unwrap().note = note.clone();
+        let env = envelope(&req, c.payload());
+        assert!(
+            f.check(&env, &req).is_ok(),
+            "{:?}",
+            String::from_utf8_lossy(&note)
+        );
+    }
+    assert_eq!(w.usdc(&w.merchant), Some(0));
+    assert_eq!(w.net.devnet.balance(&addr(&w.fee_payer)), 10_000_000);
 }

@@ -320,7 +320,7 @@ impl AvmPayer {
             last_valid: sp.last_round.saturating_add(1000),
             genesis_id: sp.genesis_id.clone(),
             genesis_hash: sp.genesis_hash,
-            note: format!("x402-fee-payer-{nanos}").into_bytes(),
+            note: fee_payer_note(nanos),
             close_to: None,
             rekey_to: None,
             group: None,
@@ -343,6 +343,20 @@ impl AvmPayer {
             payment_index: 1,
         })
     }
+}
+
+/// The fee payer's note for `tag`: `x402-fee-payer-<tag>` as the SDK writes it, or, for a tag
+/// too long for the facilitator's bound ([`super::verify::MAX_FEE_PAYER_NOTE`]), the tag's
+/// SHA-512/256 cut to 16 bytes, hex, in its place.
+fn fee_payer_note(tag: &str) -> Vec<u8> {
+    use sha2::Digest;
+    const PREFIX: &str = "x402-fee-payer-";
+    if PREFIX.len() + tag.len() <= super::verify::MAX_FEE_PAYER_NOTE {
+        return format!("{PREFIX}{tag}").into_bytes();
+    }
+    let digest = sha2::Sha512_256::digest(tag.as_bytes());
+    let short = digest.get(..16).unwrap_or_default();
+    format!("{PREFIX}{}", hex::encode(short)).into_bytes()
 }
 
 /// A lone transfer's fee: the larger of `min-fee` and size × fee-per-byte (algosdk's
@@ -403,5 +417,30 @@ impl x402_transport::client::SchemePayer for AvmPayer {
             obj.insert("accepted".into(), entry.clone());
         }
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fee_payer_note;
+    use crate::avm::verify::MAX_FEE_PAYER_NOTE;
+
+    #[test]
+    fn the_fee_payer_note_stays_within_the_facilitators_bound() {
+        // An offer id of this crate's receivers (32 hex digits) and nanoseconds: as is.
+        assert_eq!(
+            fee_payer_note("0123456789abcdef0123456789abcdef"),
+            b"x402-fee-payer-0123456789abcdef0123456789abcdef"
+        );
+        assert_eq!(
+            fee_payer_note("1786944043683123456"),
+            b"x402-fee-payer-1786944043683123456"
+        );
+        // A long tag: shortened, still distinct per tag.
+        let long = "x".repeat(200);
+        let note = fee_payer_note(&long);
+        assert!(note.len() <= MAX_FEE_PAYER_NOTE, "{}", note.len());
+        assert!(note.starts_with(b"x402-fee-payer-"));
+        assert_ne!(note, fee_payer_note(&"y".repeat(200)));
     }
 }

@@ -9,8 +9,20 @@
 //! the fee payer must be its zero self-payment (the SDK checks only the first); the fee payer's
 //! transactions may cost it [`MAX_FEE_PAYER_FEE`] in total, not each; a single transaction must
 //! carry no group id.
+//!
+//! What the fee payer signs and pays for (stricter than the spec, the SDK and `@x402/avm`,
+//! which all let a group carry more):
+//! - a group is the transfer that pays the offer and, when the facilitator pays the fees, the
+//!   fee payer's **one** fee transaction — nothing else (`…_unexpected_transaction`): the
+//!   pooled fee never pays for a payer's other transactions, nor for anyone else's;
+//! - that fee transaction is a zero self-payment with no close-to and no rekey (as the SDK
+//!   checks), **no lease** (a lease would lock on the fee payer's account for the window), a
+//!   note of at most [`MAX_FEE_PAYER_NOTE`] bytes (the SDKs write `x402-fee-payer-<time>`,
+//!   28–35 bytes), and a fee of at most [`MAX_FEE_PER_MEMBER`] per member of the group
+//!   (`@x402/avm`'s bound), within [`MAX_FEE_PAYER_FEE`] and the facilitator's own cap.
 
 use super::wire::{MAX_FEE_PAYER_FEE, MAX_GROUP, Payload, code};
+pub use super::wire::{MAX_FEE_PAYER_NOTE, MAX_FEE_PER_MEMBER};
 use crate::address::Address;
 use crate::txn::{Member, SignedTxn, Transaction, TxnError, group_id_of};
 
@@ -104,10 +116,9 @@ pub struct Violation {
 }
 
 fn refuse(code: &'static str, detail: impl Into<String>) -> Violation {
-    Violation {
-        code,
-        detail: detail.into(),
-    }
+    let detail = detail.into();
+    tracing::debug!(code, %detail, "exact-avm: payment group refused");
+    Violation { code, detail }
 }
 
 /// Decodes one member: standard base64 (padding optional) of a signed transaction, a bare
@@ -228,7 +239,31 @@ pub fn check(payload: &Payload, expect: &Expect) -> Result<AvmPayment, Violation
         }
     }
 
-    // The fee payer's transactions: zero self-payments, nothing else, within the cap.
+    // Nothing but the transfer and the fee payer's one fee transaction: the pooled fee pays
+    // for no one else's transactions, the payer's own included.
+    let mut fee_payer_txns = 0usize;
+    for (i, t) in txns.iter().enumerate().filter(|(i, _)| *i != index) {
+        if Some(t.sender()) != expect.fee_payer {
+            return Err(refuse(
+                code::UNEXPECTED_TRANSACTION,
+                format!(
+                    "member {i} ({} from {}) is neither the payment nor the fee payer's fee \
+                     transaction; a group carries nothing else",
+                    t.kind(),
+                    t.sender()
+                ),
+            ));
+        }
+        fee_payer_txns += 1;
+        if fee_payer_txns > 1 {
+            return Err(refuse(
+                code::UNEXPECTED_TRANSACTION,
+                format!("member {i} is a second transaction of the fee payer's; one at most"),
+            ));
+        }
+    }
+
+    // The fee payer's transaction: a zero self-payment, nothing else, within the cap.
     let mut fee_payer_fee = 0u64;
     if let Some(fp) = expect.fee_payer {
         for (i, t) in txns.iter().enumerate().filter(|(_, t)| t.sender() == fp) {
@@ -268,9 +303,33 @@ pub fn check(payload: &Payload, expect: &Expect) -> Result<AvmPayment, Violation
                     ),
                 ));
             }
+            if p.lease.is_some() {
+                return Err(refuse(
+                    code::FEE_PAYER_INVALID_TXN,
+                    format!(
+                        "member {i}: the fee payer's transaction carries a lease (it would lock \
+                         on the fee payer's account until round {})",
+                        p.last_valid
+                    ),
+                ));
+            }
+            if p.note.len() > MAX_FEE_PAYER_NOTE {
+                return Err(refuse(
+                    code::FEE_PAYER_INVALID_TXN,
+                    format!(
+                        "member {i}: the fee payer's transaction carries a {}-byte note; at most \
+                         {MAX_FEE_PAYER_NOTE}",
+                        p.note.len()
+                    ),
+                ));
+            }
             fee_payer_fee = fee_payer_fee.saturating_add(p.fee);
         }
-        let cap = expect.max_fee.min(MAX_FEE_PAYER_FEE);
+        let members = u64::try_from(txns.len()).unwrap_or(u64::MAX);
+        let cap = expect
+            .max_fee
+            .min(MAX_FEE_PAYER_FEE)
+            .min(MAX_FEE_PER_MEMBER.saturating_mul(members));
         if fee_payer_fee > cap {
             return Err(refuse(
                 code::FEE_PAYER_INVALID_TXN,

@@ -28,6 +28,15 @@ pub const USDC_DECIMALS: u32 = 6;
 /// The most a fee payer's transactions may cost it in one group, µALGO (the SDK's
 /// `MAX_REASONABLE_FEE`, `mechanisms/avm/constants.py:21`).
 pub const MAX_FEE_PAYER_FEE: u64 = 16_000;
+/// The most the fee payer's transaction may cost it per member of the group, µALGO
+/// (`@x402/avm`'s `maxReasonableGroupFee`: five times the minimum fee, room for congestion).
+/// A group of the transfer and the fee transaction may so cost it at most 10 000.
+pub const MAX_FEE_PER_MEMBER: u64 = 5_000;
+/// The longest note the fee payer's transaction may carry, bytes. The SDKs write
+/// `x402-fee-payer-<time>`: 34–35 bytes with nanoseconds (x402-avm, Python), 28 with
+/// milliseconds (`@x402/avm`); the spec's example has none. The fee payer signs it, so a payer
+/// may not put more of its own words on chain under the fee payer's name.
+pub const MAX_FEE_PAYER_NOTE: usize = 64;
 /// The most transactions in a group (`MaxTxGroupSize`).
 pub use crate::txn::MAX_GROUP;
 
@@ -67,7 +76,8 @@ pub mod code {
     pub const FEE_PAYER_MISSING: &str = "invalid_exact_avm_payload_missing_fee_payer";
     /// `extra.feePayer` is not this facilitator's.
     pub const FEE_PAYER_NOT_MANAGED: &str = "fee_payer_not_managed_by_facilitator";
-    /// The fee payer's transaction is not a zero self-payment within the fee cap.
+    /// The fee payer's transaction is not a zero self-payment within the fee cap, without a
+    /// lease, with a note of at most [`super::MAX_FEE_PAYER_NOTE`] bytes.
     pub const FEE_PAYER_INVALID_TXN: &str =
         "invalid_exact_avm_payload_fee_payer_transaction_invalid";
     /// The payment is sent by the fee payer.
@@ -94,6 +104,10 @@ pub mod code {
     pub const EXPIRED: &str = "invalid_exact_avm_payload_expired";
     /// This group was already settled (served once).
     pub const ALREADY_SETTLED: &str = "invalid_exact_avm_payload_already_settled";
+    /// A member that is neither the transfer that pays nor the fee payer's one fee
+    /// transaction (this project's, beside the SDK's codes: the SDK and the spec let a group
+    /// carry more; here the fee payer would pay for them).
+    pub const UNEXPECTED_TRANSACTION: &str = "invalid_exact_avm_payload_unexpected_transaction";
 }
 
 /// How a receiver spells its network in the entries it writes: both are read everywhere.
