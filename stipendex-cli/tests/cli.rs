@@ -330,3 +330,84 @@ fn the_demo_over_a_localnet_is_the_runners() {
     assert_eq!(t.trim().lines().count(), 1, "one sentence: {t}");
     assert!(!dir.path().join("d").exists(), "nothing was created");
 }
+
+/// A case of the tab-chain test vectors (`stipendex/tests/vectors/tab-chain.json`, written by
+/// the vectors' generator in `stipendex/tests/vectors.rs`): its lines, and the principal they
+/// are verified against.
+fn tab_vector(name: &str) -> (Vec<String>, String) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../stipendex/tests/vectors/tab-chain.json");
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let case = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no case {name} in {}", path.display()));
+    let lines = case["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect();
+    (lines, f["principal"].as_str().unwrap().to_owned())
+}
+
+/// `stipendex verify-chain --principal-pubkey …` on the tab chain of the vector `name`, written
+/// to a file as the wallet journals it.
+fn verify_tab_vector(name: &str) -> Output {
+    let (lines, principal) = tab_vector(name);
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join(format!("{name}.jws"));
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    stipendex(&[
+        "verify-chain",
+        "--principal-pubkey",
+        &principal,
+        file.to_str().unwrap(),
+    ])
+}
+
+/// The one line `verify-chain` prints for a broken chain: `BROKEN  <file>: <one sentence>`.
+fn broken_line(o: &Output) -> String {
+    let t = text(o);
+    assert!(!o.status.success(), "exit 0 on a broken chain:\n{t}");
+    let lines: Vec<&str> = t.lines().filter(|l| l.starts_with("BROKEN")).collect();
+    assert_eq!(lines.len(), 1, "{t}");
+    let why = lines[0].split_once(".jws: ").unwrap().1.to_owned();
+    // One sentence: no full stop inside it, no line break.
+    assert!(!why.trim_end_matches('.').contains(". "), "{why}");
+    assert!(t.contains("stipendex: 1 of 1 chains are broken"), "{t}");
+    why
+}
+
+#[test]
+fn verify_chain_accepts_the_valid_tab_vector() {
+    let out = verify_tab_vector("valid");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.starts_with("ok ") && t.contains("root verified"), "{t}");
+}
+
+#[test]
+fn verify_chain_refuses_a_tab_receipt_with_another_cap() {
+    let why = broken_line(&verify_tab_vector("tab_receipt_with_another_cap"));
+    assert!(
+        why.starts_with("broken chain at the tab-receipt: "),
+        "{why}"
+    );
+    assert!(why.contains("cap"), "{why}");
+}
+
+#[test]
+fn verify_chain_refuses_a_voucher_whose_request_is_not_its_resource_digest() {
+    let why = broken_line(&verify_tab_vector(
+        "voucher_whose_request_is_not_its_resource_digest",
+    ));
+    assert!(why.starts_with("broken chain at the voucher: "), "{why}");
+    assert!(
+        why.contains("v_vector-voucher-1") && why.contains("request") && why.contains("resource"),
+        "{why}"
+    );
+}

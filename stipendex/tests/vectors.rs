@@ -1,7 +1,9 @@
 //! Test vectors of the signed objects: `tests/vectors/{mandate,quote,confirmation,proof,receipt}.json`
 //! (one file per object: fixed keys, a fixed `now`, and cases with the outcome every
-//! implementation must give) and `tests/vectors/chain.json` (a full chain and variants each
-//! breaking one link).
+//! implementation must give), `tests/vectors/chain.json` (a full chain and variants each
+//! breaking one link) and `tests/vectors/tab-chain.json` (a tab's chain in journal order, over
+//! HTTP and over MCP, and splices each breaking one link; `stipendex-cli/tests/cli.rs` runs
+//! `stipendex verify-chain` on them too).
 //!
 //! The files are written by the generator below, from fixed seeds, ids and timestamps; Ed25519
 //! signing is deterministic, so the generator reproduces them byte for byte
@@ -12,9 +14,10 @@
 //! cargo test -p stipendex --test vectors -- --ignored regenerate
 //! ```
 //!
-//! `every_case_gives_its_outcome` and `chain_cases_break_where_they_say` read the files (not the
-//! generator) and check every case through `Signed::<T>::parse`, the consumer checks that
-//! judge time (`Wallet::pay`, `Receiver::accept` at the file's `now`) and `verify_chain`.
+//! `every_case_gives_its_outcome`, `chain_cases_break_where_they_say` and
+//! `tab_chain_cases_break_where_they_say` read the files (not the generator) and check every
+//! case through `Signed::<T>::parse`, the consumer checks that judge time (`Wallet::pay`,
+//! `Receiver::accept` at the file's `now`), `verify_chain` and `verify_tab_chain`.
 
 #![allow(
     clippy::unwrap_used,
@@ -32,8 +35,9 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use stipendex::envelope::{
-    Allow, Capability, Confirmation, Digest, Limits, Mandate, Object, Party, Period, Profile,
-    Proof, Quote, RailOffer, Receipt, SecretKey, Signed, Tag, jws,
+    Allow, CallTree, Capability, Confirmation, Digest, LaneEnd, Limits, Mandate, Object, Party,
+    Period, Profile, Proof, Quote, RailOffer, Receipt, Resource, SecretKey, Signed, Tab, TabPrice,
+    TabReceipt, Tag, Voucher, jws, tab_root,
 };
 use stipendex::rail_core::RailId;
 use stipendex::receiver::Request;
@@ -1238,6 +1242,379 @@ fn chain_file(k: &Keys) -> ChainFile {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// `tests/vectors/tab-chain.json`: a tab's chain, as the wallet journals it, and splices of it.
+// ---------------------------------------------------------------------------------------------
+
+/// `tests/vectors/tab-chain.json`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TabChainFile {
+    about: Vec<String>,
+    now: u64,
+    keys: BTreeMap<String, Key>,
+    /// The trust anchor every case is verified with (`verify_tab_chain(lines, Some(principal))`).
+    principal: String,
+    cases: Vec<TabChainCase>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TabChainCase {
+    name: String,
+    /// `valid` or `broken_chain`.
+    expect: String,
+    /// For `broken_chain`: the link `verify_tab_chain` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    link: Option<String>,
+    note: String,
+    /// The chain's lines in journal order: compact JWS objects and the calls' result lines
+    /// (`{"tab_call": {"voucher": …, "result": …}}`).
+    lines: Vec<String>,
+}
+
+/// The origin the vectors' tab serves.
+const TAB_ORIGIN: &str = "https://search.example";
+
+/// A call of `GET /search?q=<q>` at the tab's origin, in the clear.
+fn tab_resource(q: &str) -> Resource {
+    Resource {
+        origin: TAB_ORIGIN.into(),
+        method: "GET".into(),
+        path: "/search".into(),
+        query: Some(format!("q={q}")),
+    }
+}
+
+/// The vectors' mandate, allowing tabs of up to 2.00 USD.
+fn tab_mandate(k: &Keys) -> Mandate {
+    let mut m = mandate(k);
+    m.id = "m_vector-tab-mandate-1".into();
+    m.limits[0].tab_cap = Some(amount("2.00"));
+    m.limits[0].open_tabs = Some(1);
+    m
+}
+
+/// One tab of the receiver `search`: a cap of 1.00 USD held over the ledger, `GET /search` at
+/// 0.05 a call, one lane.
+fn tab(k: &Keys) -> Tab {
+    let cap = usd("1.00");
+    Tab {
+        stipendex: Tag::current("tab"),
+        id: "t_vector-tab-1".into(),
+        receiver: Party {
+            id: "search".into(),
+            key: k.receiver.public(),
+        },
+        origin: TAB_ORIGIN.into(),
+        iat: NOW - 60,
+        exp: NOW + 3600,
+        asset: Asset::usd(),
+        cap: cap.amount(),
+        prices: vec![TabPrice {
+            method: "GET".into(),
+            pattern: "/search".into(),
+            amount: amount("0.05"),
+        }],
+        lanes: 1,
+        rails: vec![RailOffer {
+            rail: "ledger".into(),
+            offer: Offer {
+                rail: RailId::new("ledger"),
+                id: "o_t_vector-tab-1".into(),
+                amount: cap,
+                payee: "acct-shop".into(),
+                mode: PaymentMode::Hold,
+                expires_at: ms(NOW + 3600),
+                details: Value::Null,
+            },
+        }],
+    }
+}
+
+/// One splice of the valid tab chain, each re-signed by its signer.
+#[derive(Default)]
+struct TabTwist {
+    /// The tab receipt's `cap` (and its `asset`, if given), not the tab's.
+    receipt_cap: Option<(&'static str, Option<Asset>)>,
+    /// The first voucher's `request`: the request digest of another call than its `resource`.
+    first_request_of: Option<Resource>,
+    /// The first voucher's `tab` id (its `tab_digest` still binds the tab).
+    first_voucher_tab: Option<&'static str>,
+    /// A change to the tab receipt before it is signed (its tab id, rail, totals, time).
+    receipt_edit: Option<fn(&mut TabReceipt)>,
+    /// The tab prices the MCP tool `search`, and the vouchers pay `tools/call search` with
+    /// arguments (which the request digest covers and the resource does not carry).
+    over_mcp: bool,
+}
+
+/// mandate, tab, proof (the hold), two vouchers each followed by its result line, tab receipt:
+/// each binding the previous ones, with one twist.
+fn tab_chain(k: &Keys, t: &TabTwist) -> Vec<String> {
+    let m = Signed::sign(tab_mandate(k), &k.principal).unwrap();
+    let mut tab = tab(k);
+    if t.over_mcp {
+        tab.id = "t_vector-tab-mcp-1".into();
+        tab.prices[0].method = "tools/call".into();
+        tab.prices[0].pattern = "search".into();
+        tab.rails[0].offer.id = "o_t_vector-tab-mcp-1".into();
+    }
+    let tab = Signed::sign(tab, &k.receiver).unwrap();
+    let offer = &tab.object().rails[0].offer;
+    let proof = Signed::sign(
+        Proof {
+            stipendex: Tag::current("proof"),
+            id: "p_vector-tab-hold-1".into(),
+            wallet: k.wallet.public(),
+            mandate: m.digest().clone(),
+            quote: None,
+            quote_jws: None,
+            tab: Some(tab.digest().clone()),
+            tab_jws: Some(tab.jws().to_owned()),
+            challenge: None,
+            confirmation: None,
+            confirmation_jws: None,
+            iat: NOW - 50,
+            mode: PaymentMode::Hold,
+            rail: "ledger".into(),
+            asset: Asset::usd(),
+            amount: offer.amount.amount(),
+            payment: Payment {
+                rail: RailId::new("ledger"),
+                offer_id: offer.id.clone(),
+                mode: PaymentMode::Hold,
+                payer: "acct-agent".into(),
+                amount: offer.amount.clone(),
+                proof: json!({"hold": "h_vector-tab-1"}),
+            },
+        },
+        &k.wallet,
+    )
+    .unwrap();
+    let mut lines = vec![
+        m.jws().to_owned(),
+        tab.jws().to_owned(),
+        proof.jws().to_owned(),
+    ];
+    let mut tree = CallTree::new();
+    let mut last = None;
+    for (seq, q) in [(1u64, "rust"), (2, "tokio")] {
+        let (resource, mut request) = if t.over_mcp {
+            // Over MCP: the arguments are in the digest, not in the resource.
+            let args = json!({"q": q});
+            let r =
+                stipendex::mcp::request(Some(TAB_ORIGIN), "tools/call", "search", args.as_object());
+            (r.resource().unwrap(), r.digest())
+        } else {
+            // The request digest a wallet signs and a receiver checks: the one function.
+            let resource = tab_resource(q);
+            let request = Request::from_resource(&resource).digest();
+            (resource, request)
+        };
+        if seq == 1
+            && let Some(other) = &t.first_request_of
+        {
+            request = Request::from_resource(other).digest();
+        }
+        let price = amount("0.05");
+        let v = Signed::sign(
+            Voucher {
+                stipendex: Tag::current("voucher"),
+                id: format!("v_vector-voucher-{seq}"),
+                wallet: k.wallet.public(),
+                tab: match t.first_voucher_tab {
+                    Some(other) if seq == 1 => other.into(),
+                    _ => tab.object().id.clone(),
+                },
+                tab_digest: tab.digest().clone(),
+                lane: 0,
+                seq,
+                asset: Asset::usd(),
+                amount: price,
+                cumulative: amount(if seq == 1 { "0.05" } else { "0.10" }),
+                resource,
+                request,
+                iat: NOW - 40 + seq,
+            },
+            &k.wallet,
+        )
+        .unwrap();
+        let result = Digest::of(format!("result {seq}").as_bytes());
+        tree.push(v.digest(), &result);
+        lines.push(v.jws().to_owned());
+        lines.push(stipendex::chain::result_line(v.digest(), &result));
+        last = Some(v);
+    }
+    let last = last.unwrap();
+    let (cap, asset) = match &t.receipt_cap {
+        Some((cap, asset)) => (amount(cap), asset.clone().unwrap_or_else(Asset::usd)),
+        None => (tab.object().cap, tab.object().asset.clone()),
+    };
+    let mut receipt = TabReceipt {
+        stipendex: Tag::current("tab-receipt"),
+        id: "tr_vector-tab-receipt-1".into(),
+        receiver: tab.object().receiver.clone(),
+        tab: tab.object().id.clone(),
+        tab_digest: tab.digest().clone(),
+        proof: proof.digest().clone(),
+        iat: NOW - 20,
+        asset,
+        cap,
+        captured: last.object().cumulative,
+        lanes: vec![LaneEnd {
+            lane: 0,
+            seq: last.object().seq,
+            cumulative: last.object().cumulative,
+            voucher: last.digest().clone(),
+        }],
+        calls: 2,
+        root: tab_root(&[tree.root()]),
+        rail: "ledger".into(),
+        reference: "c_vector-tab-capture-1".into(),
+    };
+    if let Some(edit) = t.receipt_edit {
+        edit(&mut receipt);
+    }
+    let receipt = Signed::sign(receipt, &k.receiver).unwrap();
+    lines.push(receipt.jws().to_owned());
+    lines
+}
+
+fn tab_chain_case(name: &str, link: Option<&str>, note: &str, lines: Vec<String>) -> TabChainCase {
+    TabChainCase {
+        name: name.into(),
+        expect: if link.is_some() {
+            "broken_chain"
+        } else {
+            "valid"
+        }
+        .into(),
+        link: link.map(str::to_owned),
+        note: note.into(),
+        lines,
+    }
+}
+
+fn tab_chain_file(k: &Keys) -> TabChainFile {
+    let cases = vec![
+        tab_chain_case(
+            "valid",
+            None,
+            "mandate (tab_cap 2.00), tab (cap 1.00 USD, GET /search at 0.05, one lane), the hold's proof, two vouchers each with its result, the tab receipt capturing 0.10 with the root over both calls.",
+            tab_chain(k, &TabTwist::default()),
+        ),
+        tab_chain_case(
+            "valid_over_mcp",
+            None,
+            "As valid, for the MCP tool `search` (tools/call at 0.05): each voucher's request digest covers the call's arguments ({\"q\": …}), which its resource {origin, method, path: name} does not carry, so it is not recomputed from the resource (docs/stipendex-profile.md §6b).",
+            tab_chain(
+                k,
+                &TabTwist {
+                    over_mcp: true,
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+        tab_chain_case(
+            "tab_receipt_with_another_cap",
+            Some("tab-receipt"),
+            "The tab receipt, signed by the tab's receiver and binding the tab and the hold, says the cap is 2.00 USD; the tab's is 1.00 USD.",
+            tab_chain(
+                k,
+                &TabTwist {
+                    receipt_cap: Some(("2.00", None)),
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+        tab_chain_case(
+            "tab_receipt_with_its_cap_in_another_asset",
+            Some("tab-receipt"),
+            "The tab receipt says the cap is 1.00 EUR; the tab's is 1.00 USD.",
+            tab_chain(
+                k,
+                &TabTwist {
+                    receipt_cap: Some(("1.00", Some(Asset::new("EUR", 2).unwrap()))),
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+        tab_chain_case(
+            "voucher_whose_request_is_not_its_resource_digest",
+            Some("voucher"),
+            "The first voucher names GET /search?q=rust as its resource, but its request is the digest of GET /search?q=other; its result line and the receipt bind it as signed.",
+            tab_chain(
+                k,
+                &TabTwist {
+                    first_request_of: Some(tab_resource("other")),
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+        tab_chain_case(
+            "voucher_naming_another_tab",
+            Some("voucher"),
+            "The first voucher binds the tab by digest but names another tab's id (t_vector-tab-2).",
+            tab_chain(
+                k,
+                &TabTwist {
+                    first_voucher_tab: Some("t_vector-tab-2"),
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+        tab_chain_case(
+            "tab_receipt_naming_another_tab",
+            Some("tab-receipt"),
+            "The tab receipt binds the tab by digest but names another tab's id (t_vector-tab-2).",
+            tab_chain(
+                k,
+                &TabTwist {
+                    receipt_edit: Some(|r| r.tab = "t_vector-tab-2".into()),
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+        tab_chain_case(
+            "tab_receipt_over_another_rail",
+            Some("tab-receipt"),
+            "The tab receipt says it captured over stripe; the hold's proof is over ledger.",
+            tab_chain(
+                k,
+                &TabTwist {
+                    receipt_edit: Some(|r| r.rail = "stripe".into()),
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+        tab_chain_case(
+            "tab_receipt_issued_before_its_tab",
+            Some("tab-receipt"),
+            "The tab receipt is dated before the tab was issued.",
+            tab_chain(
+                k,
+                &TabTwist {
+                    receipt_edit: Some(|r| r.iat = NOW - 3600),
+                    ..TabTwist::default()
+                },
+            ),
+        ),
+    ];
+    TabChainFile {
+        about: vec![
+            "Stipendex test vectors: a tab's audit chain (mandate, tab, the hold's proof, vouchers with their result lines, tab receipt), in journal order, for stipendex::chain::verify_tab_chain and `stipendex verify-chain` (docs/stipendex-profile.md §4b).".into(),
+            "principal: the trust anchor every case is verified with (verify_tab_chain(lines, Some(principal))).".into(),
+            "cases[].expect: `valid`, or `broken_chain` with cases[].link, the link the verifier names (Error::Broken { link }). Each broken case is the valid chain with one object validly signed with one fault; the lines after it are re-made to bind it, so the named link is the only fault.".into(),
+            "keys: each a 32-byte Ed25519 seed (hex) and its public key `ed25519:<base64url>`. now: the instant the objects were made around (Unix seconds); the verifier does not read the clock.".into(),
+            "Generated by stipendex/tests/vectors.rs (cargo test -p stipendex --test vectors -- --ignored regenerate); regenerating reproduces this file byte for byte.".into(),
+        ],
+        now: NOW,
+        keys: keys_json(),
+        principal: k.principal.public().to_string(),
+        cases,
+    }
+}
+
 fn pretty<T: Serialize>(v: &T) -> String {
     let mut s = serde_json::to_string_pretty(v).unwrap();
     s.push('\n');
@@ -1258,6 +1635,7 @@ fn generate() -> Vec<(String, String)> {
     .map(|f| (format!("{}.json", f.object), pretty(f)))
     .collect();
     out.push(("chain.json".into(), pretty(&chain_file(&w.k))));
+    out.push(("tab-chain.json".into(), pretty(&tab_chain_file(&w.k))));
     out
 }
 
@@ -1472,4 +1850,72 @@ fn chain_cases_break_where_they_say() {
             "no case breaks the {link}"
         );
     }
+}
+
+/// How the verifier judged a case of `tab-chain.json` (verified as an auditor does, against
+/// the file's principal): `Ok(root_checked)`, or the link it names (the error's code when it
+/// is not a broken link) and its message.
+fn verify_tab_case(f: &TabChainFile, c: &TabChainCase) -> Result<bool, (&'static str, String)> {
+    let anchor = stipendex::envelope::PublicKey::parse(&f.principal).unwrap();
+    match stipendex::chain::verify_tab_chain(c.lines.iter().map(String::as_str), Some(&anchor)) {
+        Ok(chain) => Ok(chain.root_checked),
+        Err(e @ Error::Broken { link, .. }) => Err((link, e.to_string())),
+        Err(e) => Err((e.code(), e.to_string())),
+    }
+}
+
+/// The case `name` of `tab-chain.json`, refused: the link named and the message.
+fn tab_refusal(name: &str) -> (&'static str, String) {
+    let f: TabChainFile = read("tab-chain.json");
+    let c = f.cases.iter().find(|c| c.name == name).unwrap();
+    match verify_tab_case(&f, c) {
+        Err(refused) => refused,
+        Ok(_) => panic!("{name}: expected a broken chain; the verifier accepted it"),
+    }
+}
+
+#[test]
+fn tab_chain_cases_break_where_they_say() {
+    let f: TabChainFile = read("tab-chain.json");
+    for c in &f.cases {
+        match (c.expect.as_str(), verify_tab_case(&f, c)) {
+            ("valid", Ok(root_checked)) => assert!(root_checked, "{}", c.name),
+            ("broken_chain", Err((link, why))) => {
+                assert_eq!(Some(link), c.link.as_deref(), "{}: {why}", c.name);
+            }
+            (expect, got) => panic!(
+                "{}: expected {expect}, got {}",
+                c.name,
+                got.map_or_else(|(_, e)| e, |_| "valid (the verifier accepted it)".into())
+            ),
+        }
+    }
+    assert!(f.cases.iter().any(|c| c.name == "valid"));
+    assert!(f.cases.iter().any(|c| c.name == "valid_over_mcp"));
+}
+
+#[test]
+fn tab_receipt_with_another_cap_is_refused() {
+    let (link, e) = tab_refusal("tab_receipt_with_another_cap");
+    assert_eq!(link, "tab-receipt", "{e}");
+    assert!(
+        e.contains("cap") && e.contains('2') && e.contains('1'),
+        "{e}"
+    );
+    let (link, e) = tab_refusal("tab_receipt_with_its_cap_in_another_asset");
+    assert_eq!(link, "tab-receipt", "{e}");
+    assert!(
+        e.contains("cap") && e.contains("EUR") && e.contains("USD"),
+        "{e}"
+    );
+}
+
+#[test]
+fn voucher_whose_request_is_not_its_resource_digest_is_refused() {
+    let (link, e) = tab_refusal("voucher_whose_request_is_not_its_resource_digest");
+    assert_eq!(link, "voucher", "{e}");
+    assert!(
+        e.contains("v_vector-voucher-1") && e.contains("request") && e.contains("resource"),
+        "{e}"
+    );
 }

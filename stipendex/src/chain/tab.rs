@@ -11,8 +11,8 @@
 //! | `mandate`, `confirmation` | as in a payment's chain; the confirmation binds the tab and consents to its cap |
 //! | `tab` | signed by its receiver; the receiver (id and key) allowlisted, at an origin the entry pins; issued while the mandate was valid |
 //! | `proof` | signed by the mandate's wallet; binds the mandate, the tab and the confirmation; holds exactly the cap over a rail the tab offers and the mandate allows; the cap within the mandate's `tab_cap`; confirmed where the mandate requires it |
-//! | `voucher` | signed by the wallet; for this tab; its lane's next sequence (a gap or a repeat breaks it); its cumulative the last plus its amount (never down); its amount the tab's price of its call and within the per-call limit; at the tab's origin; the lanes together never above the cap |
-//! | `tab-receipt` | signed by the tab's receiver; binds the tab and the proof; each lane's capture at a voucher the wallet signed (never beyond its last); the root over every call's (voucher, result) when the receiver's lanes end where the wallet's do |
+//! | `voucher` | signed by the wallet; for this tab (digest and id); its lane's next sequence (a gap or a repeat breaks it); its cumulative the last plus its amount (never down); its amount the tab's price of its call and within the per-call limit; at the tab's origin; for a call over HTTP, its `request` the request digest of its `resource` ([`Request::from_resource`], [`Request::digest`]; over MCP the digest also covers the arguments, which the resource does not carry); the lanes together never above the cap |
+//! | `tab-receipt` | signed by the tab's receiver; binds the tab (digest and id) and the proof; over the proof's rail; issued after the tab; its `cap` (and `asset`) the tab's (its `captured` and `calls` are its lanes' sums: checked when it is parsed); each lane's capture at a voucher the wallet signed (never beyond its last); the root over every call's (voucher, result) when the receiver's lanes end where the wallet's do |
 
 use std::collections::VecDeque;
 
@@ -23,9 +23,11 @@ use serde::Deserialize;
 use super::{broken, check_proof_under, claimed_kind};
 use crate::Error;
 use crate::envelope::{
-    CallTree, Confirmation, Digest, Mandate, Proof, PublicKey, Signed, Tab, TabReceipt, Voucher,
-    jws, tab_root,
+    CallTree, Confirmation, Digest, Mandate, Proof, PublicKey, Resource, Signed, Tab, TabReceipt,
+    Voucher, jws, tab_root,
 };
+use crate::receiver::Request;
+use crate::receiver::price_file::Kind;
 
 /// A tab's chain that verified.
 #[derive(Clone, Debug)]
@@ -376,11 +378,28 @@ impl TabVerifier {
                 format!("{at}: not signed by the mandate's wallet"),
             ));
         }
-        if &vo.tab_digest != tab.digest() {
+        if &vo.tab_digest != tab.digest() || vo.tab != t.id {
             return Err(broken("voucher", format!("{at}: for another tab")));
         }
         if vo.resource.origin != t.origin {
             return Err(broken("voucher", format!("{at}: a call at another origin")));
+        }
+        // The request digest of its resource as the wallet signs it and the receiver checks
+        // it: the one function, never a copy.
+        if over_http(&vo.resource) && vo.request != Request::from_resource(&vo.resource).digest() {
+            return Err(broken(
+                "voucher",
+                format!(
+                    "{at}: its request {} is not the digest of its resource {} {}{}",
+                    vo.request.as_str(),
+                    vo.resource.method,
+                    vo.resource.path,
+                    vo.resource
+                        .query
+                        .as_ref()
+                        .map_or_else(String::new, |q| format!("?{q}"))
+                ),
+            ));
         }
         match t.price_of(&vo.resource.method, &vo.resource.path) {
             Some((_, price)) if price.amount() == vo.amount && price.asset() == &vo.asset => {}
@@ -536,8 +555,37 @@ impl TabVerifier {
         if r.receiver != t.receiver {
             return Err(broken("tab-receipt", "not signed by the tab's receiver"));
         }
-        if &r.tab_digest != tab.digest() || &r.proof != proof.digest() {
+        if &r.tab_digest != tab.digest() || r.tab != t.id || &r.proof != proof.digest() {
             return Err(broken("tab-receipt", "does not bind this tab and its hold"));
+        }
+        let held_over = &proof.object().rail;
+        if &r.rail != held_over {
+            return Err(broken(
+                "tab-receipt",
+                format!(
+                    "captures over {}, but the tab was held over {held_over}",
+                    r.rail
+                ),
+            ));
+        }
+        if r.iat < t.iat {
+            return Err(broken(
+                "tab-receipt",
+                format!(
+                    "issued at {}, before its tab ({})",
+                    rfc3339(r.iat),
+                    rfc3339(t.iat)
+                ),
+            ));
+        }
+        if r.cap != t.cap || r.asset != t.asset {
+            return Err(broken(
+                "tab-receipt",
+                format!(
+                    "its cap is {} {}, not the tab's {} {}",
+                    r.cap, r.asset, t.cap, t.asset
+                ),
+            ));
         }
         let mut same_ends = true;
         for end in &r.lanes {
@@ -613,6 +661,17 @@ impl TabVerifier {
             root_checked: self.root_checked,
         })
     }
+}
+
+/// Whether `resource` names an HTTP call, whose request digest is the digest of the resource
+/// ([`Request::from_resource`]: method, path, the query as an object, origin). Over MCP
+/// (`tools/call`, `resources/read`, `prompts/get`) the digest also covers the call's
+/// arguments, which the resource does not carry (`docs/stipendex-profile.md` §6b).
+fn over_http(resource: &Resource) -> bool {
+    ![Kind::Tool, Kind::Resource, Kind::Prompt]
+        .into_iter()
+        .filter_map(Kind::mcp_method)
+        .any(|m| m == resource.method)
 }
 
 fn parse<T: crate::envelope::Object>(link: &'static str, line: &str) -> Result<Signed<T>, Error> {
