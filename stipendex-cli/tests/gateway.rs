@@ -157,6 +157,8 @@ struct Setup {
     shop: AccountId,
     origin: String,
     port: u16,
+    /// Where operations (`/healthz`, `/readyz`, `/metrics`) are served: `[gateway] ops_listen`.
+    ops: String,
 }
 
 const SECRET: &str = "s3cret-only-the-gateway-knows";
@@ -276,6 +278,8 @@ impl Setup {
         let (ledger, ledger_url, agent, shop) = common::funded_ledger(&dir, 10_000).await;
         let port = free_port();
         let origin = format!("http://127.0.0.1:{port}");
+        let ops_port = free_port();
+        let ops = format!("http://127.0.0.1:{ops_port}");
         let shop_key = SecretKey::generate();
         std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
         std::fs::write(
@@ -298,6 +302,7 @@ origins = ["{origin}"]
 [gateway]
 upstream_timeout_secs = 1
 max_body_bytes = 4096
+ops_listen = "127.0.0.1:{ops_port}"
 {extra}
 
 [upstream]
@@ -342,6 +347,7 @@ secret_env = "GATEWAY_TEST_SECRET"
             shop,
             origin,
             port,
+            ops,
         }
     }
 
@@ -527,10 +533,11 @@ async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
     }
     assert!(String::from_utf8_lossy(&rest).contains("tick 2"));
 
-    // Operations.
-    let r = http().get(format!("{base}/healthz")).send().await.unwrap();
+    // Operations, on their own address.
+    let ops = s.ops.clone();
+    let r = http().get(format!("{ops}/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let r = http().get(format!("{base}/readyz")).send().await.unwrap();
+    let r = http().get(format!("{ops}/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let agent: Value = http()
         .get(format!("{base}/.well-known/agent.json"))
@@ -553,7 +560,7 @@ async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
         .unwrap();
     assert_eq!(d["id"], "weather-co");
     let metrics = http()
-        .get(format!("{base}/metrics"))
+        .get(format!("{ops}/metrics"))
         .send()
         .await
         .unwrap()
@@ -930,7 +937,11 @@ async fn upstream_faults_cost_the_payer_nothing_or_what_the_profile_says() {
     assert!(r.headers().contains_key("retry-after"));
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "upstream_unavailable");
-    let r = http().get(format!("{base}/readyz")).send().await.unwrap();
+    let r = http()
+        .get(format!("{}/readyz", s.ops))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 503);
     // Nothing was taken at the gateway: the Proof is not consumed (the ledger moved the money
     // when the wallet paid; a rail that moves it at verification moved nothing). Once the
@@ -949,6 +960,165 @@ async fn upstream_faults_cost_the_payer_nothing_or_what_the_profile_says() {
     assert!(r.headers().contains_key("stipendex-receipt"));
     assert_eq!(seen.count("/api/forecast/oslo"), 1);
     assert_eq!(s.agent().await.0, paid_once);
+}
+
+/// Issue 48: a same-host reverse proxy reaches the public listener from 127.0.0.1, so the
+/// public listener serves no operations at all, whoever asks: `/metrics` (and `/healthz`,
+/// `/readyz`) there is a path like any other unpriced one, passed to the upstream.
+#[tokio::test]
+async fn metrics_are_not_served_on_the_public_listener_even_from_loopback() {
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let _gw = s.gateway().await;
+    // Something to count, so that metrics would show if they were served.
+    let r = http()
+        .get(format!("{}/free", s.origin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        // As a reverse proxy on the same host forwards a client's request: from loopback.
+        let r = http()
+            .get(format!("{}{path}", s.origin))
+            .header("x-forwarded-for", "203.0.113.7")
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert!(
+            !body.contains("stipendex_gateway_") && !body.contains("\"status\""),
+            "{path} served on the public listener: {body}"
+        );
+        // The upstream's own answer (it has no such route), as for any unpriced path.
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(seen.count(path), 1, "{path} was not passed to the upstream");
+    }
+}
+
+/// Issue 48: `[gateway] ops_listen` serves `/healthz`, `/readyz` and `/metrics` (to whoever
+/// reaches that address: it is the operator's to keep private), and nothing else — not the
+/// paid API, not the upstream.
+#[tokio::test]
+async fn operations_are_served_on_ops_listen() {
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let _gw = s.gateway().await;
+    let r = http()
+        .get(format!("{}/free", s.origin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    let r = http()
+        .get(format!("{}/healthz", s.ops))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
+    let r = http()
+        .get(format!("{}/readyz", s.ops))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "ready");
+    let r = http()
+        .get(format!("{}/metrics", s.ops))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let metrics = r.text().await.unwrap();
+    assert!(
+        metrics
+            .contains("stipendex_gateway_requests_total{outcome=\"forwarded\",status=\"200\"} 1"),
+        "{metrics}"
+    );
+    // Operations are not counted as the public's requests, nor passed to the upstream.
+    assert_eq!(seen.count("/healthz"), 0);
+    assert_eq!(seen.count("/metrics"), 0);
+    // The operations address is not a second way into the API.
+    for path in [
+        "/free",
+        "/api/forecast/paris",
+        "/.well-known/stipendex.json",
+    ] {
+        let r = http().get(format!("{}{path}", s.ops)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path} on the operations address");
+    }
+    assert_eq!(seen.count("/free"), 1);
+}
+
+/// Issue 48: operations on the public address are refused at start, with the fix in the
+/// sentence — whether `ops_listen` repeats `[gateway] listen` or the `--listen` override.
+#[tokio::test]
+async fn ops_listen_equal_to_listen_is_refused_at_start() {
+    let (up, _seen, _task) = upstream().await;
+    let s = Setup::new(&up, "").await;
+    let good = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    let path = s.dir.join("same.toml");
+    let ops_line = good
+        .lines()
+        .find(|l| l.starts_with("ops_listen"))
+        .unwrap()
+        .to_owned();
+    std::fs::write(
+        &path,
+        good.replace(&ops_line, &format!("ops_listen = \"127.0.0.1:{}\"", s.port)),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .arg("gateway")
+        .arg("--config")
+        .arg(&path)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", s.port))
+        .env("GATEWAY_TEST_SECRET", SECRET)
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started: {err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("stipendex:"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("[gateway] ops_listen")
+            && said[0].contains("public")
+            && said[0].contains("own"),
+        "{err}"
+    );
+    // The same port on every interface is the public listener too.
+    std::fs::write(
+        &path,
+        good.replace(&ops_line, &format!("ops_listen = \"0.0.0.0:{}\"", s.port)),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
+        .arg("gateway")
+        .arg("--config")
+        .arg(&path)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", s.port))
+        .env("GATEWAY_TEST_SECRET", SECRET)
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started: {err}");
+    assert!(err.contains("[gateway] ops_listen"), "{err}");
 }
 
 /// The configuration's refusals: one sentence naming the field, a non-zero exit, at start.
@@ -1259,7 +1429,7 @@ async fn typescript_host_pays_python_server(over_http: bool) {
         "each paid call reached the server once"
     );
     let metrics = http()
-        .get(format!("{}/metrics", s.origin))
+        .get(format!("{}/metrics", s.ops))
         .send()
         .await
         .unwrap()
@@ -1292,7 +1462,7 @@ async fn typescript_host_pays_python_server(over_http: bool) {
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["error"], "upstream_unavailable");
         let r = http()
-            .get(format!("{}/readyz", s.origin))
+            .get(format!("{}/readyz", s.ops))
             .send()
             .await
             .unwrap();
@@ -2377,7 +2547,7 @@ async fn readyz_reports_an_unreachable_facilitator() {
     .unwrap();
     let _gw = s.gateway().await;
     let r = http()
-        .get(format!("{}/readyz", s.origin))
+        .get(format!("{}/readyz", s.ops))
         .send()
         .await
         .unwrap();
@@ -2417,7 +2587,7 @@ async fn readyz_reports_an_unreachable_facilitator() {
     let _gw = s.gateway().await;
     for _ in 0..20 {
         let r = http()
-            .get(format!("{}/readyz", s.origin))
+            .get(format!("{}/readyz", s.ops))
             .send()
             .await
             .unwrap();

@@ -3,6 +3,7 @@
 use rail_account::AuthError;
 use rail_account::api::WireError;
 use rail_core::RailError;
+use rail_ledger::HoldRefusal;
 
 /// An error of the facilitator: a refusal to answer on the wire, or a set-up failure.
 #[derive(Debug, thiserror::Error)]
@@ -28,11 +29,47 @@ impl Error {
     pub fn wire(&self) -> WireError {
         match self {
             Error::Auth(a) => WireError::from_auth(a),
-            Error::Rail(r) => WireError::from_rail(r),
+            Error::Rail(r) => rail_wire(r),
             Error::BadRequest(m) => WireError::new("invalid_input", m.clone(), false),
             Error::Config(m) => WireError::new("rail_error", m.clone(), false),
         }
     }
+}
+
+/// The wire form of a rail error. A hold the ledger refuses for what was asked of it
+/// ([`HoldRefusal`]: no timeout, longer than allowed, …) is the caller's request refused:
+/// answered under the refusal's own code (`hold_too_long`, …; 400), not as `rail_error`
+/// (500, kept for the rail's own failures).
+#[must_use]
+pub(crate) fn rail_wire(e: &RailError) -> WireError {
+    let mut w = WireError::from_rail(e);
+    if let RailError::Rail { reason, .. } = e
+        && is_hold_refusal(&reason.code)
+    {
+        w.code.clone_from(&reason.code);
+    }
+    w
+}
+
+/// Whether `code` is a [`HoldRefusal::code`].
+fn is_hold_refusal(code: &str) -> bool {
+    [
+        HoldRefusal::NoTimeout(""),
+        HoldRefusal::TooLong {
+            asked_ms: 0,
+            max_ms: 0,
+        },
+        HoldRefusal::TooShort {
+            hold_ms: 0,
+            asked_ms: 0,
+        },
+        HoldRefusal::TooLittleLeft {
+            left_ms: 0,
+            required_ms: 0,
+        },
+    ]
+    .iter()
+    .any(|h| h.code() == code)
 }
 
 impl From<rail_ledger::LedgerError> for Error {

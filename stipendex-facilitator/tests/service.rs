@@ -590,3 +590,80 @@ async fn hold_offer(receiver: &AccountReceiver, amount: &str, secs: u64) -> rail
     let charge = Charge::hold(usd(amount), Duration::from_secs(secs));
     receiver.offer(&charge).await.unwrap()
 }
+
+/// Issue 48: a hold the ledger refuses — a zero amount, a hold without a timeout, a hold
+/// longer than the facilitator allows — is the payer's mistake: answered 400 with the
+/// refusal's own code (as every other refusal of a request is), never 500, which would let
+/// any account holder raise the operators' 5xx alerts at will.
+#[tokio::test]
+async fn a_hold_the_ledger_refuses_is_400_with_its_code_not_500() {
+    let w = World::sqlite().await;
+    let receiver = w.receiver();
+    let with_hold_ms = |mut o: rail_core::Offer, ms: u64| {
+        o.details["hold_ms"] = serde_json::json!(ms);
+        o
+    };
+    let too_long = with_hold_ms(hold_offer(&receiver, "1.00", 60).await, 400 * 86_400_000);
+    let (status, code, body) = signed_pay(&w, too_long).await;
+    assert_eq!((status, code.as_str()), (400, "hold_too_long"), "{body}");
+    let forever = with_hold_ms(hold_offer(&receiver, "1.00", 60).await, 0);
+    let (status, code, body) = signed_pay(&w, forever).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (400, "hold_without_timeout"),
+        "{body}"
+    );
+    let mut nothing = hold_offer(&receiver, "1.00", 60).await;
+    nothing.amount = usd("0.00");
+    let (status, code, body) = signed_pay(&w, nothing).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(!code.is_empty() && code != "rail_error", "{body}");
+    // Nothing was held.
+    assert_eq!(w.available(&w.payer).await, 10_000);
+    // The refusals are counted under their codes, not as server failures.
+    let text = reqwest::get(format!("{}{}", w.url, api::METRICS))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!text.contains("status=\"500\""), "{text}");
+}
+
+/// `offer` paid by the world's payer over the wire, signed by hand: (status, error code, body).
+async fn signed_pay(w: &World, offer: rail_core::Offer) -> (u16, String, serde_json::Value) {
+    let account = w.payer.id.to_string();
+    let body = serde_json::to_vec(&api::PayRequest { offer }).unwrap();
+    let nonce = auth::nonce();
+    let op = OpId::random();
+    let ts = w.clock.now().0;
+    let sig = w.payer.key.sign(&auth::Canonical {
+        network: NETWORK,
+        method: "POST",
+        path_and_query: api::PAYMENTS,
+        account: &account,
+        timestamp_ms: ts,
+        nonce: &nonce,
+        idempotency_key: Some(op.as_str()),
+        body: &body,
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{}{}", w.url, api::PAYMENTS))
+        .header(auth::ACCOUNT, &account)
+        .header(auth::TIMESTAMP, ts.to_string())
+        .header(auth::NONCE, &nonce)
+        .header(auth::SIGNATURE, sig.to_string())
+        .header(auth::IDEMPOTENCY_KEY, op.as_str())
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let v: serde_json::Value = r.json().await.unwrap();
+    (
+        status,
+        v["error"]["code"].as_str().unwrap_or("").to_owned(),
+        v,
+    )
+}

@@ -21,9 +21,10 @@ use common::{World, pin, usd, world};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
     ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, JsonObject,
-    ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams, ReadResourceRequest,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestMetaObject,
-    Resource, ResourceContents, ServerCapabilities, ServerConfig, ServerResult, Tool,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, RequestMetaObject, Resource, ResourceContents, ResourceTemplate,
+    ServerCapabilities, ServerConfig, ServerResult, Tool,
 };
 use rmcp::service::{PeerRequestOptions, RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::{ErrorData, Peer, ServerHandler, ServiceExt};
@@ -121,6 +122,18 @@ impl ServerHandler for Shop {
         Ok(ListResourcesResult::with_all_items(vec![
             Resource::new("reports://q3", "q3"),
             Resource::new("public://readme", "readme"),
+        ]))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new("files://{path}", "files"),
+            ResourceTemplate::new("reports://{quarter}", "reports"),
+            ResourceTemplate::new("public://{name}", "public"),
         ]))
     }
 
@@ -278,6 +291,45 @@ async fn the_server_declares_payments_and_hints_prices() {
         .map(|r| r.uri.as_str())
         .collect();
     assert_eq!(priced, ["reports://q3"]);
+}
+
+/// Issue 48: `resources/templates/list` carries `_meta["stipendex/pricing"]` on a template
+/// whose URIs a price covers (`files://*` over `files://{path}`), as `resources/list` does on
+/// a priced resource; a free template carries none.
+#[tokio::test]
+async fn a_priced_resource_template_carries_its_price_hint() {
+    let w = world().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed(
+            "resources/read",
+            "files://*",
+            usd("0.02"),
+        ))
+        .price(PricedCapability::fixed(
+            "resources/read",
+            "reports://*",
+            usd("0.10"),
+        ))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let client = connect(Shop::default(), receiver).await;
+    let templates = client.list_all_resource_templates().await.unwrap();
+    let hint = |t: &str| {
+        let t = templates.iter().find(|x| x.uri_template == t).unwrap();
+        t.meta.as_ref().and_then(|m| m.0.get(mcp::PRICING)).cloned()
+    };
+    assert_eq!(
+        hint("files://{path}"),
+        Some(json!({"model": "per_call", "estimate": "0.02 USD"}))
+    );
+    assert_eq!(
+        hint("reports://{quarter}"),
+        Some(json!({"model": "per_call", "estimate": "0.1 USD"}))
+    );
+    assert_eq!(hint("public://{name}"), None);
 }
 
 #[tokio::test]

@@ -104,6 +104,9 @@ pub(crate) struct Config {
     /// The configuration file (the registry reads it again).
     pub(crate) path: PathBuf,
     pub(crate) listen: SocketAddr,
+    /// Where operations (`/healthz`, `/readyz`, `/metrics`) are served: `[gateway] ops_listen`,
+    /// never the public `listen`; `None` (unset) serves them nowhere.
+    pub(crate) ops_listen: Option<SocketAddr>,
     pub(crate) receiver_id: String,
     pub(crate) receiver_key: stipendex::envelope::SecretKey,
     pub(crate) origins: Vec<String>,
@@ -154,6 +157,7 @@ struct TabsSection {
 #[serde(deny_unknown_fields)]
 struct GatewaySection {
     listen: Option<String>,
+    ops_listen: Option<String>,
     #[serde(default)]
     trusted_proxies: Vec<String>,
     max_body_bytes: Option<usize>,
@@ -276,6 +280,15 @@ fn cannot_match(pattern: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// Whether a listener at `ops` would take connections meant for the one at `listen` (or fail
+/// to bind beside it): the same port (not `0`, a free one each) on the same address, or on
+/// every address of either.
+fn shares_listener(ops: SocketAddr, listen: SocketAddr) -> bool {
+    ops.port() != 0
+        && ops.port() == listen.port()
+        && (ops.ip() == listen.ip() || ops.ip().is_unspecified() || listen.ip().is_unspecified())
 }
 
 impl Config {
@@ -410,6 +423,22 @@ impl Config {
             })?,
             (None, None) => SocketAddr::from(([127, 0, 0, 1], 8402)),
         };
+        let ops_listen = match &g.ops_listen {
+            None => None,
+            Some(o) => Some(o.parse::<SocketAddr>().map_err(|_| {
+                msg(format!(
+                    "[gateway] ops_listen = {o:?} is not an address: write host:port, such as \"127.0.0.1:9402\""
+                ))
+            })?),
+        };
+        if let Some(ops) = ops_listen
+            && shares_listener(ops, listen)
+        {
+            return Err(msg(format!(
+                "[gateway] ops_listen = \"{ops}\" is the public listen address ({listen}): give operations their own port, such as \"127.0.0.1:{}\"",
+                if listen.port() == 9402 { 9403 } else { 9402 }
+            )));
+        }
         let trusted = g
             .trusted_proxies
             .iter()
@@ -503,6 +532,7 @@ impl Config {
         Ok(Config {
             path: path.to_path_buf(),
             listen,
+            ops_listen,
             receiver_id: r.id,
             receiver_key,
             origins,
@@ -538,6 +568,7 @@ impl Config {
         Config {
             path: PathBuf::new(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ops_listen: None,
             receiver_id,
             receiver_key,
             origins: vec![origin],
@@ -580,6 +611,18 @@ mod tests {
         assert!(Net::parse("10.0.0.0/33").is_none());
         assert!(Net::parse("nope").is_none());
         assert!(Net::parse("::/0").unwrap().contains("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn operations_never_share_the_public_listener() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(shares_listener(at("127.0.0.1:8402"), at("127.0.0.1:8402")));
+        assert!(shares_listener(at("0.0.0.0:8402"), at("127.0.0.1:8402")));
+        assert!(shares_listener(at("127.0.0.1:8402"), at("0.0.0.0:8402")));
+        assert!(shares_listener(at("[::]:8402"), at("10.0.0.1:8402")));
+        assert!(!shares_listener(at("127.0.0.1:9402"), at("0.0.0.0:8402")));
+        assert!(!shares_listener(at("127.0.0.1:8402"), at("10.0.0.1:8402")));
+        assert!(!shares_listener(at("127.0.0.1:0"), at("127.0.0.1:0")));
     }
 
     #[test]

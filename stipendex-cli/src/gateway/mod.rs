@@ -18,6 +18,7 @@
 //!
 //! [gateway]
 //! listen = "127.0.0.1:8402"
+//! ops_listen = "127.0.0.1:9402"      # /healthz, /readyz, /metrics: never on `listen`
 //! trusted_proxies = ["10.0.0.0/8"]    # peers whose X-Forwarded-* are kept
 //! upstream_timeout_secs = 30
 //! max_body_bytes = 10485760
@@ -405,17 +406,16 @@ pub(crate) async fn assemble(
         schemes: schemes.iter().map(|(s, _)| s.clone()).collect(),
     });
     let agent = Arc::new(ops::agent_json(&shared));
-    let ops_routes = Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route(
-            "/.well-known/agent.json",
-            get(move || {
-                let a = agent.clone();
-                async move { axum::Json((*a).clone()) }
-            }),
-        );
+    // Operations (`/healthz`, `/readyz`, `/metrics`) are not on the public listener: they are
+    // served on `[gateway] ops_listen` ([`ops::router`]); there, any such path is the
+    // upstream's like any other unpriced one.
+    let public_routes = Router::new().route(
+        "/.well-known/agent.json",
+        get(move || {
+            let a = agent.clone();
+            async move { axum::Json((*a).clone()) }
+        }),
+    );
     let router = match &shared.session {
         None => {
             // Behind `[gateway] trusted_proxies`, a client is the address they vouch for (the
@@ -429,7 +429,7 @@ pub(crate) async fn assemble(
             if let Some(p) = http_paywall {
                 binding = binding.with_x402(p)?;
             }
-            binding.apply(ops_routes.fallback(forward::forward))
+            binding.apply(public_routes.fallback(forward::forward))
         }
         Some(session) => {
             let observed = shared.clone();
@@ -462,7 +462,7 @@ pub(crate) async fn assemble(
                     shared.clone(),
                     mcp_guard,
                 ));
-            ops_routes
+            public_routes
                 .route(
                     stipendex::http::WELL_KNOWN,
                     get(move || {
@@ -549,11 +549,41 @@ async fn stop_signal() {
     }
 }
 
+/// Binds `[gateway] ops_listen` and serves the operations there ([`ops::router`]) until
+/// `stopping` turns true; says where on standard output.
+async fn serve_operations(
+    at: SocketAddr,
+    shared: Arc<Shared>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, CliError> {
+    let listener = tokio::net::TcpListener::bind(at).await.map_err(|e| {
+        msg(format!(
+            "cannot listen on [gateway] ops_listen = \"{at}\": {e}; free the port or choose another"
+        ))
+    })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| msg(format!("cannot listen on {at}: {e}")))?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("Operations on http://{addr} (/healthz, /readyz, /metrics)");
+    }
+    let serve = axum::serve(listener, ops::router(shared)).with_graceful_shutdown(async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    });
+    Ok(tokio::spawn(async move {
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "the operations listener stopped");
+        }
+    }))
+}
+
 /// Runs `stipendex gateway` until it is asked to stop; in-flight requests (paid ones
 /// included) finish first, for at most `[gateway] shutdown_grace_secs`.
 pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     let config = Config::read(&a.config, a.listen)?;
     let listen = config.listen;
+    let ops_listen = config.ops_listen;
     let grace = config.shutdown_grace;
     // Behind a trusted proxy, clients reach the gateway at the proxy's origin, not here.
     let behind_proxy = !config.trusted.is_empty();
@@ -573,11 +603,21 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     if !behind_proxy && let Some(w) = crate::checks::listen_warning(addr, &origins) {
         warn(&w);
     }
+    let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
+    // Operations on their own listener, bound before the public one is announced.
+    let _operations = match ops_listen {
+        Some(at) => Some(serve_operations(at, shared.clone(), stopping_rx.clone()).await?),
+        None => {
+            tracing::info!(
+                "no [gateway] ops_listen: /healthz, /readyz and /metrics are not served"
+            );
+            None
+        }
+    };
     #[allow(clippy::print_stdout)]
     {
         println!("Listening on http://{addr}");
     }
-    let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
     let serve = axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),

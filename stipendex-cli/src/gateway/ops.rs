@@ -1,16 +1,22 @@
-//! Operations: `/healthz`, `/readyz`, Prometheus metrics (`/metrics`, loopback peers only),
-//! `/.well-known/agent.json`, and one JSON log line per request.
+//! Operations — `/healthz`, `/readyz`, Prometheus metrics (`/metrics`) — served on their own
+//! address (`[gateway] ops_listen`), never on the public one; the public
+//! `/.well-known/agent.json`, and one JSON log line per public request.
+//!
+//! Who may read the operations is decided by where they are served, not by the TCP peer: a
+//! reverse proxy on the same host reaches the public listener from loopback, so a peer check
+//! there would serve the metrics to the whole Internet.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::Router;
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use serde_json::{Value, json};
 use stipendex::http::Outcome;
 use stipendex::registry::{Dependency, Probes};
@@ -210,26 +216,27 @@ pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     }
 }
 
-/// `GET /metrics`: Prometheus' text format, to loopback peers only (the counters say who
-/// pays for what: not for the public).
-pub(crate) async fn metrics(State(s): State<Arc<Shared>>, req: Request) -> Response {
-    let local = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .is_some_and(|c| c.0.ip().is_loopback());
-    if !local {
-        return (
-            StatusCode::FORBIDDEN,
-            "metrics are served to loopback peers only\n",
-        )
-            .into_response();
-    }
+/// `GET /metrics`: Prometheus' text format (the counters say who pays for what: served on the
+/// operations address only, see [`router`]).
+pub(crate) async fn metrics(State(s): State<Arc<Shared>>) -> Response {
     let mut r = s.metrics.render().into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     r
+}
+
+/// The operations listener's routes (`[gateway] ops_listen`): `/healthz`, `/readyz` and
+/// `/metrics`, and nothing else — every other path is 404, so the operations address is never
+/// a second way into the API. Its requests are not logged nor counted as the public's.
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not an operations endpoint\n") })
+        .with_state(shared)
 }
 
 /// `GET /.well-known/agent.json`: the service's registration — its web and MCP endpoints, the

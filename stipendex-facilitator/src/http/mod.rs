@@ -66,7 +66,7 @@ impl From<Error> for Refusal {
 
 impl From<rail_core::RailError> for Refusal {
     fn from(e: rail_core::RailError) -> Self {
-        Refusal(Box::new(WireError::from_rail(&e)))
+        Refusal(Box::new(crate::error::rail_wire(&e)))
     }
 }
 

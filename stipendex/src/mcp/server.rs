@@ -61,7 +61,9 @@ const KEPT_ERROR: u16 = 500;
 /// An rmcp `ServerHandler` behind the Stipendex MCP gate. Every method is the inner
 /// handler's, except:
 /// - `initialize` (and `get_info`) add `capabilities.experimental["stipendex/payments"]`;
-/// - `tools/list` and `resources/list` add `_meta["stipendex/pricing"]` to what is priced;
+/// - `tools/list`, `resources/list` (and a directory's listing), `prompts/list` and
+///   `resources/templates/list` add `_meta["stipendex/pricing"]` to what is priced (a
+///   template: when its resources are);
 /// - `tools/call`, `resources/read` and `prompts/get` of what the receiver prices are
 ///   quoted, paid and receipted (module docs of [`crate::mcp`]).
 ///
@@ -1181,13 +1183,17 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
         self.inner.set_level(request, context)
     }
 
-    fn list_resource_templates(
+    async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<ListResourceTemplatesResult, ErrorData>> + MaybeSendFuture + '_
-    {
-        self.inner.list_resource_templates(request, context)
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let mut r = self.inner.list_resource_templates(request, context).await?;
+        for t in &mut r.resource_templates {
+            // Priced as the resources it makes are: a template names no resource itself.
+            self.hint(&mut t.meta, "resources/read", &expanded(&t.uri_template));
+        }
+        Ok(r)
     }
 
     fn accepted_subscription_filter(
@@ -1316,14 +1322,43 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
         self.inner.get_skill(request, context)
     }
 
-    fn read_resource_directory(
+    async fn read_resource_directory(
         &self,
         request: ReadResourceDirectoryRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<ReadResourceDirectoryResult, ErrorData>> + MaybeSendFuture + '_
-    {
-        self.inner.read_resource_directory(request, context)
+    ) -> Result<ReadResourceDirectoryResult, ErrorData> {
+        // A directory's listing is a `resources/list` page: the same hints.
+        let mut r = self.inner.read_resource_directory(request, context).await?;
+        for res in &mut r.resources {
+            self.hint(&mut res.meta, "resources/read", &res.uri);
+        }
+        Ok(r)
     }
+}
+
+/// A URI the RFC 6570 template `t` makes, each expression (`{path}`, `{+path}`, …) standing
+/// for one plain segment: what the price patterns are matched against to tell whether the
+/// template's resources are priced (`files://*` prices `files://{path}`).
+fn expanded(t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    let mut rest = t;
+    while let Some((before, after)) = rest.split_once('{') {
+        out.push_str(before);
+        match after.split_once('}') {
+            Some((_, tail)) => {
+                out.push('x');
+                rest = tail;
+            }
+            None => {
+                // Not an expression: the text as it is.
+                out.push('{');
+                rest = after;
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 impl<H: ServerHandler> PaidServer<H> {
