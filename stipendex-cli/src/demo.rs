@@ -547,9 +547,10 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
     // The agent's wallet: durable spend records in SQLite, chains in files.
     let confirmer = Callback::new(move |ask| {
         let yes = confirm;
+        // The receiver's description is on a line of its own (`Ask::text`): indented here.
         println!(
-            "     human asked: {}? -> {} (flag --confirm)",
-            ask.text(),
+            "     human asked: {} -> {} (flag --confirm)",
+            ask.text().replace('\n', "\n                  "),
             if yes { "yes" } else { "no" }
         );
         if yes {

@@ -5,9 +5,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::Peer;
-use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, RequestMetaObject};
 use rmcp::service::{ElicitationMode, RoleServer};
 use serde_json::Value;
+#[cfg(feature = "mcp-client")]
+use unicode_normalization::UnicodeNormalization as _;
+
+use super::{ORIGIN, WALLET, WALLET_PREFIX};
 
 use crate::wallet::{Answer, Ask, Confirmer, Denial, printable};
 
@@ -18,11 +22,13 @@ const FIELD: &str = "confirm";
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(300);
 
 /// Asks the user of the MCP host on the other end of `peer` (a server's view of its client:
-/// a proxy's host, a server's caller) to confirm a payment: the message is the description,
-/// the total and what the mandate still allows ([`Ask::text`]); the form has one required
-/// boolean, `confirm`. Only an accepted form with `confirm: true` is a yes. A host whose
-/// client does not declare elicitation (form mode) is never asked and never paid for: the
-/// answer is a no that says so.
+/// a proxy's host, a server's caller) to confirm a payment: the message is
+/// `[Stipendex wallet] Confirm the payment: ` then the total, what the mandate still allows
+/// and, on a line of its own, the receiver's quoted description ([`Ask::text`]); the request's
+/// `_meta` carries the wallet's mark (`"stipendex/origin": "wallet"`, [`super::ORIGIN`]); the
+/// form has one required boolean, `confirm`. Only an accepted form with `confirm: true` is a
+/// yes. A host whose client does not declare elicitation (form mode) is never asked and never
+/// paid for: the answer is a no that says so.
 #[derive(Clone)]
 pub struct Elicit {
     peer: Peer<RoleServer>,
@@ -81,9 +87,11 @@ impl Confirmer for Elicit {
                     .description("true to pay; false or decline to refuse")
             })
             .build_unchecked();
+        let mut mark = RequestMetaObject::new();
+        mark.insert(ORIGIN.to_owned(), Value::String(WALLET.to_owned()));
         let params = ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message: format!("Confirm the payment: {}?", ask.text()),
+            meta: Some(mark),
+            message: format!("{WALLET_PREFIX} Confirm the payment: {}", ask.text()),
             requested_schema: schema,
         };
         match self
@@ -116,5 +124,110 @@ impl Confirmer for Elicit {
 
     async fn escalate(&self, denial: &Denial) {
         tracing::warn!(receiver = %printable(&denial.receiver), why = %denial.why, "payment denied by the mandate; the host's tool error says why");
+    }
+}
+
+/// What a dialog of the server behind the proxy may not contain, as [`folded`]: the wallet's
+/// prefix (`[Stipendex wallet]`) and its confirmation phrases.
+#[cfg(feature = "mcp-client")]
+const WALLET_PHRASES: &[&str] = &[
+    "stipendexwallet",
+    "confirmthepayment",
+    "confirmthispayment",
+    "confirmpayment",
+];
+
+/// What a dialog of the server behind the proxy may not start with, as [`folded`]: the name
+/// the wallet's prompts start with (`[Stipendex wallet]`, the terminal's `stipendex:`).
+#[cfg(feature = "mcp-client")]
+const WALLET_NAME: &str = "stipendex";
+
+/// `s` as compared with the wallet's phrases: compatibility-decomposed (fullwidth, styled and
+/// accented letters become plain ones), lower case, Cyrillic and Greek letters that look Latin
+/// read as Latin, and only letters and digits kept (spaces, punctuation, invisible characters
+/// and combining marks dropped).
+#[cfg(feature = "mcp-client")]
+fn folded(s: &str) -> String {
+    s.nfkd()
+        .flat_map(char::to_lowercase)
+        .map(latin_lookalike)
+        .filter(|c| c.is_alphanumeric())
+        .collect()
+}
+
+/// The Latin letter a Cyrillic or Greek (lower-case) letter passes for, or `c`.
+#[cfg(feature = "mcp-client")]
+fn latin_lookalike(c: char) -> char {
+    match c {
+        'а' | 'α' => 'a',
+        'в' | 'β' => 'b',
+        'с' | 'ϲ' => 'c',
+        'ԁ' => 'd',
+        'е' | 'ε' => 'e',
+        'һ' | 'н' | 'η' => 'h',
+        'і' | 'ι' | 'ӏ' => 'i',
+        'ј' => 'j',
+        'к' | 'κ' => 'k',
+        'м' | 'μ' => 'm',
+        'ν' => 'v',
+        'о' | 'ο' | 'σ' => 'o',
+        'р' | 'ρ' => 'p',
+        'ѕ' => 's',
+        'т' | 'τ' => 't',
+        'у' | 'υ' | 'γ' => 'y',
+        'х' | 'χ' => 'x',
+        'ԝ' | 'ω' => 'w',
+        'ζ' => 'z',
+        'п' | 'π' => 'n',
+        other => other,
+    }
+}
+
+/// Whether `text` contains the wallet's prefix or confirmation phrases ("Confirm the
+/// payment"), whatever its case, spacing, punctuation, lookalike letters or invisible
+/// characters: a server's name that does is refused its dialogs.
+#[cfg(feature = "mcp-client")]
+pub(crate) fn names_the_wallet(text: &str) -> bool {
+    let f = folded(text);
+    WALLET_PHRASES.iter().any(|p| f.contains(p))
+}
+
+/// Whether a dialog's text (its message, then its form or URL) reads like the wallet's own:
+/// [`names_the_wallet`], or it starts as the wallet's prompts do (`Stipendex…`).
+#[cfg(feature = "mcp-client")]
+pub(crate) fn imitates_wallet(text: &str) -> bool {
+    names_the_wallet(text) || folded(text).starts_with(WALLET_NAME)
+}
+
+#[cfg(all(test, feature = "mcp-client"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wallets_phrases_are_found_under_lookalikes() {
+        for t in [
+            "Confirm the payment: pay 1 USD",
+            "[Stipendex wallet] …",
+            "CONFIRM  THE\nPAYMENT",
+            "\u{ff23}onfirm th\u{435} p\u{430}y\u{200b}ment",
+            "\u{1d402}\u{1d428}\u{1d427}\u{1d41f}\u{1d422}\u{1d42b}\u{1d426} payment",
+            "c.o.n.f.i.r.m t-h-e p_a_y_m_e_n_t",
+            "Stіpendex",
+        ] {
+            assert!(imitates_wallet(t), "{t:?}");
+        }
+        for t in [
+            "Which city?",
+            "Confirm the booking",
+            "Payment method?",
+            "pay 0.01 USD",
+            "This tool is paid through Stipendex. Which city?",
+        ] {
+            assert!(!imitates_wallet(t), "{t:?}");
+        }
+        // A server's name: its own, even Stipendex-made, but not the wallet's.
+        assert!(!names_the_wallet("stipendex-example"));
+        assert!(names_the_wallet("Stipendex Wallet"));
+        assert!(names_the_wallet("confirm-the-payment"));
     }
 }

@@ -78,6 +78,18 @@ pub const TAB_CLOSE: &str = "stipendex/tab-close";
 #[cfg(feature = "mcp")]
 pub const PAYMENT_KEYS: &[&str] = &[PAYMENT, VOUCHER, TAB, x402_transport::wire::PAYMENT_META];
 
+/// The `params._meta` key of the wallet's own dialogs (its payment confirmation, by MCP
+/// elicitation), valued [`WALLET`]: `_meta["stipendex/origin"] = "wallet"`. Only the wallet
+/// sets it: the proxy removes every `stipendex/` key from what it forwards of the server's, so
+/// a host talking to the proxy can tell the wallet's dialog from the server's by it (and by
+/// [`WALLET_PREFIX`], which its user sees).
+pub const ORIGIN: &str = "stipendex/origin";
+/// The value of [`ORIGIN`] on the wallet's dialogs.
+pub const WALLET: &str = "wallet";
+/// The start of the message of every wallet dialog (`[Stipendex wallet] Confirm the payment:
+/// …`); a dialog of the server behind the proxy that reads like it is refused.
+pub const WALLET_PREFIX: &str = "[Stipendex wallet]";
+
 /// The `error.data` member (and `_meta` key of a waived result) by which a gate says paid work
 /// never reached the service behind it: `{"stipendex/undelivered": true}`. A gateway's
 /// forwarder sets it when nothing was sent upstream; the gate then keeps nothing and charges

@@ -6,8 +6,15 @@
 //! - Host → server: every request, with its `_meta` (the progress token mapped: rmcp numbers
 //!   the proxy's own), and every notification but `initialized` and `cancelled` (a host's
 //!   cancellation cancels the proxy's call, the first request or its paid retry alike).
-//! - Server → host: every request (elicitation, sampling, roots, ping) and notification
-//!   (progress mapped back to the host's token, logging, list changes).
+//! - Server → host: every request (elicitation, sampling, roots, ping), with its `_meta` but
+//!   for Stipendex's keys, and notification (progress mapped back to the host's token,
+//!   logging, list changes).
+//! - Whose dialog the user answers (issue 48): the wallet's confirmation starts
+//!   `[Stipendex wallet]` and carries `_meta["stipendex/origin"] = "wallet"` ([`super::ORIGIN`]);
+//!   a server's elicitation is forwarded with its message labelled `[from MCP server "<name>"
+//!   at <identity>]` (the name it declared, the identity the proxy knows it by) and without any
+//!   `stipendex/` key; one that reads like the wallet's (its prefix, "Confirm the payment",
+//!   lookalike letters included) is answered with an error and never shown.
 //! - A `-32402` Quote, or an x402 `isError` challenge, is paid by [`PayingClient`] and the call
 //!   sent again; the host sees the result. A payment the wallet refuses is a tool error the
 //!   model can read ("not allowed by your mandate: …"), or for a resource or prompt a JSON-RPC
@@ -24,8 +31,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rmcp::model::JsonRpcMessage;
 use rmcp::model::{
     CallToolResult, ClientConfig, ClientNotification, ClientRequest, ClientResult, ContentBlock,
-    ErrorCode, InitializeRequestParams, ProgressToken, ProtocolVersion, ServerConfig,
-    ServerNotification, ServerRequest, ServerResult,
+    ElicitRequestParams, ErrorCode, GetMeta as _, InitializeRequestParams, ProgressToken,
+    ProtocolVersion, RequestMetaObject, ServerConfig, ServerNotification, ServerRequest,
+    ServerResult,
 };
 use rmcp::service::{
     NotificationContext, RequestContext, RoleClient, RoleServer, RunningService, Service,
@@ -41,7 +49,7 @@ use std::future::Future;
 use super::client::{Call, CallError, PayingClient};
 use super::{Elicit, PAYMENTS};
 use crate::Error;
-use crate::wallet::Wallet;
+use crate::wallet::{Wallet, printable};
 
 /// Where the real server is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -482,17 +490,120 @@ impl Service<RoleServer> for ProxyServer {
     }
 }
 
+/// Whether a `_meta` key of the server's request is forwarded to the host: not a key of
+/// Stipendex's (`stipendex/…`: the wallet's mark [`super::ORIGIN`] above all), nor one rmcp
+/// sets per connection (the progress token, `io.modelcontextprotocol/…`).
+fn forwards_meta(key: &str) -> bool {
+    !(key.starts_with("stipendex/")
+        || key == "progressToken"
+        || key.starts_with("io.modelcontextprotocol/"))
+}
+
+/// The most characters of a server's declared name a forwarded dialog's label shows.
+const SERVER_NAME_MAX: usize = 64;
+
+/// The label a forwarded dialog's message starts with: `[from MCP server "<name>" at
+/// <identity>]` — the name the server declared in `initialize` (bounded, escaped), the
+/// identity the proxy knows it by (the origin of its URL, or the configured identity).
+fn label(name: Option<&str>, identity: &str) -> String {
+    match name.filter(|n| !n.is_empty()) {
+        Some(n) => format!(
+            "[from MCP server \"{}\" at {}]",
+            crate::wallet::bounded(n, SERVER_NAME_MAX, true),
+            printable(identity)
+        ),
+        None => format!("[from MCP server at {}]", printable(identity)),
+    }
+}
+
+/// A request of the server, as the proxy forwards it to the host (issue 48):
+/// - its `_meta` (the server's, kept by rmcp in `meta`) without Stipendex's keys — no wallet
+///   mark ever reaches the host from the server — nor rmcp's per-connection keys;
+/// - a dialog (elicitation, form or URL) labelled with the server ([`label`]);
+/// - a dialog that reads like the wallet's own ([`super::elicit::imitates_wallet`]: its
+///   message, its form, its URL or the server's name) refused: the server gets an error and
+///   the human never sees it.
+fn forwarded(
+    mut request: ServerRequest,
+    mut meta: RequestMetaObject,
+    name: Option<&str>,
+    identity: &str,
+) -> Result<ServerRequest, ErrorData> {
+    meta.retain(|k, _| forwards_meta(k));
+    if let ServerRequest::ElicitRequest(r) = &mut request {
+        let (message, shown) = match &mut r.params {
+            ElicitRequestParams::FormElicitationParams {
+                meta: own,
+                message,
+                requested_schema,
+            } => {
+                strip(own);
+                let schema = serde_json::to_string(requested_schema).unwrap_or_default();
+                let shown = format!("{message}\n{schema}");
+                (message, shown)
+            }
+            ElicitRequestParams::UrlElicitationParams {
+                meta: own,
+                message,
+                url,
+                ..
+            } => {
+                strip(own);
+                let shown = format!("{message}\n{url}");
+                (message, shown)
+            }
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "the Stipendex proxy forwards form and URL elicitations only",
+                    None,
+                ));
+            }
+        };
+        if super::elicit::imitates_wallet(&shown)
+            || name.is_some_and(super::elicit::names_the_wallet)
+        {
+            tracing::warn!(
+                server = %printable(identity),
+                "refused a dialog of the MCP server that reads like the wallet's payment confirmation; the user was not shown it"
+            );
+            return Err(ErrorData::invalid_request(
+                "refused by the Stipendex proxy: a server's dialog may not read like the wallet's payment confirmation",
+                None,
+            ));
+        }
+        *message = format!("{} {message}", label(name, identity));
+    }
+    request.get_meta_mut().extend(meta);
+    Ok(request)
+}
+
+/// Removes Stipendex's keys from a request's own `_meta`.
+fn strip(meta: &mut Option<RequestMetaObject>) {
+    if let Some(m) = meta {
+        m.retain(|k, _| forwards_meta(k));
+    }
+}
+
 impl Service<RoleClient> for UpstreamHandler {
     async fn handle_request(
         &self,
         request: ServerRequest,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ClientResult, ErrorData> {
-        let host = self
+        let shared = self
             .shared
             .upgrade()
-            .and_then(|s| s.host.get().cloned())
             .ok_or_else(|| ErrorData::internal_error("the host is not connected", None))?;
+        let host = shared
+            .host
+            .get()
+            .cloned()
+            .ok_or_else(|| ErrorData::internal_error("the host is not connected", None))?;
+        let name = context
+            .peer
+            .peer_info()
+            .and_then(|i| i.server_info.as_ref().map(|s| s.name.clone()));
+        let request = forwarded(request, context.meta, name.as_deref(), &shared.proxy.server)?;
         host.send_request(request).await.map_err(|e| match e {
             rmcp::service::ServiceError::McpError(e) => e,
             e => ErrorData::internal_error(format!("the host: {e}"), None),

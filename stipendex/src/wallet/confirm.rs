@@ -35,15 +35,44 @@ pub struct Ask {
     pub left_in_total: Option<Money>,
 }
 
-/// `s` with every control character (escape sequences, carriage returns, new lines) and every
-/// bidirectional-override character written as a visible `\u{..}` escape: text a receiver
-/// chose (its id, a description) cannot redraw or reorder the prompt a human answers.
+/// The most characters of a receiver's description a prompt shows (escapes counted, the
+/// quotes not), then `…`.
+pub const DESCRIPTION_MAX: usize = 200;
+/// The most characters of a receiver's name a prompt shows (escapes counted), then `…`.
+pub const RECEIVER_MAX: usize = 100;
+
+/// Whether `c` is shown as a visible `\u{..}` escape: a control character (escape sequences,
+/// carriage returns, new lines), a bidirectional-override or -isolate mark, a line or paragraph
+/// separator, or an invisible character (zero-width space and joiners, word joiner, byte-order
+/// mark, soft hyphen).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{061c}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{200b}'..='\u{200d}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{feff}'
+                | '\u{180e}'
+                | '\u{00ad}'
+        )
+}
+
+/// `s` with every control character (escape sequences, carriage returns, new lines), every
+/// bidirectional-override character, line or paragraph separator and invisible character
+/// written as a visible `\u{..}` escape: text a receiver chose (its id, a description) cannot
+/// redraw, reorder or break the prompt a human answers.
 #[must_use]
 pub fn printable(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}');
-        if c.is_control() || bidi {
+        if hidden(c) {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);
@@ -52,22 +81,54 @@ pub fn printable(s: &str) -> String {
     out
 }
 
+/// [`printable`], at most `max` characters shown (escapes counted): a longer text is cut at a
+/// character (never inside an escape) and ends with `…`. With `quoted`, a `"` or `\` of the
+/// text is escaped too (`\"`, `\\`), so the text cannot close the quotes it is shown in nor
+/// pass for one of the escapes.
+pub(crate) fn bounded(s: &str, max: usize, quoted: bool) -> String {
+    let pieces = s.chars().map(|c| {
+        if hidden(c) {
+            c.escape_unicode().collect::<String>()
+        } else if quoted && matches!(c, '"' | '\\') {
+            format!("\\{c}")
+        } else {
+            c.to_string()
+        }
+    });
+    let mut out = String::new();
+    let mut shown = 0;
+    let mut rest = pieces.peekable();
+    while let Some(p) = rest.next() {
+        let n = p.chars().count();
+        // Room is kept for the ellipsis unless this is the last piece and it fits.
+        let room = if rest.peek().is_none() {
+            max
+        } else {
+            max.saturating_sub(1)
+        };
+        if shown + n > room {
+            out.push('…');
+            return out;
+        }
+        shown += n;
+        out.push_str(&p);
+    }
+    out
+}
+
 impl Ask {
-    /// One line for a prompt or a notification; what the receiver chose (its id, the
-    /// description) is [`printable`].
+    /// The first line of [`Ask::text`]: who is paid and how much, and what the mandate still
+    /// allows after this payment — no text of the receiver but its (bounded) name.
     #[must_use]
-    pub fn text(&self) -> String {
+    pub fn summary(&self) -> String {
         let mut s = format!(
             "pay {} {} to {}",
             self.total.amount(),
             self.total.asset(),
-            printable(&self.receiver)
+            bounded(&self.receiver, RECEIVER_MAX, false)
         );
         if self.tolerance > Amount::ZERO {
             s.push_str(&format!(" (up to {} more)", self.tolerance));
-        }
-        if let Some(d) = &self.description {
-            s.push_str(&format!(" for \"{}\"", printable(d)));
         }
         // What is left is counted with this payment already taken out (the wallet counts it
         // before it asks): said so, or a person reads it as what they have before paying.
@@ -81,6 +142,24 @@ impl Ask {
         if let Some(first) = left.first_mut() {
             first.push_str(" after this payment");
             s.push_str(&format!("; {}", left.join(", ")));
+        }
+        s
+    }
+
+    /// What a prompt shows: the [`Ask::summary`] line, then — only if the receiver gave one —
+    /// its description on a line of its own, after the amount, labelled as the receiver's
+    /// words and quoted: `the receiver says it is for: "…"`. Every text the receiver chose is
+    /// [`printable`] (a new line in it is an escape: the description cannot add a line) and
+    /// bounded ([`RECEIVER_MAX`], [`DESCRIPTION_MAX`]), its quotes escaped, so a description
+    /// such as `"0.01 USD"` or `pay 0.01 USD to …` never reads as the amount.
+    #[must_use]
+    pub fn text(&self) -> String {
+        let mut s = self.summary();
+        if let Some(d) = &self.description {
+            s.push_str(&format!(
+                "\nthe receiver says it is for: \"{}\"",
+                bounded(d, DESCRIPTION_MAX, true)
+            ));
         }
         s
     }
@@ -193,7 +272,7 @@ pub struct Terminal;
 #[async_trait]
 impl Confirmer for Terminal {
     async fn confirm(&self, ask: &Ask) -> Answer {
-        let question = format!("stipendex: {}? [y/N] ", ask.text());
+        let question = format!("stipendex: {}\nstipendex: pay? [y/N] ", ask.text());
         let line = tokio::task::spawn_blocking(move || {
             let mut err = std::io::stderr();
             let _ = write!(err, "{question}");
@@ -250,8 +329,11 @@ mod tests {
             left_in_total: None,
         };
         let t = ask.text();
+        // One new line only: the wallet's, before the description.
+        assert_eq!(t.matches('\n').count(), 1, "{t:?}");
         assert!(
-            !t.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            !t.chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
             "{t:?}"
         );
         assert!(
@@ -259,6 +341,63 @@ mod tests {
             "{t}"
         );
         assert_eq!(printable("plain text, café"), "plain text, café");
+    }
+
+    /// A receiver's description built to pass for something else (issue 48): long, with new
+    /// lines, a bidi override, a quote that would close the quoting, and another amount. It is
+    /// bounded, escaped and quoted on a line of its own after the amount, which is the only
+    /// amount on the first line; a long receiver name is bounded too.
+    #[test]
+    fn a_hostile_description_is_bounded_and_kept_apart_from_the_amount() {
+        let hostile = format!(
+            "report\npay 0.01 USD to friend\u{202e}dsu\u{2028}\u{200b}\" 0.01 USD {}",
+            "x".repeat(1_000)
+        );
+        let ask = Ask {
+            why: Why::Checkout,
+            receiver: format!("shop{}", "y".repeat(1_000)),
+            description: Some(hostile),
+            total: Money::parse(Asset::usd(), "250.00").unwrap(),
+            tolerance: "0.50".parse().unwrap(),
+            left_in_period: None,
+            left_in_total: Some(Money::parse(Asset::usd(), "97.50").unwrap()),
+        };
+        let t = ask.text();
+        let lines: Vec<&str> = t.split('\n').collect();
+        assert_eq!(lines.len(), 2, "{t}");
+        let (first, second) = (lines[0], lines[1]);
+        assert!(first.starts_with("pay 250 USD to shopyyy"), "{first}");
+        assert!(
+            first.ends_with("(up to 0.5 more); 97.5 USD left in total after this payment"),
+            "{first}"
+        );
+        assert!(!first.contains("0.01"), "{first}");
+        assert!(first.contains('…'), "the receiver is bounded: {first}");
+        assert!(first.chars().count() < 250, "{first}");
+        // The description: labelled, quoted, escaped, bounded.
+        assert!(
+            second.starts_with("the receiver says it is for: \"report\\u{a}pay 0.01 USD"),
+            "{second}"
+        );
+        assert!(second.ends_with("…\""), "{second}");
+        assert!(second.contains("\\u{202e}"), "{second}");
+        assert!(
+            second.contains("\\u{2028}") && second.contains("\\u{200b}"),
+            "{second}"
+        );
+        assert!(
+            second.contains("\\\" 0.01 USD"),
+            "the inner quote is escaped: {second}"
+        );
+        let quoted = second
+            .strip_prefix("the receiver says it is for: ")
+            .unwrap();
+        assert!(quoted.chars().count() <= DESCRIPTION_MAX + 2, "{second}");
+        assert!(
+            !t.chars().any(|c| (c.is_control() && c != '\n')
+                || matches!(c, '\u{202e}' | '\u{2028}' | '\u{200b}')),
+            "{t:?}"
+        );
     }
 
     /// What is left is said to be after this payment (the wallet counts it before asking).

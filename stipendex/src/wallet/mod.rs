@@ -48,6 +48,7 @@ use sha2::{Digest as _, Sha256};
 
 #[cfg(feature = "challenges")]
 pub use challenge::{ChallengePaid, Source};
+#[cfg(feature = "mcp-client")]
 pub(crate) use confirm::bounded;
 pub use confirm::{
     Answer, Ask, Callback, Confirmer, DESCRIPTION_MAX, Denial, RECEIVER_MAX, Refuse, Terminal, Why,
