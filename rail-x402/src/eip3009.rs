@@ -238,7 +238,7 @@ impl EcdsaSignature {
     /// [`SignatureError::Recovery`].
     pub fn recover(&self, prehash: &B256) -> Result<Address, SignatureError> {
         // libsecp256k1 (the `secp256k1` crate, already built for Lightning): ~4x faster than
-        // the pure-Rust k256 recovery on this hardware (NOTES.md, x402 figures).
+        // the pure-Rust k256 recovery on this hardware (docs/performance.md, x402 on EVM).
         use secp256k1::ecdsa::{RecoverableSignature, RecoveryId};
         static SECP: std::sync::OnceLock<secp256k1::Secp256k1<secp256k1::VerifyOnly>> =
             std::sync::OnceLock::new();

@@ -20,9 +20,10 @@
 //! refuses a good one.
 //!
 //! The cost of exactness is the torsion check of each `R` (a key's is remembered). On this
-//! project's machine it costs about as much as the batch saves (NOTES.md, issue 30:
-//! `cargo bench -p rail-exact-algo --bench batch`), so the facilitators verify one signature at
-//! a time; this is the exact construction to use where the balance differs.
+//! project's machine it costs about as much as the batch saves
+//! (`docs/decisions/0035-strict-batch-verification.md`; `cargo bench -p rail-exact-algo --bench
+//! batch`), so the facilitators verify one signature at a time; this is the exact construction
+//! to use where the balance differs.
 //!
 //! ```
 //! use ed25519_dalek::{Signer, SigningKey};

@@ -95,7 +95,7 @@ impl PgKeyStore {
         tx.commit().await.map_err(|e| storage(&e))?;
         // Four batches in flight, their keys disjoint (so they never wait on each other's row
         // locks, nor deadlock), each lingering a few yields for company: on the paid path at 64
-        // clients this beat 1, 2, 8 and 16 in flight and beat no lingering (NOTES, issue 30).
+        // clients this beat 1, 2, 8 and 16 in flight and beat no lingering (docs/decisions/0033-key-store-group-commit.md).
         let writes = Writes::start(pool.clone(), DEPTH, LINGER);
         Ok(PgKeyStore {
             pool,
