@@ -327,6 +327,10 @@ impl x402_transport::client::SchemePayer for ClientPayer {
         LABEL
     }
 
+    fn rail(&self) -> &str {
+        crate::rail::RAIL
+    }
+
     fn refusal(&self, entry: &Value) -> Option<String> {
         match Self::accept(entry) {
             Ok(a) => self

@@ -444,6 +444,10 @@ impl x402_transport::client::SchemePayer for X402Payer {
         LABEL
     }
 
+    fn rail(&self) -> &str {
+        crate::rail::RAIL
+    }
+
     fn refusal(&self, entry: &Value) -> Option<String> {
         match as_requirements(entry) {
             Ok(r) => self.policy().refusal(&r),

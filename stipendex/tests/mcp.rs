@@ -82,8 +82,9 @@ async fn the_wallet_pays_an_mcp_is_error_result_under_its_mandate() {
     .for_client()
     .await
     .unwrap();
-    let wallet = |allow: bool| {
+    let wallet_over = |allow: bool, rails: Option<Vec<String>>| {
         let mandate = w.mandate(|m| {
+            m.rails = rails;
             m.limits.push(Limits {
                 asset: stipendex::Asset::algo(),
                 per_call: Some("0.01".parse().unwrap()),
@@ -108,6 +109,7 @@ async fn the_wallet_pays_an_mcp_is_error_result_under_its_mandate() {
             .build()
             .unwrap()
     };
+    let wallet = |allow: bool| wallet_over(allow, None);
 
     let call = |meta: Option<Value>| {
         let mut params = json!({"name": "post_read", "arguments": {"post_id": "1"}});
@@ -126,6 +128,24 @@ async fn the_wallet_pays_an_mcp_is_error_result_under_its_mandate() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), "denied", "{err}");
+
+    // Allowlisted, but the mandate allows only other rails: a challenge is not a way around
+    // `rails` — denied, nothing signed, nothing counted.
+    let err = wallet_over(true, Some(vec!["ledger".into()]))
+        .pay_challenge(&Source::mcp(&mcp), &required)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "denied", "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not allow paying over exact-algo"),
+        "{err}"
+    );
+    // Its own rail listed: paid as without a list (below).
+    wallet_over(true, Some(vec!["exact-algo".into()]))
+        .pay_challenge(&Source::mcp(&mcp), &required)
+        .await
+        .unwrap();
 
     // Allowlisted by server and payTo: paid; the retry returns the post.
     let paid = wallet(true)

@@ -35,6 +35,10 @@ pub trait SchemePayer: Send + Sync + fmt::Debug {
     /// A label for logs (`exact-evm`, `exact-algo`).
     fn label(&self) -> &str;
 
+    /// The rail kind this payer pays over (`x402`, `exact-algo`, `exact-avm`): the name a
+    /// mandate's `rails` lists, so a wallet pays a challenge only over a rail its mandate allows.
+    fn rail(&self) -> &str;
+
     /// Why this payer will not pay `entry` (an `accepts[]` entry), or `None` if it will: the
     /// scheme, network and asset are its own and the amount is within its policy.
     fn refusal(&self, entry: &Value) -> Option<String>;

@@ -373,6 +373,10 @@ impl x402_transport::client::SchemePayer for AvmPayer {
         LABEL
     }
 
+    fn rail(&self) -> &str {
+        super::rail::RAIL
+    }
+
     fn refusal(&self, entry: &Value) -> Option<String> {
         match Self::entry(entry) {
             Ok(r) => self.refusal_of(&r),

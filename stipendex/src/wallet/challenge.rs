@@ -165,7 +165,28 @@ impl Wallet {
             return Err(Error::Denied(why));
         }
         self.check_mandate(now).await?;
-        let choice = self.choose_entry(&allowed, &challenge)?;
+        // Only payers over a rail the mandate allows (`rails`; absent: any the wallet has).
+        let payers: Vec<Arc<dyn client::SchemePayer>> = me
+            .scheme_payers
+            .iter()
+            .filter(|p| {
+                mandate
+                    .rails
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.iter().any(|r| r == p.rail()))
+            })
+            .cloned()
+            .collect();
+        if payers.is_empty() && !me.scheme_payers.is_empty() {
+            let kinds: Vec<&str> = me.scheme_payers.iter().map(|p| p.rail()).collect();
+            return Err(Error::Denied(format!(
+                "mandate {} does not allow paying over {} (its rails: {})",
+                mandate.id,
+                kinds.join(" or "),
+                mandate.rails.as_deref().unwrap_or_default().join(", ")
+            )));
+        }
+        let choice = self.choose_entry(&payers, &allowed, &challenge)?;
         let limits = mandate.limits_for(choice.amount.asset()).ok_or_else(|| {
             Error::LimitExceeded(format!(
                 "mandate {} allows no spending in {}",
@@ -245,12 +266,13 @@ impl Wallet {
     /// cheapest entry it accepts: the x402 client's [`client::choose`], under the payers'
     /// policies and the wallet's [`KnownAmount`].
     fn choose_entry<'a>(
-        &'a self,
+        &self,
+        payers: &'a [Arc<dyn client::SchemePayer>],
         allowed: &[Value],
         challenge: &dyn Fn(&Value) -> Challenge,
     ) -> Result<Choice<'a>, Error> {
-        let (payer, entry) = client::choose(&self.0.scheme_payers, allowed, Some(&KnownAmount))
-            .map_err(|e| match e {
+        let (payer, entry) =
+            client::choose(payers, allowed, Some(&KnownAmount)).map_err(|e| match e {
                 client::ClientError::NothingPayable(why) => Error::NoRail(format!(
                     "no scheme payer accepts an allowed entry: {}",
                     why.join("; ")
