@@ -404,6 +404,96 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
     );
 }
 
+/// At most once per Proof (the same rule as over HTTP and MCP): an instance admits a paid
+/// `tools/call`, hands it to the server and stops before the answer; the same Proof presented to
+/// another instance (the same store) once the claim lapses is told `outcome_unknown` — the call
+/// is not handed to the server a second time, and nothing more is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_handed_over_by_a_stopped_instance_is_not_run_again() {
+    use stipendex_contextvm::payments::server::Processor as _;
+    use stipendex_contextvm::transport::server::Held;
+
+    let s = shop().await;
+    let server = Keys::generate().public_key();
+    let receiver = || {
+        Receiver::builder("shop", s.receiver_key.clone())
+            .registry(&s.registry)
+            .claim_lease(Duration::from_secs(1))
+            .price(PricedCapability::fixed(
+                "tools/call",
+                "search",
+                Money::parse(Asset::usd(), "0.05").unwrap(),
+            ))
+            .build()
+            .unwrap()
+    };
+    let (wallet, _) = s.wallet(vec![format!("nostr:{}", server.to_hex())]);
+    let handler = StipendexHandler::new(wallet);
+    let client = Keys::generate().public_key();
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                         "params": {"name": "search", "arguments": {"q": "a"}}});
+    let held = |event: [u8; 32]| Held {
+        client,
+        pmis: vec!["stipendex".into()],
+        event_id: nostr::EventId::from_byte_array(event),
+        interaction: None,
+        message: message.clone(),
+    };
+    let price = Money::parse(Asset::usd(), "0.05").unwrap();
+    let deadline = || Deadline::at(tokio::time::Instant::now() + Duration::from_secs(5));
+
+    // Instance 1 admits request A (the call goes to the server) and stops unanswered.
+    let first = StipendexProcessor::new(receiver(), server);
+    let a = held([1; 32]);
+    let pending = first
+        .require(&price, None, Duration::from_secs(60), &a)
+        .await
+        .unwrap();
+    let paid_req = PaidRequest {
+        server,
+        event_id: a.event_id,
+        message: message.clone(),
+    };
+    let note = handler
+        .pay(&paid_req, &pending.required)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.delivered(&client, a.event_id, &note));
+    first.verify(&pending, &deadline()).await.unwrap();
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    // The client's retry (request B) presents the same Proof to instance 2.
+    handler.unanswered(&paid_req);
+    let second = StipendexProcessor::new(receiver(), server);
+    let b = held([2; 32]);
+    let pending_b = second
+        .require(&price, None, Duration::from_secs(60), &b)
+        .await
+        .unwrap();
+    let note_b = handler
+        .pay(
+            &PaidRequest {
+                server,
+                event_id: b.event_id,
+                message: message.clone(),
+            },
+            &pending_b.required,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(note_b, note, "B presents A's Proof");
+    assert!(second.delivered(&client, b.event_id, &note_b));
+    let err = second
+        .verify(&pending_b, &deadline())
+        .await
+        .expect_err("a call already handed to the server was admitted to run again");
+    assert!(err.to_string().contains("outcome_unknown"), "{err}");
+    assert_eq!(s.balance(s.shop).await, 5, "paid once");
+}
+
 /// An oversized Proof message is taken off the MCP server's path but never admits anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_proof_admits_nothing() {

@@ -28,7 +28,9 @@ use nostr::{EventId, PublicKey};
 use rail_core::Money;
 use serde_json::{Map, Value, json};
 use stipendex::envelope::{Quote, Receipt, Signed};
-use stipendex::receiver::{Admitted, Answer, Paying, Price, Receiver, Request};
+use stipendex::receiver::{
+    Admitted, Answer, Delivery, OUTCOME_UNKNOWN, Paying, Price, Receiver, Request, idempotent,
+};
 use stipendex::wallet::{Paid, Wallet};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -232,6 +234,31 @@ impl Processor for StipendexProcessor {
         match self.receiver.admit(&waiting.request, &proof).await {
             Ok(Admitted::Run(paying)) => {
                 let quote = paying.accepted.quote.object().id.clone();
+                // At most once per Proof: a call an earlier presentation handed to the server
+                // (at an instance that then stopped) runs again only if it is a read.
+                match self.receiver.deliver(&paying).await {
+                    Ok(Delivery::First) => {}
+                    Ok(Delivery::Again) if idempotent(&waiting.request.method) => {}
+                    Ok(Delivery::Again) => {
+                        let why = format!(
+                            "outcome_unknown: quote {quote}: {OUTCOME_UNKNOWN}; nothing more is charged"
+                        );
+                        let kept = Answer {
+                            status: 409,
+                            content_type: Some("application/json".into()),
+                            body: json!({"error": "outcome_unknown", "message": why})
+                                .to_string()
+                                .into_bytes(),
+                            receipt: None,
+                        };
+                        if let Err(e) = self.receiver.answered(*paying, Some(&kept)).await {
+                            tracing::error!(error = %e, "contextvm stipendex: cannot keep the outcome-unknown answer");
+                        }
+                        return Err(Error::Payment(why));
+                    }
+                    // The store cannot say: not run (the same Proof again recovers).
+                    Err(e) => return Err(payment_err(e)),
+                }
                 self.keep_paying(e, *paying);
                 let mut meta = Map::new();
                 meta.insert("stipendex/quote".into(), Value::String(quote));
