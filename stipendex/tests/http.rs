@@ -1972,3 +1972,143 @@ async fn x402_settles_before_work_with_effects_and_a_paid_redirect_is_settled() 
         U256::from(30_000)
     );
 }
+
+/// The price hook decides for x402 payers too (issue 49's inventory found x402 payments went
+/// to the paywall without it): the x402 route is priced at the list price, so it is offered and
+/// taken only when the hook keeps that price. A request the hook refuses, waives or prices
+/// otherwise is never paid around at the list price — not by a plain x402 client, and not by an
+/// x402 payment signed for another request of the route.
+#[tokio::test]
+async fn an_x402_payment_cannot_pay_around_the_price_hook() {
+    use stipendex::receiver::{Decision, Price, ResolvePrice};
+    struct Hook;
+    #[async_trait::async_trait]
+    impl ResolvePrice for Hook {
+        async fn resolve(
+            &self,
+            cap: &PricedCapability,
+            req: &stipendex::receiver::Request,
+        ) -> Decision {
+            match req.params.get("q").and_then(serde_json::Value::as_str) {
+                Some("blocked") => Decision::reject("this query is not sold"),
+                Some("vip") => Decision::Waive,
+                Some("big") => Decision::quote(Price::Fixed(usd("0.10"))),
+                _ => Decision::quote(cap.price.clone()),
+            }
+        }
+    }
+    let w = world().await;
+    let mock = Arc::new(DevnetFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let pay_to = Address::repeat_byte(0x24);
+    let evm_key = LocalSigner::random();
+    mock.mint(token.address, evm_key.address(), U256::from(1_000_000))
+        .unwrap();
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
+    let paywall = Paywall::new().route(
+        "/api/search",
+        "one search",
+        Accepts::one(evm, 50_000).unwrap(),
+    );
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+        .resolve_price(Arc::new(Hook))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .with_x402(paywall)
+        .unwrap()
+        .apply(Router::new().route(
+            "/api/search",
+            get(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { "results" }
+            }),
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let http = raw_client();
+    let paid_to = || mock.balance(token.address, pay_to).unwrap();
+
+    // The hook's other price: the 402 carries its Quote alone, no x402 offer at the list price.
+    let big = http
+        .get(format!("{base}/api/search?q=big"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.status(), 402);
+    assert!(!big.headers().contains_key("payment-required"));
+    let body: serde_json::Value = big.json().await.unwrap();
+    assert_eq!(body["quote"]["stipendex"], "quote/0.1");
+    assert!(body.get("accepts").is_none(), "{body}");
+
+    // An x402 payment signed for the list price (another request of the route) …
+    let unpaid = http
+        .get(format!("{base}/api/search?q=rust"))
+        .send()
+        .await
+        .unwrap();
+    use base64::Engine as _;
+    let required: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(unpaid.headers()["payment-required"].as_bytes())
+            .unwrap(),
+    )
+    .unwrap();
+    let required = x402_transport::client::Required::from_value(required).unwrap();
+    let payer = X402Payer::new(
+        evm_key.clone(),
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    );
+    let sent = x402_transport::client::sign(&payer, &required, &required.entries()[0])
+        .await
+        .unwrap();
+    let (name, value) = (sent.header_name(), sent.header_value().unwrap());
+    // … presented for the request the hook prices higher: not taken, the Quote instead.
+    let around = http
+        .get(format!("{base}/api/search?q=big"))
+        .header(name, &value)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(around.status(), 402);
+    // … for the one it refuses: refused.
+    let refused = http
+        .get(format!("{base}/api/search?q=blocked"))
+        .header(name, &value)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    // … for the one it waives: served free, the payment not settled.
+    let waived = http
+        .get(format!("{base}/api/search?q=vip"))
+        .header(name, &value)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(waived.status(), 200);
+    assert!(!waived.headers().contains_key("payment-response"));
+    assert_eq!(paid_to(), U256::ZERO, "nothing settled around the hook");
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "only the waived call ran"
+    );
+
+    // At the list price the same payment is taken, once.
+    let paid = http
+        .get(format!("{base}/api/search?q=rust"))
+        .header(name, &value)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), 200);
+    assert_eq!(paid_to(), U256::from(50_000));
+}

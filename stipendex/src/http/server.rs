@@ -16,7 +16,7 @@ use x402_transport::wire;
 
 use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, VOUCHER};
 use crate::Error;
-use crate::envelope::{Digest, Tab};
+use crate::envelope::{Digest, Quote, Signed, Tab};
 use crate::receiver::{
     ANSWER_GONE, Accepted, Admitted, Answer, Delivery, Gate, Gone, OUTCOME_UNKNOWN, Presented,
     PricedCapability, Receiver, Request, TabCall, idempotent,
@@ -480,7 +480,13 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     let sreq = request_of(&b, &req);
     let x402 = b.x402_route(cap, req.uri().path());
     let (x402_payment, presented) = read_headers(req.headers());
-    if x402_payment && let Some((p, route)) = x402 {
+    // An x402 payment pays the route's list price: taken only when the hook keeps that price
+    // for this request. Otherwise it is set aside (nothing is settled) and the request goes
+    // the hook's way: waived, refused, or quoted at its own price.
+    if x402_payment
+        && let Some((p, route)) = x402
+        && cap.list_price_kept(&b.receiver.resolve(cap, &sreq).await)
+    {
         return x402_transport::paywall::serve(p, route, req, next).await;
     }
     let seen = Seen::of(&req, x402);
@@ -920,6 +926,19 @@ impl<'a> Seen<'a> {
             x402,
         }
     }
+
+    /// What the 402 beside `quote` offers: the x402 route only when the Quote asks the
+    /// capability's list price, the price the route was built at (the hook may quote another).
+    fn beside(&self, cap: &PricedCapability, quote: &Signed<Quote>) -> Seen<'a> {
+        Seen {
+            path: self.path.clone(),
+            url: self.url.clone(),
+            head: self.head,
+            x402: self
+                .x402
+                .filter(|_| cap.quoted_at_list_price(quote.object())),
+        }
+    }
 }
 
 /// Whether an x402 payment header is present, and the Stipendex-Payment value (one, visible
@@ -950,7 +969,10 @@ async fn gate(
     match b.receiver.gate_on(cap, sreq).await {
         Ok(Gate::Free | Gate::Waived) => next.run(req).await,
         Ok(Gate::Rejected(message)) => rejected_response(&message),
-        Ok(Gate::Quote(q)) => quoted(seen, &q, offer_tab(b, sreq, &q).await, None).await,
+        Ok(Gate::Quote(q)) => {
+            let seen = seen.beside(cap, &q);
+            quoted(&seen, &q, offer_tab(b, sreq, &q).await, None).await
+        }
         Err(e) => quote_failed(&e),
     }
 }
@@ -980,7 +1002,10 @@ async fn challenge(
     refusal: Option<(&str, String)>,
 ) -> Response {
     match b.receiver.gate_on(cap, sreq).await {
-        Ok(Gate::Quote(q)) => quoted(req, &q, offer_tab(b, sreq, &q).await, refusal).await,
+        Ok(Gate::Quote(q)) => {
+            let seen = req.beside(cap, &q);
+            quoted(&seen, &q, offer_tab(b, sreq, &q).await, refusal).await
+        }
         Ok(Gate::Rejected(message)) => rejected_response(&message),
         // Waived or free now: the refused payment is moot; ask again without charging.
         Ok(Gate::Free | Gate::Waived) => json_response(

@@ -1074,12 +1074,15 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
             .request(&context, "tools/call", &name, request.arguments.as_ref());
         let x402 = self.x402_for(&name);
         // An x402 payment goes to the x402 paywall alone, as over HTTP — after the one guard.
+        // …when the hook keeps the list price the x402 route is built at; otherwise the x402
+        // payment is set aside (nothing settled) and the call goes the hook's way.
         if let Some(paywall) = x402
             && context
                 .meta
                 .0
                 .0
                 .contains_key(x402_transport::wire::PAYMENT_META)
+            && cap.list_price_kept(&self.gate.receiver.resolve(cap, &sreq).await)
         {
             self.gate.guard(&context.meta.0.0).await?;
             let meta = context.meta.0.0.clone();
@@ -1097,15 +1100,20 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
             && !speaks_stipendex(&context)
             && proof_in(&context.meta.0.0).is_none()
         {
-            return match self.gate.receiver.gate_on(cap, &sreq).await {
-                Ok(Gate::Free | Gate::Waived) => self.inner.call_tool(request, context).await,
-                Ok(Gate::Rejected(message)) => Err(rejected(&message)),
-                Ok(Gate::Quote(q)) => {
-                    self.gate.saw(&GateOutcome::Quoted { refusal: None });
-                    self.x402_challenge(paywall, &name, &q).await
+            match self.gate.receiver.gate_on(cap, &sreq).await {
+                Ok(Gate::Free | Gate::Waived) => {
+                    return self.inner.call_tool(request, context).await;
                 }
-                Err(e) => Err(cannot_quote(&e)),
-            };
+                Ok(Gate::Rejected(message)) => return Err(rejected(&message)),
+                // x402's challenge is at the list price: only when the hook quoted it.
+                Ok(Gate::Quote(q)) if cap.quoted_at_list_price(q.object()) => {
+                    self.gate.saw(&GateOutcome::Quoted { refusal: None });
+                    return self.x402_challenge(paywall, &name, &q).await;
+                }
+                // Another price: the Stipendex Quote alone (below).
+                Ok(Gate::Quote(_)) => {}
+                Err(e) => return Err(cannot_quote(&e)),
+            }
         }
         let run = self.inner.call_tool(request, context.clone());
         self.gate.call(cap, &sreq, &context, run).await

@@ -173,6 +173,26 @@ pub struct PricedCapability {
 }
 
 impl PricedCapability {
+    /// Whether the hook's `decision` kept this capability's list price: an x402 route beside
+    /// it is priced at the list price (x402's `exact` carries no price of its own), so it is
+    /// offered and taken only then — never to pay around the hook's refusal, waiver or other
+    /// price.
+    #[must_use]
+    pub fn list_price_kept(&self, decision: &Decision) -> bool {
+        matches!(decision, Decision::Quote { price, .. } if *price == self.price)
+    }
+
+    /// Whether `quote` (the hook's Quote for a request under this capability) asks this
+    /// capability's fixed list price, as [`PricedCapability::list_price_kept`] asks of a
+    /// decision.
+    #[must_use]
+    pub fn quoted_at_list_price(&self, quote: &crate::envelope::Quote) -> bool {
+        matches!(&self.price, Price::Fixed(m)
+            if quote.estimate.is_none()
+                && quote.amount == Some(m.amount())
+                && &quote.asset == m.asset())
+    }
+
     /// A capability at a fixed price.
     #[must_use]
     pub fn fixed(method: impl Into<String>, name: impl AsRef<str>, price: Money) -> Self {
