@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use stipendex::envelope::{Proof, Quote, Signed};
 use stipendex::mcp::client::{CallError, PayingClient, Payment};
 use stipendex::mcp::{self, PaidServer};
-use stipendex::receiver::{Decision, PricedCapability, Receiver, Request};
+use stipendex::receiver::{Decision, Price, PricedCapability, Receiver, Request};
 use stipendex::wallet::Wallet;
 
 /// The server's identity over stdio (configured on both sides).
@@ -188,6 +188,7 @@ fn shop_receiver(w: &World) -> Receiver {
         {
             Some("forbidden") => Decision::reject("this query is not served"),
             Some("on the house") => Decision::Waive,
+            Some("premium") => Decision::quote(Price::Fixed(usd("0.10"))),
             _ => Decision::quote(cap.price.clone()),
         }))
         .clock(Arc::new(w.clock.clone()))
@@ -467,6 +468,102 @@ async fn a_proof_is_good_for_its_own_call_once_and_a_lost_answer_is_replayed_not
         .unwrap_err();
     assert_eq!(e.data.as_ref().unwrap()["error"], "malformed", "{e:?}");
     assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
+}
+
+/// Over MCP too, the price hook decides for x402 payers: an x402 payment signed at the tool's
+/// list price is not taken for a call the hook refuses, waives or prices higher — nothing is
+/// settled around it — and an x402 client is not offered the list price beside the hook's
+/// other price.
+#[tokio::test]
+async fn over_mcp_an_x402_payment_cannot_pay_around_the_price_hook() {
+    use alloy_primitives::{Address, U256};
+    use rail_x402::evm::LocalSigner;
+    use rail_x402::payer::{Policy, X402Payer};
+    use rail_x402::{ExactEvm, Token};
+
+    let w = world().await;
+    let net = "eip155:84532";
+    let token = Token::new(net, Address::repeat_byte(0x5c), "USDC", "2");
+    let mock = Arc::new(x402_devnet::DevnetFacilitator::new(net));
+    let pay_to = Address::repeat_byte(0x23);
+    let paywall = ExactEvm::new(mock.clone(), token.clone(), pay_to)
+        .mcp_paywall(&[("search", 50_000, "one search")])
+        .unwrap();
+    let shop = Shop::default();
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let server = PaidServer::new(shop.clone(), shop_receiver(&w))
+        .unwrap()
+        .with_x402(paywall)
+        .unwrap();
+    tokio::spawn(async move {
+        let running = Box::pin(server.serve(server_io)).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = ().serve(client_io).await.unwrap();
+
+    // The hook's higher price: no x402 challenge at the list price for an x402 client.
+    let e = raw(client.peer(), tool_call("search", "premium"), json!({}))
+        .await
+        .unwrap_err();
+    quote_in(&e);
+
+    // A payment signed at the list price (from another call's challenge)…
+    let unpaid = raw(client.peer(), tool_call("search", "rust"), json!({}))
+        .await
+        .unwrap();
+    let ServerResult::CallToolResult(unpaid) = unpaid else {
+        panic!("{unpaid:?}")
+    };
+    let pr = rail_x402::mcp::payment_required_of(&unpaid).unwrap();
+    let key = LocalSigner::random();
+    mock.mint(token.address, key.address(), U256::from(50_000))
+        .unwrap();
+    let payment = X402Payer::new(key, Policy::new(net, token.address, U256::from(50_000)))
+        .pay(&pr)
+        .unwrap();
+    let meta = rail_x402::mcp::payment_meta(&payment);
+    let send = |q: &'static str| {
+        let meta = meta.clone();
+        let peer = client.peer().clone();
+        async move {
+            peer.send_request_with_option(
+                tool_call("search", q),
+                PeerRequestOptions::no_options().with_meta(meta),
+            )
+            .await
+            .unwrap()
+            .await_response()
+            .await
+        }
+    };
+    // …for a refused call: refused; for a higher-priced one: its Quote; for a waived one:
+    // served free, the payment not settled.
+    assert!(send("forbidden").await.is_err());
+    assert!(send("premium").await.is_err());
+    let Ok(ServerResult::CallToolResult(free)) = send("on the house").await else {
+        panic!("the waived call was not served")
+    };
+    assert_ne!(free.is_error, Some(true), "{free:?}");
+    assert!(
+        free.meta
+            .as_ref()
+            .is_none_or(|m| !m.0.contains_key(rail_x402::mcp::PAYMENT_RESPONSE_META))
+    );
+    assert_eq!(mock.balance(token.address, pay_to).unwrap(), U256::ZERO);
+    assert_eq!(
+        shop.runs.load(Ordering::SeqCst),
+        1,
+        "only the waived call ran"
+    );
+    // At the list price it is taken, once.
+    let Ok(ServerResult::CallToolResult(paid)) = send("rust").await else {
+        panic!("the paid call was not served")
+    };
+    assert_ne!(paid.is_error, Some(true), "{paid:?}");
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(50_000)
+    );
 }
 
 #[tokio::test]
