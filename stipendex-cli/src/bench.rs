@@ -216,9 +216,14 @@ async fn http(
         stipendex::http::reqwest_builder(Duration::from_secs(30)),
         wallet.clone(),
     )?;
+    // Each paid call is a request of its own (`q=bench-<n>`): the wallet makes identical
+    // requests wait for each other (one payment per request), which is not what this phase
+    // measures.
     let u = url.clone();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move |_| {
-        let (c, u) = (client.clone(), u.clone());
+        let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (c, u) = (client.clone(), format!("{u}-{n}"));
         async move {
             matches!(c.get(&u).await, Ok(r) if r.status.as_u16() == 200 && r.receipt.is_some())
         }
