@@ -291,8 +291,12 @@ pub(crate) async fn run(dir: &Path, seconds: u64) -> Result<(), CliError> {
         let why: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, usize>>> =
             std::sync::Arc::default();
         let w = why.clone();
+        // Each paid call a request of its own: identical requests of one wallet wait for each
+        // other (one payment per request), which is not what this phase measures.
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (ok, bad, mut lat) = load(clients, seconds, move |_| {
-            let (c, u, w) = (c.clone(), u.clone(), w.clone());
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (c, u, w) = (c.clone(), format!("{u}?n={n}"), w.clone());
             async move {
                 let failed = match c.get(&u).await {
                     Ok(r) if r.status.as_u16() == 200 && r.receipt.is_some() => return true,

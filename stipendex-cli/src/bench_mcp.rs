@@ -166,11 +166,16 @@ pub(crate) async fn run(
     }
     let p = paying.clone();
     let n = next.clone();
+    // Each paid call a request of its own (`q=bench-<n>`): identical requests of one wallet
+    // wait for each other (one payment per request), which is not what this phase measures.
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (ok, bad, mut lat) = load(concurrency, seconds, move |_| {
         let c = p.get(n(p.len())).cloned();
+        let k = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let args = serde_json::json!({"q": format!("bench-{k}")}).as_object().cloned();
         async move {
             let Some(c) = c else { return false };
-            matches!(c.call_tool("search", call("search").arguments).await, Ok((r, Some(_))) if r.is_error != Some(true))
+            matches!(c.call_tool("search", args).await, Ok((r, Some(_))) if r.is_error != Some(true))
         }
     })
     .await;

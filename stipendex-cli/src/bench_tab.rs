@@ -76,8 +76,12 @@ async fn phase(
     let agents: Arc<Vec<Client>> = Arc::new((0..clients).map(client_of).collect());
     let u = url.to_owned();
     let cpu0 = cpu();
+    // Each call a request of its own (`q=bench-<n>`): identical requests of one wallet wait
+    // for each other (one payment per request), which is not what a phase measures.
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (ok, bad, mut lat) = load(clients, seconds, move |i| {
-        let (agents, u) = (agents.clone(), u.clone());
+        let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (agents, u) = (agents.clone(), format!("{u}-{n}"));
         async move {
             let Some(c) = agents.get(i) else { return false };
             matches!(c.get(&u).await, Ok(r) if r.status.as_u16() == 200
