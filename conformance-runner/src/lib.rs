@@ -18,6 +18,7 @@
 //! ```
 
 pub mod bench;
+mod bench_common; // what bench and pgledger share (BenchConfig, Phase re-exported in bench)
 pub mod demo;
 pub mod localnet;
 pub mod pgledger;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use sqlx::Executor;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::bench::{BenchConfig, Phase};
+use crate::bench_common::{BenchConfig, Phase, gather, pick};
 
 /// The files `dbload` loads, in its order.
 const FILES: [&str; 3] = [
@@ -119,7 +119,7 @@ async fn load_and_run(
             // The same sequence of pairs and amounts as the ledger's clients.
             let mut n = c.wrapping_mul(7919);
             while Instant::now() < deadline {
-                let (d, k, amount) = crate::bench::pick(&mut n, accounts.len());
+                let (d, k, amount) = pick(&mut n, accounts.len());
                 let (Some(from), Some(to)) = (accounts.get(d), accounts.get(k)) else {
                     break;
                 };
@@ -142,7 +142,7 @@ async fn load_and_run(
             (ops, refused, lat)
         }));
     }
-    let p = crate::bench::gather(tasks, start).await;
+    let p = gather(tasks, start).await;
     pool.close().await;
     Ok(p)
 }

@@ -24,6 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::facilitator::{SettleOutcome, X402Facilitator, settle_for_serving};
 use crate::payer::X402Payer;
 use crate::scheme::{DEFAULT_MAX_TIMEOUT_SECONDS, served_key};
+// Defined in scheme.rs, whose `SchemePayer::rail` reads it too (scheme.rs never imports this
+// file); re-exported here at its path.
+pub use crate::scheme::RAIL;
 use crate::token::Token;
 use crate::verify::{find_matching_requirements, precheck, reasons, unix_secs};
 use crate::wire::{
@@ -31,9 +34,6 @@ use crate::wire::{
 };
 use x402_transport::ServedOnce;
 use x402_transport::served::{SERVED_RETENTION, Taken, release};
-
-/// The rail's name.
-pub const RAIL: &str = "x402";
 
 /// A payment's proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

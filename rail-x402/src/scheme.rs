@@ -41,6 +41,9 @@ use crate::wire::{
 /// The label of this scheme among the transport's schemes.
 pub const LABEL: &str = "exact-evm";
 
+/// The rail's name (rail-core's [`rail_core::RailId`] of [`crate::rail`]; re-exported there).
+pub const RAIL: &str = "x402";
+
 /// The `maxTimeoutSeconds` a receiver publishes unless told otherwise: in the x402 challenge
 /// ([`ExactEvm`]) and in the requirements of a Quote's x402 offer
 /// ([`crate::rail::X402Receiver`]) alike, so one gateway never publishes two windows for one
@@ -445,7 +448,7 @@ impl x402_transport::client::SchemePayer for X402Payer {
     }
 
     fn rail(&self) -> &str {
-        crate::rail::RAIL
+        RAIL
     }
 
     fn refusal(&self, entry: &Value) -> Option<String> {

@@ -17,7 +17,7 @@ use ed25519_dalek::SigningKey;
 use serde_json::Value;
 use x402_transport::wire::PaymentRequired;
 
-use super::scheme::LABEL;
+use super::scheme::{LABEL, RAIL};
 use super::wire::{
     Envelope, Payload, Requirements, SCHEME, USDC_DECIMALS, USDC_MAINNET, USDC_TESTNET, same,
 };
@@ -374,7 +374,7 @@ impl x402_transport::client::SchemePayer for AvmPayer {
     }
 
     fn rail(&self) -> &str {
-        super::rail::RAIL
+        RAIL
     }
 
     fn refusal(&self, entry: &Value) -> Option<String> {

@@ -24,11 +24,11 @@ use x402_transport::served::{ServedOnce, Taken};
 use super::facilitator::AvmError;
 use super::payer::AvmPayer;
 use super::scheme::ExactAvm;
+// Defined beside the scheme's label, which the payer's `SchemePayer::rail` reads too (payer.rs
+// imports scheme.rs, never this file); re-exported here at its path.
+pub use super::scheme::RAIL;
 use super::wire::{Envelope, Requirements, code};
 use crate::txn::Transaction;
-
-/// The rail's name.
-pub const RAIL: &str = "exact-avm";
 
 /// How long a served payment's record is kept: longer than a group's validity window.
 const SERVED_RETENTION: Duration = Duration::from_secs(2 * 3600);

@@ -36,6 +36,9 @@ use crate::address::Address;
 /// The label of this scheme among the transport's schemes.
 pub const LABEL: &str = "exact-avm";
 
+/// The rail's name (rail-core's [`rail_core::RailId`] of [`super::rail`]; re-exported there).
+pub const RAIL: &str = "exact-avm";
+
 /// How long a payer has to pay (`maxTimeoutSeconds`, the SDK's default).
 pub const MAX_TIMEOUT_SECONDS: u64 = 300;
 

@@ -1,30 +1,26 @@
 //! [`LocalFacilitator`]: verifies against the chain through JSON-RPC and settles from its
-//! own key; its [`SettleConfig`]. The nonce sequence and broadcast are in `nonce`, following
-//! a settling transaction to its outcome in `follow`.
+//! own key; its [`SettleConfig`], its state and its checks. The facilitator API built on them
+//! (verify, the settle flow, supported) is in `settle`; the nonce sequence and broadcast are in
+//! `nonce`, following a settling transaction to its outcome in `follow` — all three above this
+//! file, which imports none of them.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
 use alloy_sol_types::SolCall;
-use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use super::book::{Entry, Sent, X402SettlementBook};
-use super::follow::Recovered;
-use super::nonce::{Broadcast, NonceState};
-use super::outcome::{already_settled, failed, invalid};
-use super::{FacilitatorError, SupportedKind, SupportedResponse, X402Facilitator, rpc_down};
+use super::book::X402SettlementBook;
+use super::outcome::invalid;
+use super::{FacilitatorError, rpc_down};
 use crate::evm::{ERC1271_MAGIC, IERC1271, LocalSigner, transfer_with_authorization_calldata};
 use crate::rpc::{RpcClient, RpcError};
 use crate::verify::{
     ChainView, OfflineVerified, PayerSignature, SignerKind, VerifyError, reasons, unix_secs,
     verify_exact_evm, verify_exact_evm_as,
 };
-use crate::wire::{
-    PaymentPayload, PaymentRequirements, SCHEME_EXACT, SettleResponse, VerifyResponse,
-};
+use crate::wire::{PaymentPayload, PaymentRequirements, VerifyResponse};
 
 /// Settling configuration.
 #[derive(Clone, Debug)]
@@ -89,13 +85,21 @@ impl KnownTokens {
     }
 }
 
+/// The next account nonce of the settling key, shared by concurrent settles: a transaction
+/// is signed and broadcast under the lock, so nonces are handed out without gaps or reuse.
+#[derive(Debug, Default)]
+pub(super) struct NonceState {
+    pub(super) next: Option<u64>,
+    pub(super) fees: Option<(u128, u128, Instant)>,
+}
+
 /// A facilitator that verifies and settles itself, through one JSON-RPC endpoint.
 #[derive(Debug)]
 pub struct LocalFacilitator {
     pub(super) rpc: RpcClient,
     pub(super) signer: LocalSigner,
     pub(super) chain_id: u64,
-    network: String,
+    pub(super) network: String,
     pub(super) book: X402SettlementBook,
     pub(super) nonce: Mutex<NonceState>,
     deployed: KnownTokens,
@@ -164,7 +168,7 @@ impl LocalFacilitator {
 
     /// The offline checks; a signature that does not recover `from` is read as a contract
     /// wallet's when `from` has code (its ERC-1271 check is then [`Self::check`]'s).
-    async fn offline(
+    pub(super) async fn offline(
         &self,
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
@@ -199,7 +203,7 @@ impl LocalFacilitator {
 
     /// Offline checks, then the chain's: network served, asset deployed, balance, nonce
     /// unused, and a simulated `transferWithAuthorization` from the settling address.
-    async fn check(
+    pub(super) async fn check(
         &self,
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
@@ -314,225 +318,6 @@ impl LocalFacilitator {
     }
 }
 
-#[async_trait]
-impl X402Facilitator for LocalFacilitator {
-    async fn verify(
-        &self,
-        payload: &PaymentPayload,
-        requirements: &PaymentRequirements,
-    ) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(match self.check(payload, requirements, true).await? {
-            Ok(ok) => VerifyResponse {
-                is_valid: true,
-                invalid_reason: None,
-                invalid_message: None,
-                payer: Some(ok.payer.to_string()),
-            },
-            Err(refused) => refused,
-        })
-    }
-
-    async fn settle(
-        &self,
-        payload: &PaymentPayload,
-        requirements: &PaymentRequirements,
-    ) -> Result<SettleResponse, FacilitatorError> {
-        // Offline checks first: nothing unsigned or mismatched reaches the book.
-        let offline = match self.offline(payload, requirements).await? {
-            Ok(ok) => ok,
-            Err(VerifyError::ValidBeforeExpired { valid_before, .. }) => {
-                // Expired now; but a settlement sent before it expired decides its fate.
-                return self.expired(payload, requirements, valid_before).await;
-            }
-            Err(e) => return Ok(failed(payload, e.reason(), e.to_string(), None)),
-        };
-        let a = &offline.authorization;
-        let key = X402SettlementBook::key(
-            self.chain_id,
-            offline.domain.verifying_contract,
-            a.from,
-            a.nonce,
-        );
-        let reservation = match self.book.open(&key).await? {
-            Entry::Fresh(r) => r,
-            Entry::Settled(tx) | Entry::Submitted(tx) => {
-                return self
-                    .follow(payload, &offline, tx)
-                    .await
-                    .map(already_settled);
-            }
-            Entry::Recover(settling, tx, sent) => {
-                // The settler that wrote this transaction ahead is gone: follow it (sending it
-                // again if the node lost it), and keep the record until the chain has decided.
-                let found = settling
-                    .keep_alive(self.recover(payload, &offline, tx, &sent))
-                    .await;
-                let (ended, answer) = match found {
-                    Ok(Recovered::Answer(a)) if a.success => (
-                        settling.settled(&format!("{tx:#x}"), Sent::default()).await,
-                        Ok(a),
-                    ),
-                    // Mined and refused: this transaction moved nothing.
-                    Ok(Recovered::Answer(a)) => (settling.failed().await, Ok(a)),
-                    // Can never be mined: the record goes, the next settle starts afresh.
-                    Ok(Recovered::NeverMined) => (
-                        settling.failed().await,
-                        Err(FacilitatorError::InProgress {
-                            retry_after: Duration::ZERO,
-                        }),
-                    ),
-                    Err(e) => (settling.unknown().await, Err(e)),
-                };
-                if let Err(e) = ended {
-                    tracing::warn!(tx = %tx, error = %e, "x402: could not record a recovered settlement");
-                }
-                return answer.map(already_settled);
-            }
-            Entry::Busy => {
-                return Err(FacilitatorError::InProgress {
-                    retry_after: Duration::from_secs(1),
-                });
-            }
-        };
-        // As the reference settles (`simulateInSettle: false`): signature, window, balance and
-        // nonce are checked again, the transaction itself is the simulation (a revert is
-        // judged, and followed if someone else used the authorization).
-        let ok = match self.check(payload, requirements, false).await {
-            Ok(Ok(ok)) => ok,
-            Ok(Err(refused)) => {
-                let _ = reservation.failed().await;
-                let reason = refused
-                    .invalid_reason
-                    .unwrap_or_else(|| reasons::TRANSACTION_FAILED.into());
-                // A used nonce: perhaps by an earlier settler of ours whose record lapsed.
-                if reason == reasons::NONCE_ALREADY_USED
-                    && let Some(tx) = self
-                        .rpc
-                        .authorization_used_tx(
-                            offline.domain.verifying_contract,
-                            a.from,
-                            a.nonce,
-                            self.config.log_lookback_blocks,
-                        )
-                        .await
-                        .map_err(|e| rpc_down(&e))?
-                {
-                    return self
-                        .follow_other(payload, &offline, tx)
-                        .await
-                        .map(already_settled);
-                }
-                return Ok(failed(
-                    payload,
-                    &reason,
-                    refused.invalid_message.unwrap_or_default(),
-                    None,
-                ));
-            }
-            Err(e) => {
-                let _ = reservation.failed().await;
-                return Err(e);
-            }
-        };
-        let hash = match self.broadcast(&ok, &reservation).await {
-            Broadcast::Sent(hash) => hash,
-            Broadcast::Refused(refusal) => {
-                let _ = reservation.failed().await;
-                return Ok(failed(payload, reasons::TRANSACTION_FAILED, refusal, None));
-            }
-            Broadcast::NotSent(e) => {
-                let _ = reservation.failed().await;
-                return Err(e);
-            }
-            // Unknown: the write-ahead record stays; a retry follows the recorded hash.
-            Broadcast::Unknown(e) => {
-                let _ = reservation.unknown().await;
-                return Err(e);
-            }
-        };
-        tracing::info!(tx = %hash, payer = %ok.payer, "settlement broadcast");
-        let receipt = match reservation.keep_alive(self.wait(hash)).await {
-            Ok(r) => r,
-            Err(e) => {
-                // Broadcast, not mined in time: unknown, not a failure (the reference's
-                // `settlement_pending`). The record stays; a retry follows this transaction.
-                // The transaction may be stuck: the next settle re-reads the account nonce.
-                tracing::warn!(tx = %hash, error = %e, "no receipt yet");
-                {
-                    let mut state = self.nonce.lock().await;
-                    state.next = None;
-                    state.fees = None;
-                }
-                let _ = reservation.unknown().await;
-                return Err(FacilitatorError::InProgress {
-                    retry_after: Duration::from_secs(5),
-                });
-            }
-        };
-        let answer = self.judge(payload, &ok, &receipt).await;
-        if answer.success {
-            if let Err(e) = reservation
-                .settled(&format!("{hash:#x}"), Sent::default())
-                .await
-            {
-                // Settled on chain: the answer stands; a later settle recovers the record.
-                tracing::error!(tx = %hash, error = %e, "x402: settled, but could not record it");
-            }
-            return Ok(answer);
-        }
-        if !receipt.success {
-            // Reverted. Perhaps because the authorization was used by another transaction
-            // (someone submitted it from the mempool first): then the money moved, to payTo.
-            let a = &ok.authorization;
-            let token = ok.domain.verifying_contract;
-            let used = self
-                .rpc
-                .authorization_state(token, a.from, a.nonce)
-                .await
-                .map_err(|e| rpc_down(&e))?;
-            if used {
-                let other = self
-                    .rpc
-                    .authorization_used_tx(token, a.from, a.nonce, self.config.log_lookback_blocks)
-                    .await
-                    .map_err(|e| rpc_down(&e))?;
-                let _ = reservation.failed().await;
-                return match other {
-                    Some(tx) => self
-                        .follow_other(payload, &ok, tx)
-                        .await
-                        .map(already_settled),
-                    None => Ok(failed(
-                        payload,
-                        reasons::NONCE_ALREADY_USED,
-                        "the authorization was used or cancelled by another transaction".into(),
-                        None,
-                    )),
-                };
-            }
-            // Reverted and unused: the payer may present it again.
-            let _ = reservation.failed().await;
-        }
-        // A success without the Transfer log keeps its record: it is never sent again.
-        Ok(answer)
-    }
-
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse {
-            kinds: vec![SupportedKind {
-                x402_version: 2,
-                scheme: SCHEME_EXACT.into(),
-                network: self.network.clone(),
-            }],
-            extensions: vec![],
-            signers: BTreeMap::from([(
-                "eip155:*".to_owned(),
-                vec![self.address().to_checksum(None)],
-            )]),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -541,6 +326,7 @@ mod tests {
 
     use super::*;
     use crate::eip3009::{TokenDomain, TransferWithAuthorization};
+    use crate::facilitator::X402Facilitator;
     use crate::fields::{Bytes32Hex, HexBytes, Uint256Decimal};
     use crate::wire::{Eip3009Authorization, ExactEvmPayload, Extra, V2};
 

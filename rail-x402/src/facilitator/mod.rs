@@ -27,10 +27,11 @@ use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyRes
 pub mod auth; // credentials for a facilitator that requires them (Bearer, CDP API keys)
 mod book; // the write-ahead settlement record
 mod follow; // LocalFacilitator: receipts, recovery, expired authorizations
-mod local; // LocalFacilitator, SettleConfig: checks and the settle flow
+mod local; // LocalFacilitator, SettleConfig: its state and checks
 mod nonce; // LocalFacilitator: the nonce sequence and the broadcast
 mod outcome; // building and reading answers, settle_for_serving
 mod remote; // RemoteFacilitator (HTTP)
+mod settle; // X402Facilitator for LocalFacilitator: verify, the settle flow, supported
 
 pub use auth::{AuthError, Bearer, CdpAuth, FacilitatorAuth};
 pub use book::{SETTLE_LEASE, SETTLED_RETENTION, X402SettlementBook};

@@ -1,24 +1,17 @@
-//! The settling key's account nonce: one sequence shared by concurrent settles, and the
-//! broadcast that signs, writes ahead and sends a settling transaction under its lock.
+//! The settling key's account nonce: one sequence shared by concurrent settles (its state,
+//! [`NonceState`], is a field of [`LocalFacilitator`], beside it in `local`), and the broadcast
+//! that signs, writes ahead and sends a settling transaction under its lock.
 
 use std::time::Instant;
 
 use alloy_primitives::{B256, U256};
 
 use super::book::{Sent, Settling};
-use super::local::LocalFacilitator;
+use super::local::{LocalFacilitator, NonceState};
 use super::{FacilitatorError, rpc_down};
 use crate::evm::{Eip1559Tx, transfer_with_authorization_calldata};
 use crate::rpc::RpcError;
 use crate::verify::OfflineVerified;
-
-/// The next account nonce of the settling key, shared by concurrent settles: a transaction
-/// is signed and broadcast under the lock, so nonces are handed out without gaps or reuse.
-#[derive(Debug, Default)]
-pub(super) struct NonceState {
-    pub(super) next: Option<u64>,
-    pub(super) fees: Option<(u128, u128, Instant)>,
-}
 
 /// What became of a settling transaction.
 pub(super) enum Broadcast {
