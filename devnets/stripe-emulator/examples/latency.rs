@@ -1,9 +1,10 @@
 //! The rail's added latency over the emulator, per operation: the same Stripe calls made
 //! with a bare HTTP client (form body, no checks) and through the rail (async-stripe builders,
-//! typed parsing, idempotency records, the payer's pre-checks, verification's checks).
+//! typed parsing, idempotency records, the payer's pre-checks, verification's checks). An
+//! example of the emulator's crate, which depends on the rail (never the other way).
 //!
 //! ```text
-//! cargo run --release -p rail-stripe --example latency [-- ITERATIONS]
+//! cargo run --release -p stripe-emulator --example latency [-- ITERATIONS]
 //! ```
 #![allow(
     clippy::unwrap_used,

@@ -1,12 +1,14 @@
-//! Paid calls per second over x402's `exact` on Algorand, this crate against the x402-avm SDK
-//! (PyPI 2.0.2) on the same devnet and machine: each client paying each server, sequentially
-//! (the SDK's client pays one call at a time), plus this crate's client with calls in flight.
+//! Paid calls per second over x402's `exact` on Algorand, the `rail-exact-algo` crate ("this
+//! crate" in the rows) against the x402-avm SDK (PyPI 2.0.2) on the same devnet and machine:
+//! each client paying each server, sequentially (the SDK's client pays one call at a time),
+//! plus the rail's client with calls in flight. An example of the devnet's crate, which
+//! depends on the rail (never the other way).
 //!
 //! ```text
-//! cargo run --release -p rail-exact-algo --example avm_bench -- [CALLS] [IN_FLIGHT]
+//! cargo run --release -p algod-devnet --example avm_bench -- [CALLS] [IN_FLIGHT]
 //! ```
 //! Needs the SDK's virtualenv (`scripts/x402-avm/install.sh`) for the SDK's rows; without it
-//! only this crate's rows are measured. The devnet commits a block per group (algod's dev
+//! only the rail's rows are measured. The devnet commits a block per group (algod's dev
 //! mode), so the figures are the software's, not a network's block time.
 #![allow(
     clippy::unwrap_used,
@@ -134,7 +136,7 @@ fn sdk_python() -> Option<PathBuf> {
 }
 
 fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/x402-avm/peer.py")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/x402-avm/peer.py")
 }
 
 struct Proc(Child);
@@ -232,7 +234,7 @@ async fn main() {
     d.opt_in(addr(&merchant), TESTNET_USDC).unwrap();
     let algod = AlgodClient::new(&net.url, None).unwrap();
 
-    // This crate's paywall with its facilitator (fees sponsored).
+    // The rail's paywall with its facilitator (fees sponsored).
     let f = AvmFacilitator::connect(
         algod.clone(),
         Some(FeePayer::new(fee_payer.clone())),
