@@ -1292,6 +1292,58 @@ async fn a_tab_pays_many_tool_calls_with_one_hold_and_closes_over_mcp() {
     assert_eq!(chain.vouchers, 4);
 }
 
+/// A tab its payer never closes is closed by the receiver when its end comes, and the calls
+/// served are captured — over MCP as over HTTP (the MCP gate started no tab keeper: such a tab's
+/// calls were never captured and its hold lapsed).
+#[tokio::test]
+async fn over_mcp_a_tab_left_open_is_captured_at_its_end() {
+    use stipendex::receiver::TabTerms;
+    let w = world().await;
+    let shop = Shop::default();
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+        .tabs(TabTerms::new(usd("1.00")).lanes(2))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let client = connect(shop.clone(), receiver).await;
+    let wallet = w.wallet(
+        w.mandate(|m| {
+            pin(m, SHOP);
+            m.limits[0].tab_cap = Some("1.00".parse().unwrap());
+        }),
+        true,
+    );
+    let paying = PayingClient::new(client.peer().clone(), wallet, SHOP).unwrap();
+    let before = w.balance(w.agent).await.0;
+    for i in 0..3 {
+        let (_, payment) = paying
+            .call_tool("search", Some(args(&format!("q{i}"))))
+            .await
+            .unwrap();
+        assert!(matches!(payment, Some(Payment::Tab { .. })), "{payment:?}");
+    }
+    assert_eq!(w.balance(w.agent).await, (before, 100), "the cap is held");
+    // The tab's end passes (its hold's hour less the 5-minute capture margin), its hold not
+    // lapsed yet; the payer never closes it.
+    w.clock.advance(std::time::Duration::from_secs(3400));
+    let mut captured = false;
+    for _ in 0..50 {
+        if w.balance(w.agent).await == (before - 15, 0) {
+            captured = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        captured,
+        "the open tab was not captured at its end: {:?}",
+        w.balance(w.agent).await
+    );
+}
+
 #[tokio::test]
 async fn a_plain_host_through_the_proxy_pays_a_streamable_http_server_by_tab() {
     use stipendex::receiver::TabTerms;

@@ -58,6 +58,9 @@ const KEPT_RESULT: u16 = 200;
 /// The status under which a paid call's JSON-RPC error is kept.
 const KEPT_ERROR: u16 = 500;
 
+/// How often the tab keeper writes tabs' answers and closes the tabs whose end has come.
+const TAB_KEEPER_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// An rmcp `ServerHandler` behind the Stipendex MCP gate. Every method is the inner
 /// handler's, except:
 /// - `initialize` (and `get_info`) add `capabilities.experimental["stipendex/payments"]`;
@@ -127,6 +130,10 @@ impl<H: ServerHandler> PaidServer<H> {
                 receiver.party().id
             )));
         }
+        // Tabs left open are closed (captured) when their end comes, as over HTTP: without the
+        // keeper a payer who never closes its tab is served until its hold lapses, uncaptured.
+        // Started here when a runtime runs, else on the first tab call.
+        receiver.spawn_tab_keeper(TAB_KEEPER_EVERY);
         Ok(PaidServer {
             inner,
             gate: Arc::new(GateState {
@@ -570,6 +577,8 @@ impl GateState {
         R: Outcome,
         F: Future<Output = Result<R, ErrorData>>,
     {
+        // The keeper, if the server was made outside a runtime (a no-op once started).
+        self.receiver.spawn_tab_keeper(TAB_KEEPER_EVERY);
         let retryable = |e: &Error| match e {
             Error::Storage(s) => Some(retry_same(&rail_core::RailError::Storage(s.clone()))),
             Error::Payment(r) if r.is_retryable() => Some(retry_same(r)),
