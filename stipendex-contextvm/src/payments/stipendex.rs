@@ -264,8 +264,10 @@ impl Processor for StipendexProcessor {
                 meta.insert("stipendex/quote".into(), Value::String(quote));
                 Ok(Some(meta))
             }
+            // The same call, paid and answered before: over ContextVM its kept answer is not
+            // sent again (a payment notification cannot carry it), and it is not run again.
             Ok(Admitted::Answered { quote, .. }) => Err(Error::Payment(format!(
-                "the Proof of quote {quote} was used for another request"
+                "the Proof of quote {quote} paid this call once and it was answered; it is not run or charged again"
             ))),
             Err(e) => Err(payment_err(e)),
         }
