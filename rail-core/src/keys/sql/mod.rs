@@ -431,11 +431,15 @@ macro_rules! sql_key_store {
                 let count = value.parse::<u64>().map_err(|_| {
                     crate::RailError::Storage(format!("the counter {ns}/{key} holds no count"))
                 })?;
+                // `now` was read before the statement waited for the database's lock: another
+                // instance may have opened the window after it, so what is left is at most the
+                // window.
                 Ok(crate::keys::Tally {
                     count,
                     left: Duration::from_millis(
                         u64::try_from(end.saturating_sub(now)).unwrap_or(0),
-                    ),
+                    )
+                    .min(window),
                 })
             }
         }
