@@ -44,6 +44,35 @@ fn raw_client() -> reqwest::Client {
     stipendex::http::reqwest_client(std::time::Duration::from_secs(10)).unwrap()
 }
 
+/// An x402 `exact` route on EVM for `GET /api/search` at 0.05 USDC, paid to `pay_to`: the
+/// devnet facilitator, its token, and a payer key minted 1.00 USDC.
+struct EvmRoute {
+    mock: Arc<DevnetFacilitator>,
+    token: Token,
+    key: LocalSigner,
+    paywall: Paywall,
+}
+
+fn evm_search_route(pay_to: Address) -> EvmRoute {
+    let mock = Arc::new(DevnetFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let key = LocalSigner::random();
+    mock.mint(token.address, key.address(), U256::from(1_000_000))
+        .unwrap();
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
+    let paywall = Paywall::new().route(
+        "/api/search",
+        "one search",
+        Accepts::one(evm, 50_000).unwrap(),
+    );
+    EvmRoute {
+        mock,
+        token,
+        key,
+        paywall,
+    }
+}
+
 /// A listener on loopback and its origin.
 async fn listen() -> (tokio::net::TcpListener, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1527,18 +1556,13 @@ async fn every_way_to_pay_passes_the_one_guard_and_nothing_is_taken_while_the_wo
     use std::sync::atomic::{AtomicUsize, Ordering};
     let w = world().await;
     let away = Arc::new(Away::default());
-    let mock = Arc::new(DevnetFacilitator::new(NET));
-    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
     let evm_pay_to = Address::repeat_byte(0x23);
-    let evm_key = LocalSigner::random();
-    mock.mint(token.address, evm_key.address(), U256::from(1_000_000))
-        .unwrap();
-    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), evm_pay_to));
-    let paywall = Paywall::new().route(
-        "/api/search",
-        "one search",
-        Accepts::one(evm, 50_000).unwrap(),
-    );
+    let EvmRoute {
+        mock,
+        token,
+        key: evm_key,
+        paywall,
+    } = evm_search_route(evm_pay_to);
     let (listener, base) = listen().await;
     let receiver = Receiver::builder("search", w.receiver_key.clone())
         .origin(&base)
@@ -1998,18 +2022,13 @@ async fn an_x402_payment_cannot_pay_around_the_price_hook() {
         }
     }
     let w = world().await;
-    let mock = Arc::new(DevnetFacilitator::new(NET));
-    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
     let pay_to = Address::repeat_byte(0x24);
-    let evm_key = LocalSigner::random();
-    mock.mint(token.address, evm_key.address(), U256::from(1_000_000))
-        .unwrap();
-    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
-    let paywall = Paywall::new().route(
-        "/api/search",
-        "one search",
-        Accepts::one(evm, 50_000).unwrap(),
-    );
+    let EvmRoute {
+        mock,
+        token,
+        key: evm_key,
+        paywall,
+    } = evm_search_route(pay_to);
     let (listener, base) = listen().await;
     let receiver = Receiver::builder("search", w.receiver_key.clone())
         .origin(&base)

@@ -202,6 +202,48 @@ fn shop_wallet(w: &World, confirm: bool) -> Wallet {
 }
 
 /// The shop behind the gate, served over an in-memory stream; an rmcp client connected to it.
+/// The network of the MCP x402 tests.
+const X402_NET: &str = "eip155:84532";
+
+/// The shop over an in-process MCP connection, `search` also priced in x402 `exact` on EVM
+/// (0.05 USDC to `pay_to`, on a devnet facilitator), and a plain client connected to it.
+struct X402Shop {
+    mock: Arc<x402_devnet::DevnetFacilitator>,
+    token: rail_x402::Token,
+    shop: Shop,
+    client: RunningService<RoleClient, ()>,
+}
+
+async fn x402_shop(w: &World, pay_to: alloy_primitives::Address) -> X402Shop {
+    let token = rail_x402::Token::new(
+        X402_NET,
+        alloy_primitives::Address::repeat_byte(0x5c),
+        "USDC",
+        "2",
+    );
+    let mock = Arc::new(x402_devnet::DevnetFacilitator::new(X402_NET));
+    let paywall = rail_x402::ExactEvm::new(mock.clone(), token.clone(), pay_to)
+        .mcp_paywall(&[("search", 50_000, "one search")])
+        .unwrap();
+    let shop = Shop::default();
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let server = PaidServer::new(shop.clone(), shop_receiver(w))
+        .unwrap()
+        .with_x402(paywall)
+        .unwrap();
+    tokio::spawn(async move {
+        let running = Box::pin(server.serve(server_io)).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = ().serve(client_io).await.unwrap();
+    X402Shop {
+        mock,
+        token,
+        shop,
+        client,
+    }
+}
+
 async fn connect(shop: Shop, receiver: Receiver) -> RunningService<RoleClient, ()> {
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let server = PaidServer::new(shop, receiver).unwrap();
@@ -479,27 +521,16 @@ async fn over_mcp_an_x402_payment_cannot_pay_around_the_price_hook() {
     use alloy_primitives::{Address, U256};
     use rail_x402::evm::LocalSigner;
     use rail_x402::payer::{Policy, X402Payer};
-    use rail_x402::{ExactEvm, Token};
 
     let w = world().await;
-    let net = "eip155:84532";
-    let token = Token::new(net, Address::repeat_byte(0x5c), "USDC", "2");
-    let mock = Arc::new(x402_devnet::DevnetFacilitator::new(net));
+    let net = X402_NET;
     let pay_to = Address::repeat_byte(0x23);
-    let paywall = ExactEvm::new(mock.clone(), token.clone(), pay_to)
-        .mcp_paywall(&[("search", 50_000, "one search")])
-        .unwrap();
-    let shop = Shop::default();
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    let server = PaidServer::new(shop.clone(), shop_receiver(&w))
-        .unwrap()
-        .with_x402(paywall)
-        .unwrap();
-    tokio::spawn(async move {
-        let running = Box::pin(server.serve(server_io)).await.unwrap();
-        let _ = running.waiting().await;
-    });
-    let client = ().serve(client_io).await.unwrap();
+    let X402Shop {
+        mock,
+        token,
+        shop,
+        client,
+    } = x402_shop(&w, pay_to).await;
 
     // The hook's higher price: no x402 challenge at the list price for an x402 client.
     let e = raw(client.peer(), tool_call("search", "premium"), json!({}))
@@ -942,20 +973,19 @@ async fn through_the_proxy_confirmations_go_to_the_host_by_elicitation() {
 #[tokio::test]
 async fn an_x402_mcp_client_pays_the_same_tool_and_a_stipendex_client_gets_the_quote() {
     use alloy_primitives::{Address, U256};
+    use rail_x402::ExactEvm;
     use rail_x402::evm::LocalSigner;
     use rail_x402::payer::{Policy, X402Payer};
-    use rail_x402::{ExactEvm, Token};
 
     let w = world().await;
-    let net = "eip155:84532";
-    let token = Token::new(net, Address::repeat_byte(0x5c), "USDC", "2");
-    let mock = Arc::new(x402_devnet::DevnetFacilitator::new(net));
+    let net = X402_NET;
     let pay_to = Address::repeat_byte(0x22);
-    let paywall = ExactEvm::new(mock.clone(), token.clone(), pay_to)
-        .mcp_paywall(&[("search", 50_000, "one search")])
-        .unwrap();
-    let shop = Shop::default();
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let X402Shop {
+        mock,
+        token,
+        shop,
+        client,
+    } = x402_shop(&w, pay_to).await;
     // A tool priced in x402 must be priced on the receiver too.
     assert!(
         PaidServer::new(shop.clone(), shop_receiver(&w))
@@ -967,15 +997,6 @@ async fn an_x402_mcp_client_pays_the_same_tool_and_a_stipendex_client_gets_the_q
             )
             .is_err()
     );
-    let server = PaidServer::new(shop.clone(), shop_receiver(&w))
-        .unwrap()
-        .with_x402(paywall)
-        .unwrap();
-    tokio::spawn(async move {
-        let running = Box::pin(server.serve(server_io)).await.unwrap();
-        let _ = running.waiting().await;
-    });
-    let client = ().serve(client_io).await.unwrap();
 
     // A client that does not speak Stipendex: x402's convention, the Quote beside `accepts`.
     let unpaid = raw(client.peer(), tool_call("search", "rust"), json!({}))
