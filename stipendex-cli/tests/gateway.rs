@@ -398,6 +398,16 @@ secret_env = "GATEWAY_TEST_SECRET"
 }
 
 async fn start_gateway(config: &Path, port: u16) -> Child {
+    start_gateway_logging(config, port, "info", None).await
+}
+
+/// [`start_gateway`] with `RUST_LOG=log`, its log lines kept in `kept` when given.
+async fn start_gateway_logging(
+    config: &Path,
+    port: u16,
+    log: &str,
+    kept: Option<Arc<Mutex<Vec<String>>>>,
+) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_stipendex"))
         .arg("gateway")
         .arg("--config")
@@ -405,7 +415,7 @@ async fn start_gateway(config: &Path, port: u16) -> Child {
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .env("GATEWAY_TEST_SECRET", SECRET)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", log)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -431,9 +441,21 @@ async fn start_gateway(config: &Path, port: u16) -> Child {
     }
     // Its log (a line per request) is drained: a full pipe would stall the gateway.
     if let Some(mut err) = child.stderr.take() {
-        tokio::spawn(async move {
-            let _ = tokio::io::copy(&mut err, &mut tokio::io::sink()).await;
-        });
+        match kept {
+            None => {
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut err, &mut tokio::io::sink()).await;
+                });
+            }
+            Some(kept) => {
+                tokio::spawn(async move {
+                    let mut lines = BufReader::new(err).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        kept.lock().unwrap().push(line);
+                    }
+                });
+            }
+        }
     }
     child
 }
@@ -2598,4 +2620,51 @@ async fn readyz_reports_an_unreachable_facilitator() {
         1,
         "twenty /readyz within 5 s ask the facilitator once"
     );
+}
+
+/// The receiver engine behind the gateway: a request paid through it is decided once (its
+/// `stipendex::decide` trace lines, one per decision) and asks the price hook (`resolve_url`)
+/// once — for the Quote; the paid retry's Proof is not priced again. The forward reads a
+/// checkout's asset from the binding's decision (before, it decided a second time).
+#[tokio::test]
+async fn through_the_gateway_a_paid_request_decides_once_and_asks_the_hook_once() {
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = asked.clone();
+    let pricing = Router::new().route(
+        "/price",
+        post(move |axum::Json(_): axum::Json<Value>| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { axum::Json(json!({"decision": "quote", "amount": "0.05"})) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let purl = format!("http://{}/price", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, pricing).await.unwrap() });
+    let (up, seen, _task) = upstream().await;
+    let s = Setup::new(&up, &format!("resolve_url = \"{purl}\"")).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let _gw = start_gateway_logging(
+        &s.dir.join("gateway.toml"),
+        s.port,
+        "info,stipendex::decide=trace",
+        Some(log.clone()),
+    )
+    .await;
+    let decided = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("stipendex::decide"))
+            .count()
+    };
+    let before = decided();
+    let (ok, _, err) = s
+        .fetch(&[&format!("{}/api/forecast/paris", s.origin)])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(seen.count("/api/forecast/paris"), 1, "forwarded once");
+    // The 402 and the paid retry: two requests, two decisions, the hook asked for the Quote.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(decided() - before, 2, "{:?}", log.lock().unwrap());
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

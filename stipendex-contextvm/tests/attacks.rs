@@ -234,6 +234,7 @@ async fn a_payment_is_accepted_once() {
         event_id: nostr::EventId::all_zeros(),
         interaction: None,
         message: json!({}),
+        hold: 0,
     };
     let pending = processor
         .require(&common::sats(10), Some("x"), Duration::from_secs(60), &held)

@@ -325,6 +325,7 @@ async fn a_proof_admits_one_request_and_only_from_its_client() {
         event_id: nostr::EventId::from_byte_array(event),
         interaction: None,
         message: message.clone(),
+        hold: 0,
     };
     let price = Money::parse(Asset::usd(), "0.05").unwrap();
     let deadline = || Deadline::at(tokio::time::Instant::now() + Duration::from_secs(5));
@@ -438,6 +439,7 @@ async fn a_call_handed_over_by_a_stopped_instance_is_not_run_again() {
         event_id: nostr::EventId::from_byte_array(event),
         interaction: None,
         message: message.clone(),
+        hold: 0,
     };
     let price = Money::parse(Asset::usd(), "0.05").unwrap();
     let deadline = || Deadline::at(tokio::time::Instant::now() + Duration::from_secs(5));
@@ -511,6 +513,7 @@ async fn an_oversized_proof_admits_nothing() {
         interaction: None,
         message: json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                         "params": {"name": "search", "arguments": {"q": "a"}}}),
+        hold: 0,
     };
     let pending = processor
         .require(
@@ -532,4 +535,81 @@ async fn an_oversized_proof_admits_nothing() {
         .await;
     assert!(verdict.is_err(), "an oversized Proof admitted the request");
     assert_eq!(s.balance(s.shop).await, 0);
+}
+
+/// The receiver engine over ContextVM: a paid call is decided once (the transport's hold,
+/// read again by the payments' admission: one `Receiver::decide`) and asks the price hook
+/// once (for the Quote sent as `pay_req`); the Proof that comes back is served by the engine
+/// (`Receiver::serve_proof`), which prices nothing again. Before, the hold and the admission
+/// each decided.
+#[tokio::test]
+async fn over_contextvm_a_paid_call_decides_once_and_asks_the_hook_once() {
+    use std::sync::atomic::AtomicUsize;
+    let w = common::world().await; // the relay
+    let s = shop().await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let receiver = Receiver::builder("shop", s.receiver_key.clone())
+        .registry(&s.registry)
+        .price(PricedCapability::fixed(
+            "tools/call",
+            "search",
+            Money::parse(Asset::usd(), "0.05").unwrap(),
+        ))
+        .resolve_price(Arc::new(
+            move |cap: &PricedCapability, _: &stipendex::receiver::Request| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                stipendex::receiver::Decision::quote(cap.price.clone())
+            },
+        ))
+        .build()
+        .unwrap();
+    let decisions = test_kit::events::Events::count("stipendex::decide");
+    let server_keys = Keys::generate();
+    let payments = ServerPayments::new(
+        receiver.clone(),
+        vec![Arc::new(StipendexProcessor::new(
+            receiver,
+            server_keys.public_key(),
+        ))],
+    )
+    .unwrap();
+    let tools = Tools::default();
+    let t = tools.clone();
+    let server = Server::start(
+        server_keys.clone(),
+        ServerOptions::new(vec![w.url()]),
+        move || t.clone(),
+        Some(Arc::new(payments)),
+    )
+    .await
+    .unwrap();
+    let origin = format!("nostr:{}", server_keys.public_key().to_hex());
+    let (wallet, _) = s.wallet(vec![origin]);
+    let transport = ClientTransport::connect(
+        Keys::generate(),
+        ClientOptions::new(vec![w.url()], server.public_key()),
+        Some(Arc::new(StipendexHandler::new(wallet))),
+    )
+    .await
+    .unwrap();
+    let client = ().serve(transport).await.unwrap();
+    decisions.take();
+    for q in ["a", "b"] {
+        let r = tokio::time::timeout(Duration::from_secs(20), client.call_tool(call("search", q)))
+            .await
+            .expect("in time")
+            .unwrap();
+        assert_eq!(text(&r), format!("search: {q}"));
+        assert!(r.meta.as_ref().unwrap().0.contains_key("stipendex/receipt"));
+    }
+    assert_eq!(tools.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(decisions.take(), 2, "one decision per paid call");
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "the hook once per paid call"
+    );
+    client.cancel().await.unwrap();
+    server.shutdown().await;
 }

@@ -2131,3 +2131,82 @@ async fn an_x402_payment_cannot_pay_around_the_price_hook() {
     assert_eq!(paid.status(), 200);
     assert_eq!(paid_to(), U256::from(50_000));
 }
+
+/// The receiver engine over HTTP: every priced request is decided once (one
+/// `Receiver::decide`) and asks the price hook once — the Quote's request, its paid retry by
+/// Proof (the Quote already holds the hook's price: not asked again), and each call paid by a
+/// voucher inside a tab (the hook is authorisation too: asked for every call). Before the
+/// engine a tab's call decided three times and its 402 three times.
+#[tokio::test]
+async fn over_http_a_paid_request_decides_once_and_asks_the_hook_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use common::{CountingHook, Decisions};
+    use stipendex::receiver::TabTerms;
+
+    for tabs in [false, true] {
+        let w = world().await;
+        let (listener, base) = listen().await;
+        let hook = CountingHook::default();
+        let mut builder = Receiver::builder("search", w.receiver_key.clone())
+            .origin(&base)
+            .registry(&w.registry)
+            .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")))
+            .resolve_price(Arc::new(hook.clone()))
+            .clock(Arc::new(w.clock.clone()));
+        if tabs {
+            builder = builder.tabs(TabTerms::new(usd("1.00")).lanes(2));
+        }
+        let receiver = builder.build().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let seen = requests.clone();
+        let app = Binding::new(receiver)
+            .unwrap()
+            .apply(Router::new().route("/api/search", get(|| async { "results" })))
+            .layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let seen = seen.clone();
+                    async move {
+                        if req.uri().path() == "/api/search" {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                        }
+                        next.run(req).await
+                    }
+                },
+            ));
+        let decisions = Decisions::start();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let mandate = w.mandate(|m| {
+            pin(m, &base);
+            m.limits[0].tab_cap = Some("1.00".parse().unwrap());
+        });
+        let client = Client::new(
+            stipendex::http::reqwest_builder(Duration::from_secs(10)),
+            w.wallet(mandate, true),
+        )
+        .unwrap();
+        for i in 0..3 {
+            let resp = client
+                .get(&format!("{base}/api/search?q={i}"))
+                .await
+                .unwrap();
+            assert_eq!(resp.status, 200);
+            assert_eq!(resp.tab_call.is_some(), tabs);
+        }
+        let requests = requests.load(Ordering::SeqCst);
+        // Without tabs: a 402 and a paid retry per call. With tabs: one 402, then vouchers.
+        assert_eq!(requests, if tabs { 4 } else { 6 }, "tabs: {tabs}");
+        assert_eq!(
+            decisions.take(),
+            requests,
+            "one decision per request (tabs: {tabs})"
+        );
+        let asked = if tabs { requests } else { requests / 2 };
+        assert_eq!(
+            hook.take(),
+            asked,
+            "the hook once per request it prices (tabs: {tabs})"
+        );
+    }
+}

@@ -1625,3 +1625,64 @@ async fn over_mcp_a_call_repeated_after_its_answer_was_lost_is_not_paid_again() 
     );
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
 }
+
+/// The receiver engine over MCP: every priced call is decided once (one `Receiver::decide`)
+/// and asks the price hook once — the -32402's call, its paid retry by Proof (the Quote holds
+/// the hook's price: not asked again), and each call paid by a voucher inside a tab.
+#[tokio::test]
+async fn over_mcp_a_paid_call_decides_once_and_asks_the_hook_once() {
+    use common::{CountingHook, Decisions};
+    use stipendex::receiver::TabTerms;
+
+    for tabs in [false, true] {
+        let w = world().await;
+        let shop = Shop::default();
+        let hook = CountingHook::default();
+        let mut builder = Receiver::builder("search", w.receiver_key.clone())
+            .origin(SHOP)
+            .registry(&w.registry)
+            .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+            .resolve_price(Arc::new(hook.clone()))
+            .clock(Arc::new(w.clock.clone()));
+        if tabs {
+            builder = builder.tabs(TabTerms::new(usd("1.00")).lanes(2));
+        }
+        let decisions = Decisions::start();
+        let client = connect(shop.clone(), builder.build().unwrap()).await;
+        let wallet = w.wallet(
+            w.mandate(|m| {
+                pin(m, SHOP);
+                m.limits[0].tab_cap = Some("1.00".parse().unwrap());
+            }),
+            true,
+        );
+        let paying = PayingClient::new(client.peer().clone(), wallet, SHOP).unwrap();
+        decisions.take();
+        for i in 0..3 {
+            let (_, payment) = paying
+                .call_tool("search", Some(args(&format!("q{i}"))))
+                .await
+                .unwrap();
+            assert_eq!(
+                matches!(payment, Some(Payment::Tab { .. })),
+                tabs,
+                "{payment:?}"
+            );
+        }
+        assert_eq!(shop.runs.load(Ordering::SeqCst), 3);
+        // Without tabs: a -32402 and a paid retry per call. With tabs: one -32402, then
+        // vouchers.
+        let calls = if tabs { 4 } else { 6 };
+        assert_eq!(
+            decisions.take(),
+            calls,
+            "one decision per call (tabs: {tabs})"
+        );
+        let asked = if tabs { calls } else { calls / 2 };
+        assert_eq!(
+            hook.take(),
+            asked,
+            "the hook once per call it prices (tabs: {tabs})"
+        );
+    }
+}

@@ -28,8 +28,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use rail_core::Money;
 use serde_json::json;
-use stipendex::http::FinalAmount;
-use stipendex::receiver::{Price, Receiver};
+use stipendex::http::{Checkout, FinalAmount};
 
 use super::Shared;
 
@@ -238,15 +237,6 @@ fn outbound(s: &Shared, incoming: &HeaderMap, peer: Option<IpAddr>) -> HeaderMap
     out
 }
 
-/// The checkout price of `method path`, if the route is a checkout.
-fn checkout_asset(receiver: &Receiver, method: &str, path: &str) -> Option<rail_core::Asset> {
-    let cap = receiver.decide(&stipendex::receiver::Request::new(method, path))?;
-    match &cap.price {
-        Price::Estimate { estimate, .. } => Some(estimate.asset().clone()),
-        Price::Fixed(_) => None,
-    }
-}
-
 /// The fallback handler: every request the gateway does not answer itself.
 pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Response {
     let Some(fwd) = s.forward.as_ref() else {
@@ -274,6 +264,8 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
     }
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    // A checkout's asset, from the binding's one decision.
+    let checkout = req.extensions().get::<Checkout>().map(|c| c.0.clone());
     // The path the binding decided on, in its one canonical encoding: an upstream that decodes
     // differently still sees the segments that were priced (the binding refused every path
     // that has no canonical form; this refuses them again for a router without it).
@@ -383,7 +375,7 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
         out.headers_mut().append(name.clone(), value.clone());
     }
     if let Some(v) = final_amount
-        && let Some(asset) = checkout_asset(&s.receiver, method.as_str(), &path)
+        && let Some(asset) = &checkout
     {
         let parsed = v
             .to_str()

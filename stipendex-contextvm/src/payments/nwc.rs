@@ -279,6 +279,7 @@ mod tests {
             event_id: nostr::EventId::all_zeros(),
             interaction: None,
             message: json!({}),
+            hold: 0,
         };
         let price = Money::from_minor(Asset::btc(), 10_000).unwrap();
         let far = Instant::now() + Duration::from_secs(60);

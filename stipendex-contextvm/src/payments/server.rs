@@ -506,8 +506,10 @@ async fn notify(notifier: &Notifier, n: Notification) {
 
 #[async_trait]
 impl Middleware for ServerPayments {
-    fn holds(&self, request: &Value) -> bool {
-        request_of(request).is_some_and(|r| self.receiver.decide(&r).is_some())
+    /// The position of the request's priced capability: the receiver's one decision, read
+    /// again by `admit`.
+    fn holds(&self, request: &Value) -> Option<usize> {
+        self.receiver.decide_position(&request_of(request)?)
     }
 
     async fn admit(&self, held: Held, notifier: Notifier) -> Admission {
@@ -530,7 +532,7 @@ impl Middleware for ServerPayments {
             return Admission::Forward;
         };
         req.client = Some(held.client.to_hex());
-        let Some(cap) = self.receiver.decide(&req) else {
+        let Some(cap) = self.receiver.capabilities().get(held.hold) else {
             return Admission::Forward;
         };
         // The receiver's one guard: no payment is asked for, nor taken, while the work cannot

@@ -29,7 +29,7 @@ use rail_core::Money;
 use serde_json::{Map, Value, json};
 use stipendex::envelope::{Quote, Receipt, Signed};
 use stipendex::receiver::{
-    Admitted, Answer, Delivery, OUTCOME_UNKNOWN, Paying, Price, Receiver, Request, idempotent,
+    Accepted, Answer, OUTCOME_UNKNOWN, Price, Ran, Receiver, Request, Seal, Served, Work,
 };
 use stipendex::wallet::{Paid, Wallet};
 use tokio::sync::oneshot;
@@ -85,7 +85,14 @@ pub struct StipendexProcessor {
     server: PublicKey,
     waiting: Mutex<HashMap<EventId, Waiting>>,
     /// Admitted requests by their event, since when: at most [`MAX_PAYING`].
-    paying: Mutex<HashMap<EventId, (Instant, Paying)>>,
+    paying: Mutex<HashMap<EventId, (Instant, InFlight)>>,
+}
+
+/// An admitted request on its way to its answer: where the answer goes, and the engine's run
+/// of the paid request ([`Receiver::serve_proof`]) that settles and seals it.
+struct InFlight {
+    answer: oneshot::Sender<Value>,
+    served: tokio::task::JoinHandle<Served<Value>>,
 }
 
 impl std::fmt::Debug for StipendexProcessor {
@@ -114,7 +121,7 @@ impl StipendexProcessor {
 impl StipendexProcessor {
     /// Keeps `paying` until request `e` is answered. Past [`MAX_PAYING`], those waiting longer
     /// than [`PAYING_KEEP`] are let go, then the oldest.
-    fn keep_paying(&self, e: EventId, paying: Paying) {
+    fn keep_paying(&self, e: EventId, paying: InFlight) {
         let mut all = lock(&self.paying);
         if all.len() >= MAX_PAYING {
             let now = Instant::now();
@@ -231,45 +238,38 @@ impl Processor for StipendexProcessor {
         let (Some(proof), Some(waiting)) = (proof, waiting) else {
             return Err(Error::Payment("no Proof in time".into()));
         };
-        match self.receiver.admit(&waiting.request, &proof).await {
-            Ok(Admitted::Run(paying)) => {
-                let quote = paying.accepted.quote.object().id.clone();
-                // At most once per Proof: a call an earlier presentation handed to the server
-                // (at an instance that then stopped) runs again only if it is a read.
-                match self.receiver.deliver(&paying).await {
-                    Ok(Delivery::First) => {}
-                    Ok(Delivery::Again) if idempotent(&waiting.request.method) => {}
-                    Ok(Delivery::Again) => {
-                        let why = format!(
-                            "outcome_unknown: quote {quote}: {OUTCOME_UNKNOWN}; nothing more is charged"
-                        );
-                        let kept = Answer {
-                            status: 409,
-                            content_type: Some("application/json".into()),
-                            body: json!({"error": "outcome_unknown", "message": why})
-                                .to_string()
-                                .into_bytes(),
-                            receipt: None,
-                        };
-                        if let Err(e) = self.receiver.answered(*paying, Some(&kept)).await {
-                            tracing::error!(error = %e, "contextvm stipendex: cannot keep the outcome-unknown answer");
-                        }
-                        return Err(Error::Payment(why));
-                    }
-                    // The store cannot say: not run (the same Proof again recovers).
-                    Err(e) => return Err(payment_err(e)),
-                }
-                self.keep_paying(e, *paying);
+        // The engine runs the paid request: it admits the Proof, delivers at most once, and
+        // waits (under the Proof's claim) for the answer that `answered` hands it, then
+        // settles and seals it. This waits until the payment is accepted or refused.
+        let (accepted_tx, accepted_rx) = oneshot::channel();
+        let (answer_tx, answer_rx) = oneshot::channel();
+        let receiver = self.receiver.clone();
+        let request = waiting.request;
+        let served = tokio::spawn(async move {
+            let work = CvmWork {
+                accepted: Some(accepted_tx),
+                answer: Some(answer_rx),
+            };
+            receiver.serve_proof(&request, &proof, work).await
+        });
+        match accepted_rx.await {
+            Ok(quote) => {
+                self.keep_paying(
+                    e,
+                    InFlight {
+                        answer: answer_tx,
+                        served,
+                    },
+                );
                 let mut meta = Map::new();
                 meta.insert("stipendex/quote".into(), Value::String(quote));
                 Ok(Some(meta))
             }
-            // The same call, paid and answered before: over ContextVM its kept answer is not
-            // sent again (a payment notification cannot carry it), and it is not run again.
-            Ok(Admitted::Answered { quote, .. }) => Err(Error::Payment(format!(
-                "the Proof of quote {quote} paid this call once and it was answered; it is not run or charged again"
-            ))),
-            Err(e) => Err(payment_err(e)),
+            // Not accepted: the engine's answer says why.
+            Err(_) => Err(match served.await {
+                Ok(served) => refusal(served),
+                Err(e) => payment_err(format!("the payment could not be checked: {e}")),
+            }),
         }
     }
 
@@ -294,35 +294,85 @@ impl Processor for StipendexProcessor {
     }
 
     async fn answered(&self, request: EventId, message: &mut Value) {
-        let Some((_, paying)) = lock(&self.paying).remove(&request) else {
+        let Some((_, inflight)) = lock(&self.paying).remove(&request) else {
             return;
         };
-        let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {
-            status,
-            content_type: Some("application/json".into()),
-            body: body.to_string().into_bytes(),
-            receipt,
+        let id = message.get("id").cloned();
+        if inflight.answer.send(std::mem::take(message)).is_err() {
+            return;
+        }
+        *message = match inflight.served.await {
+            Ok(Served::Ran { out, .. }) => out,
+            Ok(Served::Unsettled(e)) => json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32603,
+                "message": format!("the call ran but its payment could not be settled: {e}"),
+            }}),
+            other => {
+                tracing::error!(served = ?other.map(|_| ()), "contextvm stipendex: an answered call came back without its answer");
+                json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32603,
+                    "message": "the call's answer was lost on its way",
+                }})
+            }
+        };
+    }
+}
+
+/// A paid call's work: the request goes on to the MCP server once the payment is accepted
+/// (`verify` returns and the server forwards it); its answer comes back through `answered`.
+struct CvmWork {
+    /// Told the Quote's id when the payment is accepted.
+    accepted: Option<oneshot::Sender<String>>,
+    /// The call's answer (the whole JSON-RPC message).
+    answer: Option<oneshot::Receiver<Value>>,
+}
+
+impl Work for CvmWork {
+    type Out = Value;
+
+    /// Never called: every call served here is paid.
+    async fn run_free(&mut self) -> Value {
+        Value::Null
+    }
+
+    fn accepted(&mut self, accepted: &Accepted) {
+        if let Some(tx) = self.accepted.take() {
+            let _ = tx.send(accepted.quote.object().id.clone());
+        }
+    }
+
+    async fn run_paid(&mut self) -> Ran<Value> {
+        let Some(answer) = self.answer.take() else {
+            return Ran::Lost;
+        };
+        // Dropped unanswered (its session went away, or let go past `MAX_PAYING`): it was
+        // handed to the server and may have run.
+        let Ok(message) = answer.await else {
+            return Ran::Lost;
         };
         let failed = message.get("error").is_some()
             || message
                 .pointer("/result/isError")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-        if failed {
-            // Nothing to receipt; a checkout's hold is given back.
-            if let Err(e) = self.receiver.release(&paying.accepted).await {
-                tracing::error!(error = %e, "contextvm stipendex: cannot void a hold after a failed call");
-            }
-            let kept = keep(500, message, None);
-            if let Err(e) = self.receiver.answered(paying, Some(&kept)).await {
-                tracing::warn!(error = %e, "contextvm stipendex: the answer was not kept");
-            }
-            return;
-        }
         let result = message.get("result").cloned().unwrap_or(Value::Null);
-        let bytes = stipendex::mcp::canonical_result(&result);
-        match self.receiver.settle(&paying.accepted, None, &bytes).await {
-            Ok(receipt) => {
+        Ran::Answered {
+            result: stipendex::mcp::result_digest(&result),
+            out: message,
+            ok: !failed,
+            final_amount: None,
+        }
+    }
+
+    fn seal(&mut self, message: &mut Value, seal: Seal<'_>) -> Option<Answer> {
+        let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {
+            status,
+            content_type: Some("application/json".into()),
+            body: body.to_string().into_bytes(),
+            receipt,
+        };
+        match seal {
+            Seal::Receipt(receipt) => {
                 if let Some(r) = message.get_mut("result").and_then(Value::as_object_mut) {
                     let meta = r
                         .entry("_meta")
@@ -331,23 +381,49 @@ impl Processor for StipendexProcessor {
                         m.insert(stipendex::mcp::RECEIPT.into(), json!(receipt));
                     }
                 }
-                let kept = keep(200, message, Some(receipt.jws().to_owned()));
-                if let Err(e) = self.receiver.answered(paying, Some(&kept)).await {
-                    tracing::warn!(error = %e, "contextvm stipendex: the answer was not kept");
-                }
+                Some(keep(200, message, Some(receipt.jws().to_owned())))
             }
-            Err(e) => {
-                tracing::error!(error = %e, "contextvm stipendex: cannot settle after the call");
-                if let Err(e) = self.receiver.release(&paying.accepted).await {
-                    tracing::error!(error = %e, "contextvm stipendex: cannot void a hold");
-                }
-                *message = json!({"jsonrpc": "2.0", "id": message.get("id"), "error": {
-                    "code": -32603,
-                    "message": format!("the call ran but its payment could not be settled: {e}"),
-                }});
-                let _ = self.receiver.answered(paying, None).await;
-            }
+            // Nothing to receipt (a checkout's hold was given back); the failure is kept.
+            Seal::Failed => Some(keep(500, message, None)),
+            Seal::TabCall { .. } | Seal::Uncounted(_) => None,
         }
+    }
+
+    fn outcome_unknown() -> (Answer, stipendex::envelope::Digest) {
+        let body = json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
+            .to_string()
+            .into_bytes();
+        let digest = stipendex::envelope::Digest::of(&body);
+        let answer = Answer {
+            status: 409,
+            content_type: Some("application/json".into()),
+            body,
+            receipt: None,
+        };
+        (answer, digest)
+    }
+}
+
+/// Why a Proof presented over ContextVM was not accepted, from the engine's answer: the
+/// payment notification cannot carry a kept answer, so a call paid and answered before is
+/// said to be so (not run or charged again).
+fn refusal(served: Served<Value>) -> Error {
+    match served {
+        Served::Refused(e) => payment_err(e),
+        Served::Replayed { quote, .. } => payment_err(format!(
+            "the Proof of quote {} paid this call once and it was answered; it is not run or charged again",
+            quote.unwrap_or_default()
+        )),
+        Served::Gone(g) => payment_err(format!(
+            "the Proof of quote {} paid this call once and it was answered; it is not run or charged again",
+            g.quote
+        )),
+        Served::OutcomeUnknown { quote, .. } => payment_err(format!(
+            "outcome_unknown: quote {}: {OUTCOME_UNKNOWN}; nothing more is charged",
+            quote.unwrap_or_default()
+        )),
+        Served::Retry { error, .. } => payment_err(error),
+        _ => payment_err("the payment was not accepted"),
     }
 }
 

@@ -114,6 +114,9 @@ pub struct Held {
     pub interaction: Option<String>,
     /// The JSON-RPC request, with the client's own id.
     pub message: Value,
+    /// What [`Middleware::holds`] said of it (payments: the position of its priced capability
+    /// in the receiver's table, decided once there).
+    pub hold: usize,
 }
 
 impl Held {
@@ -171,9 +174,10 @@ impl Notifier {
 /// What runs between the relays and the MCP server (CEP-8 payments are one).
 #[async_trait]
 pub trait Middleware: Send + Sync + 'static {
-    /// Whether `request` waits for [`Middleware::admit`]; anything else goes to the MCP server
+    /// Whether `request` waits for [`Middleware::admit`] (`Some`, with what the middleware
+    /// wants to know of it again there: [`Held::hold`]); anything else goes to the MCP server
     /// at once, in the order it came. Called in the receive loop: keep it fast.
-    fn holds(&self, request: &Value) -> bool;
+    fn holds(&self, request: &Value) -> Option<usize>;
 
     /// Decides a held request; runs in a task of its own, so it may wait (for a payment).
     async fn admit(&self, held: Held, notifier: Notifier) -> Admission;
@@ -515,8 +519,12 @@ impl Core {
                 )
                 .await;
         }
-        let holds = is_request && self.middleware.as_ref().is_some_and(|m| m.holds(&message));
-        if !holds {
+        let hold = if is_request {
+            self.middleware.as_ref().and_then(|m| m.holds(&message))
+        } else {
+            None
+        };
+        let Some(hold) = hold else {
             return match (offer(&to_mcp, forwarded)?, route) {
                 (true, _) | (false, None) => Ok(()),
                 (false, Some(r)) => {
@@ -526,7 +534,7 @@ impl Core {
                         .await
                 }
             };
-        }
+        };
         let Some(route) = route else {
             return Ok(());
         };
@@ -540,6 +548,7 @@ impl Core {
             event_id: inner.id,
             interaction,
             message,
+            hold,
         };
         let notifier = Notifier {
             core: self.clone(),

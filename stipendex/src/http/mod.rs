@@ -25,8 +25,8 @@ mod spool;
 
 pub use client::{Client, Response, TabCallPaid};
 pub use server::{
-    Binding, FinalAmount, IpNet, Outcome, TAB_CLOSE, TrustedProxies, Undelivered, WELL_KNOWN,
-    client_key,
+    Binding, Checkout, FinalAmount, IpNet, Outcome, TAB_CLOSE, TrustedProxies, Undelivered,
+    WELL_KNOWN, client_key,
 };
 pub use spool::DEFAULT_MAX_ANSWER;
 

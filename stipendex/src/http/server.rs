@@ -16,10 +16,10 @@ use x402_transport::wire;
 
 use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, VOUCHER};
 use crate::Error;
-use crate::envelope::{Digest, Quote, Signed, Tab};
+use crate::envelope::{Digest, Tab};
 use crate::receiver::{
-    ANSWER_GONE, Accepted, Admitted, Answer, Delivery, Gate, Gone, OUTCOME_UNKNOWN, Presented,
-    PricedCapability, Receiver, Request, TabCall, idempotent,
+    ANSWER_GONE, Answer, Gone, OUTCOME_UNKNOWN, Payment, PricedCapability, Ran, Receiver, Request,
+    Seal, Served, Work,
 };
 
 /// Where the receiver's descriptor is served.
@@ -39,6 +39,12 @@ const MAX_CLOSE_BODY: usize = 16 * 1024;
 pub struct FinalAmount(pub Money);
 
 pub use crate::receiver::Outcome;
+
+/// Put in a priced request's extensions by the binding before the request reaches its work,
+/// when the request is a checkout: the asset its final amount ([`FinalAmount`]) is named in.
+/// The work learns it from the binding's one decision, without deciding again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkout(pub rail_core::Asset);
 
 /// Put in a response's extensions by paid work that never reached the service behind it (a
 /// gateway whose upstream refused the connection: not a byte of the request was sent). The
@@ -459,127 +465,320 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     let Some(cap) = b.receiver.decide(&probe) else {
         return next.run(req).await;
     };
-    // The one guard: every way to pay (Proof, voucher, tab opening, x402 payload) passes it
-    // before anything is claimed, verified, counted or settled.
-    if super::presents_payment(req.headers())
-        && let Err(e) = b.receiver.guard().await
-    {
-        let mut r = x402_transport::paywall::unavailable_response(
-            e.code(),
-            None,
-            &format!("{e}: nothing was charged; send the same payment again later"),
-        );
-        if let Ok(Some(v)) = one_header(req.headers(), VOUCHER)
-            && let Ok(jws) = decode_header(&v)
-            && let Ok(voucher) = crate::envelope::Signed::<crate::envelope::Voucher>::parse(&jws)
-        {
-            set_uncounted(&mut r, voucher.digest());
-        }
-        return r;
-    }
     let sreq = request_of(&b, &req);
     let x402 = b.x402_route(cap, req.uri().path());
     let (x402_payment, presented) = read_headers(req.headers());
-    // An x402 payment pays the route's list price: taken only when the hook keeps that price
-    // for this request. Otherwise it is set aside (nothing is settled) and the request goes
-    // the hook's way: waived, refused, or quoted at its own price.
-    if x402_payment
-        && let Some((p, route)) = x402
-        && cap.list_price_kept(&b.receiver.resolve(cap, &sreq).await)
-    {
-        return x402_transport::paywall::serve(p, route, req, next).await;
+    // An x402 payment passes the one guard, then pays the route's list price: taken only when
+    // the hook keeps that price for this request. Otherwise it is set aside (nothing is
+    // settled) and the request goes the hook's way: waived, refused, or quoted at its own
+    // price.
+    if x402_payment && x402.is_some() {
+        if let Err(e) = b.receiver.guard().await {
+            return unavailable(&e, "nothing was charged; send the same payment again later");
+        }
+        if let Some((p, route)) = x402
+            && cap.list_price_kept(&b.receiver.resolve(cap, &sreq).await)
+        {
+            return x402_transport::paywall::serve(p, route, req, next).await;
+        }
     }
+    let payment = payment_of(req.headers(), presented);
+    let voucher = matches!(payment, Payment::Voucher { .. });
     let seen = Seen::of(&req, x402);
-    match read_tab_headers(req.headers()) {
+    let mut req = req;
+    if let crate::receiver::Price::Estimate { estimate, .. } = &cap.price {
+        req.extensions_mut()
+            .insert(Checkout(estimate.asset().clone()));
+    }
+    let work = HttpWork {
+        next: Some((req, next)),
+        max_answer: b.max_answer,
+        kept: None,
+    };
+    // The engine runs every step; what is left here is encoding its answer.
+    let served = b.receiver.serve(cap, &sreq, payment, work).await;
+    respond(served, &seen, voucher).await
+}
+
+/// What a priced request presents to pay, from its headers: a voucher (with the tab's
+/// opening), a Proof, nothing, or a payment that cannot be read.
+fn payment_of(h: &HeaderMap, proof: Result<Option<String>, String>) -> Payment {
+    match read_tab_headers(h) {
         Ok(None) => {}
-        Ok(Some((voucher, open))) => {
-            return tab_call(&b, cap, req, &sreq, &seen, &voucher, open.as_deref(), next).await;
-        }
-        Err(why) => return challenge(&b, cap, &seen, &sreq, Some(("malformed", why))).await,
+        Ok(Some((voucher, open))) => return Payment::Voucher { voucher, open },
+        Err(why) => return Payment::Malformed(why),
     }
-    let proof = match presented {
-        Ok(None) => return gate(&b, cap, req, &sreq, &seen, next).await,
-        Ok(Some(p)) => p,
-        Err(why) => return challenge(&b, cap, &seen, &sreq, Some(("malformed", why))).await,
-    };
-    let proof_jws = match decode_header(&proof) {
-        Ok(j) => j,
-        Err(e) => {
-            return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await;
-        }
-    };
-    let paying = match b.receiver.present(&sreq, &proof_jws).await {
-        Ok(Presented::Admitted(Admitted::Run(p))) => p,
-        // The same Proof again for the same request: its answer was lost on the way.
-        Ok(Presented::Admitted(Admitted::Answered { answer, .. })) => return replay(&answer),
-        // ... and its kept answer is gone: answered once, not run again, not charged again.
-        Ok(Presented::Gone(g)) => return gone(&g),
-        Err(Error::Payment(e)) if e.is_retryable() => {
-            return x402_transport::paywall::unavailable_response(
-                e.code(),
-                None,
-                &format!("{e}: send the same Stipendex-Payment again"),
-            );
-        }
-        Err(e) => return challenge(&b, cap, &seen, &sreq, Some((e.code(), e.to_string()))).await,
-    };
-    // At most once per Proof: a request handed over by an instance that then stopped runs
-    // again only if it is idempotent.
-    match b.receiver.deliver(&paying).await {
-        Ok(Delivery::First) => {}
-        Ok(Delivery::Again) if idempotent(req.method().as_str()) => {}
-        Ok(Delivery::Again) => {
-            let answer = Answer {
-                status: StatusCode::CONFLICT.as_u16(),
-                content_type: Some("application/json".into()),
-                body: json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
-                    .to_string()
-                    .into_bytes(),
-                receipt: None,
-            };
-            if let Err(e) = b.receiver.answered(*paying, Some(&answer)).await {
-                tracing::error!(error = %e, "stipendex: cannot keep the outcome-unknown answer");
-            }
-            return replay(&answer);
-        }
-        Err(e) => {
-            // The claim lapses by itself: the same Proof again recovers.
-            return x402_transport::paywall::unavailable_response(
-                e.code(),
-                None,
-                &format!("{e}: send the same Stipendex-Payment again"),
-            );
+    match proof {
+        Ok(None) => Payment::None,
+        Ok(Some(p)) => match decode_header(&p) {
+            Ok(jws) => Payment::Proof(jws),
+            Err(e) => Payment::Malformed(e.to_string()),
+        },
+        Err(why) => Payment::Malformed(why),
+    }
+}
+
+/// The request behind the binding: the next layer (the handler, or the gateway's forward).
+struct HttpWork {
+    next: Option<(HttpRequest, Next)>,
+    max_answer: u64,
+    /// The paid answer's body, when it is small enough to keep.
+    kept: Option<Vec<u8>>,
+}
+
+impl HttpWork {
+    async fn run(&mut self) -> Response {
+        match self.next.take() {
+            Some((req, next)) => next.run(req).await,
+            None => json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({"error": "internal", "message": "the request was already run"}),
+            ),
         }
     }
-    let done = paying
-        .keep_alive(async {
-            let resp = next.run(req).await;
-            if resp.extensions().get::<Undelivered>().is_some() {
-                return None;
-            }
-            Some(finish(&b, &paying.accepted, resp).await)
+
+    fn keep(&mut self, resp: &Response, receipt: Option<String>) -> Option<Answer> {
+        let body = self.kept.take()?;
+        Some(Answer {
+            status: resp.status().as_u16(),
+            content_type: resp
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            body,
+            receipt,
         })
-        .await;
-    let (resp, answer) = match done {
-        Some(Finished::Answered(resp, answer)) => (resp, answer),
-        Some(Finished::Undeliverable(resp, true)) => (resp, None),
-        Some(Finished::Undeliverable(resp, false)) => {
-            b.receiver.undelivered(*paying).await;
-            return resp;
+    }
+}
+
+impl Work for HttpWork {
+    type Out = Response;
+
+    async fn run_free(&mut self) -> Response {
+        self.run().await
+    }
+
+    /// The handler's answer, read whole (spooled to a temporary file past what is kept in
+    /// memory): a success is a 2xx, or a 3xx the work chose (a redirect to what was paid for,
+    /// such as a presigned download); a checkout names its final amount ([`FinalAmount`]).
+    async fn run_paid(&mut self) -> Ran<Response> {
+        let resp = self.run().await;
+        if resp.extensions().get::<Undelivered>().is_some() {
+            return Ran::Undelivered(
+                "the service behind this receiver could not be reached".into(),
+            );
         }
-        None => {
-            b.receiver.undelivered(*paying).await;
-            return x402_transport::paywall::unavailable_response(
+        let (mut parts, body) = resp.into_parts();
+        let final_amount = parts
+            .extensions
+            .remove::<FinalAmount>()
+            .map(|FinalAmount(m)| m);
+        let ok = parts.status.is_success() || parts.status.is_redirection();
+        match super::spool::read(body, self.max_answer).await {
+            Ok(spooled) => {
+                self.kept = spooled.in_memory().map(|b| b.to_vec());
+                let result = spooled.digest.clone();
+                Ran::Answered {
+                    out: Response::from_parts(parts, spooled.into_body()),
+                    ok,
+                    result,
+                    final_amount,
+                }
+            }
+            Err(e) => Ran::Undeliverable(e.to_string()),
+        }
+    }
+
+    fn seal(&mut self, out: &mut Response, seal: Seal<'_>) -> Option<Answer> {
+        let private = |r: &mut Response| {
+            r.headers_mut().insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            );
+        };
+        match seal {
+            Seal::Receipt(r) => {
+                if let Ok(v) = HeaderValue::from_str(&r.to_header()) {
+                    out.headers_mut()
+                        .insert(HeaderName::from_static(RECEIPT), v);
+                }
+                private(out);
+                self.keep(out, Some(r.jws().to_owned()))
+            }
+            Seal::Failed => self.keep(out, None),
+            Seal::TabCall { voucher, result } => {
+                let kept = self.keep(out, None);
+                private(out);
+                set_tab_call(out, voucher, result);
+                kept
+            }
+            Seal::Uncounted(voucher) => {
+                out.extensions_mut().remove::<FinalAmount>();
+                set_uncounted(out, voucher);
+                None
+            }
+        }
+    }
+
+    fn outcome_unknown() -> (Answer, Digest) {
+        let body = json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
+            .to_string()
+            .into_bytes();
+        let result = Digest::of(&body);
+        let answer = Answer {
+            status: StatusCode::CONFLICT.as_u16(),
+            content_type: Some("application/json".into()),
+            body,
+            receipt: None,
+        };
+        (answer, result)
+    }
+}
+
+/// A 503 saying what cannot be done now, and what to do.
+fn unavailable(e: &Error, then: &str) -> Response {
+    x402_transport::paywall::unavailable_response(e.code(), None, &format!("{e}: {then}"))
+}
+
+/// The engine's answer as an HTTP response. `voucher`: the request was paid inside a tab.
+async fn respond(served: Served<Response>, seen: &Seen<'_>, voucher: bool) -> Response {
+    let again = if voucher {
+        "send the same Stipendex-Voucher again"
+    } else {
+        "send the same Stipendex-Payment again"
+    };
+    match served {
+        Served::Free { out, .. } => out,
+        Served::Ran { mut out, outcome } => {
+            if let Some(o) = outcome {
+                out.extensions_mut().insert(o);
+            }
+            out
+        }
+        Served::Quote {
+            quote,
+            tab,
+            refusal,
+            list_price,
+        } => quoted(seen, list_price, &quote, tab.map(|t| *t), refusal).await,
+        Served::Rejected { message, uncounted } => {
+            let mut r = rejected_response(&message);
+            if let Some(v) = uncounted {
+                set_uncounted(&mut r, &v);
+            }
+            r
+        }
+        Served::NotPriced => json_response(
+            StatusCode::CONFLICT,
+            &json!({"error": "not_priced", "message": "this request needs no payment now: send it without Stipendex-Payment"}),
+        ),
+        Served::CannotQuote(e) => quote_failed(&e),
+        Served::Replayed {
+            answer,
+            voucher: None,
+            ..
+        } => replay(&answer),
+        Served::Replayed {
+            answer,
+            voucher: Some(v),
+            amount,
+            ..
+        } => {
+            let mut resp = replay(&answer);
+            set_tab_call(&mut resp, &v, &Digest::of(&answer.body));
+            resp.extensions_mut().remove::<Outcome>();
+            if let Some(amount) = amount {
+                resp.extensions_mut().insert(Outcome::TabCall {
+                    amount,
+                    replayed: true,
+                });
+            }
+            resp
+        }
+        Served::Gone(g) => gone(&g),
+        Served::OutcomeUnknown {
+            answer, tab_call, ..
+        } => {
+            let mut resp = replay(&answer);
+            if let Some((v, result)) = tab_call {
+                set_tab_call(&mut resp, &v, &result);
+            }
+            resp
+        }
+        Served::Retry {
+            error,
+            unavailable: true,
+            uncounted,
+        } => {
+            let mut r = unavailable(
+                &error,
+                "nothing was charged; send the same payment again later",
+            );
+            if let Some(v) = uncounted {
+                set_uncounted(&mut r, &v);
+            }
+            r
+        }
+        Served::Retry { error, .. } => match &error {
+            // A Proof's payment not known yet: the rail's own words.
+            Error::Payment(r) if !voucher => x402_transport::paywall::unavailable_response(
+                r.code(),
+                None,
+                &format!("{r}: {again}"),
+            ),
+            e => unavailable(e, again),
+        },
+        Served::Undelivered { uncounted, .. } => {
+            let message = if voucher {
+                format!("the service behind this receiver could not be reached: {again}")
+            } else {
+                format!(
+                    "the service behind this receiver could not be reached: nothing was kept; {again}"
+                )
+            };
+            let mut r = x402_transport::paywall::unavailable_response(
                 "upstream_unavailable",
                 None,
-                "the service behind this receiver could not be reached: nothing was kept; send the same Stipendex-Payment again",
+                &message,
             );
+            if let Some(v) = uncounted {
+                set_uncounted(&mut r, &v);
+            }
+            r
         }
-    };
-    if let Err(e) = b.receiver.answered(*paying, answer.as_ref()).await {
-        tracing::error!(error = %e, "stipendex: the answer was given but could not be kept for a repeat");
+        Served::Undeliverable {
+            why,
+            given_back,
+            uncounted,
+        } => {
+            let message = if voucher {
+                format!("{why}: the voucher was not counted")
+            } else if given_back {
+                format!("{why}: the payment was given back")
+            } else {
+                format!("{why}: nothing was kept; {again}")
+            };
+            let mut r = json_response(
+                StatusCode::BAD_GATEWAY,
+                &json!({"error": "answer_undeliverable", "message": message}),
+            );
+            if let Some(v) = uncounted {
+                set_uncounted(&mut r, &v);
+            }
+            r
+        }
+        Served::Unsettled(e) => json_response(
+            StatusCode::BAD_GATEWAY,
+            &json!({"error": e.code(), "message": e.to_string()}),
+        ),
+        // `Served` is non-exhaustive for users outside this crate; every variant is above.
+        #[allow(unreachable_patterns)]
+        _ => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &json!({"error": "internal", "message": "unexpected answer"}),
+        ),
     }
-    resp
 }
 
 /// One header's value (at most one, visible ASCII).
@@ -610,174 +809,6 @@ fn read_tab_headers(h: &HeaderMap) -> Result<Option<(String, Option<String>)>, S
         (None, None) => Ok(None),
         (None, Some(_)) => Err("Stipendex-Tab opens a tab with a call's Stipendex-Voucher".into()),
         (Some(v), open) => Ok(Some((decode(v)?, open.map(decode).transpose()?))),
-    }
-}
-
-/// A call paid by a voucher inside a tab (opened first by `open`, its hold Proof, if given).
-#[allow(clippy::too_many_arguments)]
-async fn tab_call(
-    b: &Binding,
-    cap: &PricedCapability,
-    req: HttpRequest,
-    sreq: &Request,
-    seen: &Seen<'_>,
-    voucher: &str,
-    open: Option<&str>,
-    next: Next,
-) -> Response {
-    let retry = |e: &Error| {
-        x402_transport::paywall::unavailable_response(
-            e.code(),
-            None,
-            &format!("{e}: send the same Stipendex-Voucher again"),
-        )
-    };
-    if let Some(proof) = open {
-        match b.receiver.open_tab(proof).await {
-            Ok(_) => {}
-            Err(e @ (Error::Storage(_) | Error::Payment(_)))
-                if matches!(&e, Error::Storage(_))
-                    || matches!(&e, Error::Payment(r) if r.is_retryable()) =>
-            {
-                return retry(&e);
-            }
-            Err(e) => return challenge(b, cap, seen, sreq, Some((e.code(), e.to_string()))).await,
-        }
-    }
-    let serving = match b.receiver.tab_call(sreq, voucher).await {
-        Ok(TabCall::Run(s)) => s,
-        Ok(TabCall::Answered { voucher, answer }) => {
-            let mut resp = replay(&answer);
-            set_tab_call(&mut resp, &voucher, &Digest::of(&answer.body));
-            let amount = Money::new(cap_asset(cap), rail_core::Amount::ZERO).ok();
-            resp.extensions_mut().remove::<Outcome>();
-            if let Some(amount) = amount {
-                resp.extensions_mut().insert(Outcome::TabCall {
-                    amount,
-                    replayed: true,
-                });
-            }
-            return resp;
-        }
-        // The price hook waived the call: served free, the voucher not counted.
-        Ok(TabCall::Waived { voucher }) => {
-            let mut resp = next.run(req).await;
-            resp.extensions_mut().remove::<FinalAmount>();
-            set_uncounted(&mut resp, &voucher);
-            return resp;
-        }
-        // The price hook refused the call: nothing taken, the voucher not counted.
-        Err(Error::Rejected(message)) => {
-            let mut resp = rejected_response(&message);
-            set_uncounted(&mut resp, &Digest::of(voucher.trim().as_bytes()));
-            return resp;
-        }
-        Err(e @ (Error::Storage(_) | Error::Payment(_))) => return retry(&e),
-        Err(e) => return challenge(b, cap, seen, sreq, Some((e.code(), e.to_string()))).await,
-    };
-    let voucher_digest = serving.voucher.digest().clone();
-    let price = serving.price.clone();
-    // The call's answer when it is not the handler's: kept for the voucher, and sent.
-    let answer_with = |status: StatusCode, body: Value| Answer {
-        status: status.as_u16(),
-        content_type: Some("application/json".into()),
-        body: body.to_string().into_bytes(),
-        receipt: None,
-    };
-    if serving.delivery == Delivery::Again && !idempotent(req.method().as_str()) {
-        let answer = answer_with(
-            StatusCode::CONFLICT,
-            json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN}),
-        );
-        return answered_in_tab(b, *serving, &answer).await;
-    }
-    let resp = next.run(req).await;
-    if resp.extensions().get::<Undelivered>().is_some() {
-        // Nothing reached the service: the voucher is taken back, and the wallet told so.
-        let taken_back = b.receiver.tab_undelivered(*serving).await;
-        let mut r = x402_transport::paywall::unavailable_response(
-            "upstream_unavailable",
-            None,
-            "the service behind this receiver could not be reached: send the same Stipendex-Voucher again",
-        );
-        match taken_back {
-            Ok(()) => set_uncounted(&mut r, &voucher_digest),
-            Err(e) => {
-                tracing::error!(error = %e, "stipendex: an undelivered call's voucher could not be taken back");
-            }
-        }
-        return r;
-    }
-    let (mut parts, body) = resp.into_parts();
-    parts.extensions.remove::<FinalAmount>();
-    let spooled = match super::spool::read(body, b.max_answer).await {
-        Ok(s) => s,
-        Err(e) => {
-            // The answer cannot be delivered whole: the voucher is taken back (never charged
-            // without service).
-            tracing::error!(error = %e, "stipendex: a paid call's answer cannot be delivered");
-            let taken_back = b.receiver.tab_undelivered(*serving).await;
-            let mut r = json_response(
-                StatusCode::BAD_GATEWAY,
-                &json!({"error": "answer_undeliverable", "message": format!("{e}: the voucher was not counted")}),
-            );
-            match taken_back {
-                Ok(()) => set_uncounted(&mut r, &voucher_digest),
-                Err(err) => {
-                    tracing::error!(error = %err, "stipendex: an undeliverable call's voucher could not be taken back");
-                }
-            }
-            return r;
-        }
-    };
-    // A body too large to keep is answered once; the same voucher again is `answer_gone`.
-    let answer = spooled.in_memory().map_or_else(
-        || Answer {
-            status: 0,
-            content_type: None,
-            body: Vec::new(),
-            receipt: None,
-        },
-        |bytes| kept(&parts, bytes, None),
-    );
-    b.receiver
-        .tab_answered(*serving, answer, &spooled.digest)
-        .await;
-    parts.headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, no-store"),
-    );
-    parts.extensions.insert(Outcome::TabCall {
-        amount: price,
-        replayed: false,
-    });
-    let result = spooled.digest.clone();
-    let mut resp = Response::from_parts(parts, spooled.into_body());
-    set_tab_call(&mut resp, &voucher_digest, &result);
-    resp
-}
-
-/// A call inside a tab answered by the binding itself (not the handler): the answer kept for
-/// the voucher, and sent with its `Stipendex-Tab-Call`.
-async fn answered_in_tab(
-    b: &Binding,
-    serving: crate::receiver::Serving,
-    answer: &Answer,
-) -> Response {
-    let voucher = serving.voucher.digest().clone();
-    let result = Digest::of(&answer.body);
-    b.receiver
-        .tab_answered(serving, answer.clone(), &result)
-        .await;
-    let mut resp = replay(answer);
-    set_tab_call(&mut resp, &voucher, &result);
-    resp
-}
-
-fn cap_asset(cap: &PricedCapability) -> rail_core::Asset {
-    match &cap.price {
-        crate::receiver::Price::Fixed(m) => m.asset().clone(),
-        crate::receiver::Price::Estimate { estimate, .. } => estimate.asset().clone(),
     }
 }
 
@@ -894,20 +925,6 @@ fn gone(g: &Gone) -> Response {
     resp
 }
 
-/// What is kept of a paid answer for a repeat of its Proof.
-fn kept(parts: &axum::http::response::Parts, body: &[u8], receipt: Option<String>) -> Answer {
-    Answer {
-        status: parts.status.as_u16(),
-        content_type: parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        body: body.to_vec(),
-        receipt,
-    }
-}
-
 /// What the 402 needs of the request (a request is not `Sync`: it is not held across awaits),
 /// and the x402 route offered beside the Quote.
 struct Seen<'a> {
@@ -924,19 +941,6 @@ impl<'a> Seen<'a> {
             url: resource_url(req),
             head: req.method() == Method::HEAD,
             x402,
-        }
-    }
-
-    /// What the 402 beside `quote` offers: the x402 route only when the Quote asks the
-    /// capability's list price, the price the route was built at (the hook may quote another).
-    fn beside(&self, cap: &PricedCapability, quote: &Signed<Quote>) -> Seen<'a> {
-        Seen {
-            path: self.path.clone(),
-            url: self.url.clone(),
-            head: self.head,
-            x402: self
-                .x402
-                .filter(|_| cap.quoted_at_list_price(quote.object())),
         }
     }
 }
@@ -957,26 +961,6 @@ fn read_headers(h: &HeaderMap) -> (bool, Result<Option<String>, String>) {
     (x402, proof)
 }
 
-/// Waived, rejected or quoted.
-async fn gate(
-    b: &Binding,
-    cap: &PricedCapability,
-    req: HttpRequest,
-    sreq: &Request,
-    seen: &Seen<'_>,
-    next: Next,
-) -> Response {
-    match b.receiver.gate_on(cap, sreq).await {
-        Ok(Gate::Free | Gate::Waived) => next.run(req).await,
-        Ok(Gate::Rejected(message)) => rejected_response(&message),
-        Ok(Gate::Quote(q)) => {
-            let seen = seen.beside(cap, &q);
-            quoted(&seen, &q, offer_tab(b, sreq, &q).await, None).await
-        }
-        Err(e) => quote_failed(&e),
-    }
-}
-
 fn quote_failed(e: &Error) -> Response {
     if let Error::RateLimited { retry_after, .. } = e {
         let mut h = HeaderMap::new();
@@ -993,56 +977,20 @@ fn quote_failed(e: &Error) -> Response {
     x402_transport::paywall::unavailable_response(e.code(), None, &format!("cannot quote now: {e}"))
 }
 
-/// A 402 with a fresh Quote, and `error` naming why the last payment was refused.
-async fn challenge(
-    b: &Binding,
-    cap: &PricedCapability,
-    req: &Seen<'_>,
-    sreq: &Request,
-    refusal: Option<(&str, String)>,
-) -> Response {
-    match b.receiver.gate_on(cap, sreq).await {
-        Ok(Gate::Quote(q)) => {
-            let seen = req.beside(cap, &q);
-            quoted(&seen, &q, offer_tab(b, sreq, &q).await, refusal).await
-        }
-        Ok(Gate::Rejected(message)) => rejected_response(&message),
-        // Waived or free now: the refused payment is moot; ask again without charging.
-        Ok(Gate::Free | Gate::Waived) => json_response(
-            StatusCode::CONFLICT,
-            &json!({"error": "not_priced", "message": "this request needs no payment now: send it without Stipendex-Payment"}),
-        ),
-        Err(e) => quote_failed(&e),
-    }
-}
-
-/// The tab offered beside a Quote, if the receiver offers tabs for the request (a failure to
-/// offer one leaves the Quote alone).
-async fn offer_tab(
-    b: &Binding,
-    sreq: &Request,
-    quote: &crate::envelope::Signed<crate::envelope::Quote>,
-) -> Option<crate::envelope::Signed<Tab>> {
-    match b.receiver.offer_tab_beside(sreq, quote).await {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(error = %e, "stipendex: cannot offer a tab now; quoting without it");
-            None
-        }
-    }
-}
-
 /// The 402: `{"quote": …, "tab": …}` merged with the x402 body when the route also takes
 /// x402, and x402 v2's `PAYMENT-REQUIRED`.
 async fn quoted(
     req: &Seen<'_>,
+    list_price: bool,
     quote: &crate::envelope::Signed<crate::envelope::Quote>,
     tab: Option<crate::envelope::Signed<Tab>>,
-    refusal: Option<(&str, String)>,
+    refusal: Option<(String, String)>,
 ) -> Response {
     let mut body = Map::new();
     let mut x402_header = None;
-    if let Some((p, route)) = req.x402 {
+    // The x402 route is offered beside the Quote only when the Quote asks the capability's
+    // list price, the price the route was built at (the hook may quote another).
+    if let Some((p, route)) = req.x402.filter(|_| list_price) {
         match p.payment_required(route, &req.path, &req.url, None).await {
             Ok((v2, v1)) => {
                 let members = match &v1 {
@@ -1068,7 +1016,7 @@ async fn quoted(
     }
     let refusal_given = refusal.is_some();
     if let Some((code, message)) = refusal {
-        body.insert("error".into(), Value::String(code.to_owned()));
+        body.insert("error".into(), Value::String(code));
         body.insert("message".into(), Value::String(message));
     }
     let outcome = Outcome::Quoted {
@@ -1097,102 +1045,6 @@ fn decode_header(value: &str) -> Result<String, Error> {
         .map_err(|_| Error::Malformed("Stipendex-Payment is not base64url".into()))?;
     String::from_utf8(bytes)
         .map_err(|_| Error::Malformed("Stipendex-Payment does not hold a compact JWS".into()))
-}
-
-/// What became of a paid request's answer.
-enum Finished {
-    /// Delivered (or failed and kept, as a service payment's failure is): the response, and
-    /// what to keep of it for a repeat of the Proof.
-    Answered(Response, Option<Answer>),
-    /// The work answered, but its answer could not be delivered whole (larger than the
-    /// binding delivers, or unreadable): the response that says so, and whether the payment was
-    /// given back (a hold voided, a service payment refunded). If it was not, the Proof's claim
-    /// is released instead, so that the same Proof can ask again: never charged without service.
-    Undeliverable(Response, bool),
-}
-
-/// After the paid handler: the Receipt on success — a 2xx, or a 3xx the work chose (a
-/// redirect to what was paid for, such as a presigned download) — a checkout capturing its
-/// final amount first; a failed checkout's hold is voided. The body is read whole (spooled to a
-/// temporary file past what is kept in memory) and the Receipt binds its digest.
-async fn finish(b: &Binding, accepted: &Accepted, resp: Response) -> Finished {
-    let (mut parts, body) = resp.into_parts();
-    let final_amount = parts.extensions.remove::<FinalAmount>();
-    let ok = parts.status.is_success() || parts.status.is_redirection();
-    let spooled = match super::spool::read(body, b.max_answer).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "stipendex: the paid handler's answer cannot be delivered");
-            let given_back = match b.receiver.give_back(accepted).await {
-                Ok(given) => given,
-                Err(err) => {
-                    tracing::error!(error = %err, "stipendex: cannot give back the payment of an answer that cannot be delivered");
-                    false
-                }
-            };
-            let message = if given_back {
-                format!("{e}: the payment was given back")
-            } else {
-                format!("{e}: nothing was kept; send the same Stipendex-Payment again")
-            };
-            return Finished::Undeliverable(
-                json_response(
-                    StatusCode::BAD_GATEWAY,
-                    &json!({"error": "answer_undeliverable", "message": message}),
-                ),
-                given_back,
-            );
-        }
-    };
-    if !ok {
-        if let Err(e) = b.receiver.release(accepted).await {
-            tracing::error!(error = %e, "stipendex: cannot void a hold after a failed handler");
-        }
-        // The profile's rule: a service payment is not refunded; the same Proof again gets
-        // this same answer, not a second run.
-        let answer = spooled.in_memory().map(|bytes| kept(&parts, bytes, None));
-        return Finished::Answered(Response::from_parts(parts, spooled.into_body()), answer);
-    }
-    let receipt = b
-        .receiver
-        .settle_digest(
-            accepted,
-            final_amount.map(|FinalAmount(m)| m),
-            spooled.digest.clone(),
-        )
-        .await;
-    match receipt {
-        Ok(r) => {
-            if let Ok(v) = HeaderValue::from_str(&r.to_header()) {
-                parts.headers.insert(HeaderName::from_static(RECEIPT), v);
-            }
-            parts.headers.insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("private, no-store"),
-            );
-            parts.extensions.insert(Outcome::Paid {
-                rail: accepted.rail.clone(),
-                amount: accepted.verified.amount.clone(),
-            });
-            let answer = spooled
-                .in_memory()
-                .map(|bytes| kept(&parts, bytes, Some(r.jws().to_owned())));
-            Finished::Answered(Response::from_parts(parts, spooled.into_body()), answer)
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "stipendex: cannot settle after the handler");
-            if let Err(v) = b.receiver.release(accepted).await {
-                tracing::error!(error = %v, "stipendex: cannot void a hold");
-            }
-            Finished::Answered(
-                json_response(
-                    StatusCode::BAD_GATEWAY,
-                    &json!({"error": e.code(), "message": e.to_string()}),
-                ),
-                None,
-            )
-        }
-    }
 }
 
 #[cfg(test)]

@@ -34,10 +34,10 @@ use super::{
     TAB_CLOSE, VOUCHER,
 };
 use crate::Error;
-use crate::envelope::{Quote, Signed, Tab};
+use crate::envelope::{Digest, Quote, Signed, Tab};
 use crate::receiver::{
-    Accepted, Admitted, Answer, Delivery, Gate, OUTCOME_UNKNOWN, Outcome as GateOutcome,
-    PricedCapability, Receiver, Request, TabCall, idempotent,
+    Answer, Gate, OUTCOME_UNKNOWN, Outcome as GateOutcome, Payment, PricedCapability, Ran,
+    Receiver, Request, Seal, Served, Work,
 };
 
 tokio::task_local! {
@@ -296,7 +296,7 @@ fn rpc_error(code: i32, message: impl Into<Cow<'static, str>>, data: Value) -> E
 fn payment_required(
     quote: &Signed<Quote>,
     tab: Option<&Signed<Tab>>,
-    refusal: Option<(&str, String)>,
+    refusal: Option<(String, String)>,
 ) -> ErrorData {
     let mut data = json!({"quote": quote});
     if let Some(o) = data.as_object_mut() {
@@ -304,7 +304,7 @@ fn payment_required(
             o.insert("tab".into(), json!(t));
         }
         if let Some((code, message)) = refusal {
-            o.insert("error".into(), Value::String(code.to_owned()));
+            o.insert("error".into(), Value::String(code));
             o.insert("message".into(), Value::String(message));
         }
     }
@@ -432,69 +432,8 @@ impl GateState {
         r
     }
 
-    /// A fresh Quote for `sreq` as the -32402 error (or the hook's waiver or refusal, which
-    /// after a refused payment means: send it again without one).
-    async fn quote_error(
-        &self,
-        cap: &PricedCapability,
-        sreq: &Request,
-        refusal: Option<(&str, String)>,
-    ) -> ErrorData {
-        match self.receiver.gate_on(cap, sreq).await {
-            Ok(Gate::Quote(q)) => {
-                self.saw(&GateOutcome::Quoted {
-                    refusal: refusal.as_ref().map(|(code, _)| (*code).to_owned()),
-                });
-                payment_required(&q, self.offered_tab(sreq, &q).await.as_ref(), refusal)
-            }
-            Ok(Gate::Rejected(message)) => {
-                self.saw(&GateOutcome::Rejected);
-                rejected(&message)
-            }
-            Ok(Gate::Free | Gate::Waived) => rpc_error(
-                ErrorCode::INVALID_REQUEST.0,
-                format!("this call needs no payment now: send it without _meta[\"{PAYMENT}\"]"),
-                json!({"error": "not_priced"}),
-            ),
-            Err(e) => cannot_quote(&e),
-        }
-    }
-
-    /// The one guard ([`Receiver::guard`]) for a priced call that presents a payment of any
-    /// kind ([`super::PAYMENT_KEYS`]): while the work cannot be done, nothing is taken and the
-    /// caller is told to send the same payment again (a voucher is not counted).
-    async fn guard(&self, meta: &JsonObject) -> Result<(), ErrorData> {
-        let paying = super::PAYMENT_KEYS
-            .iter()
-            .any(|k| meta.get(*k).is_some_and(|v| !v.is_null()));
-        if !paying {
-            return Ok(());
-        }
-        let Err(e) = self.receiver.guard().await else {
-            return Ok(());
-        };
-        let mut data = json!({
-            "error": e.code(),
-            "message": e.to_string(),
-            "retryable": true,
-            "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS,
-        });
-        if let Some(Ok(v)) = signed_in(meta, VOUCHER, "voucher/0.1")
-            && let Some(o) = data.as_object_mut()
-        {
-            o.insert(
-                TAB_CALL.into(),
-                super::uncounted(&crate::envelope::Digest::of(v.trim().as_bytes())),
-            );
-        }
-        Err(rpc_error(
-            ErrorCode::INTERNAL_ERROR.0,
-            format!("{e}: nothing was charged; send the same payment again later"),
-            data,
-        ))
-    }
-
-    /// A gated call: unpaid (quote, waive or reject) or paid (admit, run, receipt).
+    /// A gated call: every step is the engine's ([`Receiver::serve`]); the gate reads what
+    /// `_meta` presents to pay and encodes the engine's answer.
     async fn call<R, F>(
         &self,
         cap: &PricedCapability,
@@ -503,259 +442,71 @@ impl GateState {
         run: F,
     ) -> Result<R, ErrorData>
     where
-        R: Outcome,
-        F: Future<Output = Result<R, ErrorData>>,
+        R: Outcome + Send,
+        F: Future<Output = Result<R, ErrorData>> + Send,
     {
-        let meta = &context.meta.0.0;
-        self.guard(meta).await?;
-        match signed_in(meta, VOUCHER, "voucher/0.1") {
-            None => {}
-            Some(Err(why)) => {
-                return Err(self.quote_error(cap, sreq, Some(("malformed", why))).await);
-            }
-            Some(Ok(v)) => {
-                if meta.contains_key(PAYMENT) {
-                    return Err(self
-                        .quote_error(
-                            cap,
-                            sreq,
-                            Some((
-                                "malformed",
-                                "a call is paid by a Proof or a voucher, not both".into(),
-                            )),
-                        )
-                        .await);
-                }
-                return self.tab_call(cap, sreq, meta, &v, run).await;
-            }
+        let payment = payment_in(&context.meta.0.0);
+        if matches!(payment, Payment::Voucher { .. }) {
+            // The keeper, if the server was made outside a runtime (a no-op once started).
+            self.receiver.spawn_tab_keeper(TAB_KEEPER_EVERY);
         }
-        match proof_in(&context.meta.0.0) {
-            None => match self.receiver.gate_on(cap, sreq).await {
-                Ok(Gate::Free | Gate::Waived) => run.await,
-                Ok(Gate::Rejected(message)) => {
-                    self.saw(&GateOutcome::Rejected);
-                    Err(rejected(&message))
-                }
-                Ok(Gate::Quote(q)) => {
-                    self.saw(&GateOutcome::Quoted { refusal: None });
-                    Err(payment_required(
-                        &q,
-                        self.offered_tab(sreq, &q).await.as_ref(),
-                        None,
-                    ))
-                }
-                Err(e) => Err(cannot_quote(&e)),
-            },
-            Some(Err(why)) => Err(self.quote_error(cap, sreq, Some(("malformed", why))).await),
-            Some(Ok(jws)) => self.paid(cap, sreq, &jws, run).await,
-        }
-    }
-
-    /// The tab offered beside a Quote for `sreq`, if the receiver offers tabs (a failure to
-    /// offer one leaves the Quote alone).
-    async fn offered_tab(&self, sreq: &Request, quote: &Signed<Quote>) -> Option<Signed<Tab>> {
-        match self.receiver.offer_tab_beside(sreq, quote).await {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "stipendex/mcp: cannot offer a tab now; quoting without it");
-                None
-            }
-        }
-    }
-
-    /// A call paid by a voucher inside a tab (opened first by the hold Proof in
-    /// `_meta["stipendex/tab"]`, with the tab's first call).
-    async fn tab_call<R, F>(
-        &self,
-        cap: &PricedCapability,
-        sreq: &Request,
-        meta: &JsonObject,
-        voucher: &str,
-        run: F,
-    ) -> Result<R, ErrorData>
-    where
-        R: Outcome,
-        F: Future<Output = Result<R, ErrorData>>,
-    {
-        // The keeper, if the server was made outside a runtime (a no-op once started).
-        self.receiver.spawn_tab_keeper(TAB_KEEPER_EVERY);
-        let retryable = |e: &Error| match e {
-            Error::Storage(s) => Some(retry_same(&rail_core::RailError::Storage(s.clone()))),
-            Error::Payment(r) if r.is_retryable() => Some(retry_same(r)),
-            _ => None,
+        let voucher = matches!(payment, Payment::Voucher { .. });
+        let work = McpWork {
+            run: Some(run),
+            _out: std::marker::PhantomData,
         };
-        match signed_in(meta, TAB, "proof/0.1") {
-            None => {}
-            Some(Err(why)) => {
-                return Err(self.quote_error(cap, sreq, Some(("malformed", why))).await);
+        let served = self.receiver.serve(cap, sreq, payment, work).await;
+        self.respond(served, voucher)
+    }
+
+    /// The engine's answer as the call's result or JSON-RPC error.
+    fn respond<R: Outcome>(
+        &self,
+        served: Served<McpOut<R>>,
+        voucher: bool,
+    ) -> Result<R, ErrorData> {
+        let uncounted_in = |mut e: ErrorData, uncounted: Option<Digest>| {
+            if let (Some(v), Some(Value::Object(o))) = (uncounted, e.data.as_mut()) {
+                o.insert(TAB_CALL.into(), super::uncounted(&v));
             }
-            Some(Ok(proof)) => {
-                if let Err(e) = self.receiver.open_tab(&proof).await {
-                    return Err(match retryable(&e) {
-                        Some(r) => r,
-                        None => {
-                            self.quote_error(cap, sreq, Some((e.code(), e.to_string())))
-                                .await
-                        }
-                    });
+            e
+        };
+        match served {
+            Served::Free { out, .. } => out.into_result(),
+            Served::Ran { out, outcome } => {
+                if let Some(o) = &outcome {
+                    self.saw(o);
                 }
+                out.into_result()
             }
-        }
-        let serving = match self.receiver.tab_call(sreq, voucher).await {
-            Ok(TabCall::Run(s)) => s,
-            Ok(TabCall::Answered { answer, .. }) => {
-                self.saw(&GateOutcome::Replayed);
-                return replay(&answer);
-            }
-            // The price hook waived the call: run for free, the voucher not counted.
-            Ok(TabCall::Waived { voucher }) => {
-                let out = run.await?;
-                return match out.completed() {
-                    Ok((mut v, _)) => {
-                        if let Some(o) = v.as_object_mut() {
-                            let meta = o
-                                .entry("_meta")
-                                .or_insert_with(|| Value::Object(serde_json::Map::new()));
-                            if let Some(m) = meta.as_object_mut() {
-                                m.insert(TAB_CALL.into(), super::uncounted(&voucher));
-                            }
-                        }
-                        R::from_json(v).map_err(|e| internal(&e))
-                    }
-                    Err(r) => Ok(r),
-                };
-            }
-            // The price hook refused the call: nothing taken, the voucher not counted.
-            Err(Error::Rejected(message)) => {
-                self.saw(&GateOutcome::Rejected);
-                let mut e = rejected(&message);
-                if let Some(Value::Object(o)) = e.data.as_mut() {
-                    o.insert(
-                        TAB_CALL.into(),
-                        super::uncounted(&crate::envelope::Digest::of(voucher.trim().as_bytes())),
-                    );
-                }
-                return Err(e);
-            }
-            Err(e) => {
-                return Err(match retryable(&e) {
-                    Some(r) => r,
-                    None => {
-                        self.quote_error(cap, sreq, Some((e.code(), e.to_string())))
-                            .await
-                    }
+            Served::Quote {
+                quote,
+                tab,
+                refusal,
+                ..
+            } => {
+                self.saw(&GateOutcome::Quoted {
+                    refusal: refusal.as_ref().map(|(code, _)| code.clone()),
                 });
+                Err(payment_required(&quote, tab.as_deref(), refusal))
             }
-        };
-        let voucher_digest = serving.voucher.digest().clone();
-        let price = serving.price.clone();
-        let keep = |status: u16, body: &Value| Answer {
-            status,
-            content_type: Some("application/json".into()),
-            body: body.to_string().into_bytes(),
-            receipt: None,
-        };
-        if serving.delivery == Delivery::Again && !idempotent(&sreq.method) {
-            let e = rpc_error(
-                ErrorCode::INTERNAL_ERROR.0,
-                OUTCOME_UNKNOWN,
-                json!({"error": "outcome_unknown"}),
-            );
-            let v = serde_json::to_value(&e).unwrap_or(Value::Null);
-            let result = super::result_digest(&v);
-            self.receiver
-                .tab_answered(*serving, keep(KEPT_ERROR, &v), &result)
-                .await;
-            return Err(e);
-        }
-        // The call was paid by its voucher: whatever it answers keeps the increment (§4b) —
-        // unless it never reached the service, and then the voucher is taken back.
-        match run.await {
-            Err(e) if super::is_undelivered(&e) => {
-                let mut out = rpc_error(
-                    ErrorCode::INTERNAL_ERROR.0,
-                    format!("{}: send the same {VOUCHER} again", e.message),
-                    json!({"error": "upstream_unavailable", "retryable": true, "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS}),
-                );
-                match self.receiver.tab_undelivered(*serving).await {
-                    Ok(()) => {
-                        if let Some(Value::Object(o)) = out.data.as_mut() {
-                            o.insert(TAB_CALL.into(), super::uncounted(&voucher_digest));
-                        }
-                    }
-                    Err(err) => {
-                        tracing::error!(error = %err, "stipendex/mcp: an undelivered call's voucher could not be taken back");
-                    }
-                }
-                Err(out)
+            Served::Rejected { message, uncounted } => {
+                self.saw(&GateOutcome::Rejected);
+                Err(uncounted_in(rejected(&message), uncounted))
             }
-            Err(e) => {
-                let v = serde_json::to_value(&e).unwrap_or(Value::Null);
-                let result = super::result_digest(&v);
-                self.receiver
-                    .tab_answered(*serving, keep(KEPT_ERROR, &v), &result)
-                    .await;
-                Err(e)
-            }
-            Ok(r) => match r.completed() {
-                // Input required, a task: not a result to bind; the call stays paid.
-                Err(r) => {
-                    self.receiver
-                        .tab_answered(
-                            *serving,
-                            keep(KEPT_RESULT, &Value::Null),
-                            &super::result_digest(&Value::Null),
-                        )
-                        .await;
-                    Ok(r)
-                }
-                Ok((mut v, _failed)) => {
-                    let result = super::result_digest(&v);
-                    if let Some(o) = v.as_object_mut() {
-                        let meta = o
-                            .entry("_meta")
-                            .or_insert_with(|| Value::Object(serde_json::Map::new()));
-                        if let Some(m) = meta.as_object_mut() {
-                            m.insert(
-                                TAB_CALL.into(),
-                                json!({"voucher": voucher_digest.as_str(), "result": result.as_str()}),
-                            );
-                        }
-                    }
-                    self.receiver
-                        .tab_answered(*serving, keep(KEPT_RESULT, &v), &result)
-                        .await;
-                    self.saw(&GateOutcome::TabCall {
-                        amount: price,
-                        replayed: false,
-                    });
-                    R::from_json(v).map_err(|e| internal(&e))
-                }
-            },
-        }
-    }
-
-    async fn paid<R, F>(
-        &self,
-        cap: &PricedCapability,
-        sreq: &Request,
-        jws: &str,
-        run: F,
-    ) -> Result<R, ErrorData>
-    where
-        R: Outcome,
-        F: Future<Output = Result<R, ErrorData>>,
-    {
-        let paying = match self.receiver.present(sreq, jws).await {
-            Ok(crate::receiver::Presented::Admitted(Admitted::Run(p))) => p,
-            // The same Proof again for the same call: its answer was lost on the way.
-            Ok(crate::receiver::Presented::Admitted(Admitted::Answered { answer, .. })) => {
+            Served::NotPriced => Err(rpc_error(
+                ErrorCode::INVALID_REQUEST.0,
+                format!("this call needs no payment now: send it without _meta[\"{PAYMENT}\"]"),
+                json!({"error": "not_priced"}),
+            )),
+            Served::CannotQuote(e) => Err(cannot_quote(&e)),
+            Served::Replayed { answer, .. } => {
                 self.saw(&GateOutcome::Replayed);
-                return replay(&answer);
+                replay(&answer)
             }
             // Answered and receipted once, its kept answer since let go: not run again, nothing
             // more charged, and said so (never a fresh Quote for a call already paid).
-            Ok(crate::receiver::Presented::Gone(g)) => {
+            Served::Gone(g) => {
                 let mut data = json!({
                     "error": crate::receiver::ANSWER_GONE,
                     "message": g.message,
@@ -764,157 +515,247 @@ impl GateState {
                 if let (Some(obj), Some(r)) = (data.as_object_mut(), &g.receipt) {
                     obj.insert("receipt".into(), Value::from(r.as_str()));
                 }
-                return Err(rpc_error(
+                Err(rpc_error(
                     ErrorCode::INVALID_REQUEST.0,
                     format!(
                         "{}: the call was answered once and is not run again",
                         g.message
                     ),
                     data,
-                ));
+                ))
             }
-            Err(Error::Payment(e)) if e.is_retryable() => return Err(retry_same(&e)),
-            Err(e) => {
-                return Err(self
-                    .quote_error(cap, sreq, Some((e.code(), e.to_string())))
-                    .await);
+            Served::OutcomeUnknown { answer, .. } => replay(&answer),
+            // The one guard: while the work cannot be done, nothing is taken and the caller is
+            // told to send the same payment again (a voucher is not counted).
+            Served::Retry {
+                error,
+                unavailable: true,
+                uncounted,
+            } => Err(uncounted_in(not_now(&error), uncounted)),
+            Served::Retry { error, .. } => Err(match error {
+                Error::Payment(r) => retry_same(&r),
+                Error::Storage(s) => retry_same(&rail_core::RailError::Storage(s)),
+                e => retry_same(&rail_core::RailError::Storage(e.to_string())),
+            }),
+            Served::Undelivered { why, uncounted } => {
+                let message = if voucher {
+                    format!("{why}: send the same {VOUCHER} again")
+                } else {
+                    format!("{why}: nothing was kept; send the same {PAYMENT} again")
+                };
+                Err(uncounted_in(
+                    rpc_error(
+                        ErrorCode::INTERNAL_ERROR.0,
+                        message,
+                        json!({"error": "upstream_unavailable", "retryable": true, "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS}),
+                    ),
+                    uncounted,
+                ))
             }
-        };
-        // At most once per Proof: a call handed over by an instance that then stopped runs
-        // again only if it is a read.
-        match self.receiver.deliver(&paying).await {
-            Ok(Delivery::First) => {}
-            Ok(Delivery::Again) if idempotent(&sreq.method) => {}
-            Ok(Delivery::Again) => {
-                let e = rpc_error(
+            Served::Undeliverable { why, uncounted, .. } => Err(uncounted_in(
+                rpc_error(
                     ErrorCode::INTERNAL_ERROR.0,
-                    OUTCOME_UNKNOWN,
-                    json!({"error": "outcome_unknown"}),
-                );
-                let kept = serde_json::to_value(&e).ok().map(|v| Answer {
-                    status: KEPT_ERROR,
-                    content_type: Some("application/json".into()),
-                    body: v.to_string().into_bytes(),
-                    receipt: None,
-                });
-                if let Err(err) = self.receiver.answered(*paying, kept.as_ref()).await {
-                    tracing::error!(error = %err, "stipendex/mcp: cannot keep the outcome-unknown answer");
-                }
-                return Err(e);
-            }
-            Err(e) => return Err(retry_same(&rail_core::RailError::Storage(e.to_string()))),
+                    format!("{why}: the answer cannot be delivered"),
+                    json!({"error": "answer_undeliverable"}),
+                ),
+                uncounted,
+            )),
+            Served::Unsettled(e) => Err(rpc_error(
+                ErrorCode::INTERNAL_ERROR.0,
+                format!("the call ran but its payment could not be settled: {e}"),
+                json!({"error": e.code()}),
+            )),
+            #[allow(unreachable_patterns)]
+            _ => Err(ErrorData::internal_error("unexpected answer", None)),
         }
-        let done = paying
-            .keep_alive(async {
-                let (out, final_amount) = FINAL
-                    .scope(RefCell::new(None), async {
-                        let out = run.await;
-                        (out, FINAL.with(RefCell::take))
-                    })
-                    .await;
-                if let Err(e) = &out
-                    && super::is_undelivered(e)
-                {
-                    return Err(e.message.clone());
-                }
-                Ok(self.finish(&paying.accepted, out, final_amount).await)
-            })
-            .await;
-        let (out, answer) = match done {
-            Ok(d) => d,
-            Err(message) => {
-                // Nothing reached the service: nothing is kept, the Proof stays usable.
-                self.receiver.undelivered(*paying).await;
-                return Err(rpc_error(
-                    ErrorCode::INTERNAL_ERROR.0,
-                    format!("{message}: nothing was kept; send the same {PAYMENT} again"),
-                    json!({"error": "upstream_unavailable", "retryable": true, "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS}),
-                ));
-            }
-        };
-        if let Err(e) = self.receiver.answered(*paying, answer.as_ref()).await {
-            tracing::error!(error = %e, "stipendex/mcp: the answer was given but could not be kept for a repeat");
+    }
+}
+
+/// The guard refused ([`Receiver::guard`]): the work cannot be done now; nothing was taken.
+fn not_now(error: &Error) -> ErrorData {
+    rpc_error(
+        ErrorCode::INTERNAL_ERROR.0,
+        format!("{error}: nothing was charged; send the same payment again later"),
+        json!({
+            "error": error.code(),
+            "message": error.to_string(),
+            "retryable": true,
+            "retryAfterSeconds": x402_transport::wire::RETRY_AFTER_SECS,
+        }),
+    )
+}
+
+/// What `_meta` presents to pay: a voucher (with the tab's opening), a Proof, nothing, or a
+/// payment that cannot be read.
+fn payment_in(meta: &JsonObject) -> Payment {
+    match signed_in(meta, VOUCHER, "voucher/0.1") {
+        None => {}
+        Some(Err(why)) => return Payment::Malformed(why),
+        Some(Ok(_)) if meta.contains_key(PAYMENT) => {
+            return Payment::Malformed("a call is paid by a Proof or a voucher, not both".into());
         }
-        out
+        Some(Ok(voucher)) => {
+            return match signed_in(meta, TAB, "proof/0.1").transpose() {
+                Ok(open) => Payment::Voucher { voucher, open },
+                Err(why) => Payment::Malformed(why),
+            };
+        }
+    }
+    match proof_in(meta) {
+        None => Payment::None,
+        Some(Ok(jws)) => Payment::Proof(jws),
+        Some(Err(why)) => Payment::Malformed(why),
+    }
+}
+
+/// A gated call's answer on its way through the engine: the handler's response, or its
+/// completed result as JSON (sealed with a Receipt or a tab call's digests).
+enum McpOut<R> {
+    Done(Result<R, ErrorData>),
+    Value(Value),
+}
+
+impl<R: Outcome> McpOut<R> {
+    fn into_result(self) -> Result<R, ErrorData> {
+        match self {
+            McpOut::Done(r) => r,
+            McpOut::Value(v) => R::from_json(v).map_err(|e| internal(&e)),
+        }
+    }
+}
+
+/// The handler's call behind the gate.
+struct McpWork<R, F> {
+    run: Option<F>,
+    _out: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R, F> McpWork<R, F>
+where
+    F: Future<Output = Result<R, ErrorData>> + Send,
+{
+    async fn run(&mut self) -> Result<R, ErrorData> {
+        match self.run.take() {
+            Some(f) => f.await,
+            None => Err(ErrorData::internal_error("the call was already run", None)),
+        }
+    }
+}
+
+/// `_meta[key] = value` on a result.
+fn meta_insert(v: &mut Value, key: &str, value: Value) {
+    if let Some(o) = v.as_object_mut() {
+        let meta = o
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert(key.into(), value);
+        }
+    }
+}
+
+impl<R, F> Work for McpWork<R, F>
+where
+    R: Outcome + Send,
+    F: Future<Output = Result<R, ErrorData>> + Send,
+{
+    type Out = McpOut<R>;
+
+    async fn run_free(&mut self) -> McpOut<R> {
+        McpOut::Done(self.run().await)
     }
 
-    /// After the paid work: the Receipt on success (a checkout captures its final amount
-    /// first); a failed call's hold is voided, and its failure is the kept answer.
-    async fn finish<R: Outcome>(
-        &self,
-        accepted: &Accepted,
-        out: Result<R, ErrorData>,
-        final_amount: Option<Money>,
-    ) -> (Result<R, ErrorData>, Option<Answer>) {
+    async fn run_paid(&mut self) -> Ran<McpOut<R>> {
+        let (out, final_amount) = FINAL
+            .scope(RefCell::new(None), async {
+                let out = self.run().await;
+                (out, FINAL.with(RefCell::take))
+            })
+            .await;
+        match out {
+            Err(e) if super::is_undelivered(&e) => Ran::Undelivered(e.message.to_string()),
+            // A failure: kept as the answer (a hold voided); a call inside a tab stays paid.
+            Err(e) => {
+                let v = serde_json::to_value(&e).unwrap_or(Value::Null);
+                Ran::Answered {
+                    result: super::result_digest(&v),
+                    out: McpOut::Done(Err(e)),
+                    ok: false,
+                    final_amount,
+                }
+            }
+            Ok(r) => match r.completed() {
+                // Input required, a task: not a result to bind.
+                Err(r) => Ran::Unbound(McpOut::Done(Ok(r))),
+                Ok((v, failed)) => Ran::Answered {
+                    result: super::result_digest(&v),
+                    out: McpOut::Value(v),
+                    ok: !failed,
+                    final_amount,
+                },
+            },
+        }
+    }
+
+    fn seal(&mut self, out: &mut McpOut<R>, seal: Seal<'_>) -> Option<Answer> {
         let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {
             status,
             content_type: Some("application/json".into()),
             body: body.to_string().into_bytes(),
             receipt,
         };
-        let (mut v, failed) = match out {
-            Err(e) => {
-                self.void(accepted).await;
-                let kept = serde_json::to_value(&e)
-                    .ok()
-                    .map(|v| keep(KEPT_ERROR, &v, None));
-                return (Err(e), kept);
-            }
-            // Input required, a task: not a result this gate can receipt (a paid call
-            // completes in one round); the hold is voided and nothing is kept.
-            Ok(r) => match r.completed() {
-                Err(r) => {
-                    tracing::warn!(
-                        "stipendex/mcp: a paid call did not complete in one round; its hold is voided"
-                    );
-                    self.void(accepted).await;
-                    return (Ok(r), None);
+        if let Seal::Uncounted(voucher) = seal {
+            // Run free inside a tab: the result says the voucher was not counted.
+            let done = std::mem::replace(out, McpOut::Value(Value::Null));
+            *out = match done {
+                McpOut::Done(Ok(r)) => match r.completed() {
+                    Ok((mut v, _)) => {
+                        meta_insert(&mut v, TAB_CALL, super::uncounted(voucher));
+                        McpOut::Value(v)
+                    }
+                    Err(r) => McpOut::Done(Ok(r)),
+                },
+                other => other,
+            };
+            return None;
+        }
+        match out {
+            McpOut::Done(Err(e)) => serde_json::to_value(&*e)
+                .ok()
+                .map(|v| keep(KEPT_ERROR, &v, None)),
+            McpOut::Done(Ok(_)) => None,
+            McpOut::Value(v) => match seal {
+                Seal::Receipt(r) => {
+                    meta_insert(v, RECEIPT, json!(r));
+                    Some(keep(KEPT_RESULT, v, Some(r.jws().to_owned())))
                 }
-                Ok(c) => c,
+                Seal::TabCall { voucher, result } => {
+                    meta_insert(
+                        v,
+                        TAB_CALL,
+                        json!({"voucher": voucher.as_str(), "result": result.as_str()}),
+                    );
+                    Some(keep(KEPT_RESULT, v, None))
+                }
+                Seal::Failed | Seal::Uncounted(_) => Some(keep(KEPT_RESULT, v, None)),
             },
-        };
-        if failed {
-            self.void(accepted).await;
-            let kept = keep(KEPT_RESULT, &v, None);
-            return (R::from_json(v).map_err(|e| internal(&e)), Some(kept));
         }
-        let bytes = super::canonical_result(&v);
-        let receipt = self.receiver.settle(accepted, final_amount, &bytes).await;
-        let receipt = match receipt {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "stipendex/mcp: cannot settle after the call");
-                self.void(accepted).await;
-                return (
-                    Err(rpc_error(
-                        ErrorCode::INTERNAL_ERROR.0,
-                        format!("the call ran but its payment could not be settled: {e}"),
-                        json!({"error": e.code()}),
-                    )),
-                    None,
-                );
-            }
-        };
-        if let Some(o) = v.as_object_mut() {
-            let meta = o
-                .entry("_meta")
-                .or_insert_with(|| Value::Object(serde_json::Map::new()));
-            if let Some(m) = meta.as_object_mut() {
-                m.insert(RECEIPT.into(), json!(receipt));
-            }
-        }
-        let kept = keep(KEPT_RESULT, &v, Some(receipt.jws().to_owned()));
-        self.saw(&GateOutcome::Paid {
-            rail: accepted.rail.clone(),
-            amount: accepted.verified.amount.clone(),
-        });
-        (R::from_json(v).map_err(|e| internal(&e)), Some(kept))
     }
 
-    async fn void(&self, accepted: &Accepted) {
-        if let Err(e) = self.receiver.release(accepted).await {
-            tracing::error!(error = %e, "stipendex/mcp: cannot void a hold after a failed call");
-        }
+    fn outcome_unknown() -> (Answer, Digest) {
+        let e = rpc_error(
+            ErrorCode::INTERNAL_ERROR.0,
+            OUTCOME_UNKNOWN,
+            json!({"error": "outcome_unknown"}),
+        );
+        let v = serde_json::to_value(&e).unwrap_or(Value::Null);
+        let answer = Answer {
+            status: KEPT_ERROR,
+            content_type: Some("application/json".into()),
+            body: v.to_string().into_bytes(),
+            receipt: None,
+        };
+        (answer, super::result_digest(&v))
     }
 }
 
@@ -1093,7 +934,7 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
                 .contains_key(x402_transport::wire::PAYMENT_META)
             && cap.list_price_kept(&self.gate.receiver.resolve(cap, &sreq).await)
         {
-            self.gate.guard(&context.meta.0.0).await?;
+            self.gate.receiver.guard().await.map_err(|e| not_now(&e))?;
             let meta = context.meta.0.0.clone();
             let inner = &self.inner;
             let result = paywall

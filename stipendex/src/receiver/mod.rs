@@ -1,7 +1,10 @@
 //! The receiver: priced capabilities, signed Quotes, Proofs verified through their rail,
 //! signed Receipts — and never an unpaid forward.
 //!
-//! A transport binding (HTTP, MCP) calls, per request:
+//! A transport binding (HTTP, MCP, the gateway) decides once ([`Receiver::decide`]) and calls
+//! the engine, [`Receiver::serve`], which runs every step below in one order and answers
+//! [`Served`] for the binding to encode (module `serve`). The steps, for a binding that drives
+//! them itself:
 //! 1. [`Receiver::gate`]: free (not priced), waived, rejected (no charge, not forwarded), or a
 //!    signed Quote to send back (402 / -32402);
 //! 2. on the retry, [`Receiver::admit`] (or [`Receiver::accept`]) with the Proof: the Quote
@@ -20,6 +23,7 @@ mod keep;
 mod limit;
 pub mod price_file;
 mod pricing;
+mod serve;
 mod tab;
 
 use std::sync::Arc;
@@ -41,6 +45,7 @@ pub(crate) use pricing::matching;
 #[cfg(feature = "http")]
 pub(crate) use pricing::query_params;
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
+pub use serve::{Payment, Ran, Seal, Served, Work};
 pub use tab::{Opened, Serving, TabCall, TabTerms};
 
 use crate::Error;
@@ -611,7 +616,22 @@ impl Receiver {
     /// ask this, and nothing else.
     #[must_use]
     pub fn decide(&self, req: &Request) -> Option<&PricedCapability> {
+        // One event per decision (target `stipendex::decide`, level trace): what the bindings'
+        // tests count to show a request is decided once.
+        tracing::trace!(target: "stipendex::decide", method = %req.method, name = %req.name);
         pricing::matching_as(&self.0.capabilities, req, self.0.path_matching)
+    }
+
+    /// [`Receiver::decide`] as the position of the capability in [`Receiver::capabilities`]:
+    /// for a binding that decides in one place and serves in another (ContextVM's transport
+    /// holds a priced request; its payments admit it later, by this position).
+    #[must_use]
+    pub fn decide_position(&self, req: &Request) -> Option<usize> {
+        let cap = self.decide(req)?;
+        self.0
+            .capabilities
+            .iter()
+            .position(|c| std::ptr::eq(c, cap))
     }
 
     /// The one guard every way to pay passes before anything is taken — a Proof, a voucher, a

@@ -135,6 +135,15 @@ pub enum Price {
 }
 
 impl Price {
+    /// The asset it is in.
+    #[must_use]
+    pub fn asset(&self) -> &rail_core::Asset {
+        match self {
+            Price::Fixed(m) => m.asset(),
+            Price::Estimate { estimate, .. } => estimate.asset(),
+        }
+    }
+
     /// The most it can cost.
     ///
     /// # Errors

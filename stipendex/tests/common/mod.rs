@@ -222,3 +222,37 @@ pub async fn quote(r: &Receiver, req: &Request) -> Signed<stipendex::envelope::Q
         other => panic!("expected a quote, got {other:?}"),
     }
 }
+
+/// Counts the receiver's pricing decisions ([`Receiver::decide`] emits one `stipendex::decide`
+/// event each) made on this thread while it lives.
+pub struct Decisions(test_kit::events::Events);
+
+impl Decisions {
+    pub fn start() -> Self {
+        Decisions(test_kit::events::Events::count("stipendex::decide"))
+    }
+
+    /// The decisions counted since the last `take`.
+    pub fn take(&self) -> usize {
+        self.0.take()
+    }
+}
+
+/// A price hook that keeps the list price and counts how often it is asked.
+#[derive(Clone, Default)]
+pub struct CountingHook(pub Arc<AtomicUsize>);
+
+#[async_trait::async_trait]
+impl stipendex::receiver::ResolvePrice for CountingHook {
+    async fn resolve(&self, cap: &PricedCapability, _: &Request) -> stipendex::receiver::Decision {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        stipendex::receiver::Decision::quote(cap.price.clone())
+    }
+}
+
+impl CountingHook {
+    /// The times asked since the last `take`.
+    pub fn take(&self) -> usize {
+        self.0.swap(0, Ordering::SeqCst)
+    }
+}

@@ -141,6 +141,15 @@ impl Receiver {
     /// # Errors
     /// [`Error::NoRail`] (no rail can hold the cap) and the other errors of a Quote's offers.
     pub async fn offer_tab(&self, req: &Request) -> Result<Option<Signed<Tab>>, Error> {
+        self.offer_tab_on(self.decide(req), req).await
+    }
+
+    /// [`Receiver::offer_tab`] for `req`, decided to fall under `cap`.
+    pub(crate) async fn offer_tab_on(
+        &self,
+        cap: Option<&super::PricedCapability>,
+        req: &Request,
+    ) -> Result<Option<Signed<Tab>>, Error> {
         let me = &self.0;
         let Some(terms) = &me.tab_terms else {
             return Ok(None);
@@ -156,7 +165,7 @@ impl Receiver {
             }
             Price::Estimate { .. } => false,
         };
-        match self.decide(req) {
+        match cap {
             Some(c) if covered(&c.price) => {}
             _ => return Ok(None),
         }
@@ -206,14 +215,24 @@ impl Receiver {
         req: &Request,
         quote: &Signed<crate::envelope::Quote>,
     ) -> Result<Option<Signed<Tab>>, Error> {
-        let Some(Price::Fixed(listed)) = self.decide(req).map(|c| &c.price) else {
+        self.offer_tab_beside_on(self.decide(req), req, quote).await
+    }
+
+    /// [`Receiver::offer_tab_beside`] for `req`, decided to fall under `cap`.
+    pub(crate) async fn offer_tab_beside_on(
+        &self,
+        cap: Option<&super::PricedCapability>,
+        req: &Request,
+        quote: &Signed<crate::envelope::Quote>,
+    ) -> Result<Option<Signed<Tab>>, Error> {
+        let Some(Price::Fixed(listed)) = cap.map(|c| &c.price) else {
             return Ok(None);
         };
         let q = quote.object();
         if &q.asset != listed.asset() || q.amount != Some(listed.amount()) {
             return Ok(None);
         }
-        self.offer_tab(req).await
+        self.offer_tab_on(cap, req).await
     }
 
     /// Opens the tab whose hold Proof is `proof` (compact JWS): the tab must be this
@@ -395,6 +414,16 @@ impl Receiver {
     /// request or wallet); [`Error::Payment`] with [`RailError::InProgress`] while the same
     /// voucher is being served; [`Error::Storage`].
     pub async fn tab_call(&self, req: &Request, voucher: &str) -> Result<TabCall, Error> {
+        self.tab_call_on(self.decide(req), req, voucher).await
+    }
+
+    /// [`Receiver::tab_call`] for `req`, decided to fall under `cap`.
+    pub(crate) async fn tab_call_on(
+        &self,
+        cap: Option<&super::PricedCapability>,
+        req: &Request,
+        voucher: &str,
+    ) -> Result<TabCall, Error> {
         let me = &self.0;
         let v = Signed::<Voucher>::parse(voucher)?;
         let vo = v.object();
@@ -402,7 +431,7 @@ impl Receiver {
         // authorisation as much as pricing. A refusal or a waiver takes nothing (the voucher is
         // not counted); a price other than the tab's is `wrong_price` (the wallet pays the
         // Quote instead).
-        let hook = match self.decide(req) {
+        let hook = match cap {
             Some(cap) => match me.resolve.resolve(cap, req).await {
                 super::Decision::Reject { message } => return Err(Error::Rejected(message)),
                 super::Decision::Waive => {
@@ -428,7 +457,7 @@ impl Receiver {
                     tab: vo.tab.clone(),
                     why: "this receiver has not opened it".into(),
                 }),
-                Some(s) => self.check_voucher(s, &v, req, now, hook.as_ref()),
+                Some(s) => self.check_voucher(s, &v, (cap, req), now, hook.as_ref()),
             };
             // A refusal is final only against the record as the store holds it: this
             // instance's copy may be behind another instance's writes (a sequence it has not
@@ -450,7 +479,7 @@ impl Receiver {
                             tab: vo.tab.clone(),
                             why: "this receiver has not opened it".into(),
                         }),
-                        Some(s) => self.check_voucher(s, &v, req, now, hook.as_ref()),
+                        Some(s) => self.check_voucher(s, &v, (cap, req), now, hook.as_ref()),
                     }
                 }
                 other => other,
@@ -957,7 +986,7 @@ impl Receiver {
         &self,
         s: &Slot,
         v: &Signed<Voucher>,
-        req: &Request,
+        (cap, req): (Option<&super::PricedCapability>, &Request),
         now: u64,
         hook: Option<&Price>,
     ) -> Result<Step, Error> {
@@ -1005,8 +1034,7 @@ impl Receiver {
             )));
         }
         // The call's price: the receiver's one decision, at the tab's price for that pattern.
-        let price = self
-            .decide(req)
+        let price = cap
             .and_then(|c| {
                 t.prices
                     .iter()
