@@ -7,7 +7,8 @@
 //! - [`localnet`]: the rule for a test whose local network or service (PostgreSQL, a devnet)
 //!   is missing — a failure in CI (`CI=true`), a visible `SKIPPED:` line elsewhere — and the
 //!   PostgreSQL URL tests use.
-//! - [`events`]: counting `tracing` events of one target (a step that must run once).
+//! - `events` (feature `events`): counting `tracing` events of one target (a step that must
+//!   run once).
 //!
 //! ```
 //! if !test_kit::localnet::in_ci() {
@@ -17,5 +18,6 @@
 //! assert!(test_kit::localnet::postgres_url().starts_with("postgres://"));
 //! ```
 
+#[cfg(feature = "events")]
 pub mod events;
 pub mod localnet;
