@@ -14,7 +14,7 @@ use rail_core::Asset;
 use rail_ledger::{
     AccountId, Ledger, LedgerError, NewAccount, TransferError, TransferId, TransferRequest,
 };
-use stipendex_cli::measure::Ms;
+use stipendex_app::measure::Ms;
 
 use crate::bench_common::gather;
 pub use crate::bench_common::{BenchConfig, Phase};

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use stipendex_cli::measure::pct;
+use stipendex_app::measure::pct;
 
 /// Load parameters.
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! `conformance demo --rail NAME`: the `stipendex demo` scenario over a rail's localnet.
 //!
 //! The product's `stipendex demo` runs on the embedded ledger; this runs the same calls
-//! ([`stipendex_cli::demo::run_stage`]) over the named rail's localnet harness, with prices
+//! ([`stipendex_app::demo::run_stage`]) over the named rail's localnet harness, with prices
 //! that are multiples of the rail's smallest practical charge. Start the localnets first
 //! (`conformance localnet up --env-out ln.env`, then `source ln.env`).
 
@@ -12,8 +12,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use conformance::{Harness, HarnessError, Tier};
 use rail_core::{PayerHandle, ReceiverHandle};
-use stipendex_cli::demo::{Prices, ReadBalances, Stage, demo_dir, run_stage};
-use stipendex_cli::{CliError, msg as fail};
+use stipendex_app::demo::{Prices, ReadBalances, Stage, demo_dir, run_stage};
+use stipendex_app::{Error as CliError, msg as fail};
 
 use crate::rails;
 

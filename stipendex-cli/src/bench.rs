@@ -144,10 +144,12 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::SUCCESS);
     }
     let schema = args.store.fresh_schema("http")?;
-    let pg = schema.as_deref().map(|schema| crate::demo::PgSchema {
-        url: &args.store.pg_url,
-        schema,
-    });
+    let pg = schema
+        .as_deref()
+        .map(|schema| stipendex_app::demo::PgSchema {
+            url: &args.store.pg_url,
+            schema,
+        });
     if let Some(p) = &pg {
         pg_admin(p.url, &format!("CREATE SCHEMA {}", p.schema)).await?;
     }
@@ -171,7 +173,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode, CliError> {
 async fn http(
     args: &Args,
     dir: &std::path::Path,
-    pg: Option<&crate::demo::PgSchema<'_>>,
+    pg: Option<&stipendex_app::demo::PgSchema<'_>>,
 ) -> Result<ExitCode, CliError> {
     let Fixture {
         stage,

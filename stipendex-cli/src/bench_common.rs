@@ -70,7 +70,7 @@ where
 /// wallet whose mandate lets it pay `bench-shop` at that origin (0.01 a call, no confirmation),
 /// and `bench-shop`'s receiver, its origin and rail set, to be priced.
 pub(crate) struct Fixture {
-    pub(crate) stage: crate::demo::Stage,
+    pub(crate) stage: stipendex_app::demo::Stage,
     pub(crate) listener: tokio::net::TcpListener,
     pub(crate) base: String,
     pub(crate) wallet: Wallet,
@@ -87,9 +87,9 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
 /// The [`Fixture`], its databases in `dir` or in PostgreSQL schema `pg`.
 pub(crate) async fn fixture_on(
     dir: &std::path::Path,
-    pg: Option<&crate::demo::PgSchema<'_>>,
+    pg: Option<&stipendex_app::demo::PgSchema<'_>>,
 ) -> Result<Fixture, CliError> {
-    let stage = crate::demo::ledger_stage(dir, 100_000_000, pg).await?;
+    let stage = stipendex_app::demo::ledger_stage(dir, 100_000_000, pg).await?;
     let (principal, wallet_key, shop_key) = (
         SecretKey::generate(),
         SecretKey::generate(),

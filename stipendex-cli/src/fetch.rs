@@ -97,7 +97,7 @@ pub(crate) async fn run(a: Args) -> Result<ExitCode, CliError> {
     match Box::pin(client.close_tabs()).await {
         Ok(receipts) => {
             for t in receipts {
-                eprintln!("{}", tab_line(t.object()));
+                eprintln!("{}", stipendex_app::show::tab_line(t.object()));
             }
         }
         Err(e) => eprintln!(
@@ -119,22 +119,6 @@ fn refused(e: &stipendex::Error) -> CliError {
         stipendex::Error::Network(why) => msg(why.clone()),
         e => msg(format!("not paid ({}): {e}", e.code())),
     }
-}
-
-/// `tab <id>: N calls, captured X of cap Y`.
-pub(crate) fn tab_line(t: &stipendex::envelope::TabReceipt) -> String {
-    let fixed = |a| {
-        stipendex::Money::new(t.asset.clone(), a).map_or_else(|_| a.to_string(), |m| m.to_fixed())
-    };
-    format!(
-        "tab {}: {} call{}, captured {} of cap {} {}",
-        t.tab,
-        t.calls,
-        if t.calls == 1 { "" } else { "s" },
-        fixed(t.captured),
-        fixed(t.cap),
-        t.asset
-    )
 }
 
 /// The stderr line: what was paid, over which rail, the Receipt's id.

@@ -21,18 +21,9 @@
 //!
 //! Every failure is one sentence on standard error and a non-zero exit.
 //!
-//! The binary is [`main`]; the library exposes the demo's scenario ([`demo::run_stage`] on a
-//! [`demo::Stage`]) so that the test runner can run it over a rail's localnet
-//! (`conformance demo --rail NAME`) without this crate depending on the runner.
-//!
-//! ```
-//! use stipendex_cli::demo::Prices;
-//! // The demo's prices over a rail whose smallest practical charge is 125 minor units: what
-//! // the payer must hold is a search, a report, a checkout's hold and a tab's cap (ten searches).
-//! let prices = Prices::from_base(125).expect("small enough");
-//! assert_eq!(prices.needed(), Some(125 + 3 * 125 + 3 * 125 + 62 + 10 * 125));
-//! assert!(Prices::from_base(u128::MAX / 2).is_none());
-//! ```
+//! The binary is [`main`]: commands and one config loader. What the test runner shares with it
+//! (the demo's scenario, the benches' measures, chain verification, the files the commands
+//! write) is `stipendex-app`, so that the runner does not depend on this crate.
 
 mod bench;
 mod bench_common;
@@ -42,19 +33,16 @@ mod bench_tab;
 mod checks;
 #[cfg(test)]
 mod config_reference;
-pub mod demo;
+mod demo;
 mod facilitator;
 mod fetch;
-mod files;
 mod gateway;
 mod init;
 mod ledger;
 mod mandate;
-pub mod measure;
 mod proxy;
 mod serve_mcp;
 mod upkeep;
-mod verify;
 mod wallet;
 mod wallet_config;
 
@@ -63,27 +51,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// What went wrong, as one sentence for a human.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// A plain message.
-    #[error("{0}")]
-    Msg(String),
-    /// The library's refusal.
-    #[error("{0}")]
-    Stipendex(Box<stipendex::Error>),
-}
-
-impl From<stipendex::Error> for CliError {
-    fn from(e: stipendex::Error) -> Self {
-        CliError::Stipendex(Box::new(e))
-    }
-}
-
-/// A [`CliError`] saying `s`: one sentence for a human.
-pub fn msg(s: impl Into<String>) -> CliError {
-    CliError::Msg(s.into())
-}
+pub use stipendex_app::{Error as CliError, msg};
+// The modules the commands share with the test runner, under their old names.
+use stipendex_app::{files, measure, verify};
 
 #[derive(Parser)]
 #[command(

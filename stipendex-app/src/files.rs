@@ -5,15 +5,15 @@ use std::path::Path;
 
 use stipendex::envelope::{Object, SecretKey, Signed};
 
-use crate::{CliError, msg};
+use crate::{Error as CliError, msg};
 
 /// Reads a file as text; the error names the file.
-pub(crate) fn read(path: &Path) -> Result<String, CliError> {
+pub fn read(path: &Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| msg(format!("cannot read {}: {e}", path.display())))
 }
 
 /// Reads a secret key file (64 hex digits).
-pub(crate) fn read_secret(path: &Path) -> Result<SecretKey, CliError> {
+pub fn read_secret(path: &Path) -> Result<SecretKey, CliError> {
     SecretKey::from_hex(&read(path)?).map_err(|_| {
         msg(format!(
             "{} is not a 32-byte hex key: write one with `stipendex key new --out {}`",
@@ -24,7 +24,7 @@ pub(crate) fn read_secret(path: &Path) -> Result<SecretKey, CliError> {
 }
 
 /// Writes a secret key file, readable by its owner only; never overwrites.
-pub(crate) fn write_secret(path: &Path, key: &SecretKey) -> Result<(), CliError> {
+pub fn write_secret(path: &Path, key: &SecretKey) -> Result<(), CliError> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]
@@ -43,14 +43,14 @@ pub(crate) fn write_secret(path: &Path, key: &SecretKey) -> Result<(), CliError>
 }
 
 /// Writes a text file the command itself creates (in a directory it made or checked).
-pub(crate) fn write(path: &Path, text: &str) -> Result<(), CliError> {
+pub fn write(path: &Path, text: &str) -> Result<(), CliError> {
     std::fs::write(path, text).map_err(|e| msg(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Writes a text file a user named (`--out`): the one rule of every command that writes a
 /// file — an existing file is never overwritten unless `force` (`--force`); the refusal names
 /// the file and both ways on.
-pub(crate) fn write_new(path: &Path, text: &str, force: bool) -> Result<(), CliError> {
+pub fn write_new(path: &Path, text: &str, force: bool) -> Result<(), CliError> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true);
     if force {
@@ -74,13 +74,13 @@ pub(crate) fn write_new(path: &Path, text: &str, force: bool) -> Result<(), CliE
 
 /// Whether colour (ANSI escapes) may go to `stream`: it is a terminal and `NO_COLOR` is not
 /// set (<https://no-color.org>: any non-empty value turns colour off).
-pub(crate) fn colour(stream: &impl std::io::IsTerminal) -> bool {
+pub fn colour(stream: &impl std::io::IsTerminal) -> bool {
     stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Reads a signed object from a file holding its compact JWS (or the JSON wire form
 /// `{"stipendex": …, "jws": …}`).
-pub(crate) fn read_signed<T: Object>(path: &Path) -> Result<Signed<T>, CliError> {
+pub fn read_signed<T: Object>(path: &Path) -> Result<Signed<T>, CliError> {
     let text = read(path)?;
     let text = text.trim();
     let parsed = if text.starts_with('{') {
@@ -100,7 +100,7 @@ pub(crate) fn read_signed<T: Object>(path: &Path) -> Result<Signed<T>, CliError>
 
 /// The secret key a configuration section names by exactly one of `key_file` (relative to
 /// `dir`) and `key_env` (64 hex digits in that variable); `section` names it in errors.
-pub(crate) fn key_of(
+pub fn key_of(
     section: &str,
     dir: &Path,
     key_file: Option<&Path>,

@@ -1,4 +1,5 @@
-//! `stipendex verify-chain`.
+//! Verifying audit-chain files, as `stipendex verify-chain` and the demo do: a line per
+//! chain, `ok` or `BROKEN` with why.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,10 +7,10 @@ use std::process::ExitCode;
 use stipendex::chain::{Chain, TabChain, TabVerifier, verify_chain};
 use stipendex::envelope::{PublicKey, Revocation, Signed};
 
-use crate::{CliError, files, msg};
+use crate::{Error as CliError, files, msg};
 
 /// One line per verified chain: who, what, how much, over which rail.
-pub(crate) fn summary(c: &Chain) -> String {
+pub fn summary(c: &Chain) -> String {
     let (m, p) = (c.mandate.object(), c.proof.object());
     let mut s = format!("mandate {} ({}) -> ", m.id, m.principal.id);
     if let Some(conf) = &c.confirmation {
@@ -53,7 +54,7 @@ pub(crate) fn summary(c: &Chain) -> String {
 }
 
 /// One line for a verified tab: who, the cap, the calls, what was captured.
-pub(crate) fn tab_summary(c: &TabChain) -> String {
+pub fn tab_summary(c: &TabChain) -> String {
     let (m, t, p) = (c.mandate.object(), c.tab.object(), c.proof.object());
     let mut s = format!("mandate {} ({}) -> ", m.id, m.principal.id);
     if let Some(conf) = &c.confirmation {
@@ -142,7 +143,7 @@ fn revocations(paths: &[PathBuf]) -> Result<Vec<Signed<Revocation>>, CliError> {
 
 /// Verifies each file (and, with `revoked`, no Proof made after its mandate's revocation);
 /// exit 1 if any chain is broken.
-pub(crate) fn run(
+pub fn run(
     principal: Option<&str>,
     revoked: &[PathBuf],
     paths: &[PathBuf],
