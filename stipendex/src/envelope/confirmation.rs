@@ -4,7 +4,7 @@ use rail_core::{Amount, Asset, Money};
 use serde::{Deserialize, Serialize};
 
 use super::key::PublicKey;
-use super::signed::{Digest, Object, Tag};
+use super::signed::{Digest, Identity, Object, Tag, money};
 use crate::Error;
 
 /// A human's consent to pay up to `total + tolerance` for one Quote under one Mandate, recorded
@@ -47,22 +47,19 @@ impl Confirmation {
             .total
             .checked_add(self.tolerance)
             .map_err(|e| Error::Malformed(format!("total + tolerance: {e}")))?;
-        Money::new(self.asset.clone(), max)
-            .map_err(|e| Error::Malformed(format!("confirmed amount {max} {}: {e}", self.asset)))
+        money(
+            &self.asset,
+            max,
+            format_args!("confirmed amount {max} {}", self.asset),
+        )
     }
 }
 
 impl Object for Confirmation {
     const KIND: &'static str = "confirmation";
     const PREFIX: &'static str = "c_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.wallet
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.wallet)
     }
     fn check(&self) -> Result<(), Error> {
         self.max().map(|_| ())

@@ -4,7 +4,7 @@ use rail_core::{Amount, Asset, Money};
 use serde::{Deserialize, Serialize};
 
 use super::key::PublicKey;
-use super::signed::{Object, Tag};
+use super::signed::{Identity, Object, Tag, money};
 use crate::Error;
 
 /// A party that signs: an id chosen by the party (`acme-search`, `alice@example.com`) and its key.
@@ -94,8 +94,11 @@ impl Limits {
     /// # Errors
     /// [`Error::Malformed`] if it is more precise than the asset.
     pub fn money(&self, amount: Amount) -> Result<Money, Error> {
-        Money::new(self.asset.clone(), amount)
-            .map_err(|e| Error::Malformed(format!("mandate limit {amount} {}: {e}", self.asset)))
+        money(
+            &self.asset,
+            amount,
+            format_args!("mandate limit {amount} {}", self.asset),
+        )
     }
 }
 
@@ -143,14 +146,8 @@ pub enum Allow {
 impl Object for Mandate {
     const KIND: &'static str = "mandate";
     const PREFIX: &'static str = "m_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.principal.key
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.principal.key)
     }
     fn check(&self) -> Result<(), Error> {
         if self.exp <= self.nbf {

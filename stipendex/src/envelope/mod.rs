@@ -52,7 +52,7 @@ pub use proof::{Challenge, ChallengeSource, Proof};
 pub use quote::{Capability, Profile, Quote, RailOffer, Resource};
 pub use receipt::Receipt;
 pub use revocation::Revocation;
-pub use signed::{Digest, MAJOR, MINOR, Object, Signed, Tag, check_id, new_id};
+pub use signed::{Digest, Identity, MAJOR, MINOR, Object, Signed, Tag, check_id, new_id};
 pub use tab::{
     CallTree, LaneEnd, MAX_LANES, Tab, TabClose, TabPrice, TabReceipt, Voucher, tab_root,
 };

@@ -4,7 +4,7 @@ use rail_core::{Amount, Asset, Money, Payment, PaymentMode};
 use serde::{Deserialize, Serialize};
 
 use super::key::PublicKey;
-use super::signed::{Digest, Object, Tag};
+use super::signed::{Digest, Identity, Object, Tag, money};
 use crate::Error;
 
 /// Where an unsigned challenge came from.
@@ -100,22 +100,15 @@ impl Proof {
     /// # Errors
     /// [`Error::Malformed`].
     pub fn money(&self) -> Result<Money, Error> {
-        Money::new(self.asset.clone(), self.amount)
-            .map_err(|e| Error::Malformed(format!("proof amount: {e}")))
+        money(&self.asset, self.amount, "proof amount")
     }
 }
 
 impl Object for Proof {
     const KIND: &'static str = "proof";
     const PREFIX: &'static str = "p_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.wallet
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.wallet)
     }
     fn check(&self) -> Result<(), Error> {
         let money = self.money()?;

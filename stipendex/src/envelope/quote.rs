@@ -3,9 +3,8 @@
 use rail_core::{Amount, Asset, Money, Offer, PaymentMode};
 use serde::{Deserialize, Serialize};
 
-use super::key::PublicKey;
 use super::mandate::Party;
-use super::signed::{Digest, Object, Tag};
+use super::signed::{Digest, Identity, Object, Tag, money};
 use crate::Error;
 
 /// The profile of a Quote.
@@ -55,6 +54,14 @@ pub struct RailOffer {
     pub rail: String,
     /// The rail's offer (rail-specific requirements: an invoice, a payTo, a PaymentIntent…).
     pub offer: Offer,
+}
+
+impl RailOffer {
+    /// The offer of rail kind `rail` among `rails` (a Quote's or a Tab's), if there is one.
+    #[must_use]
+    pub fn find<'a>(rails: &'a [RailOffer], rail: &str) -> Option<&'a Offer> {
+        rails.iter().find(|r| r.rail == rail).map(|r| &r.offer)
+    }
 }
 
 /// A receiver's single-use, time-bounded offer, signed by the receiver.
@@ -135,28 +142,25 @@ impl Quote {
     /// # Errors
     /// [`Error::Malformed`] if it is more precise than the asset.
     pub fn money(&self, amount: Amount) -> Result<Money, Error> {
-        Money::new(self.asset.clone(), amount)
-            .map_err(|e| Error::Malformed(format!("quote amount {amount} {}: {e}", self.asset)))
+        money(
+            &self.asset,
+            amount,
+            format_args!("quote amount {amount} {}", self.asset),
+        )
     }
 
     /// The offer of rail kind `rail`, if the Quote accepts it.
     #[must_use]
     pub fn offer(&self, rail: &str) -> Option<&Offer> {
-        self.rails.iter().find(|r| r.rail == rail).map(|r| &r.offer)
+        RailOffer::find(&self.rails, rail)
     }
 }
 
 impl Object for Quote {
     const KIND: &'static str = "quote";
     const PREFIX: &'static str = "q_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.receiver.key
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.receiver.key)
     }
     fn check(&self) -> Result<(), Error> {
         let max = self.max()?;

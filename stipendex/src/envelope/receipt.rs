@@ -3,9 +3,8 @@
 use rail_core::{Amount, Asset, Money};
 use serde::{Deserialize, Serialize};
 
-use super::key::PublicKey;
 use super::mandate::Party;
-use super::signed::{Digest, Object, Tag};
+use super::signed::{Digest, Identity, Object, Tag, money};
 use crate::Error;
 
 /// The receiver's statement that it was paid and did the work: the final amount, a digest of
@@ -43,22 +42,15 @@ impl Receipt {
     /// # Errors
     /// [`Error::Malformed`].
     pub fn money(&self) -> Result<Money, Error> {
-        Money::new(self.asset.clone(), self.amount)
-            .map_err(|e| Error::Malformed(format!("receipt amount: {e}")))
+        money(&self.asset, self.amount, "receipt amount")
     }
 }
 
 impl Object for Receipt {
     const KIND: &'static str = "receipt";
     const PREFIX: &'static str = "r_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.receiver.key
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.receiver.key)
     }
     fn check(&self) -> Result<(), Error> {
         self.money().map(|_| ())

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::key::PublicKey;
-use super::signed::{Digest, Object, Tag};
+use super::signed::{Digest, Identity, Object, Tag};
 
 /// The principal's statement that a Mandate is withdrawn. A wallet that finds one for its
 /// mandate in its store refuses every payment from then on. (An addition of this profile: the
@@ -27,13 +27,7 @@ pub struct Revocation {
 impl Object for Revocation {
     const KIND: &'static str = "revocation";
     const PREFIX: &'static str = "v_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.principal
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.principal)
     }
 }

@@ -1,9 +1,11 @@
-//! [`Signed`]: an object with its compact JWS; the type tag, ids and digests every object shares.
+//! [`Signed`]: an object with its compact JWS; the type tag, ids, digests and amounts every object
+//! shares.
 
 use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rail_core::{Amount, Asset, Money};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest as _, Sha256};
@@ -180,7 +182,7 @@ impl Digest {
     /// The digest whose hash is `hash` (a Merkle root).
     #[must_use]
     pub fn from_hash(hash: [u8; 32]) -> Self {
-        Digest(format!("sha256:{}", URL_SAFE_NO_PAD.encode(hash)))
+        Self::from_sha256(hash)
     }
 }
 
@@ -220,18 +222,47 @@ impl fmt::Debug for Digest {
     }
 }
 
+/// The members every object declares about itself, borrowed from it: its tag, its id and the
+/// key it says signed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity<'a> {
+    /// The object's `stipendex` tag.
+    pub tag: &'a Tag,
+    /// The object's id.
+    pub id: &'a str,
+    /// The key the object says signed it.
+    pub signer: &'a PublicKey,
+}
+
+impl<'a> Identity<'a> {
+    /// The identity of an object with tag `tag`, id `id` and declared signer `signer`.
+    #[must_use]
+    pub fn new(tag: &'a Tag, id: &'a str, signer: &'a PublicKey) -> Self {
+        Identity { tag, id, signer }
+    }
+}
+
 /// What every Stipendex object declares about itself.
 pub trait Object: Serialize + DeserializeOwned + Clone + fmt::Debug + Send + Sync {
     /// Its type, as in its tag (`quote`).
     const KIND: &'static str;
     /// Its id prefix (`q_`).
     const PREFIX: &'static str;
+    /// Its tag, its id and its declared signer, in one borrow: what [`Object::tag`],
+    /// [`Object::id`] and [`Object::signer`] read.
+    fn identity(&self) -> Identity<'_>;
     /// Its tag.
-    fn tag(&self) -> &Tag;
+    fn tag(&self) -> &Tag {
+        self.identity().tag
+    }
     /// Its id.
-    fn id(&self) -> &str;
+    fn id(&self) -> &str {
+        self.identity().id
+    }
     /// The key the object says signed it; the JWS must verify under exactly this key.
-    fn signer(&self) -> &PublicKey;
+    fn signer(&self) -> &PublicKey {
+        self.identity().signer
+    }
     /// The object's own consistency rules (amounts, ids of the objects it names), checked on
     /// signing and on parsing.
     ///
@@ -241,6 +272,26 @@ pub trait Object: Serialize + DeserializeOwned + Clone + fmt::Debug + Send + Syn
     fn check(&self) -> Result<(), Error> {
         Ok(())
     }
+}
+
+/// `amount` as money of `asset`; `what` names the amount in the error (`receipt amount`).
+///
+/// # Errors
+/// [`Error::Malformed`] (`"<what>: <why>"`) if the amount does not fit the asset.
+pub(crate) fn money(
+    asset: &Asset,
+    amount: Amount,
+    what: impl fmt::Display,
+) -> Result<Money, Error> {
+    Money::new(asset.clone(), amount).map_err(|e| Error::Malformed(format!("{what}: {e}")))
+}
+
+/// The rules both signing and parsing apply to an object: its tag (type, major version), its
+/// id, then its own rules.
+fn validate<T: Object>(object: &T) -> Result<(), Error> {
+    object.tag().expect(T::KIND)?;
+    check_id(object.id(), T::PREFIX)?;
+    object.check()
 }
 
 /// An object and its compact JWS. A `Signed` exists only for a JWS whose signature verified
@@ -267,9 +318,7 @@ impl<T: Object> Signed<T> {
     /// [`Error::Untrusted`] if `key` is not the object's declared signer; the object's own
     /// rules ([`Object::check`]).
     pub fn sign(object: T, key: &SecretKey) -> Result<Self, Error> {
-        object.tag().expect(T::KIND)?;
-        check_id(object.id(), T::PREFIX)?;
-        object.check()?;
+        validate(&object)?;
         if object.signer() != &key.public() {
             return Err(Error::Untrusted(format!(
                 "a {} declaring signer {} cannot be signed with key {}",
@@ -313,9 +362,7 @@ impl<T: Object> Signed<T> {
                 )));
             }
         };
-        object.tag().expect(T::KIND)?;
-        check_id(object.id(), T::PREFIX)?;
-        object.check()?;
+        validate(&object)?;
         if object.signer() != &verified.signer {
             return Err(Error::Untrusted(format!(
                 "the {} declares signer {} but was signed by {}",

@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 use super::key::PublicKey;
 use super::mandate::Party;
 use super::quote::{RailOffer, Resource};
-use super::signed::{Digest, Object, Tag};
+use super::signed::{Digest, Identity, Object, Tag, money};
 use crate::Error;
 
 /// The most lanes a tab may have (parallel calls of one wallet inside one tab).
@@ -70,8 +70,7 @@ impl Tab {
     /// # Errors
     /// [`Error::Malformed`].
     pub fn cap(&self) -> Result<Money, Error> {
-        Money::new(self.asset.clone(), self.cap)
-            .map_err(|e| Error::Malformed(format!("tab cap: {e}")))
+        money(&self.asset, self.cap, "tab cap")
     }
 
     /// The price of one call of `method` on `name` inside the tab: the most specific of its
@@ -110,21 +109,15 @@ impl Tab {
     /// The offer of rail kind `rail`, if the tab accepts it.
     #[must_use]
     pub fn offer(&self, rail: &str) -> Option<&rail_core::Offer> {
-        self.rails.iter().find(|r| r.rail == rail).map(|r| &r.offer)
+        RailOffer::find(&self.rails, rail)
     }
 }
 
 impl Object for Tab {
     const KIND: &'static str = "tab";
     const PREFIX: &'static str = "t_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.receiver.key
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.receiver.key)
     }
     fn check(&self) -> Result<(), Error> {
         let bad = |why: String| Err(Error::Malformed(format!("tab {}: {why}", self.id)));
@@ -146,9 +139,11 @@ impl Object for Tab {
             return bad("it prices no call".into());
         }
         for p in &self.prices {
-            let price = Money::new(self.asset.clone(), p.amount).map_err(|e| {
-                Error::Malformed(format!("tab {} price of {}: {e}", self.id, p.pattern))
-            })?;
+            let price = money(
+                &self.asset,
+                p.amount,
+                format_args!("tab {} price of {}", self.id, p.pattern),
+            )?;
             if price.amount().is_zero() || price.amount() > cap.amount() {
                 return bad(format!(
                     "the price of {} {} must be above zero and at most the cap",
@@ -215,8 +210,7 @@ impl Voucher {
     /// # Errors
     /// [`Error::Malformed`].
     pub fn money(&self) -> Result<Money, Error> {
-        Money::new(self.asset.clone(), self.amount)
-            .map_err(|e| Error::Malformed(format!("voucher amount: {e}")))
+        money(&self.asset, self.amount, "voucher amount")
     }
 
     /// The lane's cumulative as money.
@@ -224,22 +218,15 @@ impl Voucher {
     /// # Errors
     /// [`Error::Malformed`].
     pub fn cumulative(&self) -> Result<Money, Error> {
-        Money::new(self.asset.clone(), self.cumulative)
-            .map_err(|e| Error::Malformed(format!("voucher cumulative: {e}")))
+        money(&self.asset, self.cumulative, "voucher cumulative")
     }
 }
 
 impl Object for Voucher {
     const KIND: &'static str = "voucher";
     const PREFIX: &'static str = "v_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.wallet
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.wallet)
     }
     fn check(&self) -> Result<(), Error> {
         let (amount, cumulative) = (self.money()?, self.cumulative()?);
@@ -283,14 +270,8 @@ pub struct TabClose {
 impl Object for TabClose {
     const KIND: &'static str = "tab-close";
     const PREFIX: &'static str = "tc_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.wallet
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.wallet)
     }
 }
 
@@ -346,21 +327,12 @@ pub struct TabReceipt {
 impl Object for TabReceipt {
     const KIND: &'static str = "tab-receipt";
     const PREFIX: &'static str = "tr_";
-    fn tag(&self) -> &Tag {
-        &self.stipendex
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn signer(&self) -> &PublicKey {
-        &self.receiver.key
+    fn identity(&self) -> Identity<'_> {
+        Identity::new(&self.stipendex, &self.id, &self.receiver.key)
     }
     fn check(&self) -> Result<(), Error> {
-        let money = |a: Amount, what: &str| {
-            Money::new(self.asset.clone(), a)
-                .map_err(|e| Error::Malformed(format!("tab receipt {what}: {e}")))
-        };
-        let (cap, captured) = (money(self.cap, "cap")?, money(self.captured, "captured")?);
+        let of = |a: Amount, what: &str| money(&self.asset, a, format_args!("tab receipt {what}"));
+        let (cap, captured) = (of(self.cap, "cap")?, of(self.captured, "captured")?);
         let mut sum = Money::zero(self.asset.clone());
         let mut last: Option<u16> = None;
         for l in &self.lanes {
@@ -371,7 +343,7 @@ impl Object for TabReceipt {
             }
             last = Some(l.lane);
             sum = sum
-                .checked_add(&money(l.cumulative, "lane")?)
+                .checked_add(&of(l.cumulative, "lane")?)
                 .map_err(|e| Error::Malformed(format!("tab receipt: {e}")))?;
         }
         if sum != captured {
