@@ -55,16 +55,7 @@ pub const RAIL: &str = "account";
 /// What the rail can do: everything the ledger behind the facilitator can.
 #[must_use]
 pub fn capabilities(asset: &Asset) -> Capabilities {
-    Capabilities {
-        pay: true,
-        pay_effect: rail_core::PayEffect::Moves,
-        hold: true,
-        partial_capture: true,
-        refund: true,
-        partial_refund: true,
-        finality: Finality::Immediate,
-        assets: vec![asset.clone()],
-    }
+    rail_core::glue::full_capabilities(Finality::Immediate, asset)
 }
 
 /// Refuses an account or payment id that is not 32 lowercase hex digits.

@@ -134,9 +134,7 @@ impl Payer for AccountPayer {
     }
 
     fn accepts(&self, offer: &Offer) -> RailResult<()> {
-        if offer.rail.as_str() != RAIL {
-            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
-        }
+        rail_core::glue::check_rail(offer, RAIL)?;
         self.capabilities().check_asset(&offer.amount)?;
         let details: AccountOfferDetails = offer.details_as()?;
         if details.network != self.client.network() {
@@ -158,14 +156,4 @@ impl HoldPayer for AccountPayer {
 
 /// The facilitator applies an operation id once and answers it again: paying again *is* the
 /// look-up.
-#[async_trait]
-impl rail_core::payer::FindPayment for AccountPayer {
-    async fn find_payment(
-        &self,
-        _op: &OpId,
-        _offer: &Offer,
-        _mode: PaymentMode,
-    ) -> RailResult<Option<Payment>> {
-        Ok(None)
-    }
-}
+impl rail_core::glue::NothingToFind for AccountPayer {}

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use rail_core::{
     Asset, Capabilities, Captured, Charge, HoldReceiver, Money, Offer, OpId, Payment, PaymentMode,
     Rail, RailError, RailId, RailResult, Receiver, RefundReceiver, Refunded, Verified, Voided,
+    glue,
 };
 
 use crate::api::{
@@ -57,14 +58,7 @@ impl AccountReceiver {
     }
 
     fn check_asset(&self, m: &Money) -> RailResult<()> {
-        if m.asset() != &self.asset {
-            return Err(RailError::mismatch(
-                rail_core::Binding::Asset,
-                &self.asset,
-                m.asset(),
-            ));
-        }
-        Ok(())
+        glue::check_asset(&self.asset, m)
     }
 }
 
@@ -80,10 +74,7 @@ impl Rail for AccountReceiver {
 #[async_trait]
 impl Receiver for AccountReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
-        self.capabilities().check_asset(&charge.amount)?;
-        if charge.amount.amount().is_zero() {
-            return Err(RailError::InvalidInput("amount must not be zero".into()));
-        }
+        glue::check_charge(&self.capabilities(), charge)?;
         // The facilitator keeps amounts in a signed 64-bit counter: refuse larger ones now.
         charge.amount.minor_i64()?;
         let hold_ms = match charge.mode {
@@ -98,19 +89,17 @@ impl Receiver for AccountReceiver {
             }
             PaymentMode::Capture => None,
         };
-        Ok(Offer {
-            rail: RailId::new(RAIL),
-            id: format!("q_{}", hex::encode(rand::random::<[u8; 16]>())),
-            amount: charge.amount.clone(),
-            payee: self.client.account().to_owned(),
-            mode: charge.mode,
-            expires_at: self.client.clock().now().plus(charge.ttl),
-            details: serde_json::to_value(AccountOfferDetails {
+        glue::offer(
+            RAIL,
+            format!("q_{}", hex::encode(rand::random::<[u8; 16]>())),
+            charge,
+            self.client.account().to_owned(),
+            self.client.clock().now().plus(charge.ttl),
+            &AccountOfferDetails {
                 network: self.client.network().to_owned(),
                 hold_ms,
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            },
+        )
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {

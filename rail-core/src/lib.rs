@@ -12,6 +12,7 @@
 //! | errors | [`error`] ([`RailError`], codes, retry classes) |
 //! | single-use keys, leases, idempotency, write-ahead settlements | [`keys`] (+ SQLite/PostgreSQL stores behind the `sqlite` / `postgres` features) |
 //! | wrappers around any payer: idempotency, spending limits | [`payer`] ([`payer::Idempotent`], [`payer::SpendLimit`], [`payer::Budget`]) |
+//! | what every rail's trait glue repeats: offers, payments, verifications, checks | [`glue`] |
 //! | time | [`clock`] ([`Clock`], [`ManualClock`]; [`rfc3339`] for the times people read) |
 //!
 //! A receiver and a payer, end to end, with any rail that implements the traits:
@@ -32,6 +33,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod glue;
 pub mod keys;
 pub mod money;
 pub mod payer;

@@ -10,7 +10,7 @@
 use async_trait::async_trait;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
-    PaymentMode, PaymentState, Rail, RailError, RailId, RailResult, Receiver, Verified,
+    PaymentMode, PaymentState, Rail, RailError, RailId, RailResult, Receiver, Verified, glue,
 };
 use serde::{Deserialize, Serialize};
 
@@ -119,33 +119,21 @@ impl Payer for ExactAlgoPayer {
             .sign(&accept, pay_to, amount, &offer.id)
             .await
             .map_err(|e| e.to_rail_error())?;
-        Ok(Payment {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            mode: PaymentMode::Capture,
-            payer: self.address().to_string(),
-            amount: offer.amount.clone(),
-            proof: serde_json::to_value(Proof {
+        glue::payment(
+            RAIL,
+            offer,
+            PaymentMode::Capture,
+            self.address().to_string(),
+            &Proof {
                 header: signed.header,
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            },
+        )
     }
 }
 
 /// The payer records every signed payment before handing it out (one transaction per
 /// paymentId): paying again *is* the look-up, and returns the recorded transaction.
-#[async_trait]
-impl rail_core::payer::FindPayment for ExactAlgoPayer {
-    async fn find_payment(
-        &self,
-        _op: &OpId,
-        _offer: &Offer,
-        _mode: PaymentMode,
-    ) -> RailResult<Option<Payment>> {
-        Ok(None)
-    }
-}
+impl glue::NothingToFind for ExactAlgoPayer {}
 
 #[async_trait]
 impl Receiver for ExactAlgoReceiver {
@@ -162,16 +150,15 @@ impl Receiver for ExactAlgoReceiver {
         };
         let ttl = charge.ttl.min(self.max_timeout());
         let accept = self.clone().with_max_timeout(ttl).challenge(&price).await?;
-        Ok(Offer {
-            rail: RailId::new(RAIL),
-            id: accept.extra.payment_id.clone(),
-            amount: charge.amount.clone(),
-            payee: self.pay_to().to_string(),
-            mode: PaymentMode::Capture,
-            expires_at: self.clock().now().plus(ttl),
-            details: serde_json::to_value(&accept)
-                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+        // A capture offer: `check_capture_mode` refused anything else above.
+        glue::offer(
+            RAIL,
+            accept.extra.payment_id.clone(),
+            charge,
+            self.pay_to().to_string(),
+            self.clock().now().plus(ttl),
+            &accept,
+        )
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
@@ -199,13 +186,13 @@ impl Receiver for ExactAlgoReceiver {
             .await
             .map_err(|r| r.to_rail_error())?;
         let paid = Money::from_minor(Asset::algo(), u128::from(signed.txn.amount))?;
-        Ok(Verified {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            payment_ref: receipt.transaction,
-            payer: receipt.payer,
-            amount: paid,
-            state: PaymentState::Settled,
-        })
+        Ok(glue::verified(
+            RAIL,
+            offer,
+            receipt.transaction,
+            receipt.payer,
+            paid,
+            PaymentState::Settled,
+        ))
     }
 }

@@ -17,7 +17,7 @@ use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
     PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
-    SharedClock, Verified,
+    SharedClock, Verified, glue,
 };
 use serde::{Deserialize, Serialize};
 
@@ -208,32 +208,20 @@ impl Payer for X402RailPayer {
         let header = signed
             .to_header()
             .map_err(|e| RailError::InvalidInput(e.to_string()))?;
-        Ok(Payment {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            mode: PaymentMode::Capture,
-            payer: self.payer.address().to_checksum(None),
-            amount: offer.amount.clone(),
-            proof: serde_json::to_value(Proof { header })
-                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+        glue::payment(
+            RAIL,
+            offer,
+            PaymentMode::Capture,
+            self.payer.address().to_checksum(None),
+            &Proof { header },
+        )
     }
 }
 
 /// Signing moves no money (the receiver settles, once per EIP-3009 nonce, and the nonce is the
 /// offer's id): a recovering attempt may sign again, both signatures carry the same nonce and at
 /// most one can ever be settled.
-#[async_trait]
-impl rail_core::payer::FindPayment for X402RailPayer {
-    async fn find_payment(
-        &self,
-        _op: &OpId,
-        _offer: &Offer,
-        _mode: PaymentMode,
-    ) -> RailResult<Option<Payment>> {
-        Ok(None)
-    }
-}
+impl glue::NothingToFind for X402RailPayer {}
 
 /// The receiving side: offers priced in the token, payments settled by a facilitator, each
 /// served once (across instances sharing the store).
@@ -320,16 +308,15 @@ impl Receiver for X402Receiver {
             max_timeout_seconds: self.max_timeout_seconds,
             extra: Some(Extra::eip712(&self.token.name, &self.token.version)),
         };
-        Ok(Offer {
-            rail: RailId::new(RAIL),
-            id: B256::from(rand::random::<[u8; 32]>()).to_string(),
-            amount: charge.amount.clone(),
-            payee: self.pay_to.to_checksum(None),
-            mode: PaymentMode::Capture,
-            expires_at: self.clock.now().plus(ttl),
-            details: serde_json::to_value(&requirements)
-                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+        // A capture offer: `check_capture_mode` refused anything else above.
+        glue::offer(
+            RAIL,
+            B256::from(rand::random::<[u8; 32]>()).to_string(),
+            charge,
+            self.pay_to.to_checksum(None),
+            self.clock.now().plus(ttl),
+            &requirements,
+        )
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
@@ -387,9 +374,7 @@ impl Receiver for X402Receiver {
             .reserve(&served_key(&payload))
             .await
             .map_err(|e| match e {
-                Taken::Used | Taken::InFlight => RailError::Replayed {
-                    key: format!("payment for offer {}", offer.id),
-                },
+                Taken::Used | Taken::InFlight => glue::served_already(&offer.id),
                 Taken::Store(e) => e,
             })?;
         let settled = match serving
@@ -410,20 +395,17 @@ impl Receiver for X402Receiver {
             }
             SettleOutcome::Unknown(detail) => {
                 release(serving).await;
-                return Err(RailError::Unavailable(RailReason::new(
-                    "facilitator",
-                    format!("{detail}; verify the same payment again"),
-                )));
+                return Err(glue::settlement_unknown(detail));
             }
         };
         serving.commit(Some(SERVED_RETENTION)).await?;
-        Ok(Verified {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            payment_ref: settled.transaction,
-            payer: auth.from.address().to_checksum(None),
-            amount: offer.amount.clone(),
-            state: PaymentState::Settled,
-        })
+        Ok(glue::verified(
+            RAIL,
+            offer,
+            settled.transaction,
+            auth.from.address().to_checksum(None),
+            offer.amount.clone(),
+            PaymentState::Settled,
+        ))
     }
 }

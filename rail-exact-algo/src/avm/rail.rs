@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
     PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
-    SharedClock, Verified,
+    SharedClock, Verified, glue,
 };
 use serde::{Deserialize, Serialize};
 use x402_transport::served::{ServedOnce, Taken};
@@ -110,30 +110,18 @@ impl Payer for AvmPayer {
         };
         let header = x402_transport::wire::encode_base64_json(&envelope)
             .map_err(|e| RailError::InvalidInput(e.to_string()))?;
-        Ok(Payment {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            mode: PaymentMode::Capture,
-            payer: self.address().to_string(),
-            amount: offer.amount.clone(),
-            proof: serde_json::to_value(Proof { header })
-                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+        glue::payment(
+            RAIL,
+            offer,
+            PaymentMode::Capture,
+            self.address().to_string(),
+            &Proof { header },
+        )
     }
 }
 
 /// Nothing to look up: the idempotency wrapper records each payment before handing it out.
-#[async_trait]
-impl rail_core::payer::FindPayment for AvmPayer {
-    async fn find_payment(
-        &self,
-        _op: &OpId,
-        _offer: &Offer,
-        _mode: PaymentMode,
-    ) -> RailResult<Option<Payment>> {
-        Ok(None)
-    }
-}
+impl glue::NothingToFind for AvmPayer {}
 
 /// The receiving side of the rail: offers priced in the scheme's asset, verified and settled by
 /// its facilitator, each payment served once (see the module docs).
@@ -231,16 +219,15 @@ impl Receiver for AvmReceiver {
         }
         let r = self.scheme.requirements_for(amount);
         let ttl = charge.ttl.min(MAX_TTL);
-        Ok(Offer {
-            rail: RailId::new(RAIL),
-            id: hex::encode(rand::random::<[u8; 16]>()),
-            amount: charge.amount.clone(),
-            payee: r.pay_to.clone(),
-            mode: PaymentMode::Capture,
-            expires_at: self.clock.now().plus(ttl),
-            details: serde_json::to_value(&r)
-                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+        // A capture offer: `check_capture_mode` refused anything else above.
+        glue::offer(
+            RAIL,
+            hex::encode(rand::random::<[u8; 16]>()),
+            charge,
+            r.pay_to.clone(),
+            self.clock.now().plus(ttl),
+            &r,
+        )
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
@@ -305,9 +292,7 @@ impl Receiver for AvmReceiver {
             .reserve(&p.key(&network))
             .await
             .map_err(|e| match e {
-                Taken::Used | Taken::InFlight => RailError::Replayed {
-                    key: format!("payment for offer {}", offer.id),
-                },
+                Taken::Used | Taken::InFlight => glue::served_already(&offer.id),
                 Taken::Store(e) => e,
             })?;
         let settled = serving
@@ -316,14 +301,14 @@ impl Receiver for AvmReceiver {
         match settled {
             Ok(s) => {
                 serving.commit(Some(SERVED_RETENTION)).await?;
-                Ok(Verified {
-                    rail: RailId::new(RAIL),
-                    offer_id: offer.id.clone(),
-                    payment_ref: s.txid,
-                    payer: s.payer,
-                    amount: offer.amount.clone(),
-                    state: PaymentState::Settled,
-                })
+                Ok(glue::verified(
+                    RAIL,
+                    offer,
+                    s.txid,
+                    s.payer,
+                    offer.amount.clone(),
+                    PaymentState::Settled,
+                ))
             }
             Err(AvmError::Refused { code, detail }) => {
                 x402_transport::served::release(serving).await;
@@ -331,10 +316,7 @@ impl Receiver for AvmReceiver {
             }
             Err(AvmError::Unknown(detail)) => {
                 x402_transport::served::release(serving).await;
-                Err(RailError::Unavailable(RailReason::new(
-                    "facilitator",
-                    format!("{detail}; verify the same payment again"),
-                )))
+                Err(glue::settlement_unknown(detail))
             }
         }
     }

@@ -181,16 +181,7 @@ pub fn op_transfer_id(account: AccountId, what: &str, op: &OpId) -> TransferId {
 }
 
 fn capabilities(asset: &Asset) -> Capabilities {
-    Capabilities {
-        pay: true,
-        pay_effect: rail_core::PayEffect::Moves,
-        hold: true,
-        partial_capture: true,
-        refund: true,
-        partial_refund: true,
-        finality: Finality::Immediate,
-        assets: vec![asset.clone()],
-    }
+    rail_core::glue::full_capabilities(Finality::Immediate, asset)
 }
 
 fn minor(money: &Money) -> RailResult<u64> {

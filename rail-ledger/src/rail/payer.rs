@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rail_core::{
-    Asset, Binding, Capabilities, HoldPayer, Offer, OpId, Payer, Payment, PaymentMode, Rail,
-    RailError, RailId, RailResult,
+    Asset, Capabilities, HoldPayer, Offer, OpId, Payer, Payment, PaymentMode, Rail, RailId,
+    RailResult, glue,
 };
 
 use crate::ledger::Ledger;
@@ -51,19 +51,8 @@ impl LedgerPayer {
     }
 
     fn request(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<TransferRequest> {
-        if offer.rail.as_str() != RAIL {
-            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
-        }
-        if offer.mode != mode {
-            return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
-        }
-        if offer.amount.asset() != &self.asset {
-            return Err(RailError::mismatch(
-                Binding::Asset,
-                &self.asset,
-                offer.amount.asset(),
-            ));
-        }
+        glue::check_rail_and_mode(offer, RAIL, mode)?;
+        glue::check_asset(&self.asset, &offer.amount)?;
         let credit = parse_account(&offer.payee, "offer payee")?;
         let amount = minor(&offer.amount)?;
         let user_data = offer_binding(&offer.id);
@@ -113,15 +102,13 @@ impl LedgerPayer {
                 .transfer()
                 .id
         };
-        Ok(Payment {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
+        glue::payment(
+            RAIL,
+            offer,
             mode,
-            payer: self.account.to_string(),
-            amount: offer.amount.clone(),
-            proof: serde_json::to_value(LedgerProof { transfer_id: id })
-                .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            self.account.to_string(),
+            &LedgerProof { transfer_id: id },
+        )
     }
 }
 
@@ -150,14 +137,4 @@ impl HoldPayer for LedgerPayer {
 
 /// The ledger is idempotent by transfer id, and a payment's id derives from its operation id:
 /// paying again *is* the look-up (the ledger answers the transfer the earlier attempt made).
-#[async_trait]
-impl rail_core::payer::FindPayment for LedgerPayer {
-    async fn find_payment(
-        &self,
-        _op: &OpId,
-        _offer: &Offer,
-        _mode: PaymentMode,
-    ) -> RailResult<Option<Payment>> {
-        Ok(None)
-    }
-}
+impl glue::NothingToFind for LedgerPayer {}

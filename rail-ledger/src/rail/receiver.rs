@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use rail_core::{
     Amount, Asset, Binding, Capabilities, Captured, Charge, HoldReceiver, Money, Offer, OpId,
     Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailResult, Receiver,
-    RefundReceiver, Refunded, ReplayGuard, Verified, Voided,
+    RefundReceiver, Refunded, ReplayGuard, Verified, Voided, glue,
 };
 
 use crate::ledger::Ledger;
@@ -157,14 +157,14 @@ impl LedgerReceiver {
                 expires_at: t.expires_at(),
             },
         };
-        Ok(Verified {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            payment_ref: t.id.to_string(),
-            payer: t.debit.to_string(),
-            amount: paid,
+        Ok(glue::verified(
+            RAIL,
+            offer,
+            t.id.to_string(),
+            t.debit.to_string(),
+            paid,
             state,
-        })
+        ))
     }
 
     fn transfer_id(s: &str) -> RailResult<TransferId> {
@@ -202,10 +202,7 @@ impl Rail for LedgerReceiver {
 #[async_trait]
 impl Receiver for LedgerReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
-        self.capabilities().check_asset(&charge.amount)?;
-        if charge.amount.amount().is_zero() {
-            return Err(RailError::InvalidInput("amount must not be zero".into()));
-        }
+        glue::check_charge(&self.capabilities(), charge)?;
         // Refuse what the ledger cannot carry now, not at payment time.
         let units = minor(&charge.amount)?;
         if units > crate::engine::MAX_COUNTER {
@@ -235,19 +232,17 @@ impl Receiver for LedgerReceiver {
             }
             PaymentMode::Capture => None,
         };
-        Ok(Offer {
-            rail: RailId::new(RAIL),
-            id: format!("q_{}", hex::encode(rand::random::<[u8; 16]>())),
-            amount: charge.amount.clone(),
-            payee: self.account.to_string(),
-            mode: charge.mode,
-            expires_at: self.ledger.clock().now().plus(charge.ttl),
-            details: serde_json::to_value(LedgerOfferDetails {
+        glue::offer(
+            RAIL,
+            format!("q_{}", hex::encode(rand::random::<[u8; 16]>())),
+            charge,
+            self.account.to_string(),
+            self.ledger.clock().now().plus(charge.ttl),
+            &LedgerOfferDetails {
                 hold_ms,
                 hold_secs: None,
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            },
+        )
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
@@ -351,13 +346,7 @@ impl LedgerReceiver {
 #[async_trait]
 impl HoldReceiver for LedgerReceiver {
     async fn capture(&self, op: &OpId, held: &Verified, amount: &Money) -> RailResult<Captured> {
-        if amount.asset() != &self.asset {
-            return Err(RailError::mismatch(
-                Binding::Asset,
-                &self.asset,
-                amount.asset(),
-            ));
-        }
+        glue::check_asset(&self.asset, amount)?;
         let p = self.own_pending(held).await?;
         let units = minor(amount)?;
         let created = self
@@ -401,13 +390,7 @@ impl HoldReceiver for LedgerReceiver {
 #[async_trait]
 impl RefundReceiver for LedgerReceiver {
     async fn refund(&self, op: &OpId, payment_ref: &str, amount: &Money) -> RailResult<Refunded> {
-        if amount.asset() != &self.asset {
-            return Err(RailError::mismatch(
-                Binding::Asset,
-                &self.asset,
-                amount.asset(),
-            ));
-        }
+        glue::check_asset(&self.asset, amount)?;
         let id = Self::transfer_id(payment_ref)?;
         let (t, _) = self.lookup(id).await?;
         if t.credit != self.account || !t.kind.is_posting() {

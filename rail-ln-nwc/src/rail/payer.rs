@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use lightning_invoice::{Bolt11Invoice, Currency};
 use rail_core::{
     Binding, Capabilities, HoldPayer, Money, Offer, OpId, Payer, Payment, PaymentMode, Rail,
-    RailError, RailId, RailReason, RailResult, SharedClock,
+    RailError, RailId, RailReason, RailResult, SharedClock, glue,
 };
 
 use super::{OfferDetails, Proof, RAIL, capabilities, msat, preimage_matches, rail_error};
@@ -66,19 +66,9 @@ impl NwcPayer {
         mode: PaymentMode,
         live: bool,
     ) -> RailResult<(OfferDetails, u64)> {
-        if offer.rail.as_str() != RAIL {
-            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
-        }
-        if offer.mode != mode {
-            return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
-        }
+        glue::check_rail_and_mode(offer, RAIL, mode)?;
         let want = msat(&offer.amount)?;
-        if offer.amount.minor_units() > self.max_amount.minor_units() {
-            return Err(RailError::InvalidInput(format!(
-                "{} is above this payer's limit of {}",
-                offer.amount, self.max_amount
-            )));
-        }
+        glue::check_payer_limit(&offer.amount, &self.max_amount)?;
         let details: OfferDetails = offer.details_as()?;
         let inv = Bolt11Invoice::from_str(&details.invoice)
             .map_err(|e| RailError::InvalidInput(format!("invoice: {e}")))?;
@@ -155,18 +145,16 @@ impl NwcPayer {
         mode: PaymentMode,
         preimage: Option<String>,
     ) -> RailResult<Payment> {
-        Ok(Payment {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
+        glue::payment(
+            RAIL,
+            offer,
             mode,
-            payer: self.client.pubkey(),
-            amount: offer.amount.clone(),
-            proof: serde_json::to_value(Proof {
+            self.client.pubkey(),
+            &Proof {
                 payment_hash: details.payment_hash.clone(),
                 preimage,
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            },
+        )
     }
 }
 

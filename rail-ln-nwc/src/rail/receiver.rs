@@ -10,7 +10,7 @@ use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Captured, Charge, HoldReceiver, Idempotency, Money, Offer, OpId,
     Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
-    ReplayGuard, SharedClock, Verified, Voided,
+    ReplayGuard, SharedClock, Verified, Voided, glue,
 };
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -187,19 +187,17 @@ impl Receiver for NwcReceiver {
             reason: RailReason::new("nwc", "the wallet returned no invoice"),
             retryable: false,
         })?;
-        Ok(Offer {
-            rail: RailId::new(RAIL),
-            id: offer_id,
-            amount: charge.amount.clone(),
-            payee: self.node.clone(),
-            mode: charge.mode,
-            expires_at: self.clock.now().plus(charge.ttl),
-            details: serde_json::to_value(OfferDetails {
+        glue::offer(
+            RAIL,
+            offer_id,
+            charge,
+            self.node.clone(),
+            self.clock.now().plus(charge.ttl),
+            &OfferDetails {
                 invoice,
                 payment_hash: tx.payment_hash.to_ascii_lowercase(),
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            },
+        )
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
@@ -341,14 +339,14 @@ impl NwcReceiver {
             .await?
             .commit(Some(offer.retention(self.clock.now(), margin)))
             .await?;
-        Ok(Verified {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            payment_ref: details.payment_hash,
-            payer: payment.payer.clone(),
-            amount: offer.amount.clone(),
+        Ok(glue::verified(
+            RAIL,
+            offer,
+            details.payment_hash,
+            payment.payer.clone(),
+            offer.amount.clone(),
             state,
-        })
+        ))
     }
 }
 

@@ -79,17 +79,8 @@ pub struct Proof {
 }
 
 fn capabilities(asset: &Asset) -> Capabilities {
-    Capabilities {
-        pay: true,
-        pay_effect: rail_core::PayEffect::Moves,
-        hold: true,
-        partial_capture: true,
-        refund: true,
-        partial_refund: true,
-        // Card payments can be disputed (chargebacks).
-        finality: Finality::Reversible,
-        assets: vec![asset.clone()],
-    }
+    // Card payments can be disputed (chargebacks).
+    rail_core::glue::full_capabilities(Finality::Reversible, asset)
 }
 
 fn key(prefix: &str, op: &OpId) -> RailResult<RequestStrategy> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rail_core::{
     Asset, Binding, Capabilities, HoldPayer, Money, Offer, OpId, Payer, Payment, PaymentMode, Rail,
-    RailError, RailId, RailResult, SharedClock,
+    RailError, RailId, RailResult, SharedClock, glue,
 };
 use serde::Serialize;
 use stripe_client_core::{RequestBuilder, StripeMethod};
@@ -63,12 +63,7 @@ impl StripePayer {
 
     /// The offer's checks: rail, mode, asset, this payer's limit, payee = the intent's merchant.
     fn checked(&self, offer: &Offer, mode: PaymentMode) -> RailResult<(OfferDetails, i64)> {
-        if offer.rail.as_str() != RAIL {
-            return Err(RailError::mismatch(Binding::Rail, RAIL, &offer.rail));
-        }
-        if offer.mode != mode {
-            return Err(RailError::mismatch(Binding::Mode, mode, offer.mode));
-        }
+        glue::check_rail_and_mode(offer, RAIL, mode)?;
         if offer.amount.asset() != &self.asset {
             return Err(RailError::InvalidInput(format!(
                 "this payer pays in {}, the offer asks {}",
@@ -76,12 +71,7 @@ impl StripePayer {
                 offer.amount.asset()
             )));
         }
-        if offer.amount.minor_units() > self.max_amount.minor_units() {
-            return Err(RailError::InvalidInput(format!(
-                "{} is above this payer's limit of {}",
-                offer.amount, self.max_amount
-            )));
-        }
+        glue::check_payer_limit(&offer.amount, &self.max_amount)?;
         let details: OfferDetails = offer.details_as()?;
         // The destination is the intent's merchant, whatever the envelope says: an offer whose
         // payee is not the intent's is refused before anything is paid.
@@ -113,17 +103,15 @@ impl StripePayer {
     }
 
     fn payment(&self, offer: &Offer, mode: PaymentMode, intent: &str) -> RailResult<Payment> {
-        Ok(Payment {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
+        glue::payment(
+            RAIL,
+            offer,
             mode,
-            payer: self.payment_method.clone(),
-            amount: offer.amount.clone(),
-            proof: serde_json::to_value(Proof {
+            self.payment_method.clone(),
+            &Proof {
                 payment_intent: intent.to_owned(),
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            },
+        )
     }
 
     async fn confirm(&self, op: &OpId, offer: &Offer, mode: PaymentMode) -> RailResult<Payment> {

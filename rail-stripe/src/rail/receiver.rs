@@ -10,7 +10,7 @@ use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Idempotency, Money, Offer, OpId, Payment, PaymentMode,
     PaymentState, Rail, RailError, RailId, RailResult, Receiver, ReplayGuard, SharedClock,
-    Verified,
+    Verified, glue,
 };
 use stripe_client_core::StripeRequest;
 use stripe_core::payment_intent::{
@@ -324,21 +324,19 @@ impl Receiver for StripeReceiver {
             reason: rail_core::RailReason::new("stripe", "intent has no client_secret"),
             retryable: false,
         })?;
-        Ok(Offer {
-            rail: RailId::new(RAIL),
-            id: offer_id,
-            amount: charge.amount.clone(),
-            payee: self.payee.clone(),
-            mode: charge.mode,
-            expires_at: self.clock.now().plus(charge.ttl),
-            details: serde_json::to_value(OfferDetails {
+        glue::offer(
+            RAIL,
+            offer_id,
+            charge,
+            self.payee.clone(),
+            self.clock.now().plus(charge.ttl),
+            &OfferDetails {
                 payment_intent: pi.id.to_string(),
                 client_secret: secret,
                 publishable_key: self.publishable_key.clone(),
                 payee: self.payee.clone(),
-            })
-            .map_err(|e| RailError::InvalidInput(e.to_string()))?,
-        })
+            },
+        )
     }
 
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
@@ -430,13 +428,13 @@ impl Receiver for StripeReceiver {
             .await?
             .commit(Some(offer.retention(self.clock.now(), GIVE_BACK_WINDOW)))
             .await?;
-        Ok(Verified {
-            rail: RailId::new(RAIL),
-            offer_id: offer.id.clone(),
-            payment_ref: pi.id.to_string(),
-            payer: pm,
-            amount: offer.amount.clone(),
+        Ok(glue::verified(
+            RAIL,
+            offer,
+            pi.id.to_string(),
+            pm,
+            offer.amount.clone(),
             state,
-        })
+        ))
     }
 }
