@@ -153,6 +153,19 @@ impl fmt::Debug for ExactAlgoPayer {
     }
 }
 
+/// What one payment is signed for: the challenge, its payee, amount and paymentId.
+#[derive(Clone, Copy)]
+struct Order<'a> {
+    /// The challenge.
+    accept: &'a Accept,
+    /// Who is paid.
+    pay_to: Address,
+    /// µALGO.
+    amount: u64,
+    /// The paymentId (the note).
+    pid: &'a str,
+}
+
 impl ExactAlgoPayer {
     /// A payer signing with `key` (a 32-byte Ed25519 seed), through `algod`, within `policy`.
     ///
@@ -269,7 +282,13 @@ impl ExactAlgoPayer {
             .parse()
             .map_err(|_| PayError::NoAcceptable("maxAmountRequired".into()))?;
         let pid = accept.extra.payment_id.clone();
-        self.sign_with(params, &accept, pay_to, amount, &pid).await
+        let order = Order {
+            accept: &accept,
+            pay_to,
+            amount,
+            pid: &pid,
+        };
+        self.sign_with(params, &order).await
     }
 
     /// Signs a payment of `amount` to `pay_to` with note `pid` for the challenge `accept`.
@@ -281,7 +300,13 @@ impl ExactAlgoPayer {
         pid: &str,
     ) -> Result<SignedPayment, PayError> {
         let params = self.algod.params().await?;
-        self.sign_with(params, accept, pay_to, amount, pid).await
+        let order = Order {
+            accept,
+            pay_to,
+            amount,
+            pid,
+        };
+        self.sign_with(params, &order).await
     }
 
     /// As [`ExactAlgoPayer::sign`], with algod's suggested parameters already in hand (one
@@ -290,18 +315,16 @@ impl ExactAlgoPayer {
     async fn sign_with(
         &self,
         params: crate::algod::SuggestedParams,
-        accept: &Accept,
-        pay_to: Address,
-        amount: u64,
-        pid: &str,
+        order: &Order<'_>,
     ) -> Result<SignedPayment, PayError> {
+        let (accept, pid) = (order.accept, order.pid);
         let store = |e: RailError| PayError::Store(e.to_string());
-        let key = format!("{pay_to}:{pid}");
+        let key = format!("{}:{pid}", order.pay_to);
         // What the paymentId was signed for: asking again for another amount or network is
         // refused, never signed a second time (the network in its CAIP-2 form: the same
         // challenge spelled the other way is the same payment).
         let network = normalize_network(&accept.network).unwrap_or_else(|| accept.network.clone());
-        let fp = fingerprint(&(amount, network.as_str())).map_err(store)?;
+        let fp = fingerprint(&(order.amount, network.as_str())).map_err(store)?;
         let reservation = match self
             .signed
             .claim_as(&key, Duration::from_secs(30), fp.to_vec())
@@ -322,7 +345,7 @@ impl ExactAlgoPayer {
             // A signer that died before recording never handed its transaction out.
             Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => r,
         };
-        match self.sign_new(params, accept, pay_to, amount, pid).await {
+        match self.sign_new(params, order).await {
             Ok(signed) => {
                 let v = serde_json::to_string(&signed)
                     .map_err(|e| PayError::Store(format!("signed payment {key}: {e}")))?;
@@ -347,11 +370,14 @@ impl ExactAlgoPayer {
     async fn sign_new(
         &self,
         params: crate::algod::SuggestedParams,
-        accept: &Accept,
-        pay_to: Address,
-        amount: u64,
-        pid: &str,
+        order: &Order<'_>,
     ) -> Result<SignedPayment, PayError> {
+        let Order {
+            accept,
+            pay_to,
+            amount,
+            pid,
+        } = *order;
         let net = network_id(&params.genesis_hash);
         if !same_network(&net, &accept.network) {
             return Err(PayError::WrongNetwork {

@@ -77,19 +77,17 @@ impl LifecycleError {
             LifecycleError::Store(_) => ErrorCode::finer(SETTLEMENT_FAILED, "storage error"),
         }
     }
-
-    /// The `error` on the wire: one of the seed's codes (see [`LifecycleError::error_code`]).
-    #[must_use]
-    pub fn code(&self) -> &'static str {
-        self.error_code().error
-    }
-
-    /// The finer `reason` beside [`LifecycleError::code`], `None` for the seed's own cases.
-    #[must_use]
-    pub fn reason(&self) -> Option<&'static str> {
-        self.error_code().reason
-    }
 }
+
+crate::rules::code_and_reason!(
+    LifecycleError,
+    code: [
+        " The `error` on the wire: one of the seed's codes (see [`LifecycleError::error_code`]).",
+    ],
+    reason: [
+        " The finer `reason` beside [`LifecycleError::code`], `None` for the seed's own cases.",
+    ]
+);
 
 fn store(e: RailError) -> LifecycleError {
     LifecycleError::Store(e)

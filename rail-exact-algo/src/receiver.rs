@@ -129,21 +129,6 @@ impl Refusal {
         }
     }
 
-    /// The `error` on the wire: one of the seed's six codes (`underpaid`, `receiver
-    /// mismatch`, `unknown or expired paymentId`, `paymentId already used`, `transaction
-    /// expired`, `settlement failed`), whatever the refusal. See [`Refusal::error_code`].
-    #[must_use]
-    pub fn code(&self) -> &'static str {
-        self.error_code().error
-    }
-
-    /// The finer stable code sent as `reason` beside [`Refusal::code`] (`fee too high`,
-    /// `bad signature`, …); `None` when the seed's code is the whole story.
-    #[must_use]
-    pub fn reason(&self) -> Option<&'static str> {
-        self.error_code().reason
-    }
-
     /// Whether the same payment may succeed if sent again (algod was unreachable).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
@@ -200,6 +185,19 @@ impl Refusal {
         }
     }
 }
+
+crate::rules::code_and_reason!(
+    Refusal,
+    code: [
+        " The `error` on the wire: one of the seed's six codes (`underpaid`, `receiver",
+        " mismatch`, `unknown or expired paymentId`, `paymentId already used`, `transaction",
+        " expired`, `settlement failed`), whatever the refusal. See [`Refusal::error_code`].",
+    ],
+    reason: [
+        " The finer stable code sent as `reason` beside [`Refusal::code`] (`fee too high`,",
+        " `bad signature`, …); `None` when the seed's code is the whole story.",
+    ]
+);
 
 /// A callback told of every settlement (for bookkeeping, metrics, reconciliation).
 pub type OnSettled = Arc<dyn Fn(&Settlement) + Send + Sync>;

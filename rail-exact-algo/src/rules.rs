@@ -167,21 +167,40 @@ impl Violation {
             }
         }
     }
-
-    /// The `error` on the wire: always one of the seed's six codes
-    /// ([`crate::wire::SEED_ERRORS`]); see [`Violation::error_code`].
-    #[must_use]
-    pub fn code(&self) -> &'static str {
-        self.error_code().error
-    }
-
-    /// The finer `reason` sent beside [`Violation::code`] (`fee too high`), `None` for the
-    /// cases the seed names itself.
-    #[must_use]
-    pub fn reason(&self) -> Option<&'static str> {
-        self.error_code().reason
-    }
 }
+
+/// `code()` and `reason()` of an error type with an `error_code()` ([`ErrorCode`]): its two
+/// halves, each documented with the doc lines given.
+macro_rules! code_and_reason {
+    ($ty:ident, code: [$($code_doc:literal),+ $(,)?], reason: [$($reason_doc:literal),+ $(,)?]) => {
+        impl $ty {
+            $(#[doc = $code_doc])+
+            #[must_use]
+            pub fn code(&self) -> &'static str {
+                self.error_code().error
+            }
+
+            $(#[doc = $reason_doc])+
+            #[must_use]
+            pub fn reason(&self) -> Option<&'static str> {
+                self.error_code().reason
+            }
+        }
+    };
+}
+pub(crate) use code_and_reason;
+
+code_and_reason!(
+    Violation,
+    code: [
+        " The `error` on the wire: always one of the seed's six codes",
+        " ([`crate::wire::SEED_ERRORS`]); see [`Violation::error_code`].",
+    ],
+    reason: [
+        " The finer `reason` sent beside [`Violation::code`] (`fee too high`), `None` for the",
+        " cases the seed names itself.",
+    ]
+);
 
 /// Checks `p` against `req` as of `chain`: the signature first, then every rule of the seed.
 ///

@@ -77,10 +77,11 @@ impl ExactAlgo {
         Ok(Price {
             resource: price.resource.clone(),
             description: price.description.clone(),
-            amount: u64::try_from(price.amount).map_err(|_| Failure::Unknown {
-                error: "internal error".into(),
-                reason: None,
-                detail: format!("{} µALGO is more than any account holds", price.amount),
+            amount: u64::try_from(price.amount).map_err(|_| {
+                Failure::internal(format!(
+                    "{} µALGO is more than any account holds",
+                    price.amount
+                ))
             })?,
         })
     }
@@ -115,6 +116,31 @@ fn unknown(reason: &str, detail: impl Into<String>) -> Failure {
     }
 }
 
+/// [`Scheme::check_amount`] of an Algorand amount: not zero, and within a u64 (else
+/// `too_large()` says why).
+pub(crate) fn check_u64_amount(
+    amount: u128,
+    too_large: impl FnOnce() -> String,
+) -> Result<(), String> {
+    if amount == 0 {
+        return Err("a price of zero is not a payment".into());
+    }
+    u64::try_from(amount).map(|_| ()).map_err(|_| too_large())
+}
+
+/// `value` as an `accepts[]` entry; one that does not serialize is an internal error.
+pub(crate) fn entry_of<T: serde::Serialize>(
+    value: &T,
+) -> Result<x402_transport::wire::Entry, Failure> {
+    x402_transport::wire::entry(value).map_err(|e| Failure::internal(e.to_string()))
+}
+
+/// `value` as JSON (an answer the transport hands on); one that does not serialize is an
+/// internal error.
+pub(crate) fn json_of<T: serde::Serialize>(value: &T) -> Result<Value, Failure> {
+    serde_json::to_value(value).map_err(|e| Failure::internal(e.to_string()))
+}
+
 /// The receipt an MCP tool result carries in `structuredContent.receipt` (seed §5).
 #[must_use]
 pub fn mcp_receipt(r: &PaymentResponse) -> Value {
@@ -138,12 +164,9 @@ impl Scheme for ExactAlgo {
     }
 
     fn check_amount(&self, amount: u128) -> Result<(), String> {
-        if amount == 0 {
-            return Err("a price of zero is not a payment".into());
-        }
-        u64::try_from(amount)
-            .map(|_| ())
-            .map_err(|_| format!("{amount} µALGO does not fit an Algorand amount (u64)"))
+        check_u64_amount(amount, || {
+            format!("{amount} µALGO does not fit an Algorand amount (u64)")
+        })
     }
 
     fn claims(&self, envelope: &Value) -> bool {
@@ -165,11 +188,7 @@ impl Scheme for ExactAlgo {
             .challenge(&Self::price(price)?)
             .await
             .map_err(|e| unknown("storage error", e.to_string()))?;
-        x402_transport::wire::entry(&accept).map_err(|e| Failure::Unknown {
-            error: "internal error".into(),
-            reason: None,
-            detail: e.to_string(),
-        })
+        entry_of(&accept)
     }
 
     async fn check(
@@ -245,11 +264,7 @@ impl Scheme for ExactAlgo {
             Ok((response, _)) => Ok(Settled {
                 transaction: response.transaction.clone(),
                 receipt: Some(mcp_receipt(&response)),
-                response: serde_json::to_value(&response).map_err(|e| Failure::Unknown {
-                    error: "internal error".into(),
-                    reason: None,
-                    detail: e.to_string(),
-                })?,
+                response: json_of(&response)?,
             }),
             Err(r) => Err(failure(&r)),
         }

@@ -215,22 +215,9 @@ pub struct SettleResponse {
     pub payer: Option<String>,
 }
 
-/// Verification result (`VerifyResponse`), from `POST /verify`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VerifyResponse {
-    /// Whether the payment is valid.
-    pub is_valid: bool,
-    /// Reason code when it is not (e.g. `invalid_exact_evm_signature`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub invalid_reason: Option<String>,
-    /// Free-text detail when it is not (reference SDK field).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub invalid_message: Option<String>,
-    /// Payer address.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payer: Option<String>,
-}
+/// Verification result (`VerifyResponse`), from `POST /verify`: the transport's, the same for
+/// every scheme.
+pub use x402_transport::facilitator::VerifyResponse;
 
 /// Reads a `PAYMENT-REQUIRED` header whose `accepts[]` may also list other schemes' entries (a
 /// route of the shared x402 transport offering, say, exact-algo beside `exact` on EVM): the

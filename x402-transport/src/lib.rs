@@ -11,6 +11,7 @@
 //! | --- | --- |
 //! | [`scheme`] | the [`Scheme`] trait and the plain data it trades in ([`Price`], [`Presented`], [`Verified`], [`Settled`], [`Refusal`], [`Failure`]); [`Accepts`]: the ways one resource can be paid |
 //! | [`wire`] | header names, base64-of-JSON codecs, the 402 body ([`wire::PaymentRequired`]) |
+//! | [`facilitator`] | the facilitator protocol's messages ([`facilitator::FacilitatorRequest`], [`facilitator::VerifyResponse`]) |
 //! | [`served`] | the served-once record ([`ServedOnce`]), shared by every surface and receiver |
 //! | [`settle`] | one payment through check → served-once → settle before or after the paid work |
 //! | [`client`] | the paying reqwest client ([`client::Client`]) and the payer side of a scheme ([`client::SchemePayer`]) |
@@ -39,6 +40,7 @@
 
 pub mod client;
 pub mod error;
+pub mod facilitator;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 #[cfg(feature = "paywall")]

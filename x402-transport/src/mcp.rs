@@ -24,7 +24,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use rail_core::keys::KeyStore;
 use rail_core::{SharedClock, SystemClock};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject};
 use serde_json::{Value, json};
@@ -76,34 +75,9 @@ impl McpPaywall {
         }
     }
 
-    /// Served payments in `store` (PostgreSQL for several instances; the HTTP paywall on the
-    /// same store shares the record, so one payment is served once across both).
-    #[must_use]
-    pub fn with_store(mut self, store: Arc<dyn KeyStore>) -> Self {
-        self.served = ServedOnce::new(store);
-        self
-    }
-
-    /// Served payments in `served` (a receiver's record).
-    #[must_use]
-    pub fn with_served(mut self, served: ServedOnce) -> Self {
-        self.served = served;
-        self
-    }
-
-    /// Judges payments' validity windows by `clock` instead of the host's clock.
-    #[must_use]
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// When to settle (default [`SettleWhen::After`]: no charge for a failed tool).
-    #[must_use]
-    pub const fn settle(mut self, when: SettleWhen) -> Self {
-        self.settle_when = when;
-        self
-    }
+    crate::settle::surface_builders!(
+        "When to settle (default [`SettleWhen::After`]: no charge for a failed tool)."
+    );
 
     /// Prices the tool `name`, payable in each of `accepts`.
     #[must_use]

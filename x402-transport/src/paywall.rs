@@ -36,7 +36,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rail_core::keys::KeyStore;
 use rail_core::route::{RoutePattern, decoded_segments, most_specific};
 use rail_core::{SharedClock, SystemClock};
 use serde_json::{Value, json};
@@ -151,34 +150,7 @@ impl Paywall {
         }
     }
 
-    /// Served payments kept in `store` (PostgreSQL for several instances; the MCP adapter and
-    /// the rails' receivers on the same store share the record).
-    #[must_use]
-    pub fn with_store(mut self, store: Arc<dyn KeyStore>) -> Self {
-        self.served = ServedOnce::new(store);
-        self
-    }
-
-    /// Served payments kept in `served` (a receiver's record, shared with its other surfaces).
-    #[must_use]
-    pub fn with_served(mut self, served: ServedOnce) -> Self {
-        self.served = served;
-        self
-    }
-
-    /// Judges payments' validity windows by `clock` instead of the host's clock.
-    #[must_use]
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// When to settle (default [`SettleWhen::Before`]).
-    #[must_use]
-    pub const fn settle(mut self, when: SettleWhen) -> Self {
-        self.settle_when = when;
-        self
-    }
+    crate::settle::surface_builders!("When to settle (default [`SettleWhen::Before`]).");
 
     /// Prices the path pattern `pattern`, payable in each of `accepts`.
     #[must_use]

@@ -114,13 +114,9 @@ impl Verified {
     /// [`Failure::Unknown`] if it is not a `T` (a `Verified` handed to another scheme: a bug
     /// in the caller, answered as an internal error, never as a payment).
     pub fn payment<T: Any + Send + Sync>(&self) -> Result<&T, Failure> {
-        self.payment
-            .downcast_ref::<T>()
-            .ok_or_else(|| Failure::Unknown {
-                error: "internal error".into(),
-                reason: None,
-                detail: "a payment was handed to a scheme that did not check it".into(),
-            })
+        self.payment.downcast_ref::<T>().ok_or_else(|| {
+            Failure::internal("a payment was handed to a scheme that did not check it")
+        })
     }
 }
 
@@ -193,6 +189,19 @@ pub enum Failure {
         /// What happened.
         detail: String,
     },
+}
+
+impl Failure {
+    /// An internal error (a bug, or a value that does not serialize), never the payment's
+    /// fault: `error` is `internal error`, without a finer reason.
+    #[must_use]
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Failure::Unknown {
+            error: "internal error".into(),
+            reason: None,
+            detail: detail.into(),
+        }
+    }
 }
 
 impl fmt::Display for Failure {

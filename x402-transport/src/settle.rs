@@ -12,6 +12,47 @@ use crate::scheme::{Accept, Busy, Failure, Presented, Price, Refusal, Settled, V
 use crate::served::{self, ServedOnce, Taken};
 use crate::wire::{self, Entry, PaymentRequired, ResourceInfo};
 
+/// The builders a priced surface (the HTTP paywall, the MCP adapter) has over its fields
+/// `served`, `clock` and `settle_when`: `with_store`, `with_served`, `with_clock` and `settle`
+/// (documented with `$settle_doc`, which names the surface's default).
+#[cfg(any(feature = "paywall", feature = "mcp"))]
+macro_rules! surface_builders {
+    ($settle_doc:literal) => {
+        /// Served payments kept in `store` (PostgreSQL for several instances; the HTTP
+        /// paywall, the MCP adapter and the rails' receivers on the same store share the
+        /// record, so one payment is served once across them).
+        #[must_use]
+        pub fn with_store(mut self, store: std::sync::Arc<dyn rail_core::keys::KeyStore>) -> Self {
+            self.served = $crate::served::ServedOnce::new(store);
+            self
+        }
+
+        /// Served payments kept in `served` (a receiver's record, shared with its other
+        /// surfaces).
+        #[must_use]
+        pub fn with_served(mut self, served: $crate::served::ServedOnce) -> Self {
+            self.served = served;
+            self
+        }
+
+        /// Judges payments' validity windows by `clock` instead of the host's clock.
+        #[must_use]
+        pub fn with_clock(mut self, clock: rail_core::SharedClock) -> Self {
+            self.clock = clock;
+            self
+        }
+
+        #[doc = $settle_doc]
+        #[must_use]
+        pub const fn settle(mut self, when: $crate::settle::SettleWhen) -> Self {
+            self.settle_when = when;
+            self
+        }
+    };
+}
+#[cfg(any(feature = "paywall", feature = "mcp"))]
+pub(crate) use surface_builders;
+
 /// When a payment settles relative to the paid work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SettleWhen {

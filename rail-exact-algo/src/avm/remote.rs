@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use x402_transport::facilitator::FacilitatorRequest;
 
 use super::facilitator::AvmError;
 use super::wire::{Requirements, SettleResponse, Supported, VerifyResponse};
@@ -23,14 +23,6 @@ const MAX_ANSWER: usize = 64 * 1024;
 pub struct RemoteFacilitator {
     http: reqwest::Client,
     url: String,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Request<'a> {
-    x402_version: u8,
-    payment_payload: &'a Value,
-    payment_requirements: &'a Requirements,
 }
 
 impl RemoteFacilitator {
@@ -88,22 +80,26 @@ impl RemoteFacilitator {
         envelope: &Value,
         req: &Requirements,
     ) -> Result<T, AvmError> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .json(&Request {
-                x402_version: 2,
-                payment_payload: envelope,
-                payment_requirements: req,
-            })
-            .send()
-            .await
-            .map_err(|e| {
-                AvmError::Unknown(format!(
-                    "the facilitator did not answer: {}",
-                    e.without_url()
-                ))
-            })?;
+        Self::send(
+            self.http
+                .post(format!("{}{path}", self.url))
+                .json(&FacilitatorRequest {
+                    x402_version: 2u8,
+                    payment_payload: envelope,
+                    payment_requirements: req,
+                }),
+        )
+        .await
+    }
+
+    /// Sends `request` and reads the answer.
+    async fn send<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T, AvmError> {
+        let resp = request.send().await.map_err(|e| {
+            AvmError::Unknown(format!(
+                "the facilitator did not answer: {}",
+                e.without_url()
+            ))
+        })?;
         Self::read(resp).await
     }
 
@@ -112,18 +108,7 @@ impl RemoteFacilitator {
     /// # Errors
     /// [`AvmError::Unknown`].
     pub async fn supported(&self) -> Result<Supported, AvmError> {
-        let resp = self
-            .http
-            .get(format!("{}/supported", self.url))
-            .send()
-            .await
-            .map_err(|e| {
-                AvmError::Unknown(format!(
-                    "the facilitator did not answer: {}",
-                    e.without_url()
-                ))
-            })?;
-        Self::read(resp).await
+        Self::send(self.http.get(format!("{}/supported", self.url))).await
     }
 
     /// The fee payer it advertises for `network` (either spelling), if any.

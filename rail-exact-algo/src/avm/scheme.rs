@@ -180,10 +180,11 @@ impl ExactAvm {
     }
 
     fn amount(price: &Price) -> Result<u64, Failure> {
-        u64::try_from(price.amount).map_err(|_| Failure::Unknown {
-            error: "internal error".into(),
-            reason: None,
-            detail: format!("{} base units do not fit an Algorand amount", price.amount),
+        u64::try_from(price.amount).map_err(|_| {
+            Failure::internal(format!(
+                "{} base units do not fit an Algorand amount",
+                price.amount
+            ))
         })
     }
 
@@ -212,12 +213,9 @@ impl Scheme for ExactAvm {
     }
 
     fn check_amount(&self, amount: u128) -> Result<(), String> {
-        if amount == 0 {
-            return Err("a price of zero is not a payment".into());
-        }
-        u64::try_from(amount)
-            .map(|_| ())
-            .map_err(|_| format!("{amount} base units do not fit an Algorand amount (u64)"))
+        crate::scheme::check_u64_amount(amount, || {
+            format!("{amount} base units do not fit an Algorand amount (u64)")
+        })
     }
 
     fn claims(&self, envelope: &Value) -> bool {
@@ -230,13 +228,7 @@ impl Scheme for ExactAvm {
     }
 
     async fn requirements(&self, price: &Price) -> Result<x402_transport::wire::Entry, Failure> {
-        x402_transport::wire::entry(&self.requirements_for(Self::amount(price)?)).map_err(|e| {
-            Failure::Unknown {
-                error: "internal error".into(),
-                reason: None,
-                detail: e.to_string(),
-            }
-        })
+        crate::scheme::entry_of(&self.requirements_for(Self::amount(price)?))
     }
 
     async fn check(
@@ -324,11 +316,7 @@ impl Scheme for ExactAvm {
             }
             return Ok(Settled {
                 transaction: r.transaction.clone(),
-                response: serde_json::to_value(&r).map_err(|e| Failure::Unknown {
-                    error: "internal error".into(),
-                    reason: None,
-                    detail: e.to_string(),
-                })?,
+                response: crate::scheme::json_of(&r)?,
                 receipt: None,
             });
         }
@@ -347,11 +335,7 @@ impl Scheme for ExactAvm {
         };
         Ok(Settled {
             transaction: s.txid,
-            response: serde_json::to_value(&response).map_err(|e| Failure::Unknown {
-                error: "internal error".into(),
-                reason: None,
-                detail: e.to_string(),
-            })?,
+            response: crate::scheme::json_of(&response)?,
             receipt: None,
         })
     }

@@ -216,35 +216,13 @@ pub struct Envelope {
     pub extensions: Option<Value>,
 }
 
-/// `POST /verify` and `POST /settle` bodies.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FacilitatorRequest {
-    /// The payload's version.
-    #[serde(default)]
-    pub x402_version: Option<u8>,
-    /// The payment.
-    pub payment_payload: Envelope,
-    /// What the receiver requires.
-    pub payment_requirements: Requirements,
-}
+/// `POST /verify` and `POST /settle` bodies (the version may be absent): the transport's
+/// [`x402_transport::facilitator::FacilitatorRequest`] of this scheme's types.
+pub type FacilitatorRequest =
+    x402_transport::facilitator::FacilitatorRequest<Envelope, Requirements, Option<u8>>;
 
-/// The answer of `/verify`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VerifyResponse {
-    /// Valid.
-    pub is_valid: bool,
-    /// Why not (a code).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub invalid_reason: Option<String>,
-    /// Why not (a sentence).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub invalid_message: Option<String>,
-    /// Who pays.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payer: Option<String>,
-}
+/// The answer of `/verify`: the transport's, the same for every scheme.
+pub use x402_transport::facilitator::VerifyResponse;
 
 /// The answer of `/settle` (and the `PAYMENT-RESPONSE` JSON).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,9 +2,6 @@
 //! with (an ASA such as USDC): strict decoding and canonical encoding, as for [`super::PayTxn`].
 //! Checked byte for byte against py-algorand-sdk (`AssetTransferTxn`, golden vectors below).
 
-use data_encoding::BASE32_NOPAD;
-use sha2::{Digest, Sha512_256};
-
 use super::{TxnError, addr, bytes32, genesis_id, note, typed, uint};
 use crate::address::Address;
 use crate::msgpack::{self, MapRef};
@@ -79,9 +76,7 @@ impl AxferTxn {
     /// The canonical encoding of the transaction.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(256);
-        self.write(&mut out, true);
-        out
+        super::encoded(|out| self.write(out, true))
     }
 
     /// Writes the canonical encoding to `out`, field by field (no intermediate tree); without
@@ -117,14 +112,12 @@ impl AxferTxn {
     /// The bytes the signature covers: `"TX" || canonical(txn)`.
     #[must_use]
     pub fn signing_bytes(&self) -> Vec<u8> {
-        let mut b = b"TX".to_vec();
-        b.extend_from_slice(&self.encode());
-        b
+        super::tagged(|out| self.write(out, true))
     }
 
     /// The transaction id: base32 (no padding) of SHA-512/256 over the signing bytes.
     #[must_use]
     pub fn id(&self) -> String {
-        BASE32_NOPAD.encode(&Sha512_256::digest(self.signing_bytes()))
+        super::txid(&self.signing_bytes())
     }
 }

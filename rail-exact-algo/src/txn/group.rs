@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha512_256};
 
 use super::axfer::AxferTxn;
-use super::{PayTxn, TxnError, signed_encoding, signed_parts, verify_by};
+use super::{
+    PayTxn, TxnError, canonical_signed, decode_frames, encoded, sign_bytes, signed_encoding,
+    signed_parts, tagged, txid, verify_by,
+};
 use crate::address::Address;
 use crate::msgpack::{self, MapRef, Value, ValueRef};
 
@@ -38,13 +41,7 @@ impl Transaction {
     /// The canonical encoding.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(256);
-        self.write(&mut out);
-        out
-    }
-
-    fn write(&self, out: &mut Vec<u8>) {
-        self.write_as(out, true);
+        encoded(|out| self.write_as(out, true))
     }
 
     fn write_as(&self, out: &mut Vec<u8>, with_group: bool) {
@@ -57,55 +54,44 @@ impl Transaction {
     /// `"TX" || canonical(txn)`.
     #[must_use]
     pub fn signing_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(258);
-        b.extend_from_slice(b"TX");
-        self.write(&mut b);
-        b
+        tagged(|out| self.write_as(out, true))
     }
 
     /// The transaction id.
     #[must_use]
     pub fn id(&self) -> String {
-        data_encoding::BASE32_NOPAD.encode(&Sha512_256::digest(self.signing_bytes()))
+        txid(&self.signing_bytes())
     }
 
     /// The sender.
     #[must_use]
     pub fn sender(&self) -> Address {
-        match self {
-            Transaction::Pay(t) => t.sender,
-            Transaction::Axfer(t) => t.sender,
-        }
+        self.header().sender
     }
 
     /// The fields every transaction has, whatever its type.
     #[must_use]
     pub fn header(&self) -> Header<'_> {
+        /// The header of a transaction of either type (the same field names in both).
+        macro_rules! header_of {
+            ($t:expr) => {
+                Header {
+                    sender: $t.sender,
+                    fee: $t.fee,
+                    first_valid: $t.first_valid,
+                    last_valid: $t.last_valid,
+                    genesis_id: &$t.genesis_id,
+                    genesis_hash: $t.genesis_hash,
+                    note: &$t.note,
+                    rekey_to: $t.rekey_to,
+                    group: $t.group,
+                    lease: $t.lease,
+                }
+            };
+        }
         match self {
-            Transaction::Pay(t) => Header {
-                sender: t.sender,
-                fee: t.fee,
-                first_valid: t.first_valid,
-                last_valid: t.last_valid,
-                genesis_id: &t.genesis_id,
-                genesis_hash: t.genesis_hash,
-                note: &t.note,
-                rekey_to: t.rekey_to,
-                group: t.group,
-                lease: t.lease,
-            },
-            Transaction::Axfer(t) => Header {
-                sender: t.sender,
-                fee: t.fee,
-                first_valid: t.first_valid,
-                last_valid: t.last_valid,
-                genesis_id: &t.genesis_id,
-                genesis_hash: t.genesis_hash,
-                note: &t.note,
-                rekey_to: t.rekey_to,
-                group: t.group,
-                lease: t.lease,
-            },
+            Transaction::Pay(t) => header_of!(t),
+            Transaction::Axfer(t) => header_of!(t),
         }
     }
 
@@ -121,10 +107,7 @@ impl Transaction {
     /// The group id it carries.
     #[must_use]
     pub fn group(&self) -> Option<[u8; 32]> {
-        match self {
-            Transaction::Pay(t) => t.group,
-            Transaction::Axfer(t) => t.group,
-        }
+        self.header().group
     }
 
     /// The same transaction with group id `group`.
@@ -202,16 +185,8 @@ impl Member {
             return Err(TxnError::NotAMap("transaction"));
         };
         if m.contains_key("sig") || m.contains_key("msig") || m.contains_key("lsig") {
-            let (t, sig, auth) = super::signed_parts_of(m)?;
-            let signed = SignedTxn {
-                txn: Transaction::from_map(&t)?,
-                sig,
-                auth,
-            };
-            if signed.encode() != bytes {
-                return Err(TxnError::NonCanonical);
-            }
-            return Ok(Member::Signed(signed));
+            let parts = super::signed_parts_of(m)?;
+            return SignedTxn::canonical(parts, bytes).map(Member::Signed);
         }
         let wrapped = m.contains_key("txn");
         if wrapped {
@@ -297,9 +272,18 @@ impl SignedTxn {
     /// Signs `txn` with `key` (`auth`: the key's address when the sender is rekeyed to it).
     #[must_use]
     pub fn sign(txn: Transaction, key: &ed25519_dalek::SigningKey, auth: Option<Address>) -> Self {
-        use ed25519_dalek::Signer;
-        let sig = key.sign(&txn.signing_bytes()).to_bytes();
+        let sig = sign_bytes(key, &txn.signing_bytes());
         SignedTxn { txn, sig, auth }
+    }
+
+    /// The signed transaction of `parts`, which must re-encode to `bytes`.
+    fn canonical(
+        parts: (MapRef<'_>, [u8; 64], Option<Address>),
+        bytes: &[u8],
+    ) -> Result<Self, TxnError> {
+        let (txn, sig, auth) =
+            canonical_signed(parts, bytes, Transaction::from_map, Transaction::encode)?;
+        Ok(SignedTxn { txn, sig, auth })
     }
 
     /// Decodes a signed transaction strictly (single signature only).
@@ -307,16 +291,7 @@ impl SignedTxn {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
-        let (t, sig, auth) = signed_parts(bytes)?;
-        let signed = SignedTxn {
-            txn: Transaction::from_map(&t)?,
-            sig,
-            auth,
-        };
-        if signed.encode() != bytes {
-            return Err(TxnError::NonCanonical);
-        }
-        Ok(signed)
+        SignedTxn::canonical(signed_parts(bytes)?, bytes)
     }
 
     /// Decodes a stream of concatenated signed transactions (the body of
@@ -325,10 +300,7 @@ impl SignedTxn {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode_stream(bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
-        msgpack::frames(bytes)?
-            .into_iter()
-            .map(SignedTxn::decode)
-            .collect()
+        decode_frames(bytes, SignedTxn::decode)
     }
 
     /// The address whose key must have signed: `sgnr` if present, else the sender.
@@ -348,11 +320,7 @@ impl SignedTxn {
     /// # Errors
     /// [`TxnError::BadSignature`].
     pub fn verify_signature(&self) -> Result<(), TxnError> {
-        verify_by(
-            self.auth.unwrap_or(self.txn.sender()),
-            &self.txn.signing_bytes(),
-            &self.sig,
-        )
+        verify_by(self.signer(), &self.txn.signing_bytes(), &self.sig)
     }
 }
 

@@ -246,6 +246,57 @@ fn opt_b32(a: &Option<[u8; 32]>) -> Option<msgpack::Field<'_>> {
     a.as_ref().map(|a| msgpack::Field::Bin(a))
 }
 
+/// The canonical encoding `write` writes (a transaction's fields, field by field).
+fn encoded(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write(&mut out);
+    out
+}
+
+/// The bytes a signature covers: `"TX" ||` the canonical encoding `write` writes.
+fn tagged(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut b = Vec::with_capacity(258);
+    b.extend_from_slice(b"TX");
+    write(&mut b);
+    b
+}
+
+/// A transaction id: base32 (no padding) of SHA-512/256 over the signing bytes.
+fn txid(signing_bytes: &[u8]) -> String {
+    BASE32_NOPAD.encode(&Sha512_256::digest(signing_bytes))
+}
+
+/// Ed25519 signature by `key` over `signing_bytes`.
+fn sign_bytes(key: &ed25519_dalek::SigningKey, signing_bytes: &[u8]) -> [u8; 64] {
+    use ed25519_dalek::Signer;
+    key.sign(signing_bytes).to_bytes()
+}
+
+/// A signed transaction's parts read strictly from `parts` (what [`signed_parts`] or
+/// [`signed_parts_of`] read), the transaction by `read`: the whole must re-encode to `bytes`.
+fn canonical_signed<T>(
+    parts: (MapRef<'_>, [u8; 64], Option<Address>),
+    bytes: &[u8],
+    read: fn(&MapRef<'_>) -> Result<T, TxnError>,
+    encode: fn(&T) -> Vec<u8>,
+) -> Result<(T, [u8; 64], Option<Address>), TxnError> {
+    let (t, sig, auth) = parts;
+    let txn = read(&t)?;
+    if signed_encoding(&encode(&txn), &sig, auth) != bytes {
+        return Err(TxnError::NonCanonical);
+    }
+    Ok((txn, sig, auth))
+}
+
+/// Each of a stream of concatenated msgpack values (the body of `POST /v2/transactions`),
+/// decoded by `decode`.
+fn decode_frames<T>(
+    bytes: &[u8],
+    decode: fn(&[u8]) -> Result<T, TxnError>,
+) -> Result<Vec<T>, TxnError> {
+    msgpack::frames(bytes)?.into_iter().map(decode).collect()
+}
+
 /// Ed25519 `verify_strict` of `sig` by `signer` over `signing_bytes`.
 fn verify_by(signer: Address, signing_bytes: &[u8], sig: &[u8; 64]) -> Result<(), TxnError> {
     let key = VerifyingKey::from_bytes(&signer.0).map_err(|_| TxnError::BadSignature)?;
@@ -279,9 +330,7 @@ impl PayTxn {
     /// The canonical encoding of the transaction (what is signed, after the `"TX"` tag).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(256);
-        self.write(&mut out, true);
-        out
+        encoded(|out| self.write(out, true))
     }
 
     /// Writes the canonical encoding to `out`, field by field (no intermediate tree); without
@@ -315,17 +364,14 @@ impl PayTxn {
     /// The bytes the signature covers: `"TX" || canonical(txn)`.
     #[must_use]
     pub fn signing_bytes(&self) -> Vec<u8> {
-        let mut b = b"TX".to_vec();
-        b.extend_from_slice(&self.encode());
-        b
+        tagged(|out| self.write(out, true))
     }
 
     /// Signs the transaction with `key` (the sender's key, or the key the account was rekeyed
     /// to, in which case `auth` must name that key's address).
     #[must_use]
     pub fn sign(self, key: &ed25519_dalek::SigningKey, auth: Option<Address>) -> SignedPay {
-        use ed25519_dalek::Signer;
-        let sig = key.sign(&self.signing_bytes()).to_bytes();
+        let sig = sign_bytes(key, &self.signing_bytes());
         SignedPay {
             txn: self,
             sig,
@@ -336,7 +382,7 @@ impl PayTxn {
     /// The transaction id: base32 (no padding) of SHA-512/256 over the signing bytes.
     #[must_use]
     pub fn id(&self) -> String {
-        BASE32_NOPAD.encode(&Sha512_256::digest(self.signing_bytes()))
+        txid(&self.signing_bytes())
     }
 }
 
@@ -346,16 +392,13 @@ impl SignedPay {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode(bytes: &[u8]) -> Result<Self, TxnError> {
-        let (t, sig, auth) = signed_parts(bytes)?;
-        let signed = SignedPay {
-            txn: PayTxn::from_map(&t)?,
-            sig,
-            auth,
-        };
-        if signed.encode() != bytes {
-            return Err(TxnError::NonCanonical);
-        }
-        Ok(signed)
+        let (txn, sig, auth) = canonical_signed(
+            signed_parts(bytes)?,
+            bytes,
+            PayTxn::from_map,
+            PayTxn::encode,
+        )?;
+        Ok(SignedPay { txn, sig, auth })
     }
 
     /// Decodes a stream of concatenated signed payments (the body of `POST /v2/transactions`),
@@ -364,10 +407,7 @@ impl SignedPay {
     /// # Errors
     /// [`TxnError`] naming the first problem.
     pub fn decode_stream(bytes: &[u8]) -> Result<Vec<Self>, TxnError> {
-        msgpack::frames(bytes)?
-            .into_iter()
-            .map(SignedPay::decode)
-            .collect()
+        decode_frames(bytes, SignedPay::decode)
     }
 
     /// The canonical encoding of the signed transaction (what `POST /v2/transactions` takes).
