@@ -236,7 +236,7 @@ fn transfer(
             amount,
             user_data,
             ..
-        } => check_new(snap, id, debit, credit, amount, user_data, 0, false)?,
+        } => check_new(snap, id, (debit, credit), amount, user_data, None)?,
         TransferRequest::Pending {
             debit,
             credit,
@@ -244,7 +244,14 @@ fn transfer(
             user_data,
             timeout_ms,
             ..
-        } => check_new(snap, id, debit, credit, amount, user_data, timeout_ms, true)?,
+        } => check_new(
+            snap,
+            id,
+            (debit, credit),
+            amount,
+            user_data,
+            Some(timeout_ms),
+        )?,
         TransferRequest::Post {
             pending_id, amount, ..
         } => {
@@ -294,7 +301,7 @@ fn transfer(
                 return Err(TransferError::ExceedsReversible { available: left });
             }
             // Money goes back: the original credit account is debited.
-            let mut m = check_new(snap, id, o.credit, o.debit, amount, o.user_data, 0, false)?;
+            let mut m = check_new(snap, id, (o.credit, o.debit), amount, o.user_data, None)?;
             m.kind = TransferKind::Reversal;
             m.reference = Some(of);
             m
@@ -405,17 +412,18 @@ fn expire(snap: &mut Snapshot, ch: &mut Changes, pid: TransferId, now: Timestamp
     set_status(snap, ch, pid, TransferStatus::Expired);
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Checks a new transfer of `amount` between `accounts` (debit, credit): a hold with its
+/// timeout (`hold: Some(timeout_ms)`) or a posting transfer (`None`, timeout 0).
 fn check_new(
     snap: &Snapshot,
     id: TransferId,
-    debit: AccountId,
-    credit: AccountId,
+    accounts: (AccountId, AccountId),
     amount: u64,
     user_data: u128,
-    timeout_ms: u64,
-    pending: bool,
+    hold: Option<u64>,
 ) -> Result<Movement, TransferError> {
+    let (debit, credit) = accounts;
+    let (pending, timeout_ms) = (hold.is_some(), hold.unwrap_or(0));
     if amount == 0 {
         return Err(TransferError::AmountMustNotBeZero);
     }

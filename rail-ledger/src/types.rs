@@ -268,32 +268,22 @@ impl TransferRequest {
     pub fn made(&self, stored: &Transfer) -> bool {
         match *self {
             TransferRequest::Single {
-                debit,
-                credit,
-                amount,
-                user_data,
-                ..
+                amount, user_data, ..
             } => {
                 stored.kind == TransferKind::Single
-                    && (stored.debit, stored.credit, stored.amount, stored.user_data)
-                        == (debit, credit, amount, user_data)
+                    && self.accounts() == Some((stored.debit, stored.credit))
+                    && (stored.amount, stored.user_data) == (amount, user_data)
             }
             TransferRequest::Pending {
-                debit,
-                credit,
                 amount,
                 user_data,
                 timeout_ms,
                 ..
             } => {
                 stored.kind == TransferKind::Pending
-                    && (
-                        stored.debit,
-                        stored.credit,
-                        stored.amount,
-                        stored.user_data,
-                        stored.timeout_ms,
-                    ) == (debit, credit, amount, user_data, timeout_ms)
+                    && self.accounts() == Some((stored.debit, stored.credit))
+                    && (stored.amount, stored.user_data, stored.timeout_ms)
+                        == (amount, user_data, timeout_ms)
             }
             TransferRequest::Post {
                 pending_id, amount, ..

@@ -363,6 +363,11 @@ pub async fn in_flight_records_with_an_end(
     idem.finish(lease, &7u32).await.unwrap();
 }
 
+/// The holder named by the record under `key` (which must be there).
+async fn holder(guard: &ReplayGuard, key: &str) -> Option<String> {
+    guard.seen(key).await.unwrap().unwrap().record.value
+}
+
 /// Claims that name their holder (`claim_named`): a record whose holder has ended is taken
 /// over at once, and the takeover names its new holder in the same write — so a third claimer
 /// that judges by the name finds a live holder (busy), never the ended one's name on a record
@@ -373,14 +378,7 @@ pub async fn named_holders(store: &Arc<dyn KeyStore>, ns: &str) {
     let gone = |h: &str| !alive(h);
     let a = fresh(guard.claim_named("req", 60 * S, "a", &gone).await.unwrap());
     assert_eq!(
-        guard
-            .seen("req")
-            .await
-            .unwrap()
-            .unwrap()
-            .record
-            .value
-            .as_deref(),
+        holder(&guard, "req").await.as_deref(),
         Some("a"),
         "the first write names its holder"
     );
@@ -390,17 +388,7 @@ pub async fn named_holders(store: &Arc<dyn KeyStore>, ns: &str) {
     else {
         panic!("a claim whose holder ended is taken over at once")
     };
-    assert_eq!(
-        guard
-            .seen("req")
-            .await
-            .unwrap()
-            .unwrap()
-            .record
-            .value
-            .as_deref(),
-        Some("b")
-    );
+    assert_eq!(holder(&guard, "req").await.as_deref(), Some("b"));
     // "c" judges by the name: "b" lives, so it waits; the ended "a" can no longer write.
     assert!(matches!(
         guard.claim_named("req", 60 * S, "c", &gone).await.unwrap(),

@@ -118,8 +118,32 @@ const TRANSFER_COLS: &str = "seq, id, kind, debit, credit, amount, reference, us
     timeout_ms, ts, dr_pending_before, dr_pending_after, dr_posted_before, dr_posted_after, \
     cr_pending_before, cr_pending_after, cr_posted_before, cr_posted_after, prev_hash, hash";
 
+/// The journal table, the same columns on both backends in the dialect's types: `{int}` a
+/// 64-bit integer, `{small}` a small one, `{blob}` bytes (see [`in_dialect`]).
+const TRANSFERS_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS ledger_transfers (seq {int} PRIMARY KEY, id {blob} NOT NULL UNIQUE,
+        kind {small} NOT NULL, debit {blob} NOT NULL, credit {blob} NOT NULL, amount {int} NOT NULL,
+        reference {blob}, user_data {blob} NOT NULL, timeout_ms {int} NOT NULL, ts {int} NOT NULL,
+        dr_pending_before {int} NOT NULL, dr_pending_after {int} NOT NULL,
+        dr_posted_before {int} NOT NULL, dr_posted_after {int} NOT NULL,
+        cr_pending_before {int} NOT NULL, cr_pending_after {int} NOT NULL,
+        cr_posted_before {int} NOT NULL, cr_posted_after {int} NOT NULL,
+        prev_hash {blob} NOT NULL, hash {blob} NOT NULL)";
+
+/// `sql` with its type placeholders (`{int}`, `{small}`, `{blob}`) filled in from `types`, in
+/// that order.
+fn in_dialect(sql: &str, types: [&str; 3]) -> String {
+    let [int, small, blob] = types;
+    sql.replace("{int}", int)
+        .replace("{small}", small)
+        .replace("{blob}", blob)
+}
+
 const ACCOUNT_COLS: &str = "id, asset, scale, no_overdraft, debits_pending, debits_posted, \
     credits_pending, credits_posted, created_at";
+
+/// The earliest expiry among open holds.
+const NEXT_DUE: &str = "SELECT min(expires_at) FROM ledger_status WHERE status = 1";
 
 fn u(v: i64, what: &str) -> Result<u64, LedgerError> {
     u64::try_from(v).map_err(|_| LedgerError::Corrupt(format!("negative {what}: {v}")))
@@ -182,6 +206,63 @@ fn storable(snap: &Snapshot, ch: &engine::Changes) -> Result<(), sqlx::Error> {
     }
 }
 
+/// The accounts a batch changed or created, each once, in id order, as they now stand.
+fn changed_accounts<'s>(snap: &'s Snapshot, ch: &engine::Changes) -> Vec<&'s Account> {
+    ch.accounts
+        .iter()
+        .chain(ch.new_accounts.iter())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter_map(|id| snap.accounts.get(id))
+        .collect()
+}
+
+/// A `ledger_status` row to write.
+struct StatusRow {
+    id: Vec<u8>,
+    code: i16,
+    amount: i64,
+    expires_at: Option<i64>,
+}
+
+/// The status rows a batch changed, as they now stand, with their holds' expiry.
+fn changed_statuses(snap: &Snapshot, ch: &engine::Changes) -> Vec<StatusRow> {
+    ch.statuses
+        .iter()
+        .filter_map(|id| {
+            let (code, amount) = snap.statuses.get(id)?.encode();
+            Some(StatusRow {
+                id: id.to_bytes().to_vec(),
+                code,
+                amount,
+                expires_at: snap
+                    .transfers
+                    .get(id)
+                    .and_then(Transfer::expires_at)
+                    .map(|t| t.0),
+            })
+        })
+        .collect()
+}
+
+/// An applied batch to write: the journal head it expects to replace (sequence and hash), and
+/// the state and changes it left.
+#[derive(Clone, Copy)]
+struct Batch<'a> {
+    expect: (i64, [u8; 32]),
+    snap: &'a Snapshot,
+    ch: &'a engine::Changes,
+}
+
+/// Whether an optimistic write that did not match failed its clock check: the database's
+/// clock `now` (when the backend reports it) was beyond the check's tolerance.
+fn clock_off(check: Option<ClockCheck>, now: Option<Timestamp>) -> bool {
+    match (check, now) {
+        (Some(c), Some(now)) => now.0.saturating_sub(c.stamped.0).saturating_abs() > c.tolerance_ms,
+        _ => false,
+    }
+}
+
 fn hash32(b: &[u8], what: &str) -> Result<[u8; 32], LedgerError> {
     <[u8; 32]>::try_from(b).map_err(|_| LedgerError::Corrupt(format!("{what} is not 32 bytes")))
 }
@@ -200,80 +281,10 @@ fn db(e: &sqlx::Error) -> LedgerError {
     LedgerError::Storage(e.to_string())
 }
 
-fn transfer_row<'r, R>(r: &'r R) -> Result<Transfer, LedgerError>
-where
-    R: Row,
-    &'r str: ColumnIndex<R>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-    i16: Decode<'r, R::Database> + Type<R::Database>,
-    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
-    Option<Vec<u8>>: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let g = |c: &'r str| r.try_get::<i64, _>(c).map_err(|e| db(&e));
-    let b = |c: &'r str| r.try_get::<Vec<u8>, _>(c).map_err(|e| db(&e));
-    let gu = |c: &'r str| -> Result<u64, LedgerError> { u(g(c)?, c) };
-    let kind_code: i16 = r.try_get("kind").map_err(|e| db(&e))?;
-    let reference: Option<Vec<u8>> = r.try_get("reference").map_err(|e| db(&e))?;
-    Ok(Transfer {
-        seq: g("seq")?,
-        id: id16(&b("id")?, TransferId::from_slice, "transfer id")?,
-        kind: TransferKind::from_code(kind_code)
-            .ok_or_else(|| LedgerError::Corrupt(format!("unknown transfer kind {kind_code}")))?,
-        debit: id16(&b("debit")?, AccountId::from_slice, "debit account")?,
-        credit: id16(&b("credit")?, AccountId::from_slice, "credit account")?,
-        amount: u(g("amount")?, "amount")?,
-        reference: reference
-            .map(|r| id16(&r, TransferId::from_slice, "reference"))
-            .transpose()?,
-        user_data: u128_of(&b("user_data")?)?,
-        timeout_ms: u(g("timeout_ms")?, "timeout")?,
-        timestamp: Timestamp(g("ts")?),
-        debit_side: SideBalances {
-            pending_before: gu("dr_pending_before")?,
-            pending_after: gu("dr_pending_after")?,
-            posted_before: gu("dr_posted_before")?,
-            posted_after: gu("dr_posted_after")?,
-        },
-        credit_side: SideBalances {
-            pending_before: gu("cr_pending_before")?,
-            pending_after: gu("cr_pending_after")?,
-            posted_before: gu("cr_posted_before")?,
-            posted_after: gu("cr_posted_after")?,
-        },
-        prev_hash: hash32(&b("prev_hash")?, "prev_hash")?,
-        hash: hash32(&b("hash")?, "hash")?,
-    })
-}
+/// A row of the ledger's tables, read by column name, on either backend.
+struct Cols<'r, R>(&'r R);
 
-fn status_row<'r, R>(r: &'r R) -> Result<TransferStatus, LedgerError>
-where
-    R: Row,
-    &'r str: ColumnIndex<R>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-    i16: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let code: i16 = r.try_get("status").map_err(|e| db(&e))?;
-    let amount: i64 = r.try_get("amount").map_err(|e| db(&e))?;
-    TransferStatus::decode(code, amount)
-        .ok_or_else(|| LedgerError::Corrupt(format!("bad status {code}/{amount}")))
-}
-
-fn id_status_row<'r, R>(r: &'r R) -> Result<(TransferId, TransferStatus), LedgerError>
-where
-    R: Row,
-    &'r str: ColumnIndex<R>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-    i16: Decode<'r, R::Database> + Type<R::Database>,
-    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
-    Ok((
-        id16(&id, TransferId::from_slice, "status id")?,
-        status_row(r)?,
-    ))
-}
-
-fn account_row<'r, R>(r: &'r R) -> Result<Account, LedgerError>
+impl<'r, R> Cols<'r, R>
 where
     R: Row,
     &'r str: ColumnIndex<R>,
@@ -282,22 +293,113 @@ where
     bool: Decode<'r, R::Database> + Type<R::Database>,
     String: Decode<'r, R::Database> + Type<R::Database>,
     Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+    Option<Vec<u8>>: Decode<'r, R::Database> + Type<R::Database>,
 {
-    let g = |c: &'r str| r.try_get::<i64, _>(c).map_err(|e| db(&e));
-    let code: String = r.try_get("asset").map_err(|e| db(&e))?;
-    let scale: i16 = r.try_get("scale").map_err(|e| db(&e))?;
-    let scale = u8::try_from(scale).map_err(|_| LedgerError::Corrupt("bad asset scale".into()))?;
-    let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
-    Ok(Account {
-        id: id16(&id, AccountId::from_slice, "account id")?,
-        asset: Asset::new(&code, scale).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-        no_overdraft: r.try_get("no_overdraft").map_err(|e| db(&e))?,
-        debits_pending: u(g("debits_pending")?, "debits_pending")?,
-        debits_posted: u(g("debits_posted")?, "debits_posted")?,
-        credits_pending: u(g("credits_pending")?, "credits_pending")?,
-        credits_posted: u(g("credits_posted")?, "credits_posted")?,
-        created_at: Timestamp(g("created_at")?),
-    })
+    /// Column `c`.
+    fn get<T: Decode<'r, R::Database> + Type<R::Database>>(
+        &self,
+        c: &'r str,
+    ) -> Result<T, LedgerError> {
+        self.0.try_get(c).map_err(|e| db(&e))
+    }
+
+    /// Column `c`, a `BIGINT` that must not be negative (`what` names it in the error).
+    fn unsigned(&self, c: &'r str, what: &str) -> Result<u64, LedgerError> {
+        u(self.get(c)?, what)
+    }
+
+    /// A balance side's four counters, the columns `{side}_pending_before` … `_posted_after`.
+    fn side(&self, cols: [&'r str; 4]) -> Result<SideBalances, LedgerError> {
+        let [pending_before, pending_after, posted_before, posted_after] = cols;
+        Ok(SideBalances {
+            pending_before: self.unsigned(pending_before, pending_before)?,
+            pending_after: self.unsigned(pending_after, pending_after)?,
+            posted_before: self.unsigned(posted_before, posted_before)?,
+            posted_after: self.unsigned(posted_after, posted_after)?,
+        })
+    }
+
+    /// A `ledger_head` row: seq and hash.
+    fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
+        Ok((
+            self.get("seq")?,
+            hash32(&self.get::<Vec<u8>>("hash")?, "head")?,
+        ))
+    }
+
+    /// A `ledger_transfers` row ([`TRANSFER_COLS`]).
+    fn transfer(&self) -> Result<Transfer, LedgerError> {
+        let b = |c: &'r str| self.get::<Vec<u8>>(c);
+        let kind_code: i16 = self.get("kind")?;
+        let reference: Option<Vec<u8>> = self.get("reference")?;
+        Ok(Transfer {
+            seq: self.get("seq")?,
+            id: id16(&b("id")?, TransferId::from_slice, "transfer id")?,
+            kind: TransferKind::from_code(kind_code).ok_or_else(|| {
+                LedgerError::Corrupt(format!("unknown transfer kind {kind_code}"))
+            })?,
+            debit: id16(&b("debit")?, AccountId::from_slice, "debit account")?,
+            credit: id16(&b("credit")?, AccountId::from_slice, "credit account")?,
+            amount: self.unsigned("amount", "amount")?,
+            reference: reference
+                .map(|r| id16(&r, TransferId::from_slice, "reference"))
+                .transpose()?,
+            user_data: u128_of(&b("user_data")?)?,
+            timeout_ms: self.unsigned("timeout_ms", "timeout")?,
+            timestamp: Timestamp(self.get("ts")?),
+            debit_side: self.side([
+                "dr_pending_before",
+                "dr_pending_after",
+                "dr_posted_before",
+                "dr_posted_after",
+            ])?,
+            credit_side: self.side([
+                "cr_pending_before",
+                "cr_pending_after",
+                "cr_posted_before",
+                "cr_posted_after",
+            ])?,
+            prev_hash: hash32(&b("prev_hash")?, "prev_hash")?,
+            hash: hash32(&b("hash")?, "hash")?,
+        })
+    }
+
+    /// A `ledger_status` row's status and amount.
+    fn status(&self) -> Result<TransferStatus, LedgerError> {
+        let code: i16 = self.get("status")?;
+        let amount: i64 = self.get("amount")?;
+        TransferStatus::decode(code, amount)
+            .ok_or_else(|| LedgerError::Corrupt(format!("bad status {code}/{amount}")))
+    }
+
+    /// A `ledger_status` row with its id.
+    fn id_status(&self) -> Result<(TransferId, TransferStatus), LedgerError> {
+        let id: Vec<u8> = self.get("id")?;
+        Ok((
+            id16(&id, TransferId::from_slice, "status id")?,
+            self.status()?,
+        ))
+    }
+
+    /// A `ledger_accounts` row ([`ACCOUNT_COLS`]).
+    fn account(&self) -> Result<Account, LedgerError> {
+        let code: String = self.get("asset")?;
+        let scale: i16 = self.get("scale")?;
+        let scale =
+            u8::try_from(scale).map_err(|_| LedgerError::Corrupt("bad asset scale".into()))?;
+        let id: Vec<u8> = self.get("id")?;
+        let counter = |c: &'r str| self.unsigned(c, c);
+        Ok(Account {
+            id: id16(&id, AccountId::from_slice, "account id")?,
+            asset: Asset::new(&code, scale).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
+            no_overdraft: self.get("no_overdraft")?,
+            debits_pending: counter("debits_pending")?,
+            debits_posted: counter("debits_posted")?,
+            credits_pending: counter("credits_pending")?,
+            credits_posted: counter("credits_posted")?,
+            created_at: Timestamp(self.get("created_at")?),
+        })
+    }
 }
 
 /// Loads the transfers' accounts that the batch did not name itself.
@@ -316,33 +418,40 @@ fn bytes<T: Copy>(ids: impl IntoIterator<Item = T>, f: fn(T) -> [u8; 16]) -> Vec
 
 const MAX_DUE: i64 = 256;
 
-/// The read side (lookups and journal verification): the same statements for both backends
-/// (`$N` placeholders work on SQLite too), stamped out per database because sqlx's pool and
-/// executor types differ (each module defines its `Tx`). `$prelude` runs first in the
-/// verification transaction.
-macro_rules! reads {
-    ($pool:ty, $prelude:expr) => {
-        /// The start of a locked batch: the journal head (read with `head_sql`, which takes the
-        /// lock where the backend needs one), the batch's time (given, or the database's clock
-        /// read with `clock_sql` once the head is held; without one, the host's clock), and the
-        /// holds due for expiry at that time.
-        async fn head_and_due(
+/// [`Backend`] for a backend type with a `pool: $pool` field: the same statements for both
+/// backends (`$N` placeholders work on SQLite too), stamped out per database because sqlx's
+/// pool and executor types differ. The invoking module defines what differs:
+/// - `NAME`, the backend's name, `PIPELINE_DEPTH`, how many optimistic writes may be in flight
+///   at once, and `db_clock(&pool)`, the database's clock;
+/// - `Tx`, its transaction type, and `begin_locked(&pool)`, which opens the transaction of a
+///   locked batch (`LOCK` names its lock in errors);
+/// - `HEAD_SQL`, which reads the journal head (taking the lock where the backend needs one),
+///   and `CLOCK_SQL`, the database's clock once the head is held (`None`: the host's clock);
+/// - `load_transfers(tx, snap, ids)` and `load_accounts(tx, ids)`, which load what a batch
+///   touches;
+/// - `write_locked(tx, batch)`, which writes an applied [`Batch`] inside a locked batch, and
+///   `write_alone(pool, batch, check)`, which writes one on its own (committed if it
+///   matched), each answering whether the head was at `expect` (`false`: nothing written);
+///   the latter also the database's clock as it ran where the backend reports it, and its
+///   outer error a failure around the write (not the write's own);
+/// - `VERIFY_PRELUDE`, run first in the verification transaction.
+macro_rules! sql_backend {
+    ($backend:ty) => {
+        /// The start of a locked batch: the journal head, the batch's time (given, or the
+        /// database's clock read once the head is held), the holds due for expiry at that
+        /// time, and what the batch touches.
+        async fn load(
             tx: &mut Tx<'_>,
-            head_sql: &'static str,
+            cmds: &[Command],
             time: BatchTime,
-            clock_sql: Option<&'static str>,
         ) -> Result<(Snapshot, Timestamp), LedgerError> {
             let mut snap = Snapshot::default();
-            let head = sqlx::query(head_sql)
+            let head = sqlx::query(HEAD_SQL)
                 .fetch_one(&mut **tx)
                 .await
                 .map_err(|e| db(&e))?;
-            snap.head_seq = head.try_get("seq").map_err(|e| db(&e))?;
-            snap.head_hash = hash32(
-                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
-                "head",
-            )?;
-            let now = match (time, clock_sql) {
+            (snap.head_seq, snap.head_hash) = Cols(&head).head()?;
+            let now = match (time, CLOCK_SQL) {
                 (BatchTime::At(t), _) => t,
                 (BatchTime::Database, Some(sql)) => Timestamp(
                     sqlx::query_scalar::<_, i64>(sql)
@@ -362,129 +471,202 @@ macro_rules! reads {
             .await
             .map_err(|e| db(&e))?;
             for r in due {
-                let id: Vec<u8> = r.try_get("id").map_err(|e| db(&e))?;
+                let id: Vec<u8> = Cols(&r).get("id")?;
                 snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
+            }
+            let needs = engine::needs(cmds);
+            let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
+            tids.extend(snap.due.iter().copied());
+            load_transfers(tx, &mut snap, tids).await?;
+            for a in load_accounts(tx, accounts_of(&snap, needs.accounts)).await? {
+                snap.accounts.insert(a.id, a);
             }
             Ok((snap, now))
         }
 
-        async fn read_account(pool: &$pool, id: AccountId) -> Result<Option<Account>, LedgerError> {
-            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = $1");
-            sqlx::query(sql.as_str())
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(pool)
-                .await
-                .map_err(|e| db(&e))?
-                .map(|r| account_row(&r))
-                .transpose()
-        }
-
-        async fn read_transfer(
-            pool: &$pool,
-            id: TransferId,
-        ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
-            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = $1");
-            let Some(row) = sqlx::query(sql.as_str())
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(pool)
-                .await
-                .map_err(|e| db(&e))?
-            else {
-                return Ok(None);
-            };
-            let t = transfer_row(&row)?;
-            let st = sqlx::query("SELECT status, amount FROM ledger_status WHERE id = $1")
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(pool)
-                .await
-                .map_err(|e| db(&e))?
-                .map(|s| status_row(&s))
-                .transpose()?;
-            Ok(Some((t, st)))
-        }
-
-        /// The last `limit` journal entries that debit or credit `account`, newest first.
-        async fn read_history(
-            pool: &$pool,
-            account: AccountId,
-            limit: u32,
-        ) -> Result<Vec<Transfer>, LedgerError> {
-            let sql = format!(
-                "SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE debit = $1 OR credit = $1 \
-                 ORDER BY seq DESC LIMIT $2"
-            );
-            sqlx::query(sql.as_str())
-                .bind(account.to_bytes().to_vec())
-                .bind(i64::from(limit))
-                .fetch_all(pool)
-                .await
-                .map_err(|e| db(&e))?
-                .iter()
-                .map(transfer_row)
-                .collect()
-        }
-
-        /// Replays the journal inside one read transaction: a consistent view of entries,
-        /// head, accounts and statuses.
-        async fn read_head(pool: &$pool) -> Result<(i64, [u8; 32]), LedgerError> {
-            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
-                .fetch_one(pool)
-                .await
-                .map_err(|e| db(&e))?;
-            Ok((
-                head.try_get("seq").map_err(|e| db(&e))?,
-                hash32(
-                    &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
-                    "head",
-                )?,
-            ))
-        }
-
-        async fn read_verify(
-            pool: &$pool,
-            anchor: Option<(i64, [u8; 32])>,
-        ) -> Result<VerifyReport, LedgerError> {
-            let mut tx = pool.begin().await.map_err(|e| db(&e))?;
-            let prelude: Option<&'static str> = $prelude;
-            if let Some(p) = prelude {
-                sqlx::query(p).execute(&mut *tx).await.map_err(|e| db(&e))?;
+        #[async_trait]
+        impl Backend for $backend {
+            fn name(&self) -> &'static str {
+                NAME
             }
-            let mut v = Verifier::new(anchor);
-            // Accounts first (their no-overdraft flags are rules the replay checks), then the
-            // entries, then the status rows.
-            // Every table is streamed row by row (never loaded whole): memory stays bounded
-            // by the verifier's own state (accounts, holds, reversed transfers).
-            let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
-            let mut rows = sqlx::query(sql.as_str()).fetch(&mut *tx);
-            while let Some(r) = rows.try_next().await.map_err(|e| db(&e))? {
-                v.account(&account_row(&r)?);
+
+            fn pipeline_depth(&self) -> usize {
+                PIPELINE_DEPTH
             }
-            drop(rows);
-            let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
-            let mut rows = sqlx::query(sql.as_str()).fetch(&mut *tx);
-            while let Some(r) = rows.try_next().await.map_err(|e| db(&e))? {
-                v.entry(&transfer_row(&r)?);
+
+            async fn db_now(&self) -> Result<Timestamp, LedgerError> {
+                db_clock(&self.pool).await
             }
-            drop(rows);
-            let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?;
-            let head_seq: i64 = head.try_get("seq").map_err(|e| db(&e))?;
-            let head_hash = hash32(
-                &head.try_get::<Vec<u8>, _>("hash").map_err(|e| db(&e))?,
-                "head",
-            )?;
-            let mut rows = sqlx::query("SELECT id, status, amount, expires_at FROM ledger_status")
-                .fetch(&mut *tx);
-            while let Some(s) = rows.try_next().await.map_err(|e| db(&e))? {
-                let (id, st) = id_status_row(&s)?;
-                let expires: Option<i64> = s.try_get("expires_at").map_err(|e| db(&e))?;
-                v.status(id, st, expires.map(Timestamp));
+
+            async fn execute(
+                &self,
+                cmds: &[Command],
+                time: BatchTime,
+            ) -> Result<Executed, LedgerError> {
+                let mut tx = begin_locked(&self.pool).await.map_err(|e| db(&e))?;
+                let (mut snap, now) = load(&mut tx, cmds, time).await?;
+                let expect = (snap.head_seq, snap.head_hash);
+                let (outcomes, changes) = engine::apply_batch(&mut snap, cmds, now);
+                if !changes.is_empty()
+                    && !write_locked(
+                        &mut tx,
+                        Batch {
+                            expect,
+                            snap: &snap,
+                            ch: &changes,
+                        },
+                    )
+                    .await
+                    .map_err(|e| db(&e))?
+                {
+                    return Err(LedgerError::Storage(format!(
+                        "journal head moved under {LOCK}"
+                    )));
+                }
+                let next_due: Option<i64> = sqlx::query_scalar(NEXT_DUE)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| db(&e))?;
+                tx.commit().await.map_err(|e| db(&e))?;
+                Ok(Executed {
+                    outcomes,
+                    loaded_head: expect,
+                    snap,
+                    changes,
+                    next_due: next_due.map(Timestamp),
+                })
             }
-            drop(rows);
-            tx.rollback().await.map_err(|e| db(&e))?;
-            Ok(v.finish((head_seq, head_hash)))
+
+            async fn write_fast(
+                &self,
+                expect: (i64, [u8; 32]),
+                snap: &Snapshot,
+                changes: &engine::Changes,
+                check: Option<ClockCheck>,
+            ) -> Result<FastOutcome, LedgerError> {
+                let batch = Batch {
+                    expect,
+                    snap,
+                    ch: changes,
+                };
+                let (write, db_now) = match write_alone(&self.pool, batch, check).await? {
+                    Ok((true, now)) => (FastWrite::Committed, now),
+                    Ok((false, now)) if clock_off(check, now) => (FastWrite::ClockOff, now),
+                    Ok((false, now)) => (FastWrite::HeadMoved, now),
+                    Err(e) if is_unique_violation(&e) => (FastWrite::Duplicate, None),
+                    Err(e) => return Err(db(&e)),
+                };
+                Ok(FastOutcome { write, db_now })
+            }
+
+            async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
+                let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = $1");
+                sqlx::query(sql.as_str())
+                    .bind(id.to_bytes().to_vec())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| db(&e))?
+                    .map(|r| Cols(&r).account())
+                    .transpose()
+            }
+
+            async fn transfer(
+                &self,
+                id: TransferId,
+            ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
+                let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = $1");
+                let Some(row) = sqlx::query(sql.as_str())
+                    .bind(id.to_bytes().to_vec())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| db(&e))?
+                else {
+                    return Ok(None);
+                };
+                let t = Cols(&row).transfer()?;
+                let st = sqlx::query("SELECT status, amount FROM ledger_status WHERE id = $1")
+                    .bind(id.to_bytes().to_vec())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| db(&e))?
+                    .map(|s| Cols(&s).status())
+                    .transpose()?;
+                Ok(Some((t, st)))
+            }
+
+            /// The last `limit` journal entries that debit or credit `account`, newest first.
+            async fn history(
+                &self,
+                account: AccountId,
+                limit: u32,
+            ) -> Result<Vec<Transfer>, LedgerError> {
+                let sql = format!(
+                    "SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE debit = $1 OR credit = $1 \
+                     ORDER BY seq DESC LIMIT $2"
+                );
+                sqlx::query(sql.as_str())
+                    .bind(account.to_bytes().to_vec())
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| db(&e))?
+                    .iter()
+                    .map(|r| Cols(r).transfer())
+                    .collect()
+            }
+
+            async fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
+                let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| db(&e))?;
+                Cols(&head).head()
+            }
+
+            /// Replays the journal inside one read transaction: a consistent view of entries,
+            /// head, accounts and statuses.
+            async fn verify(
+                &self,
+                anchor: Option<(i64, [u8; 32])>,
+            ) -> Result<VerifyReport, LedgerError> {
+                let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
+                if let Some(p) = VERIFY_PRELUDE {
+                    sqlx::query(p).execute(&mut *tx).await.map_err(|e| db(&e))?;
+                }
+                let mut v = Verifier::new(anchor);
+                // Accounts first (their no-overdraft flags are rules the replay checks), then
+                // the entries, then the status rows.
+                // Every table is streamed row by row (never loaded whole): memory stays bounded
+                // by the verifier's own state (accounts, holds, reversed transfers).
+                let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
+                let mut rows = sqlx::query(sql.as_str()).fetch(&mut *tx);
+                while let Some(r) = rows.try_next().await.map_err(|e| db(&e))? {
+                    v.account(&Cols(&r).account()?);
+                }
+                drop(rows);
+                let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
+                let mut rows = sqlx::query(sql.as_str()).fetch(&mut *tx);
+                while let Some(r) = rows.try_next().await.map_err(|e| db(&e))? {
+                    v.entry(&Cols(&r).transfer()?);
+                }
+                drop(rows);
+                let head = sqlx::query("SELECT seq, hash FROM ledger_head WHERE id = 1")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| db(&e))?;
+                let head = Cols(&head).head()?;
+                let mut rows =
+                    sqlx::query("SELECT id, status, amount, expires_at FROM ledger_status")
+                        .fetch(&mut *tx);
+                while let Some(s) = rows.try_next().await.map_err(|e| db(&e))? {
+                    let (id, st) = Cols(&s).id_status()?;
+                    let expires: Option<i64> = s.try_get("expires_at").map_err(|e| db(&e))?;
+                    v.status(id, st, expires.map(Timestamp));
+                }
+                drop(rows);
+                tx.rollback().await.map_err(|e| db(&e))?;
+                Ok(v.finish(head))
+            }
         }
     };
 }

@@ -9,20 +9,17 @@ pub(crate) struct PgBackend {
     pub(crate) pool: PgPool,
 }
 
+/// This dialect's 64-bit integer, small integer and bytes types ([`in_dialect`]).
+const TYPES: [&str; 3] = ["BIGINT", "SMALLINT", "BYTEA"];
+
+/// The schema, each statement passed through [`in_dialect`] with [`TYPES`].
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS ledger_accounts (id BYTEA PRIMARY KEY, asset TEXT NOT NULL,
         scale SMALLINT NOT NULL, no_overdraft BOOLEAN NOT NULL, debits_pending BIGINT NOT NULL,
         debits_posted BIGINT NOT NULL, credits_pending BIGINT NOT NULL,
         credits_posted BIGINT NOT NULL, created_at BIGINT NOT NULL,
         CHECK (debits_pending >= 0 AND debits_posted >= 0 AND credits_pending >= 0 AND credits_posted >= 0))",
-    "CREATE TABLE IF NOT EXISTS ledger_transfers (seq BIGINT PRIMARY KEY, id BYTEA NOT NULL UNIQUE,
-        kind SMALLINT NOT NULL, debit BYTEA NOT NULL, credit BYTEA NOT NULL, amount BIGINT NOT NULL,
-        reference BYTEA, user_data BYTEA NOT NULL, timeout_ms BIGINT NOT NULL, ts BIGINT NOT NULL,
-        dr_pending_before BIGINT NOT NULL, dr_pending_after BIGINT NOT NULL,
-        dr_posted_before BIGINT NOT NULL, dr_posted_after BIGINT NOT NULL,
-        cr_pending_before BIGINT NOT NULL, cr_pending_after BIGINT NOT NULL,
-        cr_posted_before BIGINT NOT NULL, cr_posted_after BIGINT NOT NULL,
-        prev_hash BYTEA NOT NULL, hash BYTEA NOT NULL)",
+    TRANSFERS_TABLE,
     "CREATE TABLE IF NOT EXISTS ledger_status (id BYTEA PRIMARY KEY, status SMALLINT NOT NULL,
         amount BIGINT NOT NULL, expires_at BIGINT)",
     "CREATE INDEX IF NOT EXISTS ledger_status_due ON ledger_status (expires_at) WHERE status = 1",
@@ -74,7 +71,10 @@ impl PgBackend {
             .await
             .map_err(|e| db(&e))?;
         for s in SCHEMA {
-            sqlx::query(s).execute(&mut *tx).await.map_err(|e| db(&e))?;
+            sqlx::query(&in_dialect(s, TYPES))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db(&e))?;
         }
         tx.commit().await.map_err(|e| db(&e))?;
         Ok(PgBackend { pool })
@@ -83,31 +83,46 @@ impl PgBackend {
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
-reads!(
-    PgPool,
-    Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-);
-
 /// The database's clock in milliseconds since the epoch (rounded down).
 const DB_NOW: &str = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8";
 
-async fn load(
+/// The head row lock serializes every writer of this ledger, in every process.
+const HEAD_SQL: &str = "SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE";
+/// The database's clock is read after the head lock is taken, so batches' times follow their
+/// order.
+const CLOCK_SQL: Option<&str> = Some(DB_NOW);
+
+const NAME: &str = "postgres";
+/// Several writes in flight would race to the server over separate connections: a later
+/// batch arriving first fails its compare-and-set and is redone on the slow path, which costs
+/// more than the overlap gains. One at a time.
+const PIPELINE_DEPTH: usize = 1;
+const LOCK: &str = "its row lock";
+const VERIFY_PRELUDE: Option<&str> =
+    Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY");
+
+sql_backend!(PgBackend);
+
+/// The database's clock.
+async fn db_clock(pool: &PgPool) -> Result<Timestamp, LedgerError> {
+    sqlx::query_scalar::<_, i64>(DB_NOW)
+        .fetch_one(pool)
+        .await
+        .map(Timestamp)
+        .map_err(|e| db(&e))
+}
+
+/// Opens the transaction of a locked batch (the lock is [`HEAD_SQL`]'s).
+async fn begin_locked(pool: &PgPool) -> Result<Tx<'static>, sqlx::Error> {
+    pool.begin().await
+}
+
+/// Loads the transfers `tids` and their status rows into `snap`.
+async fn load_transfers(
     tx: &mut Tx<'_>,
-    cmds: &[Command],
-    time: BatchTime,
-) -> Result<(Snapshot, Timestamp), LedgerError> {
-    // The head row lock serializes every writer of this ledger, in every process; the
-    // database's clock is read after it is taken, so batches' times follow their order.
-    let (mut snap, now) = head_and_due(
-        tx,
-        "SELECT seq, hash FROM ledger_head WHERE id = 1 FOR UPDATE",
-        time,
-        Some(DB_NOW),
-    )
-    .await?;
-    let needs = engine::needs(cmds);
-    let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
-    tids.extend(snap.due.iter().copied());
+    snap: &mut Snapshot,
+    tids: BTreeSet<TransferId>,
+) -> Result<(), LedgerError> {
     let ids = bytes(tids, TransferId::to_bytes);
     let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ANY($1)");
     for row in sqlx::query(sql.as_str())
@@ -116,7 +131,7 @@ async fn load(
         .await
         .map_err(|e| db(&e))?
     {
-        let t = transfer_row(&row)?;
+        let t = Cols(&row).transfer()?;
         snap.transfers.insert(t.id, t);
     }
     for s in sqlx::query("SELECT id, status, amount FROM ledger_status WHERE id = ANY($1)")
@@ -125,21 +140,40 @@ async fn load(
         .await
         .map_err(|e| db(&e))?
     {
-        let (id, st) = id_status_row(&s)?;
+        let (id, st) = Cols(&s).id_status()?;
         snap.statuses.insert(id, st);
     }
-    let aids = bytes(accounts_of(&snap, needs.accounts), AccountId::to_bytes);
+    Ok(())
+}
+
+/// The accounts `aids`.
+async fn load_accounts(tx: &mut Tx<'_>, aids: Vec<AccountId>) -> Result<Vec<Account>, LedgerError> {
+    let aids = bytes(aids, AccountId::to_bytes);
     let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ANY($1)");
-    for row in sqlx::query(sql.as_str())
+    sqlx::query(sql.as_str())
         .bind(&aids)
         .fetch_all(&mut **tx)
         .await
         .map_err(|e| db(&e))?
-    {
-        let a = account_row(&row)?;
-        snap.accounts.insert(a.id, a);
-    }
-    Ok((snap, now))
+        .iter()
+        .map(|r| Cols(r).account())
+        .collect()
+}
+
+/// [`write`] inside a locked batch, without a clock check.
+async fn write_locked(tx: &mut Tx<'_>, batch: Batch<'_>) -> Result<bool, sqlx::Error> {
+    Ok(write(&mut **tx, batch, None).await?.0)
+}
+
+/// [`write`] on its own: one statement is its own transaction.
+async fn write_alone(
+    pool: &PgPool,
+    batch: Batch<'_>,
+    check: Option<ClockCheck>,
+) -> Result<Result<(bool, Option<Timestamp>), sqlx::Error>, LedgerError> {
+    Ok(write(pool, batch, check)
+        .await
+        .map(|(matched, now)| (matched, Some(now))))
 }
 
 /// The whole write of a batch as ONE statement: a compare-and-set on the journal head (and,
@@ -149,43 +183,26 @@ async fn load(
 /// alone it is its own durable transaction: one round trip per batch.
 async fn write<'e, E>(
     ex: E,
-    expect: (i64, [u8; 32]),
-    snap: &Snapshot,
-    ch: &engine::Changes,
+    batch: Batch<'_>,
     check: Option<ClockCheck>,
 ) -> Result<(bool, Timestamp), sqlx::Error>
 where
     E: sqlx::PgExecutor<'e>,
 {
+    let Batch { expect, snap, ch } = batch;
     storable(snap, ch)?;
-    let accs: Vec<&Account> = ch
-        .accounts
-        .iter()
-        .chain(ch.new_accounts.iter())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .filter_map(|id| snap.accounts.get(id))
-        .collect();
+    let accs = changed_accounts(snap, ch);
     let ts = &ch.new_transfers;
     let col = |f: fn(&Transfer) -> i64| ts.iter().map(f).collect::<Vec<i64>>();
     let mut sids = Vec::new();
     let mut scodes = Vec::new();
     let mut samounts = Vec::new();
     let mut sexpires = Vec::new();
-    for id in &ch.statuses {
-        let Some(st) = snap.statuses.get(id) else {
-            continue;
-        };
-        let (c, a) = st.encode();
-        sids.push(id.to_bytes().to_vec());
-        scodes.push(c);
-        samounts.push(a);
-        sexpires.push(
-            snap.transfers
-                .get(id)
-                .and_then(Transfer::expires_at)
-                .map(|t| t.0),
-        );
+    for s in changed_statuses(snap, ch) {
+        sids.push(s.id);
+        scodes.push(s.code);
+        samounts.push(s.amount);
+        sexpires.push(s.expires_at);
     }
     let (n, db_now): (i64, i64) = sqlx::query_as(&format!(
         "WITH c AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::int8 AS now),
@@ -256,105 +273,4 @@ where
     .fetch_one(ex)
     .await?;
     Ok((n == 1, Timestamp(db_now)))
-}
-
-#[async_trait]
-impl Backend for PgBackend {
-    fn name(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn execute(&self, cmds: &[Command], time: BatchTime) -> Result<Executed, LedgerError> {
-        let mut tx = self.pool.begin().await.map_err(|e| db(&e))?;
-        let (mut snap, now) = load(&mut tx, cmds, time).await?;
-        let expect = (snap.head_seq, snap.head_hash);
-        let (outcomes, changes) = engine::apply_batch(&mut snap, cmds, now);
-        if !changes.is_empty()
-            && !write(&mut *tx, expect, &snap, &changes, None)
-                .await
-                .map_err(|e| db(&e))?
-                .0
-        {
-            return Err(LedgerError::Storage(
-                "journal head moved under its row lock".into(),
-            ));
-        }
-        let next_due: Option<i64> =
-            sqlx::query_scalar("SELECT min(expires_at) FROM ledger_status WHERE status = 1")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| db(&e))?;
-        tx.commit().await.map_err(|e| db(&e))?;
-        Ok(Executed {
-            outcomes,
-            loaded_head: expect,
-            snap,
-            changes,
-            next_due: next_due.map(Timestamp),
-        })
-    }
-
-    async fn write_fast(
-        &self,
-        expect: (i64, [u8; 32]),
-        snap: &Snapshot,
-        changes: &engine::Changes,
-        check: Option<ClockCheck>,
-    ) -> Result<FastOutcome, LedgerError> {
-        let (write, db_now) = match write(&self.pool, expect, snap, changes, check).await {
-            Ok((true, now)) => (FastWrite::Committed, Some(now)),
-            Ok((false, now)) => {
-                let off = check.is_some_and(|c| {
-                    now.0.saturating_sub(c.stamped.0).saturating_abs() > c.tolerance_ms
-                });
-                let w = if off {
-                    FastWrite::ClockOff
-                } else {
-                    FastWrite::HeadMoved
-                };
-                (w, Some(now))
-            }
-            Err(e) if is_unique_violation(&e) => (FastWrite::Duplicate, None),
-            Err(e) => return Err(db(&e)),
-        };
-        Ok(FastOutcome { write, db_now })
-    }
-
-    async fn db_now(&self) -> Result<Timestamp, LedgerError> {
-        sqlx::query_scalar::<_, i64>(DB_NOW)
-            .fetch_one(&self.pool)
-            .await
-            .map(Timestamp)
-            .map_err(|e| db(&e))
-    }
-
-    fn pipeline_depth(&self) -> usize {
-        // Several writes in flight would race to the server over separate connections:
-        // a later batch arriving first fails its compare-and-set and is redone on the slow
-        // path, which costs more than the overlap gains. One at a time.
-        1
-    }
-
-    async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
-        read_account(&self.pool, id).await
-    }
-
-    async fn transfer(
-        &self,
-        id: TransferId,
-    ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
-        read_transfer(&self.pool, id).await
-    }
-
-    async fn verify(&self, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError> {
-        read_verify(&self.pool, anchor).await
-    }
-
-    async fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
-        read_head(&self.pool).await
-    }
-
-    async fn history(&self, account: AccountId, limit: u32) -> Result<Vec<Transfer>, LedgerError> {
-        read_history(&self.pool, account, limit).await
-    }
 }

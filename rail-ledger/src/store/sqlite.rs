@@ -15,19 +15,16 @@ pub(crate) struct SqliteBackend {
     _alive: std::sync::Arc<()>,
 }
 
+/// This dialect's 64-bit integer, small integer and bytes types ([`in_dialect`]).
+const TYPES: [&str; 3] = ["INTEGER", "INTEGER", "BLOB"];
+
+/// The schema, each statement passed through [`in_dialect`] with [`TYPES`].
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS ledger_accounts (id BLOB PRIMARY KEY, asset TEXT NOT NULL,
         scale INTEGER NOT NULL, no_overdraft BOOLEAN NOT NULL, debits_pending INTEGER NOT NULL,
         debits_posted INTEGER NOT NULL, credits_pending INTEGER NOT NULL,
         credits_posted INTEGER NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS ledger_transfers (seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE,
-        kind INTEGER NOT NULL, debit BLOB NOT NULL, credit BLOB NOT NULL, amount INTEGER NOT NULL,
-        reference BLOB, user_data BLOB NOT NULL, timeout_ms INTEGER NOT NULL, ts INTEGER NOT NULL,
-        dr_pending_before INTEGER NOT NULL, dr_pending_after INTEGER NOT NULL,
-        dr_posted_before INTEGER NOT NULL, dr_posted_after INTEGER NOT NULL,
-        cr_pending_before INTEGER NOT NULL, cr_pending_after INTEGER NOT NULL,
-        cr_posted_before INTEGER NOT NULL, cr_posted_after INTEGER NOT NULL,
-        prev_hash BLOB NOT NULL, hash BLOB NOT NULL)",
+    TRANSFERS_TABLE,
     "CREATE TABLE IF NOT EXISTS ledger_status (id BLOB PRIMARY KEY, status INTEGER NOT NULL,
         amount INTEGER NOT NULL, expires_at INTEGER) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS ledger_status_due ON ledger_status (expires_at) WHERE status = 1",
@@ -65,7 +62,10 @@ impl SqliteBackend {
             .await
             .map_err(|e| db(&e))?;
         for s in SCHEMA {
-            sqlx::query(s).execute(&pool).await.map_err(|e| db(&e))?;
+            sqlx::query(&in_dialect(s, TYPES))
+                .execute(&pool)
+                .await
+                .map_err(|e| db(&e))?;
         }
         let alive = std::sync::Arc::new(());
         tokio::spawn(checkpointer(
@@ -81,8 +81,29 @@ impl SqliteBackend {
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
-// A deferred transaction in WAL mode reads one snapshot.
-reads!(SqlitePool, None);
+/// `BEGIN IMMEDIATE` (see [`begin_locked`]) already holds the write lock.
+const HEAD_SQL: &str = "SELECT seq, hash FROM ledger_head WHERE id = 1";
+/// SQLite runs in this process: its clock is the host's.
+const CLOCK_SQL: Option<&str> = None;
+
+const NAME: &str = "sqlite";
+/// One writer at a time: a second write would only queue on the file lock.
+const PIPELINE_DEPTH: usize = 1;
+const LOCK: &str = "BEGIN IMMEDIATE";
+/// A deferred transaction in WAL mode reads one snapshot.
+const VERIFY_PRELUDE: Option<&str> = None;
+
+sql_backend!(SqliteBackend);
+
+/// SQLite has no server: its clock is the host's.
+async fn db_clock(_pool: &SqlitePool) -> Result<Timestamp, LedgerError> {
+    Ok(rail_core::Clock::now(&rail_core::SystemClock))
+}
+
+/// Opens the transaction of a locked batch: `BEGIN IMMEDIATE` takes the write lock.
+async fn begin_locked(pool: &SqlitePool) -> Result<Tx<'static>, sqlx::Error> {
+    pool.begin_with("BEGIN IMMEDIATE").await
+}
 
 /// Copies the WAL back into the database file off the commit path: a passive checkpoint
 /// every 250 ms never blocks writers, so commits stop paying for checkpoints.
@@ -103,23 +124,12 @@ async fn checkpointer(pool: SqlitePool, alive: std::sync::Weak<()>) {
     }
 }
 
-async fn load(
+/// Loads the transfers `tids` and, of those found, their status rows into `snap`.
+async fn load_transfers(
     tx: &mut Tx<'_>,
-    cmds: &[Command],
-    time: BatchTime,
-) -> Result<(Snapshot, Timestamp), LedgerError> {
-    // BEGIN IMMEDIATE already holds the write lock. SQLite runs in this process: its clock is
-    // the host's.
-    let (mut snap, now) = head_and_due(
-        tx,
-        "SELECT seq, hash FROM ledger_head WHERE id = 1",
-        time,
-        None,
-    )
-    .await?;
-    let needs = engine::needs(cmds);
-    let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
-    tids.extend(snap.due.iter().copied());
+    snap: &mut Snapshot,
+    tids: BTreeSet<TransferId>,
+) -> Result<(), LedgerError> {
     let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
     let status_sql = "SELECT status, amount FROM ledger_status WHERE id = ?1";
     for id in &tids {
@@ -129,30 +139,36 @@ async fn load(
             .await
             .map_err(|e| db(&e))?
         {
-            let t = transfer_row(&row)?;
+            let t = Cols(&row).transfer()?;
             if let Some(s) = sqlx::query(status_sql)
                 .bind(id.to_bytes().to_vec())
                 .fetch_optional(&mut **tx)
                 .await
                 .map_err(|e| db(&e))?
             {
-                snap.statuses.insert(t.id, status_row(&s)?);
+                snap.statuses.insert(t.id, Cols(&s).status()?);
             }
             snap.transfers.insert(t.id, t);
         }
     }
+    Ok(())
+}
+
+/// The accounts `aids` (those found).
+async fn load_accounts(tx: &mut Tx<'_>, aids: Vec<AccountId>) -> Result<Vec<Account>, LedgerError> {
     let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
-    for id in accounts_of(&snap, needs.accounts) {
+    let mut found = Vec::new();
+    for id in aids {
         if let Some(row) = sqlx::query(sql.as_str())
             .bind(id.to_bytes().to_vec())
             .fetch_optional(&mut **tx)
             .await
             .map_err(|e| db(&e))?
         {
-            snap.accounts.insert(id, account_row(&row)?);
+            found.push(Cols(&row).account()?);
         }
     }
-    Ok((snap, now))
+    Ok(found)
 }
 
 /// Row counts of the multi-row statements: a batch is written in at most one statement of
@@ -214,15 +230,34 @@ fn upsert_statuses_sql(n: usize) -> &'static str {
     })
 }
 
+/// A statement with its parameters bound (all owned).
+type Query = sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'static>>;
+
+/// Writes `rows` as multi-row statements (`sql(n)` for `n` rows, `bind` adding one row's
+/// parameters), in chunks of the fixed sizes [`CHUNKS`] so the prepared statements stay few
+/// and cached.
+async fn write_rows<T>(
+    tx: &mut Tx<'_>,
+    rows: &[T],
+    sql: fn(usize) -> &'static str,
+    bind: impl Fn(Query, &T) -> Query,
+) -> Result<(), sqlx::Error> {
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let n = CHUNKS.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        let q = chunk.iter().fold(sqlx::query(sql(n)), &bind);
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
 /// Writes a batch as four statements whatever its size (rows travel as JSON arrays):
 /// compare-and-set the head, then accounts, entries and statuses. `false` if the head
 /// was not at `expect` (nothing written).
-async fn write(
-    tx: &mut Tx<'_>,
-    expect: (i64, [u8; 32]),
-    snap: &Snapshot,
-    ch: &engine::Changes,
-) -> Result<bool, sqlx::Error> {
+async fn write_locked(tx: &mut Tx<'_>, batch: Batch<'_>) -> Result<bool, sqlx::Error> {
+    let Batch { expect, snap, ch } = batch;
     storable(snap, ch)?;
     let moved = sqlx::query(
         "UPDATE ledger_head SET seq = ?1, hash = ?2 WHERE id = 1 AND seq = ?3 AND hash = ?4",
@@ -236,23 +271,12 @@ async fn write(
     if moved.rows_affected() != 1 {
         return Ok(false);
     }
-    let accs: Vec<&Account> = ch
-        .accounts
-        .iter()
-        .chain(ch.new_accounts.iter())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .filter_map(|id| snap.accounts.get(id))
-        .collect();
-    let mut rest: &[&Account] = &accs;
-    while !rest.is_empty() {
-        let n = CHUNKS.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        let mut q = sqlx::query(upsert_accounts_sql(n));
-        for a in chunk {
-            q = q
-                .bind(a.id.to_bytes().to_vec())
+    write_rows(
+        tx,
+        &changed_accounts(snap, ch),
+        upsert_accounts_sql,
+        |q, a| {
+            q.bind(a.id.to_bytes().to_vec())
                 .bind(a.asset.code().to_owned())
                 .bind(i16::from(a.asset.scale()))
                 .bind(a.no_overdraft)
@@ -260,174 +284,64 @@ async fn write(
                 .bind(i(a.debits_posted))
                 .bind(i(a.credits_pending))
                 .bind(i(a.credits_posted))
-                .bind(a.created_at.0);
-        }
-        q.execute(&mut **tx).await?;
-    }
-    // Entries as multi-row VALUES with bound parameters, in chunks of fixed sizes so the
-    // prepared statements stay few and cached.
-    let mut rest: &[Transfer] = &ch.new_transfers;
-    while !rest.is_empty() {
-        let n = CHUNKS.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        let sql = insert_transfers_sql(n);
-        let mut q = sqlx::query(sql);
-        for t in chunk {
-            q = q
-                .bind(t.seq)
-                .bind(t.id.to_bytes().to_vec())
-                .bind(t.kind.code())
-                .bind(t.debit.to_bytes().to_vec())
-                .bind(t.credit.to_bytes().to_vec())
-                .bind(i(t.amount))
-                .bind(t.reference.map(|r| r.to_bytes().to_vec()))
-                .bind(t.user_data.to_be_bytes().to_vec())
-                .bind(i(t.timeout_ms))
-                .bind(t.timestamp.0)
-                .bind(i(t.debit_side.pending_before))
-                .bind(i(t.debit_side.pending_after))
-                .bind(i(t.debit_side.posted_before))
-                .bind(i(t.debit_side.posted_after))
-                .bind(i(t.credit_side.pending_before))
-                .bind(i(t.credit_side.pending_after))
-                .bind(i(t.credit_side.posted_before))
-                .bind(i(t.credit_side.posted_after))
-                .bind(t.prev_hash.to_vec())
-                .bind(t.hash.to_vec());
-        }
-        q.execute(&mut **tx).await?;
-    }
-    let sts: Vec<(TransferId, TransferStatus)> = ch
-        .statuses
-        .iter()
-        .filter_map(|id| Some((*id, *snap.statuses.get(id)?)))
-        .collect();
-    let mut rest: &[(TransferId, TransferStatus)] = &sts;
-    while !rest.is_empty() {
-        let n = CHUNKS.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        let mut q = sqlx::query(upsert_statuses_sql(n));
-        for (id, st) in chunk {
-            let (code, amount) = st.encode();
-            let expires = snap
-                .transfers
-                .get(id)
-                .and_then(Transfer::expires_at)
-                .map(|t| t.0);
-            q = q
-                .bind(id.to_bytes().to_vec())
-                .bind(code)
-                .bind(amount)
-                .bind(expires);
-        }
-        q.execute(&mut **tx).await?;
-    }
+                .bind(a.created_at.0)
+        },
+    )
+    .await?;
+    // Entries as multi-row VALUES with bound parameters.
+    write_rows(tx, &ch.new_transfers, insert_transfers_sql, |q, t| {
+        q.bind(t.seq)
+            .bind(t.id.to_bytes().to_vec())
+            .bind(t.kind.code())
+            .bind(t.debit.to_bytes().to_vec())
+            .bind(t.credit.to_bytes().to_vec())
+            .bind(i(t.amount))
+            .bind(t.reference.map(|r| r.to_bytes().to_vec()))
+            .bind(t.user_data.to_be_bytes().to_vec())
+            .bind(i(t.timeout_ms))
+            .bind(t.timestamp.0)
+            .bind(i(t.debit_side.pending_before))
+            .bind(i(t.debit_side.pending_after))
+            .bind(i(t.debit_side.posted_before))
+            .bind(i(t.debit_side.posted_after))
+            .bind(i(t.credit_side.pending_before))
+            .bind(i(t.credit_side.pending_after))
+            .bind(i(t.credit_side.posted_before))
+            .bind(i(t.credit_side.posted_after))
+            .bind(t.prev_hash.to_vec())
+            .bind(t.hash.to_vec())
+    })
+    .await?;
+    write_rows(
+        tx,
+        &changed_statuses(snap, ch),
+        upsert_statuses_sql,
+        |q, s| {
+            q.bind(s.id.clone())
+                .bind(s.code)
+                .bind(s.amount)
+                .bind(s.expires_at)
+        },
+    )
+    .await?;
     Ok(true)
 }
 
-async fn next_due(tx: &mut Tx<'_>) -> Result<Option<Timestamp>, LedgerError> {
-    let v: Option<i64> =
-        sqlx::query_scalar("SELECT min(expires_at) FROM ledger_status WHERE status = 1")
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(|e| db(&e))?;
-    Ok(v.map(Timestamp))
-}
-
-#[async_trait]
-impl Backend for SqliteBackend {
-    fn name(&self) -> &'static str {
-        "sqlite"
-    }
-
-    async fn execute(&self, cmds: &[Command], time: BatchTime) -> Result<Executed, LedgerError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db(&e))?;
-        let (mut snap, now) = load(&mut tx, cmds, time).await?;
-        let expect = (snap.head_seq, snap.head_hash);
-        let (outcomes, changes) = engine::apply_batch(&mut snap, cmds, now);
-        if !changes.is_empty()
-            && !write(&mut tx, expect, &snap, &changes)
-                .await
-                .map_err(|e| db(&e))?
-        {
-            return Err(LedgerError::Storage(
-                "journal head moved under BEGIN IMMEDIATE".into(),
-            ));
-        }
-        let next_due = next_due(&mut tx).await?;
+/// [`write_locked`] on its own, in a `BEGIN IMMEDIATE` transaction committed if the head
+/// matched. SQLite's time is the host's, the same clock the batch was stamped with: there is
+/// no clock to check (`_check`) or report.
+async fn write_alone(
+    pool: &SqlitePool,
+    batch: Batch<'_>,
+    _check: Option<ClockCheck>,
+) -> Result<Result<(bool, Option<Timestamp>), sqlx::Error>, LedgerError> {
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| db(&e))?;
+    let written = write_locked(&mut tx, batch).await;
+    if let Ok(true) = written {
         tx.commit().await.map_err(|e| db(&e))?;
-        Ok(Executed {
-            outcomes,
-            loaded_head: expect,
-            snap,
-            changes,
-            next_due,
-        })
     }
-
-    async fn write_fast(
-        &self,
-        expect: (i64, [u8; 32]),
-        snap: &Snapshot,
-        changes: &engine::Changes,
-        // SQLite's time is the host's, the same clock the batch was stamped with.
-        _check: Option<ClockCheck>,
-    ) -> Result<FastOutcome, LedgerError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db(&e))?;
-        let write = match write(&mut tx, expect, snap, changes).await {
-            Ok(true) => {
-                tx.commit().await.map_err(|e| db(&e))?;
-                FastWrite::Committed
-            }
-            Ok(false) => FastWrite::HeadMoved,
-            Err(e) if is_unique_violation(&e) => FastWrite::Duplicate,
-            Err(e) => return Err(db(&e)),
-        };
-        Ok(FastOutcome {
-            write,
-            db_now: None,
-        })
-    }
-
-    async fn db_now(&self) -> Result<Timestamp, LedgerError> {
-        Ok(rail_core::Clock::now(&rail_core::SystemClock))
-    }
-
-    fn pipeline_depth(&self) -> usize {
-        // One writer at a time: a second write would only queue on the file lock.
-        1
-    }
-
-    async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
-        read_account(&self.pool, id).await
-    }
-
-    async fn transfer(
-        &self,
-        id: TransferId,
-    ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
-        read_transfer(&self.pool, id).await
-    }
-
-    async fn verify(&self, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError> {
-        read_verify(&self.pool, anchor).await
-    }
-
-    async fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
-        read_head(&self.pool).await
-    }
-
-    async fn history(&self, account: AccountId, limit: u32) -> Result<Vec<Transfer>, LedgerError> {
-        read_history(&self.pool, account, limit).await
-    }
+    Ok(written.map(|matched| (matched, None)))
 }

@@ -130,55 +130,66 @@ impl Statements {
 /// One write to the key table, owned so it can wait in a group commit's queue. Every write
 /// answers one thing: whether it took effect (the insert won, the compare-and-set matched).
 #[derive(Debug)]
-enum Op {
-    Insert {
-        ns: String,
-        key: String,
-        rec: Write,
-    },
-    /// `REPLACE` (`take_over: false`) or `TAKE_OVER`.
-    Cas {
-        take_over: bool,
-        ns: String,
-        key: String,
-        token: i64,
-        rec: Write,
-    },
+struct Op {
+    ns: String,
+    key: String,
+    kind: Kind,
+}
+
+/// What a write does to its key.
+#[derive(Debug)]
+enum Kind {
+    /// `INSERT_IF_ABSENT`.
+    Insert(Write),
+    /// `REPLACE` or `TAKE_OVER`.
+    Cas(Cas),
+    /// `RENEW` the lease of the record holding `token`.
     Renew {
-        ns: String,
-        key: String,
         token: i64,
         lease: std::time::Duration,
     },
-    Remove {
-        ns: String,
-        key: String,
-        token: i64,
-    },
+    /// `REMOVE` the record holding `token`.
+    Remove { token: i64 },
+}
+
+/// A compare-and-set: `REPLACE` (`take_over: false`) or `TAKE_OVER` of the record holding
+/// `token` by `rec`.
+#[derive(Debug)]
+struct Cas {
+    take_over: bool,
+    token: i64,
+    rec: Write,
 }
 
 use super::store::Write;
 
 impl Op {
-    /// `REPLACE` (`take_over: false`) or `TAKE_OVER` of `ns`/`key` from `token` to `rec`.
-    fn cas(take_over: bool, ns: &str, key: &str, token: i64, rec: &Write) -> Self {
-        Op::Cas {
-            take_over,
+    /// A write of `kind` to `ns`/`key`.
+    fn new(ns: &str, key: &str, kind: Kind) -> Self {
+        Op {
             ns: ns.to_owned(),
             key: key.to_owned(),
-            token,
-            rec: rec.clone(),
+            kind,
         }
+    }
+
+    /// `REPLACE` (`take_over: false`) or `TAKE_OVER` of `ns`/`key` from `token` to `rec`.
+    fn cas(take_over: bool, ns: &str, key: &str, token: i64, rec: &Write) -> Self {
+        let rec = rec.clone();
+        Op::new(
+            ns,
+            key,
+            Kind::Cas(Cas {
+                take_over,
+                token,
+                rec,
+            }),
+        )
     }
 
     /// The namespace and key the write is to.
     fn key(&self) -> (&str, &str) {
-        match self {
-            Op::Insert { ns, key, .. }
-            | Op::Cas { ns, key, .. }
-            | Op::Renew { ns, key, .. }
-            | Op::Remove { ns, key, .. } => (ns, key),
-        }
+        (&self.ns, &self.key)
     }
 }
 
@@ -194,9 +205,10 @@ macro_rules! sql_key_store {
             op: &super::Op,
             now: Option<i64>,
         ) -> Result<bool, sqlx::Error> {
-            use super::Op;
-            let affected = match op {
-                Op::Insert { ns, key, rec } => {
+            use super::Kind;
+            let super::Op { ns, key, kind } = op;
+            let affected = match kind {
+                Kind::Insert(rec) => {
                     return sqlx::query(&STATEMENTS.insert_if_absent)
                         .bind(ns)
                         .bind(key)
@@ -213,14 +225,9 @@ macro_rules! sql_key_store {
                         .await
                         .map(|won| !won.is_empty());
                 }
-                Op::Cas {
-                    take_over,
-                    ns,
-                    key,
-                    token,
-                    rec,
-                } => {
-                    let sql = if *take_over {
+                Kind::Cas(cas) => {
+                    let rec = &cas.rec;
+                    let sql = if cas.take_over {
                         &STATEMENTS.take_over
                     } else {
                         &STATEMENTS.replace
@@ -234,17 +241,12 @@ macro_rules! sql_key_store {
                         .bind(rec.lease.map(millis))
                         .bind(ns)
                         .bind(key)
-                        .bind(token)
+                        .bind(cas.token)
                         .bind(now)
                         .execute(&mut *conn)
                         .await?
                 }
-                Op::Renew {
-                    ns,
-                    key,
-                    token,
-                    lease,
-                } => {
+                Kind::Renew { token, lease } => {
                     sqlx::query(&STATEMENTS.renew)
                         .bind(millis(*lease))
                         .bind(ns)
@@ -254,7 +256,7 @@ macro_rules! sql_key_store {
                         .execute(&mut *conn)
                         .await?
                 }
-                Op::Remove { ns, key, token } => {
+                Kind::Remove { token } => {
                     sqlx::query(REMOVE)
                         .bind(ns)
                         .bind(key)
@@ -296,13 +298,8 @@ macro_rules! sql_key_store {
                 rec: &Write,
             ) -> RailResult<Option<Seen>> {
                 for _ in 0..3 {
-                    let won = self
-                        .write(super::Op::Insert {
-                            ns: ns.to_owned(),
-                            key: key.to_owned(),
-                            rec: rec.clone(),
-                        })
-                        .await?;
+                    let insert = super::Kind::Insert(rec.clone());
+                    let won = self.write(super::Op::new(ns, key, insert)).await?;
                     if won {
                         return Ok(None);
                     }
@@ -343,22 +340,13 @@ macro_rules! sql_key_store {
                 token: i64,
                 lease: Duration,
             ) -> RailResult<bool> {
-                self.write(super::Op::Renew {
-                    ns: ns.to_owned(),
-                    key: key.to_owned(),
-                    token,
-                    lease,
-                })
-                .await
+                let renew = super::Kind::Renew { token, lease };
+                self.write(super::Op::new(ns, key, renew)).await
             }
 
             async fn remove(&self, ns: &str, key: &str, token: i64) -> RailResult<bool> {
-                self.write(super::Op::Remove {
-                    ns: ns.to_owned(),
-                    key: key.to_owned(),
-                    token,
-                })
-                .await
+                let remove = super::Kind::Remove { token };
+                self.write(super::Op::new(ns, key, remove)).await
             }
 
             async fn get(&self, ns: &str, key: &str) -> RailResult<Option<Seen>> {

@@ -269,7 +269,7 @@ impl Rows {
 /// Runs a batch of writes (distinct keys) as one statement: whether each took effect, in the
 /// batch's order.
 async fn run_batch(conn: &mut sqlx::PgConnection, batch: &[Job]) -> Result<Vec<bool>, sqlx::Error> {
-    use super::Op;
+    use super::Kind;
     let (mut ins, mut cas, mut renew, mut del) = (
         Rows::default(),
         Rows::default(),
@@ -277,31 +277,21 @@ async fn run_batch(conn: &mut sqlx::PgConnection, batch: &[Job]) -> Result<Vec<b
         Rows::default(),
     );
     for job in batch {
-        match &job.op {
-            Op::Insert { ns, key, rec } => ins.at(ns, key).record(rec),
-            Op::Cas {
-                take_over,
-                ns,
-                key,
-                token,
-                rec,
-            } => {
+        let (ns, key) = job.op.key();
+        match &job.op.kind {
+            Kind::Insert(rec) => ins.at(ns, key).record(rec),
+            Kind::Cas(c) => {
                 let r = cas.at(ns, key);
-                r.expect.push(*token);
-                r.take_over.push(*take_over);
-                r.record(rec);
+                r.expect.push(c.token);
+                r.take_over.push(c.take_over);
+                r.record(&c.rec);
             }
-            Op::Renew {
-                ns,
-                key,
-                token,
-                lease,
-            } => {
+            Kind::Renew { token, lease } => {
                 let r = renew.at(ns, key);
                 r.expect.push(*token);
                 r.lease.push(Some(millis(*lease)));
             }
-            Op::Remove { ns, key, token } => del.at(ns, key).expect.push(*token),
+            Kind::Remove { token } => del.at(ns, key).expect.push(*token),
         }
     }
     let now = batch_now(batch);

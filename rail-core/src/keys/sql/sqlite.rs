@@ -138,7 +138,7 @@ COMMIT;";
 
 /// The batch's rows as four JSON arrays: inserts, compare-and-sets, renewals, removals.
 fn rows(batch: &[Job]) -> [String; 4] {
-    use super::Op;
+    use super::Kind;
     use serde_json::{Value, json};
     let rec = |r: &Write, mut row: serde_json::Map<String, Value>| {
         row.insert("token".into(), json!(r.token));
@@ -149,41 +149,25 @@ fn rows(batch: &[Job]) -> [String; 4] {
         row.insert("lease".into(), json!(r.lease.map(millis)));
         Value::Object(row)
     };
-    let at = |ns: &str, key: &str| {
+    let mut kinds: [Vec<Value>; 4] = Default::default();
+    for job in batch {
+        let (ns, key) = job.op.key();
         let mut m = serde_json::Map::new();
         m.insert("ns".into(), json!(ns));
         m.insert("key".into(), json!(key));
-        m
-    };
-    let mut kinds: [Vec<Value>; 4] = Default::default();
-    for job in batch {
-        match &job.op {
-            Op::Insert { ns, key, rec: r } => kinds[0].push(rec(r, at(ns, key))),
-            Op::Cas {
-                take_over,
-                ns,
-                key,
-                token,
-                rec: r,
-            } => {
-                let mut m = at(ns, key);
-                m.insert("expect".into(), json!(token));
-                m.insert("take_over".into(), json!(i64::from(*take_over)));
-                kinds[1].push(rec(r, m));
+        match &job.op.kind {
+            Kind::Insert(r) => kinds[0].push(rec(r, m)),
+            Kind::Cas(c) => {
+                m.insert("expect".into(), json!(c.token));
+                m.insert("take_over".into(), json!(i64::from(c.take_over)));
+                kinds[1].push(rec(&c.rec, m));
             }
-            Op::Renew {
-                ns,
-                key,
-                token,
-                lease,
-            } => {
-                let mut m = at(ns, key);
+            Kind::Renew { token, lease } => {
                 m.insert("expect".into(), json!(token));
                 m.insert("lease".into(), json!(millis(*lease)));
                 kinds[2].push(Value::Object(m));
             }
-            Op::Remove { ns, key, token } => {
-                let mut m = at(ns, key);
+            Kind::Remove { token } => {
                 m.insert("expect".into(), json!(token));
                 kinds[3].push(Value::Object(m));
             }
