@@ -84,6 +84,28 @@ fn broken(link: &'static str, why: impl Into<String>) -> Error {
     }
 }
 
+/// That `link` (a Proof, a Confirmation), which names `wallet` as its signer and binds the
+/// mandate `bound`, was made under the mandate `md` (whose digest is `mandate_digest`): by
+/// its wallet, binding it.
+fn signed_under(
+    link: &'static str,
+    wallet: &crate::envelope::PublicKey,
+    bound: &crate::envelope::Digest,
+    md: &Mandate,
+    mandate_digest: &crate::envelope::Digest,
+) -> Result<(), Error> {
+    if wallet != &md.wallet {
+        return Err(broken(
+            link,
+            format!("signed by {wallet}, not the mandate's wallet {}", md.wallet),
+        ));
+    }
+    if bound != mandate_digest {
+        return Err(broken(link, "does not bind this mandate"));
+    }
+    Ok(())
+}
+
 /// The type an object claims (`mandate`, `quote`, `tab`, `voucher`…), read without trusting
 /// it: to name a link whose signature fails, or to tell a tab's chain from a payment's before
 /// verifying it.
@@ -266,18 +288,7 @@ fn check_proof_under(
 ) -> Result<rail_core::Money, Error> {
     let link = "proof";
     let (md, p) = (mandate.object(), proof.object());
-    if p.wallet != md.wallet {
-        return Err(broken(
-            link,
-            format!(
-                "signed by {}, not the mandate's wallet {}",
-                p.wallet, md.wallet
-            ),
-        ));
-    }
-    if &p.mandate != mandate.digest() {
-        return Err(broken(link, "does not bind this mandate"));
-    }
+    signed_under(link, &p.wallet, &p.mandate, md, mandate.digest())?;
     if p.confirmation.as_ref() != conf.map(Signed::digest) {
         return Err(broken(link, "does not bind this chain's confirmation"));
     }
@@ -443,18 +454,7 @@ fn check_confirmation(
     c: &Confirmation,
 ) -> Result<(), Error> {
     let link = "confirmation";
-    if c.wallet != md.wallet {
-        return Err(broken(
-            link,
-            format!(
-                "signed by {}, not the mandate's wallet {}",
-                c.wallet, md.wallet
-            ),
-        ));
-    }
-    if &c.mandate != mandate_digest {
-        return Err(broken(link, "does not bind this mandate"));
-    }
+    signed_under(link, &c.wallet, &c.mandate, md, mandate_digest)?;
     if &c.quote != quote.digest() || c.quote_id != quote.object().id {
         return Err(broken(link, "does not bind this quote"));
     }

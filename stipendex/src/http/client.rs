@@ -159,29 +159,14 @@ impl Client {
         sink: &mut Sink<'_>,
     ) -> Result<Response, Error> {
         let url = crate::origin::parsed(url)?;
-        let sent = Resource {
-            origin: url.origin().ascii_serialization(),
-            method: method.as_str().to_owned(),
-            path: url.path().to_owned(),
-            query: url.query().map(str::to_owned),
-        };
-        // A call an open tab covers is paid by a voucher at once: no 402 round trip.
+        let sent = sent_to(&method, &url);
+        // A call an open tab covers is paid by a voucher at once: no 402 round trip. A tab that
+        // is over (closed, ended, its cap used) is closed, and the 402's fresh offers are taken
+        // below.
         if let Some((hold, opened)) = self.tabs.covering(&sent, self.wallet.now()) {
-            match Box::pin(self.call_in_tab(
-                &hold,
-                opened,
-                &method,
-                &url,
-                &headers,
-                body.clone(),
-                sink,
-            ))
-            .await?
-            {
-                Ok(resp) => return Ok(resp),
-                // The tab is over (closed, ended, its cap used): closed here, and the 402's
-                // fresh offers are taken below.
-                Err(()) => Box::pin(self.retire(&hold)).await,
+            let call = self.call_in_tab(&hold, opened, &method, &url, &headers, body.clone(), sink);
+            if let Some(resp) = Box::pin(call).await? {
+                return Ok(resp);
             }
         }
         let reached = self
@@ -222,40 +207,23 @@ impl Client {
         let quote: Signed<Quote> = serde_json::from_value(quote.clone())
             .map_err(|e| Error::Malformed(format!("the 402's quote: {e}")))?;
         // The request that got the 402 (after unpaid redirects).
-        let sent = Resource {
-            origin: url.origin().ascii_serialization(),
-            method: method.as_str().to_owned(),
-            path: url.path().to_owned(),
-            query: url.query().map(str::to_owned),
-        };
+        let sent = sent_to(&method, &url);
         // A tab beside the Quote, where the mandate allows tabs in its asset: opened, and this
         // call paid by its first voucher.
         if let Some(tab) = parsed.get("tab")
             && let Some(hold) = Box::pin(self.open_offered(tab, &sent)).await
         {
             self.tabs.add(hold.clone());
-            match Box::pin(self.call_in_tab(
-                &hold,
-                false,
-                &method,
-                &url,
-                &headers,
-                body.clone(),
-                sink,
-            ))
-            .await?
-            {
-                Ok(resp) => return Ok(resp),
-                Err(()) => {
-                    Box::pin(self.retire(&hold)).await;
-                    return Err(Error::Payment(rail_core::RailError::Declined(
-                        rail_core::RailReason::new(
-                            "tab_refused",
-                            "the receiver refused the tab it offered; ask again",
-                        ),
-                    )));
-                }
-            }
+            let call = self.call_in_tab(&hold, false, &method, &url, &headers, body.clone(), sink);
+            return match Box::pin(call).await? {
+                Some(resp) => Ok(resp),
+                None => Err(Error::Payment(rail_core::RailError::Declined(
+                    rail_core::RailReason::new(
+                        "tab_refused",
+                        "the receiver refused the tab it offered; ask again",
+                    ),
+                ))),
+            };
         }
         let paid = Box::pin(self.wallet.pay_sent(&quote, &sent, self.wallet.confirmer())).await?;
         let proof = HeaderValue::from_str(&paid.proof.to_header())
@@ -330,14 +298,9 @@ impl Client {
             }
         };
         Ok(Response {
-            status,
-            headers,
-            body: body.into(),
             paid: Some(paid),
             receipt,
-            x402: None,
-            settlement: None,
-            tab_call: None,
+            ..Response::unpaid(status, headers, body)
         })
     }
 
@@ -369,8 +332,8 @@ impl Client {
     }
 
     /// Sends the call with a voucher of `hold` (and its hold Proof if the tab is not yet
-    /// `opened` at the receiver). `Ok(Err(()))`: the receiver answered 402 (the tab is over
-    /// or refused); the caller retires it.
+    /// `opened` at the receiver). `Ok(None)`: the receiver answered 402 (the tab is over or
+    /// refused), and `hold` is retired.
     #[allow(clippy::too_many_arguments)]
     async fn call_in_tab(
         &self,
@@ -381,13 +344,8 @@ impl Client {
         headers: &HeaderMap,
         body: Option<Vec<u8>>,
         sink: &mut Sink<'_>,
-    ) -> Result<Result<Response, ()>, Error> {
-        let sent = Resource {
-            origin: url.origin().ascii_serialization(),
-            method: method.as_str().to_owned(),
-            path: url.path().to_owned(),
-            query: url.query().map(str::to_owned),
-        };
+    ) -> Result<Option<Response>, Error> {
+        let sent = sent_to(method, url);
         let v = match self
             .wallet
             .voucher(hold, &Request::from_resource(&sent))
@@ -395,7 +353,8 @@ impl Client {
         {
             Ok(v) => v,
             Err(Error::Voucher { .. } | Error::Expired { .. } | Error::NotYetValid { .. }) => {
-                return Ok(Err(()));
+                Box::pin(self.retire(hold)).await;
+                return Ok(None);
             }
             // The mandate was revoked: the tab is closed, and the call refused.
             Err(e @ Error::Revoked(_)) => {
@@ -424,7 +383,8 @@ impl Client {
             let body = x402::read_402_body(resp).await.unwrap_or_default();
             let refused = refusal(&body, "the receiver refused the voucher");
             tracing::info!(tab = %hold.tab().object().id, error = %refused, "the tab is over here");
-            return Ok(Err(()));
+            Box::pin(self.retire(hold)).await;
+            return Ok(None);
         }
         if !resp.status().is_server_error() {
             self.tabs.opened(hold);
@@ -447,16 +407,7 @@ impl Client {
                 tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not give an uncounted voucher's lane back");
             }
             let (body, _, _) = take_body(resp, sink).await?;
-            return Ok(Ok(Response {
-                status,
-                headers,
-                body: body.into(),
-                paid: None,
-                receipt: None,
-                x402: None,
-                settlement: None,
-                tab_call: None,
-            }));
+            return Ok(Some(Response::unpaid(status, headers, body)));
         }
         let (body, result, _) = take_body(resp, sink).await?;
         let expected = format!(
@@ -471,20 +422,14 @@ impl Client {
             tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not journal a call's result");
         }
         let o = v.voucher.object();
-        Ok(Ok(Response {
-            status,
-            headers,
-            body: body.into(),
-            paid: None,
-            receipt: None,
-            x402: None,
-            settlement: None,
+        Ok(Some(Response {
             tab_call: Some(TabCallPaid {
                 tab: o.tab.clone(),
                 voucher: v.voucher.digest().clone(),
                 result,
                 amount: o.money()?,
             }),
+            ..Response::unpaid(status, headers, body)
         }))
     }
 
@@ -579,14 +524,9 @@ impl Client {
             }
         };
         Ok(Response {
-            status: answer.status,
-            headers: answer.headers,
-            body: body.into(),
-            paid: None,
-            receipt: None,
             x402: Some(paid),
             settlement: answer.response,
-            tab_call: None,
+            ..Response::unpaid(answer.status, answer.headers, body)
         })
     }
 }
@@ -694,14 +634,31 @@ async fn read(r: reqwest::Response, sink: &mut Sink<'_>) -> Result<Response, Err
     let status = r.status();
     let headers = r.headers().clone();
     let (body, _, _) = take_body(r, sink).await?;
-    Ok(Response {
-        status,
-        headers,
-        body: body.into(),
-        paid: None,
-        receipt: None,
-        x402: None,
-        settlement: None,
-        tab_call: None,
-    })
+    Ok(Response::unpaid(status, headers, body))
+}
+
+impl Response {
+    /// An answer nothing paid for: `status`, `headers` and `body` alone.
+    fn unpaid(status: StatusCode, headers: HeaderMap, body: Vec<u8>) -> Self {
+        Response {
+            status,
+            headers,
+            body: body.into(),
+            paid: None,
+            receipt: None,
+            x402: None,
+            settlement: None,
+            tab_call: None,
+        }
+    }
+}
+
+/// The request sent: `method` to `url` (its origin, path and query).
+fn sent_to(method: &Method, url: &reqwest::Url) -> Resource {
+    Resource {
+        origin: url.origin().ascii_serialization(),
+        method: method.as_str().to_owned(),
+        path: url.path().to_owned(),
+        query: url.query().map(str::to_owned),
+    }
 }

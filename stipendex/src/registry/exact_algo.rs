@@ -2,12 +2,12 @@
 
 use ed25519_dalek::SigningKey;
 use rail_core::payer::Idempotent;
-use rail_core::{Asset, PayerHandle, RailError, RailReason, ReceiverHandle};
+use rail_core::{Asset, PayerHandle, ReceiverHandle};
 use rail_exact_algo::wire::normalize_network;
 use rail_exact_algo::{Address, AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy};
 use serde::Deserialize;
 
-use super::config::{key32, money, parse, secret, section};
+use super::config::{key32, parse, section};
 use super::{Ctx, Sides};
 use crate::Error;
 
@@ -33,27 +33,14 @@ struct Section {
 
 pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let s: Section = section(ctx.name, ctx.table)?;
-    let token = match &s.algod_token_env {
-        Some(var) => Some(secret(ctx.env, ctx.name, var)?),
-        None => None,
-    };
-    let algod = AlgodClient::new(&s.algod_url, token).map_err(|e| {
-        ctx.rail_err(RailError::Unavailable(RailReason::new(
-            "algod",
-            e.to_string(),
-        )))
-    })?;
+    let token = ctx.secret_in(s.algod_token_env.as_deref())?;
+    let algod = AlgodClient::new(&s.algod_url, token).map_err(|e| ctx.unavailable("algod", e))?;
     #[cfg(feature = "challenges")]
     let mut scheme: Option<std::sync::Arc<dyn x402_transport::client::SchemePayer>> = None;
     let payer = match &s.payer_key_env {
         Some(var) => {
             let key = SigningKey::from_bytes(&key32(ctx.env, ctx.name, var)?);
-            let max = s.max_amount.as_deref().ok_or_else(|| {
-                Error::Config(format!("rails.{}: a payer needs `max_amount`", ctx.name))
-            })?;
-            let max = money(ctx.name, "max_amount", &Asset::algo(), max)?;
-            let max_amount = u64::try_from(max.minor_units())
-                .map_err(|_| Error::Config(format!("rails.{}.max_amount: too large", ctx.name)))?;
+            let max_amount = ctx.max_minor_units(s.max_amount.as_deref(), &Asset::algo())?;
             // Each network read in either spelling, kept in the CAIP-2 form; a network that is
             // not an Algorand one could never match an offer, and is refused here.
             let networks = s
@@ -78,12 +65,11 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             #[cfg(feature = "challenges")]
             {
                 // The client payer reads the network's genesis from algod once.
-                let client = payer.clone().for_client().await.map_err(|e| {
-                    ctx.rail_err(RailError::Unavailable(RailReason::new(
-                        "algod",
-                        e.to_string(),
-                    )))
-                })?;
+                let client = payer
+                    .clone()
+                    .for_client()
+                    .await
+                    .map_err(|e| ctx.unavailable("algod", e))?;
                 scheme = Some(std::sync::Arc::new(client));
             }
             Some(PayerHandle::pay_only(Idempotent::new(payer, ctx.store()?)))
@@ -113,10 +99,6 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let mut sides: Sides = (payer, receiver).into();
     sides.exact_algo = kept;
     #[cfg(feature = "challenges")]
-    let sides = Sides {
-        scheme,
-        scheme_receiver,
-        ..sides
-    };
+    let sides = sides.with_schemes(scheme, scheme_receiver);
     Ok(sides)
 }

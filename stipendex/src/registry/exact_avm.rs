@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
 use rail_core::payer::Idempotent;
-use rail_core::{Asset, PayerHandle, RailError, RailReason, ReceiverHandle};
+use rail_core::{Asset, PayerHandle, ReceiverHandle};
 use rail_exact_algo::avm::wire::{USDC_MAINNET, USDC_TESTNET};
 use rail_exact_algo::avm::{
     AvmFacilitator, AvmPayer, AvmPolicy, AvmReceiver, ExactAvm, FeePayer, RemoteFacilitator,
@@ -16,7 +16,7 @@ use rail_exact_algo::{Address, AlgodClient};
 use serde::Deserialize;
 use x402_transport::served::ServedOnce;
 
-use super::config::{key32, money, parse, secret, section};
+use super::config::{key32, parse, section};
 use super::{Ctx, Sides};
 use crate::Error;
 
@@ -45,21 +45,14 @@ struct Section {
     spelling: Option<String>,
 }
 
-fn unavailable(ctx: &Ctx<'_>, what: &str, e: impl std::fmt::Display) -> Error {
-    ctx.rail_err(RailError::Unavailable(RailReason::new(what, e.to_string())))
-}
-
 pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let s: Section = section(ctx.name, ctx.table)?;
-    let token = match &s.algod_token_env {
-        Some(var) => Some(secret(ctx.env, ctx.name, var)?),
-        None => None,
-    };
-    let algod = AlgodClient::new(&s.algod_url, token).map_err(|e| unavailable(ctx, "algod", e))?;
+    let token = ctx.secret_in(s.algod_token_env.as_deref())?;
+    let algod = AlgodClient::new(&s.algod_url, token).map_err(|e| ctx.unavailable("algod", e))?;
     let params = algod
         .params()
         .await
-        .map_err(|e| unavailable(ctx, "algod", e))?;
+        .map_err(|e| ctx.unavailable("algod", e))?;
     let asset = s.asset.unwrap_or(if params.genesis_id == "mainnet-v1.0" {
         USDC_MAINNET
     } else {
@@ -70,19 +63,14 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     let payer = match &s.payer_key_env {
         Some(var) => {
             let key = SigningKey::from_bytes(&key32(ctx.env, ctx.name, var)?);
-            let max = s.max_amount.as_deref().ok_or_else(|| {
-                Error::Config(format!("rails.{}: a payer needs `max_amount`", ctx.name))
-            })?;
-            let max = money(ctx.name, "max_amount", &Asset::usdc(), max)?;
-            let max = u64::try_from(max.minor_units())
-                .map_err(|_| Error::Config(format!("rails.{}.max_amount: too large", ctx.name)))?;
+            let max = ctx.max_minor_units(s.max_amount.as_deref(), &Asset::usdc())?;
             let policy = AvmPolicy {
                 max_amounts: [(asset, max)].into_iter().collect(),
                 max_fee: 2_000,
             };
             let payer = AvmPayer::connect(key, algod.clone(), policy)
                 .await
-                .map_err(|e| unavailable(ctx, "algod", e))?
+                .map_err(|e| ctx.unavailable("algod", e))?
                 .with_clock(ctx.clock.clone());
             #[cfg(feature = "challenges")]
             {
@@ -111,7 +99,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             }
             let f = AvmFacilitator::connect(algod, fee_payer, ctx.store()?)
                 .await
-                .map_err(|e| unavailable(ctx, "algod", e))?;
+                .map_err(|e| ctx.unavailable("algod", e))?;
             let spelling = match s.spelling.as_deref() {
                 None | Some("genesis-hash") => Spelling::GenesisHash,
                 Some("caip2") => Spelling::Caip2,
@@ -128,11 +116,11 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
             }
             if let Some(url) = &s.facilitator_url {
                 let remote = RemoteFacilitator::new(url, Duration::from_secs(30))
-                    .map_err(|e| unavailable(ctx, "facilitator", e))?;
+                    .map_err(|e| ctx.unavailable("facilitator", e))?;
                 sch = sch
                     .settled_by(remote)
                     .await
-                    .map_err(|e| unavailable(ctx, "facilitator", e))?;
+                    .map_err(|e| ctx.unavailable("facilitator", e))?;
             }
             #[cfg(feature = "challenges")]
             {
@@ -145,10 +133,6 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     };
     let sides: Sides = (payer, receiver).into();
     #[cfg(feature = "challenges")]
-    let sides = Sides {
-        scheme,
-        scheme_receiver,
-        ..sides
-    };
+    let sides = sides.with_schemes(scheme, scheme_receiver);
     Ok(sides)
 }

@@ -220,6 +220,43 @@ impl Ctx<'_> {
             source,
         }
     }
+
+    /// `what` (a service the rail reaches: `algod`, a facilitator) unavailable with `e`, as
+    /// this rail's error.
+    pub(crate) fn unavailable(&self, what: &str, e: impl std::fmt::Display) -> Error {
+        self.rail_err(rail_core::RailError::Unavailable(
+            rail_core::RailReason::new(what, e.to_string()),
+        ))
+    }
+
+    /// The secret in the environment variable `var`, if the section names one.
+    pub(crate) fn secret_in(&self, var: Option<&str>) -> Result<Option<String>, Error> {
+        var.map(|var| config::secret(self.env, self.name, var))
+            .transpose()
+    }
+
+    /// A payer's `max_amount` (`text`), in `asset`: a payer needs one.
+    pub(crate) fn max_amount(
+        &self,
+        text: Option<&str>,
+        asset: &rail_core::Asset,
+    ) -> Result<rail_core::Money, Error> {
+        let text = text.ok_or_else(|| {
+            Error::Config(format!("rails.{}: a payer needs `max_amount`", self.name))
+        })?;
+        config::money(self.name, "max_amount", asset, text)
+    }
+
+    /// As [`Ctx::max_amount`], in minor units (at most `u64::MAX`).
+    pub(crate) fn max_minor_units(
+        &self,
+        text: Option<&str>,
+        asset: &rail_core::Asset,
+    ) -> Result<u64, Error> {
+        let max = self.max_amount(text, asset)?;
+        u64::try_from(max.minor_units())
+            .map_err(|_| Error::Config(format!("rails.{}.max_amount: too large", self.name)))
+    }
 }
 
 /// The rails of one configuration, by name.
@@ -536,6 +573,23 @@ pub(crate) struct Sides {
     scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
     #[cfg(feature = "exact-algo")]
     exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
+}
+
+#[cfg(feature = "challenges")]
+#[allow(dead_code)] // with no x402-style rail compiled in, no builder sets them
+impl Sides {
+    /// These sides, with the x402-style scheme payer and receiver the rail's builder made.
+    fn with_schemes(
+        self,
+        scheme: Option<Arc<dyn x402_transport::client::SchemePayer>>,
+        scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
+    ) -> Self {
+        Sides {
+            scheme,
+            scheme_receiver,
+            ..self
+        }
+    }
 }
 
 impl From<(Option<PayerHandle>, Option<ReceiverHandle>)> for Sides {

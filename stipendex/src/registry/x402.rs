@@ -26,7 +26,7 @@ use rail_x402::rail::{X402RailPayer, X402Receiver};
 use rail_x402::rpc::RpcClient;
 use serde::Deserialize;
 
-use super::config::{Env, money, parse, secret, section};
+use super::config::{Env, parse, secret, section};
 use super::dependency::Dependency;
 use super::{Ctx, Sides};
 use crate::Error;
@@ -249,10 +249,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                 var: var.clone(),
                 why: format!("is unusable: {e}"),
             })?;
-            let max = s.max_amount.as_deref().ok_or_else(|| {
-                Error::Config(format!("rails.{}: a payer needs `max_amount`", ctx.name))
-            })?;
-            let max = money(ctx.name, "max_amount", &Asset::usdc(), max)?;
+            let max = ctx.max_amount(s.max_amount.as_deref(), &Asset::usdc())?;
             let policy = Policy::new(&s.network, token_address, U256::from(max.minor_units()));
             let rpc_url = s.rpc_url.as_deref().ok_or_else(|| {
                 Error::Config(format!(
@@ -260,12 +257,7 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
                     ctx.name
                 ))
             })?;
-            let rpc = RpcClient::new(rpc_url).map_err(|e| {
-                ctx.rail_err(RailError::Unavailable(RailReason::new(
-                    "x402 rpc",
-                    e.to_string(),
-                )))
-            })?;
+            let rpc = RpcClient::new(rpc_url).map_err(|e| ctx.unavailable("x402 rpc", e))?;
             let x402 = X402Payer::new(signer, policy);
             #[cfg(feature = "challenges")]
             {
@@ -306,10 +298,6 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
     };
     let sides: Sides = (payer, receiver).into();
     #[cfg(feature = "challenges")]
-    let sides = Sides {
-        scheme,
-        scheme_receiver,
-        ..sides
-    };
+    let sides = sides.with_schemes(scheme, scheme_receiver);
     Ok(sides)
 }

@@ -15,7 +15,7 @@ use rail_core::{Money, OpId, Payment, PaymentMode, RailId};
 use serde_json::Value;
 use x402_transport::client::{self, PayPolicy, Required, SchemePayer, Sent};
 
-use super::{Denial, Wallet, now_secs};
+use super::{Wallet, deny, limits_in, now_secs, rail_allowed};
 use crate::Error;
 use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed};
 
@@ -154,27 +154,15 @@ impl Wallet {
                 pay_to.join(" or "),
                 mandate.id
             );
-            me.confirmer
-                .escalate(&Denial {
-                    receiver: source.origin.clone(),
-                    description: None,
-                    amount: None,
-                    why: why.clone(),
-                })
-                .await;
-            return Err(Error::Denied(why));
+            let receiver = source.origin.clone();
+            return Err(deny(me.confirmer.as_ref(), receiver, None, None, why).await);
         }
         self.check_mandate(now).await?;
         // Only payers over a rail the mandate allows (`rails`; absent: any the wallet has).
         let payers: Vec<Arc<dyn client::SchemePayer>> = me
             .scheme_payers
             .iter()
-            .filter(|p| {
-                mandate
-                    .rails
-                    .as_ref()
-                    .is_none_or(|allowed| allowed.iter().any(|r| r == p.rail()))
-            })
+            .filter(|p| rail_allowed(mandate, p.rail()))
             .cloned()
             .collect();
         if payers.is_empty() && !me.scheme_payers.is_empty() {
@@ -187,30 +175,21 @@ impl Wallet {
             )));
         }
         let choice = self.choose_entry(&payers, &allowed, &challenge)?;
-        let limits = mandate.limits_for(choice.amount.asset()).ok_or_else(|| {
-            Error::LimitExceeded(format!(
-                "mandate {} allows no spending in {}",
-                mandate.id,
-                choice.amount.asset()
-            ))
-        })?;
+        let limits = limits_in(mandate, choice.amount.asset())?;
         let op = OpId::random();
-        let budgets = super::spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
+        let budgets = self.budgets(limits)?;
         let counted = budgets.reserve(&op, &source.origin, &choice.amount).await?;
-        let confirmation = if limits
-            .confirm_above
-            .is_some_and(|t| choice.amount.amount() > t)
-        {
-            match self.confirm_challenge(&choice, &budgets, now).await {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    counted.release().await;
-                    return Err(e);
-                }
-            }
-        } else {
-            None
-        };
+        let confirmation = self
+            .confirm_unsigned(
+                &choice.challenge,
+                &choice.amount,
+                limits,
+                &budgets,
+                now,
+                "x402",
+            )
+            .await;
+        let (confirmation, counted) = counted.unless_err(confirmation).await?;
         let sent = match client::sign(choice.payer.as_ref(), required, &choice.entry).await {
             Ok(s) => s,
             Err(e) => {
@@ -293,16 +272,6 @@ impl Wallet {
             entry,
             amount,
         })
-    }
-
-    async fn confirm_challenge(
-        &self,
-        choice: &Choice<'_>,
-        budgets: &super::spend::Budgets,
-        now: u64,
-    ) -> Result<Signed<Confirmation>, Error> {
-        self.confirm_unsigned(&choice.challenge, &choice.amount, budgets, now, "x402")
-            .await
     }
 }
 

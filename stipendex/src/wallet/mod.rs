@@ -90,6 +90,17 @@ struct PaidRecord {
     rail: String,
 }
 
+impl PaidRecord {
+    /// The record of `proof`, confirmed by `confirmation`, paid over the wallet's `rail`.
+    fn new(proof: &Signed<Proof>, confirmation: Option<&Signed<Confirmation>>, rail: &str) -> Self {
+        PaidRecord {
+            proof: proof.jws().to_owned(),
+            confirmation: confirmation.map(|c| c.jws().to_owned()),
+            rail: rail.to_owned(),
+        }
+    }
+}
+
 /// One of the wallet's rails: a name (the registry's) and its paying side.
 #[derive(Clone)]
 struct WalletRail {
@@ -507,6 +518,70 @@ fn describe(r: &Resource) -> String {
     }
 }
 
+// The steps every way to pay shares (a Quote, a tab, an x402 challenge, a ContextVM offer),
+// each written once.
+
+/// Step 1's refusal: the denial escalated to `confirmer` (who asked to be paid, what for, how
+/// much, and `why`), and the error it is.
+async fn deny(
+    confirmer: &dyn Confirmer,
+    receiver: String,
+    description: Option<String>,
+    amount: Option<rail_core::Money>,
+    why: String,
+) -> Error {
+    let denial = Denial {
+        receiver,
+        description,
+        amount,
+        why,
+    };
+    confirmer.escalate(&denial).await;
+    Error::Denied(denial.why)
+}
+
+/// Whether `mandate` lets the wallet pay over the rail of kind `rail` (no `rails`: any).
+fn rail_allowed(mandate: &Mandate, rail: &str) -> bool {
+    mandate
+        .rails
+        .as_ref()
+        .is_none_or(|allowed| allowed.iter().any(|r| r == rail))
+}
+
+/// `mandate`'s limits in `asset`; none is a refusal.
+fn limits_in<'a>(
+    mandate: &'a Mandate,
+    asset: &rail_core::Asset,
+) -> Result<&'a crate::envelope::Limits, Error> {
+    mandate.limits_for(asset).ok_or_else(|| {
+        Error::LimitExceeded(format!(
+            "mandate {} allows no spending in {}",
+            mandate.id, asset
+        ))
+    })
+}
+
+/// Whether paying `amount` under `limits` needs the human's Confirmation.
+fn above_threshold(limits: &crate::envelope::Limits, amount: &rail_core::Money) -> bool {
+    limits.confirm_above.is_some_and(|t| amount.amount() > t)
+}
+
+/// Whether a payment that failed with `e` may have happened: its outcome is unknown, so its
+/// operation is handed over (and its count kept) rather than abandoned.
+fn outcome_unknown(e: &Error) -> bool {
+    matches!(e, Error::Payment(r) if r.is_retryable()) || matches!(e, Error::Storage(_))
+}
+
+/// What a Proof pays for.
+enum PaidFor<'a> {
+    /// A signed Quote.
+    Quote(&'a Signed<Quote>),
+    /// A tab's cap, held.
+    Tab(&'a Signed<crate::envelope::Tab>),
+    /// An unsigned challenge, as the wallet saw it.
+    Challenge(crate::envelope::Challenge),
+}
+
 impl Wallet {
     /// The wallet's clock, in Unix seconds.
     #[must_use]
@@ -828,15 +903,8 @@ impl Wallet {
         // 1. The allowlist (I4): id and pinned key, and over HTTP the origin and the request;
         //    anything else is denied and escalated.
         if let Err(why) = admit(mandate, q, sent) {
-            confirmer
-                .escalate(&Denial {
-                    receiver: q.receiver.id.clone(),
-                    description: q.description.clone(),
-                    amount: Some(q.max()?),
-                    why: why.clone(),
-                })
-                .await;
-            return Err(Error::Denied(why));
+            let (receiver, description) = (q.receiver.id.clone(), q.description.clone());
+            return Err(deny(confirmer, receiver, description, Some(q.max()?), why).await);
         }
 
         // 2. The mandate's validity and revocation.
@@ -1044,11 +1112,7 @@ impl Wallet {
         let q = quote.object();
         match out {
             Ok((paid, counted)) => {
-                let rec = PaidRecord {
-                    proof: paid.proof.jws().to_owned(),
-                    confirmation: paid.confirmation.as_ref().map(|c| c.jws().to_owned()),
-                    rail: paid.rail.clone(),
-                };
+                let rec = PaidRecord::new(&paid.proof, paid.confirmation.as_ref(), &paid.rail);
                 // The count kept and the Proof stored are independent records (a count whose
                 // keeping is lost lapses into being counted again: over, never under), so
                 // they share a commit. Stored first, journaled after: a crash between the two
@@ -1068,8 +1132,7 @@ impl Wallet {
                 Ok(paid)
             }
             Err(e) => {
-                let unknown = matches!(&e, Error::Payment(r) if r.is_retryable())
-                    || matches!(e, Error::Storage(_));
+                let unknown = outcome_unknown(&e);
                 let ended = if unknown {
                     me.ops.hand_over(lease).await
                 } else {
@@ -1111,11 +1174,8 @@ impl Wallet {
         let me = &self.0;
         let q = quote.object();
         let chain = chain_name(&q.receiver.id, &q.id);
-        let mut objects = vec![me.mandate.jws()];
-        if let Some(c) = &paid.confirmation {
-            objects.push(c.jws());
-        }
-        objects.extend([quote.jws(), paid.proof.jws()]);
+        let objects =
+            self.chain_objects(paid.confirmation.as_ref(), &[quote.jws(), paid.proof.jws()]);
         for jws in objects {
             if let Err(e) = me.journal.record(&chain, jws).await {
                 tracing::error!(chain = %chain, error = %e, "could not journal a payment's object; it stays pending");
@@ -1258,16 +1318,10 @@ impl Wallet {
             });
         }
         let max = q.max()?;
-        let limits = mandate.limits_for(max.asset()).ok_or_else(|| {
-            Error::LimitExceeded(format!(
-                "mandate {} allows no spending in {}",
-                mandate.id,
-                max.asset()
-            ))
-        })?;
+        let limits = limits_in(mandate, max.asset())?;
         // Choose the rail before counting: a Quote no rail can pay counts nothing.
         let (rail, offer) = self.choose(q)?;
-        let budgets = spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
+        let budgets = self.budgets(limits)?;
         Ok(Fresh {
             max,
             limits,
@@ -1321,15 +1375,13 @@ impl Wallet {
                 .map(|_| Why::AboveThreshold),
         };
         let confirmation = match why {
-            None => None,
-            Some(why) => match self.confirm(quote, why, &budgets, now, confirmer).await {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    counted.release().await;
-                    return Err(e);
-                }
-            },
+            None => Ok(None),
+            Some(why) => self
+                .confirm(quote, why, &budgets, now, confirmer)
+                .await
+                .map(Some),
         };
+        let (confirmation, counted) = counted.unless_err(confirmation).await?;
 
         // No payment without its chain: the payment is pending in the journal before the
         // rail is asked, so an unknown outcome or a review can be resumed.
@@ -1354,11 +1406,7 @@ impl Wallet {
         let payment = match ask_rail(rail, op, offer, q.profile).await {
             Ok(p) => p,
             Err(e) => {
-                if e.is_retryable() {
-                    counted.keep().await;
-                } else {
-                    counted.release().await;
-                }
+                counted.after_rail_error(&e).await;
                 return Err(Error::Payment(e));
             }
         };
@@ -1411,7 +1459,7 @@ impl Wallet {
         let Some(limits) = mandate.limits_for(max.asset()) else {
             return;
         };
-        let counted = match spend::Budgets::new(me.store.clone(), &mandate.id, limits) {
+        let counted = match self.budgets(limits) {
             Ok(b) => b.reserve(op, &q.receiver.id, &max).await,
             Err(e) => Err(e),
         };
@@ -1432,32 +1480,97 @@ impl Wallet {
         rail: &WalletRail,
         iat: u64,
     ) -> Result<Paid, Error> {
+        let paid_over = payment.rail.as_str().to_owned();
+        let proof = self.proof_of(
+            PaidFor::Quote(quote),
+            confirmation.as_ref(),
+            payment,
+            paid_over,
+            iat,
+        )?;
+        Ok(Paid {
+            proof,
+            confirmation,
+            rail: rail.name.clone(),
+            fresh: true,
+        })
+    }
+
+    /// The signed Proof of `payment` for `what`, with the human's `confirmation`, over `rail`
+    /// (the rail the Proof names), made at `iat`.
+    fn proof_of(
+        &self,
+        what: PaidFor<'_>,
+        confirmation: Option<&Signed<Confirmation>>,
+        payment: rail_core::Payment,
+        rail: String,
+        iat: u64,
+    ) -> Result<Signed<Proof>, Error> {
         let me = &self.0;
+        let (mut quote, mut quote_jws, mut tab, mut tab_jws, mut challenge) =
+            (None, None, None, None, None);
+        match what {
+            PaidFor::Quote(q) => {
+                quote = Some(q.digest().clone());
+                quote_jws = Some(q.jws().to_owned());
+            }
+            PaidFor::Tab(t) => {
+                tab = Some(t.digest().clone());
+                tab_jws = Some(t.jws().to_owned());
+            }
+            PaidFor::Challenge(c) => challenge = Some(c),
+        }
         let proof = Proof {
             stipendex: Tag::current("proof"),
             id: new_id("p_"),
             wallet: me.key.public(),
             mandate: me.mandate.digest().clone(),
-            quote: Some(quote.digest().clone()),
-            quote_jws: Some(quote.jws().to_owned()),
-            tab: None,
-            tab_jws: None,
-            challenge: None,
-            confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
-            confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
+            quote,
+            quote_jws,
+            tab,
+            tab_jws,
+            challenge,
+            confirmation: confirmation.map(|c| c.digest().clone()),
+            confirmation_jws: confirmation.map(|c| c.jws().to_owned()),
             iat,
             mode: payment.mode,
-            rail: payment.rail.as_str().to_owned(),
+            rail,
             asset: payment.amount.asset().clone(),
             amount: payment.amount.amount(),
             payment,
         };
-        Ok(Paid {
-            proof: Signed::sign(proof, &me.key)?,
-            confirmation,
-            rail: rail.name.clone(),
-            fresh: true,
-        })
+        Signed::sign(proof, &me.key)
+    }
+
+    /// The limits' durable counters in the mandate's `limits` (one asset's).
+    fn budgets(&self, limits: &crate::envelope::Limits) -> Result<spend::Budgets, Error> {
+        let me = &self.0;
+        spend::Budgets::new(me.store.clone(), &me.mandate.object().id, limits)
+    }
+
+    /// A payment's chain as journaled: the mandate, the human's `confirmation` if one was
+    /// needed, then `rest` (what was paid, and its Proof).
+    fn chain_objects<'a>(
+        &'a self,
+        confirmation: Option<&'a Signed<Confirmation>>,
+        rest: &[&'a str],
+    ) -> Vec<&'a str> {
+        let mut objects = vec![self.0.mandate.jws()];
+        if let Some(c) = confirmation {
+            objects.push(c.jws());
+        }
+        objects.extend_from_slice(rest);
+        objects
+    }
+
+    /// Journals `objects` in `chain`, in order; a failure is logged (`what`: whose object)
+    /// and the rest journaled still.
+    async fn journal_all(&self, chain: &str, objects: Vec<&str>, what: &str) {
+        for jws in objects {
+            if let Err(e) = self.0.journal.record(chain, jws).await {
+                tracing::error!(chain = %chain, error = %e, "could not journal a {what}'s object");
+            }
+        }
     }
 
     /// The first rail, in the receiver's order, that the mandate allows and the wallet has.
@@ -1465,9 +1578,7 @@ impl Wallet {
         let mandate = self.0.mandate.object();
         let mut why = Vec::new();
         for r in &q.rails {
-            if let Some(allowed) = &mandate.rails
-                && !allowed.contains(&r.rail)
-            {
+            if !rail_allowed(mandate, &r.rail) {
                 why.push(format!("{}: not allowed by the mandate", r.rail));
                 continue;
             }

@@ -15,9 +15,11 @@ use rail_core::{Offer, OpId, Payment};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use super::{Ask, Denial, Wallet, Why, chain_name, now_secs};
+use super::{
+    Ask, PaidFor, Wallet, Why, above_threshold, chain_name, deny, limits_in, now_secs, rail_allowed,
+};
 use crate::Error;
-use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed, Tag, new_id};
+use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed};
 
 /// A paid offer: the rail's payment, and its Proof for the audit.
 #[derive(Clone, Debug)]
@@ -75,15 +77,8 @@ impl Wallet {
                 "ContextVM server {server} is not in mandate {}'s allowlist",
                 mandate.id
             );
-            me.confirmer
-                .escalate(&Denial {
-                    receiver: server.to_owned(),
-                    description: None,
-                    amount: Some(offer.amount.clone()),
-                    why: why.clone(),
-                })
-                .await;
-            return Err(Error::Denied(why));
+            let amount = Some(offer.amount.clone());
+            return Err(deny(me.confirmer.as_ref(), server.to_owned(), None, amount, why).await);
         }
         self.check_mandate(now).await?;
         let rail = me
@@ -96,52 +91,34 @@ impl Wallet {
                     offer.rail
                 ))
             })?;
-        if let Some(allowed) = &mandate.rails
-            && !allowed.iter().any(|r| r == offer.rail.as_str())
-        {
+        if !rail_allowed(mandate, offer.rail.as_str()) {
             return Err(Error::Denied(format!(
                 "mandate {} does not allow paying over {}",
                 mandate.id, offer.rail
             )));
         }
-        let limits = mandate.limits_for(offer.amount.asset()).ok_or_else(|| {
-            Error::LimitExceeded(format!(
-                "mandate {} allows no spending in {}",
-                mandate.id,
-                offer.amount.asset()
-            ))
-        })?;
+        let limits = limits_in(mandate, offer.amount.asset())?;
         let op = op_for(server, offer)?;
-        let budgets = super::spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
+        let budgets = self.budgets(limits)?;
         let counted = budgets.reserve(&op, server, &offer.amount).await?;
-        let confirmation = if limits
-            .confirm_above
-            .is_some_and(|t| offer.amount.amount() > t)
-        {
-            match self
-                .confirm_unsigned(&challenge, &offer.amount, &budgets, now, "contextvm")
-                .await
-            {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    counted.release().await;
-                    return Err(e);
-                }
-            }
-        } else {
-            None
-        };
+        let confirmation = self
+            .confirm_unsigned(
+                &challenge,
+                &offer.amount,
+                limits,
+                &budgets,
+                now,
+                "contextvm",
+            )
+            .await;
+        let (confirmation, counted) = counted.unless_err(confirmation).await?;
         let payment = match rail.handle.payer.pay(&op, offer).await {
             Ok(p) => {
                 counted.keep().await;
                 p
             }
             Err(e) => {
-                if e.is_retryable() {
-                    counted.keep().await;
-                } else {
-                    counted.release().await;
-                }
+                counted.after_rail_error(&e).await;
                 return Err(Error::Payment(e));
             }
         };
@@ -165,16 +142,21 @@ impl Wallet {
 }
 
 impl Wallet {
-    /// Asks the human to confirm paying `amount` for the unsigned `challenge` (an x402
-    /// challenge, a ContextVM payment request); the Confirmation binds the challenge's digest.
+    /// Above `limits`' threshold, asks the human to confirm paying `amount` for the unsigned
+    /// `challenge` (an x402 challenge, a ContextVM payment request); the Confirmation binds
+    /// the challenge's digest. `None` at or below the threshold.
     pub(super) async fn confirm_unsigned(
         &self,
         challenge: &Challenge,
         amount: &rail_core::Money,
+        limits: &crate::envelope::Limits,
         budgets: &super::spend::Budgets,
         now: u64,
         what: &str,
-    ) -> Result<Signed<Confirmation>, Error> {
+    ) -> Result<Option<Signed<Confirmation>>, Error> {
+        if !above_threshold(limits, amount) {
+            return Ok(None);
+        }
         let (left_in_period, left_in_total) = budgets.left().await;
         let ask = Ask {
             why: Why::AboveThreshold,
@@ -197,6 +179,7 @@ impl Wallet {
             self.0.confirmer.as_ref(),
         )
         .await
+        .map(Some)
     }
 
     /// The signed Proof of `payment` for the unsigned `challenge`, journaled with the mandate
@@ -211,39 +194,17 @@ impl Wallet {
         now: u64,
         key: Option<&str>,
     ) -> Result<Signed<Proof>, Error> {
-        let me = &self.0;
         let origin = challenge.origin.clone();
-        let proof = Proof {
-            stipendex: Tag::current("proof"),
-            id: new_id("p_"),
-            wallet: me.key.public(),
-            mandate: me.mandate.digest().clone(),
-            quote: None,
-            quote_jws: None,
-            tab: None,
-            tab_jws: None,
-            challenge: Some(challenge),
-            confirmation: confirmation.map(|c| c.digest().clone()),
-            confirmation_jws: confirmation.map(|c| c.jws().to_owned()),
-            iat: now,
-            mode: payment.mode,
-            rail,
-            asset: payment.amount.asset().clone(),
-            amount: payment.amount.amount(),
+        let proof = self.proof_of(
+            PaidFor::Challenge(challenge),
+            confirmation,
             payment,
-        };
-        let proof = Signed::sign(proof, &me.key)?;
+            rail,
+            now,
+        )?;
         let chain = chain_name(&origin, key.unwrap_or(&proof.object().id));
-        let mut objects = vec![me.mandate.jws()];
-        if let Some(c) = confirmation {
-            objects.push(c.jws());
-        }
-        objects.push(proof.jws());
-        for jws in objects {
-            if let Err(e) = me.journal.record(&chain, jws).await {
-                tracing::error!(chain = %chain, error = %e, "could not journal a payment's object");
-            }
-        }
+        let objects = self.chain_objects(confirmation, &[proof.jws()]);
+        self.journal_all(&chain, objects, "payment").await;
         Ok(proof)
     }
 }

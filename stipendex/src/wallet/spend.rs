@@ -35,6 +35,31 @@ impl Counted {
             }
         }
     }
+
+    /// After the rail's failure `e`: kept when its outcome is unknown (`e` is retryable: the
+    /// payment may have happened), given back when the rail refused for certain. Whether it
+    /// was given back.
+    pub(crate) async fn after_rail_error(self, e: &RailError) -> bool {
+        if e.is_retryable() {
+            self.keep().await;
+            false
+        } else {
+            self.release().await;
+            true
+        }
+    }
+
+    /// A step between counting and paying (the human's confirmation): its value, and this
+    /// count still held; its failure gives everything back first.
+    pub(crate) async fn unless_err<T>(self, step: Result<T, Error>) -> Result<(T, Self), Error> {
+        match step {
+            Ok(t) => Ok((t, self)),
+            Err(e) => {
+                self.release().await;
+                Err(e)
+            }
+        }
+    }
 }
 
 fn limit_error(e: RailError) -> Error {

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{
-    Ask, Confirmer, Denial, PaidRecord, Wallet, WalletRail, Why, chain_name, now_secs, op_for,
-    spend,
+    Ask, Confirmer, PaidFor, PaidRecord, Wallet, WalletRail, Why, above_threshold, chain_name,
+    deny, limits_in, now_secs, op_for, outcome_unknown, rail_allowed,
 };
 use crate::Error;
 use crate::envelope::{
@@ -289,15 +289,8 @@ impl Wallet {
         let now = now_secs(&me.clock);
         let cap = t.cap()?;
         if let Err(why) = admit_tab(mandate, t, sent) {
-            confirmer
-                .escalate(&Denial {
-                    receiver: t.receiver.id.clone(),
-                    description: None,
-                    amount: Some(cap.clone()),
-                    why: why.clone(),
-                })
-                .await;
-            return Err(Error::Denied(why));
+            let receiver = t.receiver.id.clone();
+            return Err(deny(confirmer, receiver, None, Some(cap.clone()), why).await);
         }
         self.check_mandate(now).await?;
         if now.saturating_add(me.min_quote_life) >= t.exp {
@@ -327,11 +320,8 @@ impl Wallet {
             .await;
         match out {
             Ok((hold, rec)) => {
-                let paid = PaidRecord {
-                    proof: hold.0.proof.jws().to_owned(),
-                    confirmation: hold.0.confirmation.as_ref().map(|c| c.jws().to_owned()),
-                    rail: hold.0.rail.clone(),
-                };
+                let h = &hold.0;
+                let paid = PaidRecord::new(&h.proof, h.confirmation.as_ref(), &h.rail);
                 let w = Write {
                     token: rand::random(),
                     state: "held".into(),
@@ -347,23 +337,14 @@ impl Wallet {
                     tracing::error!(tab = %t.id, error = %e, "held, but the hold's Proof could not be stored");
                 }
                 let chain = chain_name(&t.receiver.id, &t.id);
-                let mut objects = vec![me.mandate.jws()];
-                if let Some(c) = &hold.0.confirmation {
-                    objects.push(c.jws());
-                }
-                objects.extend([tab.jws(), hold.0.proof.jws()]);
-                for jws in objects {
-                    if let Err(e) = me.journal.record(&chain, jws).await {
-                        tracing::error!(chain = %chain, error = %e, "could not journal a tab's object");
-                    }
-                }
+                let objects =
+                    self.chain_objects(h.confirmation.as_ref(), &[tab.jws(), h.proof.jws()]);
+                self.journal_all(&chain, objects, "tab").await;
                 tracing::info!(tab = %t.id, receiver = %t.receiver.id, cap = %cap, "tab held");
                 Ok(hold)
             }
             Err(e) => {
-                let unknown = matches!(&e, Error::Payment(r) if r.is_retryable())
-                    || matches!(e, Error::Storage(_));
-                let ended = if unknown {
+                let ended = if outcome_unknown(&e) {
                     me.ops.hand_over(lease).await
                 } else {
                     me.ops.abandon(lease).await
@@ -388,13 +369,7 @@ impl Wallet {
         let t = tab.object();
         let mandate = me.mandate.object();
         let cap = t.cap()?;
-        let limits = mandate.limits_for(cap.asset()).ok_or_else(|| {
-            Error::LimitExceeded(format!(
-                "mandate {} allows no spending in {}",
-                mandate.id,
-                cap.asset()
-            ))
-        })?;
+        let limits = limits_in(mandate, cap.asset())?;
         let Some(max_cap) = limits.tab_cap else {
             return Err(Error::LimitExceeded(format!(
                 "mandate {} allows no tab in {}: it has no tab_cap",
@@ -411,7 +386,7 @@ impl Wallet {
         let (rail, offer) = self.choose_hold(t)?;
         // An open-tab slot first (one of `open_tabs`, shared by every wallet on the mandate).
         let slot = self.take_tab_slot(t, limits.open_tabs.unwrap_or(1)).await?;
-        let budgets = spend::Budgets::new(me.store.clone(), &mandate.id, limits)?;
+        let budgets = self.budgets(limits)?;
         let counted = match budgets.reserve_cap(op, &t.receiver.id, &cap).await {
             Ok(c) => c,
             Err(e) => {
@@ -419,30 +394,28 @@ impl Wallet {
                 return Err(e);
             }
         };
-        let confirmation = match limits.confirm_above.filter(|c| cap.amount() > *c) {
-            None => None,
-            Some(_) => {
-                let (left_in_period, left_in_total) = budgets.left().await;
-                let ask = Ask {
-                    why: Why::AboveThreshold,
-                    receiver: t.receiver.id.clone(),
-                    description: Some(format!("a tab of up to {cap} at {}", t.origin)),
-                    total: cap.clone(),
-                    tolerance: Amount::ZERO,
-                    left_in_period,
-                    left_in_total,
-                };
-                match self
-                    .ask_human(&ask, tab.digest().clone(), &t.id, now, confirmer)
-                    .await
-                {
-                    Ok(c) => Some(c),
-                    Err(e) => {
-                        counted.release().await;
-                        self.free_tab_slot(&slot).await;
-                        return Err(e);
-                    }
-                }
+        let confirmation = if above_threshold(limits, &cap) {
+            let (left_in_period, left_in_total) = budgets.left().await;
+            let ask = Ask {
+                why: Why::AboveThreshold,
+                receiver: t.receiver.id.clone(),
+                description: Some(format!("a tab of up to {cap} at {}", t.origin)),
+                total: cap.clone(),
+                tolerance: Amount::ZERO,
+                left_in_period,
+                left_in_total,
+            };
+            self.ask_human(&ask, tab.digest().clone(), &t.id, now, confirmer)
+                .await
+                .map(Some)
+        } else {
+            Ok(None)
+        };
+        let (confirmation, counted) = match counted.unless_err(confirmation).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.free_tab_slot(&slot).await;
+                return Err(e);
             }
         };
         let payment = match rail.handle.hold_payer.as_ref() {
@@ -455,36 +428,19 @@ impl Wallet {
                 p
             }
             Err(e) => {
-                if e.is_retryable() {
-                    counted.keep().await;
-                } else {
-                    counted.release().await;
+                if counted.after_rail_error(&e).await {
                     self.free_tab_slot(&slot).await;
                 }
                 return Err(Error::Payment(e));
             }
         };
-        let proof = Signed::sign(
-            Proof {
-                stipendex: Tag::current("proof"),
-                id: new_id("p_"),
-                wallet: me.key.public(),
-                mandate: me.mandate.digest().clone(),
-                quote: None,
-                quote_jws: None,
-                tab: Some(tab.digest().clone()),
-                tab_jws: Some(tab.jws().to_owned()),
-                challenge: None,
-                confirmation: confirmation.as_ref().map(|c| c.digest().clone()),
-                confirmation_jws: confirmation.as_ref().map(|c| c.jws().to_owned()),
-                iat: now,
-                mode: payment.mode,
-                rail: payment.rail.as_str().to_owned(),
-                asset: payment.amount.asset().clone(),
-                amount: payment.amount.amount(),
-                payment,
-            },
-            &me.key,
+        let paid_over = payment.rail.as_str().to_owned();
+        let proof = self.proof_of(
+            PaidFor::Tab(tab),
+            confirmation.as_ref(),
+            payment,
+            paid_over,
+            now,
         )?;
         let rec = HeldRecord {
             proof: proof.jws().to_owned(),
@@ -512,7 +468,7 @@ impl Wallet {
         let mandate = self.0.mandate.object();
         let mut why = Vec::new();
         for r in &t.rails {
-            if mandate.rails.as_ref().is_some_and(|a| !a.contains(&r.rail)) {
+            if !rail_allowed(mandate, &r.rail) {
                 why.push(format!("{}: not allowed by the mandate", r.rail));
                 continue;
             }
@@ -674,7 +630,7 @@ impl Wallet {
         };
         let mandate = me.mandate.object();
         if let Some(limits) = mandate.limits_for(price.asset()) {
-            spend::Budgets::new(me.store.clone(), &mandate.id, limits)?.check_per_call(&price)?;
+            self.budgets(limits)?.check_per_call(&price)?;
         }
         let permit = hold
             .0
@@ -937,7 +893,7 @@ impl Wallet {
             .map_err(|e| Error::CaptureAbove(format!("receipt {}: {e}", r.id)))?;
         let mandate = me.mandate.object();
         if let Some(limits) = mandate.limits_for(cap.asset()) {
-            spend::Budgets::new(me.store.clone(), &mandate.id, limits)?
+            self.budgets(limits)?
                 .give_back(&hold.0.op, &t.receiver.id, &rest)
                 .await?;
         }
