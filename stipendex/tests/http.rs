@@ -2004,7 +2004,10 @@ async fn x402_settles_before_work_with_effects_and_a_paid_redirect_is_settled() 
 /// x402 payment signed for another request of the route.
 #[tokio::test]
 async fn an_x402_payment_cannot_pay_around_the_price_hook() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use stipendex::receiver::{Decision, Price, ResolvePrice};
+    /// How often the hook was asked (a payment set aside is priced once, not twice).
+    static ASKED: AtomicUsize = AtomicUsize::new(0);
     struct Hook;
     #[async_trait::async_trait]
     impl ResolvePrice for Hook {
@@ -2013,6 +2016,7 @@ async fn an_x402_payment_cannot_pay_around_the_price_hook() {
             cap: &PricedCapability,
             req: &stipendex::receiver::Request,
         ) -> Decision {
+            ASKED.fetch_add(1, Ordering::SeqCst);
             match req.params.get("q").and_then(serde_json::Value::as_str) {
                 Some("blocked") => Decision::reject("this query is not sold"),
                 Some("vip") => Decision::Waive,
@@ -2089,7 +2093,9 @@ async fn an_x402_payment_cannot_pay_around_the_price_hook() {
         .await
         .unwrap();
     let (name, value) = (sent.header_name(), sent.header_value().unwrap());
-    // … presented for the request the hook prices higher: not taken, the Quote instead.
+    // … presented for the request the hook prices higher: not taken, the Quote instead — the
+    // hook asked once for it (its decision both sets the payment aside and makes the Quote).
+    let asked = ASKED.load(Ordering::SeqCst);
     let around = http
         .get(format!("{base}/api/search?q=big"))
         .header(name, &value)
@@ -2097,6 +2103,11 @@ async fn an_x402_payment_cannot_pay_around_the_price_hook() {
         .await
         .unwrap();
     assert_eq!(around.status(), 402);
+    assert_eq!(
+        ASKED.load(Ordering::SeqCst) - asked,
+        1,
+        "the hook once per request"
+    );
     // … for the one it refuses: refused.
     let refused = http
         .get(format!("{base}/api/search?q=blocked"))

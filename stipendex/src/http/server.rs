@@ -468,35 +468,32 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     let sreq = request_of(&b, &req);
     let x402 = b.x402_route(cap, req.uri().path());
     let (x402_payment, presented) = read_headers(req.headers());
-    // An x402 payment passes the one guard, then pays the route's list price: taken only when
-    // the hook keeps that price for this request. Otherwise it is set aside (nothing is
-    // settled) and the request goes the hook's way: waived, refused, or quoted at its own
-    // price.
-    if x402_payment && x402.is_some() {
-        if let Err(e) = b.receiver.guard().await {
-            return unavailable(&e, "nothing was charged; send the same payment again later");
-        }
-        if let Some((p, route)) = x402
-            && cap.list_price_kept(&b.receiver.resolve(cap, &sreq).await)
-        {
-            return x402_transport::paywall::serve(p, route, req, next).await;
-        }
-    }
-    let payment = payment_of(req.headers(), presented);
+    let mut payment = payment_of(req.headers(), presented);
     let voucher = matches!(payment, Payment::Voucher { .. });
+    // An x402 payment on a route also priced in x402: the engine asks the hook once; the
+    // paywall settles it only at the list price the hook kept.
+    if x402_payment && x402.is_some() {
+        payment = Payment::X402(Box::new(payment));
+    }
     let seen = Seen::of(&req, x402);
     let mut req = req;
     if let crate::receiver::Price::Estimate { estimate, .. } = &cap.price {
         req.extensions_mut()
             .insert(Checkout(estimate.asset().clone()));
     }
-    let work = HttpWork {
+    let mut work = HttpWork {
         next: Some((req, next)),
         max_answer: b.max_answer,
         kept: None,
     };
     // The engine runs every step; what is left here is encoding its answer.
-    let served = b.receiver.serve(cap, &sreq, payment, work).await;
+    let served = b.receiver.serve(cap, &sreq, payment, &mut work).await;
+    if let Served::X402 = served
+        && let Some((p, route)) = x402
+        && let Some((req, next)) = work.next.take()
+    {
+        return x402_transport::paywall::serve(p, route, req, next).await;
+    }
     respond(served, &seen, voucher).await
 }
 

@@ -36,8 +36,8 @@ use super::{
 use crate::Error;
 use crate::envelope::{Digest, Quote, Signed, Tab};
 use crate::receiver::{
-    Answer, Gate, OUTCOME_UNKNOWN, Outcome as GateOutcome, Payment, PricedCapability, Ran,
-    Receiver, Request, Seal, Served, Work,
+    Answer, OUTCOME_UNKNOWN, Outcome as GateOutcome, Payment, PricedCapability, Ran, Receiver,
+    Request, Seal, Served, Work,
 };
 
 tokio::task_local! {
@@ -446,17 +446,29 @@ impl GateState {
         F: Future<Output = Result<R, ErrorData>> + Send,
     {
         let payment = payment_in(&context.meta.0.0);
+        let voucher = matches!(payment, Payment::Voucher { .. });
+        let mut work = McpWork::new(run);
+        let served = self.serve(cap, sreq, payment, &mut work).await;
+        self.respond(served, voucher)
+    }
+
+    /// The engine on a call: every step is [`Receiver::serve`]'s.
+    async fn serve<R, F>(
+        &self,
+        cap: &PricedCapability,
+        sreq: &Request,
+        payment: Payment,
+        work: &mut McpWork<R, F>,
+    ) -> Served<McpOut<R>>
+    where
+        R: Outcome + Send,
+        F: Future<Output = Result<R, ErrorData>> + Send,
+    {
         if matches!(payment, Payment::Voucher { .. }) {
             // The keeper, if the server was made outside a runtime (a no-op once started).
             self.receiver.spawn_tab_keeper(TAB_KEEPER_EVERY);
         }
-        let voucher = matches!(payment, Payment::Voucher { .. });
-        let work = McpWork {
-            run: Some(run),
-            _out: std::marker::PhantomData,
-        };
-        let served = self.receiver.serve(cap, sreq, payment, work).await;
-        self.respond(served, voucher)
+        self.receiver.serve(cap, sreq, payment, work).await
     }
 
     /// The engine's answer as the call's result or JSON-RPC error.
@@ -634,6 +646,13 @@ impl<R, F> McpWork<R, F>
 where
     F: Future<Output = Result<R, ErrorData>> + Send,
 {
+    fn new(run: F) -> Self {
+        McpWork {
+            run: Some(run),
+            _out: std::marker::PhantomData,
+        }
+    }
+
     async fn run(&mut self) -> Result<R, ErrorData> {
         match self.run.take() {
             Some(f) => f.await,
@@ -923,50 +942,51 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
             .gate
             .request(&context, "tools/call", &name, request.arguments.as_ref());
         let x402 = self.x402_for(&name);
-        // An x402 payment goes to the x402 paywall alone, as over HTTP — after the one guard.
-        // …when the hook keeps the list price the x402 route is built at; otherwise the x402
-        // payment is set aside (nothing settled) and the call goes the hook's way.
-        if let Some(paywall) = x402
-            && context
-                .meta
-                .0
-                .0
-                .contains_key(x402_transport::wire::PAYMENT_META)
-            && cap.list_price_kept(&self.gate.receiver.resolve(cap, &sreq).await)
-        {
-            self.gate.receiver.guard().await.map_err(|e| not_now(&e))?;
-            let meta = context.meta.0.0.clone();
-            let inner = &self.inner;
-            let result = paywall
-                .call(&name, Some(&meta), || async move {
-                    as_tool_result(inner.call_tool(request, context).await)
-                })
-                .await;
-            return Ok(result.into());
+        let meta = &context.meta.0.0;
+        let mut payment = payment_in(meta);
+        let voucher = matches!(payment, Payment::Voucher { .. });
+        // An x402 payment on a tool x402 also prices: the engine asks the hook once, and the
+        // x402 paywall settles it only at the list price the hook kept (else it is set aside).
+        let paid_x402 = x402.is_some() && meta.contains_key(x402_transport::wire::PAYMENT_META);
+        let x402_meta = paid_x402.then(|| meta.clone());
+        if paid_x402 {
+            payment = Payment::X402(Box::new(payment));
         }
-        // A client that does not speak Stipendex, unpaid, on a tool x402 also prices: x402's
-        // convention (the Quote beside `accepts`).
-        if let Some(paywall) = x402
-            && !speaks_stipendex(&context)
-            && proof_in(&context.meta.0.0).is_none()
-        {
-            match self.gate.receiver.gate_on(cap, &sreq).await {
-                Ok(Gate::Free | Gate::Waived) => {
-                    return self.inner.call_tool(request, context).await;
-                }
-                Ok(Gate::Rejected(message)) => return Err(rejected(&message)),
-                // x402's challenge is at the list price: only when the hook quoted it.
-                Ok(Gate::Quote(q)) if cap.quoted_at_list_price(q.object()) => {
-                    self.gate.saw(&GateOutcome::Quoted { refusal: None });
-                    return self.x402_challenge(paywall, &name, &q).await;
-                }
-                // Another price: the Stipendex Quote alone (below).
-                Ok(Gate::Quote(_)) => {}
-                Err(e) => return Err(cannot_quote(&e)),
+        // A client that does not speak Stipendex, unpaid: x402's convention (the Quote beside
+        // `accepts`) when the Quote is at the list price the x402 route is built at.
+        let x402_convention =
+            x402.is_some() && !speaks_stipendex(&context) && proof_in(meta).is_none();
+        let mut work = McpWork::new(self.inner.call_tool(request, context));
+        let served = self.gate.serve(cap, &sreq, payment, &mut work).await;
+        match (served, x402) {
+            (Served::X402, Some(paywall)) => {
+                let run = work.run.take();
+                let result = paywall
+                    .call(&name, x402_meta.as_ref(), || async move {
+                        match run {
+                            Some(run) => as_tool_result(run.await),
+                            None => as_tool_result(Err(ErrorData::internal_error(
+                                "the call was already run",
+                                None,
+                            ))),
+                        }
+                    })
+                    .await;
+                Ok(result.into())
             }
+            (
+                Served::Quote {
+                    quote,
+                    list_price: true,
+                    ..
+                },
+                Some(paywall),
+            ) if x402_convention => {
+                self.gate.saw(&GateOutcome::Quoted { refusal: None });
+                self.x402_challenge(paywall, &name, &quote).await
+            }
+            (served, _) => self.gate.respond(served, voucher),
         }
-        let run = self.inner.call_tool(request, context.clone());
-        self.gate.call(cap, &sreq, &context, run).await
     }
 
     async fn read_resource(

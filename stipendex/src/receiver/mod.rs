@@ -673,7 +673,22 @@ impl Receiver {
     /// # Errors
     /// As [`Receiver::gate`].
     pub async fn gate_on(&self, cap: &PricedCapability, req: &Request) -> Result<Gate, Error> {
-        match self.0.resolve.resolve(cap, req).await {
+        self.gate_decided(cap, req, None).await
+    }
+
+    /// [`Receiver::gate_on`] with the hook's decision for `req` when it was already asked
+    /// (`decided`), so that it is asked once per request.
+    pub(crate) async fn gate_decided(
+        &self,
+        cap: &PricedCapability,
+        req: &Request,
+        decided: Option<Decision>,
+    ) -> Result<Gate, Error> {
+        let decision = match decided {
+            Some(d) => d,
+            None => self.0.resolve.resolve(cap, req).await,
+        };
+        match decision {
             Decision::Waive => Ok(Gate::Waived),
             Decision::Reject { message } => Ok(Gate::Rejected(message)),
             Decision::Quote {

@@ -45,6 +45,12 @@ pub enum Payment {
     },
     /// A payment is present but cannot be read (why, shown to the payer beside a fresh Quote).
     Malformed(String),
+    /// An x402 payment (its header or `_meta` key), on a request its binding also prices in
+    /// x402 schemes, and what else the request presents. The x402 route is priced at the list
+    /// price: the payment is the binding's to settle ([`Served::X402`]) only when the price
+    /// hook keeps that price for this request; otherwise it is set aside (nothing is settled)
+    /// and the request goes on as `beside` says, under the same one decision of the hook.
+    X402(Box<Payment>),
 }
 
 impl Payment {
@@ -60,6 +66,7 @@ impl Payment {
     pub fn voucher_digest(&self) -> Option<Digest> {
         match self {
             Payment::Voucher { voucher, .. } => Some(Digest::of(voucher.trim().as_bytes())),
+            Payment::X402(beside) => beside.voucher_digest(),
             _ => None,
         }
     }
@@ -147,6 +154,32 @@ pub trait Work: Send {
     /// after the instance that handed it to its work stopped, and the digest a tab's call binds
     /// for it.
     fn outcome_unknown() -> (Answer, Digest);
+}
+
+/// A binding that keeps its work (to hand it to its x402 paywall on [`Served::X402`]) lends
+/// it.
+impl<W: Work> Work for &mut W {
+    type Out = W::Out;
+
+    async fn run_free(&mut self) -> W::Out {
+        (**self).run_free().await
+    }
+
+    fn accepted(&mut self, accepted: &super::Accepted) {
+        (**self).accepted(accepted);
+    }
+
+    async fn run_paid(&mut self) -> Ran<W::Out> {
+        (**self).run_paid().await
+    }
+
+    fn seal(&mut self, out: &mut W::Out, seal: Seal<'_>) -> Option<Answer> {
+        (**self).seal(out, seal)
+    }
+
+    fn outcome_unknown() -> (Answer, Digest) {
+        W::outcome_unknown()
+    }
 }
 
 /// What [`Receiver::serve`] answered, for the binding to encode.
@@ -248,6 +281,9 @@ pub enum Served<T> {
     Unsettled(Error),
     /// The answer never came back ([`Ran::Lost`]): nothing kept, nothing more to send.
     Lost,
+    /// An x402 payment at the list price the hook kept: the binding's x402 paywall settles it
+    /// (the guard has run).
+    X402,
     /// The Proof was refused; no fresh Quote is made ([`Receiver::serve_proof`]).
     Refused(Error),
 }
@@ -272,8 +308,18 @@ impl Receiver {
                 uncounted: payment.voucher_digest(),
             };
         }
+        let (payment, decided) = match payment {
+            Payment::X402(beside) => {
+                let decision = self.resolve(cap, req).await;
+                if cap.list_price_kept(&decision) {
+                    return Served::X402;
+                }
+                (*beside, Some(decision))
+            }
+            p => (p, None),
+        };
         match payment {
-            Payment::None => match self.gate_on(cap, req).await {
+            Payment::None => match self.gate_decided(cap, req, decided).await {
                 Ok(Gate::Free | Gate::Waived) => Served::Free {
                     out: work.run_free().await,
                     uncounted: None,
@@ -287,6 +333,8 @@ impl Receiver {
             },
             Payment::Malformed(why) => self.challenge(cap, req, "malformed".into(), why).await,
             Payment::Proof(jws) => self.proof(Some(cap), req, &jws, work).await,
+            // Nested x402 payments are not a thing a binding reads.
+            Payment::X402(_) => Served::NotPriced,
             Payment::Voucher { voucher, open } => {
                 self.serve_voucher(cap, req, &voucher, open.as_deref(), work)
                     .await
