@@ -52,7 +52,6 @@ pub(crate) struct Resolve {
     pub(crate) on_failure: OnFailure,
 }
 
-
 /// The gateway, as configured.
 #[derive(Debug)]
 pub(crate) struct Config {
