@@ -18,8 +18,8 @@ use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, VOUCHER};
 use crate::Error;
 use crate::envelope::{Digest, Tab};
 use crate::receiver::{
-    ANSWER_GONE, Answer, Gone, OUTCOME_UNKNOWN, Payment, PricedCapability, Ran, Receiver, Request,
-    Seal, Served, Work,
+    ANSWER_GONE, Answer, Gone, OUTCOME_UNKNOWN, PricedCapability, Ran, Receiver, Request, Seal,
+    Served, Tender, Work,
 };
 
 /// Where the receiver's descriptor is served.
@@ -469,11 +469,11 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     let x402 = b.x402_route(cap, req.uri().path());
     let (x402_payment, presented) = read_headers(req.headers());
     let mut payment = payment_of(req.headers(), presented);
-    let voucher = matches!(payment, Payment::Voucher { .. });
+    let voucher = matches!(payment, Tender::Voucher { .. });
     // An x402 payment on a route also priced in x402: the engine asks the hook once; the
     // paywall settles it only at the list price the hook kept.
     if x402_payment && x402.is_some() {
-        payment = Payment::X402(Box::new(payment));
+        payment = Tender::X402(Box::new(payment));
     }
     let seen = Seen::of(&req, x402);
     let mut req = req;
@@ -499,19 +499,19 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
 
 /// What a priced request presents to pay, from its headers: a voucher (with the tab's
 /// opening), a Proof, nothing, or a payment that cannot be read.
-fn payment_of(h: &HeaderMap, proof: Result<Option<String>, String>) -> Payment {
+fn payment_of(h: &HeaderMap, proof: Result<Option<String>, String>) -> Tender {
     match read_tab_headers(h) {
         Ok(None) => {}
-        Ok(Some((voucher, open))) => return Payment::Voucher { voucher, open },
-        Err(why) => return Payment::Malformed(why),
+        Ok(Some((voucher, open))) => return Tender::Voucher { voucher, open },
+        Err(why) => return Tender::Malformed(why),
     }
     match proof {
-        Ok(None) => Payment::None,
+        Ok(None) => Tender::None,
         Ok(Some(p)) => match decode_header(&p) {
-            Ok(jws) => Payment::Proof(jws),
-            Err(e) => Payment::Malformed(e.to_string()),
+            Ok(jws) => Tender::Proof(jws),
+            Err(e) => Tender::Malformed(e.to_string()),
         },
-        Err(why) => Payment::Malformed(why),
+        Err(why) => Tender::Malformed(why),
     }
 }
 

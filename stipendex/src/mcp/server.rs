@@ -36,8 +36,8 @@ use super::{
 use crate::Error;
 use crate::envelope::{Digest, Quote, Signed, Tab};
 use crate::receiver::{
-    Answer, OUTCOME_UNKNOWN, Outcome as GateOutcome, Payment, PricedCapability, Ran, Receiver,
-    Request, Seal, Served, Work,
+    Answer, OUTCOME_UNKNOWN, Outcome as GateOutcome, PricedCapability, Ran, Receiver, Request,
+    Seal, Served, Tender, Work,
 };
 
 tokio::task_local! {
@@ -446,7 +446,7 @@ impl GateState {
         F: Future<Output = Result<R, ErrorData>> + Send,
     {
         let payment = payment_in(&context.meta.0.0);
-        let voucher = matches!(payment, Payment::Voucher { .. });
+        let voucher = matches!(payment, Tender::Voucher { .. });
         let mut work = McpWork::new(run);
         let served = self.serve(cap, sreq, payment, &mut work).await;
         self.respond(served, voucher)
@@ -457,14 +457,14 @@ impl GateState {
         &self,
         cap: &PricedCapability,
         sreq: &Request,
-        payment: Payment,
+        payment: Tender,
         work: &mut McpWork<R, F>,
     ) -> Served<McpOut<R>>
     where
         R: Outcome + Send,
         F: Future<Output = Result<R, ErrorData>> + Send,
     {
-        if matches!(payment, Payment::Voucher { .. }) {
+        if matches!(payment, Tender::Voucher { .. }) {
             // The keeper, if the server was made outside a runtime (a no-op once started).
             self.receiver.spawn_tab_keeper(TAB_KEEPER_EVERY);
         }
@@ -599,24 +599,24 @@ fn not_now(error: &Error) -> ErrorData {
 
 /// What `_meta` presents to pay: a voucher (with the tab's opening), a Proof, nothing, or a
 /// payment that cannot be read.
-fn payment_in(meta: &JsonObject) -> Payment {
+fn payment_in(meta: &JsonObject) -> Tender {
     match signed_in(meta, VOUCHER, "voucher/0.1") {
         None => {}
-        Some(Err(why)) => return Payment::Malformed(why),
+        Some(Err(why)) => return Tender::Malformed(why),
         Some(Ok(_)) if meta.contains_key(PAYMENT) => {
-            return Payment::Malformed("a call is paid by a Proof or a voucher, not both".into());
+            return Tender::Malformed("a call is paid by a Proof or a voucher, not both".into());
         }
         Some(Ok(voucher)) => {
             return match signed_in(meta, TAB, "proof/0.1").transpose() {
-                Ok(open) => Payment::Voucher { voucher, open },
-                Err(why) => Payment::Malformed(why),
+                Ok(open) => Tender::Voucher { voucher, open },
+                Err(why) => Tender::Malformed(why),
             };
         }
     }
     match proof_in(meta) {
-        None => Payment::None,
-        Some(Ok(jws)) => Payment::Proof(jws),
-        Some(Err(why)) => Payment::Malformed(why),
+        None => Tender::None,
+        Some(Ok(jws)) => Tender::Proof(jws),
+        Some(Err(why)) => Tender::Malformed(why),
     }
 }
 
@@ -944,13 +944,13 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
         let x402 = self.x402_for(&name);
         let meta = &context.meta.0.0;
         let mut payment = payment_in(meta);
-        let voucher = matches!(payment, Payment::Voucher { .. });
+        let voucher = matches!(payment, Tender::Voucher { .. });
         // An x402 payment on a tool x402 also prices: the engine asks the hook once, and the
         // x402 paywall settles it only at the list price the hook kept (else it is set aside).
         let paid_x402 = x402.is_some() && meta.contains_key(x402_transport::wire::PAYMENT_META);
         let x402_meta = paid_x402.then(|| meta.clone());
         if paid_x402 {
-            payment = Payment::X402(Box::new(payment));
+            payment = Tender::X402(Box::new(payment));
         }
         // A client that does not speak Stipendex, unpaid: x402's convention (the Quote beside
         // `accepts`) when the Quote is at the list price the x402 route is built at.

@@ -45,7 +45,7 @@ pub(crate) use pricing::matching;
 #[cfg(feature = "http")]
 pub(crate) use pricing::query_params;
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
-pub use serve::{Payment, Ran, Seal, Served, Work};
+pub use serve::{Ran, Seal, Served, Tender, Work};
 pub use tab::{Opened, Serving, TabCall, TabTerms};
 
 use crate::Error;

@@ -1,6 +1,6 @@
 //! The receiver engine: one entry, [`Receiver::serve`], runs every step of a priced request in
 //! one order, whatever its transport. A binding (HTTP, MCP, ContextVM, the gateway) only
-//! parses what the request carries to pay ([`Payment`]), hands over its work ([`Work`]) and
+//! parses what the request carries to pay ([`Tender`]), hands over its work ([`Work`]) and
 //! encodes what the engine answers ([`Served`]); it holds no step of its own.
 //!
 //! The order, each step once:
@@ -30,7 +30,7 @@ use crate::envelope::{Digest, Quote, Receipt, Signed, Tab};
 
 /// What a priced request carries to pay, as its binding read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Payment {
+pub enum Tender {
     /// Nothing: the request is quoted (or waived, or refused).
     None,
     /// A Proof (compact JWS) paying a Quote.
@@ -50,14 +50,14 @@ pub enum Payment {
     /// price: the payment is the binding's to settle ([`Served::X402`]) only when the price
     /// hook keeps that price for this request; otherwise it is set aside (nothing is settled)
     /// and the request goes on as `beside` says, under the same one decision of the hook.
-    X402(Box<Payment>),
+    X402(Box<Tender>),
 }
 
-impl Payment {
+impl Tender {
     /// Whether anything is presented to pay (and so the guard runs).
     #[must_use]
     pub fn presented(&self) -> bool {
-        !matches!(self, Payment::None)
+        !matches!(self, Tender::None)
     }
 
     /// The digest of the voucher presented, if one is: what a binding names when it says the
@@ -65,8 +65,8 @@ impl Payment {
     #[must_use]
     pub fn voucher_digest(&self) -> Option<Digest> {
         match self {
-            Payment::Voucher { voucher, .. } => Some(Digest::of(voucher.trim().as_bytes())),
-            Payment::X402(beside) => beside.voucher_digest(),
+            Tender::Voucher { voucher, .. } => Some(Digest::of(voucher.trim().as_bytes())),
+            Tender::X402(beside) => beside.voucher_digest(),
             _ => None,
         }
     }
@@ -296,7 +296,7 @@ impl Receiver {
         &self,
         cap: &PricedCapability,
         req: &Request,
-        payment: Payment,
+        payment: Tender,
         mut work: W,
     ) -> Served<W::Out> {
         if payment.presented()
@@ -309,7 +309,7 @@ impl Receiver {
             };
         }
         let (payment, decided) = match payment {
-            Payment::X402(beside) => {
+            Tender::X402(beside) => {
                 let decision = self.resolve(cap, req).await;
                 if cap.list_price_kept(&decision) {
                     return Served::X402;
@@ -319,7 +319,7 @@ impl Receiver {
             p => (p, None),
         };
         match payment {
-            Payment::None => match self.gate_decided(cap, req, decided).await {
+            Tender::None => match self.gate_decided(cap, req, decided).await {
                 Ok(Gate::Free | Gate::Waived) => Served::Free {
                     out: work.run_free().await,
                     uncounted: None,
@@ -331,11 +331,11 @@ impl Receiver {
                 Ok(Gate::Quote(q)) => self.quoted(cap, req, q, None).await,
                 Err(e) => Served::CannotQuote(e),
             },
-            Payment::Malformed(why) => self.challenge(cap, req, "malformed".into(), why).await,
-            Payment::Proof(jws) => self.proof(Some(cap), req, &jws, work).await,
+            Tender::Malformed(why) => self.challenge(cap, req, "malformed".into(), why).await,
+            Tender::Proof(jws) => self.proof(Some(cap), req, &jws, work).await,
             // Nested x402 payments are not a thing a binding reads.
-            Payment::X402(_) => Served::NotPriced,
-            Payment::Voucher { voucher, open } => {
+            Tender::X402(_) => Served::NotPriced,
+            Tender::Voucher { voucher, open } => {
                 self.serve_voucher(cap, req, &voucher, open.as_deref(), work)
                     .await
             }
