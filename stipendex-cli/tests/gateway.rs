@@ -28,7 +28,8 @@ use axum::routing::{get, post};
 use rail_ledger::{AccountId, Ledger};
 use serde_json::{Value, json};
 use stipendex::Asset;
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::envelope::{Limits, Mandate, SecretKey, Signed};
+use stipendex_test_kit as kit;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -173,38 +174,22 @@ fn mandate(
     limits: &[(Asset, &str, &str, Option<&str>)],
 ) -> Signed<Mandate> {
     let principal = SecretKey::generate();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet.public(),
-        now - 60,
-        86_400,
-    );
+    let mut m = kit::mandate(&principal, wallet.public()).from(kit::now() - 60);
     for (asset, per_call, total, confirm_above) in limits {
-        m.limits.push(Limits {
-            asset: asset.clone(),
-            per_call: Some(per_call.parse().unwrap()),
-            per_period: None,
-            total: Some(total.parse().unwrap()),
-            per_receiver: None,
-            confirm_above: confirm_above.map(|c| c.parse().unwrap()),
+        m = m.limits(Limits {
+            confirm_above: confirm_above.map(kit::amount),
             // Tabs up to 1.00 (the gateway offers them only where `[receiver.tabs]` is set).
-            tab_cap: Some("1.00".parse().unwrap()),
+            tab_cap: Some(kit::amount("1.00")),
             open_tabs: Some(2),
+            ..kit::limits(asset.clone(), *per_call, *total)
         });
     }
-    m.allow.push(Allow::Receiver {
-        id: receiver.into(),
-        key: receiver_key.public(),
-        origins: vec![origin.into()],
-    });
-    Signed::sign(m, &principal).unwrap()
+    m.allow(kit::receiver(
+        receiver,
+        receiver_key.public(),
+        vec![origin.into()],
+    ))
+    .sign()
 }
 
 /// The HTTP upstream's prices.

@@ -21,7 +21,7 @@ use common::{Tools, call, text};
 use nostr::Keys;
 use rmcp::ServiceExt;
 use serde_json::json;
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::envelope::SecretKey;
 use stipendex::ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
 use stipendex::receiver::{PricedCapability, Receiver};
 use stipendex::wallet::{MemoryJournal, Wallet};
@@ -33,6 +33,7 @@ use stipendex_contextvm::transport::client::{
     ClientOptions, ClientTransport, PaidRequest, PaymentHook,
 };
 use stipendex_contextvm::transport::server::{Server, ServerOptions};
+use stipendex_test_kit as kit;
 
 struct Shop {
     _dir: tempfile::TempDir,
@@ -114,41 +115,12 @@ impl Shop {
     fn wallet(&self, origins: Vec<String>) -> (Wallet, Arc<MemoryJournal>) {
         let principal = SecretKey::generate();
         let key = SecretKey::generate();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let mut m = Mandate::draft(
-            Party {
-                id: "principal".into(),
-                key: principal.public(),
-            },
-            key.public(),
-            now,
-            86_400,
-        );
-        m.limits.push(Limits {
-            asset: Asset::usd(),
-            per_call: Some("1.00".parse().unwrap()),
-            per_period: None,
-            total: Some("10.00".parse().unwrap()),
-            per_receiver: None,
-            confirm_above: None,
-            tab_cap: None,
-            open_tabs: None,
-        });
-        m.allow.push(Allow::Receiver {
-            id: "shop".into(),
-            key: self.receiver_key.public(),
-            origins,
-        });
-        let journal = Arc::new(MemoryJournal::default());
-        let wallet = Wallet::builder(key, Signed::sign(m, &principal).unwrap())
-            .registry(&self.registry)
-            .journal(journal.clone())
-            .build()
-            .unwrap();
-        (wallet, journal)
+        let mandate = kit::mandate(&principal, key.public())
+            .id_of_principal("principal")
+            .limits(kit::limits(Asset::usd(), "1.00", "10.00"))
+            .allow(kit::receiver("shop", self.receiver_key.public(), origins))
+            .sign();
+        kit::journaled(Wallet::builder(key, mandate).registry(&self.registry))
     }
 
     async fn balance(&self, id: AccountId) -> i128 {

@@ -461,7 +461,7 @@ async fn a_registry_wallet_pays_an_exact_algo_402_with_the_rails_scheme_payer() 
     use rail_core::{MemoryKeyStore, SystemClock};
     use rail_exact_algo::{AlgodClient, ExactAlgo, ExactAlgoReceiver};
     use std::sync::Arc;
-    use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+    use stipendex::envelope::{Allow, SecretKey};
     use x402_transport::{Accepts, paywall::Paywall};
 
     let payer_seed = [7u8; 32];
@@ -521,38 +521,18 @@ async fn a_registry_wallet_pays_an_exact_algo_402_with_the_rails_scheme_payer() 
         .unwrap();
     assert!(registry.get("algo").unwrap().scheme_payer.is_some());
     let (principal, wallet_key) = (SecretKey::generate(), SecretKey::generate());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut m = Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet_key.public(),
-        now - 60,
-        86_400,
-    );
-    m.limits.push(Limits {
-        asset: Asset::algo(),
-        per_call: Some("0.01".parse().unwrap()),
-        per_period: None,
-        total: Some("1".parse().unwrap()),
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    });
-    m.allow.push(Allow::X402Http {
-        origin: base.clone(),
-        pay_to: treasury.to_string(),
-    });
-    let wallet =
-        stipendex::wallet::Wallet::builder(wallet_key, Signed::sign(m, &principal).unwrap())
-            .registry(&registry)
-            .build()
-            .unwrap();
+    let m = stipendex_test_kit::mandate(&principal, wallet_key.public())
+        .from(stipendex_test_kit::now() - 60)
+        .limits(stipendex_test_kit::limits(Asset::algo(), "0.01", "1"))
+        .allow(Allow::X402Http {
+            origin: base.clone(),
+            pay_to: treasury.to_string(),
+        })
+        .sign();
+    let wallet = stipendex::wallet::Wallet::builder(wallet_key, m)
+        .registry(&registry)
+        .build()
+        .unwrap();
     let client = stipendex::http::Client::new(
         stipendex::http::reqwest_builder(Duration::from_secs(10)),
         wallet,

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use rail_ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
 use stipendex::Asset;
-use stipendex::envelope::{Allow, Limits, Mandate, Party, SecretKey, Signed};
+use stipendex::envelope::{Allow, Limits, Mandate, SecretKey, Signed};
+use stipendex_test_kit as kit;
 
 /// The ledger at `dir/ledger.db`, its URL, the agent's account (funded with `cents`) and the
 /// shop's.
@@ -50,10 +51,7 @@ pub async fn fund(ledger: &Ledger, cents: u64) -> (AccountId, AccountId) {
 
 /// Seconds since the Unix epoch, now.
 pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    kit::now()
 }
 
 /// A fresh principal's key and a fresh wallet key, the latter written to `dir/wallet.key`.
@@ -65,48 +63,29 @@ pub fn wallet_keys(dir: &Path) -> (SecretKey, SecretKey) {
 
 /// A mandate from `principal` (as "alice") to `wallet`, valid from a minute ago for a day.
 pub fn draft(principal: &SecretKey, wallet: &SecretKey) -> Mandate {
-    Mandate::draft(
-        Party {
-            id: "alice".into(),
-            key: principal.public(),
-        },
-        wallet.public(),
-        now() - 60,
-        86_400,
-    )
+    kit::mandate(principal, wallet.public())
+        .from(now() - 60)
+        .draft()
 }
 
 /// Limits in `asset`: `per_call` a call, `total` in all (if any), nothing else.
 pub fn limits_in(asset: Asset, per_call: &str, total: Option<&str>) -> Limits {
-    Limits {
-        asset,
-        per_call: Some(per_call.parse().unwrap()),
-        per_period: None,
-        total: total.map(|t| t.parse().unwrap()),
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    }
+    kit::limits(asset, per_call, total)
 }
 
 /// Limits in USD: `per_call` a call, `total` in all.
 pub fn limits(per_call: &str, total: &str) -> Limits {
-    limits_in(Asset::usd(), per_call, Some(total))
+    kit::limits(Asset::usd(), per_call, total)
 }
 
 /// The receiver "shop" of `key`, pinned at `origin`.
 pub fn allow_shop(key: &SecretKey, origin: &str) -> Allow {
-    Allow::Receiver {
-        id: "shop".into(),
-        key: key.public(),
-        origins: vec![origin.to_owned()],
-    }
+    kit::receiver("shop", key.public(), vec![origin.to_owned()])
 }
 
 /// `m` signed by `principal`, written to `dir/file`.
 pub fn sign_to(dir: &Path, file: &str, m: Mandate, principal: &SecretKey) -> Signed<Mandate> {
-    let signed = Signed::sign(m, principal).unwrap();
+    let signed = kit::sign(m, principal);
     std::fs::write(dir.join(file), signed.jws()).unwrap();
     signed
 }

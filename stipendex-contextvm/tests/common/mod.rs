@@ -31,6 +31,7 @@ use stipendex::receiver::{PricedCapability, Receiver, ResolvePrice};
 use stipendex_contextvm::payments::{LightningHandler, NwcProcessor, ServerPayments};
 use stipendex_contextvm::transport::client::{ClientOptions, ClientTransport, PaymentHook};
 use stipendex_contextvm::transport::server::{Server, ServerOptions};
+use stipendex_test_kit as kit;
 
 /// The tools: `echo` (free), `search` (10 sats), `secret` and `prepaid` (priced; the hook
 /// rejects or waives them in some tests), `slow` (free, answers after 3 s).
@@ -269,7 +270,6 @@ pub async fn stipendex_wallet(
     stipendex::wallet::Wallet,
     Arc<stipendex::wallet::MemoryJournal>,
 ) {
-    use stipendex::envelope::{Allow, Limits, Mandate, Party, Signed};
     let dw = w
         .devnet
         .create_wallet(WalletSpec::new(name, 1_000_000))
@@ -283,44 +283,20 @@ pub async fn stipendex_wallet(
     let payer = NwcPayer::new(c, Currency::Regtest, sats(10_000), Arc::new(SystemClock));
     let principal = SecretKey::generate();
     let key = SecretKey::generate();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut m = Mandate::draft(
-        Party {
-            id: "principal".into(),
-            key: principal.public(),
-        },
-        key.public(),
-        now,
-        86_400,
-    );
-    m.limits.push(Limits {
-        asset: Asset::btc(),
-        per_call: Some(sats(per_call).amount()),
-        per_period: None,
-        total: Some(sats(total).amount()),
-        per_receiver: None,
-        confirm_above: None,
-        tab_cap: None,
-        open_tabs: None,
-    });
-    for s in servers {
-        m.allow.push(Allow::Contextvm { server: s.clone() });
-    }
-    let mandate = Signed::sign(m, &principal).unwrap();
-    let journal = Arc::new(stipendex::wallet::MemoryJournal::default());
-    let wallet = stipendex::wallet::Wallet::builder(key, mandate)
-        .rail(
-            "lightning",
-            rail_core::PayerHandle::with_holds(rail_core::payer::Idempotent::new(
-                payer,
-                Arc::new(rail_core::MemoryKeyStore::default()),
-            )),
-        )
-        .journal(journal.clone())
-        .build()
-        .unwrap();
-    (wallet, journal)
+    let mandate = kit::mandate(&principal, key.public())
+        .id_of_principal("principal")
+        .limits(kit::limits(
+            Asset::btc(),
+            sats(per_call).amount(),
+            sats(total).amount(),
+        ))
+        .allow_all(servers.iter().map(|s| kit::contextvm(s)))
+        .sign();
+    kit::journaled(stipendex::wallet::Wallet::builder(key, mandate).rail(
+        "lightning",
+        rail_core::PayerHandle::with_holds(rail_core::payer::Idempotent::new(
+            payer,
+            Arc::new(rail_core::MemoryKeyStore::default()),
+        )),
+    ))
 }

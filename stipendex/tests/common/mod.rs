@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rail_core::keys::sql::SqliteKeyStore;
-use stipendex::envelope::{Allow, Limits, Mandate, Party, Period, SecretKey, Signed};
+use stipendex::envelope::{Allow, Limits, Mandate, Period, SecretKey, Signed};
 use stipendex::ledger::{AccountId, Ledger, NewAccount, TransferId, TransferRequest};
 use stipendex::receiver::{Gate, PricedCapability, Receiver, Request};
 use stipendex::wallet::{Answer, Callback, MemoryJournal, Wallet};
 use stipendex::{Asset, KeyStore, ManualClock, Money, Registry, SharedClock};
+use stipendex_test_kit as kit;
 
 pub fn usd(s: &str) -> Money {
     Money::parse(Asset::usd(), s).unwrap()
@@ -125,35 +126,23 @@ impl World {
     }
 
     pub fn mandate(&self, edit: impl FnOnce(&mut Mandate)) -> Signed<Mandate> {
-        let mut m = Mandate::draft(
-            Party {
-                id: "alice".into(),
-                key: self.principal.public(),
-            },
-            self.wallet_key.public(),
-            self.now(),
-            86_400,
-        );
-        m.limits.push(Limits {
-            asset: Asset::usd(),
-            per_call: Some("5.00".parse().unwrap()),
-            per_period: Some(Period {
-                seconds: 86_400,
-                amount: "20.00".parse().unwrap(),
-            }),
-            total: Some("100.00".parse().unwrap()),
-            per_receiver: None,
-            confirm_above: Some("1.00".parse().unwrap()),
-            tab_cap: None,
-            open_tabs: None,
-        });
-        m.allow.push(Allow::Receiver {
-            id: "search".into(),
-            key: self.receiver_key.public(),
-            origins: Vec::new(),
-        });
-        edit(&mut m);
-        Signed::sign(m, &self.principal).unwrap()
+        kit::mandate(&self.principal, self.wallet_key.public())
+            .from(self.now())
+            .limits(Limits {
+                per_period: Some(Period {
+                    seconds: 86_400,
+                    amount: kit::amount("20.00"),
+                }),
+                confirm_above: Some(kit::amount("1.00")),
+                ..kit::limits(Asset::usd(), "5.00", "100.00")
+            })
+            .allow(kit::receiver(
+                "search",
+                self.receiver_key.public(),
+                Vec::new(),
+            ))
+            .edit(edit)
+            .sign()
     }
 
     pub fn wallet(&self, mandate: Signed<Mandate>, confirm: bool) -> Wallet {
