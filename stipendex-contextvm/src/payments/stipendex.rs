@@ -10,11 +10,11 @@
 //! - the client's wallet pays it on a rail of the Quote under its mandate and sends the
 //!   **Proof** back as the JSON-RPC notification `notifications/stipendex/proof`
 //!   `{"proof": <Proof JWS>}`, tagged `["e", <request event id>]`, sealed like the request;
-//! - the server admits the Proof ([`Receiver::admit`]: the Quote is its own and unexpired, for
-//!   this request, the payment verified on its rail and used once), forwards the request, then
-//!   settles and puts the **Receipt** on the answer's `_meta["stipendex/receipt"]` — the MCP
-//!   binding's key and result digest ([`stipendex::mcp::canonical_result`]); a failed call's
-//!   hold is voided.
+//! - the server serves the Proof through the receiver engine ([`Receiver::serve_proof`]: the
+//!   Quote is its own and unexpired, for this request, the payment verified on its rail and
+//!   used once, the request delivered at most once), forwards the request, then settles and
+//!   puts the **Receipt** on the answer's `_meta["stipendex/receipt"]` — the MCP binding's key
+//!   and result digest ([`stipendex::mcp::canonical_result`]); a failed call's hold is voided.
 //!
 //! The wallet side ([`StipendexHandler`]) pays only a Quote naming the server it talks to
 //! (`nostr:<its key>`, pinned in the mandate's receiver entry) for the request it sent (the
@@ -365,41 +365,26 @@ impl Work for CvmWork {
     }
 
     fn seal(&mut self, message: &mut Value, seal: Seal<'_>) -> Option<Answer> {
-        let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {
-            status,
-            content_type: Some("application/json".into()),
-            body: body.to_string().into_bytes(),
-            receipt,
-        };
         match seal {
             Seal::Receipt(receipt) => {
-                if let Some(r) = message.get_mut("result").and_then(Value::as_object_mut) {
-                    let meta = r
-                        .entry("_meta")
-                        .or_insert_with(|| Value::Object(Map::new()));
-                    if let Some(m) = meta.as_object_mut() {
-                        m.insert(stipendex::mcp::RECEIPT.into(), json!(receipt));
-                    }
+                if let Some(r) = message.get_mut("result") {
+                    stipendex::mcp::set_meta(r, stipendex::mcp::RECEIPT, json!(receipt));
                 }
-                Some(keep(200, message, Some(receipt.jws().to_owned())))
+                Some(Answer::json(200, message, Some(receipt.jws().to_owned())))
             }
             // Nothing to receipt (a checkout's hold was given back); the failure is kept.
-            Seal::Failed => Some(keep(500, message, None)),
+            Seal::Failed => Some(Answer::json(500, message, None)),
             Seal::TabCall { .. } | Seal::Uncounted(_) => None,
         }
     }
 
     fn outcome_unknown() -> (Answer, stipendex::envelope::Digest) {
-        let body = json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
-            .to_string()
-            .into_bytes();
-        let digest = stipendex::envelope::Digest::of(&body);
-        let answer = Answer {
-            status: 409,
-            content_type: Some("application/json".into()),
-            body,
-            receipt: None,
-        };
+        let answer = Answer::json(
+            409,
+            &json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN}),
+            None,
+        );
+        let digest = stipendex::envelope::Digest::of(&answer.body);
         (answer, digest)
     }
 }

@@ -619,16 +619,12 @@ impl Work for HttpWork {
     }
 
     fn outcome_unknown() -> (Answer, Digest) {
-        let body = json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN})
-            .to_string()
-            .into_bytes();
-        let result = Digest::of(&body);
-        let answer = Answer {
-            status: StatusCode::CONFLICT.as_u16(),
-            content_type: Some("application/json".into()),
-            body,
-            receipt: None,
-        };
+        let answer = Answer::json(
+            StatusCode::CONFLICT.as_u16(),
+            &json!({"error": "outcome_unknown", "message": OUTCOME_UNKNOWN}),
+            None,
+        );
+        let result = Digest::of(&answer.body);
         (answer, result)
     }
 }

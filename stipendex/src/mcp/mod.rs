@@ -189,6 +189,19 @@ pub fn result_digest(result: &Value) -> Digest {
     Digest::of(&canonical_result(result))
 }
 
+/// `result._meta[key] = value` on a result object (`_meta` made if absent): how a Receipt or a
+/// tab call's digests ride on an MCP result, over MCP and ContextVM.
+pub fn set_meta(result: &mut Value, key: &str, value: Value) {
+    if let Some(o) = result.as_object_mut() {
+        let meta = o
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert(key.into(), value);
+        }
+    }
+}
+
 /// The `_meta["stipendex/pricing"]` hint of a price: `{"model": "per_call", "estimate":
 /// "0.005 USD"}` for a fixed amount, `{"model": "checkout", "estimate", "max"}` for an estimate.
 #[must_use]

@@ -661,18 +661,6 @@ where
     }
 }
 
-/// `_meta[key] = value` on a result.
-fn meta_insert(v: &mut Value, key: &str, value: Value) {
-    if let Some(o) = v.as_object_mut() {
-        let meta = o
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(serde_json::Map::new()));
-        if let Some(m) = meta.as_object_mut() {
-            m.insert(key.into(), value);
-        }
-    }
-}
-
 impl<R, F> Work for McpWork<R, F>
 where
     R: Outcome + Send,
@@ -717,19 +705,14 @@ where
     }
 
     fn seal(&mut self, out: &mut McpOut<R>, seal: Seal<'_>) -> Option<Answer> {
-        let keep = |status: u16, body: &Value, receipt: Option<String>| Answer {
-            status,
-            content_type: Some("application/json".into()),
-            body: body.to_string().into_bytes(),
-            receipt,
-        };
+        let keep = Answer::json;
         if let Seal::Uncounted(voucher) = seal {
             // Run free inside a tab: the result says the voucher was not counted.
             let done = std::mem::replace(out, McpOut::Value(Value::Null));
             *out = match done {
                 McpOut::Done(Ok(r)) => match r.completed() {
                     Ok((mut v, _)) => {
-                        meta_insert(&mut v, TAB_CALL, super::uncounted(voucher));
+                        super::set_meta(&mut v, TAB_CALL, super::uncounted(voucher));
                         McpOut::Value(v)
                     }
                     Err(r) => McpOut::Done(Ok(r)),
@@ -745,11 +728,11 @@ where
             McpOut::Done(Ok(_)) => None,
             McpOut::Value(v) => match seal {
                 Seal::Receipt(r) => {
-                    meta_insert(v, RECEIPT, json!(r));
+                    super::set_meta(v, RECEIPT, json!(r));
                     Some(keep(KEPT_RESULT, v, Some(r.jws().to_owned())))
                 }
                 Seal::TabCall { voucher, result } => {
-                    meta_insert(
+                    super::set_meta(
                         v,
                         TAB_CALL,
                         json!({"voucher": voucher.as_str(), "result": result.as_str()}),
@@ -768,13 +751,7 @@ where
             json!({"error": "outcome_unknown"}),
         );
         let v = serde_json::to_value(&e).unwrap_or(Value::Null);
-        let answer = Answer {
-            status: KEPT_ERROR,
-            content_type: Some("application/json".into()),
-            body: v.to_string().into_bytes(),
-            receipt: None,
-        };
-        (answer, super::result_digest(&v))
+        (Answer::json(KEPT_ERROR, &v, None), super::result_digest(&v))
     }
 }
 

@@ -35,6 +35,32 @@ pub struct Answer {
     pub receipt: Option<String>,
 }
 
+impl Answer {
+    /// A JSON answer: `body` as its text, `application/json`, with `receipt` if any (what the
+    /// MCP and ContextVM bindings keep, and every binding's `outcome_unknown`).
+    #[must_use]
+    pub fn json(status: u16, body: &serde_json::Value, receipt: Option<String>) -> Self {
+        Answer {
+            status,
+            content_type: Some("application/json".into()),
+            body: body.to_string().into_bytes(),
+            receipt,
+        }
+    }
+
+    /// Nothing to keep (status 0): the answer was given once and is not replayed (too large
+    /// to keep, or lost); the same payment again is `answer_gone`.
+    #[must_use]
+    pub fn nothing() -> Self {
+        Answer {
+            status: 0,
+            content_type: None,
+            body: Vec::new(),
+            receipt: None,
+        }
+    }
+}
+
 mod b64 {
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;

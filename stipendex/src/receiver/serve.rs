@@ -658,13 +658,8 @@ impl Receiver {
             // Handed over, its answer lost: the call stays paid (it may have run); nothing is
             // kept, so the same voucher again is `answer_gone`.
             Ran::Lost => {
-                let nothing = Answer {
-                    status: 0,
-                    content_type: None,
-                    body: Vec::new(),
-                    receipt: None,
-                };
-                self.tab_answered(*serving, nothing, &Digest::of(b"")).await;
+                self.tab_answered(*serving, Answer::nothing(), &Digest::of(b""))
+                    .await;
                 return Served::Lost;
             }
             Ran::Undeliverable(why) => {
@@ -691,22 +686,12 @@ impl Receiver {
             // Input required, a task: not a result to bind; the call stays paid, its answer
             // kept as JSON `null`.
             None => (
-                Some(Answer {
-                    status: 200,
-                    content_type: Some("application/json".into()),
-                    body: b"null".to_vec(),
-                    receipt: None,
-                }),
+                Some(Answer::json(200, &serde_json::Value::Null, None)),
                 Digest::of(b"null"),
             ),
         };
         // A body too large to keep is answered once; the same voucher again is `answer_gone`.
-        let answer = answer.unwrap_or(Answer {
-            status: 0,
-            content_type: None,
-            body: Vec::new(),
-            receipt: None,
-        });
+        let answer = answer.unwrap_or_else(Answer::nothing);
         self.tab_answered(*serving, answer, &result).await;
         Served::Ran {
             out,
