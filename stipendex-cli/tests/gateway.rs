@@ -2649,6 +2649,14 @@ async fn through_the_gateway_a_paid_request_decides_once_and_asks_the_hook_once(
     assert!(ok, "{err}");
     assert_eq!(seen.count("/api/forecast/paris"), 1, "forwarded once");
     // The 402 and the paid retry: two requests, two decisions, the hook asked for the Quote.
+    // The log is read from the gateway's stderr as it comes: wait for its lines (at most 5 s),
+    // then a moment more for a third that must not come.
+    for _ in 0..50 {
+        if decided() - before >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(decided() - before, 2, "{:?}", log.lock().unwrap());
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);

@@ -100,6 +100,11 @@ async fn shop() -> Shop {
 
 impl Shop {
     fn receiver(&self) -> Receiver {
+        self.receiver_builder().build().unwrap()
+    }
+
+    /// The shop's receiver, `search` priced at 0.05 USD, to build on.
+    fn receiver_builder(&self) -> stipendex::receiver::Builder {
         Receiver::builder("shop", self.receiver_key.clone())
             .registry(&self.registry)
             .price(PricedCapability::fixed(
@@ -107,8 +112,51 @@ impl Shop {
                 "search",
                 Money::parse(Asset::usd(), "0.05").unwrap(),
             ))
-            .build()
-            .unwrap()
+    }
+
+    /// `receiver` serving the test tools over the relay of `w` with the `stipendex` payment
+    /// method, and an MCP client paying it with this shop's wallet: the server, the client,
+    /// the tools' counters and the wallet's journal.
+    async fn serve_and_connect(
+        &self,
+        w: &common::World,
+        receiver: Receiver,
+    ) -> (
+        Server,
+        rmcp::service::RunningService<rmcp::RoleClient, ()>,
+        Tools,
+        Arc<MemoryJournal>,
+    ) {
+        let server_keys = Keys::generate();
+        let payments = ServerPayments::new(
+            receiver.clone(),
+            vec![Arc::new(StipendexProcessor::new(
+                receiver,
+                server_keys.public_key(),
+            ))],
+        )
+        .unwrap();
+        let tools = Tools::default();
+        let t = tools.clone();
+        let server = Server::start(
+            server_keys.clone(),
+            ServerOptions::new(vec![w.url()]),
+            move || t.clone(),
+            Some(Arc::new(payments)),
+        )
+        .await
+        .unwrap();
+        let origin = format!("nostr:{}", server_keys.public_key().to_hex());
+        let (wallet, journal) = self.wallet(vec![origin]);
+        let transport = ClientTransport::connect(
+            Keys::generate(),
+            ClientOptions::new(vec![w.url()], server.public_key()),
+            Some(Arc::new(StipendexHandler::new(wallet))),
+        )
+        .await
+        .unwrap();
+        let client = ().serve(transport).await.unwrap();
+        (server, client, tools, journal)
     }
 
     /// A wallet whose mandate allows receiver `shop` (its key pinned) at `origins`.
@@ -133,36 +181,7 @@ impl Shop {
 async fn a_contextvm_tool_is_paid_over_the_ledger_with_a_quote_a_proof_and_a_receipt() {
     let w = common::world().await; // the relay
     let s = shop().await;
-    let server_keys = Keys::generate();
-    let receiver = s.receiver();
-    let payments = ServerPayments::new(
-        receiver.clone(),
-        vec![Arc::new(StipendexProcessor::new(
-            receiver,
-            server_keys.public_key(),
-        ))],
-    )
-    .unwrap();
-    let tools = Tools::default();
-    let t = tools.clone();
-    let server = Server::start(
-        server_keys.clone(),
-        ServerOptions::new(vec![w.url()]),
-        move || t.clone(),
-        Some(Arc::new(payments)),
-    )
-    .await
-    .unwrap();
-    let origin = format!("nostr:{}", server_keys.public_key().to_hex());
-    let (wallet, journal) = s.wallet(vec![origin]);
-    let transport = ClientTransport::connect(
-        Keys::generate(),
-        ClientOptions::new(vec![w.url()], server.public_key()),
-        Some(Arc::new(StipendexHandler::new(wallet))),
-    )
-    .await
-    .unwrap();
-    let client = ().serve(transport).await.unwrap();
+    let (server, client, tools, journal) = s.serve_and_connect(&w, s.receiver()).await;
     let r = tokio::time::timeout(
         Duration::from_secs(20),
         client.call_tool(call("search", "x")),
@@ -521,13 +540,8 @@ async fn over_contextvm_a_paid_call_decides_once_and_asks_the_hook_once() {
     let s = shop().await;
     let asked = Arc::new(AtomicUsize::new(0));
     let counted = asked.clone();
-    let receiver = Receiver::builder("shop", s.receiver_key.clone())
-        .registry(&s.registry)
-        .price(PricedCapability::fixed(
-            "tools/call",
-            "search",
-            Money::parse(Asset::usd(), "0.05").unwrap(),
-        ))
+    let receiver = s
+        .receiver_builder()
         .resolve_price(Arc::new(
             move |cap: &PricedCapability, _: &stipendex::receiver::Request| {
                 counted.fetch_add(1, Ordering::SeqCst);
@@ -537,35 +551,7 @@ async fn over_contextvm_a_paid_call_decides_once_and_asks_the_hook_once() {
         .build()
         .unwrap();
     let decisions = test_kit::events::Events::count("stipendex::decide");
-    let server_keys = Keys::generate();
-    let payments = ServerPayments::new(
-        receiver.clone(),
-        vec![Arc::new(StipendexProcessor::new(
-            receiver,
-            server_keys.public_key(),
-        ))],
-    )
-    .unwrap();
-    let tools = Tools::default();
-    let t = tools.clone();
-    let server = Server::start(
-        server_keys.clone(),
-        ServerOptions::new(vec![w.url()]),
-        move || t.clone(),
-        Some(Arc::new(payments)),
-    )
-    .await
-    .unwrap();
-    let origin = format!("nostr:{}", server_keys.public_key().to_hex());
-    let (wallet, _) = s.wallet(vec![origin]);
-    let transport = ClientTransport::connect(
-        Keys::generate(),
-        ClientOptions::new(vec![w.url()], server.public_key()),
-        Some(Arc::new(StipendexHandler::new(wallet))),
-    )
-    .await
-    .unwrap();
-    let client = ().serve(transport).await.unwrap();
+    let (server, client, tools, _) = s.serve_and_connect(&w, receiver).await;
     decisions.take();
     for q in ["a", "b"] {
         let r = tokio::time::timeout(Duration::from_secs(20), client.call_tool(call("search", q)))
