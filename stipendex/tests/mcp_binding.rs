@@ -196,6 +196,15 @@ fn shop_receiver(w: &World) -> Receiver {
         .unwrap()
 }
 
+/// The receiver of `search` alone at 0.05, on the world's clock, to build on.
+fn search_receiver(w: &World) -> stipendex::receiver::Builder {
+    Receiver::builder("search", w.receiver_key.clone())
+        .origin(SHOP)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+}
+
 /// A wallet allowed to pay `search` at `SHOP`, confirming (or not) above 1.00.
 fn shop_wallet(w: &World, confirm: bool) -> Wallet {
     w.wallet(w.mandate(|m| pin(m, SHOP)), confirm)
@@ -1251,12 +1260,8 @@ async fn a_tab_pays_many_tool_calls_with_one_hold_and_closes_over_mcp() {
     use stipendex::receiver::TabTerms;
     let w = world().await;
     let shop = Shop::default();
-    let receiver = Receiver::builder("search", w.receiver_key.clone())
-        .origin(SHOP)
-        .registry(&w.registry)
-        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+    let receiver = search_receiver(&w)
         .tabs(TabTerms::new(usd("1.00")).lanes(2))
-        .clock(Arc::new(w.clock.clone()))
         .build()
         .unwrap();
     let client = connect(shop.clone(), receiver).await;
@@ -1321,12 +1326,8 @@ async fn over_mcp_a_tab_left_open_is_captured_at_its_end() {
     use stipendex::receiver::TabTerms;
     let w = world().await;
     let shop = Shop::default();
-    let receiver = Receiver::builder("search", w.receiver_key.clone())
-        .origin(SHOP)
-        .registry(&w.registry)
-        .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
+    let receiver = search_receiver(&w)
         .tabs(TabTerms::new(usd("1.00")).lanes(2))
-        .clock(Arc::new(w.clock.clone()))
         .build()
         .unwrap();
     let client = connect(shop.clone(), receiver).await;
@@ -1638,12 +1639,7 @@ async fn over_mcp_a_paid_call_decides_once_and_asks_the_hook_once() {
         let w = world().await;
         let shop = Shop::default();
         let hook = CountingHook::default();
-        let mut builder = Receiver::builder("search", w.receiver_key.clone())
-            .origin(SHOP)
-            .registry(&w.registry)
-            .price(PricedCapability::fixed("tools/call", "search", usd("0.05")))
-            .resolve_price(Arc::new(hook.clone()))
-            .clock(Arc::new(w.clock.clone()));
+        let mut builder = search_receiver(&w).resolve_price(Arc::new(hook.clone()));
         if tabs {
             builder = builder.tabs(TabTerms::new(usd("1.00")).lanes(2));
         }
