@@ -24,6 +24,12 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
     }
 }
 
+/// Registers, once per process, a dispatcher that is never dropped (see `Events::count`).
+fn keep_two_dispatchers() {
+    static KEPT: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    KEPT.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+}
+
 impl Events {
     /// Starts counting the events of `target` on this thread.
     #[must_use]
@@ -34,10 +40,14 @@ impl Events {
             target,
             count: count.clone(),
         });
+        // tracing-core 0.1 computes a new callsite's interest against the registering
+        // thread's default alone while one dispatcher is registered (`has_just_one`): a callsite
+        // first reached on another test's thread (no subscriber there) would be cached as
+        // "never" for this one too (seen in CI: 0 of 6 decisions counted). A second dispatcher
+        // that lives as long as the process makes every registration ask all of them.
+        keep_two_dispatchers();
         let guard = tracing::subscriber::set_default(subscriber);
-        // Another test's thread may have registered the counted callsite at the same moment,
-        // its interest then cached without this subscriber (seen: a decision missed about one
-        // run in ten): ask every callsite again, now that this subscriber is in place.
+        // A callsite registered before this subscriber existed: ask every callsite again.
         tracing::callsite::rebuild_interest_cache();
         Events {
             count,
