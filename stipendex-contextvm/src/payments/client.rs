@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use lightning_invoice::Bolt11Invoice;
 use rail_core::{Asset, Money, Offer, OpId, Payer, PaymentMode, RailId, Timestamp};
 use rail_ln_nwc::rail::{OfferDetails, RAIL};
-use stipendex::wallet::Wallet;
+use stipendex::wallet::{Demand, Settlement, Wallet};
 
 use super::notify::{PMI_BOLT11, PaymentRequired};
 use crate::transport::client::{PaidRequest, PaymentHook};
@@ -132,10 +132,20 @@ impl PaymentHook for WalletHandler {
         }
         let offer = offer_of(required, request)?;
         let entry = serde_json::to_value(required).map_err(|e| e.to_string())?;
-        self.wallet
-            .pay_offer(&request.server.to_hex(), &offer, entry)
+        let server = request.server.to_hex();
+        let demand = Demand::Offer {
+            server: &server,
+            offer: &offer,
+            entry,
+        };
+        match self
+            .wallet
+            .settle_demand(demand, self.wallet.confirmer())
             .await
-            .map(|_| None)
-            .map_err(|e| e.to_string())
+        {
+            Ok(Settlement::Offer(_)) => Ok(None),
+            Ok(other) => Err(other.unexpected().to_string()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }

@@ -27,11 +27,11 @@ use async_trait::async_trait;
 use nostr::{EventId, PublicKey};
 use rail_core::Money;
 use serde_json::{Map, Value, json};
-use stipendex::envelope::{Quote, Receipt, Signed};
+use stipendex::envelope::{Digest, Quote, Receipt, Signed};
 use stipendex::receiver::{
     Accepted, Answer, OUTCOME_UNKNOWN, Price, Ran, Receiver, Request, Seal, Served, Work,
 };
-use stipendex::wallet::{Paid, Wallet};
+use stipendex::wallet::{Demand, Paid, Reply, Settlement, Wallet};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -465,11 +465,20 @@ impl PaymentHook for StipendexHandler {
         let resource = sent
             .resource()
             .ok_or_else(|| "the request has no origin".to_owned())?;
-        let paid = self
+        let demand = Demand::Quote {
+            quote: &quote,
+            sent: &resource,
+            tab: None,
+        };
+        let paid = match self
             .wallet
-            .pay_sent(&quote, &resource, self.wallet.confirmer())
+            .settle_demand(demand, self.wallet.confirmer())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+        {
+            Settlement::Proof(paid) => *paid,
+            other => return Err(other.unexpected().to_string()),
+        };
         let note = json!({"jsonrpc": "2.0", "method": PROOF,
                           "params": {"proof": paid.proof.jws()}});
         lock(&self.paid).insert(request.event_id, paid);
@@ -490,7 +499,13 @@ impl PaymentHook for StipendexHandler {
         };
         let Some(result) = answer.get("result") else {
             // An error: nothing was delivered, so nothing to receipt; the request is answered.
-            return self.wallet.answered(&paid).await.map_err(|e| e.to_string());
+            let reply = Reply::Unreceipted;
+            return self
+                .wallet
+                .proof_reply(&paid, reply)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
         };
         let receipt: Signed<Receipt> = result
             .pointer(&format!(
@@ -503,8 +518,13 @@ impl PaymentHook for StipendexHandler {
             .map_err(|e| format!("the answer's Receipt: {e}"))?
             .ok_or_else(|| "the paid answer carries no Receipt".to_owned())?;
         let delivered = stipendex::mcp::canonical_result(result);
+        let reply = Reply::Receipted {
+            receipt: receipt.jws(),
+            digest: &Digest::of(&delivered),
+            len: delivered.len() as u64,
+        };
         self.wallet
-            .receipt_for(&paid, receipt.jws(), &delivered)
+            .proof_reply(&paid, reply)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())

@@ -6,9 +6,11 @@ use serde_json::Value;
 
 use super::{PAYMENT, RECEIPT, TAB, TAB_CALL, TAB_CLOSE, VOUCHER};
 use crate::Error;
-use crate::envelope::{Digest, Quote, Receipt, Resource, Signed, Tab, TabReceipt};
+use crate::envelope::{Digest, Quote, Receipt, Resource, Signed, TabReceipt};
 use crate::receiver::Request;
-use crate::wallet::{ChallengePaid, OpenTabs, Paid, Source, TabHold, Wallet};
+use crate::wallet::{
+    ChallengePaid, Demand, OpenTabs, Paid, Reply, Settlement, Source, TabHold, VoucherReply, Wallet,
+};
 use x402_transport::client::{self as x402, ClientError};
 use x402_transport::wire;
 
@@ -193,39 +195,63 @@ impl Client {
             e => unavailable(&e),
         })?;
         let parsed: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        let Some(quote) = parsed.get("quote") else {
-            // No Quote: an x402 challenge, paid under the same mandate.
-            let required = x402::read_402(header.as_deref(), &bytes)
-                .map_err(|e| Error::Malformed(e.to_string()))?
-                .ok_or_else(|| {
-                    Error::Malformed(
-                        "the 402 carries neither a Quote nor an x402 payment requirement".into(),
-                    )
-                })?;
-            return Box::pin(self.pay_x402(method, &url, &headers, body, &required, sink)).await;
-        };
-        let quote: Signed<Quote> = serde_json::from_value(quote.clone())
-            .map_err(|e| Error::Malformed(format!("the 402's quote: {e}")))?;
         // The request that got the 402 (after unpaid redirects).
         let sent = sent_to(&method, &url);
-        // A tab beside the Quote, where the mandate allows tabs in its asset: opened, and this
-        // call paid by its first voucher.
-        if let Some(tab) = parsed.get("tab")
-            && let Some(hold) = Box::pin(self.open_offered(tab, &sent)).await
-        {
-            self.tabs.add(hold.clone());
-            let call = self.call_in_tab(&hold, false, &method, &url, &headers, body.clone(), sink);
-            return match Box::pin(call).await? {
-                Some(resp) => Ok(resp),
-                None => Err(Error::Payment(rail_core::RailError::Declined(
-                    rail_core::RailReason::new(
-                        "tab_refused",
-                        "the receiver refused the tab it offered; ask again",
-                    ),
-                ))),
-            };
-        }
-        let paid = Box::pin(self.wallet.pay_sent(&quote, &sent, self.wallet.confirmer())).await?;
+        let quote = parsed
+            .get("quote")
+            .map(|q| serde_json::from_value::<Signed<Quote>>(q.clone()))
+            .transpose()
+            .map_err(|e| Error::Malformed(format!("the 402's quote: {e}")))?;
+        let (required, source);
+        let demand = match &quote {
+            // A tab beside the Quote, where the mandate allows tabs in its asset: opened, and
+            // this call paid by its first voucher.
+            Some(quote) => Demand::Quote {
+                quote,
+                sent: &sent,
+                tab: parsed.get("tab"),
+            },
+            // No Quote: an x402 challenge, paid under the same mandate.
+            None => {
+                required = x402::read_402(header.as_deref(), &bytes)
+                    .map_err(|e| Error::Malformed(e.to_string()))?
+                    .ok_or_else(|| {
+                        Error::Malformed(
+                            "the 402 carries neither a Quote nor an x402 payment requirement"
+                                .into(),
+                        )
+                    })?;
+                source = Source::http(url.as_str())?;
+                Demand::Challenge {
+                    source: &source,
+                    required: &required,
+                }
+            }
+        };
+        let settled = Box::pin(self.wallet.settle_demand(demand, self.wallet.confirmer())).await?;
+        let paid = match settled {
+            Settlement::Proof(paid) => *paid,
+            Settlement::Tab(hold) => {
+                self.tabs.add(hold.clone());
+                let call = self.call_in_tab(&hold, false, &method, &url, &headers, body, sink);
+                return match Box::pin(call).await? {
+                    Some(resp) => Ok(resp),
+                    None => Err(Error::Payment(rail_core::RailError::Declined(
+                        rail_core::RailReason::new(
+                            "tab_refused",
+                            "the receiver refused the tab it offered; ask again",
+                        ),
+                    ))),
+                };
+            }
+            Settlement::X402(paid) => {
+                return Box::pin(self.send_x402(method, &url, &headers, body, &paid, sink)).await;
+            }
+            other => return Err(other.unexpected()),
+        };
+        let Some(quote) = quote else {
+            return Err(Settlement::Proof(Box::new(paid)).unexpected());
+        };
         let proof = HeaderValue::from_str(&paid.proof.to_header())
             .map_err(|e| Error::Malformed(format!("the proof header: {e}")))?;
         let mut retry = self
@@ -243,7 +269,7 @@ impl Client {
         let second = match retry.send().await {
             Ok(r) => r,
             Err(e) => {
-                self.wallet.unanswered_now(&paid);
+                self.wallet.proof_reply(&paid, Reply::Lost).await?;
                 return Err(kept(
                     &x402::describe_http_error_after(&e, started.elapsed()),
                     &quote,
@@ -252,9 +278,7 @@ impl Client {
         };
         if second.status() == StatusCode::PAYMENT_REQUIRED {
             let body = x402::read_402_body(second).await.unwrap_or_default();
-            if let Err(e) = self.wallet.answered(&paid).await {
-                tracing::warn!(error = %e, "could not mark a refused proof answered");
-            }
+            self.wallet.proof_reply(&paid, Reply::Refused).await?;
             return Err(refusal(&body, "the receiver refused the proof"));
         }
         let (status, headers) = (second.status(), second.headers().clone());
@@ -262,73 +286,44 @@ impl Client {
             Ok(taken) => taken,
             // The answer broke off: not received, so the payment stays kept for a retry.
             Err(Error::Network(why)) => {
-                self.wallet.unanswered_now(&paid);
+                self.wallet.proof_reply(&paid, Reply::Lost).await?;
                 return Err(kept(&why, &quote));
             }
             Err(e) => return Err(e),
         };
-        let receipt = match headers.get(RECEIPT).map(|v| v.to_str()) {
-            Some(Ok(v)) => {
-                let jws = String::from_utf8(
+        let jws = match headers.get(RECEIPT).map(|v| v.to_str()) {
+            Some(Ok(v)) => Some(
+                String::from_utf8(
                     base64::Engine::decode(
                         &base64::engine::general_purpose::URL_SAFE_NO_PAD,
                         v.trim(),
                     )
                     .map_err(|_| Error::Malformed("Stipendex-Receipt is not base64url".into()))?,
                 )
-                .map_err(|_| Error::Malformed("Stipendex-Receipt is not a JWS".into()))?;
-                // The Receipt must bind the bytes delivered, before it is journaled as theirs.
-                Some(
-                    self.wallet
-                        .receipt_for_digest(&paid, &jws, &digest, len)
-                        .await?,
-                )
-            }
+                .map_err(|_| Error::Malformed("Stipendex-Receipt is not a JWS".into()))?,
+            ),
             Some(Err(_)) => return Err(Error::Malformed("Stipendex-Receipt is not ASCII".into())),
-            None => {
-                // An answer without a Receipt: a failure the receiver keeps as this Proof's
-                // answer — unless it is a server error (it may not have been the receiver's),
-                // after which the same request presents the same Proof again.
-                if status.is_server_error() {
-                    self.wallet.unanswered_now(&paid);
-                } else if let Err(e) = self.wallet.answered(&paid).await {
-                    tracing::warn!(error = %e, "could not mark a paid request answered");
-                }
-                None
-            }
+            None => None,
         };
+        let reply = match &jws {
+            // The Receipt must bind the bytes delivered, before it is journaled as theirs.
+            Some(receipt) => Reply::Receipted {
+                receipt,
+                digest: &digest,
+                len,
+            },
+            // An answer without a Receipt: a failure the receiver keeps as this Proof's answer
+            // — unless it is a server error (it may not have been the receiver's), after which
+            // the same request presents the same Proof again.
+            None if status.is_server_error() => Reply::Lost,
+            None => Reply::Unreceipted,
+        };
+        let receipt = self.wallet.proof_reply(&paid, reply).await?;
         Ok(Response {
             paid: Some(paid),
             receipt,
             ..Response::unpaid(status, headers, body)
         })
-    }
-
-    /// The tab offered beside a Quote, opened by the wallet; `None` (the Quote is paid
-    /// instead) when it cannot be read or the wallet will not open it (no tab policy in its
-    /// asset, too many open tabs, a cap above the policy…).
-    async fn open_offered(&self, tab: &Value, sent: &Resource) -> Option<TabHold> {
-        let tab: Signed<Tab> = match serde_json::from_value(tab.clone()) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "the 402's tab cannot be read; paying the quote");
-                return None;
-            }
-        };
-        let m = self.wallet.mandate().object();
-        let allowed = m
-            .limits_for(&tab.object().asset)
-            .is_some_and(|l| l.tab_cap.is_some());
-        if !allowed {
-            return None;
-        }
-        match self.wallet.open_tab(&tab, sent).await {
-            Ok(h) => Some(h),
-            Err(e) => {
-                tracing::info!(tab = %tab.object().id, error = %e, "not opening the tab offered; paying the quote");
-                None
-            }
-        }
     }
 
     /// Sends the call with a voucher of `hold` (and its hold Proof if the tab is not yet
@@ -403,9 +398,9 @@ impl Client {
         if said == Some(uncounted.as_str()) {
             // Not counted (refused or waived by the price hook, or the call never reached the
             // service): the lane is given back, and nothing was paid for this answer.
-            if let Err(e) = self.wallet.voucher_uncounted(&v).await {
-                tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not give an uncounted voucher's lane back");
-            }
+            self.wallet
+                .voucher_reply(hold, &v, VoucherReply::Uncounted)
+                .await;
             let (body, _, _) = take_body(resp, sink).await?;
             return Ok(Some(Response::unpaid(status, headers, body)));
         }
@@ -415,12 +410,12 @@ impl Client {
             v.voucher.digest().as_str(),
             result.as_str()
         );
-        if said != Some(expected.as_str()) {
-            tracing::warn!(tab = %hold.tab().object().id, said = ?said, "the receiver's Stipendex-Tab-Call does not name this voucher and the body received");
-        }
-        if let Err(e) = self.wallet.tab_result(hold, &v.voucher, &result).await {
-            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not journal a call's result");
-        }
+        let named = said == Some(expected.as_str());
+        let reply = VoucherReply::Counted {
+            result: &result,
+            named,
+        };
+        self.wallet.voucher_reply(hold, &v, reply).await;
         let o = v.voucher.object();
         Ok(Some(Response {
             tab_call: Some(TabCallPaid {
@@ -485,19 +480,16 @@ impl Client {
         self.wallet.tab_closed(hold, receipt.jws()).await
     }
 
-    async fn pay_x402(
+    /// Sends the request again with the x402 payment the wallet signed.
+    async fn send_x402(
         &self,
         method: Method,
         url: &reqwest::Url,
         headers: &HeaderMap,
         body: Option<Vec<u8>>,
-        required: &x402::Required,
+        paid: &ChallengePaid,
         sink: &mut Sink<'_>,
     ) -> Result<Response, Error> {
-        let paid = self
-            .wallet
-            .pay_challenge(&Source::http(url.as_str())?, required)
-            .await?;
         let answer = self
             .x402
             .resend_with(method, url.as_str(), headers, body, paid.sent())
@@ -524,7 +516,7 @@ impl Client {
             }
         };
         Ok(Response {
-            x402: Some(paid),
+            x402: Some(paid.clone()),
             settlement: answer.response,
             ..Response::unpaid(answer.status, answer.headers, body)
         })

@@ -15,9 +15,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{PAYMENT, PAYMENT_REQUIRED, PAYMENTS, RECEIPT, TAB, TAB_CALL, TAB_CLOSE, VOUCHER};
 use crate::Error;
-use crate::envelope::{Digest, Quote, Receipt, Resource, Signed, Tab, TabReceipt};
+use crate::envelope::{Digest, Quote, Receipt, Resource, Signed, TabReceipt};
 use crate::receiver::Request;
-use crate::wallet::{ChallengePaid, Confirmer, OpenTabs, Paid, Required, Source, TabHold, Wallet};
+use crate::wallet::{
+    ChallengePaid, Confirmer, Demand, OpenTabs, Paid, Reply, Required, Settlement, Source, TabHold,
+    VoucherReply, Wallet,
+};
 
 /// How many times a paid retry is sent again while the server says the payment's outcome is
 /// not known yet (`retryable`), before the call gives up (the payment stays the wallet's to
@@ -265,26 +268,56 @@ impl PayingClient {
         };
         match first {
             Err(CallError::Server(e)) if e.code == ErrorCode(PAYMENT_REQUIRED) => {
-                // A tab beside the Quote, where the mandate allows tabs in its asset.
-                if let Some(hold) = Box::pin(self.open_offered(&e, &target)).await {
-                    self.tabs.add(hold.clone());
-                    match Box::pin(self.call_in_tab(&call, meta.clone(), &target, &hold, false))
-                        .await?
-                    {
-                        Ok(answered) => return Ok(answered),
-                        Err(()) => {
-                            Box::pin(self.retire(&hold)).await;
-                            return Err(CallError::NotPaid(Error::Payment(
-                                rail_core::RailError::Declined(rail_core::RailReason::new(
-                                    "tab_refused",
-                                    "the server refused the tab it offered; call again",
-                                )),
-                            )));
+                let quote = quote_of(&e).map_err(CallError::NotPaid)?;
+                let q = quote.object();
+                // The wallet pins the resource (origin, method, name); the arguments are in
+                // the request digest, which only the call itself can check.
+                if q.request.as_ref() != Some(&target.digest) {
+                    return Err(CallError::NotPaid(Error::Denied(format!(
+                        "quote {} of {} prices another call than the one sent ({} {} with these arguments): a quote relayed from another call is not paid",
+                        q.id, q.receiver.id, target.sent.method, target.sent.path
+                    ))));
+                }
+                // A call cancelled before its payment pays nothing: checked before the wallet
+                // is asked, and after the human answered (a host that cancels while its dialog
+                // is open).
+                if call.cancel.is_cancelled() {
+                    return Err(CallError::Transport("cancelled".into()));
+                }
+                let confirmer = UnlessCancelled {
+                    inner: call.confirmer,
+                    cancel: &call.cancel,
+                };
+                // A tab beside the Quote, where the mandate allows tabs in its asset: opened,
+                // and this call paid by its first voucher.
+                let demand = Demand::Quote {
+                    quote: &quote,
+                    sent: &target.sent,
+                    tab: e.data.as_ref().and_then(|d| d.get("tab")),
+                };
+                let settled = Box::pin(self.wallet.settle_demand(demand, &confirmer))
+                    .await
+                    .map_err(CallError::NotPaid)?;
+                match settled {
+                    Settlement::Proof(paid) => self.present(&call, meta, *paid).await,
+                    Settlement::Tab(hold) => {
+                        self.tabs.add(hold.clone());
+                        match Box::pin(self.call_in_tab(&call, meta, &target, &hold, false)).await?
+                        {
+                            Ok(answered) => Ok(answered),
+                            Err(()) => {
+                                Box::pin(self.retire(&hold)).await;
+                                Err(CallError::NotPaid(Error::Payment(
+                                    rail_core::RailError::Declined(rail_core::RailReason::new(
+                                        "tab_refused",
+                                        "the server refused the tab it offered; call again",
+                                    )),
+                                )))
+                            }
                         }
                     }
+                    other => Err(CallError::NotPaid(other.unexpected())),
                 }
-                let quote = quote_of(&e).map_err(CallError::NotPaid)?;
-                self.pay_quote(&call, meta, &target, &quote).await
             }
             Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => {
                 let json =
@@ -304,35 +337,14 @@ impl PayingClient {
         }
     }
 
-    async fn pay_quote(
+    /// Sends the call again with the Proof of `paid`, and tells the wallet what came back.
+    async fn present(
         &self,
         call: &Call<'_>,
         mut meta: RequestMetaObject,
-        target: &Target,
-        quote: &Signed<Quote>,
+        paid: crate::wallet::Paid,
     ) -> Result<Answered, CallError> {
-        let q = quote.object();
-        // The wallet pins the resource (origin, method, name); the arguments are in the
-        // request digest, which only the call itself can check.
-        if q.request.as_ref() != Some(&target.digest) {
-            return Err(CallError::NotPaid(Error::Denied(format!(
-                "quote {} of {} prices another call than the one sent ({} {} with these arguments): a quote relayed from another call is not paid",
-                q.id, q.receiver.id, target.sent.method, target.sent.path
-            ))));
-        }
         let wallet = &self.wallet;
-        // A call cancelled before its payment pays nothing: checked before the wallet is asked,
-        // and after the human answered (a host that cancels while its dialog is open).
-        if call.cancel.is_cancelled() {
-            return Err(CallError::Transport("cancelled".into()));
-        }
-        let confirmer = UnlessCancelled {
-            inner: call.confirmer,
-            cancel: &call.cancel,
-        };
-        let paid = Box::pin(wallet.pay_sent(quote, &target.sent, &confirmer))
-            .await
-            .map_err(CallError::NotPaid)?;
         meta.0.0.insert(
             PAYMENT.into(),
             serde_json::to_value(&paid.proof).map_err(|e| CallError::Transport(e.to_string()))?,
@@ -340,33 +352,39 @@ impl PayingClient {
         // Once paid, the Proof is kept until the call's answer comes back: a retryable failure
         // or a lost answer leaves it for the same call asked again (`Wallet::pay_sent`).
         let sent = self.send_paid(call, meta).await;
-        if sent.is_err() {
-            // No answer (a transport failure, retries run out): kept for the same call again.
-            wallet.unanswered_now(&paid);
-        }
-        let result = match sent? {
-            Ok(r) => r,
-            Err(e) => {
-                if let Err(err) = wallet.answered(&paid).await {
-                    tracing::warn!(error = %err, "could not mark a refused proof answered");
-                }
+        let result = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                wallet
+                    .proof_reply(&paid, Reply::Refused)
+                    .await
+                    .map_err(CallError::NotPaid)?;
                 return Err(CallError::NotPaid(refusal(&e)));
             }
-        };
-        let receipt = match receipt_in(&result) {
-            None => {
-                if let Err(err) = wallet.answered(&paid).await {
-                    tracing::warn!(error = %err, "could not mark a paid call answered");
-                }
-                None
-            }
-            Some((jws, delivered)) => Some(Box::new(
+            Err(e) => {
+                // No answer (a transport failure, retries run out): kept for the same call
+                // again.
                 wallet
-                    .receipt_for(&paid, &jws, &delivered)
+                    .proof_reply(&paid, Reply::Lost)
                     .await
-                    .map_err(CallError::NotPaid)?,
-            )),
+                    .map_err(CallError::NotPaid)?;
+                return Err(e);
+            }
         };
+        let found = receipt_in(&result);
+        let reply = match &found {
+            None => Reply::Unreceipted,
+            Some((jws, digest, len)) => Reply::Receipted {
+                receipt: jws,
+                digest,
+                len: *len,
+            },
+        };
+        let receipt = wallet
+            .proof_reply(&paid, reply)
+            .await
+            .map_err(CallError::NotPaid)?
+            .map(Box::new);
         Ok(Answered {
             result,
             payment: Some(Payment::Stipendex {
@@ -374,35 +392,6 @@ impl PayingClient {
                 receipt,
             }),
         })
-    }
-
-    /// The tab offered in a -32402's data, opened by the wallet; `None` (the Quote is paid
-    /// instead) when there is none, it cannot be read, or the wallet will not open it.
-    async fn open_offered(&self, e: &ErrorData, target: &Target) -> Option<TabHold> {
-        let v = e.data.as_ref()?.get("tab")?;
-        let tab: Signed<Tab> = match serde_json::from_value(v.clone()) {
-            Ok(t) => t,
-            Err(err) => {
-                tracing::warn!(error = %err, "the -32402's tab cannot be read; paying the quote");
-                return None;
-            }
-        };
-        let allowed = self
-            .wallet
-            .mandate()
-            .object()
-            .limits_for(&tab.object().asset)
-            .is_some_and(|l| l.tab_cap.is_some());
-        if !allowed {
-            return None;
-        }
-        match self.wallet.open_tab(&tab, &target.sent).await {
-            Ok(h) => Some(h),
-            Err(err) => {
-                tracing::info!(tab = %tab.object().id, error = %err, "not opening the tab offered; paying the quote");
-                None
-            }
-        }
     }
 
     /// Sends the call with a voucher of `hold` (and its hold Proof if the tab is not yet
@@ -454,7 +443,8 @@ impl PayingClient {
             // Not counted (refused by the price hook, or the call never reached the service):
             // the lane is given back; the error is the call's answer.
             Err(CallError::Server(e)) if not_counted(super::uncounted_in(e.data.as_ref())) => {
-                self.give_back(hold, &v).await;
+                let uncounted = VoucherReply::Uncounted;
+                self.wallet.voucher_reply(hold, &v, uncounted).await;
                 return Err(CallError::Server(e));
             }
             Err(e) => return Err(e),
@@ -463,7 +453,8 @@ impl PayingClient {
         let value = serde_json::to_value(&result).unwrap_or(Value::Null);
         if not_counted(super::uncounted_in(value.get("_meta"))) {
             // Waived by the price hook: served free, the lane given back.
-            self.give_back(hold, &v).await;
+            let uncounted = VoucherReply::Uncounted;
+            self.wallet.voucher_reply(hold, &v, uncounted).await;
             return Ok(Ok(Answered {
                 result,
                 payment: None,
@@ -473,12 +464,11 @@ impl PayingClient {
         let said = value.get("_meta").and_then(|m| m.get(TAB_CALL));
         let expected =
             serde_json::json!({"voucher": v.voucher.digest().as_str(), "result": digest.as_str()});
-        if said != Some(&expected) {
-            tracing::warn!(tab = %hold.tab().object().id, said = ?said, "the server's stipendex/tab-call does not name this voucher and the result received");
-        }
-        if let Err(e) = self.wallet.tab_result(hold, &v.voucher, &digest).await {
-            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not journal a call's result");
-        }
+        let reply = VoucherReply::Counted {
+            result: &digest,
+            named: said == Some(&expected),
+        };
+        self.wallet.voucher_reply(hold, &v, reply).await;
         let o = v.voucher.object();
         Ok(Ok(Answered {
             result,
@@ -489,14 +479,6 @@ impl PayingClient {
                 amount: o.money().map_err(CallError::NotPaid)?,
             }),
         }))
-    }
-
-    /// The server did not count voucher `v`: its lane is given back (errors logged: the lane
-    /// then stays at `v`, and the tab is retired at its next refusal).
-    async fn give_back(&self, hold: &TabHold, v: &crate::wallet::TabVoucher) {
-        if let Err(e) = self.wallet.voucher_uncounted(v).await {
-            tracing::warn!(tab = %hold.tab().object().id, error = %e, "could not give an uncounted voucher's lane back");
-        }
     }
 
     /// Stops using `hold` and closes it (errors logged: the server closes it at its end).
@@ -558,11 +540,20 @@ impl PayingClient {
         mut meta: RequestMetaObject,
         required: &Required,
     ) -> Result<Answered, CallError> {
-        let paid = self
+        let source = Source::mcp(&self.server);
+        let demand = Demand::Challenge {
+            source: &source,
+            required,
+        };
+        let paid = match self
             .wallet
-            .pay_challenge(&Source::mcp(&self.server), required)
+            .settle_demand(demand, self.wallet.confirmer())
             .await
-            .map_err(CallError::NotPaid)?;
+            .map_err(CallError::NotPaid)?
+        {
+            Settlement::X402(paid) => *paid,
+            other => return Err(CallError::NotPaid(other.unexpected())),
+        };
         meta.0.0.remove(PAYMENTS);
         meta.0
             .0
@@ -748,7 +739,7 @@ fn retryable(e: &ErrorData) -> Option<Duration> {
 }
 
 /// The Receipt in a result's `_meta`, and the bytes it must bind.
-fn receipt_in(result: &ServerResult) -> Option<(String, Vec<u8>)> {
+fn receipt_in(result: &ServerResult) -> Option<(String, Digest, u64)> {
     let v = serde_json::to_value(result).ok()?;
     let jws = v
         .get("_meta")?
@@ -756,5 +747,6 @@ fn receipt_in(result: &ServerResult) -> Option<(String, Vec<u8>)> {
         .get("jws")?
         .as_str()?
         .to_owned();
-    Some((jws, super::canonical_result(&v)))
+    let delivered = super::canonical_result(&v);
+    Some((jws, Digest::of(&delivered), delivered.len() as u64))
 }

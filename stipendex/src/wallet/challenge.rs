@@ -15,7 +15,8 @@ use rail_core::{Money, OpId, Payment, PaymentMode, RailId};
 use serde_json::Value;
 use x402_transport::client::{self, PayPolicy, Required, SchemePayer, Sent};
 
-use super::{Wallet, deny, limits_in, now_secs, rail_allowed};
+use super::unsigned::Unsigned;
+use super::{Wallet, deny, now_secs, rail_allowed};
 use crate::Error;
 use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed};
 
@@ -175,60 +176,45 @@ impl Wallet {
             )));
         }
         let choice = self.choose_entry(&payers, &allowed, &challenge)?;
-        let limits = limits_in(mandate, choice.amount.asset())?;
-        let op = OpId::random();
-        let budgets = self.budgets(limits)?;
-        let counted = budgets.reserve(&op, &source.origin, &choice.amount).await?;
-        let confirmation = self
-            .confirm_unsigned(
-                &choice.challenge,
-                &choice.amount,
-                limits,
-                &budgets,
-                now,
-                "x402",
-            )
-            .await;
-        let (confirmation, counted) = counted.unless_err(confirmation).await?;
-        let sent = match client::sign(choice.payer.as_ref(), required, &choice.entry).await {
-            Ok(s) => s,
-            Err(e) => {
-                // Nothing was signed: nothing can move.
-                counted.release().await;
-                let why = match e {
-                    client::ClientError::Payer(why) => why,
-                    e => e.to_string(),
-                };
-                return Err(Error::Payment(rail_core::RailError::Declined(
-                    rail_core::RailReason::new("sign", why),
-                )));
-            }
+        let unsigned = Unsigned {
+            challenge: choice.challenge,
+            amount: choice.amount.clone(),
+            op: OpId::random(),
+            payee: &source.origin,
+            what: "x402",
+            key: None,
         };
-        counted.keep().await;
+        let label = choice.payer.label().to_owned();
+        let (payer, entry) = (choice.payer, &choice.entry);
+        let paid = self
+            .pay_unsigned(unsigned, now, me.confirmer.as_ref(), || async {
+                // Nothing is signed unless this succeeds: a failure moves nothing.
+                let sent = client::sign(payer.as_ref(), required, entry)
+                    .await
+                    .map_err(|e| {
+                        let why = match e {
+                            client::ClientError::Payer(why) => why,
+                            e => e.to_string(),
+                        };
+                        rail_core::RailError::Declined(rail_core::RailReason::new("sign", why))
+                    })?;
+                let payment = Payment {
+                    rail: RailId::new(label.clone()),
+                    offer_id: "x402".into(),
+                    mode: PaymentMode::Capture,
+                    payer: String::new(),
+                    amount: choice.amount.clone(),
+                    proof: sent.envelope.clone(),
+                };
+                Ok((payment, sent))
+            })
+            .await?;
+        let sent = paid.extra;
         let value = sent
             .header_value()
             .map_err(|e| Error::Malformed(format!("cannot encode the payment: {e}")))?;
-        let header = sent.header_name();
-        let envelope = sent.envelope;
-        let label = choice.payer.label().to_owned();
-        let payment = Payment {
-            rail: RailId::new(label.clone()),
-            offer_id: "x402".into(),
-            mode: PaymentMode::Capture,
-            payer: String::new(),
-            amount: choice.amount.clone(),
-            proof: envelope.clone(),
-        };
-        let proof = self
-            .record_unsigned(
-                choice.challenge.clone(),
-                confirmation.as_ref(),
-                payment,
-                label.clone(),
-                now,
-                None,
-            )
-            .await?;
+        let (header, envelope, proof) = (sent.header_name(), sent.envelope, paid.proof);
+        let confirmation = paid.confirmation;
         tracing::info!(origin = %source.origin, amount = %choice.amount.amount(), asset = %choice.amount.asset(), payer = %label, "signed an x402 payment");
         Ok(ChallengePaid {
             header,

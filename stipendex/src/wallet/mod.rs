@@ -29,11 +29,13 @@
 #[cfg(feature = "challenges")]
 mod challenge;
 mod confirm;
+mod demand;
 mod journal;
 mod offer;
 mod revocation;
 mod spend;
 mod tab;
+mod unsigned;
 
 use std::sync::Arc;
 
@@ -54,6 +56,7 @@ pub use confirm::{
     Answer, Ask, Callback, Confirmer, DESCRIPTION_MAX, Denial, RECEIVER_MAX, Refuse, Terminal, Why,
     printable,
 };
+pub use demand::{Demand, Reply, Settlement, VoucherReply};
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, chain_name};
 pub use offer::OfferPaid;
 pub use revocation::{Revocations, revoke};

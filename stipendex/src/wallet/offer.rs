@@ -15,9 +15,8 @@ use rail_core::{Offer, OpId, Payment};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use super::{
-    Ask, PaidFor, Wallet, Why, above_threshold, chain_name, deny, limits_in, now_secs, rail_allowed,
-};
+use super::unsigned::Unsigned;
+use super::{Wallet, deny, now_secs, rail_allowed};
 use crate::Error;
 use crate::envelope::{Challenge, ChallengeSource, Confirmation, Proof, Signed};
 
@@ -97,114 +96,26 @@ impl Wallet {
                 mandate.id, offer.rail
             )));
         }
-        let limits = limits_in(mandate, offer.amount.asset())?;
         let op = op_for(server, offer)?;
-        let budgets = self.budgets(limits)?;
-        let counted = budgets.reserve(&op, server, &offer.amount).await?;
-        let confirmation = self
-            .confirm_unsigned(
-                &challenge,
-                &offer.amount,
-                limits,
-                &budgets,
-                now,
-                "contextvm",
-            )
-            .await;
-        let (confirmation, counted) = counted.unless_err(confirmation).await?;
-        let payment = match rail.handle.payer.pay(&op, offer).await {
-            Ok(p) => {
-                counted.keep().await;
-                p
-            }
-            Err(e) => {
-                counted.after_rail_error(&e).await;
-                return Err(Error::Payment(e));
-            }
+        let unsigned = Unsigned {
+            challenge,
+            amount: offer.amount.clone(),
+            op: op.clone(),
+            payee: server,
+            what: "contextvm",
+            key: Some(op.as_str()),
         };
-        let proof = self
-            .record_unsigned(
-                challenge,
-                confirmation.as_ref(),
-                payment.clone(),
-                payment.rail.as_str().to_owned(),
-                now,
-                Some(op.as_str()),
-            )
+        let paid = self
+            .pay_unsigned(unsigned, now, self.0.confirmer.as_ref(), || async {
+                rail.handle.payer.pay(&op, offer).await.map(|p| (p, ()))
+            })
             .await?;
+        let payment = paid.payment;
         tracing::info!(server = %server, amount = %payment.amount.amount(), asset = %payment.amount.asset(), rail = %rail.name, "paid a ContextVM payment request");
         Ok(OfferPaid {
             payment,
-            proof,
-            confirmation,
+            proof: paid.proof,
+            confirmation: paid.confirmation,
         })
-    }
-}
-
-impl Wallet {
-    /// Above `limits`' threshold, asks the human to confirm paying `amount` for the unsigned
-    /// `challenge` (an x402 challenge, a ContextVM payment request); the Confirmation binds
-    /// the challenge's digest. `None` at or below the threshold.
-    pub(super) async fn confirm_unsigned(
-        &self,
-        challenge: &Challenge,
-        amount: &rail_core::Money,
-        limits: &crate::envelope::Limits,
-        budgets: &super::spend::Budgets,
-        now: u64,
-        what: &str,
-    ) -> Result<Option<Signed<Confirmation>>, Error> {
-        if !above_threshold(limits, amount) {
-            return Ok(None);
-        }
-        let (left_in_period, left_in_total) = budgets.left().await;
-        let ask = Ask {
-            why: Why::AboveThreshold,
-            receiver: challenge.origin.clone(),
-            description: challenge
-                .entry
-                .get("description")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            total: amount.clone(),
-            tolerance: rail_core::Amount::ZERO,
-            left_in_period,
-            left_in_total,
-        };
-        self.ask_human(
-            &ask,
-            challenge.digest(),
-            what,
-            now,
-            self.0.confirmer.as_ref(),
-        )
-        .await
-        .map(Some)
-    }
-
-    /// The signed Proof of `payment` for the unsigned `challenge`, journaled with the mandate
-    /// and the Confirmation in the chain of the challenge's origin and `key` (the Proof's id
-    /// when `None`).
-    pub(super) async fn record_unsigned(
-        &self,
-        challenge: Challenge,
-        confirmation: Option<&Signed<Confirmation>>,
-        payment: Payment,
-        rail: String,
-        now: u64,
-        key: Option<&str>,
-    ) -> Result<Signed<Proof>, Error> {
-        let origin = challenge.origin.clone();
-        let proof = self.proof_of(
-            PaidFor::Challenge(challenge),
-            confirmation,
-            payment,
-            rail,
-            now,
-        )?;
-        let chain = chain_name(&origin, key.unwrap_or(&proof.object().id));
-        let objects = self.chain_objects(confirmation, &[proof.jws()]);
-        self.journal_all(&chain, objects, "payment").await;
-        Ok(proof)
     }
 }
