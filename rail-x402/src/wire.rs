@@ -190,30 +190,10 @@ pub struct PaymentPayload {
     pub extensions: Option<Map<String, Value>>,
 }
 
-/// Settlement result (`SettleResponse`), in `PAYMENT-RESPONSE` and from `POST /settle`.
-///
-/// `success: false` is a failure whatever the HTTP status. A missing `transaction` reads as
-/// `""` (the specification's own failure example omits it).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SettleResponse {
-    /// Whether settlement succeeded.
-    pub success: bool,
-    /// Reason code when it did not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_reason: Option<String>,
-    /// Free-text detail when it did not (reference SDK field).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
-    /// Transaction hash, `""` when settlement failed.
-    #[serde(default)]
-    pub transaction: String,
-    /// CAIP-2 network.
-    pub network: String,
-    /// Payer address.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payer: Option<String>,
-}
+/// Settlement result (`SettleResponse`), in `PAYMENT-RESPONSE` and from `POST /settle`: the
+/// transport's, the same for every scheme. `success: false` is a failure whatever the HTTP
+/// status; a missing `transaction` reads as `""`.
+pub use x402_transport::facilitator::SettleResponse;
 
 /// Verification result (`VerifyResponse`), from `POST /verify`: the transport's, the same for
 /// every scheme.
@@ -256,24 +236,6 @@ impl PaymentPayload {
     /// Any [`HeaderError`]; [`HeaderError::reason`] gives the reference reason code.
     pub fn from_header(header: &str) -> Result<Self, HeaderError> {
         decode_header(header, Some(V2::NUMBER))
-    }
-}
-
-impl SettleResponse {
-    /// The `PAYMENT-RESPONSE` header value.
-    ///
-    /// # Errors
-    /// [`HeaderError::Encode`] if serialization fails.
-    pub fn to_header(&self) -> Result<String, HeaderError> {
-        encode_header(self)
-    }
-
-    /// Reads a `PAYMENT-RESPONSE` header value.
-    ///
-    /// # Errors
-    /// Any [`HeaderError`].
-    pub fn from_header(header: &str) -> Result<Self, HeaderError> {
-        decode_header(header, None)
     }
 }
 

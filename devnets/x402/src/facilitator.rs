@@ -189,6 +189,7 @@ impl X402Facilitator for DevnetFacilitator {
                 x402_version: 2,
                 scheme: "exact".into(),
                 network: self.network.clone(),
+                extra: None,
             }],
             extensions: vec![],
             signers: BTreeMap::new(),

@@ -224,52 +224,10 @@ pub type FacilitatorRequest =
 /// The answer of `/verify`: the transport's, the same for every scheme.
 pub use x402_transport::facilitator::VerifyResponse;
 
-/// The answer of `/settle` (and the `PAYMENT-RESPONSE` JSON).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SettleResponse {
-    /// Settled.
-    pub success: bool,
-    /// Why not (a code).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_reason: Option<String>,
-    /// Why not (a sentence).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
-    /// Who paid.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payer: Option<String>,
-    /// The payment transaction's id (`paymentGroup[paymentIndex]`, as the spec says; the
-    /// Python SDK's reference signer answers the group's first), empty when nothing was sent.
-    pub transaction: String,
-    /// The network, as the payment spelled it.
-    pub network: String,
-}
-
-/// One kind of `/supported`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Kind {
-    /// 2.
-    pub x402_version: u8,
-    /// `exact`.
-    pub scheme: String,
-    /// The network.
-    pub network: String,
-    /// `{"feePayer": …}` when fees are paid by the facilitator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extra: Option<Value>,
-}
-
-/// The answer of `GET /supported`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Supported {
-    /// What the facilitator settles.
-    pub kinds: Vec<Kind>,
-    /// Extensions (none).
-    #[serde(default)]
-    pub extensions: Vec<String>,
-    /// Signer addresses by network family.
-    #[serde(default)]
-    pub signers: serde_json::Map<String, Value>,
-}
+/// The answer of `/settle` (and the `PAYMENT-RESPONSE` JSON), one kind of `/supported`, and
+/// the answer of `GET /supported`: the transport's, the same for every scheme. This scheme's
+/// `transaction` is the payment transaction's id (`paymentGroup[paymentIndex]`, as the spec
+/// says; the Python SDK's reference signer answers the group's first), empty when nothing was
+/// sent; `network` is spelled as the payment spelled it; a kind's `extra` is
+/// `{"feePayer": …}` when fees are paid by the facilitator.
+pub use x402_transport::facilitator::{SettleResponse, Supported, SupportedKind as Kind};

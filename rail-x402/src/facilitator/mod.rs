@@ -14,11 +14,9 @@
 //! or a [`FacilitatorError`] (no usable answer: the outcome is **unknown**, nothing may be
 //! served, and the same payment must be retried, never a new one).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use crate::rpc::RpcError;
 use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
@@ -41,43 +39,15 @@ pub use outcome::{
 };
 pub use remote::RemoteFacilitator;
 
-/// One `(x402Version, scheme, network)` a facilitator handles.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SupportedKind {
-    /// Protocol version (2).
-    pub x402_version: u8,
-    /// `exact`.
-    pub scheme: String,
-    /// CAIP-2 network.
-    pub network: String,
-}
+/// One `(x402Version, scheme, network)` a facilitator handles: the transport's.
+pub use x402_transport::facilitator::SupportedKind;
 
-/// `GET /supported` (`@x402/core` `SupportedResponse`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SupportedResponse {
-    /// What is handled.
-    pub kinds: Vec<SupportedKind>,
-    /// Extension names (none here).
-    #[serde(default)]
-    pub extensions: Vec<String>,
-    /// Settling addresses per CAIP-2 family (`"eip155:*"`).
-    #[serde(default)]
-    pub signers: BTreeMap<String, Vec<String>>,
-}
+/// `GET /supported` (`@x402/core` `SupportedResponse`): the transport's.
+pub use x402_transport::facilitator::Supported as SupportedResponse;
 
-/// The body of `POST /verify` and `POST /settle`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FacilitatorRequest {
-    /// 2.
-    pub x402_version: u8,
-    /// What the payer sent.
-    pub payment_payload: PaymentPayload,
-    /// What the resource server requires.
-    pub payment_requirements: PaymentRequirements,
-}
+/// The body of `POST /verify` and `POST /settle`, of this scheme's types: the transport's.
+pub type FacilitatorRequest =
+    x402_transport::facilitator::FacilitatorRequest<PaymentPayload, PaymentRequirements>;
 
 /// No usable answer from a facilitator: the outcome is unknown.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -140,6 +110,52 @@ pub trait X402Facilitator: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`FacilitatorError`].
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError>;
+}
+
+impl From<&FacilitatorError> for x402_transport::facilitator::Unavailable {
+    fn from(e: &FacilitatorError) -> Self {
+        let mut u = x402_transport::facilitator::Unavailable::new(e.to_string());
+        if let FacilitatorError::InProgress { retry_after } = e {
+            u.retry_after = *retry_after;
+        }
+        u
+    }
+}
+
+/// Any facilitator of this scheme, served by the transport's routes
+/// ([`x402_transport::facilitator::router`]).
+#[async_trait]
+impl x402_transport::facilitator::Facilitator for dyn X402Facilitator {
+    type Payload = PaymentPayload;
+    type Requirements = PaymentRequirements;
+
+    async fn verify(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<VerifyResponse, x402_transport::facilitator::Unavailable> {
+        X402Facilitator::verify(self, payload, requirements)
+            .await
+            .map_err(|e| (&e).into())
+    }
+
+    async fn settle(
+        &self,
+        payload: &PaymentPayload,
+        requirements: &PaymentRequirements,
+    ) -> Result<SettleResponse, x402_transport::facilitator::Unavailable> {
+        X402Facilitator::settle(self, payload, requirements)
+            .await
+            .map_err(|e| (&e).into())
+    }
+
+    async fn supported(
+        &self,
+    ) -> Result<SupportedResponse, x402_transport::facilitator::Unavailable> {
+        X402Facilitator::supported(self)
+            .await
+            .map_err(|e| (&e).into())
+    }
 }
 
 fn rpc_down(e: &RpcError) -> FacilitatorError {

@@ -4,12 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::Method;
-use reqwest::header::{AUTHORIZATION, HeaderValue};
-use serde::Deserialize;
+use reqwest::header::HeaderValue;
+use x402_transport::facilitator::{Remote, RemoteError};
 
 use super::auth::FacilitatorAuth;
-use super::{FacilitatorError, FacilitatorRequest, SupportedResponse, X402Facilitator};
+use super::{FacilitatorError, SupportedResponse, X402Facilitator};
 use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
 /// A facilitator server reached over HTTP (`X402_FACILITATOR_URL`).
@@ -25,34 +24,17 @@ use crate::wire::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyRes
 /// never logged.
 #[derive(Clone)]
 pub struct RemoteFacilitator {
-    http: reqwest::Client,
-    base: String,
+    remote: Remote,
     auth: Option<Arc<dyn FacilitatorAuth>>,
 }
 
 impl std::fmt::Debug for RemoteFacilitator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteFacilitator")
-            .field("base", &crate::rpc::redact_url(&self.base))
+            .field("base", &crate::rpc::redact_url(self.remote.base()))
             .field("auth", &self.auth)
             .finish_non_exhaustive()
     }
-}
-
-/// No answer to the call `what`: reqwest's error without its URL, and its innermost cause
-/// (`supported: error sending request (Connection refused (os error 111))`).
-fn unanswered(what: &str, e: reqwest::Error) -> FacilitatorError {
-    let e = e.without_url();
-    let mut cause = None;
-    let mut next = std::error::Error::source(&e);
-    while let Some(c) = next {
-        cause = Some(c.to_string());
-        next = c.source();
-    }
-    FacilitatorError::Unavailable(match cause {
-        Some(c) => format!("{what}: {e} ({c})"),
-        None => format!("{what}: {e}"),
-    })
 }
 
 /// `url` as messages show it: without credentials, query or fragment (the path stays: a
@@ -76,10 +58,10 @@ impl RemoteFacilitator {
     /// # Errors
     /// [`FacilitatorError::Unavailable`] if the HTTP client cannot be built.
     pub fn new(base: &str, timeout: Duration) -> Result<Self, FacilitatorError> {
+        let http = crate::rpc::http_client(timeout)
+            .map_err(|e| FacilitatorError::Unavailable(e.to_string()))?;
         Ok(Self {
-            http: crate::rpc::http_client(timeout)
-                .map_err(|e| FacilitatorError::Unavailable(e.to_string()))?,
-            base: base.trim_end_matches('/').to_owned(),
+            remote: Remote::new(http, base),
             auth: None,
         })
     }
@@ -95,7 +77,7 @@ impl RemoteFacilitator {
     /// The facilitator's base URL as messages show it (no credentials, no query).
     #[must_use]
     pub fn url(&self) -> String {
-        shown(&self.base)
+        shown(self.remote.base())
     }
 
     /// From `X402_FACILITATOR_URL`.
@@ -108,59 +90,34 @@ impl RemoteFacilitator {
         Self::new(&url, timeout)
     }
 
-    /// `method` on `{base}/{path}` (with `body` as JSON, if any), with this facilitator's
-    /// credentials, its answer decoded as `T`.
-    async fn call<T: for<'de> Deserialize<'de>>(
+    /// The `Authorization` for `method` on `path`, if this facilitator has credentials.
+    fn authorization(
         &self,
-        method: Method,
+        method: &str,
         path: &str,
-        body: Option<&FacilitatorRequest>,
-    ) -> Result<T, FacilitatorError> {
-        let url = format!("{}/{path}", self.base);
-        let mut req = self.http.request(method.clone(), &url);
-        if let Some(body) = body {
-            req = req.json(body);
-        }
-        if let Some(auth) = &self.auth {
-            let value = auth
-                .authorization(method.as_str(), &url)
-                .map_err(|e| FacilitatorError::Unauthorized(e.to_string()))?;
-            let mut value = HeaderValue::from_str(&value).map_err(|_| {
-                FacilitatorError::Unauthorized(format!(
-                    "the credentials for the facilitator at {} cannot be sent in a header: {}",
-                    self.url(),
-                    auth.hint()
-                ))
-            })?;
-            value.set_sensitive(true);
-            req = req.header(AUTHORIZATION, value);
-        }
-        self.send(req, path).await
-    }
-
-    async fn send<T: for<'de> Deserialize<'de>>(
-        &self,
-        req: reqwest::RequestBuilder,
-        what: &str,
-    ) -> Result<T, FacilitatorError> {
-        let resp = req.send().await.map_err(|e| unanswered(what, e))?;
-        let status = resp.status();
-        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-            return Err(FacilitatorError::Unauthorized(self.refusal(status)));
-        }
-        let body = resp.bytes().await.map_err(|e| unanswered(what, e))?;
-        // The reference facilitator answers a refused verify/settle with 200 (or 400 with the
-        // same body, for an invalid request); anything else is not an answer.
-        if !(status.is_success() || status == reqwest::StatusCode::BAD_REQUEST) {
-            return Err(FacilitatorError::Unavailable(format!(
-                "{what}: http {status}"
-            )));
-        }
-        serde_json::from_slice(&body).map_err(|e| {
-            FacilitatorError::Unavailable(format!(
-                "{what}: http {status}, body not understood: {e}"
+    ) -> Result<Option<HeaderValue>, FacilitatorError> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let value = auth
+            .authorization(method, &self.remote.url_of(path))
+            .map_err(|e| FacilitatorError::Unauthorized(e.to_string()))?;
+        HeaderValue::from_str(&value).map(Some).map_err(|_| {
+            FacilitatorError::Unauthorized(format!(
+                "the credentials for the facilitator at {} cannot be sent in a header: {}",
+                self.url(),
+                auth.hint()
             ))
         })
+    }
+
+    /// The transport's failure as this crate's: a refusal of credentials is
+    /// [`FacilitatorError::Unauthorized`] (one sentence); anything else is an unknown outcome.
+    fn failure(&self, e: RemoteError) -> FacilitatorError {
+        match e {
+            RemoteError::Refused(status) => FacilitatorError::Unauthorized(self.refusal(status)),
+            e => FacilitatorError::Unavailable(e.to_string()),
+        }
     }
 
     /// The one sentence for a 401 or 403.
@@ -182,14 +139,6 @@ impl RemoteFacilitator {
             }
         }
     }
-
-    fn body(payload: &PaymentPayload, requirements: &PaymentRequirements) -> FacilitatorRequest {
-        FacilitatorRequest {
-            x402_version: 2,
-            payment_payload: payload.clone(),
-            payment_requirements: requirements.clone(),
-        }
-    }
 }
 
 #[async_trait]
@@ -199,12 +148,11 @@ impl X402Facilitator for RemoteFacilitator {
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
     ) -> Result<VerifyResponse, FacilitatorError> {
-        self.call(
-            Method::POST,
-            "verify",
-            Some(&Self::body(payload, requirements)),
-        )
-        .await
+        let auth = self.authorization("POST", "verify")?;
+        self.remote
+            .verify(payload, requirements, auth)
+            .await
+            .map_err(|e| self.failure(e))
     }
 
     async fn settle(
@@ -212,22 +160,18 @@ impl X402Facilitator for RemoteFacilitator {
         payload: &PaymentPayload,
         requirements: &PaymentRequirements,
     ) -> Result<SettleResponse, FacilitatorError> {
-        let answer: SettleResponse = self
-            .call(
-                Method::POST,
-                "settle",
-                Some(&Self::body(payload, requirements)),
-            )
-            .await?;
-        if answer.success && answer.transaction.is_empty() {
-            return Err(FacilitatorError::Unavailable(
-                "settle: success without a transaction".into(),
-            ));
-        }
-        Ok(answer)
+        let auth = self.authorization("POST", "settle")?;
+        self.remote
+            .settle(payload, requirements, auth)
+            .await
+            .map_err(|e| self.failure(e))
     }
 
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        self.call(Method::GET, "supported", None).await
+        let auth = self.authorization("GET", "supported")?;
+        self.remote
+            .supported(auth)
+            .await
+            .map_err(|e| self.failure(e))
     }
 }

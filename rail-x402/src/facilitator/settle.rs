@@ -229,6 +229,7 @@ impl X402Facilitator for LocalFacilitator {
                 x402_version: 2,
                 scheme: SCHEME_EXACT.into(),
                 network: self.network.clone(),
+                extra: None,
             }],
             extensions: vec![],
             signers: BTreeMap::from([(
