@@ -33,15 +33,18 @@ pub fn router<F: Facilitator + ?Sized>(facilitator: Arc<F>) -> Router {
         .with_state(facilitator)
 }
 
-type Request<F> = FacilitatorRequest<<F as Facilitator>::Payload, <F as Facilitator>::Requirements>;
+type Request<F> =
+    FacilitatorRequest<<F as Facilitator>::Payload, <F as Facilitator>::Requirements, Option<u8>>;
 
 fn decode<F: Facilitator + ?Sized>(body: &[u8]) -> Result<Request<F>, String> {
     let req: Request<F> = serde_json::from_slice(body)
         .map_err(|e| format!("the body is not a facilitator request: {e}"))?;
-    if req.x402_version != 2 {
-        return Err(format!("x402Version {} is not 2", req.x402_version));
+    match req.x402_version {
+        Some(2) => Ok(req),
+        Some(v) => Err(format!("x402Version {v} is not 2")),
+        None if F::VERSION_REQUIRED => Err("the body has no x402Version".into()),
+        None => Ok(req),
     }
-    Ok(req)
 }
 
 fn unavailable(e: &Unavailable) -> Response {
