@@ -1,6 +1,6 @@
 //! Offline verification throughput: the whole check a receiver makes before it submits —
 //! base64 → JSON envelope → base64 → strict canonical msgpack (decode, re-encode, compare) →
-//! Ed25519 `verify_strict` → every seed rule.
+//! Ed25519 `verify_strict` → every rule of `docs/exact-algo.md` §3.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -1,19 +1,20 @@
-//! The seed's discovery documents (§7): `/llms.txt` and `/.well-known/exact-algo.json`, with the
-//! rules and error codes of the scheme. The paid routes themselves are served by the shared
-//! x402 paywall ([`x402_transport::paywall`]) with the [`crate::ExactAlgo`] scheme:
+//! The discovery documents of `docs/exact-algo.md` §7: `/llms.txt` and
+//! `/.well-known/exact-algo.json`, with the rules and error codes of the scheme. The paid routes
+//! themselves are served by the shared x402 paywall ([`x402_transport::paywall`]) with the
+//! [`crate::ExactAlgo`] scheme:
 //!
 //! ```text
 //! GET /api/posts/1                          -> 402 + PaymentRequired (body and PAYMENT-REQUIRED)
 //! GET /api/posts/1  PAYMENT-SIGNATURE: ...  -> settle, then 200 + PAYMENT-RESPONSE
 //! ```
 //!
-//! The payment is settled **before** the handler runs; a refused payment is answered with a
-//! 402 carrying a fresh challenge whose `error` is one of the seed's six codes
+//! The payment is settled **before** the handler runs; a refused payment is answered with a 402
+//! carrying a fresh challenge whose `error` is one of the six codes of `docs/exact-algo.md` §4.1
 //! ([`crate::receiver::Refusal::code`]) and whose `reason`, when present, is the finer code
 //! ([`crate::receiver::Refusal::reason`]); a settlement whose outcome is unknown (algod
 //! unreachable) is a 503 with `Retry-After` (`error` `settlement failed`, `reason` `algod
-//! unavailable`), and the same payment may be sent again. Nothing a payer sends can cause a
-//! 5xx by itself.
+//! unavailable`), and the same payment may be sent again. Nothing a payer sends can cause a 5xx by
+//! itself.
 
 use std::sync::Arc;
 
@@ -70,24 +71,26 @@ pub struct ServiceInfo {
     pub mcp_endpoint: Option<String>,
 }
 
-/// One rule of seed §3: what, why, and the error codes a payment breaking it is refused with.
+/// One rule of `docs/exact-algo.md` §3: what, why, and the error codes a payment breaking it is
+/// refused with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RuleDoc {
     /// The rule.
     pub rule: &'static str,
     /// Why.
     pub why: &'static str,
-    /// The codes a payment breaking it is refused with: the seed's `error`, and the finer
-    /// `reason` beside it where there is one.
+    /// The codes a payment breaking it is refused with: the six-code `error` (§4.1), and the
+    /// finer `reason` beside it where there is one.
     pub errors: &'static [ErrorCode],
 }
 
-/// A finer case sent under the seed's `settlement failed`.
+/// A finer case sent under `settlement failed` (`docs/exact-algo.md` §4.2).
 const fn failed(reason: &'static str) -> ErrorCode {
     ErrorCode::finer(SETTLEMENT_FAILED, reason)
 }
 
-/// The transaction rules (seed §3, plus the encoding and signature checks), in order.
+/// The transaction rules (`docs/exact-algo.md` §3, with the encoding and signature checks), in
+/// order.
 pub const RULES: &[RuleDoc] = &[
     RuleDoc {
         rule: "type = pay, a single transaction (no group), single signature",
@@ -153,12 +156,13 @@ pub const RULES: &[RuleDoc] = &[
     },
 ];
 
-/// One error a payer can meet: the seed's `error` and the finer `reason` sent beside it,
-/// what it means, what the payer does, and the HTTP status it comes with.
+/// One error a payer can meet (`docs/exact-algo.md` §4): the six-code `error` and the finer
+/// `reason` sent beside it, what it means, what the payer does, and the HTTP status it comes
+/// with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ErrorDoc {
-    /// `error` (one of the seed's six codes, or `payment required`) and `reason` (the
-    /// finer code, `None` for the seed's own rows).
+    /// `error` (one of the six codes of §4.1, or `payment required`) and `reason` (the
+    /// finer code, `None` for the rows of §4.1 itself).
     pub code: ErrorCode,
     /// What it means.
     pub meaning: &'static str,
@@ -169,7 +173,8 @@ pub struct ErrorDoc {
 }
 
 impl ErrorDoc {
-    /// Whether this is a row of the seed's own table (§4): a seed code with no finer reason.
+    /// Whether this is a row of the table of `docs/exact-algo.md` §4.1: one of the six codes
+    /// with no finer reason.
     #[must_use]
     pub fn is_seed_row(&self) -> bool {
         self.code.reason.is_none() && SEED_ERRORS.contains(&self.code.error)
@@ -194,9 +199,10 @@ const FRESH: &str = "request a fresh 402 and pay again";
 const SAME_AGAIN: &str =
     "wait Retry-After and send the same PAYMENT-SIGNATURE again; do not pay again";
 
-/// Every error a payer can meet: the seed's table (§4) as it stands, `payment required`, then
-/// this implementation's finer reasons ([`crate::receiver::Refusal::reason`]), each with the
-/// seed code it is sent under ([`crate::receiver::Refusal::code`]).
+/// Every error a payer can meet: the table of `docs/exact-algo.md` §4.1 as it stands, `payment
+/// required`, then this implementation's finer reasons (§4.2,
+/// [`crate::receiver::Refusal::reason`]), each with the six-code `error` it is sent under
+/// ([`crate::receiver::Refusal::code`]).
 pub const ERRORS: &[ErrorDoc] = &[
     err(
         ErrorCode::seed(UNDERPAID),
@@ -360,7 +366,7 @@ fn amount_str(n: u64) -> String {
     n.to_string()
 }
 
-/// The client procedure of seed §6, step by step.
+/// The client procedure of `docs/exact-algo.md` §6, step by step.
 pub const CLIENT_PROCEDURE: &[&str] = &[
     "Request the resource (or call the tool) without payment: HTTP answers 402 with the PaymentRequired JSON as body and, base64, in PAYMENT-REQUIRED; MCP answers a tool result with isError = true and the PaymentRequired in structuredContent.",
     "Take the entry of accepts[] with scheme \"exact\", asset \"ALGO\" and your network: payTo, maxAmountRequired (microALGO, decimal string), extra.paymentId (32 hex, single use), extra.minFeeMicroAlgo. Nothing else is needed; no price or address is hard-coded.",
@@ -650,7 +656,7 @@ mod tests {
             );
             if let Some(reason) = e.code.reason {
                 assert!(!SEED_ERRORS.contains(&reason), "{e:?}");
-                // One seed code per finer reason.
+                // One six-code `error` per finer reason.
                 assert_eq!(
                     ERRORS
                         .iter()

@@ -1,24 +1,24 @@
 //! # rail-exact-algo
 //!
-//! The native-ALGO `exact-algo` scheme (`shared/seeds/avouch-exact-algo.en.md`): an x402-style
-//! envelope (`402` + `PAYMENT-REQUIRED`, `PAYMENT-SIGNATURE`, `PAYMENT-RESPONSE`) that settles
-//! in native ALGO. A payer signs one native `pay` transaction with the challenge's paymentId
-//! as its note; the receiver checks it strictly, submits it to algod and answers with a receipt.
+//! The native-ALGO `exact-algo` scheme (`docs/exact-algo.md`): an x402-style envelope (`402` +
+//! `PAYMENT-REQUIRED`, `PAYMENT-SIGNATURE`, `PAYMENT-RESPONSE`) that settles in native ALGO. A
+//! payer signs one native `pay` transaction with the challenge's paymentId as its note; the
+//! receiver checks it strictly, submits it to algod and answers with a receipt.
 //!
 //! | module | what |
 //! |---|---|
 //! | [`payer`] | [`ExactAlgoPayer`]: chooses an option by [`Policy`], checks the network and the balance, signs |
 //! | [`receiver`] | [`ExactAlgoReceiver`]: challenges, strict verification, settlement, receipts exactly once |
 //! | [`avm`] | x402's own `exact` on Algorand: USDC and other ASAs, the fee-payer group, its facilitator and payer |
-//! | [`scheme`] | [`ExactAlgo`]: the scheme for the shared x402 transport (its paywall serves the seed's HTTP flow) |
+//! | [`scheme`] | [`ExactAlgo`]: the scheme for the shared x402 transport (its paywall serves the HTTP flow, `docs/exact-algo.md` §1–§2) |
 //! | [`http`] | the discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`) |
-//! | [`mcp`] | the seed's MCP surface on rmcp: `payment_instructions`, price annotations (the endpoint and the paid tools are the shared transport's) |
+//! | [`mcp`] | the MCP surface (`docs/exact-algo.md` §5) on rmcp: `payment_instructions`, price annotations (the endpoint and the paid tools are the shared transport's) |
 //! | [`rail`] | the rail-core traits ([`rail_core::Payer`], [`rail_core::Receiver`]) |
 //! | [`algod`] | a small algod v2 REST client |
 //! | [`txn`], [`msgpack`], [`address`] | strict canonical decoding, txids, Ed25519 `verify_strict` |
-//! | [`rules`] | every rule of seed §3, each with its error code |
+//! | [`rules`] | every rule of `docs/exact-algo.md` §3, each with its error code |
 //! | [`payment_id`] | paymentId lifecycle (issued → submitting → settled) on the rail-core replay guard |
-//! | [`wire`] | the 402 body, the envelope and the receipt; the seed's error codes; both spellings of a network |
+//! | [`wire`] | the 402 body, the envelope and the receipt; the six error codes (`docs/exact-algo.md` §4.1); both spellings of a network |
 //!
 //! ## Features
 //!
@@ -69,7 +69,7 @@
 //! let receipt = receiver.settle(&signed.header, &price, None).await?;
 //! assert!(receipt.success);
 //! assert_eq!(net.devnet.balance(&treasury), 101_000);
-//! // The same payment again is refused with the seed's error.
+//! // The same payment again is refused with `paymentId already used` (`docs/exact-algo.md` §8).
 //! let again = receiver.settle(&signed.header, &price, None).await.unwrap_err();
 //! assert_eq!(again.code(), "paymentId already used");
 //! # Ok(())

@@ -1,7 +1,7 @@
-//! The seed's MCP surface (§5) on rmcp. An agent needs no knowledge of the HTTP envelope: it
-//! calls a tool; a paid tool answers an unpaid call with `isError` and the payment requirement
-//! in `structuredContent` (`x402Version`, `accepts`, `error`, `how_to_pay`); the agent retries
-//! the same call with `params._meta["x402/payment"]` = the base64 envelope (the HTTP
+//! The MCP surface of `docs/exact-algo.md` §5 on rmcp. An agent needs no knowledge of the HTTP
+//! envelope: it calls a tool; a paid tool answers an unpaid call with `isError` and the payment
+//! requirement in `structuredContent` (`x402Version`, `accepts`, `error`, `how_to_pay`); the agent
+//! retries the same call with `params._meta["x402/payment"]` = the base64 envelope (the HTTP
 //! `PAYMENT-SIGNATURE` value), and the result carries `structuredContent.receipt` and
 //! `_meta["x402/payment-response"]`.
 //!
@@ -55,7 +55,7 @@ pub fn payment_instructions_tool() -> Tool {
 }
 
 /// The answer of `payment_instructions`: `document` (the scheme document,
-/// [`crate::http::scheme_document`]) with the client procedure (seed §6).
+/// [`crate::http::scheme_document`]) with the client procedure (`docs/exact-algo.md` §6).
 #[must_use]
 pub fn payment_instructions(mut document: Value) -> CallToolResult {
     if let Some(o) = document.as_object_mut() {

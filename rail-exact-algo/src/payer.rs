@@ -1,10 +1,11 @@
 //! The payer: answers a 402 challenge by signing one native payment, within a spending policy.
 //!
-//! What it signs is exactly the seed's minimal client (§6): a `pay` from this account to
-//! `payTo` of `maxAmountRequired`, note = `extra.paymentId`, a flat fee of the network minimum
-//! (never above 2,000 µALGO), validity from algod's suggested parameters. Before signing it
-//! checks that algod is on the challenge's network (a payment is never signed for a chain the
-//! payer did not choose), that the amount is within policy and that the account can afford it.
+//! What it signs is exactly the minimal client's transaction (`docs/exact-algo.md` §6): a `pay`
+//! from this account to `payTo` of `maxAmountRequired`, note = `extra.paymentId`, a flat fee of the
+//! network minimum (never above 2,000 µALGO), validity from algod's suggested parameters. Before
+//! signing it checks that algod is on the challenge's network (a payment is never signed for a
+//! chain the payer did not choose), that the amount is within policy and that the account can
+//! afford it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,7 +32,8 @@ pub struct Policy {
     pub networks: Vec<String>,
     /// The most one payment may be, µALGO.
     pub max_amount: u64,
-    /// The most one payment may cost in fees, µALGO (capped at the seed's 2,000).
+    /// The most one payment may cost in fees, µALGO (capped at 2,000, `docs/exact-algo.md`
+    /// §3.8).
     pub max_fee: u64,
 }
 
@@ -430,7 +432,8 @@ impl ExactAlgoPayer {
         }
         let signed: SignedPay = txn.sign(&self.key, None);
         let txid = signed.txn.id();
-        // The challenge's own spelling goes back in the envelope, as the seed's client does.
+        // The challenge's own spelling goes back in the envelope, as the minimal client does
+        // (`docs/exact-algo.md` §2.5, §6).
         let env = Envelope {
             x402_version: 2,
             scheme: "exact".into(),

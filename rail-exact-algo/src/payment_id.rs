@@ -38,8 +38,8 @@ use crate::wire::{
 /// (1000 rounds, under an hour), so a second transaction for it can never be settled.
 pub const INTENT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// Why a paymentId cannot be settled now. [`LifecycleError::code`] is the seed's error code,
-/// [`LifecycleError::reason`] the finer one.
+/// Why a paymentId cannot be settled now. [`LifecycleError::code`] is the error code
+/// (`docs/exact-algo.md` §4.1), [`LifecycleError::reason`] the finer one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LifecycleError {
@@ -62,9 +62,9 @@ pub enum LifecycleError {
 }
 
 impl LifecycleError {
-    /// How it goes on the wire: the seed's `unknown or expired paymentId` and `paymentId
-    /// already used` as they are; a settlement in flight and a store failure (both answered
-    /// as retryable: send the same payment again) under `settlement failed`, with
+    /// How it goes on the wire (`docs/exact-algo.md` §4): `unknown or expired paymentId` and
+    /// `paymentId already used` as they are; a settlement in flight and a store failure (both
+    /// answered as retryable: send the same payment again) under `settlement failed`, with
     /// `settlement in progress` / `storage error` as the reason.
     #[must_use]
     pub fn error_code(&self) -> ErrorCode {
@@ -82,10 +82,11 @@ impl LifecycleError {
 crate::rules::code_and_reason!(
     LifecycleError,
     code: [
-        " The `error` on the wire: one of the seed's codes (see [`LifecycleError::error_code`]).",
+        " The `error` on the wire: one of the codes of `docs/exact-algo.md` §4.1 (see",
+        " [`LifecycleError::error_code`]).",
     ],
     reason: [
-        " The finer `reason` beside [`LifecycleError::code`], `None` for the seed's own cases.",
+        " The finer `reason` beside [`LifecycleError::code`], `None` for the cases §4.1 names.",
     ]
 );
 

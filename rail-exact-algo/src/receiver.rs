@@ -1,23 +1,24 @@
 //! The receiver: makes challenges, verifies payments strictly and settles them through algod.
 //!
-//! [`ExactAlgoReceiver::settle`] is the whole seed flow for one `PAYMENT-SIGNATURE`:
+//! [`ExactAlgoReceiver::settle`] is the whole flow of `docs/exact-algo.md` (§1, §3, §8) for one
+//! `PAYMENT-SIGNATURE`:
 //!
 //! 1. decode strictly (base64 → JSON without unknown fields → version, scheme, network →
 //!    base64 → canonical msgpack of a single-signature native payment);
 //! 2. check the Ed25519 signature before anything else looks at the payload;
 //! 3. the note must be a paymentId issued for this resource, amount and payee, still live;
-//! 4. every rule of seed §3 ([`crate::rules::check`]) against algod's current round (and the
-//!    sender's `auth-addr` when the payment carries `sgnr`);
+//! 4. every rule of `docs/exact-algo.md` §3 ([`crate::rules::check`]) against algod's current round
+//!    (and the sender's `auth-addr` when the payment carries `sgnr`);
 //! 5. take the paymentId (write-ahead of the txid; one settlement per paymentId across every
 //!    receiver sharing the store);
 //! 6. `POST /v2/transactions`, wait for confirmation; a refusal releases the paymentId and is
 //!    answered `settlement failed` with algod's message;
 //! 7. answer with a receipt exactly once per paymentId.
 //!
-//! Any refusal is a [`Refusal`]. Its [`Refusal::code`] is always one of the seed's six error
-//! codes, and [`Refusal::reason`] the finer stable code where there is one (`fee too high`
-//! under `settlement failed`); the HTTP and MCP surfaces answer it with a fresh challenge
-//! carrying both (`error`, `reason`).
+//! Any refusal is a [`Refusal`]. Its [`Refusal::code`] is always one of the six error codes of
+//! `docs/exact-algo.md` §4.1, and [`Refusal::reason`] the finer stable code where there is one
+//! (`fee too high` under `settlement failed`); the HTTP and MCP surfaces answer it with a fresh
+//! challenge carrying both (`error`, `reason`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -78,7 +79,7 @@ pub enum Refusal {
     /// The paymentId is unknown, lapsed, or used.
     #[error(transparent)]
     PaymentId(#[from] LifecycleError),
-    /// A rule of the seed is broken.
+    /// A rule of `docs/exact-algo.md` §3 is broken.
     #[error(transparent)]
     Rule(#[from] Violation),
     /// algod refused the transaction (`settlement failed`), with its message.
@@ -91,10 +92,11 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// How the refusal goes on the wire: `error` is always one of the seed's six codes
-    /// ([`crate::wire::SEED_ERRORS`]), so a client written to the seed recognises every
-    /// refusal and knows what to do; `reason` is the finer stable code where the seed has
-    /// none of its own. Each finer case goes under the seed code whose remedy fits:
+    /// How the refusal goes on the wire (`docs/exact-algo.md` §4): `error` is always one of
+    /// the six codes ([`crate::wire::SEED_ERRORS`]), so a client written to
+    /// `docs/exact-algo.md` recognises every refusal and knows what to do; `reason` is the
+    /// finer stable code where none of the six is its own. Each finer case goes under the
+    /// code whose remedy fits:
     ///
     /// | reason | error |
     /// |---|---|
@@ -189,13 +191,14 @@ impl Refusal {
 crate::rules::code_and_reason!(
     Refusal,
     code: [
-        " The `error` on the wire: one of the seed's six codes (`underpaid`, `receiver",
-        " mismatch`, `unknown or expired paymentId`, `paymentId already used`, `transaction",
-        " expired`, `settlement failed`), whatever the refusal. See [`Refusal::error_code`].",
+        " The `error` on the wire: one of the six codes of `docs/exact-algo.md` §4.1",
+        " (`underpaid`, `receiver mismatch`, `unknown or expired paymentId`, `paymentId already",
+        " used`, `transaction expired`, `settlement failed`), whatever the refusal. See",
+        " [`Refusal::error_code`].",
     ],
     reason: [
         " The finer stable code sent as `reason` beside [`Refusal::code`] (`fee too high`,",
-        " `bad signature`, …); `None` when the seed's code is the whole story.",
+        " `bad signature`, …); `None` when the six-code `error` is the whole story.",
     ]
 );
 
@@ -369,7 +372,7 @@ impl ExactAlgoReceiver {
     }
 
     /// The 402 body answering `refusal`: a fresh challenge for `price`, with the refusal's
-    /// seed code as `error` and its finer code, if any, as `reason`.
+    /// code (`docs/exact-algo.md` §4.1) as `error` and its finer code, if any, as `reason`.
     ///
     /// # Errors
     /// [`RailError::Storage`].
@@ -387,9 +390,9 @@ impl ExactAlgoReceiver {
         })
     }
 
-    /// Verifies and settles the `PAYMENT-SIGNATURE` header `header` for `price` (the seed's
-    /// whole flow; see the module docs). `expect_pid`, when given, is the one paymentId this
-    /// payment must carry (a rail-core offer names it).
+    /// Verifies and settles the `PAYMENT-SIGNATURE` header `header` for `price` (the whole flow of
+    /// `docs/exact-algo.md`; see the module docs). `expect_pid`, when given, is the one paymentId
+    /// this payment must carry (a rail-core offer names it).
     ///
     /// # Errors
     /// A [`Refusal`]; nothing was charged unless it is [`Refusal::Unavailable`] after a
@@ -456,9 +459,9 @@ impl ExactAlgoReceiver {
         }
     }
 
-    /// The seed's flow for a decoded payment (see the module docs), without the served-once
-    /// record: verify, take the paymentId, submit, wait for confirmation. Settling the same
-    /// transaction again answers its first settlement (checked on chain), never a second
+    /// The flow of `docs/exact-algo.md` for a decoded payment (see the module docs), without the
+    /// served-once record: verify, take the paymentId, submit, wait for confirmation. Settling the
+    /// same transaction again answers its first settlement (checked on chain), never a second
     /// transfer; whoever calls it serves the answer at most once (the transport does).
     ///
     /// # Errors
@@ -786,7 +789,7 @@ mod tests {
                 "{r:?} is sent as {:?}",
                 r.code()
             );
-            // A reason is only sent when it says more than the seed's code.
+            // A reason is only sent when it says more than the six-code `error`.
             assert_ne!(r.reason(), Some(r.code()), "{r:?}");
             if let Some(reason) = r.reason() {
                 assert!(!SEED_ERRORS.contains(&reason), "{r:?}: reason {reason:?}");

@@ -1,4 +1,5 @@
-//! The payment rules of the exact-algo seed (§3), checked on a decoded signed payment.
+//! The payment rules of exact-algo (`docs/exact-algo.md` §3), checked on a decoded signed
+//! payment.
 //!
 //! The chain accepts underpaid, wrong-receiver, close-to, rekey and replayed payments without
 //! complaint: every rule here is the verifier's job. The signature is checked first, before any
@@ -12,7 +13,7 @@ use crate::wire::{
     UNKNOWN_OR_EXPIRED_PAYMENT_ID,
 };
 
-/// The most a payer can be asked to pay in fees (seed §3), in microALGO.
+/// The most a payer can be asked to pay in fees (`docs/exact-algo.md` §3.8), in microALGO.
 pub const MAX_FEE: u64 = 2_000;
 /// The protocol's minimum balance of an account, in microALGO (0.1 ALGO).
 pub const MIN_BALANCE: u64 = 100_000;
@@ -43,8 +44,8 @@ pub struct ChainView {
     pub auth_addr: Option<Address>,
 }
 
-/// A broken rule. [`Violation::code`] is the seed's error code it is sent under,
-/// [`Violation::reason`] the rule's own finer code.
+/// A broken rule. [`Violation::code`] is the error code (`docs/exact-algo.md` §4.1) it is
+/// sent under, [`Violation::reason`] the rule's own finer code (§4.2).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Violation {
@@ -129,13 +130,13 @@ pub enum Violation {
 }
 
 impl Violation {
-    /// How the violation goes on the wire: the seed's code (§4) as `error`, this rule's own
-    /// stable code as `reason` where the seed has none of its own. The seed code is the one
-    /// whose remedy ("what the payer does") fits:
+    /// How the violation goes on the wire (`docs/exact-algo.md` §4): one of the six codes
+    /// (§4.1) as `error`, this rule's own stable code as `reason` where none of the six is its
+    /// own. The code is the one whose remedy ("what the payer does") fits:
     ///
     /// | reason | error | why |
     /// |---|---|---|
-    /// | — | `underpaid`, `receiver mismatch`, `transaction expired` | the seed names them |
+    /// | — | `underpaid`, `receiver mismatch`, `transaction expired` | §4.1 names them |
     /// | `bad signature`, `unauthorized signer` | `settlement failed` | the network would reject it (signature): check the wallet |
     /// | `group not allowed`, `fee too high`, `fee too low`, `rekey not allowed`, `close-to not allowed` | `settlement failed` | the wallet built something this receiver does not submit: check the wallet and retry |
     /// | `wrong network` | `settlement failed` | the wallet is on another chain: check the wallet |
@@ -193,16 +194,17 @@ pub(crate) use code_and_reason;
 code_and_reason!(
     Violation,
     code: [
-        " The `error` on the wire: always one of the seed's six codes",
+        " The `error` on the wire: always one of the six codes of `docs/exact-algo.md` §4.1",
         " ([`crate::wire::SEED_ERRORS`]); see [`Violation::error_code`].",
     ],
     reason: [
         " The finer `reason` sent beside [`Violation::code`] (`fee too high`), `None` for the",
-        " cases the seed names itself.",
+        " cases one of the six codes names itself.",
     ]
 );
 
-/// Checks `p` against `req` as of `chain`: the signature first, then every rule of the seed.
+/// Checks `p` against `req` as of `chain`: the signature first, then every rule of
+/// `docs/exact-algo.md` §3.
 ///
 /// # Errors
 /// The first [`Violation`].

@@ -1,7 +1,8 @@
-//! exact-algo as an [`x402_transport::Scheme`]: the seed's native-ALGO payment in x402's
-//! envelope, served by the shared paywall and MCP adapter. The wire is the seed's (§2, §5): the
-//! 402 body has no `resource` object, the envelope names `scheme` and `network` at its top,
-//! `payload.txn` carries the signed transaction, and every refusal's `error` is the seed's code.
+//! exact-algo as an [`x402_transport::Scheme`]: the native-ALGO payment of `docs/exact-algo.md`
+//! in x402's envelope, served by the shared paywall and MCP adapter. The wire is that document's
+//! (§2, §5): the 402 body has no `resource` object, the envelope names `scheme` and `network` at
+//! its top, `payload.txn` carries the signed transaction, and every refusal's `error` is one of
+//! the six codes (§4.1).
 //!
 //! ```no_run
 //! # async fn demo(receiver: rail_exact_algo::ExactAlgoReceiver) -> Result<(), x402_transport::Error> {
@@ -33,12 +34,12 @@ use crate::wire::{self, PAYMENT_ID_ALREADY_USED, PaymentResponse, SETTLEMENT_FAI
 
 /// The label of this scheme among the transport's schemes.
 pub const LABEL: &str = "exact-algo";
-/// The `error` of a challenge for a request that carried no payment (the seed's text).
+/// The `error` of a challenge for a request that carried no payment (`docs/exact-algo.md` §2.1).
 pub const PAYMENT_REQUIRED_ERROR: &str = "payment required";
-/// The free MCP tool describing the scheme (seed §5).
+/// The free MCP tool describing the scheme (`docs/exact-algo.md` §5).
 pub const PAYMENT_INSTRUCTIONS: &str = "payment_instructions";
 
-/// The seed's exact-algo, settled by one receiver.
+/// exact-algo (`docs/exact-algo.md`), settled by one receiver.
 #[derive(Clone, Debug)]
 pub struct ExactAlgo {
     info: SchemeInfo,
@@ -87,7 +88,8 @@ impl ExactAlgo {
     }
 }
 
-/// A receiver's refusal as the transport answers it: the seed's code as `error`.
+/// A receiver's refusal as the transport answers it: its code (`docs/exact-algo.md` §4.1) as
+/// `error`.
 #[must_use]
 pub fn failure(r: &Refusal) -> Failure {
     let reason = r.reason().map(str::to_owned);
@@ -102,12 +104,12 @@ pub fn failure(r: &Refusal) -> Failure {
     }
 }
 
-/// A refusal with the seed's `settlement failed` and a finer `reason`.
+/// A refusal with `settlement failed` and a finer `reason` (`docs/exact-algo.md` §4.2).
 fn settlement_failed(reason: &str, detail: impl Into<String>) -> WireRefusal {
     WireRefusal::new(SETTLEMENT_FAILED, detail).with_reason(Some(reason.to_owned()))
 }
 
-/// An unknown outcome with the seed's `settlement failed` and a finer `reason`.
+/// An unknown outcome with `settlement failed` and a finer `reason` (`docs/exact-algo.md` §4.2).
 fn unknown(reason: &str, detail: impl Into<String>) -> Failure {
     Failure::Unknown {
         error: SETTLEMENT_FAILED.into(),
@@ -141,7 +143,8 @@ pub(crate) fn json_of<T: serde::Serialize>(value: &T) -> Result<Value, Failure> 
     serde_json::to_value(value).map_err(|e| Failure::internal(e.to_string()))
 }
 
-/// The receipt an MCP tool result carries in `structuredContent.receipt` (seed §5).
+/// The receipt an MCP tool result carries in `structuredContent.receipt` (`docs/exact-algo.md`
+/// §2.4, §5).
 #[must_use]
 pub fn mcp_receipt(r: &PaymentResponse) -> Value {
     json!({
@@ -223,9 +226,9 @@ impl Scheme for ExactAlgo {
         })
     }
 
-    /// Settle-after: a simulation of the signed payment where algod offers one (a 404 leaves
-    /// the verdict to settlement, as before); the seed's rules and paymentId are still checked
-    /// when settling.
+    /// Settle-after: a simulation of the signed payment where algod offers one (a 404 leaves the
+    /// verdict to settlement, as before); the rules and paymentId of `docs/exact-algo.md` §3 are
+    /// still checked when settling.
     async fn verify(
         &self,
         payment: &Verified,

@@ -1,25 +1,27 @@
-//! The exact-algo wire format (seed §2): the 402 body, the `PAYMENT-SIGNATURE` envelope and the
-//! `PAYMENT-RESPONSE` receipt, as plain serde types with strict decoding of what payers send.
+//! The exact-algo wire format (`docs/exact-algo.md` §2): the 402 body, the `PAYMENT-SIGNATURE`
+//! envelope and the `PAYMENT-RESPONSE` receipt, as plain serde types with strict decoding of what
+//! payers send.
 
 use data_encoding::{BASE64, BASE64_NOPAD, BASE64URL_NOPAD};
 use serde::{Deserialize, Serialize};
 
 use crate::txn::{SignedPay, TxnError};
 
-/// Seed §4: the amount is too small (re-read the 402 body and pay again).
+/// `docs/exact-algo.md` §4.1: the amount is too small (re-read the 402 body and pay again).
 pub const UNDERPAID: &str = "underpaid";
-/// Seed §4: the wrong receiver (use `payTo` exactly).
+/// `docs/exact-algo.md` §4.1: the wrong receiver (use `payTo` exactly).
 pub const RECEIVER_MISMATCH: &str = "receiver mismatch";
-/// Seed §4: no such challenge, or it expired (request a fresh 402).
+/// `docs/exact-algo.md` §4.1: no such challenge, or it expired (request a fresh 402).
 pub const UNKNOWN_OR_EXPIRED_PAYMENT_ID: &str = "unknown or expired paymentId";
-/// Seed §4: single use violated (request a fresh 402).
+/// `docs/exact-algo.md` §4.1: single use violated (request a fresh 402).
 pub const PAYMENT_ID_ALREADY_USED: &str = "paymentId already used";
-/// Seed §4: `last_valid_round` passed (sign again).
+/// `docs/exact-algo.md` §4.1: `last_valid_round` passed (sign again).
 pub const TRANSACTION_EXPIRED: &str = "transaction expired";
-/// Seed §4: the network rejected it (check the wallet and retry).
+/// `docs/exact-algo.md` §4.1: the network rejected it (check the wallet and retry).
 pub const SETTLEMENT_FAILED: &str = "settlement failed";
 
-/// The seed's six error codes (§4), in its order: every refusal's `error` is one of them.
+/// The scheme's six error codes (`docs/exact-algo.md` §4.1), in its order: every refusal's
+/// `error` is one of them.
 pub const SEED_ERRORS: [&str; 6] = [
     UNDERPAID,
     RECEIVER_MISMATCH,
@@ -29,21 +31,22 @@ pub const SEED_ERRORS: [&str; 6] = [
     SETTLEMENT_FAILED,
 ];
 
-/// How a refusal goes on the wire: `error`, always one of the seed's codes ([`SEED_ERRORS`]),
-/// so a client written to the seed recognises every refusal; and `reason`, this receiver's
-/// finer stable code, sent beside it when it says more than the seed's code (`fee too high`
-/// under `settlement failed`).
+/// How a refusal goes on the wire (`docs/exact-algo.md` §4): `error`, always one of the six
+/// codes ([`SEED_ERRORS`]), so a client written to `docs/exact-algo.md` recognises every
+/// refusal; and `reason`, this receiver's finer stable code, sent beside it when it says more
+/// than the six-code `error` (`fee too high` under `settlement failed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct ErrorCode {
-    /// The seed's code: the 402 body's (or MCP `structuredContent`'s) `error`.
+    /// One of the six codes (`docs/exact-algo.md` §4.1): the 402 body's (or MCP
+    /// `structuredContent`'s) `error`.
     pub error: &'static str,
-    /// The finer code (`reason`); `None` when the seed's code is all there is to say.
+    /// The finer code (`reason`); `None` when the six-code `error` is all there is to say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
 }
 
 impl ErrorCode {
-    /// A case the seed names itself.
+    /// A case one of the six codes names itself (`docs/exact-algo.md` §4.1).
     #[must_use]
     pub const fn seed(error: &'static str) -> Self {
         ErrorCode {
@@ -52,7 +55,7 @@ impl ErrorCode {
         }
     }
 
-    /// A finer case `reason`, sent under the seed's `error`.
+    /// A finer case `reason`, sent under the six-code `error` (`docs/exact-algo.md` §4.2).
     #[must_use]
     pub const fn finer(error: &'static str, reason: &'static str) -> Self {
         ErrorCode {
@@ -61,7 +64,7 @@ impl ErrorCode {
         }
     }
 
-    /// The finer code if there is one, else the seed's.
+    /// The finer code if there is one, else the six-code `error`.
     #[must_use]
     pub fn most_specific(&self) -> &'static str {
         self.reason.unwrap_or(self.error)
@@ -79,8 +82,8 @@ pub fn network_id(genesis_hash: &[u8; 32]) -> String {
 
 /// The CAIP-2 form ([`network_id`]) of an Algorand `network`, in either spelling:
 ///
-/// - `algorand:` + a 32-character reference, the CAIP-2 form (the seed's). Written in the
-///   standard base64 alphabet it is the same reference: `+` reads as `-`, `/` as `_`;
+/// - `algorand:` + a 32-character reference, the CAIP-2 form (`docs/exact-algo.md` §2.5). Written
+///   in the standard base64 alphabet it is the same reference: `+` reads as `-`, `/` as `_`;
 /// - `algorand:` + the whole genesis hash, as some x402 SDKs spell it
 ///   (`algorand:SGO1GKSzyE7IEPItTxCByw9x8FmnrCDexi9/cOUJOiI=`), in standard base64 or
 ///   base64url, with or without padding; it must decode (canonically) to exactly 32 bytes.
@@ -161,11 +164,12 @@ pub struct Accept {
 pub struct PaymentRequired {
     /// 2.
     pub x402_version: u32,
-    /// `payment required`, or why a payment was refused: one of the seed's codes
-    /// ([`SEED_ERRORS`]).
+    /// `payment required`, or why a payment was refused: one of the six codes
+    /// ([`SEED_ERRORS`], `docs/exact-algo.md` §4.1).
     pub error: String,
     /// The finer reason a payment was refused ([`ErrorCode::reason`]), when there is one;
-    /// absent from the JSON otherwise (a body the seed describes is unchanged).
+    /// absent from the JSON otherwise (the plain body of `docs/exact-algo.md` §2.1 is
+    /// unchanged).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reason: Option<String>,
     /// What would be accepted.
@@ -307,7 +311,7 @@ mod tests {
     fn both_spellings_of_a_network_normalize_to_caip2() {
         let n = |s: &str| normalize_network(s);
         for (spelling, caip2) in [
-            // CAIP-2 (the seed's spelling) maps to itself.
+            // CAIP-2 (the spelling receivers send, `docs/exact-algo.md` §2.5) maps to itself.
             (TESTNET, TESTNET),
             (MAINNET, MAINNET),
             (BETANET, BETANET),

@@ -5,7 +5,7 @@
     clippy::panic,
     missing_docs
 )]
-//! The seed's flow end to end over HTTP: a devnet, a receiver, a payer.
+//! The flow of `docs/exact-algo.md` end to end over HTTP: a devnet, a receiver, a payer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

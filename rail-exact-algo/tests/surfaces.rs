@@ -218,7 +218,7 @@ async fn a_priced_route_answers_the_seeds_402() {
     assert_eq!(a.max_timeout_seconds, 120);
     assert!(is_pid(&a.extra.payment_id));
     assert_eq!(a.extra.min_fee_micro_algo, 1000);
-    // The raw JSON uses the seed's key names.
+    // The raw JSON uses the key names of `docs/exact-algo.md` §2.2.
     let raw: Value =
         serde_json::from_slice(&env.get("/api/posts/1", None).await.bytes().await.unwrap())
             .unwrap();
@@ -293,8 +293,9 @@ async fn paying_unlocks_once_and_a_replay_gets_a_fresh_challenge() {
         START - 1000 - 1000
     );
 
-    // The same header again: refused, with a fresh, different paymentId. The seed names the
-    // case: no finer reason, the body is exactly the seed's shape.
+    // The same header again: refused, with a fresh, different paymentId. One of the six codes
+    // names the case (`docs/exact-algo.md` §4.1): no finer reason, the body is exactly the plain
+    // shape of §2.1.
     let replay = env.challenge("/api/posts/2", Some(&signed.header)).await;
     assert_eq!(replay.error, "paymentId already used");
     assert_eq!(replay.reason, None);
@@ -335,8 +336,8 @@ async fn rule_violations_are_402s_with_their_codes() {
     let r = env.challenge("/api/posts/1", Some(&elsewhere)).await;
     assert_eq!(r.error, "receiver mismatch");
 
-    // A finer case: the seed's code as error, the finer one as reason, in the body and in
-    // PAYMENT-REQUIRED alike.
+    // A finer case: one of the six codes as error, the finer one as reason (`docs/exact-algo.md`
+    // §4.2), in the body and in PAYMENT-REQUIRED alike.
     let pr = env.challenge("/api/posts/1", None).await;
     let mut bad_sig = env.hand_made(&pr, 1000, env.treasury).await;
     bad_sig = {
@@ -500,8 +501,8 @@ async fn discovery_documents_describe_the_scheme() {
     assert_eq!(doc["headers"]["receipt"], "PAYMENT-RESPONSE");
     let rules = doc["rules"].as_array().unwrap();
     assert!(rules.len() >= 7);
-    // Each rule lists its codes as the wire carries them: the seed's error, and the finer
-    // reason beside it where there is one.
+    // Each rule lists its codes as the wire carries them: the six-code error, and the finer
+    // reason beside it where there is one (`docs/exact-algo.md` §3, §4).
     let rule_codes: Vec<&Value> = rules
         .iter()
         .flat_map(|r| r["errors"].as_array().unwrap())
@@ -543,7 +544,8 @@ async fn discovery_documents_describe_the_scheme() {
     ] {
         assert!(codes.contains(&(error, Some(reason))), "{error} / {reason}");
     }
-    // Every error is a seed code (or "payment required"); exactly the seed's rows are marked.
+    // Every error is one of the six codes (or "payment required"); exactly the rows of
+    // `docs/exact-algo.md` §4.1 are marked.
     for e in errors {
         let error = e["error"].as_str().unwrap();
         assert!(seed.contains(&error) || error == "payment required", "{e}");

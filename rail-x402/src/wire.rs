@@ -133,9 +133,10 @@ pub struct PaymentRequirements {
     pub extra: Option<Extra>,
 }
 
-/// The 402 answer (`PaymentRequired`, v2) with exact-EVM entries, sent in the
-/// `PAYMENT-REQUIRED` header: the transport's 402 body, typed. Its `resource` is optional in
-/// the envelope (the exact-algo seed's 402 has none); an x402 v2 402 of this scheme carries it.
+/// The 402 answer (`PaymentRequired`, v2) with exact-EVM entries, sent in the `PAYMENT-REQUIRED`
+/// header: the transport's 402 body, typed. Its `resource` is optional in the envelope
+/// (exact-algo's 402 has none, `docs/exact-algo.md` §2.1); an x402 v2 402 of this scheme carries
+/// it.
 pub type PaymentRequired = x402_transport::wire::PaymentRequired<PaymentRequirements>;
 
 impl SameEntry for PaymentRequirements {

@@ -1983,7 +1983,7 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
 }
 
 /// exact-algo on the gateway, on an algod devnet in process: its discovery documents
-/// (`/llms.txt`, `/.well-known/exact-algo.json`, the Avouch seed's §7) with the gateway's
+/// (`/llms.txt`, `/.well-known/exact-algo.json`, `docs/exact-algo.md` §7) with the gateway's
 /// prices, and the Stipendex wallet paying a route over it (a payment on chain, verified by
 /// the gateway before the forward).
 #[tokio::test(flavor = "multi_thread")]

@@ -2,8 +2,8 @@
 //! wrapped around the rail under test, on every rail the suite knows.
 //!
 //! Each behaviour builds a fresh principal, wallet and receiver over the harness's rail (both
-//! sides), on the harness's clock, and checks one rule of the overview's invariants (I1–I5)
-//! end to end, with the rail's real balances.
+//! sides), on the harness's clock, and checks one rule of the invariants (I1–I5,
+//! `docs/stipendex-profile.md` §0) end to end, with the rail's real balances.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

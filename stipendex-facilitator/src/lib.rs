@@ -1,9 +1,9 @@
 //! # stipendex-facilitator
 //!
-//! The hosted Stipendex facilitator (the overview's adoption level L1): a signed HTTP service
-//! that runs accounts over the ledger for wallets and receivers that keep none of their own.
-//! Payers pay and hold from their account; receivers have it verify a payment once, capture,
-//! void and refund; payments above an account's threshold wait in a review queue for an
+//! The hosted Stipendex facilitator (adoption level L1, `docs/stipendex-profile.md` §0): a signed
+//! HTTP service that runs accounts over the ledger for wallets and receivers that keep none of
+//! their own. Payers pay and hold from their account; receivers have it verify a payment once,
+//! capture, void and refund; payments above an account's threshold wait in a review queue for an
 //! operator. The client is the `account` rail ([`rail_account`]).
 //!
 //! - **One instance on SQLite, or several on one PostgreSQL.** Instances share nothing but the

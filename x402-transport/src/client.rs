@@ -1,9 +1,9 @@
 //! The paying HTTP client for every scheme: a small wrapper around `reqwest` that answers a 402
 //! by paying within its payers' policies and retrying once.
 //!
-//! - The 402 is read from `PAYMENT-REQUIRED` (v2). Without it, the JSON body is read: a v2
-//!   body (the exact-algo seed's clients read the body) or a v1 one (`x402Version: 1`, paid
-//!   only by a payer that speaks v1, with `X-PAYMENT`). Anything else is returned as it came.
+//! - The 402 is read from `PAYMENT-REQUIRED` (v2). Without it, the JSON body is read: a v2 body
+//!   (exact-algo's clients read the body, `docs/exact-algo.md` §6) or a v1 one (`x402Version: 1`,
+//!   paid only by a payer that speaks v1, with `X-PAYMENT`). Anything else is returned as it came.
 //! - A client holds several [`SchemePayer`]s in its order of preference; the first payer that
 //!   accepts some entry pays the cheapest entry it accepts. Nothing is paid blindly: each payer
 //!   checks an entry against its own policy (scheme, network, asset, limit).
@@ -165,9 +165,9 @@ impl Required {
     }
 }
 
-/// Reads a 402: the `PAYMENT-REQUIRED` header (x402 v2) if there is one, else the JSON body (a
-/// v2 body, as the exact-algo seed's clients read it, or a v1 one). `Ok(None)` for a body that
-/// is no x402 payment requirement (the 402 is then not x402's).
+/// Reads a 402: the `PAYMENT-REQUIRED` header (x402 v2) if there is one, else the JSON body (a v2
+/// body, as exact-algo's clients read it (`docs/exact-algo.md` §6), or a v1 one). `Ok(None)` for a
+/// body that is no x402 payment requirement (the 402 is then not x402's).
 ///
 /// # Errors
 /// [`ClientError::Header`] for a `PAYMENT-REQUIRED` header, or a body naming an x402 version,

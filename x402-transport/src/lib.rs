@@ -1,9 +1,9 @@
 //! # x402-transport — one x402 transport for every scheme
 //!
-//! x402 v2's envelope — a 402 whose `accepts[]` lists ways to pay, a `PAYMENT-SIGNATURE`
-//! retry, a `PAYMENT-RESPONSE` receipt, and the same over MCP (`_meta["x402/payment"]`) — is
-//! shared by schemes that settle in very different ways: `exact` on EVM signs an EIP-3009
-//! authorization a facilitator submits (`rail-x402`); the exact-algo seed's payer signs a native
+//! x402 v2's envelope — a 402 whose `accepts[]` lists ways to pay, a `PAYMENT-SIGNATURE` retry, a
+//! `PAYMENT-RESPONSE` receipt, and the same over MCP (`_meta["x402/payment"]`) — is shared by
+//! schemes that settle in very different ways: `exact` on EVM signs an EIP-3009 authorization a
+//! facilitator submits (`rail-x402`); exact-algo's payer (`docs/exact-algo.md`) signs a native
 //! Algorand payment the receiver submits (`rail-exact-algo`). This crate is everything they do
 //! alike, written once; a scheme plugs in through [`Scheme`].
 //!

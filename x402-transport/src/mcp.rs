@@ -1,4 +1,4 @@
-//! x402 over MCP (x402's `transports-v2/mcp.md`, and the exact-algo seed's §5) for any rmcp
+//! x402 over MCP (x402's `transports-v2/mcp.md`, and `docs/exact-algo.md` §5) for any rmcp
 //! server, whatever the scheme: put [`McpPaywall::call`] in front of the tools of a
 //! `ServerHandler::call_tool`.
 //!
@@ -313,17 +313,18 @@ pub fn payment_required_of(result: &CallToolResult) -> Option<Value> {
     crate::wire::payment_required_in_tool_result(&serde_json::to_value(result).ok()?)
 }
 
-/// An MCP endpoint at `path` over Streamable HTTP for the rmcp server `factory` makes (one
-/// per request): stateless (no `Mcp-Session-Id`; every request stands alone, as the seed's
-/// clients and MCP's `2026-07-28` revision expect) and answering plain JSON (an SSE stream
-/// only if the handler sends a notification first).
+/// An MCP endpoint at `path` over Streamable HTTP for the rmcp server `factory` makes (one per
+/// request): stateless (no `Mcp-Session-Id`; every request stands alone, as exact-algo's clients
+/// (`docs/exact-algo.md` §5) and MCP's `2026-07-28` revision expect) and answering plain JSON (an
+/// SSE stream only if the handler sends a notification first).
 ///
 /// In front of rmcp's transport:
 /// - a request from a browser page of another origin is refused (403): DNS-rebinding
 ///   protection that, unlike a fixed host list, works behind any host name;
 /// - a `POST` without `Accept`, or with one that takes JSON (`*/*`, `application/json`), is
 ///   served as one that names both MCP media types: HTTP reads a missing `Accept` as "anything",
-///   and the answer is JSON. The seed's clients send notifications without `Accept`.
+///   and the answer is JSON. exact-algo's minimal clients (`docs/exact-algo.md` §5, §6) send
+///   notifications without `Accept`.
 #[cfg(feature = "mcp-http")]
 pub fn streamable_http<S, F>(path: &str, factory: F) -> axum::Router
 where

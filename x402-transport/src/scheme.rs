@@ -1,5 +1,5 @@
-//! The scheme trait: what one x402 scheme (`exact` on EVM with EIP-3009, the seed's native-ALGO
-//! exact-algo, …) brings to the shared transport.
+//! The scheme trait: what one x402 scheme (`exact` on EVM with EIP-3009, the native-ALGO
+//! exact-algo of `docs/exact-algo.md`, …) brings to the shared transport.
 //!
 //! The transport owns everything both schemes do alike: routes and tool prices, the 402 body and
 //! its `PAYMENT-REQUIRED` header, reading `PAYMENT-SIGNATURE` / `X-PAYMENT` /
@@ -128,7 +128,7 @@ pub struct Settled {
     /// The `PAYMENT-RESPONSE` JSON (and `_meta["x402/payment-response"]` over MCP).
     pub response: Value,
     /// What an MCP tool result carries as `structuredContent.receipt`, if the scheme has one
-    /// (exact-algo's seed §5).
+    /// (exact-algo's, `docs/exact-algo.md` §5).
     pub receipt: Option<Value>,
 }
 
@@ -345,15 +345,15 @@ pub trait Scheme: Send + Sync + fmt::Debug {
         None
     }
 
-    /// The `error` of a 402 for a request that carried no payment (x402's reference says
-    /// `Payment required`; the exact-algo seed `payment required`). A route offering several
-    /// schemes uses its first scheme's.
+    /// The `error` of a 402 for a request that carried no payment (x402's reference says `Payment
+    /// required`; exact-algo `payment required`, `docs/exact-algo.md` §2.1). A route offering
+    /// several schemes uses its first scheme's.
     fn required_error(&self) -> &str {
         crate::wire::PAYMENT_REQUIRED_ERROR
     }
 
-    /// Whether the 402 body carries the v2 `resource` object. x402 v2 requires it; the
-    /// exact-algo seed's body has none (a route mixing both has it).
+    /// Whether the 402 body carries the v2 `resource` object. x402 v2 requires it; the exact-algo
+    /// body has none (`docs/exact-algo.md` §2.1; a route mixing both has it).
     fn wants_resource(&self) -> bool {
         true
     }

@@ -205,7 +205,7 @@ where
 
 /// One `accepts[]` entry, exactly as its scheme serialized it: the transport never re-orders
 /// or re-encodes a scheme's members (an EVM entry is byte for byte x402's, an exact-algo entry
-/// the seed's).
+/// that of `docs/exact-algo.md` §2.2).
 pub type Entry = Box<RawValue>;
 
 /// `value` as an [`Entry`].
@@ -282,13 +282,13 @@ fn same_entries<E: SameEntry>(a: &[E], b: &[E]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y))
 }
 
-/// The 402 body of every scheme: x402 v2's `PaymentRequired`, whose `accepts[]` entries each
-/// scheme writes ([`crate::Scheme::requirements`]); `E` is [`Entry`] (any scheme, as written)
-/// or one scheme's typed requirements. Serialized member order: `x402Version`, `error`,
-/// `reason`, `resource`, `accepts`, `extensions` — byte for byte x402 v2's for an EVM route,
-/// and the exact-algo seed's for an exact-algo route (no `resource`; `reason` only with a
-/// refusal that has a finer code). Unknown top-level members are ignored (a newer server still
-/// parses); `accepts` is never empty.
+/// The 402 body of every scheme: x402 v2's `PaymentRequired`, whose `accepts[]` entries each scheme
+/// writes ([`crate::Scheme::requirements`]); `E` is [`Entry`] (any scheme, as written) or one
+/// scheme's typed requirements. Serialized member order: `x402Version`, `error`, `reason`,
+/// `resource`, `accepts`, `extensions` — byte for byte x402 v2's for an EVM route, and that of
+/// `docs/exact-algo.md` §2.1 for an exact-algo route (no `resource`; `reason` only with a refusal
+/// that has a finer code). Unknown top-level members are ignored (a newer server still parses);
+/// `accepts` is never empty.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", bound(deserialize = "E: Deserialize<'de>"))]
 pub struct PaymentRequired<E = Entry> {

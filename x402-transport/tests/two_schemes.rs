@@ -1,5 +1,5 @@
-//! One route, two schemes: the shared paywall offers `exact` on EVM (EIP-3009, on the
-//! in-memory token) and the seed's exact-algo (on the algod devnet) in one 402, and the shared
+//! One route, two schemes: the shared paywall offers `exact` on EVM (EIP-3009, on the in-memory
+//! token) and exact-algo (`docs/exact-algo.md`, on the algod devnet) in one 402, and the shared
 //! client pays it with whichever scheme its payers' order and policies choose; each payment is
 //! served once.
 
@@ -120,7 +120,8 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     assert_eq!(entries[0]["amount"], "1000");
     assert_eq!(entries[1]["asset"], "ALGO");
     assert_eq!(entries[1]["maxAmountRequired"], "2000");
-    // Each entry is sent exactly as its scheme wrote it (x402's member order, the seed's).
+    // Each entry is sent exactly as its scheme wrote it (x402's member order, that of
+    // `docs/exact-algo.md` §2.2).
     assert!(
         required.accepts[0]
             .get()
@@ -185,7 +186,8 @@ async fn each_client_pays_a_route_offering_both_schemes() {
         U256::from(2_000)
     );
 
-    // Each payment is served once: the exact-algo replay gets the seed's code.
+    // Each payment is served once: the exact-algo replay gets `paymentId already used`
+    // (`docs/exact-algo.md` §8).
     let replay = http
         .get(&url)
         .header("PAYMENT-SIGNATURE", &algo_header)
@@ -198,10 +200,10 @@ async fn each_client_pays_a_route_offering_both_schemes() {
     assert_eq!(net.devnet.balance(&treasury), 102_000);
 }
 
-/// One route, three ways to pay: USDC on EVM, USDC on Algorand (x402's own `exact` on
-/// Algorand, the facilitator paying the fees) and native ALGO (the seed's exact-algo), in one
-/// 402; each client pays the entry its payer holds, and the Algorand USDC payment is told apart
-/// from the exact-algo one by its shape, though both are `exact` on the same network.
+/// One route, three ways to pay: USDC on EVM, USDC on Algorand (x402's own `exact` on Algorand, the
+/// facilitator paying the fees) and native ALGO (exact-algo, `docs/exact-algo.md`), in one 402;
+/// each client pays the entry its payer holds, and the Algorand USDC payment is told apart from the
+/// exact-algo one by its shape, though both are `exact` on the same network.
 #[tokio::test]
 async fn usdc_on_evm_usdc_on_algorand_and_algo_in_one_402() {
     use algod_devnet::TESTNET_USDC;

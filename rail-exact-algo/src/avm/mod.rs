@@ -15,8 +15,8 @@
 //! | [`remote`] | [`RemoteFacilitator`]: a facilitator over HTTP (this crate's, or the SDK's) |
 //! | `server` (feature `paywall`) | the facilitator's HTTP routes: `/supported`, `/verify`, `/settle` |
 //!
-//! It is the same `scheme` and `network` as the seed's exact-algo; a route may offer both (and
-//! `exact` on EVM), and a payment goes to the one whose shape it has.
+//! It is the same `scheme` and `network` as exact-algo (`docs/exact-algo.md` §9); a route may offer
+//! both (and `exact` on EVM), and a payment goes to the one whose shape it has.
 
 pub mod facilitator;
 pub mod payer;

@@ -1,6 +1,6 @@
-//! x402's `exact` on Algorand as an [`x402_transport::Scheme`]: the shared paywall, MCP
-//! adapter and client carry it beside `exact` on EVM and the seed's exact-algo. It is told
-//! apart from exact-algo (same `scheme` and `network`) by its shape: `accepted` and
+//! x402's `exact` on Algorand as an [`x402_transport::Scheme`]: the shared paywall, MCP adapter and
+//! client carry it beside `exact` on EVM and exact-algo (`docs/exact-algo.md` §9). It is told apart
+//! from exact-algo (same `scheme` and `network`) by its shape: `accepted` and
 //! `payload.paymentGroup`.
 //!
 //! ```no_run

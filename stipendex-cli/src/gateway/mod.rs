@@ -213,7 +213,7 @@ fn paywall(
     Ok(Some(p))
 }
 
-/// `/llms.txt` and `/.well-known/exact-algo.json` (the Avouch seed's §7) where an exact-algo
+/// `/llms.txt` and `/.well-known/exact-algo.json` (`docs/exact-algo.md` §7) where an exact-algo
 /// rail receives: its HTTP routes' and tools' prices in µALGO.
 fn exact_algo_discovery(
     config: &Config,

@@ -240,7 +240,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// `GET /.well-known/agent.json`: the service's registration — its web and MCP endpoints, the
-/// payments it takes and its trust model (the Avouch seed's §7).
+/// payments it takes and its trust model (`docs/exact-algo.md` §7).
 pub(crate) fn agent_json(s: &Shared) -> Value {
     let origin = s.config.origins.first().cloned().unwrap_or_default();
     let d = s.receiver.descriptor();

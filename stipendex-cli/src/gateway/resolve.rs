@@ -1,5 +1,6 @@
 //! Dynamic prices without Rust: `[gateway] resolve_url` is asked for every priced request (the
-//! seed's `resolvePrice`), with a timeout and a configured failure mode.
+//! receiver's `resolve_price`, `docs/stipendex-profile.md` §3 and §6c; ContextVM's `resolvePrice`,
+//! `docs/research/contextvm-sdk-0.11.14.md` §3.4), with a timeout and a configured failure mode.
 //!
 //! The gateway `POST`s
 //! `{"capability": {"method", "pattern", "price": {"amount"|"estimate","tolerance","asset"}},

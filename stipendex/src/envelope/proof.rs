@@ -13,7 +13,8 @@ use crate::Error;
 pub enum ChallengeSource {
     /// An HTTP 402 (x402 v2 or v1).
     Http,
-    /// An MCP tool result with `isError` (the x402 MCP convention, the exact-algo seed's).
+    /// An MCP tool result with `isError` (the x402 MCP convention, exact-algo's:
+    /// `docs/exact-algo.md` §5).
     Mcp,
     /// A ContextVM server's CEP-8 payment request (`origin`: the server's Nostr key, hex;
     /// `entry`: the `payment_required` params; `pay_to`: the rail payee, for Lightning the

@@ -7,7 +7,7 @@ use super::signed::{Digest, Identity, Object, Tag};
 
 /// The principal's statement that a Mandate is withdrawn. A wallet that finds one for its
 /// mandate in its store refuses every payment from then on. (An addition of this profile: the
-/// overview names revocation but no object for it.)
+/// protocol names revocation but no object for it; `docs/stipendex-profile.md` §1, Revocation.)
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Revocation {
     /// `revocation/0.1`.

@@ -138,7 +138,7 @@ pub fn uncounted_in(v: Option<&Value>) -> Option<Digest> {
 
 /// The version of the binding this build speaks (`{"version": "0.1"}`).
 pub const VERSION: &str = "0.1";
-/// The JSON-RPC error code of a payment required (the seed's `-32402`).
+/// The JSON-RPC error code of a payment required (`-32402`, `docs/stipendex-profile.md` §6b).
 pub const PAYMENT_REQUIRED: i32 = -32402;
 /// The JSON-RPC error message of [`PAYMENT_REQUIRED`].
 pub const PAYMENT_REQUIRED_MESSAGE: &str = "Payment required";

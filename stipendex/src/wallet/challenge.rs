@@ -1,6 +1,7 @@
 //! Unsigned challenges of today's protocols, paid under the same mandate (feature
 //! `challenges`): an x402 402 over HTTP (v2 `PAYMENT-REQUIRED`, or a v1 body) and an x402-style
-//! MCP tool result with `isError` (the x402 MCP convention, and the exact-algo seed's).
+//! MCP tool result with `isError` (the x402 MCP convention, and exact-algo's:
+//! `docs/exact-algo.md` §5; `docs/stipendex-profile.md` §5).
 //!
 //! They carry no signature, so the allowlist is keyed by where they come from — the HTTP
 //! origin or the MCP server's identity — *and* the `payTo` of the entry paid

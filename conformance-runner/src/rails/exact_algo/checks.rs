@@ -1,12 +1,13 @@
-//! The exact-algo rail's own cases ([`conformance::Harness::rail_checks`]): one per rule of the
-//! seed's §3 and per error code, each built as a careful payer would and then changed in one
-//! way, on both tiers.
+//! The exact-algo rail's own cases ([`conformance::Harness::rail_checks`]): one per rule of
+//! `docs/exact-algo.md` §3 and per error code, each built as a careful payer would and then changed
+//! in one way, on both tiers.
 
 #[allow(clippy::wildcard_imports)] // the harness's parts and imports, as the harness sees them
 use super::*;
 
-/// How the finer case `code` goes on the wire: every refusal's `error` is one of the seed's six
-/// codes (a case the seed names is sent as itself), the finer code is the `reason` beside it.
+/// How the finer case `code` goes on the wire (`docs/exact-algo.md` §4): every refusal's `error`
+/// is one of the six codes (a case one of them names is sent as itself), the finer code is the
+/// `reason` beside it.
 /// Written out here, apart from the rail's own table, so a change of either is caught.
 fn wire_code(code: &'static str) -> ErrorCode {
     match code {
@@ -112,7 +113,7 @@ impl ExactAlgoHarness {
     }
 
     /// Settles `hdr` for `price` and expects refusal `code` (its finest code) with no money
-    /// moving, sent on the wire under the seed code [`wire_code`] names.
+    /// moving, sent on the wire under the six-code `error` [`wire_code`] names.
     async fn expect_refused(
         &self,
         hdr: &str,
@@ -152,7 +153,7 @@ impl ExactAlgoHarness {
         let mut out: Vec<(String, Check)> = Vec::new();
         let other = self.other;
 
-        // --- Every rule of seed §3, each with its own error code.
+        // --- Every rule of `docs/exact-algo.md` §3, each with its own error code.
         out.push((
             "underpaid".into(),
             self.rule_case("underpaid", |t| t.amount = 999).await,
@@ -594,7 +595,8 @@ impl ExactAlgoHarness {
     }
 
     async fn overpaid(&self) -> Check {
-        // The seed asks for amount >= maxAmountRequired: a tip is accepted, and reported.
+        // `docs/exact-algo.md` §3.6 asks for amount >= maxAmountRequired: a tip is accepted,
+        // and reported.
         let (price, _, s) = self.paid_by_payer(1500).await?;
         let r = self
             .receiver

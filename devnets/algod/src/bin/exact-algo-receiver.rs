@@ -1,4 +1,4 @@
-//! `exact-algo-receiver`: the example exact-algo receiver (seed §2, §5, §7).
+//! `exact-algo-receiver`: the example exact-algo receiver (`docs/exact-algo.md` §2, §5, §7, §10).
 //!
 //! ```text
 //! exact-algo-receiver --algod-url http://127.0.0.1:4001 --algod-token devtoken \
