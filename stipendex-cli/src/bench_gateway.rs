@@ -198,7 +198,7 @@ pub(crate) async fn run(dir: &Path, seconds: u64) -> Result<(), CliError> {
             receiver,
             store: None,
             schemes: Vec::new(),
-            exact_algo: None,
+            discovery: None,
             ready: None,
         },
     )

@@ -213,30 +213,23 @@ fn paywall(
     Ok(Some(p))
 }
 
-/// `/llms.txt` and `/.well-known/exact-algo.json` (`docs/exact-algo.md` §7) where an exact-algo
-/// rail receives: its HTTP routes' and tools' prices in µALGO.
-fn exact_algo_discovery(
-    config: &Config,
-    receiver: &rail_exact_algo::ExactAlgoReceiver,
-    http: Option<&Paywall>,
-) -> Router<Arc<Shared>> {
-    let routes = http.map(rail_exact_algo::http::prices).unwrap_or_default();
-    let tools: Vec<rail_exact_algo::receiver::Price> = config
+/// The service as the rails' discovery documents describe it: its name, what it sells, its MCP
+/// endpoint and its tools' fixed prices.
+fn service_of(config: &Config) -> stipendex::registry::Service {
+    let tools = config
         .prices
         .iter()
         .filter(|c| c.method() == "tools/call")
         .filter_map(|c| match &c.price {
-            Price::Fixed(m) if m.asset() == &rail_core::Asset::algo() => {
-                Some(rail_exact_algo::receiver::Price {
-                    resource: c.name().to_owned(),
-                    description: c.description.clone().unwrap_or_else(|| c.name().to_owned()),
-                    amount: u64::try_from(m.minor_units()).ok()?,
-                })
-            }
+            Price::Fixed(m) => Some(stipendex::registry::Tool {
+                name: c.name().to_owned(),
+                description: c.description.clone().unwrap_or_else(|| c.name().to_owned()),
+                price: m.clone(),
+            }),
             _ => None,
         })
         .collect();
-    let info = rail_exact_algo::http::ServiceInfo {
+    stipendex::registry::Service {
         name: config.receiver_id.clone(),
         summary: format!(
             "{} sells its {} per request through a Stipendex gateway: a signed Quote (Stipendex) or an x402 challenge on every priced request.",
@@ -249,8 +242,8 @@ fn exact_algo_discovery(
         ),
         docs_url: None,
         mcp_endpoint: config.upstream.is_mcp().then(|| config.mcp_path.clone()),
-    };
-    rail_exact_algo::http::discovery_router(&info, receiver, &routes, &tools).with_state(())
+        tools,
+    }
 }
 
 fn store_of(s: &Shared) -> Option<&Arc<dyn KeyStore>> {
@@ -308,7 +301,8 @@ pub(crate) struct Parts {
     pub(crate) receiver: Receiver,
     pub(crate) store: Option<Arc<dyn KeyStore>>,
     pub(crate) schemes: Vec<(Arc<dyn Scheme>, rail_core::Asset)>,
-    pub(crate) exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
+    /// The first rail's discovery documents, if any rail publishes them (exact-algo's).
+    pub(crate) discovery: Option<Arc<dyn stipendex::registry::Discovery>>,
     /// The receiver's guard, if it was built with this gateway's ([`UpstreamReady`]).
     pub(crate) ready: Option<Arc<UpstreamReady>>,
 }
@@ -354,7 +348,7 @@ async fn build(config: Config) -> Result<(Router, Arc<Shared>), CliError> {
         receiver: b.build()?,
         store,
         schemes: schemes_of(&registry),
-        exact_algo: registry.rails().find_map(|e| e.exact_algo.clone()),
+        discovery: registry.rails().find_map(|e| e.discovery.clone()),
         ready: Some(ready),
     };
     assemble(config, parts).await
@@ -369,7 +363,7 @@ pub(crate) async fn assemble(
         receiver,
         store,
         schemes,
-        exact_algo,
+        discovery,
         ready,
     } = parts;
     let ready = ready.unwrap_or_else(|| Arc::new(UpstreamReady::new(&config.upstream)));
@@ -385,7 +379,7 @@ pub(crate) async fn assemble(
     } else {
         None
     };
-    let discovery = exact_algo.map(|r| exact_algo_discovery(&config, &r, http_paywall.as_ref()));
+    let discovery = discovery.map(|d| d.router(&service_of(&config), http_paywall.as_ref()));
     if let Some(m) = &session {
         let _ = ready.session.set(m.clone());
         // A priced tool the upstream does not list is never asked for (or is misspelt).
@@ -474,7 +468,7 @@ pub(crate) async fn assemble(
         }
     };
     let router = match discovery {
-        Some(d) => router.merge(d.with_state(shared.clone())),
+        Some(d) => router.merge(d.with_state(())),
         None => router,
     };
     let router = router

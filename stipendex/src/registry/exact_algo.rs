@@ -96,8 +96,19 @@ pub(super) async fn build(ctx: &Ctx<'_>) -> Result<Sides, Error> {
         }
         None => None,
     };
-    let mut sides: Sides = (payer, receiver).into();
-    sides.exact_algo = kept;
+    let sides: Sides = (payer, receiver).into();
+    // The scheme's discovery documents (`docs/exact-algo.md` §7), served by a binding that
+    // fronts a service.
+    #[cfg(all(feature = "paywall", feature = "http"))]
+    let sides = Sides {
+        discovery: kept.map(|r| {
+            std::sync::Arc::new(super::discovery::ExactAlgoDiscovery(r))
+                as std::sync::Arc<dyn super::Discovery>
+        }),
+        ..sides
+    };
+    #[cfg(not(all(feature = "paywall", feature = "http")))]
+    let _ = kept;
     #[cfg(feature = "challenges")]
     let sides = sides.with_schemes(scheme, scheme_receiver);
     Ok(sides)

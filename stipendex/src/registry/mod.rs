@@ -101,6 +101,8 @@ mod account;
 pub(crate) mod config;
 mod dependency;
 pub use dependency::*;
+#[cfg(all(feature = "paywall", feature = "http"))]
+mod discovery;
 #[cfg(feature = "exact-algo")]
 mod exact_algo;
 #[cfg(feature = "exact-avm")]
@@ -124,6 +126,8 @@ use rail_core::{
 };
 
 pub use config::{Env, ProcessEnv, located};
+#[cfg(all(feature = "paywall", feature = "http"))]
+pub use discovery::{Discovery, Service, Tool};
 
 use crate::Error;
 
@@ -157,10 +161,10 @@ pub struct Entry {
     /// a paywall that also takes plain x402 payments beside the Stipendex Quote (the gateway).
     #[cfg(feature = "challenges")]
     pub scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
-    /// The exact-algo receiving side itself, for the scheme's discovery documents
-    /// (`/llms.txt`, `/.well-known/exact-algo.json`: `rail_exact_algo::http`).
-    #[cfg(feature = "exact-algo")]
-    pub exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
+    /// The rail's own discovery documents, if it publishes any (exact-algo: `/llms.txt`,
+    /// `/.well-known/exact-algo.json`), for a binding that fronts a service (the gateway).
+    #[cfg(all(feature = "paywall", feature = "http"))]
+    pub discovery: Option<Arc<dyn Discovery>>,
 }
 
 impl Entry {
@@ -366,8 +370,8 @@ impl Registry {
                     scheme_payer: sides.scheme,
                     #[cfg(feature = "challenges")]
                     scheme_receiver: sides.scheme_receiver,
-                    #[cfg(feature = "exact-algo")]
-                    exact_algo: sides.exact_algo,
+                    #[cfg(all(feature = "paywall", feature = "http"))]
+                    discovery: sides.discovery,
                 },
             );
         }
@@ -571,8 +575,8 @@ pub(crate) struct Sides {
     scheme: Option<Arc<dyn x402_transport::client::SchemePayer>>,
     #[cfg(feature = "challenges")]
     scheme_receiver: Option<Arc<dyn x402_transport::Scheme>>,
-    #[cfg(feature = "exact-algo")]
-    exact_algo: Option<rail_exact_algo::ExactAlgoReceiver>,
+    #[cfg(all(feature = "paywall", feature = "http"))]
+    discovery: Option<Arc<dyn Discovery>>,
 }
 
 #[cfg(feature = "challenges")]
@@ -601,8 +605,8 @@ impl From<(Option<PayerHandle>, Option<ReceiverHandle>)> for Sides {
             scheme: None,
             #[cfg(feature = "challenges")]
             scheme_receiver: None,
-            #[cfg(feature = "exact-algo")]
-            exact_algo: None,
+            #[cfg(all(feature = "paywall", feature = "http"))]
+            discovery: None,
         }
     }
 }
