@@ -129,6 +129,17 @@ impl Wallet {
         source: &Source,
         required: &Required,
     ) -> Result<ChallengePaid, Error> {
+        self.challenge_with(source, required, self.0.confirmer.as_ref())
+            .await
+    }
+
+    /// [`Wallet::pay_challenge`] asking `confirmer` (and telling it of a denial).
+    pub(super) async fn challenge_with(
+        &self,
+        source: &Source,
+        required: &Required,
+        confirmer: &dyn super::Confirmer,
+    ) -> Result<ChallengePaid, Error> {
         let me = &self.0;
         let mandate = me.mandate.object();
         let now = now_secs(&me.clock);
@@ -157,7 +168,7 @@ impl Wallet {
                 mandate.id
             );
             let receiver = source.origin.clone();
-            return Err(deny(me.confirmer.as_ref(), receiver, None, None, why).await);
+            return Err(deny(confirmer, receiver, None, None, why).await);
         }
         self.check_mandate(now).await?;
         // Only payers over a rail the mandate allows (`rails`; absent: any the wallet has).
@@ -188,7 +199,7 @@ impl Wallet {
         let label = choice.payer.label().to_owned();
         let (payer, entry) = (choice.payer, &choice.entry);
         let paid = self
-            .pay_unsigned(unsigned, now, me.confirmer.as_ref(), || async {
+            .pay_unsigned(unsigned, now, confirmer, || async {
                 // Nothing is signed unless this succeeds: a failure moves nothing.
                 let sent = client::sign(payer.as_ref(), required, entry)
                     .await

@@ -126,7 +126,8 @@ pub enum VoucherReply<'a> {
 
 impl Wallet {
     /// The wallet's one way in: settles `demand` under the mandate, asking `confirmer` where a
-    /// confirmation is needed (x402 challenges and CEP-8 offers ask the wallet's own).
+    /// confirmation is needed and telling it of a denial (a binding passes the wallet's own,
+    /// [`Wallet::confirmer`], or its call's).
     ///
     /// A Quote with a tab beside it opens the tab where the mandate has a tab policy in its
     /// asset and the wallet will open it ([`Settlement::Tab`]); otherwise — or when the tab
@@ -153,7 +154,7 @@ impl Wallet {
             }
             #[cfg(feature = "challenges")]
             Demand::Challenge { source, required } => self
-                .pay_challenge(source, required)
+                .challenge_with(source, required, confirmer)
                 .await
                 .map(|paid| Settlement::X402(Box::new(paid))),
             Demand::Offer {
@@ -161,7 +162,7 @@ impl Wallet {
                 offer,
                 entry,
             } => self
-                .pay_offer(server, offer, entry)
+                .offer_with(server, offer, entry, confirmer)
                 .await
                 .map(|paid| Settlement::Offer(Box::new(paid))),
         }

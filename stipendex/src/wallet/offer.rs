@@ -62,6 +62,18 @@ impl Wallet {
         offer: &Offer,
         entry: Value,
     ) -> Result<OfferPaid, Error> {
+        self.offer_with(server, offer, entry, self.0.confirmer.as_ref())
+            .await
+    }
+
+    /// [`Wallet::pay_offer`] asking `confirmer` (and telling it of a denial).
+    pub(super) async fn offer_with(
+        &self,
+        server: &str,
+        offer: &Offer,
+        entry: Value,
+        confirmer: &dyn super::Confirmer,
+    ) -> Result<OfferPaid, Error> {
         let me = &self.0;
         let mandate = me.mandate.object();
         let now = now_secs(&me.clock);
@@ -77,7 +89,7 @@ impl Wallet {
                 mandate.id
             );
             let amount = Some(offer.amount.clone());
-            return Err(deny(me.confirmer.as_ref(), server.to_owned(), None, amount, why).await);
+            return Err(deny(confirmer, server.to_owned(), None, amount, why).await);
         }
         self.check_mandate(now).await?;
         let rail = me
@@ -106,7 +118,7 @@ impl Wallet {
             key: Some(op.as_str()),
         };
         let paid = self
-            .pay_unsigned(unsigned, now, self.0.confirmer.as_ref(), || async {
+            .pay_unsigned(unsigned, now, confirmer, || async {
                 rail.handle.payer.pay(&op, offer).await.map(|p| (p, ()))
             })
             .await?;
