@@ -42,6 +42,13 @@ struct App {
     tick: Arc<watch::Sender<u64>>,
 }
 
+/// Sets one fault (`set`) on wallet `name`, the others off.
+fn fault(devnet: &Devnet, name: &str, set: impl FnOnce(&mut Faults)) {
+    let mut f = Faults::default();
+    set(&mut f);
+    devnet.set_faults(name, f).unwrap();
+}
+
 fn keys_of(uri: &ConnectionUri) -> Keys {
     Keys::parse(&uri.secret).unwrap()
 }
@@ -237,6 +244,46 @@ impl App {
         resp
     }
 
+    /// Sends `pay_invoice` of `invoice` (NIP-44) without waiting for its answer: the request.
+    async fn send_pay(&self, uri: &ConnectionUri, invoice: &impl serde::Serialize) -> Event {
+        self.send(
+            uri,
+            Encryption::Nip44V2,
+            "pay_invoice",
+            json!({ "invoice": invoice }),
+        )
+        .await
+    }
+
+    /// `pay_invoice` of `invoice` by `uri`'s wallet.
+    async fn pay_invoice(&self, uri: &ConnectionUri, invoice: &impl serde::Serialize) -> Response {
+        self.call(uri, "pay_invoice", json!({ "invoice": invoice }))
+            .await
+    }
+
+    /// `settle_hold_invoice` with `preimage`.
+    async fn settle_hold(&self, uri: &ConnectionUri, preimage: &impl serde::Serialize) -> Response {
+        self.call(uri, "settle_hold_invoice", json!({ "preimage": preimage }))
+            .await
+    }
+
+    /// `cancel_hold_invoice` of `hash`.
+    async fn cancel_hold(&self, uri: &ConnectionUri, hash: &impl serde::Serialize) -> Response {
+        self.call(uri, "cancel_hold_invoice", json!({ "payment_hash": hash }))
+            .await
+    }
+
+    /// `lookup_invoice` by payment hash.
+    async fn lookup(&self, uri: &ConnectionUri, hash: &impl serde::Serialize) -> Response {
+        self.call(uri, "lookup_invoice", json!({ "payment_hash": hash }))
+            .await
+    }
+
+    /// `make_hold_invoice` with `params`.
+    async fn make_hold(&self, uri: &ConnectionUri, params: Value) -> Response {
+        self.call(uri, "make_hold_invoice", params).await
+    }
+
     async fn call(&self, uri: &ConnectionUri, method: &str, params: Value) -> Response {
         self.call_enc(uri, Encryption::Nip44V2, method, params)
             .await
@@ -368,10 +415,7 @@ async fn pay_moves_balances_and_the_preimage_hashes_to_the_payment_hash() {
             .any(|n| n == "hold_invoice_accepted")
     );
 
-    let paid = ok(&app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": bolt11 }))
-        .await)
-    .clone();
+    let paid = ok(&app.pay_invoice(&alice.uri, &bolt11).await).clone();
     let preimage = paid["preimage"].as_str().unwrap().to_owned();
     assert_eq!(sha256_hex(&preimage), inv.payment_hash);
     assert_eq!(paid["fees_paid"], 0);
@@ -388,9 +432,7 @@ async fn pay_moves_balances_and_the_preimage_hashes_to_the_payment_hash() {
     );
 
     let h = inv.payment_hash.clone();
-    let incoming = tx(&app
-        .call(&bob.uri, "lookup_invoice", json!({ "payment_hash": h }))
-        .await);
+    let incoming = tx(&app.lookup(&bob.uri, &h).await);
     assert_eq!(incoming.state, Some(TxState::Settled));
     assert_eq!(incoming.preimage.as_deref(), Some(preimage.as_str()));
     assert_eq!(incoming.kind, "incoming");
@@ -428,29 +470,21 @@ async fn payments_are_refused_as_nip47_errors() {
 
     // Insufficient balance.
     let big = invoice(&app, &bob.uri, 5_000_000).await;
-    let r = app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": big.invoice }))
-        .await;
+    let r = app.pay_invoice(&alice.uri, &big.invoice).await;
     assert_eq!(code(&r), ErrorCode::InsufficientBalance);
     assert_eq!(devnet.balance_msat("alice").unwrap(), 1_000_000);
 
     // Paying twice.
     let inv = invoice(&app, &bob.uri, 1_000).await;
-    ok(&app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": inv.invoice }))
-        .await);
-    let r = app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": inv.invoice }))
-        .await;
+    ok(&app.pay_invoice(&alice.uri, &inv.invoice).await);
+    let r = app.pay_invoice(&alice.uri, &inv.invoice).await;
     assert_eq!(code(&r), ErrorCode::PaymentFailed);
     assert_eq!(devnet.balance_msat("alice").unwrap(), 999_000);
     assert_eq!(devnet.balance_msat("bob").unwrap(), 1_000);
 
     // Self-payment.
     let own = invoice(&app, &alice.uri, 1_000).await;
-    let r = app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": own.invoice }))
-        .await;
+    let r = app.pay_invoice(&alice.uri, &own.invoice).await;
     assert_eq!(code(&r), ErrorCode::PaymentFailed);
 
     // A node outside the network: no route.
@@ -465,24 +499,12 @@ async fn payments_are_refused_as_nip47_errors() {
         .min_final_cltv_expiry_delta(18)
         .build_signed(|m| secp.sign_ecdsa_recoverable(m, &stranger))
         .unwrap();
-    let r = app
-        .call(
-            &alice.uri,
-            "pay_invoice",
-            json!({ "invoice": foreign.to_string() }),
-        )
-        .await;
+    let r = app.pay_invoice(&alice.uri, &foreign.to_string()).await;
     assert_eq!(code(&r), ErrorCode::PaymentFailed);
     assert!(r.error.unwrap().message.contains("no route"));
 
     // Garbage and bad params.
-    let r = app
-        .call(
-            &alice.uri,
-            "pay_invoice",
-            json!({ "invoice": "lnbcrt1garbage" }),
-        )
-        .await;
+    let r = app.pay_invoice(&alice.uri, &"lnbcrt1garbage").await;
     assert_eq!(code(&r), ErrorCode::Other);
     let r = app
         .call(&alice.uri, "make_invoice", json!({ "amount": "lots" }))
@@ -491,13 +513,7 @@ async fn payments_are_refused_as_nip47_errors() {
     assert!(r.error.unwrap().message.contains("invalid params"));
 
     // Lookup of someone else's invoice.
-    let r = app
-        .call(
-            &alice.uri,
-            "lookup_invoice",
-            json!({ "payment_hash": big.payment_hash }),
-        )
-        .await;
+    let r = app.lookup(&alice.uri, &big.payment_hash).await;
     assert_eq!(code(&r), ErrorCode::NotFound);
 
     // An expired invoice.
@@ -509,21 +525,9 @@ async fn payments_are_refused_as_nip47_errors() {
         )
         .await);
     tokio::time::sleep(Duration::from_millis(2_100)).await;
-    let r = app
-        .call(
-            &alice.uri,
-            "pay_invoice",
-            json!({ "invoice": short.invoice }),
-        )
-        .await;
+    let r = app.pay_invoice(&alice.uri, &short.invoice).await;
     assert_eq!(code(&r), ErrorCode::PaymentFailed);
-    let t = tx(&app
-        .call(
-            &bob.uri,
-            "lookup_invoice",
-            json!({ "payment_hash": short.payment_hash }),
-        )
-        .await);
+    let t = tx(&app.lookup(&bob.uri, &short.payment_hash).await);
     assert_eq!(t.state, Some(TxState::Expired));
     devnet.shutdown().await;
 }
@@ -536,9 +540,8 @@ async fn hold_invoice_pays_only_when_the_payee_settles() {
     let hash = sha256_hex(&preimage);
 
     let hold = tx(&app
-        .call(
+        .make_hold(
             &bob.uri,
-            "make_hold_invoice",
             json!({"amount": 50_000, "payment_hash": hash, "expiry": 600}),
         )
         .await);
@@ -548,14 +551,7 @@ async fn hold_invoice_pays_only_when_the_payee_settles() {
     assert_eq!(parsed.recover_payee_pub_key().to_string(), bob.node_pubkey);
     assert_eq!(parsed.payment_hash().to_string(), hash);
 
-    let pay = app
-        .send(
-            &alice.uri,
-            Encryption::Nip44V2,
-            "pay_invoice",
-            json!({ "invoice": hold.invoice }),
-        )
-        .await;
+    let pay = app.send_pay(&alice.uri, &hold.invoice).await;
     let (_, n) = app
         .notification(&bob.uri, is("hold_invoice_accepted", hash.clone()), T)
         .await
@@ -576,45 +572,19 @@ async fn hold_invoice_pays_only_when_the_payee_settles() {
         ok(&app.call(&alice.uri, "get_balance", json!({})).await)["balance"],
         950_000
     );
-    let t = tx(&app
-        .call(&bob.uri, "lookup_invoice", json!({ "payment_hash": hash }))
-        .await);
+    let t = tx(&app.lookup(&bob.uri, &hash).await);
     assert_eq!(t.state, Some(TxState::Accepted));
     assert!(t.preimage.is_none());
-    let t = tx(&app
-        .call(
-            &alice.uri,
-            "lookup_invoice",
-            json!({ "payment_hash": hash }),
-        )
-        .await);
+    let t = tx(&app.lookup(&alice.uri, &hash).await);
     assert_eq!(t.state, Some(TxState::Pending));
 
     // A wrong preimage settles nothing; alice cannot settle bob's invoice.
-    let wrong = app
-        .call(
-            &bob.uri,
-            "settle_hold_invoice",
-            json!({ "preimage": hex::encode([7u8; 32]) }),
-        )
-        .await;
+    let wrong = app.settle_hold(&bob.uri, &hex::encode([7u8; 32])).await;
     assert_eq!(code(&wrong), ErrorCode::NotFound);
-    let r = app
-        .call(
-            &alice.uri,
-            "settle_hold_invoice",
-            json!({ "preimage": preimage }),
-        )
-        .await;
+    let r = app.settle_hold(&alice.uri, &preimage).await;
     assert_eq!(code(&r), ErrorCode::NotFound);
 
-    ok(&app
-        .call(
-            &bob.uri,
-            "settle_hold_invoice",
-            json!({ "preimage": preimage }),
-        )
-        .await);
+    ok(&app.settle_hold(&bob.uri, &preimage).await);
     let resp = app
         .response(&keys_of(&alice.uri), &pay, T)
         .await
@@ -630,27 +600,13 @@ async fn hold_invoice_pays_only_when_the_payee_settles() {
     app.notification(&alice.uri, is("payment_sent", hash.clone()), T)
         .await
         .expect("payment_sent");
-    let t = tx(&app
-        .call(&bob.uri, "lookup_invoice", json!({ "payment_hash": hash }))
-        .await);
+    let t = tx(&app.lookup(&bob.uri, &hash).await);
     assert_eq!(t.state, Some(TxState::Settled));
     assert_eq!(t.preimage.as_deref(), Some(preimage.as_str()));
 
     // Settled once, paid once.
-    ok(&app
-        .call(
-            &bob.uri,
-            "settle_hold_invoice",
-            json!({ "preimage": preimage }),
-        )
-        .await);
-    let r = app
-        .call(
-            &alice.uri,
-            "pay_invoice",
-            json!({ "invoice": hold.invoice }),
-        )
-        .await;
+    ok(&app.settle_hold(&bob.uri, &preimage).await);
+    let r = app.pay_invoice(&alice.uri, &hold.invoice).await;
     assert_eq!(code(&r), ErrorCode::PaymentFailed);
     assert_eq!(devnet.balance_msat("bob").unwrap(), 50_000);
     devnet.shutdown().await;
@@ -665,31 +621,14 @@ async fn hold_invoice_cancel_and_expiry_give_the_funds_back() {
     let preimage = hex::encode(rand::random::<[u8; 32]>());
     let hash = sha256_hex(&preimage);
     let hold = tx(&app
-        .call(
-            &bob.uri,
-            "make_hold_invoice",
-            json!({"amount": 30_000, "payment_hash": hash}),
-        )
+        .make_hold(&bob.uri, json!({"amount": 30_000, "payment_hash": hash}))
         .await);
-    let pay = app
-        .send(
-            &alice.uri,
-            Encryption::Nip44V2,
-            "pay_invoice",
-            json!({ "invoice": hold.invoice }),
-        )
-        .await;
+    let pay = app.send_pay(&alice.uri, &hold.invoice).await;
     app.notification(&bob.uri, is("hold_invoice_accepted", hash.clone()), T)
         .await
         .expect("accepted");
     assert_eq!(devnet.locked_msat("alice").unwrap(), 30_000);
-    ok(&app
-        .call(
-            &bob.uri,
-            "cancel_hold_invoice",
-            json!({ "payment_hash": hash }),
-        )
-        .await);
+    ok(&app.cancel_hold(&bob.uri, &hash).await);
     let resp = app
         .response(&keys_of(&alice.uri), &pay, T)
         .await
@@ -698,63 +637,31 @@ async fn hold_invoice_cancel_and_expiry_give_the_funds_back() {
     assert_eq!(devnet.balance_msat("alice").unwrap(), 1_000_000);
     assert_eq!(devnet.locked_msat("alice").unwrap(), 0);
     assert_eq!(devnet.balance_msat("bob").unwrap(), 0);
-    let t = tx(&app
-        .call(&bob.uri, "lookup_invoice", json!({ "payment_hash": hash }))
-        .await);
+    let t = tx(&app.lookup(&bob.uri, &hash).await);
     assert_eq!(t.state, Some(TxState::Failed));
-    let r = app
-        .call(
-            &bob.uri,
-            "settle_hold_invoice",
-            json!({ "preimage": preimage }),
-        )
-        .await;
+    let r = app.settle_hold(&bob.uri, &preimage).await;
     assert_eq!(code(&r), ErrorCode::Other);
 
     // Canceled before payment: cannot be paid.
     let hash2 = sha256_hex(&hex::encode([9u8; 32]));
     let hold2 = tx(&app
-        .call(
-            &bob.uri,
-            "make_hold_invoice",
-            json!({"amount": 1_000, "payment_hash": hash2}),
-        )
+        .make_hold(&bob.uri, json!({"amount": 1_000, "payment_hash": hash2}))
         .await);
-    ok(&app
-        .call(
-            &bob.uri,
-            "cancel_hold_invoice",
-            json!({ "payment_hash": hash2 }),
-        )
-        .await);
-    let r = app
-        .call(
-            &alice.uri,
-            "pay_invoice",
-            json!({ "invoice": hold2.invoice }),
-        )
-        .await;
+    ok(&app.cancel_hold(&bob.uri, &hash2).await);
+    let r = app.pay_invoice(&alice.uri, &hold2.invoice).await;
     assert_eq!(code(&r), ErrorCode::PaymentFailed);
 
     // Expiry while accepted: the payment fails, the funds come back.
     let preimage3 = hex::encode(rand::random::<[u8; 32]>());
     let hash3 = sha256_hex(&preimage3);
     let hold3 = tx(&app
-        .call(
+        .make_hold(
             &bob.uri,
-            "make_hold_invoice",
             json!({"amount": 7_000, "payment_hash": hash3, "expiry": 2}),
         )
         .await);
     let t0 = Instant::now();
-    let pay3 = app
-        .send(
-            &alice.uri,
-            Encryption::Nip44V2,
-            "pay_invoice",
-            json!({ "invoice": hold3.invoice }),
-        )
-        .await;
+    let pay3 = app.send_pay(&alice.uri, &hold3.invoice).await;
     app.notification(&bob.uri, is("hold_invoice_accepted", hash3.clone()), T)
         .await
         .expect("accepted");
@@ -771,17 +678,9 @@ async fn hold_invoice_cancel_and_expiry_give_the_funds_back() {
     );
     assert_eq!(devnet.balance_msat("alice").unwrap(), 1_000_000);
     assert_eq!(devnet.locked_msat("alice").unwrap(), 0);
-    let t = tx(&app
-        .call(&bob.uri, "lookup_invoice", json!({ "payment_hash": hash3 }))
-        .await);
+    let t = tx(&app.lookup(&bob.uri, &hash3).await);
     assert_eq!(t.state, Some(TxState::Failed));
-    let r = app
-        .call(
-            &bob.uri,
-            "settle_hold_invoice",
-            json!({ "preimage": preimage3 }),
-        )
-        .await;
+    let r = app.settle_hold(&bob.uri, &preimage3).await;
     assert_eq!(code(&r), ErrorCode::Other);
     devnet.shutdown().await;
 }
@@ -994,17 +893,11 @@ async fn protocol_errors_unknown_method_encryption_author_restrictions() {
     // Budget.
     let i1 = invoice(&app, &bob.uri, 8_000).await;
     let i2 = invoice(&app, &bob.uri, 8_000).await;
-    ok(&app
-        .call(&budgeted, "pay_invoice", json!({ "invoice": i1.invoice }))
-        .await);
-    let r = app
-        .call(&budgeted, "pay_invoice", json!({ "invoice": i2.invoice }))
-        .await;
+    ok(&app.pay_invoice(&budgeted, &i1.invoice).await);
+    let r = app.pay_invoice(&budgeted, &i2.invoice).await;
     assert_eq!(code(&r), ErrorCode::QuotaExceeded);
     // Same wallet, other connection: no budget.
-    ok(&app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": i2.invoice }))
-        .await);
+    ok(&app.pay_invoice(&alice.uri, &i2.invoice).await);
     assert_eq!(devnet.balance_msat("alice").unwrap(), 84_000);
     devnet.shutdown().await;
 }
@@ -1035,14 +928,7 @@ async fn expired_and_repeated_requests_are_ignored() {
 
     // The same pay request delivered twice pays once and is answered once.
     let inv = invoice(&app, &bob.uri, 4_000).await;
-    let req = app
-        .send(
-            &alice.uri,
-            Encryption::Nip44V2,
-            "pay_invoice",
-            json!({ "invoice": inv.invoice }),
-        )
-        .await;
+    let req = app.send_pay(&alice.uri, &inv.invoice).await;
     app.publish(&req).await;
     let r = app.response(&ak, &req, T).await.expect("response");
     ok(&r);
@@ -1071,9 +957,7 @@ async fn relay_restart_then_requests_are_still_answered() {
         t0.elapsed()
     );
     let inv = invoice(&app, &bob.uri, 3_000).await;
-    let r = app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": inv.invoice }))
-        .await;
+    let r = app.pay_invoice(&alice.uri, &inv.invoice).await;
     assert_eq!(
         sha256_hex(ok(&r)["preimage"].as_str().unwrap()),
         inv.payment_hash
@@ -1083,32 +967,15 @@ async fn relay_restart_then_requests_are_still_answered() {
     let preimage = hex::encode(rand::random::<[u8; 32]>());
     let hash = sha256_hex(&preimage);
     let hold = tx(&app
-        .call(
-            &bob.uri,
-            "make_hold_invoice",
-            json!({"amount": 2_000, "payment_hash": hash}),
-        )
+        .make_hold(&bob.uri, json!({"amount": 2_000, "payment_hash": hash}))
         .await);
-    let pay = app
-        .send(
-            &alice.uri,
-            Encryption::Nip44V2,
-            "pay_invoice",
-            json!({ "invoice": hold.invoice }),
-        )
-        .await;
+    let pay = app.send_pay(&alice.uri, &hold.invoice).await;
     app.notification(&bob.uri, is("hold_invoice_accepted", hash.clone()), T)
         .await
         .expect("accepted");
     devnet.restart_relay().await.unwrap();
     app.ready().await;
-    ok(&app
-        .call(
-            &bob.uri,
-            "settle_hold_invoice",
-            json!({ "preimage": preimage }),
-        )
-        .await);
+    ok(&app.settle_hold(&bob.uri, &preimage).await);
     let r = app
         .response(&keys_of(&alice.uri), &pay, T)
         .await
@@ -1151,9 +1018,7 @@ async fn plain_local_relay_mode_works_too() {
     let (alice, bob, app) = two_wallets(&devnet).await;
     let inv = invoice(&app, &bob.uri, 1_000).await;
     let t = Instant::now();
-    ok(&app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": inv.invoice }))
-        .await);
+    ok(&app.pay_invoice(&alice.uri, &inv.invoice).await);
     eprintln!("plain LocalRelay: one payment in {:?}", t.elapsed());
     devnet.restart_relay().await.unwrap();
     app.ready().await;
@@ -1171,19 +1036,9 @@ async fn faults_make_the_wallet_misbehave() {
     let ak = keys_of(&alice.uri);
 
     // A lying payer wallet: a preimage that does not match, and no money moved.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                lie_about_settlement: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "alice", |f| f.lie_about_settlement = true);
     let inv = invoice(&app, &bob.uri, 1_000).await;
-    let r = app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": inv.invoice }))
-        .await;
+    let r = app.pay_invoice(&alice.uri, &inv.invoice).await;
     assert_ne!(
         sha256_hex(ok(&r)["preimage"].as_str().unwrap()),
         inv.payment_hash
@@ -1191,36 +1046,14 @@ async fn faults_make_the_wallet_misbehave() {
     assert_eq!(devnet.balance_msat("alice").unwrap(), 1_000_000);
     // A lying payee wallet: "settled" with a made-up preimage.
     devnet.set_faults("alice", Faults::default()).unwrap();
-    devnet
-        .set_faults(
-            "bob",
-            Faults {
-                lie_about_settlement: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
-    let t = tx(&app
-        .call(
-            &bob.uri,
-            "lookup_invoice",
-            json!({ "payment_hash": inv.payment_hash }),
-        )
-        .await);
+    fault(&devnet, "bob", |f| f.lie_about_settlement = true);
+    let t = tx(&app.lookup(&bob.uri, &inv.payment_hash).await);
     assert_eq!(t.state, Some(TxState::Settled));
     assert_ne!(sha256_hex(t.preimage.as_deref().unwrap()), inv.payment_hash);
     devnet.set_faults("bob", Faults::default()).unwrap();
 
     // Wrong result type.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                wrong_result_type: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "alice", |f| f.wrong_result_type = true);
     let req = app
         .send(&alice.uri, Encryption::Nip44V2, "get_balance", json!({}))
         .await;
@@ -1228,15 +1061,7 @@ async fn faults_make_the_wallet_misbehave() {
     assert_eq!(r.result_type, "get_info");
 
     // Malformed content.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                malformed_content: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "alice", |f| f.malformed_content = true);
     let req = app
         .send(&alice.uri, Encryption::Nip44V2, "get_balance", json!({}))
         .await;
@@ -1244,15 +1069,7 @@ async fn faults_make_the_wallet_misbehave() {
     assert!(wire::open::<Response>(&ak, &ev, Encryption::Nip44V2).is_err());
 
     // Missing e tag: the response cannot be matched to its request.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                missing_e_tag: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "alice", |f| f.missing_e_tag = true);
     let req = app
         .send(&alice.uri, Encryption::Nip44V2, "get_balance", json!({}))
         .await;
@@ -1272,15 +1089,7 @@ async fn faults_make_the_wallet_misbehave() {
     );
 
     // Missing p tag: the relay never routes it to the app.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                missing_p_tag: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "alice", |f| f.missing_p_tag = true);
     let req = app
         .send(&alice.uri, Encryption::Nip44V2, "get_balance", json!({}))
         .await;
@@ -1291,24 +1100,9 @@ async fn faults_make_the_wallet_misbehave() {
     );
 
     // Silent: nothing executed, nothing answered.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                silent: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "alice", |f| f.silent = true);
     let inv = invoice(&app, &bob.uri, 1_000).await;
-    let req = app
-        .send(
-            &alice.uri,
-            Encryption::Nip44V2,
-            "pay_invoice",
-            json!({ "invoice": inv.invoice }),
-        )
-        .await;
+    let req = app.send_pay(&alice.uri, &inv.invoice).await;
     assert!(
         app.response_event(&req, Duration::from_millis(500))
             .await
@@ -1317,23 +1111,8 @@ async fn faults_make_the_wallet_misbehave() {
     assert_eq!(devnet.balance_msat("alice").unwrap(), 1_000_000);
 
     // Dropped response: executed, never answered; lookup tells the truth.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                drop_responses: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
-    let req = app
-        .send(
-            &alice.uri,
-            Encryption::Nip44V2,
-            "pay_invoice",
-            json!({ "invoice": inv.invoice }),
-        )
-        .await;
+    fault(&devnet, "alice", |f| f.drop_responses = true);
+    let req = app.send_pay(&alice.uri, &inv.invoice).await;
     assert!(
         app.response_event(&req, Duration::from_millis(500))
             .await
@@ -1341,13 +1120,7 @@ async fn faults_make_the_wallet_misbehave() {
     );
     assert_eq!(devnet.balance_msat("alice").unwrap(), 999_000);
     devnet.set_faults("alice", Faults::default()).unwrap();
-    let t = tx(&app
-        .call(
-            &alice.uri,
-            "lookup_invoice",
-            json!({ "payment_hash": inv.payment_hash }),
-        )
-        .await);
+    let t = tx(&app.lookup(&alice.uri, &inv.payment_hash).await);
     assert_eq!(t.state, Some(TxState::Settled));
     assert_eq!(sha256_hex(t.preimage.as_deref().unwrap()), inv.payment_hash);
 
@@ -1379,15 +1152,7 @@ async fn faults_make_the_wallet_misbehave() {
     assert!(t0.elapsed() >= Duration::from_millis(400));
 
     // Out of order: the first response comes after the second.
-    devnet
-        .set_faults(
-            "alice",
-            Faults {
-                out_of_order: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "alice", |f| f.out_of_order = true);
     let a = app
         .send(&alice.uri, Encryption::Nip44V2, "get_balance", json!({}))
         .await;
@@ -1413,20 +1178,10 @@ async fn faults_make_the_wallet_misbehave() {
     app.response_event(&a, T).await.unwrap();
 
     // Duplicate notifications: two distinct events for one payment.
-    devnet
-        .set_faults(
-            "bob",
-            Faults {
-                duplicate_notifications: true,
-                ..Faults::default()
-            },
-        )
-        .unwrap();
+    fault(&devnet, "bob", |f| f.duplicate_notifications = true);
     devnet.set_faults("alice", Faults::default()).unwrap();
     let inv = invoice(&app, &bob.uri, 1_000).await;
-    ok(&app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": inv.invoice }))
-        .await);
+    ok(&app.pay_invoice(&alice.uri, &inv.invoice).await);
     let (e1, _) = app
         .notification(
             &bob.uri,
@@ -1486,9 +1241,7 @@ async fn throughput_and_latency() {
     for _ in 0..n {
         let inv = invoice(&app, &bob.uri, 1_000).await;
         let t = Instant::now();
-        let r = app
-            .call(&alice.uri, "pay_invoice", json!({ "invoice": inv.invoice }))
-            .await;
+        let r = app.pay_invoice(&alice.uri, &inv.invoice).await;
         pay_lat.push(t.elapsed());
         ok(&r);
     }
@@ -1533,9 +1286,7 @@ async fn nip44_connection_gets_both_notification_kinds() {
 
     let inv = invoice(&app, &bob.uri, 5_000).await;
     let bolt11 = inv.invoice.clone().unwrap();
-    ok(&app
-        .call(&alice.uri, "pay_invoice", json!({ "invoice": bolt11 }))
-        .await);
+    ok(&app.pay_invoice(&alice.uri, &bolt11).await);
 
     let h = inv.payment_hash.clone();
     let of_kind = |kind: u16, hash: String| {
