@@ -132,10 +132,21 @@ async fn upstream_at(addr: &str, seen: Seen) -> (String, Seen, tokio::task::Join
             }),
         )
         .layer(axum::middleware::from_fn_with_state(seen.clone(), record));
+    let (base, task) = serve_at(addr, app).await;
+    (base, seen, task)
+}
+
+/// Serves `app` at `addr` (port 0: any free one): its base URL and its task.
+async fn serve_at(addr: &str, app: Router) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (base, seen, task)
+    (base, task)
+}
+
+/// Serves `app` on a free port on loopback: its base URL.
+async fn serve(app: Router) -> String {
+    serve_at("127.0.0.1:0", app).await.0
 }
 
 use futures::StreamExt as _;
@@ -147,6 +158,23 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A fresh key, written as hex to `path`.
+fn key_file(path: &Path) -> SecretKey {
+    let key = SecretKey::generate();
+    std::fs::write(path, key.to_hex().as_str()).unwrap();
+    key
+}
+
+/// The posted balance of `account` in `ledger`, in cents.
+async fn posted(ledger: &Ledger, account: AccountId) -> i128 {
+    ledger
+        .account(account)
+        .await
+        .unwrap()
+        .unwrap()
+        .posted_balance()
 }
 
 /// The shop's side: a ledger with a funded agent, the gateway's and the wallet's files.
@@ -251,6 +279,12 @@ impl Setup {
         Self::with_receiver(upstream, prices, extra, "").await
     }
 
+    /// In front of the HTTP service at `upstream` priced by `prices`, `receiver_extra` after
+    /// the `[receiver]` section.
+    async fn priced(upstream: &str, prices: &str, receiver_extra: &str) -> Self {
+        Self::with_receiver(&format!("url = \"{upstream}\""), prices, "", receiver_extra).await
+    }
+
     /// As [`Setup::with`], `receiver_extra` after the `[receiver]` section (`[receiver.tabs]`).
     async fn with_receiver(
         upstream: &str,
@@ -265,8 +299,7 @@ impl Setup {
         let origin = format!("http://127.0.0.1:{port}");
         let ops_port = free_port();
         let ops = format!("http://127.0.0.1:{ops_port}");
-        let shop_key = SecretKey::generate();
-        std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
+        let shop_key = key_file(&dir.join("shop.key"));
         std::fs::write(
             dir.join("gateway.toml"),
             format!(
@@ -301,8 +334,7 @@ secret_env = "GATEWAY_TEST_SECRET"
         )
         .unwrap();
 
-        let wallet_key = SecretKey::generate();
-        std::fs::write(dir.join("wallet.key"), wallet_key.to_hex().as_str()).unwrap();
+        let wallet_key = key_file(&dir.join("wallet.key"));
         let m = mandate(
             &wallet_key,
             "weather-co",
@@ -366,6 +398,28 @@ secret_env = "GATEWAY_TEST_SECRET"
         )
     }
 
+    /// [`Setup::fetch`], which must succeed: (stdout, stderr).
+    async fn fetch_ok(&self, args: &[&str]) -> (String, String) {
+        let (ok, out, err) = self.fetch(args).await;
+        assert!(ok, "{err}");
+        (out, err)
+    }
+
+    /// `stipendex fetch url` with the wallet, `var` set in its environment and no human: its
+    /// output.
+    async fn fetch_with(&self, url: &str, var: &str, value: &str) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_stipendex"))
+            .arg("fetch")
+            .arg("--config")
+            .arg(self.dir.join("wallet.toml"))
+            .arg(url)
+            .env(var, value)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap()
+    }
+
     /// The agent's balance in cents, and what is held.
     async fn agent(&self) -> (i128, u64) {
         let a = self.ledger.account(self.agent).await.unwrap().unwrap();
@@ -373,13 +427,109 @@ secret_env = "GATEWAY_TEST_SECRET"
     }
 
     async fn shop(&self) -> i128 {
-        self.ledger
-            .account(self.shop)
-            .await
-            .unwrap()
-            .unwrap()
-            .posted_balance()
+        posted(&self.ledger, self.shop).await
     }
+
+    /// The text of `file` in the setup's folder.
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file)).unwrap()
+    }
+
+    /// Writes `text` to `file` in the setup's folder.
+    fn write(&self, file: &str, text: &str) {
+        std::fs::write(self.dir.join(file), text).unwrap();
+    }
+
+    /// Adds the gateway's rail `section` (a `[rails.…]` table) before its `[receiver]`.
+    fn add_gateway_rail(&self, section: &str) {
+        let config = self.read("gateway.toml");
+        let receiver = format!("{section}\n[receiver]");
+        self.write("gateway.toml", &config.replace("[receiver]", &receiver));
+    }
+
+    /// Adds the wallet's rail `section` (a `[rails.…]` table) at the end of `wallet.toml`.
+    fn add_wallet_rail(&self, section: &str) {
+        let toml = self.read("wallet.toml");
+        self.write("wallet.toml", &format!("{toml}\n{section}"));
+    }
+
+    /// The wallet's key and mandate, from its files.
+    fn wallet(&self) -> (SecretKey, Signed<Mandate>) {
+        let key = SecretKey::from_hex(self.read("wallet.key").trim()).unwrap();
+        let mandate = Signed::parse(self.read("wallet.jws").trim()).unwrap();
+        (key, mandate)
+    }
+
+    /// A Quote for `method url`, paid with the wallet: the Proof's header.
+    async fn paid_proof(&self, method: &str, url: &str) -> String {
+        pay(self, &quote_of(method, url).await).await
+    }
+
+    /// `GET path` on the operations address.
+    async fn ops_get(&self, path: &str) -> reqwest::Response {
+        http_get(&format!("{}{path}", self.ops)).await
+    }
+
+    /// The gateway's metrics, from its operations address.
+    async fn metrics(&self) -> String {
+        self.ops_get("/metrics").await.text().await.unwrap()
+    }
+}
+
+/// The test upstream, and a gateway in front of it (`extra` in `[gateway]`) started: the
+/// setup, what the upstream saw, the upstream's task and the gateway.
+async fn started(extra: &str) -> (Setup, Seen, tokio::task::JoinHandle<()>, Child) {
+    let (up, seen, task) = upstream().await;
+    let s = Setup::new(&up, extra).await;
+    let gw = s.gateway().await;
+    (s, seen, task, gw)
+}
+
+/// `stipendex gateway --config config --listen listen`, the upstream's secret in its
+/// environment.
+fn gateway_command(config: &Path, listen: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stipendex"));
+    cmd.arg("gateway")
+        .arg("--config")
+        .arg(config)
+        .arg("--listen")
+        .arg(listen)
+        .env("GATEWAY_TEST_SECRET", SECRET);
+    cmd
+}
+
+/// Runs the gateway on `config` to its exit (a refusal to start): whether it succeeded, and
+/// its stderr.
+async fn run_gateway(config: &Path, listen: &str) -> (bool, String) {
+    let out = gateway_command(config, listen).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), err)
+}
+
+/// The lines of `err` that the CLI says as itself (`stipendex: …`).
+fn said_by_cli(err: &str) -> Vec<&str> {
+    err.lines()
+        .filter(|l| l.starts_with("stipendex:"))
+        .collect()
+}
+
+/// What follows "Listening on " in the first line of `lines` that says it, waiting at most
+/// `secs`: `None` if the output ended first or the time ran out.
+async fn listening(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    secs: u64,
+) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(secs), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(rest) = line.strip_prefix("Listening on ") {
+                return Some(rest.trim().to_owned());
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 async fn start_gateway(config: &Path, port: u16) -> Child {
@@ -393,13 +543,7 @@ async fn start_gateway_logging(
     log: &str,
     kept: Option<Arc<Mutex<Vec<String>>>>,
 ) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stipendex"))
-        .arg("gateway")
-        .arg("--config")
-        .arg(config)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .env("GATEWAY_TEST_SECRET", SECRET)
+    let mut child = gateway_command(config, &format!("127.0.0.1:{port}"))
         .env("RUST_LOG", log)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -407,17 +551,7 @@ async fn start_gateway_logging(
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let started = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.starts_with("Listening on ") {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .unwrap_or(false);
-    if !started {
+    if listening(&mut lines, 30).await.is_none() {
         let out = child.wait_with_output().await.unwrap();
         panic!(
             "the gateway did not start: {}",
@@ -453,11 +587,52 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
+/// `GET url`.
+async fn http_get(url: &str) -> reqwest::Response {
+    http().get(url).send().await.unwrap()
+}
+
+/// `GET url` paid with the Proof header `proof`.
+async fn get_paid(url: &str, proof: &str) -> reqwest::Response {
+    http()
+        .get(url)
+        .header("stipendex-payment", proof)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The JSON body of `GET url`.
+async fn get_json(url: &str) -> Value {
+    http_get(url).await.json().await.unwrap()
+}
+
+/// The body of the answer to `method url`, which must be a 402.
+async fn challenge(method: &str, url: &str) -> Value {
+    let r = http()
+        .request(method.parse().unwrap(), url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402, "{method} {url}");
+    r.json().await.unwrap()
+}
+
+/// `metrics` count two accepted payments over the `house` rail, and Quotes.
+fn assert_two_payments_and_quotes(metrics: &str) {
+    assert!(
+        metrics.contains("stipendex_gateway_payments_total{rail=\"house\",outcome=\"accepted\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("stipendex_gateway_quotes_total"),
+        "{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
-    let (up, seen, _task) = upstream().await;
-    let s = Setup::new(&up, "").await;
-    let _gw = s.gateway().await;
+    let (s, seen, _task, _gw) = started("").await;
     let base = s.origin.clone();
 
     // A free route passes untouched, with the forwarding headers and the shared secret, and
@@ -479,20 +654,13 @@ async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
     assert!(!h.contains_key("x-stipendex-final-amount"));
 
     // A priced route answers 402 with a signed Quote; the upstream never sees it.
-    let r = http()
-        .get(format!("{base}/api/forecast/paris"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 402);
-    let body: Value = r.json().await.unwrap();
+    let body = challenge("GET", &format!("{base}/api/forecast/paris")).await;
     assert!(body["quote"]["jws"].is_string(), "{body}");
     assert_eq!(seen.count("/api/forecast/paris"), 0);
 
     // The wallet's client pays it: forwarded once, answered with a Receipt.
     let before = s.agent().await;
-    let (ok, out, err) = s.fetch(&[&format!("{base}/api/forecast/paris")]).await;
-    assert!(ok, "{err}");
+    let (out, err) = s.fetch_ok(&[&format!("{base}/api/forecast/paris")]).await;
     assert_eq!(
         serde_json::from_str::<Value>(&out).unwrap(),
         json!({"city": "paris", "forecast": "sunny"})
@@ -509,8 +677,8 @@ async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
 
     // A checkout: held at the Quote's maximum, captured for the upstream's final amount; the
     // final-amount header never reaches the client.
-    let (ok, out, err) = s
-        .fetch(&[
+    let (out, _) = s
+        .fetch_ok(&[
             "-X",
             "POST",
             "-d",
@@ -518,14 +686,13 @@ async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
             &format!("{base}/api/order"),
         ])
         .await;
-    assert!(ok, "{err}");
     assert_eq!(out, "ordered two pizzas");
     assert_eq!(s.agent().await, (before.0 - 5 - 320, 0));
     assert_eq!(seen.count("/api/order"), 1);
 
     // Server-sent events on a free route stream through as they come.
     let started = std::time::Instant::now();
-    let r = http().get(format!("{base}/events")).send().await.unwrap();
+    let r = http_get(&format!("{base}/events")).await;
     assert_eq!(r.headers()["content-type"], "text/event-stream");
     let mut stream = r.bytes_stream();
     let first = stream.next().await.unwrap().unwrap();
@@ -541,47 +708,17 @@ async fn the_gateway_sells_an_unaware_api_to_the_stipendex_wallet() {
     assert!(String::from_utf8_lossy(&rest).contains("tick 2"));
 
     // Operations, on their own address.
-    let ops = s.ops.clone();
-    let r = http().get(format!("{ops}/healthz")).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let r = http().get(format!("{ops}/readyz")).send().await.unwrap();
+    assert_eq!(s.ops_get("/healthz").await.status(), 200);
+    let r = s.ops_get("/readyz").await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    let agent: Value = http()
-        .get(format!("{base}/.well-known/agent.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agent = get_json(&format!("{base}/.well-known/agent.json")).await;
     assert_eq!(agent["name"], "weather-co");
     assert_eq!(agent["endpoints"]["web"], base);
     assert_eq!(agent["payments"]["stipendex"]["rails"], json!(["ledger"]));
-    let d: Value = http()
-        .get(format!("{base}/.well-known/stipendex.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let d = get_json(&format!("{base}/.well-known/stipendex.json")).await;
     assert_eq!(d["id"], "weather-co");
-    let metrics = http()
-        .get(format!("{ops}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("stipendex_gateway_payments_total{rail=\"house\",outcome=\"accepted\"} 2"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("stipendex_gateway_quotes_total"),
-        "{metrics}"
-    );
+    let metrics = s.metrics().await;
+    assert_two_payments_and_quotes(&metrics);
     assert!(
         metrics.contains("stipendex_gateway_upstream_seconds_count"),
         "{metrics}"
@@ -611,14 +748,7 @@ async fn raw(base: &str, method: &str, path: &str) -> (u16, String) {
 
 /// The quote of `method url` and the request it was for.
 async fn quote_of(method: &str, url: &str) -> Value {
-    let r = http()
-        .request(method.parse().unwrap(), url)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 402, "{method} {url}");
-    let body: Value = r.json().await.unwrap();
-    body["quote"].clone()
+    challenge(method, url).await["quote"].clone()
 }
 
 /// Pays `quote` with the wallet of `s` (in process, on the same files): the Proof's header.
@@ -626,14 +756,7 @@ async fn pay(s: &Setup, quote: &Value) -> String {
     let registry = stipendex::Registry::from_file(s.dir.join("wallet.toml"))
         .await
         .unwrap();
-    let m: Signed<Mandate> =
-        Signed::parse(&std::fs::read_to_string(s.dir.join("wallet.jws")).unwrap()).unwrap();
-    let key = SecretKey::from_hex(
-        std::fs::read_to_string(s.dir.join("wallet.key"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
+    let (key, m) = s.wallet();
     let yes =
         stipendex::wallet::Callback::new(|_| stipendex::wallet::Answer::Yes { by: "test".into() });
     let mut b = stipendex::wallet::Wallet::builder(key, m)
@@ -730,7 +853,7 @@ async fn no_spelling_of_a_priced_path_is_served_unpaid_by_a_wsgi_or_a_lenient_up
             let (status, _) = raw(&up, "GET", "/API/forecast/paris/").await;
             assert_eq!(status, 200);
         }
-        let s = Setup::with(&format!("url = \"{up}\""), FORECAST, "").await;
+        let s = Setup::priced(&up, FORECAST, "").await;
         let _gw = s.gateway().await;
         for (method, path) in SPELLINGS {
             let (status, text) = raw(&s.origin, method, path).await;
@@ -743,17 +866,15 @@ async fn no_spelling_of_a_priced_path_is_served_unpaid_by_a_wsgi_or_a_lenient_up
         // What is free stays free, and the canonical path is sold.
         let (status, _) = raw(&s.origin, "GET", "/free").await;
         assert_eq!(status, 200);
-        let (ok, out, err) = s
-            .fetch(&[&format!("{}/api/forecast/paris", s.origin)])
+        let (out, _) = s
+            .fetch_ok(&[&format!("{}/api/forecast/paris", s.origin)])
             .await;
-        assert!(ok, "{err}");
         assert!(out.contains("PRICED CONTENT"), "{out}");
         if lenient {
             // A lenient spelling is priced as its route: paid, and served.
-            let (ok, out, err) = s
-                .fetch(&[&format!("{}/Api/Forecast/paris/", s.origin)])
+            let (out, _) = s
+                .fetch_ok(&[&format!("{}/Api/Forecast/paris/", s.origin)])
                 .await;
-            assert!(ok, "{err}");
             assert!(out.contains("PRICED CONTENT"), "{out}");
         }
     }
@@ -778,9 +899,7 @@ async fn no_spelling_of_a_priced_path_is_served_unpaid_by_a_wsgi_or_a_lenient_up
 
 #[tokio::test]
 async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
-    let (up, seen, _task) = upstream().await;
-    let s = Setup::new(&up, "").await;
-    let _gw = s.gateway().await;
+    let (s, seen, _task, _gw) = started("").await;
     let base = s.origin.clone();
 
     // HEAD of a priced route: never charged, never forwarded.
@@ -793,11 +912,7 @@ async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
     assert_eq!(seen.count("/api/forecast/paris"), 0);
 
     // Another spelling of a priced path is priced the same; a non-canonical one is refused.
-    let r = http()
-        .get(format!("{base}/api/forecast/%70aris"))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{base}/api/forecast/%70aris")).await;
     assert_eq!(r.status(), 402);
     for path in [
         "/api//forecast/paris",
@@ -815,14 +930,10 @@ async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
     );
 
     // A Quote relayed from another request (another city) pays nothing here.
-    let q = quote_of("GET", &format!("{base}/api/forecast/rome")).await;
-    let proof = pay(&s, &q).await;
-    let r = http()
-        .get(format!("{base}/api/forecast/paris"))
-        .header("stipendex-payment", &proof)
-        .send()
-        .await
-        .unwrap();
+    let proof = s
+        .paid_proof("GET", &format!("{base}/api/forecast/rome"))
+        .await;
+    let r = get_paid(&format!("{base}/api/forecast/paris"), &proof).await;
     assert_eq!(r.status(), 402);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "mismatch", "{body}");
@@ -830,21 +941,11 @@ async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
 
     // The Proof for its own request: forwarded once; the same Proof again (a lost answer)
     // gets the kept answer, not a second forward.
-    let first = http()
-        .get(format!("{base}/api/forecast/rome"))
-        .header("stipendex-payment", &proof)
-        .send()
-        .await
-        .unwrap();
+    let first = get_paid(&format!("{base}/api/forecast/rome"), &proof).await;
     assert_eq!(first.status(), 200);
     let receipt = first.headers()["stipendex-receipt"].clone();
     let first = first.text().await.unwrap();
-    let again = http()
-        .get(format!("{base}/api/forecast/rome"))
-        .header("stipendex-payment", &proof)
-        .send()
-        .await
-        .unwrap();
+    let again = get_paid(&format!("{base}/api/forecast/rome"), &proof).await;
     assert_eq!(again.status(), 200);
     assert_eq!(again.headers()["stipendex-receipt"], receipt);
     assert_eq!(again.text().await.unwrap(), first);
@@ -874,8 +975,7 @@ async fn the_attacks_of_the_wallet_issues_fail_at_the_gateway() {
         .await
         .unwrap();
     assert!(r.status() == 413 || r.status() == 402, "{}", r.status());
-    let q = quote_of("POST", &format!("{base}/api/upload")).await;
-    let proof = pay(&s, &q).await;
+    let proof = s.paid_proof("POST", &format!("{base}/api/upload")).await;
     let r = http()
         .post(format!("{base}/api/upload"))
         .header("stipendex-payment", &proof)
@@ -906,15 +1006,10 @@ async fn upstream_faults_cost_the_payer_nothing_or_what_the_profile_says() {
 
     // A service payment whose work fails after it (500): the documented outcome — charged,
     // the failure is the answer, kept: the same Proof again gets it again, no second forward.
-    let q = quote_of("GET", &format!("{base}/api/broken")).await;
-    let proof = pay(&s, &q).await;
+    let broken = format!("{base}/api/broken");
+    let proof = s.paid_proof("GET", &broken).await;
     for _ in 0..2 {
-        let r = http()
-            .get(format!("{base}/api/broken"))
-            .header("stipendex-payment", &proof)
-            .send()
-            .await
-            .unwrap();
+        let r = get_paid(&broken, &proof).await;
         assert_eq!(r.status(), 500);
         assert!(!r.headers().contains_key("stipendex-receipt"));
         assert_eq!(r.text().await.unwrap(), "the service failed");
@@ -932,24 +1027,14 @@ async fn upstream_faults_cost_the_payer_nothing_or_what_the_profile_says() {
     task.abort();
     let _ = task.await;
     tokio::time::sleep(Duration::from_millis(2100)).await; // past the last forward's vouching
-    let q = quote_of("GET", &format!("{base}/api/forecast/oslo")).await;
-    let proof = pay(&s, &q).await;
-    let r = http()
-        .get(format!("{base}/api/forecast/oslo"))
-        .header("stipendex-payment", &proof)
-        .send()
-        .await
-        .unwrap();
+    let oslo = format!("{base}/api/forecast/oslo");
+    let proof = s.paid_proof("GET", &oslo).await;
+    let r = get_paid(&oslo, &proof).await;
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "upstream_unavailable");
-    let r = http()
-        .get(format!("{}/readyz", s.ops))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
+    assert_eq!(s.ops_get("/readyz").await.status(), 503);
     // Nothing was taken at the gateway: the Proof is not consumed (the ledger moved the money
     // when the wallet paid; a rail that moves it at verification moved nothing). Once the
     // service is back, the same Proof is served — the payment is not lost, nor paid twice.
@@ -957,12 +1042,7 @@ async fn upstream_faults_cost_the_payer_nothing_or_what_the_profile_says() {
     let paid_once = s.agent().await.0;
     assert_eq!(paid_once, start.0 - 10);
     let (_up, seen, _task) = upstream_at(up.trim_start_matches("http://"), seen).await;
-    let r = http()
-        .get(format!("{base}/api/forecast/oslo"))
-        .header("stipendex-payment", &proof)
-        .send()
-        .await
-        .unwrap();
+    let r = get_paid(&oslo, &proof).await;
     assert_eq!(r.status(), 200);
     assert!(r.headers().contains_key("stipendex-receipt"));
     assert_eq!(seen.count("/api/forecast/oslo"), 1);
@@ -974,15 +1054,9 @@ async fn upstream_faults_cost_the_payer_nothing_or_what_the_profile_says() {
 /// `/readyz`) there is a path like any other unpriced one, passed to the upstream.
 #[tokio::test]
 async fn metrics_are_not_served_on_the_public_listener_even_from_loopback() {
-    let (up, seen, _task) = upstream().await;
-    let s = Setup::new(&up, "").await;
-    let _gw = s.gateway().await;
+    let (s, seen, _task, _gw) = started("").await;
     // Something to count, so that metrics would show if they were served.
-    let r = http()
-        .get(format!("{}/free", s.origin))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/free", s.origin)).await;
     assert_eq!(r.status(), 200);
     for path in ["/metrics", "/healthz", "/readyz"] {
         // As a reverse proxy on the same host forwards a client's request: from loopback.
@@ -1009,35 +1083,17 @@ async fn metrics_are_not_served_on_the_public_listener_even_from_loopback() {
 /// paid API, not the upstream.
 #[tokio::test]
 async fn operations_are_served_on_ops_listen() {
-    let (up, seen, _task) = upstream().await;
-    let s = Setup::new(&up, "").await;
-    let _gw = s.gateway().await;
-    let r = http()
-        .get(format!("{}/free", s.origin))
-        .send()
-        .await
-        .unwrap();
+    let (s, seen, _task, _gw) = started("").await;
+    let r = http_get(&format!("{}/free", s.origin)).await;
     assert_eq!(r.status(), 200);
 
-    let r = http()
-        .get(format!("{}/healthz", s.ops))
-        .send()
-        .await
-        .unwrap();
+    let r = s.ops_get("/healthz").await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
-    let r = http()
-        .get(format!("{}/readyz", s.ops))
-        .send()
-        .await
-        .unwrap();
+    let r = s.ops_get("/readyz").await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["status"], "ready");
-    let r = http()
-        .get(format!("{}/metrics", s.ops))
-        .send()
-        .await
-        .unwrap();
+    let r = s.ops_get("/metrics").await;
     assert_eq!(r.status(), 200);
     assert!(
         r.headers()["content-type"]
@@ -1060,7 +1116,7 @@ async fn operations_are_served_on_ops_listen() {
         "/api/forecast/paris",
         "/.well-known/stipendex.json",
     ] {
-        let r = http().get(format!("{}{path}", s.ops)).send().await.unwrap();
+        let r = s.ops_get(path).await;
         assert_eq!(r.status(), 404, "{path} on the operations address");
     }
     assert_eq!(seen.count("/free"), 1);
@@ -1072,8 +1128,9 @@ async fn operations_are_served_on_ops_listen() {
 async fn ops_listen_equal_to_listen_is_refused_at_start() {
     let (up, _seen, _task) = upstream().await;
     let s = Setup::new(&up, "").await;
-    let good = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    let good = s.read("gateway.toml");
     let path = s.dir.join("same.toml");
+    let listen = format!("127.0.0.1:{}", s.port);
     let ops_line = good
         .lines()
         .find(|l| l.starts_with("ops_listen"))
@@ -1084,22 +1141,9 @@ async fn ops_listen_equal_to_listen_is_refused_at_start() {
         good.replace(&ops_line, &format!("ops_listen = \"127.0.0.1:{}\"", s.port)),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
-        .arg("gateway")
-        .arg("--config")
-        .arg(&path)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{}", s.port))
-        .env("GATEWAY_TEST_SECRET", SECRET)
-        .output()
-        .await
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started: {err}");
-    let said: Vec<&str> = err
-        .lines()
-        .filter(|l| l.starts_with("stipendex:"))
-        .collect();
+    let (ok, err) = run_gateway(&path, &listen).await;
+    assert!(!ok, "started: {err}");
+    let said = said_by_cli(&err);
     assert_eq!(said.len(), 1, "{err}");
     assert!(
         said[0].contains("[gateway] ops_listen")
@@ -1113,18 +1157,8 @@ async fn ops_listen_equal_to_listen_is_refused_at_start() {
         good.replace(&ops_line, &format!("ops_listen = \"0.0.0.0:{}\"", s.port)),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
-        .arg("gateway")
-        .arg("--config")
-        .arg(&path)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{}", s.port))
-        .env("GATEWAY_TEST_SECRET", SECRET)
-        .output()
-        .await
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started: {err}");
+    let (ok, err) = run_gateway(&path, &listen).await;
+    assert!(!ok, "started: {err}");
     assert!(err.contains("[gateway] ops_listen"), "{err}");
 }
 
@@ -1133,7 +1167,7 @@ async fn ops_listen_equal_to_listen_is_refused_at_start() {
 async fn bad_configuration_is_refused_at_start_naming_the_field() {
     let (up, _seen, _task) = upstream().await;
     let s = Setup::new(&up, "").await;
-    let good = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
+    let good = s.read("gateway.toml");
     let cases: BTreeMap<&str, (String, &str)> = BTreeMap::from([
         (
             "unknown rail kind",
@@ -1194,23 +1228,10 @@ async fn bad_configuration_is_refused_at_start_naming_the_field() {
     for (what, (text, expected)) in cases {
         let path = s.dir.join("bad.toml");
         std::fs::write(&path, text).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
-            .arg("gateway")
-            .arg("--config")
-            .arg(&path)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .env("GATEWAY_TEST_SECRET", SECRET)
-            .output()
-            .await
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{what}: started");
+        let (ok, err) = run_gateway(&path, "127.0.0.1:0").await;
+        assert!(!ok, "{what}: started");
         assert!(err.contains(expected), "{what}: {err}");
-        let said: Vec<&str> = err
-            .lines()
-            .filter(|l| l.starts_with("stipendex:"))
-            .collect();
+        let said = said_by_cli(&err);
         assert_eq!(said.len(), 1, "{what}: {err}");
         assert!(said[0].contains(expected), "{what}: {err}");
     }
@@ -1241,6 +1262,17 @@ fn mcp_sdks_installed() -> bool {
         eprintln!("SKIPPED: {why}");
     }
     ok
+}
+
+/// The JSON-RPC message `body` posted to the MCP endpoint `endpoint`.
+async fn mcp_post(endpoint: &str, body: &Value) -> reqwest::Response {
+    http()
+        .post(endpoint)
+        .header("accept", "application/json, text/event-stream")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
 }
 
 const MCP_PRICES: &str = r#"[[price]]
@@ -1319,43 +1351,30 @@ async fn typescript_host_pays_python_server(over_http: bool) {
         )
     };
     let s = Setup::with(&upstream, MCP_PRICES, "").await;
-    let mut gw = Command::new(env!("CARGO_BIN_EXE_stipendex"));
-    gw.arg("gateway")
-        .arg("--config")
-        .arg(s.dir.join("gateway.toml"))
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{}", s.port))
-        .env("GATEWAY_TEST_SECRET", SECRET)
-        .env("WEATHER_CALLS_FILE", calls.path())
-        .env("RUST_LOG", "warn,rmcp=error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    let mut gw = gw.spawn().unwrap();
-    let mut lines = BufReader::new(gw.stdout.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(l) = lines.next_line().await.unwrap() {
-            if l.starts_with("Listening on ") {
-                return;
-            }
-        }
-        panic!("the gateway exited");
-    })
-    .await
+    let mut gw = gateway_command(
+        &s.dir.join("gateway.toml"),
+        &format!("127.0.0.1:{}", s.port),
+    )
+    .env("WEATHER_CALLS_FILE", calls.path())
+    .env("RUST_LOG", "warn,rmcp=error")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .kill_on_drop(true)
+    .spawn()
     .unwrap();
+    let mut lines = BufReader::new(gw.stdout.take().unwrap()).lines();
+    listening(&mut lines, 60).await.expect("the gateway exited");
     let before = s.agent().await.0;
     let endpoint = format!("{}/mcp", s.origin);
 
     // Unpaid, straight at the gateway: the -32402 Quote; the upstream never ran.
-    let r = http()
-        .post(&endpoint)
-        .header("accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+    let r = mcp_post(
+        &endpoint,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "forecast", "arguments": {"city": "paris"},
-                       "_meta": {"stipendex/payments": {"version": "0.1"}}}}))
-        .send()
-        .await
-        .unwrap();
+                       "_meta": {"stipendex/payments": {"version": "0.1"}}}}),
+    )
+    .await;
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], -32402, "{body}");
     assert!(std::fs::read_to_string(calls.path()).unwrap().is_empty());
@@ -1435,45 +1454,23 @@ async fn typescript_host_pays_python_server(over_http: bool) {
         ["forecast paris", "report daily", "fail no luck"],
         "each paid call reached the server once"
     );
-    let metrics = http()
-        .get(format!("{}/metrics", s.ops))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("stipendex_gateway_payments_total{rail=\"house\",outcome=\"accepted\"} 2"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("stipendex_gateway_quotes_total"),
-        "{metrics}"
-    );
+    assert_two_payments_and_quotes(&s.metrics().await);
 
     if let Some(mut p) = python {
         // The server stops: nothing reaches the gate, nothing is paid.
         p.start_kill().unwrap();
         let _ = p.wait().await;
         tokio::time::sleep(Duration::from_millis(2100)).await; // past the last check's vouching
-        let r = http()
-            .post(&endpoint)
-            .header("accept", "application/json, text/event-stream")
-            .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                "params": {"name": "forecast", "arguments": {"city": "oslo"}}}))
-            .send()
-            .await
-            .unwrap();
+        let r = mcp_post(
+            &endpoint,
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "forecast", "arguments": {"city": "oslo"}}}),
+        )
+        .await;
         assert_eq!(r.status(), 503);
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["error"], "upstream_unavailable");
-        let r = http()
-            .get(format!("{}/readyz", s.ops))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 503);
+        assert_eq!(s.ops_get("/readyz").await.status(), 503);
     }
 }
 
@@ -1502,8 +1499,7 @@ async fn two_instances_on_postgres_lose_and_double_nothing_when_one_is_killed_mi
     let (up, seen, _task) = upstream().await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let shop_key = SecretKey::generate();
-    std::fs::write(dir.join("shop.key"), shop_key.to_hex().as_str()).unwrap();
+    let shop_key = key_file(&dir.join("shop.key"));
     let config = dir.join("gateway.toml");
     std::fs::write(
         &config,
@@ -1579,12 +1575,7 @@ asset = "USD"
         let sent = q.object().resource.clone().unwrap();
         proofs.push(wallet.pay_for(&q, &sent).await.unwrap().proof.to_header());
     }
-    let paid_before = ledger
-        .account(shop)
-        .await
-        .unwrap()
-        .unwrap()
-        .posted_balance();
+    let paid_before = posted(&ledger, shop).await;
 
     // The burst: 8 workers, even requests to A, odd to B; A dies a quarter of the way in, and
     // every request that did not get its answer goes to B with the same Proof until it does.
@@ -1674,12 +1665,7 @@ asset = "USD"
     }
     // Each Proof's money moved once, when the wallet paid; no instance took a payment twice
     // (a second verification would have been refused as a replay: a lost request above).
-    let paid = ledger
-        .account(shop)
-        .await
-        .unwrap()
-        .unwrap()
-        .posted_balance();
+    let paid = posted(&ledger, shop).await;
     assert_eq!(paid, paid_before);
     assert_eq!(paid, i128::from(N) * 5);
     let runs: usize = (0..N)
@@ -1738,16 +1724,9 @@ async fn x402_clients_and_the_stipendex_wallet_pay_the_gateway_on_anvil() {
         .kill_on_drop(true);
     let mut facilitator = f.spawn().unwrap();
     let mut lines = BufReader::new(facilitator.stdout.take().unwrap()).lines();
-    let furl = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(l) = lines.next_line().await.unwrap() {
-            if let Some(u) = l.strip_prefix("Listening on ") {
-                return u.trim().to_owned();
-            }
-        }
-        panic!("the reference facilitator exited");
-    })
-    .await
-    .unwrap();
+    let furl = listening(&mut lines, 30)
+        .await
+        .expect("the reference facilitator exited");
 
     let (up, seen, _task) = upstream().await;
     let pay_to = rail_x402::evm::LocalSigner::random().address();
@@ -1759,48 +1738,31 @@ async fn x402_clients_and_the_stipendex_wallet_pay_the_gateway_on_anvil() {
         var("X402_TOKEN_NAME"),
         var("X402_TOKEN_VERSION"),
     );
-    let s = Setup::with(
-        &format!("url = \"{up}\""),
+    let s = Setup::priced(
+        &up,
         "[[price]]\nkind = \"route\"\nmethod = \"GET\"\npattern = \"/api/forecast/{city}\"\namount = \"0.001\"\nasset = \"USDC\"\ndescription = \"one forecast\"\n",
         "",
     )
     .await;
     // The gateway receives over x402 (the ledger rail stays: it carries USD, priced nowhere).
-    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
-    std::fs::write(
-        s.dir.join("gateway.toml"),
-        config.replace(
-            "[receiver]",
-            &format!(
-                "[rails.usdc]\nkind = \"x402\"\n{rail}pay_to = \"{}\"\nfacilitator_url = \"{furl}\"\n\n[receiver]",
-                pay_to.to_checksum(None)
-            ),
-        ),
-    )
-    .unwrap();
+    s.add_gateway_rail(&format!(
+        "[rails.usdc]\nkind = \"x402\"\n{rail}pay_to = \"{}\"\nfacilitator_url = \"{furl}\"\n",
+        pay_to.to_checksum(None)
+    ));
     // The Stipendex wallet pays over its x402 rail.
     let (wallet_hex, wallet_signer) = evm_key();
     net.mint(wallet_signer.address(), U256::from(5000))
         .await
         .unwrap();
-    let wallet_toml = std::fs::read_to_string(s.dir.join("wallet.toml")).unwrap();
-    std::fs::write(
-        s.dir.join("wallet.toml"),
-        format!(
-            "{wallet_toml}\n[rails.usdc]\nkind = \"x402\"\n{rail}payer_key_env = \"GATEWAY_TEST_EVM_KEY\"\nmax_amount = \"0.01\"\nrpc_url = \"{}\"\n",
-            net.rpc.url()
-        ),
-    )
-    .unwrap();
+    s.add_wallet_rail(&format!(
+        "[rails.usdc]\nkind = \"x402\"\n{rail}payer_key_env = \"GATEWAY_TEST_EVM_KEY\"\nmax_amount = \"0.01\"\nrpc_url = \"{}\"\n",
+        net.rpc.url()
+    ));
     let _gw = s.gateway().await;
     let base = s.origin.clone();
 
     // The unpaid 402 speaks both: the Quote offers the x402 rail, and x402's challenge.
-    let r = http()
-        .get(format!("{base}/api/forecast/paris"))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{base}/api/forecast/paris")).await;
     assert_eq!(r.status(), 402);
     assert!(r.headers().contains_key("payment-required"));
     let body: Value = r.json().await.unwrap();
@@ -1854,16 +1816,13 @@ async fn x402_clients_and_the_stipendex_wallet_pay_the_gateway_on_anvil() {
     assert_eq!(seen.count("/api/forecast/rome"), 1);
 
     // The Stipendex wallet over its x402 rail: a Quote, a Proof, a Receipt.
-    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
-        .arg("fetch")
-        .arg("--config")
-        .arg(s.dir.join("wallet.toml"))
-        .arg(format!("{base}/api/forecast/oslo"))
-        .env("GATEWAY_TEST_EVM_KEY", wallet_hex)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
+    let out = s
+        .fetch_with(
+            &format!("{base}/api/forecast/oslo"),
+            "GATEWAY_TEST_EVM_KEY",
+            &wallet_hex,
+        )
+        .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("receipt"), "{err}");
@@ -1914,23 +1873,14 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let purl = format!("http://{}/price", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, pricing).await.unwrap() });
-    let (up, seen, _task) = upstream().await;
-    let s = Setup::new(
-        &up,
-        &format!("resolve_url = \"{purl}\"\nresolve_timeout_ms = 300"),
-    )
+    let purl = format!("{}/price", serve(pricing).await);
+    let (s, seen, _task, _gw) = started(&format!(
+        "resolve_url = \"{purl}\"\nresolve_timeout_ms = 300"
+    ))
     .await;
-    let _gw = s.gateway().await;
     let base = s.origin.clone();
 
-    let r = http()
-        .get(format!("{base}/api/forecast/free"))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{base}/api/forecast/free")).await;
     assert_eq!(r.status(), 200, "waived: forwarded without payment");
     assert_eq!(seen.count("/api/forecast/free"), 1);
     let sent = asked.lock().unwrap()[0].clone();
@@ -1938,11 +1888,7 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
     assert_eq!(sent["capability"]["price"]["amount"], "0.05");
     assert_eq!(sent["request"]["method"], "GET");
 
-    let r = http()
-        .get(format!("{base}/api/forecast/blocked"))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{base}/api/forecast/blocked")).await;
     assert_eq!(r.status(), 403);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["message"], "not sold in your region");
@@ -1952,11 +1898,7 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
     let quote: Signed<stipendex::envelope::Quote> = serde_json::from_value(q).unwrap();
     assert_eq!(quote.object().amount.unwrap().to_string(), "0.2");
 
-    let r = http()
-        .get(format!("{base}/api/forecast/slow"))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{base}/api/forecast/slow")).await;
     assert_eq!(
         r.status(),
         403,
@@ -1964,11 +1906,7 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
     );
     assert_eq!(seen.count("/api/forecast/slow"), 0);
 
-    let r = http()
-        .get(format!("{base}/api/forecast/huge"))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{base}/api/forecast/huge")).await;
     assert_eq!(
         r.status(),
         403,
@@ -1977,8 +1915,7 @@ async fn resolve_url_quotes_rejects_and_waives_and_fails_closed() {
     assert_eq!(seen.count("/api/forecast/huge"), 0);
 
     let before = s.agent().await.0;
-    let (ok, _, err) = s.fetch(&[&format!("{base}/api/forecast/dear")]).await;
-    assert!(ok, "{err}");
+    s.fetch_ok(&[&format!("{base}/api/forecast/dear")]).await;
     assert_eq!(s.agent().await.0, before - 20);
 }
 
@@ -2004,61 +1941,34 @@ async fn exact_algo_is_offered_with_its_discovery_documents() {
     .await
     .unwrap();
     let (up, seen, _task) = upstream().await;
-    let s = Setup::with(
-        &format!("url = \"{up}\""),
+    let s = Setup::priced(
+        &up,
         "[[price]]\nkind = \"route\"\nmethod = \"GET\"\npattern = \"/api/forecast/{city}\"\namount = \"0.002\"\nasset = \"ALGO\"\ndescription = \"one forecast\"\n",
         "",
     )
     .await;
-    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
-    std::fs::write(
-        s.dir.join("gateway.toml"),
-        config.replace(
-            "[receiver]",
-            &format!(
-                "[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npay_to = \"{treasury}\"\n\n[receiver]",
-                net.url
-            ),
-        ),
-    )
-    .unwrap();
-    let wallet_toml = std::fs::read_to_string(s.dir.join("wallet.toml")).unwrap();
-    std::fs::write(
-        s.dir.join("wallet.toml"),
-        format!(
-            "{wallet_toml}\n[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"GATEWAY_TEST_ALGO_KEY\"\nmax_amount = \"0.01\"\n",
-            net.url
-        ),
-    )
-    .unwrap();
+    s.add_gateway_rail(&format!(
+        "[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npay_to = \"{treasury}\"\n",
+        net.url
+    ));
+    s.add_wallet_rail(&format!(
+        "[rails.chain]\nkind = \"exact-algo\"\nalgod_url = \"{}\"\npayer_key_env = \"GATEWAY_TEST_ALGO_KEY\"\nmax_amount = \"0.01\"\n",
+        net.url
+    ));
     let _gw = s.gateway().await;
     let base = s.origin.clone();
 
-    let txt = http().get(format!("{base}/llms.txt")).send().await.unwrap();
+    let txt = http_get(&format!("{base}/llms.txt")).await;
     assert_eq!(txt.status(), 200);
     let txt = txt.text().await.unwrap();
     assert!(
         txt.contains("exact-algo") && txt.contains("/api/forecast/{city}"),
         "{txt}"
     );
-    let doc: Value = http()
-        .get(format!("{base}/.well-known/exact-algo.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = get_json(&format!("{base}/.well-known/exact-algo.json")).await;
     assert!(doc.to_string().contains("/api/forecast/{city}"), "{doc}");
     assert!(doc.to_string().contains("2000"), "{doc}");
-    let agent: Value = http()
-        .get(format!("{base}/.well-known/agent.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agent = get_json(&format!("{base}/.well-known/agent.json")).await;
     assert_eq!(agent["payments"]["x402"]["supported"], true, "{agent}");
     assert_eq!(
         agent["payments"]["x402"]["schemes"][0]["label"], "exact-algo",
@@ -2066,27 +1976,18 @@ async fn exact_algo_is_offered_with_its_discovery_documents() {
     );
 
     // The 402 offers exact-algo both ways; the wallet pays the Quote's offer on chain.
-    let r = http()
-        .get(format!("{base}/api/forecast/lima"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 402);
-    let body: Value = r.json().await.unwrap();
+    let body = challenge("GET", &format!("{base}/api/forecast/lima")).await;
     assert!(
         body["accepts"].is_array() && body["quote"]["jws"].is_string(),
         "{body}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_stipendex"))
-        .arg("fetch")
-        .arg("--config")
-        .arg(s.dir.join("wallet.toml"))
-        .arg(format!("{base}/api/forecast/lima"))
-        .env("GATEWAY_TEST_ALGO_KEY", hex::encode(payer.to_bytes()))
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
+    let out = s
+        .fetch_with(
+            &format!("{base}/api/forecast/lima"),
+            "GATEWAY_TEST_ALGO_KEY",
+            &hex::encode(payer.to_bytes()),
+        )
+        .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(
@@ -2100,20 +2001,12 @@ async fn exact_algo_is_offered_with_its_discovery_documents() {
 /// forwarded, answered with its Receipt — before it exits.
 #[tokio::test]
 async fn sigterm_lets_a_paid_request_in_flight_finish() {
-    let (up, seen, _task) = upstream().await;
-    let s = Setup::new(&up, "").await;
-    let mut gw = s.gateway().await;
+    let (s, seen, _task, mut gw) = started("").await;
     let base = s.origin.clone();
-    let q = quote_of("GET", &format!("{base}/api/slowish/7")).await;
-    let proof = pay(&s, &q).await;
     let url = format!("{base}/api/slowish/7");
+    let proof = s.paid_proof("GET", &url).await;
     let inflight = tokio::spawn(async move {
-        let r = http()
-            .get(url)
-            .header("stipendex-payment", proof)
-            .send()
-            .await
-            .unwrap();
+        let r = get_paid(&url, &proof).await;
         (
             r.status().as_u16(),
             r.headers().contains_key("stipendex-receipt"),
@@ -2150,9 +2043,7 @@ async fn sigterm_lets_a_paid_request_in_flight_finish() {
 /// gateway's alone.
 #[tokio::test]
 async fn forwarded_headers_of_a_trusted_proxy_are_kept_and_extended() {
-    let (up, seen, _task) = upstream().await;
-    let s = Setup::new(&up, "trusted_proxies = [\"127.0.0.0/8\"]").await;
-    let _gw = s.gateway().await;
+    let (s, seen, _task, _gw) = started("trusted_proxies = [\"127.0.0.0/8\"]").await;
     let r = http()
         .get(format!("{}/free", s.origin))
         .header("x-forwarded-for", "203.0.113.7")
@@ -2172,28 +2063,13 @@ async fn forwarded_headers_of_a_trusted_proxy_are_kept_and_extended() {
 
 #[tokio::test]
 async fn tabs_through_the_gateway_pay_many_calls_with_one_hold() {
-    use stipendex::http::Client;
-    use stipendex::wallet::Wallet;
-
     let (up, seen, _task) = upstream().await;
-    let s = Setup::with_receiver(
-        &format!("url = \"{up}\""),
-        HTTP_PRICES,
-        "",
-        "\n[receiver.tabs]\ncap = \"1.00\"\nasset = \"USD\"\nlanes = 4\n",
-    )
-    .await;
+    let s = Setup::priced(&up, HTTP_PRICES, TABS).await;
     let _gw = s.gateway().await;
     let base = s.origin.clone();
 
     // The 402 carries a tab beside the Quote.
-    let r = http()
-        .get(format!("{base}/api/forecast/paris"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 402);
-    let body: Value = r.json().await.unwrap();
+    let body = challenge("GET", &format!("{base}/api/forecast/paris")).await;
     assert!(
         body["quote"]["jws"].is_string() && body["tab"]["jws"].is_string(),
         "{body}"
@@ -2201,8 +2077,7 @@ async fn tabs_through_the_gateway_pay_many_calls_with_one_hold() {
 
     // `stipendex fetch` opens a tab for its one call and closes it before it exits.
     let before = s.agent().await;
-    let (ok, out, err) = s.fetch(&[&format!("{base}/api/forecast/rome")]).await;
-    assert!(ok, "{err}");
+    let (out, err) = s.fetch_ok(&[&format!("{base}/api/forecast/rome")]).await;
     assert!(out.contains("rome"), "{out}");
     assert!(
         err.contains(": 1 call, captured 0.05 of cap 1.00 USD"),
@@ -2212,37 +2087,7 @@ async fn tabs_through_the_gateway_pay_many_calls_with_one_hold() {
 
     // A wallet in one process: one 402, then every call straight through the gateway with a
     // voucher; the upstream sees each call once and never a payment header.
-    let wallet_key = SecretKey::from_hex(
-        std::fs::read_to_string(s.dir.join("wallet.key"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
-    let mandate: Signed<Mandate> = Signed::parse(
-        std::fs::read_to_string(s.dir.join("wallet.jws"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
-    let registry = stipendex::Registry::from_toml(
-        &format!(
-            "[store]\nurl = \"memory\"\n[rails.house]\nkind = \"ledger\"\nurl = \"sqlite://{}\"\npayer_account = \"{}\"\n",
-            s.dir.join("ledger.db").display(),
-            s.agent
-        ),
-        &BTreeMap::<String, String>::new(),
-    )
-    .await
-    .unwrap();
-    let wallet = Wallet::builder(wallet_key, mandate)
-        .registry(&registry)
-        .build()
-        .unwrap();
-    let client = Client::new(
-        stipendex::http::reqwest_builder(Duration::from_secs(10)),
-        wallet,
-    )
-    .unwrap();
+    let client = in_process_client(&s).await;
     let before = s.agent().await;
     for city in ["oslo", "lima", "pune", "kiev", "doha"] {
         let r = client
@@ -2267,18 +2112,7 @@ async fn tabs_through_the_gateway_pay_many_calls_with_one_hold() {
 /// The wallet of `s` in this process (its key and mandate; the ledger's payer side; spend
 /// records in memory): a client whose tabs stay open across calls.
 async fn in_process_client(s: &Setup) -> stipendex::http::Client {
-    let wallet_key = SecretKey::from_hex(
-        std::fs::read_to_string(s.dir.join("wallet.key"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
-    let mandate: Signed<Mandate> = Signed::parse(
-        std::fs::read_to_string(s.dir.join("wallet.jws"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
+    let (wallet_key, mandate) = s.wallet();
     let registry = stipendex::Registry::from_toml(
         &format!(
             "[store]\nurl = \"memory\"\n[rails.house]\nkind = \"ledger\"\nurl = \"sqlite://{}\"\npayer_account = \"{}\"\n",
@@ -2310,7 +2144,7 @@ async fn in_process_client(s: &Setup) -> stipendex::http::Client {
 async fn a_call_the_upstream_never_got_is_charged_to_nobody_whatever_paid_for_it() {
     let port = free_port();
     let (up, mut upstream) = wsgi_upstream_at(false, port).await;
-    let s = Setup::with_receiver(&format!("url = \"{up}\""), FORECAST, "", TABS).await;
+    let s = Setup::priced(&up, FORECAST, TABS).await;
     let _gw = s.gateway().await;
     let base = s.origin.clone();
     let client = in_process_client(&s).await;
@@ -2341,15 +2175,9 @@ async fn a_call_the_upstream_never_got_is_charged_to_nobody_whatever_paid_for_it
     assert_eq!(r.status, 503);
     assert!(r.tab_call.is_none(), "not charged");
     // A Proof: refused before it is claimed.
-    let q = quote_of("GET", &format!("{base}/api/forecast/rome")).await;
-    let proof = pay(&s, &q).await;
     let rome = format!("{base}/api/forecast/rome");
-    let r = http()
-        .get(&rome)
-        .header("stipendex-payment", &proof)
-        .send()
-        .await
-        .unwrap();
+    let proof = s.paid_proof("GET", &rome).await;
+    let r = get_paid(&rome, &proof).await;
     assert_eq!(r.status(), 503);
 
     // The upstream is back: the tab goes on at the sequence not counted, and the same Proof is
@@ -2358,12 +2186,7 @@ async fn a_call_the_upstream_never_got_is_charged_to_nobody_whatever_paid_for_it
     let r = call("kiev").await;
     assert_eq!(r.status, 200);
     assert!(r.tab_call.is_some());
-    let r = http()
-        .get(&rome)
-        .header("stipendex-payment", &proof)
-        .send()
-        .await
-        .unwrap();
+    let r = get_paid(&rome, &proof).await;
     assert_eq!(r.status(), 200);
     assert!(r.headers().contains_key("stipendex-receipt"));
     let receipts = client.close_tabs().await.unwrap();
@@ -2473,16 +2296,15 @@ async fn bogus_tab_opening(http: &reqwest::Client, base: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_thousand_refused_tab_openings_leave_the_gateway_no_bigger() {
     let (up, _upstream) = wsgi_upstream(false).await;
-    let s = Setup::with_receiver(&format!("url = \"{up}\""), FORECAST, "", TABS).await;
+    let s = Setup::priced(&up, FORECAST, TABS).await;
     // Records in memory: what is measured is what stays in memory, and a refused hold's
     // reservation (written and removed by the ledger rail) costs no fsync here.
-    let config = s.dir.join("gateway.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
+    let text = s.read("gateway.toml");
     let store = text
         .lines()
         .find(|l| l.starts_with("url = \"sqlite://"))
         .unwrap();
-    std::fs::write(&config, text.replacen(store, "url = \"memory\"", 1)).unwrap();
+    s.write("gateway.toml", &text.replacen(store, "url = \"memory\"", 1));
     let gw = s.gateway().await;
     let pid = gw.id().unwrap();
     let http = http();
@@ -2515,11 +2337,10 @@ async fn eight_thousand_refused_tab_openings_leave_the_gateway_no_bigger() {
 async fn a_17_mib_paid_answer_reaches_fetch_whole_with_its_receipt() {
     let (up, _upstream) = wsgi_upstream(false).await;
     for tabs in ["", TABS] {
-        let s = Setup::with_receiver(&format!("url = \"{up}\""), FORECAST, "", tabs).await;
+        let s = Setup::priced(&up, FORECAST, tabs).await;
         let _gw = s.gateway().await;
         let before = s.agent().await.0;
-        let (ok, out, err) = s.fetch(&[&format!("{}/api/big/17", s.origin)]).await;
-        assert!(ok, "{err}");
+        let (out, err) = s.fetch_ok(&[&format!("{}/api/big/17", s.origin)]).await;
         assert_eq!(out.len(), 17 * 1024 * 1024, "{err}");
         assert!(out.bytes().all(|b| b == b'x'));
         if tabs.is_empty() {
@@ -2538,26 +2359,19 @@ async fn a_17_mib_paid_answer_reaches_fetch_whole_with_its_receipt() {
 #[tokio::test]
 async fn readyz_reports_an_unreachable_facilitator() {
     let (up, _seen, _task) = upstream().await;
-    let x402_rail = |facilitator: &str| {
-        format!(
-            "[rails.usdc]\nkind = \"x402\"\nnetwork = \"eip155:84532\"\ntoken = \"0x036CbD53842c5426634e7929541eC2318f3dCF7e\"\ntoken_name = \"USDC\"\ntoken_version = \"2\"\npay_to = \"0x209693Bc6afc0C5328bA36FaF03C514EF312287C\"\nfacilitator_url = \"{facilitator}\"\n\n[receiver]"
-        )
+    // The gateway, started with an x402 rail settled by `facilitator`.
+    let with_facilitator = async |facilitator: &str| {
+        let s = Setup::new(&up, "").await;
+        s.add_gateway_rail(&format!(
+            "[rails.usdc]\nkind = \"x402\"\nnetwork = \"eip155:84532\"\ntoken = \"0x036CbD53842c5426634e7929541eC2318f3dCF7e\"\ntoken_name = \"USDC\"\ntoken_version = \"2\"\npay_to = \"0x209693Bc6afc0C5328bA36FaF03C514EF312287C\"\nfacilitator_url = \"{facilitator}\"\n"
+        ));
+        let gw = s.gateway().await;
+        (s, gw)
     };
     // A facilitator on a closed port.
     let closed = format!("http://127.0.0.1:{}", free_port());
-    let s = Setup::new(&up, "").await;
-    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
-    std::fs::write(
-        s.dir.join("gateway.toml"),
-        config.replace("[receiver]", &x402_rail(&closed)),
-    )
-    .unwrap();
-    let _gw = s.gateway().await;
-    let r = http()
-        .get(format!("{}/readyz", s.ops))
-        .send()
-        .await
-        .unwrap();
+    let (s, _gw) = with_facilitator(&closed).await;
+    let r = s.ops_get("/readyz").await;
     assert_eq!(r.status(), 503);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["status"], "not_ready", "{body}");
@@ -2581,23 +2395,10 @@ async fn readyz_reports_an_unreachable_facilitator() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let live = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let s = Setup::new(&up, "").await;
-    let config = std::fs::read_to_string(s.dir.join("gateway.toml")).unwrap();
-    std::fs::write(
-        s.dir.join("gateway.toml"),
-        config.replace("[receiver]", &x402_rail(&live)),
-    )
-    .unwrap();
-    let _gw = s.gateway().await;
+    let live = serve(app).await;
+    let (s, _gw) = with_facilitator(&live).await;
     for _ in 0..20 {
-        let r = http()
-            .get(format!("{}/readyz", s.ops))
-            .send()
-            .await
-            .unwrap();
+        let r = s.ops_get("/readyz").await;
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     }
     assert_eq!(
@@ -2622,9 +2423,7 @@ async fn through_the_gateway_a_paid_request_decides_once_and_asks_the_hook_once(
             async { axum::Json(json!({"decision": "quote", "amount": "0.05"})) }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let purl = format!("http://{}/price", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, pricing).await.unwrap() });
+    let purl = format!("{}/price", serve(pricing).await);
     let (up, seen, _task) = upstream().await;
     let s = Setup::new(&up, &format!("resolve_url = \"{purl}\"")).await;
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -2643,10 +2442,8 @@ async fn through_the_gateway_a_paid_request_decides_once_and_asks_the_hook_once(
             .count()
     };
     let before = decided();
-    let (ok, _, err) = s
-        .fetch(&[&format!("{}/api/forecast/paris", s.origin)])
+    s.fetch_ok(&[&format!("{}/api/forecast/paris", s.origin)])
         .await;
-    assert!(ok, "{err}");
     assert_eq!(seen.count("/api/forecast/paris"), 1, "forwarded once");
     // The 402 and the paid retry: two requests, two decisions, the hook asked for the Quote.
     // The log is read from the gateway's stderr as it comes: wait for its lines (at most 5 s),
