@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use rail_core::{Asset, Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 use rail_ledger::{
-    AccountId, Created, Ledger, LedgerError, NewAccount, RESERVED_BIT, SideBalances, Transfer,
-    TransferError, TransferId, TransferKind, TransferRequest, TransferStatus, VerifyReport,
-    entry_hash,
+    Account, AccountId, Created, Ledger, LedgerError, NewAccount, Problem, RESERVED_BIT,
+    SideBalances, Transfer, TransferError, TransferId, TransferKind, TransferRequest,
+    TransferStatus, VerifyReport, entry_hash,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +30,12 @@ struct Fixture {
     clock: ManualClock,
     _dir: Option<tempfile::TempDir>,
     pg: Option<(String, String)>,
+}
+
+/// A direct connection to a fixture's database, past the ledger.
+enum Raw {
+    Pg(sqlx::postgres::PgPool),
+    Lite(sqlx::sqlite::SqlitePool),
 }
 
 impl Fixture {
@@ -47,31 +53,8 @@ impl Fixture {
         }
     }
 
-    async fn raw_exec(&self, sql: &str) {
-        match (&self.pg, &self._dir) {
-            (Some((url, schema)), _) => {
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(url)
-                    .await
-                    .unwrap();
-                let sql = format!("SET search_path TO {schema}; {sql}");
-                sqlx::raw_sql(&sql).execute(&pool).await.unwrap();
-            }
-            (None, Some(dir)) => {
-                let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .connect(&sqlite_url(dir))
-                    .await
-                    .unwrap();
-                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
-            }
-            _ => unreachable!(),
-        }
-    }
-
-    /// One integer from a query run directly on the database (`NULL` reads as `None`).
-    async fn raw_i64(&self, sql: &str) -> Option<i64> {
+    /// One connection straight to the database (on PostgreSQL, in the fixture's schema).
+    async fn raw(&self) -> Raw {
         match (&self.pg, &self._dir) {
             (Some((url, schema)), _) => {
                 let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
@@ -80,10 +63,7 @@ impl Fixture {
                     .connect_with(opts.options([("search_path", schema.as_str())]))
                     .await
                     .unwrap();
-                sqlx::query_scalar::<_, Option<i64>>(sql)
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap()
+                Raw::Pg(pool)
             }
             (None, Some(dir)) => {
                 let pool = sqlx::sqlite::SqlitePoolOptions::new()
@@ -91,13 +71,61 @@ impl Fixture {
                     .connect(&sqlite_url(dir))
                     .await
                     .unwrap();
-                sqlx::query_scalar::<_, Option<i64>>(sql)
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap()
+                Raw::Lite(pool)
             }
             _ => unreachable!(),
         }
+    }
+
+    /// Runs `sql` directly on the database, as someone with write access could.
+    async fn try_exec(&self, sql: &str) -> Result<(), sqlx::Error> {
+        match self.raw().await {
+            Raw::Pg(pool) => sqlx::raw_sql(sql).execute(&pool).await.map(|_| ()),
+            Raw::Lite(pool) => sqlx::raw_sql(sql).execute(&pool).await.map(|_| ()),
+        }
+    }
+
+    /// [`Fixture::try_exec`], which must succeed.
+    async fn raw_exec(&self, sql: &str) {
+        self.try_exec(sql).await.unwrap();
+    }
+
+    /// One integer from a query run directly on the database (`NULL` reads as `None`).
+    async fn raw_i64(&self, sql: &str) -> Option<i64> {
+        match self.raw().await {
+            Raw::Pg(pool) => sqlx::query_scalar::<_, Option<i64>>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap(),
+            Raw::Lite(pool) => sqlx::query_scalar::<_, Option<i64>>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap(),
+        }
+    }
+
+    /// Drops the journal's append-only guard (its triggers), as an attacker with database
+    /// rights could.
+    async fn drop_guard(&self) {
+        let sql = if self.pg.is_none() {
+            "DROP TRIGGER ledger_transfers_no_update; DROP TRIGGER ledger_transfers_no_delete;"
+        } else {
+            "DROP TRIGGER ledger_transfers_append_only ON ledger_transfers;"
+        };
+        self.raw_exec(sql).await;
+    }
+}
+
+/// Drops the PostgreSQL test schema at `url` (best effort: a cleanup).
+async fn drop_schema(url: &str, schema: &str) {
+    if let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+    {
+        let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&pool)
+            .await;
     }
 }
 
@@ -171,11 +199,99 @@ fn single(debit: AccountId, credit: AccountId, amount: u64) -> TransferRequest {
     }
 }
 
+/// A hold `id` of `amount` from `debit` for `credit`, lapsing after `timeout_ms` (0: never).
+fn pending(
+    id: TransferId,
+    debit: AccountId,
+    credit: AccountId,
+    amount: u64,
+    user_data: u128,
+    timeout_ms: u64,
+) -> TransferRequest {
+    TransferRequest::Pending {
+        id,
+        debit,
+        credit,
+        amount,
+        user_data,
+        timeout_ms,
+    }
+}
+
+/// Posting `amount` of the hold `pending_id`.
+fn post(pending_id: TransferId, amount: u64) -> TransferRequest {
+    TransferRequest::Post {
+        id: TransferId::random(),
+        pending_id,
+        amount,
+    }
+}
+
+/// Voiding the hold `pending_id`.
+fn void(pending_id: TransferId) -> TransferRequest {
+    TransferRequest::Void {
+        id: TransferId::random(),
+        pending_id,
+    }
+}
+
+/// Reversing `amount` of the posted transfer `of`.
+fn reverse(of: TransferId, amount: u64) -> TransferRequest {
+    TransferRequest::Reverse {
+        id: TransferId::random(),
+        of,
+        amount,
+    }
+}
+
 fn refused(r: Result<Created, LedgerError>) -> TransferError {
     match r {
         Err(LedgerError::Refused(e)) => e,
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// Why `l` refuses `req` (it must refuse it).
+async fn refusal(l: &Ledger, req: TransferRequest) -> TransferError {
+    refused(l.transfer(req).await)
+}
+
+/// Applies `req` (it must not be refused): its entry, new or existing.
+async fn entry(l: &Ledger, req: TransferRequest) -> Transfer {
+    l.transfer(req).await.unwrap().transfer().clone()
+}
+
+/// The account `id` as stored (it must exist).
+async fn stored(l: &Ledger, id: AccountId) -> Account {
+    l.account(id).await.unwrap().unwrap()
+}
+
+/// The status of transfer `id` (it must exist).
+async fn status(l: &Ledger, id: TransferId) -> Option<TransferStatus> {
+    l.lookup_transfer(id).await.unwrap().unwrap().1
+}
+
+/// Verifies the journal of `l`, which must be intact: the report.
+async fn assert_intact(l: &Ledger) -> VerifyReport {
+    let report = l.verify_journal().await.unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    report
+}
+
+/// Verifies the journal of `l`, which must report a problem that `is` recognises.
+async fn assert_problem(l: &Ledger, is: impl Fn(&Problem) -> bool) {
+    let r = l.verify_journal().await.unwrap();
+    assert!(r.problems.iter().any(is), "{r:?}");
+}
+
+/// In `l`: a bank, a no-overdraft account funded from it with `funds`, and a no-overdraft shop;
+/// (bank, funded account, shop, the funding entry).
+async fn parties(l: &Ledger, funds: u64) -> (AccountId, AccountId, AccountId, Transfer) {
+    let bank = account(l, false).await;
+    let alice = account(l, true).await;
+    let shop = account(l, true).await;
+    let funding = entry(l, single(bank, alice, funds)).await;
+    (bank, alice, shop, funding)
 }
 
 async fn transfers_and_idempotency(f: Fixture) {
@@ -203,23 +319,23 @@ async fn transfers_and_idempotency(f: Fixture) {
         user_data: 7,
     };
     assert_eq!(
-        refused(l.transfer(changed).await),
+        refusal(l, changed).await,
         TransferError::ExistsWithDifferentFields
     );
     assert_eq!(
-        refused(l.transfer(single(alice, bob, 1_001)).await),
+        refusal(l, single(alice, bob, 1_001)).await,
         TransferError::ExceedsCredits { available: 1_000 }
     );
     assert_eq!(
-        refused(l.transfer(single(alice, alice, 1)).await),
+        refusal(l, single(alice, alice, 1)).await,
         TransferError::AccountsMustBeDifferent
     );
     assert_eq!(
-        refused(l.transfer(single(alice, bob, 0)).await),
+        refusal(l, single(alice, bob, 0)).await,
         TransferError::AmountMustNotBeZero
     );
     assert_eq!(
-        refused(l.transfer(single(alice, AccountId::random(), 1)).await),
+        refusal(l, single(alice, AccountId::random(), 1)).await,
         TransferError::CreditAccountNotFound
     );
     let eur = AccountId::random();
@@ -231,7 +347,7 @@ async fn transfers_and_idempotency(f: Fixture) {
     .await
     .unwrap();
     assert_eq!(
-        refused(l.transfer(single(eur, alice, 1)).await),
+        refusal(l, single(eur, alice, 1)).await,
         TransferError::AssetMismatch
     );
     assert_eq!(
@@ -246,164 +362,75 @@ async fn transfers_and_idempotency(f: Fixture) {
         "refused: account exists with different fields"
     );
     l.transfer(single(alice, bob, 400)).await.unwrap();
-    let a = l.account(alice).await.unwrap().unwrap();
-    let b = l.account(bob).await.unwrap().unwrap();
+    let (a, b) = (stored(l, alice).await, stored(l, bob).await);
     assert_eq!((a.posted_balance(), b.posted_balance()), (600, 400));
-    let report = l.verify_journal().await.unwrap();
-    assert!(report.is_intact(), "{report:?}");
+    let report = assert_intact(l).await;
     assert_eq!(report.entries, 2);
 }
 
 async fn two_phase(f: Fixture) {
     let l = &f.ledger;
-    let bank = account(l, false).await;
-    let alice = account(l, true).await;
-    let shop = account(l, true).await;
-    l.transfer(single(bank, alice, 1_000)).await.unwrap();
+    let (_, alice, shop, _) = parties(l, 1_000).await;
     let hold = TransferId::random();
-    l.transfer(TransferRequest::Pending {
-        id: hold,
-        debit: alice,
-        credit: shop,
-        amount: 700,
-        user_data: 1,
-        timeout_ms: 60_000,
-    })
-    .await
-    .unwrap();
+    l.transfer(pending(hold, alice, shop, 700, 1, 60_000))
+        .await
+        .unwrap();
     // Pending debits count against no-overdraft.
     assert_eq!(
-        refused(l.transfer(single(alice, shop, 301)).await),
+        refusal(l, single(alice, shop, 301)).await,
         TransferError::ExceedsCredits { available: 300 }
     );
     // Post above the hold: refused; partial post releases the rest.
     assert_eq!(
-        refused(
-            l.transfer(TransferRequest::Post {
-                id: TransferId::random(),
-                pending_id: hold,
-                amount: 701
-            })
-            .await
-        ),
+        refusal(l, post(hold, 701)).await,
         TransferError::ExceedsPendingAmount { pending: 700 }
     );
-    let post = TransferRequest::Post {
-        id: TransferId::random(),
-        pending_id: hold,
-        amount: 450,
-    };
-    l.transfer(post.clone()).await.unwrap();
+    let partial = post(hold, 450);
+    l.transfer(partial.clone()).await.unwrap();
     assert!(matches!(
-        l.transfer(post).await.unwrap(),
+        l.transfer(partial).await.unwrap(),
         Created::Exists(_)
     ));
-    let a = l.account(alice).await.unwrap().unwrap();
+    let a = stored(l, alice).await;
     assert_eq!((a.available(), a.debits_pending), (550, 0));
+    assert_eq!(stored(l, shop).await.posted_balance(), 450);
+    assert_eq!(refusal(l, void(hold)).await, TransferError::AlreadyPosted);
     assert_eq!(
-        l.account(shop).await.unwrap().unwrap().posted_balance(),
-        450
+        status(l, hold).await,
+        Some(TransferStatus::Posted { amount: 450 })
     );
-    assert_eq!(
-        refused(
-            l.transfer(TransferRequest::Void {
-                id: TransferId::random(),
-                pending_id: hold
-            })
-            .await
-        ),
-        TransferError::AlreadyPosted
-    );
-    let (_, st) = l.lookup_transfer(hold).await.unwrap().unwrap();
-    assert_eq!(st, Some(TransferStatus::Posted { amount: 450 }));
 
     // Void releases; post after void refused.
     let h2 = TransferId::random();
-    l.transfer(TransferRequest::Pending {
-        id: h2,
-        debit: alice,
-        credit: shop,
-        amount: 500,
-        user_data: 2,
-        timeout_ms: 0,
-    })
-    .await
-    .unwrap();
-    l.transfer(TransferRequest::Void {
-        id: TransferId::random(),
-        pending_id: h2,
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        refused(
-            l.transfer(TransferRequest::Post {
-                id: TransferId::random(),
-                pending_id: h2,
-                amount: 1
-            })
-            .await
-        ),
-        TransferError::AlreadyVoided
-    );
-    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
+    l.transfer(pending(h2, alice, shop, 500, 2, 0))
+        .await
+        .unwrap();
+    l.transfer(void(h2)).await.unwrap();
+    assert_eq!(refusal(l, post(h2, 1)).await, TransferError::AlreadyVoided);
+    assert_eq!(stored(l, alice).await.available(), 550);
 
     // Expiry: a hold lapses after its timeout and can no longer be posted.
     let h3 = TransferId::random();
-    l.transfer(TransferRequest::Pending {
-        id: h3,
-        debit: alice,
-        credit: shop,
-        amount: 550,
-        user_data: 3,
-        timeout_ms: 10_000,
-    })
-    .await
-    .unwrap();
-    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 0);
+    l.transfer(pending(h3, alice, shop, 550, 3, 10_000))
+        .await
+        .unwrap();
+    assert_eq!(stored(l, alice).await.available(), 0);
     f.clock.advance(Duration::from_secs(11));
     l.expire_pending().await.unwrap();
-    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
-    assert_eq!(
-        l.lookup_transfer(h3).await.unwrap().unwrap().1,
-        Some(TransferStatus::Expired)
-    );
-    assert_eq!(
-        refused(
-            l.transfer(TransferRequest::Post {
-                id: TransferId::random(),
-                pending_id: h3,
-                amount: 1
-            })
-            .await
-        ),
-        TransferError::PendingExpired
-    );
+    assert_eq!(stored(l, alice).await.available(), 550);
+    assert_eq!(status(l, h3).await, Some(TransferStatus::Expired));
+    assert_eq!(refusal(l, post(h3, 1)).await, TransferError::PendingExpired);
     // A lapsed hold that no sweep has reached yet is expired by the post that finds it.
     let h4 = TransferId::random();
-    l.transfer(TransferRequest::Pending {
-        id: h4,
-        debit: alice,
-        credit: shop,
-        amount: 50,
-        user_data: 4,
-        timeout_ms: 1_000,
-    })
-    .await
-    .unwrap();
+    l.transfer(pending(h4, alice, shop, 50, 4, 1_000))
+        .await
+        .unwrap();
     f.clock.advance(Duration::from_secs(2));
     assert_eq!(
-        refused(
-            l.transfer(TransferRequest::Post {
-                id: TransferId::random(),
-                pending_id: h4,
-                amount: 50
-            })
-            .await
-        ),
+        refusal(l, post(h4, 50)).await,
         TransferError::PendingExpired
     );
-    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
+    assert_eq!(stored(l, alice).await.available(), 550);
 
     // Reversal (refund): never more than posted, in total.
     let pay = TransferId::random();
@@ -416,45 +443,18 @@ async fn two_phase(f: Fixture) {
     })
     .await
     .unwrap();
-    l.transfer(TransferRequest::Reverse {
-        id: TransferId::random(),
-        of: pay,
-        amount: 60,
-    })
-    .await
-    .unwrap();
+    l.transfer(reverse(pay, 60)).await.unwrap();
     assert_eq!(
-        refused(
-            l.transfer(TransferRequest::Reverse {
-                id: TransferId::random(),
-                of: pay,
-                amount: 41
-            })
-            .await
-        ),
+        refusal(l, reverse(pay, 41)).await,
         TransferError::ExceedsReversible { available: 40 }
     );
-    l.transfer(TransferRequest::Reverse {
-        id: TransferId::random(),
-        of: pay,
-        amount: 40,
-    })
-    .await
-    .unwrap();
+    l.transfer(reverse(pay, 40)).await.unwrap();
     assert_eq!(
-        refused(
-            l.transfer(TransferRequest::Reverse {
-                id: TransferId::random(),
-                of: h2,
-                amount: 1
-            })
-            .await
-        ),
+        refusal(l, reverse(h2, 1)).await,
         TransferError::CannotReverse
     );
-    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 550);
-    let report = l.verify_journal().await.unwrap();
-    assert!(report.is_intact(), "{report:?}");
+    assert_eq!(stored(l, alice).await.available(), 550);
+    assert_intact(l).await;
 }
 
 async fn tampering_is_detected(f: Fixture) {
@@ -464,72 +464,33 @@ async fn tampering_is_detected(f: Fixture) {
     for _ in 0..5 {
         l.transfer(single(bank, alice, 10)).await.unwrap();
     }
-    assert!(l.verify_journal().await.unwrap().is_intact());
-    let sqlite = f.pg.is_none();
+    assert_intact(l).await;
     // The journal refuses edits while its guard is in place.
-    let pool_err = if sqlite {
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .connect(&sqlite_url(f._dir.as_ref().unwrap()))
+    assert!(
+        f.try_exec("UPDATE ledger_transfers SET amount = 11 WHERE seq = 3")
             .await
-            .unwrap();
-        sqlx::query("UPDATE ledger_transfers SET amount = 11 WHERE seq = 3")
-            .execute(&pool)
-            .await
-            .is_err()
-    } else {
-        let (url, schema) = f.pg.clone().unwrap();
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .connect(&url)
-            .await
-            .unwrap();
-        sqlx::raw_sql(&format!(
-            "UPDATE {schema}.ledger_transfers SET amount = 11 WHERE seq = 3"
-        ))
-        .execute(&pool)
-        .await
-        .is_err()
-    };
-    assert!(pool_err, "the journal must be append-only");
+            .is_err(),
+        "the journal must be append-only"
+    );
     // An attacker with database rights drops the guard and edits an entry: caught.
-    let drop_guard = if sqlite {
-        "DROP TRIGGER ledger_transfers_no_update; DROP TRIGGER ledger_transfers_no_delete;"
-    } else {
-        "DROP TRIGGER ledger_transfers_append_only ON ledger_transfers;"
-    };
-    f.raw_exec(drop_guard).await;
+    f.drop_guard().await;
     f.raw_exec("UPDATE ledger_transfers SET amount = 11 WHERE seq = 3")
         .await;
-    let r = l.verify_journal().await.unwrap();
-    assert!(
-        r.problems
-            .iter()
-            .any(|p| p.seq == 3 && p.what.contains("hash")),
-        "{r:?}"
-    );
+    assert_problem(l, |p| p.seq == 3 && p.what.contains("hash")).await;
     f.raw_exec("UPDATE ledger_transfers SET amount = 10 WHERE seq = 3")
         .await;
-    assert!(l.verify_journal().await.unwrap().is_intact());
+    assert_intact(l).await;
     // Balances edited behind the journal's back: caught.
     f.raw_exec("UPDATE ledger_accounts SET credits_posted = credits_posted + 1000")
         .await;
-    let r = l.verify_journal().await.unwrap();
-    assert!(
-        r.problems
-            .iter()
-            .any(|p| p.what.contains("stored balances differ")),
-        "{r:?}"
-    );
+    assert_problem(l, |p| p.what.contains("stored balances differ")).await;
     f.raw_exec("UPDATE ledger_accounts SET credits_posted = credits_posted - 1000")
         .await;
-    assert!(l.verify_journal().await.unwrap().is_intact());
+    assert_intact(l).await;
     // The last entry deleted: the head no longer matches.
     f.raw_exec("DELETE FROM ledger_transfers WHERE seq = 5")
         .await;
-    let r = l.verify_journal().await.unwrap();
-    assert!(
-        r.problems.iter().any(|p| p.what.contains("journal head")),
-        "{r:?}"
-    );
+    assert_problem(l, |p| p.what.contains("journal head")).await;
 }
 
 /// Many tasks, two handles (as two processes), a few hot accounts: money is conserved,
@@ -595,7 +556,7 @@ async fn concurrency_conserves_money(f: Fixture) {
     }
     let mut total: i128 = 0;
     for a in hot.iter().chain([&bank]) {
-        let acc = l.account(*a).await.unwrap().unwrap();
+        let acc = stored(&l, *a).await;
         total += acc.posted_balance();
         if *a != bank {
             assert!(
@@ -618,8 +579,7 @@ async fn concurrency_conserves_money(f: Fixture) {
         }
     }
     assert_eq!(applied, created, "each created id applied exactly once");
-    let report = l.verify_journal().await.unwrap();
-    assert!(report.is_intact(), "{report:?}");
+    assert_intact(&l).await;
 }
 
 /// Two handles on one database (two processes): each handle's cache must never overwrite
@@ -627,10 +587,7 @@ async fn concurrency_conserves_money(f: Fixture) {
 async fn caches_never_overwrite_another_process(f: Fixture) {
     let a = f.ledger.clone();
     let b = f.second_handle().await;
-    let bank = account(&a, false).await;
-    let x = account(&a, true).await;
-    let y = account(&a, true).await;
-    a.transfer(single(bank, x, 1_000)).await.unwrap();
+    let (bank, x, y, _) = parties(&a, 1_000).await;
     // A caches x and y through fast-path traffic.
     a.transfer(single(x, y, 1)).await.unwrap();
     a.transfer(single(y, x, 1)).await.unwrap();
@@ -641,14 +598,13 @@ async fn caches_never_overwrite_another_process(f: Fixture) {
     // A now spends from x: only 100 is left, so 500 must be refused, and 100 must not
     // resurrect B's 900.
     assert_eq!(
-        refused(a.transfer(single(x, y, 500)).await),
+        refusal(&a, single(x, y, 500)).await,
         TransferError::ExceedsCredits { available: 100 }
     );
     a.transfer(single(x, y, 100)).await.unwrap();
-    let xa = a.account(x).await.unwrap().unwrap();
+    let xa = stored(&a, x).await;
     assert_eq!(xa.available(), 0, "{xa:?}");
-    let report = a.verify_journal().await.unwrap();
-    assert!(report.is_intact(), "{report:?}");
+    assert_intact(&a).await;
     // A retried transfer id long gone from the cache is still recognised.
     let old = single(bank, x, 5);
     a.transfer(old.clone()).await.unwrap();
@@ -661,29 +617,14 @@ async fn caches_never_overwrite_another_process(f: Fixture) {
 async fn expiry_sees_other_processes_holds(f: Fixture) {
     let a = f.ledger.clone();
     let b = f.second_handle().await;
-    let bank = account(&a, false).await;
-    let x = account(&a, true).await;
-    let y = account(&a, true).await;
-    a.transfer(single(bank, x, 100)).await.unwrap();
+    let (_, x, y, _) = parties(&a, 100).await;
     a.transfer(single(x, y, 1)).await.unwrap(); // A's cache is warm and knows no hold
     let hold = TransferId::random();
-    b.transfer(TransferRequest::Pending {
-        id: hold,
-        debit: x,
-        credit: y,
-        amount: 50,
-        user_data: 0,
-        timeout_ms: 1_000,
-    })
-    .await
-    .unwrap();
+    b.transfer(pending(hold, x, y, 50, 0, 1_000)).await.unwrap();
     f.clock.advance(Duration::from_secs(2));
     a.expire_pending().await.unwrap();
-    assert_eq!(
-        a.lookup_transfer(hold).await.unwrap().unwrap().1,
-        Some(TransferStatus::Expired)
-    );
-    assert_eq!(a.account(x).await.unwrap().unwrap().available(), 99);
+    assert_eq!(status(&a, hold).await, Some(TransferStatus::Expired));
+    assert_eq!(stored(&a, x).await.available(), 99);
 }
 
 /// A corrupted expiry index (`ledger_status.expires_at`) must never release a live hold: the
@@ -691,23 +632,10 @@ async fn expiry_sees_other_processes_holds(f: Fixture) {
 /// index right.
 async fn expiry_rechecks_the_holds_own_time(f: Fixture) {
     let l = &f.ledger;
-    let bank = account(l, false).await;
-    let alice = account(l, true).await;
-    let shop = account(l, true).await;
-    l.transfer(single(bank, alice, 100)).await.unwrap();
+    let (_, alice, shop, _) = parties(l, 100).await;
     let hold = TransferId::random();
-    let created = l
-        .transfer(TransferRequest::Pending {
-            id: hold,
-            debit: alice,
-            credit: shop,
-            amount: 80,
-            user_data: 0,
-            timeout_ms: 60_000,
-        })
-        .await
-        .unwrap();
-    let due_at = created.transfer().expires_at().unwrap().0;
+    let created = entry(l, pending(hold, alice, shop, 80, 0, 60_000)).await;
+    let due_at = created.expires_at().unwrap().0;
     // The index row now says the hold lapsed long ago; the hold itself has 60 s left.
     f.raw_exec("UPDATE ledger_status SET expires_at = 0 WHERE status = 1")
         .await;
@@ -715,11 +643,11 @@ async fn expiry_rechecks_the_holds_own_time(f: Fixture) {
     let cold = f.second_handle().await; // a cold cache: goes by the index alone
     cold.expire_pending().await.unwrap();
     assert_eq!(
-        l.lookup_transfer(hold).await.unwrap().unwrap().1,
+        status(l, hold).await,
         Some(TransferStatus::Pending),
         "a live hold was released by a corrupted index row"
     );
-    assert_eq!(l.account(alice).await.unwrap().unwrap().available(), 20);
+    assert_eq!(stored(l, alice).await.available(), 20);
     assert_eq!(
         f.raw_i64("SELECT expires_at FROM ledger_status WHERE status = 1")
             .await,
@@ -727,16 +655,9 @@ async fn expiry_rechecks_the_holds_own_time(f: Fixture) {
         "the sweep puts the index row right"
     );
     f.clock.advance(Duration::from_secs(30));
-    l.transfer(TransferRequest::Post {
-        id: TransferId::random(),
-        pending_id: hold,
-        amount: 80,
-    })
-    .await
-    .unwrap();
-    assert_eq!(l.account(shop).await.unwrap().unwrap().posted_balance(), 80);
-    let report = l.verify_journal().await.unwrap();
-    assert!(report.is_intact(), "{report:?}");
+    l.transfer(post(hold, 80)).await.unwrap();
+    assert_eq!(stored(l, shop).await.posted_balance(), 80);
+    assert_intact(l).await;
 }
 
 /// A blob literal in the fixture's SQL dialect.
@@ -761,6 +682,31 @@ struct Forged {
     release: u64,
     /// The status row it leaves: (transfer, status code, amount).
     status: Option<(TransferId, i16, u64)>,
+}
+
+impl Forged {
+    /// A `kind` entry of `amount` resolving `hold` at `ts`: it releases the whole hold and
+    /// leaves the hold's status row at `code` with `status_amount`.
+    fn resolving(
+        kind: TransferKind,
+        hold: &Transfer,
+        amount: u64,
+        ts: Timestamp,
+        code: i16,
+        status_amount: u64,
+    ) -> Self {
+        Forged {
+            kind,
+            debit: hold.debit,
+            credit: hold.credit,
+            amount,
+            reference: Some(hold.id),
+            timeout_ms: 0,
+            ts,
+            release: hold.amount,
+            status: Some((hold.id, code, status_amount)),
+        }
+    }
 }
 
 fn kind_code(k: TransferKind) -> i16 {
@@ -873,55 +819,30 @@ fn only_problem(r: &VerifyReport, seq: i64, needles: &[&str]) {
     }
 }
 
-/// Funds `alice` (no-overdraft as asked) with `funds` and returns (alice, shop, last entry).
-async fn funded(f: &Fixture, funds: u64, no_overdraft: bool) -> (AccountId, AccountId, Transfer) {
-    let l = &f.ledger;
-    let bank = account(l, false).await;
-    let alice = account(l, no_overdraft).await;
-    let shop = account(l, true).await;
-    let t = l.transfer(single(bank, alice, funds)).await.unwrap();
-    (alice, shop, t.transfer().clone())
+/// The journal of `l` verified: exactly one problem, at entry `seq`, saying all of `needles`.
+async fn journal_has_only(l: &Ledger, seq: i64, needles: &[&str]) {
+    only_problem(&l.verify_journal().await.unwrap(), seq, needles);
 }
 
+/// A 60 s hold of `amount` from `alice` for `shop`: its entry.
 async fn hold(f: &Fixture, alice: AccountId, shop: AccountId, amount: u64) -> Transfer {
-    f.ledger
-        .transfer(TransferRequest::Pending {
-            id: TransferId::random(),
-            debit: alice,
-            credit: shop,
-            amount,
-            user_data: 0,
-            timeout_ms: 60_000,
-        })
-        .await
-        .unwrap()
-        .transfer()
-        .clone()
+    let req = pending(TransferId::random(), alice, shop, amount, 0, 60_000);
+    entry(&f.ledger, req).await
 }
 
 /// A post above what its hold held, written with a consistent hash chain and balances.
 async fn journal_rule_post_above_hold(f: Fixture) {
-    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let (_, alice, shop, _) = parties(&f.ledger, 1_000).await;
     let h = hold(&f, alice, shop, 100).await;
+    let ts = Timestamp(h.timestamp.0 + 1_000);
     let post = forge(
         &f,
         &h,
-        Forged {
-            kind: TransferKind::PostPending,
-            debit: alice,
-            credit: shop,
-            amount: 150,
-            reference: Some(h.id),
-            timeout_ms: 0,
-            ts: Timestamp(h.timestamp.0 + 1_000),
-            release: 100,
-            status: Some((h.id, 2, 150)),
-        },
+        Forged::resolving(TransferKind::PostPending, &h, 150, ts, 2, 150),
     )
     .await;
-    let r = f.ledger.verify_journal().await.unwrap();
-    only_problem(
-        &r,
+    journal_has_only(
+        &f.ledger,
         post.seq,
         &[
             &format!("entry {}", post.seq),
@@ -929,45 +850,26 @@ async fn journal_rule_post_above_hold(f: Fixture) {
             &h.id.to_string(),
             "held 100",
         ],
-    );
+    )
+    .await;
 }
 
 /// A hold resolved twice (posted, then posted again).
 async fn journal_rule_one_resolution_per_hold(f: Fixture) {
-    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let (_, alice, shop, _) = parties(&f.ledger, 1_000).await;
     let h1 = hold(&f, alice, shop, 100).await;
     // Another open hold keeps the pending counter from going below zero: only the rule breaks.
     hold(&f, alice, shop, 100).await;
-    let first = f
-        .ledger
-        .transfer(TransferRequest::Post {
-            id: TransferId::random(),
-            pending_id: h1.id,
-            amount: 60,
-        })
-        .await
-        .unwrap()
-        .transfer()
-        .clone();
+    let first = entry(&f.ledger, post(h1.id, 60)).await;
+    let ts = Timestamp(first.timestamp.0 + 1_000);
     let again = forge(
         &f,
         &first,
-        Forged {
-            kind: TransferKind::PostPending,
-            debit: alice,
-            credit: shop,
-            amount: 40,
-            reference: Some(h1.id),
-            timeout_ms: 0,
-            ts: Timestamp(first.timestamp.0 + 1_000),
-            release: 100,
-            status: Some((h1.id, 2, 40)),
-        },
+        Forged::resolving(TransferKind::PostPending, &h1, 40, ts, 2, 40),
     )
     .await;
-    let r = f.ledger.verify_journal().await.unwrap();
-    only_problem(
-        &r,
+    journal_has_only(
+        &f.ledger,
         again.seq,
         &[
             &format!("entry {}", again.seq),
@@ -975,12 +877,13 @@ async fn journal_rule_one_resolution_per_hold(f: Fixture) {
             "again",
             &format!("entry {}", first.seq),
         ],
-    );
+    )
+    .await;
 }
 
 /// A no-overdraft account spending more than it has.
 async fn journal_rule_no_overdraft(f: Fixture) {
-    let (alice, shop, funding) = funded(&f, 100, true).await;
+    let (_, alice, shop, funding) = parties(&f.ledger, 100).await;
     let spend = forge(
         &f,
         &funding,
@@ -997,9 +900,8 @@ async fn journal_rule_no_overdraft(f: Fixture) {
         },
     )
     .await;
-    let r = f.ledger.verify_journal().await.unwrap();
-    only_problem(
-        &r,
+    journal_has_only(
+        &f.ledger,
         spend.seq,
         &[
             &format!("entry {}", spend.seq),
@@ -1008,33 +910,23 @@ async fn journal_rule_no_overdraft(f: Fixture) {
             "150",
             "100",
         ],
-    );
+    )
+    .await;
 }
 
 /// A hold expired before its time.
 async fn journal_rule_expiry_after_the_holds_time(f: Fixture) {
-    let (alice, shop, _) = funded(&f, 1_000, true).await;
+    let (_, alice, shop, _) = parties(&f.ledger, 1_000).await;
     let h = hold(&f, alice, shop, 100).await;
     let early = Timestamp(h.timestamp.0 + 10_000);
     let expiry = forge(
         &f,
         &h,
-        Forged {
-            kind: TransferKind::ExpirePending,
-            debit: alice,
-            credit: shop,
-            amount: 100,
-            reference: Some(h.id),
-            timeout_ms: 0,
-            ts: early,
-            release: 100,
-            status: Some((h.id, 4, 0)),
-        },
+        Forged::resolving(TransferKind::ExpirePending, &h, 100, early, 4, 0),
     )
     .await;
-    let r = f.ledger.verify_journal().await.unwrap();
-    only_problem(
-        &r,
+    journal_has_only(
+        &f.ledger,
         expiry.seq,
         &[
             &format!("entry {}", expiry.seq),
@@ -1043,7 +935,8 @@ async fn journal_rule_expiry_after_the_holds_time(f: Fixture) {
             &early.to_string(),
             &h.expires_at().unwrap().to_string(),
         ],
-    );
+    )
+    .await;
 }
 
 /// Someone with write access rewrites an entry at or before an anchored head and recomputes
@@ -1057,25 +950,13 @@ async fn anchored_head_detects_a_consistent_rewrite(f: Fixture) {
     let alice = account(l, true).await;
     let mut entries = Vec::new();
     for _ in 0..5 {
-        entries.push(
-            l.transfer(single(bank, alice, 10))
-                .await
-                .unwrap()
-                .transfer()
-                .clone(),
-        );
+        entries.push(entry(l, single(bank, alice, 10)).await);
     }
     let anchor = l.anchor(&key).await.unwrap();
     assert_eq!((anchor.seq, anchor.hash), (entries[4].seq, entries[4].hash));
     let token = anchor.to_string();
     for _ in 0..3 {
-        entries.push(
-            l.transfer(single(bank, alice, 10))
-                .await
-                .unwrap()
-                .transfer()
-                .clone(),
-        );
+        entries.push(entry(l, single(bank, alice, 10)).await);
     }
     assert!(
         l.verify_journal_against(&anchor, &key)
@@ -1086,12 +967,7 @@ async fn anchored_head_detects_a_consistent_rewrite(f: Fixture) {
 
     // Rebind entry 3 to another caller reference (say, another offer), then recompute every
     // hash from there on and move the head: a consistent journal.
-    let drop_guard = if f.pg.is_none() {
-        "DROP TRIGGER ledger_transfers_no_update; DROP TRIGGER ledger_transfers_no_delete;"
-    } else {
-        "DROP TRIGGER ledger_transfers_append_only ON ledger_transfers;"
-    };
-    f.raw_exec(drop_guard).await;
+    f.drop_guard().await;
     let mut sql = String::new();
     let mut prev = entries[1].hash;
     for t in entries.iter_mut().skip(2) {
@@ -1167,9 +1043,7 @@ macro_rules! on_both {
                     let schema = f.pg.clone();
                     super::$name(f).await;
                     if let Some((url, schema)) = schema {
-                        if let Ok(pool) = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&url).await {
-                            let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE")).execute(&pool).await;
-                        }
+                        super::drop_schema(&url, &schema).await;
                     }
                 }
             })*
@@ -1207,55 +1081,33 @@ async fn postgres_hold_expiry_follows_one_clock() {
         Arc::new(ManualClock::at(Timestamp(real.0 + offset_ms)))
     };
     let two_hours = 2 * 3_600_000;
-    let a = Ledger::postgres_with_host_clock(&url, Some(&schema), host(0))
-        .await
-        .unwrap();
-    let ahead = Ledger::postgres_with_host_clock(&url, Some(&schema), host(two_hours))
-        .await
-        .unwrap();
-    let behind = Ledger::postgres_with_host_clock(&url, Some(&schema), host(-two_hours))
-        .await
-        .unwrap();
-    let bank = account(&a, false).await;
-    let x = account(&a, true).await;
-    let y = account(&a, true).await;
-    a.transfer(single(bank, x, 1_000)).await.unwrap();
+    let open = |offset_ms: i64| {
+        let (url, schema, clock) = (url.clone(), schema.clone(), host(offset_ms));
+        async move {
+            Ledger::postgres_with_host_clock(&url, Some(&schema), clock)
+                .await
+                .unwrap()
+        }
+    };
+    let a = open(0).await;
+    let ahead = open(two_hours).await;
+    let behind = open(-two_hours).await;
+    let (_, x, y, _) = parties(&a, 1_000).await;
     let hold = |l: Ledger, amount: u64, timeout_ms: u64| async move {
         let id = TransferId::random();
-        let t = l
-            .transfer(TransferRequest::Pending {
-                id,
-                debit: x,
-                credit: y,
-                amount,
-                user_data: 0,
-                timeout_ms,
-            })
-            .await
-            .unwrap();
-        (id, t.transfer().expires_at().unwrap())
-    };
-    let status = |id| {
-        let a = a.clone();
-        async move { a.lookup_transfer(id).await.unwrap().unwrap().1 }
+        let t = entry(&l, pending(id, x, y, amount, 0, timeout_ms)).await;
+        (id, t.expires_at().unwrap())
     };
 
     // A 60 s hold; the process two hours ahead sweeps at once, then captures it.
     let (h1, _) = hold(a.clone(), 100, 60_000).await;
     ahead.expire_pending().await.unwrap();
     assert_eq!(
-        status(h1).await,
+        status(&a, h1).await,
         Some(TransferStatus::Pending),
         "a live hold released by a process whose clock runs ahead"
     );
-    ahead
-        .transfer(TransferRequest::Post {
-            id: TransferId::random(),
-            pending_id: h1,
-            amount: 100,
-        })
-        .await
-        .unwrap();
+    ahead.transfer(post(h1, 100)).await.unwrap();
 
     // A 300 ms hold made by the process ahead: once it lapsed by the database's clock, the
     // process two hours behind releases it.
@@ -1266,11 +1118,11 @@ async fn postgres_hold_expiry_follows_one_clock() {
     }
     behind.expire_pending().await.unwrap();
     assert_eq!(
-        status(h2).await,
+        status(&a, h2).await,
         Some(TransferStatus::Expired),
         "a lapsed hold kept locked by a process whose clock runs behind"
     );
-    assert_eq!(a.account(x).await.unwrap().unwrap().available(), 900);
+    assert_eq!(stored(&a, x).await.available(), 900);
 
     // All three read the same time, whatever their own clocks say.
     let (ta, tb, tc) = (
@@ -1282,15 +1134,6 @@ async fn postgres_hold_expiry_follows_one_clock() {
         (tb.0 - ta.0).abs() < 1_000 && (tc.0 - ta.0).abs() < 1_000,
         "{ta} {tb} {tc}"
     );
-    let report = a.verify_journal().await.unwrap();
-    assert!(report.is_intact(), "{report:?}");
-    if let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-    {
-        let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&pool)
-            .await;
-    }
+    assert_intact(&a).await;
+    drop_schema(&url, &schema).await;
 }
