@@ -229,9 +229,9 @@ impl Client {
             }
         };
         let settled = Box::pin(self.wallet.settle_demand(demand, self.wallet.confirmer())).await?;
-        let paid = match settled {
-            Settlement::Proof(paid) => *paid,
-            Settlement::Tab(hold) => {
+        let (paid, quote) = match (settled, quote) {
+            (Settlement::Proof(paid), Some(quote)) => (*paid, quote),
+            (Settlement::Tab(hold), _) => {
                 self.tabs.add(hold.clone());
                 let call = self.call_in_tab(&hold, false, &method, &url, &headers, body, sink);
                 return match Box::pin(call).await? {
@@ -244,13 +244,10 @@ impl Client {
                     ))),
                 };
             }
-            Settlement::X402(paid) => {
-                return Box::pin(self.send_x402(method, &url, &headers, body, &paid, sink)).await;
+            (Settlement::X402(paid), _) => {
+                return Box::pin(self.send_x402(method, &url, &headers, body, *paid, sink)).await;
             }
-            other => return Err(other.unexpected()),
-        };
-        let Some(quote) = quote else {
-            return Err(Settlement::Proof(Box::new(paid)).unexpected());
+            (other, _) => return Err(other.unexpected()),
         };
         let proof = HeaderValue::from_str(&paid.proof.to_header())
             .map_err(|e| Error::Malformed(format!("the proof header: {e}")))?;
@@ -487,7 +484,7 @@ impl Client {
         url: &reqwest::Url,
         headers: &HeaderMap,
         body: Option<Vec<u8>>,
-        paid: &ChallengePaid,
+        paid: ChallengePaid,
         sink: &mut Sink<'_>,
     ) -> Result<Response, Error> {
         let answer = self
@@ -516,7 +513,7 @@ impl Client {
             }
         };
         Ok(Response {
-            x402: Some(paid.clone()),
+            x402: Some(paid),
             settlement: answer.response,
             ..Response::unpaid(answer.status, answer.headers, body)
         })
