@@ -17,7 +17,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
-use super::{Facilitator, FacilitatorRequest, INVALID_PAYLOAD, UNAVAILABLE, Unavailable};
+use super::{
+    Facilitator, FacilitatorRequest, INVALID_PAYLOAD, SettleResponse, UNAVAILABLE, Unavailable,
+    VerifyResponse,
+};
 
 /// The largest request body read.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -64,8 +67,12 @@ async fn verify<F: Facilitator + ?Sized>(State(f): State<Arc<F>>, body: Bytes) -
     let req = match decode::<F>(&body) {
         Ok(r) => r,
         Err(e) => {
-            let answer =
-                json!({"isValid": false, "invalidReason": INVALID_PAYLOAD, "invalidMessage": e});
+            let answer = VerifyResponse {
+                is_valid: false,
+                invalid_reason: Some(INVALID_PAYLOAD.into()),
+                invalid_message: Some(e),
+                payer: None,
+            };
             return (StatusCode::BAD_REQUEST, Json(answer)).into_response();
         }
     };
@@ -82,7 +89,14 @@ async fn settle<F: Facilitator + ?Sized>(State(f): State<Arc<F>>, body: Bytes) -
     let req = match decode::<F>(&body) {
         Ok(r) => r,
         Err(e) => {
-            let answer = json!({"success": false, "errorReason": INVALID_PAYLOAD, "errorMessage": e, "transaction": "", "network": ""});
+            let answer = SettleResponse {
+                success: false,
+                error_reason: Some(INVALID_PAYLOAD.into()),
+                error_message: Some(e),
+                transaction: String::new(),
+                network: String::new(),
+                payer: None,
+            };
             return (StatusCode::BAD_REQUEST, Json(answer)).into_response();
         }
     };
