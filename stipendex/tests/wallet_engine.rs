@@ -67,6 +67,42 @@ async fn settle(
         .unwrap()
 }
 
+/// One request to the receiver, paid by a wallet without a tab policy.
+struct Case {
+    w: World,
+    r: Receiver,
+    wallet: Wallet,
+    sent: Resource,
+    req: Request,
+}
+
+impl Case {
+    async fn new(q: &str) -> Case {
+        let w = world().await;
+        let r = receiver(&w);
+        let wallet = w.wallet(mandate(&w, false), true);
+        let sent = sent(q);
+        let req = Request::from_resource(&sent);
+        Case {
+            w,
+            r,
+            wallet,
+            sent,
+            req,
+        }
+    }
+
+    /// Settles a fresh Quote for the request, as a binding does: its Proof.
+    async fn pay(&self) -> Paid {
+        let q = quote(&self.r, &self.req).await;
+        proof(settle(&self.wallet, &q, &self.sent, None).await)
+    }
+
+    async fn balance(&self) -> i128 {
+        self.w.balance(self.w.agent).await.0
+    }
+}
+
 fn proof(s: Settlement) -> Paid {
     match s {
         Settlement::Proof(paid) => *paid,
@@ -79,44 +115,37 @@ fn proof(s: Settlement) -> Paid {
 /// a new one and is paid anew.
 #[tokio::test]
 async fn a_lost_reply_keeps_the_proof_for_the_same_request_and_an_answer_ends_it() {
-    let w = world().await;
-    let r = receiver(&w);
-    let wallet = w.wallet(mandate(&w, false), true);
-    let sent = sent("rust");
-    let req = Request::from_resource(&sent);
-    let start = w.balance(w.agent).await.0;
+    let c = Case::new("rust").await;
+    let start = c.balance().await;
 
-    let first = proof(settle(&wallet, &quote(&r, &req).await, &sent, None).await);
+    let first = c.pay().await;
     assert!(first.fresh);
-    assert_eq!(w.balance(w.agent).await.0, start - 5, "paid once");
-    wallet.proof_reply(&first, Reply::Lost).await.unwrap();
+    assert_eq!(c.balance().await, start - 5, "paid once");
+    c.wallet.proof_reply(&first, Reply::Lost).await.unwrap();
 
-    let again = proof(settle(&wallet, &quote(&r, &req).await, &sent, None).await);
+    let again = c.pay().await;
     assert_eq!(again.proof.jws(), first.proof.jws(), "the same Proof again");
-    assert_eq!(w.balance(w.agent).await.0, start - 5, "nothing paid twice");
+    assert_eq!(c.balance().await, start - 5, "nothing paid twice");
 
-    let none = wallet
+    let none = c
+        .wallet
         .proof_reply(&again, Reply::Unreceipted)
         .await
         .unwrap();
     assert!(none.is_none(), "no Receipt, none checked");
-    let third = proof(settle(&wallet, &quote(&r, &req).await, &sent, None).await);
+    let third = c.pay().await;
     assert!(third.fresh, "answered: the same request is a new one");
     assert_ne!(third.proof.jws(), first.proof.jws());
-    assert_eq!(w.balance(w.agent).await.0, start - 10);
+    assert_eq!(c.balance().await, start - 10);
 }
 
 /// A refused Proof is not kept: the same request asked again pays its fresh Quote.
 #[tokio::test]
 async fn a_refused_proof_is_not_presented_again() {
-    let w = world().await;
-    let r = receiver(&w);
-    let wallet = w.wallet(mandate(&w, false), true);
-    let sent = sent("refused");
-    let req = Request::from_resource(&sent);
-    let first = proof(settle(&wallet, &quote(&r, &req).await, &sent, None).await);
-    wallet.proof_reply(&first, Reply::Refused).await.unwrap();
-    let next = proof(settle(&wallet, &quote(&r, &req).await, &sent, None).await);
+    let c = Case::new("refused").await;
+    let first = c.pay().await;
+    c.wallet.proof_reply(&first, Reply::Refused).await.unwrap();
+    let next = c.pay().await;
     assert!(next.fresh);
     assert_ne!(next.proof.jws(), first.proof.jws());
 }
