@@ -23,7 +23,7 @@ use rail_core::SystemClock;
 use rail_exact_algo::{AlgodClient, ExactAlgoPayer, ExactAlgoReceiver, Policy};
 use serde_json::{Value, json};
 use stipendex::envelope::{Allow, Limits};
-use stipendex::wallet::{ChallengePaid, Required, Source, Wallet};
+use stipendex::wallet::{Answer, Callback, ChallengePaid, Demand, Required, Source, Wallet};
 
 fn addr(k: &SigningKey) -> rail_exact_algo::Address {
     rail_exact_algo::Address(k.verifying_key().to_bytes())
@@ -128,6 +128,25 @@ async fn the_wallet_pays_an_mcp_is_error_result_under_its_mandate() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), "denied", "{err}");
+
+    // Through the wallet's engine, the denial is told to the confirmer the binding passed (its
+    // call's), not to the wallet's own.
+    let told = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = told.clone();
+    let call_confirmer = Callback::new(|_| Answer::No { why: "no".into() }).on_denial(move |_| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    });
+    let source = Source::mcp(&mcp);
+    let demand = Demand::Challenge {
+        source: &source,
+        required: &required,
+    };
+    let err = wallet(false)
+        .settle_demand(demand, &call_confirmer)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "denied", "{err}");
+    assert_eq!(told.load(std::sync::atomic::Ordering::SeqCst), 1);
 
     // Allowlisted, but the mandate allows only other rails: a challenge is not a way around
     // `rails` — denied, nothing signed, nothing counted.
