@@ -278,16 +278,7 @@ impl PayingClient {
                         q.id, q.receiver.id, target.sent.method, target.sent.path
                     ))));
                 }
-                // A call cancelled before its payment pays nothing: checked before the wallet
-                // is asked, and after the human answered (a host that cancels while its dialog
-                // is open).
-                if call.cancel.is_cancelled() {
-                    return Err(CallError::Transport("cancelled".into()));
-                }
-                let confirmer = UnlessCancelled {
-                    inner: call.confirmer,
-                    cancel: &call.cancel,
-                };
+                let confirmer = confirmer_of(&call)?;
                 // A tab beside the Quote, where the mandate allows tabs in its asset: opened,
                 // and this call paid by its first voucher.
                 let demand = Demand::Quote {
@@ -545,9 +536,10 @@ impl PayingClient {
             source: &source,
             required,
         };
+        let confirmer = confirmer_of(call)?;
         let paid = match self
             .wallet
-            .settle_demand(demand, self.wallet.confirmer())
+            .settle_demand(demand, &confirmer)
             .await
             .map_err(CallError::NotPaid)?
         {
@@ -651,6 +643,21 @@ impl PayingClient {
             }
         }
     }
+}
+
+/// The confirmer a payment of `call` asks, whatever it pays (a Quote, the tab beside it, an
+/// x402 challenge). A call cancelled before its payment pays nothing: checked here, before the
+/// wallet is asked, and after the human answered (a host that cancels while its dialog is
+/// open).
+#[allow(clippy::result_large_err)] // the call's own error type, as its async callers return
+fn confirmer_of<'a>(call: &'a Call<'_>) -> Result<UnlessCancelled<'a>, CallError> {
+    if call.cancel.is_cancelled() {
+        return Err(CallError::Transport("cancelled".into()));
+    }
+    Ok(UnlessCancelled {
+        inner: call.confirmer,
+        cancel: &call.cancel,
+    })
 }
 
 /// The call's confirmer, whose yes is a no once the call was cancelled (a host that cancels
