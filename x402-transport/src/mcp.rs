@@ -166,16 +166,10 @@ impl McpPaywall {
         let Some(first) = priced.accepts.as_slice().first() else {
             return run().await;
         };
-        let presented = match meta.and_then(|m| m.get(wire::PAYMENT_META)) {
-            None | Some(Value::Null) => return self.challenge(priced, None).await,
-            Some(Value::String(s)) => Presented::Header(s.clone()),
-            Some(v @ Value::Object(_)) => Presented::Object(v.clone()),
-            Some(_) => {
-                let r = first
-                    .scheme
-                    .malformed("_meta[\"x402/payment\"] is neither an object nor a string");
-                return self.failure(priced, Failure::Refused(r)).await;
-            }
+        let presented = match presented(priced, meta) {
+            None => return self.challenge(priced, None).await,
+            Some(Ok(p)) => p,
+            Some(Err(r)) => return self.failure(priced, Failure::Refused(r)).await,
         };
         let accept = choose(priced.accepts.as_slice(), &presented).unwrap_or(first);
         let url = format!("mcp://tool/{}", priced.name);
@@ -237,7 +231,10 @@ impl McpPaywall {
         }
     }
 
-    async fn failure(&self, tool: &PricedTool, f: Failure) -> CallToolResult {
+    /// The result of a call of `tool` whose payment did not settle: a refusal is a
+    /// payment-required result with a fresh challenge naming it, an unknown outcome a tool error
+    /// with code 503.
+    pub async fn failure(&self, tool: &PricedTool, f: Failure) -> CallToolResult {
         match f {
             Failure::Refused(r) => {
                 tracing::info!(tool = %tool.name, error = %r.error, reason = ?r.reason, detail = %r.detail, "x402/mcp: payment refused");
@@ -251,6 +248,27 @@ impl McpPaywall {
                 tracing::warn!(tool = %tool.name, error = %error, detail = %detail, "x402/mcp: payment outcome unknown");
                 unavailable_result(&error, reason.as_deref(), &detail)
             }
+        }
+    }
+}
+
+/// The payment a call of `tool` presents in its request `_meta`: `None` when it presents
+/// none, a refusal when `_meta["x402/payment"]` is neither an object nor a string.
+#[must_use]
+pub fn presented(
+    tool: &PricedTool,
+    meta: Option<&JsonObject>,
+) -> Option<Result<Presented, Refusal>> {
+    match meta.and_then(|m| m.get(wire::PAYMENT_META)) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(Ok(Presented::Header(s.clone()))),
+        Some(v @ Value::Object(_)) => Some(Ok(Presented::Object(v.clone()))),
+        Some(_) => {
+            let why = "_meta[\"x402/payment\"] is neither an object nor a string";
+            Some(Err(tool.accepts.as_slice().first().map_or_else(
+                || Refusal::new(wire::PAYMENT_REQUIRED_ERROR, why),
+                |a| a.scheme.malformed(why),
+            )))
         }
     }
 }

@@ -42,7 +42,7 @@ use serde_json::{Value, json};
 
 use crate::scheme::{Accepts, Failure, Presented, Refusal, Settled};
 use crate::served::ServedOnce;
-use crate::settle::{SettleWhen, challenge, choose, price, take};
+use crate::settle::{SettleWhen, challenge, choose, price, response_header, take};
 use crate::wire::{self, PaymentRequired, PaymentRequiredV1, RETRY_AFTER_SECS};
 
 /// Decides, from the request path's percent-decoded segments (`/api/posts/%31` →
@@ -426,14 +426,7 @@ fn paid(
     presented: &Presented,
     scheme: &dyn crate::Scheme,
 ) -> Response {
-    let (name, value) = if presented.is_v1() {
-        (
-            wire::X_PAYMENT_RESPONSE,
-            scheme.v1_response(&settled.response),
-        )
-    } else {
-        (wire::PAYMENT_RESPONSE, settled.response.clone())
-    };
+    let (name, value) = response_header(settled, presented, scheme);
     match wire::encode_base64_json(&value) {
         Ok(v) => set(resp.headers_mut(), name, &v),
         Err(e) => {
@@ -445,6 +438,50 @@ fn paid(
         HeaderValue::from_static("private, no-store"),
     );
     resp
+}
+
+/// The payment a request on `route` presents: `PAYMENT-SIGNATURE` (v2, whatever else the
+/// request carries), else `X-PAYMENT` when a scheme of the route speaks v1; `None` when it
+/// presents none, a refusal when the header is sent twice or is not visible ASCII.
+#[must_use]
+pub fn presented(route: &PricedRoute, h: &HeaderMap) -> Option<Result<Presented, Refusal>> {
+    let header = match one_header(h, wire::PAYMENT_SIGNATURE) {
+        Some(v) => v.map(Presented::Header),
+        None if route.speaks_v1() => one_header(h, wire::X_PAYMENT)?.map(Presented::V1Header),
+        None => return None,
+    };
+    Some(header.map_err(|()| {
+        let first = route.accepts.as_slice().first();
+        let why = "the payment header is sent twice or is not visible ASCII";
+        first.map_or_else(
+            || Refusal::new(wire::PAYMENT_REQUIRED_ERROR, why),
+            |a| a.scheme.malformed(why),
+        )
+    }))
+}
+
+impl Paywall {
+    /// The answer to a payment on `route` that did not settle (`path` the request's path,
+    /// `url` its URL): a refusal is a 402 with a fresh challenge naming it (and a failed
+    /// settlement's `PAYMENT-RESPONSE`, or v1's `X-PAYMENT-RESPONSE` for a v1 `presented`), an
+    /// unknown outcome a 503 with `Retry-After`.
+    pub async fn failure_response(
+        &self,
+        route: &PricedRoute,
+        path: &str,
+        url: &str,
+        failure: Failure,
+        presented: Option<&Presented>,
+        scheme: Option<&dyn crate::Scheme>,
+    ) -> Response {
+        let ctx = Ctx {
+            paywall: self,
+            route,
+            path: path.to_owned(),
+            url: url.to_owned(),
+        };
+        ctx.failure(failure, presented, scheme).await
+    }
 }
 
 /// The paywall middleware, for `axum::middleware::from_fn_with_state(paywall,
@@ -486,23 +523,15 @@ pub async fn serve(paywall: &Paywall, route: &PricedRoute, req: Request, next: N
         // HEAD is never charged: it only shows what a GET would cost.
         return ctx.challenge(None, true, None, None).await;
     }
-    // v2 first: a PAYMENT-SIGNATURE is read as v2 whatever else the request carries.
-    let presented = match one_header(req.headers(), wire::PAYMENT_SIGNATURE) {
-        Some(h) => h.map(Presented::Header),
-        None if route.speaks_v1() => match one_header(req.headers(), wire::X_PAYMENT) {
-            Some(h) => h.map(Presented::V1Header),
-            None => return ctx.challenge(None, false, None, None).await,
-        },
-        None => return ctx.challenge(None, false, None, None).await,
+    let Some(presented) = presented(route, req.headers()) else {
+        return ctx.challenge(None, false, None, None).await;
     };
     let Some(first) = route.accepts.as_slice().first() else {
         return next.run(req).await;
     };
-    let Ok(presented) = presented else {
-        let r = first
-            .scheme
-            .malformed("the payment header is sent twice or is not visible ASCII");
-        return ctx.failure(Failure::Refused(r), None, None).await;
+    let presented = match presented {
+        Ok(p) => p,
+        Err(r) => return ctx.failure(Failure::Refused(r), None, None).await,
     };
     let accept = choose(route.accepts.as_slice(), &presented).unwrap_or(first);
     let scheme = accept.scheme.as_ref();

@@ -14,7 +14,8 @@ use crate::wire::{self, Entry, PaymentRequired, ResourceInfo};
 
 /// The builders a priced surface (the HTTP paywall, the MCP adapter) has over its fields
 /// `served`, `clock` and `settle_when`: `with_store`, `with_served`, `with_clock` and `settle`
-/// (documented with `$settle_doc`, which names the surface's default).
+/// (documented with `$settle_doc`, which names the surface's default), and the getters
+/// `settle_when` and `clock`.
 #[cfg(any(feature = "paywall", feature = "mcp"))]
 macro_rules! surface_builders {
     ($settle_doc:literal) => {
@@ -47,6 +48,19 @@ macro_rules! surface_builders {
         pub const fn settle(mut self, when: $crate::settle::SettleWhen) -> Self {
             self.settle_when = when;
             self
+        }
+
+        /// When it settles, as configured ([`SettleWhen::for_method`] says it for one
+        /// request).
+        #[must_use]
+        pub fn settle_when(&self) -> $crate::settle::SettleWhen {
+            self.settle_when
+        }
+
+        /// The clock it judges payments' validity windows by.
+        #[must_use]
+        pub fn clock(&self) -> &rail_core::SharedClock {
+            &self.clock
         }
     };
 }
@@ -179,6 +193,25 @@ pub async fn challenge(
         v1,
         hints,
     })
+}
+
+/// The header a settled payment's answer carries over HTTP, and its JSON: `PAYMENT-RESPONSE`
+/// with the settlement, or `X-PAYMENT-RESPONSE` with the scheme's v1 form when the payment
+/// came as v1's `X-PAYMENT`.
+#[must_use]
+pub fn response_header(
+    settled: &Settled,
+    presented: &Presented,
+    scheme: &dyn crate::Scheme,
+) -> (&'static str, serde_json::Value) {
+    if presented.is_v1() {
+        (
+            wire::X_PAYMENT_RESPONSE,
+            scheme.v1_response(&settled.response),
+        )
+    } else {
+        (wire::PAYMENT_RESPONSE, settled.response.clone())
+    }
 }
 
 /// A checked payment holding its served-once record.
