@@ -1378,6 +1378,7 @@ async fn tab_called(
                         content_type: None,
                         body: format!("result {n}").into_bytes(),
                         receipt: None,
+                        headers: Vec::new(),
                     },
                     &stipendex::envelope::Digest::of(format!("result {n}").as_bytes()),
                 )

@@ -2221,3 +2221,100 @@ async fn over_http_a_paid_request_decides_once_and_asks_the_hook_once() {
         );
     }
 }
+
+/// Decision 0038: an x402 payment on a Stipendex route is served under the receiver's one
+/// served-once record. The same payment presented again after its answer was lost gets the kept
+/// answer (with its `PAYMENT-RESPONSE`) and settles once; the handler runs once; for another
+/// request the payment is refused as used, with a fresh challenge.
+#[tokio::test]
+async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answer_and_settles_once()
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let w = world().await;
+    let pay_to = Address::repeat_byte(0x44);
+    let EvmRoute {
+        mock,
+        token,
+        key,
+        paywall,
+    } = evm_search_route(pay_to);
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .with_x402(paywall)
+        .unwrap()
+        .apply(Router::new().route(
+            "/api/search",
+            get(move || {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { format!("results #{n}") }
+            }),
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let x402 = rail_x402::client::client(X402Payer::new(
+        key.clone(),
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    ))
+    .unwrap();
+    let first = x402
+        .get(&format!("{base}/api/search?q=rust"))
+        .await
+        .unwrap();
+    assert_eq!(first.status, 200);
+    assert_eq!(&first.body[..], b"results #1");
+    let settlement = first.headers["payment-response"].clone();
+    let header = first.payment.expect("a payment").header_value().unwrap();
+    let balances = || {
+        (
+            mock.balance(token.address, pay_to).unwrap(),
+            mock.balance(token.address, key.address()).unwrap(),
+        )
+    };
+    assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
+
+    // The answer was lost: the same payment again gets the kept answer, not a second run or
+    // a second settlement.
+    let http = raw_client();
+    let again = http
+        .get(format!("{base}/api/search?q=rust"))
+        .header("payment-signature", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["payment-response"], settlement);
+    assert_eq!(
+        again.headers()["cache-control"].to_str().unwrap(),
+        "private, no-store"
+    );
+    assert_eq!(&again.bytes().await.unwrap()[..], b"results #1");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
+
+    // For another request the payment is used: a 402 with a fresh challenge naming it.
+    let other = http
+        .get(format!("{base}/api/search?q=other"))
+        .header("payment-signature", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 402);
+    assert!(other.headers().contains_key("payment-required"));
+    let body: serde_json::Value = other.json().await.unwrap();
+    assert_eq!(
+        body["error"], "invalid_exact_evm_nonce_already_used",
+        "{body}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
+}

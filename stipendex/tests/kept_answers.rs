@@ -206,6 +206,7 @@ async fn tab_call(
             content_type: Some("text/plain".into()),
             body: body.clone(),
             receipt: None,
+            headers: Vec::new(),
         },
         &result,
     )
@@ -254,6 +255,7 @@ async fn a_voucher_writes_its_lane_and_a_small_record_not_every_lane_s_answer() 
             content_type: Some("text/plain".into()),
             body: body.clone(),
             receipt: None,
+            headers: Vec::new(),
         },
         &result,
     )
@@ -327,6 +329,7 @@ async fn paid_call(
         content_type: Some("text/plain".into()),
         body: body.clone(),
         receipt: Some(receipt.jws().to_owned()),
+        headers: Vec::new(),
     };
     r.answered(*paying, Some(&answer)).await.unwrap();
     (paid.proof.jws().to_owned(), body, receipt.jws().to_owned())

@@ -1682,3 +1682,88 @@ async fn over_mcp_a_paid_call_decides_once_and_asks_the_hook_once() {
         );
     }
 }
+
+/// Decision 0038 over MCP: the same x402 payment sent again after its answer was lost gets the
+/// kept result (with `_meta["x402/payment-response"]`) and settles once; the tool runs once;
+/// for another call the payment is refused as used.
+#[tokio::test]
+async fn over_mcp_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answer_and_settles_once()
+{
+    use alloy_primitives::{Address, U256};
+    use rail_x402::evm::LocalSigner;
+    use rail_x402::payer::{Policy, X402Payer};
+
+    let w = world().await;
+    let pay_to = Address::repeat_byte(0x23);
+    let X402Shop {
+        mock,
+        token,
+        shop,
+        client,
+    } = x402_shop(&w, pay_to).await;
+    let unpaid = raw(client.peer(), tool_call("search", "rust"), json!({}))
+        .await
+        .unwrap();
+    let ServerResult::CallToolResult(unpaid) = unpaid else {
+        panic!("{unpaid:?}")
+    };
+    let pr = rail_x402::mcp::payment_required_of(&unpaid).unwrap();
+    let key = LocalSigner::random();
+    mock.mint(token.address, key.address(), U256::from(50_000))
+        .unwrap();
+    let payment = X402Payer::new(
+        key,
+        Policy::new(X402_NET, token.address, U256::from(50_000)),
+    )
+    .pay(&pr)
+    .unwrap();
+    let meta = rail_x402::mcp::payment_meta(&payment);
+    let call = |name: &'static str, q: &'static str| {
+        let meta = meta.clone();
+        let peer = client.peer().clone();
+        async move {
+            let handle = peer
+                .send_request_with_option(
+                    tool_call(name, q),
+                    PeerRequestOptions::no_options().with_meta(meta),
+                )
+                .await
+                .unwrap();
+            let ServerResult::CallToolResult(r) = handle.await_response().await.unwrap() else {
+                panic!("not a tool result")
+            };
+            r
+        }
+    };
+    let first = call("search", "rust").await;
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    let settlement = first.meta.clone().unwrap().0[rail_x402::mcp::PAYMENT_RESPONSE_META].clone();
+    assert_eq!(settlement["success"], true);
+
+    // The answer was lost: the same payment again gets the kept result.
+    let again = call("search", "rust").await;
+    assert_eq!(again.content[0].as_text().unwrap().text, "search: rust");
+    assert_eq!(
+        again.meta.unwrap().0[rail_x402::mcp::PAYMENT_RESPONSE_META],
+        settlement
+    );
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(50_000)
+    );
+
+    // For another call it is used: a payment-required result naming it.
+    let other = call("search", "other").await;
+    assert_eq!(other.is_error, Some(true));
+    let structured = other.structured_content.unwrap();
+    assert_eq!(
+        structured["error"], "invalid_exact_evm_nonce_already_used",
+        "{structured}"
+    );
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(50_000)
+    );
+}

@@ -108,6 +108,7 @@ async fn call(r: &Receiver, wallet: &Wallet, hold: &TabHold, req: &Request) -> S
                     content_type: None,
                     body,
                     receipt: None,
+                    headers: Vec::new(),
                 },
                 &result,
             )
@@ -588,6 +589,7 @@ async fn parallel_lanes_and_two_instances_never_lose_or_double_a_call() {
                                     content_type: None,
                                     body: b"ok".to_vec(),
                                     receipt: None,
+                                    headers: Vec::new(),
                                 },
                                 &Digest::of(b"ok"),
                             )
@@ -673,6 +675,7 @@ async fn a_receiver_that_stops_after_recording_a_voucher_answers_its_retry_witho
                         content_type: None,
                         body: b"again".to_vec(),
                         receipt: None,
+                        headers: Vec::new(),
                     },
                     &Digest::of(b"again"),
                 )

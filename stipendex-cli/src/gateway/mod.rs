@@ -191,11 +191,11 @@ fn x402_offers(
 }
 
 /// The HTTP paywall beside the Quotes (settling after the upstream answered for a safe method,
-/// before forwarding any other), if any route has an x402 offer.
+/// before forwarding any other), if any route has an x402 offer. Its payments are served by
+/// the receiver, under the receiver's record in the gateway's store (decision 0038).
 fn paywall(
     config: &Config,
     schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
-    store: Option<&Arc<dyn KeyStore>>,
 ) -> Result<Option<Paywall>, CliError> {
     let offers = x402_offers(config, schemes, |_| true)?;
     if offers.is_empty() {
@@ -204,9 +204,6 @@ fn paywall(
     // Settled after the upstream answered for a safe method (nothing changed if settlement
     // then fails), before it is forwarded for any other: a POST's work is never done unpaid.
     let mut p = Paywall::new().settle(SettleWhen::AfterIfSafe);
-    if let Some(s) = store {
-        p = p.with_store(s.clone());
-    }
     for (pattern, description, accepts) in offers {
         p = p.route(&pattern, &description, accepts);
     }
@@ -251,11 +248,10 @@ fn store_of(s: &Shared) -> Option<&Arc<dyn KeyStore>> {
 }
 
 /// The MCP paywall beside the Quotes (x402's `isError` convention), if any tool has an x402
-/// offer.
+/// offer. Its payments are served by the receiver, as over HTTP.
 fn mcp_paywall(
     config: &Config,
     schemes: &[(Arc<dyn Scheme>, rail_core::Asset)],
-    store: Option<&Arc<dyn KeyStore>>,
 ) -> Result<Option<x402_transport::mcp::McpPaywall>, CliError> {
     let offers = x402_offers(config, schemes, |c| c.method() == "tools/call")?;
     if offers.is_empty() {
@@ -263,9 +259,6 @@ fn mcp_paywall(
     }
     // A tool call has effects: settled before it is forwarded.
     let mut p = x402_transport::mcp::McpPaywall::new().settle(SettleWhen::Before);
-    if let Some(s) = store {
-        p = p.with_store(s.clone());
-    }
     for (name, description, accepts) in offers {
         p = p.tool(&name, &description, accepts);
     }
@@ -375,7 +368,7 @@ pub(crate) async fn assemble(
         ),
     };
     let http_paywall = if session.is_none() {
-        paywall(&config, &schemes, store.as_ref())?
+        paywall(&config, &schemes)?
     } else {
         None
     };
@@ -443,7 +436,7 @@ pub(crate) async fn assemble(
                     trusted.iter().any(|n| n.contains(ip))
                 })
             });
-            if let Some(p) = mcp_paywall(&shared.config, &schemes, store_of(&shared))? {
+            if let Some(p) = mcp_paywall(&shared.config, &schemes)? {
                 server = server.with_x402(p)?;
             }
             let descriptor = shared.receiver.descriptor();

@@ -374,7 +374,8 @@ impl Work for CvmWork {
             }
             // Nothing to receipt (a checkout's hold was given back); the failure is kept.
             Seal::Failed => Some(Answer::json(500, message, None)),
-            Seal::TabCall { .. } | Seal::Uncounted(_) => None,
+            // No tab and no x402 payment is served over ContextVM (CEP-8 pays by Proof).
+            Seal::TabCall { .. } | Seal::Uncounted(_) | Seal::X402(_) => None,
         }
     }
 

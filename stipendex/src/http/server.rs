@@ -19,7 +19,7 @@ use crate::Error;
 use crate::envelope::{Digest, Tab};
 use crate::receiver::{
     ANSWER_GONE, Answer, Gone, OUTCOME_UNKNOWN, PricedCapability, Ran, Receiver, Request, Seal,
-    Served, Tender, Work,
+    Served, Tender, Work, X402Payment,
 };
 
 /// Where the receiver's descriptor is served.
@@ -230,7 +230,10 @@ impl Binding {
     }
 
     /// Also offers the x402 schemes `paywall` prices: a 402 carries both the Quote and the x402
-    /// challenge, and an x402 payment is handled by the paywall. The receiver decides alone
+    /// challenge, and an x402 payment at the list price is served by the receiver's engine under
+    /// the receiver's one served-once record, as a Proof is (decision 0038: the same payment
+    /// again gets the kept answer; the paywall's own record is not used here). The paywall
+    /// gives the routes, their schemes and when they settle. The receiver decides alone
     /// what is priced ([`Receiver::decide`]); the paywall's route declared with the same
     /// pattern as the capability decided is the one offered.
     ///
@@ -467,34 +470,61 @@ async fn middleware(State(b): State<Arc<Binding>>, req: HttpRequest, next: Next)
     };
     let sreq = request_of(&b, &req);
     let x402 = b.x402_route(cap, req.uri().path());
-    let (x402_payment, presented) = read_headers(req.headers());
-    let mut payment = payment_of(req.headers(), presented);
+    let mut payment = payment_of(req.headers(), read_proof(req.headers()));
     let voucher = matches!(payment, Tender::Voucher { .. });
-    // An x402 payment on a route also priced in x402: the engine asks the hook once; the
-    // paywall settles it only at the list price the hook kept.
-    if x402_payment && x402.is_some() {
-        payment = Tender::X402(Box::new(payment));
+    let mut seen = Seen::of(&req, x402);
+    // An x402 payment on a route also priced in x402 (a HEAD is never charged): the engine
+    // asks the hook once, and serves the payment only at the list price the hook kept.
+    if let Some(pay) = x402_payment(x402, &req, &seen) {
+        seen.x402_paid = true;
+        payment = Tender::X402 {
+            payment: Box::new(pay),
+            beside: Box::new(payment),
+        };
     }
-    let seen = Seen::of(&req, x402);
     let mut req = req;
     if let crate::receiver::Price::Estimate { estimate, .. } = &cap.price {
         req.extensions_mut()
             .insert(Checkout(estimate.asset().clone()));
     }
-    let mut work = HttpWork {
+    let work = HttpWork {
         next: Some((req, next)),
         max_answer: b.max_answer,
         kept: None,
     };
     // The engine runs every step; what is left here is encoding its answer.
-    let served = b.receiver.serve(cap, &sreq, payment, &mut work).await;
-    if let Served::X402 = served
-        && let Some((p, route)) = x402
-        && let Some((req, next)) = work.next.take()
-    {
-        return x402_transport::paywall::serve(p, route, req, next).await;
-    }
+    let served = b.receiver.serve(cap, &sreq, payment, work).await;
     respond(served, &seen, voucher).await
+}
+
+/// The x402 payment a request on the x402 route `x402` presents, read for the engine: `None`
+/// when it presents none (or is a `HEAD`, which only shows what a `GET` costs).
+fn x402_payment(
+    x402: Option<(&Paywall, &PricedRoute)>,
+    req: &HttpRequest,
+    seen: &Seen<'_>,
+) -> Option<X402Payment> {
+    let (paywall, route) = x402?;
+    if req.method() == Method::HEAD {
+        return None;
+    }
+    let presented = x402_transport::paywall::presented(route, req.headers())?;
+    let accepts = route.accepts().as_slice();
+    let accept = match &presented {
+        Ok(p) => x402_transport::settle::choose(accepts, p),
+        Err(_) => accepts.first(),
+    }?
+    .clone();
+    let price = x402_transport::settle::price(&accept, &seen.path, &seen.url, route.description());
+    Some(X402Payment {
+        accept,
+        price,
+        presented,
+        when: paywall
+            .settle_when()
+            .for_method(Some(req.method().as_str())),
+        now: paywall.clock().now(),
+    })
 }
 
 /// What a priced request presents to pay, from its headers: a voucher (with the tab's
@@ -545,6 +575,7 @@ impl HttpWork {
                 .map(str::to_owned),
             body,
             receipt,
+            headers: Vec::new(),
         })
     }
 }
@@ -615,6 +646,25 @@ impl Work for HttpWork {
                 set_uncounted(out, voucher);
                 None
             }
+            // Settle-after, the work failed: nothing was charged, the answer goes as it is.
+            Seal::X402(None) => None,
+            Seal::X402(Some(x)) => {
+                let value = match wire::encode_base64_json(&x.header_value) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::error!(error = %e, "x402: cannot encode the settlement header");
+                        return self.keep(out, None);
+                    }
+                };
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    out.headers_mut()
+                        .insert(HeaderName::from_static(x.header), v);
+                }
+                private(out);
+                let mut kept = self.keep(out, None)?;
+                kept.headers.push((x.header.to_owned(), value));
+                Some(kept)
+            }
         }
     }
 
@@ -638,6 +688,8 @@ fn unavailable(e: &Error, then: &str) -> Response {
 async fn respond(served: Served<Response>, seen: &Seen<'_>, voucher: bool) -> Response {
     let again = if voucher {
         "send the same Stipendex-Voucher again"
+    } else if seen.x402_paid {
+        "send the same PAYMENT-SIGNATURE again"
     } else {
         "send the same Stipendex-Payment again"
     };
@@ -765,6 +817,24 @@ async fn respond(served: Served<Response>, seen: &Seen<'_>, voucher: bool) -> Re
             StatusCode::BAD_GATEWAY,
             &json!({"error": e.code(), "message": e.to_string()}),
         ),
+        // x402's own codec: a 402 with a fresh challenge naming the refusal, or a 503.
+        Served::X402Failed(f) => match seen.x402 {
+            Some((p, route)) => {
+                p.failure_response(
+                    route,
+                    &seen.path,
+                    &seen.url,
+                    f.failure,
+                    f.presented.as_ref(),
+                    Some(f.scheme.as_ref()),
+                )
+                .await
+            }
+            None => json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({"error": "internal", "message": "an x402 answer on a route without x402"}),
+            ),
+        },
         // `Served` is non-exhaustive for users outside this crate; every variant is above.
         #[allow(unreachable_patterns)]
         _ => json_response(
@@ -884,6 +954,14 @@ fn replay(answer: &Answer) -> Response {
             h.insert(HeaderName::from_static(RECEIPT), v);
         }
     }
+    for (name, value) in &answer.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            h.insert(n, v);
+        }
+    }
     h.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("private, no-store"),
@@ -925,6 +1003,8 @@ struct Seen<'a> {
     url: String,
     head: bool,
     x402: Option<(&'a Paywall, &'a PricedRoute)>,
+    /// An x402 payment is presented.
+    x402_paid: bool,
 }
 
 impl<'a> Seen<'a> {
@@ -934,24 +1014,22 @@ impl<'a> Seen<'a> {
             url: resource_url(req),
             head: req.method() == Method::HEAD,
             x402,
+            x402_paid: false,
         }
     }
 }
 
-/// Whether an x402 payment header is present, and the Stipendex-Payment value (one, visible
-/// ASCII), read before anything is awaited.
-fn read_headers(h: &HeaderMap) -> (bool, Result<Option<String>, String>) {
-    let x402 = h.contains_key(wire::PAYMENT_SIGNATURE) || h.contains_key(wire::X_PAYMENT);
+/// The Stipendex-Payment value (one, visible ASCII), read before anything is awaited.
+fn read_proof(h: &HeaderMap) -> Result<Option<String>, String> {
     let mut values = h.get_all(PAYMENT).iter();
-    let proof = match (values.next(), values.next()) {
+    match (values.next(), values.next()) {
         (None, _) => Ok(None),
         (Some(v), None) => v
             .to_str()
             .map(|s| Some(s.to_owned()))
             .map_err(|_| "the Stipendex-Payment header is not visible ASCII".to_owned()),
         (Some(_), Some(_)) => Err("the Stipendex-Payment header is sent twice".to_owned()),
-    };
-    (x402, proof)
+    }
 }
 
 fn quote_failed(e: &Error) -> Response {

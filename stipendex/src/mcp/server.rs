@@ -27,7 +27,7 @@ use rmcp::service::{
 };
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
-use x402_transport::mcp::{McpPaywall, payment_required_result};
+use x402_transport::mcp::{McpPaywall, PricedTool, payment_required_result};
 
 use super::{
     PAYMENT, PAYMENT_REQUIRED, PAYMENT_REQUIRED_MESSAGE, PAYMENTS, PRICING, RECEIPT, TAB, TAB_CALL,
@@ -37,7 +37,7 @@ use crate::Error;
 use crate::envelope::{Digest, Quote, Signed, Tab};
 use crate::receiver::{
     Answer, OUTCOME_UNKNOWN, Outcome as GateOutcome, PricedCapability, Ran, Receiver, Request,
-    Seal, Served, Tender, Work,
+    Seal, Served, Tender, Work, X402Payment,
 };
 
 tokio::task_local! {
@@ -149,7 +149,10 @@ impl<H: ServerHandler> PaidServer<H> {
     /// Also offers the x402 schemes `paywall` prices to clients that do not say they speak
     /// Stipendex (x402's MCP convention: `isError` + `structuredContent.accepts`, paid with
     /// `_meta["x402/payment"]`). Every paywall tool must be priced on the receiver under the
-    /// same name: the receiver decides alone what is priced.
+    /// same name: the receiver decides alone what is priced. An x402 payment at the list price
+    /// is served by the receiver's engine under its one served-once record (decision 0038: the
+    /// same payment again gets the kept result); the paywall gives the tools, their schemes and
+    /// when they settle.
     ///
     /// # Errors
     /// [`Error::Config`] if a paywall tool has no `tools/call` price of the same pattern.
@@ -447,8 +450,8 @@ impl GateState {
     {
         let payment = payment_in(&context.meta.0.0);
         let voucher = matches!(payment, Tender::Voucher { .. });
-        let mut work = McpWork::new(run);
-        let served = self.serve(cap, sreq, payment, &mut work).await;
+        let work = McpWork::new(run);
+        let served = self.serve(cap, sreq, payment, work).await;
         self.respond(served, voucher)
     }
 
@@ -458,7 +461,7 @@ impl GateState {
         cap: &PricedCapability,
         sreq: &Request,
         payment: Tender,
-        work: &mut McpWork<R, F>,
+        work: McpWork<R, F>,
     ) -> Served<McpOut<R>>
     where
         R: Outcome + Send,
@@ -636,6 +639,27 @@ impl<R: Outcome> McpOut<R> {
     }
 }
 
+/// The x402 payment a call of `tool` (priced by `paywall`) presents in its `_meta`, read for
+/// the engine: `None` when it presents none.
+fn x402_payment(paywall: &McpPaywall, tool: &PricedTool, meta: &JsonObject) -> Option<X402Payment> {
+    let presented = x402_transport::mcp::presented(tool, Some(meta))?;
+    let accepts = tool.accepts.as_slice();
+    let accept = match &presented {
+        Ok(p) => x402_transport::settle::choose(accepts, p),
+        Err(_) => accepts.first(),
+    }?
+    .clone();
+    let url = format!("mcp://tool/{}", tool.name);
+    let price = x402_transport::settle::price(&accept, &tool.name, &url, &tool.description);
+    Some(X402Payment {
+        accept,
+        price,
+        presented,
+        when: paywall.settle_when().for_method(None),
+        now: paywall.clock().now(),
+    })
+}
+
 /// The handler's call behind the gate.
 struct McpWork<R, F> {
     run: Option<F>,
@@ -721,6 +745,37 @@ where
             };
             return None;
         }
+        if let Seal::X402(settled) = seal {
+            // x402's convention: every answer a tool result (a failure `isError`), the
+            // settlement in `_meta["x402/payment-response"]` and the scheme's receipt in
+            // `structuredContent.receipt`.
+            let mut v = match std::mem::replace(out, McpOut::Value(Value::Null)) {
+                McpOut::Value(v) => v,
+                McpOut::Done(done) => {
+                    let message = match done {
+                        Ok(_) => "a paid tool must complete in one round".to_owned(),
+                        Err(e) => e.message.to_string(),
+                    };
+                    serde_json::to_value(CallToolResult::error(vec![ContentBlock::text(message)]))
+                        .unwrap_or(Value::Null)
+                }
+            };
+            if let Some(x) = settled {
+                super::set_meta(
+                    &mut v,
+                    x402_transport::wire::PAYMENT_RESPONSE_META,
+                    x.response.clone(),
+                );
+                if let (Some(receipt), Some(Value::Object(o))) =
+                    (&x.receipt, v.get_mut("structuredContent"))
+                {
+                    o.insert("receipt".into(), receipt.clone());
+                }
+            }
+            let kept = settled.map(|_| keep(KEPT_RESULT, &v, None));
+            *out = McpOut::Value(v);
+            return kept;
+        }
         match out {
             McpOut::Done(Err(e)) => serde_json::to_value(&*e)
                 .ok()
@@ -739,7 +794,9 @@ where
                     );
                     Some(keep(KEPT_RESULT, v, None))
                 }
-                Seal::Failed | Seal::Uncounted(_) => Some(keep(KEPT_RESULT, v, None)),
+                Seal::Failed | Seal::Uncounted(_) | Seal::X402(_) => {
+                    Some(keep(KEPT_RESULT, v, None))
+                }
             },
         }
     }
@@ -789,17 +846,6 @@ impl GateState {
 
 fn internal(e: &serde_json::Error) -> ErrorData {
     ErrorData::internal_error(format!("the result cannot be re-read: {e}"), None)
-}
-
-/// A tool's JSON-RPC error as a tool error (x402's convention carries tool results only).
-fn as_tool_result(out: Result<CallToolResponse, ErrorData>) -> CallToolResult {
-    match out {
-        Ok(CallToolResponse::Complete(r)) => r,
-        Ok(_) => CallToolResult::error(vec![ContentBlock::text(
-            "a paid tool must complete in one round",
-        )]),
-        Err(e) => CallToolResult::error(vec![ContentBlock::text(e.message.to_string())]),
-    }
 }
 
 impl<H: ServerHandler> PaidServer<H> {
@@ -922,34 +968,24 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
         let meta = &context.meta.0.0;
         let mut payment = payment_in(meta);
         let voucher = matches!(payment, Tender::Voucher { .. });
-        // An x402 payment on a tool x402 also prices: the engine asks the hook once, and the
-        // x402 paywall settles it only at the list price the hook kept (else it is set aside).
-        let paid_x402 = x402.is_some() && meta.contains_key(x402_transport::wire::PAYMENT_META);
-        let x402_meta = paid_x402.then(|| meta.clone());
-        if paid_x402 {
-            payment = Tender::X402(Box::new(payment));
+        // An x402 payment on a tool x402 also prices: the engine asks the hook once, and serves
+        // the payment only at the list price the hook kept (else it is set aside).
+        let priced = x402.and_then(|p| Some((p, p.priced(&name)?)));
+        if let Some(pay) = priced.and_then(|(p, tool)| x402_payment(p, tool, meta)) {
+            payment = Tender::X402 {
+                payment: Box::new(pay),
+                beside: Box::new(payment),
+            };
         }
         // A client that does not speak Stipendex, unpaid: x402's convention (the Quote beside
         // `accepts`) when the Quote is at the list price the x402 route is built at.
         let x402_convention =
             x402.is_some() && !speaks_stipendex(&context) && proof_in(meta).is_none();
-        let mut work = McpWork::new(self.inner.call_tool(request, context));
-        let served = self.gate.serve(cap, &sreq, payment, &mut work).await;
-        match (served, x402) {
-            (Served::X402, Some(paywall)) => {
-                let run = work.run.take();
-                let result = paywall
-                    .call(&name, x402_meta.as_ref(), || async move {
-                        match run {
-                            Some(run) => as_tool_result(run.await),
-                            None => as_tool_result(Err(ErrorData::internal_error(
-                                "the call was already run",
-                                None,
-                            ))),
-                        }
-                    })
-                    .await;
-                Ok(result.into())
+        let work = McpWork::new(self.inner.call_tool(request, context));
+        let served = self.gate.serve(cap, &sreq, payment, work).await;
+        match (served, priced) {
+            (Served::X402Failed(f), Some((paywall, tool))) => {
+                Ok(paywall.failure(tool, f.failure).await.into())
             }
             (
                 Served::Quote {
@@ -957,7 +993,7 @@ impl<H: ServerHandler> ServerHandler for PaidServer<H> {
                     list_price: true,
                     ..
                 },
-                Some(paywall),
+                Some((paywall, _)),
             ) if x402_convention => {
                 self.gate.saw(&GateOutcome::Quoted { refusal: None });
                 self.x402_challenge(paywall, &name, &quote).await

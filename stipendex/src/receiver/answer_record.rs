@@ -33,6 +33,10 @@ pub struct Answer {
     /// The Receipt (compact JWS), if the work succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
+    /// Headers the answer carried beyond its content type and Receipt, replayed as they were:
+    /// an x402 payment's `PAYMENT-RESPONSE` (name, value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
 }
 
 impl Answer {
@@ -45,6 +49,7 @@ impl Answer {
             content_type: Some("application/json".into()),
             body: body.to_string().into_bytes(),
             receipt,
+            headers: Vec::new(),
         }
     }
 
@@ -57,6 +62,7 @@ impl Answer {
             content_type: None,
             body: Vec::new(),
             receipt: None,
+            headers: Vec::new(),
         }
     }
 }

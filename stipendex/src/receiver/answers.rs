@@ -105,7 +105,8 @@ pub struct Gone {
 }
 
 impl Gone {
-    fn of(quote: &str, k: Option<(&Answer, Dropped)>) -> Self {
+    /// `quote`'s repeat (`what` names the payment: "the proof of quote <id>").
+    fn of(quote: &str, what: &str, k: Option<(&Answer, Dropped)>) -> Self {
         let why = match k {
             Some((_, d)) if !d.bound => format!(
                 "its answer ({} bytes) is larger than the {MAX_KEPT_ANSWER} bytes a receiver keeps",
@@ -122,7 +123,7 @@ impl Gone {
             status: k.map(|(a, _)| a.status),
             receipt: k.and_then(|(a, _)| a.receipt.clone()),
             message: format!(
-                "the proof of quote {quote} was answered and {why}: it is not run again and nothing more is charged{}",
+                "{what} was answered and {why}: it is not run again and nothing more is charged{}",
                 if k.is_some_and(|(a, _)| a.receipt.is_some()) {
                     "; its Receipt is attached"
                 } else {
@@ -214,6 +215,23 @@ impl Answers {
         request: &str,
         refused_in: Duration,
     ) -> Result<Use, Error> {
+        let what = format!("the proof of quote {quote_id}");
+        self.claim_as(quote_id, &what, proof, request, refused_in)
+            .await
+    }
+
+    /// [`Answers::claim`] for any payment used once: `id` its identity (a Quote's id, or
+    /// `x402:` and an x402 payment's key), `what` how a message names it, `fingerprint` the
+    /// digest of what was presented (a second, different one for the same `id` is refused as
+    /// [`Error::QuoteUsed`]).
+    pub(crate) async fn claim_as(
+        &self,
+        quote_id: &str,
+        what: &str,
+        proof: &str,
+        request: &str,
+        refused_in: Duration,
+    ) -> Result<Use, Error> {
         let op = Self::key(quote_id)?;
         let fp = rail_core::keys::fingerprint(proof).map_err(Error::Payment)?;
         let end = refused_in.saturating_add(CLAIM_MARGIN);
@@ -240,7 +258,7 @@ impl Answers {
                 };
                 match kept {
                     Some(k) if k.request != request => Err(Error::Mismatch(format!(
-                        "this proof of quote {quote_id} was answered for another request"
+                        "{what} was answered for another request"
                     ))),
                     Some(Kept {
                         answer,
@@ -251,8 +269,12 @@ impl Answers {
                         answer,
                         dropped: Some(d),
                         ..
-                    }) => Ok(Use::Gone(Box::new(Gone::of(quote_id, Some((&answer, d)))))),
-                    None => Ok(Use::Gone(Box::new(Gone::of(quote_id, None)))),
+                    }) => Ok(Use::Gone(Box::new(Gone::of(
+                        quote_id,
+                        what,
+                        Some((&answer, d)),
+                    )))),
+                    None => Ok(Use::Gone(Box::new(Gone::of(quote_id, what, None)))),
                 }
             }
             Err(RailError::IdempotencyConflict { .. }) => {

@@ -25,6 +25,8 @@ pub mod price_file;
 mod pricing;
 mod serve;
 mod tab;
+#[cfg(feature = "challenges")]
+mod x402;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,8 +47,10 @@ pub(crate) use pricing::matching;
 #[cfg(feature = "http")]
 pub(crate) use pricing::query_params;
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
-pub use serve::{Ran, Seal, Served, Tender, Work};
+pub use serve::{Ran, Seal, Served, Tender, Work, X402Seal};
 pub use tab::{Opened, Serving, TabCall, TabTerms};
+#[cfg(feature = "challenges")]
+pub use x402::{X402_CLAIM_WINDOW, X402Failure, X402Payment};
 
 use crate::Error;
 use crate::envelope::{

@@ -29,7 +29,7 @@ use crate::Error;
 use crate::envelope::{Digest, Quote, Receipt, Signed, Tab};
 
 /// What a priced request carries to pay, as its binding read it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Tender {
     /// Nothing: the request is quoted (or waived, or refused).
     None,
@@ -46,11 +46,18 @@ pub enum Tender {
     /// A payment is present but cannot be read (why, shown to the payer beside a fresh Quote).
     Malformed(String),
     /// An x402 payment (its header or `_meta` key), on a request its binding also prices in
-    /// x402 schemes, and what else the request presents. The x402 route is priced at the list
-    /// price: the payment is the binding's to settle ([`Served::X402`]) only when the price
-    /// hook keeps that price for this request; otherwise it is set aside (nothing is settled)
-    /// and the request goes on as `beside` says, under the same one decision of the hook.
-    X402(Box<Tender>),
+    /// x402 schemes, and what else the request presents (`beside`). The x402 route is priced
+    /// at the list price: the engine serves the payment ([`Receiver::serve`]: decision 0038)
+    /// only when the price hook keeps that price for this request; otherwise it is set aside
+    /// (nothing is settled) and the request goes on as `beside` says, under the same one
+    /// decision of the hook.
+    #[cfg(feature = "challenges")]
+    X402 {
+        /// The x402 payment.
+        payment: Box<super::x402::X402Payment>,
+        /// What else the request presents.
+        beside: Box<Tender>,
+    },
 }
 
 impl Tender {
@@ -66,7 +73,8 @@ impl Tender {
     pub fn voucher_digest(&self) -> Option<Digest> {
         match self {
             Tender::Voucher { voucher, .. } => Some(Digest::of(voucher.trim().as_bytes())),
-            Tender::X402(beside) => beside.voucher_digest(),
+            #[cfg(feature = "challenges")]
+            Tender::X402 { beside, .. } => beside.voucher_digest(),
             _ => None,
         }
     }
@@ -119,6 +127,23 @@ pub enum Seal<'a> {
     },
     /// Run free inside a tab (the hook waived it): the voucher was not counted.
     Uncounted(&'a Digest),
+    /// Paid in x402: attach its settlement (`None`: the work failed under settle-after, and
+    /// nothing was charged; encode the failure as x402 answers one).
+    X402(Option<&'a X402Seal>),
+}
+
+/// What an answer paid in x402 carries: x402's codec, as plain data for a binding to encode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct X402Seal {
+    /// The HTTP header naming the settlement (`PAYMENT-RESPONSE`, or v1's
+    /// `X-PAYMENT-RESPONSE`).
+    pub header: &'static str,
+    /// Its JSON (sent as base64 of it).
+    pub header_value: serde_json::Value,
+    /// The settlement's JSON (`_meta["x402/payment-response"]` over MCP).
+    pub response: serde_json::Value,
+    /// The scheme's receipt, if it has one (an MCP result's `structuredContent.receipt`).
+    pub receipt: Option<serde_json::Value>,
 }
 
 /// The work behind a priced request, as its binding runs it: the only part of a paid request
@@ -154,32 +179,6 @@ pub trait Work: Send {
     /// after the instance that handed it to its work stopped, and the digest a tab's call binds
     /// for it.
     fn outcome_unknown() -> (Answer, Digest);
-}
-
-/// A binding that keeps its work (to hand it to its x402 paywall on [`Served::X402`]) lends
-/// it.
-impl<W: Work> Work for &mut W {
-    type Out = W::Out;
-
-    async fn run_free(&mut self) -> W::Out {
-        (**self).run_free().await
-    }
-
-    fn accepted(&mut self, accepted: &super::Accepted) {
-        (**self).accepted(accepted);
-    }
-
-    async fn run_paid(&mut self) -> Ran<W::Out> {
-        (**self).run_paid().await
-    }
-
-    fn seal(&mut self, out: &mut W::Out, seal: Seal<'_>) -> Option<Answer> {
-        (**self).seal(out, seal)
-    }
-
-    fn outcome_unknown() -> (Answer, Digest) {
-        W::outcome_unknown()
-    }
 }
 
 /// What [`Receiver::serve`] answered, for the binding to encode.
@@ -281,9 +280,11 @@ pub enum Served<T> {
     Unsettled(Error),
     /// The answer never came back ([`Ran::Lost`]): nothing kept, nothing more to send.
     Lost,
-    /// An x402 payment at the list price the hook kept: the binding's x402 paywall settles it
-    /// (the guard has run).
-    X402,
+    /// An x402 payment was not served (refused by its scheme, or its outcome unknown): the
+    /// binding answers in x402's codec. Nothing was charged, or the same payment again finds
+    /// its settlement.
+    #[cfg(feature = "challenges")]
+    X402Failed(Box<super::x402::X402Failure>),
     /// The Proof was refused; no fresh Quote is made ([`Receiver::serve_proof`]).
     Refused(Error),
 }
@@ -309,10 +310,11 @@ impl Receiver {
             };
         }
         let (payment, decided) = match payment {
-            Tender::X402(beside) => {
+            #[cfg(feature = "challenges")]
+            Tender::X402 { payment, beside } => {
                 let decision = self.resolve(cap, req).await;
                 if cap.list_price_kept(&decision) {
-                    return Served::X402;
+                    return self.serve_x402(req, *payment, work).await;
                 }
                 (*beside, Some(decision))
             }
@@ -334,7 +336,8 @@ impl Receiver {
             Tender::Malformed(why) => self.challenge(cap, req, "malformed".into(), why).await,
             Tender::Proof(jws) => self.proof(Some(cap), req, &jws, work).await,
             // Nested x402 payments are not a thing a binding reads.
-            Tender::X402(_) => Served::NotPriced,
+            #[cfg(feature = "challenges")]
+            Tender::X402 { .. } => Served::NotPriced,
             Tender::Voucher { voucher, open } => {
                 self.serve_voucher(cap, req, &voucher, open.as_deref(), work)
                     .await
