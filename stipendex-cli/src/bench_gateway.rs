@@ -20,14 +20,13 @@ use axum::extract::Path as UrlPath;
 use axum::routing::get;
 use rail_core::Money;
 use serde_json::json;
-use stipendex::envelope::SecretKey;
 use stipendex::http::Client;
 use stipendex::receiver::PricedCapability;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::bench_common::{Fixture, fixture, load, percentiles};
-use crate::gateway::{Parts, assemble, config::Config};
 use crate::{CliError, msg};
+use stipendex::gateway::{Gateway, Parts, Settings, Upstream};
 
 /// One measured phase.
 struct Row {
@@ -185,24 +184,10 @@ pub(crate) async fn run(dir: &Path, seconds: u64) -> Result<(), CliError> {
     let price = Money::parse(stipendex::Asset::usd(), "0.01").map_err(|e| msg(e.to_string()))?;
     let cap = PricedCapability::fixed("GET", "/api/forecast/{city}", price);
     let receiver = shop.price(cap.clone()).build()?;
-    let config = Config::http(
-        url::Url::parse(&up).map_err(|e| msg(e.to_string()))?,
-        base.clone(),
-        "bench-shop".into(),
-        SecretKey::generate(),
-        vec![cap],
-    );
-    let (router, _shared) = assemble(
-        config,
-        Parts {
-            receiver,
-            store: None,
-            schemes: Vec::new(),
-            discovery: None,
-            ready: None,
-        },
-    )
-    .await?;
+    let upstream = Upstream::Http(url::Url::parse(&up).map_err(|e| msg(e.to_string()))?);
+    let router = Gateway::assemble(Settings::new(upstream), Parts::new(receiver))
+        .await?
+        .router();
     tokio::spawn(async move {
         let _ = axum::serve(
             listener,

@@ -19,6 +19,10 @@ pub enum Error {
     /// The configuration is not valid TOML or a field is wrong; the message names the field.
     #[error("configuration: {0}")]
     Config(String),
+    /// The gateway cannot start (its upstream's client, an MCP upstream's session, an x402
+    /// price): the whole sentence.
+    #[error("{0}")]
+    Gateway(String),
     /// A rail of a kind this build does not carry.
     #[error(
         "rail `{name}` is of kind `{kind}`, which this build does not include: enable the cargo feature `{feature}` of stipendex"
@@ -223,6 +227,7 @@ impl Error {
         match self {
             Error::Io { .. } => "io",
             Error::Config(_) => "config",
+            Error::Gateway(_) => "gateway",
             Error::NotCompiled { .. } => "not_compiled",
             Error::UnknownKind { .. } => "unknown_kind",
             Error::MissingEnv { .. } => "missing_env",

@@ -19,6 +19,7 @@
 //! | `paywall` | receivers' surfaces: the axum paywalls of x402 and exact-algo |
 //! | `http` | [`http`]: the Stipendex HTTP binding (402 + Quote; the reqwest client) |
 //! | `mcp`, `mcp-http` | [`mcp`]: the Stipendex MCP binding (-32402 + Quote) on rmcp; over Streamable HTTP |
+//! | `gateway` | `gateway`: a paid front for an HTTP API or an MCP server (what `stipendex gateway` runs) |
 //!
 //! ```toml
 //! # a wallet that pays x402 and Lightning, nothing else compiled in
@@ -77,6 +78,8 @@
 pub mod chain;
 pub mod envelope;
 mod error;
+#[cfg(feature = "gateway")]
+pub mod gateway;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod mcp;

@@ -2,7 +2,7 @@
 //! `[gateway]`, `[upstream]` and the pricing file's `[[price]]` entries — read and checked
 //! at start, each refusal one sentence naming the field.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,44 +13,7 @@ use stipendex::receiver::price_file;
 
 use crate::{CliError, files, msg};
 
-/// The header an upstream names a checkout's final amount in (a decimal in the route's asset).
-pub(crate) const FINAL_AMOUNT: &str = "x-stipendex-final-amount";
-
-/// Where the paid requests go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Upstream {
-    /// An HTTP API: requests are reverse-proxied to this base URL.
-    Http(url::Url),
-    /// An MCP server over Streamable HTTP.
-    McpUrl(String),
-    /// An MCP server started as a child process, spoken to over stdio.
-    McpCommand(Vec<String>),
-}
-
-impl Upstream {
-    /// Whether it is an MCP server (priced by tool, resource, prompt).
-    pub(crate) fn is_mcp(&self) -> bool {
-        !matches!(self, Upstream::Http(_))
-    }
-}
-
-/// What to do when the `resolve_url` does not answer in time or answers nonsense.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum OnFailure {
-    /// Refuse the request (nothing charged, nothing forwarded).
-    Reject,
-    /// Quote the list price of the `[[price]]` entry.
-    ListPrice,
-}
-
-/// The dynamic-price endpoint.
-#[derive(Clone, Debug)]
-pub(crate) struct Resolve {
-    pub(crate) url: url::Url,
-    pub(crate) timeout: Duration,
-    pub(crate) on_failure: OnFailure,
-}
+pub(crate) use stipendex::gateway::{FINAL_AMOUNT, OnFailure, Resolve, Upstream};
 
 /// The gateway, as configured.
 #[derive(Debug)]
@@ -510,42 +473,16 @@ impl Config {
         })
     }
 
-    /// A gateway in front of the HTTP API at `upstream`, reached at `origin`, pricing `prices`,
-    /// with every other setting at its default (`stipendex bench gateway`).
-    pub(crate) fn http(
-        upstream: url::Url,
-        origin: String,
-        receiver_id: String,
-        receiver_key: stipendex::envelope::SecretKey,
-        prices: Vec<PricedCapability>,
-    ) -> Config {
-        Config {
-            path: PathBuf::new(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            ops_listen: None,
-            receiver_id,
-            receiver_key,
-            origins: vec![origin],
-            quote_ttl: None,
-            tabs: None,
-            upstream: Upstream::Http(upstream),
-            secret: None,
-            final_amount: HeaderName::from_static(FINAL_AMOUNT),
-            timeout: Duration::from_secs(30),
-            max_body: 10 * 1024 * 1024,
-            claim_lease: Duration::from_secs(60),
-            trusted: Vec::new(),
-            resolve: None,
-            prices,
-            mcp_path: "/mcp".into(),
-            shutdown_grace: Duration::from_secs(30),
-            path_matching: stipendex::receiver::PathMatching::default(),
-        }
-    }
-
-    /// Whether the peer `ip` is a trusted proxy (its `X-Forwarded-*` are kept).
-    pub(crate) fn trusts(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|n| n.contains(ip))
+    /// How the gateway forwards, as the facade takes it.
+    pub(crate) fn settings(&self) -> stipendex::gateway::Settings {
+        let mut s = stipendex::gateway::Settings::new(self.upstream.clone());
+        s.secret.clone_from(&self.secret);
+        s.final_amount = self.final_amount.clone();
+        s.timeout = self.timeout;
+        s.max_body = self.max_body;
+        s.trusted.clone_from(&self.trusted);
+        s.mcp_path.clone_from(&self.mcp_path);
+        s
     }
 }
 

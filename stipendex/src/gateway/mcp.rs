@@ -1,5 +1,5 @@
 //! The MCP upstream: a payment-unaware MCP server (a command over stdio, or a Streamable HTTP
-//! URL) behind the Stipendex MCP gate ([`stipendex::mcp::PaidServer`]). The gateway serves
+//! URL) behind the Stipendex MCP gate ([`crate::mcp::PaidServer`]). The gateway serves
 //! Streamable HTTP at `[gateway] mcp_path` (stateless, JSON answers) and forwards every host
 //! request to one session with the upstream, opened at start:
 //! - `tools/call`, `resources/read` and `prompts/get` of what `[[price]]` prices are quoted
@@ -34,8 +34,12 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData, Peer, ServerHandler, ServiceExt};
 use serde::de::DeserializeOwned;
 
-use super::config::Upstream;
-use crate::{CliError, msg};
+use super::Upstream;
+use crate::Error;
+
+fn msg(s: impl Into<String>) -> Error {
+    Error::Gateway(s.into())
+}
 
 /// The gateway's side of its session with the upstream: it asks nothing of the host.
 #[derive(Clone)]
@@ -59,7 +63,7 @@ pub(crate) struct Session {
 
 impl Session {
     /// Starts (a command) or reaches (a URL) the upstream and initializes the session.
-    pub(crate) async fn connect(upstream: &Upstream) -> Result<Session, CliError> {
+    pub(crate) async fn connect(upstream: &Upstream) -> Result<Session, Error> {
         let running = match upstream {
             Upstream::McpCommand(cmd) => {
                 let (program, args) = cmd
@@ -164,7 +168,7 @@ impl Forward {
             .send_request_with_option(req, PeerRequestOptions::no_options().with_meta(meta))
             .await
             .map_err(|e| {
-                stipendex::mcp::undelivered(format!("the MCP server behind this gateway: {e}"))
+                crate::mcp::undelivered(format!("the MCP server behind this gateway: {e}"))
             })?;
         let id = handle.id.clone();
         let answer = tokio::select! {

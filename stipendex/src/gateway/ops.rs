@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::http::Outcome;
+use crate::registry::{Dependency, Probes};
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -18,8 +20,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use stipendex::http::Outcome;
-use stipendex::registry::{Dependency, Probes};
 
 use super::Shared;
 
@@ -177,7 +177,8 @@ pub(crate) async fn healthz() -> Response {
 impl super::UpstreamReady {
     /// Also reports `dependencies` (what the rails need: an x402 facilitator) on `/readyz`,
     /// each probed at most once per [`Probes::PERIOD`] however often `/readyz` is asked.
-    pub(crate) fn with_dependencies(mut self, dependencies: Vec<Arc<dyn Dependency>>) -> Self {
+    #[must_use]
+    pub fn with_dependencies(mut self, dependencies: Vec<Arc<dyn Dependency>>) -> Self {
         self.dependencies = Probes::new(dependencies);
         self
     }
@@ -198,7 +199,7 @@ pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> Response {
         Some(m) if m.closed() => false,
         // A stdio upstream lives as long as its session; a URL one is checked as an HTTP
         // upstream is.
-        Some(_) if matches!(s.config.upstream, super::config::Upstream::McpCommand(_)) => true,
+        Some(_) if matches!(s.config.upstream, super::Upstream::McpCommand(_)) => true,
         _ => s.ready.health.up().await,
     };
     if !up {
@@ -242,7 +243,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 /// `GET /.well-known/agent.json`: the service's registration — its web and MCP endpoints, the
 /// payments it takes and its trust model (`docs/exact-algo.md` §7).
 pub(crate) fn agent_json(s: &Shared) -> Value {
-    let origin = s.config.origins.first().cloned().unwrap_or_default();
+    let origin = s.receiver.origins().first().cloned().unwrap_or_default();
     let d = s.receiver.descriptor();
     let schemes: Vec<Value> = s
         .schemes
@@ -267,7 +268,7 @@ pub(crate) fn agent_json(s: &Shared) -> Value {
         "payments": {
             "stipendex": {
                 "version": "0.1",
-                "descriptor": stipendex::http::WELL_KNOWN,
+                "descriptor": crate::http::WELL_KNOWN,
                 "rails": d.rails,
                 "profiles": d.profiles,
                 "bindings": if s.config.upstream.is_mcp() { json!(["mcp"]) } else { json!(["http"]) },
@@ -285,6 +286,40 @@ pub(crate) fn agent_json(s: &Shared) -> Value {
             "registry": d.trust_registry,
         },
     })
+}
+
+/// One log line per priced MCP call, with what the gate did and the amount paid (the HTTP
+/// access line of an MCP request says `POST /mcp` only).
+pub(crate) fn log_mcp_outcome(o: &Outcome) {
+    let (outcome, rail, amount) = match o {
+        Outcome::Quoted { refusal: None } => ("quoted", None, None),
+        Outcome::Quoted { refusal: Some(_) } => ("refused", None, None),
+        Outcome::Paid { rail, amount } => ("paid", Some(rail.as_str()), Some(amount)),
+        Outcome::Replayed => ("replayed", None, None),
+        Outcome::Rejected => ("rejected", None, None),
+        Outcome::TabCall {
+            amount,
+            replayed: false,
+        } => ("tab_call", None, Some(amount)),
+        Outcome::TabCall {
+            amount,
+            replayed: true,
+        } => ("tab_replayed", None, Some(amount)),
+        _ => ("other", None, None),
+    };
+    let refusal = match o {
+        Outcome::Quoted { refusal: Some(r) } => r.as_str(),
+        _ => "",
+    };
+    tracing::info!(
+        target: "stipendex::gateway",
+        binding = "mcp",
+        outcome,
+        rail = rail.unwrap_or(""),
+        amount = amount.map_or_else(String::new, |m| format!("{} {}", m.amount(), m.asset().code())),
+        refusal,
+        "mcp call"
+    );
 }
 
 /// One JSON log line per request (method, path without its query, status, what was paid and

@@ -12,35 +12,39 @@
 //! non-2xx or anything else is a failure: `resolve_failure = "reject"` (default: refused,
 //! nothing charged, nothing forwarded) or `"list_price"` (the entry's price is quoted).
 
+use crate::receiver::{Decision, Price, PricedCapability, Request, ResolvePrice};
 use async_trait::async_trait;
 use rail_core::Money;
 use serde::Deserialize;
 use serde_json::json;
-use stipendex::receiver::{Decision, Price, PricedCapability, Request, ResolvePrice};
 
-use super::config::{OnFailure, Resolve};
-use crate::{CliError, msg};
+use super::{OnFailure, Resolve};
+use crate::Error;
 
 /// The largest answer read from the endpoint.
 const MAX_ANSWER: usize = 16 * 1024;
 
-/// The remote pricing hook.
-pub(crate) struct Remote {
+/// The remote pricing hook: give it to the receiver's builder (`resolve_price`).
+pub struct RemotePrice {
     client: reqwest::Client,
     url: url::Url,
     on_failure: OnFailure,
 }
 
-impl Remote {
-    pub(crate) fn new(r: &Resolve) -> Result<Self, CliError> {
+impl RemotePrice {
+    /// The hook asking `r`.
+    ///
+    /// # Errors
+    /// [`Error::Gateway`] when its HTTP client cannot start.
+    pub fn new(r: &Resolve) -> Result<Self, Error> {
         // The workspace's one TLS provider (an https upstream).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(r.timeout)
             .build()
-            .map_err(|e| msg(format!("cannot start the resolve_url client: {e}")))?;
-        Ok(Remote {
+            .map_err(|e| Error::Gateway(format!("cannot start the resolve_url client: {e}")))?;
+        Ok(RemotePrice {
             client,
             url: r.url.clone(),
             on_failure: r.on_failure,
@@ -135,7 +139,7 @@ fn decision(cap: &PricedCapability, a: Answer) -> Result<Decision, String> {
 }
 
 #[async_trait]
-impl ResolvePrice for Remote {
+impl ResolvePrice for RemotePrice {
     async fn resolve(&self, cap: &PricedCapability, req: &Request) -> Decision {
         let body = json!({
             "capability": {"method": cap.method(), "pattern": cap.name(), "price": price_json(&cap.price)},

@@ -4,10 +4,10 @@
 //! business:
 //! - hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and what it names, `Keep-Alive`,
 //!   `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) both ways;
-//! - payments ([`stipendex::http::PAYMENT_HEADERS`]: `Stipendex-Payment`, a tab's
+//! - payments ([`crate::http::PAYMENT_HEADERS`]: `Stipendex-Payment`, a tab's
 //!   `Stipendex-Voucher` and `Stipendex-Tab`, `PAYMENT-SIGNATURE`, `X-PAYMENT`) never reach the
 //!   upstream, and receipts or challenges the upstream writes
-//!   ([`stipendex::http::PAYMENT_RESPONSE_HEADERS`]) never reach the client: only the gateway
+//!   ([`crate::http::PAYMENT_RESPONSE_HEADERS`]) never reach the client: only the gateway
 //!   speaks for payments;
 //! - `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` from the client are dropped unless the
 //!   peer is a trusted proxy, then set from the connection;
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::http::{Checkout, FinalAmount};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
@@ -28,7 +29,6 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use rail_core::Money;
 use serde_json::json;
-use stipendex::http::{Checkout, FinalAmount};
 
 use super::Shared;
 
@@ -46,8 +46,8 @@ const HOP: &[&str] = &[
 ];
 
 /// Payment headers: the gateway's, never the upstream's (the binding's one list of each).
-const PAYMENT_IN: &[&str] = stipendex::http::PAYMENT_HEADERS;
-const PAYMENT_OUT: &[&str] = stipendex::http::PAYMENT_RESPONSE_HEADERS;
+const PAYMENT_IN: &[&str] = crate::http::PAYMENT_HEADERS;
+const PAYMENT_OUT: &[&str] = crate::http::PAYMENT_RESPONSE_HEADERS;
 const FORWARDED: &[&str] = &[
     "forwarded",
     "x-forwarded-for",
@@ -86,7 +86,7 @@ enum Failed {
 }
 
 impl Forward {
-    pub(crate) fn new(base: &url::Url) -> Result<Self, crate::CliError> {
+    pub(crate) fn new(base: &url::Url) -> Result<Self, crate::Error> {
         let client = if base.scheme() == "http" {
             let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
             connector.set_nodelay(true);
@@ -106,7 +106,9 @@ impl Forward {
                     .pool_max_idle_per_host(256)
                     .build()
                     .map_err(|e| {
-                        crate::msg(format!("cannot start the upstream's HTTP client: {e}"))
+                        crate::Error::Gateway(format!(
+                            "cannot start the upstream's HTTP client: {e}"
+                        ))
                     })?,
             )
         };
@@ -342,7 +344,7 @@ pub(crate) async fn forward(State(s): State<Arc<Shared>>, req: Request) -> Respo
                     "upstream_unavailable",
                     "the service behind this gateway cannot be reached",
                 );
-                r.extensions_mut().insert(stipendex::http::Undelivered);
+                r.extensions_mut().insert(crate::http::Undelivered);
                 return r;
             }
             Ok(Err(Failed::Unreachable(e))) => {
@@ -424,11 +426,11 @@ pub(crate) struct Health {
 const FRESH: Duration = Duration::from_secs(2);
 
 impl Health {
-    pub(crate) fn new(upstream: &super::config::Upstream) -> Self {
+    pub(crate) fn new(upstream: &super::Upstream) -> Self {
         let url = match upstream {
-            super::config::Upstream::Http(u) => Some(u.clone()),
-            super::config::Upstream::McpUrl(u) => url::Url::parse(u).ok(),
-            super::config::Upstream::McpCommand(_) => None,
+            super::Upstream::Http(u) => Some(u.clone()),
+            super::Upstream::McpUrl(u) => url::Url::parse(u).ok(),
+            super::Upstream::McpCommand(_) => None,
         };
         let addr = url.and_then(|u| {
             u.host_str()
