@@ -331,12 +331,12 @@ fn forwarded_ip(entry: &str) -> Option<IpAddr> {
 /// Who a request comes from, as the receiver's per-client limits count it: the TCP `peer`,
 /// unless it is a trusted proxy; then the right-most `X-Forwarded-For` address that is not
 /// itself a trusted proxy (what the nearest proxy vouches for: entries further left are the
-/// client's own words). IPv4-mapped IPv6 counts as IPv4, IPv6 by its /64 ([`key_of`]).
+/// client's own words). IPv4-mapped IPv6 counts as IPv4, IPv6 by its /64 (`key_of`).
 ///
 /// From an untrusted peer `X-Forwarded-For` is ignored (anyone can write it). An entry that is
 /// no address (garbage, `unknown`) ends the walk, and the last trusted address reached stands
 /// for the client, as it does when every entry is a trusted proxy or after
-/// [`MAX_FORWARDED_HOPS`] of them: never a string the client chose. `None` without a peer.
+/// `MAX_FORWARDED_HOPS` of them: never a string the client chose. `None` without a peer.
 #[must_use]
 pub fn client_key(
     peer: Option<IpAddr>,

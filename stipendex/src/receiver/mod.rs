@@ -19,6 +19,7 @@
 
 mod answer_record;
 mod answers;
+mod binding;
 mod keep;
 mod limit;
 pub mod price_file;
@@ -41,16 +42,18 @@ use rail_core::{
 use serde::{Deserialize, Serialize};
 
 pub use answers::{ANSWER_GONE, ANSWER_MARGIN, Answer, CLAIM_MARGIN, Gone, MAX_KEPT_ANSWER};
+pub use binding::{Ran, Seal, Served, Tender, Work, X402Seal};
+#[cfg(feature = "challenges")]
+pub use binding::{X402Failure, X402Payment};
 pub use keep::{DEFAULT_KEEP_BYTES, DEFAULT_KEEP_ENTRIES, KeepBounds};
 pub use limit::DEFAULT_COSTLY_QUOTES;
 pub(crate) use pricing::matching;
 #[cfg(feature = "http")]
 pub(crate) use pricing::query_params;
 pub use pricing::{Decision, ListPrice, Price, PricedCapability, Request, ResolvePrice};
-pub use serve::{Ran, Seal, Served, Tender, Work, X402Seal};
 pub use tab::{Opened, Serving, TabCall, TabTerms};
 #[cfg(feature = "challenges")]
-pub use x402::{X402_CLAIM_WINDOW, X402Failure, X402Payment};
+pub use x402::X402_CLAIM_WINDOW;
 
 use crate::Error;
 use crate::envelope::{

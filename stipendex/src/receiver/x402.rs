@@ -10,18 +10,14 @@
 //! What stays the binding's: reading the payment ([`X402Payment`]) and encoding the scheme's
 //! refusals ([`X402Failure`]) and the settlement ([`super::Seal::X402`]) in its own x402 codec.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use rail_core::Timestamp;
 use sha2::{Digest as _, Sha256};
 use x402_transport::settle::response_header;
-use x402_transport::{
-    Accept, Busy, Failure, Presented, Price, Refusal, Scheme, SettleWhen, Settled, Verdict,
-};
+use x402_transport::{Busy, Failure, Presented, Scheme, SettleWhen, Settled, Verdict};
 
 use super::answers::{ANSWER_MARGIN, Use};
-use super::serve::{Ran, Seal, Served, Work, X402Seal};
+use super::binding::{Ran, Seal, Served, Work, X402Failure, X402Payment, X402Seal};
 use super::{Receiver, Request, idempotent};
 use crate::Error;
 
@@ -30,34 +26,6 @@ use crate::Error;
 /// signs (x402's EVM payers an hour at most; an Algorand transaction lives at most 1,000
 /// rounds). Past it the scheme refuses the payment by itself.
 pub const X402_CLAIM_WINDOW: Duration = Duration::from_secs(3600);
-
-/// An x402 payment on a request its binding also prices in x402, as the binding read it:
-/// what the engine serves when the price hook keeps the list price for the request.
-#[derive(Clone, Debug)]
-pub struct X402Payment {
-    /// The way it pays (the scheme it names, [`x402_transport::settle::choose`]).
-    pub accept: Accept,
-    /// The price of the resource in that scheme.
-    pub price: Price,
-    /// The payment presented, or why it cannot be read (answered as the scheme's refusal).
-    pub presented: Result<Presented, Refusal>,
-    /// When it settles for this request ([`SettleWhen::for_method`] applied).
-    pub when: SettleWhen,
-    /// The time its validity window is judged at.
-    pub now: Timestamp,
-}
-
-/// An x402 payment that was not served: the scheme's refusal (answer a fresh x402 challenge
-/// naming it) or an unknown outcome (answer "send the same payment again").
-#[derive(Clone, Debug)]
-pub struct X402Failure {
-    /// What the scheme (or the record) said.
-    pub failure: Failure,
-    /// The payment presented, when it could be read (a v1 payment is answered in v1).
-    pub presented: Option<Presented>,
-    /// The scheme it was for.
-    pub scheme: Arc<dyn Scheme>,
-}
 
 /// The record's identity of an x402 payment whose single-use key is `key`.
 fn record_id(key: &str) -> String {
