@@ -2318,3 +2318,79 @@ async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answe
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
 }
+
+/// An x402 payment is served once across every surface that shares the store's served-once
+/// mark (the x402 rail's Stipendex Proofs, a plain x402 paywall, another receiver): served by
+/// one receiver, the same payment presented to another on the same store is refused as used,
+/// and its work does not run.
+#[tokio::test]
+async fn an_x402_payment_served_by_one_surface_is_refused_by_another_on_the_same_store() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let w = world().await;
+    let pay_to = Address::repeat_byte(0x45);
+    let EvmRoute {
+        mock,
+        token,
+        key,
+        paywall,
+    } = evm_search_route(pay_to);
+    let store: Arc<dyn rail_core::KeyStore> = Arc::new(rail_core::MemoryKeyStore::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut bases = Vec::new();
+    for id in ["search", "search-b"] {
+        let (listener, base) = listen().await;
+        let receiver = Receiver::builder(id, w.receiver_key.clone())
+            .origin(&base)
+            .registry(&w.registry)
+            .store(store.clone())
+            .price(
+                PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"),
+            )
+            .clock(Arc::new(w.clock.clone()))
+            .build()
+            .unwrap();
+        let counted = runs.clone();
+        let app = Binding::new(receiver)
+            .unwrap()
+            .with_x402(paywall.clone())
+            .unwrap()
+            .apply(Router::new().route(
+                "/api/search",
+                get(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async { "results" }
+                }),
+            ));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        bases.push(base);
+    }
+    let x402 = rail_x402::client::client(X402Payer::new(
+        key.clone(),
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    ))
+    .unwrap();
+    let first = x402
+        .get(&format!("{}/api/search?q=rust", bases[0]))
+        .await
+        .unwrap();
+    assert_eq!(first.status, 200);
+    let header = first.payment.expect("a payment").header_value().unwrap();
+
+    let other = raw_client()
+        .get(format!("{}/api/search?q=rust", bases[1]))
+        .header("payment-signature", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 402);
+    let body: serde_json::Value = other.json().await.unwrap();
+    assert_eq!(
+        body["error"], "invalid_exact_evm_nonce_already_used",
+        "{body}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(50_000)
+    );
+}

@@ -508,23 +508,15 @@ fn x402_payment(
     if req.method() == Method::HEAD {
         return None;
     }
-    let presented = x402_transport::paywall::presented(route, req.headers())?;
-    let accepts = route.accepts().as_slice();
-    let accept = match &presented {
-        Ok(p) => x402_transport::settle::choose(accepts, p),
-        Err(_) => accepts.first(),
-    }?
-    .clone();
-    let price = x402_transport::settle::price(&accept, &seen.path, &seen.url, route.description());
-    Some(X402Payment {
-        accept,
-        price,
-        presented,
-        when: paywall
+    X402Payment::read(
+        route.accepts().as_slice(),
+        x402_transport::paywall::presented(route, req.headers()),
+        (&seen.path, &seen.url, route.description()),
+        paywall
             .settle_when()
             .for_method(Some(req.method().as_str())),
-        now: paywall.clock().now(),
-    })
+        paywall.clock().now(),
+    )
 }
 
 /// What a priced request presents to pay, from its headers: a voucher (with the tab's

@@ -642,22 +642,14 @@ impl<R: Outcome> McpOut<R> {
 /// The x402 payment a call of `tool` (priced by `paywall`) presents in its `_meta`, read for
 /// the engine: `None` when it presents none.
 fn x402_payment(paywall: &McpPaywall, tool: &PricedTool, meta: &JsonObject) -> Option<X402Payment> {
-    let presented = x402_transport::mcp::presented(tool, Some(meta))?;
-    let accepts = tool.accepts.as_slice();
-    let accept = match &presented {
-        Ok(p) => x402_transport::settle::choose(accepts, p),
-        Err(_) => accepts.first(),
-    }?
-    .clone();
     let url = format!("mcp://tool/{}", tool.name);
-    let price = x402_transport::settle::price(&accept, &tool.name, &url, &tool.description);
-    Some(X402Payment {
-        accept,
-        price,
-        presented,
-        when: paywall.settle_when().for_method(None),
-        now: paywall.clock().now(),
-    })
+    X402Payment::read(
+        tool.accepts.as_slice(),
+        x402_transport::mcp::presented(tool, Some(meta)),
+        (&tool.name, &url, &tool.description),
+        paywall.settle_when().for_method(None),
+        paywall.clock().now(),
+    )
 }
 
 /// The handler's call behind the gate.

@@ -2,6 +2,10 @@
 //! for the same request (the first answer was lost on the way) gets the kept answer again, not
 //! `quote_used` and not a second run.
 //!
+//! An x402 payment served by the engine (`super::x402`) is claimed in the same records under
+//! `x402:<payment key>`, fingerprinted by its envelope: one record for every way to pay
+//! (decision 0038).
+//!
 //! Two records per Proof, in the receiver's store (shared by its instances, so any instance
 //! answers the repeat):
 //! - **its use** ([`rail_core::keys::Idempotency`], namespace `stipendex/<receiver>/proofs`,
@@ -93,7 +97,7 @@ struct Recorded {
 /// Receipt).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gone {
-    /// The Quote's id.
+    /// The Quote's id (`x402:<payment key>` for an x402 payment).
     pub quote: String,
     /// The answer's status, if its record is still kept.
     pub status: Option<u16>,
@@ -220,9 +224,9 @@ impl Answers {
             .await
     }
 
-    /// [`Answers::claim`] for any payment used once: `id` its identity (a Quote's id, or
-    /// `x402:` and an x402 payment's key), `what` how a message names it, `fingerprint` the
-    /// digest of what was presented (a second, different one for the same `id` is refused as
+    /// [`Answers::claim`] for any payment used once: `quote_id` its identity (a Quote's id, or
+    /// `x402:` and an x402 payment's key), `what` how a message names it, `proof` the digest of
+    /// what was presented (a second, different one for the same identity is refused as
     /// [`Error::QuoteUsed`]).
     pub(crate) async fn claim_as(
         &self,

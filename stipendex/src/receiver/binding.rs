@@ -141,8 +141,8 @@ pub struct X402Seal {
 /// that is the binding's.
 ///
 /// Contract: [`Work::run_free`] or [`Work::run_paid`] is called at most once, and
-/// [`Work::seal`] only after `run_paid` answered ([`Ran::Answered`]) or after `run_free` inside
-/// a tab; neither is called when the engine answers by itself (a Quote, a refusal, a kept
+/// [`Work::seal`] only after `run_paid` answered ([`Ran::Answered`], or [`Ran::Unbound`] under
+/// an x402 payment, sealed [`Seal::X402`]) or after `run_free` inside a tab; neither is called when the engine answers by itself (a Quote, a refusal, a kept
 /// answer).
 pub trait Work: Send {
     /// The binding's answer (an HTTP response, an MCP result).
@@ -295,6 +295,37 @@ pub struct X402Payment {
     pub when: SettleWhen,
     /// The time its validity window is judged at.
     pub now: Timestamp,
+}
+
+#[cfg(feature = "challenges")]
+impl X402Payment {
+    /// The payment `presented` (as a binding read it; `None`: none) for a resource payable in
+    /// `accepts` — `resource` as a scheme binds it (the request path, the tool's name), `url`
+    /// its URL, `description` what it is — settling `when` for this request, judged at `now`:
+    /// the way to pay is the one its envelope names ([`x402_transport::settle::choose`]).
+    #[must_use]
+    pub fn read(
+        accepts: &[Accept],
+        presented: Option<Result<Presented, Refusal>>,
+        (resource, url, description): (&str, &str, &str),
+        when: SettleWhen,
+        now: Timestamp,
+    ) -> Option<Self> {
+        let presented = presented?;
+        let accept = match &presented {
+            Ok(p) => x402_transport::settle::choose(accepts, p),
+            Err(_) => accepts.first(),
+        }?
+        .clone();
+        let price = x402_transport::settle::price(&accept, resource, url, description);
+        Some(X402Payment {
+            accept,
+            price,
+            presented,
+            when,
+            now,
+        })
+    }
 }
 
 #[cfg(feature = "challenges")]

@@ -250,6 +250,11 @@ struct Inner {
     ttl: Duration,
     clock: SharedClock,
     answers: answers::Answers,
+    /// The x402 payments' served-once mark, in the same store as the rails' (theirs is the
+    /// same namespace): one payment is served once across the x402 rail's Proofs, a plain x402
+    /// paywall and this receiver's x402 path (decision 0038).
+    #[cfg(feature = "challenges")]
+    served: x402_transport::ServedOnce,
     costly: limit::Limiter,
     claim_lease: Duration,
     tab_terms: Option<TabTerms>,
@@ -488,6 +493,8 @@ impl Builder {
             path_matching: self.path_matching,
             ready: self.ready,
             claim_lease: self.claim_lease,
+            #[cfg(feature = "challenges")]
+            served: x402_transport::ServedOnce::new(store.clone()),
             answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease, keep),
             costly,
             party: Party {

@@ -52,7 +52,7 @@ impl Receiver {
             Tender::X402 { payment, beside } => {
                 let decision = self.resolve(cap, req).await;
                 if cap.list_price_kept(&decision) {
-                    return self.serve_x402(req, *payment, work).await;
+                    return self.serve_x402(cap, req, *payment, work).await;
                 }
                 (*beside, Some(decision))
             }

@@ -13,18 +13,20 @@
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
+use x402_transport::served::{self, Taken};
 use x402_transport::settle::response_header;
 use x402_transport::{Busy, Failure, Presented, Scheme, SettleWhen, Settled, Verdict};
 
 use super::answers::{ANSWER_MARGIN, Use};
 use super::binding::{Ran, Seal, Served, Work, X402Failure, X402Payment, X402Seal};
-use super::{Receiver, Request, idempotent};
+use super::{Outcome, Price, PricedCapability, Receiver, Request, idempotent};
 use crate::Error;
 
 /// How long a claim of an x402 payment left in flight (its settlement's outcome unknown, or
 /// its instance stopped) is recovered by the same envelope: the longest validity a payer
 /// signs (x402's EVM payers an hour at most; an Algorand transaction lives at most 1,000
-/// rounds). Past it the scheme refuses the payment by itself.
+/// rounds). Past it the claim is forgotten; the payment's served-once mark (kept
+/// [`x402_transport::served::SERVED_RETENTION`]) still refuses a payment that was served.
 pub const X402_CLAIM_WINDOW: Duration = Duration::from_secs(3600);
 
 /// The record's identity of an x402 payment whose single-use key is `key`.
@@ -53,10 +55,11 @@ fn seal_of(settled: &Settled, presented: &Presented, scheme: &dyn Scheme) -> X40
 }
 
 impl Receiver {
-    /// Serves `req` paid by the x402 payment `pay`, at the list price the hook kept (the
-    /// guard has run): the steps of the module's docs, each once.
+    /// Serves `req` (decided under `cap`) paid by the x402 payment `pay`, at the list price the
+    /// hook kept (the guard has run): the steps of the module's docs, each once.
     pub(super) async fn serve_x402<W: Work>(
         &self,
+        cap: &PricedCapability,
         req: &Request,
         pay: X402Payment,
         mut work: W,
@@ -116,34 +119,65 @@ impl Receiver {
                 return failed(Failure::Refused(scheme.replayed()), Some(presented));
             }
             Err(Error::Payment(e)) if e.is_retryable() => {
-                let busy = scheme.unavailable(
-                    Busy::InFlight,
-                    "this payment is being processed by another request; retry the same payment",
-                );
-                return failed(busy, Some(presented));
+                return failed(in_flight(scheme.as_ref()), Some(presented));
             }
             Err(e) => {
                 let f = scheme.unavailable(Busy::Store, &format!("served-once store: {e}"));
                 return failed(f, Some(presented));
             }
         };
-        // A refusal leaves nothing used (the claim is given up); an unknown outcome leaves the
-        // claim to the same envelope, which recovers it.
+        // The payment's served-once mark, shared with every other surface on the store (the
+        // x402 rail's Proofs, a plain paywall): served there, it is not served here. Kept a week
+        // (`SERVED_RETENTION`), past this record's own retention.
+        let serving = match self.0.served.reserve(&verified.key).await {
+            Ok(r) => r,
+            Err(taken) => {
+                answers.fail(lease, false).await;
+                let f = match taken {
+                    Taken::Used => Failure::Refused(scheme.replayed()),
+                    Taken::InFlight => in_flight(scheme.as_ref()),
+                    Taken::Store(e) => {
+                        scheme.unavailable(Busy::Store, &format!("served-once store: {e}"))
+                    }
+                };
+                return failed(f, Some(presented));
+            }
+        };
+        // Not served: both records are given up (a certain refusal, a failed or undelivered
+        // work: the same payment may be presented again, in any encoding, and runs without a
+        // second charge when it settled), or the claim is left to the same envelope (an
+        // unknown settlement).
+        let (id_of, key) = (&id, &verified.key);
+        let not_served = move |lease, serving, unknown: bool| async move {
+            if let Err(e) = answers.unstart(id_of).await {
+                tracing::error!(payment = %key, error = %e, "could not clear an unserved x402 payment's delivery mark; its repeat may be answered outcome_unknown");
+            }
+            served::release(serving).await;
+            answers.fail(lease, unknown).await;
+        };
         let unknown = |f: &Failure| matches!(f, Failure::Unknown { .. });
         let settle_first = match when {
-            SettleWhen::After => match lease.keep_alive(scheme.verify(&verified, &price)).await {
-                Ok(Verdict::Valid) => false,
-                Ok(Verdict::MaybeSettled) => true,
-                Err(f) => {
-                    answers.fail(lease, unknown(&f)).await;
-                    return failed(f, Some(presented));
+            SettleWhen::After => {
+                let verdict = lease
+                    .keep_alive(serving.keep_alive(scheme.verify(&verified, &price)))
+                    .await;
+                match verdict {
+                    Ok(Verdict::Valid) => false,
+                    Ok(Verdict::MaybeSettled) => true,
+                    Err(f) => {
+                        not_served(lease, serving, unknown(&f)).await;
+                        return failed(f, Some(presented));
+                    }
                 }
-            },
+            }
             _ => true,
         };
         let mut settled = None;
         if settle_first {
-            match lease.keep_alive(scheme.settle(&verified, &price)).await {
+            let done = lease
+                .keep_alive(serving.keep_alive(scheme.settle(&verified, &price)))
+                .await;
+            match done {
                 Ok(s) => settled = Some(s),
                 Err(mut f) => {
                     if when == SettleWhen::After
@@ -154,10 +188,20 @@ impl Receiver {
                         // as a settlement this request attempted.
                         r.response = None;
                     }
-                    answers.fail(lease, unknown(&f)).await;
+                    not_served(lease, serving, unknown(&f)).await;
                     return failed(f, Some(presented));
                 }
             }
+        }
+        // Paid (settle-before) or verified (settle-after): a copy presented elsewhere while
+        // the work runs is refused, not served again.
+        let marked = match &settled {
+            Some(s) => served::mark_paid(&serving, &s.transaction).await,
+            None => served::running(&serving).await.is_ok(),
+        };
+        if !marked {
+            not_served(lease, serving, true).await;
+            return failed(in_flight(scheme.as_ref()), Some(presented));
         }
         // At most once per payment: a request handed over by an instance that then stopped
         // runs again only if it is idempotent.
@@ -166,9 +210,9 @@ impl Receiver {
             Ok(false) if idempotent(&req.method) => {}
             Ok(false) => {
                 let (answer, _) = W::outcome_unknown();
-                let keep = self.0.ttl.saturating_add(ANSWER_MARGIN);
+                served::commit(serving).await;
                 if let Err(e) = answers
-                    .keep(lease, &id, request.as_str(), Some(&answer), keep)
+                    .keep(lease, &id, request.as_str(), Some(&answer), self.keep_for())
                     .await
                 {
                     tracing::error!(error = %e, "stipendex: cannot keep the outcome-unknown answer");
@@ -180,39 +224,31 @@ impl Receiver {
                 };
             }
             Err(e) => {
-                answers.fail(lease, true).await;
+                not_served(lease, serving, true).await;
                 let f = scheme.unavailable(Busy::Store, &format!("served-once store: {e}"));
                 return failed(f, Some(presented));
             }
         }
-        // Not served: the same envelope again runs it (without a second charge when it
-        // settled).
-        let (id_of, key) = (&id, &verified.key);
-        let not_served = move |lease| async move {
-            if let Err(e) = answers.unstart(id_of).await {
-                tracing::error!(payment = %key, error = %e, "could not clear an unserved x402 payment's delivery mark; its repeat may be answered outcome_unknown");
-            }
-            answers.fail(lease, true).await;
-        };
-        let (mut out, ok) = match lease.keep_alive(work.run_paid()).await {
+        let ran = lease.keep_alive(serving.keep_alive(work.run_paid())).await;
+        let (mut out, ok) = match ran {
             Ran::Answered { out, ok, .. } => (out, ok),
             Ran::Unbound(out) => (out, false),
             Ran::Undelivered(why) => {
-                not_served(lease).await;
+                not_served(lease, serving, false).await;
                 return Served::Undelivered {
                     why,
                     uncounted: None,
                 };
             }
-            // It may have run: nothing is kept and the claim lapses.
+            // It may have run: nothing is kept, and both records lapse.
             Ran::Lost => {
                 tracing::warn!(payment = %verified.key, "an x402-paid request's answer never came back: its claim lapses");
-                drop(lease);
+                drop((lease, serving));
                 return Served::Lost;
             }
             Ran::Undeliverable(why) => {
                 tracing::error!(error = %why, "stipendex: an x402-paid answer cannot be delivered");
-                not_served(lease).await;
+                not_served(lease, serving, false).await;
                 return Served::Undeliverable {
                     why,
                     given_back: false,
@@ -230,29 +266,58 @@ impl Receiver {
                 .as_ref()
                 .map(|s| seal_of(s, &presented, scheme.as_ref()));
             let _ = work.seal(&mut out, Seal::X402(seal.as_ref()));
-            not_served(lease).await;
+            not_served(lease, serving, false).await;
             return Served::Ran { out, outcome: None };
         }
         let settled = match settled {
             Some(s) => s,
-            None => match lease.keep_alive(scheme.settle(&verified, &price)).await {
-                Ok(s) => s,
-                // The work's output is withheld: never served unsettled.
-                Err(f) => {
-                    not_served(lease).await;
-                    return failed(f, Some(presented));
+            None => {
+                let done = lease
+                    .keep_alive(serving.keep_alive(scheme.settle(&verified, &price)))
+                    .await;
+                match done {
+                    Ok(s) => {
+                        let _ = served::mark_paid(&serving, &s.transaction).await;
+                        s
+                    }
+                    // The work's output is withheld: never served unsettled.
+                    Err(f) => {
+                        not_served(lease, serving, unknown(&f)).await;
+                        return failed(f, Some(presented));
+                    }
                 }
-            },
+            }
         };
+        served::commit(serving).await;
         let seal = seal_of(&settled, &presented, scheme.as_ref());
         let kept = work.seal(&mut out, Seal::X402(Some(&seal)));
-        let keep = self.0.ttl.saturating_add(ANSWER_MARGIN);
         if let Err(e) = answers
-            .keep(lease, &id, request.as_str(), kept.as_ref(), keep)
+            .keep(lease, &id, request.as_str(), kept.as_ref(), self.keep_for())
             .await
         {
             tracing::error!(error = %e, "stipendex: the x402 answer was given but could not be kept for a repeat");
         }
-        Served::Ran { out, outcome: None }
+        let outcome = match &cap.price {
+            Price::Fixed(amount) => Some(Outcome::Paid {
+                rail: "x402".into(),
+                amount: amount.clone(),
+            }),
+            Price::Estimate { .. } => None,
+        };
+        Served::Ran { out, outcome }
     }
+
+    /// How long an x402-paid answer is kept for a repeat: a Quote's life and the margin, as a
+    /// Proof's (the payer's retry of a lost answer comes within it).
+    fn keep_for(&self) -> Duration {
+        self.0.ttl.saturating_add(ANSWER_MARGIN)
+    }
+}
+
+/// The scheme's "being served by another request: retry the same payment" (503).
+fn in_flight(scheme: &dyn Scheme) -> Failure {
+    scheme.unavailable(
+        Busy::InFlight,
+        "this payment is being processed by another request; retry the same payment",
+    )
 }
