@@ -681,7 +681,8 @@ async fn respond(served: Served<Response>, seen: &Seen<'_>, voucher: bool) -> Re
     let again = if voucher {
         "send the same Stipendex-Voucher again"
     } else if seen.x402_paid {
-        "send the same PAYMENT-SIGNATURE again"
+        // The x402 payment (`PAYMENT-SIGNATURE` or v1's `X-PAYMENT`), or what came beside it.
+        "send the same payment again"
     } else {
         "send the same Stipendex-Payment again"
     };
