@@ -2394,3 +2394,77 @@ async fn an_x402_payment_served_by_one_surface_is_refused_by_another_on_the_same
         U256::from(50_000)
     );
 }
+
+/// A refused x402 payment leaves nothing used: the payer's settlement fails (no funds yet), the
+/// 402 names the refusal and the work does not run; once funded, the same payment is served.
+#[tokio::test]
+async fn a_refused_x402_payment_leaves_nothing_used_and_is_served_once_funded() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let w = world().await;
+    let pay_to = Address::repeat_byte(0x46);
+    let mock = Arc::new(DevnetFacilitator::new(NET));
+    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
+    let key = LocalSigner::random(); // no funds yet
+    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
+    let paywall = Paywall::new().route(
+        "/api/search",
+        "one search",
+        Accepts::one(evm, 50_000).unwrap(),
+    );
+    let (listener, base) = listen().await;
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .origin(&base)
+        .registry(&w.registry)
+        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let app = Binding::new(receiver)
+        .unwrap()
+        .with_x402(paywall)
+        .unwrap()
+        .apply(Router::new().route(
+            "/api/search",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "results" }
+            }),
+        ));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let x402 = rail_x402::client::client(X402Payer::new(
+        key.clone(),
+        EvmPolicy::new(NET, token.address, U256::from(100_000)),
+    ))
+    .unwrap();
+    let refused = x402
+        .get(&format!("{base}/api/search?q=rust"))
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status,
+        402,
+        "{:?}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let header = refused.payment.expect("a payment").header_value().unwrap();
+
+    mock.mint(token.address, key.address(), U256::from(50_000))
+        .unwrap();
+    let served = raw_client()
+        .get(format!("{base}/api/search?q=rust"))
+        .header("payment-signature", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+    assert!(served.headers().contains_key("payment-response"));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        mock.balance(token.address, pay_to).unwrap(),
+        U256::from(50_000)
+    );
+}
