@@ -54,10 +54,15 @@ struct EvmRoute {
 }
 
 fn evm_search_route(pay_to: Address) -> EvmRoute {
+    evm_search_route_funded(pay_to, 1_000_000)
+}
+
+/// [`evm_search_route`] with the payer minted `funded` atomic units.
+fn evm_search_route_funded(pay_to: Address, funded: u64) -> EvmRoute {
     let mock = Arc::new(DevnetFacilitator::new(NET));
     let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
     let key = LocalSigner::random();
-    mock.mint(token.address, key.address(), U256::from(1_000_000))
+    mock.mint(token.address, key.address(), U256::from(funded))
         .unwrap();
     let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
     let paywall = Paywall::new().route(
@@ -2222,35 +2227,30 @@ async fn over_http_a_paid_request_decides_once_and_asks_the_hook_once() {
     }
 }
 
-/// Decision 0038: an x402 payment on a Stipendex route is served under the receiver's one
-/// served-once record. The same payment presented again after its answer was lost gets the kept
-/// answer (with its `PAYMENT-RESPONSE`) and settles once; the handler runs once; for another
-/// request the payment is refused as used, with a fresh challenge.
-#[tokio::test]
-async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answer_and_settles_once()
-{
+/// Receiver `id` pricing `GET /api/search` at 0.05 USD and offering `paywall`'s x402 route
+/// beside it (its records in `store`, else the registry's), in front of a handler that counts
+/// its runs and answers `results #<run>`: its origin and the count.
+async fn serve_counted_search(
+    w: &common::World,
+    id: &str,
+    paywall: &Paywall,
+    store: Option<Arc<dyn rail_core::KeyStore>>,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let w = world().await;
-    let pay_to = Address::repeat_byte(0x44);
-    let EvmRoute {
-        mock,
-        token,
-        key,
-        paywall,
-    } = evm_search_route(pay_to);
     let (listener, base) = listen().await;
-    let receiver = Receiver::builder("search", w.receiver_key.clone())
+    let mut b = Receiver::builder(id, w.receiver_key.clone())
         .origin(&base)
         .registry(&w.registry)
         .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"))
-        .clock(Arc::new(w.clock.clone()))
-        .build()
-        .unwrap();
+        .clock(Arc::new(w.clock.clone()));
+    if let Some(s) = store {
+        b = b.store(s);
+    }
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
-    let app = Binding::new(receiver)
+    let app = Binding::new(b.build().unwrap())
         .unwrap()
-        .with_x402(paywall)
+        .with_x402(paywall.clone())
         .unwrap()
         .apply(Router::new().route(
             "/api/search",
@@ -2260,12 +2260,36 @@ async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answe
             }),
         ));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, runs)
+}
 
-    let x402 = rail_x402::client::client(X402Payer::new(
+/// A plain x402 client paying with `key` on `token`, up to 0.10 USDC a payment.
+fn x402_client(key: &LocalSigner, token: &Token) -> x402_transport::client::Client {
+    rail_x402::client::client(X402Payer::new(
         key.clone(),
         EvmPolicy::new(NET, token.address, U256::from(100_000)),
     ))
-    .unwrap();
+    .unwrap()
+}
+
+/// Decision 0038: an x402 payment on a Stipendex route is served under the receiver's one
+/// served-once record. The same payment presented again after its answer was lost gets the kept
+/// answer (with its `PAYMENT-RESPONSE`) and settles once; the handler runs once; for another
+/// request the payment is refused as used, with a fresh challenge.
+#[tokio::test]
+async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answer_and_settles_once()
+{
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    let pay_to = Address::repeat_byte(0x44);
+    let EvmRoute {
+        mock,
+        token,
+        key,
+        paywall,
+    } = evm_search_route(pay_to);
+    let (base, runs) = serve_counted_search(&w, "search", &paywall, None).await;
+    let x402 = x402_client(&key, &token);
     let first = x402
         .get(&format!("{base}/api/search?q=rust"))
         .await
@@ -2325,7 +2349,7 @@ async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answe
 /// and its work does not run.
 #[tokio::test]
 async fn an_x402_payment_served_by_one_surface_is_refused_by_another_on_the_same_store() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     let w = world().await;
     let pay_to = Address::repeat_byte(0x45);
     let EvmRoute {
@@ -2335,40 +2359,11 @@ async fn an_x402_payment_served_by_one_surface_is_refused_by_another_on_the_same
         paywall,
     } = evm_search_route(pay_to);
     let store: Arc<dyn rail_core::KeyStore> = Arc::new(rail_core::MemoryKeyStore::default());
-    let runs = Arc::new(AtomicUsize::new(0));
-    let mut bases = Vec::new();
-    for id in ["search", "search-b"] {
-        let (listener, base) = listen().await;
-        let receiver = Receiver::builder(id, w.receiver_key.clone())
-            .origin(&base)
-            .registry(&w.registry)
-            .store(store.clone())
-            .price(
-                PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"),
-            )
-            .clock(Arc::new(w.clock.clone()))
-            .build()
-            .unwrap();
-        let counted = runs.clone();
-        let app = Binding::new(receiver)
-            .unwrap()
-            .with_x402(paywall.clone())
-            .unwrap()
-            .apply(Router::new().route(
-                "/api/search",
-                get(move || {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    async { "results" }
-                }),
-            ));
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        bases.push(base);
-    }
-    let x402 = rail_x402::client::client(X402Payer::new(
-        key.clone(),
-        EvmPolicy::new(NET, token.address, U256::from(100_000)),
-    ))
-    .unwrap();
+    let (base_a, runs_a) = serve_counted_search(&w, "search", &paywall, Some(store.clone())).await;
+    let (base_b, runs_b) = serve_counted_search(&w, "search-b", &paywall, Some(store)).await;
+    let runs = || runs_a.load(Ordering::SeqCst) + runs_b.load(Ordering::SeqCst);
+    let bases = [base_a, base_b];
+    let x402 = x402_client(&key, &token);
     let first = x402
         .get(&format!("{}/api/search?q=rust", bases[0]))
         .await
@@ -2388,7 +2383,7 @@ async fn an_x402_payment_served_by_one_surface_is_refused_by_another_on_the_same
         body["error"], "invalid_exact_evm_nonce_already_used",
         "{body}"
     );
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(runs(), 1);
     assert_eq!(
         mock.balance(token.address, pay_to).unwrap(),
         U256::from(50_000)
@@ -2399,46 +2394,18 @@ async fn an_x402_payment_served_by_one_surface_is_refused_by_another_on_the_same
 /// 402 names the refusal and the work does not run; once funded, the same payment is served.
 #[tokio::test]
 async fn a_refused_x402_payment_leaves_nothing_used_and_is_served_once_funded() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     let w = world().await;
     let pay_to = Address::repeat_byte(0x46);
-    let mock = Arc::new(DevnetFacilitator::new(NET));
-    let token = Token::new(NET, Address::repeat_byte(0x5c), "USDC", "2");
-    let key = LocalSigner::random(); // no funds yet
-    let evm: Arc<dyn Scheme> = Arc::new(ExactEvm::new(mock.clone(), token.clone(), pay_to));
-    let paywall = Paywall::new().route(
-        "/api/search",
-        "one search",
-        Accepts::one(evm, 50_000).unwrap(),
-    );
-    let (listener, base) = listen().await;
-    let receiver = Receiver::builder("search", w.receiver_key.clone())
-        .origin(&base)
-        .registry(&w.registry)
-        .price(PricedCapability::fixed("GET", "/api/search", usd("0.05")).describe("one search"))
-        .clock(Arc::new(w.clock.clone()))
-        .build()
-        .unwrap();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let app = Binding::new(receiver)
-        .unwrap()
-        .with_x402(paywall)
-        .unwrap()
-        .apply(Router::new().route(
-            "/api/search",
-            get(move || {
-                counted.fetch_add(1, Ordering::SeqCst);
-                async { "results" }
-            }),
-        ));
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-
-    let x402 = rail_x402::client::client(X402Payer::new(
-        key.clone(),
-        EvmPolicy::new(NET, token.address, U256::from(100_000)),
-    ))
-    .unwrap();
+    // No funds yet.
+    let EvmRoute {
+        mock,
+        token,
+        key,
+        paywall,
+    } = evm_search_route_funded(pay_to, 0);
+    let (base, runs) = serve_counted_search(&w, "search", &paywall, None).await;
+    let x402 = x402_client(&key, &token);
     let refused = x402
         .get(&format!("{base}/api/search?q=rust"))
         .await
