@@ -253,6 +253,34 @@ async fn x402_shop(w: &World, pay_to: alloy_primitives::Address) -> X402Shop {
     }
 }
 
+/// An x402 payment of `search`'s challenge at the list price (0.05 USDC), signed by a fresh
+/// payer minted exactly that, as the `_meta` of a call.
+async fn x402_payment_meta(
+    client: &RunningService<RoleClient, ()>,
+    mock: &x402_devnet::DevnetFacilitator,
+    token: &rail_x402::Token,
+) -> rmcp::model::RequestMetaObject {
+    use alloy_primitives::U256;
+    use rail_x402::payer::{Policy, X402Payer};
+    let unpaid = raw(client.peer(), tool_call("search", "rust"), json!({}))
+        .await
+        .unwrap();
+    let ServerResult::CallToolResult(unpaid) = unpaid else {
+        panic!("{unpaid:?}")
+    };
+    let pr = rail_x402::mcp::payment_required_of(&unpaid).unwrap();
+    let key = rail_x402::evm::LocalSigner::random();
+    mock.mint(token.address, key.address(), U256::from(50_000))
+        .unwrap();
+    let payment = X402Payer::new(
+        key,
+        Policy::new(X402_NET, token.address, U256::from(50_000)),
+    )
+    .pay(&pr)
+    .unwrap();
+    rail_x402::mcp::payment_meta(&payment)
+}
+
 async fn connect(shop: Shop, receiver: Receiver) -> RunningService<RoleClient, ()> {
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let server = PaidServer::new(shop, receiver).unwrap();
@@ -528,11 +556,8 @@ async fn a_proof_is_good_for_its_own_call_once_and_a_lost_answer_is_replayed_not
 #[tokio::test]
 async fn over_mcp_an_x402_payment_cannot_pay_around_the_price_hook() {
     use alloy_primitives::{Address, U256};
-    use rail_x402::evm::LocalSigner;
-    use rail_x402::payer::{Policy, X402Payer};
 
     let w = world().await;
-    let net = X402_NET;
     let pay_to = Address::repeat_byte(0x23);
     let X402Shop {
         mock,
@@ -548,20 +573,7 @@ async fn over_mcp_an_x402_payment_cannot_pay_around_the_price_hook() {
     quote_in(&e);
 
     // A payment signed at the list price (from another call's challenge)…
-    let unpaid = raw(client.peer(), tool_call("search", "rust"), json!({}))
-        .await
-        .unwrap();
-    let ServerResult::CallToolResult(unpaid) = unpaid else {
-        panic!("{unpaid:?}")
-    };
-    let pr = rail_x402::mcp::payment_required_of(&unpaid).unwrap();
-    let key = LocalSigner::random();
-    mock.mint(token.address, key.address(), U256::from(50_000))
-        .unwrap();
-    let payment = X402Payer::new(key, Policy::new(net, token.address, U256::from(50_000)))
-        .pay(&pr)
-        .unwrap();
-    let meta = rail_x402::mcp::payment_meta(&payment);
+    let meta = x402_payment_meta(&client, &mock, &token).await;
     let send = |q: &'static str| {
         let meta = meta.clone();
         let peer = client.peer().clone();
@@ -1690,8 +1702,6 @@ async fn over_mcp_a_paid_call_decides_once_and_asks_the_hook_once() {
 async fn over_mcp_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answer_and_settles_once()
 {
     use alloy_primitives::{Address, U256};
-    use rail_x402::evm::LocalSigner;
-    use rail_x402::payer::{Policy, X402Payer};
 
     let w = world().await;
     let pay_to = Address::repeat_byte(0x23);
@@ -1701,23 +1711,7 @@ async fn over_mcp_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answer
         shop,
         client,
     } = x402_shop(&w, pay_to).await;
-    let unpaid = raw(client.peer(), tool_call("search", "rust"), json!({}))
-        .await
-        .unwrap();
-    let ServerResult::CallToolResult(unpaid) = unpaid else {
-        panic!("{unpaid:?}")
-    };
-    let pr = rail_x402::mcp::payment_required_of(&unpaid).unwrap();
-    let key = LocalSigner::random();
-    mock.mint(token.address, key.address(), U256::from(50_000))
-        .unwrap();
-    let payment = X402Payer::new(
-        key,
-        Policy::new(X402_NET, token.address, U256::from(50_000)),
-    )
-    .pay(&pr)
-    .unwrap();
-    let meta = rail_x402::mcp::payment_meta(&payment);
+    let meta = x402_payment_meta(&client, &mock, &token).await;
     let call = |name: &'static str, q: &'static str| {
         let meta = meta.clone();
         let peer = client.peer().clone();
