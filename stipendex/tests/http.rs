@@ -2325,6 +2325,35 @@ async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answe
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
 
+    // The same payment in another encoding (its JSON written with other whitespace and key
+    // order): not the same presentation, so no kept answer — and not served again either.
+    let mut envelope: serde_json::Value =
+        x402_transport::wire::decode_base64_json(&header).unwrap();
+    if let Some(o) = envelope.as_object_mut() {
+        let x402_version = o.remove("x402Version").unwrap();
+        o.insert("x402Version".into(), x402_version);
+    }
+    let reencoded = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .encode(serde_json::to_string_pretty(&envelope).unwrap())
+    };
+    assert_ne!(reencoded, header);
+    let other_encoding = http
+        .get(format!("{base}/api/search?q=rust"))
+        .header("payment-signature", &reencoded)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other_encoding.status(), 402);
+    let body: serde_json::Value = other_encoding.json().await.unwrap();
+    assert_eq!(
+        body["error"], "invalid_exact_evm_nonce_already_used",
+        "{body}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
+
     // For another request the payment is used: a 402 with a fresh challenge naming it.
     let other = http
         .get(format!("{base}/api/search?q=other"))
