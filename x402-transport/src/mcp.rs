@@ -273,6 +273,25 @@ pub fn presented(
     }
 }
 
+/// [`with_receipt`] on a tool result already written as JSON (`result`): the settlement's
+/// JSON `response` in `_meta["x402/payment-response"]`, and `receipt`, if any, in
+/// `structuredContent.receipt` when that is an object.
+pub fn with_receipt_json(result: &mut Value, response: &Value, receipt: Option<&Value>) {
+    let Some(o) = result.as_object_mut() else {
+        return;
+    };
+    if let Some(meta) = o
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()))
+        .as_object_mut()
+    {
+        meta.insert(wire::PAYMENT_RESPONSE_META.to_owned(), response.clone());
+    }
+    if let (Some(receipt), Some(Value::Object(sc))) = (receipt, o.get_mut("structuredContent")) {
+        sc.insert("receipt".into(), receipt.clone());
+    }
+}
+
 /// `result` with the settlement in `_meta["x402/payment-response"]` and the scheme's receipt,
 /// if it has one, in `structuredContent.receipt`.
 #[must_use]

@@ -753,16 +753,7 @@ where
                 }
             };
             if let Some(x) = settled {
-                super::set_meta(
-                    &mut v,
-                    x402_transport::wire::PAYMENT_RESPONSE_META,
-                    x.response.clone(),
-                );
-                if let (Some(receipt), Some(Value::Object(o))) =
-                    (&x.receipt, v.get_mut("structuredContent"))
-                {
-                    o.insert("receipt".into(), receipt.clone());
-                }
+                x402_transport::mcp::with_receipt_json(&mut v, &x.response, x.receipt.as_ref());
             }
             let kept = settled.map(|_| keep(KEPT_RESULT, &v, None));
             *out = McpOut::Value(v);

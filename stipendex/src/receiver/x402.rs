@@ -36,11 +36,10 @@ fn record_id(key: &str) -> String {
 
 /// The digest of the envelope presented: the same bytes again are the same presentation.
 fn fingerprint(p: &Presented) -> String {
-    let bytes = match p {
-        Presented::Header(h) | Presented::V1Header(h) => h.clone().into_bytes(),
-        Presented::Object(v) => v.to_string().into_bytes(),
-    };
-    hex::encode(Sha256::digest(&bytes))
+    hex::encode(match p {
+        Presented::Header(h) | Presented::V1Header(h) => Sha256::digest(h.as_bytes()),
+        Presented::Object(v) => Sha256::digest(v.to_string().as_bytes()),
+    })
 }
 
 /// What an answer paid by `settled` carries (its header, its `_meta`, its receipt).
