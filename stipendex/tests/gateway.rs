@@ -25,9 +25,15 @@ use stipendex::gateway::{Gateway, Parts, Settings, Upstream};
 use stipendex::http::Client;
 use stipendex::receiver::{PricedCapability, Receiver};
 
-async fn serve(router: Router) -> String {
+/// A listener on loopback and its origin.
+async fn listen() -> (tokio::net::TcpListener, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
+    (listener, base)
+}
+
+/// Serves `router` on `listener` (with the peer's address, as the gateway needs).
+fn serve_on(listener: tokio::net::TcpListener, router: Router) {
     tokio::spawn(async move {
         axum::serve(
             listener,
@@ -36,6 +42,12 @@ async fn serve(router: Router) -> String {
         .await
         .unwrap();
     });
+}
+
+/// Serves `router` on a loopback listener of its own: its origin.
+async fn serve(router: Router) -> String {
+    let (listener, base) = listen().await;
+    serve_on(listener, router);
     base
 }
 
@@ -60,8 +72,7 @@ async fn an_embedded_gateway_quotes_forwards_once_and_receipts() {
     .await;
 
     // The gateway's own listener first: its origin is the one Quotes are bound to.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (listener, base) = listen().await;
     let receiver = Receiver::builder("search", w.receiver_key.clone())
         .origin(&base)
         .registry(&w.registry)
@@ -73,15 +84,7 @@ async fn an_embedded_gateway_quotes_forwards_once_and_receipts() {
     let gateway = Gateway::assemble(settings, Parts::from_registry(receiver, &w.registry))
         .await
         .unwrap();
-    let router = gateway.router();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
+    serve_on(listener, gateway.router());
 
     let http = stipendex::http::reqwest_client(std::time::Duration::from_secs(10)).unwrap();
     // Unpaid: a 402 with a Quote; nothing reached the upstream.
