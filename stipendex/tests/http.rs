@@ -2263,6 +2263,28 @@ async fn serve_counted_search(
     (base, runs)
 }
 
+/// `header` presented as `PAYMENT-SIGNATURE` on `url` by a plain HTTP client.
+async fn present_x402(url: &str, header: &str) -> reqwest::Response {
+    raw_client()
+        .get(url)
+        .header("payment-signature", header)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `resp` is the 402 of an x402 payment used already: a fresh challenge naming EVM's "nonce
+/// already used".
+async fn assert_used(resp: reqwest::Response) {
+    assert_eq!(resp.status(), 402);
+    assert!(resp.headers().contains_key("payment-required"));
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["error"], "invalid_exact_evm_nonce_already_used",
+        "{body}"
+    );
+}
+
 /// A plain x402 client paying with `key` on `token`, up to 0.10 USDC a payment.
 fn x402_client(key: &LocalSigner, token: &Token) -> x402_transport::client::Client {
     rail_x402::client::client(X402Payer::new(
@@ -2308,13 +2330,7 @@ async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answe
 
     // The answer was lost: the same payment again gets the kept answer, not a second run or
     // a second settlement.
-    let http = raw_client();
-    let again = http
-        .get(format!("{base}/api/search?q=rust"))
-        .header("payment-signature", &header)
-        .send()
-        .await
-        .unwrap();
+    let again = present_x402(&format!("{base}/api/search?q=rust"), &header).await;
     assert_eq!(again.status(), 200);
     assert_eq!(again.headers()["payment-response"], settlement);
     assert_eq!(
@@ -2339,35 +2355,12 @@ async fn over_http_the_same_x402_payment_after_a_lost_answer_gets_the_kept_answe
             .encode(serde_json::to_string_pretty(&envelope).unwrap())
     };
     assert_ne!(reencoded, header);
-    let other_encoding = http
-        .get(format!("{base}/api/search?q=rust"))
-        .header("payment-signature", &reencoded)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(other_encoding.status(), 402);
-    let body: serde_json::Value = other_encoding.json().await.unwrap();
-    assert_eq!(
-        body["error"], "invalid_exact_evm_nonce_already_used",
-        "{body}"
-    );
+    assert_used(present_x402(&format!("{base}/api/search?q=rust"), &reencoded).await).await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
 
     // For another request the payment is used: a 402 with a fresh challenge naming it.
-    let other = http
-        .get(format!("{base}/api/search?q=other"))
-        .header("payment-signature", &header)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(other.status(), 402);
-    assert!(other.headers().contains_key("payment-required"));
-    let body: serde_json::Value = other.json().await.unwrap();
-    assert_eq!(
-        body["error"], "invalid_exact_evm_nonce_already_used",
-        "{body}"
-    );
+    assert_used(present_x402(&format!("{base}/api/search?q=other"), &header).await).await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(balances(), (U256::from(50_000), U256::from(950_000)));
 }
@@ -2400,18 +2393,7 @@ async fn an_x402_payment_served_by_one_surface_is_refused_by_another_on_the_same
     assert_eq!(first.status, 200);
     let header = first.payment.expect("a payment").header_value().unwrap();
 
-    let other = raw_client()
-        .get(format!("{}/api/search?q=rust", bases[1]))
-        .header("payment-signature", &header)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(other.status(), 402);
-    let body: serde_json::Value = other.json().await.unwrap();
-    assert_eq!(
-        body["error"], "invalid_exact_evm_nonce_already_used",
-        "{body}"
-    );
+    assert_used(present_x402(&format!("{}/api/search?q=rust", bases[1]), &header).await).await;
     assert_eq!(runs(), 1);
     assert_eq!(
         mock.balance(token.address, pay_to).unwrap(),
@@ -2450,12 +2432,7 @@ async fn a_refused_x402_payment_leaves_nothing_used_and_is_served_once_funded() 
 
     mock.mint(token.address, key.address(), U256::from(50_000))
         .unwrap();
-    let served = raw_client()
-        .get(format!("{base}/api/search?q=rust"))
-        .header("payment-signature", &header)
-        .send()
-        .await
-        .unwrap();
+    let served = present_x402(&format!("{base}/api/search?q=rust"), &header).await;
     assert_eq!(served.status(), 200);
     assert!(served.headers().contains_key("payment-response"));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
