@@ -36,7 +36,9 @@ use crate::nip47::{
     KIND_NOTIFICATION_NIP04, KIND_RESPONSE, MakeHoldInvoiceParams, MakeInvoiceParams, Notification,
     PayInvoiceParams, PayInvoiceResult, Request, Response, Transaction,
 };
-use crate::relays::{Published, collect_until_eose, keep_subscribed, publish, wait_connected};
+use crate::relays::{
+    Listening, Published, collect_until_eose, keep_subscribed, publish, wait_connected,
+};
 use crate::wire;
 
 /// How long `connect` waits for the other relays once one relay is connected.
@@ -280,6 +282,8 @@ pub struct NwcClient {
     opts: ClientOptions,
     tasks: Vec<AbortHandle>,
     closed: AtomicBool,
+    /// Which relays carry the answers' subscription on their current connection.
+    listening: Arc<Listening>,
 }
 
 impl fmt::Debug for NwcClient {
@@ -438,6 +442,7 @@ impl NwcClient {
             .author(wallet)
             .pubkey(keys.public_key())
             .since(Timestamp::now() - SINCE_SLACK);
+        let listening = Arc::new(Listening::default());
         for relay in &relays {
             let rx = relay.notifications();
             tasks.push(
@@ -447,6 +452,7 @@ impl NwcClient {
                     rx,
                     sub_id.clone(),
                     filter.clone(),
+                    listening.clone(),
                 ))
                 .abort_handle(),
             );
@@ -461,6 +467,7 @@ impl NwcClient {
             opts,
             tasks,
             closed: AtomicBool::new(false),
+            listening,
         };
         match this.start(&relays, &mut messages, sub_id, filter).await {
             Ok((info, encryption)) => {
@@ -591,6 +598,13 @@ impl NwcClient {
         mut rx: oneshot::Receiver<Event>,
         deadline: Instant,
     ) -> Result<Event, NwcError> {
+        // Answers are ephemeral: one that comes back before this client's subscription is live
+        // again (just after a reconnect) is lost for good. Send only when a relay carries it.
+        if !self.listening.wait_live(deadline).await {
+            return Err(NwcError::Relay(format!(
+                "no relay carries this client's subscription, so the {method} request was not sent"
+            )));
+        }
         let outcome = publish(
             &self.client,
             ev,

@@ -7,9 +7,16 @@
 //!   `success` and republishes the same event (same id) until a relay accepts it, the answer
 //!   arrives, or the deadline passes — a send no relay accepted is an error, never a success.
 //!
+//! - NIP-47's (and ContextVM's) requests and answers are ephemeral events: a relay passes each
+//!   to the subscriptions it has at that instant and stores none. An answer that arrives before
+//!   the asker's subscription is live on the relay's current connection is lost for good, so
+//!   [`keep_subscribed`] tracks which relays confirmed it (EOSE) on their current connection
+//!   ([`Listening`]) and a request waits for one ([`Listening::wait_live`]) before it is sent.
+//!
 //! `who` names the protocol in the logs.
 
 use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use nostr_sdk::pool::RelayNotification;
@@ -18,38 +25,110 @@ use nostr_sdk::{
     RelayUrl, SubscribeOptions, SubscriptionId,
 };
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
 use tokio::time::Instant;
 
-/// Re-sends the subscription every time `relay` (re)connects: works around nostr-relay-pool
-/// 0.44 skipping the resubscription when the reconnect lands in the same second.
+/// Which relays have confirmed a subscription (its EOSE) on their current connection: the
+/// relays an answer to a request sent now can come back through. Kept by [`keep_subscribed`].
+#[derive(Debug, Default)]
+pub struct Listening {
+    live: Mutex<HashSet<RelayUrl>>,
+    changed: Notify,
+}
+
+impl Listening {
+    /// Whether at least one relay has the subscription live.
+    #[must_use]
+    pub fn is_live(&self) -> bool {
+        !self.live().is_empty()
+    }
+
+    /// Waits until at least one relay has the subscription live; `false` at `deadline`.
+    pub async fn wait_live(&self, deadline: Instant) -> bool {
+        loop {
+            let changed = self.changed.notified();
+            if self.is_live() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.is_live();
+            }
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashSet<RelayUrl>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, url: &RelayUrl, live: bool) {
+        let changed = if live {
+            self.live().insert(url.clone())
+        } else {
+            self.live().remove(url)
+        };
+        if changed {
+            self.changed.notify_waiters();
+        }
+    }
+}
+
+/// Re-sends the subscription every time `relay` (re)connects — works around nostr-relay-pool
+/// 0.44 skipping the resubscription when the reconnect lands in the same second — and keeps
+/// `listening` true for `relay` from the subscription's EOSE on a connection to that
+/// connection's end (or a `CLOSED` for it, which is answered with the subscription again).
 pub async fn keep_subscribed(
     who: &'static str,
     relay: Relay,
     mut rx: broadcast::Receiver<RelayNotification>,
     id: SubscriptionId,
     filter: Filter,
+    listening: std::sync::Arc<Listening>,
 ) {
+    let subscribe = || async {
+        match relay
+            .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
+            .await
+        {
+            Ok(()) => tracing::debug!(relay = %relay.url(), %who, "(re)subscribed"),
+            Err(e) => {
+                tracing::warn!(relay = %relay.url(), %who, error = %e, "resubscribe failed");
+            }
+        }
+    };
     loop {
         match rx.recv().await {
             Ok(RelayNotification::RelayStatus {
                 status: RelayStatus::Connected,
             }) => {
-                match relay
-                    .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
-                    .await
-                {
-                    Ok(()) => tracing::debug!(relay = %relay.url(), %who, "(re)subscribed"),
-                    Err(e) => {
-                        tracing::warn!(relay = %relay.url(), %who, error = %e, "resubscribe failed");
-                    }
-                }
+                // A new connection: live again only once the relay confirms the subscription.
+                listening.set(relay.url(), false);
+                subscribe().await;
             }
             Ok(RelayNotification::RelayStatus { status }) => {
+                listening.set(relay.url(), false);
                 tracing::debug!(relay = %relay.url(), %who, %status, "relay status");
             }
-            Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => break,
-            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Ok(RelayNotification::Message { message }) => match message {
+                RelayMessage::EndOfStoredEvents(sid) if *sid == id => {
+                    listening.set(relay.url(), true);
+                }
+                RelayMessage::Closed {
+                    subscription_id, ..
+                } if *subscription_id == id => {
+                    listening.set(relay.url(), false);
+                    subscribe().await;
+                }
+                _ => {}
+            },
+            Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => {
+                listening.set(relay.url(), false);
+                break;
+            }
+            Err(RecvError::Lagged(_)) => {
+                // A status or an EOSE may be among what was missed: ask for a fresh EOSE.
+                subscribe().await;
+            }
+            Ok(_) => {}
         }
     }
 }
@@ -192,4 +271,29 @@ pub async fn publish(
         }
     }
     Published::NotAccepted(failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_waits_for_a_live_subscription() {
+        let l = std::sync::Arc::new(Listening::default());
+        let soon = Instant::now() + Duration::from_millis(30);
+        assert!(!l.wait_live(soon).await, "nothing confirmed: not live");
+
+        let url = RelayUrl::parse("ws://127.0.0.1:7777").unwrap_or_else(|e| panic!("{e}"));
+        let (l2, u2) = (l.clone(), url.clone());
+        let confirm = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            l2.set(&u2, true);
+        });
+        assert!(l.wait_live(Instant::now() + Duration::from_secs(5)).await);
+        confirm.await.unwrap_or_else(|e| panic!("{e}"));
+
+        // The connection ends: not live until the next EOSE.
+        l.set(&url, false);
+        assert!(!l.is_live());
+    }
 }

@@ -133,6 +133,8 @@ pub struct Devnet {
     relay: Relay,
     network: Network,
     service: WalletService,
+    /// The service's connections to the relay when it was last stopped.
+    connections_at_stop: std::sync::atomic::AtomicUsize,
 }
 
 impl Devnet {
@@ -153,6 +155,7 @@ impl Devnet {
             relay,
             network,
             service,
+            connections_at_stop: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -251,6 +254,10 @@ impl Devnet {
 
     /// Takes the relay down (clients are disconnected and keep retrying).
     pub async fn stop_relay(&self) {
+        if let Ok(n) = self.service.connections().await {
+            self.connections_at_stop
+                .store(n, std::sync::atomic::Ordering::Relaxed);
+        }
         self.relay.stop().await;
     }
 
@@ -262,7 +269,12 @@ impl Devnet {
     /// 10 s.
     pub async fn resume_relay(&self) -> Result<(), DevnetError> {
         self.relay.resume().await?;
-        self.service.wait_ready(Duration::from_secs(20)).await
+        let before = self
+            .connections_at_stop
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.service
+            .wait_ready_after(before, Duration::from_secs(20))
+            .await
     }
 
     /// [`Devnet::stop_relay`] then [`Devnet::resume_relay`].

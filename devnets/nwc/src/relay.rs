@@ -50,6 +50,8 @@ const SHUTDOWN_REPEATS: u32 = 20;
 struct Running {
     local: LocalRelay,
     accept: Option<JoinHandle<()>>,
+    /// Tells the accept loop to end every session and return.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// The relay. Its URL stays the same across [`Relay::restart`].
@@ -150,11 +152,23 @@ async fn ws_upgrade(mut s: TcpStream) -> std::io::Result<TcpStream> {
     Ok(s)
 }
 
-async fn accept_loop(listener: TcpListener, relay: LocalRelay) {
+/// Serves `listener` until `stop`, then ends every session and waits for each to be gone, so a
+/// client's connection to this incarnation is closed before [`Relay::stop`] returns (a session
+/// still answering after the stop could confirm a subscription that dies with it).
+async fn accept_loop(
+    listener: TcpListener,
+    relay: LocalRelay,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
     // Dropping the set (when this task is aborted) aborts every session.
     let mut sessions = JoinSet::new();
     loop {
         tokio::select! {
+            _ = &mut stop => {
+                drop(listener);
+                sessions.shutdown().await;
+                return;
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, addr)) => {
                     let _ = stream.set_nodelay(true);
@@ -230,10 +244,12 @@ impl Relay {
 
     fn launch_on(&self, listener: TcpListener) -> Running {
         let local = LocalRelay::new(builder(&self.db, self.ip, self.port));
-        let accept = tokio::spawn(accept_loop(listener, local.clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let accept = tokio::spawn(accept_loop(listener, local.clone(), stopped));
         Running {
             local,
             accept: Some(accept),
+            stop: Some(stop),
         }
     }
 
@@ -246,6 +262,7 @@ impl Relay {
                     return Ok(Running {
                         local,
                         accept: None,
+                        stop: None,
                     });
                 }
                 Err(e) => {
@@ -281,8 +298,10 @@ impl Relay {
             return;
         };
         if let Some(accept) = r.accept {
-            // Aborting the accept loop drops its listener and every session task.
-            accept.abort();
+            // The accept loop drops its listener and ends every session before it returns.
+            if let Some(stop) = r.stop {
+                let _ = stop.send(());
+            }
             let _ = accept.await;
             r.local.shutdown();
         } else {

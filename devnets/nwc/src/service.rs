@@ -368,6 +368,34 @@ impl WalletService {
     /// # Errors
     /// [`DevnetError::Timeout`].
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), DevnetError> {
+        self.wait_ready_after(0, timeout).await
+    }
+
+    /// How many times the service has connected to the relay so far.
+    ///
+    /// # Errors
+    /// [`DevnetError::Client`] if the relay is not in the service's pool.
+    pub async fn connections(&self) -> Result<usize, DevnetError> {
+        let relay = self
+            .inner
+            .client
+            .relay(self.inner.url.clone())
+            .await
+            .map_err(|e| DevnetError::Client(e.to_string()))?;
+        Ok(relay.stats().success())
+    }
+
+    /// As [`WalletService::wait_ready`], on a connection made after the first `connections`
+    /// ([`WalletService::connections`] before a relay restart): a status still `Connected`
+    /// from the connection the restart cut is not taken for the new one.
+    ///
+    /// # Errors
+    /// [`DevnetError::Timeout`].
+    pub async fn wait_ready_after(
+        &self,
+        connections: usize,
+        timeout: Duration,
+    ) -> Result<(), DevnetError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let relay = self
             .inner
@@ -375,7 +403,7 @@ impl WalletService {
             .relay(self.inner.url.clone())
             .await
             .map_err(|e| DevnetError::Client(e.to_string()))?;
-        while relay.status() != RelayStatus::Connected {
+        while relay.status() != RelayStatus::Connected || relay.stats().success() <= connections {
             if tokio::time::Instant::now() >= deadline {
                 return Err(DevnetError::Timeout("service reconnect".into()));
             }

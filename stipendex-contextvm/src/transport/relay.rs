@@ -7,6 +7,7 @@
 //! what it passes on; signatures, kinds and recipients are checked by [`super::wire`].
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nostr_sdk::{
@@ -14,7 +15,7 @@ use nostr_sdk::{
     SubscriptionId,
 };
 use rail_ln_nwc::relays::{
-    Published, collect_until_eose, keep_subscribed, publish, wait_connected,
+    Listening, Published, collect_until_eose, keep_subscribed, publish, wait_connected,
 };
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{mpsc, oneshot};
@@ -57,6 +58,8 @@ pub struct Relays {
     relays: Vec<Relay>,
     tasks: Vec<AbortHandle>,
     opts: RelaySettings,
+    /// Which relays carry the subscription on their current connection.
+    listening: Arc<Listening>,
 }
 
 impl std::fmt::Debug for Relays {
@@ -113,6 +116,7 @@ impl Relays {
         let mut messages = client.notifications();
         let mut tasks =
             vec![tokio::spawn(read(client.notifications(), sub.clone(), tx)).abort_handle()];
+        let listening = Arc::new(Listening::default());
         for relay in &relays {
             tasks.push(
                 tokio::spawn(keep_subscribed(
@@ -121,6 +125,7 @@ impl Relays {
                     relay.notifications(),
                     sub.clone(),
                     filter.clone(),
+                    listening.clone(),
                 ))
                 .abort_handle(),
             );
@@ -130,6 +135,7 @@ impl Relays {
             relays,
             tasks,
             opts,
+            listening,
         };
         let deadline = Instant::now() + this.opts.timeout;
         this.client.connect().await;
@@ -161,13 +167,23 @@ impl Relays {
         }
     }
 
-    /// Publishes `ev`, republishing the same event until a relay accepts it.
+    /// Publishes `ev` once a relay carries this side's subscription (ContextVM's messages are
+    /// ephemeral: an answer to `ev` that comes back before the subscription is live again
+    /// after a reconnect is lost for good), republishing the same event until a relay accepts
+    /// it.
     ///
     /// # Errors
-    /// [`Error::Relay`] when no relay accepted it within the timeout.
+    /// [`Error::Relay`] when no relay carries the subscription or accepted `ev` within the
+    /// timeout.
     pub async fn publish(&self, ev: &Event) -> Result<(), Error> {
         let (_keep, mut never) = oneshot::channel::<Event>();
         let deadline = Instant::now() + self.opts.timeout;
+        if !self.listening.wait_live(deadline).await {
+            return Err(Error::Relay(format!(
+                "no relay carries this side's subscription, so event {} was not sent",
+                ev.id
+            )));
+        }
         match publish(
             &self.client,
             ev,
