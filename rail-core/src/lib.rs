@@ -39,6 +39,8 @@ pub mod money;
 pub mod payer;
 pub mod rail;
 pub mod route;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 pub mod types;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp, rfc3339};

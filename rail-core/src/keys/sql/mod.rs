@@ -28,8 +28,10 @@
 //! statement per kind over JSON rows, `COMMIT` — and holds one write per key, so its writes
 //! commute and a key's writes keep their order. A lone write is its own statement.
 
+#[cfg(feature = "postgres")]
 use crate::error::RailError;
 
+#[cfg(feature = "postgres")]
 fn storage(e: &sqlx::Error) -> RailError {
     RailError::Storage(e.to_string())
 }
@@ -188,6 +190,7 @@ impl Op {
     }
 
     /// The namespace and key the write is to.
+    #[cfg(feature = "postgres")]
     fn key(&self) -> (&str, &str) {
         (&self.ns, &self.key)
     }
@@ -197,6 +200,7 @@ impl Op {
 /// `clock: Option<SharedClock>` fields, a `STATEMENTS` static, and a `write(&self, Op)` method
 /// that runs a write with [`run`] (in a group commit: SQLite one transaction per batch,
 /// PostgreSQL one statement per batch; a lone write is its own statement on both).
+#[cfg(feature = "postgres")]
 macro_rules! sql_key_store {
     ($store:ty, $row:ty, $conn:ty) => {
         /// Runs `op` on `conn`: whether it took effect.
@@ -440,6 +444,7 @@ pub use self::sqlite::{SqliteKeyStore, sqlite_pool};
 #[cfg(feature = "postgres")]
 pub use self::postgres::{PgKeyStore, postgres_pool};
 
+#[cfg(feature = "postgres")]
 mod group;
 
 #[cfg(feature = "sqlite")]

@@ -1,0 +1,364 @@
+//! One SQLite database file as a process's store: a writer on a thread of its own that commits
+//! whatever is queued as one transaction, and reads on the caller's thread.
+//!
+//! Every write is a closure run on the writer's connection inside a savepoint of the current
+//! batch; the batch is one `BEGIN IMMEDIATE … COMMIT` and one fsync. A write is answered only
+//! after its batch committed: a failed commit answers every write of the batch with the error
+//! and keeps none (SQLite rolled the whole transaction back). A write that fails on its own is
+//! rolled back to its savepoint and answered with its error; the batch's other writes go on.
+//!
+//! Why a thread of its own: sqlx runs each SQLite connection on a worker thread and every
+//! statement is a message to it and a wake-up back (an inter-processor interrupt on a VM).
+//! Here a write is one message to the writer and one wake-up back, however many statements it
+//! runs, and a batch is whatever arrived while the previous one was being made durable (no
+//! timer). Reads take a connection of a small pool and run where they are called: SQLite in
+//! WAL mode never makes a reader wait for the writer, and a read of a few rows takes
+//! microseconds.
+//!
+//! Several processes of one host may open one file: SQLite's own lock serialises their
+//! writers (`BEGIN IMMEDIATE` waits up to the busy timeout).
+//!
+//! ```no_run
+//! # async fn demo() -> rail_core::RailResult<()> {
+//! let db = rail_core::sqlite::SqliteDb::open(std::path::Path::new("store.db"))?;
+//! db.write(|c| {
+//!     c.execute("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER)", [])?;
+//!     c.execute("INSERT OR REPLACE INTO t VALUES ('a', 1)", [])
+//! })
+//! .await?;
+//! let v: i64 = db.read(|c| c.query_row("SELECT v FROM t WHERE k = 'a'", [], |r| r.get(0)))?;
+//! assert_eq!(v, 1);
+//! # Ok(()) }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use crate::error::{RailError, RailResult};
+
+/// How long a statement waits for another process's lock on the file.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// At most this many writes share one commit (the rest wait for the next).
+const MAX_BATCH: usize = 512;
+/// Read connections kept open between reads.
+const IDLE_READERS: usize = 4;
+/// Statements kept prepared per connection.
+const STATEMENT_CACHE: usize = 64;
+
+/// The write's outcome, delivered once its batch's commit is known.
+type Deliver = Box<dyn FnOnce(Result<(), &rusqlite::Error>) + Send>;
+/// A write: runs on the writer's connection inside its savepoint (`None`: it cannot run, the
+/// batch's transaction did not begin), and says whether it succeeded.
+type Job = Box<dyn FnOnce(Option<&Connection>) -> (bool, Deliver) + Send>;
+
+/// A SQLite database file opened as a store: one writer thread, reads where they are called.
+/// Cheap to clone; the writer thread ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct SqliteDb {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    jobs: mpsc::Sender<Job>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteDb")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn storage(e: &rusqlite::Error) -> RailError {
+    RailError::Storage(e.to_string())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Opens a connection to `path` with the store's settings: WAL, `synchronous = FULL` (a
+/// commit is durable when it returns), foreign keys on, the busy timeout.
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let c = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    c.busy_timeout(BUSY_TIMEOUT)?;
+    c.pragma_update(None, "journal_mode", "WAL")?;
+    c.pragma_update(None, "synchronous", "FULL")?;
+    c.pragma_update(None, "foreign_keys", "ON")?;
+    c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(c)
+}
+
+impl SqliteDb {
+    /// Opens (or creates) the database file at `path` and starts its writer thread.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] if the file cannot be opened or set to WAL mode, or the thread
+    /// cannot be started.
+    pub fn open(path: &Path) -> RailResult<SqliteDb> {
+        let writer = connect(path).map_err(|e| {
+            RailError::Storage(format!("cannot open the database {}: {e}", path.display()))
+        })?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || write_loop(&writer, &rx))
+            .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
+        Ok(SqliteDb {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                jobs: tx,
+                readers: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The file's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `f` on the writer's connection in the next batch and answers once that batch
+    /// committed. `f` runs inside a savepoint: its error undoes what it wrote and nothing
+    /// else. Keep `f` short (it holds the file's write lock): no waiting on anything but the
+    /// database.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] with `f`'s error, or the batch's failed commit (then nothing `f`
+    /// wrote was kept), or when the writer has stopped.
+    pub async fn write<T, F>(&self, f: F) -> RailResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<RailResult<T>>();
+        let job: Job = Box::new(move |c: Option<&Connection>| {
+            let out = c.map(f);
+            let ok = matches!(out, Some(Ok(_)));
+            let deliver: Deliver = Box::new(move |commit: Result<(), &rusqlite::Error>| {
+                let answer = match (out, commit) {
+                    (Some(Ok(v)), Ok(())) => Ok(v),
+                    (Some(Err(e)), _) => Err(storage(&e)),
+                    (_, Err(e)) => Err(storage(e)),
+                    (None, Ok(())) => Err(RailError::Storage("the write did not run".into())),
+                };
+                let _ = tx.send(answer);
+            });
+            (ok, deliver)
+        });
+        self.inner
+            .jobs
+            .send(job)
+            .map_err(|_| RailError::Storage("the SQLite writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| RailError::Storage("the SQLite writer has stopped".into()))?
+    }
+
+    /// Runs `f` on a read connection, on this thread. It sees every write answered before the
+    /// call. Writing through it fails (the connection is `query_only`).
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] with `f`'s error, or when no connection can be opened.
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> RailResult<T> {
+        let reader = lock(&self.inner.readers).pop();
+        let c = match reader {
+            Some(c) => c,
+            None => {
+                let c = connect(&self.inner.path).map_err(|e| storage(&e))?;
+                c.pragma_update(None, "query_only", true)
+                    .map_err(|e| storage(&e))?;
+                c
+            }
+        };
+        let out = f(&c).map_err(|e| storage(&e));
+        let mut idle = lock(&self.inner.readers);
+        if idle.len() < IDLE_READERS {
+            idle.push(c);
+        }
+        out
+    }
+}
+
+/// The writer thread: takes what is queued (at least one write, waiting for it), runs each in a
+/// savepoint of one transaction, commits, answers each. Ends when every sender is gone.
+fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>) {
+    let mut batch: Vec<Job> = Vec::new();
+    while let Ok(first) = jobs.recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        run_batch(c, &mut batch);
+    }
+}
+
+fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
+    if let Err(e) = exec(c, "BEGIN IMMEDIATE") {
+        tracing::warn!(error = %e, "SQLite writer: cannot begin a transaction");
+        for job in batch.drain(..) {
+            let (_, deliver) = job(None);
+            deliver(Err(&e));
+        }
+        return;
+    }
+    let mut delivers: Vec<Deliver> = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        if let Err(e) = exec(c, "SAVEPOINT w") {
+            let (_, deliver) = job(None);
+            deliver(Err(&e));
+            continue;
+        }
+        let (ok, deliver) = job(Some(c));
+        let end = if ok {
+            exec(c, "RELEASE w")
+        } else {
+            exec(c, "ROLLBACK TO w").and_then(|()| exec(c, "RELEASE w"))
+        };
+        if let Err(e) = end {
+            tracing::warn!(error = %e, "SQLite writer: savepoint");
+        }
+        delivers.push(deliver);
+    }
+    match exec(c, "COMMIT") {
+        Ok(()) => {
+            for d in delivers {
+                d(Ok(()));
+            }
+        }
+        Err(e) => {
+            // SQLite may keep the transaction open after a failed COMMIT (a deferred
+            // constraint): roll it back so none of the batch stays.
+            if !c.is_autocommit()
+                && let Err(r) = exec(c, "ROLLBACK")
+            {
+                tracing::warn!(error = %r, "SQLite writer: rollback after a failed commit");
+            }
+            for d in delivers {
+                d(Err(&e));
+            }
+        }
+    }
+}
+
+/// Runs one statement without parameters, prepared once per connection.
+fn exec(c: &Connection, sql: &str) -> rusqlite::Result<()> {
+    c.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    async fn db() -> (tempfile::TempDir, SqliteDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDb::open(&dir.path().join("t.db")).unwrap();
+        db.write(|c| c.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL)"))
+            .await
+            .unwrap();
+        (dir, db)
+    }
+
+    fn count(db: &SqliteDb) -> i64 {
+        db.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_write_undoes_only_itself() {
+        let (_dir, db) = db().await;
+        // Many writes at once so they share batches; every third one fails half-way (its first
+        // row written, its second refused): that write keeps nothing, the others keep theirs.
+        let mut writes = tokio::task::JoinSet::new();
+        for i in 0..300 {
+            let db = db.clone();
+            writes.spawn(async move {
+                db.write(move |c| {
+                    c.execute("INSERT INTO t VALUES (?1, 1)", [format!("a{i}")])?;
+                    let v: Option<i64> = if i % 3 == 0 { None } else { Some(2) };
+                    c.execute(
+                        "INSERT INTO t VALUES (?1, ?2)",
+                        rusqlite::params![format!("b{i}"), v],
+                    )
+                })
+                .await
+            });
+        }
+        let out = writes.join_all().await;
+        let failed = out.iter().filter(|r| r.is_err()).count();
+        assert_eq!(failed, 100);
+        assert_eq!(
+            count(&db),
+            400,
+            "two rows for each of the 200 writes that succeeded"
+        );
+        let half: i64 = db
+            .read(|c| c.query_row("SELECT count(*) FROM t WHERE k = 'a0'", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(half, 0, "a failed write's first row was undone");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_sees_every_answered_write_and_cannot_write() {
+        let (_dir, db) = db().await;
+        for i in 0..20 {
+            db.write(move |c| {
+                c.execute(
+                    "INSERT INTO t VALUES (?1, ?2)",
+                    rusqlite::params![format!("k{i}"), i],
+                )
+            })
+            .await
+            .unwrap();
+            assert_eq!(count(&db), i + 1);
+        }
+        let refused = db.read(|c| c.execute("DELETE FROM t", []));
+        assert!(refused.is_err(), "a read connection wrote");
+        assert_eq!(count(&db), 20);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_that_fails_keeps_none_of_its_batch() {
+        let (_dir, db) = db().await;
+        // A deferred foreign key fails at COMMIT, for the whole batch.
+        db.write(|c| {
+            c.execute_batch(
+                "CREATE TABLE p (k TEXT PRIMARY KEY);
+                 CREATE TABLE ch (k TEXT REFERENCES p (k) DEFERRABLE INITIALLY DEFERRED);",
+            )
+        })
+        .await
+        .unwrap();
+        let poison = db.write(|c| c.execute("INSERT INTO ch VALUES ('missing')", []));
+        let clean = db.write(|c| c.execute("INSERT INTO t VALUES ('clean', 1)", []));
+        let (poison, clean) = tokio::join!(poison, clean);
+        assert!(poison.is_err());
+        if clean.is_err() {
+            assert_eq!(count(&db), 0, "a refused write was kept");
+        } else {
+            assert_eq!(count(&db), 1);
+        }
+        // The writer goes on.
+        db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
+            .await
+            .unwrap();
+    }
+}
