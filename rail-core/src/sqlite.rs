@@ -65,6 +65,7 @@ pub struct SqliteDb {
 
 struct Inner {
     path: PathBuf,
+    pragmas: Vec<(&'static str, &'static str)>,
     jobs: mpsc::Sender<Job>,
     readers: Mutex<Vec<Connection>>,
 }
@@ -85,9 +86,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Opens a connection to `path` with the store's settings: WAL, `synchronous = FULL` (a
-/// commit is durable when it returns), foreign keys on, the busy timeout.
-fn connect(path: &Path) -> rusqlite::Result<Connection> {
+/// Opens a connection to `path` with the store's settings: `pragmas` first, then WAL,
+/// `synchronous = FULL` (a commit is durable when it returns), foreign keys on, the busy
+/// timeout.
+fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection> {
     let c = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -96,6 +98,10 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
             | OpenFlags::SQLITE_OPEN_URI,
     )?;
     c.busy_timeout(BUSY_TIMEOUT)?;
+    // First: a page size takes effect only before the file is set to WAL.
+    for (name, value) in pragmas {
+        c.pragma_update(None, name, value)?;
+    }
     c.pragma_update(None, "journal_mode", "WAL")?;
     c.pragma_update(None, "synchronous", "FULL")?;
     c.pragma_update(None, "foreign_keys", "ON")?;
@@ -110,7 +116,20 @@ impl SqliteDb {
     /// [`RailError::Storage`] if the file cannot be opened or set to WAL mode, or the thread
     /// cannot be started.
     pub fn open(path: &Path) -> RailResult<SqliteDb> {
-        let writer = connect(path).map_err(|e| {
+        Self::open_tuned(path, &[])
+    }
+
+    /// [`SqliteDb::open`], each connection also set with `pragmas` (name, value), after the
+    /// store's own: a table's tuning (page size, cache, checkpoint interval).
+    ///
+    /// # Errors
+    /// As [`SqliteDb::open`], and a pragma SQLite refuses.
+    pub fn open_tuned(
+        path: &Path,
+        pragmas: &[(&'static str, &'static str)],
+    ) -> RailResult<SqliteDb> {
+        let pragmas: Vec<(&'static str, &'static str)> = pragmas.to_vec();
+        let writer = connect(path, &pragmas).map_err(|e| {
             RailError::Storage(format!("cannot open the database {}: {e}", path.display()))
         })?;
         let (tx, rx) = mpsc::channel::<Job>();
@@ -121,6 +140,7 @@ impl SqliteDb {
         Ok(SqliteDb {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
+                pragmas,
                 jobs: tx,
                 readers: Mutex::new(Vec::new()),
             }),
@@ -146,27 +166,41 @@ impl SqliteDb {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let (tx, rx) = oneshot::channel::<RailResult<T>>();
+        self.write_as(move |c| f(c).map_err(|e| storage(&e))).await
+    }
+
+    /// [`SqliteDb::write`] for a write with an error type of its own: `f`'s error is returned
+    /// as it is (and undoes what `f` wrote); a failed commit or a stopped writer is an
+    /// `E::from(`[`RailError::Storage`]`)`.
+    ///
+    /// # Errors
+    /// `f`'s error, or the batch's failed commit, or a stopped writer.
+    pub async fn write_as<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RailError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let stopped = || E::from(RailError::Storage("the SQLite writer has stopped".into()));
+        let (tx, rx) = oneshot::channel::<Result<T, E>>();
         let job: Job = Box::new(move |c: Option<&Connection>| {
             let out = c.map(f);
             let ok = matches!(out, Some(Ok(_)));
             let deliver: Deliver = Box::new(move |commit: Result<(), &rusqlite::Error>| {
                 let answer = match (out, commit) {
                     (Some(Ok(v)), Ok(())) => Ok(v),
-                    (Some(Err(e)), _) => Err(storage(&e)),
-                    (_, Err(e)) => Err(storage(e)),
-                    (None, Ok(())) => Err(RailError::Storage("the write did not run".into())),
+                    (Some(Err(e)), _) => Err(e),
+                    (_, Err(e)) => Err(E::from(storage(e))),
+                    (None, Ok(())) => {
+                        Err(E::from(RailError::Storage("the write did not run".into())))
+                    }
                 };
                 let _ = tx.send(answer);
             });
             (ok, deliver)
         });
-        self.inner
-            .jobs
-            .send(job)
-            .map_err(|_| RailError::Storage("the SQLite writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| RailError::Storage("the SQLite writer has stopped".into()))?
+        self.inner.jobs.send(job).map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
     }
 
     /// Runs `f` on a read connection, on this thread. It sees every write answered before the
@@ -179,7 +213,7 @@ impl SqliteDb {
         let c = match reader {
             Some(c) => c,
             None => {
-                let c = connect(&self.inner.path).map_err(|e| storage(&e))?;
+                let c = connect(&self.inner.path, &self.inner.pragmas).map_err(|e| storage(&e))?;
                 c.pragma_update(None, "query_only", true)
                     .map_err(|e| storage(&e))?;
                 c

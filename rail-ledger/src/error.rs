@@ -121,3 +121,13 @@ impl From<TransferError> for RailError {
         }
     }
 }
+
+impl From<RailError> for LedgerError {
+    /// A store's failure under the ledger (the SQLite writer's commit): a storage error.
+    fn from(e: RailError) -> Self {
+        match e {
+            RailError::Storage(s) => LedgerError::Storage(s),
+            other => LedgerError::Storage(other.to_string()),
+        }
+    }
+}

@@ -23,7 +23,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `sqlite` (default) | [`Ledger::sqlite`]: the embedded backend (sqlx's SQLite driver) |
+//! | `sqlite` (default) | [`Ledger::sqlite`]: the embedded backend (rusqlite, on the file's writer thread: `rail_core::sqlite`) |
 //! | `postgres` | [`Ledger::postgres`]: several processes on one database (sqlx's PostgreSQL driver) |
 //!
 //! With neither, the crate compiles (a facade can name it) but no ledger can be opened.

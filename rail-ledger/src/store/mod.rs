@@ -7,13 +7,16 @@
 //! transfer id twice; batching many requests per commit is what makes durable commits fast.
 
 use std::collections::BTreeSet;
+#[cfg(feature = "postgres")]
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+#[cfg(feature = "postgres")]
 use futures::TryStreamExt;
 use rail_core::{Asset, Timestamp};
-use sqlx::{ColumnIndex, Decode, Row, Type};
+#[cfg(feature = "postgres")]
+use sqlx::Row;
 
 use crate::engine::{self, Command, Outcome, Snapshot};
 use crate::error::LedgerError;
@@ -110,6 +113,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
 }
 
+#[cfg(feature = "postgres")]
 fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("23505") || d.code().as_deref() == Some("2067") || d.code().as_deref() == Some("1555"))
 }
@@ -155,10 +159,10 @@ fn i(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Refuses to write a batch holding any value beyond `BIGINT`, rather than clamp it. The
-/// engine's overflow checks make this unreachable; it is the storage layer's own guarantee
-/// that no conversion below is lossy.
-fn storable(snap: &Snapshot, ch: &engine::Changes) -> Result<(), sqlx::Error> {
+/// Whether every value of a batch fits `BIGINT`: a batch holding one beyond it is refused,
+/// not clamped. The engine's overflow checks make a refusal unreachable; it is the storage
+/// layer's own guarantee that no conversion below is lossy.
+fn fits(snap: &Snapshot, ch: &engine::Changes) -> bool {
     let ok = |v: u64| v <= engine::MAX_COUNTER;
     let accounts_ok = ch.accounts.iter().chain(ch.new_accounts.iter()).all(|id| {
         snap.accounts.get(id).is_none_or(|a| {
@@ -197,14 +201,11 @@ fn storable(snap: &Snapshot, ch: &engine::Changes) -> Result<(), sqlx::Error> {
         }
         _ => true,
     });
-    if accounts_ok && transfers_ok && statuses_ok {
-        Ok(())
-    } else {
-        Err(sqlx::Error::Protocol(
-            "refused to write: a value exceeds the BIGINT storage range".into(),
-        ))
-    }
+    accounts_ok && transfers_ok && statuses_ok
 }
+
+/// Why [`fits`] refused a batch.
+const TOO_BIG: &str = "refused to write: a value exceeds the BIGINT storage range";
 
 /// The accounts a batch changed or created, each once, in id order, as they now stand.
 fn changed_accounts<'s>(snap: &'s Snapshot, ch: &engine::Changes) -> Vec<&'s Account> {
@@ -247,6 +248,7 @@ fn changed_statuses(snap: &Snapshot, ch: &engine::Changes) -> Vec<StatusRow> {
 
 /// An applied batch to write: the journal head it expects to replace (sequence and hash), and
 /// the state and changes it left.
+#[cfg(feature = "postgres")]
 #[derive(Clone, Copy)]
 struct Batch<'a> {
     expect: (i64, [u8; 32]),
@@ -256,6 +258,7 @@ struct Batch<'a> {
 
 /// Whether an optimistic write that did not match failed its clock check: the database's
 /// clock `now` (when the backend reports it) was beyond the check's tolerance.
+#[cfg(feature = "postgres")]
 fn clock_off(check: Option<ClockCheck>, now: Option<Timestamp>) -> bool {
     match (check, now) {
         (Some(c), Some(now)) => now.0.saturating_sub(c.stamped.0).saturating_abs() > c.tolerance_ms,
@@ -277,39 +280,39 @@ fn u128_of(b: &[u8]) -> Result<u128, LedgerError> {
         .map_err(|_| LedgerError::Corrupt("user_data is not 16 bytes".into()))
 }
 
+#[cfg(feature = "postgres")]
 fn db(e: &sqlx::Error) -> LedgerError {
     LedgerError::Storage(e.to_string())
 }
 
+/// A row's columns by name and type: what [`Cols`] reads a row of the ledger's tables with, on
+/// either backend (an sqlx row on PostgreSQL, a rusqlite row on SQLite).
+pub(crate) trait Fields {
+    /// A 64-bit integer.
+    fn int(&self, c: &str) -> Result<i64, LedgerError>;
+    /// A small integer.
+    fn small(&self, c: &str) -> Result<i16, LedgerError>;
+    /// A boolean.
+    fn flag(&self, c: &str) -> Result<bool, LedgerError>;
+    /// Text.
+    fn text(&self, c: &str) -> Result<String, LedgerError>;
+    /// Bytes.
+    fn blob(&self, c: &str) -> Result<Vec<u8>, LedgerError>;
+    /// Bytes or `NULL`.
+    fn opt_blob(&self, c: &str) -> Result<Option<Vec<u8>>, LedgerError>;
+}
+
 /// A row of the ledger's tables, read by column name, on either backend.
-struct Cols<'r, R>(&'r R);
+struct Cols<'r, R: Fields + ?Sized>(&'r R);
 
-impl<'r, R> Cols<'r, R>
-where
-    R: Row,
-    &'r str: ColumnIndex<R>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-    i16: Decode<'r, R::Database> + Type<R::Database>,
-    bool: Decode<'r, R::Database> + Type<R::Database>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
-    Option<Vec<u8>>: Decode<'r, R::Database> + Type<R::Database>,
-{
-    /// Column `c`.
-    fn get<T: Decode<'r, R::Database> + Type<R::Database>>(
-        &self,
-        c: &'r str,
-    ) -> Result<T, LedgerError> {
-        self.0.try_get(c).map_err(|e| db(&e))
-    }
-
+impl<R: Fields + ?Sized> Cols<'_, R> {
     /// Column `c`, a `BIGINT` that must not be negative (`what` names it in the error).
-    fn unsigned(&self, c: &'r str, what: &str) -> Result<u64, LedgerError> {
-        u(self.get(c)?, what)
+    fn unsigned(&self, c: &str, what: &str) -> Result<u64, LedgerError> {
+        u(self.0.int(c)?, what)
     }
 
     /// A balance side's four counters, the columns `{side}_pending_before` … `_posted_after`.
-    fn side(&self, cols: [&'r str; 4]) -> Result<SideBalances, LedgerError> {
+    fn side(&self, cols: [&str; 4]) -> Result<SideBalances, LedgerError> {
         let [pending_before, pending_after, posted_before, posted_after] = cols;
         Ok(SideBalances {
             pending_before: self.unsigned(pending_before, pending_before)?,
@@ -321,19 +324,16 @@ where
 
     /// A `ledger_head` row: seq and hash.
     fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
-        Ok((
-            self.get("seq")?,
-            hash32(&self.get::<Vec<u8>>("hash")?, "head")?,
-        ))
+        Ok((self.0.int("seq")?, hash32(&self.0.blob("hash")?, "head")?))
     }
 
     /// A `ledger_transfers` row ([`TRANSFER_COLS`]).
     fn transfer(&self) -> Result<Transfer, LedgerError> {
-        let b = |c: &'r str| self.get::<Vec<u8>>(c);
-        let kind_code: i16 = self.get("kind")?;
-        let reference: Option<Vec<u8>> = self.get("reference")?;
+        let b = |c: &str| self.0.blob(c);
+        let kind_code = self.0.small("kind")?;
+        let reference = self.0.opt_blob("reference")?;
         Ok(Transfer {
-            seq: self.get("seq")?,
+            seq: self.0.int("seq")?,
             id: id16(&b("id")?, TransferId::from_slice, "transfer id")?,
             kind: TransferKind::from_code(kind_code).ok_or_else(|| {
                 LedgerError::Corrupt(format!("unknown transfer kind {kind_code}"))
@@ -346,7 +346,7 @@ where
                 .transpose()?,
             user_data: u128_of(&b("user_data")?)?,
             timeout_ms: self.unsigned("timeout_ms", "timeout")?,
-            timestamp: Timestamp(self.get("ts")?),
+            timestamp: Timestamp(self.0.int("ts")?),
             debit_side: self.side([
                 "dr_pending_before",
                 "dr_pending_after",
@@ -366,15 +366,15 @@ where
 
     /// A `ledger_status` row's status and amount.
     fn status(&self) -> Result<TransferStatus, LedgerError> {
-        let code: i16 = self.get("status")?;
-        let amount: i64 = self.get("amount")?;
+        let code = self.0.small("status")?;
+        let amount = self.0.int("amount")?;
         TransferStatus::decode(code, amount)
             .ok_or_else(|| LedgerError::Corrupt(format!("bad status {code}/{amount}")))
     }
 
     /// A `ledger_status` row with its id.
     fn id_status(&self) -> Result<(TransferId, TransferStatus), LedgerError> {
-        let id: Vec<u8> = self.get("id")?;
+        let id = self.0.blob("id")?;
         Ok((
             id16(&id, TransferId::from_slice, "status id")?,
             self.status()?,
@@ -383,21 +383,21 @@ where
 
     /// A `ledger_accounts` row ([`ACCOUNT_COLS`]).
     fn account(&self) -> Result<Account, LedgerError> {
-        let code: String = self.get("asset")?;
-        let scale: i16 = self.get("scale")?;
+        let code = self.0.text("asset")?;
+        let scale = self.0.small("scale")?;
         let scale =
             u8::try_from(scale).map_err(|_| LedgerError::Corrupt("bad asset scale".into()))?;
-        let id: Vec<u8> = self.get("id")?;
-        let counter = |c: &'r str| self.unsigned(c, c);
+        let id = self.0.blob("id")?;
+        let counter = |c: &str| self.unsigned(c, c);
         Ok(Account {
             id: id16(&id, AccountId::from_slice, "account id")?,
             asset: Asset::new(&code, scale).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-            no_overdraft: self.get("no_overdraft")?,
+            no_overdraft: self.0.flag("no_overdraft")?,
             debits_pending: counter("debits_pending")?,
             debits_posted: counter("debits_posted")?,
             credits_pending: counter("credits_pending")?,
             credits_posted: counter("credits_posted")?,
-            created_at: Timestamp(self.get("created_at")?),
+            created_at: Timestamp(self.0.int("created_at")?),
         })
     }
 }
@@ -435,6 +435,7 @@ const MAX_DUE: i64 = 256;
 ///   the latter also the database's clock as it ran where the backend reports it, and its
 ///   outer error a failure around the write (not the write's own);
 /// - `VERIFY_PRELUDE`, run first in the verification transaction.
+#[cfg(feature = "postgres")]
 macro_rules! sql_backend {
     ($backend:ty) => {
         /// The start of a locked batch: the journal head, the batch's time (given, or the
@@ -471,7 +472,7 @@ macro_rules! sql_backend {
             .await
             .map_err(|e| db(&e))?;
             for r in due {
-                let id: Vec<u8> = Cols(&r).get("id")?;
+                let id = r.blob("id")?;
                 snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
             }
             let needs = engine::needs(cmds);
@@ -705,8 +706,8 @@ mod tests {
         let snap = Snapshot::default();
         let mut ch = engine::Changes::default();
         ch.new_transfers.push(entry(engine::MAX_COUNTER));
-        assert!(storable(&snap, &ch).is_ok());
+        assert!(fits(&snap, &ch));
         ch.new_transfers.push(entry(engine::MAX_COUNTER + 1));
-        assert!(storable(&snap, &ch).is_err());
+        assert!(!fits(&snap, &ch));
     }
 }

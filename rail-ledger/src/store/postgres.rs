@@ -9,6 +9,27 @@ pub(crate) struct PgBackend {
     pub(crate) pool: PgPool,
 }
 
+impl Fields for sqlx::postgres::PgRow {
+    fn int(&self, c: &str) -> Result<i64, LedgerError> {
+        self.try_get(c).map_err(|e| db(&e))
+    }
+    fn small(&self, c: &str) -> Result<i16, LedgerError> {
+        self.try_get(c).map_err(|e| db(&e))
+    }
+    fn flag(&self, c: &str) -> Result<bool, LedgerError> {
+        self.try_get(c).map_err(|e| db(&e))
+    }
+    fn text(&self, c: &str) -> Result<String, LedgerError> {
+        self.try_get(c).map_err(|e| db(&e))
+    }
+    fn blob(&self, c: &str) -> Result<Vec<u8>, LedgerError> {
+        self.try_get(c).map_err(|e| db(&e))
+    }
+    fn opt_blob(&self, c: &str) -> Result<Option<Vec<u8>>, LedgerError> {
+        self.try_get(c).map_err(|e| db(&e))
+    }
+}
+
 /// This dialect's 64-bit integer, small integer and bytes types ([`in_dialect`]).
 const TYPES: [&str; 3] = ["BIGINT", "SMALLINT", "BYTEA"];
 
@@ -190,7 +211,9 @@ where
     E: sqlx::PgExecutor<'e>,
 {
     let Batch { expect, snap, ch } = batch;
-    storable(snap, ch)?;
+    if !fits(snap, ch) {
+        return Err(sqlx::Error::Protocol(TOO_BIG.into()));
+    }
     let accs = changed_accounts(snap, ch);
     let ts = &ch.new_transfers;
     let col = |f: fn(&Transfer) -> i64| ts.iter().map(f).collect::<Vec<i64>>();

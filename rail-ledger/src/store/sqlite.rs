@@ -1,18 +1,22 @@
-//! The SQLite backend.
+//! The SQLite backend: the file's writer thread ([`SqliteDb`]) runs each batch (load, apply,
+//! write) as one write of its transaction, so a batch is one hand-off and shares its commit
+//! with whatever else the process queued on that file; reads run on the caller's thread.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+
+use rail_core::sqlite::SqliteDb;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use super::*;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
 
 /// The SQLite backend: WAL journal, `synchronous = FULL` (durable commits).
 #[derive(Debug, Clone)]
 pub(crate) struct SqliteBackend {
-    pub(crate) pool: SqlitePool,
+    db: SqliteDb,
     /// Dropped with the backend: tells the background checkpointer to stop.
-    _alive: std::sync::Arc<()>,
+    _alive: Arc<()>,
 }
 
 /// This dialect's 64-bit integer, small integer and bytes types ([`in_dialect`]).
@@ -37,116 +41,227 @@ const SCHEMA: &[&str] = &[
         BEGIN SELECT RAISE(ABORT, 'ledger journal is append-only'); END",
 ];
 
-impl SqliteBackend {
-    pub(crate) async fn open(url: &str) -> Result<Self, LedgerError> {
-        let opts = SqliteConnectOptions::from_str(url)
-            .map_err(|e| db(&e))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(30))
-            .foreign_keys(false)
-            // Transfer ids are random, so every insert dirties a random page of the id
-            // index, and every dirty page is written to the WAL at commit: small pages
-            // (1 KiB) cut that volume fourfold, a larger checkpoint interval keeps
-            // checkpoints off most commits, and a big cache keeps the index in memory.
-            .page_size(1024)
-            // Checkpoints run in the background (see `checkpointer`); this is the backstop.
-            .pragma("wal_autocheckpoint", "65536")
-            .pragma("cache_size", "-65536")
-            .pragma("mmap_size", "268435456")
-            .pragma("temp_store", "memory");
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await
-            .map_err(|e| db(&e))?;
-        for s in SCHEMA {
-            sqlx::query(&in_dialect(s, TYPES))
-                .execute(&pool)
-                .await
-                .map_err(|e| db(&e))?;
+/// Transfer ids are random, so every insert dirties a random page of the id index, and every
+/// dirty page is written to the WAL at commit: small pages (1 KiB) cut that volume fourfold, a
+/// larger checkpoint interval keeps checkpoints off most commits (they run in the background,
+/// see [`checkpointer`]; this is the backstop), and a big cache keeps the index in memory.
+const TUNING: &[(&str, &str)] = &[
+    ("page_size", "1024"),
+    ("wal_autocheckpoint", "65536"),
+    ("cache_size", "-65536"),
+    ("mmap_size", "268435456"),
+    ("temp_store", "memory"),
+];
+
+/// The file a `sqlite://PATH` (or `sqlite:PATH`) URL names; query parameters are ignored (the
+/// file is always created if missing).
+fn path_of(url: &str) -> Result<PathBuf, LedgerError> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or_else(|| {
+            LedgerError::Storage(format!("{url:?} is not a sqlite:// URL (sqlite://PATH)"))
+        })?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    if path.is_empty() || path == ":memory:" {
+        return Err(LedgerError::Storage(format!(
+            "{url:?} names no file: the ledger keeps its journal in a file (sqlite://PATH)"
+        )));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// What a write inside the writer's transaction can end with besides its value.
+#[derive(Debug)]
+enum Stop {
+    /// A transfer id already in the journal (nothing of the write is kept).
+    Duplicate,
+    /// Anything else.
+    Ledger(LedgerError),
+}
+
+impl From<rusqlite::Error> for Stop {
+    fn from(e: rusqlite::Error) -> Self {
+        if is_unique_violation(&e) {
+            Stop::Duplicate
+        } else {
+            Stop::Ledger(sql(&e))
         }
-        let alive = std::sync::Arc::new(());
-        tokio::spawn(checkpointer(
-            pool.clone(),
-            std::sync::Arc::downgrade(&alive),
-        ));
-        Ok(SqliteBackend {
-            pool,
-            _alive: alive,
-        })
     }
 }
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
-
-/// `BEGIN IMMEDIATE` (see [`begin_locked`]) already holds the write lock.
-const HEAD_SQL: &str = "SELECT seq, hash FROM ledger_head WHERE id = 1";
-/// SQLite runs in this process: its clock is the host's.
-const CLOCK_SQL: Option<&str> = None;
-
-const NAME: &str = "sqlite";
-/// One writer at a time: a second write would only queue on the file lock.
-const PIPELINE_DEPTH: usize = 1;
-const LOCK: &str = "BEGIN IMMEDIATE";
-/// A deferred transaction in WAL mode reads one snapshot.
-const VERIFY_PRELUDE: Option<&str> = None;
-
-sql_backend!(SqliteBackend);
-
-/// SQLite has no server: its clock is the host's.
-async fn db_clock(_pool: &SqlitePool) -> Result<Timestamp, LedgerError> {
-    Ok(rail_core::Clock::now(&rail_core::SystemClock))
+impl From<LedgerError> for Stop {
+    fn from(e: LedgerError) -> Self {
+        Stop::Ledger(e)
+    }
 }
 
-/// Opens the transaction of a locked batch: `BEGIN IMMEDIATE` takes the write lock.
-async fn begin_locked(pool: &SqlitePool) -> Result<Tx<'static>, sqlx::Error> {
-    pool.begin_with("BEGIN IMMEDIATE").await
+impl From<rail_core::RailError> for Stop {
+    fn from(e: rail_core::RailError) -> Self {
+        Stop::Ledger(e.into())
+    }
 }
 
-/// Copies the WAL back into the database file off the commit path: a passive checkpoint
-/// every 250 ms never blocks writers, so commits stop paying for checkpoints.
-async fn checkpointer(pool: SqlitePool, alive: std::sync::Weak<()>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if alive.upgrade().is_none() || pool.is_closed() {
+impl From<Stop> for LedgerError {
+    fn from(s: Stop) -> Self {
+        match s {
+            Stop::Duplicate => LedgerError::Storage("a transfer id is already journaled".into()),
+            Stop::Ledger(e) => e,
+        }
+    }
+}
+
+fn sql(e: &rusqlite::Error) -> LedgerError {
+    LedgerError::Storage(e.to_string())
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+            || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+impl Fields for Row<'_> {
+    fn int(&self, c: &str) -> Result<i64, LedgerError> {
+        self.get(c).map_err(|e| sql(&e))
+    }
+    fn small(&self, c: &str) -> Result<i16, LedgerError> {
+        self.get(c).map_err(|e| sql(&e))
+    }
+    fn flag(&self, c: &str) -> Result<bool, LedgerError> {
+        self.get(c).map_err(|e| sql(&e))
+    }
+    fn text(&self, c: &str) -> Result<String, LedgerError> {
+        self.get(c).map_err(|e| sql(&e))
+    }
+    fn blob(&self, c: &str) -> Result<Vec<u8>, LedgerError> {
+        self.get(c).map_err(|e| sql(&e))
+    }
+    fn opt_blob(&self, c: &str) -> Result<Option<Vec<u8>>, LedgerError> {
+        self.get(c).map_err(|e| sql(&e))
+    }
+}
+
+impl SqliteBackend {
+    pub(crate) async fn open(url: &str) -> Result<Self, LedgerError> {
+        let path = path_of(url)?;
+        let db = SqliteDb::open_tuned(&path, TUNING)?;
+        db.write_as(|c| {
+            for s in SCHEMA {
+                c.execute_batch(&in_dialect(s, TYPES))
+                    .map_err(|e| sql(&e))?;
+            }
+            Ok::<(), LedgerError>(())
+        })
+        .await?;
+        let alive = Arc::new(());
+        let weak = Arc::downgrade(&alive);
+        std::thread::Builder::new()
+            .name("ledger-checkpoint".into())
+            .spawn(move || checkpointer(&path, &weak))
+            .map_err(|e| LedgerError::Storage(format!("cannot start the checkpointer: {e}")))?;
+        Ok(SqliteBackend { db, _alive: alive })
+    }
+}
+
+/// Copies the WAL back into the database file off the commit path: a passive checkpoint every
+/// 250 ms never blocks the writer, so commits stop paying for checkpoints. Its own connection,
+/// on its own thread, until the backend is dropped.
+fn checkpointer(path: &std::path::Path, alive: &Weak<()>) {
+    let c = match Connection::open(path) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "the ledger's checkpointer cannot open the file; SQLite's own checkpoints remain");
             return;
         }
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-        {
+    };
+    if let Err(e) = c.busy_timeout(Duration::from_millis(100)) {
+        tracing::debug!(error = %e, "checkpointer busy timeout");
+    }
+    while alive.upgrade().is_some() {
+        std::thread::sleep(Duration::from_millis(250));
+        if let Err(e) = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::debug!(error = %e, "background WAL checkpoint failed; the next one retries");
         }
     }
 }
 
+/// The rows an applied batch writes, taken out of the snapshot so the writer owns them.
+struct Rows {
+    head: (i64, [u8; 32]),
+    accounts: Vec<Account>,
+    transfers: Vec<Transfer>,
+    statuses: Vec<StatusRow>,
+}
+
+impl Rows {
+    fn of(snap: &Snapshot, ch: &engine::Changes) -> Result<Rows, LedgerError> {
+        if !fits(snap, ch) {
+            return Err(LedgerError::Storage(TOO_BIG.into()));
+        }
+        Ok(Rows {
+            head: (snap.head_seq, snap.head_hash),
+            accounts: changed_accounts(snap, ch).into_iter().cloned().collect(),
+            transfers: ch.new_transfers.clone(),
+            statuses: changed_statuses(snap, ch),
+        })
+    }
+}
+
+const HEAD_SQL: &str = "SELECT seq, hash FROM ledger_head WHERE id = 1";
+
+/// The start of a locked batch (the writer holds the file's lock): the journal head, the
+/// batch's time, the holds due for expiry at that time, and what the batch touches.
+fn load(
+    c: &Connection,
+    cmds: &[Command],
+    time: BatchTime,
+) -> Result<(Snapshot, Timestamp), LedgerError> {
+    let mut snap = Snapshot::default();
+    (snap.head_seq, snap.head_hash) = c
+        .prepare_cached(HEAD_SQL)
+        .and_then(|mut s| s.query_row([], |r| Ok(Cols(r).head())))
+        .map_err(|e| sql(&e))??;
+    let now = match time {
+        BatchTime::At(t) => t,
+        // SQLite has no server: its clock is the host's.
+        BatchTime::Database => rail_core::Clock::now(&rail_core::SystemClock),
+    };
+    {
+        let mut st = c
+            .prepare_cached(
+                "SELECT id FROM ledger_status WHERE status = 1 AND expires_at <= ?1
+                 ORDER BY expires_at LIMIT ?2",
+            )
+            .map_err(|e| sql(&e))?;
+        let mut rows = st.query(params![now.0, MAX_DUE]).map_err(|e| sql(&e))?;
+        while let Some(r) = rows.next().map_err(|e| sql(&e))? {
+            let id = r.blob("id")?;
+            snap.due.push(id16(&id, TransferId::from_slice, "due id")?);
+        }
+    }
+    let needs = engine::needs(cmds);
+    let mut tids: BTreeSet<TransferId> = needs.transfers.clone();
+    tids.extend(snap.due.iter().copied());
+    load_transfers(c, &mut snap, &tids)?;
+    for id in accounts_of(&snap, needs.accounts) {
+        if let Some(a) = account_in(c, id)? {
+            snap.accounts.insert(a.id, a);
+        }
+    }
+    Ok((snap, now))
+}
+
 /// Loads the transfers `tids` and, of those found, their status rows into `snap`.
-async fn load_transfers(
-    tx: &mut Tx<'_>,
+fn load_transfers(
+    c: &Connection,
     snap: &mut Snapshot,
-    tids: BTreeSet<TransferId>,
+    tids: &BTreeSet<TransferId>,
 ) -> Result<(), LedgerError> {
-    let sql = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
-    let status_sql = "SELECT status, amount FROM ledger_status WHERE id = ?1";
-    for id in &tids {
-        if let Some(row) = sqlx::query(sql.as_str())
-            .bind(id.to_bytes().to_vec())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(|e| db(&e))?
-        {
-            let t = Cols(&row).transfer()?;
-            if let Some(s) = sqlx::query(status_sql)
-                .bind(id.to_bytes().to_vec())
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(|e| db(&e))?
-            {
-                snap.statuses.insert(t.id, Cols(&s).status()?);
+    for id in tids {
+        if let Some((t, st)) = transfer_in(c, *id)? {
+            if let Some(st) = st {
+                snap.statuses.insert(t.id, st);
             }
             snap.transfers.insert(t.id, t);
         }
@@ -154,21 +269,42 @@ async fn load_transfers(
     Ok(())
 }
 
-/// The accounts `aids` (those found).
-async fn load_accounts(tx: &mut Tx<'_>, aids: Vec<AccountId>) -> Result<Vec<Account>, LedgerError> {
-    let sql = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
-    let mut found = Vec::new();
-    for id in aids {
-        if let Some(row) = sqlx::query(sql.as_str())
-            .bind(id.to_bytes().to_vec())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(|e| db(&e))?
-        {
-            found.push(Cols(&row).account()?);
-        }
-    }
-    Ok(found)
+fn account_in(c: &Connection, id: AccountId) -> Result<Option<Account>, LedgerError> {
+    let q = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts WHERE id = ?1");
+    c.prepare_cached(&q)
+        .and_then(|mut s| {
+            s.query_row([id.to_bytes().to_vec()], |r| Ok(Cols(r).account()))
+                .optional()
+        })
+        .map_err(|e| sql(&e))?
+        .transpose()
+}
+
+fn transfer_in(
+    c: &Connection,
+    id: TransferId,
+) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
+    let q = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE id = ?1");
+    let Some(t) = c
+        .prepare_cached(&q)
+        .and_then(|mut s| {
+            s.query_row([id.to_bytes().to_vec()], |r| Ok(Cols(r).transfer()))
+                .optional()
+        })
+        .map_err(|e| sql(&e))?
+        .transpose()?
+    else {
+        return Ok(None);
+    };
+    let st = c
+        .prepare_cached("SELECT status, amount FROM ledger_status WHERE id = ?1")
+        .and_then(|mut s| {
+            s.query_row([id.to_bytes().to_vec()], |r| Ok(Cols(r).status()))
+                .optional()
+        })
+        .map_err(|e| sql(&e))?
+        .transpose()?;
+    Ok(Some((t, st)))
 }
 
 /// Row counts of the multi-row statements: a batch is written in at most one statement of
@@ -230,118 +366,255 @@ fn upsert_statuses_sql(n: usize) -> &'static str {
     })
 }
 
-/// A statement with its parameters bound (all owned).
-type Query = sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'static>>;
+/// One parameter of a multi-row statement.
+type Value = rusqlite::types::Value;
 
-/// Writes `rows` as multi-row statements (`sql(n)` for `n` rows, `bind` adding one row's
+/// Writes `rows` as multi-row statements (`sql(n)` for `n` rows, `values` giving one row's
 /// parameters), in chunks of the fixed sizes [`CHUNKS`] so the prepared statements stay few
 /// and cached.
-async fn write_rows<T>(
-    tx: &mut Tx<'_>,
+fn write_rows<T>(
+    c: &Connection,
     rows: &[T],
-    sql: fn(usize) -> &'static str,
-    bind: impl Fn(Query, &T) -> Query,
-) -> Result<(), sqlx::Error> {
+    sql_of: fn(usize) -> &'static str,
+    values: impl Fn(&T, &mut Vec<Value>),
+) -> rusqlite::Result<()> {
     let mut rest = rows;
+    let mut args: Vec<Value> = Vec::new();
     while !rest.is_empty() {
         let n = CHUNKS.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
-        let q = chunk.iter().fold(sqlx::query(sql(n)), &bind);
-        q.execute(&mut **tx).await?;
+        args.clear();
+        for r in chunk {
+            values(r, &mut args);
+        }
+        c.prepare_cached(sql_of(n))?
+            .execute(params_from_iter(args.iter()))?;
     }
     Ok(())
 }
 
-/// Writes a batch as four statements whatever its size (rows travel as JSON arrays):
-/// compare-and-set the head, then accounts, entries and statuses. `false` if the head
-/// was not at `expect` (nothing written).
-async fn write_locked(tx: &mut Tx<'_>, batch: Batch<'_>) -> Result<bool, sqlx::Error> {
-    let Batch { expect, snap, ch } = batch;
-    storable(snap, ch)?;
-    let moved = sqlx::query(
-        "UPDATE ledger_head SET seq = ?1, hash = ?2 WHERE id = 1 AND seq = ?3 AND hash = ?4",
-    )
-    .bind(snap.head_seq)
-    .bind(snap.head_hash.to_vec())
-    .bind(expect.0)
-    .bind(expect.1.to_vec())
-    .execute(&mut **tx)
-    .await?;
-    if moved.rows_affected() != 1 {
+fn blob(b: impl Into<Vec<u8>>) -> Value {
+    Value::Blob(b.into())
+}
+
+/// Writes an applied batch: compare-and-set the head, then accounts, entries and statuses.
+/// `false` if the head was not at `expect` (nothing written).
+fn write_locked(c: &Connection, expect: (i64, [u8; 32]), rows: &Rows) -> rusqlite::Result<bool> {
+    let moved = c
+        .prepare_cached(
+            "UPDATE ledger_head SET seq = ?1, hash = ?2 WHERE id = 1 AND seq = ?3 AND hash = ?4",
+        )?
+        .execute(params![
+            rows.head.0,
+            rows.head.1.as_slice(),
+            expect.0,
+            expect.1.as_slice()
+        ])?;
+    if moved != 1 {
         return Ok(false);
     }
-    write_rows(
-        tx,
-        &changed_accounts(snap, ch),
-        upsert_accounts_sql,
-        |q, a| {
-            q.bind(a.id.to_bytes().to_vec())
-                .bind(a.asset.code().to_owned())
-                .bind(i16::from(a.asset.scale()))
-                .bind(a.no_overdraft)
-                .bind(i(a.debits_pending))
-                .bind(i(a.debits_posted))
-                .bind(i(a.credits_pending))
-                .bind(i(a.credits_posted))
-                .bind(a.created_at.0)
-        },
-    )
-    .await?;
-    // Entries as multi-row VALUES with bound parameters.
-    write_rows(tx, &ch.new_transfers, insert_transfers_sql, |q, t| {
-        q.bind(t.seq)
-            .bind(t.id.to_bytes().to_vec())
-            .bind(t.kind.code())
-            .bind(t.debit.to_bytes().to_vec())
-            .bind(t.credit.to_bytes().to_vec())
-            .bind(i(t.amount))
-            .bind(t.reference.map(|r| r.to_bytes().to_vec()))
-            .bind(t.user_data.to_be_bytes().to_vec())
-            .bind(i(t.timeout_ms))
-            .bind(t.timestamp.0)
-            .bind(i(t.debit_side.pending_before))
-            .bind(i(t.debit_side.pending_after))
-            .bind(i(t.debit_side.posted_before))
-            .bind(i(t.debit_side.posted_after))
-            .bind(i(t.credit_side.pending_before))
-            .bind(i(t.credit_side.pending_after))
-            .bind(i(t.credit_side.posted_before))
-            .bind(i(t.credit_side.posted_after))
-            .bind(t.prev_hash.to_vec())
-            .bind(t.hash.to_vec())
-    })
-    .await?;
-    write_rows(
-        tx,
-        &changed_statuses(snap, ch),
-        upsert_statuses_sql,
-        |q, s| {
-            q.bind(s.id.clone())
-                .bind(s.code)
-                .bind(s.amount)
-                .bind(s.expires_at)
-        },
-    )
-    .await?;
+    write_rows(c, &rows.accounts, upsert_accounts_sql, |a, v| {
+        v.extend([
+            blob(a.id.to_bytes()),
+            Value::Text(a.asset.code().to_owned()),
+            Value::Integer(i64::from(a.asset.scale())),
+            Value::Integer(i64::from(a.no_overdraft)),
+            Value::Integer(i(a.debits_pending)),
+            Value::Integer(i(a.debits_posted)),
+            Value::Integer(i(a.credits_pending)),
+            Value::Integer(i(a.credits_posted)),
+            Value::Integer(a.created_at.0),
+        ]);
+    })?;
+    write_rows(c, &rows.transfers, insert_transfers_sql, |t, v| {
+        v.extend([
+            Value::Integer(t.seq),
+            blob(t.id.to_bytes()),
+            Value::Integer(i64::from(t.kind.code())),
+            blob(t.debit.to_bytes()),
+            blob(t.credit.to_bytes()),
+            Value::Integer(i(t.amount)),
+            t.reference.map_or(Value::Null, |r| blob(r.to_bytes())),
+            blob(t.user_data.to_be_bytes()),
+            Value::Integer(i(t.timeout_ms)),
+            Value::Integer(t.timestamp.0),
+            Value::Integer(i(t.debit_side.pending_before)),
+            Value::Integer(i(t.debit_side.pending_after)),
+            Value::Integer(i(t.debit_side.posted_before)),
+            Value::Integer(i(t.debit_side.posted_after)),
+            Value::Integer(i(t.credit_side.pending_before)),
+            Value::Integer(i(t.credit_side.pending_after)),
+            Value::Integer(i(t.credit_side.posted_before)),
+            Value::Integer(i(t.credit_side.posted_after)),
+            blob(t.prev_hash),
+            blob(t.hash),
+        ]);
+    })?;
+    write_rows(c, &rows.statuses, upsert_statuses_sql, |s, v| {
+        v.extend([
+            blob(s.id.clone()),
+            Value::Integer(i64::from(s.code)),
+            Value::Integer(s.amount),
+            s.expires_at.map_or(Value::Null, Value::Integer),
+        ]);
+    })?;
     Ok(true)
 }
 
-/// [`write_locked`] on its own, in a `BEGIN IMMEDIATE` transaction committed if the head
-/// matched. SQLite's time is the host's, the same clock the batch was stamped with: there is
-/// no clock to check (`_check`) or report.
-async fn write_alone(
-    pool: &SqlitePool,
-    batch: Batch<'_>,
-    _check: Option<ClockCheck>,
-) -> Result<Result<(bool, Option<Timestamp>), sqlx::Error>, LedgerError> {
-    let mut tx = pool
-        .begin_with("BEGIN IMMEDIATE")
-        .await
-        .map_err(|e| db(&e))?;
-    let written = write_locked(&mut tx, batch).await;
-    if let Ok(true) = written {
-        tx.commit().await.map_err(|e| db(&e))?;
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn name(&self) -> &'static str {
+        "sqlite"
     }
-    Ok(written.map(|matched| (matched, None)))
+
+    /// One writer at a time: a second write would only queue on the file lock.
+    fn pipeline_depth(&self) -> usize {
+        1
+    }
+
+    /// SQLite has no server: its clock is the host's.
+    async fn db_now(&self) -> Result<Timestamp, LedgerError> {
+        Ok(rail_core::Clock::now(&rail_core::SystemClock))
+    }
+
+    async fn execute(&self, cmds: &[Command], time: BatchTime) -> Result<Executed, LedgerError> {
+        let cmds = cmds.to_vec();
+        self.db
+            .write_as(move |c| {
+                let (mut snap, now) = load(c, &cmds, time)?;
+                let expect = (snap.head_seq, snap.head_hash);
+                let (outcomes, changes) = engine::apply_batch(&mut snap, &cmds, now);
+                if !changes.is_empty() {
+                    let rows = Rows::of(&snap, &changes)?;
+                    if !write_locked(c, expect, &rows).map_err(|e| sql(&e))? {
+                        return Err(LedgerError::Storage(
+                            "journal head moved under BEGIN IMMEDIATE".into(),
+                        ));
+                    }
+                }
+                let next_due: Option<i64> = c
+                    .prepare_cached(NEXT_DUE)
+                    .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                    .map_err(|e| sql(&e))?;
+                Ok(Executed {
+                    outcomes,
+                    loaded_head: expect,
+                    snap,
+                    changes,
+                    next_due: next_due.map(Timestamp),
+                })
+            })
+            .await
+    }
+
+    /// SQLite's time is the host's, the same clock the batch was stamped with: there is no
+    /// clock to check (`_check`) or report.
+    async fn write_fast(
+        &self,
+        expect: (i64, [u8; 32]),
+        snap: &Snapshot,
+        changes: &engine::Changes,
+        _check: Option<ClockCheck>,
+    ) -> Result<FastOutcome, LedgerError> {
+        let rows = Rows::of(snap, changes)?;
+        let written = self
+            .db
+            .write_as(move |c| Ok::<bool, Stop>(write_locked(c, expect, &rows)?))
+            .await;
+        let write = match written {
+            Ok(true) => FastWrite::Committed,
+            Ok(false) => FastWrite::HeadMoved,
+            Err(Stop::Duplicate) => FastWrite::Duplicate,
+            Err(Stop::Ledger(e)) => return Err(e),
+        };
+        Ok(FastOutcome {
+            write,
+            db_now: None,
+        })
+    }
+
+    async fn account(&self, id: AccountId) -> Result<Option<Account>, LedgerError> {
+        self.db.read(|c| Ok(account_in(c, id)))?
+    }
+
+    async fn transfer(
+        &self,
+        id: TransferId,
+    ) -> Result<Option<(Transfer, Option<TransferStatus>)>, LedgerError> {
+        self.db.read(|c| Ok(transfer_in(c, id)))?
+    }
+
+    /// The last `limit` journal entries that debit or credit `account`, newest first.
+    async fn history(&self, account: AccountId, limit: u32) -> Result<Vec<Transfer>, LedgerError> {
+        let q = format!(
+            "SELECT {TRANSFER_COLS} FROM ledger_transfers WHERE debit = ?1 OR credit = ?1 \
+             ORDER BY seq DESC LIMIT ?2"
+        );
+        self.db
+            .read(|c| {
+                let mut st = c.prepare_cached(&q)?;
+                let mut rows = st.query(params![account.to_bytes().to_vec(), i64::from(limit)])?;
+                let mut out = Vec::new();
+                while let Some(r) = rows.next()? {
+                    out.push(Cols(r).transfer());
+                }
+                Ok(out)
+            })?
+            .into_iter()
+            .collect()
+    }
+
+    async fn head(&self) -> Result<(i64, [u8; 32]), LedgerError> {
+        self.db.read(|c| {
+            c.prepare_cached(HEAD_SQL)?
+                .query_row([], |r| Ok(Cols(r).head()))
+        })?
+    }
+
+    /// Replays the journal inside one read transaction: a consistent view of entries, head,
+    /// accounts and statuses. Every table is streamed row by row (never loaded whole): memory
+    /// stays bounded by the verifier's own state (accounts, holds, reversed transfers).
+    async fn verify(&self, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError> {
+        self.db.read(|c| Ok(verify_in(c, anchor)))?
+    }
+}
+
+/// [`Backend::verify`] on one read connection, in one transaction.
+fn verify_in(c: &Connection, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError> {
+    let mut v = Verifier::new(anchor);
+    c.execute_batch("BEGIN").map_err(|e| sql(&e))?;
+    let replay = (|| -> Result<VerifyReport, LedgerError> {
+        // Accounts first (their no-overdraft flags are rules the replay checks), then the
+        // entries, then the status rows.
+        let q = format!("SELECT {ACCOUNT_COLS} FROM ledger_accounts");
+        let mut st = c.prepare(&q).map_err(|e| sql(&e))?;
+        let mut rows = st.query([]).map_err(|e| sql(&e))?;
+        while let Some(r) = rows.next().map_err(|e| sql(&e))? {
+            v.account(&Cols(r).account()?);
+        }
+        let q = format!("SELECT {TRANSFER_COLS} FROM ledger_transfers ORDER BY seq");
+        let mut st = c.prepare(&q).map_err(|e| sql(&e))?;
+        let mut rows = st.query([]).map_err(|e| sql(&e))?;
+        while let Some(r) = rows.next().map_err(|e| sql(&e))? {
+            v.entry(&Cols(r).transfer()?);
+        }
+        let head = c
+            .query_row(HEAD_SQL, [], |r| Ok(Cols(r).head()))
+            .map_err(|e| sql(&e))??;
+        let mut st = c
+            .prepare("SELECT id, status, amount, expires_at FROM ledger_status")
+            .map_err(|e| sql(&e))?;
+        let mut rows = st.query([]).map_err(|e| sql(&e))?;
+        while let Some(s) = rows.next().map_err(|e| sql(&e))? {
+            let (id, st) = Cols(s).id_status()?;
+            let expires: Option<i64> = s.get("expires_at").map_err(|e| sql(&e))?;
+            v.status(id, st, expires.map(Timestamp));
+        }
+        Ok(v.finish(head))
+    })();
+    if let Err(e) = c.execute_batch("ROLLBACK") {
+        tracing::debug!(error = %e, "ending the verification's read transaction");
+    }
+    replay
 }
