@@ -50,6 +50,13 @@ const IDLE_READERS: usize = 4;
 /// Statements kept prepared per connection.
 const STATEMENT_CACHE: usize = 64;
 
+/// The files this process has open, by canonical path: one writer per file, so every store in
+/// a file shares its commits (and never waits on another writer of this process for the
+/// file's lock).
+static OPEN: std::sync::LazyLock<
+    Mutex<std::collections::HashMap<PathBuf, std::sync::Weak<Inner>>>,
+> = std::sync::LazyLock::new(|| Mutex::new(std::collections::HashMap::new()));
+
 /// The write's outcome, delivered once its batch's commit is known.
 type Deliver = Box<dyn FnOnce(Result<(), &rusqlite::Error>) + Send>;
 /// A write: runs on the writer's connection inside its savepoint (`None`: it cannot run, the
@@ -110,7 +117,8 @@ fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection
 }
 
 impl SqliteDb {
-    /// Opens (or creates) the database file at `path` and starts its writer thread.
+    /// Opens (or creates) the database file at `path` and starts its writer thread, or joins
+    /// the writer this process already runs on that file (the first opener's settings hold).
     ///
     /// # Errors
     /// [`RailError::Storage`] if the file cannot be opened or set to WAL mode, or the thread
@@ -132,19 +140,26 @@ impl SqliteDb {
         let writer = connect(path, &pragmas).map_err(|e| {
             RailError::Storage(format!("cannot open the database {}: {e}", path.display()))
         })?;
+        // The file exists now: one writer per file in this process, whoever opens it.
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        let mut open = lock(&OPEN);
+        open.retain(|_, w| w.strong_count() > 0);
+        if let Some(inner) = open.get(&key).and_then(std::sync::Weak::upgrade) {
+            return Ok(SqliteDb { inner });
+        }
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || write_loop(&writer, &rx))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
-        Ok(SqliteDb {
-            inner: Arc::new(Inner {
-                path: path.to_owned(),
-                pragmas,
-                jobs: tx,
-                readers: Mutex::new(Vec::new()),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            path: path.to_owned(),
+            pragmas,
+            jobs: tx,
+            readers: Mutex::new(Vec::new()),
+        });
+        open.insert(key, Arc::downgrade(&inner));
+        Ok(SqliteDb { inner })
     }
 
     /// The file's path.
@@ -394,5 +409,21 @@ mod tests {
         db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
             .await
             .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_file_has_one_writer_in_a_process() {
+        let (dir, a) = db().await;
+        let b = SqliteDb::open(&dir.path().join("t.db")).unwrap();
+        assert!(
+            Arc::ptr_eq(&a.inner, &b.inner),
+            "a second writer on one file"
+        );
+        b.write(|c| c.execute("INSERT INTO t VALUES ('b', 1)", []))
+            .await
+            .unwrap();
+        assert_eq!(count(&a), 1);
+        let other = SqliteDb::open(&dir.path().join("u.db")).unwrap();
+        assert!(!Arc::ptr_eq(&a.inner, &other.inner));
     }
 }
