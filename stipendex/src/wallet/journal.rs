@@ -155,6 +155,10 @@ impl PendingMap {
         self.lock()?.remove(chain);
         Ok(())
     }
+    /// The pending payment of `chain` alone (not a copy of every one).
+    fn get(&self, chain: &str) -> Result<Option<Pending>, Error> {
+        Ok(self.lock()?.get(chain).cloned())
+    }
     fn all(&self) -> Result<Vec<Pending>, Error> {
         let mut v: Vec<Pending> = self.lock()?.values().cloned().collect();
         v.sort_by_key(|p| p.since);
@@ -188,6 +192,9 @@ impl Journal for NoJournal {
     }
     async fn pending(&self) -> Result<Vec<Pending>, Error> {
         self.0.all()
+    }
+    async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
+        self.0.get(chain)
     }
 }
 
@@ -245,6 +252,9 @@ impl Journal for MemoryJournal {
     }
     async fn pending(&self) -> Result<Vec<Pending>, Error> {
         self.1.all()
+    }
+    async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
+        self.1.get(chain)
     }
 }
 
