@@ -77,6 +77,11 @@ async fn load_and_run(
     cfg: &BenchConfig,
 ) -> Result<Phase, String> {
     let path = format!("SET search_path TO {schema}, public");
+    // The same transport as the ledger's own connections (no TLS to this host), so the two
+    // are compared on the database's work, not on encryption one of them skips.
+    let opts: sqlx::postgres::PgConnectOptions =
+        url.parse().map_err(|e: sqlx::Error| e.to_string())?;
+    let opts = rail_core::keys::sql::plain_on_this_host(opts, url);
     let pool = PgPoolOptions::new()
         // One connection per client, as pgxpool gives the Go check (its default is larger).
         .max_connections(u32::try_from(cfg.clients).unwrap_or(u32::MAX).max(1))
@@ -87,7 +92,7 @@ async fn load_and_run(
                 Ok(())
             })
         })
-        .connect(url)
+        .connect_with(opts)
         .await
         .map_err(|e| e.to_string())?;
     {

@@ -59,7 +59,10 @@ impl PgBackend {
     /// Connects; `schema` (created if missing) isolates one ledger from others in the
     /// same database.
     pub(crate) async fn open(url: &str, schema: Option<&str>) -> Result<Self, LedgerError> {
-        let mut opts = PgConnectOptions::from_str(url).map_err(|e| db(&e))?;
+        let mut opts = rail_core::keys::sql::tuned_postgres(
+            PgConnectOptions::from_str(url).map_err(|e| db(&e))?,
+            url,
+        );
         if let Some(s) = schema {
             if !s
                 .bytes()

@@ -618,3 +618,34 @@ fn verify_in(c: &Connection, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyRe
     }
     replay
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sqlite_url_names_its_file() {
+        let p = |u: &str| path_of(u).map(|p| p.display().to_string());
+        assert_eq!(
+            p("sqlite:///var/x/ledger.db").ok(),
+            Some("/var/x/ledger.db".into())
+        );
+        assert_eq!(
+            p("sqlite://ledger.db?mode=rwc").ok(),
+            Some("ledger.db".into())
+        );
+        assert_eq!(p("sqlite:ledger.db").ok(), Some("ledger.db".into()));
+        for bad in [
+            "sqlite::memory:",
+            "sqlite://",
+            "postgres://h/db",
+            "ledger.db",
+        ] {
+            let e = path_of(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("sqlite://PATH"), "{bad}: {e}");
+        }
+    }
+}

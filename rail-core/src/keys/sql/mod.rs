@@ -442,7 +442,7 @@ macro_rules! sql_key_store {
 pub use self::sqlite::{SqliteKeyStore, sqlite_pool};
 
 #[cfg(feature = "postgres")]
-pub use self::postgres::{PgKeyStore, postgres_pool};
+pub use self::postgres::{PgKeyStore, plain_on_this_host, postgres_pool, tuned as tuned_postgres};
 
 #[cfg(feature = "postgres")]
 mod group;
