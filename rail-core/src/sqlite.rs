@@ -43,6 +43,8 @@ use crate::error::{RailError, RailResult};
 
 /// How long a statement waits for another process's lock on the file.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a read waits for the file (it runs on the caller's thread).
+const READ_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
 /// At most this many writes share one commit (the rest wait for the next).
 const MAX_BATCH: usize = 512;
 /// Read connections kept open between reads.
@@ -109,7 +111,15 @@ fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection
     for (name, value) in pragmas {
         c.pragma_update(None, name, value)?;
     }
-    c.pragma_update(None, "journal_mode", "WAL")?;
+    let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!(
+                "the file stays in journal mode {mode:?}, not WAL (a network or read-only filesystem?): put it on a local disk"
+            )),
+        ));
+    }
     c.pragma_update(None, "synchronous", "FULL")?;
     c.pragma_update(None, "foreign_keys", "ON")?;
     c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
@@ -145,6 +155,12 @@ impl SqliteDb {
         let mut open = lock(&OPEN);
         open.retain(|_, w| w.strong_count() > 0);
         if let Some(inner) = open.get(&key).and_then(std::sync::Weak::upgrade) {
+            if inner.pragmas != pragmas {
+                tracing::warn!(
+                    path = %key.display(),
+                    "SQLite file opened again with other settings; the first opener's hold"
+                );
+            }
             return Ok(SqliteDb { inner });
         }
         let (tx, rx) = mpsc::channel::<Job>();
@@ -153,7 +169,7 @@ impl SqliteDb {
             .spawn(move || write_loop(&writer, &rx))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
         let inner = Arc::new(Inner {
-            path: path.to_owned(),
+            path: key.clone(),
             pragmas,
             jobs: tx,
             readers: Mutex::new(Vec::new()),
@@ -169,9 +185,10 @@ impl SqliteDb {
     }
 
     /// Runs `f` on the writer's connection in the next batch and answers once that batch
-    /// committed. `f` runs inside a savepoint: its error undoes what it wrote and nothing
-    /// else. Keep `f` short (it holds the file's write lock): no waiting on anything but the
-    /// database.
+    /// committed. `f` runs inside a savepoint: its error (or panic) undoes what it wrote and
+    /// nothing else. Keep `f` short (it holds the file's write lock): no waiting on anything
+    /// but the database. `f` must not end or begin transactions itself (`BEGIN`, `COMMIT`,
+    /// `ROLLBACK`, `RELEASE` of a savepoint it did not make): the batch would be refused.
     ///
     /// # Errors
     /// [`RailError::Storage`] with `f`'s error, or the batch's failed commit (then nothing `f`
@@ -215,7 +232,12 @@ impl SqliteDb {
             (ok, deliver)
         });
         self.inner.jobs.send(job).map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+        rx.await.map_err(|_| {
+            E::from(RailError::Storage(
+                "the write did not finish (it failed inside the SQLite writer, and was undone)"
+                    .into(),
+            ))
+        })?
     }
 
     /// Runs `f` on a read connection, on this thread. It sees every write answered before the
@@ -231,13 +253,19 @@ impl SqliteDb {
                 let c = connect(&self.inner.path, &self.inner.pragmas).map_err(|e| storage(&e))?;
                 c.pragma_update(None, "query_only", true)
                     .map_err(|e| storage(&e))?;
+                // A WAL reader rarely waits (recovery); when it does, it holds a runtime thread.
+                c.busy_timeout(READ_BUSY_TIMEOUT).map_err(|e| storage(&e))?;
                 c
             }
         };
         let out = f(&c).map_err(|e| storage(&e));
-        let mut idle = lock(&self.inner.readers);
-        if idle.len() < IDLE_READERS {
-            idle.push(c);
+        // A connection left inside a transaction would answer later reads from an old
+        // snapshot: it is closed, not kept.
+        if c.is_autocommit() {
+            let mut idle = lock(&self.inner.readers);
+            if idle.len() < IDLE_READERS {
+                idle.push(c);
+            }
         }
         out
     }
@@ -259,33 +287,66 @@ fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>) {
     }
 }
 
+/// The savepoint around each write (a name no store's own statements use).
+const SAVEPOINT: &str = "SAVEPOINT sqlitedb_write";
+const RELEASE: &str = "RELEASE sqlitedb_write";
+const ROLLBACK_TO: &str = "ROLLBACK TO sqlitedb_write";
+
 fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
+    // A transaction left open (a rollback that failed) would make BEGIN fail for good.
+    if !c.is_autocommit()
+        && let Err(e) = exec(c, "ROLLBACK")
+    {
+        tracing::warn!(error = %e, "SQLite writer: cannot end a transaction left open");
+    }
     if let Err(e) = exec(c, "BEGIN IMMEDIATE") {
         tracing::warn!(error = %e, "SQLite writer: cannot begin a transaction");
-        for job in batch.drain(..) {
-            let (_, deliver) = job(None);
-            deliver(Err(&e));
-        }
+        refuse(batch.drain(..), &e);
         return;
     }
     let mut delivers: Vec<Deliver> = Vec::with_capacity(batch.len());
-    for job in batch.drain(..) {
-        if let Err(e) = exec(c, "SAVEPOINT w") {
-            let (_, deliver) = job(None);
-            deliver(Err(&e));
-            continue;
+    let mut jobs = batch.drain(..);
+    while let Some(job) = jobs.next() {
+        if let Err(e) = exec(c, SAVEPOINT) {
+            abandon(c, delivers, job, jobs, &e);
+            return;
         }
-        let (ok, deliver) = job(Some(c));
-        let end = if ok {
-            exec(c, "RELEASE w")
-        } else {
-            exec(c, "ROLLBACK TO w").and_then(|()| exec(c, "RELEASE w"))
+        // A write that panics is a failed write: its savepoint is rolled back, its caller
+        // answered (its answer channel dropped), and the writer goes on.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(c))));
+        let (ok, deliver) = match ran {
+            Ok((ok, deliver)) => (ok, Some(deliver)),
+            Err(_) => {
+                tracing::error!("SQLite writer: a write panicked; it is undone");
+                (false, None)
+            }
         };
-        if let Err(e) = end {
-            tracing::warn!(error = %e, "SQLite writer: savepoint");
+        let end = if ok {
+            exec(c, RELEASE)
+        } else {
+            exec(c, ROLLBACK_TO).and_then(|()| exec(c, RELEASE))
+        };
+        if let Some(d) = deliver {
+            delivers.push(d);
         }
-        delivers.push(deliver);
+        // The transaction is gone (SQLite rolled it back: a full disk, an I/O error), or the
+        // savepoint could not be ended (the write ended the transaction itself): nothing of
+        // the batch can be vouched for. Refuse all of it and start again.
+        let lost = c.is_autocommit();
+        if let Err(e) = end {
+            abandon_all(c, delivers, jobs, &e);
+            return;
+        }
+        if lost {
+            let e = rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                Some("the batch's transaction ended under a write".into()),
+            );
+            abandon_all(c, delivers, jobs, &e);
+            return;
+        }
     }
+    drop(jobs);
     match exec(c, "COMMIT") {
         Ok(()) => {
             for d in delivers {
@@ -294,16 +355,57 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
         }
         Err(e) => {
             // SQLite may keep the transaction open after a failed COMMIT (a deferred
-            // constraint): roll it back so none of the batch stays.
-            if !c.is_autocommit()
-                && let Err(r) = exec(c, "ROLLBACK")
-            {
-                tracing::warn!(error = %r, "SQLite writer: rollback after a failed commit");
-            }
+            // constraint, a busy file): roll it back so none of the batch stays.
+            end_transaction(c);
             for d in delivers {
                 d(Err(&e));
             }
         }
+    }
+}
+
+/// Answers every write of `jobs` with `e` without running it.
+fn refuse(jobs: impl Iterator<Item = Job>, e: &rusqlite::Error) {
+    for job in jobs {
+        let (_, deliver) = job(None);
+        deliver(Err(e));
+    }
+}
+
+/// The batch cannot go on at `job`: rolls it back and answers every write with `e`.
+fn abandon(
+    c: &Connection,
+    delivers: Vec<Deliver>,
+    job: Job,
+    rest: impl Iterator<Item = Job>,
+    e: &rusqlite::Error,
+) {
+    refuse(std::iter::once(job), e);
+    abandon_all(c, delivers, rest, e);
+}
+
+/// Rolls the batch back and answers the writes that ran (`delivers`) and those that did not
+/// (`rest`) with `e`.
+fn abandon_all(
+    c: &Connection,
+    delivers: Vec<Deliver>,
+    rest: impl Iterator<Item = Job>,
+    e: &rusqlite::Error,
+) {
+    tracing::warn!(error = %e, "SQLite writer: a batch was abandoned and rolled back");
+    end_transaction(c);
+    for d in delivers {
+        d(Err(e));
+    }
+    refuse(rest, e);
+}
+
+/// Rolls back whatever transaction is open.
+fn end_transaction(c: &Connection) {
+    if !c.is_autocommit()
+        && let Err(r) = exec(c, "ROLLBACK")
+    {
+        tracing::warn!(error = %r, "SQLite writer: rollback");
     }
 }
 
@@ -425,5 +527,52 @@ mod tests {
         assert_eq!(count(&a), 1);
         let other = SqliteDb::open(&dir.path().join("u.db")).unwrap();
         assert!(!Arc::ptr_eq(&a.inner, &other.inner));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_panics_is_undone_and_the_writer_goes_on() {
+        let (_dir, db) = db().await;
+        let panics = db.write(|c| -> rusqlite::Result<usize> {
+            c.execute("INSERT INTO t VALUES ('half', 1)", [])?;
+            panic!("a bug inside a write");
+        });
+        let clean = db.write(|c| c.execute("INSERT INTO t VALUES ('clean', 1)", []));
+        let (panics, clean) = tokio::join!(panics, clean);
+        assert!(panics.is_err());
+        clean.unwrap();
+        let kept: Vec<String> = db
+            .read(|c| {
+                let mut st = c.prepare("SELECT k FROM t ORDER BY k")?;
+                let rows = st.query_map([], |r| r.get(0))?;
+                rows.collect()
+            })
+            .unwrap();
+        assert_eq!(
+            kept,
+            vec!["clean".to_owned()],
+            "the panicking write's row stayed"
+        );
+        db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_ends_the_transaction_is_refused_with_its_batch() {
+        let (_dir, db) = db().await;
+        // Against the contract: a write that rolls the batch's transaction back itself. Nothing
+        // after it may run outside a transaction, and nothing of the batch is acknowledged.
+        let rogue = db.write(|c| c.execute_batch("ROLLBACK"));
+        let other = db.write(|c| c.execute("INSERT INTO t VALUES ('x', 1)", []));
+        let (rogue, other) = tokio::join!(rogue, other);
+        assert!(rogue.is_err());
+        assert_eq!(
+            count(&db) == 1,
+            other.is_ok(),
+            "an answer disagrees with the file"
+        );
+        db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
+            .await
+            .unwrap();
     }
 }

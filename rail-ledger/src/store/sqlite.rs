@@ -53,8 +53,9 @@ const TUNING: &[(&str, &str)] = &[
     ("temp_store", "memory"),
 ];
 
-/// The file a `sqlite://PATH` (or `sqlite:PATH`) URL names; query parameters are ignored (the
-/// file is always created if missing).
+/// The file a `sqlite://PATH` (or `sqlite:PATH`) URL names, percent-decoded as sqlx read it.
+/// The only parameter is `mode`: `rwc` (the default: created if missing) or `rw` (it must
+/// exist); any other is refused rather than ignored.
 fn path_of(url: &str) -> Result<PathBuf, LedgerError> {
     let rest = url
         .strip_prefix("sqlite://")
@@ -62,13 +63,53 @@ fn path_of(url: &str) -> Result<PathBuf, LedgerError> {
         .ok_or_else(|| {
             LedgerError::Storage(format!("{url:?} is not a sqlite:// URL (sqlite://PATH)"))
         })?;
-    let path = rest.split('?').next().unwrap_or(rest);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     if path.is_empty() || path == ":memory:" {
         return Err(LedgerError::Storage(format!(
             "{url:?} names no file: the ledger keeps its journal in a file (sqlite://PATH)"
         )));
     }
-    Ok(PathBuf::from(path))
+    let path = PathBuf::from(percent_decode(path).ok_or_else(|| {
+        LedgerError::Storage(format!(
+            "{url:?}: a %-escape in the path is not valid UTF-8 hex"
+        ))
+    })?);
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        match param.split_once('=') {
+            Some(("mode", "rwc")) => {}
+            Some(("mode", "rw")) if path.exists() => {}
+            Some(("mode", "rw")) => {
+                return Err(LedgerError::Storage(format!(
+                    "{url:?}: mode=rw and {} does not exist: create the ledger first, or drop mode=rw",
+                    path.display()
+                )));
+            }
+            _ => {
+                return Err(LedgerError::Storage(format!(
+                    "{url:?}: the parameter {param:?} is not supported (only mode=rwc or mode=rw)"
+                )));
+            }
+        }
+    }
+    Ok(path)
+}
+
+/// `%XX` escapes decoded; `None` for a bad escape or bytes that are not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// What a write inside the writer's transaction can end with besides its value.
@@ -576,7 +617,11 @@ impl Backend for SqliteBackend {
     /// accounts and statuses. Every table is streamed row by row (never loaded whole): memory
     /// stays bounded by the verifier's own state (accounts, holds, reversed transfers).
     async fn verify(&self, anchor: Option<(i64, [u8; 32])>) -> Result<VerifyReport, LedgerError> {
-        self.db.read(|c| Ok(verify_in(c, anchor)))?
+        // The whole journal: off the runtime's threads.
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.read(|c| Ok(verify_in(c, anchor))))
+            .await
+            .map_err(|e| LedgerError::Storage(format!("the verification stopped: {e}")))??
     }
 }
 

@@ -47,21 +47,30 @@ pub fn tuned(
     opts: sqlx::postgres::PgConnectOptions,
     url: &str,
 ) -> sqlx::postgres::PgConnectOptions {
-    plain_on_this_host(
-        opts.options([("plan_cache_mode", "force_generic_plan")]),
-        url,
-    )
+    // A plan cache mode the URL or PGOPTIONS set is theirs (ours would come after it and win).
+    let theirs = url.contains("plan_cache_mode") || std::env::var_os("PGOPTIONS").is_some();
+    let opts = if theirs {
+        opts
+    } else {
+        opts.options([("plan_cache_mode", "force_generic_plan")])
+    };
+    plain_on_this_host(opts, url)
 }
 
-/// No TLS to a server on this host (`localhost`, a loopback address or a Unix socket) unless
-/// `url` asks with `sslmode=`: TLS on loopback protects nothing that leaves the host and cost
-/// 4–6 % of a paid call. A server on another host keeps sqlx's default (`prefer`).
+/// No TLS to a server on this host (`localhost`, a loopback address or a Unix socket) when
+/// nothing asked for a TLS mode (`sslmode=` or `ssl-mode=` in `url`, `PGSSLMODE`): TLS on
+/// loopback protects nothing that leaves the host and cost 4–6 % of a paid call. A server on
+/// another host, or a mode asked for, keeps what sqlx reads (`prefer` by default).
 #[must_use]
 pub fn plain_on_this_host(
     opts: sqlx::postgres::PgConnectOptions,
     url: &str,
 ) -> sqlx::postgres::PgConnectOptions {
-    if url.contains("sslmode=") || !on_this_host(&opts) {
+    let asked = url.contains("sslmode=")
+        || url.contains("ssl-mode=")
+        || std::env::var_os("PGSSLMODE").is_some()
+        || !matches!(opts.get_ssl_mode(), sqlx::postgres::PgSslMode::Prefer);
+    if asked || !on_this_host(&opts) {
         return opts;
     }
     opts.ssl_mode(sqlx::postgres::PgSslMode::Disable)
@@ -407,6 +416,14 @@ mod tests {
         assert_eq!(
             mode("postgres://u@localhost/db?sslmode=require"),
             format!("{:?}", PgSslMode::Require)
+        );
+        assert_eq!(
+            mode("postgres://u@localhost/db?ssl-mode=require"),
+            format!("{:?}", PgSslMode::Require)
+        );
+        assert_eq!(
+            mode("postgres://u@localhost.evil.com/db"),
+            format!("{:?}", PgSslMode::Prefer)
         );
         assert_eq!(
             mode("postgres://u@db.example.com/db"),

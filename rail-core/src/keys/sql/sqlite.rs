@@ -87,6 +87,12 @@ impl SqliteKeyStore {
     /// [`crate::RailError::Storage`] if the file cannot be opened or the schema created.
     pub async fn new(pool: SqlitePool) -> RailResult<Self> {
         let path = pool.connect_options().get_filename().to_owned();
+        let name = path.to_string_lossy();
+        if name.starts_with("file:sqlx-in-memory") || name == ":memory:" {
+            return Err(RailError::InvalidInput(
+                "an in-memory SQLite pool has no file for the key store: open a file (sqlite://PATH) or use the memory store".into(),
+            ));
+        }
         Self::open(&path).await
     }
 
