@@ -378,3 +378,46 @@ async fn postgres_batch_whose_commit_fails_acknowledges_nothing() {
         .await
         .unwrap();
 }
+
+/// A key store file written the way the last release wrote it (sqlx's connection, its
+/// statements, a record in flight and one finished) opens with the writer thread as it is: the
+/// same table, no migration. Its records are read back exactly and its in-flight record still
+/// blocks a second claimer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_store_written_by_the_last_release_opens_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.db");
+    {
+        let pool = rail_core::keys::sql::sqlite_pool(&path).await.unwrap();
+        for sql in [
+            "CREATE TABLE IF NOT EXISTS rail_keys (
+                ns TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL,
+                state TEXT NOT NULL, fingerprint BLOB NOT NULL, value TEXT,
+                expires_at INTEGER, lease_until INTEGER, PRIMARY KEY (ns, key)) WITHOUT ROWID",
+            "CREATE INDEX IF NOT EXISTS rail_keys_expiry ON rail_keys (expires_at)",
+            "INSERT INTO rail_keys VALUES ('wallet', 'op-1', 7, 'reserved', x'0102', NULL, NULL,
+                 32503680000000)",
+            "INSERT INTO rail_keys VALUES ('wallet', 'op-2', 8, 'committed', x'', '{\"paid\":1}',
+                 32503680000000, NULL)",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+    let store = SqliteKeyStore::open(&path).await.unwrap();
+    let held = store.get("wallet", "op-1").await.unwrap().unwrap();
+    assert_eq!(
+        (held.record.token, held.record.state.as_str()),
+        (7, "reserved")
+    );
+    assert_eq!(held.record.fingerprint, vec![1, 2]);
+    let done = store.get("wallet", "op-2").await.unwrap().unwrap();
+    assert_eq!(done.record.value.as_deref(), Some("{\"paid\":1}"));
+    let w = rail_core::keys::Write::leased(9, "reserved", Duration::from_secs(30));
+    let seen = store.insert_if_absent("wallet", "op-1", &w).await.unwrap();
+    assert_eq!(
+        seen.map(|s| s.record.token),
+        Some(7),
+        "the old in-flight record was taken"
+    );
+}
