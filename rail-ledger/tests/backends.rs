@@ -1137,3 +1137,61 @@ async fn postgres_hold_expiry_follows_one_clock() {
     assert_intact(&a).await;
     drop_schema(&url, &schema).await;
 }
+
+/// A ledger file written the way the last release wrote it (sqlx, its schema and settings: WAL,
+/// 1 KiB pages; two accounts in it) opens with the SQLite writer thread as it is: its accounts
+/// are read back, a transfer lands on them, and the journal verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_ledger_written_by_the_last_release_opens_as_it_is() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let (bank, alice) = (AccountId::random(), AccountId::random());
+    {
+        let opts = SqliteConnectOptions::new()
+            .filename(dir.path().join("ledger.db"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .page_size(1024);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts)
+            .await
+            .unwrap();
+        for sql in [
+            "CREATE TABLE IF NOT EXISTS ledger_accounts (id BLOB PRIMARY KEY, asset TEXT NOT NULL,
+                scale INTEGER NOT NULL, no_overdraft BOOLEAN NOT NULL, debits_pending INTEGER NOT NULL,
+                debits_posted INTEGER NOT NULL, credits_pending INTEGER NOT NULL,
+                credits_posted INTEGER NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID",
+            "CREATE TABLE IF NOT EXISTS ledger_transfers (seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE,
+                kind INTEGER NOT NULL, debit BLOB NOT NULL, credit BLOB NOT NULL, amount INTEGER NOT NULL,
+                reference BLOB, user_data BLOB NOT NULL, timeout_ms INTEGER NOT NULL, ts INTEGER NOT NULL,
+                dr_pending_before INTEGER NOT NULL, dr_pending_after INTEGER NOT NULL,
+                dr_posted_before INTEGER NOT NULL, dr_posted_after INTEGER NOT NULL,
+                cr_pending_before INTEGER NOT NULL, cr_pending_after INTEGER NOT NULL,
+                cr_posted_before INTEGER NOT NULL, cr_posted_after INTEGER NOT NULL,
+                prev_hash BLOB NOT NULL, hash BLOB NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS ledger_status (id BLOB PRIMARY KEY, status INTEGER NOT NULL,
+                amount INTEGER NOT NULL, expires_at INTEGER) WITHOUT ROWID",
+            "CREATE INDEX IF NOT EXISTS ledger_status_due ON ledger_status (expires_at) WHERE status = 1",
+            "CREATE TABLE IF NOT EXISTS ledger_head (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL,
+                hash BLOB NOT NULL)",
+            "INSERT INTO ledger_head (id, seq, hash) VALUES (1, 0, zeroblob(32)) ON CONFLICT DO NOTHING",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        for (id, no_overdraft) in [(bank, false), (alice, true)] {
+            sqlx::query("INSERT INTO ledger_accounts VALUES (?1, 'USD', 2, ?2, 0, 0, 0, 0, 1)")
+                .bind(id.to_bytes().to_vec())
+                .bind(no_overdraft)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        pool.close().await;
+    }
+    let l = Ledger::sqlite(&sqlite_url(&dir)).await.unwrap();
+    assert!(stored(&l, alice).await.no_overdraft);
+    entry(&l, single(bank, alice, 250)).await;
+    assert_eq!(stored(&l, alice).await.credits_posted, 250);
+    assert_intact(&l).await;
+}
