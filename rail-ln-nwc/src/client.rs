@@ -44,7 +44,6 @@ use crate::wire;
 /// How long `connect` waits for the other relays once one relay is connected.
 const CONNECT_GRACE: Duration = Duration::from_secs(1);
 
-/// How long `connect` waits for the other relays once one relay is connected.
 /// How far back the subscription reaches (clock skew between wallet and client).
 const SINCE_SLACK: Duration = Duration::from_secs(60);
 /// How many notification event ids are remembered for de-duplication.
@@ -53,6 +52,22 @@ const SEEN_IDS: usize = 4096;
 const SEEN_CONTENTS: usize = 64;
 /// Capacity of the notification broadcast channel.
 const NOTIFICATION_CAPACITY: usize = 256;
+/// How long a request waits for its answer before the same event is sent again; doubled after
+/// each copy, up to [`REASK_MAX`].
+const REASK_FIRST: Duration = Duration::from_secs(1);
+/// The longest pause between two copies of one request.
+const REASK_MAX: Duration = Duration::from_secs(4);
+
+/// Whether a request may be sent again as the same event. Requests and answers are ephemeral
+/// events: a relay passes each to the subscriptions it has at that instant, so one that
+/// reaches a relay while the wallet service's subscription is being re-established after a
+/// reconnect is lost. Wallet services answer an event id once (Alby Hub records each request's
+/// id and ignores one it has seen), and a second copy of `pay_invoice` cannot pay twice (a
+/// node refuses an invoice already paid or in flight); keysend payments name no invoice, so a
+/// service that did not de-duplicate could pay them twice: those are sent once.
+fn may_send_again(method: &str) -> bool {
+    !matches!(method, "pay_keysend" | "multi_pay_keysend")
+}
 
 /// Options of an [`NwcClient`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -549,7 +564,10 @@ impl NwcClient {
     }
 
     /// Sends `method` with `params` and returns the wallet's `result` (`Value::Null` when
-    /// absent).
+    /// absent). While no answer has come, the same request event is sent again after 1 s,
+    /// then 2 s, then every 4 s (a relay loses a request that arrives while the wallet's
+    /// subscription is being re-established; wallet services answer an event id once), except
+    /// for keysend payments, which are sent once.
     ///
     /// # Errors
     /// [`NwcError::Wallet`] for a wallet error (unknown codes kept), [`NwcError::Timeout`]
@@ -614,21 +632,56 @@ impl NwcClient {
             "nwc",
         )
         .await;
-        let (accepted, failure) = match outcome {
+        let (mut accepted, mut failure) = match outcome {
             Published::Answered(ev) => return Ok(ev),
             Published::Closed => return Err(shut_down()),
             Published::Accepted => (true, String::new()),
             Published::NotAccepted(why) => (false, why),
         };
-        match tokio::time::timeout_at(deadline, &mut rx).await {
-            Ok(Ok(ev)) => Ok(ev),
-            Ok(Err(_)) => Err(shut_down()),
-            Err(_) if accepted => Err(NwcError::Timeout {
-                method: method.to_owned(),
-            }),
-            Err(_) => Err(NwcError::Relay(format!(
-                "no relay accepted the {method} request: {failure}"
-            ))),
+        // An accepted request can still be lost (see `may_send_again`): while no answer has
+        // come, send the same event again at growing intervals.
+        let mut pause = REASK_FIRST;
+        loop {
+            let next = if may_send_again(method) {
+                (Instant::now() + pause).min(deadline)
+            } else {
+                deadline
+            };
+            match tokio::time::timeout_at(next, &mut rx).await {
+                Ok(Ok(ev)) => return Ok(ev),
+                Ok(Err(_)) => return Err(shut_down()),
+                Err(_) if Instant::now() < deadline => {}
+                Err(_) if accepted => {
+                    return Err(NwcError::Timeout {
+                        method: method.to_owned(),
+                    });
+                }
+                Err(_) => {
+                    return Err(NwcError::Relay(format!(
+                        "no relay accepted the {method} request: {failure}"
+                    )));
+                }
+            }
+            tracing::debug!(id = %ev.id, %method, "nwc: no answer yet; sending the request again");
+            if !self.listening.wait_live(deadline).await {
+                continue;
+            }
+            match publish(
+                &self.client,
+                ev,
+                &mut rx,
+                deadline,
+                self.opts.retry_interval,
+                "nwc",
+            )
+            .await
+            {
+                Published::Answered(ev) => return Ok(ev),
+                Published::Closed => return Err(shut_down()),
+                Published::Accepted => accepted = true,
+                Published::NotAccepted(why) => failure = why,
+            }
+            pause = pause.saturating_mul(2).min(REASK_MAX);
         }
     }
 

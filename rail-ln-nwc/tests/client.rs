@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use nostr_relay_builder::prelude::{LocalRelay, RateLimit, RelayBuilder};
 use nostr_sdk::pool::RelayNotification;
 use nostr_sdk::{
-    Client, Event, EventBuilder, Filter, Keys, Kind, PublicKey, RelayMessage, RelayOptions,
-    RelayPoolNotification, RelayStatus, RelayUrl, SubscriptionId,
+    Client, Event, EventBuilder, EventId, Filter, Keys, Kind, PublicKey, RelayMessage,
+    RelayOptions, RelayPoolNotification, RelayStatus, RelayUrl, SubscriptionId,
 };
 use rail_ln_nwc::client::{ClientOptions, NwcClient, NwcError};
 use rail_ln_nwc::nip47::{
@@ -98,6 +98,10 @@ struct Wallet {
     client: Client,
     /// The `encryption` tag of every request received.
     seen: Arc<Mutex<Vec<Option<Option<Encryption>>>>>,
+    /// The id of every request event received.
+    ids: Arc<Mutex<Vec<EventId>>>,
+    /// The requests' subscription.
+    sub: (SubscriptionId, Filter),
 }
 
 async fn sdk_client(keys: &Keys, urls: &[RelayUrl]) -> Client {
@@ -201,9 +205,11 @@ async fn spawn_wallet(urls: &[RelayUrl], info: InfoKind, handler: Handler) -> Wa
     for u in urls {
         keep_subscribed(&client, u, id.clone(), filter.clone()).await;
     }
+    let sub = (id.clone(), filter.clone());
 
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let (k, c, s) = (keys.clone(), client.clone(), seen.clone());
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let (k, c, s, i) = (keys.clone(), client.clone(), seen.clone(), ids.clone());
     tokio::spawn(async move {
         loop {
             let event = match rx.recv().await {
@@ -216,6 +222,7 @@ async fn spawn_wallet(urls: &[RelayUrl], info: InfoKind, handler: Handler) -> Wa
             }
             let tag = wire::encryption_tag(&event);
             s.lock().unwrap().push(tag);
+            i.lock().unwrap().push(event.id);
             let enc = match tag {
                 None => Encryption::Nip04,
                 Some(Some(e)) => e,
@@ -235,7 +242,13 @@ async fn spawn_wallet(urls: &[RelayUrl], info: InfoKind, handler: Handler) -> Wa
             }
         }
     });
-    Wallet { keys, client, seen }
+    Wallet {
+        keys,
+        client,
+        seen,
+        ids,
+        sub,
+    }
 }
 
 impl Wallet {
@@ -449,6 +462,50 @@ async fn silence_is_a_timeout() {
         "{took:?}"
     );
     assert_eq!(wallet.seen().len(), 1, "the request did reach the wallet");
+    client.shutdown().await;
+    relay.shutdown();
+}
+
+/// A request the wallet service never saw — it reached the relay while the service had no
+/// subscription (a relay passes an ephemeral event only to the subscriptions it has at that
+/// instant, as in the moment after a reconnect) — is sent again as the same event, and the
+/// answer to the copy completes the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_wallet_missed_is_sent_again_as_the_same_event() {
+    let (relay, url) = start_relay().await;
+    let wallet = spawn_wallet(
+        std::slice::from_ref(&url),
+        InfoKind::Both,
+        balance_handler(5_000),
+    )
+    .await;
+    let app = Keys::generate();
+    let client = NwcClient::connect(&wallet.uri(&app, std::slice::from_ref(&url)), opts(5_000))
+        .await
+        .unwrap();
+    // The service's subscription is gone for 300 ms, as between a reconnect and its REQ.
+    let (id, filter) = wallet.sub.clone();
+    wallet.client.unsubscribe(&id).await;
+    let back = {
+        let c = wallet.client.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c.subscribe_with_id(id, filter, None).await.unwrap();
+        })
+    };
+    let t = Instant::now();
+    assert_eq!(client.get_balance().await.unwrap(), 5_000);
+    let took = t.elapsed();
+    back.await.unwrap();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "answered by the copy sent after about a second: {took:?}"
+    );
+    assert_eq!(
+        wallet.ids.lock().unwrap().len(),
+        1,
+        "the wallet got the request once: the first copy was lost, the second answered"
+    );
     client.shutdown().await;
     relay.shutdown();
 }

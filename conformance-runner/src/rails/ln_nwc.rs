@@ -469,12 +469,23 @@ impl LnHarness {
     async fn relay_restart(&self, d: &Devnet) -> Result<(), String> {
         let o = self.offer(2_500, PaymentMode::Capture).await?;
         d.restart_relay().await.map_err(|e| e.to_string())?;
-        let p = self
-            .handle
-            .payer
-            .pay(&OpId::random(), &o)
-            .await
-            .map_err(|e| format!("paying after a relay restart: {e}"))?;
+        let taken = d.service().requests_taken();
+        let p = match self.handle.payer.pay(&OpId::random(), &o).await {
+            Ok(p) => p,
+            Err(e) => {
+                // Say where the payment was lost: before the service, in it, or after it.
+                let hash = o.details["payment_hash"].as_str().unwrap_or_default();
+                let on_network = d
+                    .network()
+                    .lookup_invoice("payer", &nwc_devnet::Lookup::PaymentHash(hash.to_owned()))
+                    .map_or_else(|e| e.to_string(), |t| format!("{:?}", t.state));
+                return Err(format!(
+                    "paying after a relay restart: {e} (the wallet service took {} request(s) \
+                     meanwhile; the payer's payment on the network: {on_network})",
+                    d.service().requests_taken().saturating_sub(taken)
+                ));
+            }
+        };
         self.handle
             .receiver
             .verify(&o, &p)

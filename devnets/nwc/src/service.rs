@@ -191,6 +191,8 @@ struct Inner {
     conns: RwLock<HashMap<PublicKey, Arc<Connection>>>,
     faults: Mutex<HashMap<String, Faults>>,
     seen: Mutex<Seen>,
+    /// Requests taken (first copies of request events for a known connection).
+    taken: std::sync::atomic::AtomicU64,
 }
 
 /// The wallet service. Dropping it stops its tasks.
@@ -288,6 +290,7 @@ impl WalletService {
             conns: RwLock::new(HashMap::new()),
             faults: Mutex::new(HashMap::new()),
             seen: Mutex::new(Seen::default()),
+            taken: std::sync::atomic::AtomicU64::new(0),
         });
         let tasks = vec![
             tokio::spawn(request_loop(inner.clone(), requests)),
@@ -412,6 +415,13 @@ impl WalletService {
         tokio::time::timeout_at(deadline, self.inner.resubscribe(true))
             .await
             .map_err(|_| DevnetError::Timeout("service resubscribe".into()))?
+    }
+
+    /// How many requests the service has taken so far (each request event once, whether or
+    /// not it answers): a test that lost a request can tell whether the service ever saw it.
+    #[must_use]
+    pub fn requests_taken(&self) -> u64 {
+        self.inner.taken.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Disconnects from the relay and stops serving.
@@ -562,6 +572,8 @@ impl Inner {
             tracing::debug!(id = %ev.id, "duplicate request ignored");
             return;
         }
+        self.taken
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let faults = self.faults(&conn.wallet);
         if faults.silent {
             return;
