@@ -86,6 +86,59 @@ pub fn tab_summary(c: &TabChain) -> String {
     s
 }
 
+/// Prints `ok`/`BROKEN` for the chain `label`; whether it verified.
+fn report(label: &str, checked: Result<String, String>, anchored: bool) -> bool {
+    #[allow(clippy::print_stdout)]
+    match checked {
+        Ok(s) if anchored => println!("ok      {label}: {s}"),
+        Ok(s) => println!("ok (unanchored) {label}: {s}"),
+        Err(e) => {
+            println!("BROKEN  {label}: {e}");
+            return false;
+        }
+    }
+    true
+}
+
+/// Verifies one chain's objects (a payment's, or a tab's), its revocations included; the
+/// summary line, or why it is broken.
+fn check_lines(
+    objects: &[&str],
+    anchor: Option<&PublicKey>,
+    revocations: &[Signed<Revocation>],
+) -> Result<String, String> {
+    let tab = objects
+        .iter()
+        .find_map(|o| match stipendex::chain::claimed_kind(o).as_deref() {
+            Some("mandate" | "confirmation") | None => None,
+            Some(k) => Some(k == "tab"),
+        })
+        .unwrap_or(false);
+    if tab {
+        let mut v = TabVerifier::new(anchor).with_revocations(revocations);
+        for o in objects.iter().filter(|o| !o.is_empty()) {
+            v.push(o).map_err(|e| e.to_string())?;
+        }
+        return v
+            .finish()
+            .map(|c| tab_summary(&c))
+            .map_err(|e| e.to_string());
+    }
+    verify_chain(objects, anchor)
+        .and_then(|c| c.check_revocations(revocations).map(|()| c))
+        .map(|c| summary(&c))
+        .map_err(|e| e.to_string())
+}
+
+/// Whether `path` is a SQLite database (its first 16 bytes are SQLite's header).
+fn is_sqlite(path: &std::path::Path) -> Result<bool, CliError> {
+    use std::io::Read as _;
+    let mut head = [0u8; 16];
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| msg(format!("cannot read {}: {e}", path.display())))?;
+    Ok(f.read_exact(&mut head).is_ok() && &head == b"SQLite format 3\0")
+}
+
 /// Whether `path` holds a tab's chain: its first object past the mandate (and confirmation)
 /// is a tab.
 fn is_tab_chain(path: &std::path::Path) -> Result<bool, CliError> {
@@ -159,19 +212,33 @@ pub fn run(
         })
         .transpose()?;
     let mut broken = 0;
+    let mut count = 0;
     for path in paths {
+        // A wallet's store (`[wallet] journal = "store"`) holds all its chains.
+        if is_sqlite(path)? {
+            let chains = stipendex::wallet::SqliteJournal::read_chains(path)
+                .map_err(|e| msg(format!("{e}: give chain files, or a wallet's store")))?;
+            for (name, objects) in &chains {
+                count += 1;
+                let label = format!("{}#{name}", path.display());
+                let lines: Vec<&str> = objects.iter().map(|o| o.trim()).collect();
+                if !report(
+                    &label,
+                    check_lines(&lines, anchor.as_ref(), &revocations),
+                    anchor.is_some(),
+                ) {
+                    broken += 1;
+                }
+            }
+            continue;
+        }
+        count += 1;
         // A tab's chain can hold millions of vouchers: it is verified as it is read.
         if is_tab_chain(path)? {
-            #[allow(clippy::print_stdout)]
-            match verify_tab_file(path, anchor.as_ref(), &revocations) {
-                Ok(c) if anchor.is_some() => {
-                    println!("ok      {}: {}", path.display(), tab_summary(&c));
-                }
-                Ok(c) => println!("ok (unanchored) {}: {}", path.display(), tab_summary(&c)),
-                Err(e) => {
-                    broken += 1;
-                    println!("BROKEN  {}: {e}", path.display());
-                }
+            let checked =
+                verify_tab_file(path, anchor.as_ref(), &revocations).map(|c| tab_summary(&c));
+            if !report(&path.display().to_string(), checked, anchor.is_some()) {
+                broken += 1;
             }
             continue;
         }
@@ -181,27 +248,14 @@ pub fn run(
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect();
-        let checked = match verify_chain(&objects, anchor.as_ref()) {
-            Ok(c) => match c.check_revocations(&revocations) {
-                Ok(()) => Ok(c),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        #[allow(clippy::print_stdout)]
-        match checked {
-            Ok(c) if anchor.is_some() => println!("ok      {}: {}", path.display(), summary(&c)),
-            Ok(c) => println!("ok (unanchored) {}: {}", path.display(), summary(&c)),
-            Err(e) => {
-                broken += 1;
-                println!("BROKEN  {}: {e}", path.display());
-            }
+        let checked = check_lines(&objects, anchor.as_ref(), &revocations);
+        if !report(&path.display().to_string(), checked, anchor.is_some()) {
+            broken += 1;
         }
     }
     if broken > 0 {
         return Err(msg(format!(
-            "{broken} of {} chains are broken (see above)",
-            paths.len()
+            "{broken} of {count} chains are broken (see above)"
         )));
     }
     Ok(ExitCode::SUCCESS)

@@ -130,26 +130,42 @@ pub(crate) async fn fixture_on(
     });
     let mandate = Signed::sign(m, &principal)?;
     let kind = stage.payer.payer.id().as_str().to_owned();
-    let store: Arc<dyn rail_core::KeyStore> = match pg {
-        None => Arc::new(
-            SqliteKeyStore::open(&dir.join("wallet.db"))
-                .await
-                .map_err(|e| msg(format!("wallet store: {e}")))?,
-        ),
+    // The wallet as `stipendex fetch` runs it from `stipendex init`'s configuration: its
+    // journal on, in its store's file (`journal = "store"`); beside a PostgreSQL store, as a
+    // configuration without `journal` has it, in a folder.
+    let (store, journal): (
+        Arc<dyn rail_core::KeyStore>,
+        Arc<dyn stipendex::wallet::Journal>,
+    ) = match pg {
+        None => {
+            let file = dir.join("wallet.db");
+            (
+                Arc::new(
+                    SqliteKeyStore::open(&file)
+                        .await
+                        .map_err(|e| msg(format!("wallet store: {e}")))?,
+                ),
+                Arc::new(stipendex::wallet::SqliteJournal::open(&file).await?),
+            )
+        }
         Some(p) => {
             let pool = rail_core::keys::sql::postgres_pool(p.url, Some(p.schema))
                 .await
                 .map_err(|e| msg(format!("wallet store: {e}")))?;
-            Arc::new(
-                rail_core::keys::sql::PgKeyStore::new(pool)
-                    .await
-                    .map_err(|e| msg(format!("wallet store: {e}")))?,
+            (
+                Arc::new(
+                    rail_core::keys::sql::PgKeyStore::new(pool)
+                        .await
+                        .map_err(|e| msg(format!("wallet store: {e}")))?,
+                ),
+                Arc::new(stipendex::wallet::DirJournal::new(dir.join("chains"))?),
             )
         }
     };
     let wallet = Wallet::builder(wallet_key, mandate)
         .rail(&kind, stage.payer.clone())
         .store(store)
+        .journal(journal)
         .build()?;
     let shop = Receiver::builder("bench-shop", shop_key.clone())
         .origin(&base)

@@ -8,7 +8,7 @@
 //!     wallet.key         its Ed25519 secret key (owner-only)
 //!     mandate.jws        the principal's signed mandate: 1.00 per call, 5.00 a day, a human
 //!                        above 0.50, 30 days, the receiver pinned by key and origin
-//!     wallet.toml        principal pinned, journal on (chains/), store wallet.db
+//!     wallet.toml        principal pinned, store wallet.db (its journal inside)
 //!   gateway/             the seller's side
 //!     receiver.key       the receiver's Ed25519 secret key (owner-only)
 //!     gateway.toml       GET /api/* at 0.01 USD in front of the upstream, the rest free
@@ -248,7 +248,7 @@ fn wallet_toml(principal: &SecretKey, payer: AccountId) -> String {
 key_file = "wallet.key"          # the wallet's Ed25519 secret key: it signs Proofs
 mandate = "mandate.jws"          # the principal's signed mandate: limits, the receiver it may pay
 principal = "{principal}"   # only mandates this key signed are obeyed
-journal = "chains"               # one audit chain per payment (`stipendex verify-chain`)
+journal = "store"                # one audit chain per payment, in wallet.db (`stipendex verify-chain wallet.db`)
 confirm = "refuse"               # above the mandate's threshold: "refuse", or "terminal" to ask
 
 [store]

@@ -72,7 +72,8 @@ enum Command {
     /// limit refusal, one human confirmation; then verifies the saved audit chains.
     Demo(demo::Args),
     /// Verifies audit chains offline (each FILE holds one payment's objects, one compact JWS
-    /// per line) and names the first broken link.
+    /// per line, or is a wallet's SQLite store holding its chains) and names the first broken
+    /// link.
     VerifyChain {
         /// The principal's public key the mandates must be signed by (`ed25519:…`): the
         /// trust anchor.
@@ -90,7 +91,8 @@ enum Command {
         /// a Proof made at or after its mandate's revocation breaks the chain.
         #[arg(long = "revocation")]
         revocations: Vec<PathBuf>,
-        /// Chain files (`<dir>/chains/*.jws` of a wallet's journal).
+        /// Chain files (`<dir>/chains/*.jws` of a wallet's journal folder), or a wallet's store
+        /// (`wallet.db` of `journal = "store"`): every chain in it.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },

@@ -6,7 +6,9 @@
 //! key_file = "keys/wallet.key"   # or key_env = "STIPENDEX_WALLET_KEY" (64 hex digits)
 //! mandate = "mandate.jws"        # signed by the principal (`stipendex mandate sign`)
 //! principal = "ed25519:…"        # required: the key whose mandates this wallet obeys
-//! journal = "chains"             # the default; `journal = false` keeps no audit trail
+//! journal = "store"              # chains in the [store]'s SQLite file (what `stipendex init`
+//!                                # writes); a folder ("chains", the default when unset), or
+//!                                # `false`: no audit trail
 //! confirm = "refuse"             # or "terminal": ask on the terminal above the threshold
 //!
 //! [store]
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use stipendex::Registry;
 use stipendex::envelope::{Mandate, PublicKey, Revocation, Signed};
-use stipendex::wallet::{Confirmer, DirJournal, Refuse, Terminal, Wallet};
+use stipendex::wallet::{Confirmer, DirJournal, Refuse, SqliteJournal, Terminal, Wallet};
 
 use crate::{CliError, files, msg};
 
@@ -40,12 +42,26 @@ enum Confirm {
     Terminal,
 }
 
-/// `[wallet] journal`: a folder, `true` (the default folder), or `false` (no audit trail).
+/// `[wallet] journal`: `"store"` (the `[store]`'s SQLite file), a folder, `true` (the default
+/// folder), or `false` (no audit trail).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum JournalKey {
     On(bool),
     Dir(PathBuf),
+}
+
+/// The value of `[wallet] journal` that keeps the chains in the store (a folder of that name is
+/// written `"./store"`).
+pub(crate) const IN_STORE: &str = "store";
+
+/// Where a wallet's journal is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum JournalAt {
+    /// Chain files in a folder.
+    Dir(PathBuf),
+    /// Tables of the store's SQLite file.
+    Store(PathBuf),
 }
 
 #[derive(Debug, Deserialize)]
@@ -72,8 +88,8 @@ pub(crate) const DEFAULT_JOURNAL: &str = "chains";
 pub(crate) struct Loaded {
     /// The wallet.
     pub(crate) wallet: Wallet,
-    /// Its journal's folder; `None` when the configuration turned the journal off.
-    pub(crate) journal: Option<PathBuf>,
+    /// Its journal; `None` when the configuration turned the journal off.
+    pub(crate) journal: Option<JournalAt>,
 }
 
 impl Loaded {
@@ -176,17 +192,28 @@ pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
         Confirm::Terminal => Arc::new(Terminal),
     };
     let journal = match w.journal {
-        None | Some(JournalKey::On(true)) => Some(at(Path::new(DEFAULT_JOURNAL))),
+        None | Some(JournalKey::On(true)) => Some(JournalAt::Dir(at(Path::new(DEFAULT_JOURNAL)))),
         Some(JournalKey::On(false)) => None,
-        Some(JournalKey::Dir(d)) => Some(at(&d)),
+        Some(JournalKey::Dir(d)) if d.as_os_str() == IN_STORE => {
+            let file = registry.store_file().ok_or_else(|| {
+                msg(format!(
+                    "{}: [wallet] journal = \"store\" keeps the chains in the [store]'s SQLite file, and this [store] is not one: use url = \"sqlite://wallet.db\", or journal = \"chains\" (a folder)",
+                    path.display()
+                ))
+            })?;
+            Some(JournalAt::Store(file.to_path_buf()))
+        }
+        Some(JournalKey::Dir(d)) => Some(JournalAt::Dir(at(&d))),
     };
     let mut b = Wallet::builder(key, mandate.clone())
         .registry(&registry)
         .store(store.clone())
         .confirmer(confirmer)
         .principal(principal);
-    if let Some(j) = &journal {
-        b = b.journal(Arc::new(DirJournal::new(j)?));
+    match &journal {
+        Some(JournalAt::Dir(d)) => b = b.journal(Arc::new(DirJournal::new(d)?)),
+        Some(JournalAt::Store(f)) => b = b.journal(Arc::new(SqliteJournal::open(f).await?)),
+        None => {}
     }
     let wallet = b.build()?;
     // A revocation kept beside the mandate is honoured whichever store is open.

@@ -152,29 +152,28 @@ fn the_readmes_three_commands_make_a_paid_call_with_a_receipt_and_a_verified_cha
     assert!(said.contains("paid 0.01 USD"), "{said}");
     assert!(said.contains("receipt r_"), "{said}");
 
-    // The chain it left verifies under the principal init printed.
-    let wallet_dir = std::fs::read_dir(dir)
+    // The chain it left, in the wallet's store, verifies under the principal init printed.
+    let store = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.join("wallet/chains").is_dir())
-        .expect("a wallet journal")
-        .join("wallet");
-    let chains: Vec<String> = std::fs::read_dir(wallet_dir.join("chains"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jws"))
-        .map(|p| p.display().to_string())
-        .collect();
-    assert_eq!(chains.len(), 1, "{chains:?}");
-    let mut verify = vec![
+        .find(|p| p.join("wallet/wallet.db").is_file())
+        .expect("a wallet store")
+        .join("wallet/wallet.db");
+    let verify = vec![
         "verify-chain".to_owned(),
         "--principal-pubkey".into(),
         principal,
+        store.display().to_string(),
     ];
-    verify.extend(chains);
     let out = run(dir, &verify);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).starts_with("ok "), "{}", text(&out));
+    assert_eq!(
+        text(&out).lines().filter(|l| l.starts_with("ok ")).count(),
+        1,
+        "one payment, one chain: {}",
+        text(&out)
+    );
     assert!(text(&out).contains("receipt r_"), "{}", text(&out));
 
     // The money moved on the local ledger: 10.00 funded, 0.01 paid.

@@ -699,8 +699,41 @@ impl stipendex::rail_core::Payer for HangsFirst {
 /// fresh Quote it is offered beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_left_by_a_process_that_ended_is_taken_over_at_once() {
-    let w = world().await;
     let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().to_path_buf();
+    taken_over_at_once(move || {
+        let at = at.clone();
+        async move {
+            Arc::new(stipendex::wallet::DirJournal::new(&at).unwrap())
+                as Arc<dyn stipendex::wallet::Journal>
+        }
+    })
+    .await;
+}
+
+/// The same, with the journal in the wallet's SQLite store (`journal = "store"`): its holder
+/// lock beside the file is released with the "process" (its journal dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_left_by_a_process_that_ended_is_taken_over_at_once_with_the_journal_in_the_store()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wallet.db");
+    taken_over_at_once(move || {
+        let file = file.clone();
+        async move {
+            Arc::new(stipendex::wallet::SqliteJournal::open(&file).await.unwrap())
+                as Arc<dyn stipendex::wallet::Journal>
+        }
+    })
+    .await;
+}
+
+async fn taken_over_at_once<F, Fut>(journal: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Arc<dyn stipendex::wallet::Journal>>,
+{
+    let w = world().await;
     let receiver = w.receiver_with("search", &w.receiver_key);
     let house = w.registry.payer("house").unwrap().clone();
     let mandate = w.mandate(|m| common::pin(m, "https://search.example"));
@@ -708,7 +741,8 @@ async fn a_payment_left_by_a_process_that_ended_is_taken_over_at_once() {
         inner: house.payer.clone(),
         hung: std::sync::atomic::AtomicBool::new(false),
     });
-    let wallet_in = |payer: Arc<dyn stipendex::rail_core::Payer>| {
+    let wallet_in = |payer: Arc<dyn stipendex::rail_core::Payer>,
+                     journal: Arc<dyn stipendex::wallet::Journal>| {
         stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate.clone())
             .rail(
                 "house",
@@ -718,9 +752,7 @@ async fn a_payment_left_by_a_process_that_ended_is_taken_over_at_once() {
                 },
             )
             .store(w.store.clone())
-            .journal(Arc::new(
-                stipendex::wallet::DirJournal::new(dir.path()).unwrap(),
-            ))
+            .journal(journal)
             .clock(Arc::new(w.clock.clone()))
             .build()
             .unwrap()
@@ -735,26 +767,24 @@ async fn a_payment_left_by_a_process_that_ended_is_taken_over_at_once() {
     let before = w.balance(w.agent).await.0;
     // "Process" A: its rail hangs; it is stopped mid-payment (its journal and lock dropped).
     let first = quote(&receiver, &req).await;
-    let a = wallet_in(hanging.clone());
+    let a_journal = journal().await;
+    let a = wallet_in(hanging.clone(), a_journal.clone());
     let (q, s) = (first.clone(), sent.clone());
     let task = tokio::spawn(async move {
         let _ = a.pay_sent(&q, &s, &stipendex::wallet::Refuse).await;
     });
     for _ in 0..100 {
-        if std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "pending"))
-        {
+        if !a_journal.pending().await.unwrap().is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     task.abort();
     let _ = task.await;
+    drop(a_journal);
     // "Process" B, at once: the same request, a fresh Quote. A's payment is taken over (its
     // lease of 60 s notwithstanding) and paid once; the fresh Quote is not paid.
-    let b = wallet_in(hanging);
+    let b = wallet_in(hanging, journal().await);
     let fresh = quote(&receiver, &req).await;
     let started = std::time::Instant::now();
     let paid = b

@@ -117,7 +117,7 @@ mod stripe;
 mod x402;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rail_core::{
@@ -268,6 +268,7 @@ impl Ctx<'_> {
 pub struct Registry {
     rails: BTreeMap<String, Entry>,
     store: Option<Arc<dyn KeyStore>>,
+    store_file: Option<PathBuf>,
 }
 
 impl Registry {
@@ -340,7 +341,7 @@ impl Registry {
         for (name, table) in &file.rails {
             kinds.push(kind_of(name, table)?);
         }
-        let store = open_store(file.store.as_ref(), env, base).await?;
+        let (store, store_file) = open_store(file.store.as_ref(), env, base).await?;
         let mut rails = BTreeMap::new();
         for ((name, table), kind) in file.rails.iter().zip(kinds) {
             let ctx = Ctx {
@@ -375,7 +376,11 @@ impl Registry {
                 },
             );
         }
-        Ok(Registry { rails, store })
+        Ok(Registry {
+            rails,
+            store,
+            store_file,
+        })
     }
 
     /// The `[store]`, opened once and shared by every rail that keeps records (and by a wallet
@@ -383,6 +388,13 @@ impl Registry {
     #[must_use]
     pub fn store(&self) -> Option<&Arc<dyn KeyStore>> {
         self.store.as_ref()
+    }
+
+    /// The file of the `[store]` when it is a SQLite one (`sqlite://PATH`, a relative path
+    /// read beside the configuration): other tables of the process's own (a wallet's journal)
+    /// can live in it and share its commits.
+    pub fn store_file(&self) -> Option<&Path> {
+        self.store_file.as_deref()
     }
 
     /// Every configured rail, by name.
@@ -651,14 +663,14 @@ fn dependencies_of_rail(
 }
 
 /// The `[store]`, if the file has one (a receiver whose rail verifies at a facilitator needs
-/// none).
+/// none), and its file when it is a SQLite one.
 async fn open_store(
     section: Option<&config::StoreSection>,
     env: &dyn Env,
     base: Option<&Path>,
-) -> Result<Option<Arc<dyn KeyStore>>, Error> {
+) -> Result<(Option<Arc<dyn KeyStore>>, Option<PathBuf>), Error> {
     let Some(section) = section else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let url = config::located(
         config::url(env, "store", section.url.as_ref(), section.url_env.as_ref())?,
@@ -668,9 +680,13 @@ async fn open_store(
     if let Some(driver) = store.feature().filter(|_| !store.compiled()) {
         return Err(config::driver_missing("store", driver));
     }
+    let file = match store {
+        rail_core::keys::StoreUrl::Sqlite(p) => Some(p.to_path_buf()),
+        _ => None,
+    };
     rail_core::keys::open_at(store, None)
         .await
-        .map(Some)
+        .map(|s| (Some(s), file))
         .map_err(|source| Error::Rail {
             name: "store".into(),
             source,

@@ -57,7 +57,9 @@ pub use confirm::{
     printable,
 };
 pub use demand::{Demand, Reply, Settlement, VoucherReply};
-pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, chain_name};
+#[cfg(feature = "sqlite")]
+pub use journal::SqliteJournal;
+pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, Then, chain_name};
 pub use offer::OfferPaid;
 pub use revocation::{Revocations, revoke};
 pub use tab::{OpenTabs, TabHold, TabVoucher};
@@ -1179,26 +1181,27 @@ impl Wallet {
         let chain = chain_name(&q.receiver.id, &q.id);
         let objects =
             self.chain_objects(paid.confirmation.as_ref(), &[quote.jws(), paid.proof.jws()]);
-        for jws in objects {
-            if let Err(e) = me.journal.record(&chain, jws).await {
-                tracing::error!(chain = %chain, error = %e, "could not journal a payment's object; it stays pending");
-                return;
-            }
-        }
         // Paid for a request sent over a transport: kept with its Proof until the request's
         // answer comes back, so that the same request asked again presents this Proof.
-        let ended = match me.journal.pending_of(&chain).await {
+        let presenting = match me.journal.pending_of(&chain).await {
             Ok(Some(mut p)) if p.resource.is_some() => {
                 p.proof = Some(paid.proof.jws().to_owned());
                 p.unknown = true;
                 p.holder = None;
-                self.set_presenting(&chain, true);
-                me.journal.begin(&p).await
+                Some(p)
             }
-            _ => me.journal.end(&chain).await,
+            _ => None,
         };
-        if let Err(e) = ended {
-            tracing::warn!(chain = %chain, error = %e, "could not record a paid payment in the journal");
+        let then = presenting.as_ref().map_or(Then::End, Then::Pending);
+        // Presenting before its record says so: no other call takes the Proof up meanwhile.
+        if presenting.is_some() {
+            self.set_presenting(&chain, true);
+        }
+        // The chain's objects and the pending payment's new state: one step where the journal
+        // can (one commit in a store), in that order where it cannot.
+        if let Err(e) = me.journal.record_then(&chain, &objects, then).await {
+            tracing::error!(chain = %chain, error = %e, "could not journal a paid payment; it stays pending");
+            return;
         }
         tracing::info!(quote = %q.id, receiver = %q.receiver.id, rail = %paid.rail, "paid");
     }
@@ -1566,13 +1569,16 @@ impl Wallet {
         objects
     }
 
-    /// Journals `objects` in `chain`, in order; a failure is logged (`what`: whose object)
-    /// and the rest journaled still.
+    /// Journals `objects` in `chain`, in order, in one step where the journal can; a failure
+    /// is logged (`what`: whose objects).
     async fn journal_all(&self, chain: &str, objects: Vec<&str>, what: &str) {
-        for jws in objects {
-            if let Err(e) = self.0.journal.record(chain, jws).await {
-                tracing::error!(chain = %chain, error = %e, "could not journal a {what}'s object");
-            }
+        if let Err(e) = self
+            .0
+            .journal
+            .record_then(chain, &objects, Then::Keep)
+            .await
+        {
+            tracing::error!(chain = %chain, error = %e, "could not journal a {what}'s objects");
         }
     }
 
@@ -1735,10 +1741,12 @@ impl Wallet {
             }
         }
         let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
-        self.0.journal.record(&chain, receipt.jws()).await?;
-        if let Err(e) = self.answered(paid).await {
-            tracing::warn!(chain = %chain, error = %e, "could not mark a receipted payment answered");
-        }
+        // The Receipt closes the chain and answers the request: one step where the journal can.
+        self.set_presenting(&chain, false);
+        self.0
+            .journal
+            .record_then(&chain, &[receipt.jws()], Then::EndIfProof(paid.proof.jws()))
+            .await?;
         Ok(receipt)
     }
 }

@@ -1,0 +1,560 @@
+//! [`SqliteJournal`]: the chains and the pending payments as tables of the wallet's own SQLite
+//! store, so a payment's journal records join the commits of its spend records.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use rail_core::sqlite::SqliteDb;
+use rusqlite::{OptionalExtension as _, params};
+use sha2::{Digest as _, Sha256};
+
+use super::dir::{alive_in, lock_in};
+use super::{Journal, Pending, Then};
+use crate::Error;
+use crate::envelope::{Mandate, Signed};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS stipendex_chain (
+    seq    INTEGER PRIMARY KEY,
+    chain  TEXT NOT NULL,
+    digest BLOB NOT NULL,
+    jws    TEXT NOT NULL,
+    UNIQUE (chain, digest)
+);
+CREATE TABLE IF NOT EXISTS stipendex_pending (
+    chain TEXT PRIMARY KEY,
+    since INTEGER NOT NULL,
+    body  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stipendex_mandate (
+    id     TEXT PRIMARY KEY,
+    digest TEXT NOT NULL
+);
+";
+
+const INSERT: &str =
+    "INSERT OR IGNORE INTO stipendex_chain (chain, digest, jws) VALUES (?1, ?2, ?3)";
+const SET_PENDING: &str =
+    "INSERT OR REPLACE INTO stipendex_pending (chain, since, body) VALUES (?1, ?2, ?3)";
+const END: &str = "DELETE FROM stipendex_pending WHERE chain = ?1";
+const PENDING_OF: &str = "SELECT body FROM stipendex_pending WHERE chain = ?1";
+
+/// [`Then`], owned, for the writer.
+enum Step {
+    Keep,
+    Pending(i64, String),
+    End,
+    EndIfProof(String),
+}
+
+/// Keeps the chains and the pending payments in tables of a SQLite file — in practice the
+/// wallet's own store (`[wallet] journal = "store"`), whose writer it shares
+/// ([`rail_core::sqlite::SqliteDb`] runs one writer per file in a process): a payment's
+/// pending record, its chain's objects and its spend records are made durable by the same
+/// commits, where a [`super::DirJournal`] adds a file, an fsync and a rename per payment.
+///
+/// `stipendex verify-chain` reads the chains of such a file as it reads chain files.
+///
+/// The process's holder lock is a file in `<dir>/.<file name>.holders/` beside the database
+/// (the operating system releases it when the process ends, however it ends), as for a
+/// [`super::DirJournal`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), stipendex::Error> {
+/// use stipendex::wallet::{Journal, SqliteJournal};
+/// let journal = SqliteJournal::open(std::path::Path::new("wallet.db")).await?;
+/// journal.record("q_1-0a0b0c0d", "eyJ…").await?;
+/// assert_eq!(journal.chain("q_1-0a0b0c0d")?.len(), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteJournal {
+    db: SqliteDb,
+    holders: PathBuf,
+    holder: Arc<OnceLock<Option<(String, std::fs::File)>>>,
+}
+
+impl std::fmt::Debug for SqliteJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteJournal")
+            .field("path", &self.db.path())
+            .finish_non_exhaustive()
+    }
+}
+
+fn storage(e: impl std::fmt::Display) -> Error {
+    Error::Storage(format!("journal: {e}"))
+}
+
+/// A read-only connection to `path` (no WAL file is made for it where none is).
+fn read_only(path: &Path) -> Result<rusqlite::Connection, Error> {
+    rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| Error::Storage(format!("{}: {e}", path.display())))
+}
+
+fn digest(jws: &str) -> Vec<u8> {
+    Sha256::digest(jws.as_bytes()).to_vec()
+}
+
+impl SqliteJournal {
+    /// Opens (or creates) the journal's tables in the SQLite file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the file cannot be opened or its tables made.
+    pub async fn open(path: &Path) -> Result<Self, Error> {
+        Self::on(SqliteDb::open(path).map_err(storage)?).await
+    }
+
+    /// The journal's tables in `db` (made if missing).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the tables cannot be made.
+    pub async fn on(db: SqliteDb) -> Result<Self, Error> {
+        db.write(|c| c.execute_batch(SCHEMA))
+            .await
+            .map_err(storage)?;
+        let path = db.path();
+        let name = path.file_name().map_or_else(
+            || "journal".to_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let holders = path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(format!(".{name}.holders"));
+        Ok(SqliteJournal {
+            db,
+            holders,
+            holder: Arc::default(),
+        })
+    }
+
+    /// Whether the file at `path` holds a journal's tables (read only; nothing is made).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the file cannot be read as a SQLite database.
+    pub fn holds_chains(path: &Path) -> Result<bool, Error> {
+        let c = read_only(path)?;
+        c.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'stipendex_chain'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+        .map_err(storage)
+    }
+
+    /// Every chain of the journal in the file at `path`, read only (`stipendex verify-chain`
+    /// on a wallet's store): `(name, objects in order)`, chains in first-recorded order.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the file cannot be read or holds no journal.
+    pub fn read_chains(path: &Path) -> Result<Vec<(String, Vec<String>)>, Error> {
+        if !Self::holds_chains(path)? {
+            return Err(Error::Storage(format!(
+                "{} holds no wallet journal (no stipendex_chain table)",
+                path.display()
+            )));
+        }
+        let c = read_only(path)?;
+        let mut s = c
+            .prepare("SELECT chain, jws FROM stipendex_chain ORDER BY seq")
+            .map_err(storage)?;
+        let rows = s
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(storage)?;
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for row in rows {
+            let (chain, jws) = row.map_err(storage)?;
+            let i = *at.entry(chain.clone()).or_insert_with(|| {
+                out.push((chain, Vec::new()));
+                out.len() - 1
+            });
+            if let Some((_, objects)) = out.get_mut(i) {
+                objects.push(jws);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The objects of chain `chain`, in the order they were recorded.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub fn chain(&self, chain: &str) -> Result<Vec<String>, Error> {
+        self.db
+            .read(|c| {
+                let mut s = c.prepare_cached(
+                    "SELECT jws FROM stipendex_chain WHERE chain = ?1 ORDER BY seq",
+                )?;
+                let rows = s.query_map([chain], |r| r.get::<_, String>(0))?;
+                rows.collect()
+            })
+            .map_err(storage)
+    }
+
+    /// The names of the chains, in first-recorded order.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub fn names(&self) -> Result<Vec<String>, Error> {
+        self.db
+            .read(|c| {
+                let mut s = c.prepare(
+                    "SELECT chain FROM stipendex_chain GROUP BY chain ORDER BY min(seq)",
+                )?;
+                let rows = s.query_map([], |r| r.get::<_, String>(0))?;
+                rows.collect()
+            })
+            .map_err(storage)
+    }
+
+    async fn insert(&self, chain: &str, jws: &str) -> Result<(), Error> {
+        let (chain, jws) = (chain.to_owned(), jws.trim().to_owned());
+        self.db
+            .write(move |c| {
+                c.prepare_cached(INSERT)?
+                    .execute(params![chain, digest(&jws), jws])
+            })
+            .await
+            .map(|_| ())
+            .map_err(storage)
+    }
+}
+
+#[async_trait]
+impl Journal for SqliteJournal {
+    fn holder(&self) -> Option<String> {
+        self.holder
+            .get_or_init(|| lock_in(&self.holders))
+            .as_ref()
+            .map(|(path, _)| path.clone())
+    }
+
+    fn holder_alive(&self, holder: &str) -> bool {
+        self.holder().as_deref() == Some(holder) || alive_in(&self.holders, holder)
+    }
+
+    async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
+        self.insert(chain, jws).await
+    }
+
+    async fn append(&self, chain: &str, jws: &str) -> Result<(), Error> {
+        // The same statement: the unique (chain, digest) costs no lookup of the chain's rows.
+        self.insert(chain, jws).await
+    }
+
+    async fn record_then(
+        &self,
+        chain: &str,
+        objects: &[&str],
+        then: Then<'_>,
+    ) -> Result<(), Error> {
+        let chain = chain.to_owned();
+        let objects: Vec<String> = objects.iter().map(|o| o.trim().to_owned()).collect();
+        let then = match then {
+            Then::Keep => Step::Keep,
+            Then::Pending(p) => Step::Pending(
+                i64::try_from(p.since).map_err(storage)?,
+                serde_json::to_string(p).map_err(storage)?,
+            ),
+            Then::End => Step::End,
+            Then::EndIfProof(proof) => Step::EndIfProof(proof.to_owned()),
+        };
+        self.db
+            .write(move |c| {
+                let mut insert = c.prepare_cached(INSERT)?;
+                for jws in &objects {
+                    insert.execute(params![chain, digest(jws), jws])?;
+                }
+                match then {
+                    Step::Keep => {}
+                    Step::Pending(since, body) => {
+                        c.prepare_cached(SET_PENDING)?
+                            .execute(params![chain, since, body])?;
+                    }
+                    Step::End => {
+                        c.prepare_cached(END)?.execute([&chain])?;
+                    }
+                    Step::EndIfProof(proof) => {
+                        let body: Option<String> = c
+                            .prepare_cached(PENDING_OF)?
+                            .query_row([&chain], |r| r.get(0))
+                            .optional()?;
+                        let holds = body
+                            .and_then(|b| serde_json::from_str::<Pending>(&b).ok())
+                            .is_some_and(|p| p.proof.as_deref() == Some(proof.as_str()));
+                        if holds {
+                            c.prepare_cached(END)?.execute([&chain])?;
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .map_err(storage)
+    }
+
+    async fn begin(&self, pending: &Pending) -> Result<(), Error> {
+        let body = serde_json::to_string(pending).map_err(storage)?;
+        let (chain, since) = (pending.chain.clone(), pending.since);
+        let since = i64::try_from(since).map_err(storage)?;
+        self.db
+            .write(move |c| {
+                c.prepare_cached(SET_PENDING)?
+                    .execute(params![chain, since, body])
+            })
+            .await
+            .map(|_| ())
+            .map_err(storage)
+    }
+
+    async fn end(&self, chain: &str) -> Result<(), Error> {
+        let chain = chain.to_owned();
+        self.db
+            .write(move |c| c.prepare_cached(END)?.execute([chain]))
+            .await
+            .map(|_| ())
+            .map_err(storage)
+    }
+
+    async fn pending(&self) -> Result<Vec<Pending>, Error> {
+        let bodies = self
+            .db
+            .read(|c| {
+                let mut s =
+                    c.prepare_cached("SELECT body FROM stipendex_pending ORDER BY since, chain")?;
+                let rows = s.query_map([], |r| r.get::<_, String>(0))?;
+                rows.collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .map_err(storage)?;
+        bodies
+            .iter()
+            .map(|b| serde_json::from_str(b).map_err(storage))
+            .collect()
+    }
+
+    async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
+        let body = self
+            .db
+            .read(|c| {
+                c.prepare_cached(PENDING_OF)?
+                    .query_row([chain], |r| r.get::<_, String>(0))
+                    .optional()
+            })
+            .map_err(storage)?;
+        body.map(|b| serde_json::from_str(&b).map_err(storage))
+            .transpose()
+    }
+
+    async fn has_mandate(&self, mandate: &Signed<Mandate>) -> Result<Option<bool>, Error> {
+        let id = mandate.object().id.clone();
+        let found = self
+            .db
+            .read(|c| {
+                c.prepare_cached("SELECT 1 FROM stipendex_mandate WHERE id = ?1")?
+                    .query_row([&id], |_| Ok(()))
+                    .optional()
+            })
+            .map_err(storage)?;
+        Ok(Some(found.is_some()))
+    }
+
+    async fn mark_mandate(&self, mandate: &Signed<Mandate>) -> Result<(), Error> {
+        let id = mandate.object().id.clone();
+        let digest = mandate.digest().as_str().to_owned();
+        self.db
+            .write(move |c| {
+                c.prepare_cached(
+                    "INSERT OR REPLACE INTO stipendex_mandate (id, digest) VALUES (?1, ?2)",
+                )?
+                .execute(params![id, digest])
+            })
+            .await
+            .map(|_| ())
+            .map_err(storage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pending(chain: &str, since: u64) -> Pending {
+        Pending {
+            chain: chain.into(),
+            quote: format!("quote-of-{chain}"),
+            confirmation: None,
+            rail: "house".into(),
+            op: format!("op-{chain}"),
+            since,
+            resource: None,
+            unknown: false,
+            proof: None,
+            holder: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chain_keeps_each_object_once_in_the_order_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
+            .await
+            .unwrap();
+        j.record("c1", "a").await.unwrap();
+        j.record("c2", "x").await.unwrap();
+        j.record("c1", "b").await.unwrap();
+        // Recorded again after a crash: one copy, in its first place.
+        j.record("c1", "a").await.unwrap();
+        j.append("c1", "c").await.unwrap();
+        assert_eq!(j.chain("c1").unwrap(), ["a", "b", "c"]);
+        assert_eq!(j.chain("c2").unwrap(), ["x"]);
+        assert!(j.chain("none").unwrap().is_empty());
+        assert_eq!(j.names().unwrap(), ["c1", "c2"]);
+        let read = SqliteJournal::read_chains(&dir.path().join("wallet.db")).unwrap();
+        assert_eq!(
+            read,
+            [
+                (
+                    "c1".to_owned(),
+                    vec!["a".to_owned(), "b".into(), "c".into()]
+                ),
+                ("c2".to_owned(), vec!["x".to_owned()]),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn pending_payments_outlive_the_process_and_end_once_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wallet.db");
+        {
+            let j = SqliteJournal::open(&path).await.unwrap();
+            j.begin(&pending("late", 20)).await.unwrap();
+            j.begin(&pending("early", 10)).await.unwrap();
+            let mut replaced = pending("late", 20);
+            replaced.unknown = true;
+            j.begin(&replaced).await.unwrap();
+            j.record("early", "quote").await.unwrap();
+        }
+        // Every handle dropped: the file is closed, its writer gone. Opened again:
+        let j = SqliteJournal::open(&path).await.unwrap();
+        let all = j.pending().await.unwrap();
+        assert_eq!(
+            all.iter().map(|p| p.chain.as_str()).collect::<Vec<_>>(),
+            ["early", "late"],
+            "oldest first"
+        );
+        assert!(
+            j.pending_of("late").await.unwrap().unwrap().unknown,
+            "replaced"
+        );
+        assert_eq!(j.chain("early").unwrap(), ["quote"]);
+        j.end("early").await.unwrap();
+        j.end("early").await.unwrap();
+        assert_eq!(j.pending_of("early").await.unwrap(), None);
+        assert_eq!(j.pending().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn record_then_sets_or_ends_the_pending_payment_as_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
+            .await
+            .unwrap();
+        j.begin(&pending("c", 1)).await.unwrap();
+        let mut paid = pending("c", 1);
+        paid.proof = Some("proof-1".into());
+        j.record_then("c", &["m", "q", "proof-1"], Then::Pending(&paid))
+            .await
+            .unwrap();
+        assert_eq!(j.pending_of("c").await.unwrap(), Some(paid));
+        // Another request's answer does not end it; its own does.
+        j.record_then("c", &["receipt-0"], Then::EndIfProof("proof-0"))
+            .await
+            .unwrap();
+        assert!(j.pending_of("c").await.unwrap().is_some());
+        j.record_then("c", &["receipt-1"], Then::EndIfProof("proof-1"))
+            .await
+            .unwrap();
+        assert_eq!(j.pending_of("c").await.unwrap(), None);
+        assert_eq!(
+            j.chain("c").unwrap(),
+            ["m", "q", "proof-1", "receipt-0", "receipt-1"]
+        );
+        j.begin(&pending("d", 2)).await.unwrap();
+        j.record_then("d", &["x"], Then::End).await.unwrap();
+        j.record_then("d", &["y"], Then::Keep).await.unwrap();
+        assert_eq!(j.pending().await.unwrap(), []);
+        assert_eq!(j.chain("d").unwrap(), ["x", "y"]);
+    }
+
+    /// One step, one commit: a step whose last statement fails keeps none of its records.
+    #[tokio::test]
+    async fn a_step_that_fails_keeps_none_of_its_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wallet.db");
+        let j = SqliteJournal::open(&path).await.unwrap();
+        j.begin(&pending("c", 1)).await.unwrap();
+        // The pending table gone: setting the pending payment fails, after the objects.
+        rail_core::sqlite::SqliteDb::open(&path)
+            .unwrap()
+            .write(|c| c.execute_batch("DROP TABLE stipendex_pending"))
+            .await
+            .unwrap();
+        let e = j
+            .record_then("c", &["m", "q"], Then::Pending(&pending("c", 1)))
+            .await;
+        assert!(matches!(e, Err(Error::Storage(_))), "{e:?}");
+        assert!(
+            j.chain("c").unwrap().is_empty(),
+            "none of the step's objects"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_holder_is_alive_while_its_journal_is_and_not_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wallet.db");
+        let a = SqliteJournal::open(&path).await.unwrap();
+        let b = SqliteJournal::open(&path).await.unwrap();
+        let name = a.holder().unwrap();
+        assert_ne!(b.holder().unwrap(), name, "one lock per journal");
+        assert!(b.holder_alive(&name));
+        // A path outside the journal's holders is never judged dead.
+        assert!(b.holder_alive("/tmp/elsewhere.lock"));
+        drop(a);
+        assert!(!b.holder_alive(&name), "its lock was released with it");
+    }
+
+    #[tokio::test]
+    async fn a_mandate_is_marked_and_the_file_says_it_holds_chains() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wallet.db");
+        let key = crate::envelope::SecretKey::generate();
+        let m = crate::envelope::Mandate::draft(
+            crate::envelope::Party {
+                id: "p".into(),
+                key: key.public(),
+            },
+            key.public(),
+            1,
+            60,
+        );
+        let m = Signed::sign(m, &key).unwrap();
+        let j = SqliteJournal::open(&path).await.unwrap();
+        assert_eq!(j.has_mandate(&m).await.unwrap(), Some(false));
+        j.mark_mandate(&m).await.unwrap();
+        assert_eq!(j.has_mandate(&m).await.unwrap(), Some(true));
+        assert!(SqliteJournal::holds_chains(&path).unwrap());
+        let other = dir.path().join("other.db");
+        rail_core::sqlite::SqliteDb::open(&other).unwrap();
+        assert!(!SqliteJournal::holds_chains(&other).unwrap());
+    }
+}
