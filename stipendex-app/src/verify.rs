@@ -124,10 +124,10 @@ fn check_lines(
             .map(|c| tab_summary(&c))
             .map_err(|e| e.to_string());
     }
-    verify_chain(objects, anchor)
-        .and_then(|c| c.check_revocations(revocations).map(|()| c))
-        .map(|c| summary(&c))
-        .map_err(|e| e.to_string())
+    let c = verify_chain(objects, anchor).map_err(|e| e.to_string())?;
+    c.check_revocations(revocations)
+        .map_err(|e| e.to_string())?;
+    Ok(summary(&c))
 }
 
 /// Whether `path` is a SQLite database (its first 16 bytes are SQLite's header).

@@ -90,6 +90,10 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
         text(&out)
     );
 
+    // The same chains kept in a wallet's store (`journal = "store"`): verify-chain reads
+    // every chain in the file, and names a tampered one by the file and the chain.
+    store_journal_verifies_and_names_a_tampered_chain(&tmp.path().join("wallet.db"), &files);
+
     // A flipped byte in a proof's signature: exit 1, the proof named as the broken link.
     let victim = &files[0];
     let lines: Vec<String> = std::fs::read_to_string(victim)
@@ -119,6 +123,85 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
         "{t}"
     );
     assert!(t.contains("stipendex: 1 of 1 chains are broken"), "{t}");
+}
+
+/// Copies the chain `files` into a wallet's store, verifies it whole, then flips a byte of one
+/// proof in it; a SQLite file without a journal is refused with a sentence.
+fn store_journal_verifies_and_names_a_tampered_chain(db: &Path, files: &[String]) {
+    use stipendex::wallet::{Journal as _, SqliteJournal, Then};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let j = SqliteJournal::open(db).await.unwrap();
+        for f in files {
+            let name = Path::new(f)
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(f).unwrap();
+            let objects: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            j.record_then(&name, &objects, Then::Keep).await.unwrap();
+        }
+    });
+    let db_arg = db.display().to_string();
+    let out = stipendex(&["verify-chain", "--unanchored", &db_arg]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert_eq!(t.matches("ok (unanchored)").count(), files.len(), "{t}");
+    assert!(
+        t.contains(&format!("{db_arg}#")),
+        "each chain named in its file: {t}"
+    );
+
+    // Tamper with a proof's signature in the file, as someone with write access to it would.
+    let c = rusqlite::Connection::open(db).unwrap();
+    let proof: (i64, String) = {
+        let mut rows = c
+            .prepare("SELECT seq, jws FROM stipendex_chain ORDER BY seq")
+            .unwrap();
+        let all: Vec<(i64, String)> = rows
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        all.into_iter()
+            .find(|(_, j)| base64_decode(j.split('.').nth(1).unwrap()).contains("\"proof/0.1\""))
+            .expect("a proof in the store")
+    };
+    let mut bytes = proof.1.into_bytes();
+    let n = bytes.len() - 4;
+    bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
+    c.execute(
+        "UPDATE stipendex_chain SET jws = ?1 WHERE seq = ?2",
+        rusqlite::params![String::from_utf8(bytes).unwrap(), proof.0],
+    )
+    .unwrap();
+    drop(c);
+    let out = stipendex(&["verify-chain", "--unanchored", &db_arg]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("BROKEN") && t.contains("broken chain at the proof"),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "stipendex: 1 of {} chains are broken",
+            files.len()
+        )),
+        "{t}"
+    );
+
+    // A SQLite file that holds no journal: a sentence, not a crash or an empty success.
+    let other = db.with_file_name("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x INTEGER)")
+        .unwrap();
+    let out = stipendex(&["verify-chain", "--unanchored", &other.display().to_string()]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("holds no wallet journal"), "{t}");
 }
 
 fn base64_decode(s: &str) -> String {

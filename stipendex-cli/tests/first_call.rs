@@ -153,12 +153,13 @@ fn the_readmes_three_commands_make_a_paid_call_with_a_receipt_and_a_verified_cha
     assert!(said.contains("receipt r_"), "{said}");
 
     // The chain it left, in the wallet's store, verifies under the principal init printed.
-    let store = std::fs::read_dir(dir)
+    let wallet_dir = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.join("wallet/wallet.db").is_file())
         .expect("a wallet store")
-        .join("wallet/wallet.db");
+        .join("wallet");
+    let store = wallet_dir.join("wallet.db");
     let verify = vec![
         "verify-chain".to_owned(),
         "--principal-pubkey".into(),
