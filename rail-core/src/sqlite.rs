@@ -77,6 +77,25 @@ struct Inner {
     pragmas: Vec<(&'static str, &'static str)>,
     jobs: mpsc::Sender<Job>,
     readers: Mutex<Vec<Connection>>,
+    counts: Arc<Counts>,
+}
+
+/// What the writer has done, counted as it goes.
+#[derive(Debug, Default)]
+struct Counts {
+    writes: std::sync::atomic::AtomicU64,
+    commits: std::sync::atomic::AtomicU64,
+}
+
+/// How much a file's writer has done since it started ([`SqliteDb::stats`]): a bench divides
+/// the difference over a phase by the calls it made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Writes in committed batches (each a caller's `write`, one that failed on its own
+    /// included).
+    pub writes: u64,
+    /// Transactions committed (each one fsync of the WAL).
+    pub commits: u64,
 }
 
 impl std::fmt::Debug for SqliteDb {
@@ -164,18 +183,42 @@ impl SqliteDb {
             return Ok(SqliteDb { inner });
         }
         let (tx, rx) = mpsc::channel::<Job>();
+        let counts = Arc::new(Counts::default());
+        let counted = counts.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || write_loop(&writer, &rx))
+            .spawn(move || write_loop(&writer, &rx, &counted))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
         let inner = Arc::new(Inner {
             path: key.clone(),
             pragmas,
             jobs: tx,
             readers: Mutex::new(Vec::new()),
+            counts,
         });
         open.insert(key, Arc::downgrade(&inner));
         Ok(SqliteDb { inner })
+    }
+
+    /// The writer this process runs on the file at `path`, if it has one (nothing is opened).
+    #[must_use]
+    pub fn open_here(path: &Path) -> Option<SqliteDb> {
+        let key = std::fs::canonicalize(path).ok()?;
+        lock(&OPEN)
+            .get(&key)
+            .and_then(std::sync::Weak::upgrade)
+            .map(|inner| SqliteDb { inner })
+    }
+
+    /// What this file's writer has done since it started (every opener of the file in this
+    /// process shares it).
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        use std::sync::atomic::Ordering::Relaxed;
+        Stats {
+            writes: self.inner.counts.writes.load(Relaxed),
+            commits: self.inner.counts.commits.load(Relaxed),
+        }
     }
 
     /// The file's path.
@@ -273,7 +316,7 @@ impl SqliteDb {
 
 /// The writer thread: takes what is queued (at least one write, waiting for it), runs each in a
 /// savepoint of one transaction, commits, answers each. Ends when every sender is gone.
-fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>) {
+fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>, counts: &Counts) {
     let mut batch: Vec<Job> = Vec::new();
     while let Ok(first) = jobs.recv() {
         batch.push(first);
@@ -283,7 +326,15 @@ fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        run_batch(c, &mut batch);
+        let n = batch.len() as u64;
+        if run_batch(c, &mut batch) {
+            counts
+                .writes
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            counts
+                .commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -292,7 +343,8 @@ const SAVEPOINT: &str = "SAVEPOINT sqlitedb_write";
 const RELEASE: &str = "RELEASE sqlitedb_write";
 const ROLLBACK_TO: &str = "ROLLBACK TO sqlitedb_write";
 
-fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
+/// Runs `batch` as one transaction; whether it committed.
+fn run_batch(c: &Connection, batch: &mut Vec<Job>) -> bool {
     // A transaction left open (a rollback that failed) would make BEGIN fail for good.
     if !c.is_autocommit()
         && let Err(e) = exec(c, "ROLLBACK")
@@ -302,14 +354,14 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
     if let Err(e) = exec(c, "BEGIN IMMEDIATE") {
         tracing::warn!(error = %e, "SQLite writer: cannot begin a transaction");
         refuse(batch.drain(..), &e);
-        return;
+        return false;
     }
     let mut delivers: Vec<Deliver> = Vec::with_capacity(batch.len());
     let mut jobs = batch.drain(..);
     while let Some(job) = jobs.next() {
         if let Err(e) = exec(c, SAVEPOINT) {
             abandon(c, delivers, job, jobs, &e);
-            return;
+            return false;
         }
         // A write that panics is a failed write: its savepoint is rolled back, its caller
         // answered (its answer channel dropped), and the writer goes on.
@@ -335,7 +387,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
         let lost = c.is_autocommit();
         if let Err(e) = end {
             abandon_all(c, delivers, jobs, &e);
-            return;
+            return false;
         }
         if lost {
             let e = rusqlite::Error::SqliteFailure(
@@ -343,7 +395,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
                 Some("the batch's transaction ended under a write".into()),
             );
             abandon_all(c, delivers, jobs, &e);
-            return;
+            return false;
         }
     }
     drop(jobs);
@@ -352,6 +404,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
             for d in delivers {
                 d(Ok(()));
             }
+            true
         }
         Err(e) => {
             // SQLite may keep the transaction open after a failed COMMIT (a deferred
@@ -360,6 +413,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>) {
             for d in delivers {
                 d(Err(&e));
             }
+            false
         }
     }
 }
@@ -431,6 +485,37 @@ mod tests {
     fn count(db: &SqliteDb) -> i64 {
         db.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
             .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stats_count_writes_and_the_commits_they_shared() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDb::open(&dir.path().join("s.db")).unwrap();
+        db.write(|c| c.execute_batch("CREATE TABLE t (x INTEGER)"))
+            .await
+            .unwrap();
+        let before = db.stats();
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let db = db.clone();
+            tasks.push(tokio::spawn(async move {
+                db.write(move |c| c.execute("INSERT INTO t VALUES (?1)", [i]))
+                    .await
+                    .unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let after = db.stats();
+        assert_eq!(after.writes - before.writes, 64);
+        let commits = after.commits - before.commits;
+        assert!((1..=64).contains(&commits), "{commits}");
+        // Every opener of the file shares the writer, and so its counts.
+        assert_eq!(
+            SqliteDb::open(&dir.path().join("s.db")).unwrap().stats(),
+            after
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

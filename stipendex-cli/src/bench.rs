@@ -223,6 +223,7 @@ async fn http(
     // measures.
     let u = url.clone();
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let files = crate::bench_common::StoreCounts::start(dir);
     let (ok, bad, mut lat) = load(args.concurrency, args.seconds, move |_| {
         let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (c, u) = (client.clone(), format!("{u}-{n}"));
@@ -236,6 +237,7 @@ async fn http(
         "paid (quote, pay, receipt): {:>8.0} /s   p50 {p50:>6.2} ms   p99 {p99:>6.2} ms   ({ok} ok, {bad} errors)",
         ok as f64 / args.seconds as f64
     );
+    files.print(ok);
 
     // 3. The wallet's pay above the bare rail call, one at a time.
     let req = Request::new("GET", "/api/search");

@@ -179,3 +179,62 @@ pub(crate) async fn fixture_on(
         shop_key,
     })
 }
+
+/// The SQLite files of a bench's folder that this process writes through
+/// [`rail_core::sqlite::SqliteDb`], and their writers' counts at the start of a phase.
+pub(crate) struct StoreCounts(
+    Vec<(
+        String,
+        rail_core::sqlite::SqliteDb,
+        rail_core::sqlite::Stats,
+    )>,
+);
+
+impl StoreCounts {
+    /// The counts now, for every `*.db` file of `dir` this process has a writer on.
+    pub(crate) fn start(dir: &std::path::Path) -> Self {
+        let mut v = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.extension().is_some_and(|x| x == "db")
+                    && let Some(db) = rail_core::sqlite::SqliteDb::open_here(&path)
+                {
+                    let name = path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let at = db.stats();
+                    v.push((name, db, at));
+                }
+            }
+        }
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        StoreCounts(v)
+    }
+
+    /// Prints each file's writes and commits per call over `calls` calls since
+    /// [`StoreCounts::start`].
+    pub(crate) fn print(&self, calls: usize) {
+        if self.0.is_empty() || calls == 0 {
+            return;
+        }
+        let per = |n: u64| n as f64 / calls as f64;
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(name, db, at)| {
+                let now = db.stats();
+                format!(
+                    "{name} {:.2} writes, {:.2} commits",
+                    per(now.writes - at.writes),
+                    per(now.commits - at.commits)
+                )
+            })
+            .collect();
+        #[allow(clippy::print_stdout)]
+        {
+            println!("  per paid call:            {}", parts.join("; "));
+        }
+    }
+}
