@@ -812,7 +812,11 @@ impl Wallet {
                     let paid = claim
                         .keep_alive(Box::pin(self.pay_at(quote, Some(sent), confirmer)))
                         .await;
-                    release(claim).await;
+                    // The payment is journaled (pending with its Proof, presented by this
+                    // call) or refused: the claim has done its work. Let it go beside the
+                    // request rather than before it (a commit less to wait for); lost, it
+                    // lapses, and a claim of a process that ended is taken over at once.
+                    tokio::spawn(release(claim));
                     return paid;
                 }
                 Ok(SameRequest::Idle(p)) => {
