@@ -24,7 +24,7 @@ use rail_core::{Charge, Money, OpId};
 use stipendex::http::{Binding, Client};
 use stipendex::receiver::{Gate, PricedCapability, Request};
 
-use crate::bench_common::{Fixture, fixture_on, load, percentiles};
+use crate::bench_common::{Fixture, JournalAt, fixture_on, load, percentiles};
 use crate::{CliError, msg};
 
 /// What to measure.
@@ -59,6 +59,11 @@ pub(crate) struct Args {
     /// Where the databases go (default: a temporary directory, removed).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Where `http`'s wallet keeps its journal: `default` (in its SQLite store, as
+    /// `stipendex init` configures it; in a folder beside a PostgreSQL store), `folder` or
+    /// `off`.
+    #[arg(long, value_enum, default_value_t = JournalAt::Default)]
+    journal: JournalAt,
     /// Where `http` keeps the ledger and every store.
     #[command(flatten)]
     store: StoreArgs,
@@ -182,7 +187,7 @@ async fn http(
         wallet,
         shop,
         ..
-    } = fixture_on(dir, pg).await?;
+    } = fixture_on(dir, pg, args.journal).await?;
     let usd = |s: &str| Money::parse(stipendex::Asset::usd(), s).map_err(|e| msg(e.to_string()));
     let receiver = shop
         .price(PricedCapability::fixed("GET", "/api/search", usd("0.01")?))
@@ -195,8 +200,15 @@ async fn http(
     let http = stipendex::http::reqwest_client(Duration::from_secs(30))?;
     let url = format!("{base}/api/search?q=bench");
     println!(
-        "stipendex bench: {}, HTTP on 127.0.0.1, {} clients, {} s per phase",
-        stage.label, args.concurrency, args.seconds
+        "stipendex bench: {}, HTTP on 127.0.0.1, {} clients, {} s per phase, the wallet's journal {}",
+        stage.label,
+        args.concurrency,
+        args.seconds,
+        match (args.journal, pg) {
+            (JournalAt::Default, None) => "in its store",
+            (JournalAt::Default, Some(_)) | (JournalAt::Folder, _) => "in a folder",
+            (JournalAt::Off, _) => "off",
+        }
     );
 
     // 1. Unpaid 402s.

@@ -81,13 +81,28 @@ pub(crate) struct Fixture {
 
 /// The [`Fixture`], its databases in `dir`.
 pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> {
-    fixture_on(dir, None).await
+    fixture_on(dir, None, JournalAt::Default).await
 }
 
-/// The [`Fixture`], its databases in `dir` or in PostgreSQL schema `pg`.
+/// Where the bench's wallet keeps its journal (`stipendex bench --journal`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum JournalAt {
+    /// As `stipendex init` configures it: in the wallet's SQLite store; beside a PostgreSQL
+    /// store, in a folder.
+    #[default]
+    Default,
+    /// In a folder of chain files (`journal = "chains"`), whatever the store.
+    Folder,
+    /// None: pending payments in memory only (`journal = false`).
+    Off,
+}
+
+/// The [`Fixture`], its databases in `dir` or in PostgreSQL schema `pg`, the wallet's journal
+/// where `journal` says.
 pub(crate) async fn fixture_on(
     dir: &std::path::Path,
     pg: Option<&stipendex_app::demo::PgSchema<'_>>,
+    journal_at: JournalAt,
 ) -> Result<Fixture, CliError> {
     let stage = stipendex_app::demo::ledger_stage(dir, 100_000_000, pg).await?;
     let (principal, wallet_key, shop_key) = (
@@ -161,6 +176,11 @@ pub(crate) async fn fixture_on(
                 Arc::new(stipendex::wallet::DirJournal::new(dir.join("chains"))?),
             )
         }
+    };
+    let journal: Arc<dyn stipendex::wallet::Journal> = match journal_at {
+        JournalAt::Default => journal,
+        JournalAt::Folder => Arc::new(stipendex::wallet::DirJournal::new(dir.join("chains"))?),
+        JournalAt::Off => Arc::new(stipendex::wallet::NoJournal::default()),
     };
     let wallet = Wallet::builder(wallet_key, mandate)
         .rail(&kind, stage.payer.clone())
