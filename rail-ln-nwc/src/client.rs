@@ -58,15 +58,20 @@ const REASK_FIRST: Duration = Duration::from_secs(1);
 /// The longest pause between two copies of one request.
 const REASK_MAX: Duration = Duration::from_secs(4);
 
-/// Whether a request may be sent again as the same event. Requests and answers are ephemeral
-/// events: a relay passes each to the subscriptions it has at that instant, so one that
-/// reaches a relay while the wallet service's subscription is being re-established after a
-/// reconnect is lost. Wallet services answer an event id once (Alby Hub records each request's
-/// id and ignores one it has seen), and a second copy of `pay_invoice` cannot pay twice (a
-/// node refuses an invoice already paid or in flight); keysend payments name no invoice, so a
-/// service that did not de-duplicate could pay them twice: those are sent once.
+/// Whether a request may be sent again as the same event while its answer has not come.
+/// Requests and answers are ephemeral events: a relay passes each to the subscriptions it has
+/// at that instant, so one that reaches a relay while the wallet service's subscription is
+/// being re-established after a reconnect is lost. NIP-47 does not say that a wallet service
+/// answers an event id once (Alby Hub does; a service that does not would run a copy again,
+/// and its answer — "already paid", "invoice exists" — could arrive before the first one's and
+/// be taken for it): only requests that read, and `make_invoice` (a second invoice is as good
+/// as the first), are sent again. A lost payment request is found by the payer's
+/// `lookup_invoice` once the request has expired ([`crate::rail::NwcPayer`]).
 fn may_send_again(method: &str) -> bool {
-    !matches!(method, "pay_keysend" | "multi_pay_keysend")
+    matches!(
+        method,
+        "get_info" | "get_balance" | "lookup_invoice" | "list_transactions" | "make_invoice"
+    )
 }
 
 /// Options of an [`NwcClient`].
@@ -564,10 +569,10 @@ impl NwcClient {
     }
 
     /// Sends `method` with `params` and returns the wallet's `result` (`Value::Null` when
-    /// absent). While no answer has come, the same request event is sent again after 1 s,
-    /// then 2 s, then every 4 s (a relay loses a request that arrives while the wallet's
-    /// subscription is being re-established; wallet services answer an event id once), except
-    /// for keysend payments, which are sent once.
+    /// absent). While no answer has come, a request that only reads (or `make_invoice`) is
+    /// sent again as the same event after 1 s, then 2 s, then every 4 s (a relay loses a
+    /// request that arrives while the wallet's subscription is being re-established); a
+    /// request that moves money is sent once.
     ///
     /// # Errors
     /// [`NwcError::Wallet`] for a wallet error (unknown codes kept), [`NwcError::Timeout`]
@@ -666,20 +671,25 @@ impl NwcClient {
             if !self.listening.wait_live(deadline).await {
                 continue;
             }
-            match publish(
-                &self.client,
-                ev,
-                &mut rx,
-                deadline,
-                self.opts.retry_interval,
-                "nwc",
-            )
-            .await
-            {
-                Published::Answered(ev) => return Ok(ev),
-                Published::Closed => return Err(shut_down()),
-                Published::Accepted => accepted = true,
-                Published::NotAccepted(why) => failure = why,
+            // One attempt per copy, raced against the answer (a slow relay's OK does not
+            // hold back an answer that has come).
+            tokio::select! {
+                r = &mut rx => return r.map_err(|_| shut_down()),
+                sent = tokio::time::timeout_at(deadline, self.client.send_event(ev)) => {
+                    match sent {
+                        Ok(Ok(out)) if !out.success.is_empty() => accepted = true,
+                        Ok(Ok(out)) => {
+                            failure = out
+                                .failed
+                                .iter()
+                                .map(|(u, why)| format!("{u}: {why}"))
+                                .collect::<Vec<_>>()
+                                .join("; ");
+                        }
+                        Ok(Err(e)) => failure = e.to_string(),
+                        Err(_) => {}
+                    }
+                }
             }
             pause = pause.saturating_mul(2).min(REASK_MAX);
         }

@@ -486,6 +486,9 @@ async fn a_request_the_wallet_missed_is_sent_again_as_the_same_event() {
     // The service's subscription is gone for 300 ms, as between a reconnect and its REQ.
     let (id, filter) = wallet.sub.clone();
     wallet.client.unsubscribe(&id).await;
+    // The CLOSE is on the wallet's own connection: let the relay take it before the request
+    // arrives on the client's.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let back = {
         let c = wallet.client.clone();
         tokio::spawn(async move {

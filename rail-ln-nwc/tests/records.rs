@@ -129,3 +129,71 @@ async fn an_earlier_payment_is_found_after_its_invoice_expired() {
         "found with its preimage after the invoice expired"
     );
 }
+
+/// A payment request the wallet never saw (lost on its way, as at a relay restart) is not
+/// sent again as it is (a copy could be answered "already paid" before the first is): once it
+/// has timed out, and expired, the payer looks the payment up, finds the wallet never saw it,
+/// and asks once more. Paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_request_the_wallet_missed_is_looked_up_and_asked_again_once() {
+    let clock = ManualClock::starting_now();
+    let shared: SharedClock = Arc::new(clock.clone());
+    let net = Devnet::start(DevnetConfig::default()).await.unwrap();
+    let agent = net
+        .create_wallet(WalletSpec::new("agent", 1_000_000))
+        .await
+        .unwrap();
+    let shop = net.create_wallet(WalletSpec::new("shop", 0)).await.unwrap();
+    let quick = ClientOptions {
+        timeout: std::time::Duration::from_secs(2),
+        ..ClientOptions::default()
+    };
+    let receiver = NwcReceiver::new(
+        Arc::new(
+            NwcClient::connect(&shop.uri, ClientOptions::default())
+                .await
+                .unwrap(),
+        ),
+        rand::random(),
+        Arc::new(MemoryKeyStore::with_clock(shared.clone())),
+        shared.clone(),
+    )
+    .await
+    .unwrap();
+    let payer = NwcPayer::new(
+        Arc::new(NwcClient::connect(&agent.uri, quick).await.unwrap()),
+        Currency::Regtest,
+        Money::from_minor(Asset::btc(), 1_000_000).unwrap(),
+        shared.clone(),
+    );
+    let offer = receiver
+        .offer(&Charge::capture(
+            Money::from_minor(Asset::btc(), 5_000).unwrap(),
+            std::time::Duration::from_secs(600),
+        ))
+        .await
+        .unwrap();
+    let before = net.balance_msat("agent").unwrap();
+    let taken = net.service().requests_taken();
+    net.set_faults(
+        "agent",
+        nwc_devnet::Faults {
+            miss_requests: 1,
+            ..nwc_devnet::Faults::default()
+        },
+    )
+    .unwrap();
+    let paid = payer.pay(&OpId::random(), &offer).await.unwrap();
+    assert_eq!(
+        before - net.balance_msat("agent").unwrap(),
+        5_000,
+        "paid once"
+    );
+    assert_eq!(
+        net.service().requests_taken() - taken,
+        2,
+        "the lookup and the second pay_invoice; the first was missed"
+    );
+    receiver.verify(&offer, &paid).await.unwrap();
+    net.shutdown().await;
+}

@@ -82,6 +82,10 @@ pub struct Faults {
     pub drop_responses: bool,
     /// Answer every request with this error code, without executing it.
     pub fail_with: Option<ErrorCode>,
+    /// Miss this many requests from now on, as when a relay loses them (a request reaching a
+    /// relay while the service's subscription is being re-established): nothing is run,
+    /// nothing answered, and the request's id is not remembered.
+    pub miss_requests: u32,
 }
 
 /// One connection (an app's access to a wallet).
@@ -560,10 +564,27 @@ impl Inner {
         ev.tags.public_keys().find_map(|pk| conns.get(pk).cloned())
     }
 
+    /// Whether the next request of `wallet` is to be missed ([`Faults::miss_requests`]), counting
+    /// it.
+    fn misses(&self, wallet: &str) -> bool {
+        let mut faults = lock(&self.faults);
+        match faults.get_mut(wallet) {
+            Some(f) if f.miss_requests > 0 => {
+                f.miss_requests -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     async fn handle_request(self: Arc<Self>, ev: Event) {
         let Some(conn) = self.connection_for(&ev) else {
             return;
         };
+        if self.misses(&conn.wallet) {
+            tracing::debug!(id = %ev.id, "request missed (fault)");
+            return;
+        }
         if ev.is_expired() {
             tracing::debug!(id = %ev.id, "expired request ignored");
             return;

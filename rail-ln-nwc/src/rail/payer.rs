@@ -171,12 +171,48 @@ impl Payer for NwcPayer {
             Err(e @ (NwcError::Timeout { .. } | NwcError::Relay(_))) => {
                 match self.client.lookup_invoice(&details.payment_hash).await {
                     Ok(tx) if tx.state == Some(TxState::Settled) => tx.preimage.unwrap_or_default(),
+                    // The wallet never saw the payment: the request was lost (a relay passes
+                    // a request only to the subscriptions it has at that instant), and it has
+                    // expired (its NIP-40 expiration is the call's timeout: it is not run
+                    // late). Asked once more, now that the relays are back.
+                    Err(NwcError::Wallet {
+                        code: ErrorCode::NotFound,
+                        ..
+                    }) => {
+                        offer.check_live(self.clock.now())?;
+                        tracing::info!(payment_hash = %details.payment_hash, "ln-nwc: the wallet never saw the payment; asking again");
+                        self.pay_again(&details).await?
+                    }
                     _ => return Err(rail_error(&e)),
                 }
             }
             Err(e) => return Err(rail_error(&e)),
         };
         self.paid(offer, &details, &paid)
+    }
+}
+
+impl NwcPayer {
+    /// The second and last `pay_invoice` of [`Payer::pay`], after the wallet said it never saw
+    /// the first. Whatever goes wrong is looked up before it is believed: a first request that
+    /// reached the wallet after all makes the second fail ("already paid", "in flight") while
+    /// it pays — paid, that is the preimage; in flight, the outcome is unknown (retryable: the
+    /// operation stays held for the next attempt), never a refusal.
+    async fn pay_again(&self, details: &OfferDetails) -> RailResult<String> {
+        let e = match self.client.pay_invoice(&details.invoice, None).await {
+            Ok(p) => return Ok(p.preimage),
+            Err(e) => e,
+        };
+        match self.client.lookup_invoice(&details.payment_hash).await {
+            Ok(tx) if tx.state == Some(TxState::Settled) => Ok(tx.preimage.unwrap_or_default()),
+            Ok(tx) if matches!(tx.state, Some(TxState::Pending | TxState::Accepted)) => {
+                Err(RailError::Unavailable(RailReason::new(
+                    "payment_in_flight",
+                    "the wallet reports the payment in flight; retry later",
+                )))
+            }
+            _ => Err(rail_error(&e)),
+        }
     }
 }
 
