@@ -1,6 +1,8 @@
 //! [`DirJournal`]: each chain in a file of its own, each pending payment in a file of its own.
 
 use std::path::PathBuf;
+#[cfg(test)]
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -192,7 +194,13 @@ impl Journal for DirJournal {
             for entry in std::fs::read_dir(&dir).map_err(|e| io(&dir, e))? {
                 let path = entry.map_err(|e| io(&dir, e))?.path();
                 if path.extension().is_some_and(|x| x == "pending") {
-                    let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+                    let text = match std::fs::read_to_string(&path) {
+                        Ok(t) => t,
+                        // Ended by another call between the listing and the read: no longer
+                        // pending.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(io(&path, e)),
+                    };
                     out.push(serde_json::from_str::<Pending>(&text).map_err(|e| io(&path, e))?);
                 }
             }
@@ -252,5 +260,52 @@ impl Journal for DirJournal {
             Err(e) => Err(io(&path, e)),
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pending(chain: &str) -> Pending {
+        Pending {
+            chain: chain.into(),
+            quote: "q".into(),
+            confirmation: None,
+            rail: "house".into(),
+            op: format!("op-{chain}"),
+            since: 1,
+            resource: None,
+            unknown: false,
+            proof: None,
+            holder: None,
+        }
+    }
+
+    /// Found by the bench (64 concurrent paid requests, the journal in a folder): a payment
+    /// ended between the folder's listing and the read of its file made `pending` fail, and
+    /// with it every concurrent request looking for an earlier payment of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pending_is_read_while_other_payments_begin_and_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Arc::new(DirJournal::new(dir.path()).unwrap());
+        let churn = {
+            let j = j.clone();
+            tokio::spawn(async move {
+                for round in 0..100 {
+                    for i in 0..16 {
+                        let c = format!("c{round}-{i}");
+                        j.begin(&pending(&c)).await.unwrap();
+                        j.end(&c).await.unwrap();
+                    }
+                }
+            })
+        };
+        while !churn.is_finished() {
+            j.pending().await.unwrap();
+        }
+        churn.await.unwrap();
+        assert!(j.pending().await.unwrap().is_empty());
     }
 }
