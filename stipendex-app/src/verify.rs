@@ -218,6 +218,12 @@ pub fn run(
         if is_sqlite(path)? {
             let chains = stipendex::wallet::SqliteJournal::read_chains(path)
                 .map_err(|e| msg(format!("{e}: give chain files, or a wallet's store")))?;
+            if chains.is_empty() {
+                return Err(msg(format!(
+                    "{} holds no chain yet (no payment journaled in it): nothing to verify",
+                    path.display()
+                )));
+            }
             for (name, objects) in &chains {
                 count += 1;
                 let label = format!("{}#{name}", path.display());

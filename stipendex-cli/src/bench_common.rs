@@ -79,7 +79,8 @@ pub(crate) struct Fixture {
     pub(crate) shop_key: SecretKey,
 }
 
-/// The [`Fixture`], its databases in `dir`.
+/// The [`Fixture`], its databases in `dir`, the wallet's journal in its store (as `stipendex
+/// init` configures it; the MCP, gateway and tabs benches before issue 50 ran without one).
 pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> {
     fixture_on(dir, None, JournalAt::Default).await
 }

@@ -192,6 +192,14 @@ fn store_journal_verifies_and_names_a_tampered_chain(db: &Path, files: &[String]
         "{t}"
     );
 
+    // A journal that holds no chain yet: a sentence and a failure, not an empty success.
+    let empty = db.with_file_name("empty.db");
+    rt.block_on(async { SqliteJournal::open(&empty).await.unwrap() });
+    let out = stipendex(&["verify-chain", "--unanchored", &empty.display().to_string()]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("holds no chain yet"), "{t}");
+
     // A SQLite file that holds no journal: a sentence, not a crash or an empty success.
     let other = db.with_file_name("other.db");
     rusqlite::Connection::open(&other)

@@ -813,10 +813,16 @@ impl Wallet {
                         .keep_alive(Box::pin(self.pay_at(quote, Some(sent), confirmer)))
                         .await;
                     // The payment is journaled (pending with its Proof, presented by this
-                    // call) or refused: the claim has done its work. Let it go beside the
-                    // request rather than before it (a commit less to wait for); lost, it
-                    // lapses, and a claim of a process that ended is taken over at once.
-                    tokio::spawn(release(claim));
+                    // call) or refused: the claim has done its work. With a journal that names
+                    // this process, let it go beside the request rather than before it (a
+                    // commit less to wait for): lost with the process, it is taken over at once
+                    // by the next. Without, a lost release would hold an identical request of
+                    // another process for the claim's lease: awaited.
+                    if holder.is_some() {
+                        tokio::spawn(release(claim));
+                    } else {
+                        release(claim).await;
+                    }
                     return paid;
                 }
                 Ok(SameRequest::Idle(p)) => {
@@ -1204,6 +1210,9 @@ impl Wallet {
         // The chain's objects and the pending payment's new state: one step where the journal
         // can (one commit in a store), in that order where it cannot.
         if let Err(e) = me.journal.record_then(&chain, &objects, then).await {
+            if presenting.is_some() {
+                self.set_presenting(&chain, false);
+            }
             tracing::error!(chain = %chain, error = %e, "could not journal a paid payment; it stays pending");
             return;
         }
@@ -1747,10 +1756,16 @@ impl Wallet {
         let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
         // The Receipt closes the chain and answers the request: one step where the journal can.
         self.set_presenting(&chain, false);
-        self.0
-            .journal
+        let journal = &self.0.journal;
+        if let Err(e) = journal
             .record_then(&chain, &[receipt.jws()], Then::EndIfProof(paid.proof.jws()))
-            .await?;
+            .await
+        {
+            // The Receipt must be journaled; the payment's end may wait (an identical request,
+            // or `resume`, ends it), as before the two were one step.
+            journal.record(&chain, receipt.jws()).await?;
+            tracing::warn!(chain = %chain, error = %e, "could not mark a receipted payment answered");
+        }
         Ok(receipt)
     }
 }

@@ -87,15 +87,39 @@ pub(super) fn lock_in(holders: &std::path::Path) -> Option<(String, std::fs::Fil
             }
         }
     }
-    let name = format!(
-        "{}-{}.lock",
-        std::process::id(),
-        hex::encode(rand::random::<[u8; 4]>())
-    );
-    let path = holders.join(name);
-    let file = std::fs::File::create(&path).ok()?;
-    file.lock().ok()?;
-    Some((path.display().to_string(), file))
+    // Made, then locked: another process cleaning up in between may lock it, find it free
+    // and remove it. A lock on a removed file names no one: checked, and made again.
+    for _ in 0..3 {
+        let name = format!(
+            "{}-{}.lock",
+            std::process::id(),
+            hex::encode(rand::random::<[u8; 4]>())
+        );
+        let path = holders.join(name);
+        let file = std::fs::File::create(&path).ok()?;
+        file.lock().ok()?;
+        if same_file(&file, &path) {
+            return Some((path.display().to_string(), file));
+        }
+    }
+    None
+}
+
+/// Whether `path` still names the open `file` (not removed, not replaced).
+fn same_file(file: &std::fs::File, path: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        match (file.metadata(), std::fs::metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        path.exists()
+    }
 }
 
 /// Whether the process of lock file `holder` still runs: `false` only for a lock file in

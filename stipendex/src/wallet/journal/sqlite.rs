@@ -50,9 +50,12 @@ enum Step {
 
 /// Keeps the chains and the pending payments in tables of a SQLite file — in practice the
 /// wallet's own store (`[wallet] journal = "store"`), whose writer it shares
-/// ([`rail_core::sqlite::SqliteDb`] runs one writer per file in a process): a payment's
-/// pending record, its chain's objects and its spend records are made durable by the same
-/// commits, where a [`super::DirJournal`] adds a file, an fsync and a rename per payment.
+/// ([`rail_core::sqlite::SqliteDb`] runs one writer per file in a process): its rows join the
+/// batches of the spend records, so concurrent payments' journal and spend records are made
+/// durable by shared commits, where a [`super::DirJournal`] adds a file, an fsync and a rename
+/// per payment. One payment's steps still follow each other (its pending record before the
+/// rail is asked, its chain after): [`Journal::record_then`] makes the chain's objects and the
+/// pending payment's next state one step.
 ///
 /// `stipendex verify-chain` reads the chains of such a file as it reads chain files.
 ///
