@@ -326,15 +326,7 @@ fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>, counts: &Counts) {
                 Err(_) => break,
             }
         }
-        let n = batch.len() as u64;
-        if run_batch(c, &mut batch) {
-            counts
-                .writes
-                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            counts
-                .commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        run_batch(c, &mut batch, counts);
     }
 }
 
@@ -343,8 +335,10 @@ const SAVEPOINT: &str = "SAVEPOINT sqlitedb_write";
 const RELEASE: &str = "RELEASE sqlitedb_write";
 const ROLLBACK_TO: &str = "ROLLBACK TO sqlitedb_write";
 
-/// Runs `batch` as one transaction; whether it committed.
-fn run_batch(c: &Connection, batch: &mut Vec<Job>) -> bool {
+/// Runs `batch` as one transaction, counted in `counts` once committed (before any write of
+/// it is answered: a caller that saw its write answered sees it counted); whether it committed.
+fn run_batch(c: &Connection, batch: &mut Vec<Job>, counts: &Counts) -> bool {
+    let n = batch.len() as u64;
     // A transaction left open (a rollback that failed) would make BEGIN fail for good.
     if !c.is_autocommit()
         && let Err(e) = exec(c, "ROLLBACK")
@@ -401,6 +395,12 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>) -> bool {
     drop(jobs);
     match exec(c, "COMMIT") {
         Ok(()) => {
+            counts
+                .writes
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            counts
+                .commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for d in delivers {
                 d(Ok(()));
             }
