@@ -37,7 +37,7 @@ use crate::nip47::{
     PayInvoiceParams, PayInvoiceResult, Request, Response, Transaction,
 };
 use crate::relays::{
-    Listening, Published, collect_until_eose, keep_subscribed, publish, wait_connected,
+    Listening, Published, collect_until_eose, keep_subscribed, publish, send_once, wait_connected,
 };
 use crate::wire;
 
@@ -671,25 +671,12 @@ impl NwcClient {
             if !self.listening.wait_live(deadline).await {
                 continue;
             }
-            // One attempt per copy, raced against the answer (a slow relay's OK does not
-            // hold back an answer that has come).
-            tokio::select! {
-                r = &mut rx => return r.map_err(|_| shut_down()),
-                sent = tokio::time::timeout_at(deadline, self.client.send_event(ev)) => {
-                    match sent {
-                        Ok(Ok(out)) if !out.success.is_empty() => accepted = true,
-                        Ok(Ok(out)) => {
-                            failure = out
-                                .failed
-                                .iter()
-                                .map(|(u, why)| format!("{u}: {why}"))
-                                .collect::<Vec<_>>()
-                                .join("; ");
-                        }
-                        Ok(Err(e)) => failure = e.to_string(),
-                        Err(_) => {}
-                    }
-                }
+            // One attempt per copy.
+            match send_once(&self.client, ev, &mut rx, deadline).await {
+                Published::Answered(ev) => return Ok(ev),
+                Published::Closed => return Err(shut_down()),
+                Published::Accepted => accepted = true,
+                Published::NotAccepted(why) => failure = why,
             }
             pause = pause.saturating_mul(2).min(REASK_MAX);
         }

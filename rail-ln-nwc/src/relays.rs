@@ -235,6 +235,32 @@ pub enum Published {
     Closed,
 }
 
+/// Sends `ev` through `client` once, raced against the answer on `answer` (a slow relay's
+/// `OK` does not hold back an answer that has come): `Accepted` when a relay took it,
+/// `NotAccepted` with what the relays said (or that none answered by `deadline`).
+pub async fn send_once(
+    client: &Client,
+    ev: &Event,
+    answer: &mut oneshot::Receiver<Event>,
+    deadline: Instant,
+) -> Published {
+    tokio::select! {
+        r = &mut *answer => r.map_or(Published::Closed, Published::Answered),
+        sent = tokio::time::timeout_at(deadline, client.send_event(ev)) => match sent {
+            Err(_) => Published::NotAccepted("no relay answered in time".into()),
+            Ok(Ok(out)) if !out.success.is_empty() => Published::Accepted,
+            Ok(Ok(out)) => Published::NotAccepted(
+                out.failed
+                    .iter()
+                    .map(|(u, why)| format!("{u}: {why}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            Ok(Err(e)) => Published::NotAccepted(e.to_string()),
+        },
+    }
+}
+
 /// Sends `ev` through `client` until a relay accepts it, pausing `retry` between attempts; the
 /// answer on `answer` ends it at once (the pool may deliver a queued request meanwhile).
 pub async fn publish(
@@ -246,28 +272,16 @@ pub async fn publish(
     who: &'static str,
 ) -> Published {
     let mut failure = String::from("no relay");
-    loop {
-        match tokio::time::timeout_at(deadline, client.send_event(ev)).await {
-            Err(_) => break,
-            Ok(Ok(out)) if !out.success.is_empty() => return Published::Accepted,
-            Ok(Ok(out)) => {
-                failure = out
-                    .failed
-                    .iter()
-                    .map(|(u, why)| format!("{u}: {why}"))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-            }
-            Ok(Err(e)) => failure = e.to_string(),
+    while Instant::now() < deadline {
+        match send_once(client, ev, answer, deadline).await {
+            Published::NotAccepted(why) => failure = why,
+            done => return done,
         }
         tracing::debug!(id = %ev.id, %who, %failure, "no relay accepted the event; retrying");
         let pause = (Instant::now() + retry).min(deadline);
         tokio::select! {
             r = &mut *answer => return r.map_or(Published::Closed, Published::Answered),
             () = tokio::time::sleep_until(pause) => {}
-        }
-        if Instant::now() >= deadline {
-            break;
         }
     }
     Published::NotAccepted(failure)
