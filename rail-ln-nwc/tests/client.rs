@@ -472,17 +472,7 @@ async fn silence_is_a_timeout() {
 /// answer to the copy completes the call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_the_wallet_missed_is_sent_again_as_the_same_event() {
-    let (relay, url) = start_relay().await;
-    let wallet = spawn_wallet(
-        std::slice::from_ref(&url),
-        InfoKind::Both,
-        balance_handler(5_000),
-    )
-    .await;
-    let app = Keys::generate();
-    let client = NwcClient::connect(&wallet.uri(&app, std::slice::from_ref(&url)), opts(5_000))
-        .await
-        .unwrap();
+    let (relay, _url, wallet, client) = setup(InfoKind::Both, balance_handler(5_000)).await;
     // The service's subscription is gone for 300 ms, as between a reconnect and its REQ.
     let (id, filter) = wallet.sub.clone();
     wallet.client.unsubscribe(&id).await;

@@ -17,6 +17,15 @@ use rail_ln_nwc::rail::{MARK_MARGIN, NwcPayer, NwcReceiver, Proof};
 
 /// A devnet with a funded agent and a shop; the receiver's records in `store`.
 async fn setup(store: Arc<dyn KeyStore>, clock: SharedClock) -> (Devnet, NwcReceiver, NwcPayer) {
+    setup_with(store, clock, ClientOptions::default()).await
+}
+
+/// [`setup`], the payer's client with `payer_opts`.
+async fn setup_with(
+    store: Arc<dyn KeyStore>,
+    clock: SharedClock,
+    payer_opts: ClientOptions,
+) -> (Devnet, NwcReceiver, NwcPayer) {
     let net = Devnet::start(DevnetConfig::default()).await.unwrap();
     let agent = net
         .create_wallet(WalletSpec::new("agent", 1_000_000))
@@ -39,7 +48,7 @@ async fn setup(store: Arc<dyn KeyStore>, clock: SharedClock) -> (Devnet, NwcRece
     .await
     .unwrap();
     let payer = NwcPayer::new(
-        connect(&agent.uri).await,
+        Arc::new(NwcClient::connect(&agent.uri, payer_opts).await.unwrap()),
         Currency::Regtest,
         Money::parse(Asset::btc(), "0.00001").unwrap(),
         clock,
@@ -136,40 +145,21 @@ async fn an_earlier_payment_is_found_after_its_invoice_expired() {
 /// and asks once more. Paid once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_request_the_wallet_missed_is_looked_up_and_asked_again_once() {
-    let clock = ManualClock::starting_now();
-    let shared: SharedClock = Arc::new(clock.clone());
-    let net = Devnet::start(DevnetConfig::default()).await.unwrap();
-    let agent = net
-        .create_wallet(WalletSpec::new("agent", 1_000_000))
-        .await
-        .unwrap();
-    let shop = net.create_wallet(WalletSpec::new("shop", 0)).await.unwrap();
+    let clock: SharedClock = Arc::new(ManualClock::starting_now());
     let quick = ClientOptions {
-        timeout: std::time::Duration::from_secs(2),
+        timeout: Duration::from_secs(2),
         ..ClientOptions::default()
     };
-    let receiver = NwcReceiver::new(
-        Arc::new(
-            NwcClient::connect(&shop.uri, ClientOptions::default())
-                .await
-                .unwrap(),
-        ),
-        rand::random(),
-        Arc::new(MemoryKeyStore::with_clock(shared.clone())),
-        shared.clone(),
+    let (net, receiver, payer) = setup_with(
+        Arc::new(MemoryKeyStore::with_clock(clock.clone())),
+        clock,
+        quick,
     )
-    .await
-    .unwrap();
-    let payer = NwcPayer::new(
-        Arc::new(NwcClient::connect(&agent.uri, quick).await.unwrap()),
-        Currency::Regtest,
-        Money::from_minor(Asset::btc(), 1_000_000).unwrap(),
-        shared.clone(),
-    );
+    .await;
     let offer = receiver
         .offer(&Charge::capture(
             Money::from_minor(Asset::btc(), 5_000).unwrap(),
-            std::time::Duration::from_secs(600),
+            Duration::from_secs(600),
         ))
         .await
         .unwrap();
