@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::holders::Holders;
 use super::{Journal, Pending};
 use crate::Error;
 use crate::envelope::{Mandate, Signed};
@@ -20,7 +21,7 @@ use crate::envelope::{Mandate, Signed};
 #[derive(Clone, Debug)]
 pub struct DirJournal {
     dir: PathBuf,
-    holder: std::sync::Arc<std::sync::OnceLock<Option<(String, std::fs::File)>>>,
+    holders: Holders,
 }
 
 impl DirJournal {
@@ -35,8 +36,8 @@ impl DirJournal {
             source,
         })?;
         Ok(DirJournal {
+            holders: Holders::in_folder(dir.join(".holders")),
             dir,
-            holder: std::sync::Arc::default(),
         })
     }
 
@@ -66,86 +67,14 @@ pub(super) async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::Storage(format!("journal task: {e}")))?
 }
 
-/// This process's lock file under `dir/.holders`, locked (`None` if it cannot be made: payments are then
-/// taken over after their lease, as without a holder).
-fn lock_holder(dir: &std::path::Path) -> Option<(String, std::fs::File)> {
-    lock_in(&dir.join(".holders"))
-}
-
-/// A lock file of this process's own in the folder `holders` (created if missing), locked for
-/// as long as the file is kept open; `None` if it cannot be made.
-pub(super) fn lock_in(holders: &std::path::Path) -> Option<(String, std::fs::File)> {
-    std::fs::create_dir_all(holders).ok()?;
-    // Locks of processes that ended are removed on the way.
-    if let Ok(entries) = std::fs::read_dir(holders) {
-        for e in entries.flatten() {
-            let path = e.path();
-            if let Ok(f) = std::fs::File::open(&path)
-                && f.try_lock().is_ok()
-            {
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-    }
-    // Made, then locked: another process cleaning up in between may lock it, find it free
-    // and remove it. A lock on a removed file names no one: checked, and made again.
-    for _ in 0..3 {
-        let name = format!(
-            "{}-{}.lock",
-            std::process::id(),
-            hex::encode(rand::random::<[u8; 4]>())
-        );
-        let path = holders.join(name);
-        let file = std::fs::File::create(&path).ok()?;
-        file.lock().ok()?;
-        if same_file(&file, &path) {
-            return Some((path.display().to_string(), file));
-        }
-    }
-    None
-}
-
-/// Whether `path` still names the open `file` (not removed, not replaced).
-fn same_file(file: &std::fs::File, path: &std::path::Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        match (file.metadata(), std::fs::metadata(path)) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = file;
-        path.exists()
-    }
-}
-
-/// Whether the process of lock file `holder` still runs: `false` only for a lock file in
-/// `holders` that is gone or unlocked (a path elsewhere is not looked at: `true`).
-pub(super) fn alive_in(holders: &std::path::Path, holder: &str) -> bool {
-    let path = std::path::Path::new(holder);
-    if path.parent() != Some(holders) {
-        return true;
-    }
-    match std::fs::File::open(path) {
-        Ok(f) => f.try_lock().is_err(),
-        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-    }
-}
-
 #[async_trait]
 impl Journal for DirJournal {
     fn holder(&self) -> Option<String> {
-        self.holder
-            .get_or_init(|| lock_holder(&self.dir))
-            .as_ref()
-            .map(|(path, _)| path.clone())
+        self.holders.mine()
     }
 
     fn holder_alive(&self, holder: &str) -> bool {
-        self.holder().as_deref() == Some(holder) || alive_in(&self.dir.join(".holders"), holder)
+        self.holders.alive(holder)
     }
 
     async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {

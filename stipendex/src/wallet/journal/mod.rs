@@ -12,6 +12,7 @@ use crate::Error;
 use crate::envelope::{Mandate, Resource, Signed};
 
 mod dir;
+mod holders;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

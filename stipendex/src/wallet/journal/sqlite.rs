@@ -1,15 +1,14 @@
 //! [`SqliteJournal`]: the chains and the pending payments as tables of the wallet's own SQLite
 //! store, so a payment's journal records join the commits of its spend records.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
 
 use async_trait::async_trait;
 use rail_core::sqlite::SqliteDb;
 use rusqlite::{OptionalExtension as _, params};
 use sha2::{Digest as _, Sha256};
 
-use super::dir::{alive_in, lock_in};
+use super::holders::Holders;
 use super::{Journal, Pending, Then};
 use crate::Error;
 use crate::envelope::{Mandate, Signed};
@@ -74,8 +73,7 @@ enum Step {
 #[derive(Clone)]
 pub struct SqliteJournal {
     db: SqliteDb,
-    holders: PathBuf,
-    holder: Arc<OnceLock<Option<(String, std::fs::File)>>>,
+    holders: Holders,
 }
 
 impl std::fmt::Debug for SqliteJournal {
@@ -97,6 +95,17 @@ fn read_only(path: &Path) -> Result<rusqlite::Connection, Error> {
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| Error::Storage(format!("{}: {e}", path.display())))
+}
+
+/// Whether the database behind `c` has the journal's chain table.
+fn has_chain_table(c: &rusqlite::Connection) -> Result<bool, Error> {
+    c.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'stipendex_chain'",
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(storage)
 }
 
 fn digest(jws: &str) -> Vec<u8> {
@@ -131,8 +140,7 @@ impl SqliteJournal {
             .join(format!(".{name}.holders"));
         Ok(SqliteJournal {
             db,
-            holders,
-            holder: Arc::default(),
+            holders: Holders::in_folder(holders),
         })
     }
 
@@ -141,14 +149,7 @@ impl SqliteJournal {
     /// # Errors
     /// [`Error::Storage`] if the file cannot be read as a SQLite database.
     pub fn holds_chains(path: &Path) -> Result<bool, Error> {
-        let c = read_only(path)?;
-        c.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'stipendex_chain'",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .map(|n| n > 0)
-        .map_err(storage)
+        has_chain_table(&read_only(path)?)
     }
 
     /// Every chain of the journal in the file at `path`, read only (`stipendex verify-chain`
@@ -157,13 +158,13 @@ impl SqliteJournal {
     /// # Errors
     /// [`Error::Storage`] if the file cannot be read or holds no journal.
     pub fn read_chains(path: &Path) -> Result<Vec<(String, Vec<String>)>, Error> {
-        if !Self::holds_chains(path)? {
+        let c = read_only(path)?;
+        if !has_chain_table(&c)? {
             return Err(Error::Storage(format!(
                 "{} holds no wallet journal (no stipendex_chain table)",
                 path.display()
             )));
         }
-        let c = read_only(path)?;
         let mut s = c
             .prepare("SELECT chain, jws FROM stipendex_chain ORDER BY seq")
             .map_err(storage)?;
@@ -217,47 +218,10 @@ impl SqliteJournal {
             .map_err(storage)
     }
 
-    async fn insert(&self, chain: &str, jws: &str) -> Result<(), Error> {
-        let (chain, jws) = (chain.to_owned(), jws.trim().to_owned());
-        self.db
-            .write(move |c| {
-                c.prepare_cached(INSERT)?
-                    .execute(params![chain, digest(&jws), jws])
-            })
-            .await
-            .map(|_| ())
-            .map_err(storage)
-    }
-}
-
-#[async_trait]
-impl Journal for SqliteJournal {
-    fn holder(&self) -> Option<String> {
-        self.holder
-            .get_or_init(|| lock_in(&self.holders))
-            .as_ref()
-            .map(|(path, _)| path.clone())
-    }
-
-    fn holder_alive(&self, holder: &str) -> bool {
-        self.holder().as_deref() == Some(holder) || alive_in(&self.holders, holder)
-    }
-
-    async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
-        self.insert(chain, jws).await
-    }
-
-    async fn append(&self, chain: &str, jws: &str) -> Result<(), Error> {
-        // The same statement: the unique (chain, digest) costs no lookup of the chain's rows.
-        self.insert(chain, jws).await
-    }
-
-    async fn record_then(
-        &self,
-        chain: &str,
-        objects: &[&str],
-        then: Then<'_>,
-    ) -> Result<(), Error> {
+    /// Records `objects` in `chain`, then does `then` to its pending payment: one write, one
+    /// savepoint of the writer's batch (all of it, or none). Every change the journal makes is
+    /// one of these.
+    async fn step(&self, chain: &str, objects: &[&str], then: Then<'_>) -> Result<(), Error> {
         let chain = chain.to_owned();
         let objects: Vec<String> = objects.iter().map(|o| o.trim().to_owned()).collect();
         let then = match then {
@@ -275,55 +239,62 @@ impl Journal for SqliteJournal {
                 for jws in &objects {
                     insert.execute(params![chain, digest(jws), jws])?;
                 }
-                match then {
-                    Step::Keep => {}
+                let end = match then {
+                    Step::Keep => false,
                     Step::Pending(since, body) => {
                         c.prepare_cached(SET_PENDING)?
                             .execute(params![chain, since, body])?;
+                        false
                     }
-                    Step::End => {
-                        c.prepare_cached(END)?.execute([&chain])?;
-                    }
-                    Step::EndIfProof(proof) => {
-                        let body: Option<String> = c
-                            .prepare_cached(PENDING_OF)?
-                            .query_row([&chain], |r| r.get(0))
-                            .optional()?;
-                        let holds = body
-                            .and_then(|b| serde_json::from_str::<Pending>(&b).ok())
-                            .is_some_and(|p| p.proof.as_deref() == Some(proof.as_str()));
-                        if holds {
-                            c.prepare_cached(END)?.execute([&chain])?;
-                        }
-                    }
+                    Step::End => true,
+                    Step::EndIfProof(proof) => c
+                        .prepare_cached(PENDING_OF)?
+                        .query_row([&chain], |r| r.get::<_, String>(0))
+                        .optional()?
+                        .and_then(|b| serde_json::from_str::<Pending>(&b).ok())
+                        .is_some_and(|p| p.proof.as_deref() == Some(proof.as_str())),
+                };
+                if end {
+                    c.prepare_cached(END)?.execute([&chain])?;
                 }
                 Ok(())
             })
             .await
             .map_err(storage)
     }
+}
+
+#[async_trait]
+impl Journal for SqliteJournal {
+    fn holder(&self) -> Option<String> {
+        self.holders.mine()
+    }
+
+    fn holder_alive(&self, holder: &str) -> bool {
+        self.holders.alive(holder)
+    }
+
+    async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
+        self.step(chain, &[jws], Then::Keep).await
+    }
+
+    // `append` is `record`: the unique (chain, digest) costs no lookup of the chain's rows.
+
+    async fn record_then(
+        &self,
+        chain: &str,
+        objects: &[&str],
+        then: Then<'_>,
+    ) -> Result<(), Error> {
+        self.step(chain, objects, then).await
+    }
 
     async fn begin(&self, pending: &Pending) -> Result<(), Error> {
-        let body = serde_json::to_string(pending).map_err(storage)?;
-        let (chain, since) = (pending.chain.clone(), pending.since);
-        let since = i64::try_from(since).map_err(storage)?;
-        self.db
-            .write(move |c| {
-                c.prepare_cached(SET_PENDING)?
-                    .execute(params![chain, since, body])
-            })
-            .await
-            .map(|_| ())
-            .map_err(storage)
+        self.step(&pending.chain, &[], Then::Pending(pending)).await
     }
 
     async fn end(&self, chain: &str) -> Result<(), Error> {
-        let chain = chain.to_owned();
-        self.db
-            .write(move |c| c.prepare_cached(END)?.execute([chain]))
-            .await
-            .map(|_| ())
-            .map_err(storage)
+        self.step(chain, &[], Then::End).await
     }
 
     async fn pending(&self) -> Result<Vec<Pending>, Error> {
