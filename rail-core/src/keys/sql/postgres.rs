@@ -400,35 +400,27 @@ mod tests {
     #[test]
     fn no_tls_on_this_host_unless_asked_and_generic_plans_always() {
         use sqlx::postgres::PgSslMode;
-        let mode = |url: &str| format!("{:?}", opts(url).get_ssl_mode());
-        assert_eq!(
-            mode("postgres://u@localhost/db"),
-            format!("{:?}", PgSslMode::Disable)
-        );
-        assert_eq!(
-            mode("postgres://u@127.0.0.1:5432/db"),
-            format!("{:?}", PgSslMode::Disable)
-        );
-        assert_eq!(
-            mode("postgres://u@[::1]/db"),
-            format!("{:?}", PgSslMode::Disable)
-        );
-        assert_eq!(
-            mode("postgres://u@localhost/db?sslmode=require"),
-            format!("{:?}", PgSslMode::Require)
-        );
-        assert_eq!(
-            mode("postgres://u@localhost/db?ssl-mode=require"),
-            format!("{:?}", PgSslMode::Require)
-        );
-        assert_eq!(
-            mode("postgres://u@localhost.evil.com/db"),
-            format!("{:?}", PgSslMode::Prefer)
-        );
-        assert_eq!(
-            mode("postgres://u@db.example.com/db"),
-            format!("{:?}", PgSslMode::Prefer)
-        );
+        for (url, want) in [
+            ("postgres://u@localhost/db", PgSslMode::Disable),
+            ("postgres://u@127.0.0.1:5432/db", PgSslMode::Disable),
+            ("postgres://u@[::1]/db", PgSslMode::Disable),
+            (
+                "postgres://u@localhost/db?sslmode=require",
+                PgSslMode::Require,
+            ),
+            (
+                "postgres://u@localhost/db?ssl-mode=require",
+                PgSslMode::Require,
+            ),
+            ("postgres://u@localhost.evil.com/db", PgSslMode::Prefer),
+            ("postgres://u@db.example.com/db", PgSslMode::Prefer),
+        ] {
+            assert_eq!(
+                format!("{:?}", opts(url).get_ssl_mode()),
+                format!("{want:?}"),
+                "{url}"
+            );
+        }
         let o = opts("postgres://u@db.example.com/db");
         assert!(
             o.get_options()
