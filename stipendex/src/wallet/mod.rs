@@ -866,10 +866,7 @@ impl Wallet {
     ) -> Result<SameRequest, Error> {
         let q = quote.object();
         let now = now_secs(&self.0.clock);
-        for p in self.0.journal.pending().await? {
-            if p.resource.as_ref() != Some(sent) {
-                continue;
-            }
+        for p in self.0.journal.pending_for(sent).await? {
             let Ok(old) = Signed::<Quote>::parse(&p.quote) else {
                 continue;
             };

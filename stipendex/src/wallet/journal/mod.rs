@@ -136,6 +136,18 @@ pub trait Journal: Send + Sync {
         Ok(self.pending().await?.into_iter().find(|p| p.chain == chain))
     }
 
+    /// The pending payments made for a request of resource `sent`, oldest first: what
+    /// [`super::Wallet::pay_sent`] looks through on every paid request. The default filters
+    /// [`Journal::pending`]; a journal that can answers it without reading the others.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn pending_for(&self, sent: &Resource) -> Result<Vec<Pending>, Error> {
+        let mut all = self.pending().await?;
+        all.retain(|p| p.resource.as_ref() == Some(sent));
+        Ok(all)
+    }
+
     /// Whether this journal holds chains of `mandate`: `Some(true)` or `Some(false)` for a
     /// journal that outlives the process (a [`DirJournal`]), `None` for one that cannot say
     /// (it keeps nothing across processes). The wallet compares it with its store's records

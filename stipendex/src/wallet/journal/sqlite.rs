@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use super::holders::Holders;
 use super::{Journal, Pending, Then};
 use crate::Error;
-use crate::envelope::{Mandate, Signed};
+use crate::envelope::{Mandate, Resource, Signed};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS stipendex_chain (
@@ -22,10 +22,13 @@ CREATE TABLE IF NOT EXISTS stipendex_chain (
     UNIQUE (chain, digest)
 );
 CREATE TABLE IF NOT EXISTS stipendex_pending (
-    chain TEXT PRIMARY KEY,
-    since INTEGER NOT NULL,
-    body  TEXT NOT NULL
+    chain    TEXT PRIMARY KEY,
+    since    INTEGER NOT NULL,
+    body     TEXT NOT NULL,
+    resource TEXT
 );
+CREATE INDEX IF NOT EXISTS stipendex_pending_resource
+    ON stipendex_pending (resource) WHERE resource IS NOT NULL;
 CREATE TABLE IF NOT EXISTS stipendex_mandate (
     id     TEXT PRIMARY KEY,
     digest TEXT NOT NULL
@@ -34,15 +37,16 @@ CREATE TABLE IF NOT EXISTS stipendex_mandate (
 
 const INSERT: &str =
     "INSERT OR IGNORE INTO stipendex_chain (chain, digest, jws) VALUES (?1, ?2, ?3)";
-const SET_PENDING: &str =
-    "INSERT OR REPLACE INTO stipendex_pending (chain, since, body) VALUES (?1, ?2, ?3)";
+const SET_PENDING: &str = "INSERT OR REPLACE INTO stipendex_pending (chain, since, body, resource)
+    VALUES (?1, ?2, ?3, ?4)";
 const END: &str = "DELETE FROM stipendex_pending WHERE chain = ?1";
 const PENDING_OF: &str = "SELECT body FROM stipendex_pending WHERE chain = ?1";
 
 /// [`Then`], owned, for the writer.
 enum Step {
     Keep,
-    Pending(i64, String),
+    /// Since, the record, its resource's key.
+    Pending(i64, String, Option<String>),
     End,
     EndIfProof(String),
 }
@@ -106,6 +110,12 @@ fn has_chain_table(c: &rusqlite::Connection) -> Result<bool, Error> {
     )
     .map(|n| n > 0)
     .map_err(storage)
+}
+
+/// A pending payment's resource as it is looked up ([`Journal::pending_for`]): its JSON (a
+/// struct's fields in their fixed order).
+fn resource_key(r: &Resource) -> Result<String, Error> {
+    serde_json::to_string(r).map_err(storage)
 }
 
 fn digest(jws: &str) -> Vec<u8> {
@@ -229,6 +239,7 @@ impl SqliteJournal {
             Then::Pending(p) => Step::Pending(
                 i64::try_from(p.since).map_err(storage)?,
                 serde_json::to_string(p).map_err(storage)?,
+                p.resource.as_ref().map(resource_key).transpose()?,
             ),
             Then::End => Step::End,
             Then::EndIfProof(proof) => Step::EndIfProof(proof.to_owned()),
@@ -241,9 +252,9 @@ impl SqliteJournal {
                 }
                 let end = match then {
                     Step::Keep => false,
-                    Step::Pending(since, body) => {
+                    Step::Pending(since, body, resource) => {
                         c.prepare_cached(SET_PENDING)?
-                            .execute(params![chain, since, body])?;
+                            .execute(params![chain, since, body, resource])?;
                         false
                     }
                     Step::End => true,
@@ -304,6 +315,24 @@ impl Journal for SqliteJournal {
                 let mut s =
                     c.prepare_cached("SELECT body FROM stipendex_pending ORDER BY since, chain")?;
                 let rows = s.query_map([], |r| r.get::<_, String>(0))?;
+                rows.collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .map_err(storage)?;
+        bodies
+            .iter()
+            .map(|b| serde_json::from_str(b).map_err(storage))
+            .collect()
+    }
+
+    async fn pending_for(&self, sent: &Resource) -> Result<Vec<Pending>, Error> {
+        let key = resource_key(sent)?;
+        let bodies = self
+            .db
+            .read(|c| {
+                let mut s = c.prepare_cached(
+                    "SELECT body FROM stipendex_pending WHERE resource = ?1 ORDER BY since, chain",
+                )?;
+                let rows = s.query_map([&key], |r| r.get::<_, String>(0))?;
                 rows.collect::<rusqlite::Result<Vec<String>>>()
             })
             .map_err(storage)?;
@@ -467,6 +496,42 @@ mod tests {
         j.record_then("d", &["y"], Then::Keep).await.unwrap();
         assert_eq!(j.pending().await.unwrap(), []);
         assert_eq!(j.chain("d").unwrap(), ["x", "y"]);
+    }
+
+    /// A paid request looks only at the payments of its own resource (the index), as the
+    /// default `pending_for` does by reading them all.
+    #[tokio::test]
+    async fn pending_for_finds_the_payments_of_one_resource_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
+            .await
+            .unwrap();
+        let res = |path: &str| Resource {
+            origin: "https://shop.example".into(),
+            method: "GET".into(),
+            path: path.into(),
+            query: None,
+        };
+        for (chain, since, path) in [("a", 3, Some("/a")), ("b", 2, Some("/b")), ("c", 1, None)] {
+            let mut p = pending(chain, since);
+            p.resource = path.map(res);
+            j.begin(&p).await.unwrap();
+        }
+        let mut again = pending("a2", 1);
+        again.resource = Some(res("/a"));
+        j.begin(&again).await.unwrap();
+        let found = j.pending_for(&res("/a")).await.unwrap();
+        assert_eq!(
+            found.iter().map(|p| p.chain.as_str()).collect::<Vec<_>>(),
+            ["a2", "a"],
+            "oldest first"
+        );
+        let mut all = j.pending().await.unwrap();
+        all.retain(|p| p.resource.as_ref() == Some(&res("/a")));
+        assert_eq!(all, found, "what the default finds");
+        j.end("a").await.unwrap();
+        assert_eq!(j.pending_for(&res("/a")).await.unwrap().len(), 1);
+        assert!(j.pending_for(&res("/none")).await.unwrap().is_empty());
     }
 
     /// One step, one commit: a step whose last statement fails keeps none of its records.
