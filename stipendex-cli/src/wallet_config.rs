@@ -180,6 +180,20 @@ pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
         }
         Some(_) => {}
     }
+    let in_store = matches!(&w.journal, Some(JournalKey::Dir(d)) if d.as_os_str() == IN_STORE);
+    let not_sqlite = || {
+        msg(format!(
+            "{}: [wallet] journal = \"store\" keeps the chains in the [store]'s SQLite file, and this [store] is not one: use url = \"sqlite://wallet.db\", or journal = \"chains\" (a folder)",
+            path.display()
+        ))
+    };
+    // Refused before any store is opened (a PostgreSQL store would make its tables first).
+    if in_store
+        && let Some((Some(u), false)) = &store_url
+        && !u.starts_with("sqlite://")
+    {
+        return Err(not_sqlite());
+    }
     let registry = Registry::from_file(path).await?;
     let store: Arc<dyn rail_core::KeyStore> = registry.store().cloned().ok_or_else(|| {
         msg(format!(
@@ -194,13 +208,9 @@ pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
     let journal = match w.journal {
         None | Some(JournalKey::On(true)) => Some(JournalAt::Dir(at(Path::new(DEFAULT_JOURNAL)))),
         Some(JournalKey::On(false)) => None,
-        Some(JournalKey::Dir(d)) if d.as_os_str() == IN_STORE => {
-            let file = registry.store_file().ok_or_else(|| {
-                msg(format!(
-                    "{}: [wallet] journal = \"store\" keeps the chains in the [store]'s SQLite file, and this [store] is not one: use url = \"sqlite://wallet.db\", or journal = \"chains\" (a folder)",
-                    path.display()
-                ))
-            })?;
+        Some(JournalKey::Dir(_)) if in_store => {
+            // `url_env` is known only now.
+            let file = registry.store_file().ok_or_else(not_sqlite)?;
             Some(JournalAt::Store(file.to_path_buf()))
         }
         Some(JournalKey::Dir(d)) => Some(JournalAt::Dir(at(&d))),

@@ -709,3 +709,30 @@ fn a_wallet_without_a_lasting_store_is_refused_with_the_fix() {
         assert_eq!(t.trim().lines().count(), 1, "{t}");
     }
 }
+
+/// `journal = "store"` beside a store that is not a SQLite file is refused at start with the
+/// fix, before the store is opened (no PostgreSQL server is needed to be told).
+#[test]
+fn a_journal_in_a_store_that_cannot_hold_it_is_refused_with_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = bare_wallet(tmp.path(), "journal = \"store\"\n");
+    let good = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        good.replace("sqlite://wallet.db", "postgres://nobody@127.0.0.1:9/none"),
+    )
+    .unwrap();
+    let out = stipendex(&["wallet", "pending", "--config", config.to_str().unwrap()]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("journal = \"store\"") && t.contains("sqlite://wallet.db"),
+        "{t}"
+    );
+    assert_eq!(t.trim().lines().count(), 1, "{t}");
+    // The same file with a SQLite store: the journal is in it.
+    std::fs::write(&config, &good).unwrap();
+    let out = stipendex(&["wallet", "pending", "--config", config.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stipendex::wallet::SqliteJournal::holds_chains(&tmp.path().join("wallet.db")).unwrap());
+}
