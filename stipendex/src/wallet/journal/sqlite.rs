@@ -228,6 +228,28 @@ impl SqliteJournal {
             .map_err(storage)
     }
 
+    /// The pending payments `sql` selects (their `body`), with `key` as its one parameter if
+    /// it has one.
+    fn pendings(&self, sql: &str, key: Option<&str>) -> Result<Vec<Pending>, Error> {
+        let bodies = self
+            .db
+            .read(|c| {
+                let mut s = c.prepare_cached(sql)?;
+                let body = |r: &rusqlite::Row<'_>| r.get::<_, String>(0);
+                let params: &[&dyn rusqlite::ToSql] = match &key {
+                    Some(k) => &[k],
+                    None => &[],
+                };
+                s.query_map(params, body)?
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .map_err(storage)?;
+        bodies
+            .iter()
+            .map(|b| serde_json::from_str(b).map_err(storage))
+            .collect()
+    }
+
     /// Records `objects` in `chain`, then does `then` to its pending payment: one write, one
     /// savepoint of the writer's batch (all of it, or none). Every change the journal makes is
     /// one of these.
@@ -309,37 +331,17 @@ impl Journal for SqliteJournal {
     }
 
     async fn pending(&self) -> Result<Vec<Pending>, Error> {
-        let bodies = self
-            .db
-            .read(|c| {
-                let mut s =
-                    c.prepare_cached("SELECT body FROM stipendex_pending ORDER BY since, chain")?;
-                let rows = s.query_map([], |r| r.get::<_, String>(0))?;
-                rows.collect::<rusqlite::Result<Vec<String>>>()
-            })
-            .map_err(storage)?;
-        bodies
-            .iter()
-            .map(|b| serde_json::from_str(b).map_err(storage))
-            .collect()
+        self.pendings(
+            "SELECT body FROM stipendex_pending ORDER BY since, chain",
+            None,
+        )
     }
 
     async fn pending_for(&self, sent: &Resource) -> Result<Vec<Pending>, Error> {
-        let key = resource_key(sent)?;
-        let bodies = self
-            .db
-            .read(|c| {
-                let mut s = c.prepare_cached(
-                    "SELECT body FROM stipendex_pending WHERE resource = ?1 ORDER BY since, chain",
-                )?;
-                let rows = s.query_map([&key], |r| r.get::<_, String>(0))?;
-                rows.collect::<rusqlite::Result<Vec<String>>>()
-            })
-            .map_err(storage)?;
-        bodies
-            .iter()
-            .map(|b| serde_json::from_str(b).map_err(storage))
-            .collect()
+        self.pendings(
+            "SELECT body FROM stipendex_pending WHERE resource = ?1 ORDER BY since, chain",
+            Some(&resource_key(sent)?),
+        )
     }
 
     async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
