@@ -1,16 +1,34 @@
 //! One SQLite database file as a process's store: a writer on a thread of its own that commits
-//! whatever is queued as one transaction, and reads on the caller's thread.
+//! whatever is queued as one transaction, a syncer on another that makes commits durable, and
+//! reads on the caller's thread.
 //!
 //! Every write is a closure run on the writer's connection inside a savepoint of the current
-//! batch; the batch is one `BEGIN IMMEDIATE … COMMIT` and one fsync. A write is answered only
-//! after its batch committed: a failed commit answers every write of the batch with the error
-//! and keeps none (SQLite rolled the whole transaction back). A write that fails on its own is
-//! rolled back to its savepoint and answered with its error; the batch's other writes go on.
+//! batch; the batch is one `BEGIN IMMEDIATE … COMMIT`. A failed commit answers every write of the
+//! batch with the error and keeps none (SQLite rolled the whole transaction back). A write that
+//! fails on its own is rolled back to its savepoint and answered with its error; the batch's
+//! other writes go on.
+//!
+//! **Durability.** The writer commits without waiting for the disk (WAL, `synchronous =
+//! NORMAL`: a commit is on the file, kept if the process crashes, and consistent after a power
+//! loss, but not yet durable). The syncer `fsync`s the WAL once for every commit made before the
+//! `fsync` began, while the writer goes on with the next batch. Commits become durable in order,
+//! so a write made durable covers every write of the file committed before it:
+//! - [`SqliteDb::write`] is answered once its commit is durable (what `synchronous = FULL`
+//!   gives, without holding the writer during the `fsync`);
+//! - [`SqliteDb::write_deferred`] is answered once committed, with its [`Commit`]; a power loss
+//!   may undo it until [`SqliteDb::sync_to`] (or any later durable write of the file) has
+//!   returned. Use it for a write that nothing outside the file acts on before a durable write
+//!   or a sync: a claim taken before a record that must be on disk before money moves.
+//!
+//! A failed `fsync` cannot be retried (the kernel may have dropped the pages it could not
+//! write), so it stops the file's store in this process: every write and sync after it is
+//! refused, until the process opens the file again after a restart (as PostgreSQL stops on a
+//! failed `fsync`).
 //!
 //! Why a thread of its own: sqlx runs each SQLite connection on a worker thread and every
 //! statement is a message to it and a wake-up back (an inter-processor interrupt on a VM).
 //! Here a write is one message to the writer and one wake-up back, however many statements it
-//! runs, and a batch is whatever arrived while the previous one was being made durable (no
+//! runs, and a batch is whatever arrived while the previous one was being committed (no
 //! timer). Reads take a connection of a small pool and run where they are called: SQLite in
 //! WAL mode never makes a reader wait for the writer, and a read of a few rows takes
 //! microseconds.
@@ -32,6 +50,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -59,11 +78,29 @@ static OPEN: std::sync::LazyLock<
     Mutex<std::collections::HashMap<PathBuf, std::sync::Weak<Inner>>>,
 > = std::sync::LazyLock::new(|| Mutex::new(std::collections::HashMap::new()));
 
-/// The write's outcome, delivered once its batch's commit is known.
-type Deliver = Box<dyn FnOnce(Result<(), &rusqlite::Error>) + Send>;
+/// The write's outcome, delivered once its batch's commit is known (and, for a durable write,
+/// on disk): the commit that holds it, or why the batch was not kept.
+type Deliver = Box<dyn FnOnce(Result<Commit, &str>) + Send>;
 /// A write: runs on the writer's connection inside its savepoint (`None`: it cannot run, the
 /// batch's transaction did not begin), and says whether it succeeded.
 type Job = Box<dyn FnOnce(Option<&Connection>) -> (bool, Deliver) + Send>;
+
+/// A write waiting for the writer: answered once committed, or once durable.
+struct Queued {
+    job: Job,
+    durable: bool,
+}
+
+/// Answers waiting for every commit up to `upto` to be on disk.
+struct Wait {
+    upto: u64,
+    answers: Vec<Deliver>,
+}
+
+/// One of this process's commits of a file, in the order the writer made them: everything
+/// written in it is durable once [`SqliteDb::sync_to`] it has returned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Commit(u64);
 
 /// A SQLite database file opened as a store: one writer thread, reads where they are called.
 /// Cheap to clone; the writer thread ends when the last clone is dropped.
@@ -75,16 +112,33 @@ pub struct SqliteDb {
 struct Inner {
     path: PathBuf,
     pragmas: Vec<(&'static str, &'static str)>,
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Queued>,
+    waits: mpsc::Sender<Wait>,
     readers: Mutex<Vec<Connection>>,
-    counts: Arc<Counts>,
+    shared: Arc<Shared>,
 }
 
-/// What the writer has done, counted as it goes.
+/// What the writer and the syncer share, and what they have done.
 #[derive(Debug, Default)]
-struct Counts {
-    writes: std::sync::atomic::AtomicU64,
-    commits: std::sync::atomic::AtomicU64,
+struct Shared {
+    /// The last commit made (0: none yet).
+    committed: AtomicU64,
+    /// Every commit up to this one is on disk.
+    durable: AtomicU64,
+    /// Why the file's store stopped (a failed `fsync`): every write and sync after it refused.
+    stopped: Mutex<Option<String>>,
+    writes: AtomicU64,
+    commits: AtomicU64,
+    syncs: AtomicU64,
+    /// Tests: the next `fsync` fails.
+    #[cfg(test)]
+    fail_sync: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn stopped(&self) -> Option<String> {
+        lock(&self.stopped).clone()
+    }
 }
 
 /// How much a file's writer has done since it started ([`SqliteDb::stats`]): a bench divides
@@ -94,8 +148,10 @@ pub struct Stats {
     /// Writes in committed batches (each a caller's `write`, one that failed on its own
     /// included).
     pub writes: u64,
-    /// Transactions committed (each one fsync of the WAL).
+    /// Transactions committed.
     pub commits: u64,
+    /// `fsync`s of the WAL, each making every commit before it durable.
+    pub syncs: u64,
 }
 
 impl std::fmt::Debug for SqliteDb {
@@ -115,8 +171,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Opens a connection to `path` with the store's settings: `pragmas` first, then WAL,
-/// `synchronous = FULL` (a commit is durable when it returns), foreign keys on, the busy
-/// timeout.
+/// `synchronous = NORMAL` (a commit does not wait for the disk: the syncer makes it durable),
+/// foreign keys on, the busy timeout.
 fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection> {
     let c = Connection::open_with_flags(
         path,
@@ -139,7 +195,7 @@ fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection
             )),
         ));
     }
-    c.pragma_update(None, "synchronous", "FULL")?;
+    c.pragma_update(None, "synchronous", "NORMAL")?;
     c.pragma_update(None, "foreign_keys", "ON")?;
     c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(c)
@@ -182,19 +238,31 @@ impl SqliteDb {
             }
             return Ok(SqliteDb { inner });
         }
-        let (tx, rx) = mpsc::channel::<Job>();
-        let counts = Arc::new(Counts::default());
-        let counted = counts.clone();
+        // The WAL as SQLite names it (beside the main file, as SQLite resolved its name).
+        let main = writer.path().map_or_else(|| key.clone(), PathBuf::from);
+        let mut wal = main.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        let (tx, rx) = mpsc::channel::<Queued>();
+        let (wait_tx, wait_rx) = mpsc::channel::<Wait>();
+        let shared = Arc::new(Shared::default());
+        let (for_writer, for_syncer) = (shared.clone(), shared.clone());
+        let to_syncer = wait_tx.clone();
+        std::thread::Builder::new()
+            .name("sqlite-syncer".into())
+            .spawn(move || sync_loop(&wal, &main, &wait_rx, &for_syncer))
+            .map_err(|e| RailError::Storage(format!("cannot start the SQLite syncer: {e}")))?;
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || write_loop(&writer, &rx, &counted))
+            .spawn(move || write_loop(&writer, &rx, &for_writer, &to_syncer))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
         let inner = Arc::new(Inner {
             path: key.clone(),
             pragmas,
             jobs: tx,
+            waits: wait_tx,
             readers: Mutex::new(Vec::new()),
-            counts,
+            shared,
         });
         open.insert(key, Arc::downgrade(&inner));
         Ok(SqliteDb { inner })
@@ -214,10 +282,11 @@ impl SqliteDb {
     /// process shares it).
     #[must_use]
     pub fn stats(&self) -> Stats {
-        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.inner.shared;
         Stats {
-            writes: self.inner.counts.writes.load(Relaxed),
-            commits: self.inner.counts.commits.load(Relaxed),
+            writes: s.writes.load(Ordering::Relaxed),
+            commits: s.commits.load(Ordering::Relaxed),
+            syncs: s.syncs.load(Ordering::Relaxed),
         }
     }
 
@@ -227,46 +296,116 @@ impl SqliteDb {
         &self.inner.path
     }
 
-    /// Runs `f` on the writer's connection in the next batch and answers once that batch
-    /// committed. `f` runs inside a savepoint: its error (or panic) undoes what it wrote and
-    /// nothing else. Keep `f` short (it holds the file's write lock): no waiting on anything
-    /// but the database. `f` must not end or begin transactions itself (`BEGIN`, `COMMIT`,
-    /// `ROLLBACK`, `RELEASE` of a savepoint it did not make): the batch would be refused.
+    /// Runs `f` on the writer's connection in the next batch and answers once that batch is
+    /// committed and on disk. `f` runs inside a savepoint: its error (or panic) undoes what it
+    /// wrote and nothing else. Keep `f` short (it holds the file's write lock): no waiting on
+    /// anything but the database. `f` must not end or begin transactions itself (`BEGIN`,
+    /// `COMMIT`, `ROLLBACK`, `RELEASE` of a savepoint it did not make): the batch would be
+    /// refused.
     ///
     /// # Errors
     /// [`RailError::Storage`] with `f`'s error, or the batch's failed commit (then nothing `f`
-    /// wrote was kept), or when the writer has stopped.
+    /// wrote was kept), or a failed `fsync` (then this process's store of the file has
+    /// stopped), or when the writer has stopped.
     pub async fn write<T, F>(&self, f: F) -> RailResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.write_as(move |c| f(c).map_err(|e| storage(&e))).await
+        self.submit(true, move |c| f(c).map_err(|e| storage(&e)))
+            .await
+            .map(|(v, _)| v)
     }
 
     /// [`SqliteDb::write`] for a write with an error type of its own: `f`'s error is returned
-    /// as it is (and undoes what `f` wrote); a failed commit or a stopped writer is an
-    /// `E::from(`[`RailError::Storage`]`)`.
+    /// as it is (and undoes what `f` wrote); a failed commit or `fsync`, or a stopped writer,
+    /// is an `E::from(`[`RailError::Storage`]`)`.
     ///
     /// # Errors
-    /// `f`'s error, or the batch's failed commit, or a stopped writer.
+    /// `f`'s error, or the batch's failed commit or `fsync`, or a stopped writer.
     pub async fn write_as<T, E, F>(&self, f: F) -> Result<T, E>
     where
         T: Send + 'static,
         E: From<RailError> + Send + 'static,
         F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
     {
+        self.submit(true, f).await.map(|(v, _)| v)
+    }
+
+    /// [`SqliteDb::write`], answered once its batch is committed rather than on disk, with the
+    /// [`Commit`] that holds it: every reader and every process sees it, a crash of this
+    /// process keeps it, but a power loss (or a crash of the host) may undo it until
+    /// [`SqliteDb::sync_to`] that commit, or any durable write of the file answered after it,
+    /// has returned. Before anything outside the file acts on the write (money moved, an
+    /// answer sent), make it durable.
+    ///
+    /// # Errors
+    /// As [`SqliteDb::write`] (a failed `fsync` before this write stops it too).
+    pub async fn write_deferred<T, F>(&self, f: F) -> RailResult<(T, Commit)>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit(false, move |c| f(c).map_err(|e| storage(&e)))
+            .await
+    }
+
+    /// Makes `commit`, and every commit of the file before it, durable: at once if it is, or
+    /// after the next `fsync` of the WAL.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] when an `fsync` failed (this process's store of the file has
+    /// stopped).
+    pub async fn sync_to(&self, commit: Commit) -> RailResult<()> {
+        let s = &self.inner.shared;
+        if let Some(why) = s.stopped() {
+            return Err(RailError::Storage(why));
+        }
+        if s.durable.load(Ordering::Acquire) >= commit.0 {
+            return Ok(());
+        }
+        let (tx, rx) = oneshot::channel::<Result<(), RailError>>();
+        let answer: Deliver = Box::new(move |r: Result<Commit, &str>| {
+            let _ = tx.send(r.map(|_| ()).map_err(|e| RailError::Storage(e.to_owned())));
+        });
+        self.inner
+            .waits
+            .send(Wait {
+                upto: commit.0,
+                answers: vec![answer],
+            })
+            .map_err(|_| RailError::Storage("the SQLite syncer has stopped".into()))?;
+        rx.await
+            .map_err(|_| RailError::Storage("the SQLite syncer has stopped".into()))?
+    }
+
+    /// Makes every commit of the file made so far durable ([`SqliteDb::sync_to`] the last).
+    ///
+    /// # Errors
+    /// As [`SqliteDb::sync_to`].
+    pub async fn sync(&self) -> RailResult<()> {
+        let last = Commit(self.inner.shared.committed.load(Ordering::Acquire));
+        self.sync_to(last).await
+    }
+
+    /// Queues `f` for the writer; answered once committed (and on disk if `durable`).
+    async fn submit<T, E, F>(&self, durable: bool, f: F) -> Result<(T, Commit), E>
+    where
+        T: Send + 'static,
+        E: From<RailError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
         let stopped = || E::from(RailError::Storage("the SQLite writer has stopped".into()));
-        let (tx, rx) = oneshot::channel::<Result<T, E>>();
+        let (tx, rx) = oneshot::channel::<Result<(T, Commit), E>>();
         let job: Job = Box::new(move |c: Option<&Connection>| {
             let out = c.map(f);
             let ok = matches!(out, Some(Ok(_)));
-            let deliver: Deliver = Box::new(move |commit: Result<(), &rusqlite::Error>| {
+            let deliver: Deliver = Box::new(move |commit: Result<Commit, &str>| {
                 let answer = match (out, commit) {
-                    (Some(Ok(v)), Ok(())) => Ok(v),
+                    (Some(Ok(v)), Ok(at)) => Ok((v, at)),
                     (Some(Err(e)), _) => Err(e),
-                    (_, Err(e)) => Err(E::from(storage(e))),
-                    (None, Ok(())) => {
+                    (_, Err(e)) => Err(E::from(RailError::Storage(e.to_owned()))),
+                    (None, Ok(_)) => {
                         Err(E::from(RailError::Storage("the write did not run".into())))
                     }
                 };
@@ -274,7 +413,10 @@ impl SqliteDb {
             });
             (ok, deliver)
         });
-        self.inner.jobs.send(job).map_err(|_| stopped())?;
+        self.inner
+            .jobs
+            .send(Queued { job, durable })
+            .map_err(|_| stopped())?;
         rx.await.map_err(|_| {
             E::from(RailError::Storage(
                 "the write did not finish (it failed inside the SQLite writer, and was undone)"
@@ -284,7 +426,7 @@ impl SqliteDb {
     }
 
     /// Runs `f` on a read connection, on this thread. It sees every write answered before the
-    /// call. Writing through it fails (the connection is `query_only`).
+    /// call (a deferred one included). Writing through it fails (the connection is `query_only`).
     ///
     /// # Errors
     /// [`RailError::Storage`] with `f`'s error, or when no connection can be opened.
@@ -315,9 +457,15 @@ impl SqliteDb {
 }
 
 /// The writer thread: takes what is queued (at least one write, waiting for it), runs each in a
-/// savepoint of one transaction, commits, answers each. Ends when every sender is gone.
-fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>, counts: &Counts) {
-    let mut batch: Vec<Job> = Vec::new();
+/// savepoint of one transaction, commits, answers each (a durable write once the syncer has
+/// made its commit durable). Ends when every sender is gone.
+fn write_loop(
+    c: &Connection,
+    jobs: &mpsc::Receiver<Queued>,
+    shared: &Shared,
+    syncer: &mpsc::Sender<Wait>,
+) {
+    let mut batch: Vec<Queued> = Vec::new();
     while let Ok(first) = jobs.recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -326,7 +474,74 @@ fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Job>, counts: &Counts) {
                 Err(_) => break,
             }
         }
-        run_batch(c, &mut batch, counts);
+        if let Some(why) = shared.stopped() {
+            refuse(batch.drain(..).map(|q| q.job), &why);
+            continue;
+        }
+        run_batch(c, &mut batch, shared, syncer);
+    }
+}
+
+/// The syncer thread: for the waits queued (at least one), `fsync`s the WAL once unless their
+/// commits are durable already, then answers them. A failed `fsync` stops the file's store.
+fn sync_loop(wal: &Path, main: &Path, waits: &mpsc::Receiver<Wait>, shared: &Shared) {
+    while let Ok(first) = waits.recv() {
+        let mut all = vec![first];
+        while let Ok(w) = waits.try_recv() {
+            all.push(w);
+        }
+        let need = all.iter().map(|w| w.upto).max().unwrap_or(0);
+        let outcome: Result<u64, String> = if let Some(why) = shared.stopped() {
+            Err(why)
+        } else if shared.durable.load(Ordering::Acquire) >= need {
+            Ok(need)
+        } else {
+            // Every commit made before the fsync begins is covered by it; each wait was
+            // queued after its commit.
+            let upto = shared.committed.load(Ordering::Acquire);
+            match fsync(wal, main, shared) {
+                Ok(()) => {
+                    shared.syncs.fetch_add(1, Ordering::Relaxed);
+                    shared.durable.fetch_max(upto, Ordering::AcqRel);
+                    Ok(upto)
+                }
+                Err(e) => {
+                    let why = format!(
+                        "cannot make {} durable ({e}); its store has stopped in this process: check the disk, then restart",
+                        main.display()
+                    );
+                    tracing::error!(error = %e, path = %main.display(), "SQLite syncer: fsync failed; the store stops");
+                    *lock(&shared.stopped) = Some(why.clone());
+                    Err(why)
+                }
+            }
+        };
+        for w in all {
+            for answer in w.answers {
+                match &outcome {
+                    Ok(upto) => answer(Ok(Commit(*upto))),
+                    Err(why) => answer(Err(why)),
+                }
+            }
+        }
+    }
+}
+
+/// `fsync`s the WAL (every commit in WAL mode is in it), or the main file when there is no WAL
+/// (it was checkpointed into the main file, which SQLite synced, and removed).
+fn fsync(wal: &Path, main: &Path, shared: &Shared) -> std::io::Result<()> {
+    #[cfg(test)]
+    if shared.fail_sync.swap(false, Ordering::AcqRel) {
+        return Err(std::io::Error::other("an injected fsync failure"));
+    }
+    #[cfg(not(test))]
+    let _ = shared;
+    match std::fs::File::open(wal) {
+        Ok(f) => f.sync_data(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::File::open(main)?.sync_data()
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -335,9 +550,15 @@ const SAVEPOINT: &str = "SAVEPOINT sqlitedb_write";
 const RELEASE: &str = "RELEASE sqlitedb_write";
 const ROLLBACK_TO: &str = "ROLLBACK TO sqlitedb_write";
 
-/// Runs `batch` as one transaction, counted in `counts` once committed (before any write of
-/// it is answered: a caller that saw its write answered sees it counted); whether it committed.
-fn run_batch(c: &Connection, batch: &mut Vec<Job>, counts: &Counts) -> bool {
+/// Runs `batch` as one transaction, counted once committed (before any write of it is
+/// answered: a caller that saw its write answered sees it counted). A deferred write is
+/// answered at once, a durable one handed to the syncer. Whether it committed.
+fn run_batch(
+    c: &Connection,
+    batch: &mut Vec<Queued>,
+    shared: &Shared,
+    syncer: &mpsc::Sender<Wait>,
+) -> bool {
     let n = batch.len() as u64;
     // A transaction left open (a rollback that failed) would make BEGIN fail for good.
     if !c.is_autocommit()
@@ -347,14 +568,15 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>, counts: &Counts) -> bool {
     }
     if let Err(e) = exec(c, "BEGIN IMMEDIATE") {
         tracing::warn!(error = %e, "SQLite writer: cannot begin a transaction");
-        refuse(batch.drain(..), &e);
+        refuse(batch.drain(..).map(|q| q.job), &e.to_string());
         return false;
     }
-    let mut delivers: Vec<Deliver> = Vec::with_capacity(batch.len());
+    let mut delivers: Vec<(bool, Deliver)> = Vec::with_capacity(batch.len());
     let mut jobs = batch.drain(..);
-    while let Some(job) = jobs.next() {
+    while let Some(Queued { job, durable }) = jobs.next() {
         if let Err(e) = exec(c, SAVEPOINT) {
-            abandon(c, delivers, job, jobs, &e);
+            refuse(std::iter::once(job), &e.to_string());
+            abandon_all(c, delivers, jobs, &e);
             return false;
         }
         // A write that panics is a failed write: its savepoint is rolled back, its caller
@@ -373,7 +595,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>, counts: &Counts) -> bool {
             exec(c, ROLLBACK_TO).and_then(|()| exec(c, RELEASE))
         };
         if let Some(d) = deliver {
-            delivers.push(d);
+            delivers.push((durable, d));
         }
         // The transaction is gone (SQLite rolled it back: a full disk, an I/O error), or the
         // savepoint could not be ended (the write ended the transaction itself): nothing of
@@ -395,14 +617,26 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>, counts: &Counts) -> bool {
     drop(jobs);
     match exec(c, "COMMIT") {
         Ok(()) => {
-            counts
-                .writes
-                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            counts
-                .commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            for d in delivers {
-                d(Ok(()));
+            shared.writes.fetch_add(n, Ordering::Relaxed);
+            shared.commits.fetch_add(1, Ordering::Relaxed);
+            let seq = shared.committed.fetch_add(1, Ordering::AcqRel) + 1;
+            let mut durable = Vec::new();
+            for (wait, d) in delivers {
+                if wait {
+                    durable.push(d);
+                } else {
+                    d(Ok(Commit(seq)));
+                }
+            }
+            if !durable.is_empty()
+                && let Err(mpsc::SendError(w)) = syncer.send(Wait {
+                    upto: seq,
+                    answers: durable,
+                })
+            {
+                for d in w.answers {
+                    d(Err("the SQLite syncer has stopped"));
+                }
             }
             true
         }
@@ -410,48 +644,38 @@ fn run_batch(c: &Connection, batch: &mut Vec<Job>, counts: &Counts) -> bool {
             // SQLite may keep the transaction open after a failed COMMIT (a deferred
             // constraint, a busy file): roll it back so none of the batch stays.
             end_transaction(c);
-            for d in delivers {
-                d(Err(&e));
+            let why = e.to_string();
+            for (_, d) in delivers {
+                d(Err(&why));
             }
             false
         }
     }
 }
 
-/// Answers every write of `jobs` with `e` without running it.
-fn refuse(jobs: impl Iterator<Item = Job>, e: &rusqlite::Error) {
+/// Answers every write of `jobs` with `why` without running it.
+fn refuse(jobs: impl Iterator<Item = Job>, why: &str) {
     for job in jobs {
         let (_, deliver) = job(None);
-        deliver(Err(e));
+        deliver(Err(why));
     }
-}
-
-/// The batch cannot go on at `job`: rolls it back and answers every write with `e`.
-fn abandon(
-    c: &Connection,
-    delivers: Vec<Deliver>,
-    job: Job,
-    rest: impl Iterator<Item = Job>,
-    e: &rusqlite::Error,
-) {
-    refuse(std::iter::once(job), e);
-    abandon_all(c, delivers, rest, e);
 }
 
 /// Rolls the batch back and answers the writes that ran (`delivers`) and those that did not
 /// (`rest`) with `e`.
 fn abandon_all(
     c: &Connection,
-    delivers: Vec<Deliver>,
-    rest: impl Iterator<Item = Job>,
+    delivers: Vec<(bool, Deliver)>,
+    rest: impl Iterator<Item = Queued>,
     e: &rusqlite::Error,
 ) {
     tracing::warn!(error = %e, "SQLite writer: a batch was abandoned and rolled back");
     end_transaction(c);
-    for d in delivers {
-        d(Err(e));
+    let why = e.to_string();
+    for (_, d) in delivers {
+        d(Err(&why));
     }
-    refuse(rest, e);
+    refuse(rest.map(|q| q.job), &why);
 }
 
 /// Rolls back whatever transaction is open.
@@ -516,6 +740,76 @@ mod tests {
             SqliteDb::open(&dir.path().join("s.db")).unwrap().stats(),
             after
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deferred_write_is_seen_at_once_and_made_durable_by_a_sync() {
+        let (_dir, db) = db().await;
+        let ((), at) = db
+            .write_deferred(|c| c.execute("INSERT INTO t VALUES ('d', 1)", []).map(|_| ()))
+            .await
+            .unwrap();
+        // Committed: every reader sees it before it is on disk.
+        assert_eq!(count(&db), 1);
+        let before = db.stats().syncs;
+        db.sync_to(at).await.unwrap();
+        let after = db.stats().syncs;
+        assert!(after - before <= 1, "{before} → {after}");
+        // Durable now: syncing to it again costs nothing.
+        db.sync_to(at).await.unwrap();
+        db.sync().await.unwrap();
+        assert_eq!(db.stats().syncs, after);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_durable_write_covers_every_deferred_write_before_it() {
+        let (_dir, db) = db().await;
+        let mut commits = Vec::new();
+        for i in 0..10 {
+            let ((), at) = db
+                .write_deferred(move |c| {
+                    c.execute("INSERT INTO t VALUES (?1, 1)", [format!("d{i}")])
+                        .map(|_| ())
+                })
+                .await
+                .unwrap();
+            commits.push(at);
+        }
+        assert!(
+            commits.windows(2).all(|w| w[0] < w[1]),
+            "commits out of order"
+        );
+        db.write(|c| c.execute("INSERT INTO t VALUES ('durable', 1)", []))
+            .await
+            .unwrap();
+        let syncs = db.stats().syncs;
+        for at in commits {
+            db.sync_to(at).await.unwrap();
+        }
+        assert_eq!(db.stats().syncs, syncs, "a covered commit was synced again");
+        assert_eq!(count(&db), 11);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_sync_stops_the_store_in_this_process() {
+        let (_dir, db) = db().await;
+        let ((), at) = db
+            .write_deferred(|c| c.execute("INSERT INTO t VALUES ('d', 1)", []).map(|_| ()))
+            .await
+            .unwrap();
+        db.inner.shared.fail_sync.store(true, Ordering::Release);
+        let err = db.sync_to(at).await.unwrap_err().to_string();
+        assert!(
+            err.contains("cannot make") && err.contains("restart"),
+            "{err}"
+        );
+        // Nothing after it is acknowledged: not a durable write, not a deferred one, not a sync.
+        let durable = db.write(|c| c.execute("INSERT INTO t VALUES ('w', 1)", []));
+        assert!(durable.await.is_err());
+        let deferred = db.write_deferred(|c| c.execute("INSERT INTO t VALUES ('x', 1)", []));
+        assert!(deferred.await.is_err());
+        assert!(db.sync().await.is_err());
+        assert_eq!(count(&db), 1, "a write after the failed fsync ran");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,22 @@ async fn sqlite_store_passes_the_suite() {
     suite::run_all(store, clock).await;
 }
 
+/// A deferred handle on the SQLite store (writes answered once committed, durable at its sync)
+/// keeps every guarantee of the suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_deferred_handle_passes_the_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(Timestamp(1_000_000));
+    let store = SqliteKeyStore::open(&dir.path().join("keys.db"))
+        .await
+        .unwrap()
+        .with_clock(Arc::new(clock.clone()));
+    let quick = store.deferred().expect("SQLite defers");
+    suite::run_all(quick.clone(), clock).await;
+    quick.sync().await.unwrap();
+    assert!(store.db().stats().syncs > 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_passes_the_suite() {
     let Some(pool) = pg().await else { return };

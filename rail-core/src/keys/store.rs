@@ -191,6 +191,29 @@ pub trait KeyStore: Send + Sync + fmt::Debug {
     /// The store's clock (for PostgreSQL the database's, unless a clock is injected).
     async fn now(&self) -> RailResult<Timestamp>;
 
+    /// A handle on this store whose writes are answered once applied, before they are durable,
+    /// and whose [`KeyStore::sync`] makes them durable. Every client of the store sees such a
+    /// write at once and a crash of this process keeps it; a power loss (or a crash of the
+    /// host) may undo it until the handle's `sync`, or a durable write of the same store made
+    /// after it, has returned. For records that nothing outside the store acts on before then:
+    /// sync before money moves or an answer leaves on the strength of them.
+    ///
+    /// Each call gives a new handle, whose `sync` waits only for its own writes. `None` (the
+    /// default): every write is durable when answered, and there is nothing to defer.
+    fn deferred(&self) -> Option<Arc<dyn KeyStore>> {
+        None
+    }
+
+    /// Makes every write answered through this handle durable. Nothing to do (the default) for
+    /// a handle whose writes are durable when answered.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] if they cannot be made durable (the store has then stopped
+    /// acknowledging writes).
+    async fn sync(&self) -> RailResult<()> {
+        Ok(())
+    }
+
     /// Counts one event under `(ns, key)`, atomically across every client of the store (of
     /// concurrent counters of one key, each gets a count of its own): the count in the key's
     /// current window, this event included, and how long the window still runs.

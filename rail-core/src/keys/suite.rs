@@ -133,6 +133,7 @@ pub async fn run_all(store: Arc<dyn KeyStore>, clock: ManualClock) {
     odd_keys_are_kept_exactly(&store, &ns).await;
     counters_count_in_windows(&store, &clock, &ns).await;
     counters_under_contention(&store, &ns).await;
+    deferred_writes_are_seen_at_once(&store, &ns).await;
 }
 
 /// claim → busy → release → claim → commit → finished (also long after).
@@ -839,4 +840,45 @@ pub async fn counters_under_contention(store: &Arc<dyn KeyStore>, ns: &str) {
     }
     counts.sort_unstable();
     assert_eq!(counts, (1..=32).collect::<Vec<u64>>());
+}
+
+/// A deferred handle's writes ([`KeyStore::deferred`]) are seen at once by every other handle
+/// of the store and hold keys as any write does; its `sync` succeeds. Nothing for a store
+/// without deferred writes.
+pub async fn deferred_writes_are_seen_at_once(store: &Arc<dyn KeyStore>, ns: &str) {
+    let Some(quick) = store.deferred() else {
+        store
+            .sync()
+            .await
+            .expect("a durable store's sync is a no-op");
+        return;
+    };
+    let ns = format!("{ns}-deferred");
+    let mine = ReplayGuard::new(quick.clone(), ns.clone());
+    let theirs = ReplayGuard::new(store.clone(), ns.clone());
+    let r = fresh(mine.claim("k", Duration::from_secs(60)).await.unwrap());
+    assert!(
+        matches!(
+            theirs.claim("k", Duration::from_secs(60)).await.unwrap(),
+            Claim::Busy { .. }
+        ),
+        "a deferred claim was not seen by another handle"
+    );
+    r.commit(Some(Duration::from_secs(3600))).await.unwrap();
+    quick.sync().await.unwrap();
+    assert!(matches!(
+        theirs.claim("k", Duration::from_secs(60)).await.unwrap(),
+        Claim::Finished(_)
+    ));
+    // Two deferred handles contend as two clients: one wins.
+    let other = ReplayGuard::new(store.deferred().unwrap(), ns.clone());
+    let (a, b) = tokio::join!(
+        mine.claim("both", Duration::from_secs(60)),
+        other.claim("both", Duration::from_secs(60))
+    );
+    let won = [a.unwrap(), b.unwrap()]
+        .iter()
+        .filter(|c| matches!(c, Claim::Fresh(_)))
+        .count();
+    assert_eq!(won, 1, "two deferred handles both won a key");
 }

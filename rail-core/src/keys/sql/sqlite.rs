@@ -4,7 +4,7 @@
 //! caller's thread.
 
 use std::path::Path;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +15,7 @@ use super::{Kind, Op, REMOVE, Statements};
 use crate::clock::{SharedClock, SystemClock, Timestamp};
 use crate::error::{RailError, RailResult};
 use crate::keys::{KeyRecord, KeyStore, Seen, Tally, Write, millis};
-use crate::sqlite::SqliteDb;
+use crate::sqlite::{Commit, SqliteDb};
 
 /// The sqlx pool the facilitator's own tables use on a SQLite file: the file created if
 /// missing, WAL so readers never wait for the writer, a 30 s busy timeout so several
@@ -64,10 +64,16 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS rail_keys (
 /// A key store in a SQLite database (shares the file with other processes on one host).
 /// Times are the host's clock ([`crate::SystemClock`]) unless one is injected: every process
 /// sharing the file shares that clock.
+///
+/// Its writes are durable when answered; [`KeyStore::deferred`] gives a handle whose writes are
+/// answered once committed ([`SqliteDb::write_deferred`]) and made durable by its
+/// [`KeyStore::sync`] or the file's next durable write.
 #[derive(Debug, Clone)]
 pub struct SqliteKeyStore {
     db: SqliteDb,
     clock: SharedClock,
+    /// A deferred handle's last commit (`None`: a durable handle).
+    deferred: Option<Arc<Mutex<Commit>>>,
 }
 
 impl SqliteKeyStore {
@@ -122,6 +128,7 @@ impl SqliteKeyStore {
         Ok(SqliteKeyStore {
             db,
             clock: Arc::new(SystemClock),
+            deferred: None,
         })
     }
 
@@ -145,7 +152,23 @@ impl SqliteKeyStore {
     /// Runs one write in the writer's next batch: whether it took effect.
     async fn write(&self, op: Op) -> RailResult<bool> {
         let now = self.now();
-        self.db.write(move |c| run(c, &op, now)).await
+        self.apply(move |c| run(c, &op, now)).await
+    }
+
+    /// Runs `f` in the writer's next batch: answered once durable, or for a deferred handle
+    /// once committed (its commit remembered for [`KeyStore::sync`]).
+    async fn apply<T, F>(&self, f: F) -> RailResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let Some(last) = &self.deferred else {
+            return self.db.write(f).await;
+        };
+        let (v, at) = self.db.write_deferred(f).await?;
+        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+        *last = (*last).max(at);
+        Ok(v)
     }
 }
 
@@ -267,18 +290,32 @@ impl KeyStore for SqliteKeyStore {
     async fn purge_expired(&self) -> RailResult<u64> {
         let now = self.now();
         let n = self
-            .db
-            .write(move |c| c.prepare_cached(&STATEMENTS.purge)?.execute(params![now]))
+            .apply(move |c| c.prepare_cached(&STATEMENTS.purge)?.execute(params![now]))
             .await?;
         Ok(u64::try_from(n).unwrap_or(u64::MAX))
+    }
+
+    fn deferred(&self) -> Option<Arc<dyn KeyStore>> {
+        Some(Arc::new(SqliteKeyStore {
+            db: self.db.clone(),
+            clock: self.clock.clone(),
+            deferred: Some(Arc::new(Mutex::new(Commit::default()))),
+        }))
+    }
+
+    async fn sync(&self) -> RailResult<()> {
+        let Some(last) = &self.deferred else {
+            return Ok(());
+        };
+        let at = *last.lock().unwrap_or_else(PoisonError::into_inner);
+        self.db.sync_to(at).await
     }
 
     async fn count(&self, ns: &str, key: &str, window: Duration) -> RailResult<Tally> {
         let now = self.now();
         let (n, k) = (ns.to_owned(), key.to_owned());
         let row: Option<(String, i64, i64)> = self
-            .db
-            .write(move |c| {
+            .apply(move |c| {
                 c.prepare_cached(&STATEMENTS.count)?
                     .query_row(
                         params![
