@@ -290,6 +290,18 @@ impl SqliteDb {
         }
     }
 
+    /// The last commit this process made of the file.
+    #[must_use]
+    pub fn last_commit(&self) -> Commit {
+        Commit(self.inner.shared.committed.load(Ordering::Acquire))
+    }
+
+    /// Every commit up to this one is durable.
+    #[must_use]
+    pub fn durable_through(&self) -> Commit {
+        Commit(self.inner.shared.durable.load(Ordering::Acquire))
+    }
+
     /// The file's path.
     #[must_use]
     pub fn path(&self) -> &Path {

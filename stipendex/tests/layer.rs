@@ -73,6 +73,86 @@ async fn service_payment_end_to_end_and_the_chain_verifies() {
     assert!(matches!(err, Error::Broken { link: "proof", .. }), "{err}");
 }
 
+/// The house rail's payer, noting at each payment whether everything the wallet had committed
+/// to its store was durable by then.
+struct Watched {
+    inner: Arc<dyn rail_core::Payer>,
+    db: rail_core::sqlite::SqliteDb,
+    durable_when_asked: std::sync::Mutex<Vec<bool>>,
+}
+
+impl std::fmt::Debug for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watched")
+    }
+}
+
+impl rail_core::Rail for Watched {
+    fn id(&self) -> rail_core::RailId {
+        self.inner.id()
+    }
+    fn capabilities(&self) -> rail_core::Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait::async_trait]
+impl rail_core::Payer for Watched {
+    async fn pay(
+        &self,
+        op: &rail_core::OpId,
+        offer: &rail_core::Offer,
+    ) -> rail_core::RailResult<rail_core::Payment> {
+        let durable = self.db.durable_through() >= self.db.last_commit();
+        self.durable_when_asked.lock().unwrap().push(durable);
+        self.inner.pay(op, offer).await
+    }
+}
+
+/// The wallet's records of a paid call (its claims and counts, answered before they are on
+/// disk) are durable before the rail is asked and before its Proof is returned — here with the
+/// journal outside the store, so that no journal write makes them durable on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_calls_records_are_durable_before_the_rail_is_asked_and_before_its_proof_returns() {
+    let w = world().await;
+    let db = rail_core::sqlite::SqliteDb::open_here(&w._dir.path().join("wallet.db")).unwrap();
+    let watched = Arc::new(Watched {
+        inner: w.registry.payer("house").unwrap().payer.clone(),
+        db: db.clone(),
+        durable_when_asked: std::sync::Mutex::default(),
+    });
+    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), w.mandate(|_| {}))
+        .rail(
+            "house",
+            rail_core::PayerHandle {
+                payer: watched.clone(),
+                hold_payer: None,
+            },
+        )
+        .store(w.store.clone())
+        .journal(w.journal.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let receiver = w.receiver();
+    for i in 0..3 {
+        let req = Request::new("GET", "/search").with_params(serde_json::json!({ "q": i }));
+        let q = quote(&receiver, &req).await;
+        let paid = wallet.pay(&q).await.unwrap();
+        assert!(paid.fresh);
+        assert!(
+            db.durable_through() >= db.last_commit(),
+            "a Proof was returned before the wallet's records of it were durable"
+        );
+        receiver.accept(&req, paid.proof.jws()).await.unwrap();
+    }
+    assert_eq!(
+        *watched.durable_when_asked.lock().unwrap(),
+        vec![true; 3],
+        "the rail was asked while the wallet's records were not yet durable"
+    );
+}
+
 #[tokio::test]
 async fn a_receiver_outside_the_allowlist_is_denied_and_escalated() {
     let w = world().await;

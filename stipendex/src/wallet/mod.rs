@@ -339,7 +339,7 @@ impl Builder {
             .store
             .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
         Ok(Wallet(Arc::new(Inner {
-            ops: Idempotency::new(store.clone(), format!("stipendex/{}/paid", m.id)),
+            ops: Idempotency::new(store.clone(), ops_ns(&self.mandate)),
             revocations: Revocations::new(store.clone()),
             key: self.key,
             mandate: self.mandate,
@@ -356,12 +356,39 @@ impl Builder {
     }
 }
 
+/// The namespace of the wallet's operations (paid Quotes and tabs) under `mandate`.
+fn ops_ns(mandate: &Signed<Mandate>) -> String {
+    format!("stipendex/{}/paid", mandate.object().id)
+}
+
 /// What claiming a Quote's operation found.
 enum Started {
     /// Paid before: its Proof.
     Done(Box<Paid>),
     /// The right to pay it (or to finish its pending payment).
     Lease(rail_core::keys::Lease),
+}
+
+/// One paid call's records in the wallet's store: its operation's claim and result, and its
+/// limits' counts, through a deferred handle where the store has one
+/// ([`KeyStore::deferred`]). None of them moves money or leaves the wallet by itself: they are
+/// made durable before the rail is asked ([`CallRecords::sync`], at no cost when the pending
+/// payment's journal record in the same store already covered them) and before a Proof is
+/// returned. A store without deferred writes makes each durable as it is answered.
+struct CallRecords {
+    store: Arc<dyn KeyStore>,
+    ops: Idempotency,
+}
+
+impl CallRecords {
+    /// Makes this call's records durable before an effect outside the wallet (the rail asked,
+    /// a Proof returned).
+    async fn sync(&self) -> Result<(), Error> {
+        self.store
+            .sync()
+            .await
+            .map_err(|e| Error::Storage(format!("cannot make the payment's records durable: {e}")))
+    }
 }
 
 /// What a fresh payment needs, found before anything is counted ([`Wallet::prepare`]).
@@ -767,8 +794,13 @@ impl Wallet {
         // payment is journaled: two identical calls (in this process or another sharing the
         // store) never both find nothing and both pay.
         let key = request_key(quote, sent);
+        // On a deferred handle: the claim keeps live calls apart; after a power loss none is
+        // live, and the journal's pending record (durable before the rail is asked) decides.
         let claims = ReplayGuard::new(
-            self.0.store.clone(),
+            self.0
+                .store
+                .deferred()
+                .unwrap_or_else(|| self.0.store.clone()),
             format!("stipendex/{}/requests", self.0.mandate.object().id),
         );
         let holder = self.0.journal.holder();
@@ -926,18 +958,19 @@ impl Wallet {
         // is pending (its outcome unknown, or held for review): the rail is asked again.
         let op = op_for(&q.receiver.id, &q.id)?;
         let chain = chain_name(&q.receiver.id, &q.id);
+        let rec = self.call_records();
         // The limits are counted beside the operation's claim, so the two records share a
         // commit of the store: a Quote that turns out to be paid or pending already gives its
         // count back (its payment was counted by its first attempt).
-        let (started, counting): (_, Counting<'_>) = match self.prepare(q, now) {
+        let (started, counting): (_, Counting<'_>) = match self.prepare(&rec, q, now) {
             Ok(f) => {
                 let (s, c) = tokio::join!(
-                    self.begin(quote, &op),
+                    self.begin(&rec, quote, &op),
                     f.budgets.reserve(&op, &q.receiver.id, &f.max)
                 );
                 (s, Ok((f, c)))
             }
-            Err(e) => (self.begin(quote, &op).await, Err(e)),
+            Err(e) => (self.begin(&rec, quote, &op).await, Err(e)),
         };
         let lease = match started {
             Ok(Started::Lease(l)) => l,
@@ -954,7 +987,7 @@ impl Wallet {
             Ok(p) => p,
             Err(e) => {
                 give_back(counting).await;
-                me.ops.hand_over(lease).await.ok();
+                rec.ops.hand_over(lease).await.ok();
                 return Err(e);
             }
         };
@@ -963,16 +996,16 @@ impl Wallet {
                 match &pending {
                     Some(p) => {
                         give_back(counting).await;
-                        self.settle(quote, p).await.map(|paid| (paid, None))
+                        self.settle(&rec, quote, p).await.map(|paid| (paid, None))
                     }
                     None => {
-                        self.pay_fresh(quote, &op, now, sent, confirmer, counting)
+                        self.pay_fresh(&rec, quote, &op, now, sent, confirmer, counting)
                             .await
                     }
                 }
             }))
             .await;
-        self.conclude(quote, lease, out).await
+        self.conclude(&rec, quote, lease, out).await
     }
 
     /// The payments this wallet started and has not finished (outcome unknown, or held for
@@ -1048,7 +1081,8 @@ impl Wallet {
             .holder
             .as_deref()
             .is_some_and(|h| !me.journal.holder_alive(h));
-        let lease = match self.begin_over(&quote, &op, gone).await? {
+        let rec = self.call_records();
+        let lease = match self.begin_over(&rec, &quote, &op, gone).await? {
             Started::Done(paid) => return Ok(*paid),
             Started::Lease(l) => l,
         };
@@ -1058,7 +1092,7 @@ impl Wallet {
         let settle = async {
             let until = tokio::time::Instant::now() + TAKEOVER_WAIT;
             loop {
-                match Box::pin(self.settle(&quote, &p)).await {
+                match Box::pin(self.settle(&rec, &quote, &p)).await {
                     Err(Error::Payment(RailError::InProgress { .. }))
                         if gone && tokio::time::Instant::now() < until =>
                     {
@@ -1072,26 +1106,43 @@ impl Wallet {
             .keep_alive(Box::pin(settle))
             .await
             .map(|paid| (paid, None));
-        self.conclude(&quote, lease, out).await
+        self.conclude(&rec, &quote, lease, out).await
+    }
+
+    /// This call's records ([`CallRecords`]): on a deferred handle of the wallet's store where
+    /// it has one.
+    fn call_records(&self) -> CallRecords {
+        let me = &self.0;
+        let store = me.store.deferred().unwrap_or_else(|| me.store.clone());
+        CallRecords {
+            ops: Idempotency::new(store.clone(), ops_ns(&me.mandate)),
+            store,
+        }
     }
 
     /// Claims `op` for `quote`: its first Proof if it was paid (the chain finished if a crash
     /// left it pending), or the lease to pay it.
-    async fn begin(&self, quote: &Signed<Quote>, op: &OpId) -> Result<Started, Error> {
-        self.begin_over(quote, op, false).await
+    async fn begin(
+        &self,
+        rec: &CallRecords,
+        quote: &Signed<Quote>,
+        op: &OpId,
+    ) -> Result<Started, Error> {
+        self.begin_over(rec, quote, op, false).await
     }
 
     /// As [`Wallet::begin`]; with `holder_gone`, an attempt whose process has ended is taken
     /// over before its lease lapses.
     async fn begin_over(
         &self,
+        rec: &CallRecords,
         quote: &Signed<Quote>,
         op: &OpId,
         holder_gone: bool,
     ) -> Result<Started, Error> {
         let me = &self.0;
         let fp = fingerprint(quote.digest().as_str()).map_err(Error::Payment)?;
-        match me.ops.begin_over::<PaidRecord>(op, &fp, holder_gone).await {
+        match rec.ops.begin_over::<PaidRecord>(op, &fp, holder_gone).await {
             Ok(Begin::Replay(rec)) => {
                 let paid = self.replayed(rec)?;
                 let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
@@ -1116,6 +1167,7 @@ impl Wallet {
     /// [`Wallet::resume`].
     async fn conclude(
         &self,
+        rec: &CallRecords,
         quote: &Signed<Quote>,
         lease: rail_core::keys::Lease,
         out: Result<(Paid, Option<spend::Counted>), Error>,
@@ -1124,7 +1176,7 @@ impl Wallet {
         let q = quote.object();
         match out {
             Ok((paid, counted)) => {
-                let rec = PaidRecord::new(&paid.proof, paid.confirmation.as_ref(), &paid.rail);
+                let record = PaidRecord::new(&paid.proof, paid.confirmation.as_ref(), &paid.rail);
                 // The count kept and the Proof stored are independent records (a count whose
                 // keeping is lost lapses into being counted again: over, never under), so
                 // they share a commit. Stored first, journaled after: a crash between the two
@@ -1134,25 +1186,30 @@ impl Wallet {
                         c.keep().await;
                     }
                 };
-                let ((), stored) = tokio::join!(keep, me.ops.finish(lease, &rec));
+                let ((), stored) = tokio::join!(keep, rec.ops.finish(lease, &record));
                 match stored {
                     Ok(()) => self.close_chain(quote, &paid).await,
                     Err(e) => {
                         tracing::error!(quote = %q.id, error = %e, "paid, but the Proof could not be stored; the payment stays pending");
                     }
                 }
+                // Durable before the Proof leaves (covered already when the chain was journaled
+                // in the same store). Paid either way: the Proof is returned.
+                if let Err(e) = rec.sync().await {
+                    tracing::error!(quote = %q.id, error = %e, "paid, but its records may not survive a power loss");
+                }
                 Ok(paid)
             }
             Err(e) => {
                 let unknown = outcome_unknown(&e);
                 let ended = if unknown {
-                    me.ops.hand_over(lease).await
+                    rec.ops.hand_over(lease).await
                 } else {
                     let chain = chain_name(&q.receiver.id, &q.id);
                     if let Err(j) = me.journal.end(&chain).await {
                         tracing::warn!(chain = %chain, error = %j, "could not end a refused payment in the journal");
                     }
-                    me.ops.abandon(lease).await
+                    rec.ops.abandon(lease).await
                 };
                 if let Err(s) = ended {
                     tracing::warn!(quote = %q.id, error = %s, "could not end a payment's lease; it lapses by itself");
@@ -1307,7 +1364,12 @@ impl Wallet {
 
     /// What a fresh payment of `q` needs before anything is counted: the Quote still payable
     /// for long enough, the mandate's limits in its asset, the rail and its offer. Pure checks.
-    fn prepare<'a>(&'a self, q: &'a Quote, now: u64) -> Result<Fresh<'a>, Error> {
+    fn prepare<'a>(
+        &'a self,
+        rec: &CallRecords,
+        q: &'a Quote,
+        now: u64,
+    ) -> Result<Fresh<'a>, Error> {
         let me = &self.0;
         let mandate = me.mandate.object();
         if now >= q.exp {
@@ -1337,7 +1399,7 @@ impl Wallet {
         let limits = limits_in(mandate, max.asset())?;
         // Choose the rail before counting: a Quote no rail can pay counts nothing.
         let (rail, offer) = self.choose(q)?;
-        let budgets = self.budgets(limits)?;
+        let budgets = self.budgets_on(&rec.store, limits)?;
         Ok(Fresh {
             max,
             limits,
@@ -1349,8 +1411,10 @@ impl Wallet {
 
     /// Steps 3–5 for a Quote not paid before: `counting` is what [`Wallet::prepare`] found and
     /// the limits counted beside the operation's claim.
+    #[allow(clippy::too_many_arguments)]
     async fn pay_fresh(
         &self,
+        rec: &CallRecords,
         quote: &Signed<Quote>,
         op: &OpId,
         now: u64,
@@ -1413,7 +1477,13 @@ impl Wallet {
             proof: None,
             holder: me.journal.holder(),
         };
-        if let Err(e) = me.journal.begin(&pending).await {
+        // The claim and the counts, on a deferred handle, are durable before money moves: at
+        // no cost when the journal's record in the same store was.
+        let begun = match me.journal.begin(&pending).await {
+            Ok(()) => rec.sync().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = begun {
             counted.release().await;
             return Err(e);
         }
@@ -1436,7 +1506,12 @@ impl Wallet {
     }
 
     /// Finishes pending payment `p` of `quote`: the rail asked again under its operation id.
-    async fn settle(&self, quote: &Signed<Quote>, p: &Pending) -> Result<Paid, Error> {
+    async fn settle(
+        &self,
+        rec: &CallRecords,
+        quote: &Signed<Quote>,
+        p: &Pending,
+    ) -> Result<Paid, Error> {
         let me = &self.0;
         let q = quote.object();
         let rail = me.rails.iter().find(|r| r.name == p.rail).ok_or_else(|| {
@@ -1454,6 +1529,7 @@ impl Wallet {
             .map(Signed::<Confirmation>::parse)
             .transpose()?;
         let op = OpId::new(p.op.clone()).map_err(Error::Payment)?;
+        rec.sync().await?;
         match ask_rail(rail, &op, offer, q.profile).await {
             Ok(payment) => self.sign_proof(quote, confirmation, payment, rail, p.since),
             Err(e) => {
@@ -1560,8 +1636,17 @@ impl Wallet {
 
     /// The limits' durable counters in the mandate's `limits` (one asset's).
     fn budgets(&self, limits: &crate::envelope::Limits) -> Result<spend::Budgets, Error> {
-        let me = &self.0;
-        spend::Budgets::new(me.store.clone(), &me.mandate.object().id, limits)
+        self.budgets_on(&self.0.store, limits)
+    }
+
+    /// The limits' counters in the mandate's `limits`, written through `store` (the wallet's
+    /// store, or a handle on it).
+    fn budgets_on(
+        &self,
+        store: &Arc<dyn KeyStore>,
+        limits: &crate::envelope::Limits,
+    ) -> Result<spend::Budgets, Error> {
+        spend::Budgets::new(store.clone(), &self.0.mandate.object().id, limits)
     }
 
     /// A payment's chain as journaled: the mandate, the human's `confirmation` if one was
