@@ -383,6 +383,12 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// The store handle the key was claimed through.
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn KeyStore> {
+        &self.guard.store
+    }
+
     /// The reserved key.
     #[must_use]
     pub fn key(&self) -> &str {

@@ -64,6 +64,14 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// The store handle the lease was claimed through (every write of the lease goes through
+    /// it): a deferred handle ([`super::KeyStore::deferred`]) makes them durable at its
+    /// [`super::KeyStore::sync`].
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn KeyStore> {
+        self.reservation.store()
+    }
+
     /// Runs `work` while keeping the lease alive.
     pub async fn keep_alive<F: Future>(&self, work: F) -> F::Output {
         self.reservation.keep_alive(work).await

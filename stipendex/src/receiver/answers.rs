@@ -159,7 +159,8 @@ pub(crate) enum Use {
 #[derive(Clone, Debug)]
 pub(crate) struct Answers {
     store: Arc<dyn KeyStore>,
-    uses: Idempotency,
+    uses_ns: String,
+    lease: Duration,
     answers_ns: String,
     verified_ns: String,
     started: ReplayGuard,
@@ -182,8 +183,8 @@ impl Answers {
         // (the facilitator: the offer's life plus 24 hours), so a repeat never runs twice.
         let retain = ttl.saturating_add(USE_MARGIN).saturating_add(ANSWER_MARGIN);
         Answers {
-            uses: Idempotency::new(store.clone(), format!("stipendex/{who}/proofs"))
-                .with_windows(lease, retain),
+            uses_ns: format!("stipendex/{who}/proofs"),
+            lease,
             answers_ns: format!("stipendex/{who}/answers"),
             verified_ns: format!("stipendex/{who}/verified"),
             started: ReplayGuard::new(store.clone(), format!("stipendex/{who}/started")),
@@ -197,6 +198,16 @@ impl Answers {
     /// The bound its answers are kept within (shared with the tabs').
     pub(crate) fn bound(&self) -> &Arc<Keep> {
         &self.keep
+    }
+
+    /// The use records of one presentation, through a deferred handle of the store where it
+    /// has one ([`KeyStore::deferred`]): its claim and its rail's verdict are made durable by
+    /// the delivery mark ([`Answers::start`], a durable write of the same store) before the
+    /// work runs, and its kept answer and its use by [`Answers::keep`] before the answer
+    /// leaves.
+    fn uses(&self) -> Idempotency {
+        let store = self.store.deferred().unwrap_or_else(|| self.store.clone());
+        Idempotency::new(store, self.uses_ns.clone()).with_windows(self.lease, self.retain)
     }
 
     fn key(quote_id: &str) -> Result<OpId, Error> {
@@ -239,7 +250,7 @@ impl Answers {
         let op = Self::key(quote_id)?;
         let fp = rail_core::keys::fingerprint(proof).map_err(Error::Payment)?;
         let end = refused_in.saturating_add(CLAIM_MARGIN);
-        match self.uses.begin_until::<Used>(&op, &fp, end).await {
+        match self.uses().begin_until::<Used>(&op, &fp, end).await {
             Ok(rail_core::keys::Begin::Fresh(lease)) => Ok(Use::Run {
                 lease,
                 recovered: false,
@@ -290,8 +301,15 @@ impl Answers {
     }
 
     /// Keeps the rail's verdict `v` on the Proof of digest `proof` for quote `quote_id`, for a
-    /// recovery of its claim. A failure is logged: only a recovery after a stop is affected.
-    pub(crate) async fn record_verification(&self, quote_id: &str, proof: &str, v: &Verified) {
+    /// recovery of its claim (through the claim's `lease`'s handle: durable with the delivery
+    /// mark). A failure is logged: only a recovery after a stop is affected.
+    pub(crate) async fn record_verification(
+        &self,
+        lease: &Lease,
+        quote_id: &str,
+        proof: &str,
+        v: &Verified,
+    ) {
         let written = async {
             let key = Self::key(quote_id)?;
             let value = serde_json::to_string(&Recorded {
@@ -301,7 +319,8 @@ impl Answers {
             .map_err(|e| Error::Storage(e.to_string()))?;
             let mut w = Write::finished(rand::random(), "verified", Some(self.retain));
             w.value = Some(value);
-            self.store
+            lease
+                .store()
                 .insert_if_absent(&self.verified_ns, key.as_str(), &w)
                 .await
                 .map_err(|e| Error::Storage(e.to_string()))
@@ -332,7 +351,8 @@ impl Answers {
 
     /// Marks the work of quote `quote_id`'s Proof as started: `true` the first time, `false`
     /// when an earlier presentation of the same Proof (at any instance sharing the store)
-    /// already handed the request to its work, whose outcome is then unknown here.
+    /// already handed the request to its work, whose outcome is then unknown here. A durable
+    /// write: the presentation's claim and verdict, written before it, are durable with it.
     pub(crate) async fn start(&self, quote_id: &str) -> Result<bool, Error> {
         let key = Self::key(quote_id)?;
         self.started
@@ -359,10 +379,12 @@ impl Answers {
     /// The claim's work failed: a permanent refusal gives the Quote back (nothing was used), an
     /// unknown outcome leaves it to be recovered.
     pub(crate) async fn fail(&self, lease: Lease, retryable: bool) {
+        let uses = Idempotency::new(lease.store().clone(), self.uses_ns.clone())
+            .with_windows(self.lease, self.retain);
         let ended = if retryable {
-            self.uses.hand_over(lease).await
+            uses.hand_over(lease).await
         } else {
-            self.uses.abandon(lease).await
+            uses.abandon(lease).await
         };
         if let Err(e) = ended {
             tracing::warn!(error = %e, "could not end a proof's claim; it lapses by itself");
@@ -380,12 +402,22 @@ impl Answers {
         keep: Duration,
     ) -> Result<(), Error> {
         let op = Self::key(quote_id)?;
+        let records = lease.store().clone();
         let kept = match answer {
-            Some(a) => self.keep_answer(&op, quote_id, request, a, keep).await,
+            Some(a) => {
+                self.keep_answer(&records, &op, quote_id, request, a, keep)
+                    .await
+            }
             None => false,
         };
-        self.uses
+        Idempotency::new(records.clone(), self.uses_ns.clone())
+            .with_windows(self.lease, self.retain)
             .finish(lease, &Used { kept })
+            .await
+            .map_err(|e| Error::Storage(e.to_string()))?;
+        // Both written through the claim's handle: durable before the answer leaves.
+        records
+            .sync()
             .await
             .map_err(|e| Error::Storage(e.to_string()))
     }
@@ -394,6 +426,7 @@ impl Answers {
     /// `true` if a record is kept.
     async fn keep_answer(
         &self,
+        records: &Arc<dyn KeyStore>,
         op: &OpId,
         quote_id: &str,
         request: &str,
@@ -454,8 +487,7 @@ impl Answers {
             let token = rand::random::<i64>();
             let mut w = Write::finished(token, ANSWER_STATE, Some(keep));
             w.value = Some(value);
-            return match self
-                .store
+            return match records
                 .insert_if_absent(&self.answers_ns, op.as_str(), &w)
                 .await
             {

@@ -1064,7 +1064,7 @@ impl Receiver {
                 {
                     Ok(v) => {
                         me.answers
-                            .record_verification(&q.id, proof.digest().as_str(), &v)
+                            .record_verification(&lease, &q.id, proof.digest().as_str(), &v)
                             .await;
                         v
                     }

@@ -142,6 +142,15 @@ impl Receiver {
                 return failed(f, Some(presented));
             }
         };
+        // The claim (on a deferred handle) is durable before the chain is asked to verify or
+        // settle: at no cost when the served-once mark, a durable write of the same store,
+        // covered it.
+        if let Err(e) = lease.store().sync().await {
+            served::release(serving).await;
+            answers.fail(lease, true).await;
+            let f = scheme.unavailable(Busy::Store, &format!("served-once store: {e}"));
+            return failed(f, Some(presented));
+        }
         // Not served: both records are given up (a certain refusal, a failed or undelivered
         // work: the same payment may be presented again, in any encoding, and runs without a
         // second charge when it settled), or the claim is left to the same envelope (an
