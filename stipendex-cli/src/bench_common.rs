@@ -234,7 +234,7 @@ impl StoreCounts {
         StoreCounts(v)
     }
 
-    /// Prints each file's writes and commits per call over `calls` calls since
+    /// Prints each file's writes, commits and `fsync`s per call over `calls` calls since
     /// [`StoreCounts::start`].
     pub(crate) fn print(&self, calls: usize) {
         if self.0.is_empty() || calls == 0 {
@@ -247,9 +247,10 @@ impl StoreCounts {
             .map(|(name, db, at)| {
                 let now = db.stats();
                 format!(
-                    "{name} {:.2} writes, {:.2} commits",
+                    "{name} {:.2} writes, {:.2} commits, {:.2} fsyncs",
                     per(now.writes - at.writes),
-                    per(now.commits - at.commits)
+                    per(now.commits - at.commits),
+                    per(now.syncs - at.syncs)
                 )
             })
             .collect();
