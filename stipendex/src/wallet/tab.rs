@@ -706,14 +706,12 @@ impl Wallet {
         };
         let key = format!("{}/{lane}", t.id);
         let ns = self.lanes_ns();
+        // Through a deferred handle: durable with the voucher's journal line (a durable write
+        // of the same store) or at the sync below, before the voucher leaves.
+        let lanes = me.store.deferred().unwrap_or_else(|| me.store.clone());
         let written = match token {
-            Some(old) => me
-                .store
-                .replace(&ns, &key, old, &w)
-                .await
-                .map_err(storage)?,
-            None => me
-                .store
+            Some(old) => lanes.replace(&ns, &key, old, &w).await.map_err(storage)?,
+            None => lanes
                 .insert_if_absent(&ns, &key, &w)
                 .await
                 .map_err(storage)?
@@ -732,6 +730,12 @@ impl Wallet {
         if let Err(e) = me.journal.append(&chain, voucher.jws()).await {
             tracing::error!(chain = %chain, error = %e, "could not journal a voucher");
         }
+        lanes.sync().await.map_err(|e| {
+            Error::Storage(format!(
+                "cannot make lane {lane} of tab {} durable before its voucher leaves: {e}",
+                t.id
+            ))
+        })?;
         let mut guard = guard;
         guard.lane = None; // the TabVoucher gives it back
         Ok(TabVoucher {
