@@ -1,6 +1,6 @@
 //! One SQLite database file as a process's store: a writer on a thread of its own that commits
-//! whatever is queued as one transaction, a syncer on another that makes commits durable, and
-//! reads on the caller's thread.
+//! whatever is queued as one transaction and makes it durable when a write asks it to, and reads
+//! on the caller's thread.
 //!
 //! Every write is a closure run on the writer's connection inside a savepoint of the current
 //! batch; the batch is one `BEGIN IMMEDIATE … COMMIT`. A failed commit answers every write of the
@@ -9,12 +9,12 @@
 //! other writes go on.
 //!
 //! **Durability.** The writer commits without waiting for the disk (WAL, `synchronous =
-//! NORMAL`: a commit is on the file, kept if the process crashes, and consistent after a power
-//! loss, but not yet durable). The syncer `fsync`s the WAL once for every commit made before the
-//! `fsync` began, while the writer goes on with the next batch. Commits become durable in order,
-//! so a write made durable covers every write of the file committed before it:
+//! NORMAL`: a commit is in the file, kept if the process crashes, and consistent after a power
+//! loss, but not yet durable), then `fsync`s the WAL only when the batch holds a write that must
+//! be durable. Commits become durable in order, so a write made durable covers every write of
+//! the file committed before it:
 //! - [`SqliteDb::write`] is answered once its commit is durable (what `synchronous = FULL`
-//!   gives, without holding the writer during the `fsync`);
+//!   gives);
 //! - [`SqliteDb::write_deferred`] is answered once committed, with its [`Commit`]; a power loss
 //!   may undo it until [`SqliteDb::sync_to`] (or any later durable write of the file) has
 //!   returned. Use it for a write that nothing outside the file acts on before a durable write
@@ -91,12 +91,6 @@ struct Queued {
     durable: bool,
 }
 
-/// Answers waiting for every commit up to `upto` to be on disk.
-struct Wait {
-    upto: u64,
-    answers: Vec<Deliver>,
-}
-
 /// One of this process's commits of a file, in the order the writer made them: everything
 /// written in it is durable once [`SqliteDb::sync_to`] it has returned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -113,12 +107,11 @@ struct Inner {
     path: PathBuf,
     pragmas: Vec<(&'static str, &'static str)>,
     jobs: mpsc::Sender<Queued>,
-    waits: mpsc::Sender<Wait>,
     readers: Mutex<Vec<Connection>>,
     shared: Arc<Shared>,
 }
 
-/// What the writer and the syncer share, and what they have done.
+/// What the writer has done, and what its callers read of it.
 #[derive(Debug, Default)]
 struct Shared {
     /// The last commit made (0: none yet).
@@ -171,7 +164,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Opens a connection to `path` with the store's settings: `pragmas` first, then WAL,
-/// `synchronous = NORMAL` (a commit does not wait for the disk: the syncer makes it durable),
+/// `synchronous = NORMAL` (a commit does not wait for the disk: the writer `fsync`s the WAL for a durable write),
 /// foreign keys on, the busy timeout.
 fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection> {
     let c = Connection::open_with_flags(
@@ -244,23 +237,17 @@ impl SqliteDb {
         wal.push("-wal");
         let wal = PathBuf::from(wal);
         let (tx, rx) = mpsc::channel::<Queued>();
-        let (wait_tx, wait_rx) = mpsc::channel::<Wait>();
         let shared = Arc::new(Shared::default());
-        let (for_writer, for_syncer) = (shared.clone(), shared.clone());
-        let to_syncer = wait_tx.clone();
-        std::thread::Builder::new()
-            .name("sqlite-syncer".into())
-            .spawn(move || sync_loop(&wal, &main, &wait_rx, &for_syncer))
-            .map_err(|e| RailError::Storage(format!("cannot start the SQLite syncer: {e}")))?;
+        let for_writer = shared.clone();
+        let files = Files { wal, main };
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || write_loop(&writer, &rx, &for_writer, &to_syncer))
+            .spawn(move || write_loop(&writer, &rx, &for_writer, &files))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
         let inner = Arc::new(Inner {
             path: key.clone(),
             pragmas,
             jobs: tx,
-            waits: wait_tx,
             readers: Mutex::new(Vec::new()),
             shared,
         });
@@ -363,7 +350,7 @@ impl SqliteDb {
     }
 
     /// Makes `commit`, and every commit of the file before it, durable: at once if it is, or
-    /// after the next `fsync` of the WAL.
+    /// with the writer's next batch and its `fsync`.
     ///
     /// # Errors
     /// [`RailError::Storage`] when an `fsync` failed (this process's store of the file has
@@ -376,19 +363,10 @@ impl SqliteDb {
         if s.durable.load(Ordering::Acquire) >= commit.0 {
             return Ok(());
         }
-        let (tx, rx) = oneshot::channel::<Result<(), RailError>>();
-        let answer: Deliver = Box::new(move |r: Result<Commit, &str>| {
-            let _ = tx.send(r.map(|_| ()).map_err(|e| RailError::Storage(e.to_owned())));
-        });
-        self.inner
-            .waits
-            .send(Wait {
-                upto: commit.0,
-                answers: vec![answer],
-            })
-            .map_err(|_| RailError::Storage("the SQLite syncer has stopped".into()))?;
-        rx.await
-            .map_err(|_| RailError::Storage("the SQLite syncer has stopped".into()))?
+        // A durable write of nothing: its batch comes after `commit`, and its fsync covers it.
+        self.submit(true, |_| Ok::<(), RailError>(()))
+            .await
+            .map(|((), _)| ())
     }
 
     /// Makes every commit of the file made so far durable ([`SqliteDb::sync_to`] the last).
@@ -468,15 +446,16 @@ impl SqliteDb {
     }
 }
 
+/// The files the writer makes durable: the WAL, and the main file when there is no WAL.
+struct Files {
+    wal: PathBuf,
+    main: PathBuf,
+}
+
 /// The writer thread: takes what is queued (at least one write, waiting for it), runs each in a
-/// savepoint of one transaction, commits, answers each (a durable write once the syncer has
-/// made its commit durable). Ends when every sender is gone.
-fn write_loop(
-    c: &Connection,
-    jobs: &mpsc::Receiver<Queued>,
-    shared: &Shared,
-    syncer: &mpsc::Sender<Wait>,
-) {
+/// savepoint of one transaction, commits, answers each (a durable write once the batch is
+/// `fsync`ed). Ends when every sender is gone.
+fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Queued>, shared: &Shared, files: &Files) {
     let mut batch: Vec<Queued> = Vec::new();
     while let Ok(first) = jobs.recv() {
         batch.push(first);
@@ -490,68 +469,43 @@ fn write_loop(
             refuse(batch.drain(..).map(|q| q.job), &why);
             continue;
         }
-        run_batch(c, &mut batch, shared, syncer);
+        run_batch(c, &mut batch, shared, files);
     }
 }
 
-/// The syncer thread: for the waits queued (at least one), `fsync`s the WAL once unless their
-/// commits are durable already, then answers them. A failed `fsync` stops the file's store.
-fn sync_loop(wal: &Path, main: &Path, waits: &mpsc::Receiver<Wait>, shared: &Shared) {
-    while let Ok(first) = waits.recv() {
-        let mut all = vec![first];
-        while let Ok(w) = waits.try_recv() {
-            all.push(w);
+/// `fsync`s the file so that every commit up to `seq` is durable; a failure stops the store.
+fn make_durable(files: &Files, shared: &Shared, seq: u64) -> Result<(), String> {
+    match fsync(files, shared) {
+        Ok(()) => {
+            shared.syncs.fetch_add(1, Ordering::Relaxed);
+            shared.durable.fetch_max(seq, Ordering::AcqRel);
+            Ok(())
         }
-        let need = all.iter().map(|w| w.upto).max().unwrap_or(0);
-        let outcome: Result<u64, String> = if let Some(why) = shared.stopped() {
+        Err(e) => {
+            let why = format!(
+                "cannot make {} durable ({e}); its store has stopped in this process: check the disk, then restart",
+                files.main.display()
+            );
+            tracing::error!(error = %e, path = %files.main.display(), "SQLite writer: fsync failed; the store stops");
+            *lock(&shared.stopped) = Some(why.clone());
             Err(why)
-        } else if shared.durable.load(Ordering::Acquire) >= need {
-            Ok(need)
-        } else {
-            // Every commit made before the fsync begins is covered by it; each wait was
-            // queued after its commit.
-            let upto = shared.committed.load(Ordering::Acquire);
-            match fsync(wal, main, shared) {
-                Ok(()) => {
-                    shared.syncs.fetch_add(1, Ordering::Relaxed);
-                    shared.durable.fetch_max(upto, Ordering::AcqRel);
-                    Ok(upto)
-                }
-                Err(e) => {
-                    let why = format!(
-                        "cannot make {} durable ({e}); its store has stopped in this process: check the disk, then restart",
-                        main.display()
-                    );
-                    tracing::error!(error = %e, path = %main.display(), "SQLite syncer: fsync failed; the store stops");
-                    *lock(&shared.stopped) = Some(why.clone());
-                    Err(why)
-                }
-            }
-        };
-        for w in all {
-            for answer in w.answers {
-                match &outcome {
-                    Ok(upto) => answer(Ok(Commit(*upto))),
-                    Err(why) => answer(Err(why)),
-                }
-            }
         }
     }
 }
 
 /// `fsync`s the WAL (every commit in WAL mode is in it), or the main file when there is no WAL
 /// (it was checkpointed into the main file, which SQLite synced, and removed).
-fn fsync(wal: &Path, main: &Path, shared: &Shared) -> std::io::Result<()> {
+fn fsync(files: &Files, shared: &Shared) -> std::io::Result<()> {
     #[cfg(test)]
     if shared.fail_sync.swap(false, Ordering::AcqRel) {
         return Err(std::io::Error::other("an injected fsync failure"));
     }
     #[cfg(not(test))]
     let _ = shared;
-    match std::fs::File::open(wal) {
+    match std::fs::File::open(&files.wal) {
         Ok(f) => f.sync_data(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::File::open(main)?.sync_data()
+            std::fs::File::open(&files.main)?.sync_data()
         }
         Err(e) => Err(e),
     }
@@ -564,13 +518,9 @@ const ROLLBACK_TO: &str = "ROLLBACK TO sqlitedb_write";
 
 /// Runs `batch` as one transaction, counted once committed (before any write of it is
 /// answered: a caller that saw its write answered sees it counted). A deferred write is
-/// answered at once, a durable one handed to the syncer. Whether it committed.
-fn run_batch(
-    c: &Connection,
-    batch: &mut Vec<Queued>,
-    shared: &Shared,
-    syncer: &mpsc::Sender<Wait>,
-) -> bool {
+/// answered at once; when the batch holds a durable one, the WAL is `fsync`ed, then those are
+/// answered. Whether it committed.
+fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &Files) -> bool {
     let n = batch.len() as u64;
     // A transaction left open (a rollback that failed) would make BEGIN fail for good.
     if !c.is_autocommit()
@@ -640,14 +590,13 @@ fn run_batch(
                     d(Ok(Commit(seq)));
                 }
             }
-            if !durable.is_empty()
-                && let Err(mpsc::SendError(w)) = syncer.send(Wait {
-                    upto: seq,
-                    answers: durable,
-                })
-            {
-                for d in w.answers {
-                    d(Err("the SQLite syncer has stopped"));
+            if !durable.is_empty() {
+                let answer = make_durable(files, shared, seq);
+                for d in durable {
+                    match &answer {
+                        Ok(()) => d(Ok(Commit(seq))),
+                        Err(why) => d(Err(why)),
+                    }
                 }
             }
             true
