@@ -304,6 +304,17 @@ impl Budget {
         })
     }
 
+    /// Keeps the operations' markers through `markers` (a handle on the same store, such as a
+    /// deferred one: [`KeyStore::deferred`]) while the counters, combined across this process's
+    /// calls, stay on the store the budget was made with. A marker written through a deferred
+    /// handle is made durable by the counters' write that follows it (when both live in one
+    /// file) or by that handle's sync.
+    #[must_use]
+    pub fn with_markers(mut self, markers: Arc<dyn KeyStore>) -> Self {
+        self.ops = ReplayGuard::new(markers, ops_ns(&self.scope));
+        self
+    }
+
     /// The limits.
     #[must_use]
     pub fn limits(&self) -> &BudgetLimits {

@@ -1399,7 +1399,9 @@ impl Wallet {
         let limits = limits_in(mandate, max.asset())?;
         // Choose the rail before counting: a Quote no rail can pay counts nothing.
         let (rail, offer) = self.choose(q)?;
-        let budgets = self.budgets_on(&rec.store, limits)?;
+        // The counters on the store itself (combined across this process's calls: one write
+        // for many), the call's markers on its deferred handle.
+        let budgets = self.budgets(limits)?.with_markers(rec.store.clone());
         Ok(Fresh {
             max,
             limits,
@@ -1636,17 +1638,8 @@ impl Wallet {
 
     /// The limits' durable counters in the mandate's `limits` (one asset's).
     fn budgets(&self, limits: &crate::envelope::Limits) -> Result<spend::Budgets, Error> {
-        self.budgets_on(&self.0.store, limits)
-    }
-
-    /// The limits' counters in the mandate's `limits`, written through `store` (the wallet's
-    /// store, or a handle on it).
-    fn budgets_on(
-        &self,
-        store: &Arc<dyn KeyStore>,
-        limits: &crate::envelope::Limits,
-    ) -> Result<spend::Budgets, Error> {
-        spend::Budgets::new(store.clone(), &self.0.mandate.object().id, limits)
+        let me = &self.0;
+        spend::Budgets::new(me.store.clone(), &me.mandate.object().id, limits)
     }
 
     /// A payment's chain as journaled: the mandate, the human's `confirmation` if one was

@@ -76,6 +76,8 @@ fn limit_error(e: RailError) -> Error {
 #[derive(Clone, Debug)]
 pub(crate) struct Budgets {
     store: Arc<dyn KeyStore>,
+    /// Where the operations' markers are written (the store, or a handle on it).
+    markers: Arc<dyn KeyStore>,
     mandate_id: String,
     scope: String,
     limits: Limits,
@@ -111,12 +113,21 @@ impl Budgets {
             None
         };
         Ok(Budgets {
+            markers: store.clone(),
             store,
             mandate_id: mandate_id.to_owned(),
             scope,
             limits: limits.clone(),
             mandate,
         })
+    }
+
+    /// Writes the operations' markers through `markers` (a deferred handle of the same store:
+    /// [`Budget::with_markers`]); the counters stay on the store, combined across calls.
+    pub(crate) fn with_markers(mut self, markers: Arc<dyn KeyStore>) -> Self {
+        self.mandate = self.mandate.map(|b| b.with_markers(markers.clone()));
+        self.markers = markers;
+        self
     }
 
     fn receiver_budget(&self, receiver: &str) -> Result<Option<Budget>, Error> {
@@ -131,7 +142,7 @@ impl Budgets {
         // The receiver's name is hashed: it may hold any character.
         let who = crate::wallet::journal::chain_name(receiver, "to");
         Budget::new(self.store.clone(), format!("{}/{who}", self.scope), limits)
-            .map(Some)
+            .map(|b| Some(b.with_markers(self.markers.clone())))
             .map_err(|e| Error::Malformed(format!("mandate limits: {e}")))
     }
 
@@ -176,7 +187,8 @@ impl Budgets {
     ) -> Result<Counted, Error> {
         let mut limits = self.limits.clone();
         limits.per_call = None;
-        let no_per_call = Budgets::new(self.store.clone(), &self.mandate_id, &limits)?;
+        let no_per_call = Budgets::new(self.store.clone(), &self.mandate_id, &limits)?
+            .with_markers(self.markers.clone());
         no_per_call.reserve(op, receiver, cap).await
     }
 
