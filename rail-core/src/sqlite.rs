@@ -23,7 +23,10 @@
 //! A failed `fsync` cannot be retried (the kernel may have dropped the pages it could not
 //! write), so it stops the file's store in this process: every write and sync after it is
 //! refused, until the process opens the file again after a restart (as PostgreSQL stops on a
-//! failed `fsync`).
+//! failed `fsync`). The batch it was for stays committed (readers see it, a restart finds it):
+//! its durable writes are answered with an error, an outcome unknown to their callers, as a
+//! lost acknowledgement is. Unlike under `synchronous = FULL`, a durable write is visible to
+//! readers between its commit and its `fsync`.
 //!
 //! Why a thread of its own: sqlx runs each SQLite connection on a worker thread and every
 //! statement is a message to it and a wake-up back (an inter-processor interrupt on a VM).
@@ -239,10 +242,14 @@ impl SqliteDb {
         let (tx, rx) = mpsc::channel::<Queued>();
         let shared = Arc::new(Shared::default());
         let for_writer = shared.clone();
-        let files = Files { wal, main };
+        let mut files = Files {
+            wal,
+            main,
+            wal_file: None,
+        };
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || write_loop(&writer, &rx, &for_writer, &files))
+            .spawn(move || write_loop(&writer, &rx, &for_writer, &mut files))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
         let inner = Arc::new(Inner {
             path: key.clone(),
@@ -446,16 +453,29 @@ impl SqliteDb {
     }
 }
 
-/// The files the writer makes durable: the WAL, and the main file when there is no WAL.
+/// The files the writer makes durable: the WAL, and the main file when there is no WAL. The WAL
+/// is opened once and kept (SQLite removes it only when the last connection to the file closes,
+/// and the writer's stays open): a write-back error is then reported to this handle even when
+/// another (SQLite's own checkpoint) saw it first.
 struct Files {
     wal: PathBuf,
     main: PathBuf,
+    wal_file: Option<std::fs::File>,
+}
+
+/// Why a batch could not be made durable.
+enum Unsynced {
+    /// The WAL could not be opened (too many open files): nothing is known lost; the batch's
+    /// durable writes are refused and the next batch tries again.
+    Open(std::io::Error),
+    /// `fsync` failed: pages may be lost for good.
+    Sync(std::io::Error),
 }
 
 /// The writer thread: takes what is queued (at least one write, waiting for it), runs each in a
 /// savepoint of one transaction, commits, answers each (a durable write once the batch is
 /// `fsync`ed). Ends when every sender is gone.
-fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Queued>, shared: &Shared, files: &Files) {
+fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Queued>, shared: &Shared, files: &mut Files) {
     let mut batch: Vec<Queued> = Vec::new();
     while let Ok(first) = jobs.recv() {
         batch.push(first);
@@ -473,15 +493,24 @@ fn write_loop(c: &Connection, jobs: &mpsc::Receiver<Queued>, shared: &Shared, fi
     }
 }
 
-/// `fsync`s the file so that every commit up to `seq` is durable; a failure stops the store.
-fn make_durable(files: &Files, shared: &Shared, seq: u64) -> Result<(), String> {
+/// `fsync`s the file so that every commit up to `seq` is durable; a failed `fsync` stops the
+/// store. A batch that could not be made durable stays committed: its durable writes are
+/// answered with an error, an outcome unknown to their callers (as a lost acknowledgement).
+fn make_durable(files: &mut Files, shared: &Shared, seq: u64) -> Result<(), String> {
     match fsync(files, shared) {
         Ok(()) => {
             shared.syncs.fetch_add(1, Ordering::Relaxed);
             shared.durable.fetch_max(seq, Ordering::AcqRel);
             Ok(())
         }
-        Err(e) => {
+        Err(Unsynced::Open(e)) => {
+            tracing::warn!(error = %e, path = %files.wal.display(), "SQLite writer: cannot open the WAL to make a batch durable");
+            Err(format!(
+                "cannot open {} to make the write durable ({e}); it was committed and may not survive a power loss: try again",
+                files.wal.display()
+            ))
+        }
+        Err(Unsynced::Sync(e)) => {
             let why = format!(
                 "cannot make {} durable ({e}); its store has stopped in this process: check the disk, then restart",
                 files.main.display()
@@ -494,20 +523,37 @@ fn make_durable(files: &Files, shared: &Shared, seq: u64) -> Result<(), String> 
 }
 
 /// `fsync`s the WAL (every commit in WAL mode is in it), or the main file when there is no WAL
-/// (it was checkpointed into the main file, which SQLite synced, and removed).
-fn fsync(files: &Files, shared: &Shared) -> std::io::Result<()> {
+/// yet (nothing was committed to one). The first time the WAL is opened, its directory is
+/// synced too: the WAL's own entry in it must survive a power loss.
+fn fsync(files: &mut Files, shared: &Shared) -> Result<(), Unsynced> {
     #[cfg(test)]
     if shared.fail_sync.swap(false, Ordering::AcqRel) {
-        return Err(std::io::Error::other("an injected fsync failure"));
+        return Err(Unsynced::Sync(std::io::Error::other(
+            "an injected fsync failure",
+        )));
     }
     #[cfg(not(test))]
     let _ = shared;
-    match std::fs::File::open(&files.wal) {
-        Ok(f) => f.sync_data(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::File::open(&files.main)?.sync_data()
+    if files.wal_file.is_none() {
+        match std::fs::File::open(&files.wal) {
+            Ok(f) => {
+                if let Some(dir) = files.wal.parent()
+                    && let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all())
+                {
+                    tracing::warn!(error = %e, dir = %dir.display(), "SQLite writer: cannot sync the WAL's directory");
+                }
+                files.wal_file = Some(f);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let main = std::fs::File::open(&files.main).map_err(Unsynced::Open)?;
+                return main.sync_data().map_err(Unsynced::Sync);
+            }
+            Err(e) => return Err(Unsynced::Open(e)),
         }
-        Err(e) => Err(e),
+    }
+    match &files.wal_file {
+        Some(f) => f.sync_data().map_err(Unsynced::Sync),
+        None => Ok(()),
     }
 }
 
@@ -520,7 +566,7 @@ const ROLLBACK_TO: &str = "ROLLBACK TO sqlitedb_write";
 /// answered: a caller that saw its write answered sees it counted). A deferred write is
 /// answered at once; when the batch holds a durable one, the WAL is `fsync`ed, then those are
 /// answered. Whether it committed.
-fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &Files) -> bool {
+fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &mut Files) -> bool {
     let n = batch.len() as u64;
     // A transaction left open (a rollback that failed) would make BEGIN fail for good.
     if !c.is_autocommit()
