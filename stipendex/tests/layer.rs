@@ -593,6 +593,65 @@ async fn a_quote_about_to_expire_is_not_paid() {
     wallet.pay(&fresh).await.unwrap();
 }
 
+/// A memory journal that notes, at each object recorded, whether everything the wallet had
+/// committed to its store (`db`) was durable by then.
+struct Watching {
+    inner: stipendex::wallet::MemoryJournal,
+    db: rail_core::sqlite::SqliteDb,
+    durable_at_record: std::sync::Mutex<Vec<bool>>,
+}
+
+#[async_trait::async_trait]
+impl stipendex::wallet::Journal for Watching {
+    async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
+        let durable = self.db.durable_through() >= self.db.last_commit();
+        self.durable_at_record.lock().unwrap().push(durable);
+        self.inner.record(chain, jws).await
+    }
+    async fn begin(&self, p: &stipendex::wallet::Pending) -> Result<(), Error> {
+        self.inner.begin(p).await
+    }
+    async fn end(&self, chain: &str) -> Result<(), Error> {
+        self.inner.end(chain).await
+    }
+    async fn pending(&self) -> Result<Vec<stipendex::wallet::Pending>, Error> {
+        self.inner.pending().await
+    }
+}
+
+/// With the journal outside the store's file, a paid payment's records in the store (its
+/// Proof's record, its count kept: deferred writes) are durable before the journal records its
+/// chain and ends it — else a power loss could leave the journal saying "done" over a store
+/// that forgot the Proof.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payments_store_records_are_durable_before_a_journal_outside_the_store_records_its_chain()
+{
+    let w = world().await;
+    let db = rail_core::sqlite::SqliteDb::open_here(&w._dir.path().join("wallet.db")).unwrap();
+    let journal = Arc::new(Watching {
+        inner: stipendex::wallet::MemoryJournal::default(),
+        db,
+        durable_at_record: std::sync::Mutex::default(),
+    });
+    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), w.mandate(|_| {}))
+        .registry(&w.registry)
+        .store(w.store.clone())
+        .journal(journal.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let receiver = w.receiver();
+    let req = Request::new("GET", "/search").with_params(serde_json::json!({"q": "order"}));
+    let q = quote(&receiver, &req).await;
+    wallet.pay(&q).await.unwrap();
+    let seen = journal.durable_at_record.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the chain was not journaled");
+    assert!(
+        seen.iter().all(|d| *d),
+        "the journal recorded the chain before the store's records were durable: {seen:?}"
+    );
+}
+
 /// A journal whose next `record` fails once (a disk full, a crash), around a memory journal.
 #[derive(Default)]
 struct Flaky {

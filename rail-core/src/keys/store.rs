@@ -204,6 +204,13 @@ pub trait KeyStore: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The SQLite file whose commits this store's writes join, if it lives in one: a durable
+    /// write of another store in the same file (a journal's) makes the deferred writes made
+    /// before it durable. `None` (the default): it shares commits with nothing else.
+    fn file(&self) -> Option<&std::path::Path> {
+        None
+    }
+
     /// Makes every write answered through this handle durable. Nothing to do (the default) for
     /// a handle whose writes are durable when answered.
     ///

@@ -205,8 +205,12 @@ impl Answers {
     /// the delivery mark ([`Answers::start`], a durable write of the same store) before the
     /// work runs, and its kept answer and its use by [`Answers::keep`] before the answer
     /// leaves.
-    fn uses(&self) -> Idempotency {
-        let store = self.store.deferred().unwrap_or_else(|| self.store.clone());
+    fn handle(&self) -> Arc<dyn KeyStore> {
+        self.store.deferred().unwrap_or_else(|| self.store.clone())
+    }
+
+    /// The use records written through `store` (a presentation's handle).
+    fn uses_on(&self, store: Arc<dyn KeyStore>) -> Idempotency {
         Idempotency::new(store, self.uses_ns.clone()).with_windows(self.lease, self.retain)
     }
 
@@ -250,7 +254,12 @@ impl Answers {
         let op = Self::key(quote_id)?;
         let fp = rail_core::keys::fingerprint(proof).map_err(Error::Payment)?;
         let end = refused_in.saturating_add(CLAIM_MARGIN);
-        match self.uses().begin_until::<Used>(&op, &fp, end).await {
+        let handle = self.handle();
+        match self
+            .uses_on(handle.clone())
+            .begin_until::<Used>(&op, &fp, end)
+            .await
+        {
             Ok(rail_core::keys::Begin::Fresh(lease)) => Ok(Use::Run {
                 lease,
                 recovered: false,
@@ -260,6 +269,12 @@ impl Answers {
                 recovered: true,
             }),
             Ok(rail_core::keys::Begin::Replay(used)) => {
+                // Used by another presentation, whose records may not be durable yet: this
+                // claim attempt committed after them, so its handle's sync covers them.
+                handle
+                    .sync()
+                    .await
+                    .map_err(|e| Error::Storage(e.to_string()))?;
                 if !used.kept {
                     return Ok(Use::Used);
                 }
@@ -379,8 +394,7 @@ impl Answers {
     /// The claim's work failed: a permanent refusal gives the Quote back (nothing was used), an
     /// unknown outcome leaves it to be recovered.
     pub(crate) async fn fail(&self, lease: Lease, retryable: bool) {
-        let uses = Idempotency::new(lease.store().clone(), self.uses_ns.clone())
-            .with_windows(self.lease, self.retain);
+        let uses = self.uses_on(lease.store().clone());
         let ended = if retryable {
             uses.hand_over(lease).await
         } else {
@@ -410,8 +424,7 @@ impl Answers {
             }
             None => false,
         };
-        Idempotency::new(records.clone(), self.uses_ns.clone())
-            .with_windows(self.lease, self.retain)
+        self.uses_on(records.clone())
             .finish(lease, &Used { kept })
             .await
             .map_err(|e| Error::Storage(e.to_string()))?;

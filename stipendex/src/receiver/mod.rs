@@ -895,6 +895,11 @@ impl Receiver {
     /// request after it was answered (its answer was lost on the way) is
     /// [`Admitted::Answered`] with the kept answer — not a second run, not a second charge.
     ///
+    /// Call [`Receiver::deliver`] before the work runs: besides telling a first delivery from
+    /// a repeat, its mark is the durable write that makes the presentation's claim and the
+    /// rail's verdict durable (they are written through a deferred handle where the store has
+    /// one; decision 0041).
+    ///
     /// # Errors
     /// As [`Receiver::accept`]; [`Error::QuoteUsed`] also for a repeat whose answer is no
     /// longer kept ([`Receiver::present`] says so: [`Presented::Gone`]);

@@ -126,6 +126,9 @@ struct Inner {
     revocations: Revocations,
     confirmer: Arc<dyn Confirmer>,
     journal: Arc<dyn Journal>,
+    /// The journal's durable writes join the store's commits (one SQLite file): they make the
+    /// store's deferred writes made before them durable.
+    journal_in_store: bool,
     clock: SharedClock,
     min_quote_life: u64,
     #[cfg(feature = "challenges")]
@@ -338,7 +341,12 @@ impl Builder {
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(MemoryKeyStore::with_clock(self.clock.clone())));
+        let journal_in_store = matches!(
+            (self.journal.file(), store.file()),
+            (Some(j), Some(s)) if j == s
+        );
         Ok(Wallet(Arc::new(Inner {
+            journal_in_store,
             ops: Idempotency::new(store.clone(), ops_ns(&self.mandate)),
             revocations: Revocations::new(store.clone()),
             key: self.key,
@@ -1143,8 +1151,11 @@ impl Wallet {
         let me = &self.0;
         let fp = fingerprint(quote.digest().as_str()).map_err(Error::Payment)?;
         match rec.ops.begin_over::<PaidRecord>(op, &fp, holder_gone).await {
-            Ok(Begin::Replay(rec)) => {
-                let paid = self.replayed(rec)?;
+            Ok(Begin::Replay(record)) => {
+                // Paid by another call, which may not have made its records durable yet: this
+                // call's claim attempt committed after them, so its sync covers them.
+                rec.sync().await?;
+                let paid = self.replayed(record)?;
                 let chain = chain_name(&quote.object().receiver.id, &quote.object().id);
                 // Stored, but a crash may have come before its chain was journaled.
                 if matches!(me.journal.pending_of(&chain).await, Ok(Some(_))) {
@@ -1187,6 +1198,13 @@ impl Wallet {
                     }
                 };
                 let ((), stored) = tokio::join!(keep, rec.ops.finish(lease, &record));
+                // The Proof's record is durable before the journal says the payment is done:
+                // by the journal's own write when it shares the store's file, else here.
+                let stored = match stored {
+                    Ok(()) if !me.journal_in_store => rec.sync().await,
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(Error::Storage(e.to_string())),
+                };
                 match stored {
                     Ok(()) => self.close_chain(quote, &paid).await,
                     Err(e) => {

@@ -727,15 +727,24 @@ impl Wallet {
             *slot = (next, Some(new_token));
         }
         let chain = chain_name(&t.receiver.id, &t.id);
+        let lane_durable = || async {
+            lanes.sync().await.map_err(|e| {
+                Error::Storage(format!(
+                    "cannot make lane {lane} of tab {} durable before its voucher leaves: {e}",
+                    t.id
+                ))
+            })
+        };
+        // The lane is durable before the voucher is journaled (a journal ahead of the lane
+        // would, after a power loss, see the same sequence signed twice): by the journal's
+        // own write when it shares the store's file, else first.
+        if !me.journal_in_store {
+            lane_durable().await?;
+        }
         if let Err(e) = me.journal.append(&chain, voucher.jws()).await {
             tracing::error!(chain = %chain, error = %e, "could not journal a voucher");
         }
-        lanes.sync().await.map_err(|e| {
-            Error::Storage(format!(
-                "cannot make lane {lane} of tab {} durable before its voucher leaves: {e}",
-                t.id
-            ))
-        })?;
+        lane_durable().await?;
         let mut guard = guard;
         guard.lane = None; // the TabVoucher gives it back
         Ok(TabVoucher {

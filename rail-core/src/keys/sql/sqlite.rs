@@ -303,6 +303,10 @@ impl KeyStore for SqliteKeyStore {
         }))
     }
 
+    fn file(&self) -> Option<&Path> {
+        Some(self.db.path())
+    }
+
     async fn sync(&self) -> RailResult<()> {
         let Some(last) = &self.deferred else {
             return Ok(());

@@ -182,6 +182,14 @@ pub trait Journal: Send + Sync {
         let _ = holder;
         true
     }
+
+    /// The SQLite file whose commits this journal's writes join, if it lives in one: a durable
+    /// write of the journal then makes the deferred writes of a store in the same file
+    /// ([`rail_core::KeyStore::file`]) made before it durable. `None` (the default): it shares
+    /// no commits.
+    fn file(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// What [`Journal::record_then`] does to the chain's pending payment once the objects are

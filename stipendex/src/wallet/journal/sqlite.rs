@@ -299,6 +299,10 @@ impl SqliteJournal {
 
 #[async_trait]
 impl Journal for SqliteJournal {
+    fn file(&self) -> Option<&std::path::Path> {
+        Some(self.db.path())
+    }
+
     fn holder(&self) -> Option<String> {
         self.holders.mine()
     }
