@@ -807,7 +807,9 @@ impl Wallet {
 
     /// Journals the result the call paid by `voucher` was answered with (the digest of the
     /// body received), so `verify-chain` recomputes the tab's root: one line after the voucher
-    /// in the tab's chain ([`crate::chain::result_line`]).
+    /// in the tab's chain ([`crate::chain::result_line`]). An audit line nothing acts on: made
+    /// durable by the journal's next durable write ([`crate::wallet::Journal::append_deferred`]), not awaited
+    /// to the disk before the call returns.
     ///
     /// # Errors
     /// [`Error::Storage`] (the call was paid and answered; only its audit line is missing).
@@ -820,7 +822,7 @@ impl Wallet {
         let t = hold.0.tab.object();
         self.0
             .journal
-            .append(
+            .append_deferred(
                 &chain_name(&t.receiver.id, &t.id),
                 &crate::chain::result_line(voucher.digest(), result),
             )

@@ -83,6 +83,17 @@ pub trait Journal: Send + Sync {
         self.record(chain, jws).await
     }
 
+    /// [`Journal::append`] for a line nothing acts on (an audit line: the result a tab's call
+    /// was answered with), answered before it is durable where the journal can: its next
+    /// durable write makes it durable, and a power loss before may lose it, leaving the chain
+    /// without it as a failed append would. The default is [`Journal::append`].
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn append_deferred(&self, chain: &str, line: &str) -> Result<(), Error> {
+        self.append(chain, line).await
+    }
+
     /// Records `objects` in chain `chain` (each as [`Journal::record`], in order), then does
     /// `then` to the chain's pending payment. A journal that can makes it one durable step (a
     /// [`SqliteJournal`] writes it in one transaction: all of it, or none); the default does it

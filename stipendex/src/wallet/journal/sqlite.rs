@@ -317,6 +317,19 @@ impl Journal for SqliteJournal {
 
     // `append` is `record`: the unique (chain, digest) costs no lookup of the chain's rows.
 
+    async fn append_deferred(&self, chain: &str, line: &str) -> Result<(), Error> {
+        let (chain, line) = (chain.to_owned(), line.trim().to_owned());
+        self.db
+            .write_deferred(move |c| {
+                c.prepare_cached(INSERT)?
+                    .execute(params![chain, digest(&line), line])
+                    .map(|_| ())
+            })
+            .await
+            .map(|((), _)| ())
+            .map_err(storage)
+    }
+
     async fn record_then(
         &self,
         chain: &str,
@@ -436,6 +449,27 @@ mod tests {
                 ),
                 ("c2".to_owned(), vec!["x".to_owned()]),
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deferred_line_keeps_its_place_and_is_durable_with_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
+            .await
+            .unwrap();
+        j.append("tab", "voucher-1").await.unwrap();
+        j.append_deferred("tab", "result-1").await.unwrap();
+        // Seen at once, in its place.
+        assert_eq!(j.chain("tab").unwrap(), ["voucher-1", "result-1"]);
+        j.append("tab", "voucher-2").await.unwrap();
+        assert_eq!(
+            j.chain("tab").unwrap(),
+            ["voucher-1", "result-1", "voucher-2"]
+        );
+        assert!(
+            j.db.durable_through() >= j.db.last_commit(),
+            "the next durable write left the deferred line undurable"
         );
     }
 
