@@ -63,7 +63,9 @@ pub use guard::{Claim, ReplayGuard, Reservation};
 pub use idempotency::{Attempt, Begin, Idempotency, Lease, fingerprint};
 pub use open::{STORE_URLS, StoreUrl, open, open_at};
 pub use settlement::{Opened, Settlement, SettlementBook, SettlementState, Settling};
-pub use store::{KeyRecord, KeyStore, MemoryKeyStore, Seen, Tally, Write, anchored, millis};
+pub use store::{
+    KeyRecord, KeyStore, MemoryKeyStore, Seen, Tally, Write, anchored, deferred, millis,
+};
 
 /// State name of a claimed key (in flight, nothing written ahead yet).
 pub const RESERVED: &str = "reserved";

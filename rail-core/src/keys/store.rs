@@ -114,6 +114,13 @@ impl Write {
     }
 }
 
+/// A deferred handle on `store` ([`KeyStore::deferred`]), or `store` itself when its writes are
+/// durable when answered: what a caller that syncs before its next effect writes through.
+#[must_use]
+pub fn deferred(store: &Arc<dyn KeyStore>) -> Arc<dyn KeyStore> {
+    store.deferred().unwrap_or_else(|| store.clone())
+}
+
 /// Milliseconds of `d` as SQL `BIGINT` (saturating at about 292 million years).
 #[must_use]
 pub fn millis(d: Duration) -> i64 {

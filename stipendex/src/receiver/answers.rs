@@ -206,7 +206,7 @@ impl Answers {
     /// work runs, and its kept answer and its use by [`Answers::keep`] before the answer
     /// leaves.
     fn handle(&self) -> Arc<dyn KeyStore> {
-        self.store.deferred().unwrap_or_else(|| self.store.clone())
+        rail_core::keys::deferred(&self.store)
     }
 
     /// The use records written through `store` (a presentation's handle).

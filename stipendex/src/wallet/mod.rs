@@ -386,16 +386,30 @@ enum Started {
 struct CallRecords {
     store: Arc<dyn KeyStore>,
     ops: Idempotency,
+    /// The journal's durable writes join the store's commits (one SQLite file).
+    journal_in_store: bool,
 }
 
 impl CallRecords {
     /// Makes this call's records durable before an effect outside the wallet (the rail asked,
-    /// a Proof returned).
+    /// a Proof or voucher returned).
     async fn sync(&self) -> Result<(), Error> {
         self.store
             .sync()
             .await
             .map_err(|e| Error::Storage(format!("cannot make the payment's records durable: {e}")))
+    }
+
+    /// Makes this call's records durable before the journal records what depends on them (a
+    /// chain ended, a voucher): nothing to do when the journal shares the store's file, whose
+    /// next durable write covers them; else [`CallRecords::sync`]. A journal ahead of the store
+    /// would, after a power loss, say "done" over records the store forgot.
+    async fn sync_for_journal(&self) -> Result<(), Error> {
+        if self.journal_in_store {
+            Ok(())
+        } else {
+            self.sync().await
+        }
     }
 }
 
@@ -805,10 +819,7 @@ impl Wallet {
         // On a deferred handle: the claim keeps live calls apart; after a power loss none is
         // live, and the journal's pending record (durable before the rail is asked) decides.
         let claims = ReplayGuard::new(
-            self.0
-                .store
-                .deferred()
-                .unwrap_or_else(|| self.0.store.clone()),
+            rail_core::keys::deferred(&self.0.store),
             format!("stipendex/{}/requests", self.0.mandate.object().id),
         );
         let holder = self.0.journal.holder();
@@ -1121,10 +1132,11 @@ impl Wallet {
     /// it has one.
     fn call_records(&self) -> CallRecords {
         let me = &self.0;
-        let store = me.store.deferred().unwrap_or_else(|| me.store.clone());
+        let store = rail_core::keys::deferred(&me.store);
         CallRecords {
             ops: Idempotency::new(store.clone(), ops_ns(&me.mandate)),
             store,
+            journal_in_store: me.journal_in_store,
         }
     }
 
@@ -1198,11 +1210,9 @@ impl Wallet {
                     }
                 };
                 let ((), stored) = tokio::join!(keep, rec.ops.finish(lease, &record));
-                // The Proof's record is durable before the journal says the payment is done:
-                // by the journal's own write when it shares the store's file, else here.
+                // The Proof's record is durable before the journal says the payment is done.
                 let stored = match stored {
-                    Ok(()) if !me.journal_in_store => rec.sync().await,
-                    Ok(()) => Ok(()),
+                    Ok(()) => rec.sync_for_journal().await,
                     Err(e) => Err(Error::Storage(e.to_string())),
                 };
                 match stored {

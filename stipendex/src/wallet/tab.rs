@@ -706,12 +706,17 @@ impl Wallet {
         };
         let key = format!("{}/{lane}", t.id);
         let ns = self.lanes_ns();
-        // Through a deferred handle: durable with the voucher's journal line (a durable write
-        // of the same store) or at the sync below, before the voucher leaves.
-        let lanes = me.store.deferred().unwrap_or_else(|| me.store.clone());
+        // Through the call's deferred handle: durable with the voucher's journal line (a
+        // durable write of the same store) or at a sync, before the voucher leaves.
+        let rec = self.call_records();
         let written = match token {
-            Some(old) => lanes.replace(&ns, &key, old, &w).await.map_err(storage)?,
-            None => lanes
+            Some(old) => rec
+                .store
+                .replace(&ns, &key, old, &w)
+                .await
+                .map_err(storage)?,
+            None => rec
+                .store
                 .insert_if_absent(&ns, &key, &w)
                 .await
                 .map_err(storage)?
@@ -727,24 +732,13 @@ impl Wallet {
             *slot = (next, Some(new_token));
         }
         let chain = chain_name(&t.receiver.id, &t.id);
-        let lane_durable = || async {
-            lanes.sync().await.map_err(|e| {
-                Error::Storage(format!(
-                    "cannot make lane {lane} of tab {} durable before its voucher leaves: {e}",
-                    t.id
-                ))
-            })
-        };
         // The lane is durable before the voucher is journaled (a journal ahead of the lane
-        // would, after a power loss, see the same sequence signed twice): by the journal's
-        // own write when it shares the store's file, else first.
-        if !me.journal_in_store {
-            lane_durable().await?;
-        }
+        // would, after a power loss, see the same sequence signed twice) and before it leaves.
+        rec.sync_for_journal().await?;
         if let Err(e) = me.journal.append(&chain, voucher.jws()).await {
             tracing::error!(chain = %chain, error = %e, "could not journal a voucher");
         }
-        lane_durable().await?;
+        rec.sync().await?;
         let mut guard = guard;
         guard.lane = None; // the TabVoucher gives it back
         Ok(TabVoucher {
@@ -808,8 +802,8 @@ impl Wallet {
     /// Journals the result the call paid by `voucher` was answered with (the digest of the
     /// body received), so `verify-chain` recomputes the tab's root: one line after the voucher
     /// in the tab's chain ([`crate::chain::result_line`]). An audit line nothing acts on: made
-    /// durable by the journal's next durable write ([`crate::wallet::Journal::append_deferred`]), not awaited
-    /// to the disk before the call returns.
+    /// durable by the journal's next durable write
+    /// ([`crate::wallet::Journal::append_deferred`]), not awaited to the disk.
     ///
     /// # Errors
     /// [`Error::Storage`] (the call was paid and answered; only its audit line is missing).
