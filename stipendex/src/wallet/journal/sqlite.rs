@@ -251,9 +251,16 @@ impl SqliteJournal {
     }
 
     /// Records `objects` in `chain`, then does `then` to its pending payment: one write, one
-    /// savepoint of the writer's batch (all of it, or none). Every change the journal makes is
-    /// one of these.
-    async fn step(&self, chain: &str, objects: &[&str], then: Then<'_>) -> Result<(), Error> {
+    /// savepoint of the writer's batch (all of it, or none), answered once durable — or, with
+    /// `durable` false, once committed ([`SqliteDb::write_deferred`]). Every change the journal
+    /// makes is one of these.
+    async fn step(
+        &self,
+        chain: &str,
+        objects: &[&str],
+        then: Then<'_>,
+        durable: bool,
+    ) -> Result<(), Error> {
         let chain = chain.to_owned();
         let objects: Vec<String> = objects.iter().map(|o| o.trim().to_owned()).collect();
         let then = match then {
@@ -266,34 +273,40 @@ impl SqliteJournal {
             Then::End => Step::End,
             Then::EndIfProof(proof) => Step::EndIfProof(proof.to_owned()),
         };
-        self.db
-            .write(move |c| {
-                let mut insert = c.prepare_cached(INSERT)?;
-                for jws in &objects {
-                    insert.execute(params![chain, digest(jws), jws])?;
+        let write = move |c: &rusqlite::Connection| {
+            let mut insert = c.prepare_cached(INSERT)?;
+            for jws in &objects {
+                insert.execute(params![chain, digest(jws), jws])?;
+            }
+            let end = match then {
+                Step::Keep => false,
+                Step::Pending(since, body, resource) => {
+                    c.prepare_cached(SET_PENDING)?
+                        .execute(params![chain, since, body, resource])?;
+                    false
                 }
-                let end = match then {
-                    Step::Keep => false,
-                    Step::Pending(since, body, resource) => {
-                        c.prepare_cached(SET_PENDING)?
-                            .execute(params![chain, since, body, resource])?;
-                        false
-                    }
-                    Step::End => true,
-                    Step::EndIfProof(proof) => c
-                        .prepare_cached(PENDING_OF)?
-                        .query_row([&chain], |r| r.get::<_, String>(0))
-                        .optional()?
-                        .and_then(|b| serde_json::from_str::<Pending>(&b).ok())
-                        .is_some_and(|p| p.proof.as_deref() == Some(proof.as_str())),
-                };
-                if end {
-                    c.prepare_cached(END)?.execute([&chain])?;
-                }
-                Ok(())
-            })
-            .await
-            .map_err(storage)
+                Step::End => true,
+                Step::EndIfProof(proof) => c
+                    .prepare_cached(PENDING_OF)?
+                    .query_row([&chain], |r| r.get::<_, String>(0))
+                    .optional()?
+                    .and_then(|b| serde_json::from_str::<Pending>(&b).ok())
+                    .is_some_and(|p| p.proof.as_deref() == Some(proof.as_str())),
+            };
+            if end {
+                c.prepare_cached(END)?.execute([&chain])?;
+            }
+            Ok(())
+        };
+        if durable {
+            self.db.write(write).await.map_err(storage)
+        } else {
+            self.db
+                .write_deferred(write)
+                .await
+                .map(|((), _)| ())
+                .map_err(storage)
+        }
     }
 }
 
@@ -312,22 +325,13 @@ impl Journal for SqliteJournal {
     }
 
     async fn record(&self, chain: &str, jws: &str) -> Result<(), Error> {
-        self.step(chain, &[jws], Then::Keep).await
+        self.step(chain, &[jws], Then::Keep, true).await
     }
 
     // `append` is `record`: the unique (chain, digest) costs no lookup of the chain's rows.
 
     async fn append_deferred(&self, chain: &str, line: &str) -> Result<(), Error> {
-        let (chain, line) = (chain.to_owned(), line.trim().to_owned());
-        self.db
-            .write_deferred(move |c| {
-                c.prepare_cached(INSERT)?
-                    .execute(params![chain, digest(&line), line])
-                    .map(|_| ())
-            })
-            .await
-            .map(|((), _)| ())
-            .map_err(storage)
+        self.step(chain, &[line], Then::Keep, false).await
     }
 
     async fn record_then(
@@ -336,15 +340,16 @@ impl Journal for SqliteJournal {
         objects: &[&str],
         then: Then<'_>,
     ) -> Result<(), Error> {
-        self.step(chain, objects, then).await
+        self.step(chain, objects, then, true).await
     }
 
     async fn begin(&self, pending: &Pending) -> Result<(), Error> {
-        self.step(&pending.chain, &[], Then::Pending(pending)).await
+        self.step(&pending.chain, &[], Then::Pending(pending), true)
+            .await
     }
 
     async fn end(&self, chain: &str) -> Result<(), Error> {
-        self.step(chain, &[], Then::End).await
+        self.step(chain, &[], Then::End, true).await
     }
 
     async fn pending(&self) -> Result<Vec<Pending>, Error> {
