@@ -140,7 +140,7 @@ impl Shared {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Writes in committed batches (each a caller's `write`, one that failed on its own
-    /// included).
+    /// included, and each `sync_to` that had to wait for an `fsync`).
     pub writes: u64,
     /// Transactions committed.
     pub commits: u64,
@@ -165,8 +165,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Opens a connection to `path` with the store's settings: `pragmas` first, then WAL,
-/// `synchronous = NORMAL` (a commit does not wait for the disk: the writer `fsync`s the WAL for a durable write),
-/// foreign keys on, the busy timeout.
+/// `synchronous = NORMAL` (a commit does not wait for the disk: the writer `fsync`s the WAL
+/// for a durable write), foreign keys on, the busy timeout.
 fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection> {
     let c = Connection::open_with_flags(
         path,
@@ -195,6 +195,18 @@ fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection
     Ok(c)
 }
 
+/// The writer this process already runs on a file, joined by an opener asking for `pragmas`
+/// (the first opener's settings hold).
+fn joined(inner: Arc<Inner>, pragmas: &[(&'static str, &'static str)]) -> SqliteDb {
+    if inner.pragmas != pragmas {
+        tracing::warn!(
+            path = %inner.path.display(),
+            "SQLite file opened again with other settings; the first opener's hold"
+        );
+    }
+    SqliteDb { inner }
+}
+
 impl SqliteDb {
     /// Opens (or creates) the database file at `path` and starts its writer thread, or joins
     /// the writer this process already runs on that file (the first opener's settings hold).
@@ -216,6 +228,10 @@ impl SqliteDb {
         pragmas: &[(&'static str, &'static str)],
     ) -> RailResult<SqliteDb> {
         let pragmas: Vec<(&'static str, &'static str)> = pragmas.to_vec();
+        // Open here already: join it without a connection of its own.
+        if let Some(db) = Self::open_here(path) {
+            return Ok(joined(db.inner, &pragmas));
+        }
         let writer = connect(path, &pragmas).map_err(|e| {
             RailError::Storage(format!("cannot open the database {}: {e}", path.display()))
         })?;
@@ -224,13 +240,7 @@ impl SqliteDb {
         let mut open = lock(&OPEN);
         open.retain(|_, w| w.strong_count() > 0);
         if let Some(inner) = open.get(&key).and_then(std::sync::Weak::upgrade) {
-            if inner.pragmas != pragmas {
-                tracing::warn!(
-                    path = %key.display(),
-                    "SQLite file opened again with other settings; the first opener's hold"
-                );
-            }
-            return Ok(SqliteDb { inner });
+            return Ok(joined(inner, &pragmas));
         }
         // The WAL as SQLite names it (beside the main file, as SQLite resolved its name).
         let main = writer.path().map_or_else(|| key.clone(), PathBuf::from);

@@ -109,27 +109,25 @@ fn fsync(files: &mut Files, shared: &Shared) -> Result<(), Unsynced> {
     }
     #[cfg(not(test))]
     let _ = shared;
-    if files.wal_file.is_none() {
-        match std::fs::File::open(&files.wal) {
+    let wal = match &mut files.wal_file {
+        Some(f) => f,
+        None => match std::fs::File::open(&files.wal) {
             Ok(f) => {
                 if let Some(dir) = files.wal.parent()
                     && let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all())
                 {
                     tracing::warn!(error = %e, dir = %dir.display(), "SQLite writer: cannot sync the WAL's directory");
                 }
-                files.wal_file = Some(f);
+                files.wal_file.insert(f)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let main = std::fs::File::open(&files.main).map_err(Unsynced::Open)?;
                 return main.sync_data().map_err(Unsynced::Sync);
             }
             Err(e) => return Err(Unsynced::Open(e)),
-        }
-    }
-    match &files.wal_file {
-        Some(f) => f.sync_data().map_err(Unsynced::Sync),
-        None => Ok(()),
-    }
+        },
+    };
+    wal.sync_data().map_err(Unsynced::Sync)
 }
 
 /// The savepoint around each write (a name no store's own statements use).
@@ -140,8 +138,8 @@ const ROLLBACK_TO: &str = "ROLLBACK TO sqlitedb_write";
 /// Runs `batch` as one transaction, counted once committed (before any write of it is
 /// answered: a caller that saw its write answered sees it counted). A deferred write is
 /// answered at once; when the batch holds a durable one, the WAL is `fsync`ed, then those are
-/// answered. Whether it committed.
-fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &mut Files) -> bool {
+/// answered.
+fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &mut Files) {
     let n = batch.len() as u64;
     // A transaction left open (a rollback that failed) would make BEGIN fail for good.
     if !c.is_autocommit()
@@ -152,7 +150,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
     if let Err(e) = exec(c, "BEGIN IMMEDIATE") {
         tracing::warn!(error = %e, "SQLite writer: cannot begin a transaction");
         refuse(batch.drain(..).map(|q| q.job), &e.to_string());
-        return false;
+        return;
     }
     let mut delivers: Vec<(bool, Deliver)> = Vec::with_capacity(batch.len());
     let mut jobs = batch.drain(..);
@@ -160,7 +158,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
         if let Err(e) = exec(c, SAVEPOINT) {
             refuse(std::iter::once(job), &e.to_string());
             abandon_all(c, delivers, jobs, &e);
-            return false;
+            return;
         }
         // A write that panics is a failed write: its savepoint is rolled back, its caller
         // answered (its answer channel dropped), and the writer goes on.
@@ -186,7 +184,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
         let lost = c.is_autocommit();
         if let Err(e) = end {
             abandon_all(c, delivers, jobs, &e);
-            return false;
+            return;
         }
         if lost {
             let e = rusqlite::Error::SqliteFailure(
@@ -194,7 +192,7 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
                 Some("the batch's transaction ended under a write".into()),
             );
             abandon_all(c, delivers, jobs, &e);
-            return false;
+            return;
         }
     }
     drop(jobs);
@@ -220,7 +218,6 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
                     }
                 }
             }
-            true
         }
         Err(e) => {
             // SQLite may keep the transaction open after a failed COMMIT (a deferred
@@ -230,7 +227,6 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
             for (_, d) in delivers {
                 d(Err(&why));
             }
-            false
         }
     }
 }
