@@ -73,40 +73,75 @@ fn part(p: &str, what: &str) -> Result<Vec<u8>, Error> {
 /// # Errors
 /// [`Error::Malformed`] (shape, encoding, header), [`Error::BadSignature`].
 pub fn verify(compact: &str) -> Result<Verified, Error> {
-    if compact.len() > MAX_LEN {
-        return Err(Error::Malformed(format!(
-            "the JWS is {} bytes, more than {MAX_LEN}",
-            compact.len()
-        )));
+    let parts = Parts::of(compact)?;
+    parts.kid.verify(parts.input.as_bytes(), &parts.sig)?;
+    parts.verified()
+}
+
+/// Parses `compact` as [`verify`] does but does not check its signature again: only for a JWS
+/// whose signature this side has already checked (or made) and vouched for since — the Quote
+/// inside a Proof this wallet signed, a Quote this receiver signed. Never for one that came
+/// from the network and was not verified.
+///
+/// # Errors
+/// [`Error::Malformed`] (shape, encoding, header).
+pub(crate) fn read_vouched(compact: &str) -> Result<Verified, Error> {
+    Parts::of(compact)?.verified()
+}
+
+/// A compact JWS taken apart, its signature not checked yet.
+struct Parts<'a> {
+    kid: PublicKey,
+    /// The signing input: the first two parts exactly as received.
+    input: &'a str,
+    payload: &'a str,
+    sig: [u8; 64],
+}
+
+impl<'a> Parts<'a> {
+    fn of(compact: &'a str) -> Result<Self, Error> {
+        if compact.len() > MAX_LEN {
+            return Err(Error::Malformed(format!(
+                "the JWS is {} bytes, more than {MAX_LEN}",
+                compact.len()
+            )));
+        }
+        let mut parts = compact.split('.');
+        let (Some(h), Some(p), Some(s), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(Error::Malformed(
+                "a compact JWS has exactly three dot-separated parts".into(),
+            ));
+        };
+        let header: Header = serde_json::from_slice(&part(h, "header")?)
+            .map_err(|e| Error::Malformed(format!("the JWS header is not valid: {e}")))?;
+        if header.alg != "EdDSA" {
+            return Err(Error::Malformed(format!(
+                "the JWS algorithm is {:?}; only EdDSA (Ed25519) is accepted",
+                super::key::clip(&header.alg)
+            )));
+        }
+        let sig: [u8; 64] = part(s, "signature")?
+            .try_into()
+            .map_err(|_| Error::Malformed("an Ed25519 signature is 64 bytes".into()))?;
+        let kid = PublicKey::parse_cached(&header.kid)?;
+        let input_len = h.len() + 1 + p.len();
+        let input = compact.get(..input_len).unwrap_or_default();
+        Ok(Parts {
+            kid,
+            input,
+            payload: p,
+            sig,
+        })
     }
-    let mut parts = compact.split('.');
-    let (Some(h), Some(p), Some(s), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Error::Malformed(
-            "a compact JWS has exactly three dot-separated parts".into(),
-        ));
-    };
-    let header: Header = serde_json::from_slice(&part(h, "header")?)
-        .map_err(|e| Error::Malformed(format!("the JWS header is not valid: {e}")))?;
-    if header.alg != "EdDSA" {
-        return Err(Error::Malformed(format!(
-            "the JWS algorithm is {:?}; only EdDSA (Ed25519) is accepted",
-            super::key::clip(&header.alg)
-        )));
+
+    fn verified(self) -> Result<Verified, Error> {
+        Ok(Verified {
+            signer: self.kid,
+            payload: part(self.payload, "payload")?,
+        })
     }
-    let sig: [u8; 64] = part(s, "signature")?
-        .try_into()
-        .map_err(|_| Error::Malformed("an Ed25519 signature is 64 bytes".into()))?;
-    let kid = PublicKey::parse_cached(&header.kid)?;
-    // The signing input is the first two parts exactly as received.
-    let input_len = h.len() + 1 + p.len();
-    let input = compact.get(..input_len).unwrap_or_default();
-    kid.verify(input.as_bytes(), &sig)?;
-    Ok(Verified {
-        signer: kid,
-        payload: part(p, "payload")?,
-    })
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ mod receipt;
 mod revocation;
 mod signed;
 pub mod tab;
+mod vouched;
 
 pub use confirmation::Confirmation;
 pub use key::{PublicKey, SecretKey};
@@ -56,3 +57,4 @@ pub use signed::{Digest, Identity, MAJOR, MINOR, Object, Signed, Tag, check_id, 
 pub use tab::{
     CallTree, LaneEnd, MAX_LANES, Tab, TabClose, TabPrice, TabReceipt, Voucher, tab_root,
 };
+pub(crate) use vouched::Vouched;

@@ -210,6 +210,11 @@ pub fn idempotent(method: &str) -> bool {
     )
 }
 
+/// How many of its latest Quotes a receiver remembers having signed (about 100 bytes each): a Proof
+/// paying one of them is checked without verifying the Quote's signature again. One paid past
+/// this many newer Quotes is verified, as one signed by another instance is.
+const QUOTES_REMEMBERED: usize = 16_384;
+
 /// The message of the answer given when a non-idempotent paid request comes back after the
 /// instance that handed it to its work stopped ([`Delivery::Again`]).
 pub const OUTCOME_UNKNOWN: &str = "this payment's request was handed to the service once and its answer was lost when the instance serving it stopped; it is not idempotent, so it is not run a second time: ask the service whether it was done";
@@ -250,6 +255,8 @@ struct Inner {
     ttl: Duration,
     clock: SharedClock,
     answers: answers::Answers,
+    /// The Quotes this receiver signed lately: a Proof's Quote among them is not verified again.
+    quotes_signed: crate::envelope::Vouched,
     /// The x402 payments' served-once mark, in the same store as the rails' (theirs is the
     /// same namespace): one payment is served once across the x402 rail's Proofs, a plain x402
     /// paywall and this receiver's x402 path (decision 0038).
@@ -496,6 +503,7 @@ impl Builder {
             #[cfg(feature = "challenges")]
             served: x402_transport::ServedOnce::new(store.clone()),
             answers: answers::Answers::new(store, &self.id, self.ttl, self.claim_lease, keep),
+            quotes_signed: crate::envelope::Vouched::new(QUOTES_REMEMBERED),
             costly,
             party: Party {
                 id: self.id,
@@ -770,7 +778,9 @@ impl Receiver {
             description,
             rails,
         };
-        Signed::sign(quote, &me.key)
+        let signed = Signed::sign(quote, &me.key)?;
+        me.quotes_signed.vouch(&signed);
+        Ok(signed)
     }
 
     /// Accepts the Proof `proof` (compact JWS) for `req`: verifies it, checks that it pays this
@@ -927,7 +937,8 @@ impl Receiver {
                 "the proof pays an x402 challenge, not a Stipendex quote".into(),
             ));
         };
-        let quote = Signed::<Quote>::parse(quote_jws)?;
+        // This receiver's own Quote, signed moments ago: not verified a second time.
+        let quote = me.quotes_signed.parse::<Quote>(quote_jws)?;
         let q = quote.object();
         if q.receiver != me.party {
             return Err(Error::Untrusted(format!(
