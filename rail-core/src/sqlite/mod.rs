@@ -36,6 +36,10 @@
 //! WAL mode never makes a reader wait for the writer, and a read of a few rows takes
 //! microseconds.
 //!
+//! A thread of the file's own copies the WAL back into the database file (a passive checkpoint
+//! every quarter second after new commits), so commits do not pay for checkpoints
+//! (`checkpoint.rs`); SQLite's own remains as a backstop at a larger interval.
+//!
 //! Several processes of one host may open one file: SQLite's own lock serialises their
 //! writers (`BEGIN IMMEDIATE` waits up to the busy timeout).
 //!
@@ -71,6 +75,10 @@ const READ_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
 const IDLE_READERS: usize = 4;
 /// Statements kept prepared per connection.
 const STATEMENT_CACHE: usize = 64;
+/// SQLite's own checkpoint, a backstop for the background one ([`checkpoint`]): the WAL's size
+/// in pages past which a commit copies it back itself (64 MiB in 4 KiB pages), unless a store's
+/// tuning sets its own.
+const AUTOCHECKPOINT: &str = "16384";
 
 /// The files this process has open, by canonical path: one writer per file, so every store in
 /// a file shares its commits (and never waits on another writer of this process for the
@@ -190,6 +198,12 @@ fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection
         ));
     }
     c.pragma_update(None, "synchronous", "NORMAL")?;
+    if !pragmas
+        .iter()
+        .any(|(name, _)| *name == "wal_autocheckpoint")
+    {
+        c.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT)?;
+    }
     c.pragma_update(None, "foreign_keys", "ON")?;
     c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(c)
@@ -255,6 +269,13 @@ impl SqliteDb {
             .name("sqlite-writer".into())
             .spawn(move || writer::write_loop(&writer, &rx, &for_writer, &mut files))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
+        let (for_checkpoints, at) = (Arc::downgrade(&shared), key.clone());
+        if let Err(e) = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpoint::run(&at, &for_checkpoints))
+        {
+            tracing::warn!(error = %e, "cannot start the SQLite checkpointer; SQLite's own checkpoints remain");
+        }
         let inner = Arc::new(Inner {
             path: key.clone(),
             pragmas,
@@ -457,6 +478,7 @@ impl SqliteDb {
     }
 }
 
+mod checkpoint;
 mod writer;
 
 #[cfg(test)]

@@ -261,3 +261,36 @@ async fn a_write_that_ends_the_transaction_is_refused_with_its_batch() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn commits_are_copied_back_into_the_database_file_off_the_commit_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let db = SqliteDb::open(&path).unwrap();
+    // ~200 pages: far below SQLite's own checkpoint interval, so only the background
+    // checkpointer copies them back.
+    db.write(|c| {
+        c.execute_batch("CREATE TABLE b (x BLOB)")?;
+        for _ in 0..200 {
+            c.execute("INSERT INTO b VALUES (zeroblob(4000))", [])?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let main_len = || std::fs::metadata(&path).unwrap().len();
+    assert!(main_len() < 100 * 4096, "the commit itself checkpointed");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while main_len() < 200 * 4000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint copied the WAL back within 5 s (the file is {} bytes)",
+            main_len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let n: i64 = db
+        .read(|c| c.query_row("SELECT count(*) FROM b", [], |r| r.get(0)))
+        .unwrap();
+    assert_eq!(n, 200);
+}

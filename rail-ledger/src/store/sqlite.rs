@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
 
 use rail_core::sqlite::SqliteDb;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
@@ -15,8 +14,6 @@ use super::*;
 #[derive(Debug, Clone)]
 pub(crate) struct SqliteBackend {
     db: SqliteDb,
-    /// Dropped with the backend: tells the background checkpointer to stop.
-    _alive: Arc<()>,
 }
 
 /// This dialect's 64-bit integer, small integer and bytes types ([`in_dialect`]).
@@ -44,7 +41,8 @@ const SCHEMA: &[&str] = &[
 /// Transfer ids are random, so every insert dirties a random page of the id index, and every
 /// dirty page is written to the WAL at commit: small pages (1 KiB) cut that volume fourfold, a
 /// larger checkpoint interval keeps checkpoints off most commits (they run in the background,
-/// see [`checkpointer`]; this is the backstop), and a big cache keeps the index in memory.
+/// in [`SqliteDb`]'s checkpointer; this is the backstop), and a big cache keeps the index in
+/// memory.
 const TUNING: &[(&str, &str)] = &[
     ("page_size", "1024"),
     ("wal_autocheckpoint", "65536"),
@@ -195,35 +193,7 @@ impl SqliteBackend {
             Ok::<(), LedgerError>(())
         })
         .await?;
-        let alive = Arc::new(());
-        let weak = Arc::downgrade(&alive);
-        std::thread::Builder::new()
-            .name("ledger-checkpoint".into())
-            .spawn(move || checkpointer(&path, &weak))
-            .map_err(|e| LedgerError::Storage(format!("cannot start the checkpointer: {e}")))?;
-        Ok(SqliteBackend { db, _alive: alive })
-    }
-}
-
-/// Copies the WAL back into the database file off the commit path: a passive checkpoint every
-/// 250 ms never blocks the writer, so commits stop paying for checkpoints. Its own connection,
-/// on its own thread, until the backend is dropped.
-fn checkpointer(path: &std::path::Path, alive: &Weak<()>) {
-    let c = match Connection::open(path) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(error = %e, "the ledger's checkpointer cannot open the file; SQLite's own checkpoints remain");
-            return;
-        }
-    };
-    if let Err(e) = c.busy_timeout(Duration::from_millis(100)) {
-        tracing::debug!(error = %e, "checkpointer busy timeout");
-    }
-    while alive.upgrade().is_some() {
-        std::thread::sleep(Duration::from_millis(250));
-        if let Err(e) = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::debug!(error = %e, "background WAL checkpoint failed; the next one retries");
-        }
+        Ok(SqliteBackend { db })
     }
 }
 
