@@ -110,6 +110,9 @@ pub struct Stage {
     pub payer: PayerHandle,
     /// demo-shop's side of the rail.
     pub receiver: ReceiverHandle,
+    /// The store the rails' records are in (the registry's `[store]`): a receiver deployed
+    /// beside them (`stipendex gateway`, `serve-mcp`) keeps its own records there too.
+    pub store: Option<Arc<dyn stipendex::KeyStore>>,
     /// The asset prices are in.
     pub asset: Asset,
     /// The clock both sides use.
@@ -247,6 +250,7 @@ pub async fn ledger_stage(
         label: format!("the ledger rail on {where_}"),
         payer: registry.payer("house")?.clone(),
         receiver: registry.receiver("house")?.clone(),
+        store: registry.store().cloned(),
         asset: Asset::usd(),
         clock: Arc::new(SystemClock),
         prices: Prices::usd(),

@@ -188,9 +188,14 @@ pub(crate) async fn fixture_on(
         .store(store)
         .journal(journal)
         .build()?;
-    let shop = Receiver::builder("bench-shop", shop_key.clone())
+    // The receiver as `stipendex gateway` and `serve-mcp` deploy it: its records in the
+    // registry's store, beside its rails' (one store per process on the receiver's side).
+    let mut shop = Receiver::builder("bench-shop", shop_key.clone())
         .origin(&base)
         .rail(&kind, stage.receiver.clone());
+    if let Some(records) = &stage.store {
+        shop = shop.store(records.clone());
+    }
     Ok(Fixture {
         stage,
         listener,
