@@ -82,6 +82,8 @@ pub async fn stage(name: &str) -> Result<Stage, CliError> {
             hold_receiver: rail.hold_receiver.clone(),
             refunds: rail.refunds.clone(),
         },
+        // The harness keeps the rail's records itself; the demo's receiver keeps its own.
+        store: None,
         asset: harness.asset(),
         clock: Arc::new(harness.clock().clone()),
         prices,

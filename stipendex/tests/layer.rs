@@ -220,6 +220,48 @@ async fn a_presentations_records_are_durable_before_its_work_runs_and_before_its
 }
 
 #[tokio::test]
+async fn a_quote_the_receiver_signed_but_altered_inside_a_signed_proof_is_refused() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use stipendex::envelope::{Digest, Proof, Signed};
+    // The receiver reads its own recent Quotes without verifying them again: one whose payload
+    // was changed after it signed it (a lower price, the receiver's signature kept) is not one
+    // of them, and its signature is checked — whoever signed the Proof around it.
+    let w = world().await;
+    let receiver = w.receiver();
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let req = Request::new("GET", "/search").with_params(serde_json::json!({"q": "disk"}));
+    let q = quote(&receiver, &req).await;
+    let paid = wallet.pay(&q).await.unwrap();
+    let parts: Vec<&str> = q.jws().split('.').collect();
+    let payload = String::from_utf8(URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    let cheaper = payload.replacen("\"amount\":\"0.05\"", "\"amount\":\"0.01\"", 1);
+    assert_ne!(
+        cheaper, payload,
+        "the quote's amount was not found: {payload}"
+    );
+    let altered = format!(
+        "{}.{}.{}",
+        parts[0],
+        URL_SAFE_NO_PAD.encode(cheaper.as_bytes()),
+        parts[2]
+    );
+    let forged = Signed::sign(
+        Proof {
+            quote: Some(Digest::of(altered.as_bytes())),
+            quote_jws: Some(altered),
+            ..paid.proof.object().clone()
+        },
+        &w.wallet_key,
+    )
+    .unwrap();
+    let err = receiver.present(&req, forged.jws()).await.unwrap_err();
+    assert_eq!(err.code(), "bad_signature", "{err}");
+    // The honest Proof of the same payment is still taken.
+    assert!(receiver.present(&req, paid.proof.jws()).await.is_ok());
+}
+
+#[tokio::test]
 async fn a_receiver_outside_the_allowlist_is_denied_and_escalated() {
     let w = world().await;
     let wallet = w.wallet(w.mandate(|_| {}), true);
