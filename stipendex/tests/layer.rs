@@ -159,63 +159,56 @@ async fn a_paid_calls_records_are_durable_before_the_rail_is_asked_and_before_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_presentations_records_are_durable_before_its_work_runs_and_before_its_answer_leaves() {
     use stipendex::receiver::{Admitted, Answer, Delivery, Presented};
-    // A request that may not run twice (POST) has its records durable before its work; an
-    // idempotent one (GET) may run again after a power loss, so its records need only be
-    // durable before its answer leaves.
-    for method in ["POST", "GET"] {
-        let w = world().await;
-        let file = w._dir.path().join("records.db");
-        let store: Arc<dyn stipendex::KeyStore> = Arc::new(
-            rail_core::keys::sql::SqliteKeyStore::open(&file)
-                .await
-                .unwrap()
-                .with_clock(Arc::new(w.clock.clone())),
-        );
-        let db = rail_core::sqlite::SqliteDb::open_here(&file).unwrap();
-        let receiver = Receiver::builder("search", w.receiver_key.clone())
-            .registry(&w.registry)
-            .store(store)
-            .price(PricedCapability::fixed(method, "/search", usd("0.05")))
-            .clock(Arc::new(w.clock.clone()))
-            .build()
-            .unwrap();
-        let wallet = w.wallet(w.mandate(|_| {}), true);
-        let req = Request::new(method, "/search").with_params(serde_json::json!({"q": "disk"}));
-        let q = quote(&receiver, &req).await;
-        let paid = wallet.pay(&q).await.unwrap();
-        let Presented::Admitted(Admitted::Run(paying)) =
-            receiver.present(&req, paid.proof.jws()).await.unwrap()
-        else {
-            panic!("a new proof was not run");
-        };
-        assert!(matches!(
-            receiver.deliver(&paying).await.unwrap(),
-            Delivery::First
-        ));
-        if method == "POST" {
-            assert!(
-                db.durable_through() >= db.last_commit(),
-                "the work was handed its request before the presentation's records were durable"
-            );
+    let w = world().await;
+    let file = w._dir.path().join("records.db");
+    let store: Arc<dyn stipendex::KeyStore> = Arc::new(
+        rail_core::keys::sql::SqliteKeyStore::open(&file)
+            .await
+            .unwrap()
+            .with_clock(Arc::new(w.clock.clone())),
+    );
+    let db = rail_core::sqlite::SqliteDb::open_here(&file).unwrap();
+    let receiver = Receiver::builder("search", w.receiver_key.clone())
+        .registry(&w.registry)
+        .store(store)
+        .price(PricedCapability::fixed("GET", "/search", usd("0.05")))
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let wallet = w.wallet(w.mandate(|_| {}), true);
+    let req = Request::new("GET", "/search").with_params(serde_json::json!({"q": "disk"}));
+    let q = quote(&receiver, &req).await;
+    let paid = wallet.pay(&q).await.unwrap();
+    let Presented::Admitted(Admitted::Run(paying)) =
+        receiver.present(&req, paid.proof.jws()).await.unwrap()
+    else {
+        panic!("a new proof was not run");
+    };
+    assert!(matches!(
+        receiver.deliver(&paying).await.unwrap(),
+        Delivery::First
+    ));
+    assert!(
+        db.durable_through() >= db.last_commit(),
+        "the work was handed its request before the presentation's records were durable"
+    );
+    let answer = Answer {
+        status: 200,
+        content_type: Some("text/plain".into()),
+        body: b"results".to_vec(),
+        receipt: None,
+        headers: Vec::new(),
+    };
+    receiver.answered(*paying, Some(&answer)).await.unwrap();
+    assert!(
+        db.durable_through() >= db.last_commit(),
+        "the answer left before its kept copy and the Proof's use were durable"
+    );
+    match receiver.present(&req, paid.proof.jws()).await.unwrap() {
+        Presented::Admitted(Admitted::Answered { answer: kept, .. }) => {
+            assert_eq!(kept.body, b"results");
         }
-        let answer = Answer {
-            status: 200,
-            content_type: Some("text/plain".into()),
-            body: b"results".to_vec(),
-            receipt: None,
-            headers: Vec::new(),
-        };
-        receiver.answered(*paying, Some(&answer)).await.unwrap();
-        assert!(
-            db.durable_through() >= db.last_commit(),
-            "{method}: the answer left before its kept copy and the Proof's use were durable"
-        );
-        match receiver.present(&req, paid.proof.jws()).await.unwrap() {
-            Presented::Admitted(Admitted::Answered { answer: kept, .. }) => {
-                assert_eq!(kept.body, b"results");
-            }
-            _ => panic!("{method}: a repeat did not get the kept answer"),
-        }
+        _ => panic!("a repeat did not get the kept answer"),
     }
 }
 

@@ -203,9 +203,8 @@ impl Answers {
     /// The use records of one presentation, through a deferred handle of the store where it
     /// has one ([`KeyStore::deferred`]): its claim and its rail's verdict are made durable by
     /// the delivery mark ([`Answers::start`], a durable write of the same store) before the
-    /// work runs — for an idempotent request, which may run again, the mark is deferred too
-    /// ([`Answers::start_idempotent`]) — and its kept answer and its use by [`Answers::keep`]
-    /// before the answer leaves.
+    /// work runs, and its kept answer and its use by [`Answers::keep`] before the answer
+    /// leaves.
     fn handle(&self) -> Arc<dyn KeyStore> {
         rail_core::keys::deferred(&self.store)
     }
@@ -372,24 +371,6 @@ impl Answers {
     pub(crate) async fn start(&self, quote_id: &str) -> Result<bool, Error> {
         let key = Self::key(quote_id)?;
         self.started
-            .insert_if_absent(key.as_str(), Some(self.retain))
-            .await
-            .map_err(|e| Error::Storage(e.to_string()))
-    }
-
-    /// [`Answers::start`] for an idempotent request, written through the claim's handle
-    /// (`lease`): deferred like the claim and the verdict, all three durable with the answer
-    /// ([`Answers::keep`] syncs before the answer leaves). Running an idempotent request again
-    /// is allowed, so nothing needs the mark on disk before the work: after a power loss that
-    /// undid the three, the same Proof is verified again as the same rail operation (the rail
-    /// answers it as before) and its work runs again.
-    pub(crate) async fn start_idempotent(
-        &self,
-        lease: &Lease,
-        quote_id: &str,
-    ) -> Result<bool, Error> {
-        let key = Self::key(quote_id)?;
-        ReplayGuard::new(lease.store().clone(), self.started_ns.clone())
             .insert_if_absent(key.as_str(), Some(self.retain))
             .await
             .map_err(|e| Error::Storage(e.to_string()))

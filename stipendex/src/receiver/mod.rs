@@ -131,9 +131,6 @@ pub struct Paying {
     pub accepted: Accepted,
     lease: Lease,
     request: String,
-    /// The request may run again ([`idempotent`]): its delivery mark need not be on disk
-    /// before its work.
-    idempotent: bool,
 }
 
 impl Paying {
@@ -1122,7 +1119,6 @@ impl Receiver {
             },
             lease,
             request: request.as_str().to_owned(),
-            idempotent: idempotent(&req.method),
         }))))
     }
 
@@ -1138,15 +1134,7 @@ impl Receiver {
     /// recovers).
     pub async fn deliver(&self, paying: &Paying) -> Result<Delivery, Error> {
         let q = paying.accepted.quote.object();
-        let first = if paying.idempotent {
-            self.0
-                .answers
-                .start_idempotent(&paying.lease, &q.id)
-                .await?
-        } else {
-            self.0.answers.start(&q.id).await?
-        };
-        Ok(if first {
+        Ok(if self.0.answers.start(&q.id).await? {
             Delivery::First
         } else {
             tracing::warn!(quote = %q.id, "a paid request is presented again after an instance stopped before its answer");
