@@ -10,46 +10,71 @@
 //! ([`super::AUTOCHECKPOINT`]). A checkpoint still `fsync`s the WAL before it copies and the
 //! database file after, so a frame it copied is never lost.
 
-use std::path::PathBuf;
+use std::path::Path;
+use std::sync::Weak;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 use super::Shared;
 
 /// How often the checkpointer looks for new commits to copy back.
 pub(super) const INTERVAL: Duration = Duration::from_millis(250);
 
-/// Runs passive checkpoints of the file at `path` until `shared` (the file's writer state) is
-/// gone, each after the writer has committed since the last. A failure is logged and retried at
-/// the next interval; SQLite's own checkpoint remains.
-pub(super) fn run(path: &PathBuf, shared: &Weak<Shared>) {
-    let c = match Connection::open(path) {
+/// Runs passive checkpoints of the file at `path` until `alive` (held by the file's
+/// [`super::SqliteDb`]s) is gone, each after the writer (`shared`) has committed since the last
+/// complete one. The thread is unparked when the last `SqliteDb` is dropped, so it closes its
+/// connection at once rather than an interval later. A failure is logged and retried at the
+/// next interval; SQLite's own checkpoint remains.
+pub(super) fn run(path: &Path, alive: &Weak<()>, shared: &Weak<Shared>) {
+    if alive.upgrade().is_none() {
+        return;
+    }
+    // The file exists (its writer created it): never create one where it was removed.
+    let c = match Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, path = %path.display(), "SQLite checkpointer: cannot open the file; SQLite's own checkpoints remain");
             return;
         }
     };
-    if let Err(e) = c.busy_timeout(Duration::from_millis(100)) {
-        tracing::debug!(error = %e, "SQLite checkpointer: busy timeout");
+    // A checkpoint syncs the WAL before it copies and the database file after, at NORMAL as at
+    // FULL: said here rather than left to the library's compiled-in default.
+    if let Err(e) = c
+        .busy_timeout(Duration::from_millis(100))
+        .and_then(|()| c.pragma_update(None, "synchronous", "NORMAL"))
+    {
+        tracing::debug!(error = %e, "SQLite checkpointer: connection settings");
     }
-    let mut seen = 0;
+    let mut done = 0;
     loop {
-        std::thread::sleep(INTERVAL);
-        let Some(shared): Option<Arc<Shared>> = shared.upgrade() else {
+        std::thread::park_timeout(INTERVAL);
+        if alive.upgrade().is_none() {
+            return;
+        }
+        let Some(committed) = shared
+            .upgrade()
+            .map(|s| s.committed.load(Ordering::Acquire))
+        else {
             return;
         };
-        let committed = shared.committed.load(Ordering::Acquire);
-        drop(shared);
-        if committed == seen {
+        if committed == done {
             continue;
         }
-        seen = committed;
-        match c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            Ok(()) => {}
+        // (busy, frames in the WAL, frames copied back): done only when all were copied.
+        match c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        }) {
+            Ok((0, log, copied)) if log == copied => done = committed,
+            Ok(_) => {}
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.code == rusqlite::ErrorCode::DatabaseBusy => {}
             Err(e) => {

@@ -118,6 +118,24 @@ struct Inner {
     jobs: mpsc::Sender<Queued>,
     readers: Mutex<Vec<Connection>>,
     shared: Arc<Shared>,
+    checkpointer: Option<Checkpointer>,
+}
+
+/// The file's checkpointer thread ([`checkpoint`]): it runs while `_alive` does, and is woken
+/// when the last [`SqliteDb`] of the file is dropped, to close its connection at once.
+struct Checkpointer {
+    thread: std::thread::Thread,
+    _alive: Arc<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(c) = self.checkpointer.take() {
+            let thread = c.thread.clone();
+            drop(c);
+            thread.unpark();
+        }
+    }
 }
 
 /// What the writer has done, and what its callers read of it.
@@ -269,19 +287,29 @@ impl SqliteDb {
             .name("sqlite-writer".into())
             .spawn(move || writer::write_loop(&writer, &rx, &for_writer, &mut files))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
-        let (for_checkpoints, at) = (Arc::downgrade(&shared), key.clone());
-        if let Err(e) = std::thread::Builder::new()
+        let alive = Arc::new(());
+        let (alive_for, shared_for, at) =
+            (Arc::downgrade(&alive), Arc::downgrade(&shared), key.clone());
+        let checkpointer = match std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || checkpoint::run(&at, &for_checkpoints))
+            .spawn(move || checkpoint::run(&at, &alive_for, &shared_for))
         {
-            tracing::warn!(error = %e, "cannot start the SQLite checkpointer; SQLite's own checkpoints remain");
-        }
+            Ok(t) => Some(t.thread().clone()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the SQLite checkpointer; SQLite's own checkpoints remain");
+                None
+            }
+        };
         let inner = Arc::new(Inner {
             path: key.clone(),
             pragmas,
             jobs: tx,
             readers: Mutex::new(Vec::new()),
             shared,
+            checkpointer: checkpointer.map(|thread| Checkpointer {
+                thread,
+                _alive: alive,
+            }),
         });
         open.insert(key, Arc::downgrade(&inner));
         Ok(SqliteDb { inner })
