@@ -72,6 +72,11 @@ impl Listening {
     }
 }
 
+/// How often a subscription that failed to go out on a live connection is sent again.
+const RESUBSCRIBE_TRIES: u32 = 10;
+/// The pause between two of those tries.
+const RESUBSCRIBE_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Re-sends the subscription every time `relay` (re)connects — works around nostr-relay-pool
 /// 0.44 skipping the resubscription when the reconnect lands in the same second — and keeps
 /// `listening` true for `relay` from the subscription's EOSE on a connection to that
@@ -84,14 +89,26 @@ pub async fn keep_subscribed(
     filter: Filter,
     listening: std::sync::Arc<Listening>,
 ) {
+    // A subscription that fails to go out on a connection that stays up would leave this side
+    // deaf until the next reconnect: it is sent again while the relay is connected (a relay
+    // that drops meanwhile is subscribed again at its next `Connected`).
     let subscribe = || async {
-        match relay
-            .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
-            .await
-        {
-            Ok(()) => tracing::debug!(relay = %relay.url(), %who, "(re)subscribed"),
-            Err(e) => {
-                tracing::warn!(relay = %relay.url(), %who, error = %e, "resubscribe failed");
+        for attempt in 1..=RESUBSCRIBE_TRIES {
+            match relay
+                .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
+                .await
+            {
+                Ok(()) => {
+                    tracing::debug!(relay = %relay.url(), %who, "(re)subscribed");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(relay = %relay.url(), %who, attempt, error = %e, "resubscribe failed");
+                    if !relay.is_connected() {
+                        return;
+                    }
+                    tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
+                }
             }
         }
     };

@@ -121,20 +121,30 @@ async fn sdk_client(keys: &Keys, urls: &[RelayUrl]) -> Client {
     client
 }
 
-/// Re-sends a subscription on every reconnect (the nostr-relay-pool 0.44 workaround).
+/// Re-sends a subscription on every reconnect (the nostr-relay-pool 0.44 workaround), again
+/// while the relay stays connected if it failed to go out, and after missed notifications (a
+/// loaded machine: the mock wallet must not be the side left deaf).
 async fn keep_subscribed(c: &Client, url: &RelayUrl, id: SubscriptionId, filter: Filter) {
     let relay = c.relay(url.clone()).await.unwrap();
     let mut rn = relay.notifications();
     tokio::spawn(async move {
+        let subscribe = || async {
+            for _ in 0..10 {
+                let sent = relay
+                    .subscribe_with_id(id.clone(), filter.clone(), Default::default())
+                    .await;
+                if sent.is_ok() || !relay.is_connected() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
         loop {
             match rn.recv().await {
                 Ok(RelayNotification::RelayStatus {
                     status: RelayStatus::Connected,
-                }) => {
-                    let _ = relay
-                        .subscribe_with_id(id.clone(), filter.clone(), Default::default())
-                        .await;
-                }
+                })
+                | Err(RecvError::Lagged(_)) => subscribe().await,
                 Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => break,
                 _ => {}
             }
