@@ -213,7 +213,7 @@ pub fn idempotent(method: &str) -> bool {
 /// How many of its latest Quotes a receiver remembers having signed (about 100 bytes each): a Proof
 /// paying one of them is checked without verifying the Quote's signature again. One paid past
 /// this many newer Quotes is verified, as one signed by another instance is.
-const QUOTES_REMEMBERED: usize = 16_384;
+const QUOTES_REMEMBERED: usize = 4_096;
 
 /// The message of the answer given when a non-idempotent paid request comes back after the
 /// instance that handed it to its work stopped ([`Delivery::Again`]).
