@@ -10,27 +10,31 @@
 //! ([`super::AUTOCHECKPOINT`]). A checkpoint still `fsync`s the WAL before it copies and the
 //! database file after, so a frame it copied is never lost.
 
-use std::path::Path;
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::Shared;
+use super::Inner;
 
 /// How often the checkpointer looks for new commits to copy back.
 pub(super) const INTERVAL: Duration = Duration::from_millis(250);
 
-/// Runs passive checkpoints of the file at `path` until `alive` (held by the file's
-/// [`super::SqliteDb`]s) is gone, each after the writer (`shared`) has committed since the last
-/// complete one. The thread is unparked when the last `SqliteDb` is dropped, so it closes its
-/// connection at once rather than an interval later. A failure is logged and retried at the
-/// next interval; SQLite's own checkpoint remains.
-pub(super) fn run(path: &Path, alive: &Weak<()>, shared: &Weak<Shared>) {
-    if alive.upgrade().is_none() {
+/// Runs passive checkpoints of the file of `of` until its last [`super::SqliteDb`] is dropped
+/// (which unparks this thread, so it closes its connection at once rather than an interval
+/// later), each after the writer has committed since the last complete one. A failure is logged
+/// and retried at the next interval; SQLite's own checkpoint remains.
+pub(super) fn run(of: &Weak<Inner>) {
+    // The last commit of the file, while a `SqliteDb` of it remains.
+    let committed = || {
+        of.upgrade()
+            .map(|inner| inner.shared.committed.load(Ordering::Acquire))
+    };
+    let Some(path) = of.upgrade().map(|inner| inner.path.clone()) else {
         return;
-    }
+    };
+    let path = path.as_path();
     // The file exists (its writer created it): never create one where it was removed.
     let c = match Connection::open_with_flags(
         path,
@@ -53,13 +57,7 @@ pub(super) fn run(path: &Path, alive: &Weak<()>, shared: &Weak<Shared>) {
     let mut done = 0;
     loop {
         std::thread::park_timeout(INTERVAL);
-        if alive.upgrade().is_none() {
-            return;
-        }
-        let Some(committed) = shared
-            .upgrade()
-            .map(|s| s.committed.load(Ordering::Acquire))
-        else {
+        let Some(committed) = committed() else {
             return;
         };
         if committed == done {

@@ -118,22 +118,15 @@ struct Inner {
     jobs: mpsc::Sender<Queued>,
     readers: Mutex<Vec<Connection>>,
     shared: Arc<Shared>,
-    checkpointer: Option<Checkpointer>,
-}
-
-/// The file's checkpointer thread ([`checkpoint`]): it runs while `_alive` does, and is woken
-/// when the last [`SqliteDb`] of the file is dropped, to close its connection at once.
-struct Checkpointer {
-    thread: std::thread::Thread,
-    _alive: Arc<()>,
+    /// The file's checkpointer thread ([`checkpoint`]), woken when the last [`SqliteDb`] of the
+    /// file is dropped so that it closes its connection at once.
+    checkpointer: std::sync::OnceLock<std::thread::Thread>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(c) = self.checkpointer.take() {
-            let thread = c.thread.clone();
-            drop(c);
-            thread.unpark();
+        if let Some(t) = self.checkpointer.get() {
+            t.unpark();
         }
     }
 }
@@ -287,30 +280,26 @@ impl SqliteDb {
             .name("sqlite-writer".into())
             .spawn(move || writer::write_loop(&writer, &rx, &for_writer, &mut files))
             .map_err(|e| RailError::Storage(format!("cannot start the SQLite writer: {e}")))?;
-        let alive = Arc::new(());
-        let (alive_for, shared_for, at) =
-            (Arc::downgrade(&alive), Arc::downgrade(&shared), key.clone());
-        let checkpointer = match std::thread::Builder::new()
-            .name("sqlite-checkpoint".into())
-            .spawn(move || checkpoint::run(&at, &alive_for, &shared_for))
-        {
-            Ok(t) => Some(t.thread().clone()),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start the SQLite checkpointer; SQLite's own checkpoints remain");
-                None
-            }
-        };
         let inner = Arc::new(Inner {
             path: key.clone(),
             pragmas,
             jobs: tx,
             readers: Mutex::new(Vec::new()),
             shared,
-            checkpointer: checkpointer.map(|thread| Checkpointer {
-                thread,
-                _alive: alive,
-            }),
+            checkpointer: std::sync::OnceLock::new(),
         });
+        let of = Arc::downgrade(&inner);
+        match std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpoint::run(&of))
+        {
+            Ok(t) => {
+                let _ = inner.checkpointer.set(t.thread().clone());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the SQLite checkpointer; SQLite's own checkpoints remain");
+            }
+        }
         open.insert(key, Arc::downgrade(&inner));
         Ok(SqliteDb { inner })
     }

@@ -13,6 +13,13 @@ async fn db() -> (tempfile::TempDir, SqliteDb) {
     (dir, db)
 }
 
+/// The writer still commits after what a test did to it.
+async fn goes_on(db: &SqliteDb) {
+    db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
+        .await
+        .unwrap();
+}
+
 fn count(db: &SqliteDb) -> i64 {
     db.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
         .unwrap()
@@ -194,9 +201,7 @@ async fn a_commit_that_fails_keeps_none_of_its_batch() {
         assert_eq!(count(&db), 1);
     }
     // The writer goes on.
-    db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
-        .await
-        .unwrap();
+    goes_on(&db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,9 +243,7 @@ async fn a_write_that_panics_is_undone_and_the_writer_goes_on() {
         vec!["clean".to_owned()],
         "the panicking write's row stayed"
     );
-    db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
-        .await
-        .unwrap();
+    goes_on(&db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,9 +260,7 @@ async fn a_write_that_ends_the_transaction_is_refused_with_its_batch() {
         other.is_ok(),
         "an answer disagrees with the file"
     );
-    db.write(|c| c.execute("INSERT INTO t VALUES ('after', 1)", []))
-        .await
-        .unwrap();
+    goes_on(&db).await;
 }
 
 #[tokio::test]
