@@ -72,15 +72,18 @@ impl Listening {
     }
 }
 
-/// How often a subscription that failed to go out on a live connection is sent again.
-const RESUBSCRIBE_TRIES: u32 = 10;
-/// The pause between two of those tries.
-const RESUBSCRIBE_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long a subscription sent on a live connection waits for the relay's EOSE before it is
+/// sent again (same id, which replaces it on the relay).
+const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
 
 /// Re-sends the subscription every time `relay` (re)connects — works around nostr-relay-pool
 /// 0.44 skipping the resubscription when the reconnect lands in the same second — and keeps
 /// `listening` true for `relay` from the subscription's EOSE on a connection to that
 /// connection's end (or a `CLOSED` for it, which is answered with the subscription again).
+/// A subscription the relay has not confirmed within [`CONFIRM_WITHIN`] while it stays
+/// connected — one that failed to go out, or that a relay coming back under load never
+/// answered — is sent again until it is: otherwise this side stays deaf until the next
+/// reconnect.
 pub async fn keep_subscribed(
     who: &'static str,
     relay: Relay,
@@ -89,37 +92,44 @@ pub async fn keep_subscribed(
     filter: Filter,
     listening: std::sync::Arc<Listening>,
 ) {
-    // A subscription that fails to go out on a connection that stays up would leave this side
-    // deaf until the next reconnect: it is sent again while the relay is connected (a relay
-    // that drops meanwhile is subscribed again at its next `Connected`).
+    // Sends the subscription; the time by which its EOSE is due.
     let subscribe = || async {
-        for attempt in 1..=RESUBSCRIBE_TRIES {
-            match relay
-                .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
-                .await
-            {
-                Ok(()) => {
-                    tracing::debug!(relay = %relay.url(), %who, "(re)subscribed");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(relay = %relay.url(), %who, attempt, error = %e, "resubscribe failed");
-                    if !relay.is_connected() {
-                        return;
-                    }
-                    tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
-                }
+        match relay
+            .subscribe_with_id(id.clone(), filter.clone(), SubscribeOptions::default())
+            .await
+        {
+            Ok(()) => tracing::debug!(relay = %relay.url(), %who, "(re)subscribed"),
+            Err(e) => {
+                tracing::warn!(relay = %relay.url(), %who, error = %e, "resubscribe failed");
             }
         }
+        Some(Instant::now() + CONFIRM_WITHIN)
     };
+    let mut confirm_by: Option<Instant> = None;
     loop {
-        match rx.recv().await {
+        let next = match confirm_by {
+            Some(at) => match tokio::time::timeout_at(at, rx.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    // Unconfirmed: sent again while connected; a relay that dropped is
+                    // subscribed again at its next `Connected`.
+                    confirm_by = None;
+                    if relay.is_connected() {
+                        tracing::debug!(relay = %relay.url(), %who, "subscription unconfirmed: sent again");
+                        confirm_by = subscribe().await;
+                    }
+                    continue;
+                }
+            },
+            None => rx.recv().await,
+        };
+        match next {
             Ok(RelayNotification::RelayStatus {
                 status: RelayStatus::Connected,
             }) => {
                 // A new connection: live again only once the relay confirms the subscription.
                 listening.set(relay.url(), false);
-                subscribe().await;
+                confirm_by = subscribe().await;
             }
             Ok(RelayNotification::RelayStatus { status }) => {
                 listening.set(relay.url(), false);
@@ -128,12 +138,13 @@ pub async fn keep_subscribed(
             Ok(RelayNotification::Message { message }) => match message {
                 RelayMessage::EndOfStoredEvents(sid) if *sid == id => {
                     listening.set(relay.url(), true);
+                    confirm_by = None;
                 }
                 RelayMessage::Closed {
                     subscription_id, ..
                 } if *subscription_id == id => {
                     listening.set(relay.url(), false);
-                    subscribe().await;
+                    confirm_by = subscribe().await;
                 }
                 _ => {}
             },
@@ -143,7 +154,7 @@ pub async fn keep_subscribed(
             }
             Err(RecvError::Lagged(_)) => {
                 // A status or an EOSE may be among what was missed: ask for a fresh EOSE.
-                subscribe().await;
+                confirm_by = subscribe().await;
             }
             Ok(_) => {}
         }

@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nostr_relay_builder::prelude::{LocalRelay, RateLimit, RelayBuilder};
-use nostr_sdk::pool::RelayNotification;
 use nostr_sdk::{
     Client, Event, EventBuilder, EventId, Filter, Keys, Kind, PublicKey, RelayMessage,
-    RelayOptions, RelayPoolNotification, RelayStatus, RelayUrl, SubscriptionId,
+    RelayOptions, RelayPoolNotification, RelayUrl, SubscriptionId,
 };
 use rail_ln_nwc::client::{ClientOptions, NwcClient, NwcError};
 use rail_ln_nwc::nip47::{
@@ -121,35 +120,20 @@ async fn sdk_client(keys: &Keys, urls: &[RelayUrl]) -> Client {
     client
 }
 
-/// Re-sends a subscription on every reconnect (the nostr-relay-pool 0.44 workaround), again
-/// while the relay stays connected if it failed to go out, and after missed notifications (a
-/// loaded machine: the mock wallet must not be the side left deaf).
+/// Keeps the mock wallet service's subscription on `url` as the client keeps its own: the
+/// crate's relay plumbing (re-sent on every reconnect, and until the relay confirms it), so the
+/// side a relay restart may leave deaf is the one under test.
 async fn keep_subscribed(c: &Client, url: &RelayUrl, id: SubscriptionId, filter: Filter) {
     let relay = c.relay(url.clone()).await.unwrap();
-    let mut rn = relay.notifications();
-    tokio::spawn(async move {
-        let subscribe = || async {
-            for _ in 0..10 {
-                let sent = relay
-                    .subscribe_with_id(id.clone(), filter.clone(), Default::default())
-                    .await;
-                if sent.is_ok() || !relay.is_connected() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        };
-        loop {
-            match rn.recv().await {
-                Ok(RelayNotification::RelayStatus {
-                    status: RelayStatus::Connected,
-                })
-                | Err(RecvError::Lagged(_)) => subscribe().await,
-                Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => break,
-                _ => {}
-            }
-        }
-    });
+    let notifications = relay.notifications();
+    tokio::spawn(rail_ln_nwc::relays::keep_subscribed(
+        "mock wallet",
+        relay,
+        notifications,
+        id,
+        filter,
+        Arc::new(rail_ln_nwc::relays::Listening::default()),
+    ));
 }
 
 async fn publish(c: &Client, ev: &Event) {
