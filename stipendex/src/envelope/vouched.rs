@@ -83,66 +83,40 @@ impl Vouched {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::{Party, Profile, Quote, RailOffer, SecretKey, Tag, new_id};
-    use rail_core::{Asset, Money, Offer, PaymentMode};
+    use crate::envelope::{Mandate, Party, SecretKey};
 
-    fn quote(key: &SecretKey) -> Signed<Quote> {
-        let price = Money::parse(Asset::usd(), "0.05").unwrap();
-        let quote = Quote {
-            stipendex: Tag::current("quote"),
-            id: new_id("q_"),
-            receiver: Party {
-                id: "search".into(),
-                key: key.public(),
-            },
-            iat: 900,
-            exp: 1000,
-            profile: Profile::Service,
-            asset: Asset::usd(),
-            amount: Some(price.amount()),
-            estimate: None,
-            tolerance: None,
-            capability: None,
-            request: None,
-            resource: None,
-            description: None,
-            rails: vec![RailOffer {
-                rail: "ledger".into(),
-                offer: Offer {
-                    rail: rail_core::RailId::new("ledger"),
-                    id: "o1".into(),
-                    amount: price.clone(),
-                    payee: "shop".into(),
-                    mode: PaymentMode::Capture,
-                    expires_at: rail_core::Timestamp(1_000_000),
-                    details: serde_json::Value::Null,
-                },
-            }],
+    /// A signed object of `key`'s (the memo takes any: the receiver's are Quotes, whose
+    /// altered copy inside a Proof is refused in the layer tests).
+    fn signed(key: &SecretKey) -> Signed<Mandate> {
+        let principal = Party {
+            id: "p".into(),
+            key: key.public(),
         };
-        Signed::sign(quote, key).unwrap()
+        let m = Mandate::draft(principal, SecretKey::generate().public(), 900, 100);
+        Signed::sign(m, key).unwrap()
     }
 
     #[test]
     fn a_jws_signed_here_is_read_again_and_a_forged_one_is_still_refused() {
         let key = SecretKey::generate();
         let memo = Vouched::new(2);
-        let a = quote(&key);
+        let a = signed(&key);
         memo.vouch(&a);
-        assert_eq!(memo.parse::<Quote>(a.jws()).unwrap().jws(), a.jws());
+        assert_eq!(memo.parse::<Mandate>(a.jws()).unwrap().jws(), a.jws());
         // Not signed here: verified, so a bad signature is refused.
-        let b = quote(&key);
+        let b = signed(&key);
         let mut forged = b.jws().to_owned();
         let last = forged.pop().unwrap();
         forged.push(if last == 'A' { 'B' } else { 'A' });
-        assert!(memo.parse::<Quote>(&forged).is_err());
-        assert!(memo.parse::<Quote>(b.jws()).is_ok());
+        assert!(memo.parse::<Mandate>(&forged).is_err());
+        assert!(memo.parse::<Mandate>(b.jws()).is_ok());
     }
 
     #[test]
     fn the_memo_forgets_the_oldest_beyond_its_bound() {
         let key = SecretKey::generate();
         let memo = Vouched::new(2);
-        let all: Vec<_> = (0..3).map(|_| quote(&key)).collect();
+        let all: Vec<_> = (0..3).map(|_| signed(&key)).collect();
         for s in &all {
             memo.vouch(s);
         }

@@ -413,6 +413,15 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A journal in `wallet.db` of a fresh folder (kept while the folder is).
+    async fn journal() -> (tempfile::TempDir, SqliteJournal) {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
+            .await
+            .unwrap();
+        (dir, j)
+    }
+
     fn pending(chain: &str, since: u64) -> Pending {
         Pending {
             chain: chain.into(),
@@ -430,10 +439,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_chain_keeps_each_object_once_in_the_order_recorded() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
-            .await
-            .unwrap();
+        let (dir, j) = journal().await;
         j.record("c1", "a").await.unwrap();
         j.record("c2", "x").await.unwrap();
         j.record("c1", "b").await.unwrap();
@@ -459,10 +465,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_deferred_line_keeps_its_place_and_is_durable_with_the_next_write() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
-            .await
-            .unwrap();
+        let (_dir, j) = journal().await;
         j.append("tab", "voucher-1").await.unwrap();
         j.append_deferred("tab", "result-1").await.unwrap();
         // Seen at once, in its place.
@@ -512,10 +515,7 @@ mod tests {
 
     #[tokio::test]
     async fn record_then_sets_or_ends_the_pending_payment_as_told() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
-            .await
-            .unwrap();
+        let (_dir, j) = journal().await;
         j.begin(&pending("c", 1)).await.unwrap();
         let mut paid = pending("c", 1);
         paid.proof = Some("proof-1".into());
@@ -547,10 +547,7 @@ mod tests {
     /// default `pending_for` does by reading them all.
     #[tokio::test]
     async fn pending_for_finds_the_payments_of_one_resource_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = SqliteJournal::open(&dir.path().join("wallet.db"))
-            .await
-            .unwrap();
+        let (_dir, j) = journal().await;
         let res = |path: &str| Resource {
             origin: "https://shop.example".into(),
             method: "GET".into(),
