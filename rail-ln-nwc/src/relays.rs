@@ -2,7 +2,7 @@
 //! it as it is), on nostr-sdk 0.44, with its two workarounds:
 //! - after a reconnect, nostr-relay-pool 0.44 may skip re-sending a subscription (its check
 //!   compares unix *seconds*): [`keep_subscribed`] re-sends it every time a relay reports
-//!   `Connected`;
+//!   `Connected`, and again while the relay has not confirmed it (EOSE);
 //! - `send_event` returns `Ok` even when no relay accepted the event: [`publish`] checks
 //!   `success` and republishes the same event (same id) until a relay accepts it, the answer
 //!   arrives, or the deadline passes — a send no relay accepted is an error, never a success.
