@@ -395,31 +395,137 @@ async fn postgres_batch_whose_commit_fails_acknowledges_nothing() {
         .unwrap();
 }
 
-/// A key store file written the way the last release wrote it (sqlx's connection, its
-/// statements, a record in flight and one finished) opens with the writer thread as it is: the
-/// same table, no migration. Its records are read back exactly and its in-flight record still
-/// blocks a second claimer.
+/// Writes a key store file at `path` as releases before the rowid layout did (sqlx's
+/// connection, a `WITHOUT ROWID` table): a record in flight (`wallet`/`op-1`), a finished one
+/// (`wallet`/`op-2`) and `more` finished ones (`bulk`/`k-N`).
+async fn write_as_earlier_releases(path: &std::path::Path, more: usize) {
+    let pool = rail_core::keys::sql::sqlite_pool(path).await.unwrap();
+    for sql in [
+        "CREATE TABLE IF NOT EXISTS rail_keys (
+            ns TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL,
+            state TEXT NOT NULL, fingerprint BLOB NOT NULL, value TEXT,
+            expires_at INTEGER, lease_until INTEGER, PRIMARY KEY (ns, key)) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS rail_keys_expiry ON rail_keys (expires_at)",
+        "INSERT INTO rail_keys VALUES ('wallet', 'op-1', 7, 'reserved', x'0102', NULL, NULL,
+             32503680000000)",
+        "INSERT INTO rail_keys VALUES ('wallet', 'op-2', 8, 'committed', x'', '{\"paid\":1}',
+             32503680000000, NULL)",
+    ] {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    }
+    for i in 0..more {
+        sqlx::query(
+            "INSERT INTO rail_keys VALUES ('bulk', $1, $2, 'done', x'', $3, 32503680000000, NULL)",
+        )
+        .bind(format!("k-{i}"))
+        .bind(i64::try_from(i).unwrap())
+        .bind("v".repeat(i % 3000))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+}
+
+/// One of two processes opening an earlier release's file at the same instant
+/// (`two_processes_opening_an_earlier_releases_file_at_once_migrate_it_once`): reads every
+/// record back, then wins a key of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_store_written_by_the_last_release_opens_as_it_is() {
+async fn migrate_child() {
+    let Ok(file) = std::env::var("STIPENDEX_MIGRATE_FILE") else {
+        return;
+    };
+    let start: i64 = std::env::var("STIPENDEX_MIGRATE_START")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let wait = start - rail_core::Clock::now(&SystemClock).millis();
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await;
+    }
+    let store = SqliteKeyStore::open(std::path::Path::new(&file))
+        .await
+        .unwrap();
+    for i in 0..MIGRATED {
+        let seen = store.get("bulk", &format!("k-{i}")).await.unwrap().unwrap();
+        assert_eq!(seen.record.token, i64::try_from(i).unwrap());
+        assert_eq!(seen.record.value.unwrap().len(), i % 3000);
+    }
+    let me = std::env::var("STIPENDEX_MIGRATE_ME").unwrap();
+    let w = rail_core::keys::Write::finished(1, "done", None);
+    assert!(
+        store
+            .insert_if_absent("mine", &me, &w)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+const MIGRATED: usize = 3_000;
+
+/// Two processes open an earlier release's file at once: one migrates it, the other waits for
+/// the file's write lock and finds it done. Neither fails, every record is read back by both,
+/// and the file ends with one table of every record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_opening_an_earlier_releases_file_at_once_migrate_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("keys.db");
-    {
-        let pool = rail_core::keys::sql::sqlite_pool(&path).await.unwrap();
-        for sql in [
-            "CREATE TABLE IF NOT EXISTS rail_keys (
-                ns TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL,
-                state TEXT NOT NULL, fingerprint BLOB NOT NULL, value TEXT,
-                expires_at INTEGER, lease_until INTEGER, PRIMARY KEY (ns, key)) WITHOUT ROWID",
-            "CREATE INDEX IF NOT EXISTS rail_keys_expiry ON rail_keys (expires_at)",
-            "INSERT INTO rail_keys VALUES ('wallet', 'op-1', 7, 'reserved', x'0102', NULL, NULL,
-                 32503680000000)",
-            "INSERT INTO rail_keys VALUES ('wallet', 'op-2', 8, 'committed', x'', '{\"paid\":1}',
-                 32503680000000, NULL)",
-        ] {
-            sqlx::query(sql).execute(&pool).await.unwrap();
-        }
-        pool.close().await;
+    write_as_earlier_releases(&path, MIGRATED).await;
+    let exe = std::env::current_exe().unwrap();
+    let start = (rail_core::Clock::now(&SystemClock).millis() + 1_500).to_string();
+    let spawn = |me: &str| {
+        std::process::Command::new(&exe)
+            .args([
+                "migrate_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("STIPENDEX_MIGRATE_FILE", &path)
+            .env("STIPENDEX_MIGRATE_START", &start)
+            .env("STIPENDEX_MIGRATE_ME", me)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("a"), spawn("b"));
+    for c in [a, b] {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a process failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    let pool = rail_core::keys::sql::sqlite_pool(&path).await.unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'rail_keys%'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, ["rail_keys"]);
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rail_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, i64::try_from(MIGRATED + 4).unwrap());
+    pool.close().await;
+}
+
+/// A key store file written the way earlier releases wrote it (sqlx's connection, a
+/// `WITHOUT ROWID` table, a record in flight and one finished) opens migrated to the rowid
+/// layout: its records read back exactly, its in-flight record still blocks a second claimer,
+/// and opening it again changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_store_written_by_an_earlier_release_opens_migrated_to_the_rowid_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.db");
+    write_as_earlier_releases(&path, 0).await;
     let store = SqliteKeyStore::open(&path).await.unwrap();
     let held = store.get("wallet", "op-1").await.unwrap().unwrap();
     assert_eq!(
@@ -436,4 +542,50 @@ async fn a_key_store_written_by_the_last_release_opens_as_it_is() {
         Some(7),
         "the old in-flight record was taken"
     );
+    drop(store);
+    let layout = || async {
+        let pool = rail_core::keys::sql::sqlite_pool(&path).await.unwrap();
+        let wr: bool = sqlx::query_scalar(
+            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = 'rail_keys'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let mut objects: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_schema WHERE tbl_name LIKE 'rail_keys%' ORDER BY name",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        objects.sort();
+        pool.close().await;
+        (wr, objects)
+    };
+    let want = (
+        false,
+        vec![
+            "rail_keys".to_owned(),
+            "rail_keys_expiry".to_owned(),
+            "rail_keys_key".to_owned(),
+        ],
+    );
+    assert_eq!(
+        layout().await,
+        want,
+        "the table has rowids and its two indexes"
+    );
+    let again = SqliteKeyStore::open(&path).await.unwrap();
+    assert_eq!(
+        again
+            .get("wallet", "op-2")
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .value
+            .as_deref(),
+        Some("{\"paid\":1}")
+    );
+    drop(again);
+    assert_eq!(layout().await, want, "a second open changes nothing");
 }

@@ -6,8 +6,12 @@
 //!                         value TEXT, expires_at BIGINT, lease_until BIGINT, PRIMARY KEY (ns, key));
 //! ```
 //!
+//! On SQLite the rows live in a rowid table with `(ns, key)` unique through an index ordered
+//! key first (`sqlite::SCHEMA`: a payment's records share pages), and a file an earlier release
+//! wrote (`WITHOUT ROWID`, keyed by `(ns, key)`) is migrated when opened.
+//!
 //! `insert_if_absent` is one statement, `INSERT … ON CONFLICT (ns, key) DO UPDATE … WHERE
-//! rail_keys.expires_at <= now RETURNING token`: the primary key makes two concurrent inserters
+//! rail_keys.expires_at <= now RETURNING token`: the unique key makes two concurrent inserters
 //! of one key serialize on the row, and only one of them sees its own token returned. A record
 //! without retention (`expires_at IS NULL`: in flight) is never overwritten, whatever its lease.
 //!

@@ -56,10 +56,73 @@ static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
 });
 static REMOVE_Q: LazyLock<String> = LazyLock::new(|| REMOVE.replace('$', "?"));
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS rail_keys (
-    ns TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL,
+/// The table: rows in a rowid table, appended in the order they are first written, so that a
+/// call's records and its later updates share the table's last pages instead of each dirtying a
+/// random leaf; `(ns, key)` unique through an index ordered by key first, so that the records
+/// one payment keeps under one key in several namespaces (a receiver's claim, verdict,
+/// delivery mark and kept answer of a Quote; a wallet's limits marker and paid record of an
+/// operation) share one leaf of it; the expiry index `purge_expired` walks. Rows of a few KiB
+/// stay inline (a `WITHOUT ROWID` table spills any row above about 1 KiB into an overflow page
+/// of its own). Measured in docs/performance.md ("Pages per paid call").
+const SCHEMA: [&str; 3] = [
+    "CREATE TABLE IF NOT EXISTS rail_keys (
+    id INTEGER PRIMARY KEY, ns TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL,
     state TEXT NOT NULL, fingerprint BLOB NOT NULL, value TEXT,
-    expires_at INTEGER, lease_until INTEGER, PRIMARY KEY (ns, key)) WITHOUT ROWID";
+    expires_at INTEGER, lease_until INTEGER)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS rail_keys_key ON rail_keys (key, ns)",
+    "CREATE INDEX IF NOT EXISTS rail_keys_expiry ON rail_keys (expires_at)",
+];
+
+/// The table as releases before the rowid layout wrote it (`WITHOUT ROWID`, keyed by
+/// `(ns, key)`), copied into [`SCHEMA`]'s layout in the opening transaction.
+const MIGRATE: [&str; 2] = [
+    "ALTER TABLE rail_keys RENAME TO rail_keys_without_rowid",
+    "DROP INDEX IF EXISTS rail_keys_expiry",
+];
+const COPY: &str = "INSERT INTO rail_keys
+    (ns, key, token, state, fingerprint, value, expires_at, lease_until)
+    SELECT ns, key, token, state, fingerprint, value, expires_at, lease_until
+    FROM rail_keys_without_rowid ORDER BY expires_at";
+
+/// Creates the table, or brings one an earlier release wrote to [`SCHEMA`]'s layout: the
+/// `lease_until` column added, a `WITHOUT ROWID` table copied row for row. Runs in the writer's
+/// transaction: another process opening the file at once waits, then finds it done.
+fn create_or_migrate(c: &Connection) -> rusqlite::Result<()> {
+    let without_rowid: Option<bool> = c
+        .query_row(
+            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = 'rail_keys'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if without_rowid == Some(true) {
+        let has_lease: i64 = c.query_row(
+            "SELECT count(*) FROM pragma_table_info('rail_keys') WHERE name = 'lease_until'",
+            [],
+            |r| r.get(0),
+        )?;
+        if has_lease == 0 {
+            c.execute("ALTER TABLE rail_keys ADD COLUMN lease_until INTEGER", [])?;
+        }
+        for sql in MIGRATE {
+            c.execute(sql, [])?;
+        }
+        for sql in SCHEMA {
+            c.execute(sql, [])?;
+        }
+        let copied = c.execute(COPY, [])?;
+        c.execute("DROP TABLE rail_keys_without_rowid", [])?;
+        tracing::info!(
+            records = copied,
+            "SQLite key store: the table was copied into the rowid layout"
+        );
+        return Ok(());
+    }
+    for sql in SCHEMA {
+        c.execute(sql, [])?;
+    }
+    Ok(())
+}
 
 /// A key store in a SQLite database (shares the file with other processes on one host).
 /// Times are the host's clock ([`crate::SystemClock`]) unless one is injected: every process
@@ -108,23 +171,7 @@ impl SqliteKeyStore {
     /// # Errors
     /// [`crate::RailError::Storage`] if the schema cannot be created.
     pub async fn on(db: SqliteDb) -> RailResult<Self> {
-        db.write(|c| {
-            c.execute(SCHEMA, [])?;
-            let has_lease: i64 = c.query_row(
-                "SELECT count(*) FROM pragma_table_info('rail_keys') WHERE name = 'lease_until'",
-                [],
-                |r| r.get(0),
-            )?;
-            if has_lease == 0 {
-                c.execute("ALTER TABLE rail_keys ADD COLUMN lease_until INTEGER", [])?;
-            }
-            c.execute(
-                "CREATE INDEX IF NOT EXISTS rail_keys_expiry ON rail_keys (expires_at)",
-                [],
-            )?;
-            Ok(())
-        })
-        .await?;
+        db.write(create_or_migrate).await?;
         Ok(SqliteKeyStore {
             db,
             clock: Arc::new(SystemClock),
