@@ -1043,6 +1043,77 @@ where
     assert_eq!(before - w.balance(w.agent).await.0, 5, "paid once");
 }
 
+/// Issue 50: every paid request looks through the payments pending for its resource, and an
+/// MCP tool's calls share one resource. A pending payment records the digest of its request,
+/// so a call of another request of the same resource passes it by without reading (and
+/// verifying) its Quote: with the first payment still pending, the second pays its own Quote
+/// at once, never waiting for the first.
+#[tokio::test]
+async fn a_pending_payment_records_its_request_and_another_request_of_its_resource_pays_at_once() {
+    let w = world().await;
+    let receiver = w.receiver_with("search", &w.receiver_key);
+    let house = w.registry.payer("house").unwrap().clone();
+    let mandate = w.mandate(|m| common::pin(m, "https://search.example"));
+    let journal = Arc::new(stipendex::wallet::MemoryJournal::default());
+    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
+        .rail(
+            "house",
+            stipendex::PayerHandle {
+                payer: Arc::new(HangsFirst {
+                    inner: house.payer.clone(),
+                    hung: std::sync::atomic::AtomicBool::new(false),
+                }),
+                hold_payer: None,
+            },
+        )
+        .store(w.store.clone())
+        .journal(journal.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let sent = stipendex::envelope::Resource {
+        origin: "https://search.example".into(),
+        method: "GET".into(),
+        path: "/search".into(),
+        query: None,
+    };
+    let with = |q: &str| Request::from_resource(&sent).with_params(serde_json::json!({ "q": q }));
+    let first = quote(&receiver, &with("one")).await;
+    let (a, q, s) = (wallet.clone(), first.clone(), sent.clone());
+    let task = tokio::spawn(async move {
+        let _ = a.pay_sent(&q, &s, &stipendex::wallet::Refuse).await;
+    });
+    let mut pending = Vec::new();
+    for _ in 0..100 {
+        pending = stipendex::wallet::Journal::pending(journal.as_ref())
+            .await
+            .unwrap();
+        if !pending.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        pending.len(),
+        1,
+        "the first payment is pending (its rail hangs)"
+    );
+    assert!(first.object().request.is_some());
+    assert_eq!(pending[0].request, first.object().request);
+    let second = quote(&receiver, &with("two")).await;
+    let started = std::time::Instant::now();
+    let paid = wallet
+        .pay_sent(&second, &sent, &stipendex::wallet::Refuse)
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "not waited for the other request's payment"
+    );
+    assert_eq!(paid.proof.object().quote.as_ref(), Some(second.digest()));
+    task.abort();
+}
+
 /// Issue 46: a mandate whose validity has not begun is refused with its own code
 /// (`not_yet_valid`, not `expired`), and every refusal for time names its times in RFC 3339
 /// (UTC), not in raw seconds; the expired mandate's says what to do.

@@ -918,7 +918,15 @@ impl Wallet {
         let q = quote.object();
         let now = now_secs(&self.0.clock);
         for p in self.0.journal.pending_for(sent).await? {
-            let Ok(old) = Signed::<Quote>::parse(&p.quote) else {
+            // Another request of the same resource (another call of the same tool).
+            if p.request.is_some() && p.request != q.request {
+                continue;
+            }
+            // This wallet's own record of a Quote it verified before paying it: read without
+            // checking its signature again (decision 0042), since every paid request looks
+            // through all the payments pending for its resource (identical requests in flight
+            // would otherwise cost one verification each). `resume` verifies the one it takes.
+            let Ok(old) = Signed::<Quote>::reread_vouched(&p.quote) else {
                 continue;
             };
             let o = old.object();
@@ -1503,6 +1511,7 @@ impl Wallet {
             op: op.as_str().to_owned(),
             since: now,
             resource: sent.cloned(),
+            request: q.request.clone(),
             unknown: false,
             proof: None,
             holder: me.journal.holder(),

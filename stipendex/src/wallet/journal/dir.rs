@@ -230,6 +230,7 @@ mod tests {
             op: format!("op-{chain}"),
             since: 1,
             resource: None,
+            request: None,
             unknown: false,
             proof: None,
             holder: None,

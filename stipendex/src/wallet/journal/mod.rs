@@ -46,6 +46,11 @@ pub struct Pending {
     /// The request it pays for, when paid over HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
+    /// The digest of the request the Quote prices (its `request`), when it names one: the
+    /// payments pending for a resource are told apart by it without reading their Quotes
+    /// (an MCP tool's calls share one resource). Absent in records of earlier releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::envelope::Digest>,
     /// The rail was asked and its outcome is not known (no answer, or held for review): no
     /// call is paying it now. `false` while the first attempt runs.
     #[serde(default)]

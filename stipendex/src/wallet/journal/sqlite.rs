@@ -431,6 +431,7 @@ mod tests {
             op: format!("op-{chain}"),
             since,
             resource: None,
+            request: None,
             unknown: false,
             proof: None,
             holder: None,
