@@ -917,8 +917,14 @@ impl Wallet {
     ) -> Result<SameRequest, Error> {
         let q = quote.object();
         let now = now_secs(&self.0.clock);
-        for p in self.0.journal.pending_for(sent).await? {
-            // Another request of the same resource (another call of the same tool).
+        for p in self
+            .0
+            .journal
+            .pending_for_request(sent, q.request.as_ref())
+            .await?
+        {
+            // Another request of the same resource (another call of the same tool), from a
+            // journal that does not filter by request.
             if p.request.is_some() && p.request != q.request {
                 continue;
             }

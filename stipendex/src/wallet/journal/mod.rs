@@ -164,6 +164,26 @@ pub trait Journal: Send + Sync {
         Ok(all)
     }
 
+    /// [`Journal::pending_for`], less the payments recorded for another request of that
+    /// resource (their [`Pending::request`] another digest than `request`): what
+    /// [`super::Wallet::pay_sent`] reads, so an MCP tool's calls (one resource) do not each
+    /// read every other call's pending payment. A payment recorded without a digest is kept.
+    /// The default filters [`Journal::pending_for`].
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    async fn pending_for_request(
+        &self,
+        sent: &Resource,
+        request: Option<&crate::envelope::Digest>,
+    ) -> Result<Vec<Pending>, Error> {
+        let mut all = self.pending_for(sent).await?;
+        if let Some(r) = request {
+            all.retain(|p| p.request.as_ref().is_none_or(|d| d == r));
+        }
+        Ok(all)
+    }
+
     /// Whether this journal holds chains of `mandate`: `Some(true)` or `Some(false)` for a
     /// journal that outlives the process (a [`DirJournal`]), `None` for one that cannot say
     /// (it keeps nothing across processes). The wallet compares it with its store's records

@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS stipendex_pending (
     chain    TEXT PRIMARY KEY,
     since    INTEGER NOT NULL,
     body     TEXT NOT NULL,
-    resource TEXT
+    resource TEXT,
+    request  TEXT
 );
 CREATE INDEX IF NOT EXISTS stipendex_pending_resource
     ON stipendex_pending (resource) WHERE resource IS NOT NULL;
@@ -37,16 +38,21 @@ CREATE TABLE IF NOT EXISTS stipendex_mandate (
 
 const INSERT: &str =
     "INSERT OR IGNORE INTO stipendex_chain (chain, digest, jws) VALUES (?1, ?2, ?3)";
-const SET_PENDING: &str = "INSERT OR REPLACE INTO stipendex_pending (chain, since, body, resource)
-    VALUES (?1, ?2, ?3, ?4)";
+const SET_PENDING: &str =
+    "INSERT OR REPLACE INTO stipendex_pending (chain, since, body, resource, request)
+    VALUES (?1, ?2, ?3, ?4, ?5)";
+/// The pending payments of one resource, less those recorded for another request of it (a
+/// row an earlier release wrote has no `request`: kept, and told apart by its body).
+const PENDING_FOR_REQUEST: &str = "SELECT body FROM stipendex_pending
+    WHERE resource = ?1 AND (request IS NULL OR request = ?2) ORDER BY since, chain";
 const END: &str = "DELETE FROM stipendex_pending WHERE chain = ?1";
 const PENDING_OF: &str = "SELECT body FROM stipendex_pending WHERE chain = ?1";
 
 /// [`Then`], owned, for the writer.
 enum Step {
     Keep,
-    /// Since, the record, its resource's key.
-    Pending(i64, String, Option<String>),
+    /// Since, the record, its resource's key, its request's digest.
+    Pending(i64, String, Option<String>, Option<String>),
     End,
     EndIfProof(String),
 }
@@ -136,9 +142,21 @@ impl SqliteJournal {
     /// # Errors
     /// [`Error::Storage`] if the tables cannot be made.
     pub async fn on(db: SqliteDb) -> Result<Self, Error> {
-        db.write(|c| c.execute_batch(SCHEMA))
-            .await
-            .map_err(storage)?;
+        db.write(|c| {
+            c.execute_batch(SCHEMA)?;
+            // A file an earlier release made: its pending payments had no request column.
+            let has_request: i64 = c.query_row(
+                "SELECT count(*) FROM pragma_table_info('stipendex_pending') WHERE name = 'request'",
+                [],
+                |r| r.get(0),
+            )?;
+            if has_request == 0 {
+                c.execute("ALTER TABLE stipendex_pending ADD COLUMN request TEXT", [])?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(storage)?;
         let path = db.path();
         let name = path.file_name().map_or_else(
             || "journal".to_owned(),
@@ -269,6 +287,7 @@ impl SqliteJournal {
                 i64::try_from(p.since).map_err(storage)?,
                 serde_json::to_string(p).map_err(storage)?,
                 p.resource.as_ref().map(resource_key).transpose()?,
+                p.request.as_ref().map(|d| d.as_str().to_owned()),
             ),
             Then::End => Step::End,
             Then::EndIfProof(proof) => Step::EndIfProof(proof.to_owned()),
@@ -280,9 +299,9 @@ impl SqliteJournal {
             }
             let end = match then {
                 Step::Keep => false,
-                Step::Pending(since, body, resource) => {
+                Step::Pending(since, body, resource, request) => {
                     c.prepare_cached(SET_PENDING)?
-                        .execute(params![chain, since, body, resource])?;
+                        .execute(params![chain, since, body, resource, request])?;
                     false
                 }
                 Step::End => true,
@@ -364,6 +383,29 @@ impl Journal for SqliteJournal {
             "SELECT body FROM stipendex_pending WHERE resource = ?1 ORDER BY since, chain",
             Some(&resource_key(sent)?),
         )
+    }
+
+    async fn pending_for_request(
+        &self,
+        sent: &Resource,
+        request: Option<&crate::envelope::Digest>,
+    ) -> Result<Vec<Pending>, Error> {
+        let Some(request) = request else {
+            return self.pending_for(sent).await;
+        };
+        let key = resource_key(sent)?;
+        let bodies = self
+            .db
+            .read(|c| {
+                c.prepare_cached(PENDING_FOR_REQUEST)?
+                    .query_map(params![key, request.as_str()], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .map_err(storage)?;
+        bodies
+            .iter()
+            .map(|b| serde_json::from_str(b).map_err(storage))
+            .collect()
     }
 
     async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
@@ -575,6 +617,116 @@ mod tests {
         j.end("a").await.unwrap();
         assert_eq!(j.pending_for(&res("/a")).await.unwrap().len(), 1);
         assert!(j.pending_for(&res("/none")).await.unwrap().is_empty());
+    }
+
+    /// An MCP tool's calls share one resource: a paid request reads only the payments of its
+    /// own request (its digest) and those recorded without one (earlier releases), oldest
+    /// first, as the default `pending_for_request` finds them by reading every payment of the
+    /// resource.
+    #[tokio::test]
+    async fn pending_for_request_passes_by_the_other_requests_of_a_resource() {
+        let (_dir, j) = journal().await;
+        let tool = Resource {
+            origin: "mcp://tools".into(),
+            method: "tools/call".into(),
+            path: "search".into(),
+            query: None,
+        };
+        let d = |q: &str| crate::envelope::Digest::of(q.as_bytes());
+        for (chain, since, request) in [
+            ("one", 4, Some("one")),
+            ("two", 3, Some("two")),
+            ("old", 2, None),
+            ("one-again", 1, Some("one")),
+        ] {
+            let mut p = pending(chain, since);
+            p.resource = Some(tool.clone());
+            p.request = request.map(d);
+            j.begin(&p).await.unwrap();
+        }
+        let chains = |v: Vec<Pending>| v.into_iter().map(|p| p.chain).collect::<Vec<_>>();
+        let found = j.pending_for_request(&tool, Some(&d("one"))).await.unwrap();
+        assert_eq!(chains(found.clone()), ["one-again", "old", "one"]);
+        let by_default = NoFilter(&j)
+            .pending_for_request(&tool, Some(&d("one")))
+            .await
+            .unwrap();
+        assert_eq!(found, by_default, "what the default finds");
+        assert_eq!(
+            chains(j.pending_for_request(&tool, None).await.unwrap()),
+            ["one-again", "old", "two", "one"],
+            "without a digest: every payment of the resource"
+        );
+    }
+
+    /// The trait's defaults over a journal's `pending`.
+    struct NoFilter<'a>(&'a SqliteJournal);
+
+    #[async_trait]
+    impl Journal for NoFilter<'_> {
+        async fn record(&self, _: &str, _: &str) -> Result<(), Error> {
+            unreachable!()
+        }
+        async fn begin(&self, _: &Pending) -> Result<(), Error> {
+            unreachable!()
+        }
+        async fn end(&self, _: &str) -> Result<(), Error> {
+            unreachable!()
+        }
+        async fn pending(&self) -> Result<Vec<Pending>, Error> {
+            self.0.pending().await
+        }
+    }
+
+    /// A journal file an earlier release made (its pending table without `request`) opens
+    /// with the column added, and its pending payment is still found for its request.
+    #[tokio::test]
+    async fn a_journal_an_earlier_release_made_gains_the_request_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wallet.db");
+        let tool = Resource {
+            origin: "mcp://tools".into(),
+            method: "tools/call".into(),
+            path: "search".into(),
+            query: None,
+        };
+        {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE stipendex_pending (
+                    chain TEXT PRIMARY KEY, since INTEGER NOT NULL, body TEXT NOT NULL,
+                    resource TEXT)",
+            )
+            .unwrap();
+            let mut p = pending("old", 1);
+            p.resource = Some(tool.clone());
+            c.execute(
+                "INSERT INTO stipendex_pending VALUES ('old', 1, ?1, ?2)",
+                params![
+                    serde_json::to_string(&p).unwrap(),
+                    resource_key(&tool).unwrap()
+                ],
+            )
+            .unwrap();
+        }
+        let j = SqliteJournal::open(&path).await.unwrap();
+        let d = crate::envelope::Digest::of(b"one");
+        let found = j.pending_for_request(&tool, Some(&d)).await.unwrap();
+        assert_eq!(
+            found.len(),
+            1,
+            "a payment recorded without a digest is kept"
+        );
+        assert_eq!(found[0].chain, "old");
+        let mut new = pending("new", 2);
+        new.resource = Some(tool.clone());
+        new.request = Some(crate::envelope::Digest::of(b"two"));
+        j.begin(&new).await.unwrap();
+        assert_eq!(
+            j.pending_for_request(&tool, Some(&d)).await.unwrap().len(),
+            1
+        );
+        assert_eq!(j.pending_for(&tool).await.unwrap().len(), 2);
     }
 
     /// One step, one commit: a step whose last statement fails keeps none of its records.
