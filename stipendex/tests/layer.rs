@@ -1046,8 +1046,7 @@ where
 /// Issue 50: every paid request looks through the payments pending for its resource, and an
 /// MCP tool's calls share one resource. A pending payment records the digest of its request,
 /// so a call of another request of the same resource passes it by without reading (and
-/// verifying) its Quote: with the first payment still pending, the second pays its own Quote
-/// at once, never waiting for the first.
+/// verifying) its Quote: with the first payment still pending, the second pays its own Quote.
 #[tokio::test]
 async fn a_pending_payment_records_its_request_and_another_request_of_its_resource_pays_at_once() {
     let w = world().await;
@@ -1100,16 +1099,14 @@ async fn a_pending_payment_records_its_request_and_another_request_of_its_resour
     );
     assert!(first.object().request.is_some());
     assert_eq!(pending[0].request, first.object().request);
+    // Taken for this request's, the first payment (its rail hung for good) would be waited
+    // for until `pay_sent` gave up with `in_progress`: paid, and with its own Quote, the
+    // second call passed it by.
     let second = quote(&receiver, &with("two")).await;
-    let started = std::time::Instant::now();
     let paid = wallet
         .pay_sent(&second, &sent, &stipendex::wallet::Refuse)
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_millis(100),
-        "not waited for the other request's payment"
-    );
     assert_eq!(paid.proof.object().quote.as_ref(), Some(second.digest()));
     task.abort();
 }

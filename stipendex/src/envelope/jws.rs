@@ -80,8 +80,8 @@ pub fn verify(compact: &str) -> Result<Verified, Error> {
 
 /// Parses `compact` as [`verify`] does but does not check its signature again: only for a JWS
 /// whose signature this side has already checked (or made) and vouched for since — the Quote
-/// inside a Proof this wallet signed, a Quote this receiver signed. Never for one that came
-/// from the network and was not verified.
+/// inside a Proof this wallet signed, a Quote this receiver signed, a Quote pending in this
+/// wallet's journal. Never for one that came from the network and was not verified.
 ///
 /// # Errors
 /// [`Error::Malformed`] (shape, encoding, header).

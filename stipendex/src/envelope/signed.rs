@@ -353,7 +353,8 @@ impl<T: Object> Signed<T> {
     /// [`Signed::parse`] without checking the signature again, for an object this side has
     /// already verified (or signed) and vouched for since: the Quote inside a Proof this
     /// wallet signed (it signs a Proof only for a verified Quote), a Quote this receiver
-    /// signed. Every other rule is checked as in [`Signed::parse`].
+    /// signed, a Quote this wallet's journal holds as pending (verified before it was paid).
+    /// Every other rule is checked as in [`Signed::parse`].
     ///
     /// # Errors
     /// As [`Signed::parse`] but [`Error::BadSignature`].

@@ -930,8 +930,10 @@ impl Wallet {
             }
             // This wallet's own record of a Quote it verified before paying it: read without
             // checking its signature again (decision 0042), since every paid request looks
-            // through all the payments pending for its resource (identical requests in flight
-            // would otherwise cost one verification each). `resume` verifies the one it takes.
+            // through the payments pending for its request (identical requests in flight
+            // would otherwise cost one verification each). `resume` verifies the one it takes:
+            // a record whose signature was altered on disk is matched here and refused there
+            // (`bad_signature`), never passed by and paid beside.
             let Ok(old) = Signed::<Quote>::reread_vouched(&p.quote) else {
                 continue;
             };

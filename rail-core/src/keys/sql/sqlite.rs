@@ -74,11 +74,10 @@ const SCHEMA: [&str; 3] = [
 ];
 
 /// The table as releases before the rowid layout wrote it (`WITHOUT ROWID`, keyed by
-/// `(ns, key)`), copied into [`SCHEMA`]'s layout in the opening transaction.
-const MIGRATE: [&str; 2] = [
-    "ALTER TABLE rail_keys RENAME TO rail_keys_without_rowid",
-    "DROP INDEX IF EXISTS rail_keys_expiry",
-];
+/// `(ns, key)`) is renamed, keeping its expiry index, which orders the copy into [`SCHEMA`]'s
+/// table (no sort of whole rows); the index is made again on the new table once the old one
+/// is dropped.
+const RENAME: &str = "ALTER TABLE rail_keys RENAME TO rail_keys_without_rowid";
 const COPY: &str = "INSERT INTO rail_keys
     (ns, key, token, state, fingerprint, value, expires_at, lease_until)
     SELECT ns, key, token, state, fingerprint, value, expires_at, lease_until
@@ -104,14 +103,13 @@ fn create_or_migrate(c: &Connection) -> rusqlite::Result<()> {
         if has_lease == 0 {
             c.execute("ALTER TABLE rail_keys ADD COLUMN lease_until INTEGER", [])?;
         }
-        for sql in MIGRATE {
-            c.execute(sql, [])?;
-        }
-        for sql in SCHEMA {
-            c.execute(sql, [])?;
-        }
+        c.execute(RENAME, [])?;
+        let [table, key_index, expiry_index] = SCHEMA;
+        c.execute(table, [])?;
+        c.execute(key_index, [])?;
         let copied = c.execute(COPY, [])?;
         c.execute("DROP TABLE rail_keys_without_rowid", [])?;
+        c.execute(expiry_index, [])?;
         tracing::info!(
             records = copied,
             "SQLite key store: the table was copied into the rowid layout"

@@ -152,8 +152,8 @@ pub trait Journal: Send + Sync {
         Ok(self.pending().await?.into_iter().find(|p| p.chain == chain))
     }
 
-    /// The pending payments made for a request of resource `sent`, oldest first: what
-    /// [`super::Wallet::pay_sent`] looks through on every paid request. The default filters
+    /// The pending payments made for a request of resource `sent`, oldest first (what
+    /// [`Journal::pending_for_request`] filters by default). The default filters
     /// [`Journal::pending`]; a journal that can answers it without reading the others.
     ///
     /// # Errors
