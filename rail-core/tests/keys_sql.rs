@@ -144,6 +144,16 @@ async fn postgres_store_uses_the_database_clock() {
     drop(r);
 }
 
+/// Sleeps until the wall-clock instant (Unix ms) the parent put in `var`, so that the child
+/// processes of one test start at once.
+async fn start_together(var: &str) {
+    let start: i64 = std::env::var(var).unwrap().parse().unwrap();
+    let wait = start - rail_core::Clock::now(&SystemClock).millis();
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await;
+    }
+}
+
 const RACE_KEYS: usize = 300;
 
 /// Run as a child process by `two_processes_never_both_win_a_key`: races for every key and
@@ -161,14 +171,7 @@ async fn race_child() {
     let store: Arc<dyn KeyStore> = Arc::new(PgKeyStore::new(pool).await.unwrap());
     let guard = ReplayGuard::new(store, ns);
     // Both children start racing at the same wall-clock instant.
-    let start: i64 = std::env::var("STIPENDEX_RACE_START")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let wait = start - rail_core::Clock::now(&SystemClock).millis();
-    if wait > 0 {
-        tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await;
-    }
+    start_together("STIPENDEX_RACE_START").await;
     let mut tasks = Vec::new();
     for t in 0..8 {
         let g = guard.clone();
@@ -435,14 +438,7 @@ async fn migrate_child() {
     let Ok(file) = std::env::var("STIPENDEX_MIGRATE_FILE") else {
         return;
     };
-    let start: i64 = std::env::var("STIPENDEX_MIGRATE_START")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let wait = start - rail_core::Clock::now(&SystemClock).millis();
-    if wait > 0 {
-        tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await;
-    }
+    start_together("STIPENDEX_MIGRATE_START").await;
     let store = SqliteKeyStore::open(std::path::Path::new(&file))
         .await
         .unwrap();

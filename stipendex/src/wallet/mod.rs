@@ -923,11 +923,6 @@ impl Wallet {
             .pending_for_request(sent, q.request.as_ref())
             .await?
         {
-            // Another request of the same resource (another call of the same tool), from a
-            // journal that does not filter by request.
-            if p.request.is_some() && p.request != q.request {
-                continue;
-            }
             // This wallet's own record of a Quote it verified before paying it: read without
             // checking its signature again (decision 0042), since every paid request looks
             // through the payments pending for its request (identical requests in flight

@@ -95,14 +95,7 @@ fn create_or_migrate(c: &Connection) -> rusqlite::Result<()> {
         )
         .optional()?;
     if without_rowid == Some(true) {
-        let has_lease: i64 = c.query_row(
-            "SELECT count(*) FROM pragma_table_info('rail_keys') WHERE name = 'lease_until'",
-            [],
-            |r| r.get(0),
-        )?;
-        if has_lease == 0 {
-            c.execute("ALTER TABLE rail_keys ADD COLUMN lease_until INTEGER", [])?;
-        }
+        crate::sqlite::add_column_if_missing(c, "rail_keys", "lease_until", "INTEGER")?;
         c.execute(RENAME, [])?;
         let [table, key_index, expiry_index] = SCHEMA;
         c.execute(table, [])?;

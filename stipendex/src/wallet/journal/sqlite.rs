@@ -145,15 +145,7 @@ impl SqliteJournal {
         db.write(|c| {
             c.execute_batch(SCHEMA)?;
             // A file an earlier release made: its pending payments had no request column.
-            let has_request: i64 = c.query_row(
-                "SELECT count(*) FROM pragma_table_info('stipendex_pending') WHERE name = 'request'",
-                [],
-                |r| r.get(0),
-            )?;
-            if has_request == 0 {
-                c.execute("ALTER TABLE stipendex_pending ADD COLUMN request TEXT", [])?;
-            }
-            Ok(())
+            rail_core::sqlite::add_column_if_missing(c, "stipendex_pending", "request", "TEXT")
         })
         .await
         .map_err(storage)?;
@@ -246,19 +238,15 @@ impl SqliteJournal {
             .map_err(storage)
     }
 
-    /// The pending payments `sql` selects (their `body`), with `key` as its one parameter if
-    /// it has one.
-    fn pendings(&self, sql: &str, key: Option<&str>) -> Result<Vec<Pending>, Error> {
+    /// The pending payments `sql` selects (their `body`), bound to `params`.
+    fn pendings(&self, sql: &str, params: &[&str]) -> Result<Vec<Pending>, Error> {
         let bodies = self
             .db
             .read(|c| {
-                let mut s = c.prepare_cached(sql)?;
-                let body = |r: &rusqlite::Row<'_>| r.get::<_, String>(0);
-                let params: &[&dyn rusqlite::ToSql] = match &key {
-                    Some(k) => &[k],
-                    None => &[],
-                };
-                s.query_map(params, body)?
+                c.prepare_cached(sql)?
+                    .query_map(rusqlite::params_from_iter(params), |r| {
+                        r.get::<_, String>(0)
+                    })?
                     .collect::<rusqlite::Result<Vec<String>>>()
             })
             .map_err(storage)?;
@@ -374,14 +362,14 @@ impl Journal for SqliteJournal {
     async fn pending(&self) -> Result<Vec<Pending>, Error> {
         self.pendings(
             "SELECT body FROM stipendex_pending ORDER BY since, chain",
-            None,
+            &[],
         )
     }
 
     async fn pending_for(&self, sent: &Resource) -> Result<Vec<Pending>, Error> {
         self.pendings(
             "SELECT body FROM stipendex_pending WHERE resource = ?1 ORDER BY since, chain",
-            Some(&resource_key(sent)?),
+            &[&resource_key(sent)?],
         )
     }
 
@@ -393,19 +381,10 @@ impl Journal for SqliteJournal {
         let Some(request) = request else {
             return self.pending_for(sent).await;
         };
-        let key = resource_key(sent)?;
-        let bodies = self
-            .db
-            .read(|c| {
-                c.prepare_cached(PENDING_FOR_REQUEST)?
-                    .query_map(params![key, request.as_str()], |r| r.get::<_, String>(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()
-            })
-            .map_err(storage)?;
-        bodies
-            .iter()
-            .map(|b| serde_json::from_str(b).map_err(storage))
-            .collect()
+        self.pendings(
+            PENDING_FOR_REQUEST,
+            &[&resource_key(sent)?, request.as_str()],
+        )
     }
 
     async fn pending_of(&self, chain: &str) -> Result<Option<Pending>, Error> {
