@@ -28,7 +28,13 @@ use crate::envelope::{
     Voucher, new_id, tab_root,
 };
 pub(crate) use record::Records;
-use record::{Lane, LaneAnswer, Pending, Slot, TabHead, TabRecord};
+use record::{Durable, Lane, LaneAnswer, Pending, Slot, TabHead, TabRecord};
+
+/// How many times a voucher applied to a copy of its tab that another instance's write made
+/// stale is applied again (to the record read afresh) before the wallet is told to send it
+/// again (`in_progress`). Each stale copy means another instance wrote the tab meanwhile, so
+/// the instances together always move on; this keeps one wallet's call from starving.
+const REAPPLY: u32 = 4;
 
 /// How a receiver offers tabs ([`super::Builder::tabs`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -412,7 +418,9 @@ impl Receiver {
     /// `voucher_out_of_order`, `equivocation` — the tab is then closed —, `above_cap`,
     /// `wrong_price`, `bad_cumulative`, `not_covered`); [`Error::Mismatch`] (another tab,
     /// request or wallet); [`Error::Payment`] with [`RailError::InProgress`] while the same
-    /// voucher is being served; [`Error::Storage`].
+    /// voucher is being served, or when other instances kept writing the tab while this one
+    /// applied it (it was applied again, up to four more times, to the record read afresh):
+    /// the same voucher again is checked afresh; [`Error::Storage`].
     pub async fn tab_call(&self, req: &Request, voucher: &str) -> Result<TabCall, Error> {
         self.tab_call_on(self.decide(req), req, voucher).await
     }
@@ -443,148 +451,163 @@ impl Receiver {
             },
             None => None,
         };
-        let entry = me.tabs.entry(&vo.tab);
-        let accepted = {
-            let mut guard = entry.state.lock().await;
-            let mut fresh = false;
-            if guard.is_none() {
-                *guard = me.tabs.load(&vo.tab).await?;
-                fresh = true;
-            }
-            let now = super::now_secs(&me.clock);
-            let step = match guard.as_mut() {
-                None => Err(Error::TabClosed {
-                    tab: vo.tab.clone(),
-                    why: "this receiver has not opened it".into(),
-                }),
-                Some(s) => self.check_voucher(s, &v, (cap, req), now, hook.as_ref()),
-            };
-            // A refusal is final only against the record as the store holds it: this
-            // instance's copy may be behind another instance's writes (a sequence it has not
-            // seen, a tab it has not opened). Read it again and check again.
-            // A copy the store still holds as it is (no other instance wrote since) is current:
-            // its refusal stands, and its answers not yet written are kept.
-            let current = match guard.as_ref() {
-                Some(s) if step.is_err() && !fresh => me.tabs.unchanged(&vo.tab, s.token).await?,
-                _ => false,
-            };
-            let step = match step {
-                Err(_) if !fresh && !current => {
+        // A voucher applied to a copy another instance's write made stale is applied again to
+        // the record read afresh, a few times, before the wallet is told to send it again.
+        let mut reread = 0;
+        loop {
+            let entry = me.tabs.entry(&vo.tab);
+            let accepted = {
+                let mut guard = entry.state.lock().await;
+                let mut fresh = false;
+                if guard.is_none() {
                     *guard = me.tabs.load(&vo.tab).await?;
-                    entry
-                        .generation
-                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    match guard.as_mut() {
-                        None => Err(Error::TabClosed {
-                            tab: vo.tab.clone(),
-                            why: "this receiver has not opened it".into(),
-                        }),
-                        Some(s) => self.check_voucher(s, &v, (cap, req), now, hook.as_ref()),
-                    }
+                    fresh = true;
                 }
-                other => other,
-            };
-            if guard.is_none() {
-                // No such tab here: nothing of it is kept (a flood of vouchers naming made-up
-                // tabs, each signed by a key of its own, must not grow this instance's memory).
-                drop(guard);
-                me.tabs.forget(&vo.tab);
-                return Err(step.err().unwrap_or_else(|| Error::TabClosed {
-                    tab: vo.tab.clone(),
-                    why: "this receiver has not opened it".into(),
-                }));
-            }
-            let Some(s) = guard.as_mut() else {
-                return Err(Error::TabClosed {
-                    tab: vo.tab.clone(),
-                    why: "this receiver has not opened it".into(),
-                });
-            };
-            match step? {
-                Step::Answered => {
-                    // Its answer: waiting here for its write, else as the lane's key holds it
-                    // (written here or at another instance), if it answers this very call.
-                    let waiting = s
-                        .pending
-                        .get(&vo.lane)
-                        .filter(|p| p.seq == vo.seq)
-                        .and_then(Pending::answer);
-                    let answer = match waiting {
-                        Some(a) => Some(a),
-                        None => {
-                            me.tabs
-                                .read_answer(&vo.tab, vo.lane, vo.seq, v.digest())
-                                .await?
+                let now = super::now_secs(&me.clock);
+                let step = match guard.as_mut() {
+                    None => Err(Error::TabClosed {
+                        tab: vo.tab.clone(),
+                        why: "this receiver has not opened it".into(),
+                    }),
+                    Some(s) => self.check_voucher(s, &v, (cap, req), now, hook.as_ref()),
+                };
+                // A refusal is final only against the record as the store holds it: this
+                // instance's copy may be behind another instance's writes (a sequence it has not
+                // seen, a tab it has not opened). Read it again and check again.
+                // A copy the store still holds as it is (no other instance wrote since) is current:
+                // its refusal stands, and its answers not yet written are kept.
+                let current = match guard.as_ref() {
+                    Some(s) if step.is_err() && !fresh => {
+                        me.tabs.unchanged(&vo.tab, s.token).await?
+                    }
+                    _ => false,
+                };
+                let step = match step {
+                    Err(_) if !fresh && !current => {
+                        *guard = me.tabs.load(&vo.tab).await?;
+                        entry
+                            .generation
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        match guard.as_mut() {
+                            None => Err(Error::TabClosed {
+                                tab: vo.tab.clone(),
+                                why: "this receiver has not opened it".into(),
+                            }),
+                            Some(s) => self.check_voucher(s, &v, (cap, req), now, hook.as_ref()),
                         }
-                    };
-                    let Some(answer) = answer else {
-                        tracing::info!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "the same voucher again: its answer is no longer kept (answer_gone)");
+                    }
+                    other => other,
+                };
+                if guard.is_none() {
+                    // No such tab here: nothing of it is kept (a flood of vouchers naming made-up
+                    // tabs, each signed by a key of its own, must not grow this instance's memory).
+                    drop(guard);
+                    me.tabs.forget(&vo.tab);
+                    return Err(step.err().unwrap_or_else(|| Error::TabClosed {
+                        tab: vo.tab.clone(),
+                        why: "this receiver has not opened it".into(),
+                    }));
+                }
+                let Some(s) = guard.as_mut() else {
+                    return Err(Error::TabClosed {
+                        tab: vo.tab.clone(),
+                        why: "this receiver has not opened it".into(),
+                    });
+                };
+                match step? {
+                    Step::Answered => {
+                        // Its answer: waiting here for its write, else as the lane's key holds it
+                        // (written here or at another instance), if it answers this very call.
+                        let waiting = s
+                            .pending
+                            .get(&vo.lane)
+                            .filter(|p| p.seq == vo.seq)
+                            .and_then(Pending::answer);
+                        let answer = match waiting {
+                            Some(a) => Some(a),
+                            None => {
+                                me.tabs
+                                    .read_answer(&vo.tab, vo.lane, vo.seq, v.digest())
+                                    .await?
+                            }
+                        };
+                        let Some(answer) = answer else {
+                            tracing::info!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "the same voucher again: its answer is no longer kept (answer_gone)");
+                            return Err(voucher_err(
+                                ANSWER_GONE,
+                                format!(
+                                    "lane {} sequence {} of tab {} was answered and its answer is no longer kept (too large, dropped to keep this receiver's kept answers within their bound, or lost with an instance that stopped): it is not run again and nothing more is charged",
+                                    vo.lane, vo.seq, vo.tab
+                                ),
+                            ));
+                        };
+                        return Ok(TabCall::Answered {
+                            voucher: v.digest().clone(),
+                            answer: Box::new(answer),
+                        });
+                    }
+                    Step::Again => {
+                        s.serving.insert((vo.lane, vo.seq));
+                        return Ok(TabCall::Run(Box::new(Serving {
+                            price: vo.money()?,
+                            voucher: v.clone(),
+                            delivery: Delivery::Again,
+                            before: None,
+                        })));
+                    }
+                    Step::Equivocation => {
+                        s.rec.evidence.push(v.jws().to_owned());
+                        s.version += 1;
+                        let (version, generation) = (s.version, entry.generation());
+                        drop(guard);
+                        if let Err(e) = me.tabs.durable(&vo.tab, &entry, version, generation).await
+                        {
+                            tracing::warn!(tab = %vo.tab, error = %e, "could not keep an equivocating voucher as evidence");
+                        }
+                        tracing::warn!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "equivocating voucher: kept as evidence, the tab is closed");
+                        if let Err(e) = self.settle_tab(&vo.tab).await {
+                            tracing::error!(tab = %vo.tab, error = %e, "could not close a tab after equivocation");
+                        }
                         return Err(voucher_err(
-                            ANSWER_GONE,
+                            "equivocation",
                             format!(
-                                "lane {} sequence {} of tab {} was answered and its answer is no longer kept (too large, dropped to keep this receiver's kept answers within their bound, or lost with an instance that stopped): it is not run again and nothing more is charged",
-                                vo.lane, vo.seq, vo.tab
+                                "lane {} already has another voucher with sequence {}: the tab is closed",
+                                vo.lane, vo.seq
                             ),
                         ));
-                    };
-                    return Ok(TabCall::Answered {
-                        voucher: v.digest().clone(),
-                        answer: Box::new(answer),
-                    });
+                    }
+                    Step::Accept { lane, total } => {
+                        let mut before = None;
+                        if let Some(l) = s.rec.lanes.get_mut(usize::from(vo.lane)) {
+                            before = Some(Box::new(std::mem::replace(l, *lane)));
+                        }
+                        s.rec.total = total;
+                        s.version += 1;
+                        s.serving.insert((vo.lane, vo.seq));
+                        (s.version, entry.generation(), before)
+                    }
                 }
-                Step::Again => {
-                    s.serving.insert((vo.lane, vo.seq));
+            };
+            let (version, generation, before) = accepted;
+            // Durable before the call runs: one write of the tab's record, shared with every
+            // voucher of the tab applied meanwhile.
+            match me
+                .tabs
+                .durable_or_reread(&vo.tab, &entry, version, generation)
+                .await?
+            {
+                Durable::Written => {
                     return Ok(TabCall::Run(Box::new(Serving {
                         price: vo.money()?,
                         voucher: v.clone(),
-                        delivery: Delivery::Again,
-                        before: None,
+                        delivery: Delivery::First,
+                        before,
                     })));
                 }
-                Step::Equivocation => {
-                    s.rec.evidence.push(v.jws().to_owned());
-                    s.version += 1;
-                    let (version, generation) = (s.version, entry.generation());
-                    drop(guard);
-                    if let Err(e) = me.tabs.durable(&vo.tab, &entry, version, generation).await {
-                        tracing::warn!(tab = %vo.tab, error = %e, "could not keep an equivocating voucher as evidence");
-                    }
-                    tracing::warn!(tab = %vo.tab, lane = vo.lane, seq = vo.seq, "equivocating voucher: kept as evidence, the tab is closed");
-                    if let Err(e) = self.settle_tab(&vo.tab).await {
-                        tracing::error!(tab = %vo.tab, error = %e, "could not close a tab after equivocation");
-                    }
-                    return Err(voucher_err(
-                        "equivocation",
-                        format!(
-                            "lane {} already has another voucher with sequence {}: the tab is closed",
-                            vo.lane, vo.seq
-                        ),
-                    ));
-                }
-                Step::Accept { lane, total } => {
-                    let mut before = None;
-                    if let Some(l) = s.rec.lanes.get_mut(usize::from(vo.lane)) {
-                        before = Some(Box::new(std::mem::replace(l, *lane)));
-                    }
-                    s.rec.total = total;
-                    s.version += 1;
-                    s.serving.insert((vo.lane, vo.seq));
-                    (s.version, entry.generation(), before)
-                }
+                Durable::Reread if reread < REAPPLY => reread += 1,
+                Durable::Reread => return Err(record::reread(&vo.tab)),
             }
-        };
-        let (version, generation, before) = accepted;
-        // Durable before the call runs: one write of the tab's record, shared with every
-        // voucher of the tab applied meanwhile.
-        me.tabs
-            .durable(&vo.tab, &entry, version, generation)
-            .await?;
-        Ok(TabCall::Run(Box::new(Serving {
-            price: vo.money()?,
-            voucher: v.clone(),
-            delivery: Delivery::First,
-            before,
-        })))
+        }
     }
 
     /// The call paid by `serving` never reached the service (nothing was sent: the connection

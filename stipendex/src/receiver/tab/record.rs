@@ -601,24 +601,40 @@ impl Records {
         version: u64,
         generation: u64,
     ) -> Result<(), Error> {
-        let retry = || {
-            Error::Payment(RailError::InProgress {
-                op_id: format!("tab {id}: its record was read again; send the voucher again"),
-            })
-        };
+        match self
+            .durable_or_reread(id, entry, version, generation)
+            .await?
+        {
+            Durable::Written => Ok(()),
+            Durable::Reread => Err(reread(id)),
+        }
+    }
+
+    /// [`Records::durable`], with a dropped copy told apart as [`Durable::Reread`] (the
+    /// voucher is not accepted: its caller may apply it again to the record read afresh).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the write failed (the copy is dropped too).
+    pub(crate) async fn durable_or_reread(
+        &self,
+        id: &str,
+        entry: &Entry,
+        version: u64,
+        generation: u64,
+    ) -> Result<Durable, Error> {
         let _w = entry.writer.lock().await;
         // The answers given since the last write go first, each under its lane's key, so the
         // record written next never names an answer that is not there.
         let (batch, end, known) = {
             let mut g = entry.state.lock().await;
             let Some(s) = g.as_mut() else {
-                return Err(retry());
+                return Ok(Durable::Reread);
             };
             if entry.generation() != generation {
-                return Err(retry());
+                return Ok(Durable::Reread);
             }
             if s.durable >= version {
-                return Ok(());
+                return Ok(Durable::Written);
             }
             (s.answers_to_write(), s.head.end, s.answer_tokens.clone())
         };
@@ -630,10 +646,10 @@ impl Records {
         let (w, written, old, token, seen) = {
             let mut g = entry.state.lock().await;
             let Some(s) = g.as_mut() else {
-                return Err(retry());
+                return Ok(Durable::Reread);
             };
             if entry.generation() != generation {
-                return Err(retry());
+                return Ok(Durable::Reread);
             }
             s.answers_written(&done);
             let token = rand::random::<i64>();
@@ -655,13 +671,13 @@ impl Records {
                     // An answer recorded during the write rides on the next one.
                     s.dirty = s.answers_seen != seen || !s.pending.is_empty();
                 }
-                Ok(())
+                Ok(Durable::Written)
             }
             Ok(false) => {
                 tracing::info!(tab = %id, "another instance wrote the tab: reading it again");
                 *g = None;
                 entry.generation.fetch_add(1, Ordering::SeqCst);
-                Err(retry())
+                Ok(Durable::Reread)
             }
             Err(e) => {
                 *g = None;
@@ -670,6 +686,24 @@ impl Records {
             }
         }
     }
+}
+
+/// What [`Records::durable_or_reread`] made of a tab's copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durable {
+    /// Written (by this call or by a write that covered it).
+    Written,
+    /// Dropped before it was written (another instance wrote the tab, or another caller here
+    /// read it again): the voucher applied to it is not accepted.
+    Reread,
+}
+
+/// The retryable refusal of a voucher applied to a copy of tab `id` dropped before it was
+/// written: the same voucher again is checked afresh.
+pub(crate) fn reread(id: &str) -> Error {
+    Error::Payment(RailError::InProgress {
+        op_id: format!("tab {id}: its record was read again; send the voucher again"),
+    })
 }
 
 fn write(token: i64, rec: &TabRecord) -> Result<Write, Error> {
