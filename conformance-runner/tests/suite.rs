@@ -19,7 +19,7 @@ use conformance_runner::rails;
 use futures::future::BoxFuture;
 use rail_core::{
     Asset, Capabilities, Charge, ManualClock, Offer, Payment, PaymentState, Rail, RailHandle,
-    RailId, RailResult, Receiver, Verified,
+    RailId, RailReceiver, RailResult, Verified,
 };
 use stipendex_conformance::StipendexEntry;
 
@@ -109,7 +109,7 @@ async fn every_rail_passes_on_the_localnet_tier() -> Result<(), String> {
 
 /// A receiver that trusts the payment envelope and never consults the rail or a replay guard.
 struct TrustingReceiver {
-    inner: Arc<dyn Receiver>,
+    inner: Arc<dyn RailReceiver>,
 }
 
 impl Rail for TrustingReceiver {
@@ -122,7 +122,7 @@ impl Rail for TrustingReceiver {
 }
 
 #[async_trait]
-impl Receiver for TrustingReceiver {
+impl RailReceiver for TrustingReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         self.inner.offer(charge).await
     }
@@ -216,7 +216,7 @@ async fn the_suite_catches_a_broken_rail() {
 
 /// The ledger's receiver, claiming that `pay` only signs (it moves the money).
 struct ClaimsSignOnly {
-    inner: Arc<dyn Receiver>,
+    inner: Arc<dyn RailReceiver>,
 }
 
 impl Rail for ClaimsSignOnly {
@@ -232,7 +232,7 @@ impl Rail for ClaimsSignOnly {
 }
 
 #[async_trait]
-impl Receiver for ClaimsSignOnly {
+impl RailReceiver for ClaimsSignOnly {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         self.inner.offer(charge).await
     }

@@ -19,7 +19,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use rail_account::{AccountClient, AccountKey, AccountPayer, AccountReceiver};
-//! use rail_core::{Asset, Charge, Money, OpId, Payer, Receiver};
+//! use rail_core::{Asset, Charge, Money, OpId, Payer, RailReceiver};
 //!
 //! let network = "facilitator.example";
 //! let shop_key = AccountKey::from_hex(&std::env::var("SHOP_ACCOUNT_KEY")?)?;

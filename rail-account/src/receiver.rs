@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rail_core::{
     Asset, Capabilities, Captured, Charge, HoldReceiver, Money, Offer, OpId, Payment, PaymentMode,
-    Rail, RailError, RailId, RailResult, Receiver, RefundReceiver, Refunded, Verified, Voided,
+    Rail, RailError, RailId, RailReceiver, RailResult, RefundReceiver, Refunded, Verified, Voided,
     glue,
 };
 
@@ -72,7 +72,7 @@ impl Rail for AccountReceiver {
 }
 
 #[async_trait]
-impl Receiver for AccountReceiver {
+impl RailReceiver for AccountReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         glue::check_charge(&self.capabilities(), charge)?;
         // The facilitator keeps amounts in a signed 64-bit counter: refuse larger ones now.

@@ -6,7 +6,7 @@
 //!
 //! | what | where |
 //! |---|---|
-//! | payer / receiver traits, capabilities | [`rail`] ([`Payer`], [`HoldPayer`], [`Receiver`], [`HoldReceiver`], [`RefundReceiver`]) |
+//! | payer / receiver traits, capabilities | [`rail`] ([`Payer`], [`HoldPayer`], [`RailReceiver`], [`HoldReceiver`], [`RefundReceiver`]) |
 //! | offers, payments, results | [`types`] ([`Offer`], [`Payment`], [`Verified`], …) |
 //! | exact amounts and assets | [`money`] ([`Amount`], [`Asset`], [`Money`]) |
 //! | errors | [`error`] ([`RailError`], codes, retry classes) |
@@ -18,10 +18,10 @@
 //! A receiver and a payer, end to end, with any rail that implements the traits:
 //!
 //! ```
-//! use rail_core::{Charge, Money, Asset, OpId, Payer, Receiver, RailResult};
+//! use rail_core::{Charge, Money, Asset, OpId, Payer, RailReceiver, RailResult};
 //! use std::time::Duration;
 //!
-//! async fn sell(receiver: &dyn Receiver, payer: &dyn Payer) -> RailResult<()> {
+//! async fn sell(receiver: &dyn RailReceiver, payer: &dyn Payer) -> RailResult<()> {
 //!     let price = Money::parse(Asset::usd(), "0.05")?;
 //!     let offer = receiver.offer(&Charge::capture(price, Duration::from_secs(120))).await?;
 //!     let payment = payer.pay(&OpId::random(), &offer).await?;      // the wallet's side
@@ -49,7 +49,7 @@ pub use keys::{Idempotency, KeyStore, MemoryKeyStore, ReplayGuard, SettlementBoo
 pub use money::{Amount, Asset, Money, MoneyError};
 pub use rail::{
     Capabilities, Finality, HoldPayer, HoldReceiver, PayEffect, Payer, PayerHandle, Rail,
-    RailHandle, Receiver, ReceiverHandle, RefundReceiver,
+    RailHandle, RailReceiver, ReceiverHandle, RefundReceiver,
 };
 pub use types::{
     Captured, Charge, LATE_PROOF_GRACE, Offer, OpId, Payment, PaymentMode, PaymentState, RailId,

@@ -5,7 +5,7 @@
 //! | both | [`Rail`] | `id`, `capabilities` |
 //! | payer | [`Payer`] | `pay` |
 //! | payer | [`HoldPayer`] | `hold` |
-//! | receiver | [`Receiver`] | `offer`, `verify` |
+//! | receiver | [`RailReceiver`] | `offer`, `verify` |
 //! | receiver | [`HoldReceiver`] | `capture`, `void` |
 //! | receiver | [`RefundReceiver`] | `refund` |
 //!
@@ -162,7 +162,7 @@ pub trait HoldPayer: Payer {
 
 /// The receiver side: makes offers and verifies payments for them.
 #[async_trait]
-pub trait Receiver: Rail {
+pub trait RailReceiver: Rail {
     /// Makes a single-use offer for `charge`, payable to this receiver.
     ///
     /// # Errors
@@ -186,7 +186,7 @@ pub trait Receiver: Rail {
     /// [`RailError::Replayed`], [`RailError::BadSignature`], [`RailError::NotFound`], …
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified>;
 
-    /// [`Receiver::verify`] under the caller's operation id `op`, for a caller that keeps its
+    /// [`RailReceiver::verify`] under the caller's operation id `op`, for a caller that keeps its
     /// own single-use record of the payment (a Stipendex receiver's used-Proof record):
     /// - the same `op` again — the caller recovering a verification whose answer was lost,
     ///   from any instance — answers that verification's result instead of
@@ -197,13 +197,13 @@ pub trait Receiver: Rail {
     ///   money moved in time. A rail that moves the money at verification (x402, exact-algo)
     ///   still refuses an expired offer: nothing moved.
     ///
-    /// The default is [`Receiver::verify`]: right for a rail whose verification cannot lose its
+    /// The default is [`RailReceiver::verify`]: right for a rail whose verification cannot lose its
     /// answer after consuming and moves money at verification. The `account` rail derives the
     /// facilitator's idempotency key from `op`; the `ledger` and `account` rails verify late
     /// payments made in time.
     ///
     /// # Errors
-    /// As [`Receiver::verify`].
+    /// As [`RailReceiver::verify`].
     async fn verify_as(&self, op: &OpId, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         let _ = op;
         self.verify(offer, payment).await
@@ -212,7 +212,7 @@ pub trait Receiver: Rail {
 
 /// The receiver side of holds.
 #[async_trait]
-pub trait HoldReceiver: Receiver {
+pub trait HoldReceiver: RailReceiver {
     /// Captures `amount` (≤ the held amount) of a verified hold; the rest is released.
     ///
     /// # Errors
@@ -229,7 +229,7 @@ pub trait HoldReceiver: Receiver {
 
 /// The receiver side of refunds.
 #[async_trait]
-pub trait RefundReceiver: Receiver {
+pub trait RefundReceiver: RailReceiver {
     /// Sends `amount` of settled money back to the payer. `payment_ref` is the `payment_ref`
     /// of a settled [`Verified`] or the `capture_ref` of a [`Captured`]. The sum of refunds
     /// never exceeds what was settled.
@@ -271,7 +271,7 @@ impl PayerHandle {
 #[derive(Clone)]
 pub struct ReceiverHandle {
     /// Offers and verifies.
-    pub receiver: Arc<dyn Receiver>,
+    pub receiver: Arc<dyn RailReceiver>,
     /// Captures and voids holds, where the rail can.
     pub hold_receiver: Option<Arc<dyn HoldReceiver>>,
     /// Refunds, where the rail can.
@@ -280,7 +280,7 @@ pub struct ReceiverHandle {
 
 impl ReceiverHandle {
     /// A receiver without holds or refunds.
-    pub fn pay_only<R: Receiver + 'static>(receiver: R) -> Self {
+    pub fn pay_only<R: RailReceiver + 'static>(receiver: R) -> Self {
         ReceiverHandle {
             receiver: Arc::new(receiver),
             hold_receiver: None,
@@ -323,7 +323,7 @@ pub struct RailHandle {
     /// Payer side of holds.
     pub hold_payer: Option<Arc<dyn HoldPayer>>,
     /// Receiver side.
-    pub receiver: Arc<dyn Receiver>,
+    pub receiver: Arc<dyn RailReceiver>,
     /// Receiver side of holds.
     pub hold_receiver: Option<Arc<dyn HoldReceiver>>,
     /// Refunds.

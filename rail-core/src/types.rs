@@ -129,7 +129,7 @@ impl fmt::Display for PaymentMode {
     }
 }
 
-/// What a receiver wants to be paid: the input of [`crate::Receiver::offer`].
+/// What a receiver wants to be paid: the input of [`crate::RailReceiver::offer`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {
     /// The price.
@@ -181,7 +181,7 @@ mod duration_secs {
 }
 
 /// How long after its offer's end a payment made while the offer was live may still be
-/// verified by a caller that keeps its own single-use record ([`crate::Receiver::verify_as`]):
+/// verified by a caller that keeps its own single-use record ([`crate::RailReceiver::verify_as`]):
 /// the wallet's time to present a payment whose answer was lost, or that waited for review.
 /// Shorter than the 24 hours rails keep their single-use marks past an offer's end, so a
 /// replay within it is still refused by the rail.
@@ -232,7 +232,7 @@ impl Offer {
         Ok(())
     }
 
-    /// For a late verification ([`crate::Receiver::verify_as`]): the payment, made at
+    /// For a late verification ([`crate::RailReceiver::verify_as`]): the payment, made at
     /// `paid_at`, was made while the offer was live, and `now` is within
     /// [`LATE_PROOF_GRACE`] of the offer's end.
     ///

@@ -13,7 +13,7 @@
 //! | [`scheme`] | [`ExactAlgo`]: the scheme for the shared x402 transport (its paywall serves the HTTP flow, `docs/exact-algo.md` §1–§2) |
 //! | [`http`] | the discovery documents (`/llms.txt`, `/.well-known/exact-algo.json`) |
 //! | [`mcp`] | the MCP surface (`docs/exact-algo.md` §5) on rmcp: `payment_instructions`, price annotations (the endpoint and the paid tools are the shared transport's) |
-//! | [`rail`] | the rail-core traits ([`rail_core::Payer`], [`rail_core::Receiver`]) |
+//! | [`rail`] | the rail-core traits ([`rail_core::Payer`], [`rail_core::RailReceiver`]) |
 //! | [`algod`] | a small algod v2 REST client |
 //! | [`txn`], [`msgpack`], [`address`] | strict canonical decoding, txids, Ed25519 `verify_strict` |
 //! | [`rules`] | every rule of `docs/exact-algo.md` §3, each with its error code |
@@ -98,6 +98,6 @@ pub use algod::{AlgodClient, AlgodError};
 #[cfg(feature = "paywall")]
 pub use http::{ServiceInfo, discovery_router};
 pub use payer::{ExactAlgoPayer, PayError, Policy, SignedPayment};
-pub use rail::{Proof, RAIL};
+pub use rail::{ExactAlgoProof, RAIL};
 pub use receiver::{ExactAlgoReceiver, Price, Refusal, Settlement};
 pub use scheme::ExactAlgo;

@@ -1,5 +1,5 @@
 //! The rail-core traits for exact-algo: [`ExactAlgoPayer`] is a [`Payer`],
-//! [`ExactAlgoReceiver`] a [`Receiver`].
+//! [`ExactAlgoReceiver`] a [`RailReceiver`].
 //!
 //! An [`Offer`] carries the challenge (`accepts[]` entry) in `details`; its id is the
 //! paymentId. A [`Payment`]'s proof is `{"header": <PAYMENT-SIGNATURE value>}`. Money moves
@@ -10,7 +10,7 @@
 use async_trait::async_trait;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
-    PaymentMode, PaymentState, Rail, RailError, RailId, RailResult, Receiver, Verified, glue,
+    PaymentMode, PaymentState, Rail, RailError, RailId, RailReceiver, RailResult, Verified, glue,
 };
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +28,7 @@ pub const MAX_MICROALGO: u64 = 10_000_000_000_000_000;
 /// A payment's proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Proof {
+pub struct ExactAlgoProof {
     /// The `PAYMENT-SIGNATURE` header value.
     pub header: String,
 }
@@ -124,7 +124,7 @@ impl Payer for ExactAlgoPayer {
             offer,
             PaymentMode::Capture,
             self.address().to_string(),
-            &Proof {
+            &ExactAlgoProof {
                 header: signed.header,
             },
         )
@@ -136,7 +136,7 @@ impl Payer for ExactAlgoPayer {
 impl glue::NothingToFind for ExactAlgoPayer {}
 
 #[async_trait]
-impl Receiver for ExactAlgoReceiver {
+impl RailReceiver for ExactAlgoReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         rail_core::types::check_capture_mode(RAIL, charge.mode)?;
         let amount = micro(&charge.amount)?;
@@ -164,7 +164,7 @@ impl Receiver for ExactAlgoReceiver {
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
         offer.check_live(self.clock().now())?;
-        let proof: Proof = payment.proof_as()?;
+        let proof: ExactAlgoProof = payment.proof_as()?;
         let accept: Accept = offer.details_as()?;
         let amount = micro(&offer.amount)?;
         let (_, signed) = wire::decode_payment_header(&proof.header, self.network())

@@ -35,7 +35,7 @@
 //! ```
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::{sync::Arc, time::Duration};
-//! use rail_core::{Asset, Charge, Money, OpId, Payer, Receiver, ReplayGuard, MemoryKeyStore, SystemClock};
+//! use rail_core::{Asset, Charge, Money, OpId, Payer, RailReceiver, ReplayGuard, MemoryKeyStore, SystemClock};
 //! use rail_ledger::{AccountId, Ledger, LedgerPayer, LedgerReceiver, NewAccount, TransferId, TransferRequest};
 //!
 //! let dir = tempfile::tempdir()?;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rail_core::{
     Asset, Charge, HoldPayer, HoldReceiver, ManualClock, MemoryKeyStore, Money, Offer, OpId,
-    Payment, PaymentMode, RailError, RailId, Receiver, ReplayGuard, SharedClock, Timestamp,
+    Payment, PaymentMode, RailError, RailId, RailReceiver, ReplayGuard, SharedClock, Timestamp,
 };
 use rail_ledger::{
     AccountId, Ledger, LedgerPayer, LedgerReceiver, NewAccount, RAIL, TransferId, TransferRequest,
@@ -350,7 +350,7 @@ async fn a_payment_made_in_time_is_answered_after_the_offers_end() {
 /// replay.
 #[tokio::test]
 async fn the_same_verification_again_is_answered_another_is_a_replay() {
-    use rail_core::{Payer as _, Receiver as _};
+    use rail_core::{Payer as _, RailReceiver as _};
     let w = world().await;
     let (payer, receiver) = (w.payer(), w.receiver());
     let offer = receiver
@@ -381,7 +381,7 @@ async fn the_same_verification_again_is_answered_another_is_a_replay() {
 /// verification is taken over and answered. The payer paid once and is verified once.
 #[tokio::test]
 async fn a_verification_stopped_mid_way_is_in_progress_then_verified_not_a_replay() {
-    use rail_core::{Payer as _, Receiver as _};
+    use rail_core::{Payer as _, RailReceiver as _};
     let w = world().await;
     let store: Arc<dyn rail_core::KeyStore> =
         Arc::new(MemoryKeyStore::with_clock(Arc::new(w.clock.clone())));
@@ -427,7 +427,7 @@ async fn a_verification_stopped_mid_way_is_in_progress_then_verified_not_a_repla
 /// `Ledger::history`: the entries that move an account, newest first, at most `limit`.
 #[tokio::test]
 async fn history_lists_an_accounts_entries_newest_first() {
-    use rail_core::{Payer as _, Receiver as _};
+    use rail_core::{Payer as _, RailReceiver as _};
     let w = world().await;
     let receiver = w.receiver();
     let offer = receiver

@@ -25,7 +25,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use lightning_invoice::Currency;
-//! use rail_core::{Asset, Charge, MemoryKeyStore, Money, OpId, Payer, Receiver, SystemClock};
+//! use rail_core::{Asset, Charge, MemoryKeyStore, Money, OpId, Payer, RailReceiver, SystemClock};
 //! use rail_ln_nwc::client::{ClientOptions, NwcClient};
 //! use nwc_devnet::{Devnet, DevnetConfig, WalletSpec};
 //! use rail_ln_nwc::rail::{NwcPayer, NwcReceiver};

@@ -10,10 +10,10 @@ use lightning_invoice::Currency;
 use nwc_devnet::{Devnet, DevnetConfig, WalletSpec};
 use rail_core::keys::KeyStore;
 use rail_core::{
-    Asset, Charge, ManualClock, MemoryKeyStore, Money, OpId, Payer, Receiver, SharedClock,
+    Asset, Charge, ManualClock, MemoryKeyStore, Money, OpId, Payer, RailReceiver, SharedClock,
 };
 use rail_ln_nwc::client::{ClientOptions, NwcClient};
-use rail_ln_nwc::rail::{MARK_MARGIN, NwcPayer, NwcReceiver, Proof};
+use rail_ln_nwc::rail::{MARK_MARGIN, NwcPayer, NwcProof, NwcReceiver};
 
 /// A devnet with a funded agent and a shop; the receiver's records in `store`.
 async fn setup(store: Arc<dyn KeyStore>, clock: SharedClock) -> (Devnet, NwcReceiver, NwcPayer) {
@@ -72,7 +72,7 @@ async fn a_verified_payment_is_remembered_for_its_offer_life_and_a_margin() {
         .unwrap();
     let payment = payer.pay(&OpId::random(), &offer).await.unwrap();
     receiver.verify(&offer, &payment).await.unwrap();
-    let hash = payment.proof_as::<Proof>().unwrap().payment_hash;
+    let hash = payment.proof_as::<NwcProof>().unwrap().payment_hash;
     let mark = store.get("ln-nwc/verified", &hash).await.unwrap().unwrap();
     assert_eq!(
         mark.record.expires_at,

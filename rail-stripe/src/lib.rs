@@ -20,7 +20,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use rail_core::{Asset, Charge, HoldPayer, HoldReceiver, MemoryKeyStore, Money, OpId, Receiver, SystemClock};
+//! use rail_core::{Asset, Charge, HoldPayer, HoldReceiver, MemoryKeyStore, Money, OpId, RailReceiver, SystemClock};
 //! use rail_stripe::{StripeHttp, StripePayer, StripeReceiver};
 //! use stripe_emulator::{Emulator, EmulatorConfig};
 //!
@@ -50,4 +50,4 @@ pub mod rail;
 pub mod webhook;
 
 pub use client::{StripeFailure, StripeHttp};
-pub use rail::{OfferDetails, Proof, RAIL, StripePayer, StripeReceiver};
+pub use rail::{OfferDetails, RAIL, StripePayer, StripeProof, StripeReceiver};

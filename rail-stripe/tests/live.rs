@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rail_core::payer::Idempotent;
 use rail_core::{
-    Asset, Charge, HoldPayer, HoldReceiver, MemoryKeyStore, Money, OpId, Payer, Receiver,
+    Asset, Charge, HoldPayer, HoldReceiver, MemoryKeyStore, Money, OpId, Payer, RailReceiver,
     RefundReceiver, SystemClock,
 };
 use rail_stripe::client::STRIPE_API;

@@ -20,7 +20,7 @@ use axum::routing::post;
 use rail_core::payer::Idempotent;
 use rail_core::{
     Asset, Charge, Clock, HoldPayer, HoldReceiver, KeyStore, ManualClock, MemoryKeyStore, Money,
-    OpId, Payer, PaymentState, RailError, Receiver, RefundReceiver, SharedClock,
+    OpId, Payer, PaymentState, RailError, RailReceiver, RefundReceiver, SharedClock,
 };
 use rail_stripe::rail::GIVE_BACK_WINDOW;
 use rail_stripe::webhook::{self, Event, EventKind};

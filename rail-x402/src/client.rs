@@ -1,5 +1,5 @@
 //! The paying HTTP client for `exact` on EVM is the shared x402 client
-//! ([`x402_transport::client::Client`]) with an [`X402Payer`] ([`client`] builds it); [`Paid`]
+//! ([`x402_transport::client::Client`]) with an [`X402Payer`] ([`client`] builds it); [`EvmFetched`]
 //! reads its answers in this rail's types. It pays within the payer's
 //! [`Policy`](crate::payer::Policy) and retries once.
 //!
@@ -10,19 +10,19 @@
 //!   [`Client::with_retries`] times, honouring `Retry-After`. A second signature is never
 //!   made for one request; if the outcome is still unknown, [`ClientError::OutcomeUnknown`]
 //!   hands the payment back for [`Client::resend`].
-//! - The result says what was paid ([`Paid::payment`]) and what the server answered
-//!   ([`Paid::settlement`], from `PAYMENT-RESPONSE`).
+//! - The result says what was paid ([`EvmFetched::payment`]) and what the server answered
+//!   ([`EvmFetched::settlement`], from `PAYMENT-RESPONSE`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use rail_x402::client::{Paid, client};
+//! use rail_x402::client::{EvmFetched, client};
 //! use rail_x402::evm::LocalSigner;
 //! use rail_x402::payer::{Policy, X402Payer};
 //!
 //! let signer = LocalSigner::from_hex(&std::env::var("X402_PAYER_KEY")?)?;
 //! let usdc = "0x036CbD53842c5426634e7929541eC2318f3dCF7e".parse()?;
 //! let payer = X402Payer::new(signer, Policy::new("eip155:84532", usdc, alloy_primitives::U256::from(10_000u64)));
-//! let paid = Paid::from(client(payer)?.get("http://127.0.0.1:8402/weather").await?);
+//! let paid = EvmFetched::from(client(payer)?.get("http://127.0.0.1:8402/weather").await?);
 //! println!("{} {:?}", paid.status, paid.settlement.map(|s| s.transaction));
 //! # Ok(()) }
 //! ```
@@ -38,7 +38,7 @@ use crate::wire::{PaymentPayload, PaymentRequired, SettleResponse};
 
 /// The answer to a (possibly paid) request.
 #[derive(Debug)]
-pub struct Paid {
+pub struct EvmFetched {
     /// Final status.
     pub status: StatusCode,
     /// Final headers.
@@ -53,8 +53,8 @@ pub struct Paid {
     pub payment_required: Option<PaymentRequired>,
 }
 
-impl From<x402_transport::client::Paid> for Paid {
-    fn from(p: x402_transport::client::Paid) -> Self {
+impl From<x402_transport::client::Fetched> for EvmFetched {
+    fn from(p: x402_transport::client::Fetched) -> Self {
         let v1 = p.payment.as_ref().is_some_and(|s| s.v1);
         let settlement = p.response.and_then(|r| {
             if v1 {
@@ -72,7 +72,7 @@ impl From<x402_transport::client::Paid> for Paid {
                 serde_json::from_value(r).ok()
             }
         });
-        Paid {
+        EvmFetched {
             status: p.status,
             headers: p.headers,
             body: p.body,
@@ -90,7 +90,7 @@ impl From<x402_transport::client::Paid> for Paid {
 
 /// The shared x402 client paying with `payer` alone: 30 s per request (on this crate's
 /// HTTP client, with its TLS provider), 3 resends of a payment whose outcome is unknown.
-/// Read its answers in this rail's types with [`Paid::from`].
+/// Read its answers in this rail's types with [`EvmFetched::from`].
 ///
 /// # Errors
 /// [`ClientError::Http`] if the HTTP client cannot be built.

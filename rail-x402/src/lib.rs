@@ -11,7 +11,7 @@
 //! | [`eip3009`] | EIP-712 `TransferWithAuthorization` hashing, signer recovery (high-`s` refused) |
 //! | [`verify`] | offline verification in the reference order, reference `invalidReason` strings |
 //! | [`payer`] | choose an option by [`payer::Policy`] (never the first blindly), sign the authorization |
-//! | [`client`] | the shared x402 client with this rail's payer ([`client::client`]) and its answers in this rail's types ([`client::Paid`]) |
+//! | [`client`] | the shared x402 client with this rail's payer ([`client::client`]) and its answers in this rail's types ([`client::EvmFetched`]) |
 //! | [`facilitator`] | [`facilitator::X402Facilitator`]: [`facilitator::LocalFacilitator`] (chain checks, settlement with one nonce sequence, write-ahead [`facilitator::X402SettlementBook`]) and [`facilitator::RemoteFacilitator`] (HTTP) |
 //! | [`server`] | the facilitator HTTP API (`/verify`, `/settle`, `/supported`, `/health`) |
 //! | [`scheme`] | [`ExactEvm`]: this rail as an [`x402_transport::Scheme`], for the shared paywall, MCP adapter and client |

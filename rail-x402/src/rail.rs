@@ -1,5 +1,5 @@
 //! The rail-core traits for x402: [`X402RailPayer`] is a [`Payer`], [`X402Receiver`] a
-//! [`Receiver`].
+//! [`RailReceiver`].
 //!
 //! An [`Offer`]'s id is the EIP-3009 nonce the payer must sign (32 bytes, hex): the payment is
 //! bound to its offer by the signature itself, and single use on chain. Its `details` are the
@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
-    PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
+    PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailReceiver, RailResult,
     SharedClock, Verified, glue,
 };
 use serde::{Deserialize, Serialize};
@@ -38,7 +38,7 @@ use x402_transport::served::{SERVED_RETENTION, Taken, release};
 /// A payment's proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Proof {
+pub struct X402Proof {
     /// The `PAYMENT-SIGNATURE` header value.
     pub header: String,
 }
@@ -213,7 +213,7 @@ impl Payer for X402RailPayer {
             offer,
             PaymentMode::Capture,
             self.payer.address().to_checksum(None),
-            &Proof { header },
+            &X402Proof { header },
         )
     }
 }
@@ -291,7 +291,7 @@ impl Rail for X402Receiver {
 }
 
 #[async_trait]
-impl Receiver for X402Receiver {
+impl RailReceiver for X402Receiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         rail_core::types::check_capture_mode(RAIL, charge.mode)?;
         let amount = atomic(&charge.amount)?;
@@ -322,7 +322,7 @@ impl Receiver for X402Receiver {
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
         offer.check_live(self.clock.now())?;
-        let proof: Proof = payment.proof_as()?;
+        let proof: X402Proof = payment.proof_as()?;
         let requirements: PaymentRequirements = offer.details_as()?;
         if atomic(&offer.amount)? != requirements.amount.value() {
             return Err(RailError::mismatch(

@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use rail_core::MemoryKeyStore;
 use rail_core::keys::KeyStore;
-use rail_x402::client::{Paid, client};
+use rail_x402::client::{EvmFetched, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{LocalFacilitator, SettleConfig, X402Facilitator, X402SettlementBook};
 use rail_x402::payer::{Policy, X402Payer};
@@ -177,7 +177,7 @@ async fn pays_settles_and_serves_once() {
     let from = key.address();
     let client = client(fx.payer(key)).unwrap();
 
-    let paid = Paid::from(client.get(&format!("{url}/cheap")).await.unwrap());
+    let paid = EvmFetched::from(client.get(&format!("{url}/cheap")).await.unwrap());
     assert_eq!(paid.status, 200);
     assert_eq!(paid.body, b"cheap content");
     assert_eq!(
@@ -417,11 +417,11 @@ async fn settle_after_does_not_charge_a_failing_handler() {
     let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
     let from = key.address();
     let client = client(fx.payer(key)).unwrap();
-    let broken = Paid::from(client.get(&format!("{url}/broken")).await.unwrap());
+    let broken = EvmFetched::from(client.get(&format!("{url}/broken")).await.unwrap());
     assert_eq!(broken.status, 500);
     assert!(broken.settlement.is_none());
     assert_eq!(fx.balances(from).await, (U256::from(10_000), U256::ZERO));
-    let ok = Paid::from(client.get(&format!("{url}/cheap")).await.unwrap());
+    let ok = EvmFetched::from(client.get(&format!("{url}/cheap")).await.unwrap());
     assert_eq!(ok.status, 200);
     assert!(ok.settlement.unwrap().success);
     assert_eq!(
@@ -577,7 +577,7 @@ async fn remote_facilitator_round_trip() {
     let url = fx.serve(&fx.paywall(Arc::new(remote))).await;
     let key = fx.net.funded_payer(U256::from(10_000)).await.unwrap();
     let from = key.address();
-    let paid = Paid::from(
+    let paid = EvmFetched::from(
         client(fx.payer(key))
             .unwrap()
             .get(&format!("{url}/cheap"))
@@ -626,7 +626,7 @@ async fn a_contract_wallet_pays_with_erc1271() {
         U256::from(DEAR),
     );
     let payer = X402Payer::for_wallet(owner, wallet, policy.clone());
-    let paid = Paid::from(
+    let paid = EvmFetched::from(
         client(payer)
             .unwrap()
             .get(&format!("{url}/cheap"))

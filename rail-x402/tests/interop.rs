@@ -26,7 +26,7 @@ use axum::Router;
 use axum::routing::get;
 use rail_core::MemoryKeyStore;
 use rail_x402::ExactEvm;
-use rail_x402::client::{Paid, client};
+use rail_x402::client::{EvmFetched, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{LocalFacilitator, X402SettlementBook};
 use rail_x402::payer::{Policy, X402Payer};
@@ -179,7 +179,7 @@ async fn our_client_pays_the_reference_server() {
         Policy::new(&net.token.network, net.token.address, U256::from(1000)),
     ))
     .unwrap();
-    let paid = Paid::from(client.get(&format!("{surl}/weather")).await.unwrap());
+    let paid = EvmFetched::from(client.get(&format!("{surl}/weather")).await.unwrap());
     assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
     let settlement = paid.settlement.unwrap();
     assert!(settlement.success);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alloy_primitives::{Address, U256};
-use rail_core::{Asset, Charge, MemoryKeyStore, Money, Receiver as _, SystemClock};
+use rail_core::{Asset, Charge, MemoryKeyStore, Money, RailReceiver as _, SystemClock};
 use rail_x402::rail::X402Receiver;
 use rail_x402::scheme::DEFAULT_MAX_TIMEOUT_SECONDS;
 use rail_x402::wire::PaymentRequirements;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use alloy_primitives::{Address, U256};
 use axum::Router;
 use axum::routing::get;
-use rail_x402::client::{Paid, client};
+use rail_x402::client::{EvmFetched, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::payer::{Policy, X402Payer};
 use rail_x402::v1::{PaymentRequiredV1, SettleResponseV1};
@@ -80,7 +80,7 @@ async fn v1_and_v2_clients_pay_the_same_route() {
     assert_eq!(v1.accepts[0].max_amount_required.value(), U256::from(1000));
 
     // A v2 client uses the header: never downgraded.
-    let paid = Paid::from(client(funded(&mock)).unwrap().get(&url).await.unwrap());
+    let paid = EvmFetched::from(client(funded(&mock)).unwrap().get(&url).await.unwrap());
     assert_eq!(paid.status, 200);
     assert!(paid.headers.contains_key("payment-response"));
     assert!(!paid.headers.contains_key("x-payment-response"));
@@ -137,7 +137,7 @@ async fn our_client_pays_a_v1_only_server() {
         .paywall(&[("/paid", 1000, "paid")])
         .unwrap();
     let url = serve(paywall, true).await;
-    let paid = Paid::from(client(funded(&mock)).unwrap().get(&url).await.unwrap());
+    let paid = EvmFetched::from(client(funded(&mock)).unwrap().get(&url).await.unwrap());
     assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
     assert_eq!(paid.body, b"content");
     let s = paid.settlement.unwrap();

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rail_account::{AccountClient, AccountKey, AccountPayer, AccountReceiver};
-use rail_core::{Asset, Charge, Money, OpId, Payer, RailError, Receiver};
+use rail_core::{Asset, Charge, Money, OpId, Payer, RailError, RailReceiver};
 use rail_ledger::{AccountId, TransferStatus};
 use stipendex_facilitator::{Config, NewAccount};
 

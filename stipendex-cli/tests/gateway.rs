@@ -1804,7 +1804,7 @@ async fn x402_clients_and_the_stipendex_wallet_pay_the_gateway_on_anvil() {
         rail_x402::payer::Policy::new(&net.token.network, net.token.address, U256::from(1000)),
     ))
     .unwrap();
-    let paid = rail_x402::client::Paid::from(
+    let paid = rail_x402::client::EvmFetched::from(
         client
             .get(&format!("{base}/api/forecast/rome"))
             .await

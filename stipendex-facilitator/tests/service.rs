@@ -16,7 +16,7 @@ use rail_account::api::{self, AccountView, PaymentStatus, PaymentView};
 use rail_account::auth;
 use rail_account::{AccountClient, AccountKey, AccountPayer, AccountReceiver, Submitted};
 use rail_core::{
-    Charge, Clock, HoldPayer, HoldReceiver, OpId, Payer, PaymentMode, RailError, Receiver,
+    Charge, Clock, HoldPayer, HoldReceiver, OpId, Payer, PaymentMode, RailError, RailReceiver,
     RefundReceiver,
 };
 use stipendex_facilitator::store::ReviewState;

@@ -94,7 +94,7 @@ pub use registry::{Entry, Env, ProcessEnv, Registry};
 pub use rail_core;
 /// rail-core's receiving side of a rail, named apart from this crate's Stipendex
 /// [`receiver::Receiver`] (which quotes, verifies over such a rail and signs receipts).
-pub use rail_core::Receiver as RailReceiver;
+pub use rail_core::RailReceiver;
 pub use rail_core::{
     Amount, Asset, Capabilities, Captured, Charge, Clock, Finality, HoldPayer, HoldReceiver,
     KeyStore, ManualClock, MemoryKeyStore, Money, Offer, OpId, Payer, PayerHandle, Payment,

@@ -18,7 +18,7 @@ use axum::Router;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use common::{pin, usd, world};
-use rail_x402::client::Paid;
+use rail_x402::client::EvmFetched;
 use rail_x402::evm::LocalSigner;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
 use rail_x402::{ExactEvm, Token};
@@ -201,7 +201,7 @@ async fn a_stipendex_wallet_and_a_plain_x402_client_pay_the_same_route() {
         EvmPolicy::new(NET, token.address, U256::from(100_000)),
     ))
     .unwrap();
-    let paid = Paid::from(
+    let paid = EvmFetched::from(
         x402.get(&format!("{base}/api/search?q=rust"))
             .await
             .unwrap(),
@@ -1650,7 +1650,7 @@ async fn every_way_to_pay_passes_the_one_guard_and_nothing_is_taken_while_the_wo
     );
     assert_eq!(served.load(Ordering::SeqCst), 1);
     away.set(false);
-    let paid = Paid::from(x402.get(&url).await.unwrap());
+    let paid = EvmFetched::from(x402.get(&url).await.unwrap());
     assert_eq!(paid.status, 200);
     assert_eq!(
         mock.balance(token.address, evm_pay_to).unwrap(),
@@ -1975,14 +1975,14 @@ async fn x402_settles_before_work_with_effects_and_a_paid_redirect_is_settled() 
     ))
     .unwrap();
     // A safe GET: the handler runs before settlement (nothing settled yet when it ran).
-    let paid = Paid::from(x402.get(&format!("{base}/report")).await.unwrap());
+    let paid = EvmFetched::from(x402.get(&format!("{base}/report")).await.unwrap());
     assert_eq!(paid.status, 200);
     assert!(
         !report_saw_settled.load(Ordering::SeqCst),
         "settled after the safe work"
     );
     // A POST: settled before the handler runs.
-    let paid = Paid::from(
+    let paid = EvmFetched::from(
         x402.send(reqwest::Method::POST, &format!("{base}/order"), None)
             .await
             .unwrap(),
@@ -1993,7 +1993,7 @@ async fn x402_settles_before_work_with_effects_and_a_paid_redirect_is_settled() 
         "settled before the work with effects"
     );
     // A paid redirect: delivered and settled (PAYMENT-RESPONSE), not free.
-    let paid = Paid::from(x402.get(&format!("{base}/download")).await.unwrap());
+    let paid = EvmFetched::from(x402.get(&format!("{base}/download")).await.unwrap());
     assert_eq!(paid.status, 303);
     assert!(paid.settlement.expect("settled").success);
     assert_eq!(

@@ -459,7 +459,7 @@ pub enum ClientError {
 
 /// The answer to a (possibly paid) request.
 #[derive(Debug)]
-pub struct Paid {
+pub struct Fetched {
     /// Final status.
     pub status: StatusCode,
     /// Final headers.
@@ -617,7 +617,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError`].
-    pub async fn get(&self, url: &str) -> Result<Paid, ClientError> {
+    pub async fn get(&self, url: &str) -> Result<Fetched, ClientError> {
         self.send(Method::GET, url, None).await
     }
 
@@ -659,7 +659,7 @@ impl Client {
         method: Method,
         url: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<Paid, ClientError> {
+    ) -> Result<Fetched, ClientError> {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ClientError::Http(format!("{url:?} is not a URL: {e}")))?;
         let none = HeaderMap::new();
@@ -686,7 +686,7 @@ impl Client {
             }
             Some(Required::V1(required)) => (None, self.pay_v1(&required).await?),
             None => {
-                return Ok(Paid {
+                return Ok(Fetched {
                     status,
                     headers,
                     body: raw,
@@ -744,7 +744,7 @@ impl Client {
         url: &str,
         body: Option<Vec<u8>>,
         payment: Sent,
-    ) -> Result<Paid, ClientError> {
+    ) -> Result<Fetched, ClientError> {
         self.resend_with(method, url, &HeaderMap::new(), body, payment)
             .await
     }
@@ -760,7 +760,7 @@ impl Client {
         headers: &HeaderMap,
         body: Option<Vec<u8>>,
         payment: Sent,
-    ) -> Result<Paid, ClientError> {
+    ) -> Result<Fetched, ClientError> {
         self.deliver(&method, url, headers, body.as_ref(), payment, None)
             .await
     }
@@ -775,7 +775,7 @@ impl Client {
         body: Option<&Vec<u8>>,
         payment: Sent,
         required: Option<PaymentRequired>,
-    ) -> Result<Paid, ClientError> {
+    ) -> Result<Fetched, ClientError> {
         let value = payment.header_value()?;
         let mut attempt = 0;
         loop {
@@ -830,7 +830,7 @@ async fn finish(
     resp: reqwest::Response,
     payment: Option<Sent>,
     payment_required: Option<PaymentRequired>,
-) -> Result<Paid, ClientError> {
+) -> Result<Fetched, ClientError> {
     let status = resp.status();
     let headers = resp.headers().clone();
     let name = match &payment {
@@ -842,7 +842,7 @@ async fn finish(
         .and_then(|h| h.to_str().ok())
         .and_then(|h| wire::decode_base64_json::<Value>(h).ok());
     let body = read_body(resp, MAX_BODY).await?;
-    Ok(Paid {
+    Ok(Fetched {
         status,
         headers,
         body,

@@ -265,13 +265,13 @@ impl Taken402<'_> {
     ///
     /// # Errors
     /// The scheme's [`Failure`].
-    pub async fn settle(self) -> Result<Paid, Failure> {
+    pub async fn settle(self) -> Result<SettledPayment, Failure> {
         let settled = self
             .serving
             .keep_alive(self.accept.scheme.settle(&self.verified, &self.price))
             .await;
         match settled {
-            Ok(settled) => Ok(Paid {
+            Ok(settled) => Ok(SettledPayment {
                 settled,
                 serving: self.serving,
                 taken_over: self.accept.scheme.unavailable(
@@ -365,14 +365,14 @@ impl Taken402<'_> {
 /// A settled payment holding its served-once record.
 #[derive(Debug)]
 #[must_use = "a paid payment must end as served or released"]
-pub struct Paid {
+pub struct SettledPayment {
     /// The settlement.
     pub settled: Settled,
     serving: Reservation,
     taken_over: Failure,
 }
 
-impl Paid {
+impl SettledPayment {
     /// Records the payment as paid, runs `work` under the record (its lease kept alive), and
     /// commits it if `succeeded(&output)` (else releases it: the same payment may be presented
     /// again, and is served without a second charge).

@@ -21,7 +21,7 @@ use axum::routing::get;
 use ed25519_dalek::SigningKey;
 use rail_core::{MemoryKeyStore, SystemClock};
 use rail_exact_algo::{AlgodClient, ExactAlgo, ExactAlgoPayer, ExactAlgoReceiver, Policy};
-use rail_x402::client::{Paid, client};
+use rail_x402::client::{EvmFetched, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::payer::{Policy as EvmPolicy, X402Payer};
 use rail_x402::{ExactEvm, Token};
@@ -177,7 +177,7 @@ async fn each_client_pays_a_route_offering_both_schemes() {
         EvmPolicy::new(NET, token.address, U256::from(1000)),
     );
     let client = client(evm_payer).unwrap();
-    let evm_paid = Paid::from(client.get(&url).await.unwrap());
+    let evm_paid = EvmFetched::from(client.get(&url).await.unwrap());
     assert_eq!(evm_paid.status, 200);
     let settled = evm_paid.settlement.expect("a PAYMENT-RESPONSE");
     assert!(settled.success);

@@ -17,7 +17,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rail_core::{Asset, Charge, HoldReceiver, MemoryKeyStore, Money, OpId, Receiver, SystemClock};
+use rail_core::{
+    Asset, Charge, HoldReceiver, MemoryKeyStore, Money, OpId, RailReceiver, SystemClock,
+};
 use rail_stripe::{StripeHttp, StripePayer, StripeReceiver};
 use serde_json::Value;
 use stripe_emulator::{Emulator, EmulatorConfig};

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use std::{sync::Arc, time::Duration};
-//! use rail_core::{Asset, Charge, Money, OpId, Payer, Receiver, SystemClock};
+//! use rail_core::{Asset, Charge, Money, OpId, Payer, RailReceiver, SystemClock};
 //! use toy_rail::ToyBank;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -44,7 +44,7 @@ use async_trait::async_trait;
 use rail_core::{
     Asset, Binding, Capabilities, Captured, Charge, Finality, HoldPayer, HoldReceiver, Money,
     MoneyError, Offer, OpId, Payer, Payment, PaymentMode, PaymentState, Rail, RailError, RailId,
-    RailResult, Receiver, RefundReceiver, Refunded, SharedClock, Timestamp, Verified, Voided,
+    RailReceiver, RailResult, RefundReceiver, Refunded, SharedClock, Timestamp, Verified, Voided,
 };
 use serde::Deserialize;
 
@@ -411,7 +411,7 @@ impl Rail for ToyReceiver {
 }
 
 #[async_trait]
-impl Receiver for ToyReceiver {
+impl RailReceiver for ToyReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         self.bank.units(&charge.amount)?;
         self.bank.with(|s, now| {

@@ -10,7 +10,7 @@ use conformance::report::Outcome;
 use conformance::{Balances, Harness, HarnessError, RailEntry, Tier};
 use rail_core::{
     Asset, Capabilities, Charge, Finality, ManualClock, Money, Offer, Payment, PaymentState, Rail,
-    RailError, RailHandle, RailId, RailResult, Receiver, Verified,
+    RailError, RailHandle, RailId, RailReceiver, RailResult, Verified,
 };
 use toy_rail::{ToyBank, ToyReceiver};
 
@@ -152,7 +152,7 @@ impl Rail for Forgetful {
 }
 
 #[async_trait]
-impl Receiver for Forgetful {
+impl RailReceiver for Forgetful {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         self.0.offer(charge).await
     }

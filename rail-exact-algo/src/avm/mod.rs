@@ -11,7 +11,7 @@
 //! | [`facilitator`] | [`AvmFacilitator`]: fee payer signing, simulate, submit once per group |
 //! | [`scheme`] | [`ExactAvm`]: the scheme for the shared x402 transport (paywall, MCP, client) |
 //! | [`payer`] | [`AvmPayer`]: builds and signs the group within an [`AvmPolicy`] |
-//! | [`rail`] | the rail-core traits: [`AvmPayer`] is a `Payer`, [`AvmReceiver`] a `Receiver` (rail `exact-avm`) |
+//! | [`rail`] | the rail-core traits: [`AvmPayer`] is a `Payer`, [`AvmReceiver`] a `RailReceiver` (rail `exact-avm`) |
 //! | [`remote`] | [`RemoteFacilitator`]: a facilitator over HTTP (this crate's, or the SDK's) |
 //! | `server` (feature `paywall`) | the facilitator's HTTP routes: `/supported`, `/verify`, `/settle` |
 //!

@@ -1,5 +1,5 @@
 //! The rail-core traits for the AVM scheme (rail `exact-avm`): [`AvmPayer`] is a [`Payer`],
-//! [`AvmReceiver`] a [`Receiver`], so the Stipendex wallet, the registry and the conformance
+//! [`AvmReceiver`] a [`RailReceiver`], so the Stipendex wallet, the registry and the conformance
 //! suite drive it as any other rail.
 //!
 //! An [`Offer`]'s `details` is the scheme's entry ([`Requirements`]); a [`Payment`]'s proof is
@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Finality, Money, Offer, OpId, Payer, Payment,
-    PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
+    PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailReceiver, RailResult,
     SharedClock, Verified, glue,
 };
 use serde::{Deserialize, Serialize};
@@ -39,7 +39,7 @@ const MAX_TTL: Duration = Duration::from_secs(super::scheme::MAX_TIMEOUT_SECONDS
 /// A payment's proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Proof {
+pub struct AvmProof {
     /// The `PAYMENT-SIGNATURE` header value (base64 of the envelope's JSON).
     pub header: String,
 }
@@ -115,7 +115,7 @@ impl Payer for AvmPayer {
             offer,
             PaymentMode::Capture,
             self.address().to_string(),
-            &Proof { header },
+            &AvmProof { header },
         )
     }
 }
@@ -200,7 +200,7 @@ fn refusal(code: &str, detail: String) -> RailError {
 }
 
 #[async_trait]
-impl Receiver for AvmReceiver {
+impl RailReceiver for AvmReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         rail_core::types::check_capture_mode(RAIL, charge.mode)?;
         let amount = base_units(&charge.amount, &Asset::usdc())?;
@@ -233,7 +233,7 @@ impl Receiver for AvmReceiver {
     async fn verify(&self, offer: &Offer, payment: &Payment) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
         offer.check_live(self.clock.now())?;
-        let proof: Proof = payment.proof_as()?;
+        let proof: AvmProof = payment.proof_as()?;
         let r: Requirements = offer.details_as()?;
         let amount = base_units(&offer.amount, &Asset::usdc())?;
         if r.amount != amount.to_string() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rail_core::{
     Amount, Asset, Binding, Capabilities, Captured, Charge, HoldReceiver, Money, Offer, OpId,
-    Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailResult, Receiver,
+    Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailReceiver, RailResult,
     RefundReceiver, Refunded, ReplayGuard, Verified, Voided, glue,
 };
 
@@ -84,7 +84,7 @@ impl LedgerReceiver {
     }
 
     /// Checks the transfer against the offer; nothing is consumed here. `late`: a transfer
-    /// made while the offer was live is accepted after its end ([`Receiver::verify_as`]).
+    /// made while the offer was live is accepted after its end ([`RailReceiver::verify_as`]).
     async fn check(&self, offer: &Offer, payment: &Payment, late: bool) -> RailResult<Verified> {
         payment.check_envelope(offer)?;
         if offer.payee != self.account.to_string() {
@@ -200,7 +200,7 @@ impl Rail for LedgerReceiver {
 }
 
 #[async_trait]
-impl Receiver for LedgerReceiver {
+impl RailReceiver for LedgerReceiver {
     async fn offer(&self, charge: &Charge) -> RailResult<Offer> {
         glue::check_charge(&self.capabilities(), charge)?;
         // Refuse what the ledger cannot carry now, not at payment time.

@@ -48,7 +48,7 @@ pub struct OfferDetails {
 /// A payment's proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Proof {
+pub struct NwcProof {
     /// The payment hash (hex).
     pub payment_hash: String,
     /// The preimage (hex); absent for a hold (the payer learns it when the receiver settles).

@@ -11,7 +11,7 @@ use rail_core::{
     RailError, RailId, RailReason, RailResult, SharedClock, glue,
 };
 
-use super::{OfferDetails, Proof, RAIL, capabilities, msat, preimage_matches, rail_error};
+use super::{NwcProof, OfferDetails, RAIL, capabilities, msat, preimage_matches, rail_error};
 use crate::client::{NwcClient, NwcError};
 use crate::nip47::{ErrorCode, TxState};
 
@@ -150,7 +150,7 @@ impl NwcPayer {
             offer,
             mode,
             self.client.pubkey(),
-            &Proof {
+            &NwcProof {
                 payment_hash: details.payment_hash.clone(),
                 preimage,
             },

@@ -9,13 +9,13 @@ use async_trait::async_trait;
 use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Captured, Charge, HoldReceiver, Idempotency, Money, Offer, OpId,
-    Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailResult, Receiver,
-    ReplayGuard, SharedClock, Verified, Voided, glue,
+    Payment, PaymentMode, PaymentState, Rail, RailError, RailId, RailReason, RailReceiver,
+    RailResult, ReplayGuard, SharedClock, Verified, Voided, glue,
 };
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{OfferDetails, Proof, RAIL, capabilities, msat, preimage_matches, rail_error};
+use super::{NwcProof, OfferDetails, RAIL, capabilities, msat, preimage_matches, rail_error};
 use crate::client::NwcClient;
 use crate::nip47::{MakeHoldInvoiceParams, MakeInvoiceParams, TxState};
 
@@ -143,7 +143,7 @@ impl Rail for NwcReceiver {
 }
 
 #[async_trait]
-impl Receiver for NwcReceiver {
+impl RailReceiver for NwcReceiver {
     /// Every offer is an object at the processor or the wallet: quoting is rate-limited.
     fn offers_cost(&self) -> bool {
         true
@@ -244,7 +244,7 @@ impl NwcReceiver {
                 "payer is not a NWC client public key".into(),
             ));
         }
-        let proof: Proof = payment.proof_as()?;
+        let proof: NwcProof = payment.proof_as()?;
         let details: OfferDetails = offer.details_as()?;
         if !bool::from(
             proof

@@ -73,7 +73,7 @@ impl std::fmt::Debug for OfferDetails {
 /// A payment's proof.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Proof {
+pub struct StripeProof {
     /// The confirmed intent.
     pub payment_intent: String,
 }

@@ -12,7 +12,9 @@ use serde::Serialize;
 use stripe_client_core::{RequestBuilder, StripeMethod};
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 
-use super::{OfferDetails, Proof, RAIL, capabilities, currency_of, key, status_str, stripe_err};
+use super::{
+    OfferDetails, RAIL, StripeProof, capabilities, currency_of, key, status_str, stripe_err,
+};
 use crate::client::StripeHttp;
 use crate::currency;
 
@@ -108,7 +110,7 @@ impl StripePayer {
             offer,
             mode,
             self.payment_method.clone(),
-            &Proof {
+            &StripeProof {
                 payment_intent: intent.to_owned(),
             },
         )

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use rail_core::keys::KeyStore;
 use rail_core::{
     Asset, Binding, Capabilities, Charge, Idempotency, Money, Offer, OpId, Payment, PaymentMode,
-    PaymentState, Rail, RailError, RailId, RailResult, Receiver, ReplayGuard, SharedClock,
+    PaymentState, Rail, RailError, RailId, RailReceiver, RailResult, ReplayGuard, SharedClock,
     Verified, glue,
 };
 use stripe_client_core::StripeRequest;
@@ -21,8 +21,8 @@ use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus
 use stripe_types::Expandable;
 
 use super::{
-    META_OFFER, META_PAYEE, OfferDetails, Proof, RAIL, capabilities, currency_of, key, status_str,
-    stripe_err,
+    META_OFFER, META_PAYEE, OfferDetails, RAIL, StripeProof, capabilities, currency_of, key,
+    status_str, stripe_err,
 };
 use crate::client::StripeHttp;
 use crate::currency;
@@ -176,7 +176,7 @@ impl StripeReceiver {
     /// (`succeeded`). Best effort, idempotent (keys derived from the intent): a failure is
     /// logged and the next verify of the same payment tries again.
     async fn give_back_expired(&self, offer: &Offer, payment: &Payment) {
-        let Ok(proof) = payment.proof_as::<Proof>() else {
+        let Ok(proof) = payment.proof_as::<StripeProof>() else {
             return;
         };
         let Ok(details) = offer.details_as::<OfferDetails>() else {
@@ -282,7 +282,7 @@ impl Rail for StripeReceiver {
 }
 
 #[async_trait]
-impl Receiver for StripeReceiver {
+impl RailReceiver for StripeReceiver {
     /// Every offer is an object at the processor or the wallet: quoting is rate-limited.
     fn offers_cost(&self) -> bool {
         true
@@ -354,7 +354,7 @@ impl Receiver for StripeReceiver {
                 &offer.payee,
             ));
         }
-        let proof: Proof = payment.proof_as()?;
+        let proof: StripeProof = payment.proof_as()?;
         let details: OfferDetails = offer.details_as()?;
         if proof.payment_intent != details.payment_intent {
             return Err(RailError::mismatch(

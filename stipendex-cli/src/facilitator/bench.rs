@@ -17,7 +17,7 @@ use clap::Args;
 use rail_account::auth::{self, Canonical, RequestParts, SignedRequest};
 use rail_account::{AccountClient, AccountKey, AccountPayer, AccountReceiver};
 use rail_core::{
-    Asset, Charge, Money, OpId, Payer, Receiver, ReplayGuard, SharedClock, SystemClock,
+    Asset, Charge, Money, OpId, Payer, RailReceiver, ReplayGuard, SharedClock, SystemClock,
 };
 use rail_ledger::{
     AccountId, Ledger, LedgerPayer, LedgerReceiver, NewAccount, TransferId, TransferRequest,
@@ -181,7 +181,7 @@ async fn embedded_ledger(db: &Db, dir: &std::path::Path) -> Result<PayFn, CliErr
 }
 
 /// One paid payment of one cent: the receiver's offer, the payer's `pay`, one `verify`.
-fn paid_payment(payer: Arc<dyn Payer>, receiver: Arc<dyn Receiver>) -> Result<PayFn, CliError> {
+fn paid_payment(payer: Arc<dyn Payer>, receiver: Arc<dyn RailReceiver>) -> Result<PayFn, CliError> {
     let price = usd(1)?;
     Ok(Arc::new(move || {
         let (payer, receiver, price) = (payer.clone(), receiver.clone(), price.clone());

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rail_core::{Asset, Charge, Money, Offer, Payment, PaymentMode, Receiver as _};
+use rail_core::{Asset, Charge, Money, Offer, Payment, PaymentMode, RailReceiver as _};
 use rail_ln_nwc::client::NwcClient;
 use rail_ln_nwc::nip47::{Notification, TxState};
 use rail_ln_nwc::rail::{NwcReceiver, OfferDetails};

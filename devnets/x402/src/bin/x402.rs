@@ -21,7 +21,7 @@ use axum::Router;
 use axum::routing::get;
 use clap::{Parser, Subcommand};
 use rail_core::keys::KeyStore;
-use rail_x402::client::{Paid, client};
+use rail_x402::client::{EvmFetched, client};
 use rail_x402::evm::LocalSigner;
 use rail_x402::facilitator::{
     LocalFacilitator, RemoteFacilitator, X402Facilitator, X402SettlementBook,
@@ -256,7 +256,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
                 key("X402_PAYER_KEY")?,
                 Policy::new(network, token, U256::from(max)),
             );
-            let paid = Paid::from(client(payer)?.get(&url).await?);
+            let paid = EvmFetched::from(client(payer)?.get(&url).await?);
             let line = serde_json::json!({
                 "status": paid.status.as_u16(),
                 "body": String::from_utf8_lossy(&paid.body),
@@ -296,7 +296,7 @@ async fn run(cli: Cli) -> Result<(), BoxError> {
                         let (mut ok, mut err, mut lat) = (0usize, 0usize, Vec::new());
                         while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < requests {
                             let t = Instant::now();
-                            match client.get(&url).await.map(Paid::from) {
+                            match client.get(&url).await.map(EvmFetched::from) {
                                 Ok(p) if p.status.is_success() && p.settlement.as_ref().is_some_and(|s| s.success) => {
                                     ok += 1;
                                     lat.push(t.elapsed());
