@@ -3,10 +3,11 @@
 //! on the caller's thread.
 //!
 //! Every write is a closure run on the writer's connection inside a savepoint of the current
-//! batch; the batch is one `BEGIN IMMEDIATE … COMMIT`. A failed commit answers every write of the
-//! batch with the error and keeps none (SQLite rolled the whole transaction back). A write that
-//! fails on its own is rolled back to its savepoint and answered with its error; the batch's
-//! other writes go on.
+//! batch (a write alone in its batch runs without one: the transaction is its savepoint); the
+//! batch is one `BEGIN IMMEDIATE … COMMIT`. A failed commit answers every write of the batch
+//! with the error and keeps none (SQLite rolled the whole transaction back). A write that fails
+//! on its own is rolled back to its savepoint (alone, with its transaction, and nothing is
+//! committed) and answered with its error; the batch's other writes go on.
 //!
 //! **Durability.** The writer commits without waiting for the disk (WAL, `synchronous =
 //! NORMAL`: a commit is in the file, kept if the process crashes, and consistent after a power

@@ -161,6 +161,36 @@ async fn a_failed_write_undoes_only_itself() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_alone_in_its_batch_that_fails_or_panics_keeps_nothing() {
+    let (_dir, db) = db().await;
+    // One write at a time, so each is alone in its batch (no savepoint: its transaction is
+    // one). A failure half-way keeps neither row and answers the write's own error.
+    let failed = db
+        .write(|c| {
+            c.execute("INSERT INTO t VALUES ('first', 1)", [])?;
+            c.execute("INSERT INTO t VALUES ('second', NULL)", [])
+        })
+        .await;
+    let Err(RailError::Storage(why)) = failed else {
+        panic!("a failed write was answered {failed:?}");
+    };
+    assert!(why.contains("NOT NULL"), "not the write's own error: {why}");
+    assert_eq!(count(&db), 0, "a failed write's first row stayed");
+    let before = db.stats().commits;
+    let panics = db
+        .write(|c| -> rusqlite::Result<usize> {
+            c.execute("INSERT INTO t VALUES ('half', 1)", [])?;
+            panic!("a bug inside a write");
+        })
+        .await;
+    assert!(panics.is_err());
+    assert_eq!(count(&db), 0, "a panicking write's row stayed");
+    assert_eq!(db.stats().commits, before, "an undone write was committed");
+    goes_on(&db).await;
+    assert_eq!(count(&db), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_sees_every_answered_write_and_cannot_write() {
     let (_dir, db) = db().await;
     for i in 0..20 {
