@@ -160,7 +160,8 @@ impl Shared {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Writes in committed batches (each a caller's `write`, one that failed on its own
-    /// included, and each `sync_to` that had to wait for an `fsync`).
+    /// beside others included — a write that failed alone in its batch commits nothing and
+    /// is not counted —, and each `sync_to` that had to wait for an `fsync`).
     pub writes: u64,
     /// Transactions committed.
     pub commits: u64,
@@ -370,11 +371,13 @@ impl SqliteDb {
     }
 
     /// Runs `f` on the writer's connection in the next batch and answers once that batch is
-    /// committed and on disk. `f` runs inside a savepoint: its error (or panic) undoes what it
-    /// wrote and nothing else. Keep `f` short (it holds the file's write lock): no waiting on
-    /// anything but the database. `f` must not end or begin transactions itself (`BEGIN`,
-    /// `COMMIT`, `ROLLBACK`, `RELEASE` of a savepoint it did not make): the batch would be
-    /// refused.
+    /// committed and on disk. `f` runs inside a savepoint (alone in its batch, inside the
+    /// batch's transaction itself): its error (or panic) undoes what it wrote and nothing else.
+    /// Keep `f` short (it holds the file's write lock): no waiting on anything but the
+    /// database. `f` must not end or begin transactions itself (`BEGIN`, `COMMIT`, `ROLLBACK`,
+    /// `RELEASE` of a savepoint it did not make): the batch would be refused where that is
+    /// seen (a transaction ended and not begun again), and what `f` wrote before is not
+    /// vouched for either way.
     ///
     /// # Errors
     /// [`RailError::Storage`] with `f`'s error, or the batch's failed commit (then nothing `f`

@@ -375,6 +375,7 @@ impl Receiver {
                 Ok(Ok(s)) => {
                     tracing::info!(tab = %t.id, rail = %rail.name, cap = %t.cap, end, "tab opened");
                     *guard = Some(s);
+                    entry.new_copy();
                     Ok(Opened {
                         tab: tab.clone(),
                         end,
@@ -383,6 +384,7 @@ impl Receiver {
                 Ok(Err(s)) => {
                     let out = opened_again(&s, &proof);
                     *guard = Some(s);
+                    entry.new_copy();
                     Err(out)
                 }
                 Err(e) => {
@@ -461,6 +463,7 @@ impl Receiver {
                 let mut fresh = false;
                 if guard.is_none() {
                     *guard = me.tabs.load(&vo.tab).await?;
+                    entry.new_copy();
                     fresh = true;
                 }
                 let now = super::now_secs(&me.clock);
@@ -485,9 +488,7 @@ impl Receiver {
                 let step = match step {
                     Err(_) if !fresh && !current => {
                         *guard = me.tabs.load(&vo.tab).await?;
-                        entry
-                            .generation
-                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        entry.new_copy();
                         match guard.as_mut() {
                             None => Err(Error::TabClosed {
                                 tab: vo.tab.clone(),
@@ -729,9 +730,7 @@ impl Receiver {
                 // Another instance wrote it: these answers are dropped (the calls stay paid),
                 // and the record is read again on the next voucher.
                 *guard = None;
-                entry
-                    .generation
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                entry.new_copy();
             }
         }
         Ok(())
@@ -753,6 +752,7 @@ impl Receiver {
             let mut guard = entry.state.lock().await;
             if guard.is_none() {
                 *guard = me.tabs.load(&co.tab).await?;
+                entry.new_copy();
             }
             let Some(s) = guard.as_ref() else {
                 drop(guard);
@@ -865,11 +865,7 @@ impl Receiver {
         let entry = me.tabs.entry(id);
         let _w = entry.writer.lock().await;
         let mut guard = entry.state.lock().await;
-        let bump = || {
-            entry
-                .generation
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-        };
+        let bump = || entry.new_copy();
         for _ in 0..8 {
             // This instance's copy is used only if the store still holds the version it read
             // (the compare-and-set marking it closing proves it, and writes the answers it

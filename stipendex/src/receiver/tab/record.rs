@@ -231,19 +231,49 @@ impl Slot {
     }
 }
 
-/// One tab at this instance: its copy, the lock writers take, and its generation (bumped when
-/// the copy is dropped after a failed write).
+/// One tab at this instance: its copy, the lock writers take, and its generation: every copy
+/// put in `state` (read from the store, or made at the opening) has a generation of its own,
+/// so a voucher applied to one copy is never taken as written by a write of another.
 #[derive(Debug, Default)]
 pub(crate) struct Entry {
     pub state: tokio::sync::Mutex<Option<Slot>>,
     pub writer: tokio::sync::Mutex<()>,
-    pub generation: AtomicU64,
+    generation: AtomicU64,
+    /// The newest write of a copy that succeeded: its generation and the version it wrote.
+    written: std::sync::Mutex<(u64, u64)>,
 }
 
 impl Entry {
     /// The current generation.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+
+    /// A new copy goes in `state` (or the copy there is dropped): a new generation. Call it
+    /// with the state lock held, whenever the copy is replaced.
+    pub(crate) fn new_copy(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The copy of `generation` was written up to `version`.
+    fn wrote(&self, generation: u64, version: u64) {
+        let mut w = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if (generation, version) > *w {
+            *w = (generation, version);
+        }
+    }
+
+    /// Whether a write of the copy of `generation` covered its `version` (the copy may have
+    /// been dropped since).
+    fn covered(&self, generation: u64, version: u64) -> bool {
+        let w = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.0 == generation && w.1 >= version
     }
 }
 
@@ -625,13 +655,22 @@ impl Records {
         let _w = entry.writer.lock().await;
         // The answers given since the last write go first, each under its lane's key, so the
         // record written next never names an answer that is not there.
+        // A copy dropped, or replaced by another, after a write that covered this version:
+        // written all the same.
+        let gone = || {
+            if entry.covered(generation, version) {
+                Durable::Written
+            } else {
+                Durable::Reread
+            }
+        };
         let (batch, end, known) = {
             let mut g = entry.state.lock().await;
             let Some(s) = g.as_mut() else {
-                return Ok(Durable::Reread);
+                return Ok(gone());
             };
             if entry.generation() != generation {
-                return Ok(Durable::Reread);
+                return Ok(gone());
             }
             if s.durable >= version {
                 return Ok(Durable::Written);
@@ -646,10 +685,10 @@ impl Records {
         let (w, written, old, token, seen) = {
             let mut g = entry.state.lock().await;
             let Some(s) = g.as_mut() else {
-                return Ok(Durable::Reread);
+                return Ok(gone());
             };
             if entry.generation() != generation {
-                return Ok(Durable::Reread);
+                return Ok(gone());
             }
             s.answers_written(&done);
             let token = rand::random::<i64>();
@@ -665,7 +704,12 @@ impl Records {
         let mut g = entry.state.lock().await;
         match ok {
             Ok(true) => {
-                if let Some(s) = g.as_mut() {
+                entry.wrote(generation, written);
+                // The copy that was written, if it is still the one here (a copy read again
+                // meanwhile keeps its own token and versions).
+                if entry.generation() == generation
+                    && let Some(s) = g.as_mut()
+                {
                     s.token = token;
                     s.durable = written;
                     // An answer recorded during the write rides on the next one.
@@ -676,12 +720,12 @@ impl Records {
             Ok(false) => {
                 tracing::info!(tab = %id, "another instance wrote the tab: reading it again");
                 *g = None;
-                entry.generation.fetch_add(1, Ordering::SeqCst);
+                entry.new_copy();
                 Ok(Durable::Reread)
             }
             Err(e) => {
                 *g = None;
-                entry.generation.fetch_add(1, Ordering::SeqCst);
+                entry.new_copy();
                 Err(storage(e))
             }
         }
