@@ -726,7 +726,7 @@ impl Receiver {
             if !s.dirty || s.rec.closed.is_some() {
                 continue;
             }
-            if !me.tabs.put(&id, s).await? {
+            if !me.tabs.put(&id, &entry, s).await? {
                 // Another instance wrote it: these answers are dropped (the calls stay paid),
                 // and the record is read again on the next voucher.
                 *guard = None;
@@ -889,7 +889,7 @@ impl Receiver {
                 s.pending.clear();
                 s.rec.closing = true;
                 s.version += 1;
-                if !me.tabs.put(id, s).await? {
+                if !me.tabs.put(id, &entry, s).await? {
                     *guard = None;
                     continue;
                 }
@@ -969,7 +969,7 @@ impl Receiver {
             )?;
             rec.closed = Some(receipt.jws().to_owned());
             let before = std::mem::replace(&mut s.rec, rec);
-            if me.tabs.put(id, s).await? {
+            if me.tabs.put(id, &entry, s).await? {
                 tracing::info!(tab = %id, captured = %captured, calls = receipt.object().calls, "tab closed");
                 me.tabs.remove_answers(id, &s.answer_tokens).await;
                 s.answer_tokens.clear();

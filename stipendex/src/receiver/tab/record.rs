@@ -589,8 +589,14 @@ impl Records {
 
     /// Writes the answers waiting in the slot, then its record over the version it read
     /// (compare-and-set), holding the state lock across the writes (the close, a flush). `false`
-    /// if another instance wrote since.
-    pub(crate) async fn put(&self, id: &str, slot: &mut Slot) -> Result<bool, Error> {
+    /// if another instance wrote since. `entry` is the tab's: a write that succeeded counts for
+    /// its copy's generation ([`Records::durable_or_reread`] reads it).
+    pub(crate) async fn put(
+        &self,
+        id: &str,
+        entry: &Entry,
+        slot: &mut Slot,
+    ) -> Result<bool, Error> {
         let batch = slot.answers_to_write();
         if !batch.is_empty() {
             let done = self
@@ -609,6 +615,7 @@ impl Records {
             slot.token = token;
             slot.durable = slot.version;
             slot.dirty = false;
+            entry.wrote(entry.generation(), slot.version);
             Ok(true)
         } else {
             Ok(false)
