@@ -151,8 +151,6 @@ pub(crate) struct Slot {
     pub rec: TabRecord,
     /// Bumped by every change that must be written before it is relied on (a voucher).
     pub version: u64,
-    /// The version the store holds.
-    pub durable: u64,
     /// Answers were recorded since the last write.
     pub dirty: bool,
     /// Bumped by every answer recorded (a write clears `dirty` only if none came meanwhile).
@@ -185,7 +183,6 @@ impl Slot {
             token,
             rec,
             version: 0,
-            durable: 0,
             dirty: false,
             answers_seen: 0,
             serving: HashSet::new(),
@@ -239,8 +236,9 @@ pub(crate) struct Entry {
     pub state: tokio::sync::Mutex<Option<Slot>>,
     pub writer: tokio::sync::Mutex<()>,
     generation: AtomicU64,
-    /// The newest write of a copy that succeeded: its generation and the version it wrote.
-    written: std::sync::Mutex<(u64, u64)>,
+    /// The writes of copies that succeeded: for each of the last [`GENERATIONS_KEPT`]
+    /// generations written, the highest version written (oldest first).
+    written: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
 impl Entry {
@@ -261,21 +259,34 @@ impl Entry {
             .written
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if (generation, version) > *w {
-            *w = (generation, version);
+        match w.iter_mut().find(|(g, _)| *g == generation) {
+            Some((_, v)) => *v = (*v).max(version),
+            None => {
+                w.push((generation, version));
+                w.sort_unstable();
+                if w.len() > GENERATIONS_KEPT {
+                    w.remove(0);
+                }
+            }
         }
     }
 
     /// Whether a write of the copy of `generation` covered its `version` (the copy may have
-    /// been dropped since).
+    /// been dropped or replaced since). A generation older than the last
+    /// [`GENERATIONS_KEPT`] written answers `false`: its voucher is applied again, and found
+    /// counted.
     fn covered(&self, generation: u64, version: u64) -> bool {
-        let w = self
-            .written
+        self.written
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        w.0 == generation && w.1 >= version
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|&(g, v)| g == generation && v >= version)
     }
 }
+
+/// How many generations of a tab's copies [`Entry`] remembers the writes of: a voucher's call
+/// waits for the tab's writer lock at most while that many copies are read and written.
+const GENERATIONS_KEPT: usize = 8;
 
 /// The receiver's tab records and this instance's copies of them.
 #[derive(Debug)]
@@ -613,7 +624,6 @@ impl Records {
             .map_err(storage)?
         {
             slot.token = token;
-            slot.durable = slot.version;
             slot.dirty = false;
             entry.wrote(entry.generation(), slot.version);
             Ok(true)
@@ -660,27 +670,20 @@ impl Records {
         generation: u64,
     ) -> Result<Durable, Error> {
         let _w = entry.writer.lock().await;
+        // A write taken meanwhile covered this version (the copy may have been dropped or
+        // replaced since): written.
+        if entry.covered(generation, version) {
+            return Ok(Durable::Written);
+        }
         // The answers given since the last write go first, each under its lane's key, so the
         // record written next never names an answer that is not there.
-        // A copy dropped, or replaced by another, after a write that covered this version:
-        // written all the same.
-        let gone = || {
-            if entry.covered(generation, version) {
-                Durable::Written
-            } else {
-                Durable::Reread
-            }
-        };
         let (batch, end, known) = {
             let mut g = entry.state.lock().await;
             let Some(s) = g.as_mut() else {
-                return Ok(gone());
+                return Ok(Durable::Reread);
             };
             if entry.generation() != generation {
-                return Ok(gone());
-            }
-            if s.durable >= version {
-                return Ok(Durable::Written);
+                return Ok(Durable::Reread);
             }
             (s.answers_to_write(), s.head.end, s.answer_tokens.clone())
         };
@@ -692,10 +695,10 @@ impl Records {
         let (w, written, old, token, seen) = {
             let mut g = entry.state.lock().await;
             let Some(s) = g.as_mut() else {
-                return Ok(gone());
+                return Ok(Durable::Reread);
             };
             if entry.generation() != generation {
-                return Ok(gone());
+                return Ok(Durable::Reread);
             }
             s.answers_written(&done);
             let token = rand::random::<i64>();
@@ -718,7 +721,6 @@ impl Records {
                     && let Some(s) = g.as_mut()
                 {
                     s.token = token;
-                    s.durable = written;
                     // An answer recorded during the write rides on the next one.
                     s.dirty = s.answers_seen != seen || !s.pending.is_empty();
                 }
