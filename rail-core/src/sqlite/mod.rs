@@ -183,16 +183,16 @@ fn storage(e: &rusqlite::Error) -> RailError {
 
 /// Adds column `column` (its SQL type `ty`) to `table` unless the table has it: how a store
 /// brings a file an earlier release made up to its schema, run in the writer's transaction.
-/// `table`, `column` and `ty` are written into the statement as they are: the store's own
-/// constants, never input.
+/// `table`, `column` and `ty` are written into the statement as they are, so they are
+/// `&'static str`: the store's own constants, never input.
 ///
 /// # Errors
 /// SQLite's, when the table cannot be read or altered.
 pub fn add_column_if_missing(
     c: &Connection,
-    table: &str,
-    column: &str,
-    ty: &str,
+    table: &'static str,
+    column: &'static str,
+    ty: &'static str,
 ) -> rusqlite::Result<()> {
     let has: bool = c.query_row(
         "SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",

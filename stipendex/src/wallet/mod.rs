@@ -936,11 +936,15 @@ impl Wallet {
             if o.receiver != q.receiver || o.request != q.request || o.resource != q.resource {
                 continue;
             }
-            // A Proof past the grace a receiver honours it for is no use: forgotten.
+            // A Proof past the grace a receiver honours it for is no use: forgotten — once its
+            // Quote's signature checks, so a record altered on disk (its `exp` moved back) is
+            // not what ends a paid payment's record.
             if p.proof.is_some()
                 && now >= o.exp.saturating_add(rail_core::LATE_PROOF_GRACE.as_secs())
             {
-                self.0.journal.end(&p.chain).await?;
+                if Signed::<Quote>::parse(&p.quote).is_ok() {
+                    self.0.journal.end(&p.chain).await?;
+                }
                 continue;
             }
             let gone = p
