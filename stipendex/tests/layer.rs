@@ -1200,3 +1200,76 @@ async fn a_mandate_not_yet_valid_has_its_own_code_and_times_people_read() {
     assert!(msg.contains(&rfc3339(q.object().exp)), "{msg}");
     assert!(!msg.contains(&raw(q.object().exp)), "{msg}");
 }
+
+/// A paid payment's record whose Quote was altered on disk (its `exp` moved back, so its Proof
+/// looks past the grace a receiver honours it for) is not ended by the look for earlier
+/// payments of the same request: that look reads the wallet's own records without checking
+/// their signatures, so it deletes nothing on their word alone.
+#[tokio::test]
+async fn a_pending_record_altered_on_disk_is_not_ended_by_the_look_for_earlier_payments() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use stipendex::wallet::{Journal, MemoryJournal, Pending, chain_name};
+    let w = world().await;
+    let receiver = w.receiver_with("search", &w.receiver_key);
+    let mandate = w.mandate(|m| common::pin(m, "https://search.example"));
+    let journal = Arc::new(MemoryJournal::default());
+    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
+        .rail("house", w.registry.payer("house").unwrap().clone())
+        .store(w.store.clone())
+        .journal(journal.clone())
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap();
+    let sent = stipendex::envelope::Resource {
+        origin: "https://search.example".into(),
+        method: "GET".into(),
+        path: "/search".into(),
+        query: None,
+    };
+    let req = Request::from_resource(&sent).with_params(serde_json::json!({ "q": "one" }));
+    let first = quote(&receiver, &req).await;
+    let parts: Vec<&str> = first.jws().split('.').collect();
+    let payload = String::from_utf8(URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    let o = first.object();
+    let moved = payload.replacen(
+        &format!("\"exp\":{}", o.exp),
+        &format!("\"exp\":{}", o.iat + 1),
+        1,
+    );
+    assert_ne!(moved, payload, "the quote's exp was not found: {payload}");
+    let altered = format!(
+        "{}.{}.{}",
+        parts[0],
+        URL_SAFE_NO_PAD.encode(moved.as_bytes()),
+        parts[2]
+    );
+    let chain = chain_name(&o.receiver.id, &o.id);
+    journal
+        .begin(&Pending {
+            chain: chain.clone(),
+            quote: altered,
+            confirmation: None,
+            rail: "house".into(),
+            op: "op-of-an-altered-record".into(),
+            since: w.now(),
+            resource: Some(sent.clone()),
+            request: o.request.clone(),
+            unknown: false,
+            proof: Some("a proof kept for its answer".into()),
+            holder: None,
+        })
+        .await
+        .unwrap();
+    // Past the altered `exp`'s grace, within the real one's.
+    w.clock
+        .advance(stipendex::rail_core::LATE_PROOF_GRACE + Duration::from_secs(2));
+    let second = quote(&receiver, &req).await;
+    let _ = wallet
+        .pay_sent(&second, &sent, &stipendex::wallet::Refuse)
+        .await;
+    assert!(
+        journal.pending_of(&chain).await.unwrap().is_some(),
+        "a record whose signature does not check was ended"
+    );
+}
