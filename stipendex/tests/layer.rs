@@ -1054,28 +1054,19 @@ async fn a_pending_payment_records_its_request_and_another_request_of_its_resour
     let house = w.registry.payer("house").unwrap().clone();
     let mandate = w.mandate(|m| common::pin(m, "https://search.example"));
     let journal = Arc::new(stipendex::wallet::MemoryJournal::default());
-    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
-        .rail(
-            "house",
-            stipendex::PayerHandle {
-                payer: Arc::new(HangsFirst {
-                    inner: house.payer.clone(),
-                    hung: std::sync::atomic::AtomicBool::new(false),
-                }),
-                hold_payer: None,
-            },
-        )
-        .store(w.store.clone())
-        .journal(journal.clone())
-        .clock(Arc::new(w.clock.clone()))
-        .build()
-        .unwrap();
-    let sent = stipendex::envelope::Resource {
-        origin: "https://search.example".into(),
-        method: "GET".into(),
-        path: "/search".into(),
-        query: None,
-    };
+    let wallet = journaled_wallet(
+        &w,
+        mandate,
+        stipendex::PayerHandle {
+            payer: Arc::new(HangsFirst {
+                inner: house.payer.clone(),
+                hung: std::sync::atomic::AtomicBool::new(false),
+            }),
+            hold_payer: None,
+        },
+        journal.clone(),
+    );
+    let sent = search_sent();
     let with = |q: &str| Request::from_resource(&sent).with_params(serde_json::json!({ "q": q }));
     let first = quote(&receiver, &with("one")).await;
     let (a, q, s) = (wallet.clone(), first.clone(), sent.clone());
@@ -1214,19 +1205,9 @@ async fn a_pending_record_altered_on_disk_is_not_ended_by_the_look_for_earlier_p
     let receiver = w.receiver_with("search", &w.receiver_key);
     let mandate = w.mandate(|m| common::pin(m, "https://search.example"));
     let journal = Arc::new(MemoryJournal::default());
-    let wallet = stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
-        .rail("house", w.registry.payer("house").unwrap().clone())
-        .store(w.store.clone())
-        .journal(journal.clone())
-        .clock(Arc::new(w.clock.clone()))
-        .build()
-        .unwrap();
-    let sent = stipendex::envelope::Resource {
-        origin: "https://search.example".into(),
-        method: "GET".into(),
-        path: "/search".into(),
-        query: None,
-    };
+    let house = w.registry.payer("house").unwrap().clone();
+    let wallet = journaled_wallet(&w, mandate, house, journal.clone());
+    let sent = search_sent();
     let req = Request::from_resource(&sent).with_params(serde_json::json!({ "q": "one" }));
     let first = quote(&receiver, &req).await;
     let parts: Vec<&str> = first.jws().split('.').collect();
@@ -1272,4 +1253,30 @@ async fn a_pending_record_altered_on_disk_is_not_ended_by_the_look_for_earlier_p
         journal.pending_of(&chain).await.unwrap().is_some(),
         "a record whose signature does not check was ended"
     );
+}
+
+/// A wallet under `mandate` paying with `payer` as rail `house`, journaling in `journal`.
+fn journaled_wallet(
+    w: &common::World,
+    mandate: stipendex::envelope::Signed<stipendex::envelope::Mandate>,
+    payer: stipendex::PayerHandle,
+    journal: Arc<stipendex::wallet::MemoryJournal>,
+) -> stipendex::wallet::Wallet {
+    stipendex::wallet::Wallet::builder(w.wallet_key.clone(), mandate)
+        .rail("house", payer)
+        .store(w.store.clone())
+        .journal(journal)
+        .clock(Arc::new(w.clock.clone()))
+        .build()
+        .unwrap()
+}
+
+/// `GET https://search.example/search`, as a request is sent.
+fn search_sent() -> stipendex::envelope::Resource {
+    stipendex::envelope::Resource {
+        origin: "https://search.example".into(),
+        method: "GET".into(),
+        path: "/search".into(),
+        query: None,
+    }
 }
