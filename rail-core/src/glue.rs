@@ -211,6 +211,10 @@ impl<T: NothingToFind> crate::payer::FindPayment for T {
     ) -> RailResult<Option<Payment>> {
         Ok(None)
     }
+
+    fn repeat_is_safe(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

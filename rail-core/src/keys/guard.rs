@@ -310,11 +310,26 @@ impl ReplayGuard {
     /// a lapsed reservation is taken over, since redoing such work is harmless. Work that moves
     /// money uses [`ReplayGuard::claim`] and recovers first.
     ///
+    /// The reservation is written through the store's deferred handle
+    /// ([`KeyStore::deferred`]: committed, every process sees it, not yet `fsync`ed); the
+    /// [`Reservation::finish`] (or [`Reservation::commit`]) that ends it is durable and, in the
+    /// same file, makes the reservation durable with it. A power loss before that finish loses
+    /// at most a reservation under which nothing was done. Its release and renewals go
+    /// through the deferred handle too.
+    ///
     /// # Errors
     /// [`RailError::Replayed`] if the key is held or used.
     pub async fn reserve(&self, key: &str, lease: Duration) -> RailResult<Reservation> {
-        match self.claim(key, lease).await? {
-            Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => Ok(r),
+        let quick = ReplayGuard {
+            store: super::store::deferred(&self.store),
+            ns: self.ns.clone(),
+        };
+        let durably = |mut r: Reservation| {
+            r.finish_on = Some(self.clone());
+            r
+        };
+        match quick.claim(key, lease).await? {
+            Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => Ok(durably(r)),
             Claim::Busy { .. } | Claim::Finished(_) | Claim::Conflict(_) => {
                 Err(RailError::Replayed {
                     key: key.to_owned(),
@@ -347,6 +362,7 @@ impl ReplayGuard {
             lease: w.lease.unwrap_or_default(),
             fingerprint: w.fingerprint.clone(),
             end: w.retain.map(|d| (Instant::now(), d)),
+            finish_on: None,
         }
     }
 }
@@ -380,6 +396,9 @@ pub struct Reservation {
     /// written (this process's clock) and how long it then had to run. A rewrite in flight
     /// ([`Reservation::advance`]) keeps what is left of it.
     end: Option<(Instant, Duration)>,
+    /// The durable guard its finish is written through, when the key was reserved through a
+    /// deferred handle ([`ReplayGuard::reserve`]); `None`: through `guard`.
+    finish_on: Option<ReplayGuard>,
 }
 
 impl Reservation {
@@ -486,15 +505,24 @@ impl Reservation {
         value: Option<String>,
         retain: Option<Duration>,
     ) -> RailResult<()> {
-        self.write(&Write {
+        let w = Write {
             token: self.token,
             state: state.to_owned(),
             fingerprint: self.fingerprint.clone(),
             value,
             retain,
             lease: None,
-        })
-        .await
+        };
+        match &self.finish_on {
+            Some(durable) => {
+                if durable.replace(&self.key, self.token, &w).await? {
+                    Ok(())
+                } else {
+                    Err(self.lost())
+                }
+            }
+            None => self.write(&w).await,
+        }
     }
 
     /// Finishes the key in `state`, remembered for `retain` (`None` = for ever).

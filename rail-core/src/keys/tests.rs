@@ -211,3 +211,39 @@ async fn the_default_counter_counts_like_the_stores_own() {
     suite::counters_count_in_windows(&store, &clock, ns).await;
     suite::counters_under_contention(&store, ns).await;
 }
+
+/// A reservation (work that moves no money) is committed without an `fsync` of its own; its
+/// commit is durable and makes it durable with it. A release goes without one too.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_reservation_waits_for_its_commit_to_be_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = super::sql::SqliteKeyStore::open(&dir.path().join("records.db"))
+        .await
+        .unwrap();
+    let db = keys.db().clone();
+    let guard = ReplayGuard::new(Arc::new(keys), "offers");
+    let syncs = db.stats().syncs;
+    let r = guard.reserve("q_1", Duration::from_secs(10)).await.unwrap();
+    assert_eq!(db.stats().syncs, syncs, "the reservation has no fsync");
+    assert!(db.durable_through() < db.last_commit());
+    assert!(matches!(
+        guard.reserve("q_1", Duration::from_secs(10)).await,
+        Err(RailError::Replayed { .. })
+    ));
+    r.commit(None).await.unwrap();
+    assert!(
+        db.durable_through() >= db.last_commit(),
+        "the commit is durable"
+    );
+    assert_eq!(
+        guard.state("q_1").await.unwrap().as_deref(),
+        Some(COMMITTED)
+    );
+
+    let syncs = db.stats().syncs;
+    let r = guard.reserve("q_2", Duration::from_secs(10)).await.unwrap();
+    r.release().await.unwrap();
+    assert_eq!(db.stats().syncs, syncs, "nothing was done: no fsync");
+    assert_eq!(guard.state("q_2").await.unwrap(), None);
+}

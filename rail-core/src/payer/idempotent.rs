@@ -29,6 +29,16 @@ pub trait FindPayment: Send + Sync {
         offer: &Offer,
         mode: PaymentMode,
     ) -> RailResult<Option<Payment>>;
+
+    /// Whether paying again under the same operation id can never move money twice (the rail
+    /// answers the earlier payment, or refuses the repeat): then [`Idempotent`]'s records
+    /// guard no money, and are written through its store's deferred handle
+    /// ([`crate::KeyStore::deferred`]), which a power loss may undo; the rail answers the
+    /// repeat that follows. `false` (the default): its claim is durable before the rail is
+    /// asked. [`crate::glue::NothingToFind`] payers answer `true`.
+    fn repeat_is_safe(&self) -> bool {
+        false
+    }
 }
 
 /// A payer that pays at most once per operation id: the same `op` with the same offer returns
@@ -57,17 +67,26 @@ pub(crate) const PAYER_LEASE: std::time::Duration = std::time::Duration::from_se
 /// How long a finished payment's result is remembered for the same operation (Stripe's window).
 const PAYER_RETAIN: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
-impl<P: Rail> Idempotent<P> {
-    /// Wraps `inner`, keeping its operations in `store` under `<rail>/payer`.
+impl<P: Rail + FindPayment> Idempotent<P> {
+    /// Wraps `inner`, keeping its operations in `store` under `<rail>/payer`: durable before
+    /// the rail is asked, or, for a payer whose repeat is safe ([`FindPayment::repeat_is_safe`]),
+    /// through the store's deferred handle (no `fsync` of their own).
     pub fn new(inner: P, store: Arc<dyn KeyStore>) -> Self {
         let ns = format!("{}/payer", inner.id());
+        let store = if inner.repeat_is_safe() {
+            crate::keys::deferred(&store)
+        } else {
+            store
+        };
         Idempotent {
             inner,
             idem: Idempotency::new(store, ns).with_windows(PAYER_LEASE, PAYER_RETAIN),
             ops: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         }
     }
+}
 
+impl<P> Idempotent<P> {
     /// The wrapped payer.
     pub fn inner(&self) -> &P {
         &self.inner

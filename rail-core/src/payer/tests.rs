@@ -458,3 +458,84 @@ async fn a_spend_abandoned_mid_batch_leaves_the_others_answered() {
     }
     assert_eq!(budget.spent().await.unwrap().1, usd("8.00"));
 }
+
+/// A payer that, when asked, notes whether every commit of `db` is durable, and whose repeat is
+/// safe or not as told.
+#[cfg(feature = "sqlite")]
+struct Noting {
+    db: crate::sqlite::SqliteDb,
+    repeat_is_safe: bool,
+    durable_when_asked: std::sync::Mutex<Option<bool>>,
+}
+
+#[cfg(feature = "sqlite")]
+impl Rail for Noting {
+    fn id(&self) -> RailId {
+        RailId::new("counting")
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::pay_only(Finality::Immediate, vec![Asset::usd()])
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[async_trait]
+impl Payer for Noting {
+    async fn pay(&self, _op: &OpId, offer: &Offer) -> RailResult<Payment> {
+        let durable = self.db.durable_through() >= self.db.last_commit();
+        *self.durable_when_asked.lock().unwrap() = Some(durable);
+        Ok(payment(offer, 1))
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[async_trait]
+impl FindPayment for Noting {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        _offer: &Offer,
+        _mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        Ok(None)
+    }
+    fn repeat_is_safe(&self) -> bool {
+        self.repeat_is_safe
+    }
+}
+
+/// A payer that must look its earlier attempts up has its claim on disk before the rail is
+/// asked; one whose repeat is safe (the rail answers it) writes its records without an `fsync`
+/// of their own, and a repeat still returns the first payment.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn an_operation_is_durable_before_the_rail_unless_its_repeat_is_safe() {
+    use crate::keys::sql::SqliteKeyStore;
+    for safe in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = SqliteKeyStore::open(&dir.path().join("records.db"))
+            .await
+            .unwrap();
+        let db = keys.db().clone();
+        let p = Idempotent::new(
+            Noting {
+                db: db.clone(),
+                repeat_is_safe: safe,
+                durable_when_asked: std::sync::Mutex::new(None),
+            },
+            Arc::new(keys),
+        );
+        let (op, o) = (OpId::random(), offer("1.00"));
+        let syncs = db.stats().syncs;
+        let first = p.pay(&op, &o).await.unwrap();
+        let asked = p.inner().durable_when_asked.lock().unwrap().take();
+        assert_eq!(asked, Some(!safe), "repeat safe: {safe}");
+        assert_eq!(
+            db.stats().syncs == syncs,
+            safe,
+            "the records' own fsyncs (repeat safe: {safe})"
+        );
+        assert_eq!(p.pay(&op, &o).await.unwrap(), first);
+        assert!(p.inner().durable_when_asked.lock().unwrap().is_none());
+    }
+}
