@@ -325,7 +325,7 @@ impl ReplayGuard {
             ns: self.ns.clone(),
         };
         let durably = |mut r: Reservation| {
-            r.finish_on = Some(self.clone());
+            r.finish_on = Some(self.store.clone());
             r
         };
         match quick.claim(key, lease).await? {
@@ -396,9 +396,9 @@ pub struct Reservation {
     /// written (this process's clock) and how long it then had to run. A rewrite in flight
     /// ([`Reservation::advance`]) keeps what is left of it.
     end: Option<(Instant, Duration)>,
-    /// The durable guard its finish is written through, when the key was reserved through a
-    /// deferred handle ([`ReplayGuard::reserve`]); `None`: through `guard`.
-    finish_on: Option<ReplayGuard>,
+    /// The durable store its finish is written through, when the key was reserved through a
+    /// deferred handle ([`ReplayGuard::reserve`]); `None`: through `guard`'s.
+    finish_on: Option<Arc<dyn KeyStore>>,
 }
 
 impl Reservation {
@@ -515,6 +515,10 @@ impl Reservation {
         };
         match &self.finish_on {
             Some(durable) => {
+                let durable = ReplayGuard {
+                    store: durable.clone(),
+                    ns: self.guard.ns.clone(),
+                };
                 if durable.replace(&self.key, self.token, &w).await? {
                     Ok(())
                 } else {

@@ -161,6 +161,47 @@ async fn a_failed_write_undoes_only_itself() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_one_statement_write_without_a_savepoint_undoes_only_itself() {
+    let (_dir, db) = db().await;
+    // Writes of one statement each (`write_one`: no savepoint), many at once so they share
+    // batches; every third one inserts two rows, the second refused: SQLite backs the whole
+    // statement out, its first row too, and the batch's other writes are kept.
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let db = db.clone();
+        writes.spawn(async move {
+            let v: Option<i64> = if i % 3 == 0 { None } else { Some(2) };
+            db.write_one(i % 2 == 0, move |c| {
+                c.execute(
+                    "INSERT INTO t VALUES (?1, 1), (?2, ?3)",
+                    rusqlite::params![format!("a{i}"), format!("b{i}"), v],
+                )
+            })
+            .await
+        });
+    }
+    let out = writes.join_all().await;
+    let failed = out.iter().filter(|r| r.is_err()).count();
+    assert_eq!(failed, 100);
+    assert!(
+        out.iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| e.to_string().contains("NOT NULL")),
+        "each failure is its statement's own"
+    );
+    assert_eq!(
+        count(&db),
+        400,
+        "two rows for each of the 200 that succeeded"
+    );
+    let half: i64 = db
+        .read(|c| c.query_row("SELECT count(*) FROM t WHERE k = 'a0'", [], |r| r.get(0)))
+        .unwrap();
+    assert_eq!(half, 0, "a failed statement's first row was backed out");
+    goes_on(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_alone_in_its_batch_that_fails_or_panics_keeps_nothing() {
     let (_dir, db) = db().await;
     // One write at a time, so each is alone in its batch (no savepoint: its transaction is

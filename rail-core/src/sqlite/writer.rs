@@ -158,8 +158,15 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
     // on the batches a lightly loaded store makes.
     let alone = batch.len() == 1;
     let mut jobs = batch.drain(..);
-    while let Some(Queued { job, durable }) = jobs.next() {
-        if !alone && let Err(e) = exec(c, SAVEPOINT) {
+    while let Some(Queued {
+        job,
+        durable,
+        one_statement,
+    }) = jobs.next()
+    {
+        // One statement needs no savepoint either: SQLite backs it out by itself when it fails.
+        let bare = alone || one_statement;
+        if !bare && let Err(e) = exec(c, SAVEPOINT) {
             refuse(std::iter::once(job), &e.to_string());
             abandon_all(c, delivers, jobs, &e);
             return;
@@ -187,6 +194,18 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
             if let Some(d) = deliver {
                 delivers.push((durable, d));
             }
+            if c.is_autocommit() {
+                let e = ended_under_a_write();
+                abandon_all(c, delivers, jobs, &e);
+                return;
+            }
+            continue;
+        }
+        if one_statement {
+            if let Some(d) = deliver {
+                delivers.push((durable, d));
+            }
+            // Its failure may have ended the transaction (a full disk, an I/O error).
             if c.is_autocommit() {
                 let e = ended_under_a_write();
                 abandon_all(c, delivers, jobs, &e);

@@ -190,7 +190,22 @@ impl SqliteKeyStore {
     /// Runs one write in the writer's next batch: whether it took effect.
     async fn write(&self, op: Op) -> RailResult<bool> {
         let now = self.now();
-        self.apply(move |c| run(c, &op, now)).await
+        self.apply_one(move |c| run(c, &op, now)).await
+    }
+
+    /// [`SqliteKeyStore::apply`] for `f` that is one statement changing the file, whose
+    /// error can only be that statement's ([`SqliteDb::write_one`]: no savepoint).
+    async fn apply_one<T, F>(&self, f: F) -> RailResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (v, at) = self.db.write_one(self.deferred.is_none(), f).await?;
+        if let Some(last) = &self.deferred {
+            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+            *last = (*last).max(at);
+        }
+        Ok(v)
     }
 
     /// Runs `f` in the writer's next batch: answered once durable, or for a deferred handle
@@ -328,7 +343,7 @@ impl KeyStore for SqliteKeyStore {
     async fn purge_expired(&self) -> RailResult<u64> {
         let now = self.now();
         let n = self
-            .apply(move |c| c.prepare_cached(&STATEMENTS.purge)?.execute(params![now]))
+            .apply_one(move |c| c.prepare_cached(&STATEMENTS.purge)?.execute(params![now]))
             .await?;
         Ok(u64::try_from(n).unwrap_or(u64::MAX))
     }
