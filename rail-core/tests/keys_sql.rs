@@ -585,3 +585,68 @@ async fn a_key_store_written_by_an_earlier_release_opens_migrated_to_the_rowid_l
     drop(again);
     assert_eq!(layout().await, want, "a second open changes nothing");
 }
+
+/// A key store's connection plans its statements once, when a new store's table is small: the
+/// batch's join must still look each write's row up by its key once the table has grown (it
+/// hashed the whole table for every batch before, two thirds of the database's time in the
+/// paid bench). The batch's shape (an `UPDATE … FROM unnest(…)` on the primary key), prepared
+/// on an empty table and run on 5,000 rows, uses the primary key's index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_plan_made_on_an_empty_table_still_uses_the_key_index_when_it_grows() {
+    let Some(admin) = pg().await else { return };
+    let schema = format!("plans_{:016x}", rand::random::<u64>());
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let pool =
+        rail_core::keys::sql::postgres_pool(&test_kit::localnet::postgres_url(), Some(&schema))
+            .await
+            .unwrap();
+    let _store = PgKeyStore::new(pool.clone()).await.unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    for (name, want) in [
+        ("plan_cache_mode", "force_generic_plan"),
+        ("enable_hashjoin", "off"),
+        ("enable_mergejoin", "off"),
+    ] {
+        let got: String = sqlx::query_scalar(&format!("SHOW {name}"))
+            .fetch_one(&mut *c)
+            .await
+            .unwrap();
+        assert_eq!(got, want, "{name}");
+    }
+    sqlx::query(
+        "PREPARE cas(text[], text[], int8[]) AS UPDATE rail_keys k SET token = t.expect + 1
+        FROM unnest($1, $2, $3) AS t(ns, key, expect)
+        WHERE k.ns = t.ns AND k.key = t.key AND k.token = t.expect RETURNING k.ns",
+    )
+    .execute(&mut *c)
+    .await
+    .unwrap();
+    // Planned now, on the empty table (a generic plan, kept by the connection).
+    sqlx::query("EXECUTE cas('{ns}', '{none}', '{0}')")
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {schema}.rail_keys (ns, key, token, state, fingerprint)
+        SELECT 'ns', 'key' || i, i, 'reserved', '\\x00' FROM generate_series(1, 5000) i"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar("EXPLAIN EXECUTE cas('{ns}', '{key7}', '{7}')")
+        .fetch_all(&mut *c)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("Index Scan"), "{plan}");
+    assert!(!plan.contains("Seq Scan on rail_keys"), "{plan}");
+    drop(c);
+    pool.close().await;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
