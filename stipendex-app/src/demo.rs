@@ -738,7 +738,7 @@ pub async fn run_stage(stage: Stage, dir: &Path, confirm: bool) -> Result<ExitCo
         .filter(|p| p.extension().is_some_and(|x| x == "jws"))
         .collect();
     files.sort();
-    let verified = crate::verify::run(Some(&principal.public().to_string()), &[], &files);
+    let verified = crate::verify::run(Some(&principal.public().to_string()), &[], &files).await;
     stage.balances.teardown().await;
     let code = verified?;
     if !unexpected.is_empty() {

@@ -194,9 +194,51 @@ fn revocations(paths: &[PathBuf]) -> Result<Vec<Signed<Revocation>>, CliError> {
     Ok(out)
 }
 
-/// Verifies each file (and, with `revoked`, no Proof made after its mandate's revocation);
-/// exit 1 if any chain is broken.
-pub fn run(
+/// Verifies every chain of a wallet's store, each reported as `<store>#<chain>`: how many,
+/// and how many are broken.
+fn verify_store(
+    label: &str,
+    chains: &[(String, Vec<String>)],
+    anchor: Option<&PublicKey>,
+    revocations: &[Signed<Revocation>],
+) -> Result<(usize, usize), CliError> {
+    if chains.is_empty() {
+        return Err(msg(format!(
+            "{label} holds no chain yet (no payment journaled in it): nothing to verify"
+        )));
+    }
+    let mut broken = 0;
+    for (name, objects) in chains {
+        let lines: Vec<&str> = objects.iter().map(|o| o.trim()).collect();
+        if !report(
+            &format!("{label}#{name}"),
+            check_lines(&lines, anchor, revocations),
+            anchor.is_some(),
+        ) {
+            broken += 1;
+        }
+    }
+    Ok((chains.len(), broken))
+}
+
+/// `url` as it may be printed: without the password of its user part.
+fn without_password(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((user, host)) => {
+                let user = user.split_once(':').map_or(user, |(u, _)| u);
+                format!("{scheme}://{user}@{host}")
+            }
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Verifies each file or wallet's store (a SQLite file, or a `postgres://` URL), and, with
+/// `revoked`, that no Proof was made after its mandate's revocation; exit 1 if any chain is
+/// broken.
+pub async fn run(
     principal: Option<&str>,
     revoked: &[PathBuf],
     paths: &[PathBuf],
@@ -214,28 +256,34 @@ pub fn run(
     let mut broken = 0;
     let mut count = 0;
     for path in paths {
-        // A wallet's store (`[wallet] journal = "store"`) holds all its chains.
+        // A wallet's PostgreSQL store (`[wallet] journal = "store"`): all its chains.
+        if let Some(url) = path
+            .to_str()
+            .filter(|p| p.starts_with("postgres://") || p.starts_with("postgresql://"))
+        {
+            let label = without_password(url);
+            let chains = stipendex::wallet::PgJournal::read_chains(url)
+                .await
+                .map_err(|e| {
+                    msg(format!(
+                        "{label}: {e}: give chain files, or a wallet's store"
+                    ))
+                })?;
+            let (n, bad) = verify_store(&label, &chains, anchor.as_ref(), &revocations)?;
+            (count, broken) = (count + n, broken + bad);
+            continue;
+        }
+        // A wallet's SQLite store holds all its chains too.
         if is_sqlite(path)? {
             let chains = stipendex::wallet::SqliteJournal::read_chains(path)
                 .map_err(|e| msg(format!("{e}: give chain files, or a wallet's store")))?;
-            if chains.is_empty() {
-                return Err(msg(format!(
-                    "{} holds no chain yet (no payment journaled in it): nothing to verify",
-                    path.display()
-                )));
-            }
-            for (name, objects) in &chains {
-                count += 1;
-                let label = format!("{}#{name}", path.display());
-                let lines: Vec<&str> = objects.iter().map(|o| o.trim()).collect();
-                if !report(
-                    &label,
-                    check_lines(&lines, anchor.as_ref(), &revocations),
-                    anchor.is_some(),
-                ) {
-                    broken += 1;
-                }
-            }
+            let (n, bad) = verify_store(
+                &path.display().to_string(),
+                &chains,
+                anchor.as_ref(),
+                &revocations,
+            )?;
+            (count, broken) = (count + n, broken + bad);
             continue;
         }
         count += 1;

@@ -59,9 +59,8 @@ pub(crate) struct Args {
     /// Where the databases go (default: a temporary directory, removed).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Where `http`'s wallet keeps its journal: `default` (in its SQLite store, as
-    /// `stipendex init` configures it; in a folder beside a PostgreSQL store), `folder` or
-    /// `off`.
+    /// Where `http`'s wallet keeps its journal: `default` (in its store, SQLite or
+    /// PostgreSQL, as `stipendex init` configures it), `folder` or `off`.
     #[arg(long, value_enum, default_value_t = JournalAt::Default)]
     journal: JournalAt,
     /// Where `http` keeps the ledger and every store.
@@ -204,10 +203,10 @@ async fn http(
         stage.label,
         args.concurrency,
         args.seconds,
-        match (args.journal, pg) {
-            (JournalAt::Default, None) => "in its store",
-            (JournalAt::Default, Some(_)) | (JournalAt::Folder, _) => "in a folder",
-            (JournalAt::Off, _) => "off",
+        match args.journal {
+            JournalAt::Default => "in its store",
+            JournalAt::Folder => "in a folder",
+            JournalAt::Off => "off",
         }
     );
 

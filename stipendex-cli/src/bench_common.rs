@@ -88,8 +88,8 @@ pub(crate) async fn fixture(dir: &std::path::Path) -> Result<Fixture, CliError> 
 /// Where the bench's wallet keeps its journal (`stipendex bench --journal`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum JournalAt {
-    /// As `stipendex init` configures it: in the wallet's SQLite store; beside a PostgreSQL
-    /// store, in a folder.
+    /// As `stipendex init` configures it: in the wallet's store (its SQLite file, or its
+    /// PostgreSQL database).
     #[default]
     Default,
     /// In a folder of chain files (`journal = "chains"`), whatever the store.
@@ -147,8 +147,8 @@ pub(crate) async fn fixture_on(
     let mandate = Signed::sign(m, &principal)?;
     let kind = stage.payer.payer.id().as_str().to_owned();
     // The wallet as `stipendex fetch` runs it from `stipendex init`'s configuration: its
-    // journal on, in its store's file (`journal = "store"`); beside a PostgreSQL store, as a
-    // configuration without `journal` has it, in a folder.
+    // journal on, in its store (`journal = "store"`): its SQLite file, or its PostgreSQL
+    // database.
     let (store, journal): (
         Arc<dyn rail_core::KeyStore>,
         Arc<dyn stipendex::wallet::Journal>,
@@ -170,11 +170,11 @@ pub(crate) async fn fixture_on(
                 .map_err(|e| msg(format!("wallet store: {e}")))?;
             (
                 Arc::new(
-                    rail_core::keys::sql::PgKeyStore::new(pool)
+                    rail_core::keys::sql::PgKeyStore::new(pool.clone())
                         .await
                         .map_err(|e| msg(format!("wallet store: {e}")))?,
                 ),
-                Arc::new(stipendex::wallet::DirJournal::new(dir.join("chains"))?),
+                Arc::new(stipendex::wallet::PgJournal::new(pool).await?),
             )
         }
     };

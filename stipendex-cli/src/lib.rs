@@ -92,7 +92,7 @@ enum Command {
         #[arg(long = "revocation")]
         revocations: Vec<PathBuf>,
         /// Chain files (`<dir>/chains/*.jws` of a wallet's journal folder), or a wallet's store
-        /// (`wallet.db` of `journal = "store"`): every chain in it.
+        /// (`journal = "store"`: its `wallet.db`, or its `postgres://` URL): every chain in it.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -165,7 +165,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
                     "verify-chain needs the trust anchor: give the principal's public key with --principal-pubkey ed25519:… (or --unanchored to check the chains against themselves only, which anyone can forge)",
                 ));
             }
-            verify::run(principal.as_deref(), &revocations, &files)
+            verify::run(principal.as_deref(), &revocations, &files).await
         }
         Command::Key(KeyCommand::New { out }) => {
             let key = stipendex::envelope::SecretKey::generate();

@@ -6,9 +6,9 @@
 //! key_file = "keys/wallet.key"   # or key_env = "STIPENDEX_WALLET_KEY" (64 hex digits)
 //! mandate = "mandate.jws"        # signed by the principal (`stipendex mandate sign`)
 //! principal = "ed25519:…"        # required: the key whose mandates this wallet obeys
-//! journal = "store"              # chains in the [store]'s SQLite file (what `stipendex init`
-//!                                # writes); a folder ("chains", the default when unset), or
-//!                                # `false`: no audit trail
+//! journal = "store"              # chains in the [store]'s SQLite file or PostgreSQL database
+//!                                # (what `stipendex init` writes); a folder ("chains", the
+//!                                # default when unset), or `false`: no audit trail
 //! confirm = "refuse"             # or "terminal": ask on the terminal above the threshold
 //!
 //! [store]
@@ -27,7 +27,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use stipendex::Registry;
 use stipendex::envelope::{Mandate, PublicKey, Revocation, Signed};
-use stipendex::wallet::{Confirmer, DirJournal, Refuse, SqliteJournal, Terminal, Wallet};
+use stipendex::wallet::{
+    Confirmer, DirJournal, PgJournal, Refuse, SqliteJournal, Terminal, Wallet,
+};
 
 use crate::{CliError, files, msg};
 
@@ -42,8 +44,8 @@ enum Confirm {
     Terminal,
 }
 
-/// `[wallet] journal`: `"store"` (the `[store]`'s SQLite file), a folder, `true` (the default
-/// folder), or `false` (no audit trail).
+/// `[wallet] journal`: `"store"` (the `[store]`'s SQLite file or PostgreSQL database), a
+/// folder, `true` (the default folder), or `false` (no audit trail).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum JournalKey {
@@ -62,6 +64,8 @@ pub(crate) enum JournalAt {
     Dir(PathBuf),
     /// Tables of the store's SQLite file.
     Store(PathBuf),
+    /// Tables of the store's PostgreSQL database.
+    Postgres,
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,19 +185,12 @@ pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
         Some(_) => {}
     }
     let in_store = matches!(&w.journal, Some(JournalKey::Dir(d)) if d.as_os_str() == IN_STORE);
-    let not_sqlite = || {
+    let not_a_database = || {
         msg(format!(
-            "{}: [wallet] journal = \"store\" keeps the chains in the [store]'s SQLite file, and this [store] is not one: use url = \"sqlite://wallet.db\", or journal = \"chains\" (a folder)",
+            "{}: [wallet] journal = \"store\" keeps the chains in the [store]'s SQLite file or PostgreSQL database, and this [store] is neither: use url = \"sqlite://wallet.db\" (or a postgres:// URL), or journal = \"chains\" (a folder)",
             path.display()
         ))
     };
-    // Refused before any store is opened (a PostgreSQL store would make its tables first).
-    if in_store
-        && let Some((Some(u), false)) = &store_url
-        && !u.starts_with("sqlite://")
-    {
-        return Err(not_sqlite());
-    }
     let registry = Registry::from_file(path).await?;
     let store: Arc<dyn rail_core::KeyStore> = registry.store().cloned().ok_or_else(|| {
         msg(format!(
@@ -210,8 +207,11 @@ pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
         Some(JournalKey::On(false)) => None,
         Some(JournalKey::Dir(_)) if in_store => {
             // `url_env` is known only now.
-            let file = registry.store_file().ok_or_else(not_sqlite)?;
-            Some(JournalAt::Store(file.to_path_buf()))
+            match (registry.store_file(), registry.store_pool()) {
+                (Some(file), _) => Some(JournalAt::Store(file.to_path_buf())),
+                (None, Some(_)) => Some(JournalAt::Postgres),
+                (None, None) => return Err(not_a_database()),
+            }
         }
         Some(JournalKey::Dir(d)) => Some(JournalAt::Dir(at(&d))),
     };
@@ -223,6 +223,10 @@ pub(crate) async fn load(path: &Path) -> Result<Loaded, CliError> {
     match &journal {
         Some(JournalAt::Dir(d)) => b = b.journal(Arc::new(DirJournal::new(d)?)),
         Some(JournalAt::Store(f)) => b = b.journal(Arc::new(SqliteJournal::open(f).await?)),
+        Some(JournalAt::Postgres) => {
+            let pool = registry.store_pool().cloned().ok_or_else(not_a_database)?;
+            b = b.journal(Arc::new(PgJournal::new(pool).await?));
+        }
         None => {}
     }
     let wallet = b.build()?;

@@ -93,6 +93,8 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
     // The same chains kept in a wallet's store (`journal = "store"`): verify-chain reads
     // every chain in the file, and names a tampered one by the file and the chain.
     store_journal_verifies_and_names_a_tampered_chain(&tmp.path().join("wallet.db"), &files);
+    // And in a wallet's PostgreSQL store, given by its URL.
+    pg_journal_verifies_and_names_a_tampered_chain(&files);
 
     // A flipped byte in a proof's signature: exit 1, the proof named as the broken link.
     let victim = &files[0];
@@ -123,6 +125,100 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
         "{t}"
     );
     assert!(t.contains("stipendex: 1 of 1 chains are broken"), "{t}");
+}
+
+/// Copies the chain `files` into a wallet's PostgreSQL store (a fresh schema), verifies it by
+/// the store's URL, then flips a byte of one proof in it; the password is never printed.
+fn pg_journal_verifies_and_names_a_tampered_chain(files: &[String]) {
+    use stipendex::wallet::{Journal as _, PgJournal, Then};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let base = test_kit::localnet::postgres_url();
+    let schema = format!("chains_{:016x}", rand::random::<u64>());
+    let admin = match rt.block_on(async {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            rail_core::keys::sql::postgres_pool(&base, None),
+        )
+        .await
+    }) {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return test_kit::localnet::missing("PostgreSQL", &e.to_string()),
+        Err(_) => return test_kit::localnet::missing("PostgreSQL", "connection timed out"),
+    };
+    let url = format!("{base}?options=-c%20search_path%3D{schema}");
+    // No journal in the schema yet: a sentence, not an empty success.
+    rt.block_on(sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin))
+        .unwrap();
+    let out = stipendex(&["verify-chain", "--unanchored", &url]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("no wallet journal"), "{t}");
+    rt.block_on(async {
+        let pool = rail_core::keys::sql::postgres_pool(&base, Some(&schema))
+            .await
+            .unwrap();
+        let j = PgJournal::new(pool).await.unwrap();
+        for f in files {
+            let name = Path::new(f)
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(f).unwrap();
+            let objects: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            j.record_then(&name, &objects, Then::Keep).await.unwrap();
+        }
+    });
+    let out = stipendex(&["verify-chain", "--unanchored", &url]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert_eq!(t.matches("ok (unanchored)").count(), files.len(), "{t}");
+    assert!(
+        t.contains(&format!("{url}#")),
+        "each chain named in its store: {t}"
+    );
+
+    // A proof's signature altered in the database, as someone with write access would.
+    let table = format!("{schema}.stipendex_chain");
+    let rows: Vec<(i64, String)> = rt
+        .block_on(
+            sqlx::query_as(&format!("SELECT seq, jws FROM {table} ORDER BY seq")).fetch_all(&admin),
+        )
+        .unwrap();
+    let (seq, jws) = rows
+        .into_iter()
+        .find(|(_, j)| base64_decode(j.split('.').nth(1).unwrap()).contains("\"proof/0.1\""))
+        .expect("a proof in the store");
+    let mut bytes = jws.into_bytes();
+    let n = bytes.len() - 4;
+    bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
+    rt.block_on(
+        sqlx::query(&format!("UPDATE {table} SET jws = $1 WHERE seq = $2"))
+            .bind(String::from_utf8(bytes).unwrap())
+            .bind(seq)
+            .execute(&admin),
+    )
+    .unwrap();
+    let out = stipendex(&["verify-chain", "--unanchored", &url]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("BROKEN") && t.contains("broken chain at the proof"),
+        "{t}"
+    );
+    // A URL with a password: verified under the URL without it.
+    if let Some((scheme, rest)) = base.split_once("://")
+        && let Some((user, host)) = rest.split_once('@')
+        && !user.contains(':')
+    {
+        let secret = format!(
+            "{scheme}://{user}:not-the-password@{host}?options=-c%20search_path%3D{schema}"
+        );
+        let out = stipendex(&["verify-chain", "--unanchored", &secret]);
+        assert!(!text(&out).contains("not-the-password"), "{}", text(&out));
+    }
+    rt.block_on(sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin))
+        .unwrap();
 }
 
 /// Copies the chain `files` into a wallet's store, verifies it whole, then flips a byte of one

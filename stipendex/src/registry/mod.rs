@@ -269,6 +269,8 @@ pub struct Registry {
     rails: BTreeMap<String, Entry>,
     store: Option<Arc<dyn KeyStore>>,
     store_file: Option<PathBuf>,
+    #[cfg(feature = "postgres")]
+    store_pool: Option<sqlx::PgPool>,
 }
 
 impl Registry {
@@ -341,7 +343,8 @@ impl Registry {
         for (name, table) in &file.rails {
             kinds.push(kind_of(name, table)?);
         }
-        let (store, store_file) = open_store(file.store.as_ref(), env, base).await?;
+        let opened = open_store(file.store.as_ref(), env, base).await?;
+        let store = opened.store;
         let mut rails = BTreeMap::new();
         for ((name, table), kind) in file.rails.iter().zip(kinds) {
             let ctx = Ctx {
@@ -379,7 +382,9 @@ impl Registry {
         Ok(Registry {
             rails,
             store,
-            store_file,
+            store_file: opened.file,
+            #[cfg(feature = "postgres")]
+            store_pool: opened.pool,
         })
     }
 
@@ -395,6 +400,15 @@ impl Registry {
     /// can live in it and share its commits.
     pub fn store_file(&self) -> Option<&Path> {
         self.store_file.as_deref()
+    }
+
+    /// The connection pool of the `[store]` when it is a PostgreSQL one: other tables of the
+    /// process's own (a wallet's journal, [`crate::wallet::PgJournal`]) can live in its
+    /// database.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn store_pool(&self) -> Option<&sqlx::PgPool> {
+        self.store_pool.as_ref()
     }
 
     /// Every configured rail, by name.
@@ -664,13 +678,22 @@ fn dependencies_of_rail(
 
 /// The `[store]`, if the file has one (a receiver whose rail verifies at a facilitator needs
 /// none), and its file when it is a SQLite one.
+/// The `[store]` as it was opened: the key store, and where its other tables may live.
+#[derive(Default)]
+struct OpenedStore {
+    store: Option<Arc<dyn KeyStore>>,
+    file: Option<PathBuf>,
+    #[cfg(feature = "postgres")]
+    pool: Option<sqlx::PgPool>,
+}
+
 async fn open_store(
     section: Option<&config::StoreSection>,
     env: &dyn Env,
     base: Option<&Path>,
-) -> Result<(Option<Arc<dyn KeyStore>>, Option<PathBuf>), Error> {
+) -> Result<OpenedStore, Error> {
     let Some(section) = section else {
-        return Ok((None, None));
+        return Ok(OpenedStore::default());
     };
     let url = config::located(
         config::url(env, "store", section.url.as_ref(), section.url_env.as_ref())?,
@@ -680,17 +703,37 @@ async fn open_store(
     if let Some(driver) = store.feature().filter(|_| !store.compiled()) {
         return Err(config::driver_missing("store", driver));
     }
+    let failed = |source| Error::Rail {
+        name: "store".into(),
+        source,
+    };
+    // PostgreSQL: the key store on a pool the registry keeps, for the process's other tables.
+    #[cfg(feature = "postgres")]
+    if let rail_core::keys::StoreUrl::Postgres(url) = store {
+        let pool = rail_core::keys::sql::postgres_pool(url, None)
+            .await
+            .map_err(failed)?;
+        let keys = rail_core::keys::sql::PgKeyStore::new(pool.clone())
+            .await
+            .map_err(failed)?;
+        return Ok(OpenedStore {
+            store: Some(Arc::new(keys)),
+            file: None,
+            pool: Some(pool),
+        });
+    }
     let file = match store {
         rail_core::keys::StoreUrl::Sqlite(p) => Some(p.to_path_buf()),
         _ => None,
     };
     rail_core::keys::open_at(store, None)
         .await
-        .map(|s| (Some(s), file))
-        .map_err(|source| Error::Rail {
-            name: "store".into(),
-            source,
+        .map(|s| OpenedStore {
+            store: Some(s),
+            file,
+            ..OpenedStore::default()
         })
+        .map_err(failed)
 }
 
 #[cfg(test)]

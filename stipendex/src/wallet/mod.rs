@@ -57,6 +57,8 @@ pub use confirm::{
     printable,
 };
 pub use demand::{Demand, Reply, Settlement, VoucherReply};
+#[cfg(feature = "postgres")]
+pub use journal::PgJournal;
 #[cfg(feature = "sqlite")]
 pub use journal::SqliteJournal;
 pub use journal::{DirJournal, Journal, MemoryJournal, NoJournal, Pending, Then, chain_name};

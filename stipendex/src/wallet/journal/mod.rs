@@ -13,10 +13,14 @@ use crate::envelope::{Mandate, Resource, Signed};
 
 mod dir;
 mod holders;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use dir::DirJournal;
+#[cfg(feature = "postgres")]
+pub use postgres::PgJournal;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteJournal;
 
