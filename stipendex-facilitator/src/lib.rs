@@ -39,7 +39,7 @@ use std::time::Duration;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use http::router;
-pub use service::{Facilitator, NewAccount, open, payment_id, treasury_id};
+pub use service::{Authenticated, Facilitator, NewAccount, open, payment_id, treasury_id};
 
 /// How often an instance sweeps expired nonces, redeemed offers, lapsed holds and reviews
 /// undecided when their offer ended.

@@ -75,11 +75,14 @@ pub(super) async fn signed(State(app): State<App>, req: Request, next: Next) -> 
         }
         Err(e) => Err(e),
     };
-    let caller = match checked {
-        Ok(id) => Caller {
-            id,
-            idempotency_key: idempotency_key.map(str::to_owned),
-        },
+    let (caller, authenticated) = match checked {
+        Ok(a) => (
+            Caller {
+                id: a.id,
+                idempotency_key: idempotency_key.map(str::to_owned),
+            },
+            a,
+        ),
         Err(e) => {
             tracing::debug!(code = e.code(), "request signature refused");
             return Refusal(Box::new(WireError::from_auth(&e))).into_response();
@@ -88,6 +91,19 @@ pub(super) async fn signed(State(app): State<App>, req: Request, next: Next) -> 
     let mut req = Request::from_parts(parts, Body::from(bytes));
     req.extensions_mut().insert(caller.clone());
     let mut resp = next.run(req).await;
+    // Answered only once its nonce is durable (free after the request's own durable write).
+    if let Err(e) = authenticated.durable().await {
+        tracing::warn!(error = %e, "a request's nonce could not be made durable");
+        let mut r = Refusal(Box::new(WireError::new(
+            "unavailable",
+            format!("the service cannot record the request durably ({e}); try again with a new nonce and the same Idempotency-Key"),
+            true,
+        )))
+        .into_response();
+        *r.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        r.extensions_mut().insert(caller);
+        return r;
+    }
     resp.extensions_mut().insert(caller);
     resp
 }

@@ -1,11 +1,13 @@
 //! Accounts: registration and funding (operator's side), who signs a request (every request),
 //! and an account's own view of itself.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use rail_account::api::AccountView;
 use rail_account::auth::{self, RequestParts, SignedRequest};
 use rail_account::{AccountPublicKey, AuthError};
+use rail_core::KeyStore;
 use rail_core::keys::Write;
 use rail_core::{Asset, Money, OpId, RailError, RailResult};
 use rail_ledger::{
@@ -42,6 +44,28 @@ pub fn treasury_id(asset: &Asset) -> AccountId {
     let mut b = [0u8; 16];
     b.copy_from_slice(h.get(..16).unwrap_or(&[0; 16]));
     AccountId((u128::from_be_bytes(b) | 1) & !rail_ledger::RESERVED_BIT)
+}
+
+/// A request whose signature and nonce were checked ([`Facilitator::authenticate`]).
+#[derive(Debug)]
+pub struct Authenticated {
+    /// The account that signed it.
+    pub id: AccountId,
+    /// The handle its nonce was written through.
+    nonces: Arc<dyn KeyStore>,
+}
+
+impl Authenticated {
+    /// Makes the request's nonce durable (free when a durable write of the same file came
+    /// after it): before the request is answered, so that a replay after a power loss is
+    /// still refused.
+    ///
+    /// # Errors
+    /// [`RailError::Storage`] when the store cannot make it durable: answer that the service
+    /// is unavailable.
+    pub async fn durable(&self) -> RailResult<()> {
+        self.nonces.sync().await
+    }
 }
 
 impl Facilitator {
@@ -170,13 +194,20 @@ impl Facilitator {
     /// Who signed this request: its time within the window, its signature under the
     /// account's key, then its nonce never seen before (recorded for every instance).
     ///
+    /// The nonce is written through the key store's deferred handle (committed: every
+    /// instance refuses it at once; not yet `fsync`ed): answer the request only once
+    /// [`Authenticated::durable`] has returned. The request's own durable write in the same
+    /// file (a payment's transfer: the ledger and the key store share one file and one writer)
+    /// comes after the nonce and makes it durable with it, so a paying request costs one
+    /// `fsync`, not two; a request that writes nothing durable pays for the nonce's.
+    ///
     /// # Errors
     /// An [`AuthError`]; nothing is done for the request.
     pub async fn authenticate(
         &self,
         signed: &SignedRequest,
         parts: &RequestParts<'_>,
-    ) -> Result<AccountId, AuthError> {
+    ) -> Result<Authenticated, AuthError> {
         let id: AccountId = signed
             .account
             .parse()
@@ -198,8 +229,9 @@ impl Facilitator {
             Some(self.config.window.saturating_mul(3)),
         );
         w.fingerprint = Vec::new();
-        match self.keys.insert_if_absent(NS_NONCES, &key, &w).await {
-            Ok(None) => Ok(id),
+        let nonces = rail_core::keys::deferred(&self.keys);
+        match nonces.insert_if_absent(NS_NONCES, &key, &w).await {
+            Ok(None) => Ok(Authenticated { id, nonces }),
             Ok(Some(_)) => Err(AuthError::Replayed(signed.nonce.clone())),
             Err(e) => Err(AuthError::Unavailable(format!("nonce: {e}"))),
         }
@@ -332,8 +364,51 @@ mod tests {
         }
         let ok = signed(&real.id, &key, ts);
         assert_eq!(
-            fac.authenticate(&ok, &parts()).await.unwrap().to_string(),
+            fac.authenticate(&ok, &parts())
+                .await
+                .unwrap()
+                .id
+                .to_string(),
             real.id
         );
+    }
+
+    /// A request's nonce is committed at once (a replay is refused) and durable only once the
+    /// request is answered ([`Authenticated::durable`]), or with the next durable write of the
+    /// file it shares with the ledger.
+    #[tokio::test]
+    async fn a_nonce_is_refused_again_at_once_and_durable_before_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::starting_now();
+        let fac = crate::open(
+            &format!("sqlite://{}/fac.db", dir.path().display()),
+            None,
+            Config::new(NETWORK),
+            Some(Arc::new(clock.clone())),
+        )
+        .await
+        .unwrap();
+        let key = AccountKey::generate();
+        let real = fac
+            .create_account(NewAccount {
+                id: None,
+                key: key.public(),
+                asset: Asset::usd(),
+                review_above: None,
+                label: "honest".into(),
+            })
+            .await
+            .unwrap();
+        let db = rail_core::sqlite::SqliteDb::open_here(&dir.path().join("fac.db")).unwrap();
+        let ok = signed(&real.id, &key, clock.now().0);
+        let a = fac.authenticate(&ok, &parts()).await.unwrap();
+        assert!(
+            db.durable_through() < db.last_commit(),
+            "no fsync of its own yet"
+        );
+        let again = fac.authenticate(&ok, &parts()).await.unwrap_err();
+        assert_eq!(again.code(), "replayed_request", "{again}");
+        a.durable().await.unwrap();
+        assert!(db.durable_through() >= db.last_commit());
     }
 }

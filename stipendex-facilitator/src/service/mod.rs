@@ -27,7 +27,7 @@ use rail_ledger::{AccountId, Ledger};
 use crate::config::Config;
 use crate::store::Pool;
 
-pub use accounts::{NewAccount, treasury_id};
+pub use accounts::{Authenticated, NewAccount, treasury_id};
 pub use open::open;
 pub use pay::payment_id;
 
