@@ -221,18 +221,17 @@ fn verify_store(
     Ok((chains.len(), broken))
 }
 
-/// `url` as it may be printed: without the password of its user part.
+/// `url` as it may be printed: its scheme, host (and port) and database only. The user part
+/// (up to its last `@`, as the URL is read when connecting) and the query (where `password=`
+/// may be) are left out.
 fn without_password(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((user, host)) => {
-                let user = user.split_once(':').map_or(user, |(u, _)| u);
-                format!("{scheme}://{user}@{host}")
-            }
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "the PostgreSQL store".to_owned();
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    // Whatever comes before the last `@` may be a user part: never printed.
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
+    format!("{scheme}://{rest}")
 }
 
 /// Verifies each file or wallet's store (a SQLite file, or a `postgres://` URL), and, with
@@ -313,4 +312,29 @@ pub async fn run(
         )));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn a_store_url_is_printed_without_its_user_part_or_query() {
+        for (url, shown) in [
+            (
+                "postgres://u:secret@db.example:5432/w",
+                "postgres://db.example:5432/w",
+            ),
+            ("postgres://u:p@ss@h/db", "postgres://h/db"),
+            ("postgres://u:p/w@h/db", "postgres://h/db"),
+            (
+                "postgres://h/db?password=secret&sslmode=require",
+                "postgres://h/db",
+            ),
+            ("postgresql://h/db#frag", "postgresql://h/db"),
+            ("not a url", "the PostgreSQL store"),
+        ] {
+            assert_eq!(without_password(url), shown, "{url}");
+        }
+    }
 }

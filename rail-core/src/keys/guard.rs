@@ -310,32 +310,40 @@ impl ReplayGuard {
     /// a lapsed reservation is taken over, since redoing such work is harmless. Work that moves
     /// money uses [`ReplayGuard::claim`] and recovers first.
     ///
-    /// The reservation is written through the store's deferred handle
-    /// ([`KeyStore::deferred`]: committed, every process sees it, not yet `fsync`ed); the
-    /// [`Reservation::finish`] (or [`Reservation::commit`]) that ends it is durable and, in the
-    /// same file, makes the reservation durable with it. A power loss before that finish loses
-    /// at most a reservation under which nothing was done. Its release and renewals go
-    /// through the deferred handle too.
-    ///
     /// # Errors
     /// [`RailError::Replayed`] if the key is held or used.
     pub async fn reserve(&self, key: &str, lease: Duration) -> RailResult<Reservation> {
-        let quick = ReplayGuard {
-            store: super::store::deferred(&self.store),
-            ns: self.ns.clone(),
-        };
-        let durably = |mut r: Reservation| {
-            r.finish_on = Some(self.store.clone());
-            r
-        };
-        match quick.claim(key, lease).await? {
-            Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => Ok(durably(r)),
+        match self.claim(key, lease).await? {
+            Claim::Fresh(r) | Claim::Recover { reservation: r, .. } => Ok(r),
             Claim::Busy { .. } | Claim::Finished(_) | Claim::Conflict(_) => {
                 Err(RailError::Replayed {
                     key: key.to_owned(),
                 })
             }
         }
+    }
+
+    /// [`ReplayGuard::reserve`] for a check whose outcome is recorded only by the
+    /// reservation's [`Reservation::finish`] (or [`Reservation::commit`]), nothing acting on it
+    /// before: a receiver's single-use mark on an offer it verifies by reading its rail.
+    ///
+    /// The reservation is written through the store's deferred handle
+    /// ([`KeyStore::deferred`]: committed, every process sees it, not yet `fsync`ed); the
+    /// finish is durable and, in the same file, makes the reservation durable with it. A power
+    /// loss before the finish loses at most a reservation under which nothing was done. Its
+    /// release, renewals and [`Reservation::advance`] go through the deferred handle too: do
+    /// not record progress with it that must survive a power loss.
+    ///
+    /// # Errors
+    /// [`RailError::Replayed`] if the key is held or used.
+    pub async fn reserve_for_check(&self, key: &str, lease: Duration) -> RailResult<Reservation> {
+        let quick = ReplayGuard {
+            store: super::store::deferred(&self.store),
+            ns: self.ns.clone(),
+        };
+        let mut r = quick.reserve(key, lease).await?;
+        r.finish_on = Some(self.store.clone());
+        Ok(r)
     }
 
     /// The state of `key` (`reserved`, `committed`, …) if it is present.
@@ -397,7 +405,7 @@ pub struct Reservation {
     /// ([`Reservation::advance`]) keeps what is left of it.
     end: Option<(Instant, Duration)>,
     /// The durable store its finish is written through, when the key was reserved through a
-    /// deferred handle ([`ReplayGuard::reserve`]); `None`: through `guard`'s.
+    /// deferred handle ([`ReplayGuard::reserve_for_check`]); `None`: through `guard`'s.
     finish_on: Option<Arc<dyn KeyStore>>,
 }
 

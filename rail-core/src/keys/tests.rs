@@ -212,8 +212,9 @@ async fn the_default_counter_counts_like_the_stores_own() {
     suite::counters_under_contention(&store, ns).await;
 }
 
-/// A reservation (work that moves no money) is committed without an `fsync` of its own; its
-/// commit is durable and makes it durable with it. A release goes without one too.
+/// A reservation for a check (`reserve_for_check`) is committed without an `fsync` of its own;
+/// its commit is durable and makes it durable with it. A release goes without one too. A plain
+/// reservation is durable at once.
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn a_reservation_waits_for_its_commit_to_be_durable() {
@@ -223,8 +224,17 @@ async fn a_reservation_waits_for_its_commit_to_be_durable() {
         .unwrap();
     let db = keys.db().clone();
     let guard = ReplayGuard::new(Arc::new(keys), "offers");
+    // A plain reservation (the served-once mark, which records settlement progress) is
+    // durable at once.
     let syncs = db.stats().syncs;
-    let r = guard.reserve("q_1", Duration::from_secs(10)).await.unwrap();
+    let plain = guard.reserve("q_0", Duration::from_secs(10)).await.unwrap();
+    assert!(db.stats().syncs > syncs, "a plain reservation is durable");
+    plain.release().await.unwrap();
+    let syncs = db.stats().syncs;
+    let r = guard
+        .reserve_for_check("q_1", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(db.stats().syncs, syncs, "the reservation has no fsync");
     assert!(db.durable_through() < db.last_commit());
     assert!(matches!(
@@ -242,7 +252,10 @@ async fn a_reservation_waits_for_its_commit_to_be_durable() {
     );
 
     let syncs = db.stats().syncs;
-    let r = guard.reserve("q_2", Duration::from_secs(10)).await.unwrap();
+    let r = guard
+        .reserve_for_check("q_2", Duration::from_secs(10))
+        .await
+        .unwrap();
     r.release().await.unwrap();
     assert_eq!(db.stats().syncs, syncs, "nothing was done: no fsync");
     assert_eq!(guard.state("q_2").await.unwrap(), None);

@@ -214,7 +214,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Opens a connection to `path` with the store's settings: `pragmas` first, then WAL,
 /// `synchronous = NORMAL` (a commit does not wait for the disk: the writer `fsync`s the WAL
-/// for a durable write), temporary files in memory, foreign keys on, the busy timeout.
+/// for a durable write), foreign keys on, the busy timeout.
 fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection> {
     let c = Connection::open_with_flags(
         path,
@@ -243,12 +243,6 @@ fn connect(path: &Path, pragmas: &[(&str, &str)]) -> rusqlite::Result<Connection
         .any(|(name, _)| *name == "wal_autocheckpoint")
     {
         c.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT)?;
-    }
-    // A batch's savepoint journal in memory: past 64 KiB SQLite spills it to a temporary
-    // file, and a batch of a few dozen writes made it spill (a file opened, written and
-    // deleted per batch, for copies that are never read unless a write fails).
-    if !pragmas.iter().any(|(name, _)| *name == "temp_store") {
-        c.pragma_update(None, "temp_store", "MEMORY")?;
     }
     c.pragma_update(None, "foreign_keys", "ON")?;
     c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);

@@ -202,6 +202,44 @@ async fn a_failed_one_statement_write_without_a_savepoint_undoes_only_itself() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_statement_write_that_panics_after_its_statement_keeps_nothing() {
+    let (_dir, db) = db().await;
+    // One statement each, many at once (shared batches); one panics after its statement
+    // ran. Its row is never kept, and every write answered Ok is.
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let db = db.clone();
+        writes.spawn(async move {
+            let out = db
+                .write_one(true, move |c| {
+                    let n = c.execute("INSERT INTO t VALUES (?1, 1)", [format!("k{i}")])?;
+                    assert!(i != 100, "a bug after the statement");
+                    Ok(n)
+                })
+                .await;
+            (i, out.is_ok())
+        });
+    }
+    let out = writes.join_all().await;
+    let kept = |k: String| -> bool {
+        db.read(|c| {
+            c.query_row("SELECT count(*) FROM t WHERE k = ?1", [k], |r| {
+                r.get::<_, i64>(0)
+            })
+        })
+        .unwrap()
+            == 1
+    };
+    assert!(!kept("k100".into()), "the panicking write's row was kept");
+    for (i, ok) in out {
+        if ok {
+            assert!(kept(format!("k{i}")), "write {i} was answered Ok and lost");
+        }
+    }
+    goes_on(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_alone_in_its_batch_that_fails_or_panics_keeps_nothing() {
     let (_dir, db) = db().await;
     // One write at a time, so each is alone in its batch (no savepoint: its transaction is

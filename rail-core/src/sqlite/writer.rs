@@ -171,8 +171,9 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
             abandon_all(c, delivers, jobs, &e);
             return;
         }
-        // A write that panics is a failed write: its savepoint is rolled back, its caller
-        // answered (its answer channel dropped), and the writer goes on.
+        // A write that panics is a failed write: its savepoint is rolled back (a write of one
+        // statement has none: its batch is), its caller answered (its answer channel
+        // dropped), and the writer goes on.
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(c))));
         let (ok, deliver) = match ran {
             Ok((ok, deliver)) => (ok, Some(deliver)),
@@ -202,9 +203,14 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
             continue;
         }
         if one_statement {
-            if let Some(d) = deliver {
-                delivers.push((durable, d));
-            }
+            let Some(d) = deliver else {
+                // It panicked, maybe after its statement ran: without a savepoint of its own
+                // that cannot be undone alone, so the batch is.
+                let e = panicked_without_a_savepoint();
+                abandon_all(c, delivers, jobs, &e);
+                return;
+            };
+            delivers.push((durable, d));
             // Its failure may have ended the transaction (a full disk, an I/O error).
             if c.is_autocommit() {
                 let e = ended_under_a_write();
@@ -269,6 +275,14 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
             }
         }
     }
+}
+
+/// The error of a batch one of whose writes without a savepoint panicked.
+fn panicked_without_a_savepoint() -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+        Some("a write of the batch panicked and the batch was undone".into()),
+    )
 }
 
 /// The error of a batch whose transaction SQLite ended under one of its writes.

@@ -121,7 +121,20 @@ impl Payer for AvmPayer {
 }
 
 /// Nothing to look up: the idempotency wrapper records each payment before handing it out.
-impl glue::NothingToFind for AvmPayer {}
+/// Its repeat is **not** safe: every `pay` signs a new transaction (a new id), and the
+/// receiver's single-use check is by transaction, so the wrapper's claim must be durable before
+/// the transaction is signed ([`rail_core::payer::FindPayment::repeat_is_safe`] is `false`).
+#[async_trait]
+impl rail_core::payer::FindPayment for AvmPayer {
+    async fn find_payment(
+        &self,
+        _op: &OpId,
+        _offer: &Offer,
+        _mode: PaymentMode,
+    ) -> RailResult<Option<Payment>> {
+        Ok(None)
+    }
+}
 
 /// The receiving side of the rail: offers priced in the scheme's asset, verified and settled by
 /// its facilitator, each payment served once (see the module docs).

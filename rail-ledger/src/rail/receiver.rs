@@ -281,7 +281,9 @@ impl LedgerReceiver {
         // Cheap, side-effect-free checks first; then reserve the offer, check the ledger, commit.
         payment.check_envelope(offer)?;
         let _: LedgerProof = payment.proof_as()?;
-        let reservation = match self.guard.reserve(&offer.id, VERIFY_LEASE).await {
+        // The mark's reservation needs no fsync of its own: its durable commit (or its
+        // release) ends it, and nothing acts on the check before.
+        let reservation = match self.guard.reserve_for_check(&offer.id, VERIFY_LEASE).await {
             Ok(r) => r,
             Err(RailError::Replayed { key }) => {
                 // Consumed: by this very operation (its answer again), or by another (a replay).

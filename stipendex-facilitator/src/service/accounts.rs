@@ -46,8 +46,10 @@ pub fn treasury_id(asset: &Asset) -> AccountId {
     AccountId((u128::from_be_bytes(b) | 1) & !rail_ledger::RESERVED_BIT)
 }
 
-/// A request whose signature and nonce were checked ([`Facilitator::authenticate`]).
+/// A request whose signature and nonce were checked ([`Facilitator::authenticate`]). Answer
+/// the request only after [`Authenticated::durable`].
 #[derive(Debug)]
+#[must_use = "answer the request only after Authenticated::durable"]
 pub struct Authenticated {
     /// The account that signed it.
     pub id: AccountId,

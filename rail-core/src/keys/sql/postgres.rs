@@ -52,16 +52,20 @@ pub fn tuned(
     opts: sqlx::postgres::PgConnectOptions,
     url: &str,
 ) -> sqlx::postgres::PgConnectOptions {
-    // A plan cache mode the URL or PGOPTIONS set is theirs (ours would come after it and win).
-    let theirs = url.contains("plan_cache_mode") || std::env::var_os("PGOPTIONS").is_some();
-    let opts = if theirs {
+    // A setting the URL or PGOPTIONS names is theirs (ours would come after it and win).
+    let pgoptions = std::env::var("PGOPTIONS").unwrap_or_default();
+    let ours: Vec<(&str, &str)> = [
+        ("plan_cache_mode", "force_generic_plan"),
+        ("enable_hashjoin", "off"),
+        ("enable_mergejoin", "off"),
+    ]
+    .into_iter()
+    .filter(|(name, _)| !url.contains(name) && !pgoptions.contains(name))
+    .collect();
+    let opts = if ours.is_empty() {
         opts
     } else {
-        opts.options([
-            ("plan_cache_mode", "force_generic_plan"),
-            ("enable_hashjoin", "off"),
-            ("enable_mergejoin", "off"),
-        ])
+        opts.options(ours)
     };
     plain_on_this_host(opts, url)
 }
