@@ -276,6 +276,24 @@ impl PendingMap {
     }
 }
 
+/// Rows of `(chain, object)` in the order recorded, grouped by chain: `(name, objects in
+/// order)`, chains in first-recorded order (what `stipendex verify-chain` reads of a store).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn by_chain(rows: impl IntoIterator<Item = (String, String)>) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (chain, jws) in rows {
+        let i = *at.entry(chain.clone()).or_insert_with(|| {
+            out.push((chain, Vec::new()));
+            out.len() - 1
+        });
+        if let Some((_, objects)) = out.get_mut(i) {
+            objects.push(jws);
+        }
+    }
+    out
+}
+
 /// The name of the chain of `quote_id` from `receiver`: ids are unique per issuer only, so the
 /// receiver is part of the name (`q_…-<8 hex of the receiver>`).
 #[must_use]

@@ -35,37 +35,37 @@ const SCHEMA: [&str; 5] = [
 ];
 
 /// The objects of a step, in order (`$1` the chain, `$2` their digests, `$3` the objects): a
-/// chain keeps one copy of each, in its first place.
-const OBJECTS: &str = "INSERT INTO stipendex_chain (chain, digest, jws)
-    SELECT $1, o.digest, o.jws
-    FROM unnest($2::bytea[], $3::text[]) WITH ORDINALITY AS o (digest, jws, n)
-    ORDER BY o.n
-    ON CONFLICT (chain, digest) DO NOTHING";
+/// chain keeps one copy of each, in its first place. A macro, so that each statement below is
+/// one literal.
+macro_rules! objects {
+    () => {
+        "INSERT INTO stipendex_chain (chain, digest, jws)
+        SELECT $1, o.digest, o.jws
+        FROM unnest($2::bytea[], $3::text[]) WITH ORDINALITY AS o (digest, jws, n)
+        ORDER BY o.n
+        ON CONFLICT (chain, digest) DO NOTHING"
+    };
+}
 
 /// Keep: the objects alone.
-const KEEP: &str = OBJECTS;
+const KEEP: &str = objects!();
 
 /// Pending: the objects, then the chain's pending payment (`$4`…`$8`).
-const PENDING: &str = "WITH objects AS (
-    INSERT INTO stipendex_chain (chain, digest, jws)
-    SELECT $1, o.digest, o.jws
-    FROM unnest($2::bytea[], $3::text[]) WITH ORDINALITY AS o (digest, jws, n)
-    ORDER BY o.n
-    ON CONFLICT (chain, digest) DO NOTHING)
-    INSERT INTO stipendex_pending (chain, since, body, resource, request, proof)
+const PENDING: &str = concat!(
+    "WITH objects AS (",
+    objects!(),
+    ") INSERT INTO stipendex_pending (chain, since, body, resource, request, proof)
     VALUES ($1, $4, $5, $6, $7, $8)
     ON CONFLICT (chain) DO UPDATE SET since = EXCLUDED.since, body = EXCLUDED.body,
-        resource = EXCLUDED.resource, request = EXCLUDED.request, proof = EXCLUDED.proof";
+        resource = EXCLUDED.resource, request = EXCLUDED.request, proof = EXCLUDED.proof"
+);
 
 /// End (`$4` NULL) or end if it holds the Proof `$4`: the objects, then the pending payment.
-const END: &str = "WITH objects AS (
-    INSERT INTO stipendex_chain (chain, digest, jws)
-    SELECT $1, o.digest, o.jws
-    FROM unnest($2::bytea[], $3::text[]) WITH ORDINALITY AS o (digest, jws, n)
-    ORDER BY o.n
-    ON CONFLICT (chain, digest) DO NOTHING)
-    DELETE FROM stipendex_pending
-    WHERE chain = $1 AND ($4::text IS NULL OR proof = $4)";
+const END: &str = concat!(
+    "WITH objects AS (",
+    objects!(),
+    ") DELETE FROM stipendex_pending WHERE chain = $1 AND ($4::text IS NULL OR proof = $4)"
+);
 
 /// The pending payments of one resource, less those recorded for another request of it.
 const PENDING_FOR_REQUEST: &str = "SELECT body FROM stipendex_pending
@@ -165,18 +165,7 @@ impl PgJournal {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(storage)?;
-        let mut out: Vec<(String, Vec<String>)> = Vec::new();
-        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-        for (chain, jws) in rows {
-            let i = *at.entry(chain.clone()).or_insert_with(|| {
-                out.push((chain, Vec::new()));
-                out.len() - 1
-            });
-            if let Some((_, objects)) = out.get_mut(i) {
-                objects.push(jws);
-            }
-        }
-        Ok(out)
+        Ok(super::by_chain(rows))
     }
 
     /// The pending payments `sql` selects (their `body`), bound to `params`.

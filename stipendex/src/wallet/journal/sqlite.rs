@@ -191,19 +191,10 @@ impl SqliteJournal {
         let rows = s
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
             .map_err(storage)?;
-        let mut out: Vec<(String, Vec<String>)> = Vec::new();
-        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-        for row in rows {
-            let (chain, jws) = row.map_err(storage)?;
-            let i = *at.entry(chain.clone()).or_insert_with(|| {
-                out.push((chain, Vec::new()));
-                out.len() - 1
-            });
-            if let Some((_, objects)) = out.get_mut(i) {
-                objects.push(jws);
-            }
-        }
-        Ok(out)
+        let rows = rows
+            .collect::<rusqlite::Result<Vec<(String, String)>>>()
+            .map_err(storage)?;
+        Ok(super::by_chain(rows))
     }
 
     /// The objects of chain `chain`, in the order they were recorded.
