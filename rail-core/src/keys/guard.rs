@@ -475,7 +475,12 @@ impl Reservation {
     }
 
     async fn write(&self, w: &Write) -> RailResult<()> {
-        if self.guard.replace(&self.key, self.token, w).await? {
+        self.write_via(&self.guard, w).await
+    }
+
+    /// Compare-and-set of `w` on this holder's token, through `guard`.
+    async fn write_via(&self, guard: &ReplayGuard, w: &Write) -> RailResult<()> {
+        if guard.replace(&self.key, self.token, w).await? {
             Ok(())
         } else {
             Err(self.lost())
@@ -522,16 +527,9 @@ impl Reservation {
             lease: None,
         };
         match &self.finish_on {
-            Some(durable) => {
-                let durable = ReplayGuard {
-                    store: durable.clone(),
-                    ns: self.guard.ns.clone(),
-                };
-                if durable.replace(&self.key, self.token, &w).await? {
-                    Ok(())
-                } else {
-                    Err(self.lost())
-                }
+            Some(store) => {
+                let durable = ReplayGuard::new(store.clone(), self.guard.ns.clone());
+                self.write_via(&durable, &w).await
             }
             None => self.write(&w).await,
         }

@@ -396,18 +396,26 @@ impl SqliteDb {
             .map(|(v, _)| v)
     }
 
-    /// [`SqliteDb::write`] (`durable`) or [`SqliteDb::write_deferred`] for a write that is one
-    /// statement changing the file, whose error can only be that statement's: SQLite backs a
-    /// failed statement out by itself (statement-level atomicity), so the writer runs it
-    /// without a savepoint of its own — two statements less, and no copy of the pages it
-    /// changes in the savepoint's journal. A key store's writes are such.
-    pub(crate) async fn write_one<T, F>(&self, durable: bool, f: F) -> RailResult<(T, Commit)>
+    /// [`SqliteDb::write`] (`durable`) or [`SqliteDb::write_deferred`], as the caller's handle
+    /// is; with `one_statement`, for a write that is one statement changing the file, whose
+    /// error can only be that statement's: SQLite backs a failed statement out by itself
+    /// (statement-level atomicity), so the writer runs it without a savepoint of its own — two
+    /// statements less, and no copy of the pages it changes in the savepoint's journal. A key
+    /// store's writes are such.
+    pub(crate) async fn write_with<T, F>(
+        &self,
+        durable: bool,
+        one_statement: bool,
+        f: F,
+    ) -> RailResult<(T, Commit)>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(durable, true, move |c| f(c).map_err(|e| storage(&e)))
-            .await
+        self.submit(durable, one_statement, move |c| {
+            f(c).map_err(|e| storage(&e))
+        })
+        .await
     }
 
     /// [`SqliteDb::write`] for a write with an error type of its own: `f`'s error is returned
@@ -473,7 +481,7 @@ impl SqliteDb {
     }
 
     /// Queues `f` for the writer; answered once committed (and on disk if `durable`).
-    /// `one_statement`: see [`SqliteDb::write_one`].
+    /// `one_statement`: see [`SqliteDb::write_with`].
     async fn submit<T, E, F>(
         &self,
         durable: bool,

@@ -163,7 +163,7 @@ async fn a_failed_write_undoes_only_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_one_statement_write_without_a_savepoint_undoes_only_itself() {
     let (_dir, db) = db().await;
-    // Writes of one statement each (`write_one`: no savepoint), many at once so they share
+    // Writes of one statement each (`write_with`, one statement: no savepoint), many at once so they share
     // batches; every third one inserts two rows, the second refused: SQLite backs the whole
     // statement out, its first row too, and the batch's other writes are kept.
     let mut writes = tokio::task::JoinSet::new();
@@ -171,7 +171,7 @@ async fn a_failed_one_statement_write_without_a_savepoint_undoes_only_itself() {
         let db = db.clone();
         writes.spawn(async move {
             let v: Option<i64> = if i % 3 == 0 { None } else { Some(2) };
-            db.write_one(i % 2 == 0, move |c| {
+            db.write_with(i % 2 == 0, true, move |c| {
                 c.execute(
                     "INSERT INTO t VALUES (?1, 1), (?2, ?3)",
                     rusqlite::params![format!("a{i}"), format!("b{i}"), v],
@@ -211,7 +211,7 @@ async fn a_one_statement_write_that_panics_after_its_statement_keeps_nothing() {
         let db = db.clone();
         writes.spawn(async move {
             let out = db
-                .write_one(true, move |c| {
+                .write_with(true, true, move |c| {
                     let n = c.execute("INSERT INTO t VALUES (?1, 1)", [format!("k{i}")])?;
                     assert!(i != 100, "a bug after the statement");
                     Ok(n)

@@ -182,30 +182,19 @@ fn run_batch(c: &Connection, batch: &mut Vec<Queued>, shared: &Shared, files: &m
                 (false, None)
             }
         };
-        if alone {
-            if !ok {
-                // Undone with its transaction; its caller gets the write's own error (or,
-                // after a panic, its answer channel dropped). Nothing is committed.
-                end_transaction(c);
-                if let Some(d) = deliver {
-                    d(Err("the write failed and was undone"));
-                }
-                return;
-            }
+        if alone && !ok {
+            // Undone with its transaction; its caller gets the write's own error (or, after a
+            // panic, its answer channel dropped). Nothing is committed.
+            end_transaction(c);
             if let Some(d) = deliver {
-                delivers.push((durable, d));
+                d(Err("the write failed and was undone"));
             }
-            if c.is_autocommit() {
-                let e = ended_under_a_write();
-                abandon_all(c, delivers, jobs, &e);
-                return;
-            }
-            continue;
+            return;
         }
-        if one_statement {
+        if bare {
             let Some(d) = deliver else {
-                // It panicked, maybe after its statement ran: without a savepoint of its own
-                // that cannot be undone alone, so the batch is.
+                // A write of one statement panicked, maybe after its statement ran: without a
+                // savepoint of its own it cannot be undone alone, so the batch is.
                 let e = panicked_without_a_savepoint();
                 abandon_all(c, delivers, jobs, &e);
                 return;

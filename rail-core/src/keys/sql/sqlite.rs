@@ -190,37 +190,26 @@ impl SqliteKeyStore {
     /// Runs one write in the writer's next batch: whether it took effect.
     async fn write(&self, op: Op) -> RailResult<bool> {
         let now = self.now();
-        self.apply_one(move |c| run(c, &op, now)).await
+        self.apply(true, move |c| run(c, &op, now)).await
     }
 
-    /// [`SqliteKeyStore::apply`] for `f` that is one statement changing the file, whose
-    /// error can only be that statement's ([`SqliteDb::write_one`]: no savepoint).
-    async fn apply_one<T, F>(&self, f: F) -> RailResult<T>
+    /// Runs `f` in the writer's next batch: answered once durable, or for a deferred handle
+    /// once committed (its commit remembered for [`KeyStore::sync`]). `one_statement`: `f` is
+    /// one statement changing the file, whose error can only be that statement's
+    /// ([`SqliteDb::write_with`]: no savepoint).
+    async fn apply<T, F>(&self, one_statement: bool, f: F) -> RailResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let (v, at) = self.db.write_one(self.deferred.is_none(), f).await?;
+        let (v, at) = self
+            .db
+            .write_with(self.deferred.is_none(), one_statement, f)
+            .await?;
         if let Some(last) = &self.deferred {
             let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
             *last = (*last).max(at);
         }
-        Ok(v)
-    }
-
-    /// Runs `f` in the writer's next batch: answered once durable, or for a deferred handle
-    /// once committed (its commit remembered for [`KeyStore::sync`]).
-    async fn apply<T, F>(&self, f: F) -> RailResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let Some(last) = &self.deferred else {
-            return self.db.write(f).await;
-        };
-        let (v, at) = self.db.write_deferred(f).await?;
-        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
-        *last = (*last).max(at);
         Ok(v)
     }
 }
@@ -343,7 +332,9 @@ impl KeyStore for SqliteKeyStore {
     async fn purge_expired(&self) -> RailResult<u64> {
         let now = self.now();
         let n = self
-            .apply_one(move |c| c.prepare_cached(&STATEMENTS.purge)?.execute(params![now]))
+            .apply(true, move |c| {
+                c.prepare_cached(&STATEMENTS.purge)?.execute(params![now])
+            })
             .await?;
         Ok(u64::try_from(n).unwrap_or(u64::MAX))
     }
@@ -372,7 +363,7 @@ impl KeyStore for SqliteKeyStore {
         let now = self.now();
         let (n, k) = (ns.to_owned(), key.to_owned());
         let row: Option<(String, i64, i64)> = self
-            .apply(move |c| {
+            .apply(false, move |c| {
                 c.prepare_cached(&STATEMENTS.count)?
                     .query_row(
                         params![
