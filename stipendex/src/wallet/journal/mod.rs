@@ -276,6 +276,43 @@ impl PendingMap {
     }
 }
 
+/// A store journal's error.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn storage(e: impl std::fmt::Display) -> Error {
+    Error::Storage(format!("journal: {e}"))
+}
+
+/// A pending payment's resource as a store journal looks it up ([`Journal::pending_for`]): its
+/// JSON (a struct's fields in their fixed order).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn resource_key(r: &Resource) -> Result<String, Error> {
+    serde_json::to_string(r).map_err(storage)
+}
+
+/// The digest a store journal keeps an object under (one copy per chain).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn digest(jws: &str) -> Vec<u8> {
+    Sha256::digest(jws.as_bytes()).to_vec()
+}
+
+/// A pending payment of chain `chain` started at `since`, as the store journals' tests write it.
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
+fn test_pending(chain: &str, since: u64) -> Pending {
+    Pending {
+        chain: chain.into(),
+        quote: format!("quote-of-{chain}"),
+        confirmation: None,
+        rail: "house".into(),
+        op: format!("op-{chain}"),
+        since,
+        resource: None,
+        request: None,
+        unknown: false,
+        proof: None,
+        holder: None,
+    }
+}
+
 /// Rows of `(chain, object)` in the order recorded, grouped by chain: `(name, objects in
 /// order)`, chains in first-recorded order (what `stipendex verify-chain` reads of a store).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -2,10 +2,9 @@
 //! store, each of the journal's steps one statement (one round trip, one commit).
 
 use async_trait::async_trait;
-use sha2::{Digest as _, Sha256};
 use sqlx::postgres::PgPool;
 
-use super::{Journal, Pending, Then};
+use super::{Journal, Pending, Then, by_chain, digest, resource_key, storage};
 use crate::Error;
 use crate::envelope::{Mandate, Resource, Signed};
 
@@ -93,16 +92,6 @@ pub struct PgJournal {
     pool: PgPool,
 }
 
-fn storage(e: impl std::fmt::Display) -> Error {
-    Error::Storage(format!("journal: {e}"))
-}
-
-/// A pending payment's resource as it is looked up: its JSON (a struct's fields in their
-/// fixed order), as [`super::SqliteJournal`] keeps it.
-fn resource_key(r: &Resource) -> Result<String, Error> {
-    serde_json::to_string(r).map_err(storage)
-}
-
 impl PgJournal {
     /// The journal's tables in the database of `pool` (made if missing; the pool's
     /// `search_path` picks the schema).
@@ -165,7 +154,7 @@ impl PgJournal {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(storage)?;
-        Ok(super::by_chain(rows))
+        Ok(by_chain(rows))
     }
 
     /// The pending payments `sql` selects (their `body`), bound to `params`.
@@ -184,10 +173,7 @@ impl PgJournal {
     /// Records `objects` in `chain`, then does `then` to its pending payment: one statement.
     async fn step(&self, chain: &str, objects: &[&str], then: Then<'_>) -> Result<(), Error> {
         let jws: Vec<String> = objects.iter().map(|o| o.trim().to_owned()).collect();
-        let digests: Vec<Vec<u8>> = jws
-            .iter()
-            .map(|j| Sha256::digest(j.as_bytes()).to_vec())
-            .collect();
+        let digests: Vec<Vec<u8>> = jws.iter().map(|j| digest(j)).collect();
         let q = match then {
             Then::Keep => sqlx::query(KEEP).bind(chain).bind(digests).bind(jws),
             Then::Pending(p) => sqlx::query(PENDING)
@@ -306,6 +292,7 @@ impl Journal for PgJournal {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::super::test_pending as pending;
     use super::*;
 
     /// A journal in a fresh schema of the test database, and the schema's name (dropped by
@@ -334,22 +321,6 @@ mod tests {
         let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(&j.pool)
             .await;
-    }
-
-    fn pending(chain: &str, since: u64) -> Pending {
-        Pending {
-            chain: chain.into(),
-            quote: format!("quote-of-{chain}"),
-            confirmation: None,
-            rail: "house".into(),
-            op: format!("op-{chain}"),
-            since,
-            resource: None,
-            request: None,
-            unknown: false,
-            proof: None,
-            holder: None,
-        }
     }
 
     #[tokio::test]

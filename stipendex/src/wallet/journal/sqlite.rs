@@ -6,10 +6,9 @@ use std::path::Path;
 use async_trait::async_trait;
 use rail_core::sqlite::SqliteDb;
 use rusqlite::{OptionalExtension as _, params};
-use sha2::{Digest as _, Sha256};
 
 use super::holders::Holders;
-use super::{Journal, Pending, Then};
+use super::{Journal, Pending, Then, by_chain, digest, resource_key, storage};
 use crate::Error;
 use crate::envelope::{Mandate, Resource, Signed};
 
@@ -94,10 +93,6 @@ impl std::fmt::Debug for SqliteJournal {
     }
 }
 
-fn storage(e: impl std::fmt::Display) -> Error {
-    Error::Storage(format!("journal: {e}"))
-}
-
 /// A read-only connection to `path` (no WAL file is made for it where none is).
 fn read_only(path: &Path) -> Result<rusqlite::Connection, Error> {
     rusqlite::Connection::open_with_flags(
@@ -116,16 +111,6 @@ fn has_chain_table(c: &rusqlite::Connection) -> Result<bool, Error> {
     )
     .map(|n| n > 0)
     .map_err(storage)
-}
-
-/// A pending payment's resource as it is looked up ([`Journal::pending_for`]): its JSON (a
-/// struct's fields in their fixed order).
-fn resource_key(r: &Resource) -> Result<String, Error> {
-    serde_json::to_string(r).map_err(storage)
-}
-
-fn digest(jws: &str) -> Vec<u8> {
-    Sha256::digest(jws.as_bytes()).to_vec()
 }
 
 impl SqliteJournal {
@@ -194,7 +179,7 @@ impl SqliteJournal {
         let rows = rows
             .collect::<rusqlite::Result<Vec<(String, String)>>>()
             .map_err(storage)?;
-        Ok(super::by_chain(rows))
+        Ok(by_chain(rows))
     }
 
     /// The objects of chain `chain`, in the order they were recorded.
@@ -423,6 +408,7 @@ impl Journal for SqliteJournal {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::super::test_pending as pending;
     use super::*;
 
     /// A journal in `wallet.db` of a fresh folder (kept while the folder is).
@@ -432,22 +418,6 @@ mod tests {
             .await
             .unwrap();
         (dir, j)
-    }
-
-    fn pending(chain: &str, since: u64) -> Pending {
-        Pending {
-            chain: chain.into(),
-            quote: format!("quote-of-{chain}"),
-            confirmation: None,
-            rail: "house".into(),
-            op: format!("op-{chain}"),
-            since,
-            resource: None,
-            request: None,
-            unknown: false,
-            proof: None,
-            holder: None,
-        }
     }
 
     #[tokio::test]
