@@ -93,10 +93,11 @@ pub(super) async fn signed(State(app): State<App>, req: Request, next: Next) -> 
     let mut resp = next.run(req).await;
     // Answered only once its nonce is durable (free after the request's own durable write).
     if let Err(e) = authenticated.durable().await {
+        // The store's words (its file's path) stay in the log: the caller learns what to do.
         tracing::warn!(error = %e, "a request's nonce could not be made durable");
         let mut r = Refusal(Box::new(WireError::new(
             "unavailable",
-            format!("the service cannot record the request durably ({e}); try again with a new nonce and the same Idempotency-Key"),
+            "the service cannot record the request durably now; try again with a new nonce and the same Idempotency-Key",
             true,
         )))
         .into_response();

@@ -318,12 +318,15 @@ mod tests {
         }
     }
 
-    /// Issue #47: an account is looked up before its request's signature is checked. 5,000
-    /// requests naming accounts that do not exist and 500 naming a real one with a forged
-    /// signature: the accounts kept in memory are at most the real ones, no nonce of theirs
-    /// is recorded, and the real account's own signed request is still served.
-    #[tokio::test]
-    async fn unauthenticated_requests_keep_no_account_and_no_nonce() {
+    /// A facilitator on SQLite in a fresh folder, its clock, and one account ("honest") with
+    /// its key.
+    async fn honest() -> (
+        tempfile::TempDir,
+        ManualClock,
+        Facilitator,
+        AccountKey,
+        crate::store::AccountRecord,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::starting_now();
         let shared: SharedClock = Arc::new(clock.clone());
@@ -346,6 +349,16 @@ mod tests {
             })
             .await
             .unwrap();
+        (dir, clock, fac, key, real)
+    }
+
+    /// Issue #47: an account is looked up before its request's signature is checked. 5,000
+    /// requests naming accounts that do not exist and 500 naming a real one with a forged
+    /// signature: the accounts kept in memory are at most the real ones, no nonce of theirs
+    /// is recorded, and the real account's own signed request is still served.
+    #[tokio::test]
+    async fn unauthenticated_requests_keep_no_account_and_no_nonce() {
+        let (_dir, clock, fac, key, real) = honest().await;
         let ts = clock.now().0;
         for _ in 0..5_000 {
             let unknown = AccountId::random().to_string();
@@ -380,27 +393,7 @@ mod tests {
     /// file it shares with the ledger.
     #[tokio::test]
     async fn a_nonce_is_refused_again_at_once_and_durable_before_the_answer() {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::starting_now();
-        let fac = crate::open(
-            &format!("sqlite://{}/fac.db", dir.path().display()),
-            None,
-            Config::new(NETWORK),
-            Some(Arc::new(clock.clone())),
-        )
-        .await
-        .unwrap();
-        let key = AccountKey::generate();
-        let real = fac
-            .create_account(NewAccount {
-                id: None,
-                key: key.public(),
-                asset: Asset::usd(),
-                review_above: None,
-                label: "honest".into(),
-            })
-            .await
-            .unwrap();
+        let (dir, clock, fac, key, real) = honest().await;
         let db = rail_core::sqlite::SqliteDb::open_here(&dir.path().join("fac.db")).unwrap();
         let ok = signed(&real.id, &key, clock.now().0);
         let a = fac.authenticate(&ok, &parts()).await.unwrap();
