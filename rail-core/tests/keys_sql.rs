@@ -367,18 +367,24 @@ async fn sqlite_batch_whose_commit_fails_acknowledges_nothing() {
     a_batch_whose_commit_fails_acknowledges_nothing(Arc::new(store)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_batch_whose_commit_fails_acknowledges_nothing() {
-    let Some(admin) = pg().await else { return };
-    let schema = format!("poison_{:016x}", rand::random::<u64>());
+/// A new schema named `<prefix>_<random>`, and a pool of the workspace's settings in it.
+async fn fresh_schema(admin: &sqlx::PgPool, prefix: &str) -> (String, sqlx::PgPool) {
+    let schema = format!("{prefix}_{:016x}", rand::random::<u64>());
     sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
+        .execute(admin)
         .await
         .unwrap();
     let pool =
         rail_core::keys::sql::postgres_pool(&test_kit::localnet::postgres_url(), Some(&schema))
             .await
             .unwrap();
+    (schema, pool)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_batch_whose_commit_fails_acknowledges_nothing() {
+    let Some(admin) = pg().await else { return };
+    let (schema, pool) = fresh_schema(&admin, "poison").await;
     let store = PgKeyStore::new(pool.clone()).await.unwrap();
     // A deferred constraint trigger fails at COMMIT.
     for sql in [
@@ -594,15 +600,7 @@ async fn a_key_store_written_by_an_earlier_release_opens_migrated_to_the_rowid_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_plan_made_on_an_empty_table_still_uses_the_key_index_when_it_grows() {
     let Some(admin) = pg().await else { return };
-    let schema = format!("plans_{:016x}", rand::random::<u64>());
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let pool =
-        rail_core::keys::sql::postgres_pool(&test_kit::localnet::postgres_url(), Some(&schema))
-            .await
-            .unwrap();
+    let (schema, pool) = fresh_schema(&admin, "plans").await;
     let _store = PgKeyStore::new(pool.clone()).await.unwrap();
     let mut c = pool.acquire().await.unwrap();
     for (name, want) in [

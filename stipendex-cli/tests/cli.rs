@@ -112,10 +112,7 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
         })
         .unwrap();
     let mut tampered = lines.clone();
-    let mut bytes = tampered[proof_line].clone().into_bytes();
-    let n = bytes.len() - 4;
-    bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
-    tampered[proof_line] = String::from_utf8(bytes).unwrap();
+    tampered[proof_line] = flipped(&tampered[proof_line]);
     std::fs::write(victim, tampered.join("\n")).unwrap();
     let out = stipendex(&["verify-chain", "--unanchored", victim]);
     let t = text(&out);
@@ -127,10 +124,42 @@ fn the_demo_runs_and_its_chains_verify_and_a_tampered_one_does_not() {
     assert!(t.contains("stipendex: 1 of 1 chains are broken"), "{t}");
 }
 
+/// Records each chain file of `files` in `journal`, as a chain named by the file.
+async fn record_files(journal: &dyn stipendex::wallet::Journal, files: &[String]) {
+    for f in files {
+        let name = Path::new(f)
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(f).unwrap();
+        let objects: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        journal
+            .record_then(&name, &objects, stipendex::wallet::Then::Keep)
+            .await
+            .unwrap();
+    }
+}
+
+/// The first of `rows` (`(seq, jws)`, in order) that is a Proof.
+fn first_proof(rows: Vec<(i64, String)>) -> (i64, String) {
+    rows.into_iter()
+        .find(|(_, j)| base64_decode(j.split('.').nth(1).unwrap()).contains("\"proof/0.1\""))
+        .expect("a proof in the store")
+}
+
+/// `jws` with one byte of its signature flipped, as someone with write access would.
+fn flipped(jws: &str) -> String {
+    let mut bytes = jws.as_bytes().to_vec();
+    let n = bytes.len() - 4;
+    bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
+    String::from_utf8(bytes).unwrap()
+}
+
 /// Copies the chain `files` into a wallet's PostgreSQL store (a fresh schema), verifies it by
 /// the store's URL, then flips a byte of one proof in it; the password is never printed.
 fn pg_journal_verifies_and_names_a_tampered_chain(files: &[String]) {
-    use stipendex::wallet::{Journal as _, PgJournal, Then};
+    use stipendex::wallet::PgJournal;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let base = test_kit::localnet::postgres_url();
     let schema = format!("chains_{:016x}", rand::random::<u64>());
@@ -158,16 +187,7 @@ fn pg_journal_verifies_and_names_a_tampered_chain(files: &[String]) {
             .await
             .unwrap();
         let j = PgJournal::new(pool).await.unwrap();
-        for f in files {
-            let name = Path::new(f)
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let text = std::fs::read_to_string(f).unwrap();
-            let objects: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-            j.record_then(&name, &objects, Then::Keep).await.unwrap();
-        }
+        record_files(&j, files).await;
     });
     let out = stipendex(&["verify-chain", "--unanchored", &url]);
     let t = text(&out);
@@ -191,16 +211,10 @@ fn pg_journal_verifies_and_names_a_tampered_chain(files: &[String]) {
             sqlx::query_as(&format!("SELECT seq, jws FROM {table} ORDER BY seq")).fetch_all(&admin),
         )
         .unwrap();
-    let (seq, jws) = rows
-        .into_iter()
-        .find(|(_, j)| base64_decode(j.split('.').nth(1).unwrap()).contains("\"proof/0.1\""))
-        .expect("a proof in the store");
-    let mut bytes = jws.into_bytes();
-    let n = bytes.len() - 4;
-    bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
+    let (seq, jws) = first_proof(rows);
     rt.block_on(
         sqlx::query(&format!("UPDATE {table} SET jws = $1 WHERE seq = $2"))
-            .bind(String::from_utf8(bytes).unwrap())
+            .bind(flipped(&jws))
             .bind(seq)
             .execute(&admin),
     )
@@ -230,20 +244,11 @@ fn pg_journal_verifies_and_names_a_tampered_chain(files: &[String]) {
 /// Copies the chain `files` into a wallet's store, verifies it whole, then flips a byte of one
 /// proof in it; a SQLite file without a journal is refused with a sentence.
 fn store_journal_verifies_and_names_a_tampered_chain(db: &Path, files: &[String]) {
-    use stipendex::wallet::{Journal as _, SqliteJournal, Then};
+    use stipendex::wallet::SqliteJournal;
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let j = SqliteJournal::open(db).await.unwrap();
-        for f in files {
-            let name = Path::new(f)
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let text = std::fs::read_to_string(f).unwrap();
-            let objects: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-            j.record_then(&name, &objects, Then::Keep).await.unwrap();
-        }
+        record_files(&j, files).await;
     });
     let db_arg = db.display().to_string();
     let out = stipendex(&["verify-chain", "--unanchored", &db_arg]);
@@ -266,16 +271,11 @@ fn store_journal_verifies_and_names_a_tampered_chain(db: &Path, files: &[String]
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        all.into_iter()
-            .find(|(_, j)| base64_decode(j.split('.').nth(1).unwrap()).contains("\"proof/0.1\""))
-            .expect("a proof in the store")
+        first_proof(all)
     };
-    let mut bytes = proof.1.into_bytes();
-    let n = bytes.len() - 4;
-    bytes[n] = if bytes[n] == b'A' { b'B' } else { b'A' };
     c.execute(
         "UPDATE stipendex_chain SET jws = ?1 WHERE seq = ?2",
-        rusqlite::params![String::from_utf8(bytes).unwrap(), proof.0],
+        rusqlite::params![flipped(&proof.1), proof.0],
     )
     .unwrap();
     drop(c);
